@@ -1,0 +1,49 @@
+# Quick start: `make run` (server on 127.0.0.1:11300, data in ./data) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: run test test-fast lint bench system-deps crash-campaign fuzz clean
+
+$(VENV)/.base: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -e .
+	touch $@
+
+$(VENV)/.dev: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -e '.[dev]'
+	touch $@ $(VENV)/.base
+
+system-deps:
+	bash scripts/system-deps.sh
+
+run: $(VENV)/.base
+	$(VENV)/bin/stalkd serve --dir ./data
+
+# The whole suite. pytest's exit code 5 (no tests collected) is a failure, as is any other non-zero.
+test: system-deps $(VENV)/.dev
+	$(PY) -m pytest -q --durations=15
+
+# Everything but the Spark and long crash tests, for a quick loop while developing.
+test-fast: $(VENV)/.dev
+	$(PY) -m pytest -q -m "not spark and not slow" -x
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
+
+bench: system-deps $(VENV)/.dev
+	for b in bench/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# Long campaigns, not part of `make test`.
+crash-campaign: $(VENV)/.dev
+	STALKD_CRASH_CYCLES=1000 $(PY) -m pytest -q tests/log/test_crash.py
+
+fuzz: $(VENV)/.dev
+	$(PIP) install -e '.[fuzz]'
+	$(PY) fuzz/fuzz_parser.py -max_total_time=$${FUZZ_SECONDS:-3600}
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

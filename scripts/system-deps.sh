@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the real components the test suite and benchmarks run against, when they are missing:
+# Debian's beanstalkd (compatibility transcripts, benchmarks), a Java 17 runtime (PySpark),
+# PostgreSQL (outbox tests), Redis (the RQ peer in the worker benchmark), Chromium (report check).
+# Needs root for apt-get; without it, prints what is missing and lets the tests skip locally.
+set -euo pipefail
+
+missing=()
+command -v beanstalkd >/dev/null 2>&1 || missing+=(beanstalkd)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+
+if ((${#missing[@]} == 0)); then
+    exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+    echo "system-deps: missing ${missing[*]} (not root: install them with apt-get; their tests will be skipped)" >&2
+    exit 0
+fi
+echo "system-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Debian starts services it installs; the tests start their own instances on ephemeral ports.
+for svc in beanstalkd redis-server postgresql; do
+    (command -v systemctl >/dev/null && systemctl stop "$svc") >/dev/null 2>&1 || true
+    (command -v service >/dev/null && service "$svc" stop) >/dev/null 2>&1 || true
+done

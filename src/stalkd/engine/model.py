@@ -1,0 +1,224 @@
+"""The persisted data model: WAL records and their binary encoding (stalkd's ``dat.h``).
+
+Every durable change the engine makes is one :class:`Record`, encoded into the payload of one
+log frame. The server's WAL, snapshots, compaction and the Spark pipeline all read this one
+format, so it lives here and nowhere else.
+
+Ensures: ``decode(encode(r)) == r`` for every valid record; ``decode`` of a payload written by
+any earlier format version gives the record that version meant; unknown ops decode to an
+``Op.UNKNOWN`` record (skippable) instead of failing, so old readers survive new writers.
+
+How to change the format (keep this list numbered and append to it):
+  1. Never change the meaning of an existing (version, op) layout. Add a new op code, or bump
+     ``FORMAT_VERSION`` and add a ``_decode_vN`` beside the old one; keep every old decoder.
+  2. Add a test file ``tests/engine/test_model_vN.py`` with payloads frozen as hex literals for
+     the new version, next to the ones for the older versions (they must keep passing).
+  3. Write new records only in the newest version; readers accept all versions.
+
+Version 1 layout (little-endian), common header of 26 bytes:
+  u8 version | u8 op | u64 seq | i64 time_us | u64 job_id
+followed by op-specific fields:
+  PUT      u32 pri | u32 delay | u32 ttr | i64 deadline_us | u16 tube_len | tube | u32 len | body
+  RELEASE  u32 pri | u32 delay | i64 deadline_us          (deadline_us 0: released to ready)
+  BURY     u32 pri
+  DELETE, KICK, RESERVE, TIMEOUT, TOUCH      (no fields)
+  PAUSE    u32 delay | i64 deadline_us | u16 tube_len | tube      (job_id 0)
+  JOB      u8 state | u32 pri | u32 delay | u32 ttr | i64 created_us | i64 deadline_us |
+           u32 reserves | u32 timeouts | u32 releases | u32 buries | u32 kicks |
+           u16 tube_len | tube | u32 len | body
+           (a job's full state: snapshot entries and compaction's migrated jobs)
+Times are wall-clock microseconds since the Unix epoch; ``delay`` and ``ttr`` are seconds.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+__all__ = [
+    "FORMAT_VERSION",
+    "DURABLE_OPS",
+    "JobState",
+    "Op",
+    "Record",
+    "RecordFormatError",
+    "decode",
+    "encode",
+]
+
+FORMAT_VERSION = 1
+
+
+class RecordFormatError(ValueError):
+    """A WAL payload that cannot be decoded (truncated, or a version this build does not know)."""
+
+
+class Op(enum.IntEnum):
+    PUT = 1  # a new job (full job: tube, priority, delay, ttr, body)
+    DELETE = 2  # a job is gone
+    RELEASE = 3  # reserved -> ready (deadline 0) or delayed (deadline > 0), new priority
+    BURY = 4  # reserved -> buried, new priority
+    KICK = 5  # buried/delayed -> ready
+    TOUCH = 6  # a reserved job's TTR restarted (analytics only: reserves are not durable)
+    RESERVE = 7  # a job was reserved (analytics only, written lazily)
+    TIMEOUT = 8  # a reserved job's TTR expired, back to ready (analytics only)
+    PAUSE = 9  # a tube was paused until deadline_us
+    JOB = 10  # a job's full state (snapshots, compaction)
+    UNKNOWN = 255  # decoded from an op code this build does not know; skip it
+
+
+# Ops whose loss would change the acknowledged state: the server waits for them to be durable.
+DURABLE_OPS = frozenset({Op.PUT, Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.JOB})
+
+
+class JobState(enum.IntEnum):
+    READY = 1  # waiting in its tube's ready heap
+    RESERVED = 2  # held by a connection until deleted, released, buried or its TTR ends
+    BURIED = 3  # parked in its tube's buried FIFO until kicked
+    DELAYED = 4  # waiting for its deadline in the tube's delay heap
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One durable change. Fields an op does not use keep their defaults."""
+
+    op: Op
+    seq: int
+    time_us: int
+    job_id: int = 0
+    tube: str = ""
+    pri: int = 0
+    delay: int = 0
+    ttr: int = 0
+    deadline_us: int = 0
+    body: bytes = b""
+    state: JobState = JobState.READY
+    created_us: int = 0
+    reserves: int = 0
+    timeouts: int = 0
+    releases: int = 0
+    buries: int = 0
+    kicks: int = 0
+
+
+_HEAD = struct.Struct("<BBQqQ")
+_PUT = struct.Struct("<IIIqH")
+_RELEASE = struct.Struct("<IIq")
+_BURY = struct.Struct("<I")
+_PAUSE = struct.Struct("<IqH")
+_JOB = struct.Struct("<BIIIqqIIIIIH")
+_U32 = struct.Struct("<I")
+HEADER_SIZE = _HEAD.size
+
+
+def encode(r: Record) -> bytes:
+    """Encode a record in the newest format version."""
+    head = _HEAD.pack(FORMAT_VERSION, r.op, r.seq, r.time_us, r.job_id)
+    op = r.op
+    if op is Op.PUT:
+        tube = r.tube.encode("ascii")
+        return b"".join(
+            (
+                head,
+                _PUT.pack(r.pri, r.delay, r.ttr, r.deadline_us, len(tube)),
+                tube,
+                _U32.pack(len(r.body)),
+                r.body,
+            )
+        )
+    if op is Op.RELEASE:
+        return head + _RELEASE.pack(r.pri, r.delay, r.deadline_us)
+    if op is Op.BURY:
+        return head + _BURY.pack(r.pri)
+    if op is Op.PAUSE:
+        tube = r.tube.encode("ascii")
+        return head + _PAUSE.pack(r.delay, r.deadline_us, len(tube)) + tube
+    if op is Op.JOB:
+        tube = r.tube.encode("ascii")
+        fixed = _JOB.pack(
+            r.state,
+            r.pri,
+            r.delay,
+            r.ttr,
+            r.created_us,
+            r.deadline_us,
+            r.reserves,
+            r.timeouts,
+            r.releases,
+            r.buries,
+            r.kicks,
+            len(tube),
+        )
+        return b"".join((head, fixed, tube, _U32.pack(len(r.body)), r.body))
+    if op is Op.UNKNOWN:
+        raise ValueError("Op.UNKNOWN is a decoding result and cannot be encoded")
+    return head
+
+
+def decode(payload: bytes | memoryview) -> Record:
+    """Decode one record payload of any known format version.
+
+    Raises RecordFormatError for a truncated payload or an unknown version.
+    """
+    buf = memoryview(payload)
+    if len(buf) < HEADER_SIZE:
+        raise RecordFormatError(f"record of {len(buf)} bytes is shorter than its {HEADER_SIZE}-byte header")
+    version = buf[0]
+    if version == 1:
+        return _decode_v1(buf)
+    raise RecordFormatError(f"record format version {version} is newer than this stalkd (knows 1..{FORMAT_VERSION})")
+
+
+def _decode_v1(buf: memoryview) -> Record:
+    try:
+        _, code, seq, time_us, job_id = _HEAD.unpack_from(buf, 0)
+        pos = HEADER_SIZE
+        try:
+            op = Op(code)
+        except ValueError:
+            return Record(Op.UNKNOWN, seq, time_us, job_id)
+        if op is Op.PUT:
+            pri, delay, ttr, deadline_us, tlen = _PUT.unpack_from(buf, pos)
+            pos += _PUT.size
+            tube = _text(buf, pos, tlen)
+            pos += tlen
+            body = _blob(buf, pos)
+            return Record(op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body, created_us=time_us)
+        if op is Op.RELEASE:
+            pri, delay, deadline_us = _RELEASE.unpack_from(buf, pos)
+            return Record(op, seq, time_us, job_id, pri=pri, delay=delay, deadline_us=deadline_us)
+        if op is Op.BURY:
+            (pri,) = _BURY.unpack_from(buf, pos)
+            return Record(op, seq, time_us, job_id, pri=pri)
+        if op is Op.PAUSE:
+            delay, deadline_us, tlen = _PAUSE.unpack_from(buf, pos)
+            tube = _text(buf, pos + _PAUSE.size, tlen)
+            return Record(op, seq, time_us, job_id, tube=tube, delay=delay, deadline_us=deadline_us)
+        if op is Op.JOB:
+            (state, pri, delay, ttr, created_us, deadline_us,
+             reserves, timeouts, releases, buries, kicks, tlen) = _JOB.unpack_from(buf, pos)  # fmt: skip
+            pos += _JOB.size
+            tube = _text(buf, pos, tlen)
+            body = _blob(buf, pos + tlen)
+            return Record(
+                op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body,
+                JobState(state), created_us, reserves, timeouts, releases, buries, kicks,
+            )  # fmt: skip
+        return Record(op, seq, time_us, job_id)
+    except (struct.error, ValueError, UnicodeDecodeError) as exc:
+        raise RecordFormatError(f"corrupt version-1 record: {exc}") from exc
+
+
+def _text(buf: memoryview, pos: int, n: int) -> str:
+    if pos + n > len(buf):
+        raise RecordFormatError("tube name runs past the end of the record")
+    return bytes(buf[pos : pos + n]).decode("ascii")
+
+
+def _blob(buf: memoryview, pos: int) -> bytes:
+    (n,) = _U32.unpack_from(buf, pos)
+    pos += 4
+    if pos + n != len(buf):
+        raise RecordFormatError(f"body length {n} does not match the {len(buf) - pos} bytes left")
+    return bytes(buf[pos : pos + n])
