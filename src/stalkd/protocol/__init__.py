@@ -1,1 +1,25 @@
-"""stalkd.protocol"""
+"""stalkd.protocol: the beanstalkd wire protocol, sans-I/O.
+
+``Parser`` turns received bytes into command values (``stalkd.engine.commands``), error replies
+or ``NEED_DATA``; ``encode_reply`` turns reply values into exact wire bytes. The command grammar
+is one table (``grammar.COMMANDS``); YAML key orders and quoting live in ``stats``.
+
+Example:
+    >>> from stalkd.engine.commands import Reply
+    >>> p = Parser()
+    >>> p.feed(b"watch emails\\r\\n")
+    >>> p.next()
+    Watch(tube='emails')
+    >>> encode_reply(Reply("WATCHING", (2,)))
+    b'WATCHING 2\\r\\n'
+"""
+
+from stalkd.protocol.grammar import COMMANDS, DEFAULT_MAX_JOB_SIZE, LINE_MAX, MAX_JOB_SIZE_LIMIT
+from stalkd.protocol.parser import BAD_FORMAT, NEED_DATA, UNKNOWN_COMMAND, Item, NeedData, Parser
+from stalkd.protocol.replies import encode_reply, encode_reply_parts
+
+__all__ = [
+    "Parser", "NEED_DATA", "NeedData", "Item", "encode_reply", "encode_reply_parts",
+    "BAD_FORMAT", "UNKNOWN_COMMAND", "COMMANDS", "DEFAULT_MAX_JOB_SIZE", "LINE_MAX",
+    "MAX_JOB_SIZE_LIMIT",
+]  # fmt: skip

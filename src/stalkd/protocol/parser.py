@@ -1,0 +1,374 @@
+"""Sans-I/O beanstalkd parser: bytes in, commands / error replies / ``NEED_DATA`` out.
+
+Ensures:
+- The items produced depend only on the byte stream, never on how it was split into ``feed``
+  calls (the hypothesis properties in tests/protocol check this).
+- ``next()`` never raises on any input; protocol errors are values (``Reply("BAD_FORMAT")``).
+- Line framing is beanstalkd's, byte for byte: a command line is looked for in a window of 224
+  bytes starting where the command starts; the line ends at the *first* ``\\r`` of the window
+  when a ``\\n`` follows it. A window with no such line end (too long, or a bare ``\\r`` before
+  the real end) is thrown away whole, then input is dropped up to the next ``\\r\\n`` found the
+  same way (224-byte windows again), and a single ``BAD_FORMAT`` is produced.
+- Memory is bounded before buffering: a line never holds more than 224 bytes of decision
+  state; a ``put`` body is only buffered when ``<bytes>`` <= ``max_job_size``; a too-big body
+  is counted down and dropped as it arrives (``feed`` discards it without storing it).
+
+Example:
+    >>> p = Parser()
+    >>> p.feed(b"use jobs\\r\\nput 0 0 60 2\\r\\nhi\\r\\nres")
+    >>> p.next(), p.next(), p.next() is NEED_DATA
+    (Use(tube='jobs'), Put(pri=0, delay=0, ttr=60, body=b'hi', error=None), True)
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable
+from typing import Final, Literal
+
+from stalkd.engine.commands import Command, Put, Reply
+from stalkd.protocol.grammar import (
+    COMMANDS,
+    DEFAULT_MAX_JOB_SIZE,
+    LINE_MAX,
+    MAX_JOB_SIZE_LIMIT,
+    TIMEOUT_MAX,
+    U32_MAX,
+    U64_MAX,
+    CommandSpec,
+    is_valid_tube,
+)
+
+__all__ = ["Parser", "NEED_DATA", "NeedData", "Item", "BAD_FORMAT", "UNKNOWN_COMMAND"]
+
+
+class NeedData(enum.Enum):
+    """The type of ``NEED_DATA``: feed more bytes before asking again."""
+
+    NEED_DATA = "NEED_DATA"
+
+
+NEED_DATA: Final = NeedData.NEED_DATA
+
+BAD_FORMAT: Final = Reply("BAD_FORMAT")
+UNKNOWN_COMMAND: Final = Reply("UNKNOWN_COMMAND")
+
+Item = Command | Reply | Literal[NeedData.NEED_DATA]
+_Parse = Callable[[bytes], "Command | Reply"]
+
+# Argument kinds -> (regex fragment, converter of its groups). The fragments use possessive
+# quantifiers so digits are never split between two arguments (C's strtoumax is greedy).
+_DIGITS = rb" *+([0-9]++)"
+_NAME = rb" *+([A-Za-z0-9\-+/;.$_()]++)"
+_CSPACE = rb"[ \t\n\x0b\x0c\r]*+([+-]?)([0-9]++)"  # strtoul: C isspace, optional sign
+
+_STATE_LINE, _STATE_ENDLINE, _STATE_BODY, _STATE_SKIP = 0, 1, 2, 3
+
+
+def _u32(g: bytes) -> int | None:
+    v = int(g)
+    return v if v <= U32_MAX else None
+
+
+def _u64(g: bytes) -> int | None:
+    v = int(g)
+    return v if v <= U64_MAX else None
+
+
+def _timeout(g: bytes) -> int | None:
+    v = int(g)
+    return v if v <= TIMEOUT_MAX else None
+
+
+def _count(sign: bytes, g: bytes) -> int | None:
+    v = int(g)
+    if v > U64_MAX:  # strtoul's ERANGE
+        return None
+    if sign == b"-":
+        v = -v % 2**64
+    return v & U32_MAX  # beanstalkd stores strtoul's unsigned long in a 32-bit uint
+
+
+def _tube(g: bytes) -> str | None:
+    return g.decode("ascii") if is_valid_tube(g) else None
+
+
+def _compile(spec: CommandSpec) -> _Parse:
+    """Turn one table row into a function from the text after the prefix to a value."""
+    if spec.exact:
+        only = spec.build()
+        return lambda rest: BAD_FORMAT if rest else only
+    if spec.loose:
+        only = spec.build()
+        return lambda rest: only
+    parts: list[bytes] = []
+    convs: list[tuple[int, Callable[..., int | str | None]]] = []
+    for arg in spec.args:
+        if arg.kind == "tube":
+            parts.append(rb"(.*)")
+            convs.append((1, _tube))
+        elif arg.kind == "name":
+            parts.append(_NAME)
+            convs.append((1, _tube))
+        elif arg.kind == "count":
+            parts.append(_CSPACE)
+            convs.append((2, _count))
+        else:
+            parts.append(_DIGITS)
+            convs.append((1, {"u32": _u32, "u64": _u64, "timeout": _timeout}[arg.kind]))
+    rx = re.compile(b"".join(parts), re.DOTALL)
+    # timeout and count read with an end pointer nobody checks: trailing text is ignored.
+    loose_tail = spec.args[-1].kind in ("timeout", "count")
+    match = rx.match if loose_tail else rx.fullmatch
+    build = spec.build
+    fields = [a.field for a in spec.args]
+
+    if len(convs) == 1 and convs[0][0] == 1:
+        conv1 = convs[0][1]
+
+        def parse1(rest: bytes) -> Command | Reply:
+            m = match(rest)
+            if m is None:
+                return BAD_FORMAT
+            v = conv1(m.group(1))
+            return BAD_FORMAT if v is None else build(v)
+
+        return parse1
+
+    def parse(rest: bytes) -> Command | Reply:
+        m = match(rest)
+        if m is None:
+            return BAD_FORMAT
+        groups = m.groups()
+        values: dict[str, int | str] = {}
+        i = 0
+        for field, (n, conv) in zip(fields, convs, strict=True):
+            v = conv(*groups[i : i + n])
+            if v is None:
+                return BAD_FORMAT
+            values[field] = v
+            i += n
+        return build(**values)
+
+    return parse
+
+
+_PUT_RX = re.compile(rb" *+([0-9]++) *+([0-9]++) *+([0-9]++) *+([0-9]++)")
+_PUT_PREFIX = b"put "
+
+# Fast lookups equivalent to the ordered prefix scan (tests/protocol checks the equivalence):
+# a line "<head> <rest>" whose "<head> " is a table prefix, or a line equal to an exact prefix,
+# cannot be claimed by an earlier row.
+_PARSERS: tuple[tuple[bytes, _Parse], ...] = tuple(
+    (s.prefix, _compile(s)) for s in COMMANDS if not s.body
+)
+_SPACED: dict[bytes, _Parse] = {p[:-1]: f for p, f in _PARSERS if p.endswith(b" ")}
+_EXACT: dict[bytes, Command] = {s.prefix: s.build() for s in COMMANDS if s.exact}
+
+
+def match_command(line: bytes) -> str | None:
+    """Name of the table row a command line (without CRLF) matches, by the ordered scan.
+
+    >>> match_command(b"reserve-with-timeout"), match_command(b"quitx"), match_command(b"use")
+    ('reserve', 'quit', None)
+    """
+    for spec in COMMANDS:
+        if line.startswith(spec.prefix):
+            return spec.name
+    return None
+
+
+class Parser:
+    """Feed bytes, pull items: a ``Command``, an error ``Reply``, or ``NEED_DATA``.
+
+    ``max_job_size`` is the largest accepted body (beanstalkd ``-z``, at most 1 GiB).
+    A ``put`` whose body cannot be accepted still comes out as a ``Put`` carrying
+    ``error="JOB_TOO_BIG"`` or ``"EXPECTED_CRLF"`` (its body empty), after exactly
+    ``<bytes>+2`` bytes were consumed, so the engine counts it as beanstalkd does.
+
+    >>> p = Parser(max_job_size=10)
+    >>> p.feed(b"put 0 0 0 11\\r\\n")
+    >>> p.next() is NEED_DATA  # the 13 bytes still to skip are dropped as they arrive
+    True
+    >>> p.feed(b"delete 9999\\r\\nPEEK 1\\r\\n")
+    >>> p.next().error, p.next()
+    ('JOB_TOO_BIG', Reply(word='UNKNOWN_COMMAND', args=()))
+    """
+
+    __slots__ = (
+        "_max_job_size", "_buf", "_pos", "_pending", "_pending_len", "_need", "_state",
+        "_skip", "_put",
+    )  # fmt: skip
+
+    def __init__(self, max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> None:
+        self._max_job_size = 0
+        self.max_job_size = max_job_size
+        self._buf = b""
+        self._pos = 0
+        # Chunks not yet joined to _buf: joining waits until they can complete an item, so a
+        # large body arriving in many small reads is copied once, not once per read.
+        self._pending: list[bytes] = []
+        self._pending_len = 0
+        self._need = 1
+        self._state = _STATE_LINE
+        self._skip = 0
+        self._put: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    @property
+    def max_job_size(self) -> int:
+        """Largest accepted ``put`` body in bytes."""
+        return self._max_job_size
+
+    @max_job_size.setter
+    def max_job_size(self, value: int) -> None:
+        if not 0 <= value <= MAX_JOB_SIZE_LIMIT:
+            raise ValueError(f"max_job_size must be 0..{MAX_JOB_SIZE_LIMIT}, got {value}")
+        self._max_job_size = value
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held and not yet turned into items (a server's per-connection limit)."""
+        return len(self._buf) - self._pos + self._pending_len
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Add bytes received from the peer. Bytes of a too-big body are dropped here."""
+        n = len(data)
+        if not n:
+            return
+        if self._skip:
+            if n <= self._skip:
+                self._skip -= n
+                return
+            data = data[self._skip :]
+            self._skip = 0
+        self._pending.append(data if type(data) is bytes else bytes(data))
+        self._pending_len += len(data)
+
+    def next(self) -> Item:
+        """The next item, or ``NEED_DATA`` when the bytes fed so far do not complete one."""
+        if self._pending:
+            if len(self._buf) - self._pos + self._pending_len < self._need:
+                return NEED_DATA
+            self._join()
+        state = self._state
+        if state == _STATE_LINE:
+            buf = self._buf
+            pos = self._pos
+            end = len(buf)
+            lim = pos + LINE_MAX
+            if lim > end:
+                lim = end
+            i = buf.find(b"\r", pos, lim - 1)
+            if i >= 0 and buf[i + 1] == 10:
+                self._pos = i + 2
+                return self._command(buf[pos:i])
+            if end - pos >= LINE_MAX:
+                self._pos = pos + LINE_MAX
+                self._state = _STATE_ENDLINE
+                return self._endline()
+            self._need = end - pos + 1 if i < 0 else LINE_MAX
+            return NEED_DATA
+        if state == _STATE_BODY:
+            return self._body()
+        if state == _STATE_ENDLINE:
+            return self._endline()
+        return self._skip_done()
+
+    # --- states ---------------------------------------------------------------------------
+
+    def _join(self) -> None:
+        rest = self._buf[self._pos :]
+        self._buf = b"".join([rest, *self._pending]) if rest else b"".join(self._pending)
+        self._pos = 0
+        self._pending = []
+        self._pending_len = 0
+        self._need = 1
+
+    def _endline(self) -> Item:
+        """Drop input up to the next line end (found as for a command), then BAD_FORMAT."""
+        buf = self._buf
+        pos = self._pos
+        end = len(buf)
+        while True:
+            lim = min(pos + LINE_MAX, end)
+            i = buf.find(b"\r", pos, lim - 1)
+            if i >= 0 and buf[i + 1] == 10:
+                self._pos = i + 2
+                self._state = _STATE_LINE
+                return BAD_FORMAT
+            if end - pos < LINE_MAX:
+                break
+            pos += LINE_MAX
+        # Keep only the undecided window: earlier bytes are already thrown away.
+        self._buf = buf[pos:]
+        self._pos = 0
+        self._need = end - pos + 1 if i < 0 else LINE_MAX
+        return NEED_DATA
+
+    def _body(self) -> Item:
+        pri, delay, ttr, size = self._put
+        pos = self._pos
+        need = size + 2
+        buf = self._buf
+        if len(buf) - pos < need:
+            self._need = need
+            return NEED_DATA
+        self._pos = pos + need
+        self._state = _STATE_LINE
+        if buf[pos + size : pos + need] != b"\r\n":
+            return Put(pri, delay, ttr, b"", "EXPECTED_CRLF")
+        return Put(pri, delay, ttr, buf[pos : pos + size])
+
+    def _skip_done(self) -> Item:
+        avail = len(self._buf) - self._pos
+        if self._skip > avail:
+            self._skip -= avail
+            self._buf = b""
+            self._pos = 0
+            return NEED_DATA
+        self._pos += self._skip
+        self._skip = 0
+        self._state = _STATE_LINE
+        pri, delay, ttr, _ = self._put
+        return Put(pri, delay, ttr, b"", "JOB_TOO_BIG")
+
+    # --- one command line ------------------------------------------------------------------
+
+    def _command(self, line: bytes) -> Item:
+        if b"\0" in line:
+            return BAD_FORMAT
+        if line.startswith(_PUT_PREFIX):
+            return self._put_line(line[4:])
+        sp = line.find(b" ")
+        if sp > 0:
+            parse = _SPACED.get(line[:sp])
+            if parse is not None:
+                return parse(line[sp + 1 :])
+        else:
+            only = _EXACT.get(line)
+            if only is not None:
+                return only
+        for prefix, parse in _PARSERS:
+            if line.startswith(prefix):
+                return parse(line[len(prefix) :])
+        return UNKNOWN_COMMAND
+
+    def _put_line(self, rest: bytes) -> Item:
+        # beanstalkd's order: numbers, (count cmd-put), JOB_TOO_BIG, trailing text, ttr clamp.
+        m = _PUT_RX.match(rest)
+        if m is None:
+            return BAD_FORMAT
+        pri, delay, ttr, size = (int(g) for g in m.groups())
+        if pri > U32_MAX or delay > U32_MAX or ttr > U32_MAX or size > U32_MAX:
+            return BAD_FORMAT
+        if size > self._max_job_size:
+            self._put = (pri, delay, ttr, size)
+            self._skip = size + 2
+            self._state = _STATE_SKIP
+            return self._skip_done()
+        if m.end() != len(rest):
+            return BAD_FORMAT
+        self._put = (pri, delay, ttr if ttr >= 1 else 1, size)
+        self._state = _STATE_BODY
+        return self._body()

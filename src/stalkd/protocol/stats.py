@@ -1,0 +1,114 @@
+"""YAML bodies of ``stats``, ``stats-job``, ``stats-tube`` and ``list-*``: key order and quoting.
+
+Ensures: the bytes are beanstalkd 1.13's ``STATS_FMT`` / ``STATS_JOB_FMT`` / ``STATS_TUBE_FMT``
+and ``do_list_tubes`` output exactly: ``---\\n``, one ``key: value\\n`` per key in the fixed
+order below, string values wrapped in double quotes where 1.13 quotes them (and nowhere else),
+no escaping (1.13 does none; tube names cannot contain a quote). A missing or unknown key is a
+``ValueError`` naming it, so a layer that forgets a key fails loudly instead of sending YAML
+that some client rejects (greenstalk compares whole dicts).
+
+Example:
+    >>> encode_yaml_list(("default", "w"))
+    b'---\\n- default\\n- w\\n'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Literal
+
+__all__ = [
+    "STATS_KEYS", "STATS_JOB_KEYS", "STATS_TUBE_KEYS", "QUOTED", "KEYS",
+    "encode_yaml_dict", "encode_yaml_list", "format_value",
+]  # fmt: skip
+
+Kind = Literal["stats", "stats-job", "stats-tube"]
+
+STATS_JOB_KEYS: tuple[str, ...] = (
+    "id", "tube", "state", "pri", "age", "delay", "ttr", "time-left", "file", "reserves",
+    "timeouts", "releases", "buries", "kicks",
+)  # fmt: skip
+
+STATS_TUBE_KEYS: tuple[str, ...] = (
+    "name", "current-jobs-urgent", "current-jobs-ready", "current-jobs-reserved",
+    "current-jobs-delayed", "current-jobs-buried", "total-jobs", "current-using",
+    "current-watching", "current-waiting", "cmd-delete", "cmd-pause-tube", "pause",
+    "pause-time-left",
+)  # fmt: skip
+
+STATS_KEYS: tuple[str, ...] = (
+    "current-jobs-urgent", "current-jobs-ready", "current-jobs-reserved",
+    "current-jobs-delayed", "current-jobs-buried",
+    "cmd-put", "cmd-peek", "cmd-peek-ready", "cmd-peek-delayed", "cmd-peek-buried",
+    "cmd-reserve", "cmd-reserve-with-timeout", "cmd-delete", "cmd-release", "cmd-use",
+    "cmd-watch", "cmd-ignore", "cmd-bury", "cmd-kick", "cmd-touch", "cmd-stats",
+    "cmd-stats-job", "cmd-stats-tube", "cmd-list-tubes", "cmd-list-tube-used",
+    "cmd-list-tubes-watched", "cmd-pause-tube",
+    "job-timeouts", "total-jobs", "max-job-size", "current-tubes", "current-connections",
+    "current-producers", "current-workers", "current-waiting", "total-connections",
+    "pid", "version", "rusage-utime", "rusage-stime", "uptime",
+    "binlog-oldest-index", "binlog-current-index", "binlog-records-migrated",
+    "binlog-records-written", "binlog-max-size",
+    "draining", "id", "hostname", "os", "platform",
+)  # fmt: skip
+
+KEYS: dict[str, tuple[str, ...]] = {
+    "stats": STATS_KEYS,
+    "stats-job": STATS_JOB_KEYS,
+    "stats-tube": STATS_TUBE_KEYS,
+}
+"""Key order per ``YamlDict.kind``."""
+
+QUOTED: dict[str, frozenset[str]] = {
+    "stats": frozenset({"version", "hostname", "os", "platform"}),
+    "stats-job": frozenset({"tube"}),
+    "stats-tube": frozenset({"name"}),
+}
+"""Keys whose string values 1.13 wraps in double quotes (1.12 quoted none)."""
+
+
+def format_value(value: int | float | bool | str, quoted: bool = False) -> str:
+    """One YAML scalar as beanstalkd prints it.
+
+    ``bool`` -> ``true``/``false``; ``float`` -> 6 decimals (``rusage-*``, ``%d.%06d``);
+    ``int`` -> decimal; ``str`` -> as is, or in double quotes when ``quoted``.
+
+    >>> format_value(True), format_value(0.5), format_value("1.13", quoted=True)
+    ('true', '0.500000', '"1.13"')
+    """
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, float):
+        return f"{value:.6f}"
+    if isinstance(value, str):
+        return f'"{value}"' if quoted else value
+    return str(value)
+
+
+def encode_yaml_dict(kind: Kind, values: Mapping[str, int | float | bool | str]) -> bytes:
+    """The YAML mapping for ``kind`` (without the ``OK`` line or the final ``\\r\\n``).
+
+    >>> body = encode_yaml_dict("stats-job", {k: 0 for k in STATS_JOB_KEYS} | {"tube": "t"})
+    >>> body.splitlines()[:3]
+    [b'---', b'id: 0', b'tube: "t"']
+    """
+    try:
+        order = KEYS[kind]
+    except KeyError:
+        raise ValueError(f"unknown YAML kind {kind!r}; expected one of {sorted(KEYS)}") from None
+    if len(values) != len(order) or not all(k in values for k in order):
+        missing = [k for k in order if k not in values]
+        extra = [k for k in values if k not in order]
+        raise ValueError(f"{kind} values do not match beanstalkd's keys: missing {missing}, unexpected {extra}")
+    quoted = QUOTED[kind]
+    lines = ["---\n"]
+    for key in order:
+        lines.append(f"{key}: {format_value(values[key], key in quoted)}\n")
+    return "".join(lines).encode("utf-8")
+
+
+def encode_yaml_list(items: Iterable[str]) -> bytes:
+    """A YAML list of tube names, unquoted, in the given order."""
+    return ("---\n" + "".join(f"- {name}\n" for name in items)).encode("utf-8")
