@@ -1,0 +1,149 @@
+"""The few server operations the worker needs, over ``stalkd.client``, in one place.
+
+Not-found answers become ``None``/``False`` values here (a job deleted under a heartbeat or a
+dependency that completed is normal flow for the worker, not an error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stalkd.client import AsyncClient, Client, errors
+
+__all__ = ["Conn", "AsyncConn", "Reserved"]
+
+Reserved = tuple[int, bytes]
+
+
+class Conn:
+    """A synchronous connection (one per worker slot; not shared between threads)."""
+
+    def __init__(self, address: str, *, timeout: float = 10.0) -> None:
+        self.address = address
+        self.client = Client(address, timeout=timeout)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def watch_only(self, tubes: list[str]) -> None:
+        for t in tubes:
+            self.client.watch(t)
+        if "default" not in tubes:
+            self.client.ignore("default")
+
+    def reserve(self, timeout: float | None) -> Reserved | None:
+        try:
+            job = self.client.reserve(timeout=None if timeout is None else int(timeout))
+        except (errors.TimedOut, errors.DeadlineSoon):
+            return None
+        return job.id, bytes(job.body)
+
+    def put(self, tube: str, body: bytes, *, priority: int, delay: int, ttr: int) -> int:
+        self.client.use(tube)
+        return int(self.client.put(body, priority=priority, delay=delay, ttr=ttr))
+
+    def delete(self, job_id: int) -> bool:
+        try:
+            self.client.delete(job_id)
+            return True
+        except errors.NotFound:
+            return False
+
+    def release(self, job_id: int, *, priority: int, delay: int) -> None:
+        self.client.release(job_id, priority=priority, delay=delay)
+
+    def bury(self, job_id: int, *, priority: int) -> None:
+        self.client.bury(job_id, priority=priority)
+
+    def touch(self, job_id: int) -> None:
+        self.client.touch(job_id)
+
+    def kick_job(self, job_id: int) -> bool:
+        try:
+            self.client.kick_job(job_id)
+            return True
+        except errors.NotFound:
+            return False
+
+    def stats_job(self, job_id: int) -> dict[str, Any] | None:
+        try:
+            return dict(self.client.stats_job(job_id))
+        except errors.NotFound:
+            return None
+
+    def stats_tube(self, tube: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.client.stats_tube(tube))
+        except errors.NotFound:
+            return None
+
+    def peek_ready(self, tube: str) -> Reserved | None:
+        self.client.use(tube)
+        try:
+            job = self.client.peek_ready()
+        except errors.NotFound:
+            return None
+        if job is None:
+            return None
+        return job.id, bytes(job.body)
+
+
+class AsyncConn:
+    """The asyncio twin of :class:`Conn`."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    @classmethod
+    async def open(cls, address: str, *, timeout: float = 10.0) -> AsyncConn:
+        client = AsyncClient(address, timeout=timeout)
+        await client.connect()
+        return cls(client)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def watch_only(self, tubes: list[str]) -> None:
+        for t in tubes:
+            await self.client.watch(t)
+        if "default" not in tubes:
+            await self.client.ignore("default")
+
+    async def reserve(self, timeout: float | None) -> Reserved | None:
+        try:
+            job = await self.client.reserve(timeout=None if timeout is None else int(timeout))
+        except (errors.TimedOut, errors.DeadlineSoon):
+            return None
+        return job.id, bytes(job.body)
+
+    async def put(self, tube: str, body: bytes, *, priority: int, delay: int, ttr: int) -> int:
+        await self.client.use(tube)
+        return int(await self.client.put(body, priority=priority, delay=delay, ttr=ttr))
+
+    async def delete(self, job_id: int) -> bool:
+        try:
+            await self.client.delete(job_id)
+            return True
+        except errors.NotFound:
+            return False
+
+    async def release(self, job_id: int, *, priority: int, delay: int) -> None:
+        await self.client.release(job_id, priority=priority, delay=delay)
+
+    async def bury(self, job_id: int, *, priority: int) -> None:
+        await self.client.bury(job_id, priority=priority)
+
+    async def touch(self, job_id: int) -> None:
+        await self.client.touch(job_id)
+
+    async def stats_job(self, job_id: int) -> dict[str, Any] | None:
+        try:
+            return dict(await self.client.stats_job(job_id))
+        except errors.NotFound:
+            return None
+
+    async def stats_tube(self, tube: str) -> dict[str, Any] | None:
+        try:
+            return dict(await self.client.stats_tube(tube))
+        except errors.NotFound:
+            return None

@@ -1,0 +1,109 @@
+"""Dead letters that work on plain beanstalkd: the job is buried in its own tube, and a record
+of why (error, traceback, attempts, original body) is put as a JSON job into the app's failed
+tube (``stalkd.failed`` by default). beanstalkd cannot annotate a buried job, so the record lives
+beside it; nobody watches the failed tube, so records stay ready until retried or purged.
+
+* ``stalkd failed`` lists records: it reserves every record on one connection and then closes it,
+  which puts them all back unchanged (counters aside), in the same order.
+* ``stalkd retry`` kicks the buried original (``kick-job``) and deletes its record. The job then
+  gets one more attempt (its ``releases`` counter, our attempt number, is kept by the server); with
+  ``fresh=True`` a copy is put with fresh attempts and the buried original deleted instead.
+
+Order of writes when dead-lettering: record first, then bury. A crash in between leaves a
+record for a job that comes back after its TTR, fails its last attempt again and writes a second
+record: ``list_failed`` shows only the newest record per job id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stalkd.worker.context import DeadLetter
+
+__all__ = ["FailedJob", "list_failed", "retry_failed", "RECORD_PRIORITY"]
+
+RECORD_PRIORITY = 2**31
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    """A record as found in the failed tube: its own job id there, and the record."""
+
+    record_id: int
+    record: DeadLetter
+
+
+def list_failed(address: str, failed_tube: str, *, timeout: float = 10.0,
+                limit: int = 10_000) -> list[FailedJob]:
+    """Every dead-letter record in ``failed_tube`` (newest per original job), oldest first."""
+    from stalkd.worker.conn import Conn
+
+    conn = Conn(address, timeout=timeout)
+    try:
+        return _collect(conn, failed_tube, limit)[0]
+    finally:
+        conn.close()  # releases every record we reserved
+
+
+def _collect(conn: object, failed_tube: str, limit: int) -> tuple[list[FailedJob], list[int]]:
+    from stalkd.worker.conn import Conn
+
+    assert isinstance(conn, Conn)
+    conn.watch_only([failed_tube])
+    latest: dict[int, FailedJob] = {}
+    superseded: list[int] = []
+    for _ in range(limit):
+        got = conn.reserve(timeout=0)
+        if got is None:
+            break
+        rid, body = got
+        try:
+            rec = DeadLetter.from_json(body)
+        except ValueError:
+            continue  # a foreign job in the failed tube: leave it alone
+        old = latest.get(rec.job_id)
+        if old is not None:
+            superseded.append(old.record_id)
+        latest[rec.job_id] = FailedJob(rid, rec)
+    return sorted(latest.values(), key=lambda f: f.record_id), superseded
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    job_id: int
+    outcome: str   # "kicked", "requeued as <id>", "gone" (original no longer exists)
+
+
+def retry_failed(address: str, failed_tube: str, *, job_ids: set[int] | None = None,
+                 fresh: bool = False, timeout: float = 10.0) -> list[RetryResult]:
+    """Retry dead-lettered jobs (all, or those whose original id is in ``job_ids``)."""
+    from stalkd.worker.conn import Conn
+
+    conn = Conn(address, timeout=timeout)
+    out: list[RetryResult] = []
+    try:
+        failed, superseded = _collect(conn, failed_tube, 10_000)
+        for f in failed:
+            rec = f.record
+            if job_ids is not None and rec.job_id not in job_ids:
+                continue
+            info = conn.stats_job(rec.job_id)
+            if info is None or info.get("state") != "buried":
+                # Deleted, or already kicked by hand: the record is stale either way.
+                out.append(RetryResult(rec.job_id, "gone" if info is None else f"already {info.get('state')}"))
+                conn.delete(f.record_id)
+                continue
+            if fresh:
+                new_id = conn.put(rec.tube, rec.body, priority=int(str(info["pri"])), delay=0,
+                                  ttr=int(str(info["ttr"])))
+                conn.delete(rec.job_id)
+                out.append(RetryResult(rec.job_id, f"requeued as {new_id}"))
+            else:
+                conn.kick_job(rec.job_id)
+                out.append(RetryResult(rec.job_id, "kicked"))
+            conn.delete(f.record_id)
+        for rid in superseded:
+            conn.delete(rid)
+    finally:
+        conn.close()
+    return out

@@ -1,0 +1,51 @@
+"""The middleware interface: named hooks around each job and around the worker's life.
+
+Hooks are called in registration order before processing and in reverse order after it
+(the Dramatiq convention), so an outer middleware sees everything an inner one did.
+
+>>> class Count(Middleware):
+...     def __init__(self) -> None:
+...         self.done = 0
+...     def after_process(self, ctx: JobContext) -> None:
+...         self.done += ctx.exception is None
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from stalkd.worker.context import Bury, JobContext, Release
+
+if TYPE_CHECKING:
+    from stalkd.worker.runner import WorkerBase
+
+__all__ = ["Middleware"]
+
+
+class Middleware:
+    """Base class; override the hooks you need. Hooks must not raise (errors are logged)."""
+
+    #: set True when ``after_process`` needs ``ctx.attempt`` on success too (costs a stats-job)
+    needs_attempt: bool = False
+
+    def on_worker_start(self, worker: WorkerBase) -> None:
+        """The worker is about to start reserving (called in the worker's main thread)."""
+
+    def on_worker_stop(self, worker: WorkerBase) -> None:
+        """The worker has stopped (all slots joined or abandoned)."""
+
+    def before_process(self, ctx: JobContext) -> None:
+        """A job was reserved and decoded; its handler runs next."""
+
+    def after_process(self, ctx: JobContext) -> None:
+        """The handler returned (``ctx.result``) or raised (``ctx.exception``); set
+        ``ctx.action`` to decide what happens to the job (the retries middleware does)."""
+
+    def on_retry(self, ctx: JobContext, action: Release) -> None:
+        """The job was released for another attempt."""
+
+    def on_dead_letter(self, ctx: JobContext, action: Bury) -> None:
+        """The job was buried and its dead-letter record written."""
+
+    def on_deferred(self, ctx: JobContext, delay: int) -> None:
+        """A dependency was pending; the job was re-put ``delay`` seconds later."""

@@ -1,0 +1,85 @@
+"""Process concurrency: ``concurrency`` forked child processes, each a thread worker.
+
+The parent only supervises: it forwards SIGTERM (first: drain, second: release now) to its
+children, restarts none (a crashed child's jobs come back after their TTR), and exits 0 once all
+children have exited. Children that outlive the grace period are killed; the server then
+releases their jobs as their connections close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
+
+from stalkd.worker.runner import ThreadWorker, WorkerBase
+
+if TYPE_CHECKING:
+    from stalkd.worker.app import App
+
+log = logging.getLogger("stalkd.worker")
+
+__all__ = ["ProcessWorker"]
+
+
+def _child(app: App, tubes: list[str], threads: int, grace: float, reserve_timeout: int) -> None:
+    worker = ThreadWorker(app, concurrency=threads, tubes=tubes, grace=grace,
+                          reserve_timeout=reserve_timeout)
+    os._exit(worker.run())
+
+
+class ProcessWorker(WorkerBase):
+    """Forks ``concurrency`` children running ``threads`` slots each (Linux/macOS: fork)."""
+
+    def __init__(self, app: App, *, threads: int = 1, **kw: object) -> None:
+        super().__init__(app, **kw)  # type: ignore[arg-type]
+        self.threads = threads
+        self.children: list[BaseProcess] = []
+
+    def run(self) -> int:
+        ctx = multiprocessing.get_context("fork")
+        self.children = [
+            ctx.Process(target=_child, name=f"stalkd-worker-{i}",
+                        args=(self.app, self.tubes, self.threads, self.grace, self.reserve_timeout))
+            for i in range(self.concurrency)
+        ]
+        for p in self.children:
+            p.start()
+        for m in self.app.middleware:
+            m.on_worker_start(self)
+        try:
+            forwarded = 0
+            deadline: float | None = None
+            while any(p.is_alive() for p in self.children):
+                want = 2 if self.stop_now.is_set() else 1 if self.stopping.is_set() else 0
+                while forwarded < want:
+                    forwarded += 1
+                    self._signal_children(signal.SIGTERM)
+                    deadline = time.monotonic() + self.grace + 5.0
+                if deadline is not None and time.monotonic() > deadline:
+                    log.warning("children still running after the grace period; killing them")
+                    self._signal_children(signal.SIGKILL)
+                    deadline = None
+                for p in self.children:
+                    p.join(timeout=0.1)
+                if not self.stopping.is_set() and not any(p.is_alive() for p in self.children):
+                    break
+        finally:
+            for m in self.app.middleware:
+                m.on_worker_stop(self)
+        codes = [p.exitcode for p in self.children]
+        if any(c not in (0, None) for c in codes) and not self.stopping.is_set():
+            log.error("worker children exited unexpectedly: %s", codes)
+            return 1
+        return 0
+
+    def _signal_children(self, sig: int) -> None:
+        for p in self.children:
+            if p.is_alive() and p.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, sig)

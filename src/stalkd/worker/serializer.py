@@ -1,0 +1,88 @@
+"""Payload serializers and the job envelope that names the task a job belongs to.
+
+A job body is ``#stalkd1 <header JSON>\\n<serialized payload>``. The header carries the task name
+and, when used, the unique key, its marker job id and the keys the job depends on. A body without
+the ``#stalkd1 `` prefix (put by another client) is taken as a bare payload for the tube's only
+task, so plain beanstalkd producers interoperate.
+
+Ensures: ``decode(encode(h, p)) == (h, p)`` for every header ``h`` and payload bytes ``p``.
+
+>>> body = encode_envelope(Header(task="send"), b'{"to": "a@b"}')
+>>> decode_envelope(body, job_id=7)
+(Header(task='send', key=None, marker=None, deps=()), b'{"to": "a@b"}')
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from stalkd.worker.errors import EnvelopeError
+
+__all__ = ["Serializer", "JsonSerializer", "Header", "encode_envelope", "decode_envelope", "PREFIX"]
+
+PREFIX = b"#stalkd1 "
+
+
+class Serializer(Protocol):
+    """Turns a task's payload into bytes and back (``dumps``/``loads``)."""
+
+    def dumps(self, payload: Any) -> bytes: ...
+
+    def loads(self, data: bytes) -> Any: ...
+
+
+class JsonSerializer:
+    """The default: compact UTF-8 JSON.
+
+    >>> JsonSerializer().loads(JsonSerializer().dumps({"a": [1, 2]}))
+    {'a': [1, 2]}
+    """
+
+    def dumps(self, payload: Any) -> bytes:
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+@dataclass(frozen=True)
+class Header:
+    """What the worker needs besides the payload: the task, and the optional unique key,
+    the id of the marker job holding that key, and the keys this job waits for."""
+
+    task: str
+    key: str | None = None
+    marker: int | None = None
+    deps: tuple[str, ...] = ()
+
+
+def encode_envelope(header: Header, payload: bytes) -> bytes:
+    fields: dict[str, Any] = {"t": header.task}
+    if header.key is not None:
+        fields["k"] = header.key
+    if header.marker is not None:
+        fields["m"] = header.marker
+    if header.deps:
+        fields["d"] = list(header.deps)
+    return PREFIX + json.dumps(fields, separators=(",", ":")).encode() + b"\n" + payload
+
+
+def decode_envelope(body: bytes, *, job_id: int) -> tuple[Header | None, bytes]:
+    """(header, payload bytes); header is None for a bare body from a foreign producer."""
+    if not body.startswith(PREFIX):
+        return None, body
+    end = body.find(b"\n", len(PREFIX))
+    if end < 0:
+        raise EnvelopeError(f"job {job_id}: envelope header has no newline")
+    try:
+        fields = json.loads(body[len(PREFIX):end])
+        task = fields["t"]
+        if not isinstance(task, str):
+            raise TypeError("task name is not a string")
+        header = Header(task=task, key=fields.get("k"), marker=fields.get("m"),
+                        deps=tuple(fields.get("d", ())))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EnvelopeError(f"job {job_id}: bad envelope header {body[:80]!r}: {exc}") from exc
+    return header, body[end + 1:]

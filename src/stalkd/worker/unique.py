@@ -1,0 +1,104 @@
+"""Unique job keys and dependencies (yoltq's ``:id`` and ``:depends-on``), built on the plain
+beanstalkd protocol so they work on stalkd and on beanstalkd alike.
+
+Design
+------
+A unique key ``K`` is held by a *marker job* in the tube ``stalkd.key.<sha1(K)>``. Nobody watches
+those tubes, so markers stay ready; they are records, not work.
+
+* Claim (``put(..., key=K)``): put a marker (priority 0, body = key and claim time), then
+  ``peek-ready`` that tube. The ready heap is ordered by (priority, id), so every claimant sees
+  the *oldest* marker; the claimant whose own marker is the oldest wins and puts the real job
+  (whose envelope names the marker id); every other claimant deletes its marker and its put is a
+  no-op (returns None). Two racing producers cannot both win, because ids are unique and
+  increasing and a marker is deleted only by its loser or by the job's completion.
+* Release: when the job completes (is deleted by the worker), the worker deletes the marker, so
+  ``K`` can be used again. A dead-lettered job keeps its key until it is retried and succeeds or
+  deleted by hand (then delete the marker too: ``stalkd.key.*`` tube, ``peek-ready``).
+* Dependencies (``depends_on=[K1, ...]``): before running a job, the worker checks each key's
+  tube with ``stats-tube``; NOT_FOUND or no ready marker means that job has completed. While one
+  is pending, the job is re-put with ``depends_poll`` seconds of delay and the delivered copy is
+  deleted (re-put, not release, so waiting uses up no attempts; the copy has a new job id, which
+  is why dependencies name keys and not ids).
+
+Known limits (what a server extension would fix)
+------------------------------------------------
+* A producer that dies between its claim and its real put leaves ``K`` held. Markers older than
+  ``stale_after`` seconds (``App(unique_ttl=...)``) are treated as abandoned and removed by the
+  next claimant. A server-side ``put-unique <key>`` (atomic check-and-insert, key freed on delete)
+  would close this window and save two round trips.
+* Dependency checks poll. A server-side ``put ... after <key>`` holding the job delayed until the
+  key's job is deleted would make it push-based.
+* The marker tubes show in ``list-tubes``; a generic worker that watches *every* tube would
+  reserve markers (stalkd workers watch only their tasks' tubes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Protocol
+
+__all__ = ["key_tube", "claim", "pending", "is_pending", "MARKER_PREFIX"]
+
+MARKER_PREFIX = "stalkd.key."
+
+
+class _Ops(Protocol):
+    def put(self, tube: str, body: bytes, *, priority: int, delay: int, ttr: int) -> int: ...
+    def peek_ready(self, tube: str) -> tuple[int, bytes] | None: ...
+    def delete(self, job_id: int) -> bool: ...
+    def stats_tube(self, tube: str) -> dict[str, object] | None: ...
+
+
+def key_tube(key: str) -> str:
+    """The tube holding ``key``'s marker (a legal beanstalkd tube name for any key).
+
+    >>> key_tube("order-17")
+    'stalkd.key.a6ccc1f4cdcfcbb62a2e79dbc38253c2403b584d'
+    """
+    return MARKER_PREFIX + hashlib.sha1(key.encode()).hexdigest()
+
+
+def claim(conn: _Ops, key: str, *, now: float, stale_after: float | None = None) -> int | None:
+    """Try to hold ``key``: the marker job id when this caller won, None when already held."""
+    tube = key_tube(key)
+    body = json.dumps({"key": key, "claimed_at": now}).encode()
+    mine = conn.put(tube, body, priority=0, delay=0, ttr=1)
+    for _ in range(100):
+        first = conn.peek_ready(tube)
+        if first is None or first[0] > mine:
+            # Our own marker vanished (deleted as "stale" by a claimant with a skewed clock):
+            # claim again rather than guess.
+            mine = conn.put(tube, body, priority=0, delay=0, ttr=1)
+            continue
+        holder, holder_body = first
+        if holder == mine:
+            return mine
+        if stale_after is not None and _claimed_at(holder_body) + stale_after < now:
+            conn.delete(holder)
+            continue
+        conn.delete(mine)
+        return None
+    raise RuntimeError(f"unique key {key!r}: could not settle the claim in tube {tube}")
+
+
+def pending(conn: _Ops, key: str) -> bool:
+    """Whether a job holding ``key`` has not completed yet."""
+    return is_pending(conn.stats_tube(key_tube(key)))
+
+
+def is_pending(key_tube_stats: dict[str, object] | None) -> bool:
+    """Whether a key tube's ``stats-tube`` answer (None: NOT_FOUND) shows a held key.
+
+    >>> is_pending(None), is_pending({"current-jobs-ready": 0}), is_pending({"current-jobs-ready": 1})
+    (False, False, True)
+    """
+    return key_tube_stats is not None and int(str(key_tube_stats.get("current-jobs-ready", 0))) > 0
+
+
+def _claimed_at(body: bytes) -> float:
+    try:
+        return float(json.loads(body)["claimed_at"])
+    except (ValueError, KeyError, TypeError):
+        return 0.0  # an unreadable marker is treated as very old

@@ -1,0 +1,215 @@
+"""app.testing(): the in-process broker users write their tests with. It drives the same core
+steps and middleware as a real worker, so these tests also pin down retry/dead-letter decisions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from stalkd.worker import App, Backoff, NonRetryable, Retry, ValidationError
+from stalkd.worker.context import Bury, DeadLetter, Defer, Delete, Release
+from stalkd.worker.middleware import Retries
+
+
+def make_app() -> App:
+    # Retries with a fixed random source so backoff delays are exact.
+    return App(middleware=[Retries(clock=lambda: 1000.0, rng=lambda: 0.5)])
+
+
+def test_collecting_mode_queues_until_consumed() -> None:
+    app = make_app()
+    seen: list[Any] = []
+    send = app.task(seen.append, name="send", tube="emails")
+    with app.testing() as t:
+        # Given two puts, When nothing is consumed, Then nothing ran
+        send.put({"to": "a"})
+        send.put({"to": "b"})
+        assert seen == [] and len(t.queued) == 2
+        # When both are consumed, Then they ran in order and were deleted
+        assert [c.action for c in t.drain()] == [Delete(), Delete()]
+    assert seen == [{"to": "a"}, {"to": "b"}]
+
+
+def test_priority_orders_consumption() -> None:
+    app = make_app()
+    seen: list[int] = []
+    task = app.task(seen.append, name="t")
+    with app.testing() as t:
+        task.put(1, priority=10)
+        task.put(2, priority=5)
+        t.drain()
+    assert seen == [2, 1]
+
+
+def test_failures_are_released_with_the_backoff_schedule_then_dead_lettered() -> None:
+    app = make_app()
+    calls = 0
+
+    @app.task(max_attempts=4, backoff=Backoff(base=2, jitter=0))
+    def flaky(payload: int) -> None:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError(f"down #{calls}")
+
+    with app.testing() as t:
+        flaky.put(7)
+        results = t.drain()
+    # Given max_attempts=4, Then 3 releases with 2, 4, 8 s, then a bury with a record.
+    assert [r.attempt for r in results] == [1, 2, 3, 4]
+    assert [r.action for r in results[:3]] == [Release(2, 2**31), Release(4, 2**31), Release(8, 2**31)]
+    bury = results[3].action
+    assert isinstance(bury, Bury)
+    record = t.failed[0]
+    assert record.attempts == 4 and record.task == "flaky" and record.tube == "flaky"
+    assert record.error == "ConnectionError: down #4"
+    assert "raise ConnectionError" in record.traceback
+    assert DeadLetter.from_json(record.to_json()) == record
+    assert calls == 4
+
+
+def test_non_retryable_exceptions_dead_letter_at_once() -> None:
+    app = make_app()
+
+    class Declined(NonRetryable):
+        pass
+
+    @app.task(max_attempts=10)
+    def charge(payload: dict[str, int]) -> None:
+        raise Declined("card expired")
+
+    with app.testing() as t:
+        charge.put({"cents": 100})
+        results = t.drain()
+    assert len(results) == 1 and isinstance(results[0].action, Bury)
+    assert t.failed[0].error == "Declined: card expired"
+
+
+def test_retry_exception_sets_its_own_delay() -> None:
+    app = make_app()
+
+    @app.task(max_attempts=2)
+    def later(payload: None) -> None:
+        raise Retry("not yet", delay=30)
+
+    with app.testing() as t:
+        later.put(None)
+        first = t.consume_one()
+    assert first.action == Release(30, 2**31)
+
+
+def test_validation_rejects_at_put_time_and_queues_nothing() -> None:
+    app = make_app()
+
+    def positive(p: Any) -> None:
+        if p <= 0:
+            raise ValueError("must be positive")
+
+    task = app.task(lambda p: None, name="t", validate=positive)
+    plain = app.task(lambda p: None, name="plain")
+    with app.testing() as t:
+        with pytest.raises(ValidationError, match="task t: payload rejected: must be positive"):
+            task.put(-1)
+        with pytest.raises(ValidationError, match="task plain: payload cannot be serialized"):
+            plain.put(object())
+        assert t.queued == []
+
+
+def test_eager_mode_runs_at_put_and_raises_the_final_error() -> None:
+    app = make_app()
+    seen: list[int] = []
+    ok = app.task(seen.append, name="ok")
+
+    @app.task(max_attempts=2)
+    def bad(p: int) -> None:
+        raise KeyError(p)
+
+    with app.testing(eager=True) as t:
+        ok.put(3)
+        assert seen == [3]
+        with pytest.raises(KeyError):
+            bad.put(9)
+        assert len(t.failed) == 1 and t.failed[0].attempts == 2
+
+
+def test_force_retry_proves_idempotence() -> None:
+    app = make_app()
+    balance = {"a": 0}
+    applied: set[str] = set()
+
+    @app.task
+    def credit(p: dict[str, Any]) -> None:
+        if p["op"] in applied:  # idempotent by operation id
+            return
+        applied.add(p["op"])
+        balance["a"] += p["amount"]
+
+    with app.testing() as t:
+        credit.put({"op": "x1", "amount": 5})
+        t.consume_one()
+        # When the same job is delivered again (as after a crash before its delete)
+        again = t.force_retry()
+    # Then the side effect happened once
+    assert again.action == Delete() and balance["a"] == 5
+
+
+def test_unique_keys_make_duplicate_puts_no_ops_until_completion() -> None:
+    app = make_app()
+    task = app.task(lambda p: None, name="t")
+    with app.testing() as t:
+        first = task.put(1, key="order-1")
+        assert first is not None
+        assert task.put(2, key="order-1") is None
+        t.drain()
+        # After completion the key is free again
+        assert task.put(3, key="order-1") is not None
+
+
+def test_depends_on_waits_for_the_key_to_complete() -> None:
+    app = make_app()
+    order: list[str] = []
+    a = app.task(lambda p: order.append("a"), name="a")
+    b = app.task(lambda p: order.append("b"), name="b")
+    with app.testing() as t:
+        # Given b depends on a's key and is more urgent
+        b.put(None, depends_on=["A"], priority=0)
+        a.put(None, key="A", priority=100)
+        results = t.drain()
+    # Then b was deferred once and ran after a
+    assert order == ["a", "b"]
+    assert isinstance(results[0].action, Defer)
+
+
+def test_async_tasks_run_in_testing_mode() -> None:
+    app = make_app()
+    seen: list[int] = []
+
+    @app.task
+    async def coro(p: int) -> None:
+        await asyncio.sleep(0)
+        seen.append(p)
+
+    with app.testing() as t:
+        coro.put(4)
+        t.drain()
+    assert seen == [4]
+
+
+def test_unknown_task_and_garbage_bodies_are_dead_lettered_with_a_reason() -> None:
+    app = make_app()
+    app.task(lambda p: None, name="a", tube="shared")
+    app.task(lambda p: None, name="b", tube="shared")
+    with app.testing() as t:
+        t.queued.append(_job(1, b'#stalkd1 {"t":"zzz"}\n1'))
+        t.queued.append(_job(2, b"not json"))
+        t.drain()
+    errors = [r.error for r in t.failed]
+    assert "UnknownTask: job 1: no task named 'zzz'" in errors[0]
+    assert errors[1].startswith("UnknownTask: job 2: bare body")
+
+
+def _job(i: int, body: bytes) -> Any:
+    from stalkd.worker.testing import QueuedJob
+
+    return QueuedJob(id=i, body=body, priority=0, delay=0)
