@@ -1,0 +1,368 @@
+"""The ``stalkd`` PySpark data source: batch and streaming reads of a log directory.
+
+Batch: ``spark.read.format("stalkd").load(dir)`` gives one row per frame (``RAW_SCHEMA``);
+``.option("records", "wal")`` decodes WAL records (``WAL_SCHEMA``, add ``.option("body",
+"true")`` for job bodies). One partition per segment, large sealed segments split into slices of
+``maxRecordsPerPartition`` records; rows come back as Arrow batches of ``batchSize`` rows.
+
+Options (all strings, as Spark passes them):
+  archive              "true" (live segments and the archive, default), "false", "only"
+  startOffset          first log offset to read (inclusive)
+  endOffset            log offset to stop before (exclusive)
+  pushdown             "true": also prune by ``offset`` filters in the query (needs
+                       ``spark.sql.python.filterPushdown.enabled=true``, which
+                       :func:`stalkd.spark.session.build_session` sets)
+  startingOffsets      streaming: "earliest" (default), "latest", or a log offset
+  maxRecordsPerTrigger streaming: at most this many records per micro-batch
+
+Streaming offsets are ``{"offset": N}``: the next log offset to read. Because log offsets are
+global and never reused, a restart from a checkpoint resumes exactly after the last record of
+the last committed batch.
+
+Ensures: a read sees exactly the frames the log's own ``LogReader`` sees for the same range
+(committed frames only; a torn tail is not a row); nothing here takes the writer lock.
+
+Example::
+
+    >>> df = spark.read.format("stalkd").option("records", "wal").load("data/wal")  # doctest: +SKIP
+    >>> df.groupBy("op").count().show()                                         # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from stalkd.spark.batches import raw_batch, wal_batch
+from stalkd.spark.schema import RAW_SCHEMA, WAL_SCHEMA
+
+ArchiveMode = bool | Literal["only"]
+DEFAULT_BATCH = 8192
+DEFAULT_SLICE = 1_000_000
+
+
+class SourceOptionError(ValueError):
+    """A ``stalkd`` source option with a bad value; names the option."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The parsed source options (see the module docstring)."""
+
+    path: str
+    records: Literal["raw", "wal"] = "raw"
+    body: bool = False
+    archive: ArchiveMode = True
+    start: int = 0
+    end: int | None = None
+    batch_size: int = DEFAULT_BATCH
+    slice_records: int = DEFAULT_SLICE
+    pushdown: bool = False
+
+    @classmethod
+    def parse(cls, options: Any) -> ReadOptions:
+        opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
+        path = opts.get("path")
+        if not path:
+            raise SourceOptionError("the stalkd source needs a log directory: .load(dir) or .option('path', dir)")
+        records = opts.get("records", "raw").lower()
+        if records not in ("raw", "wal"):
+            raise SourceOptionError(f"option records={records!r}: expected 'raw' or 'wal'")
+        archive_s = opts.get("archive", "true").lower()
+        archive: ArchiveMode = {"true": True, "false": False, "only": "only"}.get(archive_s)  # type: ignore[assignment]
+        if archive is None:
+            raise SourceOptionError(f"option archive={archive_s!r}: expected 'true', 'false' or 'only'")
+        end_s = opts.get("endoffset")
+        return cls(
+            path=path,
+            records=records,  # type: ignore[arg-type]
+            body=_flag(opts, "body"),
+            archive=archive,
+            start=_int(opts, "startoffset", 0),
+            end=None if end_s is None else _int(opts, "endoffset", 0),
+            batch_size=_int(opts, "batchsize", DEFAULT_BATCH, minimum=1),
+            slice_records=_int(opts, "maxrecordsperpartition", DEFAULT_SLICE, minimum=1),
+            pushdown=_flag(opts, "pushdown"),
+        )
+
+
+def _flag(opts: dict[str, str], key: str) -> bool:
+    value = opts.get(key, "false").lower()
+    if value not in ("true", "false"):
+        raise SourceOptionError(f"option {key}={value!r}: expected 'true' or 'false'")
+    return value == "true"
+
+
+def _int(opts: dict[str, str], key: str, default: int, minimum: int = 0) -> int:
+    if key not in opts:
+        return default
+    try:
+        value = int(opts[key])
+    except ValueError:
+        raise SourceOptionError(f"option {key}={opts[key]!r}: expected an integer") from None
+    if value < minimum:
+        raise SourceOptionError(f"option {key}={value}: must be at least {minimum}")
+    return value
+
+
+@dataclass(frozen=True)
+class LogSlice(InputPartition):
+    """Frames ``[start, end)`` of one segment (``end`` None: to the segment's end)."""
+
+    path: str
+    base: int
+    start: int
+    end: int | None
+
+
+@dataclass(frozen=True)
+class _Segment:
+    path: str
+    base: int
+    end: int | None
+
+
+def _segments(opts: ReadOptions) -> list[_Segment]:
+    from stalkd.log import LogReader
+
+    if not os.path.isdir(opts.path):
+        raise FileNotFoundError(f"stalkd source: log directory {opts.path!r} does not exist")
+    seen: dict[int, _Segment] = {}
+    for info in LogReader(opts.path, archive=opts.archive).segments():
+        # A segment caught mid-move to the archive may be listed twice: keep the live copy.
+        if info.base_offset not in seen or not info.archived:
+            seen[info.base_offset] = _Segment(str(info.path), info.base_offset, info.end_offset)
+    return [seen[b] for b in sorted(seen)]
+
+
+def plan(segments: Sequence[_Segment], start: int, end: int | None, slice_records: int) -> list[LogSlice]:
+    """Slices covering ``[start, end)``: one per segment, sealed segments split by record count.
+
+    >>> plan([_Segment("a", 0, 10), _Segment("b", 10, None)], 3, None, 4)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [LogSlice(path='a', base=0, start=3, end=7), LogSlice(path='a', base=0, start=7, end=10),
+     LogSlice(path='b', base=10, start=10, end=None)]
+    """
+    out: list[LogSlice] = []
+    for i, seg in enumerate(segments):
+        # A segment without a known end runs to the next segment's base (or is the active tail).
+        seg_end = seg.end if seg.end is not None else (segments[i + 1].base if i + 1 < len(segments) else None)
+        lo = max(start, seg.base)
+        hi = seg_end if end is None else (end if seg_end is None else min(end, seg_end))
+        if hi is not None and lo >= hi:
+            continue
+        if hi is None:
+            out.append(LogSlice(seg.path, seg.base, lo, None))
+            continue
+        s = lo
+        while s < hi:
+            e = min(hi, s + slice_records)
+            out.append(LogSlice(seg.path, seg.base, s, e))
+            s = e
+    return out
+
+
+def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of one slice, in offset order."""
+    from stalkd.log import LogReader
+
+    reader = LogReader(opts.path, archive=opts.archive)
+    path = part.path
+    if not os.path.exists(path):
+        # Archived (moved) between planning and reading: find it again by its base offset.
+        moved = [s.path for s in LogReader(opts.path, archive=True).segments() if s.base_offset == part.base]
+        if not moved:
+            raise FileNotFoundError(f"segment {path} (base offset {part.base}) vanished before it was read; "
+                                    "retention deleted it: rerun, or read with a later startOffset")
+        path = str(moved[0])
+    offsets: list[int] = []
+    stamps: list[int] = []
+    payloads: list[bytes | memoryview] = []
+    wal = opts.records == "wal"
+    for frame in reader.read_segment(path, part.start, part.end):
+        offsets.append(frame.offset)
+        stamps.append(frame.timestamp_us)
+        payloads.append(frame.payload)
+        if len(offsets) >= opts.batch_size:
+            yield _batch(wal, opts.body, offsets, stamps, payloads)
+            offsets, stamps, payloads = [], [], []
+    if offsets:
+        yield _batch(wal, opts.body, offsets, stamps, payloads)
+
+
+def _batch(wal: bool, body: bool, offsets: list[int], stamps: list[int],
+           payloads: list[bytes | memoryview]) -> pa.RecordBatch:
+    if wal:
+        return wal_batch(offsets, payloads, with_body=body)
+    return raw_batch(offsets, stamps, payloads)
+
+
+class StalkdReader(DataSourceReader):
+    """Batch reader: plans slices on the driver side, reads them on executors."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.lo = opts.start
+        self.hi = opts.end
+
+    def partitions(self) -> list[InputPartition]:
+        return list(plan(_segments(self.opts), self.lo, self.hi, self.opts.slice_records))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, LogSlice):  # an empty plan becomes InputPartition(None)
+            return iter(())
+        return read_slice(self.opts, partition)
+
+
+class StalkdPushdownReader(StalkdReader):
+    """Batch reader that also narrows ``[lo, hi)`` from ``offset`` comparisons in the query."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        for f in filters:
+            v = getattr(f, "value", None)
+            if getattr(f, "attribute", None) != ("offset",) or not isinstance(v, int) or isinstance(v, bool):
+                yield f
+                continue
+            if isinstance(f, GreaterThanOrEqual):
+                self.lo = max(self.lo, v)
+            elif isinstance(f, GreaterThan):
+                self.lo = max(self.lo, v + 1)
+            elif isinstance(f, LessThan):
+                self.hi = v if self.hi is None else min(self.hi, v)
+            elif isinstance(f, LessThanOrEqual):
+                self.hi = v + 1 if self.hi is None else min(self.hi, v + 1)
+            elif isinstance(f, EqualTo):
+                self.lo = max(self.lo, v)
+                self.hi = v + 1 if self.hi is None else min(self.hi, v + 1)
+            else:
+                yield f
+
+
+class StalkdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over a growing log; offsets are ``{"offset": next log offset}``.
+
+    Lives in one long-lived Python process per query (SPARK-NOTES pitfall 3), so the end of
+    the active segment is cached and rescanned only when the segment file changed.
+    """
+
+    def __init__(self, opts: ReadOptions, raw: Mapping[str, str]) -> None:
+        self.opts = opts
+        lowered = {str(k).lower(): str(v) for k, v in dict(raw).items()}
+        self.starting = lowered.get("startingoffsets", "earliest").lower()
+        if self.starting not in ("earliest", "latest") and not self.starting.isdigit():
+            raise SourceOptionError(f"option startingOffsets={self.starting!r}: expected 'earliest', "
+                                    "'latest' or a log offset")
+        self.max_rows = _int(lowered, "maxrecordspertrigger", 0, minimum=0)
+        self._target: int | None = None
+        self._tail: tuple[str, int, int, int] | None = None  # (path, mtime_ns, size, end offset)
+
+    def _end(self) -> int:
+        segs = _segments(self.opts)
+        if not segs:
+            return 0
+        last = segs[-1]
+        if last.end is not None:
+            return last.end
+        st = os.stat(last.path)
+        if self._tail and self._tail[:3] == (last.path, st.st_mtime_ns, st.st_size):
+            return self._tail[3]
+        from stalkd.log import LogReader
+
+        known = self._tail[3] if self._tail and self._tail[0] == last.path else last.base
+        end = known
+        for frame in LogReader(self.opts.path, archive=self.opts.archive).read_segment(last.path, known, None):
+            end = frame.offset + 1
+        self._tail = (last.path, st.st_mtime_ns, st.st_size, end)
+        return end
+
+    def initialOffset(self) -> dict[str, int]:
+        if self.starting == "latest":
+            return {"offset": self._end()}
+        if self.starting.isdigit():
+            return {"offset": int(self.starting)}
+        segs = _segments(self.opts)
+        return {"offset": max(self.opts.start, segs[0].base if segs else 0)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._end()
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        end = self._target if self._target is not None else self._end()
+        begin = int(start["offset"])
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, begin + limit.max_rows)
+        return {"offset": max(begin, end)}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        lo, hi = int(start["offset"]), int(end["offset"])
+        if lo >= hi:
+            return []
+        return list(plan(_segments(self.opts), lo, hi, self.opts.slice_records))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, LogSlice):
+            return iter(())
+        return read_slice(self.opts, partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to release: the log's own retention decides what to keep (pitfall 11)."""
+
+
+class StalkdDataSource(DataSource):
+    """``format("stalkd")``: read a log directory, or write rows to a log directory or a server."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "stalkd"
+
+    def _opts(self) -> ReadOptions:
+        return ReadOptions.parse(self.options)
+
+    def schema(self) -> StructType:
+        records = str(dict(self.options).get("records", "raw")).lower()
+        return WAL_SCHEMA if records == "wal" else RAW_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts = self._opts()
+        return StalkdPushdownReader(opts) if opts.pushdown else StalkdReader(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StalkdStreamReader(self._opts(), self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from stalkd.spark.sink import make_writer
+
+        return make_writer(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from stalkd.spark.sink import make_stream_writer
+
+        return make_stream_writer(dict(self.options), schema, overwrite)
