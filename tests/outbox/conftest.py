@@ -1,0 +1,76 @@
+"""A throwaway PostgreSQL 15 cluster for the outbox tests: initdb in a temp dir, started on an
+ephemeral 127.0.0.1 port, stopped by the postmaster's PID at the end of the session.
+
+Running as root (CI containers), the cluster runs as the ``postgres`` system user, since
+PostgreSQL refuses to run as root. Missing binaries skip locally and fail under CI.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pg_bin() -> str:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        msg = "PostgreSQL is not installed (scripts/system-deps.sh installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return os.path.dirname(found[-1])
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return cmd
+    return ["runuser", "-u", "postgres", "--", *cmd]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    bindir = _pg_bin()
+    root = tempfile.mkdtemp(prefix="stalkd-pg-")
+    data = os.path.join(root, "data")
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    subprocess.run(_as_postgres([f"{bindir}/initdb", "-D", data, "-U", "stalkd", "-A", "trust",
+                                 "--no-sync", "-E", "UTF8"]),
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    port = _free_port()
+    log = os.path.join(root, "server.log")
+    subprocess.run(_as_postgres([f"{bindir}/pg_ctl", "-D", data, "-l", log, "-w", "-t", "60",
+                                 "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1 "
+                                 "-c fsync=off -c full_page_writes=off", "start"]),
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with open(os.path.join(data, "postmaster.pid")) as f:
+        pid = int(f.readline())
+    try:
+        yield f"postgresql+psycopg://stalkd@127.0.0.1:{port}/postgres"
+    finally:
+        os.kill(pid, signal.SIGINT)  # "fast" shutdown
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
