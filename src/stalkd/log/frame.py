@@ -1,0 +1,89 @@
+"""Frame encoding: the unit written to a segment (stalkd's on-disk record envelope).
+
+Layout (little-endian), 24-byte header then payload, padded with zeros to a multiple of 8::
+
+    u8 magic (0xA7) | u8 flags | u16 epoch | u32 length | u32 delta | i64 timestamp_us | u32 crc32c
+
+``flags``: bit 7 = committed, low bits = kind (0 data, 1 padding, 2 footer; unknown kinds are
+skipped by readers so the format can grow). ``delta`` is the frame's logical offset minus the
+segment's base offset (data frames only), so a stale frame left behind a torn one can never be
+taken for the record expected at that place. ``epoch`` is the segment's writer epoch (see
+:mod:`stalkd.log.segment`). ``crc32c`` covers the first 20 header bytes and the payload.
+A length of 0 is a legal payload; a zero magic byte marks the end of written data.
+
+Ensures: ``encode_frame`` output length is ``frame_size(len(payload))`` and a multiple of 8.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+__all__ = [
+    "Frame",
+    "FRAME_HEADER_SIZE",
+    "MAGIC",
+    "KIND_DATA",
+    "KIND_PADDING",
+    "KIND_FOOTER",
+    "FLAG_COMMITTED",
+    "frame_size",
+    "encode_frame",
+    "HEAD",
+]
+
+MAGIC = 0xA7
+FLAG_COMMITTED = 0x80
+KIND_MASK = 0x7F
+KIND_DATA = 0
+KIND_PADDING = 1
+KIND_FOOTER = 2
+HEAD = struct.Struct("<BBHIIq")  # everything but the CRC: 20 bytes
+_CRC = struct.Struct("<I")
+FRAME_HEADER_SIZE = 24
+MAX_PAYLOAD = 2**32 - 1
+_PAD = bytes(8)
+
+
+def frame_size(length: int) -> int:
+    """Bytes a frame with a payload of ``length`` bytes takes on disk.
+
+    >>> frame_size(0), frame_size(1), frame_size(8)
+    (24, 32, 32)
+    """
+    return (FRAME_HEADER_SIZE + length + 7) & ~7
+
+
+def encode_frame(
+    payload: bytes | bytearray | memoryview, delta: int, timestamp_us: int, epoch: int, kind: int = KIND_DATA
+) -> bytes:
+    """The on-disk bytes of one frame.
+
+    >>> len(encode_frame(b"abc", 0, 1, 1))
+    32
+    """
+    n = len(payload)
+    head = HEAD.pack(MAGIC, FLAG_COMMITTED | kind, epoch, n, delta, timestamp_us)
+    crc = crc32c(payload, crc32c(head))
+    pad = -(FRAME_HEADER_SIZE + n) & 7
+    return b"".join((head, _CRC.pack(crc), payload, _PAD[:pad]))
+
+
+class Frame(NamedTuple):
+    """One record read back from the log.
+
+    ``payload`` is a zero-copy view into the segment's mapping; call :meth:`bytes` to keep a copy.
+
+    >>> Frame(3, 1700000000000000, memoryview(b"hi")).bytes()
+    b'hi'
+    """
+
+    offset: int
+    timestamp_us: int
+    payload: memoryview
+
+    def bytes(self) -> bytes:
+        """A copy of the payload that outlives the segment mapping."""
+        return bytes(self.payload)

@@ -1,0 +1,875 @@
+"""The log writer: one process appends, with group commit, recovery and space reservation.
+
+Ensures:
+  * offsets are dense and monotonic: the n-th record ever appended has offset n, across segments;
+  * with ``always``, ``append``/``append_many`` return (and tickets resolve) only after an fsync
+    covering the record; concurrent callers share fsyncs (whoever holds the sync lock commits
+    everything written so far, the others find their records already durable);
+  * a refused append (full disk, lag limit) writes nothing that a later open could see;
+  * after an fsync error the object refuses every further operation (the page cache may have
+    dropped the data, so pretending otherwise would lie about durability);
+  * on open, sealed segments are trusted through their footers and only the active segment is
+    scanned; a torn or corrupt tail there is cut off, and the writer epoch is raised so stale
+    bytes behind the cut can never come back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import mmap
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from crc32c import crc32c
+
+from .errors import LogCorruptError, LogError, LogFullError, LogLockedError
+from .frame import FLAG_COMMITTED, FRAME_HEADER_SIZE, HEAD, KIND_DATA, MAGIC, Frame, frame_size
+from .reader import ARCHIVE_DIR, ReadPos, list_segments, read_frames
+from .segment import (
+    FOOTER_SIZE,
+    HEADER_SIZE,
+    MAX_EPOCH,
+    ScanState,
+    SegmentView,
+    encode_footer,
+    encode_header,
+    scan,
+    segment_name,
+)
+from .ticket import Ticket
+
+if TYPE_CHECKING:
+    from .group import ConsumerGroup
+
+__all__ = ["Log", "RepairReport", "parse_durability"]
+
+_DATA_FLAGS = FLAG_COMMITTED | KIND_DATA
+_PAD = bytes(8)
+LOCK_NAME = "LOCK"
+GROUPS_DIR = "groups"
+DROPPED_DIR = "dropped"
+
+
+def parse_durability(spec: str) -> tuple[str, float]:
+    """("always"|"every"|"never", interval in seconds) from a policy string.
+
+    >>> parse_durability("every:5")
+    ('every', 0.005)
+    """
+    if spec in ("always", "never"):
+        return spec, 0.0
+    if spec.startswith("every:"):
+        try:
+            ms = float(spec[6:])
+        except ValueError:
+            ms = -1.0
+        if ms > 0:
+            return "every", ms / 1000.0
+    raise ValueError(f"durability must be 'always', 'never' or 'every:<ms>' (ms > 0), not {spec!r}")
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Reserve ``size`` bytes of blocks for a new segment (the one place disk space is taken)."""
+    os.posix_fallocate(fd, 0, size)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What ``Log.open(..., repair=True)`` cut: the log now ends at ``offset``.
+
+    ``dropped_files`` were moved to ``<dir>/dropped/`` (nothing is deleted by a repair).
+    """
+
+    path: str
+    position: int
+    offset: int
+    reason: str
+    dropped_files: tuple[str, ...]
+
+
+class _Active:
+    """The segment being appended to (pwrite or a shared writable mapping)."""
+
+    __slots__ = ("path", "fd", "base", "pos", "limit", "size", "epoch", "users", "retired", "mm")
+
+    def __init__(self, path: str, fd: int, base: int, pos: int, size: int, epoch: int, use_mmap: bool) -> None:
+        self.path, self.fd, self.base, self.pos = path, fd, base, pos
+        self.size = size
+        self.limit = size - FOOTER_SIZE  # the footer's room is reserved from the start
+        self.epoch = epoch
+        self.users = 0
+        self.retired = False
+        self.mm = mmap.mmap(fd, size) if use_mmap else None
+
+    def write(self, data: bytes, pos: int) -> None:
+        if self.mm is not None:
+            self.mm[pos : pos + len(data)] = data
+            return
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self.fd, view, pos)
+            view = view[n:]
+            pos += n
+
+    def close(self) -> None:
+        if self.mm is not None:
+            self.mm.close()
+        os.close(self.fd)
+
+
+class Log:
+    """An append-only, segmented, CRC32C-checked log in a directory; one writer process.
+
+    >>> import tempfile
+    >>> with Log.open(tempfile.mkdtemp(), durability="never") as log:
+    ...     log.append(b"hello"), log.append_many([b"a", b"b"])
+    ...     [f.bytes() for f in log.read(0)]
+    (0, (1, 2))
+    [b'hello', b'a', b'b']
+    """
+
+    def __init__(self) -> None:  # use Log.open
+        self.path = ""
+        self.repair_report: RepairReport | None = None
+        self._groups: dict[str, ConsumerGroup] = {}
+        self._views: dict[str, SegmentView] = {}
+        self._sealed: list[tuple[int, int, str]] = []  # (base, end_offset, path) of live sealed segments
+        self._tickets: deque[Ticket] = deque()
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        self._wlock = threading.Lock()  # order of writes and the active segment
+        self._slock = threading.Lock()  # one fsync at a time (group commit)
+        self._fdlock = threading.Lock()  # retiring a segment fd while a sync uses it
+        self._cond = threading.Condition(threading.Lock())  # durable progress, appends, tickets
+        self._waiters = 0
+        self._async_waiters: list[tuple[object, object]] = []
+        self._refusers: list[ConsumerGroup] = []
+        self._last_sync = time.monotonic()
+        self._segment_size = 64 * 2**20
+        self._policy = "always"
+        self._interval = 0.0
+        self._durability = "always"
+        self._archive = False
+        self._use_mmap = False
+        self._next = 0
+        self._durable = 0
+        self._lockfd: int | None = None
+        self._active: _Active  # set by open
+
+    # ---------------------------------------------------------------- open / recovery
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        segment_size: int = 64 * 2**20,
+        durability: str = "always",
+        archive: bool = False,
+        repair: bool = False,
+        io: Literal["pwrite", "mmap"] = "pwrite",
+    ) -> Log:
+        """Open (creating if needed) the log in directory ``path`` for writing.
+
+        ``durability``: ``always`` (fsync before returning; group commit), ``every:<ms>`` (a
+        flush at most ``ms`` after a write), ``never`` (page cache: survives a process crash).
+        ``repair=True`` truncates at the first bad frame anywhere instead of refusing to open.
+        """
+        if segment_size < HEADER_SIZE + FOOTER_SIZE + 64:
+            raise ValueError(f"segment_size {segment_size} is too small (minimum {HEADER_SIZE + FOOTER_SIZE + 64})")
+        log = cls()
+        log.path = os.fspath(path)
+        log._segment_size = segment_size
+        log._policy, log._interval = parse_durability(durability)
+        log._durability = durability
+        log._archive = archive
+        log._use_mmap = io == "mmap"
+        os.makedirs(log.path, exist_ok=True)
+        log._lock_dir()
+        try:
+            log._recover(repair)
+            log._load_groups()
+        except BaseException:
+            log._release_files()
+            raise
+        if log._policy == "always":
+            log._start_thread(log._committer, "stalkd-log-commit")
+        elif log._policy == "every":
+            log._start_thread(log._flusher, "stalkd-log-flush")
+        return log
+
+    def _lock_dir(self) -> None:
+        fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise LogLockedError(
+                f"{self.path}: log is already open for writing (lock held by pid {holder}); "
+                "one writer per directory, readers use LogReader"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lockfd = fd
+
+    def _recover(self, repair: bool) -> None:
+        segs = list_segments(self.path, archive=False)
+        if not segs:
+            self._active = self._create_segment(0, self._segment_size, epoch=1)
+            self._next = self._durable = 0
+            return
+        views = []
+        for i, (_base, p, _) in enumerate(segs):
+            try:
+                views.append(SegmentView(p))
+            except LogCorruptError as e:
+                if not repair:
+                    raise
+                self._repair(segs, views, i, None, 0, 0, str(e))
+                break
+        active_idx = len(views) - 1
+        for i, view in enumerate(views[:-1]):
+            nxt = views[i + 1].base
+            if view.footer is not None:
+                if view.footer[0] != nxt:
+                    if not repair:
+                        raise LogCorruptError(
+                            f"{view.path}: footer ends at offset {view.footer[0]} but the next segment "
+                            f"starts at {nxt}; open with repair=True to truncate at the gap",
+                            path=view.path, position=view.size - FOOTER_SIZE, offset=view.footer[0],
+                        )
+                    active_idx = self._repair(segs, views, i + 1, None, 0, 0, "gap in offsets")
+                    break
+                if repair:
+                    bad = self._verify(view)
+                    if bad is not None:
+                        active_idx = self._repair(segs, views, i, view, *bad)
+                        break
+                continue
+            # No valid footer on a segment that is not the last: a crash while rolling over
+            # (the next segment is created before the footer is written) or damage.
+            st = ScanState(HEADER_SIZE, view.base)
+            for _ in scan(view.mv, view.base, view.epoch, st, view.size - FOOTER_SIZE):
+                pass
+            if all(self._is_empty(v) for v in views[i + 1 :]):
+                for v in views[i + 1 :]:
+                    v.close()
+                    os.unlink(v.path)
+                views = views[: i + 1]
+                active_idx = i
+                break
+            if st.offset == nxt and st.status == "end":
+                self._write_footer_to(view.path, view.base, st.offset, st.pos, view.epoch)
+                continue
+            if not repair:
+                raise LogCorruptError(
+                    f"{view.path}: bad frame at byte {st.pos} (offset {st.offset}) in a sealed segment "
+                    "(no valid footer); open with repair=True to truncate there",
+                    path=view.path, position=st.pos, offset=st.offset,
+                )
+            active_idx = self._repair(segs, views, i, view, st.pos, st.offset, "bad frame")
+            break
+        views = views[: active_idx + 1]
+        if not views:  # repair dropped everything: start again where the dropped data began
+            assert self.repair_report is not None
+            self._next = self._durable = self.repair_report.offset
+            self._active = self._create_segment(self._next, self._segment_size, epoch=1)
+            return
+        for v in views[:-1]:
+            assert v.footer is not None
+            self._sealed.append((v.base, v.footer[0], v.path))
+        last = views[-1]
+        if last.footer is not None:  # sealed, next segment never created (or dropped by repair)
+            self._sealed.append((last.base, last.footer[0], last.path))
+            end = last.footer[0]
+            last.close()
+            self._next = self._durable = end
+            self._active = self._create_segment(end, self._segment_size, epoch=1)
+            return
+        st = ScanState(HEADER_SIZE, last.base)
+        for _ in scan(last.mv, last.base, last.epoch, st, last.size - FOOTER_SIZE):
+            pass
+        epoch = last.epoch
+        last.close()
+        self._next = self._durable = st.offset
+        fd = os.open(last.path, os.O_RDWR)
+        size = os.fstat(fd).st_size
+        if epoch >= MAX_EPOCH:  # epochs exhausted: seal this one and start afresh
+            self._write_footer_fd(fd, size, last.base, st.offset, st.pos, epoch)
+            os.close(fd)
+            self._sealed.append((last.base, st.offset, last.path))
+            self._active = self._create_segment(st.offset, self._segment_size, epoch=1)
+            return
+        # Raise the epoch before writing anything: frames left past the cut carry an older
+        # epoch and are rejected once a newer frame precedes them.
+        os.pwrite(fd, encode_header(last.base, epoch + 1, time.time_ns() // 1000), 0)
+        os.fdatasync(fd)
+        self._active = _Active(last.path, fd, last.base, st.pos, size, epoch + 1, self._use_mmap)
+
+    @staticmethod
+    def _is_empty(view: SegmentView) -> bool:
+        st = ScanState(HEADER_SIZE, view.base)
+        return view.footer is None and next(iter(scan(view.mv, view.base, view.epoch, st, view.size - FOOTER_SIZE)), None) is None
+
+    @staticmethod
+    def _verify(view: SegmentView) -> tuple[int, int, str] | None:
+        st = ScanState(HEADER_SIZE, view.base)
+        try:
+            for _ in view.frames(view.base, None, None, st):
+                pass
+        except LogCorruptError as e:
+            return e.position, e.offset if e.offset is not None else st.offset, "bad frame"
+        return None
+
+    def _repair(
+        self,
+        segs: Sequence[tuple[int, str, bool]],
+        views: list[SegmentView],
+        idx: int,
+        view: SegmentView | None,
+        position: int,
+        offset: int,
+        reason: str,
+    ) -> int:
+        """Cut the log at (segment idx, position): later segments go to dropped/. Returns the new last index."""
+        dropped_dir = os.path.join(self.path, DROPPED_DIR)
+        os.makedirs(dropped_dir, exist_ok=True)
+        dropped = []
+        start = idx + 1 if view is not None else idx
+        for _base, p, _ in segs[start:]:
+            for v in views:
+                if v.path == p:
+                    v.close()
+            target = os.path.join(dropped_dir, os.path.basename(p))
+            os.replace(p, target)
+            dropped.append(target)
+        del views[start:]
+        if view is not None:
+            # Erase the footer so the cut segment is active again; the epoch bump hides the rest.
+            fd = os.open(view.path, os.O_RDWR)
+            try:
+                os.pwrite(fd, bytes(FOOTER_SIZE), view.size - FOOTER_SIZE)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            view.footer = None
+        else:
+            offset = views[-1].footer[0] if views and views[-1].footer else (segs[idx][0] if idx < len(segs) else 0)
+        _fsync_dir(self.path)
+        cut_path = view.path if view is not None else (segs[idx][1] if idx < len(segs) else self.path)
+        self.repair_report = RepairReport(cut_path, position, offset, reason, tuple(dropped))
+        if not views:
+            return -1
+        return len(views) - 1
+
+    # ---------------------------------------------------------------- segments
+
+    def _create_segment(self, base: int, size: int, epoch: int) -> _Active:
+        """A new, fully allocated segment file with its header; LogFullError if there is no room."""
+        path = os.path.join(self.path, segment_name(base))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _allocate(fd, size)
+            os.pwrite(fd, encode_header(base, epoch, time.time_ns() // 1000), 0)
+            if self._policy != "never":
+                os.fdatasync(fd)
+        except OSError as e:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise LogFullError(
+                    f"{self.path}: no space for a new {size}-byte segment at offset {base} ({e.strerror}); "
+                    "the append was refused, the log is intact; free space and retry"
+                ) from e
+            raise LogError(f"{path}: cannot create segment: {e}") from e
+        if self._policy != "never":
+            _fsync_dir(self.path)
+        return _Active(path, fd, base, HEADER_SIZE, size, epoch, self._use_mmap)
+
+    @staticmethod
+    def _write_footer_fd(fd: int, size: int, base: int, end: int, data_end: int, epoch: int) -> None:
+        os.pwrite(fd, encode_footer(base, end, data_end, epoch), size - FOOTER_SIZE)
+        os.fdatasync(fd)
+
+    def _write_footer_to(self, path: str, base: int, end: int, data_end: int, epoch: int) -> None:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            self._write_footer_fd(fd, os.fstat(fd).st_size, base, end, data_end, epoch)
+        finally:
+            os.close(fd)
+
+    def _seal(self, old: _Active, new: _Active) -> None:
+        """Footer on ``old`` (fsynced, whatever the policy: it orders the roll-over), then switch."""
+        end = new.base
+        if old.mm is not None:
+            old.mm[old.size - FOOTER_SIZE : old.size] = encode_footer(old.base, end, old.pos, old.epoch)
+            os.fdatasync(old.fd)
+        else:
+            self._write_footer_fd(old.fd, old.size, old.base, end, old.pos, old.epoch)
+        self._sealed.append((old.base, end, old.path))
+        self._active = new
+        with self._fdlock:
+            old.retired = True
+            if old.users == 0:
+                old.close()
+        with self._cond:
+            self._advance_durable_locked(end)
+
+    # ---------------------------------------------------------------- writing
+
+    def write_many(self, payloads: Iterable[bytes | bytearray | memoryview]) -> tuple[int, int]:
+        """Write now without fsync; returns (first, last) offsets. For callers that group commits
+        themselves (then call :meth:`sync`, possibly from another thread).
+
+        An empty batch returns ``(next_offset, next_offset - 1)``.
+        """
+        items = payloads if isinstance(payloads, (list, tuple)) else list(payloads)
+        with self._wlock:
+            self._check_usable()
+            first = self._next
+            if not items:
+                return first, first - 1
+            if self._refusers:
+                self._check_lag(len(items), sum(len(p) for p in items))
+            act = self._active
+            total = 0
+            for p in items:
+                total += (FRAME_HEADER_SIZE + len(p) + 7) & ~7
+            if act.pos + total <= act.limit:
+                data = self._encode(items, first, act.base, act.epoch)
+                self._write_checked(act, data, act.pos)
+                act.pos += len(data)
+                self._next = first + len(items)
+            else:
+                self._write_rolling(items)
+            last = self._next - 1
+        if self._waiters or self._async_waiters:
+            self._notify_append()
+        return first, last
+
+    @staticmethod
+    def _encode(items: Sequence[bytes | bytearray | memoryview], offset: int, base: int, epoch: int) -> bytes:
+        pack = HEAD.pack
+        ts = time.time_ns() // 1000
+        parts: list[bytes | bytearray | memoryview] = []
+        add = parts.append
+        delta = offset - base
+        for p in items:
+            n = len(p)
+            head = pack(MAGIC, _DATA_FLAGS, epoch, n, delta, ts)
+            add(head)
+            add(crc32c(p, crc32c(head)).to_bytes(4, "little"))
+            add(p)
+            add(_PAD[: -(FRAME_HEADER_SIZE + n) & 7])
+            delta += 1
+        return b"".join(parts)
+
+    def _write_rolling(self, items: Sequence[bytes | bytearray | memoryview]) -> None:
+        """A batch that crosses segment ends: allocate every segment it needs first, so a full
+        disk refuses the whole batch before any of it is written."""
+        plan: list[tuple[_Active, int, int]] = []  # (segment, first item, end item)
+        act = self._active
+        pos, start, created = act.pos, 0, []
+        cur = act
+        offset = self._next
+        try:
+            for i, p in enumerate(items):
+                need = frame_size(len(p))
+                if pos + need > cur.limit:
+                    plan.append((cur, start, i))
+                    size = max(self._segment_size, HEADER_SIZE + need + FOOTER_SIZE)
+                    cur = self._create_segment(offset + i, size, epoch=1)
+                    created.append(cur)
+                    pos, start = HEADER_SIZE, i
+                pos += need
+            plan.append((cur, start, len(items)))
+        except BaseException:
+            for seg in created:
+                seg.close()
+                with contextlib.suppress(OSError):
+                    os.unlink(seg.path)
+            raise
+        for k, (seg, lo, hi) in enumerate(plan):
+            if lo < hi:
+                data = self._encode(items[lo:hi], offset + lo, seg.base, seg.epoch)
+                self._write_checked(seg, data, seg.pos)
+                seg.pos += len(data)
+            self._next = offset + hi
+            if k + 1 < len(plan):
+                self._seal(seg, plan[k + 1][0])
+
+    def _write_checked(self, seg: _Active, data: bytes, pos: int) -> None:
+        try:
+            seg.write(data, pos)
+        except OSError as e:
+            # Zero what may have landed, so a crash cannot make the refused frames reappear.
+            try:
+                seg.write(bytes(len(data)), pos)
+            except OSError as e2:
+                self._fail(e2)
+                raise LogError(f"{seg.path}: write failed at byte {pos} and could not be undone: {e2}") from e
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise LogFullError(f"{seg.path}: no space writing at byte {pos}: {e.strerror}") from e
+            raise LogError(f"{seg.path}: write failed at byte {pos}: {e}") from e
+
+    def append(self, payload: bytes | bytearray | memoryview) -> int:
+        """Append one record; returns its offset once durable under the policy.
+
+        >>> # off = log.append(b"job")
+        """
+        first, _ = self.write_many((payload,))
+        self._after_write(first + 1)
+        return first
+
+    def append_many(self, payloads: Iterable[bytes | bytearray | memoryview]) -> tuple[int, int]:
+        """Append a batch (one write, one fsync); returns (first, last) once durable."""
+        first, last = self.write_many(payloads)
+        self._after_write(last + 1)
+        return first, last
+
+    def _after_write(self, end: int) -> None:
+        if self._policy == "always":
+            self._sync_to(end)
+        elif self._policy == "every" and time.monotonic() - self._last_sync >= self._interval:
+            # Commit inline when due: a background flusher alone is starved by a busy writer.
+            self._sync_to(end)
+
+    def submit(self, payloads: Iterable[bytes | bytearray | memoryview]) -> Ticket:
+        """Write now (it survives kill -9 at once) and return a Ticket that resolves when durable.
+
+        >>> # ticket = log.submit([b"a"]); await ticket   (or ticket.wait())
+        """
+        first, last = self.write_many(payloads)
+        if self._policy != "always":
+            return Ticket(first, last, self._cond, done=True)
+        with self._cond:
+            t = Ticket(first, last, self._cond, done=self._durable > last)
+            if not t._done:
+                self._tickets.append(t)
+                self._cond.notify_all()
+        return t
+
+    # ---------------------------------------------------------------- durability
+
+    def sync(self) -> int:
+        """fsync everything written so far; returns the durable end offset. Thread-safe."""
+        return self._sync_to(None)
+
+    def _sync_to(self, upto: int | None) -> int:
+        self._check_usable(closing_ok=True)
+        with self._slock:
+            if upto is not None and self._durable >= upto:
+                return self._durable
+            with self._wlock:
+                target = self._next
+                seg = self._active
+                with self._fdlock:
+                    seg.users += 1
+            try:
+                if self._durable < target:
+                    if self._failed is not None:
+                        raise LogError(f"{self.path}: log failed earlier ({self._failed})")
+                    os.fdatasync(seg.fd)
+                    self._last_sync = time.monotonic()
+            except OSError as e:
+                self._fail(e)
+                raise LogError(
+                    f"{self.path}: fsync of {seg.path} failed ({e}); the log is now failed: records from "
+                    f"offset {self._durable} on may be lost; reopen it to recover what is on disk"
+                ) from e
+            finally:
+                with self._fdlock:
+                    seg.users -= 1
+                    if seg.retired and seg.users == 0:
+                        seg.close()
+            with self._cond:
+                callbacks = self._advance_durable_locked(target)  # noqa: F841 (run below)
+            for t, fn in callbacks:
+                fn(t)
+            return self._durable
+
+    def _advance_durable_locked(self, target: int) -> list[tuple[Ticket, Callable[[Ticket], object]]]:
+        out: list[tuple[Ticket, Callable[[Ticket], object]]] = []
+        if target > self._durable:
+            self._durable = target
+            while self._tickets and self._tickets[0].last < target:
+                t = self._tickets.popleft()
+                out.extend((t, fn) for fn in t._resolve(None))
+            self._cond.notify_all()
+            if self._async_waiters:
+                self._wake_async()
+        return out
+
+    def _fail(self, exc: BaseException) -> None:
+        callbacks: list[tuple[Ticket, Callable[[Ticket], object]]] = []
+        with self._cond:
+            if self._failed is None:
+                self._failed = exc
+            err = LogError(f"{self.path}: log failed: {exc}")
+            while self._tickets:
+                t = self._tickets.popleft()
+                callbacks.extend((t, fn) for fn in t._resolve(err))
+            self._cond.notify_all()
+        for t, fn in callbacks:
+            fn(t)
+
+    def _committer(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._tickets:
+                    self._cond.wait()
+                if not self._tickets:
+                    return
+            try:
+                self.sync()
+            except LogError:
+                return
+
+    def _flusher(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait(self._interval)
+                if self._closed:
+                    return
+            if self._next > self._durable and time.monotonic() - self._last_sync >= self._interval * 0.5:
+                try:
+                    self.sync()
+                except LogError:
+                    return
+
+    def _start_thread(self, target: Callable[[], None], name: str) -> None:
+        th = threading.Thread(target=target, name=name, daemon=True)
+        th.start()
+        self._threads.append(th)
+
+    # ---------------------------------------------------------------- reading
+
+    @property
+    def next_offset(self) -> int:
+        """Offset the next append will get (= number of records ever written)."""
+        return self._next
+
+    @property
+    def durable_offset(self) -> int:
+        """Every offset below this one is fsynced."""
+        return self._durable
+
+    @property
+    def durability(self) -> str:
+        """The policy string this log was opened with."""
+        return self._durability
+
+    def visible_end(self) -> int:
+        """End of what consumers may see: durable records under ``always``, written ones otherwise."""
+        return self._durable if self._policy == "always" else self._next
+
+    def _view(self, base: int, path: str, archived: bool) -> SegmentView:
+        view = self._views.get(path)
+        if view is None:
+            view = SegmentView(path, archived)
+            self._views[path] = view
+        return view
+
+    def _listing(self) -> list[tuple[int, str, bool]]:
+        return list_segments(self.path, archive=True)
+
+    def read(self, start: int, end: int | None = None, *, _resume: ReadPos | None = None) -> Iterator[Frame]:
+        """Frames with ``start <= offset < end`` (None: up to what is written now), zero-copy.
+
+        Offsets already removed by retention are skipped (reading starts at the oldest kept).
+        """
+        self._check_usable()
+        stop = self._next if end is None else min(end, self._next)
+        return read_frames(self._listing, self._view, start, stop, _resume)
+
+    # ---------------------------------------------------------------- groups and retention
+
+    def group(
+        self,
+        name: str,
+        *,
+        durability: str = "every:100",
+        ttl: float | None = None,
+        max_lag_items: int | None = None,
+        max_lag_bytes: int | None = None,
+        overflow: Literal["drop", "refuse"] = "drop",
+    ) -> ConsumerGroup:
+        """The named consumer group (created on first use; its cursor file survives crashes)."""
+        from .group import ConsumerGroup
+
+        self._check_usable()
+        g = self._groups.get(name)
+        if g is None:
+            g = ConsumerGroup(self, name, durability=durability, ttl=ttl, max_lag_items=max_lag_items,
+                              max_lag_bytes=max_lag_bytes, overflow=overflow)
+            self._groups[name] = g
+            if overflow == "refuse" and (max_lag_items is not None or max_lag_bytes is not None):
+                self._refusers.append(g)
+        return g
+
+    def _load_groups(self) -> None:
+        gdir = os.path.join(self.path, GROUPS_DIR)
+        if not os.path.isdir(gdir):
+            return
+        from .group import ConsumerGroup
+
+        for name in sorted(os.listdir(gdir)):
+            if name.endswith(".cur"):
+                gname = name[:-4]
+                self._groups[gname] = ConsumerGroup(self, gname)
+
+    def groups(self) -> dict[str, ConsumerGroup]:
+        """Every group known to this log (opened, or found on disk), by name."""
+        return dict(self._groups)
+
+    def _check_lag(self, n_items: int, n_bytes: int) -> None:
+        for g in self._refusers:
+            g._check_refuse(n_items, n_bytes)
+
+    def segment_bounds(self) -> list[tuple[int, int | None, str]]:
+        """(base, end or None for the active one, path) of the live segments, oldest first."""
+        with self._wlock:
+            out: list[tuple[int, int | None, str]] = [(b, e, p) for b, e, p in self._sealed]
+            out.append((self._active.base, None, self._active.path))
+            return out
+
+    def position_of_end(self) -> tuple[int, int]:
+        """(active segment base, byte position) where the next frame goes."""
+        return self._active.base, self._active.pos
+
+    def retain(self, floor: int) -> list[str]:
+        """Delete (or archive) sealed segments wholly below ``floor`` and every group's cursor.
+
+        Returns the paths removed or moved.
+        """
+        self._check_usable()
+        bound = floor
+        for g in self._groups.values():
+            g._enforce_lag()
+            bound = min(bound, g.committed)
+        with self._wlock:
+            doomed = [s for s in self._sealed if s[1] <= bound]
+            self._sealed = [s for s in self._sealed if s[1] > bound]
+        out = []
+        if doomed and self._archive:
+            os.makedirs(os.path.join(self.path, ARCHIVE_DIR), exist_ok=True)
+        for _base, _end, p in doomed:
+            view = self._views.pop(p, None)
+            if view is not None:
+                view.close()
+            if self._archive:
+                target = os.path.join(self.path, ARCHIVE_DIR, os.path.basename(p))
+                os.replace(p, target)
+                out.append(target)
+            else:
+                os.unlink(p)
+                out.append(p)
+        if doomed:
+            if self._archive:
+                _fsync_dir(os.path.join(self.path, ARCHIVE_DIR))
+            _fsync_dir(self.path)
+        return out
+
+    # ---------------------------------------------------------------- waiting for appends
+
+    def _notify_append(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+            if self._async_waiters:
+                self._wake_async()
+
+    def _wake_async(self) -> None:
+        waiters, self._async_waiters = self._async_waiters, []
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_set_future, fut)  # type: ignore[attr-defined]
+
+    def _wait_visible(self, offset: int, timeout: float) -> bool:
+        """Block until something at or after ``offset`` is visible, or timeout; True if visible."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._waiters += 1
+            try:
+                while self.visible_end() <= offset and not self._closed and self._failed is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+            finally:
+                self._waiters -= 1
+        return self.visible_end() > offset
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def _check_usable(self, closing_ok: bool = False) -> None:
+        if self._failed is not None:
+            raise LogError(
+                f"{self.path}: log failed ({self._failed}); records from offset {self._durable} on may "
+                "not be on disk; close it and reopen to recover"
+            )
+        if self._closed and not closing_ok:
+            raise LogError(f"{self.path}: log is closed")
+
+    def close(self) -> None:
+        """Flush (unless ``never``), persist group cursors, release files and the lock."""
+        if self._closed:
+            return
+        if self._failed is None and self._policy != "never" and self._next > self._durable:
+            with contextlib.suppress(LogError):
+                self.sync()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for th in self._threads:
+            th.join()
+        for g in self._groups.values():
+            with contextlib.suppress(LogError, OSError):
+                g._close()
+        self._release_files()
+
+    def _release_files(self) -> None:
+        for view in self._views.values():
+            view.close()
+        self._views.clear()
+        act = getattr(self, "_active", None)
+        if act is not None:
+            with contextlib.suppress(OSError):
+                act.close()
+            self._active = None  # type: ignore[assignment]
+        fd = getattr(self, "_lockfd", None)
+        if fd is not None:
+            os.close(fd)
+            self._lockfd = None
+        self._closed = True
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Log({self.path!r}, next={self._next}, durable={self._durable}, {self._durability})"
+
+
+def _set_future(fut: object) -> None:
+    if not fut.done():  # type: ignore[attr-defined]
+        fut.set_result(None)  # type: ignore[attr-defined]
+

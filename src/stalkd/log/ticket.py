@@ -1,0 +1,82 @@
+"""Ticket: the non-blocking form of a durable append (a tiny future, also awaitable).
+
+Ensures: a ticket resolves exactly once, either done (its frames are durable under the log's
+policy) or failed (the log hit a fatal fsync error); callbacks run once, after resolution.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Generator
+from typing import Any
+
+__all__ = ["Ticket"]
+
+
+class Ticket:
+    """Offsets ``first..last`` were written; the ticket is done when they are durable.
+
+    >>> # t = log.submit([b"a", b"b"]); t.wait(); t.first, t.last   (or: await t)
+    """
+
+    __slots__ = ("first", "last", "_cond", "_done", "_error", "_callbacks")
+
+    def __init__(self, first: int, last: int, cond: threading.Condition, done: bool = False) -> None:
+        self.first = first
+        self.last = last
+        self._cond = cond
+        self._done = done
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Ticket], object]] = []
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error else ("done" if self._done else "pending")
+        return f"Ticket({self.first}..{self.last}, {state})"
+
+    def done(self) -> bool:
+        """True once resolved (durable, or failed: check :meth:`exception`)."""
+        return self._done
+
+    def exception(self) -> BaseException | None:
+        """The fatal log error that failed this ticket, if any."""
+        return self._error
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until durable; raises the log's error if it failed, TimeoutError on timeout."""
+        if not self._done:
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._done, timeout):
+                    raise TimeoutError(f"offsets {self.first}..{self.last} not durable after {timeout} s")
+        if self._error is not None:
+            raise self._error
+
+    def add_done_callback(self, fn: Callable[[Ticket], object]) -> None:
+        """Call ``fn(ticket)`` once resolved (now, if it already is); it may run on the committer thread."""
+        with self._cond:
+            if not self._done:
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def _resolve(self, error: BaseException | None) -> list[Callable[[Ticket], object]]:
+        """Mark resolved (caller holds the condition); returns callbacks to run outside the lock."""
+        if self._done:
+            return []
+        self._done = True
+        self._error = error
+        callbacks, self._callbacks = self._callbacks, []
+        return callbacks
+
+    def __await__(self) -> Generator[Any, None, None]:
+        if not self._done:
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
+
+            def _wake(_t: Ticket) -> None:
+                loop.call_soon_threadsafe(lambda: None if fut.done() else fut.set_result(None))
+
+            self.add_done_callback(_wake)
+            yield from fut.__await__()
+        if self._error is not None:
+            raise self._error
