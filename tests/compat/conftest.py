@@ -1,0 +1,66 @@
+"""Registry of servers the transcripts run against.
+
+Each entry starts a fresh server on an ephemeral 127.0.0.1 port with extra beanstalkd-style
+flags (e.g. ``-z 10``) and returns a ``ServerProcess`` the test stops by PID. To run the
+transcripts against another server, register a factory here, e.g.::
+
+    def _start_stalkd(*flags: str) -> ServerProcess:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1",
+                                 "-p", str(port), *flags], stderr=subprocess.PIPE)
+        wait_for_port("127.0.0.1", port, proc=proc)
+        return ServerProcess("127.0.0.1", port, proc)
+
+    register("stalkd", "1.13", _start_stalkd)
+
+``dialect`` selects which expectations apply where beanstalkd versions differ ("1.12" is
+Debian's beanstalkd, "1.13" is stalkd and beanstalkd 1.13).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from conftest import ServerProcess, start_beanstalkd  # tests/conftest.py (rootdir on sys.path)
+
+
+@dataclass(frozen=True)
+class ServerKind:
+    name: str
+    dialect: str
+    start: Callable[..., ServerProcess]
+    marks: tuple[pytest.MarkDecorator, ...] = ()
+
+
+SERVERS: dict[str, ServerKind] = {}
+
+
+def register(name: str, dialect: str, start: Callable[..., ServerProcess],
+             marks: tuple[pytest.MarkDecorator, ...] = ()) -> None:
+    """Add a server the transcripts run against (``start(*flags) -> ServerProcess``)."""
+    SERVERS[name] = ServerKind(name, dialect, start, marks)
+
+
+def _beanstalkd_dialect() -> str:
+    """"1.12" or "1.13" from ``beanstalkd -v`` (1.12 when it cannot be asked)."""
+    exe = shutil.which("beanstalkd")
+    if exe is None:
+        return "1.12"
+    out = subprocess.run([exe, "-v"], capture_output=True, text=True, timeout=10).stdout
+    return "1.12" if "1.12" in out or "1.11" in out else "1.13"
+
+
+register("beanstalkd", _beanstalkd_dialect(), start_beanstalkd, (pytest.mark.beanstalkd,))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "server_kind" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "server_kind",
+            [pytest.param(k, id=k.name, marks=k.marks) for k in SERVERS.values()],
+        )
