@@ -279,26 +279,26 @@ class StalkdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                     "'latest' or a log offset")
         self.max_rows = _int(lowered, "maxrecordspertrigger", 0, minimum=0)
         self._target: int | None = None
-        self._tail: tuple[str, int, int, int] | None = None  # (path, mtime_ns, size, end offset)
+        self._tail: tuple[Any, Any] | None = None  # (active segment's view, where its scan stopped)
 
     def _end(self) -> int:
+        """The log's end offset; on an idle log this reads one frame header, not the segment."""
+        from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE, ScanState, SegmentView, scan
+
         segs = _segments(self.opts)
         if not segs:
             return 0
         last = segs[-1]
         if last.end is not None:
             return last.end
-        st = os.stat(last.path)
-        if self._tail and self._tail[:3] == (last.path, st.st_mtime_ns, st.st_size):
-            return self._tail[3]
-        from stalkd.log import LogReader
-
-        known = self._tail[3] if self._tail and self._tail[0] == last.path else last.base
-        end = known
-        for frame in LogReader(self.opts.path, archive=self.opts.archive).read_segment(last.path, known, None):
-            end = frame.offset + 1
-        self._tail = (last.path, st.st_mtime_ns, st.st_size, end)
-        return end
+        if self._tail is None or self._tail[0].path != last.path:
+            self._tail = (SegmentView(last.path), ScanState(HEADER_SIZE, last.base))
+        view, st = self._tail
+        # Resume the scan where the previous call stopped: only frames appended since are read.
+        # (scan() directly: SegmentView.frames' position hint cannot express a resume point yet.)
+        for _ in scan(view.mv, view.base, view.epoch, st, view.size - FOOTER_SIZE):
+            pass
+        return int(st.offset)
 
     def initialOffset(self) -> dict[str, int]:
         if self.starting == "latest":

@@ -1,0 +1,75 @@
+"""``stalkd analyze`` and ``stalkd bench``: the Spark pipeline's command-line entry points.
+
+Example::
+
+    $ stalkd analyze data/wal --out analysis --window 60
+    $ stalkd bench history --dir /tmp/hist --jobs 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def analyze(argv: Sequence[str]) -> int:
+    """Run the analytics over a WAL directory and print the summary; returns an exit code."""
+    p = argparse.ArgumentParser(prog="stalkd analyze",
+                                description="Spark analytics over a stalkd WAL (live segments and archive).")
+    p.add_argument("dir", help="the WAL's log directory (e.g. DATA/wal)")
+    p.add_argument("--out", default="analysis", help="output directory (Parquet tables, plots, report.html)")
+    p.add_argument("--master", default=None,
+                   help="Spark master URL (default: local[*], or what spark-submit set)")
+    p.add_argument("--window", type=float, default=60.0, help="window size in seconds (default 60)")
+    p.add_argument("--archive", choices=("true", "false", "only"), default="true",
+                   help="read the archive too (true), not at all (false), or only it")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = p.parse_args(list(argv))
+    if not os.path.isdir(args.dir):
+        print(f"stalkd analyze: {args.dir}: no such log directory", file=sys.stderr)
+        return 2
+    if args.window <= 0:
+        print(f"stalkd analyze: --window must be positive, got {args.window}", file=sys.stderr)
+        return 2
+    from stalkd.spark.pipeline import run_analysis
+    from stalkd.spark.session import build_session
+
+    master = args.master or "local[*]"
+    spark = build_session(master, app="stalkd-analyze")
+    try:
+        result = run_analysis(spark, args.dir, args.out, window_seconds=args.window, archive=args.archive,
+                              progress=not args.no_progress and sys.stderr.isatty())
+    finally:
+        spark.stop()
+    print(result.summary)
+    print(f"\n{result.jobs:,} jobs; tables and plots in {result.out_dir}/; report: {result.report} "
+          f"({result.seconds:.1f} s)")
+    return 0
+
+
+BENCHES = {
+    "history": "bench/history.py",
+    "spark": "bench/spark_bench.py",
+}
+
+
+def bench(argv: Sequence[str]) -> int:
+    """``stalkd bench NAME [ARGS]``: run a bench script of a source checkout."""
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in BENCHES:
+        print("usage: stalkd bench {" + ",".join(BENCHES) + "} [ARGS...]", file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    root = Path(__file__).resolve().parents[3]
+    script = root / BENCHES[argv[0]]
+    if not script.exists():
+        print(f"stalkd bench: {script} not found (bench scripts live in a source checkout)", file=sys.stderr)
+        return 2
+    sys.argv = [str(script), *argv[1:]]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    return 0
