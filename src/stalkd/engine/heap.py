@@ -1,0 +1,166 @@
+"""An indexed binary min-heap keyed by integers, with O(log n) removal of any item.
+
+beanstalkd keeps each job's position in its heap (``heap_index``) so that ``delete`` of a job in
+the middle of a ready queue is cheap; this is the same idea. Keys are single Python ints (callers
+pack a tuple such as ``(priority, id)`` into ``priority << 64 | id``) because comparing two ints is
+much cheaper than comparing two tuples, and one int per entry is the smallest key we can store.
+
+Ensures: ``keys[i] <= keys[2i+1]`` and ``keys[i] <= keys[2i+2]`` for every i, and
+``items[i].hpos == i`` for every item in the heap; an item outside any heap has ``hpos == -1``.
+An item is in at most one heap at a time (jobs move between ready, delay and reserved heaps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, Protocol, TypeVar
+
+__all__ = ["HeapItem", "IndexedHeap", "pack"]
+
+_SHIFT = 64
+
+
+class HeapItem(Protocol):
+    hpos: int
+
+
+T = TypeVar("T", bound=HeapItem)
+
+
+def pack(major: int, minor: int) -> int:
+    """Pack an ordering pair into one int key.
+
+    >>> pack(1, 7) < pack(1, 8) < pack(2, 0)
+    True
+    """
+    return (major << _SHIFT) | minor
+
+
+class IndexedHeap(Generic[T]):
+    """Min-heap of items with int keys; items remember their slot in ``hpos``.
+
+    >>> class J:
+    ...     hpos = -1
+    >>> h: IndexedHeap[J] = IndexedHeap()
+    >>> a, b = J(), J()
+    >>> h.push(5, a); h.push(3, b); h.peek() is b
+    True
+    >>> h.remove(b); h.pop() is a
+    True
+    """
+
+    __slots__ = ("_keys", "_items")
+
+    def __init__(self) -> None:
+        self._keys: list[int] = []
+        self._items: list[T] = []
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def __iter__(self) -> Iterator[T]:
+        """Items in heap (not sorted) order."""
+        return iter(self._items)
+
+    def peek(self) -> T | None:
+        return self._items[0] if self._items else None
+
+    def peek_key(self) -> int | None:
+        return self._keys[0] if self._keys else None
+
+    def key_of(self, item: T) -> int:
+        return self._keys[item.hpos]
+
+    def push(self, key: int, item: T) -> None:
+        keys = self._keys
+        keys.append(key)
+        self._items.append(item)
+        item.hpos = len(keys) - 1
+        self._up(item.hpos)
+
+    def pop(self) -> T:
+        """Remove and return the item with the smallest key (IndexError when empty)."""
+        top = self._items[0]
+        self._take(0)
+        return top
+
+    def remove(self, item: T) -> None:
+        """Remove ``item``, wherever it is (ValueError if it is not in this heap)."""
+        i = item.hpos
+        if i < 0 or i >= len(self._items) or self._items[i] is not item:
+            raise ValueError("item is not in this heap")
+        self._take(i)
+
+    def update(self, item: T, key: int) -> None:
+        """Change the key of an item already in the heap."""
+        i = item.hpos
+        old = self._keys[i]
+        self._keys[i] = key
+        if key < old:
+            self._up(i)
+        else:
+            self._down(i)
+
+    def sorted_items(self) -> list[T]:
+        """All items in key order (O(n log n); for snapshots and tests, not hot paths)."""
+        order = sorted(range(len(self._keys)), key=self._keys.__getitem__)
+        return [self._items[i] for i in order]
+
+    def _take(self, i: int) -> None:
+        keys, items = self._keys, self._items
+        items[i].hpos = -1
+        last_key = keys.pop()
+        last = items.pop()
+        if i == len(keys):
+            return
+        keys[i] = last_key
+        items[i] = last
+        last.hpos = i
+        if i > 0 and last_key < keys[(i - 1) >> 1]:
+            self._up(i)
+        else:
+            self._down(i)
+
+    def _up(self, i: int) -> None:
+        keys, items = self._keys, self._items
+        key, item = keys[i], items[i]
+        while i > 0:
+            p = (i - 1) >> 1
+            pk = keys[p]
+            if pk <= key:
+                break
+            keys[i] = pk
+            moved = items[p]
+            items[i] = moved
+            moved.hpos = i
+            i = p
+        keys[i] = key
+        items[i] = item
+        item.hpos = i
+
+    def _down(self, i: int) -> None:
+        keys, items = self._keys, self._items
+        n = len(keys)
+        key, item = keys[i], items[i]
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            ck = keys[c]
+            r = c + 1
+            if r < n and keys[r] < ck:
+                c = r
+                ck = keys[r]
+            if key <= ck:
+                break
+            keys[i] = ck
+            moved = items[c]
+            items[i] = moved
+            moved.hpos = i
+            i = c
+        keys[i] = key
+        items[i] = item
+        item.hpos = i

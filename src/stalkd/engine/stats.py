@@ -1,0 +1,120 @@
+"""The engine's share of ``stats``, ``stats-job`` and ``stats-tube`` (PROTOCOL.md §5).
+
+Key order here follows PROTOCOL.md so a reader can check it; the wire order and quoting are
+``stalkd.protocol``'s job. The server adds process, binlog and host keys to ``stats``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from stalkd.engine.commands import YamlDict
+from stalkd.engine.job import US, Job, time_left
+from stalkd.engine.model import JobState
+
+if TYPE_CHECKING:
+    from stalkd.engine.engine import Engine
+    from stalkd.engine.tube import Tube
+
+__all__ = ["CMD_KEYS", "REPORTED_CMD_KEYS", "stats", "stats_job", "stats_tube"]
+
+REPORTED_CMD_KEYS = (
+    "cmd-put", "cmd-peek", "cmd-peek-ready", "cmd-peek-delayed", "cmd-peek-buried",
+    "cmd-reserve", "cmd-reserve-with-timeout", "cmd-delete", "cmd-release", "cmd-use",
+    "cmd-watch", "cmd-ignore", "cmd-bury", "cmd-kick", "cmd-touch", "cmd-stats",
+    "cmd-stats-job", "cmd-stats-tube", "cmd-list-tubes", "cmd-list-tube-used",
+    "cmd-list-tubes-watched", "cmd-pause-tube",
+)  # fmt: skip
+# beanstalkd counts these too but never reports them
+CMD_KEYS = REPORTED_CMD_KEYS + ("cmd-reserve-job", "cmd-kick-job")
+
+_STATE_NAMES = {
+    JobState.READY: "ready",
+    JobState.RESERVED: "reserved",
+    JobState.BURIED: "buried",
+    JobState.DELAYED: "delayed",
+}
+
+
+def stats_job(j: Job, now_us: int) -> YamlDict:
+    """``stats-job`` values for one job at ``now_us``.
+
+    >>> from stalkd.engine.tube import Tube
+    >>> j = Job(3, Tube("t", 1), 5, 0, 60, b"x", JobState.READY, 0)
+    >>> stats_job(j, 2_500_000).values["age"]
+    2
+    """
+    timed = j.state is JobState.RESERVED or j.state is JobState.DELAYED
+    return YamlDict(
+        "stats-job",
+        {
+            "id": j.id,
+            "tube": j.tube.name,
+            "state": _STATE_NAMES[j.state],
+            "pri": j.pri,
+            "age": (now_us - j.created_us) // US if now_us >= j.created_us else 0,
+            "delay": j.delay,
+            "ttr": j.ttr,
+            "time-left": time_left(j.deadline_us, now_us) if timed else 0,
+            "file": 0,
+            "reserves": j.reserves,
+            "timeouts": j.timeouts,
+            "releases": j.releases,
+            "buries": j.buries,
+            "kicks": j.kicks,
+        },
+    )
+
+
+def stats_tube(t: Tube, now_us: int) -> YamlDict:
+    """``stats-tube`` values for one tube at ``now_us``."""
+    paused = t.is_paused(now_us)
+    return YamlDict(
+        "stats-tube",
+        {
+            "name": t.name,
+            "current-jobs-urgent": t.urgent,
+            "current-jobs-ready": len(t.ready),
+            "current-jobs-reserved": t.reserved,
+            "current-jobs-delayed": len(t.delayed),
+            "current-jobs-buried": len(t.buried),
+            "total-jobs": t.total_jobs,
+            "current-using": t.using,
+            "current-watching": t.watching,
+            "current-waiting": len(t.waiting),
+            "cmd-delete": t.cmd_delete,
+            "cmd-pause-tube": t.cmd_pause,
+            "pause": t.pause_secs if paused else 0,
+            "pause-time-left": time_left(t.pause_until_us, now_us) if paused else 0,
+        },
+    )
+
+
+def stats(e: Engine) -> YamlDict:
+    """The engine-owned ``stats`` keys."""
+    tubes = e.tube_order
+    conns = e.conns.values()
+    values: dict[str, int | float | bool | str] = {
+        "current-jobs-urgent": sum(t.urgent for t in tubes),
+        "current-jobs-ready": sum(len(t.ready) for t in tubes),
+        "current-jobs-reserved": sum(t.reserved for t in tubes),
+        "current-jobs-delayed": sum(len(t.delayed) for t in tubes),
+        "current-jobs-buried": sum(len(t.buried) for t in tubes),
+    }
+    for k in REPORTED_CMD_KEYS:
+        values[k] = e.cmd[k]
+    values.update(
+        {
+            "job-timeouts": e.job_timeouts,
+            "total-jobs": e.total_jobs,
+            "max-job-size": e.max_job_size,
+            "current-tubes": len(tubes),
+            "current-connections": len(e.conns),
+            "current-producers": sum(1 for c in conns if c.producer),
+            "current-workers": sum(1 for c in conns if c.worker),
+            "current-waiting": sum(1 for c in conns if c.waiting),
+            "total-connections": e.total_connections,
+            "draining": e.draining,
+        }
+    )
+    return YamlDict("stats", values)
