@@ -706,13 +706,17 @@ class Log:
         self,
         name: str,
         *,
-        durability: str = "every:100",
+        durability: str | None = None,
         ttl: float | None = None,
         max_lag_items: int | None = None,
         max_lag_bytes: int | None = None,
         overflow: Literal["drop", "refuse"] = "drop",
     ) -> ConsumerGroup:
-        """The named consumer group (created on first use; its cursor file survives crashes)."""
+        """The named consumer group, created on first use; its cursor file survives crashes.
+
+        ``durability`` of its checkpoints defaults to the log's. The policies given here replace
+        the group's previous ones (they are not persisted: pass them on every open).
+        """
         from .group import ConsumerGroup
 
         self._check_usable()
@@ -721,8 +725,14 @@ class Log:
             g = ConsumerGroup(self, name, durability=durability, ttl=ttl, max_lag_items=max_lag_items,
                               max_lag_bytes=max_lag_bytes, overflow=overflow)
             self._groups[name] = g
-            if overflow == "refuse" and (max_lag_items is not None or max_lag_bytes is not None):
-                self._refusers.append(g)
+        else:
+            g.configure(durability=durability, ttl=ttl, max_lag_items=max_lag_items,
+                        max_lag_bytes=max_lag_bytes, overflow=overflow)
+        with self._wlock:
+            self._refusers = [
+                x for x in self._groups.values()
+                if x.overflow == "refuse" and (x.max_lag_items is not None or x.max_lag_bytes is not None)
+            ]
         return g
 
     def _load_groups(self) -> None:

@@ -257,7 +257,7 @@ class SegmentView:
         st = state if state is not None else ScanState(HEADER_SIZE, self.base)
         st.pos, st.offset, st.epoch, st.status = HEADER_SIZE, self.base, 0, ""
         if hint is not None and self.base <= hint[0] <= start and HEADER_SIZE <= hint[1] < self.size:
-            st.pos, st.offset = hint
+            st.offset, st.pos = hint
         if self.footer is None:
             self.footer = self.read_footer()  # a writer may have sealed it since we mapped it
         sealed_end = self.footer
