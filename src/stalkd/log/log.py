@@ -24,23 +24,21 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from crc32c import crc32c
 
-from .errors import LogCorruptError, LogError, LogFullError, LogLockedError
+from .errors import LogError, LogFullError, LogLockedError
 from .frame import FLAG_COMMITTED, FRAME_HEADER_SIZE, HEAD, KIND_DATA, MAGIC, Frame, frame_size
 from .reader import ARCHIVE_DIR, ReadPos, list_segments, read_frames
+from .recovery import RepairReport, recover
 from .segment import (
     FOOTER_SIZE,
     HEADER_SIZE,
     MAX_EPOCH,
-    ScanState,
     SegmentView,
     encode_footer,
     encode_header,
-    scan,
     segment_name,
 )
 from .ticket import Ticket
@@ -54,7 +52,6 @@ _DATA_FLAGS = FLAG_COMMITTED | KIND_DATA
 _PAD = bytes(8)
 LOCK_NAME = "LOCK"
 GROUPS_DIR = "groups"
-DROPPED_DIR = "dropped"
 
 
 def parse_durability(spec: str) -> tuple[str, float]:
@@ -86,20 +83,6 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-@dataclass(frozen=True)
-class RepairReport:
-    """What ``Log.open(..., repair=True)`` cut: the log now ends at ``offset``.
-
-    ``dropped_files`` were moved to ``<dir>/dropped/`` (nothing is deleted by a repair).
-    """
-
-    path: str
-    position: int
-    offset: int
-    reason: str
-    dropped_files: tuple[str, ...]
 
 
 class _Active:
@@ -230,154 +213,38 @@ class Log:
         self._lockfd = fd
 
     def _recover(self, repair: bool) -> None:
-        segs = list_segments(self.path, archive=False)
-        if not segs:
-            self._active = self._create_segment(0, self._segment_size, epoch=1)
-            self._next = self._durable = 0
+        rec = recover(self.path, repair)
+        self.repair_report = rec.repair
+        self._sealed = list(rec.sealed)
+        self._next = self._durable = rec.next_offset
+        if rec.active is None:
+            self._active = self._create_segment(rec.next_offset, self._segment_size, epoch=1)
             return
-        views = []
-        for i, (_base, p, _) in enumerate(segs):
-            try:
-                views.append(SegmentView(p))
-            except LogCorruptError as e:
-                if not repair:
-                    raise
-                self._repair(segs, views, i, None, 0, 0, str(e))
-                break
-        active_idx = len(views) - 1
-        for i, view in enumerate(views[:-1]):
-            nxt = views[i + 1].base
-            if view.footer is not None:
-                if view.footer[0] != nxt:
-                    if not repair:
-                        raise LogCorruptError(
-                            f"{view.path}: footer ends at offset {view.footer[0]} but the next segment "
-                            f"starts at {nxt}; open with repair=True to truncate at the gap",
-                            path=view.path, position=view.size - FOOTER_SIZE, offset=view.footer[0],
-                        )
-                    active_idx = self._repair(segs, views, i + 1, None, 0, 0, "gap in offsets")
-                    break
-                if repair:
-                    bad = self._verify(view)
-                    if bad is not None:
-                        active_idx = self._repair(segs, views, i, view, *bad)
-                        break
-                continue
-            # No valid footer on a segment that is not the last: a crash while rolling over
-            # (the next segment is created before the footer is written) or damage.
-            st = ScanState(HEADER_SIZE, view.base)
-            for _ in scan(view.mv, view.base, view.epoch, st, view.size - FOOTER_SIZE):
-                pass
-            if all(self._is_empty(v) for v in views[i + 1 :]):
-                for v in views[i + 1 :]:
-                    v.close()
-                    os.unlink(v.path)
-                views = views[: i + 1]
-                active_idx = i
-                break
-            if st.offset == nxt and st.status == "end":
-                self._write_footer_to(view.path, view.base, st.offset, st.pos, view.epoch)
-                continue
-            if not repair:
-                raise LogCorruptError(
-                    f"{view.path}: bad frame at byte {st.pos} (offset {st.offset}) in a sealed segment "
-                    "(no valid footer); open with repair=True to truncate there",
-                    path=view.path, position=st.pos, offset=st.offset,
-                )
-            active_idx = self._repair(segs, views, i, view, st.pos, st.offset, "bad frame")
-            break
-        views = views[: active_idx + 1]
-        if not views:  # repair dropped everything: start again where the dropped data began
-            assert self.repair_report is not None
-            self._next = self._durable = self.repair_report.offset
-            self._active = self._create_segment(self._next, self._segment_size, epoch=1)
-            return
-        for v in views[:-1]:
-            assert v.footer is not None
-            self._sealed.append((v.base, v.footer[0], v.path))
-        last = views[-1]
-        if last.footer is not None:  # sealed, next segment never created (or dropped by repair)
-            self._sealed.append((last.base, last.footer[0], last.path))
-            end = last.footer[0]
-            last.close()
-            self._next = self._durable = end
-            self._active = self._create_segment(end, self._segment_size, epoch=1)
-            return
-        st = ScanState(HEADER_SIZE, last.base)
-        for _ in scan(last.mv, last.base, last.epoch, st, last.size - FOOTER_SIZE):
-            pass
-        epoch = last.epoch
-        last.close()
-        self._next = self._durable = st.offset
-        fd = os.open(last.path, os.O_RDWR)
+        path, base, pos, epoch = rec.active
+        fd = os.open(path, os.O_RDWR)
         size = os.fstat(fd).st_size
+        if pos + FOOTER_SIZE > size:  # a file cut short (not by us: we preallocate): room for the footer
+            size = max(self._segment_size, pos + FOOTER_SIZE)
+            try:
+                _allocate(fd, size)
+            except OSError as e:
+                os.close(fd)
+                raise LogFullError(f"{path}: cannot restore the room of a truncated segment: {e}") from e
         if epoch >= MAX_EPOCH:  # epochs exhausted: seal this one and start afresh
-            self._write_footer_fd(fd, size, last.base, st.offset, st.pos, epoch)
+            self._write_footer_fd(fd, size, base, rec.next_offset, pos, epoch)
             os.close(fd)
-            self._sealed.append((last.base, st.offset, last.path))
-            self._active = self._create_segment(st.offset, self._segment_size, epoch=1)
+            self._sealed.append((base, rec.next_offset, path))
+            self._active = self._create_segment(rec.next_offset, self._segment_size, epoch=1)
             return
         # Raise the epoch before writing anything: frames left past the cut carry an older
-        # epoch and are rejected once a newer frame precedes them.
-        os.pwrite(fd, encode_header(last.base, epoch + 1, time.time_ns() // 1000), 0)
-        os.fdatasync(fd)
-        self._active = _Active(last.path, fd, last.base, st.pos, size, epoch + 1, self._use_mmap)
-
-    @staticmethod
-    def _is_empty(view: SegmentView) -> bool:
-        st = ScanState(HEADER_SIZE, view.base)
-        return view.footer is None and next(iter(scan(view.mv, view.base, view.epoch, st, view.size - FOOTER_SIZE)), None) is None
-
-    @staticmethod
-    def _verify(view: SegmentView) -> tuple[int, int, str] | None:
-        st = ScanState(HEADER_SIZE, view.base)
+        # epoch, and a scan rejects them once a newer frame precedes them.
         try:
-            for _ in view.frames(view.base, None, None, st):
-                pass
-        except LogCorruptError as e:
-            return e.position, e.offset if e.offset is not None else st.offset, "bad frame"
-        return None
-
-    def _repair(
-        self,
-        segs: Sequence[tuple[int, str, bool]],
-        views: list[SegmentView],
-        idx: int,
-        view: SegmentView | None,
-        position: int,
-        offset: int,
-        reason: str,
-    ) -> int:
-        """Cut the log at (segment idx, position): later segments go to dropped/. Returns the new last index."""
-        dropped_dir = os.path.join(self.path, DROPPED_DIR)
-        os.makedirs(dropped_dir, exist_ok=True)
-        dropped = []
-        start = idx + 1 if view is not None else idx
-        for _base, p, _ in segs[start:]:
-            for v in views:
-                if v.path == p:
-                    v.close()
-            target = os.path.join(dropped_dir, os.path.basename(p))
-            os.replace(p, target)
-            dropped.append(target)
-        del views[start:]
-        if view is not None:
-            # Erase the footer so the cut segment is active again; the epoch bump hides the rest.
-            fd = os.open(view.path, os.O_RDWR)
-            try:
-                os.pwrite(fd, bytes(FOOTER_SIZE), view.size - FOOTER_SIZE)
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-            view.footer = None
-        else:
-            offset = views[-1].footer[0] if views and views[-1].footer else (segs[idx][0] if idx < len(segs) else 0)
-        _fsync_dir(self.path)
-        cut_path = view.path if view is not None else (segs[idx][1] if idx < len(segs) else self.path)
-        self.repair_report = RepairReport(cut_path, position, offset, reason, tuple(dropped))
-        if not views:
-            return -1
-        return len(views) - 1
+            os.pwrite(fd, encode_header(base, epoch + 1, time.time_ns() // 1000), 0)
+            os.fdatasync(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        self._active = _Active(path, fd, base, pos, size, epoch + 1, self._use_mmap)
 
     # ---------------------------------------------------------------- segments
 
@@ -408,13 +275,6 @@ class Log:
     def _write_footer_fd(fd: int, size: int, base: int, end: int, data_end: int, epoch: int) -> None:
         os.pwrite(fd, encode_footer(base, end, data_end, epoch), size - FOOTER_SIZE)
         os.fdatasync(fd)
-
-    def _write_footer_to(self, path: str, base: int, end: int, data_end: int, epoch: int) -> None:
-        fd = os.open(path, os.O_RDWR)
-        try:
-            self._write_footer_fd(fd, os.fstat(fd).st_size, base, end, data_end, epoch)
-        finally:
-            os.close(fd)
 
     def _seal(self, old: _Active, new: _Active) -> None:
         """Footer on ``old`` (fsynced, whatever the policy: it orders the roll-over), then switch."""

@@ -178,6 +178,9 @@ def scan(
             break
         kind = flags & KIND_MASK
         nxt = (end + 7) & ~7
+        if nxt != end and (nxt > stop_pos or mv[end:nxt] != _ZERO_HEAD[: nxt - end]):
+            state.status = "bad"  # padding is not under the CRC, so it must be exactly zeros
+            break
         if kind == KIND_DATA:
             if delta != offset - base:
                 state.status = "bad"
@@ -261,7 +264,7 @@ class SegmentView:
         if self.footer is None:
             self.footer = self.read_footer()  # a writer may have sealed it since we mapped it
         sealed_end = self.footer
-        stop_pos = sealed_end[1] if sealed_end else self.size - FOOTER_SIZE
+        stop_pos = sealed_end[1] if sealed_end else self.size  # unsealed: the footer room is zeros
         stop_offset = end if sealed_end is None or end is None else min(end, sealed_end[0])
         if sealed_end and stop_offset is None:
             stop_offset = sealed_end[0]

@@ -1,0 +1,185 @@
+"""Recovery: torn tails at every byte, bit flips, zero fill, stale frames, sealed-segment damage, repair."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stalkd.log import Log, LogCorruptError, LogReader
+from stalkd.log.frame import frame_size
+from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
+
+PAYLOADS = [b"record-%02d" % i + b"x" * (i * 3) for i in range(12)]
+
+
+def only_segment(d: Path) -> Path:
+    (seg,) = sorted(d.glob("seg-*.log"))
+    return seg
+
+
+def make_log(d: Path, payloads: list[bytes] = PAYLOADS) -> tuple[int, int]:
+    """A closed single-segment log; returns the byte range of its last frame."""
+    with Log.open(d, durability="always") as log:
+        log.append_many(payloads)
+    start = HEADER_SIZE + sum(frame_size(len(p)) for p in payloads[:-1])
+    return start, start + frame_size(len(payloads[-1]))
+
+
+def payloads_of(d: Path) -> list[bytes]:
+    with Log.open(d, durability="never") as log:
+        return [f.bytes() for f in log.read(0)]
+
+
+@pytest.mark.parametrize("damage", ["zero-from", "flip-bit", "truncate-file"])
+def test_torn_last_frame_at_every_byte(tmp_path: Path, damage: str) -> None:
+    pristine = tmp_path / "pristine"
+    start, end = make_log(pristine)
+    assert (end - start) % 8 == 0 and len(PAYLOADS[-1]) % 8 != 0  # padding bytes are covered too
+    data_end = start + 24 + len(PAYLOADS[-1])
+    for k in range(start, data_end if damage == "zero-from" else end):  # zeroing zero padding is no damage
+        d = tmp_path / f"case-{k}"
+        shutil.copytree(pristine, d)
+        seg = only_segment(d)
+        with open(seg, "r+b") as f:
+            if damage == "zero-from":
+                f.seek(k)
+                f.write(bytes(end - k))
+            elif damage == "flip-bit":
+                f.seek(k)
+                b = f.read(1)[0]
+                f.seek(k)
+                f.write(bytes([b ^ (1 << (k % 8))]))
+            else:
+                f.truncate(k)
+        # Then recovery ends exactly at the previous frame, and the log keeps working
+        with Log.open(d, durability="never") as log:
+            assert log.next_offset == len(PAYLOADS) - 1, f"{damage} at byte {k}"
+            assert [f.bytes() for f in log.read(0)] == PAYLOADS[:-1]
+            assert log.append(b"after") == len(PAYLOADS) - 1
+        assert payloads_of(d) == PAYLOADS[:-1] + [b"after"]
+        shutil.rmtree(d)
+
+
+def test_stale_frames_behind_a_torn_one_never_come_back(tmp_path: Path) -> None:
+    # Given A B C where B is damaged, recovery ends after A
+    payloads = [b"A" * 16, b"B" * 16, b"C" * 16]
+    make_log(tmp_path, payloads)
+    with open(only_segment(tmp_path), "r+b") as f:
+        f.seek(HEADER_SIZE + frame_size(16) + 30)
+        f.write(b"\xee")
+    # When a new frame D of B's size is written where B was
+    with Log.open(tmp_path, durability="always") as log:
+        assert log.next_offset == 1
+        log.append(b"D" * 16)
+    # Then C (intact, with the delta that now fits) is not resurrected behind D
+    assert payloads_of(tmp_path) == [b"A" * 16, b"D" * 16]
+
+
+def test_zero_filled_tail_and_empty_payloads(tmp_path: Path) -> None:
+    with Log.open(tmp_path, durability="always") as log:
+        log.append_many([b"", b"", b"z"])
+    assert payloads_of(tmp_path) == [b"", b"", b"z"]
+
+
+def multi_segment(d: Path) -> list[Path]:
+    with Log.open(d, segment_size=1024, durability="never") as log:
+        log.append_many([b"p%03d" % i + bytes(20) for i in range(200)])
+    return sorted(d.glob("seg-*.log"))
+
+
+def test_bad_frame_inside_sealed_segment_is_named_and_repair_cuts_there(tmp_path: Path) -> None:
+    segs = multi_segment(tmp_path)
+    assert len(segs) > 5
+    victim = segs[2]
+    base = int(victim.name[4:24])
+    with open(victim, "r+b") as f:
+        f.seek(HEADER_SIZE + 2 * frame_size(24) + 26)  # inside the 3rd frame's payload
+        f.write(b"\xff")
+    # Reading through it fails loudly, naming file, byte and offset
+    with Log.open(tmp_path, segment_size=1024, durability="never") as log, pytest.raises(LogCorruptError) as exc:
+        list(log.read(0))
+    assert exc.value.path == str(victim) and exc.value.offset == base + 2
+    assert exc.value.position == HEADER_SIZE + 2 * frame_size(24)
+    assert "repair=True" in str(exc.value) and victim.name in str(exc.value)
+    # The reader API reports the same
+    with pytest.raises(LogCorruptError):
+        list(LogReader(tmp_path).read(0))
+    # repair=True cuts there and moves later segments aside
+    with Log.open(tmp_path, segment_size=1024, durability="never", repair=True) as log:
+        rep = log.repair_report
+        assert rep is not None and rep.offset == base + 2 and rep.path == str(victim)
+        assert len(rep.dropped_files) == len(segs) - 3
+        assert all(os.path.exists(p) for p in rep.dropped_files)
+        assert log.next_offset == base + 2
+        assert [f.bytes() for f in log.read(0)] == [b"p%03d" % i + bytes(20) for i in range(base + 2)]
+        log.append(b"new")
+    with Log.open(tmp_path, segment_size=1024, durability="never") as log:
+        assert log.next_offset == base + 3 and log.repair_report is None
+
+
+def test_damaged_footer_in_the_middle_refuses_to_open(tmp_path: Path) -> None:
+    segs = multi_segment(tmp_path)
+    victim = segs[1]
+    size = victim.stat().st_size
+    with open(victim, "r+b") as f:
+        f.seek(size - FOOTER_SIZE + 30)
+        f.write(b"\x01")  # footer CRC fails: the segment must be scanned
+        f.seek(HEADER_SIZE + 5)
+        f.write(b"\x01")  # ... and its first frame is bad
+    with pytest.raises(LogCorruptError, match=victim.name):
+        Log.open(tmp_path, segment_size=1024)
+    with Log.open(tmp_path, segment_size=1024, repair=True) as log:
+        assert log.next_offset == int(victim.name[4:24])
+
+
+def test_footer_lost_but_frames_intact_is_resealed(tmp_path: Path) -> None:
+    segs = multi_segment(tmp_path)
+    victim = segs[1]
+    with open(victim, "r+b") as f:
+        f.seek(victim.stat().st_size - FOOTER_SIZE)
+        f.write(bytes(FOOTER_SIZE))
+    assert len(payloads_of(tmp_path)) == 200
+    assert LogReader(tmp_path).segments()[1].sealed
+
+
+def test_crash_during_roll_over(tmp_path: Path) -> None:
+    # Given the state a crash leaves between creating the next segment and sealing the previous
+    segs = multi_segment(tmp_path)
+    last, prev = segs[-1], segs[-2]
+    with open(prev, "r+b") as f:
+        f.seek(prev.stat().st_size - FOOTER_SIZE)
+        f.write(bytes(FOOTER_SIZE))
+    with open(last, "r+b") as f:
+        f.seek(HEADER_SIZE)
+        f.write(bytes(last.stat().st_size - HEADER_SIZE))
+    # Then the empty new segment goes, the previous one is active again and appends continue
+    with Log.open(tmp_path, segment_size=1024, durability="always") as log:
+        end = int(last.name[4:24])
+        assert log.next_offset == end and not last.exists()
+        assert log.append(b"next") == end
+    assert payloads_of(tmp_path)[-1] == b"next"
+
+
+def test_recovery_scans_only_the_active_segment(tmp_path: Path) -> None:
+    # Given sealed segments whose frames are damaged (but footers intact)
+    segs = multi_segment(tmp_path)
+    for s in segs[:-1]:
+        with open(s, "r+b") as f:
+            f.seek(HEADER_SIZE + 30)
+            f.write(b"\xff")
+    # When opening, then no sealed frame was scanned (the damage goes unnoticed until read)
+    with Log.open(tmp_path, segment_size=1024) as log:
+        assert log.next_offset == 200
+        assert [f.offset for f in log.read(199)] == [199]
+
+
+def test_unknown_segment_version_is_a_clear_error(tmp_path: Path) -> None:
+    make_log(tmp_path)
+    with open(only_segment(tmp_path), "r+b") as f:
+        f.seek(8)
+        f.write(b"\x09\x00")
+    with pytest.raises(LogCorruptError, match="CRC|version"):
+        Log.open(tmp_path)
