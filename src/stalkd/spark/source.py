@@ -14,6 +14,7 @@ Options (all strings, as Spark passes them):
                        :func:`stalkd.spark.session.build_session` sets)
   startingOffsets      streaming: "earliest" (default), "latest", or a log offset
   maxRecordsPerTrigger streaming: at most this many records per micro-batch
+  markers              "true": also show the streaming sink's batch marker frames
 
 Streaming offsets are ``{"offset": N}``: the next log offset to read. Because log offsets are
 global and never reused, a restart from a checkpoint resumes exactly after the last record of
@@ -60,6 +61,7 @@ from pyspark.sql.types import StructType
 
 from stalkd.spark.batches import raw_batch, wal_batch
 from stalkd.spark.schema import RAW_SCHEMA, WAL_SCHEMA
+from stalkd.spark.sink import is_marker
 
 ArchiveMode = bool | Literal["only"]
 DEFAULT_BATCH = 8192
@@ -83,6 +85,7 @@ class ReadOptions:
     batch_size: int = DEFAULT_BATCH
     slice_records: int = DEFAULT_SLICE
     pushdown: bool = False
+    markers: bool = False
 
     @classmethod
     def parse(cls, options: Any) -> ReadOptions:
@@ -108,6 +111,7 @@ class ReadOptions:
             batch_size=_int(opts, "batchsize", DEFAULT_BATCH, minimum=1),
             slice_records=_int(opts, "maxrecordsperpartition", DEFAULT_SLICE, minimum=1),
             pushdown=_flag(opts, "pushdown"),
+            markers=_flag(opts, "markers"),
         )
 
 
@@ -204,7 +208,10 @@ def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
     stamps: list[int] = []
     payloads: list[bytes | memoryview] = []
     wal = opts.records == "wal"
+    hide = not opts.markers
     for frame in reader.read_segment(path, part.start, part.end):
+        if hide and frame.payload[:1] == b"\x00" and is_marker(frame.payload):
+            continue  # a streaming sink's batch marker, not data
         offsets.append(frame.offset)
         stamps.append(frame.timestamp_us)
         payloads.append(frame.payload)
