@@ -1,0 +1,157 @@
+"""Client exceptions: one class per beanstalkd error word, in one table, plus connection errors.
+
+Two families that callers treat differently:
+
+* :class:`BeanstalkError` — the server answered, with an error word (``NOT_FOUND``,
+  ``TIMED_OUT``, ...). The connection is still in step and usable.
+* :class:`ClientConnectionError` — no usable answer (refused, closed, timed out waiting, a
+  reply that is not beanstalkd). The client has closed its socket; the next call reconnects
+  (when ``reconnect=True``) and restores ``use``/``watch``. Whether the failed command took
+  effect is unknown, so it is never retried silently.
+
+Example::
+
+    try:
+        client.delete(17)
+    except errors.NotFound:
+        pass                       # already gone
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BeanstalkError", "NotFound", "TimedOut", "DeadlineSoon", "Buried", "Draining", "JobTooBig",
+    "ExpectedCrlf", "BadFormat", "UnknownCommand", "OutOfMemory", "InternalError", "NotIgnored",
+    "ClientConnectionError", "ConnectionFailed", "ConnectionClosed", "ReplyTimeout",
+    "ProtocolError", "ERRORS", "error_for",
+]  # fmt: skip
+
+
+class BeanstalkError(Exception):
+    """The server replied with an error word. ``word`` is it, ``context`` the command sent.
+
+    >>> str(TimedOut("reserve-with-timeout 5"))
+    'TIMED_OUT (reserve-with-timeout 5): no job became ready before the reserve timeout'
+    """
+
+    word: str = ""
+    hint: str = ""
+    #: set by ``put_many`` on the failure it raises: the failing body's position, and the
+    #: ids of all bodies (``None`` where a put failed)
+    batch_index: int | None = None
+    batch_ids: tuple[int | None, ...] | None = None
+
+    def __init__(self, context: str = "") -> None:
+        self.context = context
+        where = f" ({context})" if context else ""
+        hint = f": {self.hint}" if self.hint else ""
+        super().__init__(f"{self.word}{where}{hint}")
+
+
+class NotFound(BeanstalkError):
+    word = "NOT_FOUND"
+
+
+class TimedOut(BeanstalkError):
+    word = "TIMED_OUT"
+    hint = "no job became ready before the reserve timeout"
+
+
+class DeadlineSoon(BeanstalkError):
+    word = "DEADLINE_SOON"
+    hint = "a job reserved by this connection reaches its TTR within a second; touch, delete or release it"
+
+
+class Buried(BeanstalkError):
+    """The job was buried instead (server out of memory). ``id`` is the job's id when known."""
+
+    word = "BURIED"
+    hint = "the server was out of memory and buried the job"
+
+    def __init__(self, context: str = "", id: int | None = None) -> None:
+        self.id = id
+        super().__init__(context if id is None else f"{context}, job {id}".lstrip(", "))
+
+
+class Draining(BeanstalkError):
+    word = "DRAINING"
+    hint = "the server is in drain mode and accepts no new jobs"
+
+
+class JobTooBig(BeanstalkError):
+    word = "JOB_TOO_BIG"
+    hint = "the body is larger than the server's max-job-size (see `stats`)"
+
+
+class ExpectedCrlf(BeanstalkError):
+    word = "EXPECTED_CRLF"
+    hint = "the body was not followed by CRLF (a client bug)"
+
+
+class BadFormat(BeanstalkError):
+    word = "BAD_FORMAT"
+    hint = "the server could not parse the command line"
+
+
+class UnknownCommand(BeanstalkError):
+    word = "UNKNOWN_COMMAND"
+    hint = "the server does not know this command"
+
+
+class OutOfMemory(BeanstalkError):
+    word = "OUT_OF_MEMORY"
+    hint = "the server is out of memory or its log is out of disk space"
+
+
+class InternalError(BeanstalkError):
+    word = "INTERNAL_ERROR"
+    hint = "the server hit an internal error; check its log"
+
+
+class NotIgnored(BeanstalkError):
+    word = "NOT_IGNORED"
+    hint = "a connection must watch at least one tube"
+
+
+#: Every error word the server can send, mapped to its exception class.
+ERRORS: dict[str, type[BeanstalkError]] = {
+    cls.word: cls
+    for cls in (NotFound, TimedOut, DeadlineSoon, Buried, Draining, JobTooBig, ExpectedCrlf,
+                BadFormat, UnknownCommand, OutOfMemory, InternalError, NotIgnored)
+}
+
+
+def error_for(word: str, args: tuple[str, ...], context: str, job_id: int | None = None) -> BeanstalkError | None:
+    """The exception for error reply ``word`` (``None`` if it is not an error word).
+
+    >>> error_for("BURIED", ("5",), "put").id
+    5
+    """
+    cls = ERRORS.get(word)
+    if cls is None:
+        return None
+    if cls is Buried:
+        bid = int(args[0]) if args and args[0].isdigit() else job_id
+        return Buried(context, id=bid)
+    return cls(context)
+
+
+class ClientConnectionError(ConnectionError):
+    """No usable reply from the server; the client closed its socket. Base of the family."""
+
+
+class ConnectionFailed(ClientConnectionError):
+    """Could not connect to the server at all (names the address)."""
+
+
+class ConnectionClosed(ClientConnectionError):
+    """The server closed the connection (or it broke) before the reply was complete."""
+
+
+class ReplyTimeout(ClientConnectionError, TimeoutError):
+    """No complete reply within the client's ``timeout``; the connection is dropped because it
+    can no longer be matched to its replies."""
+
+
+class ProtocolError(ClientConnectionError):
+    """The peer sent something that is not a beanstalkd reply (names the bytes received)."""

@@ -1,0 +1,368 @@
+"""The blocking client: one socket, one command at a time, every beanstalkd command.
+
+Ensures: the client is always in step with the server. A reply is matched to its command or
+the socket is dropped (timeout, broken connection, garbage, or an interrupt mid-reply), so a
+late reply can never be taken for the answer to a later command. After a drop, the next call
+reconnects (``reconnect=True``) and restores the used tube and the watch list; the command
+that was interrupted is never retried, because whether it took effect is unknown.
+
+Not thread-safe: use one ``Client`` per thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from stalkd.client import _requests as rq
+from stalkd.client._address import Address, parse_address
+from stalkd.client._wire import ReplyReader, Response
+from stalkd.client._yaml import Value
+from stalkd.client.errors import (
+    BeanstalkError,
+    ClientConnectionError,
+    ConnectionClosed,
+    ConnectionFailed,
+    ReplyTimeout,
+)
+from stalkd.client.job import Job, JobLike
+
+__all__ = ["Client", "Body"]
+
+T = TypeVar("T")
+Body = bytes | bytearray | memoryview | str
+
+# put_many sends at most this many commands (or bytes) before reading their replies, so
+# neither side's socket buffers can fill up with the other blocked.
+_BATCH_JOBS = 1024
+_BATCH_BYTES = 1 << 20
+
+
+class Client:
+    """A synchronous beanstalkd client.
+
+    ``timeout`` bounds connecting and waiting for each reply (``None``: wait forever); a
+    ``reserve`` waits for its own timeout on top of it.
+
+    Example::
+
+        with Client("127.0.0.1:11300") as c:
+            c.use("emails")
+            jid = c.put(b"hello", priority=10, ttr=60)
+            c.watch("emails")
+            job = c.reserve(timeout=5)      # errors.TimedOut if none came
+            c.delete(job)
+    """
+
+    def __init__(self, address: str | None = None, *, host: str | None = None,
+                 port: int | None = None, timeout: float | None = 10.0,
+                 reconnect: bool = True, connect: bool = True) -> None:
+        self.address: Address = parse_address(address, host, port)
+        self.timeout = timeout
+        self.reconnect_enabled = reconnect
+        self._sock: socket.socket | None = None
+        self._reader = ReplyReader()
+        self._using = "default"
+        self._watching: list[str] = ["default"]
+        self._ever_connected = False
+        if connect:
+            self.connect()
+
+    # --- connection ---------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Open the connection (if not open) and restore the used tube and watch list."""
+        if self._sock is not None:
+            return
+        try:
+            if self.address.path is not None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(self.timeout)
+                sock.connect(self.address.path)
+            else:
+                sock = socket.create_connection((self.address.host, self.address.port),
+                                                timeout=self.timeout)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as e:
+            raise ConnectionFailed(f"cannot connect to beanstalkd server at {self.address}: {e}") from e
+        self._sock = sock
+        self._reader = ReplyReader()
+        self._ever_connected = True
+        self._restore()
+
+    def _restore(self) -> None:
+        requests: list[rq.Request[Any]] = []
+        if self._using != "default":
+            requests.append(rq.use(self._using))
+        requests += [rq.watch(t) for t in self._watching if t != "default"]
+        if "default" not in self._watching:
+            requests.append(rq.ignore("default"))
+        if requests:
+            for req, resp in zip(requests, self._exchange(requests, self._deadline(0)), strict=True):
+                rq.interpret(req, resp)
+
+    def reconnect(self) -> None:
+        """Drop the connection (if any) and open a new one with the same tubes."""
+        self._drop()
+        self.connect()
+
+    def close(self) -> None:
+        """Close the connection. The server releases jobs this connection had reserved."""
+        self._drop()
+
+    def quit(self) -> None:
+        """Send ``quit`` and close (the server releases this connection's reserved jobs)."""
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.sendall(rq.QUIT)
+        self._drop()
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "connected" if self._sock is not None else "closed"
+        return f"<Client {self.address} {state} using={self._using!r}>"
+
+    def _drop(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _ensure(self) -> socket.socket:
+        if self._sock is None:
+            if self._ever_connected and not self.reconnect_enabled:
+                raise ConnectionClosed(f"connection to {self.address} was closed (reconnect=False)")
+            self.connect()
+        assert self._sock is not None
+        return self._sock
+
+    def _deadline(self, extra: float | None) -> float | None:
+        if self.timeout is None or extra is None:
+            return None
+        return time.monotonic() + self.timeout + extra
+
+    def _exchange(self, requests: Sequence[rq.Request[Any]], deadline: float | None) -> list[Response]:
+        """Send all requests in one write and read exactly one reply per request."""
+        sock = self._ensure()
+        ok = False
+        try:
+            data = requests[0].data if len(requests) == 1 else b"".join(r.data for r in requests)
+            sock.settimeout(self.timeout)
+            sock.sendall(data)
+            out = [self._read(sock, deadline) for _ in requests]
+            ok = True
+            return out
+        except TimeoutError:
+            raise ReplyTimeout(f"no reply from {self.address} within {self.timeout}s "
+                               f"to {requests[0].context!r}; connection dropped") from None
+        except ClientConnectionError:
+            raise
+        except OSError as e:
+            raise ConnectionClosed(f"connection to {self.address} broke during "
+                                   f"{requests[0].context!r}: {e}") from e
+        finally:
+            if not ok:  # out of step with the server (or interrupted): never reuse the socket
+                self._drop()
+
+    def _read(self, sock: socket.socket, deadline: float | None) -> Response:
+        reader = self._reader
+        while True:
+            resp = reader.next()
+            if resp is not None:
+                return resp
+            if deadline is None:
+                sock.settimeout(None)
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                sock.settimeout(left)
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionClosed(f"server at {self.address} closed the connection")
+            reader.feed(data)
+
+    def _call(self, request: rq.Request[T], extra: float | None = 0) -> T:
+        (resp,) = self._exchange([request], self._deadline(extra))
+        return rq.interpret(request, resp)
+
+    # --- producer commands ----------------------------------------------------------------
+
+    def use(self, tube: str) -> str:
+        """Put later jobs into ``tube`` (created on first use). Returns the tube name."""
+        name = self._call(rq.use(tube))
+        self._using = name
+        return name
+
+    @property
+    def using(self) -> str:
+        """The tube ``put`` goes to (as last acknowledged by the server)."""
+        return self._using
+
+    def put(self, body: Body, *, priority: int = rq.DEFAULT_PRIORITY, delay: float = 0,
+            ttr: float = rq.DEFAULT_TTR) -> int:
+        """Put a job into the used tube; returns its id. ``str`` bodies are sent as UTF-8.
+
+        Raises ``errors.Buried`` (with ``.id``) if the server buried it for lack of memory,
+        ``errors.JobTooBig``, ``errors.Draining``.
+        """
+        return self._call(rq.put(rq.body_bytes(body), priority, delay, ttr))
+
+    def put_many(self, bodies: Iterable[Body], *, priority: int = rq.DEFAULT_PRIORITY,
+                 delay: float = 0, ttr: float = rq.DEFAULT_TTR) -> list[int]:
+        """Put many jobs with one write per batch (pipelined); returns their ids in order.
+
+        Every body is sent exactly once and every reply is read, so the connection stays
+        usable. If any put failed, the first failure is raised after all were sent, with
+        ``.batch_index`` (its position) and ``.batch_ids`` (ids, ``None`` where a put failed).
+
+        >>> c.put_many([b"a", b"b", "c"])   # doctest: +SKIP
+        [1, 2, 3]
+        """
+        ids: list[int | None] = []
+        first: BeanstalkError | None = None
+        batch: list[rq.Request[Any]] = []
+        size = 0
+        for body in bodies:
+            req = rq.put(rq.body_bytes(body), priority, delay, ttr)
+            batch.append(req)
+            size += len(req.data)
+            if len(batch) >= _BATCH_JOBS or size >= _BATCH_BYTES:
+                first = self._put_batch(batch, ids, first)
+                batch, size = [], 0
+        if batch:
+            first = self._put_batch(batch, ids, first)
+        if first is not None:
+            first.batch_ids = tuple(ids)
+            raise first
+        return [i for i in ids if i is not None]
+
+    def _put_batch(self, batch: list[rq.Request[Any]], ids: list[int | None],
+                   first: BeanstalkError | None) -> BeanstalkError | None:
+        for req, resp in zip(batch, self._exchange(batch, self._deadline(0)), strict=True):
+            err = rq.failure(req, resp)
+            if err is None:
+                ids.append(int(resp.args[0]))
+            else:
+                if first is None:
+                    err.batch_index = len(ids)
+                    first = err
+                ids.append(None)
+        return first
+
+    # --- worker commands ------------------------------------------------------------------
+
+    def watch(self, tube: str) -> int:
+        """Add ``tube`` to the watch list; returns how many tubes are watched."""
+        n = self._call(rq.watch(tube))
+        if tube not in self._watching:
+            self._watching.append(tube)
+        return n
+
+    def ignore(self, tube: str) -> int:
+        """Remove ``tube`` from the watch list; ``errors.NotIgnored`` if it is the last one."""
+        n = self._call(rq.ignore(tube))
+        if tube in self._watching:
+            self._watching.remove(tube)
+        return n
+
+    @property
+    def watching(self) -> tuple[str, ...]:
+        """The watch list (as last acknowledged by the server)."""
+        return tuple(self._watching)
+
+    def reserve(self, timeout: float | None = None) -> Job:
+        """Reserve a job from the watched tubes, waiting up to ``timeout`` s (``None``: forever).
+
+        Raises ``errors.TimedOut`` when none came, ``errors.DeadlineSoon`` when a job this
+        connection holds is about to reach its TTR.
+        """
+        return self._call(rq.reserve(timeout), None if timeout is None else timeout)
+
+    def reserve_job(self, job: JobLike) -> Job:
+        """Reserve a specific job (ready, delayed or buried; any tube)."""
+        return self._call(rq.reserve_job(job))
+
+    def delete(self, job: JobLike) -> None:
+        """Delete a job (ready, delayed, buried, or reserved by this connection)."""
+        self._call(rq.delete(job))
+
+    def release(self, job: JobLike, *, priority: int = rq.DEFAULT_PRIORITY, delay: float = 0) -> None:
+        """Give a reserved job back, ready now or after ``delay`` seconds."""
+        self._call(rq.release(job, priority, delay))
+
+    def bury(self, job: JobLike, *, priority: int = rq.DEFAULT_PRIORITY) -> None:
+        """Bury a job this connection reserved (kept aside until kicked)."""
+        self._call(rq.bury(job, priority))
+
+    def touch(self, job: JobLike) -> None:
+        """Restart the TTR of a job this connection reserved."""
+        self._call(rq.touch(job))
+
+    # --- inspection and admin -------------------------------------------------------------
+
+    def peek(self, job: JobLike) -> Job:
+        """A job by id, in any state and tube (``errors.NotFound`` if none)."""
+        return self._call(rq.peek(job))
+
+    def peek_ready(self) -> Job:
+        """The next ready job of the used tube (``errors.NotFound`` if none)."""
+        return self._call(rq.peek_ready())
+
+    def peek_delayed(self) -> Job:
+        """The delayed job of the used tube that is due first (``errors.NotFound`` if none)."""
+        return self._call(rq.peek_delayed())
+
+    def peek_buried(self) -> Job:
+        """The oldest buried job of the used tube (``errors.NotFound`` if none)."""
+        return self._call(rq.peek_buried())
+
+    def kick(self, bound: int) -> int:
+        """Kick up to ``bound`` buried jobs (or, if none, delayed ones) of the used tube."""
+        return self._call(rq.kick(bound))
+
+    def kick_job(self, job: JobLike) -> None:
+        """Kick one buried or delayed job, in any tube."""
+        self._call(rq.kick_job(job))
+
+    def stats_job(self, job: JobLike) -> dict[str, Value]:
+        """``stats-job`` as a dict: ``{"id": 3, "tube": "default", "state": "ready", ...}``."""
+        return self._call(rq.stats_job(job))
+
+    def stats_tube(self, tube: str) -> dict[str, Value]:
+        """``stats-tube`` as a dict (``errors.NotFound`` if the tube does not exist)."""
+        return self._call(rq.stats_tube(tube))
+
+    def stats(self) -> dict[str, Value]:
+        """Server ``stats`` as a dict with int, float, bool and str values."""
+        return self._call(rq.stats())
+
+    def list_tubes(self) -> list[str]:
+        """Names of all tubes on the server."""
+        return self._call(rq.list_tubes())
+
+    def list_tube_used(self) -> str:
+        """The used tube, as the server sees it."""
+        return self._call(rq.list_tube_used())
+
+    def list_tubes_watched(self) -> list[str]:
+        """The watch list, as the server sees it."""
+        return self._call(rq.list_tubes_watched())
+
+    def pause_tube(self, tube: str, delay: float) -> None:
+        """Reserve nothing from ``tube`` for ``delay`` seconds (0 un-pauses)."""
+        self._call(rq.pause_tube(tube, delay))
