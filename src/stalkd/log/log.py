@@ -249,18 +249,24 @@ class Log:
     # ---------------------------------------------------------------- segments
 
     def _create_segment(self, base: int, size: int, epoch: int) -> _Active:
-        """A new, fully allocated segment file with its header; LogFullError if there is no room."""
+        """A new, fully allocated segment file with its header; LogFullError if there is no room.
+
+        Built under a temporary name and renamed into place, so a crash mid-creation leaves
+        no half-made segment (recovery deletes stray ``.tmp`` files).
+        """
         path = os.path.join(self.path, segment_name(base))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             _allocate(fd, size)
             os.pwrite(fd, encode_header(base, epoch, time.time_ns() // 1000), 0)
             if self._policy != "never":
                 os.fdatasync(fd)
+            os.rename(tmp, path)
         except OSError as e:
             os.close(fd)
             with contextlib.suppress(OSError):
-                os.unlink(path)
+                os.unlink(tmp)
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise LogFullError(
                     f"{self.path}: no space for a new {size}-byte segment at offset {base} ({e.strerror}); "

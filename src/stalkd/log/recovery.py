@@ -116,6 +116,9 @@ def _cut(
 
 def recover(root: str, repair: bool) -> Recovered:
     """Inspect ``root`` (already locked by the caller) and decide where the writer continues."""
+    for name in os.listdir(root):
+        if name.startswith("seg-") and name.endswith(".log.tmp"):
+            os.unlink(os.path.join(root, name))  # a segment whose creation a crash interrupted
     segs = list_segments(root, archive=False)
     files = [p for _, p, _ in segs]
     views: list[SegmentView] = []
