@@ -58,6 +58,15 @@ def _beanstalkd_dialect() -> str:
 register("beanstalkd", _beanstalkd_dialect(), start_beanstalkd, (pytest.mark.beanstalkd,))
 
 
+def _start_stalkd(*flags: str) -> ServerProcess:
+    from server.proc import start_stalkd  # tests/server/proc.py (server engineer)
+
+    return start_stalkd(*flags)
+
+
+register("stalkd", "1.13", _start_stalkd)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "server_kind" in metafunc.fixturenames:
         metafunc.parametrize(

@@ -1,0 +1,365 @@
+"""The server: one engine on the event loop, connections around it, group commit beside it.
+
+``Server.execute`` runs one command through the engine, hands the records to the WAL (written
+on the loop thread, no fsync), and tags the replies with a *barrier*: the number of the write
+batch their records belong to. With the ``always`` policy, records written during one loop
+iteration form one batch; the next iteration starts one ``storage.sync()`` for all of them on a
+worker thread while the loop keeps reading and running commands, and when it returns, every
+reply held behind those batches is released. Only one sync runs at a time, so batches grow
+with load (group commit).
+
+Ensures:
+- A reply produced by an outcome with DURABLE_OPS records (its own reply and its wakeups) is
+  sent only after those records are durable under the policy: fsynced for ``always``, written
+  to the kernel for ``never`` / ``every:<ms>`` (those survive ``kill -9``).
+- A job body is never shown (RESERVED/FOUND) before the records written so far are durable,
+  so nobody can act on a job whose put could still vanish in a crash.
+- An fsync failure is fatal: nothing held is ever sent, the server logs it and exits non-zero.
+- Timers: the engine's next deadline is always scheduled (a single loop timer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import resource
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from stalkd.engine import Engine, Outcome
+from stalkd.engine.commands import Command, JobReply, Put, Reply, YamlDict
+from stalkd.engine.model import DURABLE_OPS, Record
+from stalkd.server.config import BEANSTALKD_VERSION, Config
+from stalkd.server.conn import Connection
+
+__all__ = ["Server", "Storage", "FatalStorageError"]
+
+log = logging.getLogger("stalkd.server")
+
+_BINLOG_KEYS = (
+    "binlog-oldest-index", "binlog-current-index", "binlog-records-migrated",
+    "binlog-records-written", "binlog-max-size",
+)  # fmt: skip
+_TIMER_SLACK = 0.001  # loop timers may fire a hair early; the engine would then do nothing
+
+
+class Storage(Protocol):
+    """What the server needs from the WAL (``stalkd.engine.wal.Wal`` provides it)."""
+
+    def write(self, records: Sequence[Record]) -> None: ...
+    def sync(self) -> None: ...
+    def maintain(self, engine: Engine, now: float) -> bool: ...
+    def stats(self) -> dict[str, int]: ...
+    def close(self) -> None: ...
+
+
+class FatalStorageError(RuntimeError):
+    """The WAL failed to write or sync: acknowledged state can no longer be promised."""
+
+
+class Server:
+    """Engine + connections + group commit. Build it, then ``loop.create_server(srv.new_connection, sock=...)``.
+
+    >>> srv = Server(Config(), Engine())   # in memory: replies never wait for a disk
+    >>> srv.durable, srv.written
+    (0, 0)
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        engine: Engine,
+        storage: Storage | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.storage = storage
+        self.clock = clock
+        self.on_fatal = on_fatal
+        self.conns: dict[int, Connection] = {}
+        self._next_conn = 0
+        self.started = clock()
+        # Barrier bookkeeping (``always`` only): batch numbers written / known durable.
+        self.group_commit = storage is not None and config.durability == "always"
+        self.written = 0
+        self.durable = 0
+        self._batch_open = False  # records of this loop iteration go into batch ``written``
+        self._sync_running = False
+        self._held: set[Connection] = set()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._maint: asyncio.TimerHandle | None = None
+        self.stopping = False
+        self.failed: BaseException | None = None
+        self.syncs = 0  # completed group commits (stats for the bench and tests)
+        self.synced_batches = 0
+        self._host_id = secrets.token_hex(8)
+        self._uname = os.uname()
+
+    # --- connections -------------------------------------------------------------------------
+
+    def new_connection(self) -> Connection:
+        """Protocol factory for ``loop.create_server``."""
+        self._next_conn += 1
+        return Connection(self, self._next_conn, self.config.max_job_size, self.config.max_output)
+
+    def connected(self, c: Connection) -> None:
+        if self.stopping or self.failed is not None:
+            c.closing = True
+            assert c.transport is not None
+            c.transport.close()
+            return
+        if len(self.conns) >= self.config.max_connections:
+            log.warning("conn %d from %s refused: %d connections is the limit (--max-connections)",
+                        c.id, c.peer, self.config.max_connections)
+            c.closing = True
+            assert c.transport is not None
+            c.transport.abort()
+            return
+        self.conns[c.id] = c
+        self.engine.connect(c.id, self.clock())
+        log.debug("conn %d open from %s", c.id, c.peer)
+
+    def half_closed(self, c: Connection) -> None:
+        if c.id not in self.conns or c.closing:
+            return
+        out = self.engine.half_close(c.id, self.clock())
+        # A blocked reserve ends with TIMED_OUT; otherwise there is no reply for ``c``.
+        self._handle(c if out.reply is not None else None, out)
+
+    def retire(self, c: Connection) -> None:
+        """``c`` will run no more commands (its client hung up): release its jobs now rather
+        than when the transport reports the close, so the next command anyone sends sees it."""
+        if self.conns.pop(c.id, None) is not None:
+            self._handle(None, self.engine.disconnect(c.id, self.clock()))
+
+    def disconnected(self, c: Connection, exc: Exception | None) -> None:
+        self._held.discard(c)
+        if self.conns.pop(c.id, None) is None:
+            return
+        if exc is not None:
+            log.info("conn %d from %s lost: %s", c.id, c.peer, exc)
+        else:
+            log.debug("conn %d closed", c.id)
+        self._handle(None, self.engine.disconnect(c.id, self.clock()))
+
+    def hold(self, c: Connection) -> None:
+        """``c`` has replies waiting for a barrier."""
+        self._held.add(c)
+
+    # --- commands ----------------------------------------------------------------------------
+
+    def execute(self, c: Connection, cmd: Command) -> None:
+        """Run one parsed command for ``c`` and route every reply it produced."""
+        try:
+            out = self.engine.apply(c.id, cmd, self.clock())
+        except Exception:
+            log.exception("conn %d: engine failed on %r; replying INTERNAL_ERROR", c.id, cmd)
+            c.send(Reply("INTERNAL_ERROR"), 0)
+            return
+        self._handle(c, out, cmd)
+
+    def _handle(self, c: Connection | None, out: Outcome, cmd: Command | None = None) -> None:
+        """Persist ``out.records`` and route its replies (``c``: who gets ``out.reply``)."""
+        barrier = 0
+        records = out.records
+        if records and self.storage is not None:
+            try:
+                self.storage.write(records)
+            except Exception as e:
+                self._write_failed(c, cmd, e)
+                return
+            if self.group_commit:
+                for r in records:
+                    if r.op in DURABLE_OPS:
+                        barrier = self._batch()
+                        break
+        reply = out.reply
+        if c is not None:
+            if type(reply) is JobReply:
+                barrier = self.written  # never show a job before what precedes it is durable
+            elif type(reply) is YamlDict and reply.kind == "stats":
+                reply = self._full_stats(reply)
+            c.send(reply, barrier)
+        if out.wakeups:
+            b = self.written if self.group_commit else 0
+            for cid, wr in out.wakeups:
+                w = self.conns.get(cid)
+                if w is not None:
+                    w.wake(wr, b)
+        if out.next_deadline is not None:
+            self._schedule_tick(out.next_deadline)
+
+    def _write_failed(self, c: Connection | None, cmd: Command | None, e: Exception) -> None:
+        # BUG: the engine has already applied the change; its memory state now runs ahead of
+        # the WAL. We refuse to acknowledge it and stop the server rather than diverge further.
+        log.critical("WAL write failed (%s); refusing further acknowledgements and stopping", e)
+        if c is not None:
+            c.send(Reply("OUT_OF_MEMORY" if isinstance(cmd, Put) else "INTERNAL_ERROR"), 0)
+        self._fatal(FatalStorageError(f"WAL write failed: {e}"))
+
+    # --- group commit ------------------------------------------------------------------------
+
+    def _batch(self) -> int:
+        """The batch number this loop iteration's durable records belong to."""
+        if not self._batch_open:
+            self._batch_open = True
+            self.written += 1
+            # Close the batch at the next iteration, then sync everything written so far.
+            asyncio.get_running_loop().call_soon(self._close_batch)
+        return self.written
+
+    def _close_batch(self) -> None:
+        self._batch_open = False
+        self._start_sync()
+
+    def _start_sync(self) -> None:
+        if self._sync_running or self.durable >= self.written or self.failed is not None:
+            return
+        assert self.storage is not None
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stalkd-sync")
+        target = self.written
+        self._sync_running = True
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self._executor, self.storage.sync)
+        fut.add_done_callback(lambda f: self._synced(f, target))
+
+    def _synced(self, fut: asyncio.Future[None], target: int) -> None:
+        self._sync_running = False
+        exc = fut.exception()
+        if exc is not None:
+            self._fatal(FatalStorageError(f"WAL sync failed: {exc}"))
+            return
+        self.syncs += 1
+        self.synced_batches += target - self.durable
+        self.durable = target
+        self._release_held()
+        if self.written > self.durable and not self._batch_open:
+            self._start_sync()
+
+    def _release_held(self) -> None:
+        durable = self.durable
+        for c in list(self._held):
+            if not c.release_held(durable):
+                self._held.discard(c)
+            c.flush()
+            if not c.closing and not c.waiting and not c.lost:
+                c.process()  # it may have stopped on its output limit
+
+    async def wait_durable(self, timeout: float) -> bool:
+        """Wait until everything written so far is durable (used when stopping)."""
+        deadline = time.monotonic() + timeout
+        while self.durable < self.written and self.failed is None:
+            self._batch_open = False
+            self._start_sync()
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.005)  # poll: the sync's done-callback advances ``durable``
+        return self.failed is None
+
+    def _fatal(self, e: BaseException) -> None:
+        if self.failed is not None:
+            return
+        self.failed = e
+        log.critical("%s", e)
+        for c in list(self.conns.values()):
+            c.closing = True
+            c.held.clear()
+            if c.transport is not None:
+                c.transport.abort()
+        if self.on_fatal is not None:
+            self.on_fatal(e)
+
+    # --- timers ------------------------------------------------------------------------------
+
+    def _schedule_tick(self, deadline: float) -> None:
+        if self._timer_at is not None and self._timer_at <= deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        delay = deadline - self.clock() + _TIMER_SLACK
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._tick)
+        self._timer_at = deadline
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        out = self.engine.tick(self.clock())
+        self._handle(None, out)
+
+    def start_maintenance(self, every: float = 1.0) -> None:
+        """Let the WAL snapshot/compact periodically (it never blocks the loop for long)."""
+        if self.storage is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def run() -> None:
+            if self.stopping or self.failed is not None:
+                return
+            assert self.storage is not None
+            try:
+                busy = self.storage.maintain(self.engine, self.clock())
+            except Exception as e:
+                self._fatal(FatalStorageError(f"WAL maintenance failed: {e}"))
+                return
+            # A snapshot in progress copies a bounded chunk per call: come back soon.
+            self._maint = loop.call_later(0.001 if busy else every, run)
+
+        self._maint = loop.call_later(every, run)
+
+    # --- stats -------------------------------------------------------------------------------
+
+    def _full_stats(self, reply: YamlDict) -> YamlDict:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        values = dict(reply.values)
+        values.update({
+            "pid": os.getpid(),
+            "version": BEANSTALKD_VERSION,
+            "rusage-utime": float(ru.ru_utime),
+            "rusage-stime": float(ru.ru_stime),
+            "uptime": int(self.clock() - self.started),
+        })  # fmt: skip
+        binlog = self.storage.stats() if self.storage is not None else {}
+        for k in _BINLOG_KEYS:
+            values[k] = int(binlog.get(k, 0))
+        values.update({
+            "id": self._host_id,
+            "hostname": self._uname.nodename,
+            "os": self._uname.version,
+            "platform": self._uname.machine,
+        })  # fmt: skip
+        return YamlDict("stats", values)
+
+    # --- stopping ----------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """SIGUSR1: later puts get DRAINING (beanstalkd cannot leave drain mode either)."""
+        self.engine.set_draining(True)
+        log.info("drain mode on (SIGUSR1): new puts get DRAINING")
+
+    def begin_stop(self) -> None:
+        """SIGTERM: run no new commands; replies already produced still go out."""
+        self.stopping = True
+        for c in list(self.conns.values()):
+            c.closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._maint is not None:
+            self._maint.cancel()
+
+    def finish_stop(self) -> None:
+        """After the last sync: send what is held, close every connection."""
+        self._release_held()
+        for c in list(self.conns.values()):
+            c.abort_after_flush()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)

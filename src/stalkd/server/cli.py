@@ -1,0 +1,74 @@
+"""``stalkd serve`` and ``stalkd-server``: beanstalkd's command line, listening within milliseconds.
+
+The order matters: parse flags, bind and listen on a raw socket, and only then import asyncio,
+uvloop, the engine and the WAL and recover. A client that connects 0.1 s after exec finds the
+port open; its commands run once recovery is done.
+
+Example (shell)::
+
+    stalkd serve --dir ./data              # durable (fsync before every acknowledgement)
+    stalkd-server -l 127.0.0.1 -p 11300    # in memory, like `beanstalkd -l ... -p ...`
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from stalkd.server.config import Config, Exit, parse_args
+from stalkd.server.listen import ListenError, bind_listener, from_systemd
+
+__all__ = ["main", "beanstalkd_main"]
+
+EXIT_LISTEN = 111  # beanstalkd's status when it cannot listen
+
+
+def _become(user: str) -> str | None:
+    """``-u USER``: drop to that user and its group. Returns an error message, or None."""
+    import pwd
+
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return f"getpwnam(\"{user}\"): no such user"
+    try:
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+    except OSError as e:
+        return f"cannot become user {user}: {e.strerror}"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the server with beanstalkd-style ``argv`` (without the program name); exit status."""
+    t_exec = time.monotonic()
+    got = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if isinstance(got, Exit):
+        sys.stdout.write(got.stdout)
+        sys.stderr.write(got.stderr)
+        return got.code
+    cfg: Config = got
+    try:
+        sock = from_systemd() or bind_listener(cfg.listen, cfg.port)
+    except ListenError as e:
+        sys.stderr.write(f"stalkd: {e}\n")
+        return EXIT_LISTEN
+    if cfg.user is not None:
+        err = _become(cfg.user)
+        if err is not None:
+            sys.stderr.write(f"stalkd: {err}\n")
+            return EXIT_LISTEN
+    from stalkd.server.serve import run  # heavy imports only now that we listen
+
+    return run(cfg, sock, t_exec)
+
+
+def beanstalkd_main() -> None:
+    """Console script ``stalkd-server``: a drop-in for the ``beanstalkd`` binary."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    beanstalkd_main()

@@ -1,0 +1,281 @@
+"""Server configuration from beanstalkd's command line (plus readable long names), as a pure parse.
+
+``parse_args(argv)`` never prints or exits: it returns a :class:`Config` or an :class:`Exit`
+(text for stdout/stderr and a status code), so every flag case is a table-driven unit test and
+``stalkd serve`` / ``stalkd-server`` decide what to do with it.
+
+Ensures: every flag beanstalkd 1.12 accepts is accepted with the same meaning and the same
+spelling rules (single-letter flags grouped, values attached or separate: ``-VVp11300``,
+``-p 11300``); an unknown flag or a stray argument gives exit status 5 as beanstalkd does; a
+bad value names the flag and the value. Deliberate differences from beanstalkd: the default
+listen address is 127.0.0.1 (not 0.0.0.0), and with ``-b`` the default policy is ``always``
+(beanstalkd's is fsync at most every 50 ms, which loses acknowledged jobs on power loss).
+
+This module imports nothing heavy: it runs before the listening socket is bound.
+
+Example:
+    >>> parse_args(["-l", "127.0.0.1", "-p11301", "-b", "/tmp/q", "-f0"]).durability
+    'always'
+    >>> parse_args(["-x"]).code
+    5
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+__all__ = [
+    "Config", "Exit", "parse_args", "USAGE", "VERSION_TEXT", "DEFAULT_PORT",
+    "MAX_JOB_SIZE_LIMIT", "LOG_LEVELS",
+]  # fmt: skip
+
+DEFAULT_PORT = 11300
+MAX_JOB_SIZE_LIMIT = 1 << 30  # beanstalkd clamps -z to 1 GiB with a warning
+LOG_LEVELS = ("debug", "info", "warning", "error")
+BEANSTALKD_VERSION = "1.13"  # the protocol dialect we speak; clients gate features on it
+VERSION_TEXT = f"beanstalkd {BEANSTALKD_VERSION} (stalkd 0.1.0)\n"
+
+USAGE = """\
+Use: stalkd serve [OPTIONS]      (beanstalkd's flags; also installed as stalkd-server)
+
+Options:
+ -b DIR   --dir DIR           write-ahead log directory (without it: in memory only)
+ -f MS    --fsync MS          fsync at most once every MS milliseconds;
+                              use -f0 for "always fsync" (the default with -b)
+ -F       --no-fsync          never fsync (survives kill -9, not power loss)
+          --durability P      always | never | every:MS (same as -f0 / -F / -f MS)
+ -l ADDR  --listen ADDR       listen on address (default is 127.0.0.1); unix:PATH for a
+                              UNIX socket (a stale socket file is replaced)
+ -p PORT  --port PORT         listen on port (default is 11300)
+ -u USER  --user USER         become user and group
+ -z BYTES --max-job-size N    set the maximum job size in bytes (default is 65535);
+                              max allowed is 1073741824 bytes
+ -s BYTES --wal-size N        set the size of each write-ahead log file
+                              (default is 10485760); rounded up to a multiple of 4096
+          --max-connections N refuse connections beyond N (default 10000)
+          --max-output N      per-connection buffered reply bytes before the server stops
+                              reading that connection (default 4194304)
+          --log-level LEVEL   debug | info | warning | error (default info)
+ -c, -n                       accepted and ignored, as in beanstalkd
+ -v       --version           show version information
+ -V       --verbose           increase verbosity
+ -h       --help              show this help
+"""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything ``stalkd serve`` needs to start. Values are already validated.
+
+    >>> Config().address
+    '127.0.0.1:11300'
+    """
+
+    listen: str = "127.0.0.1"  # host, or "unix:PATH"
+    port: int = DEFAULT_PORT
+    data_dir: str | None = None  # None: in memory only, like beanstalkd without -b
+    durability: str = "always"  # "always" | "never" | "every:<ms>"; unused without data_dir
+    wal_size: int | None = None  # bytes per WAL segment; None: the WAL's default
+    max_job_size: int = 65535
+    user: str | None = None
+    verbosity: int = 0
+    log_level: str = "info"
+    max_connections: int = 10_000
+    max_output: int = 4 * 2**20
+    warnings: tuple[str, ...] = ()  # things the parse accepted but the operator should know
+
+    @property
+    def unix_path(self) -> str | None:
+        return self.listen[5:] if self.listen.startswith("unix:") else None
+
+    @property
+    def address(self) -> str:
+        path = self.unix_path
+        if path is not None:
+            return f"unix:{path}"
+        host = f"[{self.listen}]" if ":" in self.listen else self.listen
+        return f"{host}:{self.port}"
+
+    @property
+    def effective_log_level(self) -> str:
+        # -V raises verbosity like beanstalkd's; it never lowers an explicit --log-level.
+        return "debug" if self.verbosity > 0 and self.log_level == "info" else self.log_level
+
+
+@dataclass(frozen=True)
+class Exit:
+    """Do not start: print ``stdout``/``stderr`` and exit with ``code``."""
+
+    code: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+class _Bad(Exception):
+    """A flag error: message for stderr, then usage, exit 5 (beanstalkd's ``usage(5)``)."""
+
+
+def _size(flag: str, text: str) -> int:
+    # beanstalkd's parse_size_t: an unsigned decimal and nothing after it.
+    if not text.isdigit() or not text.isascii():
+        raise _Bad(f"invalid size for {flag}: {text!r} (expected a non-negative integer)")
+    return int(text)
+
+
+def _port(flag: str, text: str) -> int:
+    if not text.isdigit() or not text.isascii() or int(text) > 65535:
+        raise _Bad(f"invalid port for {flag}: {text!r} (expected 0..65535)")
+    return int(text)
+
+
+def _durability(flag: str, text: str) -> str:
+    if text in ("always", "never"):
+        return text
+    if text.startswith("every:") and text[6:].isdigit() and int(text[6:]) > 0:
+        return text
+    raise _Bad(f"invalid value for {flag}: {text!r} (expected always, never or every:<ms>)")
+
+
+def _fsync_ms(flag: str, text: str) -> str:
+    ms = _size(flag, text)
+    return "always" if ms == 0 else f"every:{ms}"
+
+
+def _log_level(flag: str, text: str) -> str:
+    if text.lower() not in LOG_LEVELS:
+        raise _Bad(f"invalid value for {flag}: {text!r} (expected one of {', '.join(LOG_LEVELS)})")
+    return text.lower()
+
+
+def _positive(flag: str, text: str) -> int:
+    n = _size(flag, text)
+    if n < 1:
+        raise _Bad(f"invalid value for {flag}: {text!r} (must be at least 1)")
+    return n
+
+
+def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
+    """Apply one valued option (short or long)."""
+    if key == "listen":
+        if not value:
+            raise _Bad(f"empty address for {flag}")
+        return replace(cfg, listen=value)
+    if key == "port":
+        return replace(cfg, port=_port(flag, value))
+    if key == "dir":
+        if not value:
+            raise _Bad(f"empty directory for {flag}")
+        return replace(cfg, data_dir=value)
+    if key == "fsync":
+        return replace(cfg, durability=_fsync_ms(flag, value))
+    if key == "durability":
+        return replace(cfg, durability=_durability(flag, value))
+    if key == "user":
+        return replace(cfg, user=value)
+    if key == "max-job-size":
+        n = _size(flag, value)
+        if n > MAX_JOB_SIZE_LIMIT:
+            msg = f"maximum job size was set to {n} which is larger than {MAX_JOB_SIZE_LIMIT}; using {MAX_JOB_SIZE_LIMIT}"
+            return replace(cfg, max_job_size=MAX_JOB_SIZE_LIMIT, warnings=(*cfg.warnings, msg))
+        return replace(cfg, max_job_size=n)
+    if key == "wal-size":
+        n = _size(flag, value)
+        rounded = max(4096, -(-n // 4096) * 4096)
+        return replace(cfg, wal_size=rounded)
+    if key == "max-connections":
+        return replace(cfg, max_connections=_positive(flag, value))
+    if key == "max-output":
+        return replace(cfg, max_output=_positive(flag, value))
+    if key == "log-level":
+        return replace(cfg, log_level=_log_level(flag, value))
+    raise AssertionError(key)  # pragma: no cover - tables below only name keys handled above
+
+
+# Single-letter flags taking a value -> option key (beanstalkd's EARGF letters).
+_SHORT_VALUED = {"l": "listen", "p": "port", "b": "dir", "f": "fsync", "u": "user",
+                 "z": "max-job-size", "s": "wal-size"}  # fmt: skip
+_LONG_VALUED = {"listen", "port", "dir", "fsync", "durability", "user", "max-job-size",
+                "wal-size", "max-connections", "max-output", "log-level"}  # fmt: skip
+_REMOVED = "-{} flag was removed. binlog is always compacted."
+
+
+def _flag(cfg: Config, letter: str) -> Config | Exit:
+    """A single-letter flag without a value."""
+    if letter == "F":
+        return replace(cfg, durability="never")
+    if letter == "V":
+        return replace(cfg, verbosity=cfg.verbosity + 1)
+    if letter in ("c", "n"):
+        return replace(cfg, warnings=(*cfg.warnings, _REMOVED.format(letter)))
+    if letter == "h":
+        return Exit(0, stderr=USAGE)
+    if letter == "v":
+        return Exit(0, stdout=VERSION_TEXT)
+    raise _Bad(f"unknown flag: -{letter}")
+
+
+def _long(cfg: Config, arg: str, rest: list[str]) -> Config | Exit:
+    name, eq, value = arg[2:].partition("=")
+    if name in _LONG_VALUED:
+        if not eq:
+            if not rest:
+                raise _Bad(f"flag --{name} requires an argument")
+            value = rest.pop(0)
+        return _set(cfg, name, f"--{name}", value)
+    if eq:
+        raise _Bad(f"flag --{name} takes no value")
+    simple = {"no-fsync": "F", "verbose": "V", "help": "h", "version": "v"}
+    if name in simple:
+        return _flag(cfg, simple[name])
+    raise _Bad(f"unknown flag: --{name}")
+
+
+def _parse(argv: Sequence[str]) -> Config | Exit:
+    cfg = Config()
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg.startswith("--") and len(arg) > 2:
+            got = _long(cfg, arg, rest)
+            if isinstance(got, Exit):
+                return got
+            cfg = got
+            continue
+        if not arg.startswith("-") or arg == "-":
+            raise _Bad(f"unknown argument: {arg}")
+        i = 1
+        while i < len(arg):
+            letter = arg[i]
+            i += 1
+            if letter in _SHORT_VALUED:
+                # Like beanstalkd's EARGF: the rest of this word, or else the next word.
+                if i < len(arg):
+                    value, i = arg[i:], len(arg)
+                elif rest:
+                    value = rest.pop(0)
+                else:
+                    raise _Bad(f"flag -{letter} requires an argument")
+                cfg = _set(cfg, _SHORT_VALUED[letter], f"-{letter}", value)
+                continue
+            got = _flag(cfg, letter)
+            if isinstance(got, Exit):
+                return got
+            cfg = got
+    if cfg.unix_path == "":
+        raise _Bad("empty UNIX socket path in -l unix:")
+    return cfg
+
+
+def parse_args(argv: Sequence[str]) -> Config | Exit:
+    """Parse beanstalkd-style arguments (without the program name).
+
+    >>> parse_args(["-VV", "-z", "10"]).verbosity, parse_args(["-z10"]).max_job_size
+    (2, 10)
+    >>> parse_args(["--listen=unix:/tmp/s"]).unix_path
+    '/tmp/s'
+    """
+    try:
+        return _parse(argv)
+    except _Bad as e:
+        return Exit(5, stderr=f"stalkd: {e}\n{USAGE}")

@@ -1,0 +1,212 @@
+"""One client connection: an asyncio protocol object between the socket and the server's engine.
+
+Bytes go into a sans-I/O ``Parser``; each complete command goes to ``Server.execute``; replies
+come back through :meth:`Connection.send` tagged with a durability *barrier* (the server's
+write-batch number their records belong to, 0 when nothing needs to be on disk first).
+
+Ensures:
+- Replies leave in command order. A reply whose barrier is not yet durable is held, and every
+  later reply on the connection queues behind it, even one that needs no disk.
+- All replies ready after one read go out in one ``writelines`` call (one send for a pipeline).
+- While a reserve blocks, the connection still reads (to see a half-close or a hang-up) but runs
+  no further command: beanstalkd answers strictly in order, so they wait in the parser.
+- Memory per connection is bounded: once held plus unsent reply bytes exceed ``max_output``
+  (a client that does not read its replies), or a blocked connection has buffered that much
+  input, the connection stops reading and runs no command until the backlog drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, cast
+
+from stalkd.engine.commands import AnyReply, Close, Reply
+from stalkd.protocol import NEED_DATA, Parser, encode_reply_parts
+
+if TYPE_CHECKING:
+    from stalkd.server.app import Server
+
+__all__ = ["Connection"]
+
+
+
+class Connection(asyncio.Protocol):
+    """The protocol object asyncio creates per accepted socket (``Server.new_connection``).
+
+    Example (what the server does with it)::
+
+        loop.create_server(server.new_connection, sock=listener)
+    """
+
+    def __init__(self, server: Server, conn_id: int, max_job_size: int, max_output: int) -> None:
+        self.server = server
+        self.id = conn_id
+        self.parser = Parser(max_job_size=max_job_size)
+        self.max_output = max_output
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.out: list[bytes] = []  # ready to write at the end of this step
+        # Replies waiting for their barrier; ``None`` marks a close (quit) queued behind them.
+        self.held: deque[tuple[int, tuple[bytes, ...] | None]] = deque()
+        self.close_ready = False  # close once ``out`` is written
+        self.held_bytes = 0
+        self.waiting = False  # blocked in reserve (the engine owes us a reply)
+        self.write_paused = False  # the transport's buffer is above its high-water mark
+        self.read_paused = False
+        self.eof = False  # the client shut down its sending side
+        self.closing = False  # quit, hang-up or server stop: run no more commands
+        self.lost = False
+        self._running = False  # re-entrancy guard for process()
+        self._flush_queued = False
+
+    # --- asyncio callbacks ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=self.max_output)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        elif peer:
+            self.peer = str(peer)
+        else:
+            self.peer = "unix"
+        self.server.connected(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed(data)
+        self.process()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self.server.half_closed(self)
+        self.process()
+        return True  # keep the transport open so pending replies can still be written
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.closing = True
+        self.held.clear()
+        self.out.clear()
+        self.server.disconnected(self, exc)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self.process()
+
+    # --- running commands -------------------------------------------------------------------
+
+    def _pause_reading(self) -> None:
+        if not self.read_paused and self.transport is not None and not self.lost:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self.read_paused and self.transport is not None and not self.lost and not self.eof:
+            self.read_paused = False
+            self.transport.resume_reading()
+
+    def process(self) -> None:
+        """Run buffered commands until input runs out, a reserve blocks, or output backs up."""
+        if self._running or self.lost:
+            return
+        self._running = True
+        try:
+            parser = self.parser
+            execute = self.server.execute
+            limit = self.max_output
+            while not self.waiting and not self.closing:
+                if self.write_paused or self.held_bytes > limit:
+                    self._pause_reading()
+                    break
+                item = parser.next()
+                if item is NEED_DATA:
+                    if self.eof:
+                        # Nothing more will come: close after the replies, release jobs now.
+                        self.send(Close(), 0)
+                        self.server.retire(self)
+                    break
+                if type(item) is Reply:  # a protocol error found by the parser
+                    self.send(item, 0)
+                    continue
+                execute(self, item)  # type: ignore[arg-type]
+            else:
+                if self.waiting and parser.buffered > limit:
+                    self._pause_reading()
+            if (not self.closing and not self.write_paused and self.held_bytes <= limit
+                    and (not self.waiting or parser.buffered <= limit)):
+                self._resume_reading()
+        finally:
+            self._running = False
+        self.flush()
+
+    def send(self, reply: AnyReply | None, barrier: int) -> None:
+        """Queue the reply to this connection's latest command (None: it now blocks)."""
+        if reply is None:
+            self.waiting = True
+            return
+        if type(reply) is Close:
+            self.closing = True
+            if self.held:
+                self.held.append((barrier, None))
+                self.server.hold(self)
+            else:
+                self.close_ready = True
+            return
+        parts = encode_reply_parts(reply)
+        if not self.held and barrier <= self.server.durable:
+            self.out.extend(parts)
+        else:
+            self.held.append((barrier, parts))
+            self.held_bytes += sum(len(p) for p in parts)
+            self.server.hold(self)
+
+    def wake(self, reply: AnyReply, barrier: int) -> None:
+        """A reply the engine produced for our blocked reserve while serving someone else."""
+        self.waiting = False
+        self.send(reply, barrier)
+        if not self._flush_queued:
+            self._flush_queued = True
+            # Not inline: we are inside another connection's step. Run our backlog next.
+            asyncio.get_running_loop().call_soon(self._after_wake)
+
+    def _after_wake(self) -> None:
+        self._flush_queued = False
+        self.process()
+
+    def release_held(self, durable: int) -> bool:
+        """Move held replies whose barrier is durable to the output; True if some are left."""
+        held = self.held
+        while held and held[0][0] <= durable:
+            _, parts = held.popleft()
+            if parts is None:
+                self.close_ready = True
+                continue
+            self.held_bytes -= sum(len(p) for p in parts)
+            self.out.extend(parts)
+        return bool(held)
+
+    def flush(self) -> None:
+        """Write everything ready in one call; honour a queued close."""
+        if self.transport is None or self.lost:
+            return
+        out = self.out
+        if out:
+            self.out = []
+            self.transport.writelines(out)
+        if self.close_ready:
+            self.transport.close()  # sends what is buffered, then closes
+
+    def abort_after_flush(self) -> None:
+        """Server stop: run nothing more; close once the held replies are out."""
+        if self.lost:
+            return
+        self.send(Close(), self.server.written)
+        self.flush()

@@ -1,0 +1,154 @@
+"""Start-up after the socket is bound: logging, recovery, the event loop, signals, shutdown.
+
+Imported by ``stalkd.server.cli`` only once the listener exists, because importing asyncio,
+uvloop, the engine and the WAL takes longer than some clients wait before connecting.
+
+Ensures: commands are read only after recovery has finished (connections wait in the
+listener's backlog meanwhile); SIGTERM/SIGINT stop accepting, let replies already produced go
+out, sync the WAL and exit 0 within about a second; SIGUSR1 turns drain mode on; SIGPIPE is
+ignored (a client hanging up is a connection error, not a server death).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from stalkd.engine import Engine
+from stalkd.server.app import Server, Storage
+from stalkd.server.config import Config
+
+__all__ = ["run", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
+
+log = logging.getLogger("stalkd.server")
+
+EXIT_LOCKED = 10  # beanstalkd's status when another server holds the binlog lock
+EXIT_FATAL = 1
+STOP_GRACE = 0.8  # seconds for in-flight replies and the last sync before exit
+
+
+def setup_logging(level: str) -> None:
+    """One line per event on stderr: time, pid, level, message (greppable)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s.%(msecs)03d stalkd[%(process)d] %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"))
+    root = logging.getLogger("stalkd")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a default dependency on POSIX
+        return asyncio.new_event_loop
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]:
+    """Recover the engine from ``cfg.data_dir`` (or start empty in memory)."""
+    if cfg.data_dir is None:
+        return Engine(max_job_size=cfg.max_job_size), None, "in memory"
+    from stalkd.engine.wal import Wal
+
+    kwargs: dict[str, Any] = {"durability": cfg.durability}
+    if cfg.wal_size is not None:
+        kwargs["segment_size"] = cfg.wal_size
+    wal = Wal.open(cfg.data_dir, **kwargs)
+    try:
+        engine, info = wal.recover(now, max_job_size=cfg.max_job_size)
+    except BaseException:
+        wal.close()
+        raise
+    summary = (f"{info.jobs} jobs from {info.snapshot or 'no snapshot'} "
+               f"+ {info.records_replayed} WAL records")
+    storage: Storage = wal
+    return engine, storage, summary
+
+
+def _describe_wal_error(e: BaseException) -> int:
+    name = type(e).__name__
+    if name == "LogLockedError":
+        log.error("%s (is another stalkd using this directory?)", e)
+        return EXIT_LOCKED
+    log.error("cannot open the data directory: %s: %s", name, e)
+    return EXIT_FATAL
+
+
+async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
+    loop = asyncio.get_running_loop()
+    t0 = time.monotonic()
+    try:
+        engine, storage, info = _open_storage(cfg, time.time())
+    except Exception as e:
+        return _describe_wal_error(e)
+    recovery_s = time.monotonic() - t0
+    stop = asyncio.Event()
+    code = 0
+
+    def fatal(_e: BaseException) -> None:
+        nonlocal code
+        code = EXIT_FATAL
+        stop.set()
+
+    srv = Server(cfg, engine, storage, on_fatal=fatal)
+    for w in cfg.warnings:
+        log.warning("%s", w)
+    if storage is None:
+        log.warning("no data directory (-b/--dir): jobs live in memory only and are lost when "
+                    "the server stops; use --dir DIR for durable jobs")
+        log.info("stalkd listening on %s, in memory, max job size %d", cfg.address, cfg.max_job_size)
+    else:
+        log.info("stalkd listening on %s, data dir %s, durability %s, max job size %d",
+                 cfg.address, cfg.data_dir, cfg.durability, cfg.max_job_size)
+        log.info("recovered %s in %.3fs", info, recovery_s)
+    server = await loop.create_server(srv.new_connection, sock=sock, backlog=1024)
+    log.info("serving %.0f ms after start", (time.monotonic() - t_exec) * 1000)
+
+    def on_term(signame: str) -> None:
+        if not stop.is_set():
+            log.info("%s: stopping (no new connections, finishing replies)", signame)
+            stop.set()
+
+    loop.add_signal_handler(signal.SIGTERM, on_term, "SIGTERM")
+    loop.add_signal_handler(signal.SIGINT, on_term, "SIGINT")
+    loop.add_signal_handler(signal.SIGUSR1, srv.drain)
+    srv.start_maintenance()
+    await stop.wait()
+
+    server.close()
+    srv.begin_stop()
+    deadline = time.monotonic() + STOP_GRACE
+    if (storage is not None and srv.failed is None
+            and not await srv.wait_durable(STOP_GRACE * 0.75)):
+        log.error("last WAL sync did not finish in time; unsent replies are dropped")
+    srv.finish_stop()
+    # Let the transports write what they hold, bounded by the grace period.
+    while any(c.transport is not None and not c.lost and c.transport.get_write_buffer_size()
+              for c in srv.conns.values()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    if storage is not None:
+        try:
+            storage.sync()
+            storage.close()
+        except Exception as e:
+            log.error("closing the WAL failed: %s", e)
+            code = EXIT_FATAL
+    log.info("stopped (exit %d)", code)
+    return code
+
+
+def run(cfg: Config, sock: socket.socket, t_exec: float) -> int:
+    """Serve on the already-listening ``sock`` until SIGTERM/SIGINT; returns the exit status."""
+    setup_logging(cfg.effective_log_level)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(_main(cfg, sock, t_exec))
