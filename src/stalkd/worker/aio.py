@@ -112,8 +112,7 @@ class AsyncWorker(WorkerBase):
         while not self.stopping.is_set():
             try:
                 if conn is None:
-                    conn = await AsyncConn.open(self.app.address,
-                                                timeout=self.app.client_timeout + self.reserve_timeout)
+                    conn = await AsyncConn.open(self.app.address, timeout=self.app.client_timeout)
                     await conn.watch_only(self.tubes)
                     conns.append(conn)
                 got = await conn.reserve(timeout=self.reserve_timeout)

@@ -6,6 +6,8 @@ dependency that completed is normal flow for the worker, not an error).
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from typing import Any
 
 from stalkd.client import AsyncClient, Client, errors
@@ -23,6 +25,15 @@ class Conn:
         self.client = Client(address, timeout=timeout)
 
     def close(self) -> None:
+        self.client.close()
+
+    def abort(self) -> None:
+        """Close from another thread: shut the socket down first, so a ``recv`` blocked in the
+        owning thread returns and the server sees the disconnect (and releases our jobs) now."""
+        sock = getattr(self.client, "_sock", None)  # BUG: no public hook in Client for this yet
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         self.client.close()
 
     def watch_only(self, tubes: list[str]) -> None:

@@ -15,8 +15,10 @@ import os
 import signal
 import time
 from multiprocessing.process import BaseProcess
+from types import FrameType
 from typing import TYPE_CHECKING
 
+from stalkd.worker.middleware.shutdown import Shutdown
 from stalkd.worker.runner import ThreadWorker, WorkerBase
 
 if TYPE_CHECKING:
@@ -30,6 +32,17 @@ __all__ = ["ProcessWorker"]
 def _child(app: App, tubes: list[str], threads: int, grace: float, reserve_timeout: int) -> None:
     worker = ThreadWorker(app, concurrency=threads, tubes=tubes, grace=grace,
                           reserve_timeout=reserve_timeout)
+    received = 0
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        nonlocal received
+        received += 1
+        worker.stop(now=received > 1)
+
+    # The parent forwards SIGTERM; Ctrl-C reaches the whole group, so only the parent acts on it.
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker.app.middleware = [m for m in worker.app.middleware if not isinstance(m, Shutdown)]
     os._exit(worker.run())
 
 

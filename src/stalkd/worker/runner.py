@@ -151,7 +151,7 @@ class ThreadWorker(WorkerBase):
         while not self.stopping.is_set():
             try:
                 if conn is None:
-                    conn = Conn(self.app.address, timeout=self.app.client_timeout + self.reserve_timeout)
+                    conn = Conn(self.app.address, timeout=self.app.client_timeout)
                     conn.watch_only(self.tubes)
                     with self._conns_lock:
                         self._conns.append(conn)
@@ -172,12 +172,12 @@ class ThreadWorker(WorkerBase):
         if conn is not None:
             self._forget(conn)
 
-    def _forget(self, conn: Conn) -> None:
+    def _forget(self, conn: Conn, *, abort: bool = False) -> None:
         with self._conns_lock:
             if conn in self._conns:
                 self._conns.remove(conn)
         with contextlib.suppress(OSError):
-            conn.close()
+            conn.abort() if abort else conn.close()
 
     def run(self) -> int:
         for m in self.app.middleware:
@@ -189,6 +189,8 @@ class ThreadWorker(WorkerBase):
         try:
             while not self.stopping.wait(0.5):  # a timed wait keeps signal handlers responsive
                 pass
+            log.info("draining: no new reservations; in-flight jobs get %.0fs (signal again to "
+                     "release them now)", self.grace)
             deadline = time.monotonic() + self.grace
             for t in threads:
                 while t.is_alive() and not self.stop_now.is_set():
@@ -201,7 +203,7 @@ class ThreadWorker(WorkerBase):
             with self._conns_lock:
                 leftover = list(self._conns)
             for conn in leftover:
-                self._forget(conn)
+                self._forget(conn, abort=True)
             for m in self.app.middleware:
                 m.on_worker_stop(self)
         busy = sum(t.is_alive() for t in threads)

@@ -1,0 +1,123 @@
+"""``stalkd worker``, ``stalkd failed`` and ``stalkd retry``.
+
+    stalkd worker myapp.tasks:app --concurrency 8 --mode threads
+    stalkd failed --address 127.0.0.1:11300          # dead letters with their errors
+    stalkd retry 42 43                                # kick those jobs back (or --all)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from stalkd.worker.app import FAILED_TUBE, App
+
+__all__ = ["worker", "failed", "retry", "load_app"]
+
+
+def load_app(spec: str) -> App:
+    """``module:attr`` -> the App object (the current directory is importable, as with
+    ``python -m``)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise SystemExit(f"stalkd worker: expected module:app, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    obj = getattr(importlib.import_module(module_name), attr or "app")
+    if not isinstance(obj, App):
+        raise SystemExit(f"stalkd worker: {spec} is a {type(obj).__name__}, not a stalkd App")
+    return obj
+
+
+def worker(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="stalkd worker", description="Run the tasks of an app.")
+    p.add_argument("app", help="module:attribute of the stalkd.App")
+    p.add_argument("-c", "--concurrency", type=int, default=1, help="slots (threads, processes "
+                   "or asyncio tasks; default 1)")
+    p.add_argument("-m", "--mode", choices=("threads", "processes", "asyncio"), default="threads")
+    p.add_argument("--threads-per-process", type=int, default=1, help="with --mode processes")
+    p.add_argument("-a", "--address", help="server HOST:PORT (default: the app's)")
+    p.add_argument("-t", "--tubes", help="comma-separated tubes to watch (default: all tasks')")
+    p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight jobs get to "
+                   "finish after SIGTERM before they are released (default 30)")
+    p.add_argument("--log-level", default="INFO")
+    args = p.parse_args(list(argv))
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(process)d %(levelname).1s %(message)s")
+    app = load_app(args.app)
+    if args.address:
+        app.address = args.address
+    from stalkd.worker import make_worker
+
+    kw: dict[str, object] = {"grace": args.grace}
+    if args.tubes:
+        kw["tubes"] = [t for t in args.tubes.split(",") if t]
+    if args.mode == "processes":
+        kw["threads"] = args.threads_per_process
+    w = make_worker(app, mode=args.mode, concurrency=args.concurrency, **kw)
+    logging.getLogger("stalkd.worker").info(
+        "worker pid=%d mode=%s concurrency=%d server=%s tubes=%s", os.getpid(), args.mode,
+        args.concurrency, app.address, ",".join(w.tubes))
+    return w.run()
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-a", "--address", default="127.0.0.1:11300", help="server HOST:PORT")
+    p.add_argument("--failed-tube", default=FAILED_TUBE, help=f"default {FAILED_TUBE}")
+
+
+def failed(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="stalkd failed",
+                                description="List dead-lettered jobs with their errors.")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--traceback", action="store_true", help="print full tracebacks")
+    args = p.parse_args(list(argv))
+    from stalkd.worker.deadletter import list_failed
+
+    jobs = list_failed(args.address, args.failed_tube)
+    for f in jobs:
+        r = f.record
+        if args.json:
+            print(json.dumps({"job_id": r.job_id, "tube": r.tube, "task": r.task,
+                              "attempts": r.attempts, "error": r.error,
+                              "failed_at": r.failed_at, "traceback": r.traceback}))
+            continue
+        when = dt.datetime.fromtimestamp(r.failed_at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        print(f"job {r.job_id}  tube={r.tube} task={r.task} attempts={r.attempts} "
+              f"failed={when}Z  {r.error}")
+        if args.traceback:
+            print("    " + r.traceback.rstrip().replace("\n", "\n    "))
+    if not args.json:
+        print(f"{len(jobs)} dead-lettered job(s) in {args.failed_tube} on {args.address}",
+              file=sys.stderr)
+    return 0
+
+
+def retry(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="stalkd retry",
+                                description="Kick dead-lettered jobs back to ready.")
+    _common(p)
+    p.add_argument("ids", nargs="*", type=int, help="original job ids (see stalkd failed)")
+    p.add_argument("--all", action="store_true", help="retry every dead-lettered job")
+    p.add_argument("--fresh", action="store_true", help="re-put a copy with fresh attempts "
+                   "instead of kicking (the buried original is deleted)")
+    args = p.parse_args(list(argv))
+    if not args.ids and not args.all:
+        p.error("give job ids or --all")
+    from stalkd.worker.deadletter import retry_failed
+
+    results = retry_failed(args.address, args.failed_tube,
+                           job_ids=None if args.all else set(args.ids), fresh=args.fresh)
+    for r in results:
+        print(f"job {r.job_id}: {r.outcome}")
+    missing = set(args.ids) - {r.job_id for r in results}
+    for jid in sorted(missing):
+        print(f"job {jid}: no dead-letter record in {args.failed_tube}", file=sys.stderr)
+    return 1 if missing else 0

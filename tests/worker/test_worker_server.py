@@ -1,0 +1,219 @@
+"""The worker through a real server (Debian's beanstalkd): retries with the backoff schedule,
+dead letters and the failed/retry commands, heartbeats past the TTR, time limits, unique keys,
+dependencies, and the three concurrency modes. Workers run in a thread of the test process and
+are stopped with ``worker.stop()``; the server is observed with greenstalk."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import greenstalk
+import pytest
+from worker_probe import Probe, queue_server, wait_for
+
+from stalkd.worker import App, Backoff, NonRetryable, make_worker
+from stalkd.worker.cli import failed, retry
+from stalkd.worker.context import JobContext, Release
+from stalkd.worker.middleware import Heartbeat, Middleware, Retries, TimeLimit
+
+_FIXTURES = (queue_server,)  # the parametrised `server` fixture (beanstalkd, stalkd)
+
+
+
+class Recorder(Middleware):
+    """Remembers what the worker decided, and the server's view right after each release."""
+
+    def __init__(self, address: str) -> None:
+        self.probe = Probe(address)  # its own connection: hooks run on worker threads
+        self.retries: list[tuple[int, int, dict[str, Any] | None]] = []
+        self.done: list[int] = []
+
+    def on_retry(self, ctx: JobContext, action: Release) -> None:
+        self.retries.append((ctx.attempt or 0, action.delay, self.probe.job(ctx.job_id)))
+
+    def after_process(self, ctx: JobContext) -> None:
+        if ctx.exception is None:
+            self.done.append(ctx.job_id)
+
+
+@contextlib.contextmanager
+def running(app: App, mode: str = "threads", concurrency: int = 1, **kw: Any) -> Iterator[Any]:
+    w = make_worker(app, mode=mode, concurrency=concurrency, reserve_timeout=1, **kw)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        yield w
+    finally:
+        w.stop(now=True)
+        t.join(timeout=20)
+        assert not t.is_alive(), "worker did not stop"
+
+
+@pytest.fixture
+def probe(server: Any) -> Iterator[Probe]:
+    p = Probe(server.address)
+    yield p
+    p.close()
+
+
+def test_retries_follow_the_backoff_schedule_then_dead_letter(server: Any, probe: Probe,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    rec = Recorder(server.address)
+    app = App(server.address, middleware=[rec, Retries(), Heartbeat()])
+
+    @app.task(tube="flaky", max_attempts=3, backoff=Backoff(base=1, factor=2, jitter=0), ttr=10)
+    def flaky(payload: dict[str, int]) -> None:
+        raise ConnectionError(f"upstream down for order {payload['order']}")
+
+    # Given a job whose handler always fails
+    job_id = flaky.put({"order": 7})
+    assert job_id is not None
+    with running(app):
+        # When the worker has tried it max_attempts times
+        wait_for(lambda: (probe.job(job_id) or {}).get("state") == "buried", what="bury")
+    # Then it was released with delays 1 s and 2 s (the server saw them), then buried
+    assert [(a, d) for a, d, _ in rec.retries] == [(1, 1), (2, 2)]
+    assert [s["delay"] for _, _, s in rec.retries if s] == [1, 2]
+    stats = probe.job(job_id)
+    assert stats is not None and stats["releases"] == 2 and stats["buries"] == 1
+    # And `stalkd failed` shows the error where a person can find it
+    assert failed(["--address", server.address]) == 0
+    out = capsys.readouterr().out
+    assert f"job {job_id}  tube=flaky task=flaky attempts=3" in out
+    assert "ConnectionError: upstream down for order 7" in out
+    # And listing did not consume the record
+    assert probe.count("stalkd.failed", "ready") == 1
+    # When `stalkd retry` is run for it, Then the job is ready again and the record gone
+    assert retry(["--address", server.address, str(job_id)]) == 0
+    assert (probe.job(job_id) or {}).get("state") == "ready"
+    assert probe.count("stalkd.failed", "ready") == 0
+
+
+def test_non_retryable_error_is_buried_on_first_failure(server: Any, probe: Probe) -> None:
+    app = App(server.address, middleware=[Retries()])
+
+    @app.task(max_attempts=5)
+    def charge(payload: int) -> None:
+        raise NonRetryable("card declined")
+
+    job_id = charge.put(1)
+    assert job_id is not None
+    with running(app):
+        wait_for(lambda: (probe.job(job_id) or {}).get("state") == "buried", what="bury")
+    assert (probe.job(job_id) or {})["releases"] == 0
+
+
+def test_heartbeat_keeps_a_job_past_its_ttr(server: Any, probe: Probe) -> None:
+    hb = Heartbeat()
+    app = App(server.address, middleware=[Retries(), hb])
+    release = threading.Event()
+    started = threading.Event()
+
+    @app.task(ttr=2)
+    def slow(payload: None) -> None:
+        started.set()
+        release.wait(30)
+
+    job_id = slow.put(None)
+    assert job_id is not None
+    thief = Probe(server.address)
+    thief.c.watch("slow")
+    try:
+        with running(app):
+            assert started.wait(10)
+            # When another worker waits on the tube for twice the job's TTR
+            # (beanstalkd 1.12 only expires a TTR while someone waits, so the thief is needed)
+            with pytest.raises(greenstalk.TimedOutError):
+                thief.c.reserve(timeout=4)
+            # Then it never got the job: the worker kept it alive, and it never timed out
+            stats = probe.job(job_id)
+            assert stats is not None and stats["state"] == "reserved" and stats["timeouts"] == 0
+            assert hb.touches >= 2
+            release.set()
+            wait_for(lambda: probe.job(job_id) is None, what="delete")
+    finally:
+        thief.close()
+
+
+def test_time_limit_fails_the_attempt(server: Any, probe: Probe) -> None:
+    rec = Recorder(server.address)
+    app = App(server.address, middleware=[rec, Retries(), TimeLimit()])
+    gate = threading.Event()
+
+    @app.task(max_attempts=2, time_limit=0.5, backoff=Backoff(base=0, jitter=0))
+    def stuck(payload: None) -> None:
+        while not gate.is_set():  # pure-Python loop, so the async exception can land
+            gate.wait(0.01)
+
+    job_id = stuck.put(None)
+    assert job_id is not None
+    with running(app):
+        wait_for(lambda: (probe.job(job_id) or {}).get("state") == "buried", what="bury")
+    assert [a for a, _, _ in rec.retries] == [1]
+
+
+def test_unique_key_makes_duplicates_no_ops_until_the_job_completes(server: Any,
+                                                                    probe: Probe) -> None:
+    app = App(server.address, middleware=[Retries()])
+    runs: list[int] = []
+    task = app.task(runs.append, name="charge")
+    # Given a pending job holding key "order-9"
+    first = task.put(1, key="order-9")
+    # When the same key is put again, Then nothing is queued
+    assert first is not None and task.put(2, key="order-9") is None
+    assert probe.count("charge", "ready") == 1
+    with running(app):
+        wait_for(lambda: probe.job(first) is None, what="completion")
+    # When it has completed, Then the key is free again
+    again = task.put(3, key="order-9")
+    assert again is not None and again != first
+    assert runs == [1]
+
+
+def test_a_dependent_job_waits_for_its_dependency(server: Any, probe: Probe) -> None:
+    app = App(server.address, middleware=[Retries()])
+    order: list[str] = []
+    gate = threading.Event()
+
+    @app.task(tube="a")
+    def a(p: None) -> None:
+        gate.wait(30)
+        order.append("a")
+
+    @app.task(tube="b", depends_poll=1)
+    def b(p: None) -> None:
+        order.append("b")
+
+    a.put(None, key="A")
+    b.put(None, depends_on=["A"])
+    with running(app, concurrency=2):
+        # While a is running, b keeps being deferred (re-put with a delay), never run
+        wait_for(lambda: probe.count("b", "delayed") == 1, what="b deferred")
+        assert order == []
+        gate.set()
+        wait_for(lambda: order == ["a", "b"], what="a then b")
+
+
+@pytest.mark.parametrize("mode", ["threads", "asyncio", "processes"])
+def test_every_mode_runs_every_job_once(server: Any, probe: Probe, mode: str,
+                                        tmp_path: Any) -> None:
+    app = App(server.address, middleware=[Retries()])
+    out = tmp_path / "done"
+    out.mkdir()
+
+    @app.task(tube="m")
+    def mark(p: int) -> None:
+        # A file per job: works across processes too.
+        (out / str(p)).touch()
+
+    n = 40
+    for i in range(n):
+        mark.put(i)
+    with running(app, mode=mode, concurrency=3):
+        wait_for(lambda: len(list(out.iterdir())) == n and probe.count("m", "ready") == 0
+                 and probe.count("m", "reserved") == 0, what=f"{n} jobs done")
+    assert sorted(int(p.name) for p in out.iterdir()) == list(range(n))
+    assert (probe.tube("m") or {}).get("current-jobs-buried", 0) == 0

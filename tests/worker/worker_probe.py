@@ -1,0 +1,91 @@
+"""Test helpers: observe a queue server with greenstalk (independent of the code under test)
+and wait on conditions with a deadline instead of sleeping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import greenstalk
+
+T = TypeVar("T")
+
+
+def wait_for(cond: Callable[[], T], timeout: float = 20.0, what: str = "condition") -> T:
+    """Poll ``cond`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Probe:
+    """A greenstalk connection for looking at the server."""
+
+    def __init__(self, address: str) -> None:
+        host, port = address.split(":")
+        self.c = greenstalk.Client((host, int(port)), encoding=None)
+
+    def close(self) -> None:
+        self.c.close()
+
+    def job(self, job_id: int) -> dict[str, Any] | None:
+        try:
+            return dict(self.c.stats_job(job_id))
+        except greenstalk.NotFoundError:
+            return None
+
+    def tube(self, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.c.stats_tube(name))
+        except greenstalk.NotFoundError:
+            return None
+
+    def count(self, tube: str, state: str) -> int:
+        s = self.tube(tube)
+        return int(s[f"current-jobs-{state}"]) if s else 0
+
+
+# --- servers ------------------------------------------------------------------------------
+
+import importlib.util  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+from conftest import ServerProcess, free_port, start_beanstalkd, wait_for_port  # noqa: E402
+
+
+def start_stalkd() -> ServerProcess:
+    """``stalkd serve`` in memory on an ephemeral loopback port (skips until it is built)."""
+    if importlib.util.find_spec("stalkd.server.cli") is None:
+        pytest.skip("stalkd serve is not built yet (no stalkd.server.cli)")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1",
+                             "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port("127.0.0.1", port, proc=proc)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return ServerProcess("127.0.0.1", port, proc)
+
+
+@pytest.fixture(name="server",
+                params=[pytest.param("beanstalkd", marks=pytest.mark.beanstalkd), "stalkd"])
+def queue_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """A fresh queue server: Debian's beanstalkd, then stalkd (same test body for both)."""
+    s = start_beanstalkd() if request.param == "beanstalkd" else start_stalkd()
+    s.kind = request.param  # type: ignore[attr-defined]
+    try:
+        yield s
+    finally:
+        s.stop()
