@@ -1,0 +1,118 @@
+"""Full disk and failing fsync: refused appends write nothing, the log stays readable, and works
+again once space returns; an fsync error is fatal for the log object."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import stalkd.log.log as log_module
+from stalkd.log import Log, LogError, LogFullError
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted for this test (needs root and mount; skipped where the machine forbids it)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small file system needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, timeout=30)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
+
+
+def test_real_full_disk_refuses_then_recovers(small_fs: Path) -> None:
+    ballast = small_fs / "ballast"
+    ballast.write_bytes(b"\1" * (1024 * 1024))
+    d = small_fs / "log"
+    payload = b"p" * 1000
+    written: list[int] = []
+    with Log.open(d, segment_size=128 * 1024, durability="always") as log:
+        with pytest.raises(LogFullError, match="no space for a new") as exc:
+            for _ in range(10_000):
+                written.append(log.append(payload))
+        assert str(d) in str(exc.value)
+        assert len(written) > 100 and log.next_offset == len(written)
+        # The log is consistent and readable after the refusal
+        assert [f.offset for f in log.read(0)] == written
+        with pytest.raises(LogFullError):
+            log.append_many([payload] * 200)  # still full: a whole batch is refused, nothing written
+        assert log.next_offset == len(written)
+        # Once space returns, appends work again
+        ballast.unlink()
+        more = log.append_many([payload] * 200)
+        assert more == (len(written), len(written) + 199)
+    with Log.open(d, segment_size=128 * 1024) as log:
+        assert log.next_offset == len(written) + 200
+        assert all(f.bytes() == payload for f in log.read(0))
+
+
+def test_injected_allocation_failure_at_the_segment_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Log.open(tmp_path, segment_size=4096, durability="always") as log:
+        log.append_many([b"a" * 100] * 20)  # 20 frames of 128 B: the first segment holds 31
+        before = log.next_offset
+        real = log_module._allocate
+
+        def full(fd: int, size: int) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(log_module, "_allocate", full)
+        # A batch that would cross into a new segment is refused whole
+        with pytest.raises(LogFullError, match="offset 31"):
+            log.append_many([b"b" * 100] * 20)
+        assert log.next_offset == before
+        assert not list(tmp_path.glob("*.tmp")) and len(list(tmp_path.glob("seg-*.log"))) == 1
+        assert log.append(b"fits") == before  # what still fits in the segment is accepted
+        monkeypatch.setattr(log_module, "_allocate", real)
+        first, last = log.append_many([b"c" * 100] * 20)
+        assert (first, last) == (before + 1, before + 20)
+    with Log.open(tmp_path, segment_size=4096) as log:
+        assert [f.bytes()[:1] for f in log.read(0)] == [b"a"] * 20 + [b"f"] + [b"c"] * 20
+
+
+def test_fsync_error_is_fatal_for_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = Log.open(tmp_path, durability="always")
+    log.append(b"safe")
+    real = os.fdatasync
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with pytest.raises(LogError, match="fsync .* failed"):
+        log.append(b"lost?")
+    monkeypatch.setattr(os, "fdatasync", real)
+    # Never swallowed: every later operation refuses, naming the failure
+    with pytest.raises(LogError, match="failed"):
+        log.append(b"more")
+    with pytest.raises(LogError, match="failed"):
+        log.sync()
+    log.close()
+    with Log.open(tmp_path) as again:  # reopening recovers what is on disk
+        assert next(iter(again.read(0))).bytes() == b"safe"
+
+
+def test_fsync_error_fails_pending_tickets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = Log.open(tmp_path, durability="always")
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    t = log.submit([b"x"])
+    with pytest.raises(LogError, match="failed"):
+        t.wait(timeout=60)
+    assert t.done() and isinstance(t.exception(), LogError)
+    monkeypatch.undo()
+    log.close()
