@@ -20,10 +20,7 @@ def main() -> None:
             n = rng.choice((1, 1, 1, 2, 7))
             first = log.next_offset
             batch = [b"%d:" % (first + i) + b"." * rng.randrange(0, 300) for i in range(n)]
-            if n == 1:
-                last = log.append(batch[0])
-            else:
-                last = log.append_many(batch)[1]
+            last = log.append(batch[0]) if n == 1 else log.append_many(batch)[1]
             out.write(f"{last}\n")
             out.flush()
 
