@@ -104,6 +104,16 @@ class IndexedHeap(Generic[T]):
         else:
             self._down(i)
 
+    def load(self, pairs: list[tuple[int, T]]) -> None:
+        """Fill an empty heap from (key, item) pairs at once (recovery): a sorted list is a heap."""
+        if self._keys:
+            raise ValueError("load() needs an empty heap")
+        pairs.sort(key=lambda kv: kv[0])
+        self._keys = [k for k, _ in pairs]
+        self._items = [it for _, it in pairs]
+        for i, it in enumerate(self._items):
+            it.hpos = i
+
     def sorted_items(self) -> list[T]:
         """All items in key order (O(n log n); for snapshots and tests, not hot paths)."""
         order = sorted(range(len(self._keys)), key=self._keys.__getitem__)

@@ -1,0 +1,256 @@
+"""Snapshot files: every live job as a ``model`` JOB record, written incrementally and atomically.
+
+File ``snap-<start seq, 20 digits>.snap`` (written as ``.tmp``, fsynced, then renamed):
+  header   8s magic ``STKSNAP\\0`` | u16 format version (1) | u64 start_seq | u64 start_offset
+  entries  u32 payload length | u32 CRC32C(payload) | payload (``model.encode`` of an Op.JOB record)
+  trailer  u32 0xFFFFFFFF | u64 entry count | u64 next_id | u64 end_seq | u32 CRC32C(header+trailer fields)
+A file without a complete, matching trailer is not a snapshot (a crash mid-write leaves only a
+``.tmp`` that recovery deletes).
+
+A snapshot is *fuzzy*: jobs are copied a chunk at a time while the engine keeps running, each
+entry stamped (in its record ``seq``) with the engine's seq when that job was copied. Recovery
+replays WAL records from ``start_offset`` and applies a record to a job only when its seq is
+greater than the job's stamp (or than ``start_seq`` for jobs not in the snapshot). In a JOB
+entry of a BURIED job, ``deadline_us`` is the seq of its bury: it orders the buried FIFO.
+
+How to change the format (numbered, append to it):
+  1. Bump ``SNAP_VERSION``, keep ``_read_v1``, add a reader for the new version beside it.
+  2. Add ``tests/engine/test_snapshot_vN.py`` with a frozen file image of the new version.
+
+Ensures: ``read_snapshot(path)`` either returns every entry written with its trailer, or raises
+SnapshotError naming the file and byte offset; it never returns a partial snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from stalkd.engine.model import FORMAT_VERSION, HEADER_SIZE, JobState, Op, Record, decode, encode
+
+__all__ = [
+    "SNAP_VERSION", "SnapshotError", "SnapshotHeader", "SnapshotWriter", "list_snapshots",
+    "read_snapshot", "snapshot_name",
+]  # fmt: skip
+
+SNAP_VERSION = 1
+_MAGIC = b"STKSNAP\0"
+_HEAD = struct.Struct("<8sHQQ")
+_ENTRY = struct.Struct("<II")
+_TRAIL = struct.Struct("<IQQQI")
+_END_MARK = 0xFFFFFFFF
+# Fast path over the v1 JOB layout (see model.py): header, then the JOB fixed part.
+_JOB_HEAD = struct.Struct("<BBQqQBIIIqqIIIIIH")
+_U32 = struct.Struct("<I")
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that is incomplete or corrupt (the message names the file and offset)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotHeader:
+    """What a complete snapshot file says about itself."""
+
+    path: str
+    start_seq: int
+    start_offset: int
+    count: int
+    next_id: int
+    end_seq: int
+
+
+def snapshot_name(start_seq: int) -> str:
+    """The file name of the snapshot that starts at ``start_seq``.
+
+    >>> snapshot_name(42)
+    'snap-00000000000000000042.snap'
+    """
+    return f"snap-{start_seq:020d}.snap"
+
+
+def list_snapshots(directory: str) -> list[str]:
+    """Complete-looking snapshot paths, newest (highest start seq) first."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    snaps = sorted((n for n in names if n.startswith("snap-") and n.endswith(".snap")), reverse=True)
+    return [os.path.join(directory, n) for n in snaps]
+
+
+class SnapshotWriter:
+    """Write one snapshot: ``add`` entries in any number of calls, then ``finish``.
+
+    ``fault`` is called with a step name before each step (crash-injection tests raise there).
+
+    >>> import tempfile
+    >>> from stalkd.engine.model import Record, Op
+    >>> d = tempfile.mkdtemp()
+    >>> w = SnapshotWriter(d, start_seq=5, start_offset=9)
+    >>> w.add([Record(Op.JOB, 5, 0, 1, "t", body=b"x")]); p = w.finish(next_id=2, end_seq=5)
+    >>> h, recs = read_snapshot(p); (h.count, [r.job_id for r in recs])
+    (1, [1])
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        start_seq: int,
+        start_offset: int,
+        fault: Callable[[str], None] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.final = os.path.join(directory, snapshot_name(start_seq))
+        self.tmp = self.final + ".tmp"
+        self._fault = fault or (lambda step: None)
+        self._head = _HEAD.pack(_MAGIC, SNAP_VERSION, start_seq, start_offset)
+        self.count = 0
+        self.bytes = 0
+        self._fault("snapshot-open")
+        os.makedirs(directory, exist_ok=True)
+        self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._write(self._head)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        self.bytes += len(data)
+
+    def add(self, records: list[Record]) -> None:
+        """Append JOB records (one chunk; a single write)."""
+        self._fault("snapshot-chunk")
+        parts = []
+        pack = _ENTRY.pack
+        for r in records:
+            p = encode(r)
+            parts.append(pack(len(p), crc32c(p)))
+            parts.append(p)
+        self.count += len(records)
+        self._write(b"".join(parts))
+
+    def finish(self, next_id: int, end_seq: int) -> str:
+        """Trailer, fsync, atomic rename, directory fsync; returns the final path."""
+        self._fault("snapshot-trailer")
+        fields = (_END_MARK, self.count, next_id, end_seq)
+        crc = crc32c(self._head + struct.pack("<IQQQ", *fields))
+        self._write(_TRAIL.pack(*fields, crc))
+        self._fault("snapshot-fsync")
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        self._fault("snapshot-rename")
+        os.replace(self.tmp, self.final)
+        self._fault("snapshot-dirsync")
+        fsync_dir(self.directory)
+        return self.final
+
+    def abort(self) -> None:
+        """Drop the unfinished file (an error or shutdown mid-snapshot)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_header(path: str) -> SnapshotHeader:
+    """Check the header and trailer (not the entries); SnapshotError if incomplete."""
+    with open(path, "rb") as f:
+        head = f.read(_HEAD.size)
+        if len(head) < _HEAD.size:
+            raise SnapshotError(f"{path}: {len(head)}-byte file is shorter than the snapshot header")
+        magic, version, start_seq, start_offset = _HEAD.unpack(head)
+        if magic != _MAGIC:
+            raise SnapshotError(f"{path}: offset 0: not a stalkd snapshot (magic {magic!r})")
+        if version != SNAP_VERSION:
+            raise SnapshotError(f"{path}: offset 8: snapshot version {version} is unknown (this build reads 1)")
+        size = f.seek(0, os.SEEK_END)
+        if size < _HEAD.size + _TRAIL.size:
+            raise SnapshotError(f"{path}: {size} bytes: no trailer (incomplete snapshot)")
+        f.seek(size - _TRAIL.size)
+        mark, count, next_id, end_seq, crc = _TRAIL.unpack(f.read(_TRAIL.size))
+    if mark != _END_MARK or crc != crc32c(head + struct.pack("<IQQQ", mark, count, next_id, end_seq)):
+        raise SnapshotError(f"{path}: offset {size - _TRAIL.size}: bad trailer (incomplete or corrupt snapshot)")
+    return SnapshotHeader(path, start_seq, start_offset, count, next_id, end_seq)
+
+
+def iter_payloads(path: str, header: SnapshotHeader) -> Iterator[memoryview]:
+    """Each entry's payload, CRC-checked; SnapshotError at the first bad one."""
+    with open(path, "rb") as f:
+        data = f.read()
+    buf = memoryview(data)
+    pos = _HEAD.size
+    end = len(data) - _TRAIL.size
+    unpack = _ENTRY.unpack_from
+    n = 0
+    while pos < end:
+        if pos + _ENTRY.size > end:
+            raise SnapshotError(f"{path}: offset {pos}: truncated entry header")
+        length, crc = unpack(buf, pos)
+        pos += _ENTRY.size
+        payload = buf[pos : pos + length]
+        if pos + length > end or crc32c(payload) != crc:
+            raise SnapshotError(f"{path}: offset {pos - _ENTRY.size}: entry {n} fails its CRC")
+        yield payload
+        pos += length
+        n += 1
+    if n != header.count:
+        raise SnapshotError(f"{path}: {n} entries but the trailer says {header.count}")
+
+
+def read_snapshot(path: str) -> tuple[SnapshotHeader, list[Record]]:
+    """Header and all entries as Records (the general, slower reader; see ``iter_jobs`` for speed)."""
+    h = read_header(path)
+    return h, [decode(p) for p in iter_payloads(path, h)]
+
+
+JobTuple = tuple[int, int, str, int, int, int, int, bytes, JobState, int, int, int, int, int, int]
+"""(seq, job_id, tube, pri, delay, ttr, deadline_us, body, state, created_us,
+reserves, timeouts, releases, buries, kicks)"""
+
+
+def iter_jobs(path: str, header: SnapshotHeader) -> Iterator[JobTuple]:
+    """Entries as plain tuples, parsing the v1 JOB layout directly (recovery's hot path)."""
+    unpack = _JOB_HEAD.unpack_from
+    tubes: dict[bytes, str] = {}
+    states = {s.value: s for s in JobState}
+    fixed = _JOB_HEAD.size
+    for p in iter_payloads(path, header):
+        if p[0] != FORMAT_VERSION or p[1] != Op.JOB or len(p) < fixed:
+            r = decode(p)
+            if r.op is not Op.JOB:
+                raise SnapshotError(f"{path}: entry for job {r.job_id} is a {r.op.name} record, not JOB")
+            yield (r.seq, r.job_id, r.tube, r.pri, r.delay, r.ttr, r.deadline_us, r.body, r.state,
+                   r.created_us, r.reserves, r.timeouts, r.releases, r.buries, r.kicks)  # fmt: skip
+            continue
+        (_, _, seq, _, jid, state, pri, delay, ttr, created, deadline,
+         res, tos, rel, bur, kic, tlen) = unpack(p, 0)  # fmt: skip
+        tb = bytes(p[fixed : fixed + tlen])
+        tube = tubes.get(tb)
+        if tube is None:
+            tube = tubes[tb] = tb.decode("ascii")
+        pos = fixed + tlen
+        (blen,) = _U32.unpack_from(p, pos)
+        if pos + 4 + blen != len(p):
+            raise SnapshotError(f"{path}: job {jid}: body length {blen} does not match its entry")
+        yield (seq, jid, tube, pri, delay, ttr, deadline, bytes(p[pos + 4 :]), states[state],
+               created, res, tos, rel, bur, kic)  # fmt: skip
+
+
+assert _JOB_HEAD.size == HEADER_SIZE + 51  # the v1 JOB fixed part (model.py)

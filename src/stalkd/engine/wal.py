@@ -1,0 +1,432 @@
+"""The engine's write-ahead log: records into ``stalkd.log``, snapshots, compaction, recovery.
+
+Directory layout: ``DIR/wal/`` is a ``stalkd.log`` (one frame per ``model`` record) and
+``DIR/snapshots/`` holds ``snap-<seq>.snap`` files (``snapshot.py``).
+
+Compaction = snapshot + retention. When the WAL written since the last snapshot began exceeds
+``max(compact_min_bytes, live bytes)``, ``maintain`` starts a snapshot: it notes the current seq
+and log offset, then copies ``chunk_jobs`` jobs per call (so the event loop is never held for
+long), and finally hands the file to a background thread that fsyncs it, renames it into place,
+fsyncs the directory, drops (or archives) WAL segments wholly below the snapshot's start offset,
+and deletes older snapshots. Disk use therefore stays near live data + one snapshot's worth of
+WAL + a segment, however long jobs churn.
+
+Ensures: at every instant (any crash point of the steps above) the directory holds either the
+previous complete snapshot with all WAL segments it needs, or the new complete snapshot with all
+WAL segments it needs; ``recover`` rebuilds exactly the durable state written before the crash
+(PROTOCOL.md §8 semantics: reserved jobs come back ready, delays keep their wall-clock deadline,
+ids continue).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from stalkd.engine.engine import Engine
+from stalkd.engine.heap import pack
+from stalkd.engine.job import URGENT_THRESHOLD, Job
+from stalkd.engine.model import JobState, Op, Record, RecordFormatError, decode, encode
+from stalkd.engine.replay import durable_record, finish, replay
+from stalkd.engine.snapshot import (
+    SnapshotError,
+    SnapshotHeader,
+    SnapshotWriter,
+    fsync_dir,
+    iter_jobs,
+    list_snapshots,
+    read_header,
+)
+from stalkd.engine.tube import Tube
+from stalkd.log import Log
+
+__all__ = ["RecoveryInfo", "Wal", "WalError"]
+
+LOG_DIR = "wal"
+SNAP_DIR = "snapshots"
+_FRAME_OVERHEAD = 32  # approximate bytes a log frame adds to a payload (header, CRC, padding)
+
+
+class WalError(Exception):
+    """The WAL directory cannot give back the acknowledged state (names the files concerned)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryInfo:
+    """What ``recover`` did: ``jobs`` live jobs; ``records_replayed`` WAL records applied after the
+    snapshot (``snapshot`` path or None); ``discarded`` incomplete snapshot files removed."""
+
+    jobs: int
+    snapshot: str | None
+    snapshot_jobs: int
+    records_replayed: int
+    seconds: float
+    discarded: tuple[str, ...]
+
+
+class _Snap:
+    """An in-progress snapshot (loop-thread state)."""
+
+    def __init__(self, writer: SnapshotWriter, start_offset: int, ids: list[int]) -> None:
+        self.writer = writer
+        self.start_offset = start_offset
+        self.ids = ids
+        self.pos = 0
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+
+class Wal:
+    """Persistence for one engine.
+
+    >>> import tempfile
+    >>> from stalkd.engine.commands import Put
+    >>> d = tempfile.mkdtemp()
+    >>> with Wal.open(d, durability="never") as wal:
+    ...     eng, info = wal.recover(now=100.0)
+    ...     eng.connect(1, 100.0)
+    ...     out = eng.apply(1, Put(0, 0, 60, b"x"), 100.0)
+    ...     wal.write(out.records); wal.sync()
+    >>> with Wal.open(d, durability="never") as wal:
+    ...     eng, info = wal.recover(now=101.0)
+    >>> sorted(eng.jobs), info.records_replayed
+    ([1], 1)
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        log: Log,
+        durability: str,
+        segment_size: int,
+        compact_min_bytes: int,
+        chunk_jobs: int,
+        background: bool,
+        fault: Callable[[str], None] | None,
+    ) -> None:
+        self.directory = directory
+        self.snap_dir = os.path.join(directory, SNAP_DIR)
+        self.log = log
+        self.durability = durability
+        self.segment_size = segment_size
+        self.compact_min_bytes = compact_min_bytes
+        self.chunk_jobs = chunk_jobs
+        self.background = background
+        self._fault = fault or (lambda step: None)
+        self.last_seq = 0
+        self.records_written = 0
+        self.records_migrated = 0
+        self.snapshots_written = 0
+        self._bytes_since_snapshot = 0
+        self._snap: _Snap | None = None
+        self._recovered = False
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        durability: str = "always",
+        segment_size: int = 64 * 2**20,
+        archive: bool = False,
+        compact_min_bytes: int | None = None,
+        chunk_jobs: int = 4096,
+        background: bool = True,
+        fault: Callable[[str], None] | None = None,
+    ) -> Wal:
+        """Open (creating) the WAL in ``directory``; call ``recover`` next.
+
+        ``durability`` is the log policy (``always``, ``every:<ms>``, ``never``); ``fault`` is
+        called with a step name at each snapshot/compaction step (crash-injection tests).
+        """
+        d = os.fspath(directory)
+        os.makedirs(os.path.join(d, SNAP_DIR), exist_ok=True)
+        log = Log.open(os.path.join(d, LOG_DIR), segment_size=segment_size,
+                       durability=durability, archive=archive)  # fmt: skip
+        return cls(d, log, durability, segment_size,
+                   segment_size if compact_min_bytes is None else compact_min_bytes,
+                   chunk_jobs, background, fault)  # fmt: skip
+
+    def __enter__(self) -> Wal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- recovery -----------------------------------------------------------------------------
+
+    def recover(self, now: float, *, max_job_size: int = 65535) -> tuple[Engine, RecoveryInfo]:
+        """Rebuild the engine: newest complete snapshot, then every later WAL record."""
+        t0 = time.perf_counter()
+        discarded = []
+        for name in os.listdir(self.snap_dir):
+            if name.endswith(".tmp"):
+                os.unlink(os.path.join(self.snap_dir, name))
+                discarded.append(name)
+        header: SnapshotHeader | None = None
+        for path in list_snapshots(self.snap_dir):
+            try:
+                header = read_header(path)
+                break
+            except SnapshotError:
+                discarded.append(path)  # kept on disk for a human; an older snapshot may serve
+        bounds = self.log.segment_bounds()
+        oldest = bounds[0][0] if bounds else 0
+        need = header.start_offset if header else 0
+        if oldest > need:
+            raise WalError(
+                f"{self.directory}: the WAL starts at offset {oldest} but "
+                + (f"snapshot {header.path} needs records from offset {need}" if header
+                   else "no complete snapshot exists to cover the records before it")  # fmt: skip
+                + "; restore the missing snapshot or segments (see discarded: "
+                + ", ".join(discarded) + ")"
+            )
+        e = Engine(max_job_size=max_job_size)
+        fresh: dict[int, int] = {}
+        start_seq = 0
+        if header is not None:
+            try:
+                fresh = _load_snapshot(e, header)
+            except SnapshotError as exc:
+                raise WalError(f"{exc}; move the file away to fall back to an older snapshot") from exc
+            start_seq = header.start_seq
+            e.seq = max(e.seq, header.end_seq)
+            e.next_id = max(e.next_id, header.next_id)
+        replayed = 0
+        for frame in self.log.read(need):
+            try:
+                r = decode(frame.payload)
+            except RecordFormatError as exc:
+                raise WalError(f"{self.log.path}: record at offset {frame.offset}: {exc}") from exc
+            if r.seq <= start_seq or r.op is Op.UNKNOWN:
+                continue
+            stamp = fresh.get(r.job_id)
+            if stamp is not None and r.seq <= stamp:
+                continue
+            replay(e, r)
+            replayed += 1
+        finish(e)
+        e.tick(now)
+        self.last_seq = e.seq
+        self._recovered = True
+        info = RecoveryInfo(len(e.jobs), header.path if header else None, header.count if header else 0,
+                            replayed, time.perf_counter() - t0, tuple(discarded))  # fmt: skip
+        return e, info
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def write(self, records: Iterable[Record]) -> None:
+        """Write records now (no fsync), in seq order. Call on the loop thread after each step."""
+        recs = records if isinstance(records, (list, tuple)) else list(records)
+        if not recs:
+            return
+        payloads = [encode(r) for r in recs]
+        self.log.write_many(payloads)
+        self.records_written += len(payloads)
+        self._bytes_since_snapshot += sum(map(len, payloads)) + _FRAME_OVERHEAD * len(payloads)
+        self.last_seq = recs[-1].seq
+
+    def sync(self) -> None:
+        """Make everything written durable under the policy (thread-safe; group commit)."""
+        if self.durability == "always":
+            self.log.sync()
+
+    # --- compaction ---------------------------------------------------------------------------
+
+    def compaction_due(self, engine: Engine) -> bool:
+        live = engine.body_bytes + 100 * len(engine.jobs)
+        return self._bytes_since_snapshot >= max(self.compact_min_bytes, live)
+
+    def maintain(self, engine: Engine, now: float) -> bool:
+        """Advance compaction by one bounded step; True while a snapshot is in progress.
+
+        Call it on the loop thread, after ``write`` of every record the engine produced.
+        """
+        s = self._snap
+        if s is None:
+            if not self.compaction_due(engine) or engine.seq != self.last_seq:
+                return False
+            self._begin(engine)
+            return True
+        if s.thread is not None:
+            if s.thread.is_alive():
+                return True
+            self._snap = None
+            if s.error is not None:
+                raise WalError(f"{self.snap_dir}: snapshot failed: {s.error}") from s.error
+            return False
+        self._copy_chunk(engine, s)
+        if s.pos >= len(s.ids):
+            self._complete(engine, s)
+        return self._snap is not None
+
+    def snapshot(self, engine: Engine) -> None:
+        """Take a complete snapshot now (shutdown, tests); finishes one already in progress."""
+        if self._snap is None:
+            self._begin(engine)
+        s = self._snap
+        assert s is not None
+        if s.thread is None:
+            while s.pos < len(s.ids):
+                self._copy_chunk(engine, s)
+            self._complete(engine, s, inline=True)
+        elif s.thread is not None:
+            s.thread.join()
+            self._snap = None
+            if s.error is not None:
+                raise WalError(f"{self.snap_dir}: snapshot failed: {s.error}") from s.error
+
+    def _begin(self, engine: Engine) -> None:
+        if engine.seq != self.last_seq:
+            raise WalError(f"snapshot needs every record written first (engine seq {engine.seq}, "
+                           f"WAL seq {self.last_seq})")  # fmt: skip
+        self._fault("snapshot-begin")
+        writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset, self._fault)
+        self._snap = _Snap(writer, self.log.next_offset, list(engine.jobs))
+        self._bytes_since_snapshot = 0
+
+    def _copy_chunk(self, engine: Engine, s: _Snap) -> None:
+        ids = s.ids[s.pos : s.pos + self.chunk_jobs]
+        s.pos += len(ids)
+        jobs = engine.jobs
+        seq = engine.seq
+        recs = [durable_record(j, seq) for j in (jobs.get(i) for i in ids) if j is not None]
+        try:
+            s.writer.add(recs)
+        except BaseException:
+            s.writer.abort()
+            self._snap = None
+            raise
+        self.records_migrated += len(recs)
+
+    def _complete(self, engine: Engine, s: _Snap, inline: bool = False) -> None:
+        next_id, end_seq = engine.next_id, engine.seq
+        if inline or not self.background:
+            try:
+                self._finalize(s, next_id, end_seq)
+            finally:
+                self._snap = None
+            return
+        s.ids = []
+
+        def run() -> None:
+            try:
+                self._finalize(s, next_id, end_seq)
+            except BaseException as exc:  # handed to the loop thread by maintain()
+                s.error = exc
+
+        s.thread = threading.Thread(target=run, name="stalkd-snapshot", daemon=True)
+        s.thread.start()
+
+    def _finalize(self, s: _Snap, next_id: int, end_seq: int) -> None:
+        try:
+            final = s.writer.finish(next_id, end_seq)
+        except BaseException:
+            s.writer.abort()
+            raise
+        self.snapshots_written += 1
+        self._fault("compact-retain")
+        self.log.retain(s.start_offset)
+        self._fault("compact-drop-old")
+        for old in list_snapshots(self.snap_dir):
+            if old != final and os.path.basename(old) < os.path.basename(final):
+                os.unlink(old)
+        fsync_dir(self.snap_dir)
+
+    # --- status -------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """beanstalkd's binlog-* stats. Indexes are segment base offsets (stalkd has no file numbers)."""
+        bounds = self.log.segment_bounds()
+        return {
+            "binlog-oldest-index": bounds[0][0] if bounds else 0,
+            "binlog-current-index": bounds[-1][0] if bounds else 0,
+            "binlog-records-migrated": self.records_migrated,
+            "binlog-records-written": self.records_written,
+            "binlog-max-size": self.segment_size,
+        }
+
+    def disk_bytes(self) -> int:
+        """Bytes allocated on disk by the WAL segments and snapshots (archive excluded)."""
+        total = 0
+        for root in (self.log.path, self.snap_dir):
+            for name in os.listdir(root):
+                # a background snapshot may delete files between listdir and stat
+                with contextlib.suppress(FileNotFoundError):
+                    st = os.stat(os.path.join(root, name))
+                    if stat.S_ISREG(st.st_mode):
+                        total += st.st_blocks * 512
+        return total
+
+    def close(self) -> None:
+        """Wait for a background snapshot, drop an unfinished one, close the log."""
+        s = self._snap
+        if s is not None:
+            if s.thread is not None:
+                s.thread.join()
+            else:
+                s.writer.abort()
+            self._snap = None
+        self.log.close()
+
+    def abandon(self) -> None:
+        """Release files without finishing anything (what a crash leaves; tests only)."""
+        s = self._snap
+        if s is not None and s.thread is None and s.writer._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(s.writer._fd)
+        self._snap = None
+        self.log._release_files()
+
+
+def _load_snapshot(e: Engine, h: SnapshotHeader) -> dict[int, int]:
+    """Load a snapshot's jobs into an empty engine; returns {job id: copy seq} for jobs copied
+    after the snapshot began (their earlier WAL records must not be applied twice)."""
+    tubes: dict[str, Tube] = {}
+    ready: dict[Tube, list[tuple[int, Job]]] = {}
+    delayed: dict[Tube, list[tuple[int, Job]]] = {}
+    fresh: dict[int, int] = {}
+    jobs = e.jobs
+    start = h.start_seq
+    body_bytes = 0
+    max_id = 0
+    DELAYED, BURIED = JobState.DELAYED, JobState.BURIED
+    for (seq, jid, tname, pri, delay, ttr, deadline, body, state, created,
+         res, tos, rel, bur, kic) in iter_jobs(h.path, h):  # fmt: skip
+        t = tubes.get(tname)
+        if t is None:
+            t = tubes[tname] = e._tube(tname)
+            ready[t] = []
+            delayed[t] = []
+        j = Job(jid, t, pri, delay, ttr, body, JobState.READY, created)
+        j.reserves, j.timeouts, j.releases, j.buries, j.kicks = res, tos, rel, bur, kic
+        if jid in jobs:
+            raise SnapshotError(f"{h.path}: job {jid} appears twice")
+        jobs[jid] = j
+        body_bytes += len(body)
+        if jid > max_id:
+            max_id = jid
+        if seq > start:
+            fresh[jid] = seq
+        if state is DELAYED:
+            j.state = DELAYED
+            j.deadline_us = deadline
+            delayed[t].append((pack(deadline, jid), j))
+        elif state is BURIED:
+            e._to_buried(j, deadline)
+        else:
+            ready[t].append((pack(pri, jid), j))
+            if pri < URGENT_THRESHOLD:
+                t.urgent += 1
+    for t in tubes.values():
+        t.ready.load(ready[t])
+        t.delayed.load(delayed[t])
+        e._retime_tube(t)
+    e.body_bytes += body_bytes
+    e.next_id = max(e.next_id, max_id + 1)
+    return fresh

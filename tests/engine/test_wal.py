@@ -1,0 +1,191 @@
+"""WAL persistence: restart semantics (PROTOCOL.md §8), snapshots, compaction, restart equivalence."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from stalkd.engine import commands as C
+from stalkd.engine.snapshot import list_snapshots
+from stalkd.engine.wal import Wal, WalError
+
+from .walutil import T0, Driver, durable_view, random_step
+
+
+def reopen(path: Path, now: float, durability: str = "never", **kw: object) -> tuple[Wal, Driver]:
+    # "never" still writes every record before returning (it survives a process crash); these
+    # tests check what is written, and per-record fsyncs would only make them slow.
+    wal = Wal.open(path, durability=durability, **kw)  # type: ignore[arg-type]
+    e, _ = wal.recover(now)
+    return wal, Driver(wal, e, now)
+
+
+def test_empty_directory_recovers_to_a_fresh_engine(tmp_path: Path) -> None:
+    wal, d = reopen(tmp_path, T0)
+    assert d.e.jobs == {} and d.e.next_id == 1
+    assert wal.stats()["binlog-records-written"] == 0
+    wal.close()
+
+
+def test_binlog_read_back(tmp_path: Path) -> None:
+    # cttest_binlog_read: job 1 released with delay 1, job 2 deleted; after restart job 1 can
+    # be reserved and `delete 2` is NOT_FOUND.
+    wal, d = reopen(tmp_path, T0, durability="always")
+    assert d.do(1, C.Put(0, 0, 100, b"a")) == C.Reply("INSERTED", (1,))
+    assert d.do(1, C.Put(0, 0, 100, b"b")) == C.Reply("INSERTED", (2,))
+    d.do(1, C.Reserve())
+    assert d.do(1, C.Release(1, 0, 1)) == C.Reply("RELEASED")
+    assert d.do(1, C.Delete(2)) == C.Reply("DELETED")
+    wal.close()
+    wal, d = reopen(tmp_path, T0 + 2)
+    assert d.do(1, C.ReserveWithTimeout(0)) == C.JobReply("RESERVED", 1, b"a")
+    assert d.do(1, C.Delete(2)) == C.Reply("NOT_FOUND")
+    assert d.do(1, C.Put(0, 0, 5, b"c")) == C.Reply("INSERTED", (3,))  # ids continue
+    wal.close()
+
+
+def test_restart_keeps_states_deadlines_and_counters(tmp_path: Path) -> None:
+    wal, d = reopen(tmp_path, T0)
+    for body in (b"ready", b"reserved", b"buried", b"delayed", b"rj-delayed"):
+        d.do(1, C.Put(10, 0, 60, body))
+    d.do(1, C.Put(10, 100, 60, b"late"))  # 6: delayed 100 s
+    d.do(2, C.ReserveJob(2))
+    d.do(2, C.ReserveJob(3))
+    d.do(2, C.Bury(3, 77))
+    d.do(2, C.ReserveJob(4))
+    d.do(2, C.Release(4, 5, 50))
+    d.do(2, C.ReserveJob(6))  # reserved from delayed: comes back ready
+    before = durable_view(d.e)
+    wal.close()
+    wal, d2 = reopen(tmp_path, T0 + 10)
+    assert durable_view(d2.e) == before
+    st = {j: d2.e.jobs[j].state.name for j in d2.e.jobs}
+    assert st == {1: "READY", 2: "READY", 3: "BURIED", 4: "DELAYED", 5: "READY", 6: "READY"}
+    assert d2.e.jobs[4].deadline_us == round((T0 + 50) * 1e6)  # wall-clock deadline kept
+    assert (d2.e.jobs[3].pri, d2.e.jobs[3].buries, d2.e.jobs[2].reserves) == (77, 1, 1)
+    wal.close()
+    wal, d3 = reopen(tmp_path, T0 + 60)  # the delay ran out while the server was down
+    assert d3.e.jobs[4].state.name == "READY"
+    wal.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_restart_equivalence_random_histories(tmp_path: Path, seed: int) -> None:
+    """Random history, snapshots taken incrementally (a few jobs per step) at random points,
+    restarts at random points: the recovered durable state always equals the live one."""
+    rng = random.Random(seed)
+    kw = dict(segment_size=4096, compact_min_bytes=rng.choice([0, 2000, 10**9]), chunk_jobs=3,
+              background=False)  # fmt: skip
+    wal, d = reopen(tmp_path, T0, **kw)
+    for _ in range(4):
+        for _ in range(rng.randint(50, 250)):
+            random_step(d, rng)
+            if rng.random() < 0.5:
+                wal.maintain(d.e, d.now)
+        if rng.random() < 0.3:
+            wal.snapshot(d.e)
+        expect = durable_view(d.e)
+        next_id = d.e.next_id
+        now = d.now
+        wal.close()
+        wal, d = reopen(tmp_path, now, **kw)
+        d.e.tick(now)
+        assert durable_view(d.e) == expect
+        assert d.e.next_id >= next_id - 1  # ids of failed puts (never logged) may be reused
+    wal.close()
+
+
+def test_snapshot_covers_history_and_drops_segments(tmp_path: Path) -> None:
+    wal, d = reopen(tmp_path, T0, segment_size=4096, compact_min_bytes=0, chunk_jobs=5, background=False)
+    for i in range(200):
+        d.do(1, C.Put(0, 0, 60, b"x" * 20))
+        if i % 3 == 0:
+            d.do(1, C.Delete(i))
+    segs_before = len(wal.log.segment_bounds())
+    wal.snapshot(d.e)
+    assert len(wal.log.segment_bounds()) < segs_before
+    assert len(list_snapshots(wal.snap_dir)) == 1
+    expect = durable_view(d.e)
+    wal.close()
+    wal, d = reopen(tmp_path, d.now)
+    assert durable_view(d.e) == expect
+    wal.close()
+
+
+def test_background_snapshot_while_writing(tmp_path: Path) -> None:
+    wal, d = reopen(tmp_path, T0, segment_size=8192, compact_min_bytes=4096, chunk_jobs=7)
+    rng = random.Random(7)
+    for _ in range(1500):
+        random_step(d, rng)
+        wal.maintain(d.e, d.now)
+    assert wal.snapshots_written > 0
+    wal.snapshot(d.e)  # wait for / finish the current one
+    expect = durable_view(d.e)
+    now = d.now
+    wal.close()
+    wal, d = reopen(tmp_path, now)
+    d.e.tick(now)
+    assert durable_view(d.e) == expect
+    wal.close()
+
+
+def test_disk_stays_bounded_under_release_with_delay_churn(tmp_path: Path) -> None:
+    seg = 16384
+    # background=False: each snapshot completes inside the maintain() call that finishes it, so
+    # the peak does not depend on how fast a thread's fsyncs are compared with this loop.
+    wal, d = reopen(tmp_path, T0, segment_size=seg, chunk_jobs=16, background=False)
+    for _ in range(50):
+        d.do(1, C.Put(0, 0, 60, bytes(100)))
+    d.do(1, C.Reserve())
+    d.do(1, C.Bury(1, 0))  # a job buried for the whole run
+    peak = 0
+    for cycle in range(3000):
+        jid = 2 + cycle % 49
+        d.do(1, C.ReserveJob(jid))
+        d.do(1, C.Release(jid, 0, 3600))
+        wal.maintain(d.e, d.now)
+        peak = max(peak, wal.disk_bytes())
+    live = d.e.body_bytes + 100 * len(d.e.jobs)
+    assert wal.snapshots_written >= 3
+    assert peak <= 2 * live + 4 * seg + 8192, (peak, live)
+    assert wal.log.segment_bounds()[0][0] > 0  # early segments are gone
+    expect = durable_view(d.e)
+    wal.close()
+    wal, d = reopen(tmp_path, d.now)
+    assert durable_view(d.e) == expect
+    wal.close()
+
+
+def test_incomplete_snapshot_is_ignored(tmp_path: Path) -> None:
+    wal, d = reopen(tmp_path, T0, background=False)
+    d.do(1, C.Put(0, 0, 60, b"a"))
+    wal.snapshot(d.e)
+    d.do(1, C.Put(0, 0, 60, b"b"))
+    expect = durable_view(d.e)
+    wal.close()
+    snaps = list_snapshots(os.path.join(tmp_path, "snapshots"))
+    bogus = Path(snaps[0]).with_name("snap-99999999999999999999.snap")
+    bogus.write_bytes(Path(snaps[0]).read_bytes()[:-3])  # torn trailer
+    (bogus.parent / "snap-00000000000000000777.snap.tmp").write_bytes(b"junk")
+    wal = Wal.open(tmp_path)
+    e, info = wal.recover(T0)
+    assert durable_view(e) == expect
+    assert str(bogus) in info.discarded and "snap-00000000000000000777.snap.tmp" in info.discarded
+    wal.close()
+
+
+def test_missing_snapshot_with_dropped_segments_is_a_clear_error(tmp_path: Path) -> None:
+    wal, d = reopen(tmp_path, T0, segment_size=4096, compact_min_bytes=0, background=False)
+    for _ in range(100):
+        d.do(1, C.Put(0, 0, 60, b"x" * 50))
+    wal.snapshot(d.e)
+    wal.close()
+    for p in list_snapshots(os.path.join(tmp_path, "snapshots")):
+        os.unlink(p)
+    wal = Wal.open(tmp_path)
+    with pytest.raises(WalError, match="WAL starts at offset"):
+        wal.recover(T0)
+    wal.close()
