@@ -731,6 +731,8 @@ class Log:
             self._active = None  # type: ignore[assignment]
         fd = getattr(self, "_lockfd", None)
         if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)  # no stale pid for `stalkd log inspect` to report
             os.close(fd)
             self._lockfd = None
         self._closed = True
