@@ -16,8 +16,11 @@ from typing import Any
 import greenstalk
 import pytest
 import sqlalchemy as sa
+from pg_cluster import postgres_cluster
 
 from stalkd.outbox import Outbox, Relay
+
+_FIXTURES = (postgres_cluster,)  # the session-wide `postgres_url` fixture
 
 pytestmark = pytest.mark.beanstalkd
 
@@ -190,3 +193,37 @@ def test_two_relays_share_the_work_without_duplicates(beanstalkd: Any, postgres_
     bodies = [b for _, b in drain(beanstalkd.address, "shared")]
     assert sorted(bodies) == sorted(f"{i}".encode() for i in range(n))
     assert sum(r.sent_total for r in relays) == n
+
+
+def test_task_rows_run_on_a_worker_and_the_relay_loop_stops(beanstalkd: Any, tmp_path: Path) -> None:
+    from stalkd.worker import App, make_worker
+
+    engine, outbox, orders = setup(f"sqlite:///{tmp_path / 'a.db'}", "outbox")
+    app = App(beanstalkd.address, middleware=[])
+    done: list[dict[str, int]] = []
+    task = app.task(done.append, name="ship", tube="ship")
+    # Given a task payload written in the application's transaction
+    with engine.begin() as conn:
+        conn.execute(orders.insert().values(id=1))
+        outbox.put_task(conn, task, {"order": 1})
+    # When the relay loop and a worker run
+    stop = threading.Event()
+    relay = Relay(engine, outbox, address=beanstalkd.address)
+    relay_thread = threading.Thread(target=relay.run, args=(stop,), kwargs={"idle_wait": 0.05})
+    worker = make_worker(app, concurrency=1)
+    worker_thread = threading.Thread(target=worker.run)
+    relay_thread.start()
+    worker_thread.start()
+    try:
+        deadline = 200
+        while not done and deadline:
+            deadline -= 1
+            stop.wait(0.05)  # polling the observable result, bounded
+    finally:
+        stop.set()
+        worker.stop(now=True)
+        relay_thread.join(timeout=10)
+        worker_thread.join(timeout=10)
+    # Then the task ran with the payload, and both loops stopped
+    assert done == [{"order": 1}]
+    assert not relay_thread.is_alive() and not worker_thread.is_alive()

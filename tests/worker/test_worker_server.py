@@ -106,7 +106,8 @@ def test_non_retryable_error_is_buried_on_first_failure(server: Any, probe: Prob
     assert (probe.job(job_id) or {})["releases"] == 0
 
 
-def test_heartbeat_keeps_a_job_past_its_ttr(server: Any, probe: Probe) -> None:
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_heartbeat_keeps_a_job_past_its_ttr(server: Any, probe: Probe, mode: str) -> None:
     hb = Heartbeat()
     app = App(server.address, middleware=[Retries(), hb])
     release = threading.Event()
@@ -122,7 +123,7 @@ def test_heartbeat_keeps_a_job_past_its_ttr(server: Any, probe: Probe) -> None:
     thief = Probe(server.address)
     thief.c.watch("slow")
     try:
-        with running(app):
+        with running(app, mode=mode):
             assert started.wait(10)
             # When another worker waits on the tube for twice the job's TTR
             # (beanstalkd 1.12 only expires a TTR while someone waits, so the thief is needed)
@@ -217,3 +218,27 @@ def test_every_mode_runs_every_job_once(server: Any, probe: Probe, mode: str,
                  and probe.count("m", "reserved") == 0, what=f"{n} jobs done")
     assert sorted(int(p.name) for p in out.iterdir()) == list(range(n))
     assert (probe.tube("m") or {}).get("current-jobs-buried", 0) == 0
+
+
+def test_retry_fresh_requeues_a_copy_with_fresh_attempts(server: Any, probe: Probe,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    app = App(server.address, middleware=[Retries()])
+    runs: list[int] = []
+
+    @app.task(max_attempts=1)
+    def once(p: int) -> None:
+        runs.append(p)
+        if len(runs) == 1:
+            raise ValueError("first run fails")
+
+    job_id = once.put(5)
+    assert job_id is not None
+    with running(app):
+        wait_for(lambda: (probe.job(job_id) or {}).get("state") == "buried", what="bury")
+        # When the dead letter is retried with --fresh
+        assert retry(["--address", server.address, "--fresh", "--all"]) == 0
+        # Then the buried original is gone and a new job ran to completion
+        wait_for(lambda: runs == [5, 5], what="second run")
+    assert probe.job(job_id) is None
+    assert f"job {job_id}: requeued as " in capsys.readouterr().out
+    assert probe.count("stalkd.failed", "ready") == 0

@@ -131,15 +131,19 @@ def test_a_frozen_worker_loses_its_job_after_one_ttr(env: dict[str, str], server
         probe.close()
 
 
+@pytest.mark.parametrize("mode", ["threads", "asyncio", "processes"])
 def test_sigterm_lets_the_in_flight_job_finish_and_reserves_nothing_new(
-        env: dict[str, str], server: Any) -> None:
+        env: dict[str, str], server: Any, mode: str) -> None:
     probe = Probe(server.address)
     job_id = put(env, 3)
-    proc = start_worker(env, "--grace", "30")
+    proc = start_worker(env, "--grace", "30", "--mode", mode)
     try:
         wait_for(lambda: started(env, 3), what="job started")
-        # When SIGTERM arrives mid-job, and another job is queued after it
+        # When SIGTERM arrives mid-job (and was seen: by the child too, with processes),
+        # and another job is queued after it
         proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: log_of(proc).count("draining") >= (2 if mode == "processes" else 1),
+                 what="drain log line")
         later = put(env, 4)
         Path(env["STATE_DIR"], "go").touch()
         # Then the worker finishes the in-flight job and exits 0

@@ -138,6 +138,8 @@ class AsyncWorker(WorkerBase):
         slots = [asyncio.create_task(self._slot(conns)) for _ in range(self.concurrency)]
         while not self.stopping.is_set():
             await asyncio.sleep(0.1)  # polls the thread-safe stop flag set by signal handlers
+        log.info("draining: no new reservations; in-flight jobs get %.0fs (signal again to "
+                 "release them now)", self.grace)
         deadline = time.monotonic() + self.grace
         while (not all(s.done() for s in slots) and not self.stop_now.is_set()
                and time.monotonic() < deadline):

@@ -53,6 +53,15 @@ class ProcessWorker(WorkerBase):
         super().__init__(app, **kw)  # type: ignore[arg-type]
         self.threads = threads
         self.children: list[BaseProcess] = []
+        self._live: set[int] = set()
+
+    def stop(self, now: bool = False) -> None:
+        # Forward at once (this runs in the signal handler): a child polling its queue could
+        # otherwise reserve another job before the supervision loop passed the signal on.
+        first = not self.stopping.is_set()
+        super().stop(now)
+        if first or now:
+            self._signal_children(signal.SIGTERM)
 
     def run(self) -> int:
         ctx = multiprocessing.get_context("fork")
@@ -63,23 +72,25 @@ class ProcessWorker(WorkerBase):
         ]
         for p in self.children:
             p.start()
+            assert p.pid is not None
+            self._live.add(p.pid)
         for m in self.app.middleware:
             m.on_worker_start(self)
         try:
-            forwarded = 0
             deadline: float | None = None
             while any(p.is_alive() for p in self.children):
-                want = 2 if self.stop_now.is_set() else 1 if self.stopping.is_set() else 0
-                while forwarded < want:
-                    forwarded += 1
-                    self._signal_children(signal.SIGTERM)
+                if self.stopping.is_set() and deadline is None:
+                    log.info("draining: asked %d worker processes to finish within %.0fs",
+                             len(self.children), self.grace)
                     deadline = time.monotonic() + self.grace + 5.0
                 if deadline is not None and time.monotonic() > deadline:
                     log.warning("children still running after the grace period; killing them")
                     self._signal_children(signal.SIGKILL)
-                    deadline = None
+                    deadline = float("inf")
                 for p in self.children:
                     p.join(timeout=0.1)
+                    if p.exitcode is not None and p.pid is not None:
+                        self._live.discard(p.pid)
                 if not self.stopping.is_set() and not any(p.is_alive() for p in self.children):
                     break
         finally:
@@ -92,7 +103,8 @@ class ProcessWorker(WorkerBase):
         return 0
 
     def _signal_children(self, sig: int) -> None:
-        for p in self.children:
-            if p.is_alive() and p.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p.pid, sig)
+        # Only pids the supervision loop has not reaped (no multiprocessing calls here: this
+        # runs inside a signal handler, possibly interrupting a join).
+        for pid in list(self._live):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)

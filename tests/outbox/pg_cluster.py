@@ -42,8 +42,8 @@ def _as_postgres(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *cmd]
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
+@pytest.fixture(scope="session", name="postgres_url")
+def postgres_cluster() -> Iterator[str]:
     bindir = _pg_bin()
     root = tempfile.mkdtemp(prefix="stalkd-pg-")
     data = os.path.join(root, "data")

@@ -1,0 +1,110 @@
+"""Built-in middleware seen through the in-process broker: hook order, Prometheus metrics,
+structured log lines, and that a broken hook cannot decide a job's fate."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from stalkd.worker import App, Backoff
+from stalkd.worker.context import Bury, JobContext, Release
+from stalkd.worker.middleware import Metrics, Middleware, Retries, StructuredLogging
+
+
+class Trace(Middleware):
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def before_process(self, ctx: JobContext) -> None:
+        self.log.append(f"{self.name}.before")
+
+    def after_process(self, ctx: JobContext) -> None:
+        self.log.append(f"{self.name}.after")
+
+    def on_retry(self, ctx: JobContext, action: Release) -> None:
+        self.log.append(f"{self.name}.retry")
+
+    def on_dead_letter(self, ctx: JobContext, action: Bury) -> None:
+        self.log.append(f"{self.name}.dead")
+
+
+def test_hooks_run_in_order_before_and_in_reverse_after() -> None:
+    log: list[str] = []
+    app = App(middleware=[Trace("outer", log), Retries(rng=lambda: 0.0), Trace("inner", log)])
+
+    @app.task(max_attempts=2)
+    def fails(p: None) -> None:
+        log.append("run")
+        raise ValueError("no")
+
+    with app.testing() as t:
+        fails.put(None)
+        t.drain()
+    assert log == ["outer.before", "inner.before", "run", "inner.after", "outer.after",
+                   "outer.retry", "inner.retry",
+                   "outer.before", "inner.before", "run", "inner.after", "outer.after",
+                   "outer.dead", "inner.dead"]
+
+
+def test_a_broken_hook_is_logged_and_the_job_still_completes(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(Middleware):
+        def after_process(self, ctx: JobContext) -> None:
+            raise RuntimeError("metrics backend down")
+
+    app = App(middleware=[Retries(), Broken()])
+    task = app.task(lambda p: None, name="t")
+    with app.testing() as t, caplog.at_level(logging.ERROR, "stalkd.worker"):
+        task.put(1)
+        assert type(t.consume_one().action).__name__ == "Delete"
+    assert "middleware hook" in caplog.text and "metrics backend down" in caplog.text
+
+
+def test_metrics_count_outcomes_retries_and_dead_letters() -> None:
+    registry = CollectorRegistry()
+    app = App(middleware=[Retries(rng=lambda: 0.0), Metrics(registry=registry)])
+    ok = app.task(lambda p: None, name="ok")
+
+    @app.task(max_attempts=3, backoff=Backoff(jitter=0))
+    def bad(p: None) -> None:
+        raise OSError("disk")
+
+    with app.testing() as t:
+        ok.put(None)
+        ok.put(None)
+        bad.put(None)
+        t.drain()
+
+    def value(name: str, **labels: str) -> float:
+        v = registry.get_sample_value(name, labels)
+        return 0.0 if v is None else v
+
+    assert value("stalkd_worker_jobs_total", task="ok", outcome="done") == 2
+    assert value("stalkd_worker_jobs_total", task="bad", outcome="failed") == 3
+    assert value("stalkd_worker_retries_total", task="bad") == 2
+    assert value("stalkd_worker_dead_letters_total", task="bad") == 1
+    assert value("stalkd_worker_job_duration_seconds_count", task="ok") == 2
+    assert value("stalkd_worker_jobs_in_progress", task="ok") == 0
+
+
+def test_log_lines_carry_job_tube_task_attempt_and_duration(caplog: pytest.LogCaptureFixture) -> None:
+    app = App(middleware=[StructuredLogging(), Retries(rng=lambda: 0.0)])
+    ok = app.task(lambda p: None, name="send", tube="emails")
+
+    @app.task(tube="emails", max_attempts=2, backoff=Backoff(base=3, jitter=0))
+    def flaky(p: None) -> None:
+        raise TimeoutError("smtp")
+
+    with app.testing() as t, caplog.at_level(logging.INFO, "stalkd.worker"):
+        ok.put(None)
+        flaky.put(None)
+        t.drain()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("✓ job=1 tube=emails task=send attempt=1 ms=")
+    assert lines[1].startswith("↻ job=2 tube=emails task=flaky attempt=1 ms=")
+    assert lines[1].endswith('retry_in=3s error="TimeoutError: smtp"')
+    assert lines[2].startswith("✗ job=2 tube=emails task=flaky attempt=2 ms=")
+    rec = caplog.records[2]
+    assert (rec.job_id, rec.tube, rec.task, rec.attempt) == (2, "emails", "flaky", 2)  # type: ignore[attr-defined]
+    assert rec.duration_ms >= 0  # type: ignore[attr-defined]
