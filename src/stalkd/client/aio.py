@@ -24,6 +24,7 @@ from stalkd.client.errors import (
     ClientConnectionError,
     ConnectionClosed,
     ConnectionFailed,
+    ProtocolError,
     ReplyTimeout,
 )
 from stalkd.client.job import Job, JobLike
@@ -185,7 +186,11 @@ class AsyncClient:
     async def _call(self, request: rq.Request[T], extra: float | None = 0) -> T:
         async with self._locked():
             (resp,) = await self._exchange([request], extra)
-        return rq.interpret(request, resp)
+            try:
+                return rq.interpret(request, resp)
+            except ProtocolError:
+                self._drop()  # an answer we cannot place: the stream may be out of step
+                raise
 
     # --- producer commands ----------------------------------------------------------------
 
@@ -212,15 +217,19 @@ class AsyncClient:
         batch: list[rq.Request[Any]] = []
         size = 0
         async with self._locked():
-            for body in bodies:
-                req = rq.put(rq.body_bytes(body), priority, delay, ttr)
-                batch.append(req)
-                size += len(req.data)
-                if len(batch) >= _BATCH_JOBS or size >= _BATCH_BYTES:
+            try:
+                for body in bodies:
+                    req = rq.put(rq.body_bytes(body), priority, delay, ttr)
+                    batch.append(req)
+                    size += len(req.data)
+                    if len(batch) >= _BATCH_JOBS or size >= _BATCH_BYTES:
+                        first = self._collect(batch, await self._exchange(batch, 0), ids, first)
+                        batch, size = [], 0
+                if batch:
                     first = self._collect(batch, await self._exchange(batch, 0), ids, first)
-                    batch, size = [], 0
-            if batch:
-                first = self._collect(batch, await self._exchange(batch, 0), ids, first)
+            except ProtocolError:
+                self._drop()  # an answer we cannot place: the stream may be out of step
+                raise
         if first is not None:
             first.batch_ids = tuple(ids)
             raise first

@@ -27,6 +27,7 @@ from stalkd.client.errors import (
     ClientConnectionError,
     ConnectionClosed,
     ConnectionFailed,
+    ProtocolError,
     ReplyTimeout,
 )
 from stalkd.client.job import Job, JobLike
@@ -198,7 +199,11 @@ class Client:
 
     def _call(self, request: rq.Request[T], extra: float | None = 0) -> T:
         (resp,) = self._exchange([request], self._deadline(extra))
-        return rq.interpret(request, resp)
+        try:
+            return rq.interpret(request, resp)
+        except ProtocolError:
+            self._drop()  # an answer we cannot place: the stream may be out of step
+            raise
 
     # --- producer commands ----------------------------------------------------------------
 
@@ -254,7 +259,11 @@ class Client:
     def _put_batch(self, batch: list[rq.Request[Any]], ids: list[int | None],
                    first: BeanstalkError | None) -> BeanstalkError | None:
         for req, resp in zip(batch, self._exchange(batch, self._deadline(0)), strict=True):
-            err = rq.failure(req, resp)
+            try:
+                err = rq.failure(req, resp)
+            except ProtocolError:
+                self._drop()
+                raise
             if err is None:
                 ids.append(int(resp.args[0]))
             else:
