@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ServerProcess, free_port, start_beanstalkd, wait_for_port
+from support import ServerProcess, free_port, start_beanstalkd, wait_for_port
 from stalkd.client import AsyncClient, Client
 
 
@@ -42,7 +42,7 @@ def start_stalkd(*extra: str, port: int | None = None) -> ServerProcess:
 def start_beanstalkd_on(*extra: str, port: int | None = None) -> ServerProcess:
     if port is None:
         return start_beanstalkd(*extra)
-    from conftest import require_binary
+    from support import require_binary
 
     proc = subprocess.Popen([require_binary("beanstalkd"), "-l", "127.0.0.1", "-p", str(port),
                              *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ServerProcess, free_port
+from support import ServerProcess, free_port
 from stalkd.client import AsyncClient, Client, errors
 
 

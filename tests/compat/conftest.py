@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conftest import ServerProcess, start_beanstalkd  # tests/conftest.py (rootdir on sys.path)
+from support import ServerProcess, start_beanstalkd  # tests/support.py
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from conftest import ServerProcess, free_port, wait_for_port  # tests/conftest.py
+from support import ServerProcess, free_port, wait_for_port  # tests/support.py
 
 SERVER_CMD = [sys.executable, "-m", "stalkd.server.cli"]
 

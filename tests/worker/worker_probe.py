@@ -60,7 +60,7 @@ from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
-from conftest import ServerProcess, free_port, start_beanstalkd, wait_for_port  # noqa: E402
+from support import ServerProcess, free_port, start_beanstalkd, wait_for_port  # noqa: E402
 
 
 def start_stalkd() -> ServerProcess:
