@@ -113,13 +113,14 @@ def test_heartbeat_keeps_a_job_past_its_ttr(server: Any, probe: Probe, mode: str
     release = threading.Event()
     started = threading.Event()
 
-    @app.task(ttr=2)
+    @app.task(ttr=120)
     def slow(payload: None) -> None:
         started.set()
         release.wait(30)
 
-    job_id = slow.put(None)
-    assert job_id is not None
+    # Given a job put with a 2 s TTR (overriding the task's 120 s: the heartbeat must follow it)
+    job_id = slow.put(None, ttr=2)
+    assert job_id is not None and (probe.job(job_id) or {}).get("ttr") == 2
     thief = Probe(server.address)
     thief.c.watch("slow")
     try:
@@ -242,3 +243,31 @@ def test_retry_fresh_requeues_a_copy_with_fresh_attempts(server: Any, probe: Pro
     assert probe.job(job_id) is None
     assert f"job {job_id}: requeued as " in capsys.readouterr().out
     assert probe.count("stalkd.failed", "ready") == 0
+
+
+def test_racing_producers_of_one_unique_key_queue_exactly_one_job(server: Any, probe: Probe) -> None:
+    app = App(server.address, middleware=[])
+    task = app.task(lambda p: None, name="u")
+    results: list[int | None] = []
+    lock = threading.Lock()
+    go = threading.Barrier(6)
+
+    def produce(i: int) -> None:
+        # Each thread has its own connection (the producer keeps one per thread).
+        go.wait()
+        r = task.put(i, key="only-once")
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=produce, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    # Then exactly one put won, one job is queued, and one marker holds the key
+    winners = [r for r in results if r is not None]
+    assert len(results) == 6 and len(winners) == 1
+    assert probe.count("u", "ready") == 1
+    from stalkd.worker.unique import key_tube
+
+    assert probe.count(key_tube("only-once"), "ready") == 1

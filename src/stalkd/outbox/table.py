@@ -78,9 +78,9 @@ class Outbox:
                  priority: int | None = None, ttr: int | None = None) -> int:
         """Like ``task.put`` (same validation and envelope), but inside ``conn``'s transaction.
         Unique keys and dependencies are not supported here (they need the server at put time)."""
-        return self.put(conn, task.tube, task.encode(payload), delay=delay,
-                        priority=task.priority if priority is None else priority,
-                        ttr=task.ttr if ttr is None else ttr)
+        real_ttr = task.ttr if ttr is None else ttr
+        return self.put(conn, task.tube, task.encode(payload, ttr=real_ttr), delay=delay,
+                        priority=task.priority if priority is None else priority, ttr=real_ttr)
 
     def pending(self, conn: sa.Connection) -> int:
         """Rows committed but not yet sent."""

@@ -47,7 +47,7 @@ async def execute(conn: AsyncConn, app: App, job_id: int, ctx: JobContext | None
     elif isinstance(action, Defer):
         assert ctx is not None
         await conn.put(ctx.tube, ctx.body, priority=ctx.task.priority, delay=action.delay,
-                       ttr=ctx.task.ttr)
+                       ttr=ctx.ttr)
         await conn.delete(job_id)
 
 

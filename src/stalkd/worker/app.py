@@ -94,10 +94,12 @@ class Task:
             raise ValidationError(f"task {self.name}: payload cannot be serialized: {exc}") from exc
 
     def encode(self, payload: Any, *, key: str | None = None, marker: int | None = None,
-               deps: Sequence[str] = ()) -> bytes:
-        """The job body for ``payload`` (what ``put`` sends; the outbox stores it too)."""
-        return encode_envelope(Header(task=self.name, key=key, marker=marker, deps=tuple(deps)),
-                               self.check(payload))
+               deps: Sequence[str] = (), ttr: int | None = None) -> bytes:
+        """The job body for ``payload`` (what ``put`` sends; the outbox stores it too).
+        ``ttr``: the TTR the job will be put with, when not the task's."""
+        header = Header(task=self.name, key=key, marker=marker, deps=tuple(deps),
+                        ttr=None if ttr in (None, self.ttr) else ttr)
+        return encode_envelope(header, self.check(payload))
 
     def put(self, payload: Any, *, delay: int = 0, priority: int | None = None,
             ttr: int | None = None, key: str | None = None,
@@ -115,8 +117,9 @@ class App:
 
     def __init__(self, address: str = "127.0.0.1:11300", *, serializer: Serializer | None = None,
                  middleware: Iterable[Middleware] | None = None, failed_tube: str = FAILED_TUBE,
-                 client_timeout: float = 10.0) -> None:
+                 client_timeout: float = 10.0, unique_ttl: float | None = None) -> None:
         self.address = address
+        self.unique_ttl = unique_ttl
         self.serializer: Serializer = serializer or JsonSerializer()
         self.failed_tube = failed_tube
         self.client_timeout = client_timeout
@@ -196,7 +199,7 @@ class App:
             if self._server_producer is None:
                 from stalkd.worker.producer import ServerProducer
 
-                self._server_producer = ServerProducer(self)
+                self._server_producer = ServerProducer(self, unique_ttl=self.unique_ttl)
             return self._server_producer
 
     @contextmanager

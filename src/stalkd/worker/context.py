@@ -117,3 +117,8 @@ class JobContext:
     @property
     def tube(self) -> str:
         return self.task.options.tube
+
+    @property
+    def ttr(self) -> int:
+        """The TTR this job was put with (the envelope says when it is not the task's)."""
+        return self.header.ttr if self.header.ttr is not None else self.task.options.ttr

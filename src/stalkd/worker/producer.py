@@ -52,5 +52,7 @@ class ServerProducer:
             marker = unique.claim(conn, key, now=time.time(), stale_after=self.unique_ttl)
             if marker is None:
                 return None
-        body = encode_envelope(Header(task=task.name, key=key, marker=marker, deps=deps), data)
+        header = Header(task=task.name, key=key, marker=marker, deps=deps,
+                        ttr=None if ttr == task.ttr else ttr)
+        body = encode_envelope(header, data)
         return conn.put(task.tube, body, priority=priority, delay=delay, ttr=ttr)

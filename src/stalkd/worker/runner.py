@@ -82,7 +82,7 @@ def execute(conn: Conn, app: App, job_id: int, ctx: JobContext | None, action: A
         assert ctx is not None
         # New copy first, then delete: a crash in between duplicates, never loses.
         conn.put(ctx.tube, ctx.body, priority=ctx.task.priority, delay=action.delay,
-                 ttr=ctx.task.ttr)
+                 ttr=ctx.ttr)
         conn.delete(job_id)
 
 

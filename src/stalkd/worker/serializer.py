@@ -9,7 +9,7 @@ Ensures: ``decode(encode(h, p)) == (h, p)`` for every header ``h`` and payload b
 
 >>> body = encode_envelope(Header(task="send"), b'{"to": "a@b"}')
 >>> decode_envelope(body, job_id=7)
-(Header(task='send', key=None, marker=None, deps=()), b'{"to": "a@b"}')
+(Header(task='send', key=None, marker=None, deps=(), ttr=None), b'{"to": "a@b"}')
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class Header:
     key: str | None = None
     marker: int | None = None
     deps: tuple[str, ...] = ()
+    ttr: int | None = None     # set when the put's TTR differs from the task's (for heartbeats)
 
 
 def encode_envelope(header: Header, payload: bytes) -> bytes:
@@ -66,6 +67,8 @@ def encode_envelope(header: Header, payload: bytes) -> bytes:
         fields["m"] = header.marker
     if header.deps:
         fields["d"] = list(header.deps)
+    if header.ttr is not None:
+        fields["r"] = header.ttr
     return PREFIX + json.dumps(fields, separators=(",", ":")).encode() + b"\n" + payload
 
 
@@ -81,8 +84,9 @@ def decode_envelope(body: bytes, *, job_id: int) -> tuple[Header | None, bytes]:
         task = fields["t"]
         if not isinstance(task, str):
             raise TypeError("task name is not a string")
+        ttr = fields.get("r")
         header = Header(task=task, key=fields.get("k"), marker=fields.get("m"),
-                        deps=tuple(fields.get("d", ())))
+                        deps=tuple(fields.get("d", ())), ttr=None if ttr is None else int(ttr))
     except (ValueError, KeyError, TypeError) as exc:
         raise EnvelopeError(f"job {job_id}: bad envelope header {body[:80]!r}: {exc}") from exc
     return header, body[end + 1:]

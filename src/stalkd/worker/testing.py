@@ -78,7 +78,7 @@ class TestingSession:
                 key: str | None, deps: tuple[str, ...]) -> int | None:
         if key is not None and key in self._keys:
             return None
-        body = task.encode(payload, key=key, deps=deps)
+        body = task.encode(payload, key=key, deps=deps, ttr=ttr)
         if key is not None:
             self._keys.add(key)
         job = QueuedJob(id=self._next_id, body=body, priority=priority, delay=delay)

@@ -45,7 +45,7 @@ class Heartbeat(Middleware):
 
     def before_process(self, ctx: JobContext) -> None:
         with self._cond:
-            self._due[ctx] = time.monotonic() + interval(ctx.task.ttr)
+            self._due[ctx] = time.monotonic() + interval(ctx.ttr)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="stalkd-heartbeat",
                                                 daemon=True)
@@ -66,7 +66,7 @@ class Heartbeat(Middleware):
                     self._cond.wait(timeout=wait)
                     continue
                 for c in due:
-                    self._due[c] = now + interval(c.task.ttr)
+                    self._due[c] = now + interval(c.ttr)
             for c in due:
                 try:
                     c.touch()
