@@ -167,6 +167,39 @@ _SPACED: dict[bytes, _Parse] = {p[:-1]: f for p, f in _PARSERS if p.endswith(b" 
 _EXACT: dict[bytes, Command] = {s.prefix: s.build() for s in COMMANDS if s.exact}
 
 
+def _fast_id(build: Callable[[int], Command]) -> Callable[[bytes], Command | None]:
+    def fast(arg: bytes) -> Command | None:
+        # at most 19 digits always fits in a u64; longer goes to the checked path
+        return build(int(arg)) if arg.isdigit() and len(arg) < 20 else None
+
+    return fast
+
+
+def _fast_tube(build: Callable[[str], Command]) -> Callable[[bytes], Command | None]:
+    # Tube names repeat: keep the (immutable) command per name, bounded.
+    cache: dict[bytes, Command] = {}
+
+    def fast(arg: bytes) -> Command | None:
+        cmd = cache.get(arg)
+        if cmd is None:
+            name = _tube(arg)
+            if name is None:
+                return None
+            if len(cache) >= 1024:
+                cache.clear()
+            cmd = cache[arg] = build(name)
+        return cmd
+
+    return fast
+
+
+_FAST1: dict[bytes, Callable[[bytes], Command | None]] = {
+    s.prefix[:-1]: (_fast_tube if s.args[0].kind == "tube" else _fast_id)(s.build)
+    for s in COMMANDS
+    if s.prefix.endswith(b" ") and len(s.args) == 1 and s.args[0].kind in ("u64", "tube")
+}
+
+
 def match_command(line: bytes) -> str | None:
     """Name of the table row a command line (without CRLF) matches, by the ordered scan.
 
@@ -316,7 +349,7 @@ class Parser:
             return NEED_DATA
         self._pos = pos + need
         self._state = _STATE_LINE
-        if buf[pos + size : pos + need] != b"\r\n":
+        if not buf.startswith(b"\r\n", pos + size):
             return Put(pri, delay, ttr, b"", "EXPECTED_CRLF")
         return Put(pri, delay, ttr, buf[pos : pos + size])
 
@@ -338,6 +371,24 @@ class Parser:
     def _command(self, line: bytes) -> Item:
         if b"\0" in line:
             return BAD_FORMAT
+        # Fast paths for canonical lines (single spaces, plain digits); anything else goes
+        # through the table's regexes below, which implement every rule.
+        parts = line.split(b" ")
+        n = len(parts)
+        if n == 5:
+            head, a, b, c, d = parts
+            if head == b"put" and a.isdigit() and b.isdigit() and c.isdigit() and d.isdigit():
+                return self._put_values(int(a), int(b), int(c), int(d), True)
+        elif n == 2:
+            fast = _FAST1.get(parts[0])
+            if fast is not None:
+                cmd = fast(parts[1])
+                if cmd is not None:
+                    return cmd
+        elif n == 1:
+            only = _EXACT.get(line)
+            if only is not None:
+                return only
         if line.startswith(_PUT_PREFIX):
             return self._put_line(line[4:])
         sp = line.find(b" ")
@@ -345,10 +396,6 @@ class Parser:
             parse = _SPACED.get(line[:sp])
             if parse is not None:
                 return parse(line[sp + 1 :])
-        else:
-            only = _EXACT.get(line)
-            if only is not None:
-                return only
         for prefix, parse in _PARSERS:
             if line.startswith(prefix):
                 return parse(line[len(prefix) :])
@@ -359,7 +406,10 @@ class Parser:
         m = _PUT_RX.match(rest)
         if m is None:
             return BAD_FORMAT
-        pri, delay, ttr, size = (int(g) for g in m.groups())
+        a, b, c, d = m.groups()
+        return self._put_values(int(a), int(b), int(c), int(d), m.end() == len(rest))
+
+    def _put_values(self, pri: int, delay: int, ttr: int, size: int, clean_end: bool) -> Item:
         if pri > U32_MAX or delay > U32_MAX or ttr > U32_MAX or size > U32_MAX:
             return BAD_FORMAT
         if size > self._max_job_size:
@@ -367,8 +417,19 @@ class Parser:
             self._skip = size + 2
             self._state = _STATE_SKIP
             return self._skip_done()
-        if m.end() != len(rest):
+        if not clean_end:
             return BAD_FORMAT
-        self._put = (pri, delay, ttr if ttr >= 1 else 1, size)
+        if ttr < 1:
+            ttr = 1
+        # The body is usually already here (pipelined with its line): take it at once.
+        buf = self._buf
+        pos = self._pos
+        end = pos + size
+        if len(buf) >= end + 2:
+            self._pos = end + 2
+            if buf.startswith(b"\r\n", end):
+                return Put(pri, delay, ttr, buf[pos:end])
+            return Put(pri, delay, ttr, b"", "EXPECTED_CRLF")
+        self._put = (pri, delay, ttr, size)
         self._state = _STATE_BODY
         return self._body()
