@@ -105,6 +105,7 @@ def test_wal_records_decode_like_the_model(spark: Any, tmp_path: Path) -> None:
         with LogReader(tmp_path) as reader:
             frame = next(iter(reader.read(off, off + 1)))
         want = decode(frame.payload)
+        assert want == rec
         got = rows[off]
         assert (got.seq, got.op, got.job_id) == (want.seq, want.op.name.lower(), want.job_id)
         assert round(got.time.timestamp() * 1e6) == want.time_us

@@ -61,6 +61,12 @@ class Tables:
     jobs: DataFrame
     windows: DataFrame
     tubes: DataFrame
+    cached: tuple[DataFrame, ...] = ()
+
+    def release(self) -> None:
+        """Drop the intermediates ``analyze_records(cache=True)`` kept in memory."""
+        for df in self.cached:
+            df.unpersist()
 
 
 def _micros(col: str) -> Column:
@@ -217,15 +223,22 @@ def tubes_table(events: DataFrame, jobs: DataFrame) -> DataFrame:
     return states.join(figures, "tube", "full_outer").orderBy("tube")
 
 
-def analyze_records(records: DataFrame, *, window_seconds: float = 60.0) -> Tables:
-    """Build the three tables from WAL records (lazy; nothing runs until an action)."""
+def analyze_records(records: DataFrame, *, window_seconds: float = 60.0, cache: bool = False) -> Tables:
+    """Build the three tables from WAL records (lazy; nothing runs until an action).
+
+    ``cache``: keep the per-event and per-job intermediates in memory once computed, when all
+    three tables will be materialised (saves recomputing the per-job window functions).
+    """
     if window_seconds <= 0:
         raise ValueError(f"window_seconds must be positive, got {window_seconds}")
     window_us = max(1, round(window_seconds * _US))
     events = job_events(records)
     jobs = jobs_table(records, events)
+    if cache:
+        events, jobs = events.persist(), jobs.persist()
     return Tables(
         jobs=jobs.drop("put_us", "deleted_us"),
         windows=windows_table(events, jobs, window_us),
         tubes=tubes_table(events, jobs),
+        cached=(events, jobs) if cache else (),
     )

@@ -35,16 +35,20 @@ def analyze(argv: Sequence[str]) -> int:
     if args.window <= 0:
         print(f"stalkd analyze: --window must be positive, got {args.window}", file=sys.stderr)
         return 2
+    from pyspark.sql import SparkSession
+
     from stalkd.spark.pipeline import run_analysis
     from stalkd.spark.session import build_session
 
-    master = args.master or "local[*]"
-    spark = build_session(master, app="stalkd-analyze")
+    # Inside a program that already has a session (a notebook, a test): use it, leave it running.
+    existing = SparkSession.getActiveSession()
+    spark = existing or build_session(args.master or "local[*]", app="stalkd-analyze")
     try:
         result = run_analysis(spark, args.dir, args.out, window_seconds=args.window, archive=args.archive,
                               progress=not args.no_progress and sys.stderr.isatty())
     finally:
-        spark.stop()
+        if existing is None:
+            spark.stop()
     print(result.summary)
     print(f"\n{result.jobs:,} jobs; tables and plots in {result.out_dir}/; report: {result.report} "
           f"({result.seconds:.1f} s)")

@@ -91,7 +91,7 @@ def run_analysis(spark: Any, log_dir: str, out_dir: str | Path, *, window_second
                    .load(log_dir).drop("body").persist())  # fmt: skip
         n_records = records.count()
         bar.update()
-        tables = analyze_records(records, window_seconds=window_seconds)
+        tables = analyze_records(records, window_seconds=window_seconds, cache=True)
         _step(bar, STEPS[1])
         _write(tables.jobs, work / "jobs")
         jobs = spark.read.parquet(str(work / "jobs"))
@@ -106,6 +106,7 @@ def run_analysis(spark: Any, log_dir: str, out_dir: str | Path, *, window_second
         tubes = [r.asDict() for r in spark.read.parquet(str(work / "tubes")).orderBy("tube").collect()]
         bar.update()
         _step(bar, STEPS[4])
+        tables.release()
         records.unpersist()
         span = _span(windows, window_seconds)
         write_plots(windows, tubes, work, window_seconds)

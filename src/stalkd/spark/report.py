@@ -19,7 +19,7 @@ import html
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +38,20 @@ def utc(dt: datetime) -> datetime:
     return datetime.fromtimestamp(dt.timestamp(), tz=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
-def _series(windows: Sequence[Row], key: str) -> dict[str, tuple[list[datetime], list[float]]]:
+def _series(windows: Sequence[Row], key: str, *, step: float | None = None
+            ) -> dict[str, tuple[list[datetime], list[float]]]:
+    """Per tube: window starts and values. With ``step`` (the window length) the last window
+    gets an end point too, so a step plot shows it as wide as the others."""
     out: dict[str, tuple[list[datetime], list[float]]] = defaultdict(lambda: ([], []))
     for r in sorted(windows, key=lambda r: (r["tube"], r["window_start"])):
         xs, ys = out[r["tube"]]
         xs.append(utc(r["window_start"]))
         v = r[key]
         ys.append(math.nan if v is None else float(v))
+    if step is not None:
+        for xs, ys in out.values():
+            xs.append(xs[-1] + timedelta(seconds=step))
+            ys.append(ys[-1])
     return dict(out)
 
 
@@ -60,10 +67,12 @@ def write_plots(windows: Sequence[Row], tubes: Sequence[Row], out_dir: Path, win
     per = f"per {window_seconds:g} s"
 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    for tube, (xs, ys) in _series(windows, "puts").items():
+    for tube, (xs, ys) in _series(windows, "puts", step=window_seconds).items():
         ax1.plot(xs, ys, label=tube, drawstyle="steps-post")
-    for tube, (xs, ys) in _series(windows, "deletes").items():
+    for tube, (xs, ys) in _series(windows, "deletes", step=window_seconds).items():
         ax2.plot(xs, ys, label=tube, drawstyle="steps-post")
+    ax1.set_ylim(bottom=0)
+    ax2.set_ylim(bottom=0)
     ax1.set_ylabel(f"puts {per}")
     ax2.set_ylabel(f"deletes {per}")
     ax2.set_xlabel("time (UTC)")
@@ -78,14 +87,17 @@ def write_plots(windows: Sequence[Row], tubes: Sequence[Row], out_dir: Path, win
             vals = [float(t[f"{kind}_{p}_s"] or 0.0) for t in tubes]
             ax.bar([x + (i - 1) * width for x in range(len(names))], vals, width, label=p)
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+        pad = max(0.0, (3 - len(names)) / 2)  # few tubes: keep the bars narrow and centred
+        ax.set_xlim(-0.6 - pad, len(names) - 0.4 + pad)
         ax.set_ylabel(f"{'queue wait' if kind == 'wait' else 'run time'} (s)")
         ax.set_title("queue wait" if kind == "wait" else "run time")
         _legend(ax)
     _finish(fig, paths[1])
 
     fig, ax = plt.subplots(figsize=(10, 4))
-    for tube, (xs, ys) in _series(windows, "backlog").items():
+    for tube, (xs, ys) in _series(windows, "backlog", step=window_seconds).items():
         ax.plot(xs, ys, label=tube, drawstyle="steps-post")
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("jobs in the queue")
     ax.set_xlabel("time (UTC)")
     _legend(ax)
@@ -96,6 +108,8 @@ def write_plots(windows: Sequence[Row], tubes: Sequence[Row], out_dir: Path, win
         ax1.plot(xs, ys, label=tube, marker=".")
     for tube, (xs, ys) in _series(windows, "bury_rate").items():
         ax2.plot(xs, ys, label=tube, marker=".")
+    ax1.set_ylim(bottom=0)
+    ax2.set_ylim(bottom=0)
     ax1.set_ylabel("retries / reserve")
     ax2.set_ylabel("buries / reserve")
     ax2.set_xlabel("time (UTC)")
@@ -148,7 +162,7 @@ def summary_text(tubes: Sequence[Row], *, records: int | None = None, span: str 
     if records is not None:
         lines.append(f"{records:,} records{', ' + span if span else ''}")
     for n, r in enumerate(rows):
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
