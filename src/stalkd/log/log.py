@@ -144,6 +144,7 @@ class Log:
         self._async_waiters: list[tuple[object, object]] = []
         self._refusers: list[ConsumerGroup] = []
         self._last_sync = time.monotonic()
+        self._flush_due = False
         self._segment_size = 64 * 2**20
         self._policy = "always"
         self._interval = 0.0
@@ -414,9 +415,13 @@ class Log:
     def _after_write(self, end: int) -> None:
         if self._policy == "always":
             self._sync_to(end)
-        elif self._policy == "every" and time.monotonic() - self._last_sync >= self._interval:
-            # Commit inline when due: a background flusher alone is starved by a busy writer.
-            self._sync_to(end)
+        elif self._policy == "every" and not self._flush_due and time.monotonic() - self._last_sync >= self._interval:
+            # Wake the flusher now rather than at its next timed wake-up: a thread sleeping on a
+            # timer is starved by a busy writer (GIL switch interval), one notified is not, since
+            # every append releases the GIL in its write system call.
+            with self._cond:
+                self._flush_due = True
+                self._cond.notify_all()
 
     def submit(self, payloads: Iterable[bytes | bytearray | memoryview]) -> Ticket:
         """Write now (it survives kill -9 at once) and return a Ticket that resolves when durable.
@@ -512,10 +517,12 @@ class Log:
     def _flusher(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait(self._interval)
+                if not self._flush_due:
+                    self._cond.wait(self._interval)
                 if self._closed:
                     return
-            if self._next > self._durable and time.monotonic() - self._last_sync >= self._interval * 0.5:
+                self._flush_due = False
+            if self._next > self._durable:
                 try:
                     self.sync()
                 except LogError:
