@@ -12,7 +12,7 @@ from typing import Any
 
 import greenstalk
 import pytest
-from worker_probe import Probe, queue_server, wait_for
+from worker_probe import Probe, queue_server, start_server, wait_for
 
 from stalkd.worker import App, Backoff, NonRetryable, make_worker
 from stalkd.worker.cli import failed, retry
@@ -271,3 +271,29 @@ def test_racing_producers_of_one_unique_key_queue_exactly_one_job(server: Any, p
     from stalkd.worker.unique import key_tube
 
     assert probe.count(key_tube("only-once"), "ready") == 1
+
+
+@pytest.mark.parametrize("kind", [pytest.param("beanstalkd", marks=pytest.mark.beanstalkd),
+                                  "stalkd"])
+def test_workers_reconnect_after_a_server_restart(kind: str, tmp_path: Any) -> None:
+    first = start_server(kind, "-b", str(tmp_path))
+    address, port = first.address, first.port
+    app = App(address, middleware=[Retries()])
+    done: list[int] = []
+    task = app.task(done.append, name="r")
+    second = None
+    try:
+        with running(app, concurrency=2):
+            task.put(1)
+            wait_for(lambda: done == [1], what="first job")
+            # When the server restarts on the same port (same binlog directory)
+            first.stop()
+            second = start_server(kind, "-b", str(tmp_path), port=port)
+            # Then the workers reconnect, watch their tubes again, and take new jobs
+            app.producer.close()  # type: ignore[attr-defined]  # the producer's socket died too
+            task.put(2)
+            wait_for(lambda: done == [1, 2], timeout=30, what="job after restart")
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()

@@ -60,16 +60,21 @@ from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
-from support import ServerProcess, free_port, start_beanstalkd, wait_for_port  # noqa: E402
+from support import ServerProcess, free_port, require_binary, wait_for_port  # noqa: E402
 
 
-def start_stalkd() -> ServerProcess:
-    """``stalkd serve`` in memory on an ephemeral loopback port (skips until it is built)."""
-    if importlib.util.find_spec("stalkd.server.cli") is None:
-        pytest.skip("stalkd serve is not built yet (no stalkd.server.cli)")
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1",
-                             "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start_server(kind: str, *extra: str, port: int | None = None) -> ServerProcess:
+    """``kind`` ("beanstalkd" or "stalkd") on 127.0.0.1:``port`` (ephemeral by default) with
+    beanstalkd's flags ``extra`` (e.g. ``-b DIR``)."""
+    if kind == "beanstalkd":
+        cmd = [require_binary("beanstalkd")]
+    else:
+        if importlib.util.find_spec("stalkd.server.cli") is None:
+            pytest.skip("stalkd serve is not built yet (no stalkd.server.cli)")
+        cmd = [sys.executable, "-m", "stalkd.cli", "serve"]
+    port = free_port() if port is None else port
+    proc = subprocess.Popen([*cmd, "-l", "127.0.0.1", "-p", str(port), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port("127.0.0.1", port, proc=proc)
     except BaseException:
@@ -83,7 +88,7 @@ def start_stalkd() -> ServerProcess:
                 params=[pytest.param("beanstalkd", marks=pytest.mark.beanstalkd), "stalkd"])
 def queue_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     """A fresh queue server: Debian's beanstalkd, then stalkd (same test body for both)."""
-    s = start_beanstalkd() if request.param == "beanstalkd" else start_stalkd()
+    s = start_server(request.param)
     s.kind = request.param  # type: ignore[attr-defined]
     try:
         yield s
