@@ -172,11 +172,14 @@ class Engine:
 
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
-        a = self._tube_timers.peek_key()
-        b = self._conn_timers.peek_key()
-        if a is None and b is None:
+        a = self._tube_timers._keys
+        b = self._conn_timers._keys
+        if a:
+            k = min(a[0], b[0]) if b else a[0]
+        elif b:
+            k = b[0]
+        else:
             return None
-        k = min(x for x in (a, b) if x is not None)
         return (k >> 64) / US
 
     def iter_jobs(self) -> Iterator[Job]:
@@ -215,7 +218,8 @@ class Engine:
     def _settle(self) -> None:
         now = self._now
         th = self._tube_timers
-        while th and (th.peek_key() or 0) >> 64 <= now:
+        tkeys = th._keys  # hot path: peek at the heaps' key lists directly
+        while tkeys and tkeys[0] >> 64 <= now:
             t = th.pop()
             while t.delayed and t.delayed._keys[0] >> 64 <= now:
                 j = t.delayed.pop()
@@ -223,11 +227,14 @@ class Engine:
             if t.pause_until_us and t.pause_until_us <= now:
                 t.pause_until_us = 0
                 t.pause_secs = 0
-                self._dirty.add(t)
+                if t.waiting:
+                    self._dirty.add(t)
             self._retime_tube(t)
+            tkeys = th._keys
         due: list[Conn] = []
         ch = self._conn_timers
-        while ch and (ch.peek_key() or 0) >> 64 <= now:
+        ckeys = ch._keys
+        while ckeys and ckeys[0] >> 64 <= now:
             c = ch.pop()
             while c.reserved and c.reserved._keys[0] >> 64 <= now:
                 j = c.reserved.pop()
@@ -238,6 +245,7 @@ class Engine:
                 self._rec(Op.TIMEOUT, j.id)
                 self._to_ready(j)
             due.append(c)
+            ckeys = ch._keys
         if self._dirty:
             self._serve()
         for c in due:
@@ -327,7 +335,8 @@ class Engine:
         t.ready.push(pack(j.pri, j.id), j)
         if j.pri < URGENT_THRESHOLD:
             t.urgent += 1
-        self._dirty.add(t)
+        if t.waiting:  # only tubes with waiters can serve anyone
+            self._dirty.add(t)
 
     def _to_delayed(self, j: Job, delay: int) -> None:
         j.state = DELAYED
@@ -468,7 +477,22 @@ class Engine:
         else:
             self.cmd["cmd-reserve"] += 1
         c.worker = True
-        if c.deadline_soon(self._now) and not any(t.ready for t in c.watch):
+        # Fast path: an unpaused watched tube with a ready job has no waiters (invariant), so
+        # the best such job goes straight to this connection.
+        best: Tube | None = None
+        best_key = 0
+        now = self._now
+        for t in c.watch:
+            keys = t.ready._keys
+            if keys and (best is None or keys[0] < best_key) and not t.is_paused(now):
+                best, best_key = t, keys[0]
+        if best is not None:
+            j = best.ready.pop()
+            if j.pri < URGENT_THRESHOLD:
+                best.urgent -= 1
+            self._give(c, j)
+            return C.JobReply("RESERVED", j.id, j.body)
+        if c.deadline_soon(now) and not any(t.ready for t in c.watch):
             return C.Reply("DEADLINE_SOON")
         if c.half_closed:
             timeout = 0
@@ -636,7 +660,8 @@ class Engine:
             # beanstalkd stores 0 as 1 ns: the pause ends at once and waiters are served
             t.pause_until_us = 0
             t.pause_secs = 0
-            self._dirty.add(t)
+            if t.waiting:
+                self._dirty.add(t)
         else:
             t.pause_until_us = self._now + cmd.delay * US
             t.pause_secs = cmd.delay

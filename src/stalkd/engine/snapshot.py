@@ -2,7 +2,9 @@
 
 File ``snap-<start seq, 20 digits>.snap`` (written as ``.tmp``, fsynced, then renamed):
   header   8s magic ``STKSNAP\\0`` | u16 format version (1) | u64 start_seq | u64 start_offset
-  entries  u32 payload length | u32 CRC32C(payload) | payload (``model.encode`` of an Op.JOB record)
+  blocks   u32 block length | u32 CRC32C(block) | u32 entry count | block, where the block is
+           entries of u32 payload length | payload (``model.encode`` of an Op.JOB record)
+           (one CRC per block of jobs: checking it is one C call, not one per job)
   trailer  u32 0xFFFFFFFF | u64 entry count | u64 next_id | u64 end_seq | u32 CRC32C(header+trailer fields)
 A file without a complete, matching trailer is not a snapshot (a crash mid-write leaves only a
 ``.tmp`` that recovery deletes).
@@ -41,7 +43,7 @@ __all__ = [
 SNAP_VERSION = 1
 _MAGIC = b"STKSNAP\0"
 _HEAD = struct.Struct("<8sHQQ")
-_ENTRY = struct.Struct("<II")
+_BLOCK = struct.Struct("<III")
 _TRAIL = struct.Struct("<IQQQI")
 _END_MARK = 0xFFFFFFFF
 # Fast path over the v1 JOB layout (see model.py): header, then the JOB fixed part.
@@ -127,14 +129,17 @@ class SnapshotWriter:
     def add(self, records: list[Record]) -> None:
         """Append JOB records (one chunk; a single write)."""
         self._fault("snapshot-chunk")
+        if not records:
+            return
         parts = []
-        pack = _ENTRY.pack
+        pack = _U32.pack
         for r in records:
             p = encode(r)
-            parts.append(pack(len(p), crc32c(p)))
+            parts.append(pack(len(p)))
             parts.append(p)
+        block = b"".join(parts)
         self.count += len(records)
-        self._write(b"".join(parts))
+        self._write(_BLOCK.pack(len(block), crc32c(block), len(records)) + block)
 
     def finish(self, next_id: int, end_seq: int) -> str:
         """Trailer, fsync, atomic rename, directory fsync; returns the final path."""
@@ -191,25 +196,33 @@ def read_header(path: str) -> SnapshotHeader:
 
 
 def iter_payloads(path: str, header: SnapshotHeader) -> Iterator[memoryview]:
-    """Each entry's payload, CRC-checked; SnapshotError at the first bad one."""
+    """Each entry's payload, CRC-checked a block at a time; SnapshotError at the first bad block."""
+    for buf, pos, end in _blocks(path, header):
+        while pos < end:
+            (n,) = _U32.unpack_from(buf, pos)
+            yield memoryview(buf)[pos + 4 : pos + 4 + n]
+            pos += 4 + n
+
+
+def _blocks(path: str, header: SnapshotHeader) -> Iterator[tuple[bytes, int, int]]:
+    """(file bytes, block start, block end) per CRC-checked block. Entries are sliced from the
+    ``bytes`` object (one allocation per slice) rather than from a memoryview (two)."""
     with open(path, "rb") as f:
         data = f.read()
     buf = memoryview(data)
     pos = _HEAD.size
     end = len(data) - _TRAIL.size
-    unpack = _ENTRY.unpack_from
     n = 0
     while pos < end:
-        if pos + _ENTRY.size > end:
-            raise SnapshotError(f"{path}: offset {pos}: truncated entry header")
-        length, crc = unpack(buf, pos)
-        pos += _ENTRY.size
-        payload = buf[pos : pos + length]
-        if pos + length > end or crc32c(payload) != crc:
-            raise SnapshotError(f"{path}: offset {pos - _ENTRY.size}: entry {n} fails its CRC")
-        yield payload
-        pos += length
-        n += 1
+        if pos + _BLOCK.size > end:
+            raise SnapshotError(f"{path}: offset {pos}: truncated block header")
+        length, crc, count = _BLOCK.unpack_from(buf, pos)
+        start = pos + _BLOCK.size
+        if start + length > end or crc32c(buf[start : start + length]) != crc:
+            raise SnapshotError(f"{path}: offset {pos}: block of {count} jobs fails its CRC")
+        yield data, start, start + length
+        pos = start + length
+        n += count
     if n != header.count:
         raise SnapshotError(f"{path}: {n} entries but the trailer says {header.count}")
 
@@ -228,29 +241,35 @@ reserves, timeouts, releases, buries, kicks)"""
 def iter_jobs(path: str, header: SnapshotHeader) -> Iterator[JobTuple]:
     """Entries as plain tuples, parsing the v1 JOB layout directly (recovery's hot path)."""
     unpack = _JOB_HEAD.unpack_from
+    u32 = _U32.unpack_from
     tubes: dict[bytes, str] = {}
     states = {s.value: s for s in JobState}
     fixed = _JOB_HEAD.size
-    for p in iter_payloads(path, header):
-        if p[0] != FORMAT_VERSION or p[1] != Op.JOB or len(p) < fixed:
-            r = decode(p)
-            if r.op is not Op.JOB:
-                raise SnapshotError(f"{path}: entry for job {r.job_id} is a {r.op.name} record, not JOB")
-            yield (r.seq, r.job_id, r.tube, r.pri, r.delay, r.ttr, r.deadline_us, r.body, r.state,
-                   r.created_us, r.reserves, r.timeouts, r.releases, r.buries, r.kicks)  # fmt: skip
-            continue
-        (_, _, seq, _, jid, state, pri, delay, ttr, created, deadline,
-         res, tos, rel, bur, kic, tlen) = unpack(p, 0)  # fmt: skip
-        tb = bytes(p[fixed : fixed + tlen])
-        tube = tubes.get(tb)
-        if tube is None:
-            tube = tubes[tb] = tb.decode("ascii")
-        pos = fixed + tlen
-        (blen,) = _U32.unpack_from(p, pos)
-        if pos + 4 + blen != len(p):
-            raise SnapshotError(f"{path}: job {jid}: body length {blen} does not match its entry")
-        yield (seq, jid, tube, pri, delay, ttr, deadline, bytes(p[pos + 4 :]), states[state],
-               created, res, tos, rel, bur, kic)  # fmt: skip
+    for buf, pos, end in _blocks(path, header):
+        while pos < end:
+            (n,) = u32(buf, pos)
+            p0 = pos + 4
+            pos = p0 + n
+            if buf[p0] != FORMAT_VERSION or buf[p0 + 1] != Op.JOB or n < fixed:
+                r = decode(buf[p0:pos])
+                if r.op is not Op.JOB:
+                    raise SnapshotError(f"{path}: entry for job {r.job_id} is a {r.op.name} record, not JOB")
+                yield (r.seq, r.job_id, r.tube, r.pri, r.delay, r.ttr, r.deadline_us, r.body, r.state,
+                       r.created_us, r.reserves, r.timeouts, r.releases, r.buries, r.kicks)  # fmt: skip
+                continue
+            (_, _, seq, _, jid, state, pri, delay, ttr, created, deadline,
+             res, tos, rel, bur, kic, tlen) = unpack(buf, p0)  # fmt: skip
+            t0 = p0 + fixed
+            tb = buf[t0 : t0 + tlen]
+            tube = tubes.get(tb)
+            if tube is None:
+                tube = tubes[tb] = tb.decode("ascii")
+            b0 = t0 + tlen
+            (blen,) = u32(buf, b0)
+            if b0 + 4 + blen != pos:
+                raise SnapshotError(f"{path}: job {jid}: body length {blen} does not match its entry")
+            yield (seq, jid, tube, pri, delay, ttr, deadline, buf[b0 + 4 : pos], states[state],
+                   created, res, tos, rel, bur, kic)  # fmt: skip
 
 
 assert _JOB_HEAD.size == HEADER_SIZE + 51  # the v1 JOB fixed part (model.py)

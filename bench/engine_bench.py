@@ -1,0 +1,287 @@
+"""Engine hot paths: throughput, memory per job, recovery time, disk under churn.
+
+Figures, each printed with its peer or target measured in the same run:
+- engine ops/s for put+reserve+delete cycles (pure engine, no I/O), next to Debian's beanstalkd
+  doing the same cycles over a pipelined loopback connection (network included: a ceiling for
+  what a server built on this engine must approach, not a like-for-like ratio);
+- RSS per live 100-byte job at N jobs, stalkd engine vs beanstalkd holding the same N jobs
+  (target <= 2x);
+- recovery time with N live jobs (snapshot + WAL tail; target < 3 s at 1M);
+- disk (WAL + snapshots) after M release-with-delay cycles on 1,000 live jobs
+  (target <= 2x live data + 2 segments).
+
+Run: .venv/bin/python bench/engine_bench.py [--jobs 1000000] [--cycles 1000000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from stalkd.engine import Engine
+from stalkd.engine.commands import Delete, Put, Release, Reserve, ReserveJob
+from stalkd.engine.wal import Wal
+
+BODY = b"x" * 100
+T0 = 1_700_000_000.0
+
+
+def rss_kib(pid: int | str = "self") -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+# --- engine throughput --------------------------------------------------------------------------
+
+
+def engine_cycles(n: int) -> float:
+    e = Engine()
+    e.connect(1, T0)
+    now = T0
+    put, res = Put(0, 0, 120, BODY), Reserve()
+    apply = e.apply
+    t0 = time.perf_counter()
+    for _ in range(n):
+        jid = apply(1, put, now).reply.args[0]  # type: ignore[union-attr]
+        apply(1, res, now)
+        apply(1, Delete(jid), now)
+    return time.perf_counter() - t0
+
+
+# --- beanstalkd peer ----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_beanstalkd() -> tuple[subprocess.Popen[bytes], socket.socket] | None:
+    exe = shutil.which("beanstalkd") or ("/usr/bin/beanstalkd" if os.path.exists("/usr/bin/beanstalkd") else None)
+    if exe is None:
+        return None
+    port = free_port()
+    proc = subprocess.Popen([exe, "-l", "127.0.0.1", "-p", str(port), "-z", "65535"])
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            return proc, sock
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.02)
+
+
+def _drain_lines(sock: socket.socket, want: int, buf: bytearray) -> bytearray:
+    """Read until ``want`` reply lines have arrived; returns the unread rest. Bodies of RESERVED
+    replies are skipped by length."""
+    got = 0
+    while got < want:
+        i = buf.find(b"\r\n")
+        if i < 0:
+            buf += sock.recv(1 << 20)
+            continue
+        line = bytes(buf[:i])
+        if line.startswith(b"RESERVED"):
+            n = int(line.split()[2])
+            while len(buf) < i + 2 + n + 2:
+                buf += sock.recv(1 << 20)
+            del buf[: i + 2 + n + 2]
+        else:
+            del buf[: i + 2]
+        got += 1
+    return buf
+
+
+def beanstalkd_puts(sock: socket.socket, n: int, batch: int = 2000) -> None:
+    cmd = b"put 0 0 120 100\r\n" + BODY + b"\r\n"
+    buf = bytearray()
+    for done in range(0, n, batch):
+        k = min(batch, n - done)
+        sock.sendall(cmd * k)
+        buf = _drain_lines(sock, k, buf)
+
+
+def beanstalkd_cycles(sock: socket.socket, n: int, batch: int = 500) -> float:
+    """put+reserve+delete cycles; the delete ids are known because beanstalkd's ids count up."""
+    sock.sendall(b"put 0 0 120 100\r\n" + BODY + b"\r\n")
+    line = _read_line(sock)
+    first = int(line.split()[1]) + 1
+    sock.sendall(b"delete %d\r\n" % (first - 1))
+    _read_line(sock)
+    buf = bytearray()
+    t0 = time.perf_counter()
+    jid = first
+    for done in range(0, n, batch):
+        k = min(batch, n - done)
+        parts = []
+        for i in range(k):
+            parts.append(b"put 0 0 120 100\r\n" + BODY + b"\r\nreserve\r\ndelete %d\r\n" % (jid + i))
+        jid += k
+        sock.sendall(b"".join(parts))
+        buf = _drain_lines(sock, 3 * k, buf)
+    return time.perf_counter() - t0
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\r\n"):
+        data += sock.recv(1)
+    return data
+
+
+# --- memory (child process, so the measurement is not polluted) ---------------------------------
+
+
+def child_memory(n: int) -> None:
+    e = Engine()
+    e.connect(1, T0)
+    bodies = [bytes([i % 251]) * 100 for i in range(4)]  # distinct objects per job below
+    before = rss_kib()
+    apply = e.apply
+    for i in range(n):
+        apply(1, Put(i & 0xFFFF, 0, 120, bodies[i & 3][:99] + b"z"), T0)
+    after = rss_kib()
+    print(f"{(after - before) * 1024 / n:.1f}")
+
+
+def engine_bytes_per_job(n: int) -> float:
+    out = subprocess.run([sys.executable, __file__, "--child-memory", str(n)],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    return float(out.stdout.strip())
+
+
+# --- recovery -----------------------------------------------------------------------------------
+
+
+def build_wal(directory: str, n: int, tail: int) -> None:
+    """N live jobs: a snapshot, then ``tail`` more records in the WAL."""
+    with Wal.open(directory, durability="never", compact_min_bytes=1 << 62) as wal:
+        e, _ = wal.recover(T0)
+        e.connect(1, T0)
+        batch = []
+        for i in range(n):
+            batch.extend(e.apply(1, Put(i & 0xFF, 0, 120, BODY), T0).records)
+            if len(batch) >= 5000:
+                wal.write(batch)
+                batch = []
+        wal.write(batch)
+        wal.snapshot(e)
+        recs = []
+        for _ in range(tail):
+            recs.extend(e.apply(1, Put(0, 0, 120, BODY), T0).records)
+        wal.write(recs)
+        wal.sync()
+
+
+def child_recover(directory: str) -> None:
+    t0 = time.perf_counter()
+    with Wal.open(directory, durability="never") as wal:
+        e, info = wal.recover(T0 + 1)
+    print(f"{time.perf_counter() - t0:.3f} {len(e.jobs)} {info.records_replayed}")
+
+
+def recovery_seconds(directory: str) -> tuple[float, int, int]:
+    out = subprocess.run([sys.executable, __file__, "--child-recover", directory],
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    s, jobs, replayed = out.stdout.split()
+    return float(s), int(jobs), int(replayed)
+
+
+# --- disk under churn ---------------------------------------------------------------------------
+
+
+def churn_disk(directory: str, cycles: int, segment_size: int, live_jobs: int = 1000) -> tuple[int, int, int, float]:
+    with Wal.open(directory, durability="never", segment_size=segment_size) as wal:
+        e, _ = wal.recover(T0)
+        e.connect(1, T0)
+        now = T0
+        for _ in range(live_jobs):
+            wal.write(e.apply(1, Put(0, 0, 120, BODY), now).records)
+        peak = 0
+        t0 = time.perf_counter()
+        for c in range(cycles):
+            jid = 1 + c % live_jobs
+            wal.write(e.apply(1, ReserveJob(jid), now).records)
+            wal.write(e.apply(1, Release(jid, 0, 3600), now).records)
+            wal.maintain(e, now)
+            if c % 10000 == 0:
+                peak = max(peak, wal.disk_bytes())
+        secs = time.perf_counter() - t0
+        wal.snapshot(e)  # let a running background snapshot land before measuring
+        final = wal.disk_bytes()
+        peak = max(peak, final)
+        live = sum(len(j.body) for j in e.jobs.values())
+    return final, peak, live, secs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=1_000_000)
+    ap.add_argument("--cycles", type=int, default=1_000_000)
+    ap.add_argument("--ops", type=int, default=200_000, help="put+reserve+delete cycles timed")
+    ap.add_argument("--segment-size", type=int, default=4 * 2**20)
+    ap.add_argument("--quick", action="store_true", help="100k jobs/cycles, 50k ops")
+    ap.add_argument("--child-memory", type=int)
+    ap.add_argument("--child-recover")
+    a = ap.parse_args()
+    if a.child_memory:
+        return child_memory(a.child_memory)
+    if a.child_recover:
+        return child_recover(a.child_recover)
+    if a.quick:
+        a.jobs, a.cycles, a.ops = 100_000, 100_000, 50_000
+
+    secs = engine_cycles(a.ops)
+    eng_rate = a.ops * 3 / secs
+    print(f"engine  put+reserve+delete: {eng_rate:,.0f} ops/s ({secs / a.ops / 3 * 1e6:.2f} us/op)")
+    peer = start_beanstalkd()
+    bs_per_job = None
+    if peer is None:
+        print("beanstalkd not installed: peer figures skipped")
+    else:
+        proc, sock = peer
+        try:
+            bsecs = beanstalkd_cycles(sock, a.ops)
+            bs_rate = a.ops * 3 / bsecs
+            print(f"beanstalkd (loopback, pipelined): {bs_rate:,.0f} ops/s; engine/beanstalkd = {eng_rate / bs_rate:.2f}x")
+            before = rss_kib(proc.pid)
+            beanstalkd_puts(sock, a.jobs)
+            bs_per_job = (rss_kib(proc.pid) - before) * 1024 / a.jobs
+        finally:
+            sock.close()
+            proc.kill()
+            proc.wait()
+    per_job = engine_bytes_per_job(a.jobs)
+    line = f"memory  RSS per live 100-byte job at {a.jobs:,} jobs: stalkd engine {per_job:.0f} B"
+    if bs_per_job:
+        line += f", beanstalkd {bs_per_job:.0f} B, ratio {per_job / bs_per_job:.2f}x (target <= 2x)"
+    print(line)
+
+    with tempfile.TemporaryDirectory(prefix="stalkd-bench-") as d:
+        build_wal(d, a.jobs, tail=a.jobs // 100)
+        rs, jobs, replayed = recovery_seconds(d)
+        print(f"recovery {jobs:,} live jobs (snapshot + {replayed:,} WAL records): {rs:.2f} s (target < 3 s)")
+    with tempfile.TemporaryDirectory(prefix="stalkd-bench-") as d:
+        final, peak, live, csecs = churn_disk(d, a.cycles, a.segment_size)
+        bound = 2 * live + 2 * a.segment_size
+        print(f"disk    after {a.cycles:,} release-with-delay cycles on 1,000 jobs "
+              f"(segments {a.segment_size >> 20} MiB, {a.cycles / csecs:,.0f} cycles/s): "
+              f"final {final / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB; "
+              f"2x live + 2 segments = {bound / 2**20:.1f} MiB -> final/bound {final / bound:.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
