@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from support import ServerProcess, free_port, start_beanstalkd, wait_for_port
 from stalkd.client import AsyncClient, Client
+from support import ServerProcess, free_port, start_beanstalkd, wait_for_port
 
 
 def start_stalkd(*extra: str, port: int | None = None) -> ServerProcess:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from support import ServerProcess, free_port
 from stalkd.client import AsyncClient, Client, errors
+from support import ServerProcess, free_port
 
 
 class FakeServer:
