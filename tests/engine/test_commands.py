@@ -481,3 +481,34 @@ def test_command_while_waiting_is_a_contract_error() -> None:
         h.do(1, Stats())
     with pytest.raises(EngineError, match="connection 9"):
         h.e.apply(9, Stats(), h.now)
+
+
+def test_longest_command_pause_tube_200_chars() -> None:
+    h = Harness()
+    name = "a" * 200
+    assert h.do(1, Watch(name)) == R("WATCHING", 2)
+    assert h.do(1, PauseTube(name, 4294967295)) == R("PAUSED")
+    assert yaml_of(h.do(1, StatsTube(name)))["pause"] == 4294967295
+
+
+def test_delayed_job_becomes_ready_after_its_delay() -> None:
+    # testserv: delay 1 -> after ~1 s stats-tube ready 0 -> 1, delayed 1 -> 0, total-jobs stays 1
+    h = Harness()
+    assert h.do(1, Put(0, 1, 5, b"x")) == R("INSERTED", 1)
+    s = yaml_of(h.do(1, StatsTube("default")))
+    assert (s["current-jobs-ready"], s["current-jobs-delayed"], s["total-jobs"]) == (0, 1, 1)
+    out = h.sleep(1.0)
+    assert out.next_deadline is None
+    s = yaml_of(h.do(1, StatsTube("default")))
+    assert (s["current-jobs-ready"], s["current-jobs-delayed"], s["total-jobs"]) == (1, 0, 1)
+
+
+def test_urgent_counts_follow_ready_jobs() -> None:
+    h = Harness()
+    h.do(1, Put(1023, 0, 5, b"u"))
+    h.do(1, Put(1024, 0, 5, b"n"))
+    assert yaml_of(h.do(1, StatsTube("default")))["current-jobs-urgent"] == 1
+    h.do(1, Reserve())
+    assert yaml_of(h.do(1, Stats()))["current-jobs-urgent"] == 0
+    h.do(1, Release(1, 5, 0))
+    assert yaml_of(h.do(1, Stats()))["current-jobs-urgent"] == 1

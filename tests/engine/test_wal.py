@@ -189,3 +189,16 @@ def test_missing_snapshot_with_dropped_segments_is_a_clear_error(tmp_path: Path)
     with pytest.raises(WalError, match="WAL starts at offset"):
         wal.recover(T0)
     wal.close()
+
+
+def test_put_restart_delete(tmp_path: Path) -> None:
+    wal, d = reopen(tmp_path, T0, durability="always")
+    d.do(1, C.Put(0, 0, 100, b"a"))
+    d.do(1, C.Reserve())  # reserved at shutdown: comes back ready
+    wal.close()
+    wal, d = reopen(tmp_path, T0 + 1)
+    assert d.do(1, C.Delete(1)) == C.Reply("DELETED")
+    wal.close()
+    wal, d = reopen(tmp_path, T0 + 2)
+    assert d.e.jobs == {} and d.do(1, C.Put(0, 0, 1, b"b")) == C.Reply("INSERTED", (2,))
+    wal.close()
