@@ -96,6 +96,8 @@ class AsyncWorker(WorkerBase):
                 ctx.result = await asyncio.to_thread(ctx.task.fn, ctx.payload)
         except Exception as exc:
             core.fail(ctx, exc)
+        finally:
+            core.handler_exit(app, ctx)
         async with lock:
             if core.needs_attempt(app, ctx):
                 info = await conn.stats_job(job_id)

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("stalkd.worker")
 
-__all__ = ["begin", "undecodable", "fail", "finish", "notify", "needs_attempt"]
+__all__ = ["begin", "undecodable", "before", "handler_exit", "fail", "finish", "notify",
+           "needs_attempt"]
 
 
 def begin(app: App, job_id: int, body: bytes, *, tube: str | None = None) -> JobContext:
@@ -53,6 +54,12 @@ def undecodable(job_id: int, body: bytes, exc: BaseException, *, now: float) -> 
 def before(app: App, ctx: JobContext) -> None:
     for m in app.middleware:
         _safe(m.before_process, ctx)
+
+
+def handler_exit(app: App, ctx: JobContext) -> None:
+    """Call right after the handler returned or raised (in a ``finally``)."""
+    for m in app.middleware:
+        _safe(m.on_handler_exit, ctx)
 
 
 def fail(ctx: JobContext, exc: BaseException) -> None:

@@ -112,10 +112,15 @@ def process_job(app: App, conn: Conn, lock: threading.Lock, job_id: int, body: b
         return action
     core.before(app, ctx)
     try:
-        result = ctx.task.fn(ctx.payload)
-        if asyncio.iscoroutine(result):
-            result = asyncio.run(result)
-        ctx.result = result
+        try:
+            result = ctx.task.fn(ctx.payload)
+            if asyncio.iscoroutine(result):
+                result = asyncio.run(result)
+            ctx.result = result
+        finally:
+            # A time limit that fired just as the handler returned raises in here at the
+            # latest (the middleware stops watching inside this call), so it is caught below.
+            core.handler_exit(app, ctx)
     except Exception as exc:
         core.fail(ctx, exc)
     with lock:

@@ -149,6 +149,8 @@ class TestingSession:
             ctx.result = result
         except Exception as exc:
             core.fail(ctx, exc)
+        finally:
+            core.handler_exit(self.app, ctx)
         action = core.finish(self.app, ctx)
         if isinstance(action, Delete):
             if ctx.header.key is not None:

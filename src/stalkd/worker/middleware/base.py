@@ -37,6 +37,10 @@ class Middleware:
     def before_process(self, ctx: JobContext) -> None:
         """A job was reserved and decoded; its handler runs next."""
 
+    def on_handler_exit(self, ctx: JobContext) -> None:
+        """The handler has just returned or raised, on its own thread, before the acks and
+        ``after_process``; keep it quick (the time limit and heartbeat stop here)."""
+
     def after_process(self, ctx: JobContext) -> None:
         """The handler returned (``ctx.result``) or raised (``ctx.exception``); set
         ``ctx.action`` to decide what happens to the job (the retries middleware does)."""

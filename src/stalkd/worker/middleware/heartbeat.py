@@ -7,7 +7,8 @@ thread (the job's connection is idle while its handler runs).
 
 Ensures: while a job is registered, the gap between its reserve/touches is at most
 ``interval(ttr) < ttr - 1`` (plus scheduling lateness), i.e. before beanstalkd's DEADLINE_SOON
-margin; a job is never touched after ``after_process`` unregistered it.
+margin; a job is never touched after ``on_handler_exit`` unregistered it (barring one touch
+already under way, which then races the ack and gets NOT_FOUND, logged).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Heartbeat(Middleware):
                 self._thread.start()
             self._cond.notify()
 
-    def after_process(self, ctx: JobContext) -> None:
+    def on_handler_exit(self, ctx: JobContext) -> None:
         with self._cond:
             self._due.pop(ctx, None)
 

@@ -5,6 +5,9 @@ Sync handlers in worker threads are interrupted by raising the exception asynchr
 their thread (``PyThreadState_SetAsyncExc``): it lands at the next Python bytecode, so a handler
 blocked inside a C call is interrupted only when that call returns. Async handlers are cancelled
 by the asyncio runner with ``asyncio.wait_for`` using ``ctx.time_limit``.
+
+Not enforced: sync handlers under the asyncio runner (they run in its thread pool, outside the
+runner's control), and handlers in the in-process testing broker.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ class TimeLimit(Middleware):
                 self._thread.start()
             self._cond.notify()
 
-    def after_process(self, ctx: JobContext) -> None:
+    def on_handler_exit(self, ctx: JobContext) -> None:
+        # Under the lock the monitor fires under: after this returns it can no longer fire for
+        # ctx, and if it fired before, the exception lands in this thread before we return.
         with self._cond:
             self._running.pop(ctx, None)
 
@@ -54,8 +59,8 @@ class TimeLimit(Middleware):
                 late = [(c, tid) for c, (tid, end) in self._running.items() if end <= now]
                 for c, tid in late:
                     del self._running[c]
-                    # Under the lock, so after_process cannot have run for c: the handler is
-                    # still inside its thread when the exception is scheduled.
+                    # Under the lock, so on_handler_exit has not finished for c: the exception
+                    # lands in the handler or inside the runner's handler_exit, which catches it.
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
                         ctypes.c_ulong(tid), ctypes.py_object(TimeLimitExceeded))
                 if not late:
