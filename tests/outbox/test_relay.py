@@ -227,3 +227,64 @@ def test_task_rows_run_on_a_worker_and_the_relay_loop_stops(beanstalkd: Any, tmp
     # Then the task ran with the payload, and both loops stopped
     assert done == [{"order": 1}]
     assert not relay_thread.is_alive() and not worker_thread.is_alive()
+
+
+def test_relay_waits_for_an_absent_server_then_delivers(tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    from support import free_port, require_binary, wait_for_port
+
+    engine, outbox, _ = setup(f"sqlite:///{tmp_path / 'a.db'}", "outbox")
+    with engine.begin() as conn:
+        outbox.put(conn, "late", b"hello")
+    port = free_port()
+    stop = threading.Event()
+    relay = Relay(engine, outbox, address=f"127.0.0.1:{port}")
+    t = threading.Thread(target=relay.run, args=(stop,),
+                         kwargs={"idle_wait": 0.05, "error_wait": 0.1})
+    # Given a relay started while no server listens
+    t.start()
+    proc = None
+    try:
+        # Then it fails to connect, logs it, keeps the row and keeps trying
+        with caplog.at_level("WARNING", "stalkd.outbox"):
+            for _ in range(200):
+                if "retrying" in caplog.text:
+                    break
+                stop.wait(0.05)
+        assert f"127.0.0.1:{port}" in caplog.text and "retrying" in caplog.text
+        with engine.connect() as conn:
+            assert outbox.pending(conn) == 1
+        # When the server comes up, Then the row is delivered and marked sent
+        proc = subprocess.Popen([require_binary("beanstalkd"), "-l", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port("127.0.0.1", port, proc=proc)
+        for _ in range(400):
+            with engine.connect() as conn:
+                if outbox.pending(conn) == 0:
+                    break
+            stop.wait(0.05)
+        assert [b for _, b in drain(f"127.0.0.1:{port}", "late")] == [b"hello"]
+    finally:
+        stop.set()
+        t.join(timeout=10)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+    assert not t.is_alive()
+
+
+def test_purge_deletes_only_rows_sent_before_the_cutoff(tmp_path: Path) -> None:
+    import datetime as dt
+
+    engine, outbox, _ = setup(f"sqlite:///{tmp_path / 'a.db'}", "outbox")
+    with engine.begin() as conn:
+        for i in range(3):
+            outbox.put(conn, "t", b"%d" % i)
+    times = iter([dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.datetime(2026, 1, 3, tzinfo=dt.UTC)])
+    relay = Relay(engine, outbox, sender=FlakySender(ok=99), batch_size=1, clock=lambda: next(times))
+    assert relay.run_once() == 1 and relay.run_once() == 1
+    with engine.begin() as conn:
+        assert outbox.purge(conn, sent_before=dt.datetime(2026, 1, 2, tzinfo=dt.UTC)) == 1
+        left = conn.execute(sa.select(outbox.table.c.id).order_by(outbox.table.c.id)).scalars().all()
+        # Row 1 (sent on Jan 1) is gone; row 2 (sent Jan 3) and unsent row 3 stay
+        assert left == [2, 3]

@@ -127,7 +127,8 @@ class Relay:
                 try:
                     if self.run_once() == 0:
                         stop.wait(idle_wait)
-                except (RuntimeError, sa.exc.OperationalError) as exc:
+                except (RuntimeError, OSError, sa.exc.OperationalError) as exc:
+                    # Server or database away: nothing was marked, so nothing is lost; retry.
                     log.warning("%s; retrying in %.1fs", exc, error_wait)
                     stop.wait(error_wait)
         finally:
