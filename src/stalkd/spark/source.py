@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -204,26 +205,24 @@ def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
             raise FileNotFoundError(f"segment {path} (base offset {part.base}) vanished before it was read; "
                                     "retention deleted it: rerun, or read with a later startOffset")
         path = str(moved[0])
-    offsets: list[int] = []
-    stamps: list[int] = []
-    payloads: list[bytes | memoryview] = []
     wal = opts.records == "wal"
-    hide = not opts.markers
-    for frame in reader.read_segment(path, part.start, part.end):
-        if hide and frame.payload[:1] == b"\x00" and is_marker(frame.payload):
-            continue  # a streaming sink's batch marker, not data
-        offsets.append(frame.offset)
-        stamps.append(frame.timestamp_us)
-        payloads.append(frame.payload)
-        if len(offsets) >= opts.batch_size:
-            yield _batch(wal, opts.body, offsets, stamps, payloads)
-            offsets, stamps, payloads = [], [], []
-    if offsets:
+    frames = reader.read_segment(path, part.start, part.end)
+    while True:
+        chunk = list(islice(frames, opts.batch_size))
+        if not chunk:
+            return
+        offsets, stamps, payloads = zip(*chunk, strict=True)
+        if not opts.markers and any(p and p[0] == 0 for p in payloads):
+            # drop a streaming sink's batch markers: they are bookkeeping, not data
+            kept = [f for f in chunk if not is_marker(f.payload)]
+            if not kept:
+                continue
+            offsets, stamps, payloads = zip(*kept, strict=True)
         yield _batch(wal, opts.body, offsets, stamps, payloads)
 
 
-def _batch(wal: bool, body: bool, offsets: list[int], stamps: list[int],
-           payloads: list[bytes | memoryview]) -> pa.RecordBatch:
+def _batch(wal: bool, body: bool, offsets: Sequence[int], stamps: Sequence[int],
+           payloads: Sequence[memoryview]) -> pa.RecordBatch:
     if wal:
         return wal_batch(offsets, payloads, with_body=body)
     return raw_batch(offsets, stamps, payloads)

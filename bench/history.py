@@ -1,0 +1,215 @@
+"""Generate a realistic job history: a real ``stalkd serve`` with producers and workers.
+
+Producers put jobs into a few tubes (pipelined). Workers reserve from every tube and behave
+like real ones: most jobs succeed and are deleted; some fail and are released (up to two
+retries, then buried: a dead letter); some are slow and overrun their 1 s TTR, so the server
+times them out and another worker takes them again. Halfway through, the buried jobs of one
+tube are kicked back. The server's WAL (``DIR/wal``) then holds the whole story for
+``stalkd analyze DIR/wal``.
+
+    .venv/bin/python bench/history.py --dir /tmp/hist --jobs 20000
+    stalkd bench history --dir /tmp/hist --jobs 200000 --producers 4 --workers 8
+
+Each job leaves about four WAL records (put, reserve, delete, plus retries): 250k jobs give
+about a million records. The server runs with ``-F`` (no fsync) since durability is not what
+is measured here. Jobs whose outcome is random are decided from ``--seed``, so two runs put the
+same jobs (thread timing still interleaves them differently).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+TUBES = {"emails": 0.5, "images": 0.25, "reports": 0.15, "webhooks": 0.10}
+TTR = 1  # seconds: slow jobs overrun it
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(data: Path, port: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "stalkd.cli", "serve", "-b", str(data), "-F", "-l", "127.0.0.1",
+           "-p", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"stalkd serve exited with {proc.returncode}: {err}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise TimeoutError(f"stalkd serve did not listen on port {port}") from None
+            time.sleep(0.05)
+
+
+class Tally:
+    """Shared counters and the end condition (every job deleted or buried for good)."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.lock = threading.Lock()
+        self.c: Counter[str] = Counter()
+        self.attempts: dict[int, int] = {}
+        self.done = threading.Event()
+
+    def add(self, key: str, n: int = 1) -> None:
+        with self.lock:
+            self.c[key] += n
+            if self.c["deleted"] + self.c["buried"] - self.c["kicked"] >= self.jobs:
+                self.done.set()
+
+    def attempt(self, jid: int) -> int:
+        with self.lock:
+            self.attempts[jid] = self.attempts.get(jid, 0) + 1
+            return self.attempts[jid]
+
+
+def producer(address: str, seed: int, count: int, tally: Tally) -> None:
+    from stalkd.client import Client
+
+    rng = random.Random(seed)
+    names, weights = list(TUBES), list(TUBES.values())
+    with Client(address, timeout=30) as c:
+        left = count
+        while left:
+            n = min(left, 200)
+            by_tube: dict[str, list[bytes]] = {}
+            for _ in range(n):
+                r = rng.random()
+                kind = "fail" if r < 0.08 else "slow" if r < 0.10 else "ok"
+                tube = rng.choices(names, weights)[0]
+                by_tube.setdefault(tube, []).append(json.dumps({"kind": kind, "pad": "x" * rng.randint(0, 120)}).encode())
+            for tube, bodies in by_tube.items():
+                c.use(tube)
+                c.put_many(bodies, priority=rng.choice((0, 1024, 1024, 4096)), ttr=TTR)
+            tally.add("put", n)
+            left -= n
+
+
+def worker(address: str, tally: Tally) -> None:
+    from stalkd.client import Client, errors
+
+    with Client(address, timeout=30) as c:
+        for tube in TUBES:
+            c.watch(tube)
+        c.ignore("default")
+        while not tally.done.is_set():
+            try:
+                job = c.reserve(timeout=1)
+            except errors.TimedOut:
+                continue
+            except errors.DeadlineSoon:
+                # This worker walked away from a slow job whose TTR is about to end; until
+                # the server times it out, every reserve answers DEADLINE_SOON. Back off.
+                tally.done.wait(0.05)
+                continue
+            kind = json.loads(job.body)["kind"]
+            n = tally.attempt(job.id)
+            try:
+                if kind == "slow" and n == 1:
+                    # Overrun: walk away from it; the server times it out after its TTR.
+                    tally.add("overrun")
+                elif kind == "fail" and n <= 3:
+                    if n == 3:
+                        c.bury(job, priority=1024)
+                        tally.add("buried")
+                    else:
+                        c.release(job, priority=1024, delay=0)
+                        tally.add("released")
+                else:
+                    c.delete(job)
+                    tally.add("deleted")
+            except errors.NotFound:
+                tally.add("lost")  # its TTR ran out under load before we answered
+
+
+def kicker(address: str, tally: Tally) -> None:
+    """Once a quarter of the jobs are settled, kick the buried jobs of one tube back."""
+    from stalkd.client import Client
+
+    while not tally.done.wait(0.2):
+        if tally.c["deleted"] >= tally.jobs // 4 and tally.c["buried"]:
+            with Client(address, timeout=30) as c:
+                c.use("images")
+                kicked = c.kick(1000)
+            with tally.lock:
+                tally.attempts.clear()  # kicked jobs get fresh attempts
+            tally.add("kicked", kicked)
+            return
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", required=True, help="server data directory (the WAL goes to DIR/wal)")
+    ap.add_argument("--jobs", type=int, default=20_000)
+    ap.add_argument("--producers", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds")
+    args = ap.parse_args()
+    data = Path(args.dir)
+    data.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    proc = start_server(data, port)
+    tally = Tally(args.jobs)
+    started = time.monotonic()
+    try:
+        share = [args.jobs // args.producers + (i < args.jobs % args.producers) for i in range(args.producers)]
+        threads = [threading.Thread(target=producer, args=(address, args.seed * 1000 + i, n, tally), daemon=True)
+                   for i, n in enumerate(share)]
+        threads += [threading.Thread(target=worker, args=(address, tally), daemon=True) for _ in range(args.workers)]
+        threads.append(threading.Thread(target=kicker, args=(address, tally), daemon=True))
+        for t in threads:
+            t.start()
+        last = 0.0
+        while not tally.done.wait(1.0):
+            if time.monotonic() - started > args.timeout:
+                print("timed out before every job was settled", file=sys.stderr)
+                return 1
+            if time.monotonic() - last > 10:
+                last = time.monotonic()
+                print(f"  {time.monotonic() - started:6.0f} s  {dict(tally.c)}", flush=True)
+        for t in threads:
+            t.join(timeout=10)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    seconds = time.monotonic() - started
+    from stalkd.log import LogReader
+
+    wal = data / "wal"
+    with LogReader(wal) as r:
+        n_records = sum(1 for _ in r.read())
+    print(f"{args.jobs:,} jobs in {seconds:.1f} s: {dict(tally.c)}")
+    print(f"WAL {wal}: {n_records:,} records ({n_records / seconds:,.0f} records/s)")
+    print(f"next: stalkd analyze {wal} --out {data / 'analysis'}")
+    if not os.path.isdir(data / "wal" / "archive"):
+        print("note: the server compacts its WAL; segments dropped by compaction are not in the history")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
