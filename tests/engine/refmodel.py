@@ -38,6 +38,7 @@ class RConn:
     waiting: bool = False
     arrival: int = 0
     until: int | None = None
+    half_closed: bool = False
 
 
 class Ref:
@@ -129,6 +130,14 @@ class Ref:
         del self.conns[cid]
         self._gc_tubes()
 
+    def half_close(self, cid: int) -> Any:
+        c = self.conns[cid]
+        c.half_closed = True
+        if c.waiting:
+            c.waiting = False
+            return ("TIMED_OUT",)
+        return None
+
     def put(self, cid: int, pri: int, delay: int, ttr: int, body: bytes) -> Any:
         jid = self.next_id
         self.next_id += 1
@@ -143,6 +152,8 @@ class Ref:
         has_ready = any(j.state == "ready" and j.tube in c.watch for j in self.jobs.values())
         if self._deadline_soon(cid) and not has_ready:
             return ("DEADLINE_SOON",)
+        if c.half_closed:
+            timeout = 0  # nobody can read a reply that waits: time out unless a job is there
         self.arrivals += 1
         c.waiting, c.arrival = True, self.arrivals
         c.until = None if timeout is None else self.now + timeout * US

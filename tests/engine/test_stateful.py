@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from stalkd.engine import Engine
 from stalkd.engine import commands as C
-from stalkd.engine.commands import AnyReply, JobReply, Reply
+from stalkd.engine.commands import AnyReply, Close, JobReply, Reply
 
 from .refmodel import US, Ref
 
@@ -28,6 +28,8 @@ def norm(r: AnyReply | None) -> Any:
         return None
     if isinstance(r, JobReply):
         return (r.word, r.id, r.body)
+    if isinstance(r, Close):
+        return ("CLOSE",)
     assert isinstance(r, Reply), r
     return (r.word, *r.args)
 
@@ -150,6 +152,22 @@ class EngineVsRef(RuleBasedStateMachine):
         self.ref.disconnect(cid)
         self.ref.wakeups[:0] = pre
         self._check(out, None, None)
+
+    @rule(cid=CONNS)
+    def quit(self, cid: int) -> None:
+        self._cmd(cid, C.Quit(), lambda: (self.ref.disconnect(cid), ("CLOSE",))[1])
+
+    @rule(cid=CONNS)
+    def half_close(self, cid: int) -> None:
+        if cid not in self.e.conns or self.ref.conns[cid].half_closed:
+            return
+        self.ref.settle()
+        pre = list(self.ref.wakeups)
+        self.ref.wakeups.clear()
+        out = self.e.half_close(cid, self.now)
+        ref_reply = self.ref.half_close(cid)
+        self.ref.wakeups[:0] = pre
+        self._check(out, ref_reply, cid)
 
     @rule(jump=st.sampled_from([1, 100_000, 500_000, 999_999, 1_000_000, 2_000_000, 7_000_000]),
           tick=st.booleans())  # fmt: skip
