@@ -67,6 +67,7 @@ class RecoveryInfo:
     records_replayed: int
     seconds: float
     discarded: tuple[str, ...]
+    snapshot_seconds: float = 0.0  # part of ``seconds`` spent loading the snapshot
 
 
 class _Snap:
@@ -191,6 +192,7 @@ class Wal:
         e = Engine(max_job_size=max_job_size)
         fresh: dict[int, int] = {}
         start_seq = 0
+        t_snap = time.perf_counter()
         if header is not None:
             # A million new objects would trigger many full collections of a heap that holds
             # nothing cyclic yet; pausing the collector halves the load time.
@@ -206,6 +208,7 @@ class Wal:
             start_seq = header.start_seq
             e.seq = max(e.seq, header.end_seq)
             e.next_id = max(e.next_id, header.next_id)
+        t_snap = time.perf_counter() - t_snap
         replayed = 0
         for frame in self.log.read(need):
             try:
@@ -221,10 +224,13 @@ class Wal:
             replayed += 1
         finish(e)
         e.tick(now)
+        # Everything recovered lives until deleted: move it out of the collector's sight so later
+        # full collections do not walk a million jobs (they hold no cycles).
+        gc.freeze()
         self.last_seq = e.seq
         self._recovered = True
         info = RecoveryInfo(len(e.jobs), header.path if header else None, header.count if header else 0,
-                            replayed, time.perf_counter() - t0, tuple(discarded))  # fmt: skip
+                            replayed, time.perf_counter() - t0, tuple(discarded), t_snap)  # fmt: skip
         return e, info
 
     # --- writing ------------------------------------------------------------------------------
