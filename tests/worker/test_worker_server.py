@@ -297,3 +297,34 @@ def test_workers_reconnect_after_a_server_restart(kind: str, tmp_path: Any) -> N
         first.stop()
         if second is not None:
             second.stop()
+
+
+def test_a_job_that_outran_its_ttr_does_not_stop_the_slot(server: Any, probe: Probe,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    if server.kind == "beanstalkd":
+        pytest.skip("beanstalkd 1.12 does not reliably expire the TTR of an idle connection's job")
+    app = App(server.address, middleware=[Retries()])  # no heartbeat: the TTR will run out
+    runs: list[int] = []
+
+    @app.task(ttr=1, max_attempts=5)
+    def slow_then_fail(p: int) -> None:
+        runs.append(p)
+        if p == 1:
+            # Keep running until the server has taken the job back.
+            wait_for(lambda: (probe_in_handler.job(first) or {}).get("timeouts", 0) >= 1,
+                     what="TTR expiry")
+            raise RuntimeError("too late")
+
+    probe_in_handler = Probe(server.address)
+    first = slow_then_fail.put(1)
+    assert first is not None
+    try:
+        with caplog.at_level("WARNING", "stalkd.worker"), running(app):
+            wait_for(lambda: "no longer reserved by this worker" in caplog.text, what="warning")
+            # Then the slot lives on and runs the next job
+            second = slow_then_fail.put(2)
+            assert second is not None
+            wait_for(lambda: probe.job(second) is None, what="next job done")
+    finally:
+        probe_in_handler.close()
+    assert 2 in runs

@@ -32,23 +32,28 @@ __all__ = ["AsyncWorker"]
 
 
 async def execute(conn: AsyncConn, app: App, job_id: int, ctx: JobContext | None,
-                  action: Action) -> None:
+                  action: Action) -> bool:
     """The asyncio twin of ``runner.execute`` (same order of writes, same reasons)."""
+    ok = True
     if isinstance(action, Delete):
-        await conn.delete(job_id)
-        if ctx is not None and ctx.header.marker is not None:
+        ok = await conn.delete(job_id)
+        if ok and ctx is not None and ctx.header.marker is not None:
             await conn.delete(ctx.header.marker)
     elif isinstance(action, Release):
-        await conn.release(job_id, priority=action.priority, delay=action.delay)
+        ok = await conn.release(job_id, priority=action.priority, delay=action.delay)
     elif isinstance(action, Bury):
         await conn.put(app.failed_tube, action.record.to_json(), priority=RECORD_PRIORITY,
                        delay=0, ttr=120)
-        await conn.bury(job_id, priority=action.priority)
+        ok = await conn.bury(job_id, priority=action.priority)
     elif isinstance(action, Defer):
         assert ctx is not None
         await conn.put(ctx.tube, ctx.body, priority=ctx.task.priority, delay=action.delay,
                        ttr=ctx.ttr)
-        await conn.delete(job_id)
+        ok = await conn.delete(job_id)
+    if not ok:
+        log.warning("job %d: no longer reserved by this worker when acting on it (%s); its TTR "
+                    "ran out, so it may run again elsewhere", job_id, type(action).__name__)
+    return ok
 
 
 class AsyncWorker(WorkerBase):
@@ -122,13 +127,19 @@ class AsyncWorker(WorkerBase):
                     continue
                 await self._process(conn, lock, got[0], got[1])
                 self._counted()
-            except (OSError, ConnectionError) as exc:
-                if self.stopping.is_set():
+            except Exception as exc:
+                if self.stopping.is_set() and isinstance(exc, OSError):
                     break
-                log.warning("async slot: connection to %s lost (%s); reconnecting",
-                            self.app.address, exc)
-                if conn is not None and conn in conns:
-                    conns.remove(conn)
+                if isinstance(exc, OSError):
+                    log.warning("async slot: connection to %s lost (%s); reconnecting",
+                                self.app.address, exc)
+                else:
+                    log.exception("async slot: unexpected error; reconnecting")
+                if conn is not None:
+                    if conn in conns:
+                        conns.remove(conn)
+                    with contextlib.suppress(OSError):
+                        await conn.close()  # hands any job we hold back to the server
                 conn = None
                 await asyncio.sleep(0.5)  # reconnect backoff, not synchronisation
         if conn is not None and conn in conns:

@@ -60,11 +60,19 @@ class Conn:
         except errors.NotFound:
             return False
 
-    def release(self, job_id: int, *, priority: int, delay: int) -> None:
-        self.client.release(job_id, priority=priority, delay=delay)
+    def release(self, job_id: int, *, priority: int, delay: int) -> bool:
+        try:
+            self.client.release(job_id, priority=priority, delay=delay)
+            return True
+        except errors.NotFound:  # no longer reserved by us (its TTR ran out)
+            return False
 
-    def bury(self, job_id: int, *, priority: int) -> None:
-        self.client.bury(job_id, priority=priority)
+    def bury(self, job_id: int, *, priority: int) -> bool:
+        try:
+            self.client.bury(job_id, priority=priority)
+            return True
+        except errors.NotFound:
+            return False
 
     def touch(self, job_id: int) -> None:
         self.client.touch(job_id)
@@ -138,11 +146,19 @@ class AsyncConn:
         except errors.NotFound:
             return False
 
-    async def release(self, job_id: int, *, priority: int, delay: int) -> None:
-        await self.client.release(job_id, priority=priority, delay=delay)
+    async def release(self, job_id: int, *, priority: int, delay: int) -> bool:
+        try:
+            await self.client.release(job_id, priority=priority, delay=delay)
+            return True
+        except errors.NotFound:
+            return False
 
-    async def bury(self, job_id: int, *, priority: int) -> None:
-        await self.client.bury(job_id, priority=priority)
+    async def bury(self, job_id: int, *, priority: int) -> bool:
+        try:
+            await self.client.bury(job_id, priority=priority)
+            return True
+        except errors.NotFound:
+            return False
 
     async def touch(self, job_id: int) -> None:
         await self.client.touch(job_id)

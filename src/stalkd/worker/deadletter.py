@@ -17,10 +17,14 @@ record: ``list_failed`` shows only the newest record per job id.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stalkd.worker.context import DeadLetter
 
-__all__ = ["FailedJob", "list_failed", "retry_failed", "RECORD_PRIORITY"]
+if TYPE_CHECKING:
+    from stalkd.worker.conn import Conn
+
+__all__ = ["FailedJob", "RetryResult", "list_failed", "retry_failed", "RECORD_PRIORITY"]
 
 RECORD_PRIORITY = 2**31
 
@@ -45,10 +49,9 @@ def list_failed(address: str, failed_tube: str, *, timeout: float = 10.0,
         conn.close()  # releases every record we reserved
 
 
-def _collect(conn: object, failed_tube: str, limit: int) -> tuple[list[FailedJob], list[int]]:
-    from stalkd.worker.conn import Conn
-
-    assert isinstance(conn, Conn)
+def _collect(conn: Conn, failed_tube: str, limit: int) -> tuple[list[FailedJob], list[int]]:
+    """Reserve every record on ``conn`` (they return to ready when it closes); the newest
+    record per original job, and the ids of older duplicates."""
     conn.watch_only([failed_tube])
     latest: dict[int, FailedJob] = {}
     superseded: list[int] = []
@@ -70,6 +73,8 @@ def _collect(conn: object, failed_tube: str, limit: int) -> tuple[list[FailedJob
 
 @dataclass(frozen=True)
 class RetryResult:
+    """What ``retry_failed`` did for one dead-lettered job."""
+
     job_id: int
     outcome: str   # "kicked", "requeued as <id>", "gone" (original no longer exists)
 

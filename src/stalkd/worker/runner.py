@@ -65,25 +65,32 @@ class WorkerBase:
         raise NotImplementedError
 
 
-def execute(conn: Conn, app: App, job_id: int, ctx: JobContext | None, action: Action) -> None:
-    """Carry out ``action`` for reserved job ``job_id`` on its connection."""
+def execute(conn: Conn, app: App, job_id: int, ctx: JobContext | None, action: Action) -> bool:
+    """Carry out ``action`` for reserved job ``job_id`` on its connection. False when the
+    server no longer had the job reserved for us (its TTR ran out, so it went back to ready
+    and may be running elsewhere: at-least-once delivery)."""
+    ok = True
     if isinstance(action, Delete):
-        conn.delete(job_id)
-        if ctx is not None and ctx.header.marker is not None:
+        ok = conn.delete(job_id)
+        if ok and ctx is not None and ctx.header.marker is not None:
             conn.delete(ctx.header.marker)  # frees the unique key
     elif isinstance(action, Release):
-        conn.release(job_id, priority=action.priority, delay=action.delay)
+        ok = conn.release(job_id, priority=action.priority, delay=action.delay)
     elif isinstance(action, Bury):
         # Record first: if we die before the bury, the job times out and fails again.
         conn.put(app.failed_tube, action.record.to_json(), priority=RECORD_PRIORITY, delay=0,
                  ttr=120)
-        conn.bury(job_id, priority=action.priority)
+        ok = conn.bury(job_id, priority=action.priority)
     elif isinstance(action, Defer):
         assert ctx is not None
         # New copy first, then delete: a crash in between duplicates, never loses.
         conn.put(ctx.tube, ctx.body, priority=ctx.task.priority, delay=action.delay,
                  ttr=ctx.ttr)
-        conn.delete(job_id)
+        ok = conn.delete(job_id)
+    if not ok:
+        log.warning("job %d: no longer reserved by this worker when acting on it (%s); its TTR "
+                    "ran out, so it may run again elsewhere", job_id, type(action).__name__)
+    return ok
 
 
 def process_job(app: App, conn: Conn, lock: threading.Lock, job_id: int, body: bytes,
@@ -165,13 +172,18 @@ class ThreadWorker(WorkerBase):
                     continue
                 process_job(self.app, conn, lock, got[0], got[1])
                 self._counted()
-            except (OSError, ConnectionError) as exc:
-                if self.stopping.is_set():
+            except Exception as exc:
+                if self.stopping.is_set() and isinstance(exc, OSError):
                     break
-                log.warning("worker slot: connection to %s lost (%s); reconnecting",
-                            self.app.address, exc)
+                if isinstance(exc, OSError):
+                    log.warning("worker slot: connection to %s lost (%s); reconnecting",
+                                self.app.address, exc)
+                else:
+                    # A bug or an unexpected server answer: never let it kill the slot. Closing
+                    # the connection hands any job we hold back to the server.
+                    log.exception("worker slot: unexpected error; reconnecting")
                 if conn is not None:
-                    self._forget(conn)
+                    self._forget(conn, abort=True)
                 conn = None
                 self.stopping.wait(0.5)  # back off before reconnecting (also wakes on stop)
         if conn is not None:
