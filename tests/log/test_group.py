@@ -142,12 +142,12 @@ def test_async_poll_is_woken_by_append(tmp_path: Path) -> None:
 def test_cursor_torn_slot_falls_back_to_previous(tmp_path: Path) -> None:
     path = str(tmp_path / "c.cur")
     f = CursorFile(path)
-    f.write(CursorState(1, 10, 0, 64, 0, 0, ((12, 14),)), fsync=True)
-    f.write(CursorState(2, 20, 0, 64, 1, 2, ()), fsync=True)
-    assert read_cursor(path) == CursorState(2, 20, 0, 64, 1, 2, ())
+    f.write(CursorState(1, 10, 0, 0, 64, 0, 0, ((12, 14),)), fsync=True)
+    f.write(CursorState(2, 20, 0, 0, 64, 1, 2, ()), fsync=True)
+    assert read_cursor(path) == CursorState(2, 20, 0, 0, 64, 1, 2, ())
     # Given a torn write of slot 1 (seq 3), when reading, then seq 2 wins... and if slot 0 tears, seq 1
     os.pwrite(f.fd, b"\xff" * 40, 0)  # slot 0 holds seq 2
-    assert read_cursor(path) == CursorState(1, 10, 0, 64, 0, 0, ((12, 14),))
+    assert read_cursor(path) == CursorState(1, 10, 0, 0, 64, 0, 0, ((12, 14),))
     os.pwrite(f.fd, b"\xff" * 40, SLOT_SIZE)
     assert read_cursor(path) is None
     f.close()

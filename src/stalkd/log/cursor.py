@@ -8,9 +8,12 @@ at garbage (at-least-once delivery).
 Slot layout (little-endian)::
 
     4s magic "STCU" | u16 version (1) | u16 n_ranges | u64 seq | u64 committed
-    | u64 pos_base | u64 pos | u64 expired | u64 dropped
+    | u64 pos_offset | u64 pos_base | u64 pos | u64 expired | u64 dropped
     | n_ranges x (u64 start, u64 end)   acked offsets above ``committed`` (end exclusive)
     | u32 crc32c of everything before it
+
+``(pos_offset, pos_base, pos)`` is a read hint: record ``pos_offset`` (at or below
+``committed``) starts at byte ``pos`` of the segment with base ``pos_base``.
 
 Ensures: ``read_cursor`` returns the state of some completed ``write_cursor`` call (the newest
 whose slot is intact), or None for a missing or wholly unreadable file.
@@ -29,7 +32,7 @@ __all__ = ["CursorState", "read_cursor", "CursorFile", "MAX_RANGES"]
 SLOT_SIZE = 4096
 _MAGIC = b"STCU"
 _VERSION = 1
-_HEAD = struct.Struct("<4sHHQQQQQQ")
+_HEAD = struct.Struct("<4sHHQQQQQQQ")
 _RANGE = struct.Struct("<QQ")
 _U32 = struct.Struct("<I")
 MAX_RANGES = (SLOT_SIZE - _HEAD.size - _U32.size) // _RANGE.size
@@ -39,12 +42,13 @@ MAX_RANGES = (SLOT_SIZE - _HEAD.size - _U32.size) // _RANGE.size
 class CursorState:
     """A checkpoint: everything below ``committed`` is acked, plus the ``acked`` ranges above it.
 
-    >>> CursorState(seq=1, committed=10, pos_base=0, pos=64, expired=0, dropped=0, acked=((12, 14),)).committed
+    >>> CursorState(seq=1, committed=10, pos_offset=0, pos_base=0, pos=64, expired=0, dropped=0).committed
     10
     """
 
     seq: int
     committed: int
+    pos_offset: int
     pos_base: int
     pos: int
     expired: int
@@ -55,7 +59,7 @@ class CursorState:
 def encode_slot(state: CursorState) -> bytes:
     ranges = state.acked[:MAX_RANGES]
     body = _HEAD.pack(
-        _MAGIC, _VERSION, len(ranges), state.seq, state.committed, state.pos_base, state.pos,
+        _MAGIC, _VERSION, len(ranges), state.seq, state.committed, state.pos_offset, state.pos_base, state.pos,
         state.expired, state.dropped,
     ) + b"".join(_RANGE.pack(a, b) for a, b in ranges)
     return body + _U32.pack(crc32c(body))
@@ -64,14 +68,14 @@ def encode_slot(state: CursorState) -> bytes:
 def decode_slot(buf: bytes) -> CursorState | None:
     if len(buf) < _HEAD.size + _U32.size:
         return None
-    magic, version, n, seq, committed, pos_base, pos, expired, dropped = _HEAD.unpack_from(buf, 0)
+    magic, version, n, seq, committed, pos_offset, pos_base, pos, expired, dropped = _HEAD.unpack_from(buf, 0)
     if magic != _MAGIC or version != _VERSION or n > MAX_RANGES:
         return None
     end = _HEAD.size + n * _RANGE.size
     if _U32.unpack_from(buf, end)[0] != crc32c(buf[:end]):
         return None
     acked = tuple(_RANGE.unpack_from(buf, _HEAD.size + i * _RANGE.size) for i in range(n))
-    return CursorState(seq, committed, pos_base, pos, expired, dropped, acked)
+    return CursorState(seq, committed, pos_offset, pos_base, pos, expired, dropped, acked)
 
 
 def read_cursor(path: str) -> CursorState | None:

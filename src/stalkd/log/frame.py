@@ -2,14 +2,16 @@
 
 Layout (little-endian), 24-byte header then payload, padded with zeros to a multiple of 8::
 
-    u8 magic (0xA7) | u8 flags | u16 epoch | u32 length | u32 delta | i64 timestamp_us | u32 crc32c
+    u32 crc32c | u8 magic (0xA7) | u8 flags | u16 epoch | u32 length | u32 delta | i64 timestamp_us
 
+``crc32c`` covers everything after it: the other 20 header bytes, the payload and the padding,
+so one checksum call over one contiguous range checks a frame, and no byte of it goes unchecked.
 ``flags``: bit 7 = committed, low bits = kind (0 data, 1 padding, 2 footer; unknown kinds are
 skipped by readers so the format can grow). ``delta`` is the frame's logical offset minus the
 segment's base offset (data frames only), so a stale frame left behind a torn one can never be
 taken for the record expected at that place. ``epoch`` is the segment's writer epoch (see
-:mod:`stalkd.log.segment`). ``crc32c`` covers the first 20 header bytes and the payload.
-A length of 0 is a legal payload; a zero magic byte marks the end of written data.
+:mod:`stalkd.log.segment`). A length of 0 is a legal payload; a zero magic byte marks the end of
+written data.
 
 Ensures: ``encode_frame`` output length is ``frame_size(len(payload))`` and a multiple of 8.
 """
@@ -32,6 +34,7 @@ __all__ = [
     "frame_size",
     "encode_frame",
     "HEAD",
+    "REST",
 ]
 
 MAGIC = 0xA7
@@ -40,8 +43,8 @@ KIND_MASK = 0x7F
 KIND_DATA = 0
 KIND_PADDING = 1
 KIND_FOOTER = 2
-HEAD = struct.Struct("<BBHIIq")  # everything but the CRC: 20 bytes
-_CRC = struct.Struct("<I")
+HEAD = struct.Struct("<IBBHIIq")  # the whole header, CRC first: 24 bytes
+REST = struct.Struct("<BBHIIq")  # the header after the CRC: 20 bytes
 FRAME_HEADER_SIZE = 24
 MAX_PAYLOAD = 2**32 - 1
 _PAD = bytes(8)
@@ -65,10 +68,10 @@ def encode_frame(
     32
     """
     n = len(payload)
-    head = HEAD.pack(MAGIC, FLAG_COMMITTED | kind, epoch, n, delta, timestamp_us)
-    crc = crc32c(payload, crc32c(head))
-    pad = -(FRAME_HEADER_SIZE + n) & 7
-    return b"".join((head, _CRC.pack(crc), payload, _PAD[:pad]))
+    rest = REST.pack(MAGIC, FLAG_COMMITTED | kind, epoch, n, delta, timestamp_us)
+    pad = _PAD[: -(FRAME_HEADER_SIZE + n) & 7]
+    crc = crc32c(pad, crc32c(payload, crc32c(rest)))
+    return b"".join((crc.to_bytes(4, "little"), rest, payload, pad))
 
 
 class Frame(NamedTuple):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 import os
 import re
 import threading
@@ -40,14 +41,14 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 class Message(NamedTuple):
     """A record delivered to a group: ``payload`` is zero-copy; ``attempts`` counts deliveries.
 
-    >>> Message(7, memoryview(b"job"), 0, 1).bytes()
+    >>> Message(7, 0, memoryview(b"job")).bytes()
     b'job'
     """
 
     offset: int
-    payload: memoryview
     timestamp_us: int
-    attempts: int
+    payload: memoryview
+    attempts: int = 1
 
     def bytes(self) -> bytes:
         """A copy of the payload."""
@@ -101,16 +102,23 @@ class ConsumerGroup:
             _fsync_dir(gdir)
         first = log.segment_bounds()[0][0]
         if state is None:
-            state = CursorState(0, first, first, HEADER_SIZE, 0, 0, ())
+            state = CursorState(0, first, first, first, HEADER_SIZE, 0, 0, ())
         self._seq = state.seq
-        self.committed = max(state.committed, first)
+        # Clamped to the log's end: records a group acked may be gone after a power loss under
+        # 'never'/'every', and their offsets will be reused by new records, which must be delivered.
+        self.committed = min(max(state.committed, first), log.next_offset)
         self._acked = {o for a, b in state.acked for o in range(a, b) if o >= self.committed}
-        self._commit_pos: tuple[int, int] | None = (state.pos_base, state.pos) if state.committed >= first else None
+        # (offset, segment base, byte position) of a record at or below the committed head.
+        self._commit_pos: tuple[int, int, int] | None = None
+        if first <= state.pos_base <= state.pos_offset <= self.committed:
+            self._commit_pos = (state.pos_offset, state.pos_base, state.pos)
         self.expired = state.expired
         self.dropped = state.dropped
         self._next_read = self.committed
-        self._read_pos = ReadPos(*((state.pos_base, self.committed, state.pos) if self._commit_pos else (first, first, HEADER_SIZE)))
-        self._inflight: dict[int, tuple[int, int]] = {}  # offset -> (segment base, end position)
+        self._read_pos = ReadPos(*((state.pos_base, state.pos_offset, state.pos) if self._commit_pos else (first, first, HEADER_SIZE)))
+        # (segment base, byte position) after the last message of recent polls: where the
+        # committed head's position is known exactly when acks reach a batch end.
+        self._batch_ends: dict[int, tuple[int, int, int]] = {}
         self._redeliver: list[int] = []
         self._attempts: dict[int, int] = {}
         self._dirty = False
@@ -185,41 +193,63 @@ class ConsumerGroup:
             if off < self.committed or off in self._acked:
                 continue
             for f in self.log.read(off, off + 1):
-                out.append(Message(f.offset, f.payload, f.timestamp_us, self._attempts.get(off, 0) + 1))
-        if len(out) >= max_batch:
-            return out
+                out.append(Message(f.offset, f.timestamp_us, f.payload, self._attempts.get(off, 0) + 1))
         end = self.log.visible_end()
-        if self._next_read >= end:
+        if len(out) >= max_batch or self._next_read >= end:
             return out
-        ttl_us = None if self.ttl is None else int(self.ttl * 1e6)
-        now_us = int((time.time() if now is None else now) * 1e6)
         rp = self._read_pos
-        for f in self.log.read(self._next_read, end, _resume=rp):
-            self._next_read = f.offset + 1
-            if f.offset in self._acked:
-                continue  # acked out of order before a restart
-            if ttl_us is not None and now_us - f.timestamp_us > ttl_us:
-                self.expired += 1
-                self._inflight[f.offset] = (rp.base, rp.pos)
-                self._ack_one(f.offset)
-                continue
-            self._inflight[f.offset] = (rp.base, rp.pos)
-            out.append(Message(f.offset, f.payload, f.timestamp_us, 1))
-            if len(out) >= max_batch:
-                break
+        frames = self.log.read(self._next_read, end, _resume=rp, _make=Message)
+        if self.ttl is None and not self._acked:
+            out.extend(itertools.islice(frames, max_batch - len(out)))  # type: ignore[arg-type]
+        else:
+            ttl_us = None if self.ttl is None else int(self.ttl * 1e6)
+            now_us = int((time.time() if now is None else now) * 1e6)
+            for m in frames:
+                off = m.offset
+                if off in self._acked:
+                    continue  # acked out of order before a restart
+                if ttl_us is not None and now_us - m.timestamp_us > ttl_us:
+                    self.expired += 1
+                    self._next_read = off + 1
+                    self._ack_one(off)
+                    continue
+                out.append(m)  # type: ignore[arg-type]
+                if len(out) >= max_batch:
+                    break
+        if rp.offset > self._next_read:
+            self._next_read = rp.offset
+            if len(self._batch_ends) > 256:
+                self._batch_ends = {k: v for k, v in self._batch_ends.items() if k >= self.committed}
+            self._batch_ends[rp.offset - 1] = (rp.offset, rp.base, rp.pos)
         if self._dirty:
             self._maybe_persist()
         return out
 
     def ack(self, *messages: Message | int) -> None:
         """Mark messages (or offsets) done; the committed head advances past contiguous acks."""
+        if not messages:
+            return
         with self._lock:
-            for m in messages:
-                off = m if isinstance(m, int) else m.offset
-                if off >= self._next_read and off not in self._redeliver:
-                    raise LogError(f"group {self.name!r}: offset {off} was never delivered (next is {self._next_read})")
-                self._ack_one(off)
+            offs = [m if isinstance(m, int) else m.offset for m in messages]
+            first, last = offs[0], offs[-1]
+            if (first == self.committed and last < self._next_read and not self._acked and not self._attempts
+                    and last - first == len(offs) - 1 and offs == list(range(first, last + 1))):
+                # In-order acks of what was just polled: the common case, without per-offset work.
+                self.committed = last + 1
+                self._note_commit_pos(last)
+                self._dirty = True
+            else:
+                for off in offs:
+                    if off >= self._next_read and off not in self._redeliver:
+                        raise LogError(f"group {self.name!r}: offset {off} was never delivered (next is {self._next_read})")
+                for off in offs:
+                    self._ack_one(off)
             self._maybe_persist()
+
+    def _note_commit_pos(self, last: int) -> None:
+        pos = self._batch_ends.pop(last, None)
+        if pos is not None:
+            self._commit_pos = pos  # else keep the older position: lag_bytes over-estimates a little
 
     def _ack_one(self, off: int) -> None:
         if off < self.committed or off in self._acked:
@@ -234,12 +264,8 @@ class ConsumerGroup:
         while c in acked:
             acked.remove(c)
             c += 1
-        pos = self._inflight.pop(c - 1, None)
-        for o in range(off, c - 1):
-            self._inflight.pop(o, None)
-        self._inflight.pop(off, None)
         self.committed = c
-        self._commit_pos = pos if pos is not None else None
+        self._note_commit_pos(c - 1)
 
     def nack(self, *messages: Message | int) -> None:
         """Give messages back: each is redelivered before newer records, with ``attempts`` + 1."""
@@ -263,7 +289,7 @@ class ConsumerGroup:
             offset = max(bounds[0][0], min(offset, self.log.next_offset))
             self.committed = self._next_read = offset
             self._acked.clear()
-            self._inflight.clear()
+            self._batch_ends.clear()
             self._redeliver.clear()
             self._attempts.clear()
             self._commit_pos = None
@@ -285,15 +311,15 @@ class ConsumerGroup:
         segments between them count their full size."""
         return self._bytes_from(self.committed, self._commit_pos)
 
-    def _bytes_from(self, offset: int, pos: tuple[int, int] | None) -> int:
+    def _bytes_from(self, offset: int, pos: tuple[int, int, int] | None) -> int:
         log = self.log
         act = log._active
         if offset >= log.next_offset:
             return 0
         if pos is None:
             base = max([b for b, _, _ in log._sealed if b <= offset] + [act.base if act.base <= offset else 0])
-            pos = (base, HEADER_SIZE)
-        base, p = pos
+            pos = (base, base, HEADER_SIZE)
+        _, base, p = pos
         if base == act.base:
             return act.pos - p
         total = act.pos - HEADER_SIZE
@@ -343,8 +369,7 @@ class ConsumerGroup:
                 self._acked = {o for o in self._acked if o >= target}
                 self._redeliver = [o for o in self._redeliver if o >= target]
                 heapq.heapify(self._redeliver)
-                for o in [o for o in self._inflight if o < target]:
-                    del self._inflight[o]
+                self._batch_ends = {k: v for k, v in self._batch_ends.items() if k >= target}
                 self.committed = target
                 self._commit_pos = None
                 if self._next_read < target:
@@ -366,13 +391,14 @@ class ConsumerGroup:
 
     def _persist(self, fsync: bool) -> None:
         self._seq += 1
-        base, pos = self._commit_pos if self._commit_pos is not None else (0, 0)
+        pos_offset, base, pos = self._commit_pos if self._commit_pos is not None else (0, 0, 0)
         acked = _ranges(self._acked) if self._acked else ()
         if len(acked) > MAX_RANGES:
             # BUG: more out-of-order acks than a slot holds: the excess is not checkpointed and
             # would be redelivered after a crash (at-least-once still holds).
             acked = acked[:MAX_RANGES]
-        self._file.write(CursorState(self._seq, self.committed, base, pos, self.expired, self.dropped, acked), fsync)
+        state = CursorState(self._seq, self.committed, pos_offset, base, pos, self.expired, self.dropped, acked)
+        self._file.write(state, fsync)
         self._dirty = False
         self._last_persist = time.monotonic()
 

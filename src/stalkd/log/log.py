@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 from crc32c import crc32c
 
 from .errors import LogError, LogFullError, LogLockedError
-from .frame import FLAG_COMMITTED, FRAME_HEADER_SIZE, HEAD, KIND_DATA, MAGIC, Frame, frame_size
+from .frame import FLAG_COMMITTED, FRAME_HEADER_SIZE, KIND_DATA, MAGIC, REST, Frame, frame_size
 from .reader import ARCHIVE_DIR, ReadPos, list_segments, read_frames
 from .recovery import RepairReport, recover
 from .segment import (
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["Log", "RepairReport", "parse_durability"]
 
 _DATA_FLAGS = FLAG_COMMITTED | KIND_DATA
-_pack_head = HEAD.pack
+_pack_rest = REST.pack
 _PAD = bytes(8)
 LOCK_NAME = "LOCK"
 GROUPS_DIR = "groups"
@@ -340,18 +340,19 @@ class Log:
 
     @staticmethod
     def _encode(items: Sequence[bytes | bytearray | memoryview], offset: int, base: int, epoch: int) -> bytes:
-        pack = HEAD.pack
+        pack = REST.pack
         ts = time.time_ns() // 1000
         parts: list[bytes | bytearray | memoryview] = []
         add = parts.append
         delta = offset - base
         for p in items:
             n = len(p)
-            head = pack(MAGIC, _DATA_FLAGS, epoch, n, delta, ts)
-            add(head)
-            add(crc32c(p, crc32c(head)).to_bytes(4, "little"))
+            rest = pack(MAGIC, _DATA_FLAGS, epoch, n, delta, ts)
+            pad = _PAD[: -(FRAME_HEADER_SIZE + n) & 7]
+            add(crc32c(pad, crc32c(p, crc32c(rest))).to_bytes(4, "little"))
+            add(rest)
             add(p)
-            add(_PAD[: -(FRAME_HEADER_SIZE + n) & 7])
+            add(pad)
             delta += 1
         return b"".join(parts)
 
@@ -417,9 +418,9 @@ class Log:
             if act is not None and act.pos + size <= act.limit and self._failed is None and not self._closed and not self._refusers:
                 pos = act.pos
                 off = self._next
-                head = _pack_head(MAGIC, _DATA_FLAGS, act.epoch, n, off - act.base, time.time_ns() // 1000)
-                frame = b"".join((head, crc32c(payload, crc32c(head)).to_bytes(4, "little"), payload,
-                                  _PAD[: size - FRAME_HEADER_SIZE - n]))
+                rest = _pack_rest(MAGIC, _DATA_FLAGS, act.epoch, n, off - act.base, time.time_ns() // 1000)
+                pad = _PAD[: size - FRAME_HEADER_SIZE - n]
+                frame = b"".join((crc32c(pad, crc32c(payload, crc32c(rest))).to_bytes(4, "little"), rest, payload, pad))
                 mm = act.mm
                 if mm is not None:
                     mm[pos : pos + size] = frame  # no system call: measured faster for single frames
@@ -606,14 +607,21 @@ class Log:
     def _listing(self) -> list[tuple[int, str, bool]]:
         return list_segments(self.path, archive=True)
 
-    def read(self, start: int, end: int | None = None, *, _resume: ReadPos | None = None) -> Iterator[Frame]:
+    def read(
+        self,
+        start: int,
+        end: int | None = None,
+        *,
+        _resume: ReadPos | None = None,
+        _make: Callable[[int, int, memoryview], object] = Frame,
+    ) -> Iterator[Frame]:
         """Frames with ``start <= offset < end`` (None: up to what is written now), zero-copy.
 
         Offsets already removed by retention are skipped (reading starts at the oldest kept).
         """
         self._check_usable()
         stop = self._next if end is None else min(end, self._next)
-        return read_frames(self._listing, self._view, start, stop, _resume)
+        return read_frames(self._listing, self._view, start, stop, _resume, _make)
 
     # ---------------------------------------------------------------- groups and retention
 

@@ -57,6 +57,7 @@ def read_frames(
     start: int,
     end: int | None,
     resume: ReadPos | None = None,
+    make: Callable[[int, int, memoryview], object] = Frame,
 ) -> Iterator[Frame]:
     """Frames with ``start <= offset < end`` across segments (an offset below the oldest kept
     segment starts at the oldest). ``resume`` is read as a position hint and updated as frames
@@ -85,7 +86,7 @@ def read_frames(
         if resume is not None and resume.base == base and resume.offset <= offset:
             hint = (resume.offset, resume.pos)
         st = ScanState(HEADER_SIZE, base)
-        for frame in view.frames(offset, end, hint, st):
+        for frame in view.frames(offset, end, hint, st, make):
             if resume is not None:
                 resume.base, resume.offset, resume.pos = base, st.offset, st.pos
             yield frame

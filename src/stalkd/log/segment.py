@@ -31,8 +31,9 @@ import mmap
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from crc32c import crc32c
 
@@ -60,6 +61,7 @@ MAX_EPOCH = 0xFFFF
 _U32 = struct.Struct("<I")
 _NAME = re.compile(r"^seg-(\d{20})\.log$")
 _ZERO_HEAD = bytes(FRAME_HEADER_SIZE)
+T = TypeVar("T")
 
 
 def segment_name(base: int) -> str:
@@ -147,13 +149,14 @@ def scan(
     stop_pos: int,
     stop_offset: int | None = None,
     skip_before: int = 0,
-) -> Iterator[Frame]:
+    make: Callable[[int, int, memoryview], T] = Frame,  # type: ignore[assignment]
+) -> Iterator[T]:
     """Yield valid data frames from ``state.pos``; ``state`` is updated before each yield.
 
-    Frames with an offset below ``skip_before`` are checked but not yielded.
+    Frames with an offset below ``skip_before`` are checked but not yielded. ``make(offset,
+    timestamp_us, payload)`` builds what is yielded (a Frame by default).
     """
     head_unpack = HEAD.unpack_from
-    u32 = _U32.unpack_from
     pos = state.pos
     offset = state.offset
     last_epoch = state.epoch
@@ -162,25 +165,19 @@ def scan(
             state.status = "limit"
             break
         if pos + FRAME_HEADER_SIZE > stop_pos:
-            state.status = "end" if pos >= stop_pos else ("end" if not any(mv[pos:stop_pos]) else "bad")
+            state.status = "end" if pos >= stop_pos or not any(mv[pos:stop_pos]) else "bad"
             break
-        magic, flags, epoch, length, delta, ts = head_unpack(mv, pos)
+        crc, magic, flags, epoch, length, delta, ts = head_unpack(mv, pos)
         if magic != MAGIC:
             state.status = "end" if mv[pos : pos + FRAME_HEADER_SIZE] == _ZERO_HEAD else "bad"
             break
         body = pos + FRAME_HEADER_SIZE
         end = body + length
-        if end > stop_pos or epoch > epoch_limit or epoch < last_epoch:
-            state.status = "bad"
-            break
-        if u32(mv, pos + 20)[0] != crc32c(mv[body:end], crc32c(mv[pos : pos + 20])):
+        nxt = (end + 7) & ~7
+        if nxt > stop_pos or epoch > epoch_limit or epoch < last_epoch or crc != crc32c(mv[pos + 4 : nxt]):
             state.status = "bad"
             break
         kind = flags & KIND_MASK
-        nxt = (end + 7) & ~7
-        if nxt != end and (nxt > stop_pos or mv[end:nxt] != _ZERO_HEAD[: nxt - end]):
-            state.status = "bad"  # padding is not under the CRC, so it must be exactly zeros
-            break
         if kind == KIND_DATA:
             if delta != offset - base:
                 state.status = "bad"
@@ -190,7 +187,7 @@ def scan(
             offset += 1
             if offset > skip_before:
                 state.pos, state.offset, state.epoch = pos, offset, epoch
-                yield Frame(offset - 1, ts, mv[body:end])
+                yield make(offset - 1, ts, mv[body:end])
             continue
         if kind == KIND_FOOTER:
             state.status = "footer"
@@ -238,11 +235,11 @@ class SegmentView:
     def read_footer(self) -> tuple[int, int] | None:
         """(end_offset, data_end) from a valid footer, or None if the segment is not sealed."""
         fpos = self.size - FOOTER_SIZE
-        magic, flags, epoch, length, delta, _ts = HEAD.unpack_from(self.mv, fpos)
+        crc, magic, flags, epoch, length, delta, _ts = HEAD.unpack_from(self.mv, fpos)
         if magic != MAGIC or flags & KIND_MASK != KIND_FOOTER or length != FOOTER_PAYLOAD.size:
             return None
         body = fpos + FRAME_HEADER_SIZE
-        if _U32.unpack_from(self.mv, fpos + 20)[0] != crc32c(self.mv[body : body + length], crc32c(self.mv[fpos : fpos + 20])):
+        if crc != crc32c(self.mv[fpos + 4 : self.size]):
             return None
         end, data_end, count = FOOTER_PAYLOAD.unpack_from(self.mv, body)
         if count != end - self.base or delta != count or not HEADER_SIZE <= data_end <= fpos:
@@ -250,7 +247,12 @@ class SegmentView:
         return int(end), int(data_end)
 
     def frames(
-        self, start: int, end: int | None = None, hint: tuple[int, int] | None = None, state: ScanState | None = None
+        self,
+        start: int,
+        end: int | None = None,
+        hint: tuple[int, int] | None = None,
+        state: ScanState | None = None,
+        make: Callable[[int, int, memoryview], object] = Frame,
     ) -> Iterator[Frame]:
         """Data frames with ``start <= offset < end``, checked; a bad frame in a sealed segment raises.
 
@@ -268,7 +270,7 @@ class SegmentView:
         stop_offset = end if sealed_end is None or end is None else min(end, sealed_end[0])
         if sealed_end and stop_offset is None:
             stop_offset = sealed_end[0]
-        yield from scan(self.mv, self.base, self.epoch, st, stop_pos, stop_offset, start)
+        yield from scan(self.mv, self.base, self.epoch, st, stop_pos, stop_offset, start, make)  # type: ignore[misc]
         if sealed_end is not None and st.status != "limit" and st.offset < sealed_end[0]:
             raise LogCorruptError(
                 f"{self.path}: bad frame at byte {st.pos} (offset {st.offset}) inside a sealed segment "
