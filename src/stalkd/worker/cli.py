@@ -29,7 +29,13 @@ def load_app(spec: str) -> App:
         raise SystemExit(f"stalkd worker: expected module:app, got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    obj = getattr(importlib.import_module(module_name), attr or "app")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(f"stalkd worker: cannot import {module_name!r}: {exc}") from None
+    obj = getattr(module, attr or "app", None)
+    if obj is None:
+        raise SystemExit(f"stalkd worker: module {module_name!r} has no attribute {attr or 'app'!r}")
     if not isinstance(obj, App):
         raise SystemExit(f"stalkd worker: {spec} is a {type(obj).__name__}, not a stalkd App")
     return obj
@@ -81,7 +87,11 @@ def failed(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
     from stalkd.worker.deadletter import list_failed
 
-    jobs = list_failed(args.address, args.failed_tube)
+    try:
+        jobs = list_failed(args.address, args.failed_tube)
+    except ConnectionError as exc:  # stalkd.client's connection errors derive from it
+        print(f"stalkd failed: {exc}", file=sys.stderr)
+        return 1
     for f in jobs:
         r = f.record
         if args.json:
@@ -113,11 +123,15 @@ def retry(argv: Sequence[str]) -> int:
         p.error("give job ids or --all")
     from stalkd.worker.deadletter import retry_failed
 
-    results = retry_failed(args.address, args.failed_tube,
-                           job_ids=None if args.all else set(args.ids), fresh=args.fresh)
+    try:
+        results = retry_failed(args.address, args.failed_tube,
+                               job_ids=None if args.all else set(args.ids), fresh=args.fresh)
+    except ConnectionError as exc:
+        print(f"stalkd retry: {exc}", file=sys.stderr)
+        return 1
     for r in results:
         print(f"job {r.job_id}: {r.outcome}")
-    missing = set(args.ids) - {r.job_id for r in results}
+    missing = set() if args.all else set(args.ids) - {r.job_id for r in results}
     for jid in sorted(missing):
         print(f"job {jid}: no dead-letter record in {args.failed_tube}", file=sys.stderr)
     return 1 if missing else 0

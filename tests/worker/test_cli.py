@@ -1,0 +1,38 @@
+"""The worker's command-line entry points, run as real processes: clear errors, no tracebacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from support import free_port
+
+
+def stalkd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stalkd.cli", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_worker_help_lists_the_modes() -> None:
+    r = stalkd("worker", "--help")
+    assert r.returncode == 0
+    assert "--concurrency" in r.stdout and "processes" in r.stdout and "--grace" in r.stdout
+
+
+def test_worker_with_a_missing_module_says_so() -> None:
+    r = stalkd("worker", "no_such_module_xyz:app")
+    assert r.returncode != 0
+    assert "cannot import 'no_such_module_xyz'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_failed_and_retry_without_a_server_fail_cleanly() -> None:
+    address = f"127.0.0.1:{free_port()}"
+    for cmd in (["failed"], ["retry", "--all"]):
+        r = stalkd(*cmd, "--address", address)
+        assert r.returncode == 1, r.stderr
+        assert address in r.stderr and "Traceback" not in r.stderr
+
+
+def test_retry_needs_ids_or_all() -> None:
+    r = stalkd("retry")
+    assert r.returncode == 2 and "give job ids or --all" in r.stderr
