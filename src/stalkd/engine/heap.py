@@ -13,6 +13,7 @@ An item is in at most one heap at a time (jobs move between ready, delay and res
 from __future__ import annotations
 
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import Generic, Protocol, TypeVar
 
 __all__ = ["HeapItem", "IndexedHeap", "pack"]
@@ -108,7 +109,7 @@ class IndexedHeap(Generic[T]):
         """Fill an empty heap from (key, item) pairs at once (recovery): a sorted list is a heap."""
         if self._keys:
             raise ValueError("load() needs an empty heap")
-        pairs.sort(key=lambda kv: kv[0])
+        pairs.sort(key=itemgetter(0))
         self._keys = [k for k, _ in pairs]
         self._items = [it for _, it in pairs]
         for i, it in enumerate(self._items):

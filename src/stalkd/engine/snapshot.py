@@ -30,14 +30,20 @@ import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
+from stalkd.engine.job import URGENT_THRESHOLD, Job
 from stalkd.engine.model import FORMAT_VERSION, HEADER_SIZE, JobState, Op, Record, decode, encode
+
+if TYPE_CHECKING:
+    from stalkd.engine.engine import Engine
+    from stalkd.engine.tube import Tube
 
 __all__ = [
     "SNAP_VERSION", "SnapshotError", "SnapshotHeader", "SnapshotWriter", "list_snapshots",
-    "read_snapshot", "snapshot_name",
+    "load_into", "read_snapshot", "snapshot_name",
 ]  # fmt: skip
 
 SNAP_VERSION = 1
@@ -270,6 +276,82 @@ def iter_jobs(path: str, header: SnapshotHeader) -> Iterator[JobTuple]:
                 raise SnapshotError(f"{path}: job {jid}: body length {blen} does not match its entry")
             yield (seq, jid, tube, pri, delay, ttr, deadline, buf[b0 + 4 : pos], states[state],
                    created, res, tos, rel, bur, kic)  # fmt: skip
+
+
+def load_into(e: Engine, h: SnapshotHeader) -> dict[int, int]:
+    """Load a snapshot's jobs into an empty engine (recovery's hot path: the v1 JOB layout is
+    parsed inline, ~2 us a job). Returns {job id: copy seq} for jobs copied after the snapshot
+    began: their WAL records up to that seq are already in the snapshot.
+    """
+    unpack = _JOB_HEAD.unpack_from
+    u32 = _U32.unpack_from
+    fixed = _JOB_HEAD.size
+    job_op = int(Op.JOB)
+    READY, DELAYED, BURIED = JobState.READY, JobState.DELAYED, JobState.BURIED
+    tubes: dict[bytes, Tube] = {}
+    ready: dict[Tube, list[tuple[int, Job]]] = {}
+    delayed: dict[Tube, list[tuple[int, Job]]] = {}
+    fresh: dict[int, int] = {}
+    jobs = e.jobs
+    start = h.start_seq
+    body_bytes = 0
+    for buf, pos, end in _blocks(h.path, h):
+        while pos < end:
+            (n,) = u32(buf, pos)
+            p0 = pos + 4
+            pos = p0 + n
+            if buf[p0] != FORMAT_VERSION or buf[p0 + 1] != job_op or n < fixed:
+                r = decode(buf[p0:pos])  # another version or op: the general reader decides
+                if r.op is not Op.JOB:
+                    raise SnapshotError(f"{h.path}: offset {p0}: a {r.op.name} record, not JOB")
+                seq, jid, tb, pri, delay, ttr, deadline, body = (
+                    r.seq, r.job_id, r.tube.encode(), r.pri, r.delay, r.ttr, r.deadline_us, r.body)
+                st, created = int(r.state), r.created_us
+                res, tos, rel, bur, kic = r.reserves, r.timeouts, r.releases, r.buries, r.kicks
+            else:
+                (_, _, seq, _, jid, st, pri, delay, ttr, created, deadline,
+                 res, tos, rel, bur, kic, tlen) = unpack(buf, p0)  # fmt: skip
+                t0 = p0 + fixed
+                tb = buf[t0 : t0 + tlen]
+                b0 = t0 + tlen
+                if u32(buf, b0)[0] != pos - b0 - 4:
+                    raise SnapshotError(f"{h.path}: offset {p0}: job {jid}'s body length does not match its entry")
+                body = buf[b0 + 4 : pos]
+            t = tubes.get(tb)
+            if t is None:
+                t = tubes[tb] = e._tube(tb.decode("ascii"))
+                ready[t] = []
+                delayed[t] = []
+            j = Job(jid, t, pri, delay, ttr, body, READY, created)
+            if res or tos or rel or bur or kic:
+                j.reserves, j.timeouts, j.releases, j.buries, j.kicks = res, tos, rel, bur, kic
+            jobs[jid] = j
+            body_bytes += len(body)
+            if seq > start:
+                fresh[jid] = seq
+            if st == 1 or st == 2:  # READY, or RESERVED (comes back ready)
+                ready[t].append(((pri << 64) | jid, j))  # heap.pack, inlined
+                if pri < URGENT_THRESHOLD:
+                    t.urgent += 1
+            elif st == 4:
+                j.state = DELAYED
+                j.deadline_us = deadline
+                delayed[t].append(((deadline << 64) | jid, j))
+            elif st == 3:
+                j.state = BURIED
+                j.deadline_us = deadline
+                t.buried[jid] = j
+            else:
+                raise SnapshotError(f"{h.path}: offset {p0}: job {jid} has unknown state {st}")
+    if len(jobs) != h.count:
+        raise SnapshotError(f"{h.path}: {h.count} entries but {len(jobs)} distinct job ids")
+    for t in tubes.values():
+        t.ready.load(ready[t])
+        t.delayed.load(delayed[t])
+        e._retime_tube(t)
+    e.body_bytes += body_bytes
+    e.next_id = max(e.next_id, max(jobs, default=0) + 1)
+    return fresh
 
 
 assert _JOB_HEAD.size == HEADER_SIZE + 51  # the v1 JOB fixed part (model.py)

@@ -30,19 +30,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from stalkd.engine.engine import Engine
-from stalkd.engine.job import URGENT_THRESHOLD, Job
-from stalkd.engine.model import JobState, Op, Record, RecordFormatError, decode, encode
+from stalkd.engine.model import Op, Record, RecordFormatError, decode, encode
 from stalkd.engine.replay import durable_record, finish, replay
 from stalkd.engine.snapshot import (
     SnapshotError,
     SnapshotHeader,
     SnapshotWriter,
     fsync_dir,
-    iter_jobs,
     list_snapshots,
+    load_into,
     read_header,
 )
-from stalkd.engine.tube import Tube
 from stalkd.log import Log
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
@@ -199,7 +197,7 @@ class Wal:
             gc_was_on = gc.isenabled()
             gc.disable()
             try:
-                fresh = _load_snapshot(e, header)
+                fresh = load_into(e, header)
             except SnapshotError as exc:
                 raise WalError(f"{exc}; move the file away to fall back to an older snapshot") from exc
             finally:
@@ -397,52 +395,3 @@ class Wal:
                 os.close(s.writer._fd)
         self._snap = None
         self.log._release_files()
-
-
-def _load_snapshot(e: Engine, h: SnapshotHeader) -> dict[int, int]:
-    """Load a snapshot's jobs into an empty engine; returns {job id: copy seq} for jobs copied
-    after the snapshot began (their earlier WAL records must not be applied twice)."""
-    tubes: dict[str, Tube] = {}
-    ready: dict[Tube, list[tuple[int, Job]]] = {}
-    delayed: dict[Tube, list[tuple[int, Job]]] = {}
-    fresh: dict[int, int] = {}
-    jobs = e.jobs
-    start = h.start_seq
-    body_bytes = 0
-    DELAYED = JobState.DELAYED
-    READY = JobState.READY
-    new_job = Job
-    for (seq, jid, tname, pri, delay, ttr, deadline, body, state, created,
-         res, tos, rel, bur, kic) in iter_jobs(h.path, h):  # fmt: skip
-        t = tubes.get(tname)
-        if t is None:
-            t = tubes[tname] = e._tube(tname)
-            ready[t] = []
-            delayed[t] = []
-        j = new_job(jid, t, pri, delay, ttr, body, READY, created)
-        if res or tos or rel or bur or kic:
-            j.reserves, j.timeouts, j.releases, j.buries, j.kicks = res, tos, rel, bur, kic
-        jobs[jid] = j
-        body_bytes += len(body)
-        if seq > start:
-            fresh[jid] = seq
-        if state is READY or state is JobState.RESERVED:
-            ready[t].append(((pri << 64) | jid, j))  # heap.pack, inlined: this loop runs 1M times
-            if pri < URGENT_THRESHOLD:
-                t.urgent += 1
-        elif state is DELAYED:
-            j.state = DELAYED
-            j.deadline_us = deadline
-            delayed[t].append(((deadline << 64) | jid, j))
-        else:
-            e._to_buried(j, deadline)
-    if len(jobs) != h.count:
-        raise SnapshotError(f"{h.path}: {h.count} entries but {len(jobs)} distinct job ids")
-    max_id = max(jobs, default=0)
-    for t in tubes.values():
-        t.ready.load(ready[t])
-        t.delayed.load(delayed[t])
-        e._retime_tube(t)
-    e.body_bytes += body_bytes
-    e.next_id = max(e.next_id, max_id + 1)
-    return fresh
