@@ -288,3 +288,27 @@ def test_purge_deletes_only_rows_sent_before_the_cutoff(tmp_path: Path) -> None:
         left = conn.execute(sa.select(outbox.table.c.id).order_by(outbox.table.c.id)).scalars().all()
         # Row 1 (sent on Jan 1) is gone; row 2 (sent Jan 3) and unsent row 3 stay
         assert left == [2, 3]
+
+
+def test_relay_process_delivers_and_stops_on_sigterm(beanstalkd: Any, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'app.db'}"
+    engine, outbox, _ = setup(db, "stalkd_outbox")
+    with engine.begin() as conn:
+        outbox.put(conn, "proc", b"from the relay process")
+    proc = subprocess.Popen([sys.executable, "-m", "stalkd.outbox", "--db", db,
+                             "--address", beanstalkd.address, "--idle-wait", "0.05"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(400):
+            with engine.connect() as conn:
+                if outbox.pending(conn) == 0:
+                    break
+            threading.Event().wait(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [b for _, b in drain(beanstalkd.address, "proc")] == [b"from the relay process"]
+    assert proc.stderr is not None and b"relay stopped after sending 1 rows" in proc.stderr.read()
