@@ -165,3 +165,19 @@ def test_ticket_resolves_when_durable_and_is_awaitable(tmp_path: Path) -> None:
         assert log.durable_offset == 22
     with Log.open(tmp_path / "n", durability="never") as log:
         assert log.submit([b"x"]).done()
+
+
+@pytest.mark.parametrize("io", ["auto", "pwrite", "mmap"])
+def test_every_write_path_writes_the_same_log(tmp_path: Path, io: str) -> None:
+    payloads = [os.urandom(i % 200) for i in range(400)]
+    with Log.open(tmp_path, segment_size=4096, durability="always", io=io) as log:  # type: ignore[arg-type]
+        for p in payloads[:150]:
+            log.append(p)
+        log.append_many(payloads[150:300])
+        log.submit(payloads[300:]).wait(timeout=60)
+        # another process's view (LogReader) sees what the mapping or pwrite put in the page cache
+        assert [f.bytes() for f in LogReader(tmp_path).read(0)] == payloads
+    with Log.open(tmp_path, segment_size=4096, io="pwrite") as log:
+        assert [f.bytes() for f in log.read(0)] == payloads
+    with pytest.raises(ValueError, match="io must be"):
+        Log.open(tmp_path / "z", io="aio")  # type: ignore[arg-type]
