@@ -7,7 +7,31 @@ on the beanstalkd protocol (works against stalkd and against beanstalkd itself).
 ... def thumbnail(payload: dict) -> None:
 ...     ...
 
-Producers call ``thumbnail.put({...})``; ``stalkd worker mymodule:app --concurrency 8`` runs it.
+Producers call ``thumbnail.put({...})``; ``stalkd worker mymodule:app --concurrency 8`` runs it
+(``--mode threads|processes|asyncio``; ``async def`` tasks are awaited).
+
+How it behaves (each point is kept in one module; see its docstring):
+
+* Jobs: the body is ``#stalkd1 {"t": task, ...}\n`` + the payload (JSON by default, or any
+  ``Serializer``); a ``validate`` hook rejects payloads at ``put``. Bodies without the prefix,
+  from other producers, go to the tube's only task (``serializer``).
+* Failure: released with jittered exponential backoff (``backoff.compute_backoff``), the attempt
+  number being the server's ``releases`` counter + 1 (``stats-job``, read only on failure).
+  ``NonRetryable`` (or ``retryable = False``) skips the remaining attempts (``middleware.retries``).
+* Dead letters: after the last attempt the job is buried in its tube and a JSON record (error,
+  traceback, attempts, body) is put into the ``stalkd.failed`` tube: ``stalkd failed`` lists
+  them, ``stalkd retry`` kicks them (``deadletter``).
+* Heartbeat: running jobs are touched every ``min(ttr/2, ttr-1.5 s)``, so a live worker keeps a
+  long job and a dead or frozen one loses it after one TTR (``middleware.heartbeat``).
+* SIGTERM: no new reservations; in-flight jobs get ``--grace`` seconds, then are released by
+  closing their connections (which leaves ``releases``, hence attempts, untouched); a second
+  SIGTERM releases at once; exit 0 (``middleware.shutdown``, ``runner``, ``procs``, ``aio``).
+* Unique keys and dependencies: ``put(..., key=K)`` is a no-op while a job holding ``K`` is
+  pending; ``put(..., depends_on=[K])`` waits until that job completed; built from marker jobs
+  in ``stalkd.key.*`` tubes (``unique``, with the server extension that would make it exact).
+* Transactional enqueue: ``stalkd.outbox``. Tests: ``app.testing()`` (``testing``).
+* Delivery is at least once: a job runs again if its worker dies or its TTR runs out before the
+  ack, so handlers should be idempotent (``force_retry()`` in testing mode checks that).
 """
 
 from __future__ import annotations
