@@ -22,8 +22,7 @@ Waiters for a tube are served in arrival order; among tubes, the ready job with 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from stalkd.engine import commands as C
 from stalkd.engine import stats as S
@@ -43,9 +42,8 @@ class EngineError(ValueError):
     """The caller broke the engine's contract (unknown connection, command while waiting, ...)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What one engine step produced.
+class Outcome(NamedTuple):
+    """What one engine step produced (immutable; a NamedTuple because one is built per command).
 
     ``reply`` is for the calling connection (None: it is now blocked in reserve); ``wakeups``
     are replies for other connections that were waiting; ``records`` must be durable (their
@@ -199,7 +197,9 @@ class Engine:
         self._settle()
         if reply is None:
             reply = self._own
-        out = Outcome(reply, tuple(self._records), tuple(self._wakeups), self.next_deadline())
+        recs = self._records
+        wakes = self._wakeups
+        out = Outcome(reply, tuple(recs) if recs else (), tuple(wakes) if wakes else (), self.next_deadline())
         self._caller = None
         return out
 
