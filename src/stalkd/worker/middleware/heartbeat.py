@@ -42,16 +42,21 @@ class Heartbeat(Middleware):
         self._due: dict[JobContext, float] = {}
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._wake_at = 0.0   # when the thread plans to wake next (monotonic)
         self.touches = 0
 
     def before_process(self, ctx: JobContext) -> None:
+        due = time.monotonic() + interval(ctx.ttr)
         with self._cond:
-            self._due[ctx] = time.monotonic() + interval(ctx.ttr)
+            self._due[ctx] = due
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="stalkd-heartbeat",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif due < self._wake_at:
+                # Wake the thread only when this job is due before its planned wake-up: with
+                # equal TTRs that is never, which keeps short jobs free of thread switches.
+                self._cond.notify()
 
     def on_handler_exit(self, ctx: JobContext) -> None:
         with self._cond:
@@ -63,8 +68,8 @@ class Heartbeat(Middleware):
                 now = time.monotonic()
                 due = [c for c, t in self._due.items() if t <= now]
                 if not due:
-                    wait = min(self._due.values(), default=now + 60) - now
-                    self._cond.wait(timeout=wait)
+                    self._wake_at = min(self._due.values(), default=now + 60)
+                    self._cond.wait(timeout=self._wake_at - now)
                     continue
                 for c in due:
                     self._due[c] = now + interval(c.ttr)
