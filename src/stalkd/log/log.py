@@ -20,6 +20,7 @@ import errno
 import fcntl
 import mmap
 import os
+import struct
 import threading
 import time
 from collections import deque
@@ -50,7 +51,8 @@ __all__ = ["Log", "RepairReport", "parse_durability"]
 
 _DATA_FLAGS = FLAG_COMMITTED | KIND_DATA
 _pack_rest = REST.pack
-_PAD = bytes(8)
+_pack_u32 = struct.Struct("<I").pack
+_PADS = tuple(bytes(i) for i in range(8))
 LOCK_NAME = "LOCK"
 GROUPS_DIR = "groups"
 
@@ -341,18 +343,22 @@ class Log:
     @staticmethod
     def _encode(items: Sequence[bytes | bytearray | memoryview], offset: int, base: int, epoch: int) -> bytes:
         pack = REST.pack
+        u32 = _pack_u32
+        crc = crc32c
+        pads = _PADS
         ts = time.time_ns() // 1000
         parts: list[bytes | bytearray | memoryview] = []
-        add = parts.append
+        extend = parts.extend
         delta = offset - base
         for p in items:
             n = len(p)
             rest = pack(MAGIC, _DATA_FLAGS, epoch, n, delta, ts)
-            pad = _PAD[: -(FRAME_HEADER_SIZE + n) & 7]
-            add(crc32c(pad, crc32c(p, crc32c(rest))).to_bytes(4, "little"))
-            add(rest)
-            add(p)
-            add(pad)
+            padn = -(FRAME_HEADER_SIZE + n) & 7
+            if padn:
+                pad = pads[padn]
+                extend((u32(crc(pad, crc(p, crc(rest)))), rest, p, pad))
+            else:
+                extend((u32(crc(p, crc(rest))), rest, p))
             delta += 1
         return b"".join(parts)
 
@@ -419,8 +425,9 @@ class Log:
                 pos = act.pos
                 off = self._next
                 rest = _pack_rest(MAGIC, _DATA_FLAGS, act.epoch, n, off - act.base, time.time_ns() // 1000)
-                pad = _PAD[: size - FRAME_HEADER_SIZE - n]
-                frame = b"".join((crc32c(pad, crc32c(payload, crc32c(rest))).to_bytes(4, "little"), rest, payload, pad))
+                pad = _PADS[size - FRAME_HEADER_SIZE - n]
+                c = crc32c(payload, crc32c(rest))
+                frame = b"".join((_pack_u32(crc32c(pad, c) if pad else c), rest, payload, pad))
                 mm = act.mm
                 if mm is not None:
                     mm[pos : pos + size] = frame  # no system call: measured faster for single frames
