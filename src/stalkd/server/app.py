@@ -133,6 +133,8 @@ class Server:
             return
         out = self.engine.half_close(c.id, self.clock())
         # A blocked reserve ends with TIMED_OUT; otherwise there is no reply for ``c``.
+        if out.reply is not None:
+            c.waiting = False
         self._handle(c if out.reply is not None else None, out)
 
     def retire(self, c: Connection) -> None:

@@ -1,0 +1,92 @@
+"""A minimal blocking beanstalkd wire client for server tests (reads whole replies, bodies included)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+
+class Wire:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, unix: str | None = None,
+                 timeout: float = 10.0) -> None:
+        if unix is not None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(unix)
+        else:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError(f"server closed the connection; unread: {self.buf!r}")
+        self.buf += chunk
+
+    def reply(self) -> bytes:
+        """One whole reply: the line, plus ``<bytes>`` and CRLF for RESERVED/FOUND/OK."""
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, _, _ = self.buf.partition(b"\r\n")
+        need = len(line) + 2
+        word = line.split(b" ", 1)[0]
+        if word in (b"RESERVED", b"FOUND", b"OK"):
+            need += int(line.rsplit(b" ", 1)[1]) + 2
+        while len(self.buf) < need:
+            self._fill()
+        out, self.buf = self.buf[:need], self.buf[need:]
+        return out
+
+    def cmd(self, data: bytes) -> bytes:
+        self.send(data)
+        return self.reply()
+
+    def closed(self, timeout: float = 5.0) -> bool:
+        """True once the server closes the connection (EOF) with nothing more to read."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                return True
+            if not chunk:
+                return True
+            self.buf += chunk
+        return False
+
+    def quiet(self, seconds: float) -> bool:
+        """True when nothing arrives for ``seconds`` (a blocked reserve stays blocked)."""
+        if self.buf:
+            return False
+        self.sock.settimeout(seconds)
+        try:
+            chunk = self.sock.recv(1 << 16)
+        except TimeoutError:
+            return True
+        self.buf += chunk
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Wire:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def stats(w: Wire, cmd: bytes = b"stats\r\n") -> dict[str, str]:
+    body = w.cmd(cmd).split(b"\r\n", 1)[1]
+    out = {}
+    for line in body.decode().splitlines()[1:]:
+        if ": " in line:
+            k, v = line.split(": ", 1)
+            out[k] = v.strip('"')
+    return out
