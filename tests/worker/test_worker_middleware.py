@@ -108,3 +108,21 @@ def test_log_lines_carry_job_tube_task_attempt_and_duration(caplog: pytest.LogCa
     rec = caplog.records[2]
     assert (rec.job_id, rec.tube, rec.task, rec.attempt) == (2, "emails", "flaky", 2)  # type: ignore[attr-defined]
     assert rec.duration_ms >= 0  # type: ignore[attr-defined]
+
+
+def test_metrics_are_served_over_http_on_loopback() -> None:
+    import urllib.request
+
+    m = Metrics(registry=CollectorRegistry(), port=0)
+    try:
+        app = App(middleware=[m])
+        task = app.task(lambda p: None, name="scraped")
+        with app.testing() as t:
+            task.put(None)
+            t.drain()
+        assert m.port is not None
+        with urllib.request.urlopen(f"http://127.0.0.1:{m.port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        assert 'stalkd_worker_jobs_total{outcome="done",task="scraped"} 1.0' in text
+    finally:
+        m.close()

@@ -5,11 +5,13 @@ durations, retries, dead letters and jobs in progress.
 >>> m = Metrics(registry=CollectorRegistry())
 >>> m.jobs.labels(task="t", outcome="done").inc()
 
-Serve them with ``Metrics(port=9100)`` (``start_http_server`` on 127.0.0.1) or scrape
-``registry`` yourself.
+Serve them with ``Metrics(port=9100)`` (``start_http_server`` on 127.0.0.1; ``port=0`` picks a
+free one, see ``.port``) or expose ``registry`` yourself.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -35,8 +37,21 @@ class Metrics(Middleware):
                                ["task"], registry=self.registry)
         self.dead = Counter("stalkd_worker_dead_letters", "Jobs buried after their last attempt",
                             ["task"], registry=self.registry)
+        self._http: Any = None
         if port is not None:
-            start_http_server(port, addr=addr, registry=self.registry)
+            self._http, _ = start_http_server(port, addr=addr, registry=self.registry)
+
+    @property
+    def port(self) -> int | None:
+        """The port ``/metrics`` is served on (useful with ``port=0``)."""
+        return None if self._http is None else int(self._http.server_port)
+
+    def close(self) -> None:
+        """Stop serving ``/metrics`` (call from the process that created it)."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
 
     def before_process(self, ctx: JobContext) -> None:
         self.in_progress.labels(task=ctx.task.name).inc()
