@@ -11,24 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from stalkd.client import AsyncClient, Client
-from support import ServerProcess, free_port, start_beanstalkd, wait_for_port
+from support import ServerProcess, free_port, require_binary, wait_for_port
 
 
-def start_stalkd(*extra: str, port: int | None = None) -> ServerProcess:
-    """``stalkd serve`` in memory on an ephemeral loopback port (skips if not built yet)."""
+def server_command(kind: str, *flags: str) -> list[str]:
+    """The command line starting a server of ``kind`` with beanstalkd-style ``flags``."""
+    if kind == "beanstalkd":
+        return [require_binary("beanstalkd"), *flags]
     if importlib.util.find_spec("stalkd.server.cli") is None:
         pytest.skip("stalkd serve is not built yet (no stalkd.server.cli)")
+    return [sys.executable, "-m", "stalkd.cli", "serve", *flags]
+
+
+def _start_tcp(kind: str, *flags: str, port: int | None = None) -> ServerProcess:
     port = port or free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1",
-                             "-p", str(port), *extra],
+    proc = subprocess.Popen(server_command(kind, "-l", "127.0.0.1", "-p", str(port), *flags),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port("127.0.0.1", port, proc=proc)
@@ -39,21 +46,25 @@ def start_stalkd(*extra: str, port: int | None = None) -> ServerProcess:
     return ServerProcess("127.0.0.1", port, proc)
 
 
-def start_beanstalkd_on(*extra: str, port: int | None = None) -> ServerProcess:
-    if port is None:
-        return start_beanstalkd(*extra)
-    from support import require_binary
+def start_unix(kind: str, path: str) -> subprocess.Popen[bytes]:
+    """A server of ``kind`` listening on the UNIX socket ``path``; the caller stops it."""
+    proc = subprocess.Popen(server_command(kind, "-l", f"unix:{path}"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(path)
+                return proc
+            except OSError:
+                pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"{kind} did not listen on unix:{path} (exit {proc.returncode})")
+        time.sleep(0.01)
 
-    proc = subprocess.Popen([require_binary("beanstalkd"), "-l", "127.0.0.1", "-p", str(port),
-                             *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port("127.0.0.1", port, proc=proc)
-    return ServerProcess("127.0.0.1", port, proc)
 
-
-STARTERS: dict[str, Callable[..., ServerProcess]] = {
-    "beanstalkd": start_beanstalkd_on,
-    "stalkd": start_stalkd,
-}
 
 
 @pytest.fixture(params=[pytest.param("beanstalkd", marks=pytest.mark.beanstalkd), "stalkd"])
@@ -67,13 +78,28 @@ def start_server(server_kind: str) -> Iterator[Callable[..., ServerProcess]]:
     started: list[ServerProcess] = []
 
     def start(*flags: str, port: int | None = None) -> ServerProcess:
-        s = STARTERS[server_kind](*flags, port=port)
+        s = _start_tcp(server_kind, *flags, port=port)
         started.append(s)
         return s
 
     yield start
     for s in started:
         s.stop()
+
+
+@pytest.fixture
+def start_unix_server(server_kind: str) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
+    """``start(path)``: a server of the parametrised kind on a UNIX socket, stopped after."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(path: str) -> subprocess.Popen[bytes]:
+        started.append(start_unix(server_kind, path))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        proc.wait(10)
 
 
 @pytest.fixture
@@ -116,12 +142,13 @@ class AsyncFacade:
 
 @pytest.fixture(params=["sync", "async"])
 def connect(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
-    """``connect(server, **kw)`` opens a client of the parametrised kind; all are closed after."""
+    """``connect(server or address, **kw)`` opens a client of the parametrised kind; all are closed after."""
     opened: list[Any] = []
 
-    def open_client(server: ServerProcess, **kw: Any) -> Any:
-        c: Any = (Client(server.address, **kw) if request.param == "sync"
-                  else AsyncFacade(server.address, **kw))
+    def open_client(server: ServerProcess | str, **kw: Any) -> Any:
+        address = server if isinstance(server, str) else server.address
+        c: Any = (Client(address, **kw) if request.param == "sync"
+                  else AsyncFacade(address, **kw))
         opened.append(c)
         return c
 

@@ -92,7 +92,7 @@ def test_nothing_listening_is_connection_failed_naming_the_address() -> None:
 def test_bad_peers_give_connection_errors_and_drop_the_socket(
         fake: Any, connect: Any, behave: Any, exc: type[Exception]) -> None:
     server = fake(behave)
-    c = connect(ServerProcess("127.0.0.1", int(server.address.split(":")[1]), None), timeout=0.3)
+    c = connect(server.address, timeout=0.3)
     with pytest.raises(exc):
         c.stats()
     assert not c.connected
@@ -190,3 +190,16 @@ def test_import_of_client_does_not_import_asyncio() -> None:
     code = "import sys, stalkd.client; print('asyncio' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+
+def test_unix_socket_address(start_unix_server: Any, connect: Any, tmp_path: Any) -> None:
+    # Given a server listening on a UNIX socket (beanstalkd's -l unix:PATH)
+    path = tmp_path / "q.sock"
+    start_unix_server(str(path))
+    # When a client connects with a unix: address
+    c = connect(f"unix:{path}", timeout=5)
+    # Then it works as over TCP
+    jid = c.put(b"over unix")
+    assert c.peek(jid).body == b"over unix"
+    assert str(c.address) == f"unix:{path}"

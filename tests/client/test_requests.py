@@ -79,7 +79,7 @@ def test_buried_carries_the_job_id() -> None:
 
 
 def test_not_found_explains_itself_per_command() -> None:
-    with pytest.raises(errors.NotFound, match=r"release 5: no such job, or it is not reserved"):
+    with pytest.raises(errors.NotFound, match=r"release 5 0 0: no such job, or it is not reserved"):
         rq.interpret(rq.release(5, 0, 0), Response("NOT_FOUND"))
     with pytest.raises(errors.NotFound, match=r"stats-tube t: no such tube"):
         rq.interpret(rq.stats_tube("t"), Response("NOT_FOUND"))

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from stalkd.client import _yaml
 from stalkd.client._wire import Response
@@ -32,9 +31,10 @@ U32 = 2**32 - 1
 _TUBE = re.compile(r"[A-Za-z0-9+/;.$_()][A-Za-z0-9\-+/;.$_()]{0,199}")
 
 
-@dataclass(frozen=True, slots=True)
-class Request(Generic[T]):
+class Request(NamedTuple, Generic[T]):
     """One command: ``data`` to send, the success reply ``expect``ed, and ``decode`` for it.
+
+    A NamedTuple rather than a frozen dataclass: one is built per command on the hot path.
 
     >>> r = delete(17)
     >>> r.data, r.expect, r.context
@@ -44,9 +44,14 @@ class Request(Generic[T]):
     data: bytes
     expect: str
     decode: Callable[[Response], T]
-    context: str
     job: int | None = None
     not_found: str = ""  # what NOT_FOUND means for this command, for the error message
+
+    @property
+    def context(self) -> str:
+        """The command line sent (without a body), for error messages."""
+        line = self.data[:self.data.find(b"\r\n")]
+        return line.decode("ascii", errors="replace")
 
 
 def interpret(request: Request[T], response: Response) -> T:
@@ -98,6 +103,8 @@ def check_tube(name: str) -> str:
 
 
 def _u32(what: str, value: int) -> int:
+    if type(value) is int and 0 <= value <= U32:  # the common case, checked cheaply first
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     if not 0 <= value <= U32:
@@ -107,6 +114,8 @@ def _u32(what: str, value: int) -> int:
 
 def _seconds(what: str, value: float) -> int:
     """Whole seconds for the wire; floats are rounded up so a delay is never shortened."""
+    if type(value) is int and 0 <= value <= U32:
+        return value
     if isinstance(value, float):
         if value != value or value < 0:
             raise ValueError(f"{what} {value} must be a non-negative number of seconds")
@@ -117,6 +126,8 @@ def _seconds(what: str, value: float) -> int:
 
 def body_bytes(body: bytes | bytearray | memoryview | str) -> bytes:
     """Bytes to send for a body: bytes as given, ``str`` encoded as UTF-8."""
+    if type(body) is bytes:
+        return body
     if isinstance(body, str):
         return body.encode("utf-8")
     if isinstance(body, (bytes, bytearray, memoryview)):
@@ -175,131 +186,127 @@ def put(body: bytes, priority: int, delay: float, ttr: float) -> Request[int]:
     """``put``; ``body`` already bytes (see :func:`body_bytes`)."""
     pri, dly, tr = _u32("priority", priority), _seconds("delay", delay), _seconds("ttr", ttr)
     head = b"put %d %d %d %d\r\n" % (pri, dly, tr, len(body))
-    return Request(head + body + b"\r\n", "INSERTED", _int, f"put {len(body)} bytes")
+    return Request(head + body + b"\r\n", "INSERTED", _int)
 
 
 def use(tube: str) -> Request[str]:
     check_tube(tube)
-    return Request(f"use {tube}\r\n".encode("ascii"), "USING", _str, f"use {tube}")
+    return Request(f"use {tube}\r\n".encode("ascii"), "USING", _str)
 
 
 def reserve(timeout: float | None) -> Request[Job]:
     if timeout is None:
-        return Request(b"reserve\r\n", "RESERVED", _job, "reserve")
+        return Request(b"reserve\r\n", "RESERVED", _job)
     secs = _seconds("reserve timeout", timeout)
     if secs > 2**31 - 1:  # beanstalkd 1.13 refuses larger ones with BAD_FORMAT
         raise ValueError(f"reserve timeout {secs} is above 2147483647 s; use timeout=None")
-    return Request(b"reserve-with-timeout %d\r\n" % secs, "RESERVED", _job,
-                   f"reserve-with-timeout {secs}")
+    return Request(b"reserve-with-timeout %d\r\n" % secs, "RESERVED", _job)
 
 
 def reserve_job(job: JobLike) -> Request[Job]:
     jid = job_id(job)
-    return Request(b"reserve-job %d\r\n" % jid, "RESERVED", _job, f"reserve-job {jid}", jid,
+    return Request(b"reserve-job %d\r\n" % jid, "RESERVED", _job, jid,
                    "no such job, or it is already reserved")
 
 
 def delete(job: JobLike) -> Request[None]:
     jid = job_id(job)
-    return Request(b"delete %d\r\n" % jid, "DELETED", _none, f"delete {jid}", jid,
+    return Request(b"delete %d\r\n" % jid, "DELETED", _none, jid,
                    "no such job, or it is reserved by another connection")
 
 
 def release(job: JobLike, priority: int, delay: float) -> Request[None]:
     jid, pri, dly = job_id(job), _u32("priority", priority), _seconds("delay", delay)
-    return Request(b"release %d %d %d\r\n" % (jid, pri, dly), "RELEASED", _none,
-                   f"release {jid}", jid,
+    return Request(b"release %d %d %d\r\n" % (jid, pri, dly), "RELEASED", _none, jid,
                    "no such job, or it is not reserved by this connection")
 
 
 def bury(job: JobLike, priority: int) -> Request[None]:
     jid, pri = job_id(job), _u32("priority", priority)
-    return Request(b"bury %d %d\r\n" % (jid, pri), "BURIED", _none, f"bury {jid}", jid,
+    return Request(b"bury %d %d\r\n" % (jid, pri), "BURIED", _none, jid,
                    "no such job, or it is not reserved by this connection")
 
 
 def touch(job: JobLike) -> Request[None]:
     jid = job_id(job)
-    return Request(b"touch %d\r\n" % jid, "TOUCHED", _none, f"touch {jid}", jid,
+    return Request(b"touch %d\r\n" % jid, "TOUCHED", _none, jid,
                    "no such job, or it is not reserved by this connection")
 
 
 def watch(tube: str) -> Request[int]:
     check_tube(tube)
-    return Request(f"watch {tube}\r\n".encode("ascii"), "WATCHING", _int, f"watch {tube}")
+    return Request(f"watch {tube}\r\n".encode("ascii"), "WATCHING", _int)
 
 
 def ignore(tube: str) -> Request[int]:
     check_tube(tube)
-    return Request(f"ignore {tube}\r\n".encode("ascii"), "WATCHING", _int, f"ignore {tube}")
+    return Request(f"ignore {tube}\r\n".encode("ascii"), "WATCHING", _int)
 
 
 def peek(job: JobLike) -> Request[Job]:
     jid = job_id(job)
-    return Request(b"peek %d\r\n" % jid, "FOUND", _job, f"peek {jid}", jid, "no such job")
+    return Request(b"peek %d\r\n" % jid, "FOUND", _job, jid, "no such job")
 
 
 def peek_ready() -> Request[Job]:
-    return Request(b"peek-ready\r\n", "FOUND", _job, "peek-ready",
+    return Request(b"peek-ready\r\n", "FOUND", _job,
                    not_found="no ready job in the used tube")
 
 
 def peek_delayed() -> Request[Job]:
-    return Request(b"peek-delayed\r\n", "FOUND", _job, "peek-delayed",
+    return Request(b"peek-delayed\r\n", "FOUND", _job,
                    not_found="no delayed job in the used tube")
 
 
 def peek_buried() -> Request[Job]:
-    return Request(b"peek-buried\r\n", "FOUND", _job, "peek-buried",
+    return Request(b"peek-buried\r\n", "FOUND", _job,
                    not_found="no buried job in the used tube")
 
 
 def kick(bound: int) -> Request[int]:
     n = _u32("kick bound", bound)
-    return Request(b"kick %d\r\n" % n, "KICKED", _int, f"kick {n}")
+    return Request(b"kick %d\r\n" % n, "KICKED", _int)
 
 
 def kick_job(job: JobLike) -> Request[None]:
     jid = job_id(job)
-    return Request(b"kick-job %d\r\n" % jid, "KICKED", _none,
-                   f"kick-job {jid}", jid,
+    return Request(b"kick-job %d\r\n" % jid, "KICKED", _none, jid,
                    "no such job, or it is neither buried nor delayed")
 
 
 def stats_job(job: JobLike) -> Request[dict[str, _yaml.Value]]:
     jid = job_id(job)
-    return Request(b"stats-job %d\r\n" % jid, "OK", _dict(_yaml.STATS_JOB_STR_KEYS),
-                   f"stats-job {jid}", jid, "no such job")
+    return Request(b"stats-job %d\r\n" % jid, "OK", _dict(_yaml.STATS_JOB_STR_KEYS), jid,
+                   "no such job")
 
 
 def stats_tube(tube: str) -> Request[dict[str, _yaml.Value]]:
     check_tube(tube)
     return Request(f"stats-tube {tube}\r\n".encode("ascii"), "OK",
-                   _dict(_yaml.STATS_TUBE_STR_KEYS), f"stats-tube {tube}",
+                   _dict(_yaml.STATS_TUBE_STR_KEYS),
                    not_found="no such tube")
 
 
 def stats() -> Request[dict[str, _yaml.Value]]:
-    return Request(b"stats\r\n", "OK", _dict(_yaml.STATS_STR_KEYS), "stats")
+    return Request(b"stats\r\n", "OK", _dict(_yaml.STATS_STR_KEYS))
 
 
 def list_tubes() -> Request[list[str]]:
-    return Request(b"list-tubes\r\n", "OK", _list, "list-tubes")
+    return Request(b"list-tubes\r\n", "OK", _list)
 
 
 def list_tube_used() -> Request[str]:
-    return Request(b"list-tube-used\r\n", "USING", _str, "list-tube-used")
+    return Request(b"list-tube-used\r\n", "USING", _str)
 
 
 def list_tubes_watched() -> Request[list[str]]:
-    return Request(b"list-tubes-watched\r\n", "OK", _list, "list-tubes-watched")
+    return Request(b"list-tubes-watched\r\n", "OK", _list)
 
 
 def pause_tube(tube: str, delay: float) -> Request[None]:
     check_tube(tube)
     secs = _seconds("pause delay", delay)
     return Request(f"pause-tube {tube} {secs}\r\n".encode("ascii"), "PAUSED", _none,
-                   f"pause-tube {tube}",
                    not_found="no such tube")
 
 

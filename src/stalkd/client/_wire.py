@@ -8,7 +8,7 @@ bytes, and a line longer than ``MAX_LINE`` without CRLF is refused rather than b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from stalkd.client.errors import ProtocolError
 
@@ -22,8 +22,7 @@ MAX_BODY = 2**32  # a body length the server can announce (u32); larger means ga
 _BODY_LEN_ARG = {"RESERVED": 1, "FOUND": 1, "OK": 0}
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(NamedTuple):
     """One reply: its first word, the rest of the line split on spaces, and the body if any.
 
     >>> Response("INSERTED", ("5",))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -46,8 +45,9 @@ _BATCH_BYTES = 1 << 20
 class Client:
     """A synchronous beanstalkd client.
 
-    ``timeout`` bounds connecting and waiting for each reply (``None``: wait forever); a
-    ``reserve`` waits for its own timeout on top of it.
+    ``timeout`` bounds connecting, sending, and each wait for reply bytes (``None``: wait
+    forever); a ``reserve`` waits for its own timeout on top of it. Fractional reserve
+    timeouts and delays are rounded up to whole seconds (the protocol's unit).
 
     Example::
 
@@ -66,6 +66,7 @@ class Client:
         self.timeout = timeout
         self.reconnect_enabled = reconnect
         self._sock: socket.socket | None = None
+        self._sock_timeout: float | None = None
         self._reader = ReplyReader()
         self._using = "default"
         self._watching: list[str] = ["default"]
@@ -91,6 +92,7 @@ class Client:
         except OSError as e:
             raise ConnectionFailed(f"cannot connect to beanstalkd server at {self.address}: {e}") from e
         self._sock = sock
+        self._sock_timeout = self.timeout
         self._reader = ReplyReader()
         self._ever_connected = True
         self._restore()
@@ -103,7 +105,7 @@ class Client:
         if "default" not in self._watching:
             requests.append(rq.ignore("default"))
         if requests:
-            for req, resp in zip(requests, self._exchange(requests, self._deadline(0)), strict=True):
+            for req, resp in zip(requests, self._exchange(requests, self._wait(0)), strict=True):
                 rq.interpret(req, resp)
 
     def reconnect(self) -> None:
@@ -151,24 +153,36 @@ class Client:
         assert self._sock is not None
         return self._sock
 
-    def _deadline(self, extra: float | None) -> float | None:
+    def _wait(self, extra: float | None) -> float | None:
+        """How long one wait for the server may last: ``timeout``, plus ``extra`` for a reserve
+        (``None`` when either is unbounded)."""
         if self.timeout is None or extra is None:
             return None
-        return time.monotonic() + self.timeout + extra
+        return self.timeout + extra
 
-    def _exchange(self, requests: Sequence[rq.Request[Any]], deadline: float | None) -> list[Response]:
+    def _exchange(self, requests: Sequence[rq.Request[Any]], wait: float | None) -> list[Response]:
         """Send all requests in one write and read exactly one reply per request."""
         sock = self._ensure()
         ok = False
         try:
             data = requests[0].data if len(requests) == 1 else b"".join(r.data for r in requests)
-            sock.settimeout(self.timeout)
+            if wait != self._sock_timeout:  # settimeout is a syscall: only when it changes
+                sock.settimeout(wait)
+                self._sock_timeout = wait
             sock.sendall(data)
-            out = [self._read(sock, deadline) for _ in requests]
+            reader = self._reader
+            out = []
+            for _ in requests:
+                while (resp := reader.next()) is None:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        raise ConnectionClosed(f"server at {self.address} closed the connection")
+                    reader.feed(chunk)
+                out.append(resp)
             ok = True
             return out
         except TimeoutError:
-            raise ReplyTimeout(f"no reply from {self.address} within {self.timeout}s "
+            raise ReplyTimeout(f"no reply from {self.address} within {wait}s "
                                f"to {requests[0].context!r}; connection dropped") from None
         except ClientConnectionError:
             raise
@@ -179,26 +193,8 @@ class Client:
             if not ok:  # out of step with the server (or interrupted): never reuse the socket
                 self._drop()
 
-    def _read(self, sock: socket.socket, deadline: float | None) -> Response:
-        reader = self._reader
-        while True:
-            resp = reader.next()
-            if resp is not None:
-                return resp
-            if deadline is None:
-                sock.settimeout(None)
-            else:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                sock.settimeout(left)
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionClosed(f"server at {self.address} closed the connection")
-            reader.feed(data)
-
     def _call(self, request: rq.Request[T], extra: float | None = 0) -> T:
-        (resp,) = self._exchange([request], self._deadline(extra))
+        (resp,) = self._exchange((request,), self._wait(extra))
         try:
             return rq.interpret(request, resp)
         except ProtocolError:
@@ -258,7 +254,7 @@ class Client:
 
     def _put_batch(self, batch: list[rq.Request[Any]], ids: list[int | None],
                    first: BeanstalkError | None) -> BeanstalkError | None:
-        for req, resp in zip(batch, self._exchange(batch, self._deadline(0)), strict=True):
+        for req, resp in zip(batch, self._exchange(batch, self._wait(0)), strict=True):
             try:
                 err = rq.failure(req, resp)
             except ProtocolError:

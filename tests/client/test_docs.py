@@ -1,0 +1,17 @@
+"""The examples in the client's docstrings are true (run as doctests)."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["_address", "_format", "_requests", "_wire", "_yaml", "errors", "job"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    module = importlib.import_module(f"stalkd.client.{name}")
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
