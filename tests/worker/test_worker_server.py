@@ -5,6 +5,7 @@ are stopped with ``worker.stop()``; the server is observed with greenstalk."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import Iterator
@@ -140,21 +141,45 @@ def test_heartbeat_keeps_a_job_past_its_ttr(server: Any, probe: Probe, mode: str
         thief.close()
 
 
-def test_time_limit_fails_the_attempt(server: Any, probe: Probe) -> None:
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_time_limit_fails_the_attempt(server: Any, probe: Probe, mode: str) -> None:
     rec = Recorder(server.address)
     app = App(server.address, middleware=[rec, Retries(), TimeLimit()])
     gate = threading.Event()
+    limits = {"max_attempts": 2, "time_limit": 0.5, "backoff": Backoff(base=0, jitter=0)}
 
-    @app.task(max_attempts=2, time_limit=0.5, backoff=Backoff(base=0, jitter=0))
-    def stuck(payload: None) -> None:
-        while not gate.is_set():  # pure-Python loop, so the async exception can land
-            gate.wait(0.01)
+    if mode == "threads":
+        @app.task(**limits)  # type: ignore[call-overload]
+        def stuck(payload: None) -> None:
+            while not gate.is_set():  # pure-Python loop, so the async exception can land
+                gate.wait(0.01)
+    else:
+        @app.task(**limits)  # type: ignore[call-overload]
+        async def stuck(payload: None) -> None:
+            while not gate.is_set():
+                await asyncio.sleep(0.01)
 
     job_id = stuck.put(None)
     assert job_id is not None
-    with running(app):
-        wait_for(lambda: (probe.job(job_id) or {}).get("state") == "buried", what="bury")
+    try:
+        with running(app, mode=mode):
+            wait_for(lambda: (probe.job(job_id) or {}).get("state") == "buried", what="bury")
+    finally:
+        gate.set()
+    # Then the first overrun was retried and the second dead-lettered, both as time limits
     assert [a for a, _, _ in rec.retries] == [1]
+    assert _record_error(probe, job_id).startswith("TimeLimitExceeded")
+
+
+def _record_error(probe: Probe, job_id: int) -> str:
+    """The error in ``job_id``'s dead-letter record (peeking the failed tube)."""
+    from stalkd.worker.context import DeadLetter
+
+    probe.c.use("stalkd.failed")
+    job = probe.c.peek_ready()
+    record = DeadLetter.from_json(bytes(job.body))
+    assert record.job_id == job_id
+    return record.error
 
 
 def test_unique_key_makes_duplicates_no_ops_until_the_job_completes(server: Any,
