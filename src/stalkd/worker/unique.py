@@ -27,6 +27,8 @@ Known limits (what a server extension would fix)
   ``stale_after`` seconds (``App(unique_ttl=...)``) are treated as abandoned and removed by the
   next claimant. A server-side ``put-unique <key>`` (atomic check-and-insert, key freed on delete)
   would close this window and save two round trips.
+* A job waits for as long as its dependency is pending, including while that one sits
+  dead-lettered (it has not completed); retrying or deleting the dependency releases it.
 * Dependency checks poll. A server-side ``put ... after <key>`` holding the job delayed until the
   key's job is deleted would make it push-based.
 * The marker tubes show in ``list-tubes``; a generic worker that watches *every* tube would

@@ -7,6 +7,10 @@ durations, retries, dead letters and jobs in progress.
 
 Serve them with ``Metrics(port=9100)`` (``start_http_server`` on 127.0.0.1; ``port=0`` picks a
 free one, see ``.port``) or expose ``registry`` yourself.
+
+BUG: with ``--mode processes`` each child counts in its own copy of the registry and the
+parent serves its own (empty) one; aggregating needs prometheus-client's multiprocess mode
+(``PROMETHEUS_MULTIPROC_DIR``), not wired up yet. Threads and asyncio modes are exact.
 """
 
 from __future__ import annotations
