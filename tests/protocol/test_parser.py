@@ -317,3 +317,11 @@ def test_feed_accepts_bytearray_and_memoryview() -> None:
     p.feed(bytearray(b"use a\r\n"))
     p.feed(memoryview(b"use b\r\n"))
     assert [p.next(), p.next()] == [Use("a"), Use("b")]
+
+
+def test_fast_put_values_equal_constructed_ones() -> None:
+    got = items(b"put 1 2 3 2\r\nab\r\n")[0]
+    want = Put(1, 2, 3, b"ab")
+    assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+    with pytest.raises(AttributeError):
+        got.pri = 5  # type: ignore[misc]  # still frozen
