@@ -353,3 +353,34 @@ def test_a_job_that_outran_its_ttr_does_not_stop_the_slot(server: Any, probe: Pr
     finally:
         probe_in_handler.close()
     assert 2 in runs
+
+
+def test_a_killed_worker_process_is_replaced_and_its_job_done(server: Any, probe: Probe,
+                                                              tmp_path: Any) -> None:
+    import os
+    import signal
+
+    app = App(server.address, middleware=[Retries()])
+    out = tmp_path
+
+    @app.task(tube="k")
+    def work(p: int) -> None:
+        (out / f"pid-{p}-{os.getpid()}").touch()
+        # Job 1 runs until its first process is killed; a later delivery completes at once.
+        while p == 1 and len(list(out.glob("pid-1-*"))) < 2:
+            threading.Event().wait(0.02)
+        (out / f"done-{p}").touch()
+
+    first = work.put(1)
+    assert first is not None
+    with running(app, mode="processes", concurrency=1) as w:
+        started = wait_for(lambda: list(out.glob("pid-1-*")), what="job 1 started")
+        victim = int(started[0].name.split("-")[2])
+        # When the child running job 1 is SIGKILLed
+        os.kill(victim, signal.SIGKILL)
+        # Then a replacement process takes over and job 1 is redelivered and completed
+        wait_for(lambda: (out / "done-1").exists(), timeout=30, what="job 1 done")
+        wait_for(lambda: probe.job(first) is None, what="job 1 deleted")
+        assert w.replaced == 1
+        work.put(2)
+        wait_for(lambda: (out / "done-2").exists(), what="job 2 done")

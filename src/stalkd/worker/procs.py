@@ -1,9 +1,13 @@
 """Process concurrency: ``concurrency`` forked child processes, each a thread worker.
 
 The parent only supervises: it forwards SIGTERM (first: drain, second: release now) to its
-children, restarts none (a crashed child's jobs come back after their TTR), and exits 0 once all
-children have exited. Children that outlive the grace period are killed; the server then
+children, replaces a child that dies unexpectedly (its jobs come back to the queue when the
+server sees its connections close, or after their TTR), and exits 0 once all children have
+exited after a stop. Children that outlive the grace period are killed; the server then
 releases their jobs as their connections close.
+
+Ensures: until ``stop()``, ``concurrency`` children are running or being replaced (at most one
+replacement per slot per ``respawn_delay`` seconds, so a crash loop cannot spin).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import signal
 import time
 from multiprocessing.process import BaseProcess
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stalkd.worker.middleware.shutdown import Shutdown
 from stalkd.worker.runner import ThreadWorker, WorkerBase
@@ -49,9 +53,12 @@ def _child(app: App, tubes: list[str], threads: int, grace: float, reserve_timeo
 class ProcessWorker(WorkerBase):
     """Forks ``concurrency`` children running ``threads`` slots each (Linux/macOS: fork)."""
 
-    def __init__(self, app: App, *, threads: int = 1, **kw: object) -> None:
+    def __init__(self, app: App, *, threads: int = 1, respawn_delay: float = 1.0,
+                 **kw: object) -> None:
         super().__init__(app, **kw)  # type: ignore[arg-type]
         self.threads = threads
+        self.respawn_delay = respawn_delay
+        self.replaced = 0
         self.children: list[BaseProcess] = []
         self._live: set[int] = set()
 
@@ -65,20 +72,13 @@ class ProcessWorker(WorkerBase):
 
     def run(self) -> int:
         ctx = multiprocessing.get_context("fork")
-        self.children = [
-            ctx.Process(target=_child, name=f"stalkd-worker-{i}",
-                        args=(self.app, self.tubes, self.threads, self.grace, self.reserve_timeout))
-            for i in range(self.concurrency)
-        ]
-        for p in self.children:
-            p.start()
-            assert p.pid is not None
-            self._live.add(p.pid)
+        self.children = [self._spawn(ctx, i) for i in range(self.concurrency)]
+        spawned_at = [time.monotonic()] * self.concurrency
         for m in self.app.middleware:
             m.on_worker_start(self)
         try:
             deadline: float | None = None
-            while any(p.is_alive() for p in self.children):
+            while any(p.is_alive() for p in self.children) or not self.stopping.is_set():
                 if self.stopping.is_set() and deadline is None:
                     log.info("draining: asked %d worker processes to finish within %.0fs",
                              len(self.children), self.grace)
@@ -87,20 +87,33 @@ class ProcessWorker(WorkerBase):
                     log.warning("children still running after the grace period; killing them")
                     self._signal_children(signal.SIGKILL)
                     deadline = float("inf")
-                for p in self.children:
+                for i, p in enumerate(self.children):
                     p.join(timeout=0.1)
-                    if p.exitcode is not None and p.pid is not None:
-                        self._live.discard(p.pid)
-                if not self.stopping.is_set() and not any(p.is_alive() for p in self.children):
-                    break
+                    if p.exitcode is None or p.pid is None:
+                        continue
+                    self._live.discard(p.pid)
+                    if self.stopping.is_set() or time.monotonic() - spawned_at[i] < self.respawn_delay:
+                        continue
+                    log.error("worker process %d exited with %s; starting a replacement",
+                              p.pid, p.exitcode)
+                    self.children[i] = self._spawn(ctx, i)
+                    spawned_at[i] = time.monotonic()
+                    self.replaced += 1
+                if not any(p.is_alive() for p in self.children):
+                    self.stopping.wait(0.1)  # every join returned at once: do not spin
         finally:
             for m in self.app.middleware:
                 m.on_worker_stop(self)
-        codes = [p.exitcode for p in self.children]
-        if any(c not in (0, None) for c in codes) and not self.stopping.is_set():
-            log.error("worker children exited unexpectedly: %s", codes)
-            return 1
         return 0
+
+    def _spawn(self, ctx: Any, i: int) -> BaseProcess:
+        p: BaseProcess = ctx.Process(
+            target=_child, name=f"stalkd-worker-{i}",
+            args=(self.app, self.tubes, self.threads, self.grace, self.reserve_timeout))
+        p.start()
+        assert p.pid is not None
+        self._live.add(p.pid)
+        return p
 
     def _signal_children(self, sig: int) -> None:
         # Only pids the supervision loop has not reaped (no multiprocessing calls here: this
