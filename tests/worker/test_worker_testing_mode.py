@@ -213,3 +213,23 @@ def _job(i: int, body: bytes) -> Any:
     from stalkd.worker.testing import QueuedJob
 
     return QueuedJob(id=i, body=body, priority=0, delay=0)
+
+
+def test_a_pluggable_serializer_is_used_both_ways() -> None:
+    import pickle
+
+    class Pickle:
+        def dumps(self, payload: Any) -> bytes:
+            return pickle.dumps(payload)
+
+        def loads(self, data: bytes) -> Any:
+            return pickle.loads(data)
+
+    app = App(serializer=Pickle(), middleware=[Retries()])
+    seen: list[Any] = []
+    task = app.task(seen.append, name="t")
+    with app.testing() as t:
+        task.put({1, 2, 3})  # a set: not JSON-serializable
+        assert pickle.loads(t.queued[0].body.split(b"\n", 1)[1]) == {1, 2, 3}
+        t.drain()
+    assert seen == [{1, 2, 3}]
