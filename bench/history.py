@@ -82,7 +82,7 @@ class Tally:
             return self.attempts[jid]
 
 
-def producer(address: str, seed: int, count: int, tally: Tally) -> None:
+def producer(address: str, seed: int, count: int, tally: Tally, work_ms: float) -> None:
     from stalkd.client import Client
 
     rng = random.Random(seed)
@@ -96,7 +96,9 @@ def producer(address: str, seed: int, count: int, tally: Tally) -> None:
                 r = rng.random()
                 kind = "fail" if r < 0.08 else "slow" if r < 0.10 else "ok"
                 tube = rng.choices(names, weights)[0]
-                by_tube.setdefault(tube, []).append(json.dumps({"kind": kind, "pad": "x" * rng.randint(0, 120)}).encode())
+                work = round(rng.expovariate(1 / work_ms), 2) if work_ms > 0 else 0.0
+                body = {"kind": kind, "work_ms": work, "pad": "x" * rng.randint(0, 120)}
+                by_tube.setdefault(tube, []).append(json.dumps(body).encode())
             for tube, bodies in by_tube.items():
                 c.use(tube)
                 c.put_many(bodies, priority=rng.choice((0, 1024, 1024, 4096)), ttr=TTR)
@@ -121,7 +123,10 @@ def worker(address: str, tally: Tally) -> None:
                 # the server times it out, every reserve answers DEADLINE_SOON. Back off.
                 tally.done.wait(0.05)
                 continue
-            kind = json.loads(job.body)["kind"]
+            body = json.loads(job.body)
+            kind = body["kind"]
+            if body.get("work_ms"):
+                tally.done.wait(body["work_ms"] / 1000)  # the job's simulated work
             n = tally.attempt(job.id)
             try:
                 if kind == "slow" and n == 1:
@@ -163,6 +168,7 @@ def main() -> int:
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work-ms", type=float, default=2.0, help="mean simulated work per job (exponential)")
     ap.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds")
     args = ap.parse_args()
     data = Path(args.dir)
@@ -174,7 +180,7 @@ def main() -> int:
     started = time.monotonic()
     try:
         share = [args.jobs // args.producers + (i < args.jobs % args.producers) for i in range(args.producers)]
-        threads = [threading.Thread(target=producer, args=(address, args.seed * 1000 + i, n, tally), daemon=True)
+        threads = [threading.Thread(target=producer, args=(address, args.seed * 1000 + i, n, tally, args.work_ms), daemon=True)
                    for i, n in enumerate(share)]
         threads += [threading.Thread(target=worker, args=(address, tally), daemon=True) for _ in range(args.workers)]
         threads.append(threading.Thread(target=kicker, args=(address, tally), daemon=True))

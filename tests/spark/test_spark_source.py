@@ -93,7 +93,10 @@ def test_wal_records_decode_like_the_model(spark: Any, tmp_path: Path) -> None:
         records.append(Record(Op.PUT, 3 * j, t, j, tube=f"t{j % 3}", pri=j, delay=j % 2, ttr=30,
                               deadline_us=t + 10**6 if j % 2 else 0, body=b"b" * j, created_us=t))
         records.append(Record(Op.RESERVE, 3 * j + 1, t + 5, j))
-        records.append(Record(Op.RELEASE if j % 4 == 0 else Op.DELETE, 3 * j + 2, t + 9, j, pri=7))
+        if j % 4 == 0:
+            records.append(Record(Op.RELEASE, 3 * j + 2, t + 9, j, pri=7))
+        else:
+            records.append(Record(Op.DELETE, 3 * j + 2, t + 9, j))
     records.append(Record(Op.PAUSE, 1000, 1_700_000_100_000_000, 0, tube="t1", delay=5,
                           deadline_us=1_700_000_105_000_000))
     with Log.open(tmp_path, segment_size=SEGMENT, durability="never") as log:
@@ -146,3 +149,15 @@ def test_stream_across_appends_rate_limit_and_checkpoint_restart(spark: Any, tmp
     got = spark.read.parquet(str(out)).select("offset", "payload").collect()
     assert sorted((r.offset, bytes(r.payload)) for r in got) == [(i, _payload(i)) for i in range(140)]
     assert len(os.listdir(ck / "offsets")) >= 5
+
+
+def test_auto_registration_empty_log_and_bad_options(spark: Any, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    Log.open(empty, durability="never").close()
+    # pyspark_stalkd's DefaultSource: a new session that never called register() finds it
+    other = spark.newSession()
+    assert other.read.format("stalkd").load(str(empty)).count() == 0
+    with pytest.raises(Exception, match="records='bogus'"):
+        spark.read.format("stalkd").option("records", "bogus").load(str(empty)).collect()
+    with pytest.raises(Exception, match="does not exist"):
+        spark.read.format("stalkd").load(str(tmp_path / "missing")).collect()

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 PLOTS = (
     ("throughput.png", "Throughput per tube (puts and deletes per window)"),
@@ -95,6 +95,7 @@ def write_plots(windows: Sequence[Row], tubes: Sequence[Row], out_dir: Path, win
     _finish(fig, paths[1])
 
     fig, ax = plt.subplots(figsize=(10, 4))
+    ax = cast(Any, ax)  # matplotlib's stubs reject datetime x values, which it plots fine
     for tube, (xs, ys) in _series(windows, "backlog", step=window_seconds).items():
         ax.plot(xs, ys, label=tube, drawstyle="steps-post")
     ax.set_ylim(bottom=0)
