@@ -86,7 +86,11 @@ ArgKind = Literal["u32", "u64", "timeout", "count", "tube", "name"]
 
 @dataclass(frozen=True, slots=True)
 class Arg:
-    """One argument: the field it fills on the command value and how it is read."""
+    """One argument: the field it fills on the command value and how it is read.
+
+    >>> SPECS_BY_NAME["pause-tube"].args
+    (Arg(field='tube', kind='name'), Arg(field='delay', kind='u32'))
+    """
 
     field: str
     kind: ArgKind
@@ -99,6 +103,9 @@ class CommandSpec:
     ``exact``: the line must equal the prefix (argument-less commands; ``reservex`` and
     ``stats `` are BAD_FORMAT). ``loose``: anything may follow the prefix (``quitx`` quits).
     ``body``: a ``<bytes>`` argument announces a body (``put``).
+
+    >>> [s.name for s in COMMANDS if s.exact][:3]
+    ['peek-ready', 'peek-delayed', 'peek-buried']
     """
 
     name: str

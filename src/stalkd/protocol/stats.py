@@ -110,5 +110,9 @@ def encode_yaml_dict(kind: Kind, values: Mapping[str, int | float | bool | str])
 
 
 def encode_yaml_list(items: Iterable[str]) -> bytes:
-    """A YAML list of tube names, unquoted, in the given order."""
+    """A YAML list of tube names, unquoted, in the given order.
+
+    >>> encode_yaml_list([])
+    b'---\\n'
+    """
     return ("---\n" + "".join(f"- {name}\n" for name in items)).encode("utf-8")

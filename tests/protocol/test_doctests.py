@@ -1,0 +1,18 @@
+"""The examples in the protocol modules' docstrings are executed, so they stay true."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["stalkd.protocol", "stalkd.protocol.grammar", "stalkd.protocol.parser",
+           "stalkd.protocol.replies", "stalkd.protocol.stats"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0, f"{name} has no examples"
+    assert result.failed == 0
