@@ -2,6 +2,9 @@
 time the WAL reaches STEP, save the acknowledged durable state and SIGKILL itself.
 
 usage: python crash_child.py DIR STEP N SEED
+       python crash_child.py DIR --progress OPS SEED
+The second form runs OPS steps with background snapshots and publishes, after each step, how
+many steps are acknowledged (a u64 at offset 0 of DIR/progress); the parent kills it at will.
 """
 
 from __future__ import annotations
@@ -18,8 +21,25 @@ from tests.engine.walutil import T0, Driver, durable_view, random_step  # noqa: 
 
 from stalkd.engine.wal import Wal  # noqa: E402
 
+WAL_OPTS = dict(segment_size=4096, compact_min_bytes=1500, chunk_jobs=4)
+
+
+def run_progress(directory: str, ops: int, seed: int) -> None:
+    fd = os.open(os.path.join(directory, "progress"), os.O_WRONLY | os.O_CREAT, 0o644)
+    wal = Wal.open(directory, durability="never", background=True, **WAL_OPTS)  # type: ignore[arg-type]
+    e, _ = wal.recover(T0)
+    d = Driver(wal, e, T0)
+    rng = random.Random(seed)
+    for i in range(ops):
+        random_step(d, rng)
+        wal.maintain(d.e, d.now)
+        os.pwrite(fd, (i + 1).to_bytes(8, "little"), 0)
+    sys.exit(3)
+
 
 def main() -> None:
+    if sys.argv[2] == "--progress":
+        return run_progress(sys.argv[1], int(sys.argv[3]), int(sys.argv[4]))
     directory, step, nth, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     hits = 0
     holder: dict[str, Driver] = {}
@@ -36,8 +56,7 @@ def main() -> None:
                 os.fsync(f.fileno())
             os.kill(os.getpid(), signal.SIGKILL)
 
-    wal = Wal.open(directory, durability="always", segment_size=4096, compact_min_bytes=1500,
-                   chunk_jobs=4, background=False, fault=fault)  # fmt: skip
+    wal = Wal.open(directory, durability="always", background=False, fault=fault, **WAL_OPTS)  # type: ignore[arg-type]
     e, _ = wal.recover(T0)
     d = holder["d"] = Driver(wal, e, T0)
     rng = random.Random(seed)
