@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from dataclasses import dataclass
 
 from crc32c import crc32c
 
-__all__ = ["CursorState", "read_cursor", "CursorFile", "MAX_RANGES"]
+__all__ = ["CursorState", "read_cursor", "CursorFile", "CursorSyncer", "MAX_RANGES"]
 
 SLOT_SIZE = 4096
 _MAGIC = b"STCU"
@@ -91,18 +92,76 @@ def read_cursor(path: str) -> CursorState | None:
 
 
 class CursorFile:
-    """Writes checkpoints to alternating slots of one file (kept open)."""
+    """Writes checkpoints to alternating slots of one file (kept open).
+
+    Ensures: at most one slot holds a write not yet fsynced (callers check :attr:`pending`
+    before writing without fsync), so a power loss can tear at most one slot.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.written_seq = 0
+        self.synced_seq = 0
+        self.error: OSError | None = None
+
+    @property
+    def pending(self) -> bool:
+        """A write is waiting for its fsync (by a :class:`CursorSyncer`)."""
+        return self.synced_seq < self.written_seq
 
     def write(self, state: CursorState, fsync: bool) -> None:
         """Write ``state`` into slot ``seq % 2``; with ``fsync`` it is on disk when this returns."""
         data = encode_slot(state)
         os.pwrite(self.fd, data, (state.seq % 2) * SLOT_SIZE)
+        self.written_seq = state.seq
         if fsync:
             os.fdatasync(self.fd)
+            self.synced_seq = state.seq
+
+    def sync(self) -> None:
+        seq = self.written_seq
+        os.fdatasync(self.fd)
+        self.synced_seq = seq
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+class CursorSyncer:
+    """A background thread that fsyncs cursor files for ``every:<ms>`` groups, so acking never
+    waits for the disk. It is woken by requests (never sleeps on a timer), so a busy
+    consumer cannot starve it: the next system call the consumer makes hands over the GIL.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending: dict[int, CursorFile] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="stalkd-cursor-sync", daemon=True)
+        self._thread.start()
+
+    def request(self, f: CursorFile) -> None:
+        with self._cond:
+            self._pending[id(f)] = f
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                batch, self._pending = self._pending, {}
+            for f in batch.values():
+                try:
+                    f.sync()
+                except OSError as e:
+                    f.error = e
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()

@@ -384,10 +384,16 @@ class ConsumerGroup:
     def _maybe_persist(self) -> None:
         if not self._dirty:
             return
+        f = self._file
+        if f.error is not None:
+            raise LogError(f"{f.path}: fsync of the cursor of group {self.name!r} failed: {f.error}")
         if self._policy == "always":
             self._persist(fsync=True)
-        elif time.monotonic() - self._last_persist >= self._interval:
-            self._persist(fsync=self._policy == "every")
+        elif time.monotonic() - self._last_persist >= self._interval and not f.pending:
+            # every: write now, fsync in the background (at most one slot unsynced at a time).
+            self._persist(fsync=False)
+            if self._policy == "every":
+                self.log._cursor_syncer_for().request(f)
 
     def _persist(self, fsync: bool) -> None:
         self._seq += 1

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Literal
 
 from crc32c import crc32c
 
+from .cursor import CursorSyncer
 from .errors import LogError, LogFullError, LogLockedError
 from .frame import FLAG_COMMITTED, FRAME_HEADER_SIZE, KIND_DATA, MAGIC, REST, Frame, frame_size
 from .reader import ARCHIVE_DIR, ReadPos, list_segments, read_frames
@@ -144,6 +145,7 @@ class Log:
         self._threads: list[threading.Thread] = []
         self._wlock = threading.Lock()  # order of writes and the active segment
         self._syncing = False  # a leader is fsyncing (group commit; guarded by _cond)
+        self._cursor_syncer: CursorSyncer | None = None
         self._fdlock = threading.Lock()  # retiring a segment fd while a sync uses it
         self._cond = threading.Condition(threading.Lock())  # durable progress, appends, tickets
         self._waiters = 0
@@ -676,6 +678,11 @@ class Log:
                 gname = name[:-4]
                 self._groups[gname] = ConsumerGroup(self, gname)
 
+    def _cursor_syncer_for(self) -> CursorSyncer:
+        if self._cursor_syncer is None:
+            self._cursor_syncer = CursorSyncer()
+        return self._cursor_syncer
+
     def groups(self) -> dict[str, ConsumerGroup]:
         """Every group known to this log (opened, or found on disk), by name."""
         return dict(self._groups)
@@ -782,6 +789,8 @@ class Log:
         for g in self._groups.values():
             with contextlib.suppress(LogError, OSError):
                 g._close()
+        if self._cursor_syncer is not None:
+            self._cursor_syncer.close()
         self._release_files()
 
     def _release_files(self) -> None:
