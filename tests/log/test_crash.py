@@ -68,3 +68,54 @@ def test_sigkill_at_random_moments(tmp_path: Path) -> None:
             total = check(log_dir, acked)
             assert total >= acked, f"cycle {cycle}"
     assert acked > CYCLES  # the campaign really appended
+
+
+GROUP_CHILD = Path(__file__).with_name("crash_group_child.py")
+
+
+def test_sigkill_consumer_never_loses_or_redelivers_acked(tmp_path: Path) -> None:
+    """A consumer (group durability ``always``) is SIGKILLed at random moments: afterwards no
+    record whose ack returned is delivered again, and every other record still is (only the
+    offsets of an ack cut short by the kill may be in either state)."""
+    from stalkd.log import Log
+
+    rng = random.Random(int(os.environ.get("STALKD_CRASH_SEED", "20261122")) + 1)
+    log_dir = tmp_path / "log"
+    with Log.open(log_dir, segment_size=4096, durability="always") as log:
+        log.append_many([b"r"] * 300)
+    acked: set[int] = set()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    for cycle in range(max(20, CYCLES // 2)):
+        proc = subprocess.Popen([sys.executable, str(GROUP_CHILD), str(log_dir), str(rng.randrange(2**31))],
+                                stdout=subprocess.PIPE, env=env)
+        assert proc.stdout is not None
+        lines: list[bytes] = []
+        try:
+            assert proc.stdout.readline() == b"open\n"
+            for _ in range(rng.choice((0, 1, 5, 20, 60))):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            lines.extend(proc.stdout.read().splitlines(keepends=True))
+            proc.wait()
+            proc.stdout.close()
+        in_doubt: set[int] = set()
+        for line in lines:
+            if line.startswith(b"try "):
+                in_doubt = {int(x) for x in line.split()[1:]}
+            elif line == b"ok\n":
+                acked |= in_doubt
+                in_doubt = set()
+        with Log.open(log_dir, segment_size=4096, durability="never") as log:
+            g = log.group("g")
+            delivered: set[int] = set()
+            while batch := g.poll(1000):
+                delivered |= {m.offset for m in batch}
+            assert not delivered & acked, f"cycle {cycle}: acked records redelivered: {sorted(delivered & acked)[:10]}"
+            missing = set(range(log.next_offset)) - delivered - acked
+            assert missing <= in_doubt, f"cycle {cycle}: records lost: {sorted(missing - in_doubt)[:10]}"
+            acked |= missing  # an interrupted ack that did land
+    assert acked, "the consumer never acked anything"

@@ -1,0 +1,38 @@
+"""Child process for test_crash.py's group test: consumes with durability ``always``, acking and
+nacking at random, and reports "try <offsets>" before each ack and "ok" after it returned."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+from stalkd.log import Log
+
+
+def main() -> None:
+    path, seed = sys.argv[1], int(sys.argv[2])
+    rng = random.Random(seed)
+    out = sys.stdout
+    with Log.open(path, segment_size=4096, durability="always") as log:
+        g = log.group("g", durability="always")
+        out.write("open\n")
+        out.flush()
+        while True:
+            if rng.random() < 0.3:
+                log.append_many([b"r"] * rng.randrange(1, 20))
+            msgs = g.poll(rng.randrange(1, 12))
+            rng.shuffle(msgs)
+            cut = rng.randrange(0, len(msgs) + 1)
+            acks, rest = msgs[:cut], msgs[cut:]
+            if rest and rng.random() < 0.5:
+                g.nack(*rest)
+            if acks:
+                out.write("try " + " ".join(str(m.offset) for m in acks) + "\n")
+                out.flush()
+                g.ack(*acks)
+                out.write("ok\n")
+                out.flush()
+
+
+if __name__ == "__main__":
+    main()
