@@ -12,8 +12,8 @@ An item is in at most one heap at a time (jobs move between ready, delay and res
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
-from operator import itemgetter
 from typing import Generic, Protocol, TypeVar
 
 __all__ = ["HeapItem", "IndexedHeap", "pack"]
@@ -105,14 +105,24 @@ class IndexedHeap(Generic[T]):
         else:
             self._down(i)
 
-    def load(self, pairs: list[tuple[int, T]]) -> None:
-        """Fill an empty heap from (key, item) pairs at once (recovery): a sorted list is a heap."""
+    def load(self, keys: list[int], items: list[T]) -> None:
+        """Fill an empty heap at once (recovery): ``keys[i]`` belongs to ``items[i]``; keys must be
+        unique (they are: every key packs an id). Takes ownership of both lists.
+
+        heapq.heapify orders the int keys in C; a key -> item map then lines the items up, which
+        is several times faster than sorting (key, item) pairs.
+        """
         if self._keys:
             raise ValueError("load() needs an empty heap")
-        pairs.sort(key=itemgetter(0))
-        self._keys = [k for k, _ in pairs]
-        self._items = [it for _, it in pairs]
-        for i, it in enumerate(self._items):
+        if len(keys) > 1:
+            by_key = dict(zip(keys, items, strict=True))
+            if len(by_key) != len(keys):
+                raise ValueError("load() needs unique keys")
+            heapq.heapify(keys)
+            items = list(map(by_key.__getitem__, keys))
+        self._keys = keys
+        self._items = items
+        for i, it in enumerate(items):
             it.hpos = i
 
     def sorted_items(self) -> list[T]:

@@ -289,12 +289,17 @@ def load_into(e: Engine, h: SnapshotHeader) -> dict[int, int]:
     job_op = int(Op.JOB)
     READY, DELAYED, BURIED = JobState.READY, JobState.DELAYED, JobState.BURIED
     tubes: dict[bytes, Tube] = {}
-    ready: dict[Tube, list[tuple[int, Job]]] = {}
-    delayed: dict[Tube, list[tuple[int, Job]]] = {}
+    # per tube: [ready keys, ready jobs, delay keys, delayed jobs]
+    lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]] = {}
     fresh: dict[int, int] = {}
     jobs = e.jobs
     start = h.start_seq
     body_bytes = 0
+    last_tube = b""
+    rkeys: list[int] = []
+    rjobs: list[Job] = []
+    dkeys: list[int] = []
+    djobs: list[Job] = []
     for buf, pos, end in _blocks(h.path, h):
         while pos < end:
             (n,) = u32(buf, pos)
@@ -320,8 +325,12 @@ def load_into(e: Engine, h: SnapshotHeader) -> dict[int, int]:
             t = tubes.get(tb)
             if t is None:
                 t = tubes[tb] = e._tube(tb.decode("ascii"))
-                ready[t] = []
-                delayed[t] = []
+                lists[t] = ([], [], [], [])
+                rkeys, rjobs, dkeys, djobs = lists[t]
+                last_tube = tb
+            elif tb != last_tube:
+                rkeys, rjobs, dkeys, djobs = lists[t]
+                last_tube = tb
             j = Job(jid, t, pri, delay, ttr, body, READY, created)
             if res or tos or rel or bur or kic:
                 j.reserves, j.timeouts, j.releases, j.buries, j.kicks = res, tos, rel, bur, kic
@@ -330,13 +339,15 @@ def load_into(e: Engine, h: SnapshotHeader) -> dict[int, int]:
             if seq > start:
                 fresh[jid] = seq
             if st == 1 or st == 2:  # READY, or RESERVED (comes back ready)
-                ready[t].append(((pri << 64) | jid, j))  # heap.pack, inlined
+                rkeys.append((pri << 64) | jid)  # heap.pack, inlined
+                rjobs.append(j)
                 if pri < URGENT_THRESHOLD:
                     t.urgent += 1
             elif st == 4:
                 j.state = DELAYED
                 j.deadline_us = deadline
-                delayed[t].append(((deadline << 64) | jid, j))
+                dkeys.append((deadline << 64) | jid)
+                djobs.append(j)
             elif st == 3:
                 j.state = BURIED
                 j.deadline_us = deadline
@@ -345,9 +356,9 @@ def load_into(e: Engine, h: SnapshotHeader) -> dict[int, int]:
                 raise SnapshotError(f"{h.path}: offset {p0}: job {jid} has unknown state {st}")
     if len(jobs) != h.count:
         raise SnapshotError(f"{h.path}: {h.count} entries but {len(jobs)} distinct job ids")
-    for t in tubes.values():
-        t.ready.load(ready[t])
-        t.delayed.load(delayed[t])
+    for t, (rk, rj, dk, dj) in lists.items():
+        t.ready.load(rk, rj)
+        t.delayed.load(dk, dj)
         e._retime_tube(t)
     e.body_bytes += body_bytes
     e.next_id = max(e.next_id, max(jobs, default=0) + 1)
