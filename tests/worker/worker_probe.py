@@ -3,11 +3,17 @@ and wait on conditions with a deadline instead of sleeping."""
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import greenstalk
+import pytest
+
+from support import ServerProcess, free_port, require_binary, wait_for_port
 
 T = TypeVar("T")
 
@@ -52,15 +58,6 @@ class Probe:
 
 
 # --- servers ------------------------------------------------------------------------------
-
-import importlib.util  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-
-import pytest  # noqa: E402
-
-from support import ServerProcess, free_port, require_binary, wait_for_port  # noqa: E402
 
 
 def start_server(kind: str, *extra: str, port: int | None = None) -> ServerProcess:
