@@ -513,6 +513,55 @@ TRANSCRIPTS: list[Transcript] = [
         ShutdownWrite("a"),
         Expect("a", b"TIMED_OUT\r\n", timeout=5),
     )),
+    T("deadline-soon-wakes-waiting-reserver", steps(
+        put("a", b"a", 1, ttr=3),
+        x("a", b"reserve\r\n", b"RESERVED 1 1\r\na\r\n"),
+        # no other job: the blocked reserve ends with DEADLINE_SOON 1 s before the TTR ends
+        Send("a", b"reserve\r\n"), Quiet("a", 0.3),
+        Expect("a", b"DEADLINE_SOON\r\n", timeout=5),
+        x("a", b"stats-job 1\r\n", job_yaml(1, state=b"reserved", ttr=3, reserves=1, time_left=rb"[01]")),
+    )),
+    T("waiter-gets-jobs-of-its-watched-tubes-only", steps(
+        x("b", b"watch x\r\n", b"WATCHING 2\r\n"), x("b", b"ignore default\r\n", b"WATCHING 1\r\n"),
+        Send("b", b"reserve\r\n"), Send("c", b"reserve\r\n"), Quiet("c", 0.2),
+        put("a", b"d", 1),
+        Expect("c", b"RESERVED 1 1\r\nd\r\n"), Quiet("b", 0.2),
+        x("a", b"use x\r\n", b"USING x\r\n"), put("a", b"x", 2),
+        Expect("b", b"RESERVED 2 1\r\nx\r\n"),
+    )),
+    T("paused-tube-still-serves-peek-kick-delete-reserve-job", steps(
+        put("a", b"a", 1), put("a", b"b", 2), put("a", b"c", 3, delay=100),
+        x("a", b"pause-tube default 100\r\n", b"PAUSED\r\n"),
+        x("a", b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n"),
+        x("a", b"peek-ready\r\n", b"FOUND 1 1\r\na\r\n"),
+        x("a", b"reserve-job 1\r\n", b"RESERVED 1 1\r\na\r\n"),
+        x("a", b"delete 2\r\n", b"DELETED\r\n"),
+        x("a", b"kick 1\r\n", b"KICKED 1\r\n"),
+        x("a", b"stats-tube default\r\n", tube_yaml(b"default", current_jobs_ready=1, current_jobs_reserved=1,
+                                                     current_jobs_delayed=0, pause=100, cmd_pause_tube=1,
+                                                     pause_time_left=rb"(99|100)")),
+    )),
+    T("tubes-come-and-go", steps(
+        x("a", b"use t\r\n", b"USING t\r\n"),
+        x("a", b"list-tubes\r\n", b"OK 18\r\n---\n- default\n- t\n\r\n"),
+        x("a", b"use default\r\n", b"USING default\r\n"),
+        x("a", b"list-tubes\r\n", b"OK 14\r\n---\n- default\n\r\n"),
+        x("a", b"stats-tube t\r\n", NF),
+        # a job keeps its tube alive
+        x("a", b"use j\r\n", b"USING j\r\n"), put("a", b"a", 1),
+        x("a", b"use default\r\n", b"USING default\r\n"),
+        x("a", b"list-tubes\r\n", b"OK 18\r\n---\n- default\n- j\n\r\n"),
+        x("a", b"delete 1\r\n", b"DELETED\r\n"),
+        x("a", b"list-tubes\r\n", b"OK 14\r\n---\n- default\n\r\n"),
+        # removing a tube moves the last one into its slot
+        x("a", b"watch a\r\n", b"WATCHING 2\r\n"), x("a", b"watch b\r\n", b"WATCHING 3\r\n"),
+        x("a", b"watch c\r\n", b"WATCHING 4\r\n"), x("a", b"ignore a\r\n", b"WATCHING 3\r\n"),
+        x("a", b"list-tubes\r\n", b"OK 22\r\n---\n- default\n- c\n- b\n\r\n"),
+        # ignore, stats-tube and pause-tube never create a tube
+        x("a", b"ignore z\r\n", b"WATCHING 3\r\n"), x("a", b"pause-tube z 1\r\n", NF),
+        x("a", b"stats-tube z\r\n", NF),
+        x("a", b"list-tubes\r\n", b"OK 22\r\n---\n- default\n- c\n- b\n\r\n"),
+    )),
     # --- connections ----------------------------------------------------------------------
     T("close-releases-reserved-job", steps(
         put("a", b"a", 1, ttr=100),
