@@ -9,6 +9,7 @@
 
 from .errors import LogCorruptError, LogError, LogFullError, LogLagError, LogLockedError
 from .frame import Frame
+from .group import ConsumerGroup, Message
 from .log import Log, RepairReport
 from .reader import LogReader
 from .segment import SegmentInfo
@@ -30,11 +31,3 @@ __all__ = [
     "LogLagError",
 ]
 
-
-def __getattr__(name: str) -> object:
-    # Consumer groups import lazily to keep `import stalkd.log` light for the WAL.
-    if name in ("ConsumerGroup", "Message"):
-        from . import group
-
-        return getattr(group, name)
-    raise AttributeError(name)
