@@ -598,18 +598,14 @@ class Engine:
         self.cmd["cmd-kick"] += 1
         t = c.use
         n = 0
-        # beanstalkd: any buried job means only buried jobs are kicked
-        src: Callable[[], Job | None]
-        if t.buried:
-            src = lambda: next(iter(t.buried.values())) if t.buried else None  # noqa: E731
-        else:
-            src = t.delayed.peek
-        while n < cmd.bound:
-            j = src()
-            if j is None:
-                break
-            self._kick_one(j)
-            n += 1
+        if t.buried:  # beanstalkd: any buried job means only buried jobs are kicked, oldest first
+            while n < cmd.bound and t.buried:
+                self._kick_one(next(iter(t.buried.values())))
+                n += 1
+        else:  # soonest deadline first
+            while n < cmd.bound and (j := t.delayed.peek()) is not None:
+                self._kick_one(j)
+                n += 1
         return C.Reply("KICKED", (n,))
 
     def _kick_job(self, c: Conn, cmd: C.KickJob) -> C.AnyReply:
