@@ -173,3 +173,32 @@ def test_retention_respects_groups_and_floor(tmp_path: Path) -> None:
         first = log.segment_bounds()[0][0]
         assert 0 < first <= 200
         assert next(iter(log.read(0))).offset == first  # reading below the floor starts at the oldest
+
+
+def test_removed_group_no_longer_holds_back_retention(tmp_path: Path) -> None:
+    with Log.open(tmp_path, segment_size=2048, durability="never") as log:
+        log.group("stale")
+        fill(log, 300)
+        assert log.retain(floor=10**9) == []  # the stale group is at 0
+        log.remove_group("stale")
+        assert log.retain(floor=10**9)
+        with pytest.raises(LogError, match="no consumer group"):
+            log.remove_group("stale")
+    with Log.open(tmp_path, segment_size=2048, durability="never") as log:
+        assert "stale" not in log.groups()
+
+
+def test_archived_segments_read_through_the_reader(tmp_path: Path) -> None:
+    from stalkd.log import LogReader
+
+    with Log.open(tmp_path, segment_size=2048, durability="never", archive=True) as log:
+        fill(log, 300)
+        moved = log.retain(floor=200)
+    reader = LogReader(tmp_path, archive="only")
+    segs = reader.segments()
+    assert segs and all(s.archived and s.sealed for s in segs)
+    assert [s.path for s in segs] == moved
+    assert [f.offset for f in reader.read(0)] == list(range(segs[-1].end_offset or 0))
+    everything = LogReader(tmp_path, archive=True)
+    assert [f.bytes() for f in everything.read(0)] == [b"m%d" % i for i in range(300)]
+    assert [f.offset for f in LogReader(tmp_path, archive=False).read(0)][0] == segs[-1].end_offset

@@ -678,6 +678,18 @@ class Log:
                 gname = name[:-4]
                 self._groups[gname] = ConsumerGroup(self, gname)
 
+    def remove_group(self, name: str) -> None:
+        """Forget a consumer group and delete its cursor file, so it no longer holds back retention."""
+        self._check_usable()
+        g = self._groups.pop(name, None)
+        if g is None:
+            raise LogError(f"{self.path}: no consumer group {name!r}")
+        g._file.close()
+        os.unlink(g._file.path)
+        _fsync_dir(os.path.join(self.path, GROUPS_DIR))
+        with self._wlock:
+            self._refusers = [x for x in self._refusers if x is not g]
+
     def _cursor_syncer_for(self) -> CursorSyncer:
         if self._cursor_syncer is None:
             self._cursor_syncer = CursorSyncer()

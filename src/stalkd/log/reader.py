@@ -2,6 +2,9 @@
 
 Ensures: frames come out in offset order, each exactly once, all CRC-checked; a reader sees a
 frame only once it is wholly written (its CRC checks), and never the stale frames a torn tail left.
+"Committed" here means written to the file (it survives the writer's crash); under ``always`` a
+reader may see a frame a moment before the writer's fsync covers it. Consumers that must see only
+fsynced records use a consumer group, which stops at the writer's durable offset.
 """
 
 from __future__ import annotations
