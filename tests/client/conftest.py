@@ -10,7 +10,6 @@ against both servers.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import socket
 import subprocess
 import sys
@@ -28,8 +27,6 @@ def server_command(kind: str, *flags: str) -> list[str]:
     """The command line starting a server of ``kind`` with beanstalkd-style ``flags``."""
     if kind == "beanstalkd":
         return [require_binary("beanstalkd"), *flags]
-    if importlib.util.find_spec("stalkd.server.cli") is None:
-        pytest.skip("stalkd serve is not built yet (no stalkd.server.cli)")
     return [sys.executable, "-m", "stalkd.cli", "serve", *flags]
 
 

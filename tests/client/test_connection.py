@@ -203,3 +203,22 @@ def test_unix_socket_address(start_unix_server: Any, connect: Any, tmp_path: Any
     jid = c.put(b"over unix")
     assert c.peek(jid).body == b"over unix"
     assert str(c.address) == f"unix:{path}"
+
+
+def test_async_client_on_uvloop(server: ServerProcess) -> None:
+    # uvloop's transports are not asyncio.Transport subclasses; the server and workers run on it
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> None:
+        async with AsyncClient(server.address) as c:
+            await c.use("u")
+            await c.watch("u")
+            ids = await c.put_many([b"a", b"b"])
+            assert await asyncio.gather(c.put(b"c"), c.put(b"d")) == [ids[1] + 1, ids[1] + 2]
+            job = await c.reserve(timeout=5)
+            assert (job.id, job.body) == (ids[0], b"a")
+            await c.delete(job)
+            with pytest.raises(errors.NotFound):
+                await c.delete(job)
+
+    uvloop.run(scenario())

@@ -1,19 +1,24 @@
 """The asyncio client: :class:`~stalkd.client.Client`'s methods, awaited.
 
-Ensures: as for the sync client, a reply is matched to its command or the connection is
-dropped. Calls from several tasks are serialised by a lock (replies come back in order on one
-connection), so a task waiting in ``reserve`` holds the connection until it returns; a task
-cancelled mid-call drops the connection rather than leave a reply unread.
+Built on an ``asyncio.Protocol`` rather than streams: each call writes its command and waits on
+a future that ``data_received`` resolves, replies being matched to futures in send order. So
+calls from several tasks pipeline on one connection with no lock (``gather`` of 100 puts is
+one round trip's worth of waiting, not 100), and a call costs no task switch per read.
+
+Ensures: a reply is matched to its command or the connection is dropped. A call that times
+out or is cancelled drops the connection (a cancelled ``reserve`` could otherwise leave a job
+reserved that nobody knows about; dropping makes the server release it), and calls in flight
+beside it fail with ``ConnectionClosed``. The next call reconnects and restores ``use``/``watch``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
+from collections import deque
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_address
@@ -35,8 +40,98 @@ __all__ = ["AsyncClient"]
 T = TypeVar("T")
 
 
+class _Wire(asyncio.Protocol):
+    """One connection: bytes in, replies out to the futures waiting for them, in order.
+
+    Ensures: the reply at the head of the queue is awaited at most its ``limit`` seconds from
+    the moment it became due (the previous reply arrived, or it was sent onto an idle
+    connection); then every waiter fails with ``ReplyTimeout``. One lazily re-armed timer per
+    connection does this, not one timer per call.
+    """
+
+    def __init__(self, address: Address) -> None:
+        self.address = address
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.reader = ReplyReader()
+        # (future, its wait limit in seconds or None, the request for error messages)
+        self.waiters: deque[tuple[asyncio.Future[Response], float | None, rq.Request[Any]]] = deque()
+        self.head_deadline: float | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.lost: ClientConnectionError | None = None
+        self.closed: asyncio.Future[None] = self.loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a cast, not an isinstance check: uvloop's transports are not asyncio.Transport subclasses
+        self.transport = cast(asyncio.Transport, transport)
+
+    def expect(self, fut: asyncio.Future[Response], limit: float | None, req: rq.Request[Any]) -> None:
+        """Queue ``fut`` for the next reply not yet claimed."""
+        if not self.waiters:
+            self._due(limit)
+        self.waiters.append((fut, limit, req))
+
+    def _due(self, limit: float | None) -> None:
+        self.head_deadline = None if limit is None else self.loop.time() + limit
+        if self.timer is None and self.head_deadline is not None:
+            self.timer = self.loop.call_at(self.head_deadline, self._check)
+
+    def _check(self) -> None:
+        self.timer = None
+        if not self.waiters or self.head_deadline is None:
+            return
+        if self.loop.time() >= self.head_deadline:
+            _, limit, req = self.waiters[0]
+            self.fail(ReplyTimeout(f"no reply from {self.address} within {limit}s to "
+                                   f"{req.context!r}; connection dropped"))
+        else:
+            self.timer = self.loop.call_at(self.head_deadline, self._check)
+
+    def data_received(self, data: bytes) -> None:
+        reader, waiters = self.reader, self.waiters
+        reader.feed(data)
+        try:
+            while waiters:
+                resp = reader.next()
+                if resp is None:
+                    return
+                fut = waiters.popleft()[0]
+                if not fut.done():  # a cancelled caller's reply is dropped with it
+                    fut.set_result(resp)
+                if waiters:
+                    self._due(waiters[0][1])
+            if reader.buffered:
+                raise ProtocolError(f"unsolicited bytes from {self.address}: "
+                                    f"{bytes(data[-60:])!r}")
+        except ProtocolError as e:
+            self.fail(e)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.fail(ConnectionClosed(f"server at {self.address} closed the connection"
+                                   + (f": {exc}" if exc else "")))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def fail(self, exc: ClientConnectionError) -> None:
+        """Fail every waiting call with ``exc`` and abort the connection (idempotent)."""
+        if self.lost is None:
+            self.lost = exc
+        while self.waiters:
+            fut = self.waiters.popleft()[0]
+            if not fut.done():
+                fut.set_exception(exc)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.transport is not None:
+            self.transport.abort()
+
+
 class AsyncClient:
     """An asyncio beanstalkd client. Connects on ``connect()``, ``async with``, or first call.
+
+    ``timeout`` bounds connecting and each call's wait for its replies (``None``: forever); a
+    ``reserve`` waits for its own timeout on top of it.
 
     Example::
 
@@ -54,9 +149,8 @@ class AsyncClient:
         self.address: Address = parse_address(address, host, port)
         self.timeout = timeout
         self.reconnect_enabled = reconnect
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-        self._reader = ReplyReader()
-        self._lock: asyncio.Lock | None = None
+        self._wire: _Wire | None = None
+        self._connecting: asyncio.Lock | None = None
         self._using = "default"
         self._watching: list[str] = ["default"]
         self._ever_connected = False
@@ -65,26 +159,40 @@ class AsyncClient:
 
     async def connect(self) -> None:
         """Open the connection (if not open) and restore the used tube and watch list."""
-        async with self._locked():
-            await self._connect()
+        await self._ensure()
 
-    async def _connect(self) -> None:
-        if self._streams is not None:
-            return
+    async def _ensure(self) -> _Wire:
+        wire = self._wire
+        if wire is not None and wire.lost is None:
+            return wire
+        if self._connecting is None:  # created lazily: it binds to the running loop
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            wire = self._wire
+            if wire is not None and wire.lost is None:
+                return wire
+            if self._ever_connected and not self.reconnect_enabled:
+                raise ConnectionClosed(f"connection to {self.address} was closed (reconnect=False)")
+            wire = await self._open()
+            self._wire = wire
+            return wire
+
+    async def _open(self) -> _Wire:
+        loop = asyncio.get_running_loop()
+        addr = self.address
         try:
             async with asyncio.timeout(self.timeout):
-                if self.address.path is not None:
-                    streams = await asyncio.open_unix_connection(self.address.path)
+                if addr.path is not None:
+                    _, wire = await loop.create_unix_connection(lambda: _Wire(addr), addr.path)
                 else:
-                    streams = await asyncio.open_connection(self.address.host, self.address.port)
+                    _, wire = await loop.create_connection(lambda: _Wire(addr), addr.host, addr.port)
         except (OSError, TimeoutError) as e:
-            raise ConnectionFailed(f"cannot connect to beanstalkd server at {self.address}: "
+            raise ConnectionFailed(f"cannot connect to beanstalkd server at {addr}: "
                                    f"{e or 'timed out'}") from e
-        sock = streams[1].get_extra_info("socket")
+        assert wire.transport is not None
+        sock = wire.transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._streams = streams
-        self._reader = ReplyReader()
         self._ever_connected = True
         requests: list[rq.Request[Any]] = []
         if self._using != "default":
@@ -93,33 +201,34 @@ class AsyncClient:
         if "default" not in self._watching:
             requests.append(rq.ignore("default"))
         if requests:
-            for req, resp in zip(requests, await self._exchange(requests, 0), strict=True):
+            for req, resp in zip(requests, await self._exchange_on(wire, requests, 0), strict=True):
                 rq.interpret(req, resp)
+        return wire
 
     async def reconnect(self) -> None:
         """Drop the connection (if any) and open a new one with the same tubes."""
-        async with self._locked():
-            self._drop()
-            await self._connect()
+        self._drop()
+        await self._ensure()
 
     async def close(self) -> None:
         """Close the connection. The server releases jobs this connection had reserved."""
-        streams, self._streams = self._streams, None
-        if streams is not None:
-            streams[1].close()
-            with contextlib.suppress(OSError):
-                await streams[1].wait_closed()
+        wire, self._wire = self._wire, None
+        if wire is not None and wire.transport is not None:
+            wire.transport.close()
+            try:
+                await asyncio.wait_for(asyncio.shield(wire.closed), 5)
+            except TimeoutError:
+                wire.transport.abort()
 
     async def quit(self) -> None:
         """Send ``quit`` and close."""
-        if self._streams is not None:
-            with contextlib.suppress(OSError):
-                self._streams[1].write(rq.QUIT)
+        if self._wire is not None and self._wire.transport is not None and self._wire.lost is None:
+            self._wire.transport.write(rq.QUIT)
         await self.close()
 
     @property
     def connected(self) -> bool:
-        return self._streams is not None
+        return self._wire is not None and self._wire.lost is None
 
     async def __aenter__(self) -> AsyncClient:
         await self.connect()
@@ -130,67 +239,67 @@ class AsyncClient:
         await self.close()
 
     def __repr__(self) -> str:
-        state = "connected" if self._streams is not None else "closed"
+        state = "connected" if self.connected else "closed"
         return f"<AsyncClient {self.address} {state} using={self._using!r}>"
 
-    def _locked(self) -> asyncio.Lock:
-        if self._lock is None:  # created lazily: it binds to the running loop
-            self._lock = asyncio.Lock()
-        return self._lock
-
     def _drop(self) -> None:
-        streams, self._streams = self._streams, None
-        if streams is not None:
-            streams[1].close()
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.fail(ConnectionClosed(f"connection to {self.address} was dropped by the client"))
 
     async def _exchange(self, requests: Sequence[rq.Request[Any]], extra: float | None) -> list[Response]:
-        """Send all requests in one write and read one reply per request (lock held)."""
-        if self._streams is None:
-            if self._ever_connected and not self.reconnect_enabled:
-                raise ConnectionClosed(f"connection to {self.address} was closed (reconnect=False)")
-            await self._connect()
-        assert self._streams is not None
-        reader, writer = self._streams
-        limit = None if self.timeout is None or extra is None else self.timeout + extra
-        ok = False
-        try:
-            async with asyncio.timeout(limit):
-                writer.write(requests[0].data if len(requests) == 1
-                             else b"".join(r.data for r in requests))
-                await writer.drain()
-                out = [await self._read(reader) for _ in requests]
-            ok = True
-            return out
-        except TimeoutError:
-            raise ReplyTimeout(f"no reply from {self.address} within {limit}s "
-                               f"to {requests[0].context!r}; connection dropped") from None
-        except ClientConnectionError:
-            raise
-        except OSError as e:
-            raise ConnectionClosed(f"connection to {self.address} broke during "
-                                   f"{requests[0].context!r}: {e}") from e
-        finally:
-            if not ok:  # out of step with the server, or cancelled: never reuse it
-                self._drop()
+        return await self._exchange_on(await self._ensure(), requests, extra)
 
-    async def _read(self, reader: asyncio.StreamReader) -> Response:
-        while True:
-            resp = self._reader.next()
-            if resp is not None:
-                return resp
-            data = await reader.read(65536)
-            if not data:
-                raise ConnectionClosed(f"server at {self.address} closed the connection")
-            self._reader.feed(data)
+    async def _exchange_on(self, wire: _Wire, requests: Sequence[rq.Request[Any]],
+                           extra: float | None) -> list[Response]:
+        """Write all requests at once and await one reply each; on any failure drop ``wire``."""
+        if wire.lost is not None:
+            raise wire.lost
+        assert wire.transport is not None
+        limit = None if self.timeout is None or extra is None else self.timeout + extra
+        new_future = wire.loop.create_future
+        futs = []
+        for req in requests:
+            fut: asyncio.Future[Response] = new_future()
+            wire.expect(fut, limit, req)
+            futs.append(fut)
+        wire.transport.write(requests[0].data if len(requests) == 1
+                             else b"".join(r.data for r in requests))
+        try:
+            return [await f for f in futs]
+        except BaseException:
+            for f in futs:
+                f.cancel()  # nobody will await these now
+            self._abandon(wire)
+            raise
+
+    def _abandon(self, wire: _Wire) -> None:
+        """A call on ``wire`` was cancelled or failed: its reply can no longer be placed."""
+        wire.fail(ConnectionClosed(f"connection to {self.address} dropped: a call on it was "
+                                   f"cancelled or failed"))
+        if self._wire is wire:
+            self._wire = None
 
     async def _call(self, request: rq.Request[T], extra: float | None = 0) -> T:
-        async with self._locked():
-            (resp,) = await self._exchange([request], extra)
+        wire = self._wire
+        if wire is None or wire.lost is not None or wire.transport is None:
+            (resp,) = await self._exchange((request,), extra)
+        else:  # the common case, without the list and loop of a batch
+            limit = None if self.timeout is None or extra is None else self.timeout + extra
+            fut: asyncio.Future[Response] = wire.loop.create_future()
+            wire.expect(fut, limit, request)
+            wire.transport.write(request.data)
             try:
-                return rq.interpret(request, resp)
-            except ProtocolError:
-                self._drop()  # an answer we cannot place: the stream may be out of step
+                resp = await fut
+            except BaseException:
+                fut.cancel()
+                self._abandon(wire)
                 raise
+        try:
+            return rq.interpret(request, resp)
+        except ProtocolError:
+            self._drop()  # an answer we cannot place: the stream may be out of step
+            raise
 
     # --- producer commands ----------------------------------------------------------------
 
@@ -216,20 +325,19 @@ class AsyncClient:
         first: BeanstalkError | None = None
         batch: list[rq.Request[Any]] = []
         size = 0
-        async with self._locked():
-            try:
-                for body in bodies:
-                    req = rq.put(rq.body_bytes(body), priority, delay, ttr)
-                    batch.append(req)
-                    size += len(req.data)
-                    if len(batch) >= _BATCH_JOBS or size >= _BATCH_BYTES:
-                        first = self._collect(batch, await self._exchange(batch, 0), ids, first)
-                        batch, size = [], 0
-                if batch:
+        try:
+            for body in bodies:
+                req = rq.put(rq.body_bytes(body), priority, delay, ttr)
+                batch.append(req)
+                size += len(req.data)
+                if len(batch) >= _BATCH_JOBS or size >= _BATCH_BYTES:
                     first = self._collect(batch, await self._exchange(batch, 0), ids, first)
-            except ProtocolError:
-                self._drop()  # an answer we cannot place: the stream may be out of step
-                raise
+                    batch, size = [], 0
+            if batch:
+                first = self._collect(batch, await self._exchange(batch, 0), ids, first)
+        except ProtocolError:
+            self._drop()  # an answer we cannot place: the stream may be out of step
+            raise
         if first is not None:
             first.batch_ids = tuple(ids)
             raise first
