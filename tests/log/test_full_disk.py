@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import stalkd.log.log as log_module
+import stalkd.log.active as log_module
 from stalkd.log import Log, LogError, LogFullError
 
 

@@ -83,7 +83,8 @@ class ConsumerGroup:
         max_lag_bytes: int | None = None,
         overflow: Literal["drop", "refuse"] = "drop",
     ) -> None:
-        from .log import GROUPS_DIR, _fsync_dir
+        from .active import fsync_dir
+        from .log import GROUPS_DIR
 
         if not _NAME.match(name):
             raise ValueError(f"group name {name!r}: use 1-100 of A-Z a-z 0-9 _ . -")
@@ -99,7 +100,7 @@ class ConsumerGroup:
         existed = os.path.exists(path)
         self._file = CursorFile(path)
         if not existed:
-            _fsync_dir(gdir)
+            fsync_dir(gdir)
         first = log.segment_bounds()[0][0]
         if state is None:
             state = CursorState(0, first, first, first, HEADER_SIZE, 0, 0, ())

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import mmap
 import os
 import struct
 import threading
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 from crc32c import crc32c
 
+from .active import ActiveSegment, _allocate, create_segment, fsync_dir, write_footer
 from .cursor import CursorSyncer
 from .errors import LogError, LogFullError, LogLockedError
 from .frame import FLAG_COMMITTED, FRAME_HEADER_SIZE, KIND_DATA, MAGIC, REST, Frame, frame_size
@@ -41,7 +41,6 @@ from .segment import (
     SegmentView,
     encode_footer,
     encode_header,
-    segment_name,
 )
 from .ticket import Ticket
 
@@ -74,52 +73,6 @@ def parse_durability(spec: str) -> tuple[str, float]:
         if ms > 0:
             return "every", ms / 1000.0
     raise ValueError(f"durability must be 'always', 'never' or 'every:<ms>' (ms > 0), not {spec!r}")
-
-
-def _allocate(fd: int, size: int) -> None:
-    """Reserve ``size`` bytes of blocks for a new segment (the one place disk space is taken)."""
-    os.posix_fallocate(fd, 0, size)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class _Active:
-    """The segment being appended to (pwrite or a shared writable mapping)."""
-
-    __slots__ = ("path", "fd", "base", "pos", "limit", "size", "epoch", "users", "retired", "mm", "mm_batches")
-
-    def __init__(self, path: str, fd: int, base: int, pos: int, size: int, epoch: int, io: str) -> None:
-        self.path, self.fd, self.base, self.pos = path, fd, base, pos
-        self.size = size
-        self.limit = size - FOOTER_SIZE  # the footer's room is reserved from the start
-        self.epoch = epoch
-        self.users = 0
-        self.retired = False
-        # The blocks are reserved (fallocate) before the mapping is written, so a store into it
-        # cannot hit a full disk on ext4/xfs/tmpfs (copy-on-write file systems: use io="pwrite").
-        self.mm = mmap.mmap(fd, size) if io != "pwrite" else None
-        self.mm_batches = io == "mmap"
-
-    def write(self, data: bytes, pos: int) -> None:
-        if self.mm_batches and self.mm is not None:
-            self.mm[pos : pos + len(data)] = data
-            return
-        view = memoryview(data)
-        while view:
-            n = os.pwrite(self.fd, view, pos)
-            view = view[n:]
-            pos += n
-
-    def close(self) -> None:
-        if self.mm is not None:
-            self.mm.close()
-        os.close(self.fd)
 
 
 class Log:
@@ -162,7 +115,7 @@ class Log:
         self._next = 0
         self._durable = 0
         self._lockfd: int | None = None
-        self._active: _Active  # set by open
+        self._active: ActiveSegment  # set by open
 
     # ---------------------------------------------------------------- open / recovery
 
@@ -255,45 +208,18 @@ class Log:
         except OSError:
             os.close(fd)
             raise
-        self._active = _Active(path, fd, base, pos, size, epoch + 1, self._io)
+        self._active = ActiveSegment(path, fd, base, pos, size, epoch + 1, self._io)
 
     # ---------------------------------------------------------------- segments
 
-    def _create_segment(self, base: int, size: int, epoch: int) -> _Active:
-        """A new, fully allocated segment file with its header; LogFullError if there is no room.
-
-        Built under a temporary name and renamed into place, so a crash mid-creation leaves
-        no half-made segment (recovery deletes stray ``.tmp`` files).
-        """
-        path = os.path.join(self.path, segment_name(base))
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _allocate(fd, size)
-            os.pwrite(fd, encode_header(base, epoch, time.time_ns() // 1000), 0)
-            if self._policy != "never":
-                os.fdatasync(fd)
-            os.rename(tmp, path)
-        except OSError as e:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise LogFullError(
-                    f"{self.path}: no space for a new {size}-byte segment at offset {base} ({e.strerror}); "
-                    "the append was refused, the log is intact; free space and retry"
-                ) from e
-            raise LogError(f"{path}: cannot create segment: {e}") from e
-        if self._policy != "never":
-            _fsync_dir(self.path)
-        return _Active(path, fd, base, HEADER_SIZE, size, epoch, self._io)
+    def _create_segment(self, base: int, size: int, epoch: int) -> ActiveSegment:
+        return create_segment(self.path, base, size, epoch, self._io, fsync=self._policy != "never")
 
     @staticmethod
     def _write_footer_fd(fd: int, size: int, base: int, end: int, data_end: int, epoch: int) -> None:
-        os.pwrite(fd, encode_footer(base, end, data_end, epoch), size - FOOTER_SIZE)
-        os.fdatasync(fd)
+        write_footer(fd, size, base, end, data_end, epoch)
 
-    def _seal(self, old: _Active, new: _Active) -> None:
+    def _seal(self, old: ActiveSegment, new: ActiveSegment) -> None:
         """Footer on ``old`` (fsynced, whatever the policy: it orders the roll-over), then switch."""
         end = new.base
         if old.mm is not None:
@@ -367,7 +293,7 @@ class Log:
     def _write_rolling(self, items: Sequence[bytes | bytearray | memoryview]) -> None:
         """A batch that crosses segment ends: allocate every segment it needs first, so a full
         disk refuses the whole batch before any of it is written."""
-        plan: list[tuple[_Active, int, int]] = []  # (segment, first item, end item)
+        plan: list[tuple[ActiveSegment, int, int]] = []  # (segment, first item, end item)
         act = self._active
         pos, start, created = act.pos, 0, []
         cur = act
@@ -398,7 +324,7 @@ class Log:
             if k + 1 < len(plan):
                 self._seal(seg, plan[k + 1][0])
 
-    def _write_checked(self, seg: _Active, data: bytes, pos: int) -> None:
+    def _write_checked(self, seg: ActiveSegment, data: bytes, pos: int) -> None:
         try:
             seg.write(data, pos)
         except OSError as e:
@@ -686,7 +612,7 @@ class Log:
             raise LogError(f"{self.path}: no consumer group {name!r}")
         g._file.close()
         os.unlink(g._file.path)
-        _fsync_dir(os.path.join(self.path, GROUPS_DIR))
+        fsync_dir(os.path.join(self.path, GROUPS_DIR))
         with self._wlock:
             self._refusers = [x for x in self._refusers if x is not g]
 
@@ -743,8 +669,8 @@ class Log:
                 out.append(p)
         if doomed:
             if self._archive:
-                _fsync_dir(os.path.join(self.path, ARCHIVE_DIR))
-            _fsync_dir(self.path)
+                fsync_dir(os.path.join(self.path, ARCHIVE_DIR))
+            fsync_dir(self.path)
         return out
 
     # ---------------------------------------------------------------- waiting for appends
