@@ -75,7 +75,9 @@ def write_inputs(n: int, root: Path, *, with_peers: bool = True) -> dict[str, Pa
     pq_dir.mkdir()
     pq_writer = None
     offset = 0
-    with Log.open(log_dir, durability="never") as log, open(json_dir / "records.json", "w") as jf:
+    # 16 MiB segments, as the server's WAL writes them (stalkd.engine.wal's default).
+    with Log.open(log_dir, segment_size=16 * 2**20, durability="never") as log, \
+            open(json_dir / "records.json", "w") as jf:
         chunk: list[bytes] = []
         gen = records(n)
         while True:

@@ -237,28 +237,29 @@ def _write_hint(path: str, batch: int, offset: int) -> None:
 
 
 def _last_marker(path: str, end: int) -> _Marker | None:
-    from stalkd.log import LogReader
-
+    """The newest batch marker below ``end``: scanned from the hint, or from the start."""
     start = 0
     try:
         with open(os.path.join(path, _HINT)) as f:
-            start = int(json.load(f)["offset"])
+            start = min(int(json.load(f)["offset"]), end)
     except (FileNotFoundError, ValueError, KeyError):
         start = 0
-    found: _Marker | None = None
-    with LogReader(path) as reader:
-        for frame in reader.read(min(start, end), end):
-            if is_marker(frame.payload):
-                batch, rows = parse_marker(frame.payload)
-                found = _Marker(batch, rows, frame.offset)
+    found = _scan_markers(path, start, end)
     if found is None and start > 0:
-        return _last_marker_full(path, end)
+        found = _scan_markers(path, 0, end)  # a stale hint (the log was replaced): scan it all
     return found
 
 
-def _last_marker_full(path: str, end: int) -> _Marker | None:
-    os.unlink(os.path.join(path, _HINT))  # a stale hint (the log was replaced): rescan from 0
-    return _last_marker(path, end)
+def _scan_markers(path: str, start: int, end: int) -> _Marker | None:
+    from stalkd.log import LogReader
+
+    found: _Marker | None = None
+    with LogReader(path) as reader:
+        for frame in reader.read(start, end):
+            if is_marker(frame.payload):
+                batch, rows = parse_marker(frame.payload)
+                found = _Marker(batch, rows, frame.offset)
+    return found
 
 
 # ---------------------------------------------------------------------------- server

@@ -206,19 +206,23 @@ def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
                                     "retention deleted it: rerun, or read with a later startOffset")
         path = str(moved[0])
     wal = opts.records == "wal"
-    frames = reader.read_segment(path, part.start, part.end)
-    while True:
-        chunk = list(islice(frames, opts.batch_size))
-        if not chunk:
-            return
-        offsets, stamps, payloads = zip(*chunk, strict=True)
-        if not opts.markers and any(p and p[0] == 0 for p in payloads):
-            # drop a streaming sink's batch markers: they are bookkeeping, not data
-            kept = [f for f in chunk if not is_marker(f.payload)]
-            if not kept:
-                continue
-            offsets, stamps, payloads = zip(*kept, strict=True)
-        yield _batch(wal, opts.body, offsets, stamps, payloads)
+    try:
+        frames = reader.read_segment(path, part.start, part.end)
+        while True:
+            chunk = list(islice(frames, opts.batch_size))
+            if not chunk:
+                return
+            offsets, stamps, payloads = zip(*chunk, strict=True)
+            if not opts.markers and any(p and p[0] == 0 for p in payloads):
+                # drop a streaming sink's batch markers: they are bookkeeping, not data
+                kept = [f for f in chunk if not is_marker(f.payload)]
+                if not kept:
+                    continue
+                offsets, stamps, payloads = zip(*kept, strict=True)
+            yield _batch(wal, opts.body, offsets, stamps, payloads)
+            del chunk, payloads  # drop views into the mapping before it is closed
+    finally:
+        reader.close()
 
 
 def _batch(wal: bool, body: bool, offsets: Sequence[int], stamps: Sequence[int],
