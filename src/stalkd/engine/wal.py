@@ -188,22 +188,35 @@ class Wal:
                 + "; restore the missing snapshot or segments (see discarded: "
                 + ", ".join(discarded) + ")"
             )
+        # A million new objects would trigger full collections over a heap that only grows here;
+        # the collector stays off for the rebuild, then everything recovered is frozen out of
+        # its sight (it lives until deleted), so later collections do not walk it either.
+        gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            e, replayed, t_snap = self._rebuild(header, need, now, max_job_size)
+            gc.freeze()
+        finally:
+            if gc_was_on:
+                gc.enable()
+        self.last_seq = e.seq
+        self._recovered = True
+        info = RecoveryInfo(len(e.jobs), header.path if header else None, header.count if header else 0,
+                            replayed, time.perf_counter() - t0, tuple(discarded), t_snap)  # fmt: skip
+        return e, info
+
+    def _rebuild(
+        self, header: SnapshotHeader | None, need: int, now: float, max_job_size: int
+    ) -> tuple[Engine, int, float]:
         e = Engine(max_job_size=max_job_size)
         fresh: dict[int, int] = {}
         start_seq = 0
         t_snap = time.perf_counter()
         if header is not None:
-            # A million new objects would trigger many full collections of a heap that holds
-            # nothing cyclic yet; pausing the collector halves the load time.
-            gc_was_on = gc.isenabled()
-            gc.disable()
             try:
                 fresh = load_into(e, header)
             except SnapshotError as exc:
                 raise WalError(f"{exc}; move the file away to fall back to an older snapshot") from exc
-            finally:
-                if gc_was_on:
-                    gc.enable()
             start_seq = header.start_seq
             e.seq = max(e.seq, header.end_seq)
             e.next_id = max(e.next_id, header.next_id)
@@ -223,14 +236,7 @@ class Wal:
             replayed += 1
         finish(e)
         e.tick(now)
-        # Everything recovered lives until deleted: move it out of the collector's sight so later
-        # full collections do not walk a million jobs (they hold no cycles).
-        gc.freeze()
-        self.last_seq = e.seq
-        self._recovered = True
-        info = RecoveryInfo(len(e.jobs), header.path if header else None, header.count if header else 0,
-                            replayed, time.perf_counter() - t0, tuple(discarded), t_snap)  # fmt: skip
-        return e, info
+        return e, replayed, t_snap
 
     # --- writing ------------------------------------------------------------------------------
 
