@@ -129,6 +129,18 @@ def test_errors_are_one_clear_line_and_an_exit_code(server: ServerProcess, args:
     assert message in p.stderr
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["kick", "3", "--all"], b"give BOUND or --all, not both"),
+    (["kick", "2", "--job", "5"], b"give no BOUND or --all with it"),
+    (["peek", "4", "--ready"], b"give a job ID or one of"),
+    (["put", "--lines", "x"], b"--lines reads stdin"),
+])
+def test_usage_mistakes_are_caught_before_connecting(args: list[str], message: bytes) -> None:
+    # nothing listens on this port: a usage error must be reported without trying to connect
+    p = run(None, *args, "--port", str(free_port()))
+    assert p.returncode == 2 and message in p.stderr
+
+
 @pytest.mark.parametrize("cmd", ["put", "peek", "delete", "kick", "stats", "stats-tube", "list-tubes"])
 def test_help_reads_well(cmd: str) -> None:
     p = run(None, cmd, "--help")

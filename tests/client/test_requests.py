@@ -78,6 +78,20 @@ def test_buried_carries_the_job_id() -> None:
     assert rel_info.value.id == 5
 
 
+@pytest.mark.parametrize("word", sorted(errors.ERRORS))
+def test_errors_survive_pickling(word: str) -> None:
+    import pickle
+
+    err = errors.error_for(word, ("7",), "put 0 0 1 3", job_id=None)
+    assert err is not None
+    err.batch_index = 2
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is type(err) and str(back) == str(err)
+    assert back.context == err.context and back.batch_index == 2
+    if isinstance(err, errors.Buried):
+        assert isinstance(back, errors.Buried) and back.id == 7
+
+
 def test_not_found_explains_itself_per_command() -> None:
     with pytest.raises(errors.NotFound, match=r"release 5 0 0: no such job, or it is not reserved"):
         rq.interpret(rq.release(5, 0, 0), Response("NOT_FOUND"))

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,11 +47,12 @@ class _Fail(Exception):
 
 def _parser(cmd: str, description: str, epilog: str = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=f"stalkd {cmd}", description=description,
+        prog=f"stalkd {cmd}", description=textwrap.fill(description, 79),
         epilog=(epilog + "\n\n" if epilog else "") + EXIT,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     where = p.add_argument_group("server")
-    where.add_argument("--host", help=f"server host (default from ${ENV}, else {DEFAULT_HOST})")
+    where.add_argument("--host", help=f"server host (default from ${ENV}, as host:port or "
+                                      f"unix:/path; else {DEFAULT_HOST})")
     where.add_argument("--port", type=int, help=f"server port (default from ${ENV}, else {DEFAULT_PORT})")
     where.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                        help="give up waiting for a reply after this long (default 10)")
@@ -67,10 +69,14 @@ def _address(ns: argparse.Namespace) -> Address:
 
 
 def _run(cmd: str, parser: argparse.ArgumentParser, argv: Sequence[str],
-         body: Callable[[Client, argparse.Namespace], int]) -> int:
-    """Parse, connect, run ``body``; turn client errors into one clear line and an exit code."""
+         body: Callable[[Client, argparse.Namespace], int],
+         check: Callable[[argparse.Namespace], None] | None = None) -> int:
+    """Parse, ``check`` (before connecting), connect, run ``body``; turn client errors into
+    one clear line and an exit code."""
     ns = parser.parse_args(list(argv))
     try:
+        if check is not None:
+            check(ns)
         with Client(str(_address(ns)), timeout=ns.timeout) as c:
             return body(c, ns)
     except _Fail as e:
@@ -128,10 +134,12 @@ def put(argv: Sequence[str]) -> int:
     p.add_argument("--lines", action="store_true",
                    help="read stdin and put each line as its own job (trailing newline removed)")
 
+    def check(ns: argparse.Namespace) -> None:
+        if ns.lines and ns.bodies:
+            raise _Fail(USAGE, "--lines reads stdin; give no BODY arguments with it")
+
     def body(c: Client, ns: argparse.Namespace) -> int:
         if ns.lines:
-            if ns.bodies:
-                raise _Fail(USAGE, "--lines reads stdin; give no BODY arguments with it")
             jobs: list[bytes | str] = [ln.rstrip(b"\r\n") for ln in sys.stdin.buffer]
         elif not ns.bodies or ns.bodies == ["-"]:
             if sys.stdin.isatty():
@@ -146,7 +154,7 @@ def put(argv: Sequence[str]) -> int:
         _emit(ns, {"tube": ns.tube, "ids": ids}, "\n".join(map(str, ids)))
         return OK
 
-    return _run("put", p, argv, body)
+    return _run("put", p, argv, body, check)
 
 
 # --- peek -----------------------------------------------------------------------------------
@@ -166,9 +174,11 @@ def peek(argv: Sequence[str]) -> int:
     _add_tube(p, "tube for --ready/--delayed/--buried")
     p.add_argument("--body", action="store_true", help="print only the raw body bytes")
 
-    def body(c: Client, ns: argparse.Namespace) -> int:
+    def check(ns: argparse.Namespace) -> None:
         if (ns.id is None) == (ns.state is None):
             raise _Fail(USAGE, "give a job ID or one of --ready/--delayed/--buried")
+
+    def body(c: Client, ns: argparse.Namespace) -> int:
         if ns.id is not None:
             job = c.peek(ns.id)
         else:
@@ -186,7 +196,7 @@ def peek(argv: Sequence[str]) -> int:
               f"{key_values(st)}\nbody ({len(job.body)} bytes):\n{body_text(job.body)}")
         return OK
 
-    return _run("peek", p, argv, body)
+    return _run("peek", p, argv, body, check)
 
 
 # --- delete ---------------------------------------------------------------------------------
@@ -227,12 +237,18 @@ def kick(argv: Sequence[str]) -> int:
                         "buried jobs, delayed ones), oldest first; or kick specific jobs.",
                 "examples:\n  stalkd kick -t emails 10\n  stalkd kick --all -t emails\n"
                 "  stalkd kick --job 41 42")
-    p.add_argument("bound", nargs="?", type=int, default=1,
+    p.add_argument("bound", nargs="?", type=int, metavar="BOUND",
                    help="kick at most this many jobs (default 1)")
     p.add_argument("--all", action="store_true", help="kick every buried (or delayed) job")
     _add_tube(p, "tube to kick in")
     p.add_argument("--job", dest="jobs", type=int, nargs="+", metavar="ID",
                    help="kick these buried or delayed jobs, in any tube")
+
+    def check(ns: argparse.Namespace) -> None:
+        if ns.jobs and (ns.bound is not None or ns.all):
+            raise _Fail(USAGE, "--job kicks the jobs named; give no BOUND or --all with it")
+        if ns.all and ns.bound is not None:
+            raise _Fail(USAGE, "give BOUND or --all, not both")
 
     def body(c: Client, ns: argparse.Namespace) -> int:
         if ns.jobs:
@@ -251,12 +267,12 @@ def kick(argv: Sequence[str]) -> int:
                 return NOT_FOUND
             return OK
         c.use(ns.tube)
-        n = c.kick(2**32 - 1 if ns.all else ns.bound)
+        n = c.kick(2**32 - 1 if ns.all else 1 if ns.bound is None else ns.bound)
         _emit(ns, {"tube": ns.tube, "kicked": n},
               f"kicked {n} job{'s' if n != 1 else ''} in tube {ns.tube}")
         return OK
 
-    return _run("kick", p, argv, body)
+    return _run("kick", p, argv, body, check)
 
 
 # --- stats, stats-tube, list-tubes ----------------------------------------------------------

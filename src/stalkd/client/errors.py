@@ -19,6 +19,8 @@ Example::
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BeanstalkError", "NotFound", "TimedOut", "DeadlineSoon", "Buried", "Draining", "JobTooBig",
     "ExpectedCrlf", "BadFormat", "UnknownCommand", "OutOfMemory", "InternalError", "NotIgnored",
@@ -47,6 +49,10 @@ class BeanstalkError(Exception):
         hint = f": {self.hint}" if self.hint else ""
         super().__init__(f"{self.word}{where}{hint}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # rebuilt from the context, not the message (workers send errors between processes)
+        return (type(self), (self.context,), self.__dict__)
+
 
 class NotFound(BeanstalkError):
     word = "NOT_FOUND"
@@ -70,7 +76,13 @@ class Buried(BeanstalkError):
 
     def __init__(self, context: str = "", id: int | None = None) -> None:
         self.id = id
-        super().__init__(context if id is None else f"{context}, job {id}".lstrip(", "))
+        super().__init__(context)
+
+    def __str__(self) -> str:
+        return super().__str__() if self.id is None else f"{super().__str__()} (job {self.id})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.context, self.id), self.__dict__)
 
 
 class Draining(BeanstalkError):
