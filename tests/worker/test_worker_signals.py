@@ -157,13 +157,15 @@ def test_sigterm_lets_the_in_flight_job_finish_and_reserves_nothing_new(
         probe.close()
 
 
+@pytest.mark.parametrize("mode", ["threads", "asyncio", "processes"])
 @pytest.mark.parametrize("how", ["grace expires", "second SIGTERM"])
-def test_sigterm_releases_what_cannot_finish(env: dict[str, str], server: Any, how: str) -> None:
+def test_sigterm_releases_what_cannot_finish(env: dict[str, str], server: Any, how: str,
+                                             mode: str) -> None:
     probe = Probe(server.address)
     env = {**env, "TASK_TTR": "60"}  # so only the worker's release can bring the job back
     job_id = put(env, 5)
     grace = "1" if how == "grace expires" else "600"
-    proc = start_worker(env, "--grace", grace)
+    proc = start_worker(env, "--grace", grace, "--mode", mode)
     try:
         wait_for(lambda: started(env, 5), what="job started")
         proc.send_signal(signal.SIGTERM)

@@ -1,7 +1,7 @@
 """asyncio concurrency: ``concurrency`` tasks on one event loop, each with its own connection.
 
 Async handlers are awaited (with ``asyncio.wait_for`` when the task has a time limit); sync
-handlers run in the loop's default thread pool so they cannot stall the other slots. Heartbeat
+handlers run in a daemon thread each, so they cannot stall the other slots nor a shutdown. Heartbeat
 touches come from the heartbeat thread and are handed to the loop.
 
 Ensures: the same as ``runner``: every reserved job is acted on by its slot or released by
@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from stalkd.worker import core, unique
 from stalkd.worker.context import Action, Bury, Defer, Delete, JobContext, Release
@@ -54,6 +56,32 @@ async def execute(conn: AsyncConn, app: App, job_id: int, ctx: JobContext | None
         log.warning("job %d: no longer reserved by this worker when acting on it (%s); its TTR "
                     "ran out, so it may run again elsewhere", job_id, type(action).__name__)
     return ok
+
+
+async def _in_daemon_thread(fn: Callable[[Any], Any], arg: Any) -> Any:
+    """Run a sync handler off the loop in a daemon thread. Not the loop's default executor:
+    ``asyncio.run`` joins that on exit, so one stuck handler would keep a stopped worker alive
+    past its grace period (its job is released when our connections close, as in threads mode).
+    """
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value) if ok else fut.set_exception(value)
+
+    def run() -> None:
+        try:
+            result = fn(arg)
+        except BaseException as exc:  # handed to the awaiting coroutine, as to_thread would
+            with contextlib.suppress(RuntimeError):  # loop already closed: nobody waits
+                loop.call_soon_threadsafe(settle, False, exc)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, True, result)
+
+    threading.Thread(target=run, name="stalkd-sync-handler", daemon=True).start()
+    return await fut
 
 
 class AsyncWorker(WorkerBase):
@@ -98,7 +126,7 @@ class AsyncWorker(WorkerBase):
                 else:
                     ctx.result = await coro
             else:
-                ctx.result = await asyncio.to_thread(ctx.task.fn, ctx.payload)
+                ctx.result = await _in_daemon_thread(ctx.task.fn, ctx.payload)
         except Exception as exc:
             core.fail(ctx, exc)
         finally:
