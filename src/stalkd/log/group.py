@@ -16,6 +16,7 @@ delivered at most once between redeliveries, i.e. polls never hand out an offset
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import itertools
 import os
@@ -117,9 +118,13 @@ class ConsumerGroup:
         self.dropped = state.dropped
         self._next_read = self.committed
         self._read_pos = ReadPos(*((state.pos_base, state.pos_offset, state.pos) if self._commit_pos else (first, first, HEADER_SIZE)))
-        # (segment base, byte position) after the last message of recent polls: where the
-        # committed head's position is known exactly when acks reach a batch end.
-        self._batch_ends: dict[int, tuple[int, int, int]] = {}
+        # Known record start positions (offset -> segment base, byte position), one per poll,
+        # sorted by offset: redeliveries, lag_bytes and the checkpoint's read hint start from
+        # the nearest one instead of a segment's first frame.
+        self._hint_offs: list[int] = []
+        self._hint_pos: list[tuple[int, int]] = []
+        if self._commit_pos is not None:
+            self._add_hint(self._commit_pos[0], self._commit_pos[1], self._commit_pos[2])
         self._redeliver: list[int] = []
         self._attempts: dict[int, int] = {}
         self._dirty = False
@@ -193,7 +198,7 @@ class ConsumerGroup:
             off = heapq.heappop(self._redeliver)
             if off < self.committed or off in self._acked:
                 continue
-            for f in self.log.read(off, off + 1):
+            for f in self.log.read(off, off + 1, _resume=self._resume_for(off)):
                 out.append(Message(f.offset, f.timestamp_us, f.payload, self._attempts.get(off, 0) + 1))
         end = self.log.visible_end()
         if len(out) >= max_batch or self._next_read >= end:
@@ -219,9 +224,7 @@ class ConsumerGroup:
                     break
         if rp.offset > self._next_read:
             self._next_read = rp.offset
-            if len(self._batch_ends) > 256:
-                self._batch_ends = {k: v for k, v in self._batch_ends.items() if k >= self.committed}
-            self._batch_ends[rp.offset - 1] = (rp.offset, rp.base, rp.pos)
+            self._add_hint(rp.offset, rp.base, rp.pos)
         if self._dirty:
             self._maybe_persist()
         return out
@@ -247,10 +250,27 @@ class ConsumerGroup:
                     self._ack_one(off)
             self._maybe_persist()
 
+    def _add_hint(self, offset: int, base: int, pos: int) -> None:
+        if self._hint_offs and self._hint_offs[-1] >= offset:
+            return
+        if len(self._hint_offs) > 512:  # keep the nearest hint at or below the committed head
+            keep = max(0, bisect.bisect_right(self._hint_offs, self.committed) - 1)
+            del self._hint_offs[:keep], self._hint_pos[:keep]
+        self._hint_offs.append(offset)
+        self._hint_pos.append((base, pos))
+
+    def _resume_for(self, offset: int) -> ReadPos | None:
+        """A read position at or before ``offset`` (None: scan its segment from the start)."""
+        i = bisect.bisect_right(self._hint_offs, offset) - 1
+        if i < 0:
+            return None
+        base, pos = self._hint_pos[i]
+        return ReadPos(base, self._hint_offs[i], pos)
+
     def _note_commit_pos(self, last: int) -> None:
-        pos = self._batch_ends.pop(last, None)
-        if pos is not None:
-            self._commit_pos = pos  # else keep the older position: lag_bytes over-estimates a little
+        rp = self._resume_for(last + 1)
+        if rp is not None:
+            self._commit_pos = (rp.offset, rp.base, rp.pos)  # at or below the head: exact at poll ends
 
     def _ack_one(self, off: int) -> None:
         if off < self.committed or off in self._acked:
@@ -290,7 +310,8 @@ class ConsumerGroup:
             offset = max(bounds[0][0], min(offset, self.log.next_offset))
             self.committed = self._next_read = offset
             self._acked.clear()
-            self._batch_ends.clear()
+            self._hint_offs.clear()
+            self._hint_pos.clear()
             self._redeliver.clear()
             self._attempts.clear()
             self._commit_pos = None
@@ -357,22 +378,30 @@ class ConsumerGroup:
             target = self.committed
             if self.max_lag_items is not None and self.lag > self.max_lag_items:
                 target = max(target, self.log.next_offset - self.max_lag_items)
-            if self.max_lag_bytes is not None and self.lag_bytes > self.max_lag_bytes:
-                excess = self.lag_bytes - self.max_lag_bytes
-                for f in self.log.read(self.committed):
+            lag_bytes = self.lag_bytes if self.max_lag_bytes is not None else 0
+            if self.max_lag_bytes is not None and lag_bytes > self.max_lag_bytes:
+                excess = lag_bytes - self.max_lag_bytes
+                # Walk from where lag_bytes started counting (the checkpoint's position).
+                cp = self._commit_pos
+                if cp is not None:
+                    start, rp = cp[0], ReadPos(cp[1], cp[0], cp[2])
+                else:
+                    start = max(b for b, _, _ in self.log.segment_bounds() if b <= self.committed)
+                    rp = None
+                for f in self.log.read(start, _resume=rp):
                     if excess <= 0:
                         break
                     excess -= frame_size(len(f.payload))
-                    target = max(target, f.offset + 1)
+                    if f.offset >= self.committed:
+                        target = max(target, f.offset + 1)
             if target > self.committed:
                 dropped = target - self.committed - sum(1 for o in self._acked if o < target)
                 self.dropped += dropped
                 self._acked = {o for o in self._acked if o >= target}
                 self._redeliver = [o for o in self._redeliver if o >= target]
                 heapq.heapify(self._redeliver)
-                self._batch_ends = {k: v for k, v in self._batch_ends.items() if k >= target}
                 self.committed = target
-                self._commit_pos = None
+                self._note_commit_pos(target - 1)
                 if self._next_read < target:
                     self._next_read = target
                     bounds = self.log.segment_bounds()
