@@ -134,7 +134,7 @@ class Wal:
         segment_size: int = 4 * 2**20,
         archive: bool = False,
         compact_min_bytes: int | None = None,
-        chunk_jobs: int = 4096,
+        chunk_jobs: int = 1024,
         background: bool = True,
         fault: Callable[[str], None] | None = None,
     ) -> Wal:
@@ -262,14 +262,15 @@ class Wal:
         live = engine.body_bytes + 100 * len(engine.jobs)
         return self._bytes_since_snapshot >= max(self.compact_min_bytes, live)
 
-    def maintain(self, engine: Engine, now: float) -> bool:
-        """Advance compaction by one bounded step; True while a snapshot is in progress.
+    def maintain(self, engine: Engine, now: float, *, force: bool = False) -> bool:
+        """Advance compaction by one bounded step (``chunk_jobs`` jobs); True while a snapshot
+        is in progress. ``force`` starts one even if not due.
 
         Call it on the loop thread, after ``write`` of every record the engine produced.
         """
         s = self._snap
         if s is None:
-            if not self.compaction_due(engine) or engine.seq != self.last_seq:
+            if not (force or self.compaction_due(engine)) or engine.seq != self.last_seq:
                 return False
             self._begin(engine)
             return True
