@@ -76,6 +76,14 @@ class Signal(Step):
 
 
 @dataclass(frozen=True)
+class Restart(Step):
+    """Stop the server (SIGKILL when ``kill``, else SIGTERM) and start it again with the same
+    flags and data directory. Every connection is dropped; later steps reconnect."""
+
+    kill: bool = True
+
+
+@dataclass(frozen=True)
 class Poll(Step):
     """Send ``data`` repeatedly until the reply matches ``until`` (at most ``timeout`` s)."""
 
@@ -150,13 +158,19 @@ class _Conn:
         self.sock.close()
 
 
-def run_transcript(t: Transcript, host: str, port: int, dialect: str, pid: int | None = None) -> None:
+RestartFn = Callable[[bool], tuple[str, int, int]]
+"""``restart(kill) -> (host, port, pid)`` of the restarted server."""
+
+
+def run_transcript(t: Transcript, host: str, port: int, dialect: str, pid: int | None = None,
+                   restart: RestartFn | None = None) -> None:  # fmt: skip
     """Run every step of ``t`` for ``dialect``; raise TranscriptError naming the failing step."""
     conns: dict[str, _Conn] = {}
+    where_now = {"host": host, "port": port}
 
     def conn(name: str) -> _Conn:
         if name not in conns:
-            conns[name] = _Conn(host, port)
+            conns[name] = _Conn(str(where_now["host"]), int(where_now["port"]))
         return conns[name]
 
     last_sent: dict[str, bytes] = {}
@@ -165,6 +179,14 @@ def run_transcript(t: Transcript, host: str, port: int, dialect: str, pid: int |
             if step.dialects is not None and dialect not in step.dialects:
                 continue
             where = f"transcript {t.name!r} step {i} on conn {step.conn!r} ({type(step).__name__})"
+            if isinstance(step, Restart):
+                if restart is None:
+                    raise TranscriptError(f"{where}: this transcript needs a restartable server")
+                for c in conns.values():
+                    c.close()
+                conns.clear()
+                where_now["host"], where_now["port"], pid = restart(step.kill)
+                continue
             try:
                 _run_step(step, conn, conns, last_sent, dialect, pid)
             except TranscriptError as e:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from .conftest import ServerKind
@@ -10,12 +12,30 @@ from .transcripts import TRANSCRIPTS, Transcript
 
 
 @pytest.mark.parametrize("transcript", TRANSCRIPTS, ids=[t.name for t in TRANSCRIPTS])
-def test_transcript(server_kind: ServerKind, transcript: Transcript) -> None:
-    server = server_kind.start(*transcript.options)
+def test_transcript(server_kind: ServerKind, transcript: Transcript, tmp_path: Path) -> None:
+    # "{dir}" in a transcript's options is a fresh data directory, kept across its restarts.
+    flags = [f.replace("{dir}", str(tmp_path / "data")) for f in transcript.options]
+    if any("{dir}" in f for f in transcript.options):
+        (tmp_path / "data").mkdir()
+    servers = [server_kind.start(*flags)]
+
+    def restart(kill: bool) -> tuple[str, int, int]:
+        old = servers[-1]
+        if kill:
+            old.proc.kill()
+            old.proc.wait()
+        else:
+            old.stop()
+        servers.append(server_kind.start(*flags))
+        return servers[-1].host, servers[-1].port, servers[-1].proc.pid
+
     try:
-        run_transcript(transcript, server.host, server.port, server_kind.dialect, pid=server.proc.pid)
+        first = servers[0]
+        run_transcript(transcript, first.host, first.port, server_kind.dialect, pid=first.proc.pid,
+                       restart=restart)  # fmt: skip
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
 
 
 def _framed(reply: bytes) -> bool:
