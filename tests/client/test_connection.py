@@ -222,3 +222,25 @@ def test_async_client_on_uvloop(server: ServerProcess) -> None:
                 await c.delete(job)
 
     uvloop.run(scenario())
+
+
+def test_sync_client_refuses_a_second_thread_mid_call(server: ServerProcess) -> None:
+    import time
+
+    # Given a Client blocked in reserve on one thread
+    c = Client(server.address)
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(c.reserve(timeout=30)))
+    t.start()
+    with Client(server.address) as other:
+        deadline = time.monotonic() + 10
+        while other.stats()["current-waiting"] != 1:
+            assert time.monotonic() < deadline, "the reserve never reached the server"
+        # When another thread uses the same Client
+        with pytest.raises(RuntimeError, match="one thread at a time"):
+            c.stats()
+        # Then the waiting call is undisturbed and still gets its own reply
+        jid = other.put(b"for the waiter")
+    t.join(30)
+    assert got and got[0].id == jid and got[0].body == b"for the waiter"
+    c.close()

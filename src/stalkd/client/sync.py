@@ -6,7 +6,8 @@ late reply can never be taken for the answer to a later command. After a drop, t
 reconnects (``reconnect=True``) and restores the used tube and the watch list; the command
 that was interrupted is never retried, because whether it took effect is unknown.
 
-Not thread-safe: use one ``Client`` per thread.
+Not thread-safe: use one ``Client`` per thread. A second thread (or a signal handler) calling
+in while a call waits gets a ``RuntimeError`` rather than someone else's reply.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Client:
         self.reconnect_enabled = reconnect
         self._sock: socket.socket | None = None
         self._sock_timeout: float | None = None
+        self._busy = False
         self._reader = ReplyReader()
         self._using = "default"
         self._watching: list[str] = ["default"]
@@ -163,6 +165,10 @@ class Client:
     def _exchange(self, requests: Sequence[rq.Request[Any]], wait: float | None) -> list[Response]:
         """Send all requests in one write and read exactly one reply per request."""
         sock = self._ensure()
+        if self._busy:  # a diagnostic, not a lock: interleaved replies would be mismatched
+            raise RuntimeError(f"{self!r} is already waiting for a reply: a Client serves one "
+                               f"thread at a time (use one per thread, or AsyncClient)")
+        self._busy = True
         ok = False
         try:
             data = requests[0].data if len(requests) == 1 else b"".join(r.data for r in requests)
@@ -190,6 +196,7 @@ class Client:
             raise ConnectionClosed(f"connection to {self.address} broke during "
                                    f"{requests[0].context!r}: {e}") from e
         finally:
+            self._busy = False
             if not ok:  # out of step with the server (or interrupted): never reuse the socket
                 self._drop()
 
