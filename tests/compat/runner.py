@@ -39,6 +39,14 @@ class Send(Step):
 
 
 @dataclass(frozen=True)
+class SendRepeat(Step):
+    """Send ``chunk`` ``count`` times (large streams without holding them in memory)."""
+
+    chunk: bytes
+    count: int
+
+
+@dataclass(frozen=True)
 class Expect(Step):
     """One whole reply (a line, plus ``<bytes>`` and CRLF for OK/RESERVED/FOUND) arrives."""
 
@@ -100,6 +108,7 @@ class Transcript:
     steps: tuple[Step, ...]
     options: tuple[str, ...] = ()
     why: str = ""
+    slow: bool = False  # several seconds against some server: skipped by `make test-fast`
 
 
 class TranscriptError(AssertionError):
@@ -210,6 +219,12 @@ def _run_step(
     if isinstance(step, Send):
         conn(step.conn).sock.sendall(step.data)
         last_sent[step.conn] = step.data
+    elif isinstance(step, SendRepeat):
+        sock = conn(step.conn).sock
+        sock.settimeout(60)
+        for _ in range(step.count):
+            sock.sendall(step.chunk)
+        last_sent[step.conn] = step.chunk[-200:]
     elif isinstance(step, Expect):
         want = _resolve(step.reply, dialect)
         got = conn(step.conn).read_reply(step.timeout)

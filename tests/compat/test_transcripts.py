@@ -11,7 +11,10 @@ from .runner import run_transcript
 from .transcripts import TRANSCRIPTS, Transcript
 
 
-@pytest.mark.parametrize("transcript", TRANSCRIPTS, ids=[t.name for t in TRANSCRIPTS])
+@pytest.mark.parametrize(
+    "transcript",
+    [pytest.param(t, id=t.name, marks=(pytest.mark.slow,) if t.slow else ()) for t in TRANSCRIPTS],
+)
 def test_transcript(server_kind: ServerKind, transcript: Transcript, tmp_path: Path) -> None:
     # "{dir}" in a transcript's options is a fresh data directory, kept across its restarts.
     flags = [f.replace("{dir}", str(tmp_path / "data")) for f in transcript.options]
