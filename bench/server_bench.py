@@ -1,0 +1,402 @@
+"""stalkd vs Debian's beanstalkd, same machine, same run, alternating: throughput ratios per cell.
+
+Matrix (issue 4): workload {put, reserve+delete} x body {100 B, 4 KiB} x connections {1, 16}
+x pipeline depth {1, 64}, in three durability classes:
+  always  stalkd --dir (fsync before every acknowledgement)  vs  beanstalkd -b -f 0
+  never   stalkd --dir -F                                     vs  beanstalkd -b -F
+  memory  stalkd (no dir)                                     vs  beanstalkd (no -b)
+plus end-to-end put -> reserve latency (p50/p99) and server CPU microseconds per job.
+
+The load generator is Python: ``GEN_PROCS`` processes, each driving its share of the
+connections over raw non-blocking sockets with pipelining. To show it is not the bottleneck,
+every cell prints the server's CPU use (from /proc, % of one core) next to the generator's:
+a server near 100 % is saturated; a generator near 100 % x GEN_PROCS with an idle server
+means the number says more about Python than about the server.
+
+Each cell runs ROUNDS times, stalkd and beanstalkd alternating (who goes first alternates too),
+and the medians are printed: the machine this was written on is shared and noisy.
+
+Run: ``.venv/bin/python bench/server_bench.py`` (env: BENCH_SECONDS per run, default 0.5;
+BENCH_ROUNDS, default 3; BENCH_CLASSES=always,never,memory; BENCH_QUICK=1 for a 4-cell smoke
+run; GEN_PROCS=2).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import resource
+import selectors
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+SECONDS = float(os.environ.get("BENCH_SECONDS", "0.5"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))  # alternating rounds per cell; medians reported
+GEN_PROCS = int(os.environ.get("GEN_PROCS", "2"))
+CLASSES = os.environ.get("BENCH_CLASSES", "always,never,memory").split(",")
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+STALKD = [sys.executable, "-m", "stalkd.server.cli"]
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# --- servers --------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    data_dir: str | None
+
+    def cpu_seconds(self) -> float:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def start(kind: str, klass: str) -> Server:
+    port = _free_port()
+    data_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir="/var/tmp") if klass != "memory" else None
+    if kind == "stalkd":
+        args = [*STALKD, "-l", "127.0.0.1", "-p", str(port), "--log-level", "warning"]
+        if data_dir:
+            args += ["-b", data_dir] + (["-F"] if klass == "never" else [])
+    else:
+        args = ["beanstalkd", "-l", "127.0.0.1", "-p", str(port)]
+        if data_dir:
+            args += ["-b", data_dir] + (["-F"] if klass == "never" else ["-f", "0"])
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_port(port, proc)
+    return Server(kind, proc, port, data_dir)
+
+
+# --- load generator (runs in child processes) -----------------------------------------------
+
+
+class _Conn:
+    """One pipelined connection's state machine: send a batch, count its replies."""
+
+    def __init__(self, port: int, tube: bytes, body: bytes, depth: int, work: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sync(b"use %s\r\nwatch %s\r\nignore default\r\n" % (tube, tube), 3)
+        self.sock.setblocking(False)
+        self.depth = depth
+        self.work = work
+        self.put_batch = b"put 0 0 120 %d\r\n%s\r\n" % (len(body), body) * depth
+        self.res_batch = b"reserve-with-timeout 0\r\n" * depth
+        self.buf = bytearray()
+        self.pending = 0  # replies still expected
+        self.phase = ""
+        self.ids: list[bytes] = []
+        self.done = 0
+        self.out = b""
+
+    def _sync(self, data: bytes, replies: int) -> None:
+        self.sock.sendall(data)
+        got = b""
+        while got.count(b"\r\n") < replies:
+            got += self.sock.recv(65536)
+
+    def begin(self) -> None:
+        if self.work == "put":
+            self.phase, self.out, self.pending = "put", self.put_batch, self.depth
+        else:
+            self.phase, self.out, self.pending = "res", self.res_batch, self.depth
+
+    def flush(self) -> None:
+        while self.out:
+            try:
+                n = self.sock.send(self.out)
+            except BlockingIOError:
+                return
+            self.out = self.out[n:]
+
+    def readable(self) -> bool:
+        """Consume replies; True when the batch is complete."""
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self.buf += chunk
+        if self.phase in ("put", "del"):
+            n = self.buf.count(b"\r\n")
+            self.pending -= n
+            if n:
+                del self.buf[: self.buf.rfind(b"\r\n") + 2]
+            if self.pending == 0:
+                if self.phase == "put":
+                    self.done += self.depth
+                else:
+                    self.done += len(self.ids)
+                return True
+            return False
+        # reserve phase: RESERVED <id> <bytes>\r\n<body>\r\n or TIMED_OUT\r\n
+        buf = self.buf
+        pos = 0
+        while self.pending:
+            i = buf.find(b"\r\n", pos)
+            if i < 0:
+                break
+            line = bytes(buf[pos:i])
+            if line.startswith(b"RESERVED"):
+                _, jid, size = line.split()
+                end = i + 2 + int(size) + 2
+                if end > len(buf):
+                    break
+                self.ids.append(jid)
+                pos = end
+            else:
+                pos = i + 2
+            self.pending -= 1
+        del buf[:pos]
+        if self.pending:
+            return False
+        if not self.ids:
+            raise RuntimeError("reserve found no job: preload too small")
+        self.phase = "del"
+        self.out = b"".join(b"delete %s\r\n" % j for j in self.ids)
+        self.pending = len(self.ids)
+        return False
+
+
+def _generate(port: int, tubes: list[bytes], body: bytes, depth: int, work: str,
+              t_start: float, t_end: float, q: mp.Queue[tuple[int, float]]) -> None:
+    conns = [_Conn(port, t, body, depth, work) for t in tubes]
+    sel = selectors.DefaultSelector()
+    for c in conns:
+        sel.register(c.sock, selectors.EVENT_READ, c)
+    while time.time() < t_start:
+        time.sleep(0.001)
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    rw = selectors.EVENT_READ | selectors.EVENT_WRITE
+
+    def push(c: _Conn) -> None:
+        # Write what the socket takes; ask for writability only while something is left.
+        c.flush()
+        sel.modify(c.sock, rw if c.out else selectors.EVENT_READ, c)
+
+    for c in conns:
+        c.begin()
+        push(c)
+    active = len(conns)
+    while active:
+        for key, mask in sel.select(1.0):
+            c = key.data
+            if mask & selectors.EVENT_WRITE:
+                push(c)
+            if not mask & selectors.EVENT_READ:
+                continue
+            if c.readable():
+                if time.time() < t_end:
+                    c.ids = []
+                    c.begin()
+                    push(c)
+                else:
+                    active -= 1
+                    sel.unregister(c.sock)
+            elif c.out:
+                push(c)
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    q.put((sum(c.done for c in conns), cpu))
+
+
+def _preload(port: int, tubes: list[bytes], body: bytes, per_tube: int) -> None:
+    """Put ``per_tube`` jobs into each tube (not timed), pipelined in chunks."""
+    for t in tubes:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"use %s\r\n" % t)
+            left = per_tube
+            got = b""
+            expect = 1
+            while left:
+                n = min(left, 512)
+                s.sendall(b"put 0 0 120 %d\r\n%s\r\n" % (len(body), body) * n)
+                left -= n
+                expect += n
+            while got.count(b"\r\n") < expect:
+                got += s.recv(1 << 20)
+
+
+_cell_serial = 0
+
+
+def run_cell(srv: Server, work: str, size: int, n_conns: int, depth: int) -> tuple[float, float, float]:
+    """(jobs/s, server CPU % of a core, generator CPU % of a core) for one cell."""
+    global _cell_serial
+    _cell_serial += 1
+    body = b"x" * size
+    tubes = [b"c%d-%d" % (_cell_serial, i) for i in range(n_conns)]
+    if work == "rd":
+        # enough for the whole run: estimate generously from a put rate ceiling
+        per = max(2000, int(60000 * SECONDS / n_conns) if depth > 1 else int(12000 * SECONDS / n_conns))
+        _preload(srv.port, tubes, body, per)
+    procs = max(1, min(GEN_PROCS, n_conns))
+    q: mp.Queue[tuple[int, float]] = mp.Queue()
+    t_start = time.time() + 0.3
+    t_end = t_start + SECONDS
+    children = []
+    for k in range(procs):
+        share = tubes[k::procs]
+        p = mp.Process(target=_generate, args=(srv.port, share, body, depth, work, t_start, t_end, q))
+        p.start()
+        children.append(p)
+    while time.time() < t_start:
+        time.sleep(0.001)
+    cpu0 = srv.cpu_seconds()
+    w0 = time.time()
+    results = [q.get(timeout=120) for _ in children]
+    wall = time.time() - w0
+    cpu1 = srv.cpu_seconds()
+    for p in children:
+        p.join()
+    jobs = sum(r[0] for r in results)
+    gen_cpu = sum(r[1] for r in results)
+    return jobs / wall, 100 * (cpu1 - cpu0) / wall, 100 * gen_cpu / wall
+
+
+def latency(srv: Server, samples: int = 300) -> tuple[float, float]:
+    """put on one connection -> RESERVED on another (blocked in reserve): p50, p99 in ms."""
+    tube = b"lat%d" % os.getpid()
+    p = socket.create_connection(("127.0.0.1", srv.port))
+    c = socket.create_connection(("127.0.0.1", srv.port))
+    for s in (p, c):
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    p.sendall(b"use %s\r\n" % tube)
+    p.recv(100)
+    c.sendall(b"watch %s\r\n" % tube)
+    c.recv(100)
+    out = []
+    for _ in range(samples):
+        c.sendall(b"reserve\r\n")
+        t0 = time.perf_counter()
+        p.sendall(b"put 0 0 60 5\r\nhello\r\n")
+        got = b""
+        while not got.endswith(b"hello\r\n"):
+            got += c.recv(4096)
+        out.append(time.perf_counter() - t0)
+        jid = got.split()[1]
+        reply = b""
+        while not reply.endswith(b"\r\n"):
+            reply += p.recv(100)  # INSERTED
+        c.sendall(b"delete %s\r\n" % jid)
+        reply = b""
+        while not reply.endswith(b"\r\n"):
+            reply += c.recv(100)
+    p.close()
+    c.close()
+    out.sort()
+    return out[len(out) // 2] * 1000, out[min(len(out) - 1, int(len(out) * 0.99))] * 1000
+
+
+# --- the matrix -----------------------------------------------------------------------------
+
+
+def _median(runs: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """The run with the median throughput (its CPU figures belong to the same run)."""
+    return sorted(runs)[len(runs) // 2]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # run the finally blocks: servers stopped, data dirs removed
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
+    if shutil.which("beanstalkd") is None:
+        print("beanstalkd is not installed (scripts/system-deps.sh)", file=sys.stderr)
+        return 1
+    works = ["put", "rd"]
+    sizes = [100, 4096]
+    conns = [1, 16]
+    depths = [1, 64]
+    if QUICK:
+        sizes, conns = [100], [1]
+    print(f"# server_bench: {SECONDS:.1f} s per cell, {GEN_PROCS} generator processes, "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    print("# rd = reserve+delete; jobs/s; srv% / gen% = CPU of one core; cpu/job = server CPU us per job")
+    header = (f"{'class':6} {'work':4} {'size':>5} {'conns':>5} {'depth':>5} | "
+              f"{'stalkd/s':>9} {'srv%':>4} {'gen%':>4} {'us/job':>6} | "
+              f"{'beanstalkd/s':>12} {'srv%':>4} {'gen%':>4} {'us/job':>6} | {'ratio':>6}")
+    summary: dict[str, list[float]] = {}
+    for klass in CLASSES:
+        print()
+        print(header)
+        servers = {kind: start(kind, klass) for kind in ("stalkd", "beanstalkd")}
+        try:
+            for work in works:
+                for size in sizes:
+                    for n in conns:
+                        for depth in depths:
+                            runs: dict[str, list[tuple[float, float, float]]] = {"stalkd": [], "beanstalkd": []}
+                            for r in range(ROUNDS):
+                                order = ("stalkd", "beanstalkd") if r % 2 == 0 else ("beanstalkd", "stalkd")
+                                for kind in order:  # alternate who goes first
+                                    runs[kind].append(run_cell(servers[kind], work, size, n, depth))
+                            s, b = _median(runs["stalkd"]), _median(runs["beanstalkd"])
+                            ratio = s[0] / b[0] if b[0] else float("inf")
+                            summary.setdefault(klass, []).append(ratio)
+                            us_s = 1e4 * s[1] / s[0] if s[0] else 0
+                            us_b = 1e4 * b[1] / b[0] if b[0] else 0
+                            print(f"{klass:6} {work:4} {size:5} {n:5} {depth:5} | "
+                                  f"{s[0]:9.0f} {s[1]:4.0f} {s[2]:4.0f} {us_s:6.1f} | "
+                                  f"{b[0]:12.0f} {b[1]:4.0f} {b[2]:4.0f} {us_b:6.1f} | {ratio:6.2f}x",
+                                  flush=True)
+            for kind, srv in servers.items():
+                p50, p99 = latency(srv)
+                print(f"{klass:6} latency put->reserve {kind:10}: p50 {p50:7.3f} ms  p99 {p99:7.3f} ms")
+        finally:
+            for srv in servers.values():
+                srv.stop()
+    print()
+    for klass, ratios in summary.items():
+        print(f"{klass:6}: ratio stalkd/beanstalkd geometric mean {statistics.geometric_mean(ratios):.2f}x, "
+              f"min {min(ratios):.2f}x, max {max(ratios):.2f}x over {len(ratios)} cells")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
