@@ -130,8 +130,12 @@ class _Wire(asyncio.Protocol):
 class AsyncClient:
     """An asyncio beanstalkd client. Connects on ``connect()``, ``async with``, or first call.
 
-    ``timeout`` bounds connecting and each call's wait for its replies (``None``: forever); a
-    ``reserve`` waits for its own timeout on top of it.
+    ``timeout`` bounds connecting and the wait for each reply once it is due, i.e. once the
+    replies queued before it have arrived (``None``: forever); a ``reserve`` waits for its
+    own timeout on top of it.
+
+    Tasks may share one client: their calls pipeline. The used tube and the watch list are
+    the connection's, so tasks that ``use`` different tubes should not share one.
 
     Example::
 
