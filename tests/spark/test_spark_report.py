@@ -145,3 +145,22 @@ def test_report_renders_in_headless_chromium(analyzed: Any) -> None:
     assert (width, height) == (1100, 2400)
     # The page's images loaded: a blank or broken page compresses to far less than this.
     assert len(data) > 60_000
+
+
+def test_a_log_that_is_not_a_wal_fails_clearly_and_keeps_the_previous_report(spark: Any, analyzed: Any,
+                                                                            tmp_path: Path) -> None:
+    from stalkd.spark.pipeline import run_analysis
+
+    _, out, _ = analyzed
+    before = sorted(p.name for p in out.iterdir())
+    with Log.open(tmp_path / "notwal", durability="never") as log:
+        log.append_many([encode_ok() for _ in range(3)] + [b"\x01\x01 not a record"])
+    with pytest.raises(Exception, match="log offset 3: not a valid WAL record"):
+        run_analysis(spark, str(tmp_path / "notwal"), out, progress=False)
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def encode_ok() -> bytes:
+    from stalkd.engine.model import Op, Record
+
+    return encode(Record(Op.PUT, 1, 1_700_000_000_000_000, 1, tube="t", ttr=5, body=b"x"))

@@ -161,3 +161,24 @@ def test_auto_registration_empty_log_and_bad_options(spark: Any, tmp_path: Path)
         spark.read.format("stalkd").option("records", "bogus").load(str(empty)).collect()
     with pytest.raises(Exception, match="does not exist"):
         spark.read.format("stalkd").load(str(tmp_path / "missing")).collect()
+
+
+def test_latest_offset_resumes_its_scan_instead_of_rereading_the_segment(tmp_path: Path) -> None:
+    from stalkd.spark.source import ReadOptions, StalkdStreamReader
+
+    with Log.open(tmp_path, segment_size=1 << 20, durability="never") as log:
+        log.append_many(_payload(i) for i in range(500))
+        reader = StalkdStreamReader(ReadOptions.parse({"path": str(tmp_path)}), {"maxRecordsPerTrigger": "100"})
+        assert reader._end() == 500
+        view, state = reader._tail  # type: ignore[misc]
+        stopped_at = state.pos
+        assert reader._end() == 500 and state.pos == stopped_at  # idle: nothing rescanned
+        log.append_many(_payload(i) for i in range(500, 507))
+        assert reader._end() == 507 and state.pos > stopped_at
+        assert reader._tail[0] is view  # same mapping, resumed scan
+        start = reader.initialOffset()
+        assert start == {"offset": 0}
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+
+        assert reader.latestOffset(start, ReadMaxRows(100)) == {"offset": 100}
+        assert reader.latestOffset({"offset": 450}, ReadMaxRows(100)) == {"offset": 507}

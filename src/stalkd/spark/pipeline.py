@@ -85,29 +85,41 @@ def run_analysis(spark: Any, log_dir: str, out_dir: str | Path, *, window_second
     work = out.with_name(out.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    try:
+        return _run(spark, log_dir, out, work, window_seconds, archive, progress, started)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _run(spark: Any, log_dir: str, out: Path, work: Path, window_seconds: float, archive: str,
+         progress: bool, started: float) -> AnalysisResult:
     with _progress(spark, progress) as bar:
         _step(bar, STEPS[0])
         records = (spark.read.format("stalkd").option("records", "wal").option("archive", archive)
                    .load(log_dir).drop("body").persist())  # fmt: skip
-        n_records = records.count()
-        bar.update()
-        tables = analyze_records(records, window_seconds=window_seconds, cache=True)
-        _step(bar, STEPS[1])
-        _write(tables.jobs, work / "jobs")
-        jobs = spark.read.parquet(str(work / "jobs"))
-        n_jobs = jobs.count()
-        bar.update()
-        _step(bar, STEPS[2])
-        _write(tables.windows, work / "windows")
-        windows = [r.asDict() for r in spark.read.parquet(str(work / "windows")).collect()]
-        bar.update()
-        _step(bar, STEPS[3])
-        _write(tables.tubes, work / "tubes")
-        tubes = [r.asDict() for r in spark.read.parquet(str(work / "tubes")).orderBy("tube").collect()]
-        bar.update()
+        try:
+            n_records = records.count()
+            bar.update()
+            tables = analyze_records(records, window_seconds=window_seconds, cache=True)
+            try:
+                _step(bar, STEPS[1])
+                _write(tables.jobs, work / "jobs")
+                n_jobs = spark.read.parquet(str(work / "jobs")).count()
+                bar.update()
+                _step(bar, STEPS[2])
+                _write(tables.windows, work / "windows")
+                windows = [r.asDict() for r in spark.read.parquet(str(work / "windows")).collect()]
+                bar.update()
+                _step(bar, STEPS[3])
+                _write(tables.tubes, work / "tubes")
+                tubes = [r.asDict() for r in spark.read.parquet(str(work / "tubes")).orderBy("tube").collect()]
+                bar.update()
+            finally:
+                tables.release()
+        finally:
+            records.unpersist()
         _step(bar, STEPS[4])
-        tables.release()
-        records.unpersist()
         span = _span(windows, window_seconds)
         write_plots(windows, tubes, work, window_seconds)
         report = write_html(work, tubes, source=str(log_dir), records=n_records, span=span,

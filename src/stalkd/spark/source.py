@@ -293,7 +293,7 @@ class StalkdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _end(self) -> int:
         """The log's end offset; on an idle log this reads one frame header, not the segment."""
-        from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE, ScanState, SegmentView, scan
+        from stalkd.log.segment import HEADER_SIZE, ScanState, SegmentView
 
         segs = _segments(self.opts)
         if not segs:
@@ -305,8 +305,7 @@ class StalkdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._tail = (SegmentView(last.path), ScanState(HEADER_SIZE, last.base))
         view, st = self._tail
         # Resume the scan where the previous call stopped: only frames appended since are read.
-        # (scan() directly: SegmentView.frames' position hint cannot express a resume point yet.)
-        for _ in scan(view.mv, view.base, view.epoch, st, view.size - FOOTER_SIZE):
+        for _ in view.frames(st.offset, None, (st.offset, st.pos), st):
             pass
         return int(st.offset)
 
