@@ -1,0 +1,120 @@
+"""Differential test: random single-connection command sequences get the same replies from
+every registered server as from Debian's beanstalkd.
+
+Sequences are seeded (reproducible) and avoid what cannot be compared byte for byte: wall-clock
+values (stats-job age/time-left/file, pause-time-left, process stats), blocking reserves and
+timers (every delay/ttr is 0 or 100 s, so nothing fires during a run). YAML quoting differs by
+dialect, so YAML replies are compared as parsed key/value pairs with quotes removed.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from .conftest import SERVERS, ServerKind
+from .runner import _Conn
+
+SEQUENCES = 12
+LENGTH = 150
+MAX_JOB = 100
+VOLATILE = {b"age", b"file", b"time-left", b"pause-time-left", b"pid", b"version", b"uptime",
+            b"rusage-utime", b"rusage-stime", b"id", b"hostname", b"os", b"platform",
+            b"total-connections", b"binlog-max-size"}  # fmt: skip
+
+# BUG: stalkd's engine marks a connection as a producer before the JOB_TOO_BIG check
+# (src/stalkd/engine/engine.py, Put handling); beanstalkd only after it, so after a too-big put
+# stats shows current-producers 1 instead of 0. Reported to the engine owner; remove the key
+# here once fixed so the differential test guards it.
+KNOWN_BUGS: dict[str, frozenset[bytes]] = {"stalkd": frozenset({b"current-producers"})}
+
+
+def _commands(rng: random.Random) -> list[bytes]:
+    tubes = [b"default", b"a", b"b"]
+    out: list[bytes] = []
+    for _ in range(LENGTH):
+        jid = rng.randint(1, 12)
+        tube = rng.choice(tubes)
+        t = rng.choice([0, 100])
+        pri = rng.choice([0, 1, 1023, 1024, 4294967295])
+        k = rng.randrange(24)
+        if k < 5:
+            size = rng.choice([0, 1, 5, MAX_JOB, MAX_JOB + 1])
+            body = bytes(rng.randrange(256) for _ in range(size))
+            tail = rng.choice([b"\r\n"] * 6 + [b"XY"])  # XY: EXPECTED_CRLF, exactly size+2 consumed
+            out.append(b"put %d %d %d %d\r\n%s%s" % (pri, t, t, size, body, tail))
+        elif k < 8:
+            out.append(b"reserve-with-timeout 0\r\n")
+        else:
+            out.append(rng.choice([
+                b"delete %d\r\n" % jid, b"release %d %d %d\r\n" % (jid, pri, t),
+                b"bury %d %d\r\n" % (jid, pri), b"touch %d\r\n" % jid, b"kick %d\r\n" % rng.randint(0, 3),
+                b"kick-job %d\r\n" % jid, b"reserve-job %d\r\n" % jid, b"peek %d\r\n" % jid,
+                b"peek-ready\r\n", b"peek-delayed\r\n", b"peek-buried\r\n", b"use " + tube + b"\r\n",
+                b"watch " + tube + b"\r\n", b"ignore " + tube + b"\r\n", b"stats-job %d\r\n" % jid,
+                b"stats-tube " + tube + b"\r\n", b"list-tubes\r\n", b"list-tube-used\r\n",
+                b"list-tubes-watched\r\n", b"pause-tube " + tube + b" %d\r\n" % t, b"stats\r\n",
+                b"delete x\r\n", b"use a*b\r\n", b"frobnicate\r\n", b"put 1 2 3\r\n", b"\r\n",
+            ]))  # fmt: skip
+    return out
+
+
+def _normal(reply: bytes, ignore: frozenset[bytes] = frozenset()) -> object:
+    if not reply.startswith(b"OK "):
+        return reply
+    body = reply.split(b"\r\n", 1)[1][:-2]
+    if body.startswith(b"---\n- ") or body == b"---\n":
+        return body
+    pairs = []
+    for line in body.split(b"\n")[1:-1]:
+        key, _, value = line.partition(b": ")
+        if key not in VOLATILE and key not in ignore:
+            pairs.append((key, value.strip(b'"')))
+    return pairs
+
+
+def _run(kind: ServerKind, commands: list[bytes], ignore: frozenset[bytes]) -> list[object]:
+    server = kind.start("-z", str(MAX_JOB))
+    try:
+        conn = _Conn(server.host, server.port)
+        replies: list[object] = []
+        for cmd in commands:
+            conn.sock.sendall(cmd)
+            replies.append(_normal(conn.read_reply(5), ignore))
+        conn.close()
+        return replies
+    finally:
+        server.stop()
+
+
+def _diff(got: object, want: object) -> str:
+    if isinstance(got, list) and isinstance(want, list):
+        g, w = dict(got), dict(want)
+        keys = [k for k in {**w, **g} if g.get(k) != w.get(k)]
+        return ", ".join(f"{k.decode()}: {g.get(k)!r} (beanstalkd {w.get(k)!r})" for k in keys)
+    return f"{got!r} (beanstalkd {want!r})"
+
+
+@pytest.mark.beanstalkd
+@pytest.mark.parametrize("kind_name", [n for n in SERVERS if n != "beanstalkd"])
+def test_same_replies_as_beanstalkd(kind_name: str) -> None:
+    reference = SERVERS["beanstalkd"]
+    candidate = SERVERS[kind_name]
+    for seed in range(SEQUENCES):
+        commands = _commands(random.Random(seed))
+        ignore = KNOWN_BUGS.get(kind_name, frozenset())
+        want = _run(reference, commands, ignore)
+        got = _run(candidate, commands, ignore)
+        for i, (cmd, w, g) in enumerate(zip(commands, want, got, strict=True)):
+            assert g == w, (f"seed {seed}, command {i} {cmd[:60]!r}: {kind_name} replied "
+                            f"{_diff(g, w)}; commands before it: {[c[:30] for c in commands[:i]]!r}")  # fmt: skip
+
+
+def test_normalisation_keeps_what_matters() -> None:
+    # Volatile values and quoting are dropped; everything else must still be compared.
+    a = _normal(b'OK 40\r\n---\nid: 1\ntube: "t"\nage: 5\nstate: ready\n\r\n')
+    b = _normal(b"OK 38\r\n---\nid: 1\ntube: t\nage: 9\nstate: ready\n\r\n")
+    c = _normal(b"OK 38\r\n---\nid: 1\ntube: t\nage: 9\nstate: buried\n\r\n")
+    assert a == b != c
+    assert _normal(b"INSERTED 1\r\n") != _normal(b"INSERTED 2\r\n")
