@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Address", "parse_address", "DEFAULT_HOST", "DEFAULT_PORT"]
 
@@ -10,8 +10,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11300
 
 
-@dataclass(frozen=True, slots=True)
-class Address:
+class Address(NamedTuple):
     """A TCP ``host``/``port``, or a UNIX socket ``path`` (then host and port are unused).
 
     >>> parse_address("example.org")

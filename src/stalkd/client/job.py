@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Job", "JobLike", "job_id"]
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+class Job(NamedTuple):
     """A job as the server sent it: its id and its body, byte for byte.
+
+    A NamedTuple (immutable, ``jid, body = job`` works) rather than a dataclass, so that
+    ``import stalkd.client`` does not pull in ``dataclasses``/``inspect`` (CLI start-up).
 
     >>> job = Job(7, b"hello")
     >>> job.id, job.text()
