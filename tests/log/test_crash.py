@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stalkd.log import LogReader
 
 CHILD = Path(__file__).with_name("crash_child.py")
@@ -31,6 +33,7 @@ def check(path: Path, acked: int) -> int:
     return n
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments(tmp_path: Path) -> None:
     rng = random.Random(int(os.environ.get("STALKD_CRASH_SEED", "20261122")))
     log_dir = tmp_path / "log"
@@ -73,6 +76,7 @@ def test_sigkill_at_random_moments(tmp_path: Path) -> None:
 GROUP_CHILD = Path(__file__).with_name("crash_group_child.py")
 
 
+@pytest.mark.slow
 def test_sigkill_consumer_never_loses_or_redelivers_acked(tmp_path: Path) -> None:
     """A consumer (group durability ``always``) is SIGKILLed at random moments: afterwards no
     record whose ack returned is delivered again, and every other record still is (only the

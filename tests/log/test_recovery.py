@@ -33,6 +33,7 @@ def payloads_of(d: Path) -> list[bytes]:
         return [f.bytes() for f in log.read(0)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["zero-from", "flip-bit", "truncate-file"])
 def test_torn_last_frame_at_every_byte(tmp_path: Path, damage: str) -> None:
     pristine = tmp_path / "pristine"
