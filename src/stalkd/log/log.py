@@ -243,6 +243,9 @@ class Log:
         themselves (then call :meth:`sync`, possibly from another thread).
 
         An empty batch returns ``(next_offset, next_offset - 1)``.
+
+        >>> # first, last = log.write_many(records)   # on the event loop
+        >>> # durable_end = log.sync()                 # in a worker thread, covers them
         """
         items = payloads if isinstance(payloads, (list, tuple)) else list(payloads)
         with self._wlock:
@@ -405,7 +408,10 @@ class Log:
     # ---------------------------------------------------------------- durability
 
     def sync(self) -> int:
-        """fsync everything written so far; returns the durable end offset. Thread-safe."""
+        """fsync everything written so far; returns the durable end offset. Thread-safe.
+
+        >>> # log.write_many([b"a"]); assert log.sync() >= 1
+        """
         return self._sync_to(None)
 
     def _sync_to(self, upto: int | None) -> int:
@@ -643,7 +649,9 @@ class Log:
     def retain(self, floor: int) -> list[str]:
         """Delete (or archive) sealed segments wholly below ``floor`` and every group's cursor.
 
-        Returns the paths removed or moved.
+        Returns the paths removed or moved. The active segment is never removed.
+
+        >>> # log.retain(snapshot_offset)   # the WAL: everything before the snapshot may go
         """
         self._check_usable()
         bound = floor
