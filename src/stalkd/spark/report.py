@@ -92,7 +92,7 @@ def write_plots(windows: Sequence[Row], tubes: Sequence[Row], out_dir: Path, win
         ax.set_ylabel(f"{'queue wait' if kind == 'wait' else 'run time'} (s)")
         ax.set_title("queue wait" if kind == "wait" else "run time")
         _legend(ax)
-    _finish(fig, paths[1])
+    _finish(fig, paths[1], dates=False)
 
     fig, ax = plt.subplots(figsize=(10, 4))
     ax = cast(Any, ax)  # matplotlib's stubs reject datetime x values, which it plots fine
@@ -121,12 +121,19 @@ def write_plots(windows: Sequence[Row], tubes: Sequence[Row], out_dir: Path, win
 
 def _legend(ax: Any) -> None:
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper right", fontsize="small")
+        ax.legend(loc="best", fontsize="small")
 
 
-def _finish(fig: Any, path: Path) -> None:
+def _finish(fig: Any, path: Path, *, dates: bool = True) -> None:
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
+    if dates:
+        for ax in fig.axes:
+            # Concise labels (no "10:40.000000"): the axis offset shows the date once.
+            locator = mdates.AutoDateLocator(tz=UTC)
+            ax.xaxis.set_major_locator(locator)
+            ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC))
     fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path, dpi=90)
