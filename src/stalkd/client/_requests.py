@@ -12,8 +12,8 @@ u32/u64 ranges), so a caller's mistake is a ``ValueError`` naming the argument, 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Generic, NamedTuple, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from stalkd.client import _yaml
 from stalkd.client._wire import Response
@@ -311,3 +311,18 @@ def pause_tube(tube: str, delay: float) -> Request[None]:
 
 
 QUIT = b"quit\r\n"
+
+
+def restore(using: str, watching: Sequence[str]) -> list[Request[Any]]:
+    """Requests that give a fresh connection this used tube and watch list (reconnect).
+
+    >>> [r.data for r in restore("u", ["w"])]
+    [b'use u\\r\\n', b'watch w\\r\\n', b'ignore default\\r\\n']
+    """
+    requests: list[Request[Any]] = []
+    if using != "default":
+        requests.append(use(using))
+    requests += [watch(t) for t in watching if t != "default"]
+    if "default" not in watching:
+        requests.append(ignore("default"))
+    return requests

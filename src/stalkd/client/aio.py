@@ -14,6 +14,7 @@ beside it fail with ``ConnectionClosed``. The next call reconnects and restores 
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -198,12 +199,7 @@ class AsyncClient:
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._ever_connected = True
-        requests: list[rq.Request[Any]] = []
-        if self._using != "default":
-            requests.append(rq.use(self._using))
-        requests += [rq.watch(t) for t in self._watching if t != "default"]
-        if "default" not in self._watching:
-            requests.append(rq.ignore("default"))
+        requests = rq.restore(self._using, self._watching)
         if requests:
             for req, resp in zip(requests, await self._exchange_on(wire, requests, 0), strict=True):
                 rq.interpret(req, resp)
@@ -381,7 +377,7 @@ class AsyncClient:
 
     async def reserve(self, timeout: float | None = None) -> Job:
         """Reserve a job, waiting up to ``timeout`` s (``None``: forever)."""
-        return await self._call(rq.reserve(timeout), timeout)
+        return await self._call(rq.reserve(timeout), None if timeout is None else math.ceil(timeout))
 
     async def reserve_job(self, job: JobLike) -> Job:
         return await self._call(rq.reserve_job(job))

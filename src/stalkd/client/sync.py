@@ -13,6 +13,7 @@ in while a call waits gets a ``RuntimeError`` rather than someone else's reply.
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -85,8 +86,12 @@ class Client:
         try:
             if self.address.path is not None:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.settimeout(self.timeout)
-                sock.connect(self.address.path)
+                try:
+                    sock.settimeout(self.timeout)
+                    sock.connect(self.address.path)
+                except OSError:
+                    sock.close()
+                    raise
             else:
                 sock = socket.create_connection((self.address.host, self.address.port),
                                                 timeout=self.timeout)
@@ -100,12 +105,7 @@ class Client:
         self._restore()
 
     def _restore(self) -> None:
-        requests: list[rq.Request[Any]] = []
-        if self._using != "default":
-            requests.append(rq.use(self._using))
-        requests += [rq.watch(t) for t in self._watching if t != "default"]
-        if "default" not in self._watching:
-            requests.append(rq.ignore("default"))
+        requests = rq.restore(self._using, self._watching)
         if requests:
             for req, resp in zip(requests, self._exchange(requests, self._wait(0)), strict=True):
                 rq.interpret(req, resp)
@@ -303,7 +303,8 @@ class Client:
         Raises ``errors.TimedOut`` when none came, ``errors.DeadlineSoon`` when a job this
         connection holds is about to reach its TTR.
         """
-        return self._call(rq.reserve(timeout), None if timeout is None else timeout)
+        # the wire carries whole seconds, rounded up: wait for that long on top of `timeout`
+        return self._call(rq.reserve(timeout), None if timeout is None else math.ceil(timeout))
 
     def reserve_job(self, job: JobLike) -> Job:
         """Reserve a specific job (ready, delayed or buried; any tube)."""
