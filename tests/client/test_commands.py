@@ -216,3 +216,19 @@ def test_bad_arguments_fail_before_anything_is_sent(client: Any) -> None:
         client.put(123)
     # nothing reached the server
     assert client.stats()["cmd-put"] == 0 and client.list_tube_used() == "default"
+
+
+def test_large_bodies_cross_many_reads(start_server: Any, connect: Any) -> None:
+    # Given a server accepting 2 MB jobs, and bodies larger than one socket read or batch
+    server = start_server("-z", "2000000")
+    c = connect(server)
+    big = bytes(range(256)) * 6000  # 1.5 MB
+    bodies = [big, b"\r\n" * 300_000, big[::-1]]  # 1.5 MB, 600 kB, 1.5 MB: several batches
+    # When they are put (one, then pipelined) and read back
+    first = c.put(big)
+    ids = c.put_many(bodies)
+    # Then every byte comes back
+    assert c.reserve(timeout=0) == Job(first, big)
+    for jid, body in zip(ids, bodies, strict=True):
+        assert c.peek(jid).body == body
+    assert c.stats()["max-job-size"] == 2000000

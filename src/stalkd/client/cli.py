@@ -309,7 +309,8 @@ _TUBE_COLUMNS = [
 def stats_tube(argv: Sequence[str]) -> int:
     """``stalkd stats-tube [TUBE ...]``."""
     p = _parser("stats-tube", "Statistics of tubes: one tube as a two-column table, several "
-                              "(or, with no TUBE, all) as one row per tube.",
+                              "(or, with no TUBE, all) as one row per tube. With --json: the "
+                              "tube's object, or one object per tube name.",
                 "examples:\n  stalkd stats-tube emails\n  stalkd stats-tube")
     p.add_argument("tubes", nargs="*", metavar="TUBE", help="tube names (default: every tube)")
 
