@@ -6,23 +6,21 @@ one would only slow the suite down.
 
 from __future__ import annotations
 
-import os
-import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from support import ServerProcess, free_port, require_binary, wait_for_port
 
 pyspark = pytest.importorskip("pyspark", reason="the [spark] extra is not installed")
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    if shutil.which("java") is None:
-        msg = "java is not installed (scripts/system-deps.sh installs openjdk-17-jre-headless)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+    require_binary("java")
     from stalkd.spark.session import build_session
 
     session = build_session("local[2]", app="stalkd-tests", tests=True)
@@ -30,3 +28,21 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(params=["beanstalkd", "stalkd"])
+def queue_server(request: Any) -> Iterator[ServerProcess]:
+    """Debian's beanstalkd, then stalkd's own server (in memory), each on an ephemeral port."""
+    if request.param == "beanstalkd":
+        server = request.getfixturevalue("beanstalkd")
+        yield server
+        return
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    own = ServerProcess("127.0.0.1", port, proc)
+    try:
+        wait_for_port("127.0.0.1", port, proc=proc)
+        yield own
+    finally:
+        own.stop()

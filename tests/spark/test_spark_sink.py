@@ -109,7 +109,8 @@ def _beanstalk(address: str, *commands: bytes) -> list[bytes]:
         return out
 
 
-def test_server_write_puts_rows_as_jobs_with_tube_and_priority_columns(spark: Any, beanstalkd: Any) -> None:
+def test_server_write_puts_rows_as_jobs_with_tube_and_priority_columns(spark: Any, queue_server: Any) -> None:
+    beanstalkd = queue_server
     schema = StructType([StructField("body", BinaryType()), StructField("tube", StringType()),
                          StructField("priority", LongType())])
     rows = [(f"job-{i}".encode(), "even" if i % 2 == 0 else "odd", i) for i in range(200)]
