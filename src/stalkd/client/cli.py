@@ -99,7 +99,8 @@ def _run(cmd: str, parser: argparse.ArgumentParser, argv: Sequence[str],
         print(f"stalkd {cmd}: {e}", file=sys.stderr)
         return USAGE
     except BrokenPipeError:  # `stalkd stats | head`: the reader left, which is fine
-        sys.stderr.close()
+        # point stdout at /dev/null so the interpreter's final flush does not complain
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return OK
 
 
