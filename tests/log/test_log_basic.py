@@ -181,3 +181,18 @@ def test_every_write_path_writes_the_same_log(tmp_path: Path, io: str) -> None:
         assert [f.bytes() for f in log.read(0)] == payloads
     with pytest.raises(ValueError, match="io must be"):
         Log.open(tmp_path / "z", io="aio")  # type: ignore[arg-type]
+
+
+def test_tickets_resolved_by_a_segment_roll_still_wake_their_awaiters(tmp_path: Path) -> None:
+    with Log.open(tmp_path, segment_size=1024, durability="always") as log:
+
+        async def main() -> int:
+            tickets = [log.submit([b"t" * 40] * (1 + i % 5)) for i in range(300)]  # many roll-overs
+            await asyncio.wait_for(asyncio.gather(*(asyncio.ensure_future(_wait(t)) for t in tickets)), 60)
+            return tickets[-1].last
+
+        async def _wait(t: object) -> None:
+            await t  # type: ignore[misc]
+
+        last = asyncio.run(main())
+        assert log.durable_offset == last + 1

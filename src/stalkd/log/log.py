@@ -3,7 +3,7 @@
 Ensures:
   * offsets are dense and monotonic: the n-th record ever appended has offset n, across segments;
   * with ``always``, ``append``/``append_many`` return (and tickets resolve) only after an fsync
-    covering the record; concurrent callers share fsyncs (whoever holds the sync lock commits
+    covering the record; concurrent callers share fsyncs (one leader at a time commits
     everything written so far, the others find their records already durable);
   * a refused append (full disk, lag limit) writes nothing that a later open could see;
   * after an fsync error the object refuses every further operation (the page cache may have
@@ -99,6 +99,7 @@ class Log:
         self._wlock = threading.Lock()  # order of writes and the active segment
         self._syncing = False  # a leader is fsyncing (group commit; guarded by _cond)
         self._cursor_syncer: CursorSyncer | None = None
+        self._deferred: list[tuple[Ticket, Callable[[Ticket], object]]] = []
         self._fdlock = threading.Lock()  # retiring a segment fd while a sync uses it
         self._cond = threading.Condition(threading.Lock())  # durable progress, appends, tickets
         self._waiters = 0
@@ -234,7 +235,14 @@ class Log:
             if old.users == 0:
                 old.close()
         with self._cond:
-            self._advance_durable_locked(end)
+            # Ticket callbacks run after the write lock is released (they may append again).
+            self._deferred.extend(self._advance_durable_locked(end))
+
+    def _run_deferred(self) -> None:
+        with self._cond:
+            todo, self._deferred = self._deferred, []
+        for t, fn in todo:
+            fn(t)
 
     # ---------------------------------------------------------------- writing
 
@@ -267,6 +275,8 @@ class Log:
             else:
                 self._write_rolling(items)
             last = self._next - 1
+        if self._deferred:
+            self._run_deferred()
         if self._waiters or self._async_waiters:
             self._notify_append()
         return first, last
