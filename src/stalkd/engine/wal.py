@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import Op, Record, RecordFormatError, decode, encode
-from stalkd.engine.replay import durable_record, finish, replay
+from stalkd.engine.replay import finish, replay
 from stalkd.engine.snapshot import (
     SnapshotError,
     SnapshotHeader,
@@ -314,16 +314,15 @@ class Wal:
     def _copy_chunk(self, engine: Engine, s: _Snap) -> None:
         ids = s.ids[s.pos : s.pos + self.chunk_jobs]
         s.pos += len(ids)
-        jobs = engine.jobs
-        seq = engine.seq
-        recs = [durable_record(j, seq) for j in (jobs.get(i) for i in ids) if j is not None]
+        get = engine.jobs.get
+        live = [j for j in map(get, ids) if j is not None]
         try:
-            s.writer.add(recs)
+            s.writer.add_jobs(live, engine.seq)
         except BaseException:
             s.writer.abort()
             self._snap = None
             raise
-        self.records_migrated += len(recs)
+        self.records_migrated += len(live)
 
     def _complete(self, engine: Engine, s: _Snap, inline: bool = False) -> None:
         next_id, end_seq = engine.next_id, engine.seq
