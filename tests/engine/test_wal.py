@@ -202,3 +202,20 @@ def test_put_restart_delete(tmp_path: Path) -> None:
     wal, d = reopen(tmp_path, T0 + 2)
     assert d.e.jobs == {} and d.do(1, C.Put(0, 0, 1, b"b")) == C.Reply("INSERTED", (2,))
     wal.close()
+
+
+def test_tiny_segments_96_puts_then_96_deletes(tmp_path: Path) -> None:
+    # testserv's 601-byte binlog files: every put and delete still succeeds when each segment
+    # holds only a couple of records (the smallest segment stalkd.log accepts: 64+48+64 bytes
+    # plus room for a frame of the largest record here).
+    wal, d = reopen(tmp_path, T0, segment_size=601, compact_min_bytes=0, chunk_jobs=8, background=False)
+    for i in range(1, 97):
+        assert d.do(1, C.Put(0, 0, 120, b"job %d" % i)) == C.Reply("INSERTED", (i,))
+        wal.maintain(d.e, d.now)
+    for i in range(1, 97):
+        assert d.do(1, C.Delete(i)) == C.Reply("DELETED")
+        wal.maintain(d.e, d.now)
+    wal.close()
+    wal, d = reopen(tmp_path, d.now)
+    assert d.e.jobs == {} and d.e.next_id == 97
+    wal.close()
