@@ -3,6 +3,7 @@ two consumer groups, checked against a plain in-memory model."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 
@@ -173,4 +174,7 @@ class LogMachine(RuleBasedStateMachine):
 
 
 TestLogMachine = LogMachine.TestCase
-TestLogMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+# STALKD_STATEFUL_EXAMPLES raises the number of random programs for a longer campaign.
+TestLogMachine.settings = settings(
+    max_examples=int(os.environ.get("STALKD_STATEFUL_EXAMPLES", "60")), stateful_step_count=40, deadline=None
+)
