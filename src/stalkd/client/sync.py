@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import socket
+import struct
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -42,6 +43,24 @@ Body = bytes | bytearray | memoryview | str
 # neither side's socket buffers can fill up with the other blocked.
 _BATCH_JOBS = 1024
 _BATCH_BYTES = 1 << 20
+
+
+def _set_wait(sock: socket.socket, seconds: float | None) -> None:
+    """Bound each send and receive on ``sock`` by ``seconds`` (``None``: unbounded).
+
+    The socket stays in blocking mode with kernel timeouts (SO_RCVTIMEO/SO_SNDTIMEO) instead
+    of Python's ``settimeout``, which polls before every recv and send: one syscall and one
+    wake-up fewer per reply, measurably lower latency per round trip on loopback. A timeout
+    surfaces as ``BlockingIOError`` (EAGAIN).
+    """
+    sock.settimeout(None)
+    if seconds is not None and seconds <= 0:
+        seconds = 1e-6  # a zero timeval would mean "wait forever"
+    whole = int(seconds or 0)
+    micros = 0 if seconds is None else round((seconds - whole) * 1e6)
+    tv = struct.pack("@ll", whole, micros)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
 
 
 class Client:
@@ -98,6 +117,7 @@ class Client:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError as e:
             raise ConnectionFailed(f"cannot connect to beanstalkd server at {self.address}: {e}") from e
+        _set_wait(sock, self.timeout)
         self._sock = sock
         self._sock_timeout = self.timeout
         self._reader = ReplyReader()
@@ -172,8 +192,8 @@ class Client:
         ok = False
         try:
             data = requests[0].data if len(requests) == 1 else b"".join(r.data for r in requests)
-            if wait != self._sock_timeout:  # settimeout is a syscall: only when it changes
-                sock.settimeout(wait)
+            if wait != self._sock_timeout:  # a syscall: only when it changes
+                _set_wait(sock, wait)
                 self._sock_timeout = wait
             sock.sendall(data)
             reader = self._reader
@@ -187,7 +207,7 @@ class Client:
                 out.append(resp)
             ok = True
             return out
-        except TimeoutError:
+        except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
             raise ReplyTimeout(f"no reply from {self.address} within {wait}s "
                                f"to {requests[0].context!r}; connection dropped") from None
         except ClientConnectionError:
