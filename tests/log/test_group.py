@@ -202,3 +202,19 @@ def test_archived_segments_read_through_the_reader(tmp_path: Path) -> None:
     everything = LogReader(tmp_path, archive=True)
     assert [f.bytes() for f in everything.read(0)] == [b"m%d" % i for i in range(300)]
     assert [f.offset for f in LogReader(tmp_path, archive=False).read(0)][0] == segs[-1].end_offset
+
+
+def test_nacked_too_often_goes_to_the_dead_letter_log(tmp_path: Path) -> None:
+    with Log.open(tmp_path / "main", durability="never") as log, Log.open(tmp_path / "dead", durability="always") as dead:
+        fill(log, 3)
+        g = log.group("g", max_attempts=2, dead_letter=dead)
+        a, b, c = g.poll(3)
+        g.ack(a, c)
+        g.nack(b)
+        (again,) = g.poll(3)
+        assert again.offset == 1 and again.attempts == 2
+        g.nack(again)  # second failure: dead-lettered, acked here
+        assert g.poll(3) == [] and g.committed == 3 and g.dead_lettered == 1
+        assert [f.bytes() for f in dead.read(0)] == [b"m1"]
+    with Log.open(tmp_path / "x", durability="never") as log, pytest.raises(ValueError, match="max_attempts"):
+        log.group("bad", max_attempts=0)

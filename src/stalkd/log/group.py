@@ -6,7 +6,8 @@ back. ``nack`` puts one record back to be redelivered before any newer record, w
 count. Per-group policies (libkestrel's): records older than ``ttl`` seconds are skipped and
 counted as expired; past ``max_lag_items`` / ``max_lag_bytes`` the group either drops its oldest
 records (``overflow="drop"``, counted) or the log refuses appends with :class:`LogLagError`
-(``overflow="refuse"``).
+(``overflow="refuse"``). With ``max_attempts``, a record nacked that many times is moved to a
+dead-letter log (another :class:`Log`, e.g. ``DIR/dead``) and acked here.
 
 Ensures: ``committed`` only grows, except through ``seek``; a record is never delivered again
 once acked (before or after a reopen), unless the group is sought back over it; a record is
@@ -83,6 +84,8 @@ class ConsumerGroup:
         max_lag_items: int | None = None,
         max_lag_bytes: int | None = None,
         overflow: Literal["drop", "refuse"] = "drop",
+        max_attempts: int | None = None,
+        dead_letter: Log | None = None,
     ) -> None:
         from .active import fsync_dir
         from .log import GROUPS_DIR
@@ -93,7 +96,8 @@ class ConsumerGroup:
         self.name = name
         self._lock = threading.RLock()
         self.configure(durability=durability, ttl=ttl, max_lag_items=max_lag_items,
-                       max_lag_bytes=max_lag_bytes, overflow=overflow)
+                       max_lag_bytes=max_lag_bytes, overflow=overflow, max_attempts=max_attempts,
+                       dead_letter=dead_letter)
         gdir = os.path.join(log.path, GROUPS_DIR)
         os.makedirs(gdir, exist_ok=True)
         path = os.path.join(gdir, name + ".cur")
@@ -138,6 +142,8 @@ class ConsumerGroup:
         max_lag_items: int | None = None,
         max_lag_bytes: int | None = None,
         overflow: Literal["drop", "refuse"] = "drop",
+        max_attempts: int | None = None,
+        dead_letter: Log | None = None,
     ) -> None:
         """Set the group's policies (see the module docstring)."""
         from .log import parse_durability
@@ -152,6 +158,11 @@ class ConsumerGroup:
         self.max_lag_items = max_lag_items
         self.max_lag_bytes = max_lag_bytes
         self.overflow = overflow
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, not {max_attempts}")
+        self.max_attempts = max_attempts
+        self.dead_letter = dead_letter
+        self.dead_lettered = 0
 
     # ------------------------------------------------------------------ consuming
 
@@ -289,7 +300,12 @@ class ConsumerGroup:
         self._note_commit_pos(c - 1)
 
     def nack(self, *messages: Message | int) -> None:
-        """Give messages back: each is redelivered before newer records, with ``attempts`` + 1."""
+        """Give messages back: each is redelivered before newer records, with ``attempts`` + 1.
+
+        With ``max_attempts``, a message nacked for the ``max_attempts``-th time is acked here
+        instead, after its payload is appended to the ``dead_letter`` log (if one is given), and
+        counted in :attr:`dead_lettered`.
+        """
         with self._lock:
             for m in messages:
                 off = m if isinstance(m, int) else m.offset
@@ -297,8 +313,18 @@ class ConsumerGroup:
                     continue
                 if off >= self._next_read:
                     raise LogError(f"group {self.name!r}: offset {off} was never delivered (next is {self._next_read})")
-                self._attempts[off] = self._attempts.get(off, 0) + 1
+                failures = self._attempts.get(off, 0) + 1
+                if self.max_attempts is not None and failures >= self.max_attempts:
+                    # Dead letter: out of this group's way, kept (copied) in the dead-letter log.
+                    if self.dead_letter is not None:
+                        for f in self.log.read(off, off + 1, _resume=self._resume_for(off)):
+                            self.dead_letter.append(f.payload)
+                    self.dead_lettered += 1
+                    self._ack_one(off)
+                    continue
+                self._attempts[off] = failures
                 heapq.heappush(self._redeliver, off)
+            self._maybe_persist()
 
     def seek(self, offset: int) -> None:
         """Move the cursor: everything below ``offset`` counts as acked, everything from it is unread.

@@ -585,6 +585,8 @@ class Log:
         max_lag_items: int | None = None,
         max_lag_bytes: int | None = None,
         overflow: Literal["drop", "refuse"] = "drop",
+        max_attempts: int | None = None,
+        dead_letter: Log | None = None,
     ) -> ConsumerGroup:
         """The named consumer group, created on first use; its cursor file survives crashes.
 
@@ -597,11 +599,13 @@ class Log:
         g = self._groups.get(name)
         if g is None:
             g = ConsumerGroup(self, name, durability=durability, ttl=ttl, max_lag_items=max_lag_items,
-                              max_lag_bytes=max_lag_bytes, overflow=overflow)
+                              max_lag_bytes=max_lag_bytes, overflow=overflow, max_attempts=max_attempts,
+                              dead_letter=dead_letter)
             self._groups[name] = g
         else:
             g.configure(durability=durability, ttl=ttl, max_lag_items=max_lag_items,
-                        max_lag_bytes=max_lag_bytes, overflow=overflow)
+                        max_lag_bytes=max_lag_bytes, overflow=overflow, max_attempts=max_attempts,
+                        dead_letter=dead_letter)
         with self._wlock:
             self._refusers = [
                 x for x in self._groups.values()
