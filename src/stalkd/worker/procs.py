@@ -1,7 +1,7 @@
 """Process concurrency: ``concurrency`` forked child processes, each a thread worker.
 
-The parent only supervises: it forwards SIGTERM (first: drain, second: release now) to its
-children, replaces a child that dies unexpectedly (its jobs come back to the queue when the
+The parent only supervises: it passes a stop on to its children (SIGTERM: drain; SIGUSR1:
+release now), replaces a child that dies unexpectedly (its jobs come back to the queue when the
 server sees its connections close, or after their TTR), and exits 0 once all children have
 exited after a stop. Children that outlive the grace period are killed; the server then
 releases their jobs as their connections close.
@@ -43,8 +43,14 @@ def _child(app: App, tubes: list[str], threads: int, grace: float, reserve_timeo
         received += 1
         worker.stop(now=received > 1)
 
-    # The parent forwards SIGTERM; Ctrl-C reaches the whole group, so only the parent acts on it.
+    def on_now(signum: int, frame: FrameType | None) -> None:
+        worker.stop(now=True)
+
+    # The parent sends SIGTERM to drain and SIGUSR1 to release now: two SIGTERMs sent in quick
+    # succession can arrive as one, a distinct signal cannot. Ctrl-C reaches the whole process
+    # group, so only the parent acts on it.
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGUSR1, on_now)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker.app.middleware = [m for m in worker.app.middleware if not isinstance(m, Shutdown)]
     os._exit(worker.run())
@@ -67,7 +73,9 @@ class ProcessWorker(WorkerBase):
         # otherwise reserve another job before the supervision loop passed the signal on.
         first = not self.stopping.is_set()
         super().stop(now)
-        if first or now:
+        if now:
+            self._signal_children(signal.SIGUSR1)
+        elif first:
             self._signal_children(signal.SIGTERM)
 
     def run(self) -> int:
