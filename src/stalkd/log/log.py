@@ -445,6 +445,8 @@ class Log:
             with self._wlock:
                 target = self._next
                 seg = self._active
+                if seg is None:  # files already released (close, or a simulated crash)
+                    raise LogError(f"{self.path}: log is closed")
                 with self._fdlock:
                     seg.users += 1
             try:
@@ -754,6 +756,11 @@ class Log:
         self._release_files()
 
     def _release_files(self) -> None:
+        """Drop every file and the lock without flushing or checkpointing (what a crash leaves;
+        ``close`` calls it last). Background threads see the log closed and stop."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
         for view in self._views.values():
             view.close()
         self._views.clear()
