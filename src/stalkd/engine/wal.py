@@ -267,6 +267,8 @@ class Wal:
         is in progress. ``force`` starts one even if not due.
 
         Call it on the loop thread, after ``write`` of every record the engine produced.
+        A WalError here (say, no space for the snapshot file) means only that this snapshot was
+        dropped: the WAL and the previous snapshot are intact, and a later call tries again.
         """
         s = self._snap
         if s is None:
