@@ -5,6 +5,10 @@ the rest and exit 0. Second signal: release everything at once. Releasing is don
 the jobs' connections, which beanstalkd treats as a release that leaves the ``releases`` counter
 (our attempt count) untouched, so a drain never uses up a job's attempts.
 
+Two signals sent at the same instant can arrive as one (POSIX does not queue them): send the
+second after the worker logged ``draining``. (Process mode's parent uses SIGUSR1 for its
+children's "now" for that reason.)
+
 Signal handlers can only be installed from the main thread; elsewhere this middleware does
 nothing and the embedding program calls ``worker.stop()`` itself.
 """
