@@ -222,11 +222,51 @@ def _fast_tube(build: Callable[[str], Command]) -> Callable[[bytes], Command | N
     return fast
 
 
+def _fast_bounded(build: Callable[[int], Command], conv: Callable[[bytes], int | None]) -> Callable[[bytes], Command | None]:
+    def fast(arg: bytes) -> Command | None:
+        if not arg.isdigit():
+            return None
+        v = conv(arg)
+        return None if v is None else build(v)
+
+    return fast
+
+
+def _fast1_for(spec: CommandSpec) -> Callable[[bytes], Command | None]:
+    kind = spec.args[0].kind
+    if kind == "tube":
+        return _fast_tube(spec.build)
+    if kind == "u64":
+        return _fast_id(spec.build)
+    if kind == "timeout":
+        return _fast_bounded(spec.build, _timeout)
+    return _fast_bounded(spec.build, lambda g: _count(b"", g))  # count, plain digits
+
+
 _FAST1: dict[bytes, Callable[[bytes], Command | None]] = {
-    s.prefix[:-1]: (_fast_tube if s.args[0].kind == "tube" else _fast_id)(s.build)
+    s.prefix[:-1]: _fast1_for(s)
     for s in COMMANDS
-    if s.prefix.endswith(b" ") and len(s.args) == 1 and s.args[0].kind in ("u64", "tube")
+    if s.prefix.endswith(b" ") and len(s.args) == 1
 }
+# "<head> <digits> <digits>..." commands: (builder, maximum of each argument)
+_FAST_DIGITS: dict[tuple[bytes, int], tuple[Callable[..., Command], tuple[int, ...]]] = {
+    (s.prefix[:-1], len(s.args) + 1): (s.build, tuple(U64_MAX if a.kind == "u64" else U32_MAX for a in s.args))
+    for s in COMMANDS
+    if not s.body and len(s.args) > 1 and s.prefix.endswith(b" ") and all(a.kind in ("u32", "u64") for a in s.args)
+}
+
+
+def _digits(spec: tuple[Callable[..., Command], tuple[int, ...]], parts: list[bytes]) -> Command | None:
+    build, maxima = spec
+    values = []
+    for part, top in zip(parts[1:], maxima, strict=True):
+        if not part.isdigit():
+            return None
+        v = int(part)
+        if v > top:
+            return None
+        values.append(v)
+    return build(*values)
 
 
 def match_command(line: bytes) -> str | None:
@@ -344,6 +384,12 @@ class Parser:
                     head, a, b, c, d = parts
                     if head == b"put" and a.isdigit() and b.isdigit() and c.isdigit() and d.isdigit():
                         return self._put_values(int(a), int(b), int(c), int(d), True)
+                else:
+                    spec = _FAST_DIGITS.get((parts[0], n))
+                    if spec is not None:
+                        cmd = _digits(spec, parts)
+                        if cmd is not None:
+                            return cmd
                 return self._command(line)
             if end - pos >= LINE_MAX:
                 self._pos = pos + LINE_MAX
