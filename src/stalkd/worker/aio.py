@@ -200,4 +200,5 @@ class AsyncWorker(WorkerBase):
         finally:
             for m in self.app.middleware:
                 m.on_worker_stop(self)
+        log.info("stopped after %d job(s)", self.processed)
         return 0

@@ -226,4 +226,5 @@ class ThreadWorker(WorkerBase):
         busy = sum(t.is_alive() for t in threads)
         if busy:
             log.warning("stopped with %d job(s) still running; released them to the server", busy)
+        log.info("stopped after %d job(s)", self.processed)
         return 0
