@@ -27,7 +27,7 @@ def result(spark: Any) -> Any:
     records = script.records()
     # A compaction restatement of a live job must not change any figure.
     records.append(dataclasses.replace(restatement(31, "images", 235.0), seq=len(records) + 1))
-    tables = analyze_records(_records_df(spark, records), window_seconds=60)
+    tables = analyze_records(_records_df(spark, records), window_seconds=60, cache=True)
     return script.expected, tables.jobs.collect(), tables.windows.collect(), tables.tubes.collect()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,13 @@ def test_batch_write_commits_in_partition_order_and_abort_leaves_log_unchanged(s
     with pytest.raises(Exception, match="ZeroDivisionError"):
         failing.write.format("stalkd").mode("append").save(str(path))
     assert len(_payloads(path)) == 301
-    assert os.listdir(path / "_spark_staging") == []
+    # A task still running when the job aborted removes its own staged file once it sees the
+    # abort mark; poll for that (with a deadline) instead of assuming it already happened.
+    deadline = time.monotonic() + 60
+    while any(n.endswith((".frames", ".tmp")) for n in os.listdir(path / "_spark_staging")):
+        assert time.monotonic() < deadline, os.listdir(path / "_spark_staging")
+        time.sleep(0.05)
+    assert len(_payloads(path)) == 301
 
     with pytest.raises(Exception, match="append-only"):
         df.write.format("stalkd").mode("overwrite").save(str(path))

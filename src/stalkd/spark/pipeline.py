@@ -105,7 +105,6 @@ def _run(spark: Any, log_dir: str, out: Path, work: Path, window_seconds: float,
             try:
                 _step(bar, STEPS[1])
                 _write(tables.jobs, work / "jobs")
-                n_jobs = spark.read.parquet(str(work / "jobs")).count()
                 bar.update()
                 _step(bar, STEPS[2])
                 _write(tables.windows, work / "windows")
@@ -115,6 +114,7 @@ def _run(spark: Any, log_dir: str, out: Path, work: Path, window_seconds: float,
                 _write(tables.tubes, work / "tubes")
                 tubes = [r.asDict() for r in spark.read.parquet(str(work / "tubes")).orderBy("tube").collect()]
                 bar.update()
+                n_jobs = sum(int(t["jobs"] or 0) for t in tubes)
             finally:
                 tables.release()
         finally:

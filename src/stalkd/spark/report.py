@@ -131,9 +131,9 @@ def _finish(fig: Any, path: Path, *, dates: bool = True) -> None:
     if dates:
         for ax in fig.axes:
             # Concise labels (no "10:40.000000"): the axis offset shows the date once.
-            locator = mdates.AutoDateLocator(tz=UTC)
+            locator = mdates.AutoDateLocator(tz=UTC)  # type: ignore[no-untyped-call]
             ax.xaxis.set_major_locator(locator)
-            ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC))
+            ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC))  # type: ignore[no-untyped-call]
     fig.autofmt_xdate()
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -30,10 +30,12 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import struct
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -118,7 +120,7 @@ def _stage(path: str, job: str, column: str, rows: Iterator[Any]) -> Staged:
     os.makedirs(staging, exist_ok=True)
     name = os.path.join(staging, f"{job}-{part:05d}-{attempt}.frames")
     n = 0
-    with open(name, "wb") as f:
+    with open(name + ".tmp", "wb") as f:
         for row in rows:
             data = _as_bytes(row[column], f"row {n} of partition {part}")
             f.write(_LEN.pack(len(data)))
@@ -126,7 +128,21 @@ def _stage(path: str, job: str, column: str, rows: Iterator[Any]) -> Staged:
             n += 1
         f.flush()
         os.fsync(f.fileno())
+    try:
+        os.replace(name + ".tmp", name)
+    except FileNotFoundError:
+        raise SinkError(f"write job {job} was aborted while partition {part} was staging") from None
+    # A task can outlive its job's abort (Spark does not wait for running tasks). The abort
+    # marks the job before it deletes staged files, and the task looks for that mark only
+    # after its file is in place: so either the abort sees the file, or the task sees the mark.
+    if os.path.exists(_abort_mark(path, job)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
     return Staged(part, name, n)
+
+
+def _abort_mark(path: str, job: str) -> str:
+    return os.path.join(path, STAGING_DIR, f"{job}.aborted")
 
 
 def _staged_payloads(file: str) -> Iterator[bytes]:
@@ -143,15 +159,27 @@ def _staged_payloads(file: str) -> Iterator[bytes]:
         pos += 4 + n
 
 
-def _remove_staged(path: str, job: str) -> None:
+def _remove_staged(path: str, job: str, *, aborted: bool = False) -> None:
     staging = os.path.join(path, STAGING_DIR)
+    if aborted:
+        os.makedirs(staging, exist_ok=True)
+        with open(_abort_mark(path, job), "w"):
+            pass
     try:
         names = os.listdir(staging)
     except FileNotFoundError:
         return
+    now = time.time()
     for name in names:
+        full = os.path.join(staging, name)
         if name.startswith(job + "-"):
-            os.unlink(os.path.join(staging, name))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(full)
+        elif name.endswith(".aborted"):
+            # Marks of earlier aborted jobs: kept an hour for their straggling tasks.
+            with contextlib.suppress(FileNotFoundError):
+                if now - os.stat(full).st_mtime > 3600:
+                    os.unlink(full)
 
 
 def _ordered(messages: Sequence[Any]) -> list[Staged]:
@@ -181,7 +209,7 @@ class LogDirWriter(DataSourceWriter):
         _remove_staged(self.path, self.job)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _remove_staged(self.path, self.job)
+        _remove_staged(self.path, self.job, aborted=True)
 
 
 class LogDirStreamWriter(DataSourceStreamWriter):
@@ -218,7 +246,7 @@ class LogDirStreamWriter(DataSourceStreamWriter):
         _remove_staged(self.path, self.job)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _remove_staged(self.path, self.job)
+        _remove_staged(self.path, self.job, aborted=True)
 
 
 @dataclass(frozen=True)

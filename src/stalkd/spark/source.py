@@ -3,7 +3,8 @@
 Batch: ``spark.read.format("stalkd").load(dir)`` gives one row per frame (``RAW_SCHEMA``);
 ``.option("records", "wal")`` decodes WAL records (``WAL_SCHEMA``, add ``.option("body",
 "true")`` for job bodies). One partition per segment, large sealed segments split into slices of
-``maxRecordsPerPartition`` records; rows come back as Arrow batches of ``batchSize`` rows.
+``maxRecordsPerPartition`` records (a slice that starts mid-segment scans the frames before it,
+so split only segments much larger than the default); rows come back as Arrow batches of ``batchSize`` rows.
 
 Options (all strings, as Spark passes them):
   archive              "true" (live segments and the archive, default), "false", "only"
@@ -158,7 +159,9 @@ def _segments(opts: ReadOptions) -> list[_Segment]:
     if not os.path.isdir(opts.path):
         raise FileNotFoundError(f"stalkd source: log directory {opts.path!r} does not exist")
     seen: dict[int, _Segment] = {}
-    for info in LogReader(opts.path, archive=opts.archive).segments():
+    with LogReader(opts.path, archive=opts.archive) as reader:
+        infos = reader.segments()
+    for info in infos:
         # A segment caught mid-move to the archive may be listed twice: keep the live copy.
         if info.base_offset not in seen or not info.archived:
             seen[info.base_offset] = _Segment(str(info.path), info.base_offset, info.end_offset)
@@ -200,7 +203,8 @@ def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
     path = part.path
     if not os.path.exists(path):
         # Archived (moved) between planning and reading: find it again by its base offset.
-        moved = [s.path for s in LogReader(opts.path, archive=True).segments() if s.base_offset == part.base]
+        with LogReader(opts.path, archive=True) as again:
+            moved = [s.path for s in again.segments() if s.base_offset == part.base]
         if not moved:
             raise FileNotFoundError(f"segment {path} (base offset {part.base}) vanished before it was read; "
                                     "retention deleted it: rerun, or read with a later startOffset")
