@@ -12,7 +12,8 @@ tube are kicked back. The server's WAL (``DIR/wal``) then holds the whole story 
 
 Each job leaves about four WAL records (put, reserve, delete, plus retries): 250k jobs give
 about a million records. The server runs with ``-F`` (no fsync) since durability is not what
-is measured here. Jobs whose outcome is random are decided from ``--seed``, so two runs put the
+is measured here, and with 1 GiB WAL segments so that compaction (which drops old segments)
+does not cut the history short. Jobs whose outcome is random are decided from ``--seed``, so two runs put the
 same jobs (thread timing still interleaves them differently).
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import signal
 import socket
@@ -41,9 +41,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(data: Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(data: Path, port: int, wal_size: int) -> subprocess.Popen[bytes]:
+    # Big WAL segments: the server compacts (drops) WAL segments once it has written more than
+    # a segment's worth since its last snapshot, and dropped segments leave the history.
     cmd = [sys.executable, "-m", "stalkd.cli", "serve", "-b", str(data), "-F", "-l", "127.0.0.1",
-           "-p", str(port), "--log-level", "warning"]
+           "-p", str(port), "-s", str(wal_size), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while True:
@@ -169,13 +171,15 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work-ms", type=float, default=2.0, help="mean simulated work per job (exponential)")
+    ap.add_argument("--wal-size", type=int, default=1 << 30,
+                    help="server WAL segment bytes (default 1 GiB: ~7M records before compaction)")
     ap.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds")
     args = ap.parse_args()
     data = Path(args.dir)
     data.mkdir(parents=True, exist_ok=True)
     port = free_port()
     address = f"127.0.0.1:{port}"
-    proc = start_server(data, port)
+    proc = start_server(data, port, args.wal_size)
     tally = Tally(args.jobs)
     started = time.monotonic()
     try:
@@ -212,8 +216,11 @@ def main() -> int:
     print(f"{args.jobs:,} jobs in {seconds:.1f} s: {dict(tally.c)}")
     print(f"WAL {wal}: {n_records:,} records ({n_records / seconds:,.0f} records/s)")
     print(f"next: stalkd analyze {wal} --out {data / 'analysis'}")
-    if not os.path.isdir(data / "wal" / "archive"):
-        print("note: the server compacts its WAL; segments dropped by compaction are not in the history")
+    with LogReader(wal) as r:
+        first = next((f.offset for f in r.read()), 0)
+    if first > 0:
+        print(f"note: compaction dropped WAL offsets below {first:,}; they are not in the history "
+              "(raise --wal-size)")
     return 0
 
 
