@@ -29,13 +29,8 @@ VOLATILE = {b"age", b"file", b"time-left", b"pause-time-left", b"pid", b"version
             # the fixture's readiness probe may or may not be gone yet when stats runs
             b"current-connections"}  # fmt: skip
 
-# BUG: two counters differ from beanstalkd in stalkd's engine (src/stalkd/engine/engine.py):
-# - a put answered JOB_TOO_BIG marks the connection a producer (beanstalkd marks it only after
-#   the size check), so current-producers reads 1 instead of 0;
-# - reserve-job answered NOT_FOUND marks the connection a worker (beanstalkd marks it only when
-#   the job is found), so current-workers is too high.
-# Reported to the engine owner; remove the keys here once fixed so this test guards them.
-KNOWN_BUGS: dict[str, frozenset[bytes]] = {"stalkd": frozenset({b"current-producers", b"current-workers"})}
+# Counters where stalkd knowingly differs from beanstalkd (none at present).
+KNOWN_BUGS: dict[str, frozenset[bytes]] = {}
 
 
 def _commands(rng: random.Random) -> list[tuple[int, bytes]]:

@@ -368,6 +368,20 @@ def test_small_max_job_size() -> None:
     assert h.do(1, Put(0, 0, 0, b"x" * 10)) == R("INSERTED", 1)
 
 
+def test_refused_put_and_missed_reserve_job_do_not_change_roles() -> None:
+    # beanstalkd marks a producer only after the size check, and a worker only when reserve-job
+    # finds its job (seen by the differential test against Debian's beanstalkd).
+    h = Harness(max_job_size=10)
+    assert h.do(1, Put(0, 0, 0, b"x" * 11)) == R("JOB_TOO_BIG")
+    assert h.do(1, ReserveJob(99)) == R("NOT_FOUND")
+    s = yaml_of(h.do(1, Stats()))
+    assert (s["current-producers"], s["current-workers"]) == (0, 0)
+    assert h.do(1, Put(0, 0, 0, b"x")) == R("INSERTED", 1)
+    assert h.do(1, ReserveJob(1)) == RES(1, b"x")
+    s = yaml_of(h.do(1, Stats()))
+    assert (s["current-producers"], s["current-workers"]) == (1, 1)
+
+
 # --- stats (§5 values the engine owns) ------------------------------------------------------
 
 

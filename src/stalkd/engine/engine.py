@@ -414,9 +414,9 @@ class Engine:
 
     def _put(self, c: Conn, cmd: C.Put) -> C.AnyReply:
         self.cmd["cmd-put"] += 1
-        c.producer = True
         if cmd.error == "JOB_TOO_BIG" or len(cmd.body) > self.max_job_size:
             return C.Reply("JOB_TOO_BIG")
+        c.producer = True  # as beanstalkd: only once the size check has passed
         if cmd.error == "EXPECTED_CRLF":
             self.next_id += 1  # beanstalkd allocates the id before reading the body
             return C.Reply("EXPECTED_CRLF")
@@ -508,10 +508,10 @@ class Engine:
 
     def _reserve_job(self, c: Conn, cmd: C.ReserveJob) -> C.AnyReply:
         self.cmd["cmd-reserve-job"] += 1
-        c.worker = True
         j = self.jobs.get(cmd.id)
         if j is None or j.state is RESERVED:
             return _NOT_FOUND
+        c.worker = True  # as beanstalkd: a reserve-job that finds nothing does not make a worker
         self._detach(j)
         self._give(c, j)
         return C.JobReply("RESERVED", j.id, j.body)
