@@ -1,12 +1,13 @@
 """The server: one engine on the event loop, connections around it, group commit beside it.
 
-``Server.execute`` runs one command through the engine, hands the records to the WAL (written
-on the loop thread, no fsync), and tags the replies with a *barrier*: the number of the write
-batch their records belong to. With the ``always`` policy, records written during one loop
-iteration form one batch; the next iteration starts one ``storage.sync()`` for all of them on a
-worker thread while the loop keeps reading and running commands, and when it returns, every
-reply held behind those batches is released. Only one sync runs at a time, so batches grow
-with load (group commit).
+``Server.execute`` runs one command through the engine, queues its records, and tags the
+replies with a *barrier*: the number of the batch their records belong to. The records of one
+loop iteration form one batch, written to the WAL with one call at the start of the next
+iteration (one ``write(2)`` for a whole pipeline). With ``never``/``every:<ms>`` the batch's
+replies go out right after that write; with ``always`` one ``storage.sync()`` for the batch runs
+on a worker thread while the loop keeps reading and running commands, and when it returns every
+reply held behind the batch is released. Only one sync runs at a time, so batches grow with
+load (group commit).
 
 Ensures:
 - A reply produced by an outcome with DURABLE_OPS records (its own reply and its wakeups) is
@@ -32,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from stalkd.engine import Engine, Outcome
-from stalkd.engine.commands import Command, JobReply, Put, Reply, YamlDict
+from stalkd.engine.commands import Command, JobReply, Reply, YamlDict
 from stalkd.engine.model import DURABLE_OPS, Record
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.conn import Connection
@@ -90,9 +91,14 @@ class Server:
         self.started = clock()
         # Barrier bookkeeping (``always`` only): batch numbers written / known durable.
         self.group_commit = storage is not None and config.durability == "always"
+        # Batch numbers: ``written`` counts loop iterations that produced durable records,
+        # ``durable`` the last one on disk under the policy. A reply tagged with batch N is
+        # held until ``durable >= N``.
         self.written = 0
         self.durable = 0
         self._batch_open = False  # records of this loop iteration go into batch ``written``
+        self._pending: list[Record] = []  # records of this loop iteration, not yet written
+        self._flush_scheduled = False
         self._sync_running = False
         self._held: set[Connection] = set()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -102,7 +108,6 @@ class Server:
         self.stopping = False
         self.failed: BaseException | None = None
         self.syncs = 0  # completed group commits (stats for the bench and tests)
-        self.synced_batches = 0
         self._host_id = secrets.token_hex(8)
         self._uname = os.uname()
 
@@ -169,23 +174,21 @@ class Server:
             log.exception("conn %d: engine failed on %r; replying INTERNAL_ERROR", c.id, cmd)
             c.send(Reply("INTERNAL_ERROR"), 0)
             return
-        self._handle(c, out, cmd)
+        self._handle(c, out)
 
-    def _handle(self, c: Connection | None, out: Outcome, cmd: Command | None = None) -> None:
-        """Persist ``out.records`` and route its replies (``c``: who gets ``out.reply``)."""
+    def _handle(self, c: Connection | None, out: Outcome) -> None:
+        """Queue ``out.records`` for the WAL and route its replies (``c``: who gets ``out.reply``)."""
         barrier = 0
         records = out.records
         if records and self.storage is not None:
-            try:
-                self.storage.write(records)
-            except Exception as e:
-                self._write_failed(c, cmd, e)
-                return
-            if self.group_commit:
-                for r in records:
-                    if r.op in DURABLE_OPS:
-                        barrier = self._batch()
-                        break
+            self._pending.extend(records)
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._close_batch)
+            for r in records:
+                if r.op in DURABLE_OPS:
+                    barrier = self._batch()
+                    break
         reply = out.reply
         if c is not None:
             if type(reply) is JobReply:
@@ -194,21 +197,13 @@ class Server:
                 reply = self._full_stats(reply)
             c.send(reply, barrier)
         if out.wakeups:
-            b = self.written if self.group_commit else 0
+            b = self.written
             for cid, wr in out.wakeups:
                 w = self.conns.get(cid)
                 if w is not None:
                     w.wake(wr, b)
         if out.next_deadline is not None:
             self._schedule_tick(out.next_deadline)
-
-    def _write_failed(self, c: Connection | None, cmd: Command | None, e: Exception) -> None:
-        # BUG: the engine has already applied the change; its memory state now runs ahead of
-        # the WAL. We refuse to acknowledge it and stop the server rather than diverge further.
-        log.critical("WAL write failed (%s); refusing further acknowledgements and stopping", e)
-        if c is not None:
-            c.send(Reply("OUT_OF_MEMORY" if isinstance(cmd, Put) else "INTERNAL_ERROR"), 0)
-        self._fatal(FatalStorageError(f"WAL write failed: {e}"))
 
     # --- group commit ------------------------------------------------------------------------
 
@@ -217,13 +212,32 @@ class Server:
         if not self._batch_open:
             self._batch_open = True
             self.written += 1
-            # Close the batch at the next iteration, then sync everything written so far.
-            asyncio.get_running_loop().call_soon(self._close_batch)
         return self.written
 
     def _close_batch(self) -> None:
+        """Next loop iteration: one WAL write for every record of the last one, then (``always``)
+        one fsync for all of them off the loop thread, or (``never``/``every``) release now:
+        the records are in the kernel, which is what those policies promise."""
+        self._flush_scheduled = False
+        records, self._pending = self._pending, []
+        if records and self.storage is not None and self.failed is None:
+            try:
+                self.storage.write(records)
+            except Exception as e:
+                # BUG: the engine already applied these changes; memory now runs ahead of the
+                # WAL. Nothing of the batch is acknowledged and the server stops, rather than
+                # diverge further. (A full disk should fail one put instead; needs WAL space
+                # reservation before the engine applies a command.)
+                self._fatal(FatalStorageError(f"WAL write failed: {e}"))
+                return
+        if not self._batch_open:
+            return
         self._batch_open = False
-        self._start_sync()
+        if self.group_commit:
+            self._start_sync()
+        else:
+            self.durable = self.written
+            self._release_held()
 
     def _start_sync(self) -> None:
         if self._sync_running or self.durable >= self.written or self.failed is not None:
@@ -247,7 +261,6 @@ class Server:
             self._fatal(FatalStorageError(f"WAL sync failed: {exc}"))
             return
         self.syncs += 1
-        self.synced_batches += target - self.durable
         self.durable = target
         self._release_held()
         if self.written > self.durable and not self._batch_open:
@@ -266,7 +279,8 @@ class Server:
         """Wait until everything written so far is durable (used when stopping)."""
         deadline = time.monotonic() + timeout
         while self.durable < self.written and self.failed is None:
-            self._batch_open = False
+            if self._pending or self._batch_open:
+                self._close_batch()
             self._start_sync()
             if time.monotonic() > deadline:
                 return False

@@ -165,7 +165,7 @@ class Connection(asyncio.Protocol):
             self.out.extend(parts)
         else:
             self.held.append((barrier, parts))
-            self.held_bytes += sum(len(p) for p in parts)
+            self.held_bytes += len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
             self.server.hold(self)
 
     def wake(self, reply: AnyReply, barrier: int) -> None:
@@ -189,7 +189,7 @@ class Connection(asyncio.Protocol):
             if parts is None:
                 self.close_ready = True
                 continue
-            self.held_bytes -= sum(len(p) for p in parts)
+            self.held_bytes -= len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
             self.out.extend(parts)
         return bool(held)
 
