@@ -1,5 +1,15 @@
 """stalkd.log: an append-only, segmented, CRC32C-checked log with consumer groups.
 
+Directory layout: ``seg-<base offset, 20 digits>.log`` segment files (preallocated, versioned
+header, 8-byte aligned frames, a footer once sealed), ``LOCK`` (one writer process),
+``groups/<name>.cur`` (two-slot CRC cursor files), ``archive/`` (retired segments, same
+format), ``dropped/`` (what ``repair=True`` cut off). Offsets are logical record numbers.
+
+Durability: ``always`` (an append returns after an fsync shared by concurrent appenders),
+``every:<ms>`` (a background flush woken when due), ``never`` (page cache: survives kill -9).
+Writes: single frames are stored through a mapping of the active segment, batches with pwrite
+(measured faster for each; ``io="pwrite"`` forces pwrite, e.g. on copy-on-write file systems).
+
 >>> import tempfile
 >>> from stalkd.log import Log
 >>> with Log.open(tempfile.mkdtemp(), durability="never") as log:

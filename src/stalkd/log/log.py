@@ -31,7 +31,16 @@ from crc32c import crc32c
 from .active import ActiveSegment, _allocate, create_segment, fsync_dir, write_footer
 from .cursor import CursorSyncer
 from .errors import LogError, LogFullError, LogLockedError
-from .frame import FLAG_COMMITTED, FRAME_HEADER_SIZE, KIND_DATA, MAGIC, REST, Frame, frame_size
+from .frame import (
+    FLAG_COMMITTED,
+    FRAME_HEADER_SIZE,
+    KIND_DATA,
+    MAGIC,
+    MAX_PAYLOAD,
+    REST,
+    Frame,
+    frame_size,
+)
 from .reader import ARCHIVE_DIR, ReadPos, list_segments, read_frames
 from .recovery import RepairReport, recover
 from .segment import (
@@ -264,6 +273,8 @@ class Log:
             if self._refusers:
                 self._check_lag(len(items), sum(len(p) for p in items))
             act = self._active
+            if max(map(len, items)) > MAX_PAYLOAD:
+                raise ValueError(f"{self.path}: a payload is larger than {MAX_PAYLOAD} bytes, the frame limit")
             total = 0
             for p in items:
                 total += (FRAME_HEADER_SIZE + len(p) + 7) & ~7
