@@ -1,5 +1,5 @@
-"""Child process for test_crash.py: appends numbered records with ``always`` and reports each
-append that returned on stdout ("<last offset>\\n"), until it is killed."""
+"""Child process for test_crash.py: appends numbered records under a durability policy and
+reports each append that returned on stdout ("<last offset>\\n"), until it is killed."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from stalkd.log import Log
 
 
 def main() -> None:
-    path, seed, seg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    path, seed, seg, durability = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     rng = random.Random(seed)
     out = sys.stdout
-    with Log.open(path, segment_size=seg, durability="always") as log:
+    with Log.open(path, segment_size=seg, durability=durability) as log:
         out.write(f"open {log.next_offset}\n")
         out.flush()
         while True:

@@ -1,5 +1,7 @@
-"""SIGKILL crash test: a child appends with ``always`` and is killed at random moments; after each
-kill, every append that returned is in the log once, in order, and nothing else is.
+"""SIGKILL crash test: a child appends and is killed at random moments; after each kill, every
+append that returned is in the log once, in order, and nothing else is. Each cycle picks the
+durability policy at random: all three promise to survive kill -9 (only ``always`` also
+promises power loss, which a test cannot cut).
 
 STALKD_CRASH_CYCLES sets the number of kills (default 50; `make crash-campaign` runs 1000).
 """
@@ -41,7 +43,8 @@ def test_sigkill_at_random_moments(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     for cycle in range(CYCLES):
         proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(log_dir), str(rng.randrange(2**31)), str(rng.choice((4096, 16384)))],
+            [sys.executable, str(CHILD), str(log_dir), str(rng.randrange(2**31)), str(rng.choice((4096, 16384))),
+             rng.choice(("always", "always", "every:2", "never"))],
             stdout=subprocess.PIPE, env=env,
         )
         assert proc.stdout is not None
