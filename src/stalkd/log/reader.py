@@ -126,7 +126,11 @@ class LogReader:
     def segments(self) -> list[SegmentInfo]:
         """The segments, oldest first; ``end_offset`` is None for the active (unsealed) one."""
         out = []
-        for base, path, archived in list_segments(self.path, self.archive):
+        listing = list_segments(self.path, self.archive)
+        live = {p for _, p, _ in listing}
+        for gone in [p for p in self._views if p not in live]:  # retired by retention meanwhile
+            self._views.pop(gone).close()
+        for base, path, archived in listing:
             view = self._view(base, path, archived)
             end = view.footer[0] if view.footer else None
             out.append(SegmentInfo(path, base, end, view.footer is not None, archived, view.size))
