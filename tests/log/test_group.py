@@ -218,3 +218,15 @@ def test_nacked_too_often_goes_to_the_dead_letter_log(tmp_path: Path) -> None:
         assert [f.bytes() for f in dead.read(0)] == [b"m1"]
     with Log.open(tmp_path / "x", durability="never") as log, pytest.raises(ValueError, match="max_attempts"):
         log.group("bad", max_attempts=0)
+
+
+def test_reader_follows_segments_archived_while_it_reads(tmp_path: Path) -> None:
+    from stalkd.log import LogReader
+
+    with Log.open(tmp_path, segment_size=2048, durability="never", archive=True) as log:
+        fill(log, 300)
+        it = LogReader(tmp_path).read(0)
+        first = next(it)  # the listing is taken: every segment is still live
+        assert log.retain(floor=250)  # now most of them move to archive/
+        rest = [f.offset for f in it]
+        assert [first.offset, *rest] == list(range(300))
