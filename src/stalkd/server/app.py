@@ -26,7 +26,6 @@ import concurrent.futures
 import logging
 import os
 import resource
-import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -108,7 +107,7 @@ class Server:
         self.stopping = False
         self.failed: BaseException | None = None
         self.syncs = 0  # completed group commits (stats for the bench and tests)
-        self._host_id = secrets.token_hex(8)
+        self._host_id = os.urandom(8).hex()  # beanstalkd's random per-process id
         self._uname = os.uname()
 
     # --- connections -------------------------------------------------------------------------
