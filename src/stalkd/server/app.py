@@ -378,7 +378,8 @@ class Server:
 
     def finish_stop(self) -> None:
         """After the last sync: send what is held, close every connection."""
-        self._release_held()
+        if self.failed is None:
+            self._release_held()
         for c in list(self.conns.values()):
             c.abort_after_flush()
         if self._executor is not None:

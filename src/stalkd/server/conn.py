@@ -195,7 +195,8 @@ class Connection(asyncio.Protocol):
 
     def flush(self) -> None:
         """Write everything ready in one call; honour a queued close."""
-        if self.transport is None or self.lost:
+        if self.transport is None or self.lost or self.transport.is_closing():
+            self.out = []
             return
         out = self.out
         if out:
