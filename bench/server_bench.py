@@ -338,6 +338,33 @@ def latency(srv: Server, samples: int = 300) -> tuple[float, float]:
     return out[len(out) // 2] * 1000, out[min(len(out) - 1, int(len(out) * 0.99))] * 1000
 
 
+def startup(kind: str, runs: int = 7) -> tuple[float, float]:
+    """Median ms from exec to (a) the port accepting, (b) the first reply (in memory)."""
+    listen, first = [], []
+    for _ in range(runs):
+        port = _free_port()
+        args = ([*STALKD, "--log-level", "warning"] if kind == "stalkd" else ["beanstalkd"])
+        t0 = time.monotonic()
+        proc = subprocess.Popen([*args, "-l", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while True:
+                try:
+                    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                    break
+                except OSError:
+                    time.sleep(0.0005)
+            listen.append(time.monotonic() - t0)
+            with s:
+                s.sendall(b"list-tube-used\r\n")
+                s.recv(100)
+            first.append(time.monotonic() - t0)
+        finally:
+            proc.terminate()
+            proc.wait()
+    return statistics.median(listen) * 1000, statistics.median(first) * 1000
+
+
 # --- the matrix -----------------------------------------------------------------------------
 
 
@@ -364,6 +391,9 @@ def main() -> int:
     print(f"# server_bench: {SECONDS:.1f} s per cell, {GEN_PROCS} generator processes, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print("# rd = reserve+delete; jobs/s; srv% / gen% = CPU of one core; cpu/job = server CPU us per job")
+    for kind in ("stalkd", "beanstalkd"):
+        ms_listen, ms_first = startup(kind)
+        print(f"# start-up {kind:10}: exec -> accepting {ms_listen:6.1f} ms, exec -> first reply {ms_first:6.1f} ms (median of 7)")
     header = (f"{'class':6} {'work':4} {'size':>5} {'conns':>5} {'depth':>5} | "
               f"{'stalkd/s':>9} {'srv%':>4} {'gen%':>4} {'us/job':>6} | "
               f"{'beanstalkd/s':>12} {'srv%':>4} {'gen%':>4} {'us/job':>6} | {'ratio':>6}")
