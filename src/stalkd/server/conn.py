@@ -18,6 +18,7 @@ Ensures:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from typing import TYPE_CHECKING, cast
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from stalkd.server.app import Server
 
 __all__ = ["Connection"]
+
+log = logging.getLogger("stalkd.server")
 
 
 
@@ -160,7 +163,13 @@ class Connection(asyncio.Protocol):
             else:
                 self.close_ready = True
             return
-        parts = encode_reply_parts(reply)
+        try:
+            parts = encode_reply_parts(reply)
+        except Exception:
+            # A bug (say a stats key missing): the state change stands; the client gets
+            # beanstalkd's error word instead of a malformed reply, and the log says why.
+            log.exception("conn %d: cannot encode %r; replying INTERNAL_ERROR", self.id, reply)
+            parts = (b"INTERNAL_ERROR\r\n",)
         if not self.held and barrier <= self.server.durable:
             self.out.extend(parts)
         else:

@@ -1,0 +1,72 @@
+"""Connection unit behaviour against a recording transport (the socket is the boundary)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from stalkd.engine import Engine
+from stalkd.engine.commands import Reply, YamlDict
+from stalkd.server.app import Server
+from stalkd.server.config import Config
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.closed = False
+        self.reading = True
+
+    def writelines(self, parts: list[bytes]) -> None:
+        self.sent.append(b"".join(parts))
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        pass
+
+    def get_extra_info(self, key: str) -> object:
+        return ("127.0.0.1", 1)
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def test_an_unencodable_reply_becomes_internal_error_in_order() -> None:
+    async def main() -> None:
+        srv = Server(Config(), Engine())
+        c = srv.new_connection()
+        t = RecordingTransport()
+        c.connection_made(t)  # type: ignore[arg-type]
+        c.send(Reply("USING", ("a",)), 0)
+        c.send(YamlDict("stats", {"pid": 1}), 0)  # most keys missing: a bug, not a crash
+        c.send(Reply("DELETED"), 0)
+        c.flush()
+        assert b"".join(t.sent) == b"USING a\r\nINTERNAL_ERROR\r\nDELETED\r\n"
+
+    asyncio.run(main())
+
+
+def test_pipelined_bytes_split_anywhere_give_the_same_replies() -> None:
+    async def main() -> None:
+        stream = b"use t\r\nput 0 0 60 3\r\nabc\r\npeek 1\r\ndelete 1\r\nlist-tube-used\r\n"
+        expected = b"USING t\r\nINSERTED 1\r\nFOUND 1 3\r\nabc\r\nDELETED\r\nUSING t\r\n"
+        for cut in range(1, len(stream)):
+            srv = Server(Config(), Engine())
+            c = srv.new_connection()
+            t = RecordingTransport()
+            c.connection_made(t)  # type: ignore[arg-type]
+            c.data_received(stream[:cut])
+            c.data_received(stream[cut:])
+            assert b"".join(t.sent) == expected, cut
+
+    asyncio.run(main())
