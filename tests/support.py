@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest

@@ -6,7 +6,7 @@ alternating rounds, greenstalk (the reference Python client) and stalkd's Client
 Prints the best round's jobs/s and client CPU µs per job, and ratios against greenstalk.
 The server is the same for all, so the ratios compare the clients' costs.
 
-Run: .venv/bin/python tests/client/bench_client.py [N]   (default N=5000 jobs per workload)
+Run: .venv/bin/python bench/client_bench.py [N]   (default N=5000 jobs per workload)
 """
 
 from __future__ import annotations
