@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Literal
 
+from .columns import FrameColumns, segment_columns
 from .errors import LogError
 from .frame import Frame
 from .segment import HEADER_SIZE, ScanState, SegmentInfo, SegmentView, parse_segment_name
@@ -144,6 +145,19 @@ class LogReader:
         """Frames of one segment file (one Spark partition), optionally bounded by offsets."""
         view = self._view(0, path, os.path.basename(os.path.dirname(path)) == ARCHIVE_DIR)
         return view.frames(view.base if start is None else start, end)
+
+    def read_segment_columns(
+        self, path: str, start: int | None = None, end: int | None = None, max_rows: int = 8192
+    ) -> Iterator[FrameColumns]:
+        """The frames ``read_segment`` yields, as chunks of at most ``max_rows`` rows in columns.
+
+        Same checks and bounds, without a Python object per frame (see :mod:`stalkd.log.columns`).
+
+        >>> # for cols in LogReader(d).read_segment_columns(seg_path, 0, None):
+        >>> #     handle(cols.offsets, cols.timestamps_us, cols.starts, cols.ends, cols.buf)
+        """
+        view = self._view(0, path, os.path.basename(os.path.dirname(path)) == ARCHIVE_DIR)
+        return segment_columns(view, view.base if start is None else start, end, max_rows)
 
     def close(self) -> None:
         """Drop the cached mappings."""
