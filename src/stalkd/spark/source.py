@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -61,9 +60,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from stalkd.spark.batches import raw_batch, wal_batch
+from stalkd.spark.columnar import raw_columns_batch, wal_columns_batch
 from stalkd.spark.schema import RAW_SCHEMA, WAL_SCHEMA
-from stalkd.spark.sink import is_marker
 
 ArchiveMode = bool | Literal["only"]
 DEFAULT_BATCH = 8192
@@ -209,31 +207,18 @@ def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
             raise FileNotFoundError(f"segment {path} (base offset {part.base}) vanished before it was read; "
                                     "retention deleted it: rerun, or read with a later startOffset")
         path = str(moved[0])
-    wal = opts.records == "wal"
     try:
-        frames = reader.read_segment(path, part.start, part.end)
-        while True:
-            chunk = list(islice(frames, opts.batch_size))
-            if not chunk:
-                return
-            offsets, stamps, payloads = zip(*chunk, strict=True)
-            if not opts.markers and any(p and p[0] == 0 for p in payloads):
-                # drop a streaming sink's batch markers: they are bookkeeping, not data
-                kept = [f for f in chunk if not is_marker(f.payload)]
-                if not kept:
-                    continue
-                offsets, stamps, payloads = zip(*kept, strict=True)
-            yield _batch(wal, opts.body, offsets, stamps, payloads)
-            del chunk, payloads  # drop views into the mapping before it is closed
+        # Columnar chunks: no Python object per frame (the per-frame path was ~70% of a read).
+        for cols in reader.read_segment_columns(path, part.start, part.end, opts.batch_size):
+            if opts.records == "wal":
+                batch = wal_columns_batch(cols, with_body=opts.body, markers=opts.markers)
+            else:
+                batch = raw_columns_batch(cols, markers=opts.markers)
+            del cols  # drop the view of the mapping before it is closed
+            if batch is not None:
+                yield batch
     finally:
         reader.close()
-
-
-def _batch(wal: bool, body: bool, offsets: Sequence[int], stamps: Sequence[int],
-           payloads: Sequence[memoryview]) -> pa.RecordBatch:
-    if wal:
-        return wal_batch(offsets, payloads, with_body=body)
-    return raw_batch(offsets, stamps, payloads)
 
 
 class StalkdReader(DataSourceReader):
