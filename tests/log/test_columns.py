@@ -142,7 +142,8 @@ def test_padding_and_unknown_kinds_are_skipped_alike(tmp_path: Path) -> None:
     epoch = view.epoch
     view.close()
     at = HEADER_SIZE + frame_size(1) + frame_size(2)
-    extra = encode_frame(b"filler", 0, 5, epoch, KIND_PADDING) + encode_frame(b"?", 0, 6, epoch, 5)
+    # Non-data frames carrying the delta a data frame would have there: only the kind tells.
+    extra = encode_frame(b"filler", 2, 5, epoch, KIND_PADDING) + encode_frame(b"?", 2, 6, epoch, 5)
     extra += encode_frame(b"ccc", 2, 7, epoch)  # delta 2: the third data frame
     with open(seg, "r+b") as f:
         f.seek(at)

@@ -15,8 +15,9 @@ the mapping, so the reader may close it afterwards.
 Example::
 
     >>> from stalkd.log.columns import FrameColumns
-    >>> cols = FrameColumns(7, [1, 2], [0, 3], [2, 5], memoryview(b"ab.cd"))
-    >>> raw_columns_batch(cols).column("payload").to_pylist()
+    >>> from stalkd.log.frame import encode_frame
+    >>> buf = memoryview(encode_frame(b"ab", 0, 1, 1) + encode_frame(b"cd", 1, 2, 1))
+    >>> raw_columns_batch(FrameColumns(7, [0, 32], buf)).column("payload").to_pylist()
     [b'ab', b'cd']
 """
 
@@ -37,6 +38,9 @@ __all__ = ["raw_columns_batch", "wal_columns_batch", "ranges_binary"]
 
 _TS = pa.timestamp("us", tz="UTC")
 _I64_MAX = 2**63 - 1
+# The frame header of stalkd.log.frame (crc, magic, flags, epoch, length, delta, timestamp).
+_FRAME = np.dtype([("crc", "<u4"), ("magic", "u1"), ("flags", "u1"), ("epoch", "<u2"), ("length", "<u4"),
+                   ("delta", "<u4"), ("timestamp_us", "<i8")])  # fmt: skip
 # Packed (no alignment) views of the record layouts in stalkd.engine.model, version 1.
 _HEAD = np.dtype([("version", "u1"), ("code", "u1"), ("seq", "<u8"), ("time", "<i8"), ("job", "<u8")])
 _PUT = np.dtype([("pri", "<u4"), ("delay", "<u4"), ("ttr", "<u4"), ("deadline", "<i8"), ("tlen", "<u2")])
@@ -85,10 +89,12 @@ class _Chunk:
     def __init__(self, cols: FrameColumns, markers: bool) -> None:
         self.cols = cols
         self.src = np.frombuffer(cols.buf, np.uint8)
-        self.starts = np.array(cols.starts, np.int64)
-        self.ends = np.array(cols.ends, np.int64)
+        positions = np.array(cols.positions, np.int64)
+        head = _gather(self.src, positions, _FRAME)
+        self.starts = positions + _FRAME.itemsize
+        self.ends = self.starts + head["length"]
         self.offsets = np.arange(cols.first_offset, cols.first_offset + len(cols), dtype=np.int64)
-        self.stamps = np.array(cols.timestamps_us, np.int64)
+        self.stamps = head["timestamp_us"].astype(np.int64)
         if not markers and len(self.starts):
             nonempty = self.ends > self.starts
             first = self.src[np.minimum(self.starts, len(self.src) - 1)]
