@@ -26,7 +26,7 @@ import dataclasses
 import enum
 import re
 from collections.abc import Callable
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from stalkd.engine.commands import Command, Put, Reply
 from stalkd.protocol.grammar import (
@@ -183,6 +183,52 @@ def _put_maker() -> Callable[[int, int, int, bytes], Put]:
 
 _make_put = _put_maker()
 
+
+def _slot_maker(build: Callable[..., Command]) -> Callable[..., Command]:
+    """A constructor for a 1..3-field command with the same trick as ``_put_maker``; ``build``
+    itself for any class that is not such a plain frozen slots dataclass. The fast path is for
+    the id commands a pipelined worker sends (delete, release, bury, touch, ...)."""
+    kind: Any = build  # typed loosely: object.__new__(kind) below is a Command
+    if not isinstance(kind, type) or not dataclasses.is_dataclass(kind):
+        return build
+    kind = build
+    names = tuple(f.name for f in dataclasses.fields(kind))
+    plain = (hasattr(kind, "__slots__") and not hasattr(kind, "__post_init__") and 1 <= len(names) <= 3
+             and all(f.default is dataclasses.MISSING for f in dataclasses.fields(kind)))  # fmt: skip
+    if not plain:
+        return build
+    new = object.__new__
+    setters = [getattr(kind, n).__set__ for n in names]
+    if len(names) == 1:
+        (s0,) = setters
+
+        def make1(a: object) -> Command:
+            o: Command = new(kind)
+            s0(o, a)
+            return o
+
+        return make1
+    if len(names) == 2:
+        s0, s1 = setters
+
+        def make2(a: object, b: object) -> Command:
+            o: Command = new(kind)
+            s0(o, a)
+            s1(o, b)
+            return o
+
+        return make2
+    s0, s1, s2 = setters
+
+    def make3(a: object, b: object, c: object) -> Command:
+        o: Command = new(kind)
+        s0(o, a)
+        s1(o, b)
+        s2(o, c)
+        return o
+
+    return make3
+
 _PUT_RX = re.compile(rb" *+([0-9]++) *+([0-9]++) *+([0-9]++) *+([0-9]++)")
 _PUT_PREFIX = b"put "
 
@@ -237,7 +283,7 @@ def _fast1_for(spec: CommandSpec) -> Callable[[bytes], Command | None]:
     if kind == "tube":
         return _fast_tube(spec.build)
     if kind == "u64":
-        return _fast_id(spec.build)
+        return _fast_id(_slot_maker(spec.build))
     if kind == "timeout":
         return _fast_bounded(spec.build, _timeout)
     return _fast_bounded(spec.build, lambda g: _count(b"", g))  # count, plain digits
@@ -250,7 +296,7 @@ _FAST1: dict[bytes, Callable[[bytes], Command | None]] = {
 }
 # "<head> <digits> <digits>..." commands: (builder, maximum of each argument)
 _FAST_DIGITS: dict[tuple[bytes, int], tuple[Callable[..., Command], tuple[int, ...]]] = {
-    (s.prefix[:-1], len(s.args) + 1): (s.build, tuple(U64_MAX if a.kind == "u64" else U32_MAX for a in s.args))
+    (s.prefix[:-1], len(s.args) + 1): (_slot_maker(s.build), tuple(U64_MAX if a.kind == "u64" else U32_MAX for a in s.args))
     for s in COMMANDS
     if not s.body and len(s.args) > 1 and s.prefix.endswith(b" ") and all(a.kind in ("u32", "u64") for a in s.args)
 }
@@ -383,7 +429,18 @@ class Parser:
                 elif n == 5:
                     head, a, b, c, d = parts
                     if head == b"put" and a.isdigit() and b.isdigit() and c.isdigit() and d.isdigit():
-                        return self._put_values(int(a), int(b), int(c), int(d), True)
+                        # Short digit strings (<= 9 digits: within u32) whose body is already
+                        # buffered: the common pipelined put, handled here; the rest as before.
+                        size = int(d)
+                        end = self._pos + size
+                        if (len(a) < 10 and len(b) < 10 and len(c) < 10 and len(d) < 10
+                                and size <= self._max_job_size and len(buf) >= end + 2
+                                and buf[end] == 13 and buf[end + 1] == 10):  # fmt: skip
+                            start = self._pos
+                            self._pos = end + 2
+                            ttr = int(c)
+                            return _make_put(int(a), int(b), ttr if ttr else 1, buf[start:end])
+                        return self._put_values(int(a), int(b), int(c), size, True)
                 else:
                     spec = _FAST_DIGITS.get((parts[0], n))
                     if spec is not None:

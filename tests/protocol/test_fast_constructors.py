@@ -1,0 +1,41 @@
+"""The parser builds commands by setting slots directly (``_slot_maker``, ``_make_put``); the
+values must equal what the dataclass constructors build, or the engine and server would see
+different commands depending on which parser path a line took."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from stalkd.engine import commands as C
+from stalkd.protocol import NEED_DATA, Parser
+from stalkd.protocol.parser import _slot_maker
+
+
+def test_slot_maker_equals_constructor() -> None:
+    for cls, args in [(C.Delete, (7,)), (C.Bury, (7, 3)), (C.Release, (7, 3, 9)), (C.Touch, (2**64 - 1,))]:
+        fast = _slot_maker(cls)
+        assert fast is not cls
+        got = fast(*args)
+        assert type(got) is cls and got == cls(*args) and hash(got) == hash(cls(*args))
+    # a class with a default or no fields is left to its own constructor
+    assert _slot_maker(C.Put) is C.Put
+    assert _slot_maker(C.Reserve) is C.Reserve
+
+
+def test_fast_and_general_paths_agree() -> None:
+    # canonical lines take the fast paths; the same commands with doubled spaces take the
+    # general regex path: both must give equal values
+    lines = [b"delete 5", b"release 5 10 2", b"bury 5 1", b"touch 5", b"kick-job 5", b"peek 5",
+             b"put 1 2 0 3\r\nabc", b"put 1 2 3 3\r\nabc"]  # fmt: skip
+    for line in lines:
+        head, _, rest = line.partition(b"\r\n")
+        slow_line = head.replace(b" ", b"  ")  # declined by the fast paths
+        items = []
+        for text in (head, slow_line):
+            p = Parser()
+            p.feed(text + b"\r\n" + (rest + b"\r\n" if rest else b""))
+            item = p.next()
+            assert p.next() is NEED_DATA
+            items.append(item)
+        assert items[0] == items[1], line
+        assert dataclasses.is_dataclass(items[0]) and not isinstance(items[0], C.Reply), line
