@@ -12,7 +12,9 @@ from stalkd.protocol.parser import _slot_maker
 
 
 def test_slot_maker_equals_constructor() -> None:
-    for cls, args in [(C.Delete, (7,)), (C.Bury, (7, 3)), (C.Release, (7, 3, 9)), (C.Touch, (2**64 - 1,))]:
+    cases = [(C.Delete, (7,)), (C.Bury, (7, 3)), (C.Release, (7, 3, 9)), (C.Touch, (2**64 - 1,)),
+             (C.ReserveWithTimeout, (0,)), (C.Kick, (4,))]  # fmt: skip
+    for cls, args in cases:
         fast = _slot_maker(cls)
         assert fast is not cls
         got = fast(*args)
@@ -26,7 +28,7 @@ def test_fast_and_general_paths_agree() -> None:
     # canonical lines take the fast paths; the same commands with doubled spaces take the
     # general regex path: both must give equal values
     lines = [b"delete 5", b"release 5 10 2", b"bury 5 1", b"touch 5", b"kick-job 5", b"peek 5",
-             b"put 1 2 0 3\r\nabc", b"put 1 2 3 3\r\nabc"]  # fmt: skip
+             b"put 1 2 0 3\r\nabc", b"put 1 2 3 3\r\nabc", b"reserve-with-timeout 5", b"kick 3"]  # fmt: skip
     for line in lines:
         head, _, rest = line.partition(b"\r\n")
         slow_line = head.replace(b" ", b"  ")  # declined by the fast paths

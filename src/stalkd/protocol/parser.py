@@ -285,8 +285,8 @@ def _fast1_for(spec: CommandSpec) -> Callable[[bytes], Command | None]:
     if kind == "u64":
         return _fast_id(_slot_maker(spec.build))
     if kind == "timeout":
-        return _fast_bounded(spec.build, _timeout)
-    return _fast_bounded(spec.build, lambda g: _count(b"", g))  # count, plain digits
+        return _fast_bounded(_slot_maker(spec.build), _timeout)
+    return _fast_bounded(_slot_maker(spec.build), lambda g: _count(b"", g))  # count, plain digits
 
 
 _FAST1: dict[bytes, Callable[[bytes], Command | None]] = {
