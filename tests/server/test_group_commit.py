@@ -29,6 +29,15 @@ class GatedWal:
         self.fail = False
         self.syncs = 0
 
+    def admit(self, cost: int) -> bool:
+        return self.wal.admit(cost)
+
+    def admit_upto(self, n: int, unit: int) -> int:
+        return self.wal.admit_upto(n, unit)
+
+    def settle(self, admitted: int, records: Sequence[Record]) -> None:
+        self.wal.settle(admitted, records)
+
     def write(self, records: Sequence[Record]) -> None:
         self.wal.write(records)
 

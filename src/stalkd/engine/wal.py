@@ -2,6 +2,8 @@
 
 Directory layout: ``DIR/wal/`` is a ``stalkd.log`` (one frame per ``model`` record) and
 ``DIR/snapshots/`` holds ``snap-<seq>.snap`` files (``snapshot.py``).
+``DIR/wal-spare`` holds preallocated spare segments: room is promised (``admit``) before the
+engine applies a change, so a full disk refuses puts but never a delete (``space.py``).
 
 Compaction = snapshot + retention. When the WAL written since the last snapshot began exceeds
 ``max(compact_min_bytes, live bytes)``, ``maintain`` starts a snapshot: it notes the current seq
@@ -22,15 +24,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from stalkd.engine.engine import Engine
-from stalkd.engine.model import Op, Record, RecordFormatError, decode, encode
+from stalkd.engine.model import DURABLE_OPS, Op, Record, RecordFormatError, decode, encode
 from stalkd.engine.replay import finish, replay
 from stalkd.engine.snapshot import (
     SnapshotError,
@@ -41,12 +44,17 @@ from stalkd.engine.snapshot import (
     load_into,
     read_header,
 )
-from stalkd.log import Log
+from stalkd.engine.space import SHORT_FRAME, SpaceBudget, put_frame
+from stalkd.log import Log, LogFullError
+from stalkd.log.frame import frame_size
+from stalkd.log.segment import FOOTER_SIZE
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
 
 LOG_DIR = "wal"
 SNAP_DIR = "snapshots"
+SPARE_FILE = "wal-spare"  # preallocated spare segments (space.py)
+_log = logging.getLogger("stalkd.engine.wal")
 _FRAME_OVERHEAD = 32  # approximate bytes a log frame adds to a payload (header, CRC, padding)
 
 
@@ -124,6 +132,9 @@ class Wal:
         self._bytes_since_snapshot = 0
         self._snap: _Snap | None = None
         self._recovered = False
+        self.space: SpaceBudget | None = None  # made by recover (needs the max job size)
+        self._limit_base = -1
+        self._limit = 0
 
     @classmethod
     def open(
@@ -144,7 +155,9 @@ class Wal:
         4 MiB by default (the log's own default is 64 MiB): recovery reads the WAL from the
         snapshot's start offset, and the log finds that offset by scanning its segment from the
         first frame, so a smaller segment bounds that scan (~20k frames) on every restart. ``fault`` is
-        called with a step name at each snapshot/compaction step (crash-injection tests).
+        called with a step name at each snapshot/compaction step (crash-injection tests), and
+        with ``space-allocate`` before a spare segment is reserved (raise OSError(ENOSPC) there
+        to simulate a full disk). ``archive`` moves retired segments to ``wal/archive/``.
         """
         d = os.fspath(directory)
         os.makedirs(os.path.join(d, SNAP_DIR), exist_ok=True)
@@ -201,6 +214,7 @@ class Wal:
                 gc.enable()
         self.last_seq = e.seq
         self._recovered = True
+        self._open_space(len(e.jobs), max_job_size)
         info = RecoveryInfo(len(e.jobs), header.path if header else None, header.count if header else 0,
                             replayed, time.perf_counter() - t0, tuple(discarded), t_snap)  # fmt: skip
         return e, info
@@ -238,18 +252,102 @@ class Wal:
         e.tick(now)
         return e, replayed, t_snap
 
+    # --- space ------------------------------------------------------------------------------
+
+    def _open_space(self, live_jobs: int, max_job_size: int) -> None:
+        def allocate(fd: int, offset: int, size: int) -> None:
+            self._fault("space-allocate")
+            os.posix_fallocate(fd, offset, size)
+
+        if self.space is not None:
+            self.space.close()
+        # The waste bound per segment tail is the largest frame, capped at an eighth of a segment:
+        # with segments under 8x the largest put, big puts may be promised slightly too little
+        # room (a put bigger than a segment gets an oversize segment of its own anyway).
+        waste = min(put_frame(max_job_size), max(SHORT_FRAME, self.segment_size // 8))
+        sp = SpaceBudget(os.path.join(self.directory, SPARE_FILE), self.segment_size, waste,
+                         self.log.position_of_end, self._active_limit, allocate)  # fmt: skip
+        self.space = sp
+        # Every live job may be deleted: that room is promised from the start.
+        if not sp.admit(live_jobs * SHORT_FRAME):
+            sp.promised += live_jobs * SHORT_FRAME
+            _log.warning("%s: no room to reserve the deletes of %d recovered jobs; puts are refused "
+                        "until space is freed", self.directory, live_jobs)  # fmt: skip
+
+    def _active_limit(self) -> int:
+        base, _pos = self.log.position_of_end()
+        if base != self._limit_base:
+            path = self.log.segment_bounds()[-1][2]
+            self._limit = os.stat(path).st_size - FOOTER_SIZE
+            self._limit_base = base
+        return self._limit
+
+    def admit(self, cost: int) -> bool:
+        """Promise room for ``cost`` bytes of records before the engine runs a command; False:
+        the disk is full, refuse the command (nothing was changed or promised).
+
+        True without a budget (before ``recover``)."""
+        sp = self.space
+        return sp is None or sp.admit(cost)
+
+    def admit_upto(self, n: int, unit: int) -> int:
+        """Promise room for as many of ``n`` records of ``unit`` bytes as fit; returns how many."""
+        sp = self.space
+        if sp is None or n <= 0 or sp.admit(n * unit):
+            return max(n, 0)
+        k = max(0, (sp.room() - sp.promised) // unit)
+        return k if k and sp.admit(k * unit) else 0
+
+    def settle(self, admitted: int, records: Sequence[Record]) -> None:
+        """After the engine ran a command ``admit`` let through: promise exactly what its
+        records need (returns what a refused put did not use)."""
+        if self.space is not None:
+            self.space.settle(admitted, records)
+
     # --- writing ------------------------------------------------------------------------------
 
     def write(self, records: Iterable[Record]) -> None:
-        """Write records now (no fsync), in seq order. Call on the loop thread after each step."""
+        """Write records now (no fsync), in seq order. Call on the loop thread after each step.
+
+        Analytics records (reserve, touch, timeout, pause) that would eat into room promised
+        to others are left out (counted in ``binlog-records-dropped``) rather than fail."""
         recs = records if isinstance(records, (list, tuple)) else list(records)
         if not recs:
             return
+        last_seq = recs[-1].seq
         payloads = [encode(r) for r in recs]
-        self.log.write_many(payloads)
+        sizes = [frame_size(len(p)) for p in payloads]
+        sp = self.space
+        if sp is not None:
+            extra = 0
+            for r, n in zip(recs, sizes, strict=True):
+                if r.op not in DURABLE_OPS:
+                    extra += n
+            if extra and not sp.fits(extra):
+                keep = [i for i, r in enumerate(recs) if r.op in DURABLE_OPS]
+                sp.dropped += len(recs) - len(keep)
+                recs = [recs[i] for i in keep]
+                payloads = [payloads[i] for i in keep]
+                sizes = [sizes[i] for i in keep]
+            if payloads:
+                sp.before_write(sizes)
+        if payloads:
+            self._write_payloads(payloads)
+            if sp is not None:
+                sp.written(recs)
         self.records_written += len(payloads)
         self._bytes_since_snapshot += sum(map(len, payloads)) + _FRAME_OVERHEAD * len(payloads)
-        self.last_seq = recs[-1].seq
+        self.last_seq = last_seq
+
+    def _write_payloads(self, payloads: list[bytes]) -> None:
+        while True:
+            try:
+                self.log.write_many(payloads)
+                return
+            except LogFullError:
+                # Someone else took the room a spare gave back: give back another if any.
+                if self.space is None or not self.space.release(1):
+                    raise
 
     def sync(self) -> None:
         """Make everything written durable under the policy (thread-safe; group commit)."""
@@ -371,6 +469,9 @@ class Wal:
             "binlog-records-migrated": self.records_migrated,
             "binlog-records-written": self.records_written,
             "binlog-max-size": self.segment_size,
+            "binlog-spare-segments": self.space.spares if self.space else 0,
+            "binlog-puts-refused": self.space.refused if self.space else 0,
+            "binlog-records-dropped": self.space.dropped if self.space else 0,
         }
 
     def disk_bytes(self) -> int:
@@ -394,6 +495,8 @@ class Wal:
             else:
                 s.writer.abort()
             self._snap = None
+        if self.space is not None:
+            self.space.close()
         self.log.close()
 
     def abandon(self) -> None:

@@ -16,6 +16,10 @@ Ensures:
 - A job body is never shown (RESERVED/FOUND) before the records written so far are durable,
   so nobody can act on a job whose put could still vanish in a crash.
 - An fsync failure is fatal: nothing held is ever sent, the server logs it and exits non-zero.
+- A full disk refuses changes, never reads: WAL room for a command's records is promised
+  (``Storage.admit``) before the engine applies it, so a refused put/bury/release/kick changed
+  nothing, and a delete always has room (its put promised it). A snapshot that fails for lack
+  of space is retried later with a warning; the WAL and the previous snapshot are intact.
 - Timers: the engine's next deadline is always scheduled (a single loop timer).
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import logging
 import os
 import resource
@@ -32,6 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from stalkd.engine import Engine, Outcome
+from stalkd.engine import commands as C
 from stalkd.engine.commands import Command, JobReply, Reply, YamlDict
 from stalkd.engine.model import DURABLE_OPS, Record
 from stalkd.server.config import BEANSTALKD_VERSION, Config
@@ -46,12 +52,19 @@ _BINLOG_KEYS = (
     "binlog-records-written", "binlog-max-size",
 )  # fmt: skip
 SWITCH_INTERVAL = 0.0005  # seconds; see _start_sync
+SPACE_RETRY = 5.0  # seconds between snapshot attempts while the disk is full
+# Commands that may write one short durable record (bury, release, kick-job): room is promised first.
+_ONE_RECORD = frozenset({C.Bury, C.Release, C.KickJob})
+_OUT_OF_MEMORY, _NOT_FOUND, _KICKED_0 = Reply("OUT_OF_MEMORY"), Reply("NOT_FOUND"), Reply("KICKED", (0,))
 _TIMER_SLACK = 0.001  # loop timers may fire a hair early; the engine would then do nothing
 
 
 class Storage(Protocol):
     """What the server needs from the WAL (``stalkd.engine.wal.Wal`` provides it)."""
 
+    def admit(self, cost: int) -> bool: ...
+    def admit_upto(self, n: int, unit: int) -> int: ...
+    def settle(self, admitted: int, records: Sequence[Record]) -> None: ...
     def write(self, records: Sequence[Record]) -> None: ...
     def sync(self) -> None: ...
     def maintain(self, engine: Engine, now: float) -> bool: ...
@@ -107,6 +120,15 @@ class Server:
         self.stopping = False
         self.failed: BaseException | None = None
         self.syncs = 0  # completed group commits (stats for the bench and tests)
+        self._space_warned = -SPACE_RETRY  # monotonic time of the last "WAL full" warning
+        self._short_cost = 0
+        self._put_cost: Callable[[int], int] = int
+        if storage is not None:
+            # Imported here: the log package costs ~0.1 s to import, which an in-memory server
+            # does not need before it listens.
+            from stalkd.engine.space import SHORT_FRAME, put_frame
+
+            self._short_cost, self._put_cost = SHORT_FRAME, put_frame
         self._host_id = os.urandom(8).hex()  # beanstalkd's random per-process id
         self._uname = os.uname()
 
@@ -167,13 +189,48 @@ class Server:
 
     def execute(self, c: Connection, cmd: Command) -> None:
         """Run one parsed command for ``c`` and route every reply it produced."""
+        st = self.storage
+        cost = 0
+        if st is not None:
+            kind = type(cmd)
+            if kind is C.Put:
+                if cmd.error is None:  # type: ignore[union-attr]
+                    cost = self._put_cost(len(cmd.body))  # type: ignore[union-attr]
+            elif kind in _ONE_RECORD:
+                cost = self._short_cost
+            elif kind is C.Kick:
+                bound = cmd.bound  # type: ignore[union-attr]
+                n = st.admit_upto(min(bound, len(self.engine.jobs)), self._short_cost)
+                if n == 0 and bound > 0:
+                    self._refuse(c, cmd)
+                    return
+                cost = n * self._short_cost
+                if n < bound:
+                    cmd = C.Kick(n)
+            if cost and kind is not C.Kick and not st.admit(cost):
+                self._refuse(c, cmd)
+                return
         try:
             out = self.engine.apply(c.id, cmd, self.clock())
         except Exception:
             log.exception("conn %d: engine failed on %r; replying INTERNAL_ERROR", c.id, cmd)
+            if cost and st is not None:
+                st.settle(cost, ())
             c.send(Reply("INTERNAL_ERROR"), 0)
             return
+        if st is not None and (cost or out.records):
+            st.settle(cost, out.records)
         self._handle(c, out)
+
+    def _refuse(self, c: Connection, cmd: Command) -> None:
+        """No WAL room for ``cmd``'s records: beanstalkd's replies for a failed reservation."""
+        now = time.monotonic()
+        if now - self._space_warned > SPACE_RETRY:
+            self._space_warned = now
+            log.warning("WAL full: refusing %s (conn %d); reads and deletes still work; free space "
+                        "in %s", type(cmd).__name__.lower(), c.id, self.config.data_dir)
+        kind = type(cmd)
+        c.send(_NOT_FOUND if kind is C.KickJob else _KICKED_0 if kind is C.Kick else _OUT_OF_MEMORY, 0)
 
     def _handle(self, c: Connection | None, out: Outcome) -> None:
         """Queue ``out.records`` for the WAL and route its replies (``c``: who gets ``out.reply``)."""
@@ -329,7 +386,12 @@ class Server:
             try:
                 busy = self.storage.maintain(self.engine, self.clock())
             except Exception as e:
-                self._fatal(FatalStorageError(f"WAL maintenance failed: {e}"))
+                if not _no_space(e):
+                    self._fatal(FatalStorageError(f"WAL maintenance failed: {e}"))
+                    return
+                log.warning("snapshot dropped for lack of space (the WAL and the last snapshot are "
+                            "intact; retrying in %.0f s): %s", SPACE_RETRY, e)
+                self._maint = loop.call_later(SPACE_RETRY, run)
                 return
             # A snapshot in progress copies a bounded chunk per call: come back soon.
             self._maint = loop.call_later(0.001 if busy else every, run)
@@ -384,3 +446,16 @@ class Server:
             c.abort_after_flush()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
+
+
+def _no_space(e: BaseException | None) -> bool:
+    """Whether ``e`` (or what caused it) is a full disk or an exhausted quota."""
+    seen = 0
+    while e is not None and seen < 10:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if type(e).__name__ == "LogFullError":
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False

@@ -51,7 +51,10 @@ Options:
  -z BYTES --max-job-size N    set the maximum job size in bytes (default is 65535);
                               max allowed is 1073741824 bytes
  -s BYTES --wal-size N        set the size of each write-ahead log file
-                              (default is 10485760); rounded up to a multiple of 4096
+                              (default is 4194304); rounded up to a multiple of 4096
+          --archive           keep WAL segments compaction retires: move them to
+                              DIR/wal/archive/ instead of deleting them, so
+                              `stalkd analyze DIR` sees the whole history (disk use grows)
           --max-connections N refuse connections beyond N (default 10000)
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
@@ -75,7 +78,7 @@ class Config:
     """
 
     __slots__ = ("listen", "port", "data_dir", "durability", "wal_size", "max_job_size", "user",
-                 "verbosity", "log_level", "max_connections", "max_output", "warnings")  # fmt: skip
+                 "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -88,15 +91,16 @@ class Config:
     max_connections: int
     max_output: int  # per-connection buffered reply bytes before it stops being read
     warnings: tuple[str, ...]  # things the parse accepted but the operator should know
+    archive: bool  # retired WAL segments go to DIR/wal/archive/ instead of being deleted
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
                  wal_size: int | None = None, max_job_size: int = 65535,
                  user: str | None = None, verbosity: int = 0, log_level: str = "info",
                  max_connections: int = 10_000, max_output: int = 4 * 2**20,
-                 warnings: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 warnings: tuple[str, ...] = (), archive: bool = False) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
-                  log_level, max_connections, max_output, warnings)  # fmt: skip
+                  log_level, max_connections, max_output, warnings, archive)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 
@@ -270,6 +274,8 @@ def _long(cfg: Config, arg: str, rest: list[str]) -> Config | Exit:
         return _set(cfg, name, f"--{name}", value)
     if eq:
         raise _Bad(f"flag --{name} takes no value")
+    if name == "archive":
+        return cfg.replace(archive=True)
     simple = {"no-fsync": "F", "verbose": "V", "help": "h", "version": "v"}
     if name in simple:
         return _flag(cfg, simple[name])

@@ -59,7 +59,7 @@ def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]
         return Engine(max_job_size=cfg.max_job_size), None, "in memory"
     from stalkd.engine.wal import Wal
 
-    kwargs: dict[str, Any] = {"durability": cfg.durability}
+    kwargs: dict[str, Any] = {"durability": cfg.durability, "archive": cfg.archive}
     if cfg.wal_size is not None:
         kwargs["segment_size"] = cfg.wal_size
     wal = Wal.open(cfg.data_dir, **kwargs)

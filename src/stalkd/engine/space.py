@@ -1,0 +1,173 @@
+"""WAL space reservation: room for a record is secured before the engine makes the change.
+
+The log preallocates each segment, so a write into the active segment cannot fail for lack of
+space; only starting a new segment can. The budget therefore counts *room*: bytes left in the
+active segment plus whole spare segments held in a preallocated reserve file
+(``DIR/wal-spare``). Just before a write starts new segments, that many spares are given back
+to the file system, so the log's own allocation finds the room.
+
+Ensures: ``promised`` (bytes owed to durable records queued but not yet written, plus one
+short record per live job so its later delete always fits) never exceeds ``room``, except
+transiently while analytics records are written into room no promise needs. A command whose
+``admit`` fails has changed nothing and reserved nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+from collections.abc import Callable, Sequence
+
+from stalkd.engine.model import DURABLE_OPS, Op, Record
+from stalkd.log.frame import frame_size
+from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
+
+__all__ = ["SHORT_FRAME", "SpaceBudget", "put_frame"]
+
+log = logging.getLogger("stalkd.engine.space")
+
+# Largest frame of any op without tube or body (RELEASE: 26-byte header + 16 bytes of fields).
+SHORT_FRAME = frame_size(42)
+_PUT_FIXED = 52  # PUT payload bytes besides tube and body
+MAX_TUBE = 200  # beanstalkd's longest tube name
+
+
+def put_frame(body_len: int, tube_len: int = MAX_TUBE) -> int:
+    """On-disk bytes of a put record (``tube_len`` defaults to the longest tube name).
+
+    >>> put_frame(0, 7) == frame_size(52 + 7)
+    True
+    """
+    return frame_size(_PUT_FIXED + tube_len + body_len)
+
+
+def record_cost(r: Record) -> int:
+    """Bytes promised for a durable record: its own frame, plus a delete's room for a put."""
+    if r.op is Op.PUT:
+        return put_frame(len(r.body), len(r.tube)) + SHORT_FRAME
+    return SHORT_FRAME
+
+
+class SpaceBudget:
+    """Room the WAL can write into without allocating, and the bytes already promised from it.
+
+    ``end`` returns the log's (active base, position); ``active_limit`` the active segment's
+    last usable byte. ``allocate`` is ``os.posix_fallocate`` (a test may inject ENOSPC there).
+
+    >>> import tempfile
+    >>> b = SpaceBudget(tempfile.mkdtemp() + "/spare", 1 << 16, 1024, lambda: (0, 64), lambda: 1 << 15)
+    >>> b.admit(100), b.promised
+    (True, 100)
+    """
+
+    def __init__(
+        self,
+        path: str,
+        segment_size: int,
+        max_frame: int,
+        end: Callable[[], tuple[int, int]],
+        active_limit: Callable[[], int],
+        allocate: Callable[[int, int, int], None] = os.posix_fallocate,
+    ) -> None:
+        self.path = path
+        self.segment_size = segment_size
+        self.max_frame = max_frame
+        # A segment's tail shorter than the next frame is wasted, so count a spare's room net
+        # of one largest frame (never less than one short record).
+        self.per_spare = max(SHORT_FRAME, segment_size - HEADER_SIZE - FOOTER_SIZE - max_frame)
+        self._end = end
+        self._active_limit = active_limit
+        self._allocate = allocate
+        self.promised = 0
+        self.refused = 0  # admissions refused (stats, tests)
+        self.dropped = 0  # analytics records not written for lack of room
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.spares = os.fstat(self._fd).st_size // segment_size
+
+    def room(self) -> int:
+        """Bytes that can surely be written: the active segment's rest plus the spares'."""
+        _base, pos = self._end()
+        active = max(0, self._active_limit() - pos - self.max_frame)
+        return active + self.spares * self.per_spare
+
+    def admit(self, cost: int) -> bool:
+        """Promise ``cost`` more bytes, adding spare segments if needed; False (nothing
+        promised) when the file system has no room for them."""
+        if self.room() - self.promised >= cost:
+            self.promised += cost
+            return True
+        while self.room() - self.promised < cost:
+            if not self._grow():
+                self.refused += 1
+                return False
+        self.promised += cost
+        return True
+
+    def fits(self, n: int) -> bool:
+        """Whether ``n`` unpromised bytes (analytics records) can be written without touching
+        room promised to others."""
+        return self.room() - self.promised >= n or (self._grow() and self.room() - self.promised >= n)
+
+    def settle(self, admitted: int, records: Sequence[Record]) -> None:
+        """After the engine ran an admitted command: promise exactly what its records need."""
+        need = 0
+        for r in records:
+            if r.op in DURABLE_OPS:
+                need += record_cost(r)
+        self.promised += need - admitted
+
+    def written(self, records: list[Record] | tuple[Record, ...]) -> None:
+        """Durable records reached the log: what was promised for them is spent (a put keeps
+        its delete's share)."""
+        spent = 0
+        for r in records:
+            op = r.op
+            if op is Op.PUT:
+                spent += put_frame(len(r.body), len(r.tube))
+            elif op in DURABLE_OPS:
+                spent += SHORT_FRAME
+        self.promised = max(0, self.promised - spent)
+
+    def before_write(self, frames: list[int]) -> None:
+        """Give back as many spares as the log will start segments for these frames."""
+        base, pos = self._end()
+        limit = self._active_limit()
+        new = 0
+        for n in frames:
+            if pos + n > limit:
+                new += 1
+                limit = max(self.segment_size, HEADER_SIZE + n + FOOTER_SIZE) - FOOTER_SIZE
+                pos = HEADER_SIZE
+            pos += n
+        if new:
+            self.release(new)
+
+    def release(self, n: int) -> bool:
+        """Return up to ``n`` spares to the file system; False if there was none."""
+        if self.spares == 0:
+            return False
+        self.spares = max(0, self.spares - n)
+        os.ftruncate(self._fd, self.spares * self.segment_size)
+        return True
+
+    def _grow(self) -> bool:
+        size = (self.spares + 1) * self.segment_size
+        try:
+            self._allocate(self._fd, 0, size)
+        except OSError as e:
+            # A failed fallocate may leave some blocks allocated: give them back.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self.spares * self.segment_size)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                return False
+            raise
+        self.spares += 1
+        return True
+
+    def close(self) -> None:
+        """Close the reserve file (it stays on disk, still holding its spares)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
