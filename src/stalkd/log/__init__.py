@@ -17,6 +17,7 @@ Writes: single frames are stored through a mapping of the active segment, batche
 0
 """
 
+from .columns import FrameColumns
 from .errors import LogCorruptError, LogError, LogFullError, LogLagError, LogLockedError
 from .frame import Frame
 from .group import ConsumerGroup, Message
@@ -29,6 +30,7 @@ __all__ = [
     "Log",
     "LogReader",
     "Frame",
+    "FrameColumns",
     "Ticket",
     "SegmentInfo",
     "RepairReport",
