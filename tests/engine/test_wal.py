@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from pathlib import Path
 
 import pytest
 
+from stalkd.engine import Engine
 from stalkd.engine import commands as C
 from stalkd.engine.snapshot import list_snapshots
+from stalkd.engine.space import SHORT_FRAME, put_frame
 from stalkd.engine.wal import Wal, WalError
 
 from .walutil import T0, Driver, durable_view, random_step
@@ -218,4 +221,84 @@ def test_tiny_segments_96_puts_then_96_deletes(tmp_path: Path) -> None:
     wal.close()
     wal, d = reopen(tmp_path, d.now)
     assert d.e.jobs == {} and d.e.next_id == 97
+    wal.close()
+
+
+class _Disk:
+    """The WAL's spare-segment allocation, failing with ENOSPC while ``full`` (the ``fault``
+    hook at the allocation boundary)."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.refused = 0
+
+    def __call__(self, step: str) -> None:
+        if step == "space-allocate" and self.full:
+            self.refused += 1
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+
+
+def _admitted(wal: Wal, e: Engine, cmd: C.Command, cost: int) -> C.AnyReply | None:
+    """What the server does: promise room, apply, settle, write; None when refused."""
+    if not wal.admit(cost):
+        return None
+    out = e.apply(1, cmd, T0)
+    wal.settle(cost, out.records)
+    wal.write(out.records)
+    return out.reply
+
+
+def test_injected_allocation_failure_refuses_puts_but_never_deletes(tmp_path: Path) -> None:
+    disk = _Disk()
+    wal = Wal.open(tmp_path, durability="never", segment_size=8192, compact_min_bytes=10**9, fault=disk)
+    e, _ = wal.recover(T0, max_job_size=1024)
+    e.connect(1, T0)
+    body = b"b" * 10
+    cost = put_frame(len(body)) + SHORT_FRAME
+    for i in range(1, 301):  # their deletes need more than a segment: spares hold that room
+        assert _admitted(wal, e, C.Put(0, 0, 60, body), cost) == C.Reply("INSERTED", (i,))
+    # Given the disk is full from now on: puts go on only while promised room lasts
+    disk.full = True
+    n = 0
+    while _admitted(wal, e, C.Put(0, 0, 60, body), cost) is not None:
+        n += 1
+        assert n < 1000, "puts never refused"
+    sp = wal.space
+    assert sp is not None and disk.refused >= 1
+    assert sp.room() - sp.promised < cost  # refused exactly at the boundary
+    jobs, promised, seq = set(e.jobs), sp.promised, e.seq
+    # A refused put changed nothing and promised nothing
+    assert _admitted(wal, e, C.Put(0, 0, 60, body), cost) is None
+    assert (set(e.jobs), sp.promised, e.seq) == (jobs, promised, seq)
+    # Every job can still be deleted: each delete's room was promised by its put
+    segments = len(wal.log.segment_bounds())
+    for jid in sorted(jobs):
+        assert _admitted(wal, e, C.Delete(jid), 0) == C.Reply("DELETED")
+    assert len(wal.log.segment_bounds()) > segments  # the deletes needed a new segment
+    assert sp.promised == 0  # every promise spent, none leaked
+    # Once space returns, puts work again
+    disk.full = False
+    nid = e.next_id
+    assert _admitted(wal, e, C.Put(0, 0, 60, b"back"), cost) == C.Reply("INSERTED", (nid,))
+    wal.close()
+    wal2 = Wal.open(tmp_path)
+    e2, _ = wal2.recover(T0 + 1)
+    assert sorted(e2.jobs) == [nid] and e2.jobs[nid].body == b"back"
+    wal2.close()
+
+
+def test_kick_is_bounded_by_the_room_left(tmp_path: Path) -> None:
+    disk = _Disk()
+    wal = Wal.open(tmp_path, durability="never", segment_size=4096, compact_min_bytes=10**9, fault=disk)
+    wal.recover(T0)
+    disk.full = True
+    sp = wal.space
+    assert sp is not None
+    free = sp.room() - sp.promised
+    # Only as many kick records as fit are promised; the rest of the bound is refused
+    got = wal.admit_upto(10**6, SHORT_FRAME)
+    assert got == free // SHORT_FRAME and sp.room() - sp.promised < SHORT_FRAME
+    assert wal.admit_upto(5, SHORT_FRAME) == 0
+    wal.settle(got * SHORT_FRAME, ())  # nothing kicked: the promise is returned
+    assert sp.promised == 0
     wal.close()

@@ -36,6 +36,8 @@ from stalkd.server.config import MAX_JOB_SIZE_LIMIT, Config, Exit, parse_args
         (["--max-connections", "3", "--max-output", "1000"], {"max_connections": 3, "max_output": 1000}),
         (["--log-level", "WARNING", "-V"], {"log_level": "warning", "effective_log_level": "warning"}),
         (["--verbose"], {"verbosity": 1}),
+        ([], {"archive": False}),
+        (["-b", "/d", "--archive"], {"data_dir": "/d", "archive": True}),
     ],
 )
 def test_flags(argv: list[str], expected: dict[str, object]) -> None:
@@ -106,3 +108,10 @@ def test_config_is_immutable_and_replace_checks_names() -> None:
     assert cfg.replace(port=2) != cfg
     with pytest.raises(TypeError):
         cfg.replace(prot=2)
+
+
+def test_help_mentions_archive() -> None:
+    got = parse_args(["--help"])
+    assert isinstance(got, Exit) and "--archive" in got.stderr and "stalkd analyze" in got.stderr
+    bad = parse_args(["--archive=yes"])
+    assert isinstance(bad, Exit) and bad.code == 5 and "--archive takes no value" in bad.stderr

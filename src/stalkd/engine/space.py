@@ -44,10 +44,12 @@ def put_frame(body_len: int, tube_len: int = MAX_TUBE) -> int:
 
 
 def record_cost(r: Record) -> int:
-    """Bytes promised for a durable record: its own frame, plus a delete's room for a put."""
-    if r.op is Op.PUT:
+    """Bytes promised for a durable record: its own frame, plus a delete's room for a put (so
+    a delete itself needs nothing more)."""
+    op = r.op
+    if op is Op.PUT:
         return put_frame(len(r.body), len(r.tube)) + SHORT_FRAME
-    return SHORT_FRAME
+    return 0 if op is Op.DELETE else SHORT_FRAME
 
 
 class SpaceBudget:
@@ -108,7 +110,9 @@ class SpaceBudget:
     def fits(self, n: int) -> bool:
         """Whether ``n`` unpromised bytes (analytics records) can be written without touching
         room promised to others."""
-        return self.room() - self.promised >= n or (self._grow() and self.room() - self.promised >= n)
+        return self.room() - self.promised >= n or (
+            self._grow() and self.room() - self.promised >= n
+        )
 
     def settle(self, admitted: int, records: Sequence[Record]) -> None:
         """After the engine ran an admitted command: promise exactly what its records need."""

@@ -1,0 +1,110 @@
+"""A full disk refuses writes and keeps serving reads (PROTOCOL.md §8 "Space reservation").
+
+Through the real server on a small tmpfs this test mounts: puts get OUT_OF_MEMORY, deletes of
+existing jobs still succeed (their room was promised by their put), peek/stats/reserve work,
+puts work again once space returns, and a SIGKILL + restart gives exactly the acknowledged
+state. Skipped, like tests/log/test_full_disk.py, where mounting is not allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server.proc import start_stalkd
+from server.wire import Wire, stats
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs mounted for this test (needs root and mount; skipped where forbidden)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small file system needs root")
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
+        capture_output=True,
+        timeout=30,
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
+
+
+def _fill(path: Path, leave: int) -> None:
+    """Write a ballast file until only about ``leave`` bytes are free on ``path``'s file system."""
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    with open(path / "ballast", "wb") as f:
+        f.write(b"\1" * max(0, free - leave))
+
+
+def test_full_disk_refuses_puts_keeps_reads_and_deletes(small_fs: Path) -> None:
+    data = small_fs / "data"
+    flags = ("-b", str(data), "-s", "16384", "-z", "2048")
+    body = b"j" * 1000
+    s = start_stalkd(*flags)
+    acked: dict[int, bytes] = {}
+    try:
+        with Wire(port=s.port) as w:
+            # Given a disk with about half a megabyte left
+            assert w.cmd(b"put 0 0 60 5\r\nfirst\r\n") == b"INSERTED 1\r\n"
+            acked[1] = b"first"
+            _fill(small_fs, 512 * 1024)
+            # When puts fill it, the first refused put gets OUT_OF_MEMORY and changes nothing
+            for _ in range(5000):
+                reply = w.cmd(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body))
+                if reply == b"OUT_OF_MEMORY\r\n":
+                    break
+                assert reply.startswith(b"INSERTED "), reply
+                acked[int(reply.split()[1])] = body
+            else:
+                pytest.fail("the disk never filled")
+            assert len(acked) > 50
+            again = w.cmd(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body))
+            assert again == b"OUT_OF_MEMORY\r\n"  # still full
+            st = stats(w)
+            assert int(st["current-jobs-ready"]) == len(acked)
+            assert int(st["total-jobs"]) == len(acked)  # refused puts made no job
+            # Then reads keep working: peek, stats-job, reserve of an existing job
+            assert w.cmd(b"peek 1\r\n") == b"FOUND 1 5\r\nfirst\r\n"
+            assert stats(w, b"stats-job 1\r\n")["state"] == "ready"
+            assert w.cmd(b"reserve-with-timeout 0\r\n") == b"RESERVED 1 5\r\nfirst\r\n"
+            assert w.cmd(b"release 1 0 0\r\n") in (b"RELEASED\r\n", b"OUT_OF_MEMORY\r\n")
+            # And every delete of an existing job succeeds (here: every even id), even where it
+            # needs a new WAL segment on the full disk
+            segment_before = stats(w)["binlog-current-index"]
+            for jid in sorted(acked):
+                if jid % 2 == 0:
+                    assert w.cmd(b"delete %d\r\n" % jid) == b"DELETED\r\n", jid
+                    del acked[jid]
+            assert stats(w)["binlog-current-index"] != segment_before
+            assert w.cmd(b"peek 2\r\n") == b"NOT_FOUND\r\n"
+            # When space returns, puts work again
+            (small_fs / "ballast").unlink()
+            reply = w.cmd(b"put 0 0 60 5\r\nlater\r\n")
+            assert reply.startswith(b"INSERTED "), reply
+            acked[int(reply.split()[1])] = b"later"
+        assert s.proc.poll() is None, s.log_text()  # the server never stopped
+        s.kill9()
+    finally:
+        s.stop()
+    # Then a restart holds exactly the acknowledged state
+    s2 = start_stalkd(*flags)
+    try:
+        with Wire(port=s2.port) as w:
+            assert int(stats(w)["current-jobs-ready"]) == len(acked)
+            for jid, b in acked.items():
+                assert w.cmd(b"peek %d\r\n" % jid) == b"FOUND %d %d\r\n%s\r\n" % (jid, len(b), b)
+            assert w.cmd(b"peek 2\r\n") == b"NOT_FOUND\r\n"
+    finally:
+        s2.stop()
