@@ -215,38 +215,50 @@ class Engine:
         if handler is None:
             raise EngineError(f"connection {conn_id}: {cmd!r} is not an engine command")
         # _begin/_finish inlined: this runs once per command and is the engine's hottest frame.
+        # The scratch lists are reused (their contents leave as tuples); leftovers of a command
+        # that raised are dropped here, as _begin does.
         nowus = self._now = round(now * US)
-        self._records = []
-        self._wakeups = []
+        recs = self._records
+        wakes = self._wakeups
+        if recs:
+            recs.clear()
+        if wakes:
+            wakes.clear()
         self._caller = c
         self._own = None
-        tkeys = self._tube_timers._keys
-        ckeys = self._conn_timers._keys
-        if (tkeys and tkeys[0] >> 64 <= nowus) or (ckeys and ckeys[0] >> 64 <= nowus) or self._dirty:
+        a = self._tube_timers._keys
+        b = self._conn_timers._keys
+        if self._dirty or (a and a[0] >> 64 <= nowus) or (b and b[0] >> 64 <= nowus):
             self._settle()
         reply = handler(c, cmd)
-        if (tkeys := self._tube_timers._keys) and tkeys[0] >> 64 <= nowus or self._dirty or (
-            (ckeys := self._conn_timers._keys) and ckeys[0] >> 64 <= nowus
-        ):
+        a = self._tube_timers._keys
+        b = self._conn_timers._keys
+        if self._dirty or (a and a[0] >> 64 <= nowus) or (b and b[0] >> 64 <= nowus):
             self._settle()
+            a = self._tube_timers._keys
+            b = self._conn_timers._keys
         if reply is None:
             reply = self._own
         self._caller = None
         # next_deadline(), inlined
-        a = self._tube_timers._keys
-        b = self._conn_timers._keys
+        k: int | None
         if a:
-            nd: float | None = (min(a[0], b[0]) if b else a[0]) >> 64
+            k = min(a[0], b[0]) if b else a[0]
         elif b:
-            nd = b[0] >> 64
+            k = b[0]
         else:
-            nd = None
-        recs = self._records
-        wakes = self._wakeups
-        out: Outcome = _tuple_new(Outcome, (
-            reply, tuple(recs) if recs else (), tuple(wakes) if wakes else (),
-            None if nd is None else nd / US,
-        ))  # fmt: skip
+            k = None
+        if recs:
+            rt: tuple[Record, ...] = tuple(recs)
+            recs.clear()
+        else:
+            rt = ()
+        if wakes:
+            wt: tuple[tuple[int, C.AnyReply], ...] = tuple(wakes)
+            wakes.clear()
+        else:
+            wt = ()
+        out: Outcome = _tuple_new(Outcome, (reply, rt, wt, None if k is None else (k >> 64) / US))
         return out
 
     def tick(self, now: float) -> Outcome:
@@ -419,6 +431,17 @@ class Engine:
             self._tube_timers.push(pack(when, t.serial), t)
 
     def _retime_conn(self, c: Conn) -> None:
+        # the common case, Conn.timer_us() inlined: not waiting, one or more jobs reserved
+        if not c.waiting:
+            items = c.reserved._items
+            if items:
+                key = pack(items[0].deadline_us, c.id)
+                if c.hpos >= 0:
+                    if self._conn_timers._keys[c.hpos] != key:
+                        self._conn_timers.update(c, key)
+                else:
+                    self._conn_timers.push(key, c)
+                return
         when = c.timer_us()
         if when is None:
             if c.hpos >= 0:
