@@ -55,11 +55,11 @@ def record_cost(r: Record) -> int:
 class SpaceBudget:
     """Room the WAL can write into without allocating, and the bytes already promised from it.
 
-    ``end`` returns the log's (active base, position); ``active_limit`` the active segment's
-    last usable byte. ``allocate`` is ``os.posix_fallocate`` (a test may inject ENOSPC there).
+    ``end`` returns the log's (active base, position); ``active_limit(base)`` the active
+    segment's last usable byte. ``allocate`` is ``os.posix_fallocate`` (a test may inject ENOSPC there).
 
     >>> import tempfile
-    >>> b = SpaceBudget(tempfile.mkdtemp() + "/spare", 1 << 16, 1024, lambda: (0, 64), lambda: 1 << 15)
+    >>> b = SpaceBudget(tempfile.mkdtemp() + "/spare", 1 << 16, 1024, lambda: (0, 64), lambda base: 1 << 15)
     >>> b.admit(100), b.promised
     (True, 100)
     """
@@ -70,7 +70,7 @@ class SpaceBudget:
         segment_size: int,
         max_frame: int,
         end: Callable[[], tuple[int, int]],
-        active_limit: Callable[[], int],
+        active_limit: Callable[[int], int],
         allocate: Callable[[int, int, int], None] = os.posix_fallocate,
     ) -> None:
         self.path = path
@@ -90,9 +90,9 @@ class SpaceBudget:
 
     def room(self) -> int:
         """Bytes that can surely be written: the active segment's rest plus the spares'."""
-        _base, pos = self._end()
-        active = max(0, self._active_limit() - pos - self.max_frame)
-        return active + self.spares * self.per_spare
+        base, pos = self._end()
+        active = self._active_limit(base) - pos - self.max_frame
+        return (active if active > 0 else 0) + self.spares * self.per_spare
 
     def admit(self, cost: int) -> bool:
         """Promise ``cost`` more bytes, adding spare segments if needed; False (nothing
@@ -122,22 +122,15 @@ class SpaceBudget:
                 need += record_cost(r)
         self.promised += need - admitted
 
-    def written(self, records: list[Record] | tuple[Record, ...]) -> None:
-        """Durable records reached the log: what was promised for them is spent (a put keeps
-        its delete's share)."""
-        spent = 0
-        for r in records:
-            op = r.op
-            if op is Op.PUT:
-                spent += put_frame(len(r.body), len(r.tube))
-            elif op in DURABLE_OPS:
-                spent += SHORT_FRAME
+    def written(self, spent: int) -> None:
+        """Durable records reached the log: ``spent`` bytes promised for them are used (a put
+        spends its own frame and keeps its delete's share)."""
         self.promised = max(0, self.promised - spent)
 
     def before_write(self, frames: list[int]) -> None:
         """Give back as many spares as the log will start segments for these frames."""
         base, pos = self._end()
-        limit = self._active_limit()
+        limit = self._active_limit(base)
         new = 0
         for n in frames:
             if pos + n > limit:

@@ -46,7 +46,7 @@ from stalkd.engine.snapshot import (
 )
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, put_frame
 from stalkd.log import Log, LogFullError
-from stalkd.log.frame import frame_size
+from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
 from stalkd.log.segment import FOOTER_SIZE
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
@@ -55,6 +55,7 @@ LOG_DIR = "wal"
 SNAP_DIR = "snapshots"
 SPARE_FILE = "wal-spare"  # preallocated spare segments (space.py)
 _log = logging.getLogger("stalkd.engine.wal")
+_PUT = Op.PUT
 _FRAME_OVERHEAD = 32  # approximate bytes a log frame adds to a payload (header, CRC, padding)
 
 
@@ -274,8 +275,7 @@ class Wal:
             _log.warning("%s: no room to reserve the deletes of %d recovered jobs; puts are refused "
                         "until space is freed", self.directory, live_jobs)  # fmt: skip
 
-    def _active_limit(self) -> int:
-        base, _pos = self.log.position_of_end()
+    def _active_limit(self, base: int) -> int:
         if base != self._limit_base:
             path = self.log.segment_bounds()[-1][2]
             self._limit = os.stat(path).st_size - FOOTER_SIZE
@@ -316,12 +316,20 @@ class Wal:
             return
         last_seq = recs[-1].seq
         payloads = [encode(r) for r in recs]
-        sizes = [frame_size(len(p)) for p in payloads]
         sp = self.space
+        spent = 0
         if sp is not None:
             extra = 0
-            for r, n in zip(recs, sizes, strict=True):
-                if r.op not in DURABLE_OPS:
+            sizes = []
+            for r, p in zip(recs, payloads, strict=True):
+                n = (_FRAME_HEADER + len(p) + 7) & ~7  # frame_size, inlined: once per record
+                sizes.append(n)
+                op = r.op
+                if op is _PUT:
+                    spent += n
+                elif op in DURABLE_OPS:
+                    spent += SHORT_FRAME
+                else:
                     extra += n
             if extra and not sp.fits(extra):
                 keep = [i for i, r in enumerate(recs) if r.op in DURABLE_OPS]
@@ -334,7 +342,7 @@ class Wal:
         if payloads:
             self._write_payloads(payloads)
             if sp is not None:
-                sp.written(recs)
+                sp.written(spent)
         self.records_written += len(payloads)
         self._bytes_since_snapshot += sum(map(len, payloads)) + _FRAME_OVERHEAD * len(payloads)
         self.last_seq = last_seq
