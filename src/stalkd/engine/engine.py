@@ -561,10 +561,12 @@ class Engine:
 
     def _put(self, c: Conn, cmd: C.Put) -> C.AnyReply:
         self.cmd["cmd-put"] += 1
-        if cmd.error == "JOB_TOO_BIG" or len(cmd.body) > self.max_job_size:
+        err = cmd.error
+        body = cmd.body
+        if err == "JOB_TOO_BIG" or len(body) > self.max_job_size:
             return C.Reply("JOB_TOO_BIG")
         c.producer = True  # as beanstalkd: only once the size check has passed
-        if cmd.error == "EXPECTED_CRLF":
+        if err == "EXPECTED_CRLF":
             self.next_id += 1  # beanstalkd allocates the id before reading the body
             return C.Reply("EXPECTED_CRLF")
         if self.draining:
@@ -573,13 +575,15 @@ class Engine:
         jid = self.next_id
         self.next_id += 1
         t = c.use
-        j = Job(jid, t, cmd.pri, cmd.delay, max(cmd.ttr, 1), cmd.body, READY, self._now)
+        ttr = cmd.ttr
+        delay = cmd.delay
+        j = Job(jid, t, cmd.pri, delay, ttr if ttr > 1 else 1, body, READY, self._now)
         self.jobs[jid] = j
-        self.body_bytes += len(cmd.body)
+        self.body_bytes += len(body)
         t.total_jobs += 1
         self.total_jobs += 1
-        if cmd.delay > 0:
-            self._to_delayed(j, cmd.delay)
+        if delay > 0:
+            self._to_delayed(j, delay)
         else:
             self._to_ready(j)
         self.seq += 1
@@ -622,7 +626,7 @@ class Engine:
 
     def _reserve_cmd(self, c: Conn, cmd: C.Reserve | C.ReserveWithTimeout) -> C.AnyReply | None:
         timeout = None
-        if isinstance(cmd, C.ReserveWithTimeout):
+        if type(cmd) is C.ReserveWithTimeout:
             self.cmd["cmd-reserve-with-timeout"] += 1
             timeout = cmd.timeout
         else:
@@ -635,7 +639,7 @@ class Engine:
         now = self._now
         for t in c.watch:
             keys = t.ready._keys
-            if keys and (best is None or keys[0] < best_key) and not t.is_paused(now):
+            if keys and (best is None or keys[0] < best_key) and now >= t.pause_until_us:  # not paused
                 best, best_key = t, keys[0]
         if best is not None:
             j = best.ready.pop()
