@@ -113,13 +113,20 @@ def test_full_disk_replies_and_nothing_changes(tmp_path: Path) -> None:
         # When writes need room, they are refused the way beanstalkd refuses them
         assert await _cmd(r, w, b"put 0 0 60 2\r\nj4\r\n") == b"OUT_OF_MEMORY\r\n"
         assert await _cmd(r, w, b"bury 1 0\r\n") == b"OUT_OF_MEMORY\r\n"
-        assert await _cmd(r, w, b"release 1 0 10\r\n") == b"OUT_OF_MEMORY\r\n"
+        assert await _cmd(r, w, b"release 1 0 10\r\n") == b"OUT_OF_MEMORY\r\n"  # delayed: logged
+        assert (await _cmd(r, w, b"stats-job 1\r\n")).count(b"state: reserved") == 1
         assert await _cmd(r, w, b"kick 10\r\n") == b"KICKED 0\r\n"
         assert await _cmd(r, w, b"kick-job 2\r\n") == b"NOT_FOUND\r\n"
         # Then nothing changed, and reads still work
         assert srv.engine.seq == seq and sorted(srv.engine.jobs) == jobs
         assert await _cmd(r, w, b"peek-buried\r\n") == b"FOUND 2 2\r\nj2\r\n"
         assert (await _cmd(r, w, b"stats-job 1\r\n")).startswith(b"OK ")
+        # A release to ready is never refused (beanstalkd does not log it); it is not written
+        written = wal.records_written
+        assert await _cmd(r, w, b"release 1 7 0\r\n") == b"RELEASED\r\n"
+        assert (await _cmd(r, w, b"stats-job 1\r\n")).count(b"pri: 7") == 1  # a round trip later
+        assert wal.records_written == written and not srv._pending
+        assert await _cmd(r, w, b"reserve-job 1\r\n") == b"RESERVED 1 2\r\nj1\r\n"
         # And a delete always goes through
         assert await _cmd(r, w, b"delete 3\r\n") == b"DELETED\r\n"
         # When space returns, so do writes

@@ -17,8 +17,9 @@ Ensures:
   so nobody can act on a job whose put could still vanish in a crash.
 - An fsync failure is fatal: nothing held is ever sent, the server logs it and exits non-zero.
 - A full disk refuses changes, never reads: WAL room for a command's records is promised
-  (``Storage.admit``) before the engine applies it, so a refused put/bury/release/kick changed
-  nothing, and a delete always has room (its put promised it). A snapshot that fails for lack
+  (``Storage.admit``) before the engine applies it, so a refused put/bury/delayed release/kick
+  changed nothing, and a delete always has room (its put promised it). A release to ready is
+  never refused: without room its record is left out, as beanstalkd never logs it. A snapshot that fails for lack
   of space is retried later with a warning; the WAL and the previous snapshot are intact.
 - Timers: the engine's next deadline is always scheduled (a single loop timer).
 """
@@ -39,7 +40,7 @@ from typing import Protocol
 from stalkd.engine import Engine, Outcome
 from stalkd.engine import commands as C
 from stalkd.engine.commands import Command, JobReply, Reply, YamlDict
-from stalkd.engine.model import DURABLE_OPS, Record
+from stalkd.engine.model import DURABLE_OPS, Op, Record
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.conn import Connection
 
@@ -191,6 +192,7 @@ class Server:
         """Run one parsed command for ``c`` and route every reply it produced."""
         st = self.storage
         cost = 0
+        unlogged = False  # a release to ready without WAL room: applied, its record not written
         if st is not None:
             kind = type(cmd)
             if kind is C.Put:
@@ -208,8 +210,14 @@ class Server:
                 if n < bound:
                     cmd = C.Kick(n)
             if cost and kind is not C.Kick and not st.admit(cost):
-                self._refuse(c, cmd)
-                return
+                if kind is C.Release and cmd.delay == 0:  # type: ignore[union-attr]
+                    # beanstalkd never logs a release to ready, so it cannot fail for space: the
+                    # job is reserved (not durable) anyway and comes back ready after a restart,
+                    # only its new priority is lost there.
+                    unlogged, cost = True, 0
+                else:
+                    self._refuse(c, cmd)
+                    return
         try:
             out = self.engine.apply(c.id, cmd, self.clock())
         except Exception:
@@ -218,6 +226,8 @@ class Server:
                 st.settle(cost, ())
             c.send(Reply("INTERNAL_ERROR"), 0)
             return
+        if unlogged:
+            out = out._replace(records=tuple(r for r in out.records if r.op is not Op.RELEASE))
         if st is not None and (cost or out.records):
             st.settle(cost, out.records)
         self._handle(c, out)
