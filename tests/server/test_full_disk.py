@@ -108,3 +108,50 @@ def test_full_disk_refuses_puts_keeps_reads_and_deletes(small_fs: Path) -> None:
             assert w.cmd(b"peek 2\r\n") == b"NOT_FOUND\r\n"
     finally:
         s2.stop()
+
+
+def _put_until_full(w: Wire, body: bytes, acked: dict[int, bytes]) -> None:
+    for _ in range(5000):
+        reply = w.cmd(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body))
+        if reply == b"OUT_OF_MEMORY\r\n":
+            return
+        assert reply.startswith(b"INSERTED "), reply
+        acked[int(reply.split()[1])] = body
+    pytest.fail("the disk never filled")
+
+
+def test_restart_on_a_full_disk_keeps_the_acknowledged_state(small_fs: Path) -> None:
+    data = small_fs / "data"
+    flags = ("-b", str(data), "-s", "16384", "-z", "2048")
+    body = b"k" * 700
+    acked: dict[int, bytes] = {}
+    s = start_stalkd(*flags)
+    try:
+        with Wire(port=s.port) as w:
+            # Given a disk filled by puts and the server killed while it is full
+            assert w.cmd(b"put 0 0 60 1\r\nz\r\n") == b"INSERTED 1\r\n"
+            acked[1] = b"z"
+            _fill(small_fs, 256 * 1024)
+            _put_until_full(w, body, acked)
+            assert w.cmd(b"reserve\r\n") == b"RESERVED 1 1\r\nz\r\n"
+            assert w.cmd(b"bury 1 3\r\n") in (b"BURIED\r\n", b"OUT_OF_MEMORY\r\n")
+            buried = stats(w, b"stats-job 1\r\n")["state"] == "buried"
+        s.kill9()
+    finally:
+        s.stop()
+    # When it restarts on the still-full disk
+    s2 = start_stalkd(*flags)
+    try:
+        with Wire(port=s2.port) as w:
+            # Then it holds exactly the acknowledged jobs, refuses puts, and deletes all of them
+            assert int(stats(w)["current-jobs-ready"]) + int(buried) == len(acked)
+            assert stats(w, b"stats-job 1\r\n")["state"] == ("buried" if buried else "ready")
+            again = w.cmd(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body))
+            assert again == b"OUT_OF_MEMORY\r\n"
+            for jid, b in sorted(acked.items()):
+                assert w.cmd(b"peek %d\r\n" % jid) == b"FOUND %d %d\r\n%s\r\n" % (jid, len(b), b)
+                assert w.cmd(b"delete %d\r\n" % jid) == b"DELETED\r\n"
+            assert int(stats(w)["current-jobs-ready"]) == 0
+        assert s2.proc.poll() is None, s2.log_text()
+    finally:
+        s2.stop()
