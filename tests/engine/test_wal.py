@@ -102,7 +102,9 @@ def test_restart_equivalence_random_histories(tmp_path: Path, seed: int) -> None
 
 
 def test_snapshot_covers_history_and_drops_segments(tmp_path: Path) -> None:
-    wal, d = reopen(tmp_path, T0, segment_size=4096, compact_min_bytes=0, chunk_jobs=5, background=False)
+    wal, d = reopen(
+        tmp_path, T0, segment_size=4096, compact_min_bytes=0, chunk_jobs=5, background=False
+    )
     for i in range(200):
         d.do(1, C.Put(0, 0, 60, b"x" * 20))
         if i % 3 == 0:
@@ -211,7 +213,9 @@ def test_tiny_segments_96_puts_then_96_deletes(tmp_path: Path) -> None:
     # testserv's 601-byte binlog files: every put and delete still succeeds when each segment
     # holds only a couple of records (the smallest segment stalkd.log accepts: 64+48+64 bytes
     # plus room for a frame of the largest record here).
-    wal, d = reopen(tmp_path, T0, segment_size=601, compact_min_bytes=0, chunk_jobs=8, background=False)
+    wal, d = reopen(
+        tmp_path, T0, segment_size=601, compact_min_bytes=0, chunk_jobs=8, background=False
+    )
     for i in range(1, 97):
         assert d.do(1, C.Put(0, 0, 120, b"job %d" % i)) == C.Reply("INSERTED", (i,))
         wal.maintain(d.e, d.now)
@@ -250,7 +254,9 @@ def _admitted(wal: Wal, e: Engine, cmd: C.Command, cost: int) -> C.AnyReply | No
 
 def test_injected_allocation_failure_refuses_puts_but_never_deletes(tmp_path: Path) -> None:
     disk = _Disk()
-    wal = Wal.open(tmp_path, durability="never", segment_size=8192, compact_min_bytes=10**9, fault=disk)
+    wal = Wal.open(
+        tmp_path, durability="never", segment_size=8192, compact_min_bytes=10**9, fault=disk
+    )
     e, _ = wal.recover(T0, max_job_size=1024)
     e.connect(1, T0)
     body = b"b" * 10
@@ -289,7 +295,9 @@ def test_injected_allocation_failure_refuses_puts_but_never_deletes(tmp_path: Pa
 
 def test_kick_is_bounded_by_the_room_left(tmp_path: Path) -> None:
     disk = _Disk()
-    wal = Wal.open(tmp_path, durability="never", segment_size=4096, compact_min_bytes=10**9, fault=disk)
+    wal = Wal.open(
+        tmp_path, durability="never", segment_size=4096, compact_min_bytes=10**9, fault=disk
+    )
     wal.recover(T0)
     disk.full = True
     sp = wal.space
@@ -302,3 +310,64 @@ def test_kick_is_bounded_by_the_room_left(tmp_path: Path) -> None:
     wal.settle(got * SHORT_FRAME, ())  # nothing kicked: the promise is returned
     assert sp.promised == 0
     wal.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_promises_never_exceed_room_over_random_histories(tmp_path: Path, seed: int) -> None:
+    """Server-like admission over random commands while the disk fills and empties: promised
+    bytes never exceed the room, a refused command changes nothing, and a restart gives back
+    every job in its durable state."""
+    rng = random.Random(seed)
+    disk = _Disk()
+    wal = Wal.open(
+        tmp_path, durability="never", segment_size=2048, compact_min_bytes=10**9, fault=disk
+    )
+    e, _ = wal.recover(T0, max_job_size=256)
+    sp = wal.space
+    assert sp is not None
+    for cid in (1, 2):
+        e.connect(cid, T0)
+    refused = 0
+    for _ in range(1500):
+        if rng.random() < 0.05:
+            disk.full = not disk.full
+        cid = rng.choice((1, 2))
+        jid = rng.randint(max(1, e.next_id - 20), e.next_id)
+        k = rng.random()
+        cmd: C.Command
+        if k < 0.35:
+            cmd = C.Put(
+                rng.randint(0, 9), rng.choice([0, 0, 5]), 60, rng.randbytes(rng.randint(0, 200))
+            )
+            cost = put_frame(len(cmd.body)) + SHORT_FRAME
+        elif k < 0.55:
+            cmd, cost = C.ReserveWithTimeout(0), 0
+        elif k < 0.7:
+            cmd, cost = C.Delete(jid), 0
+        elif k < 0.8:
+            cmd, cost = C.Bury(jid, 1), SHORT_FRAME
+        elif k < 0.9:
+            cmd, cost = C.Release(jid, 2, rng.choice([0, 3])), SHORT_FRAME
+        else:
+            n = wal.admit_upto(rng.randint(1, 4), SHORT_FRAME)
+            cmd, cost = C.Kick(n), n * SHORT_FRAME
+        seq = e.seq
+        if cost and not isinstance(cmd, C.Kick) and not wal.admit(cost):
+            refused += 1
+            assert e.seq == seq
+        else:
+            out = e.apply(cid, cmd, T0)
+            wal.settle(cost, out.records)
+            wal.write(out.records)
+        assert sp.promised <= sp.room()
+    assert refused > 0  # the disk really was full at times
+    expect = {jid: (j.state, j.pri) for jid, j in e.jobs.items()}
+    wal.close()
+    wal2 = Wal.open(tmp_path)
+    e2, _ = wal2.recover(T0)
+    # Reserved jobs come back ready (PROTOCOL.md §8)
+    got = {jid: (j.state, j.pri) for jid, j in e2.jobs.items()}
+    assert {
+        jid: (s if s.name != "RESERVED" else s.READY, p) for jid, (s, p) in expect.items()
+    } == got
+    wal2.close()
