@@ -43,9 +43,10 @@ def rss_kib(pid: int | str = "self") -> int:
 # --- engine throughput --------------------------------------------------------------------------
 
 
-def engine_cycles(n: int) -> tuple[float, float]:
-    """(wall, CPU) seconds for n put+reserve+delete cycles."""
-    e = Engine()
+def engine_cycles(n: int, records: bool = True) -> tuple[float, float]:
+    """(wall, CPU) seconds for n put+reserve+delete cycles (``records=False``: the in-memory
+    server's engine, which builds no WAL records)."""
+    e = Engine(records=records)
     e.connect(1, T0)
     now = T0
     put, res = Put(0, 0, 120, BODY), Reserve()
@@ -266,6 +267,9 @@ def main() -> None:
     eng_rate = a.ops * 3 / secs
     print(f"engine  put+reserve+delete: {eng_rate:,.0f} ops/s ({secs / a.ops / 3 * 1e6:.2f} us/op wall, "
           f"{cpu / a.ops / 3 * 1e6:.2f} us/op CPU)")
+    secs_nr, cpu_nr = engine_cycles(a.ops, records=False)
+    print(f"engine  same, records=False (in memory): {a.ops * 3 / secs_nr:,.0f} ops/s "
+          f"({secs_nr / a.ops / 3 * 1e6:.2f} us/op wall, {cpu_nr / a.ops / 3 * 1e6:.2f} us/op CPU)")
     peer = start_beanstalkd()
     bs_per_job = None
     if peer is None:
