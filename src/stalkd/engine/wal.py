@@ -483,8 +483,11 @@ class Wal:
         }
 
     def disk_bytes(self) -> int:
-        """Bytes allocated on disk by the WAL segments and snapshots (archive excluded)."""
+        """Bytes allocated on disk by the WAL segments, snapshots and spare segments (archive
+        excluded)."""
         total = 0
+        with contextlib.suppress(FileNotFoundError):
+            total += os.stat(os.path.join(self.directory, SPARE_FILE)).st_blocks * 512
         for root in (self.log.path, self.snap_dir):
             for name in os.listdir(root):
                 # a background snapshot may delete files between listdir and stat
