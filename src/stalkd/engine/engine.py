@@ -149,6 +149,7 @@ class Engine:
         is then always empty and no Record is built; ``seq`` still counts the changes that would
         have been recorded (it orders buried FIFOs), so behaviour is otherwise identical.
 
+        >>> from stalkd.engine.commands import Put
         >>> e = Engine(records=False); e.connect(1, 0.0)
         >>> e.apply(1, Put(0, 0, 60, b"x"), 0.0).records, e.seq
         ((), 1)
