@@ -56,7 +56,8 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]:
     """Recover the engine from ``cfg.data_dir`` (or start empty in memory)."""
     if cfg.data_dir is None:
-        return Engine(max_job_size=cfg.max_job_size), None, "in memory"
+        # No WAL: the engine need not build records (same replies, less work per command).
+        return Engine(max_job_size=cfg.max_job_size, records=False), None, "in memory"
     from stalkd.engine.wal import Wal
 
     kwargs: dict[str, Any] = {"durability": cfg.durability, "archive": cfg.archive}
