@@ -246,3 +246,38 @@ def test_sync_client_refuses_a_second_thread_mid_call(server: ServerProcess) -> 
     t.join(30)
     assert got and got[0].id == jid and got[0].body == b"for the waiter"
     c.close()
+
+
+def test_abort_from_another_thread_ends_a_blocked_reserve_and_releases_jobs(
+        server: ServerProcess) -> None:
+    # Given a client holding a reserved job and blocked in a second reserve with no timeout
+    with Client(server.address, timeout=30.0) as producer:
+        producer.put(b"held", ttr=100)
+    worker = Client(server.address, timeout=30.0)
+    held = worker.reserve(timeout=0)
+    outcome: list[BaseException | None] = []
+
+    def blocked() -> None:
+        try:
+            worker.reserve()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects what ended the call
+            outcome.append(exc)
+
+    t = threading.Thread(target=blocked)
+    t.start()
+    # When another thread aborts it
+    with Client(server.address, timeout=30.0) as other:
+        # (the blocked reserve is registered once the server counts a waiting connection)
+        while other.stats()["current-waiting"] < 1:
+            pass
+        worker.abort()
+        t.join(timeout=30)
+        # Then the blocked call ends with a connection error, not a reply
+        assert not t.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], errors.ClientConnectionError)
+        assert not worker.connected
+        # And the server released the aborted connection's job, with no TTR to wait out
+        job = other.reserve(timeout=20)
+        assert (job.id, job.body) == (held.id, b"held")
+        other.delete(job)

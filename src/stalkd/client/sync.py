@@ -139,6 +139,16 @@ class Client:
         """Close the connection. The server releases jobs this connection had reserved."""
         self._drop()
 
+    def abort(self) -> None:
+        """Close from another thread: shut the socket down first, so a call blocked in the owning
+        thread (e.g. ``reserve()``) returns with a connection error at once, and the server sees
+        the disconnect now (and releases this connection's reserved jobs)."""
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._drop()
+
     def quit(self) -> None:
         """Send ``quit`` and close (the server releases this connection's reserved jobs)."""
         if self._sock is not None:

@@ -6,8 +6,6 @@ dependency that completed is normal flow for the worker, not an error).
 
 from __future__ import annotations
 
-import contextlib
-import socket
 from typing import Any
 
 from stalkd.client import AsyncClient, Client, errors
@@ -30,11 +28,7 @@ class Conn:
     def abort(self) -> None:
         """Close from another thread: shut the socket down first, so a ``recv`` blocked in the
         owning thread returns and the server sees the disconnect (and releases our jobs) now."""
-        sock = getattr(self.client, "_sock", None)  # BUG: no public hook in Client for this yet
-        if isinstance(sock, socket.socket):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        self.client.close()
+        self.client.abort()
 
     def watch_only(self, tubes: list[str]) -> None:
         for t in tubes:
