@@ -80,10 +80,12 @@ GROUP_CHILD = Path(__file__).with_name("crash_group_child.py")
 
 
 @pytest.mark.slow
-def test_sigkill_consumer_never_loses_or_redelivers_acked(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["random", "gappy"])
+def test_sigkill_consumer_never_loses_or_redelivers_acked(tmp_path: Path, mode: str) -> None:
     """A consumer (group durability ``always``) is SIGKILLed at random moments: afterwards no
     record whose ack returned is delivered again, and every other record still is (only the
-    offsets of an ack cut short by the kill may be in either state)."""
+    offsets of an ack cut short by the kill may be in either state). ``gappy`` leaves every
+    other record unacked, so the cursor outgrows its 4 KiB slots."""
     from stalkd.log import Log
 
     rng = random.Random(int(os.environ.get("STALKD_CRASH_SEED", "20261122")) + 1)
@@ -93,7 +95,7 @@ def test_sigkill_consumer_never_loses_or_redelivers_acked(tmp_path: Path) -> Non
     acked: set[int] = set()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     for cycle in range(max(20, CYCLES // 2)):
-        proc = subprocess.Popen([sys.executable, str(GROUP_CHILD), str(log_dir), str(rng.randrange(2**31))],
+        proc = subprocess.Popen([sys.executable, str(GROUP_CHILD), str(log_dir), str(rng.randrange(2**31)), mode],
                                 stdout=subprocess.PIPE, env=env)
         assert proc.stdout is not None
         lines: list[bytes] = []
@@ -126,3 +128,8 @@ def test_sigkill_consumer_never_loses_or_redelivers_acked(tmp_path: Path) -> Non
             assert missing <= in_doubt, f"cycle {cycle}: records lost: {sorted(missing - in_doubt)[:10]}"
             acked |= missing  # an interrupted ack that did land
     assert acked, "the consumer never acked anything"
+    if mode == "gappy":
+        from stalkd.log.cursor import MAX_RANGES, read_cursor
+
+        state = read_cursor(str(log_dir / "groups" / "g.cur"))
+        assert state is not None and len(state.acked) > MAX_RANGES, "the campaign never outgrew a 4 KiB slot"

@@ -230,3 +230,44 @@ def test_reader_follows_segments_archived_while_it_reads(tmp_path: Path) -> None
         assert log.retain(floor=250)  # now most of them move to archive/
         rest = [f.offset for f in it]
         assert [first.offset, *rest] == list(range(300))
+
+
+def test_thousands_of_out_of_order_acks_survive_reopen(tmp_path: Path) -> None:
+    # Given every other record acked (1,000 gaps: four times what a 4 KiB slot holds)
+    with Log.open(tmp_path, durability="never") as log:
+        fill(log, 2000)
+        g = log.group("g", durability="always")
+        msgs = g.poll(2000)
+        g.ack(*[m for m in msgs if m.offset % 2])
+        path = os.path.join(tmp_path, "groups", "g.cur")
+        state = read_cursor(path)
+        assert state is not None and len(state.acked) == 1000
+        assert os.path.getsize(path) > 2 * SLOT_SIZE
+        g.ack(msgs[0])  # a checkpoint written in place, into a grown slot
+    # When reopened, then exactly the unacked records come back, none of the acked ones
+    with Log.open(tmp_path, durability="never") as log:
+        g = log.group("g")
+        assert [m.offset for m in g.poll(5000)] == list(range(2, 2000, 2))
+
+
+def test_grown_cursor_torn_slot_falls_back_and_stale_grow_file_is_ignored(tmp_path: Path) -> None:
+    path = str(tmp_path / "c.cur")
+    many = tuple((i, i + 1) for i in range(100, 1100, 2))  # 500 ranges
+    f = CursorFile(path)
+    f.write(CursorState(1, 10, 0, 0, 64, 0, 0, ((12, 14),)), fsync=True)
+    f.write(CursorState(2, 20, 0, 0, 64, 0, 0, many), fsync=True)  # grows the file
+    f.write(CursorState(3, 30, 0, 0, 64, 0, 0, many[1:]), fsync=True)
+    size = f.slot_size
+    assert size > SLOT_SIZE and os.path.getsize(path) == 2 * size
+    assert read_cursor(path) == CursorState(3, 30, 0, 0, 64, 0, 0, many[1:])
+    # Given a torn write of the slot holding seq 3, then seq 2 (all 500 ranges) is read
+    os.pwrite(f.fd, b"\xff" * 40, 1 * size)
+    assert read_cursor(path) == CursorState(2, 20, 0, 0, 64, 0, 0, many)
+    f.close()
+    # Given a crash while growing again (a half-written .grow file), then the file stands
+    with open(path + ".grow", "wb") as junk:
+        junk.write(b"\0" * 100)
+    assert read_cursor(path) == CursorState(2, 20, 0, 0, 64, 0, 0, many)
+    f = CursorFile(path)
+    assert not os.path.exists(path + ".grow") and f.slot_size == size
+    f.close()

@@ -1,9 +1,14 @@
 """Cursor files: a consumer group's committed position, crash-safe at any instant.
 
-A cursor file holds two 4 KiB slots written alternately; each slot carries a sequence number and
-a CRC32C. A torn write damages only the slot being written, so reading picks the valid slot with
+A cursor file holds two slots written alternately; each slot carries a sequence number and a
+CRC32C. A torn write damages only the slot being written, so reading picks the valid slot with
 the higher sequence: after a crash a group resumes at its last or second-to-last checkpoint, never
 at garbage (at-least-once delivery).
+
+Slots are 4 KiB (room for ``MAX_RANGES`` acked ranges). A checkpoint with more out-of-order acks
+than that is written to a new file with slots twice as large (as often as needed), fsynced, then
+renamed over the old one, so the slot size is half the file's length whenever that exceeds 8 KiB.
+Files never shrink: a group that once had that many gaps will have them again.
 
 Slot layout (little-endian)::
 
@@ -15,18 +20,22 @@ Slot layout (little-endian)::
 ``(pos_offset, pos_base, pos)`` is a read hint: record ``pos_offset`` (at or below
 ``committed``) starts at byte ``pos`` of the segment with base ``pos_base``.
 
-Ensures: ``read_cursor`` returns the state of some completed ``write_cursor`` call (the newest
-whose slot is intact), or None for a missing or wholly unreadable file.
+Ensures: ``read_cursor`` returns the state of some completed ``CursorFile.write`` call (the newest
+whose slot is intact), or None for a missing or wholly unreadable file; every acked range of that
+call is in it, however many there were.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
 from dataclasses import dataclass
 
 from crc32c import crc32c
+
+from .active import fsync_dir
 
 __all__ = ["CursorState", "read_cursor", "CursorFile", "CursorSyncer", "MAX_RANGES"]
 
@@ -36,6 +45,7 @@ _VERSION = 1
 _HEAD = struct.Struct("<4sHHQQQQQQQ")
 _RANGE = struct.Struct("<QQ")
 _U32 = struct.Struct("<I")
+_GROW_SUFFIX = ".grow"
 MAX_RANGES = (SLOT_SIZE - _HEAD.size - _U32.size) // _RANGE.size
 
 
@@ -57,8 +67,20 @@ class CursorState:
     acked: tuple[tuple[int, int], ...] = ()
 
 
+def slot_size(file_size: int) -> int:
+    """The slot size of a cursor file of ``file_size`` bytes (see the module docstring)."""
+    return file_size // 2 if file_size > 2 * SLOT_SIZE else SLOT_SIZE
+
+
+def _fitting_slot(needed: int) -> int:
+    size = SLOT_SIZE
+    while size < needed:
+        size *= 2
+    return size
+
+
 def encode_slot(state: CursorState) -> bytes:
-    ranges = state.acked[:MAX_RANGES]
+    ranges = state.acked
     body = _HEAD.pack(
         _MAGIC, _VERSION, len(ranges), state.seq, state.committed, state.pos_offset, state.pos_base, state.pos,
         state.expired, state.dropped,
@@ -70,12 +92,12 @@ def decode_slot(buf: bytes) -> CursorState | None:
     if len(buf) < _HEAD.size + _U32.size:
         return None
     magic, version, n, seq, committed, pos_offset, pos_base, pos, expired, dropped = _HEAD.unpack_from(buf, 0)
-    if magic != _MAGIC or version != _VERSION or n > MAX_RANGES:
+    if magic != _MAGIC or version != _VERSION or _HEAD.size + n * _RANGE.size + _U32.size > len(buf):
         return None
     end = _HEAD.size + n * _RANGE.size
     if _U32.unpack_from(buf, end)[0] != crc32c(buf[:end]):
         return None
-    acked = tuple(_RANGE.unpack_from(buf, _HEAD.size + i * _RANGE.size) for i in range(n))
+    acked = tuple(_RANGE.iter_unpack(buf[_HEAD.size : end]))
     return CursorState(seq, committed, pos_offset, pos_base, pos, expired, dropped, acked)
 
 
@@ -83,10 +105,11 @@ def read_cursor(path: str) -> CursorState | None:
     """The newest intact checkpoint in ``path``, or None."""
     try:
         with open(path, "rb") as f:
-            data = f.read(2 * SLOT_SIZE)
+            data = f.read()
     except FileNotFoundError:
         return None
-    slots = [decode_slot(data[i * SLOT_SIZE : (i + 1) * SLOT_SIZE]) for i in range(2)]
+    size = slot_size(len(data))
+    slots = [decode_slot(data[i * size : (i + 1) * size]) for i in range(2)]
     valid = [s for s in slots if s is not None]
     return max(valid, key=lambda s: s.seq) if valid else None
 
@@ -100,10 +123,15 @@ class CursorFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + _GROW_SUFFIX)  # a crash while growing left it; the old file stands
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.slot_size = slot_size(os.fstat(self.fd).st_size)
         self.written_seq = 0
         self.synced_seq = 0
         self.error: OSError | None = None
+        # Growing swaps ``fd`` while a CursorSyncer thread may be about to fsync it.
+        self._fd_lock = threading.Lock()
 
     @property
     def pending(self) -> bool:
@@ -113,19 +141,47 @@ class CursorFile:
     def write(self, state: CursorState, fsync: bool) -> None:
         """Write ``state`` into slot ``seq % 2``; with ``fsync`` it is on disk when this returns."""
         data = encode_slot(state)
-        os.pwrite(self.fd, data, (state.seq % 2) * SLOT_SIZE)
+        if len(data) > self.slot_size:
+            self._grow(state, data)
+            return
+        os.pwrite(self.fd, data, (state.seq % 2) * self.slot_size)
         self.written_seq = state.seq
         if fsync:
             os.fdatasync(self.fd)
             self.synced_seq = state.seq
 
+    def _grow(self, state: CursorState, data: bytes) -> None:
+        """Replace the file by one whose slots fit ``data``; always durable on return, since the
+        rename must not reach the disk before the new file's contents."""
+        size = _fitting_slot(len(data))
+        tmp = self.path + _GROW_SUFFIX
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, 2 * size)
+            os.pwrite(fd, data, (state.seq % 2) * size)
+            os.fsync(fd)
+            os.rename(tmp, self.path)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        fsync_dir(os.path.dirname(self.path) or ".")
+        with self._fd_lock:
+            old, self.fd = self.fd, fd
+            self.slot_size = size
+            os.close(old)
+        self.written_seq = self.synced_seq = state.seq
+
     def sync(self) -> None:
         seq = self.written_seq
-        os.fdatasync(self.fd)
+        with self._fd_lock:
+            os.fdatasync(self.fd)
         self.synced_seq = seq
 
     def close(self) -> None:
-        os.close(self.fd)
+        with self._fd_lock:
+            os.close(self.fd)
 
 
 class CursorSyncer:

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from .cursor import MAX_RANGES, CursorFile, CursorState, read_cursor
+from .cursor import CursorFile, CursorState, read_cursor
 from .errors import LogError, LogLagError
 from .frame import frame_size
 from .reader import ReadPos
@@ -455,10 +455,6 @@ class ConsumerGroup:
         self._seq += 1
         pos_offset, base, pos = self._commit_pos if self._commit_pos is not None else (0, 0, 0)
         acked = _ranges(self._acked) if self._acked else ()
-        if len(acked) > MAX_RANGES:
-            # BUG: more out-of-order acks than a slot holds: the excess is not checkpointed and
-            # would be redelivered after a crash (at-least-once still holds).
-            acked = acked[:MAX_RANGES]
         state = CursorState(self._seq, self.committed, pos_offset, base, pos, self.expired, self.dropped, acked)
         self._file.write(state, fsync)
         self._dirty = False
