@@ -384,3 +384,39 @@ def test_a_killed_worker_process_is_replaced_and_its_job_done(server: Any, probe
         assert w.replaced == 1
         work.put(2)
         wait_for(lambda: (out / "done-2").exists(), what="job 2 done")
+
+
+def test_metrics_add_up_across_worker_processes(server: Any, probe: Probe) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from stalkd.worker.middleware import Metrics
+
+    registry = CollectorRegistry()
+    metrics = Metrics(registry=registry, flush_interval=0.05)
+    app = App(server.address, middleware=[Retries(), metrics])
+
+    @app.task(tube="pm", max_attempts=1)
+    def work(p: int) -> None:
+        if p % 5 == 0:
+            raise NonRetryable("multiple of five")
+
+    def value(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    n = 30
+    for i in range(n):
+        work.put(i)
+    try:
+        # Given jobs run by two forked children, then the parent's registry sees all of them
+        with running(app, mode="processes", concurrency=2):
+            wait_for(lambda: value("stalkd_worker_jobs_total", task="work", outcome="done") == 24
+                     and value("stalkd_worker_jobs_total", task="work", outcome="failed") == 6,
+                     what="all outcomes counted in the parent")
+            assert value("stalkd_worker_job_duration_seconds_count", task="work") == n
+            assert value("stalkd_worker_dead_letters_total", task="work") == 6
+        # and once the children have exited, the counts stay and the gauge is gone
+        assert value("stalkd_worker_jobs_total", task="work", outcome="done") == 24
+        assert registry.get_sample_value("stalkd_worker_jobs_in_progress", {"task": "work"}) is None
+    finally:
+        metrics.close()
+    assert metrics.shared_dir is None

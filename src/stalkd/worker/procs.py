@@ -34,6 +34,7 @@ __all__ = ["ProcessWorker"]
 
 
 def _child(app: App, tubes: list[str], threads: int, grace: float, reserve_timeout: int) -> None:
+    _each_hook(app, "after_fork")
     worker = ThreadWorker(app, concurrency=threads, tubes=tubes, grace=grace,
                           reserve_timeout=reserve_timeout)
     received = 0
@@ -54,6 +55,14 @@ def _child(app: App, tubes: list[str], threads: int, grace: float, reserve_timeo
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker.app.middleware = [m for m in worker.app.middleware if not isinstance(m, Shutdown)]
     os._exit(worker.run())
+
+
+def _each_hook(app: App, hook: str, *args: object) -> None:
+    for m in app.middleware:
+        try:
+            getattr(m, hook)(*args)
+        except Exception:
+            log.exception("middleware hook %s.%s failed", type(m).__name__, hook)
 
 
 class ProcessWorker(WorkerBase):
@@ -80,6 +89,7 @@ class ProcessWorker(WorkerBase):
 
     def run(self) -> int:
         ctx = multiprocessing.get_context("fork")
+        _each_hook(self.app, "before_fork", self)
         self.children = [self._spawn(ctx, i) for i in range(self.concurrency)]
         spawned_at = [time.monotonic()] * self.concurrency
         for m in self.app.middleware:

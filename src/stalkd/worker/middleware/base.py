@@ -34,6 +34,13 @@ class Middleware:
     def on_worker_stop(self, worker: WorkerBase) -> None:
         """The worker has stopped (all slots joined or abandoned)."""
 
+    def before_fork(self, worker: WorkerBase) -> None:
+        """``--mode processes``: the parent is about to fork its first children."""
+
+    def after_fork(self) -> None:
+        """``--mode processes``: this is a newly forked child, before its worker starts (its
+        own ``on_worker_start`` follows)."""
+
     def before_process(self, ctx: JobContext) -> None:
         """A job was reserved and decoded; its handler runs next."""
 
