@@ -11,11 +11,15 @@ Figures, each printed with its peer or target measured in the same run:
   (target <= 2x live data + 2 segments).
 
 Run: .venv/bin/python bench/engine_bench.py [--jobs 1000000] [--cycles 1000000] [--quick]
+Recovery alone (about a minute; ``--keep DIR`` builds the WAL once and reuses it on later runs,
+``--repeat K`` reports the best and median of K restarts):
+     .venv/bin/python bench/engine_bench.py --only recovery [--keep /tmp/stalkd-rec] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import socket
@@ -246,6 +250,34 @@ def churn_disk(directory: str, cycles: int, segment_size: int, live_jobs: int = 
     return final, peak, live, secs
 
 
+def report_recovery(d: str, n: int, repeat: int) -> None:
+    runs = sorted((recovery_seconds(d) for _ in range(max(1, repeat))), key=lambda r: r[0])
+    wall, cpu, t_open, t_snap, jobs, replayed = runs[0]
+    what = f"best of {len(runs)}, median {runs[len(runs) // 2][0]:.2f} s; " if len(runs) > 1 else ""
+    print(f"recovery {jobs:,} live jobs (snapshot + {replayed:,} WAL records): {wall:.2f} s wall, "
+          f"{cpu:.2f} s CPU ({what}log open {t_open:.2f} s, snapshot load {t_snap:.2f} s) (target < 3 s; "
+          f"load average {os.getloadavg()[0]:.2f})")
+
+
+def recovery_only(n: int, keep: str | None, repeat: int) -> None:
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="stalkd-bench-") as d:
+            build_wal(d, n, tail=n // 100)
+            report_recovery(d, n, repeat)
+        return
+    stamp = os.path.join(keep, "bench-jobs")
+    built = ""
+    with contextlib.suppress(FileNotFoundError), open(stamp) as f:
+        built = f.read()
+    if built != str(n):
+        shutil.rmtree(keep, ignore_errors=True)
+        os.makedirs(keep)
+        build_wal(keep, n, tail=n // 100)
+        with open(stamp, "w") as f:
+            f.write(str(n))
+    report_recovery(keep, n, repeat)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=1_000_000)
@@ -253,6 +285,9 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=200_000, help="put+reserve+delete cycles timed")
     ap.add_argument("--segment-size", type=int, default=4 * 2**20)
     ap.add_argument("--quick", action="store_true", help="100k jobs/cycles, 50k ops")
+    ap.add_argument("--only", choices=["recovery"], help="run one part of the benchmark")
+    ap.add_argument("--keep", help="with --only recovery: build the WAL in this directory once, reuse it after")
+    ap.add_argument("--repeat", type=int, default=1, help="with --only recovery: restarts timed")
     ap.add_argument("--child-memory", type=int)
     ap.add_argument("--child-recover")
     a = ap.parse_args()
@@ -262,6 +297,8 @@ def main() -> None:
         return child_recover(a.child_recover)
     if a.quick:
         a.jobs, a.cycles, a.ops = 100_000, 100_000, 50_000
+    if a.only == "recovery":
+        return recovery_only(a.jobs, a.keep, a.repeat)
 
     secs, cpu = engine_cycles(a.ops)
     eng_rate = a.ops * 3 / secs
@@ -298,9 +335,7 @@ def main() -> None:
         print(f"snapshot of {a.jobs:,} jobs in {len(steps)} maintain() steps: median "
               f"{steps[len(steps) // 2] * 1e3:.1f} ms, p99 {steps[int(len(steps) * 0.99)] * 1e3:.1f} ms, "
               f"max {steps[-1] * 1e3:.1f} ms (fsync/rename/retain run in a background thread)")
-        wall, cpu, t_open, t_snap, jobs, replayed = recovery_seconds(d)
-        print(f"recovery {jobs:,} live jobs (snapshot + {replayed:,} WAL records): {wall:.2f} s wall, "
-              f"{cpu:.2f} s CPU (log open {t_open:.2f} s, snapshot load {t_snap:.2f} s) (target < 3 s)")
+        report_recovery(d, a.jobs, 1)
     with tempfile.TemporaryDirectory(prefix="stalkd-bench-") as d:
         final, peak, live, csecs = churn_disk(d, a.cycles, a.segment_size)
         bound = 2 * live + 2 * a.segment_size

@@ -33,12 +33,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from stalkd.engine.engine import Engine
+from stalkd.engine.job import Job
 from stalkd.engine.model import DURABLE_OPS, Op, Record, RecordFormatError, decode, encode
 from stalkd.engine.replay import finish, replay
 from stalkd.engine.snapshot import (
     SnapshotError,
     SnapshotHeader,
     SnapshotWriter,
+    capture_order,
     fsync_dir,
     list_snapshots,
     load_into,
@@ -80,10 +82,10 @@ class RecoveryInfo:
 class _Snap:
     """An in-progress snapshot (loop-thread state)."""
 
-    def __init__(self, writer: SnapshotWriter, start_offset: int, ids: list[int]) -> None:
+    def __init__(self, writer: SnapshotWriter, start_offset: int, jobs: list[Job]) -> None:
         self.writer = writer
         self.start_offset = start_offset
-        self.ids = ids
+        self.jobs = jobs  # capture_order at the start; a job deleted since is skipped
         self.pos = 0
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -390,7 +392,7 @@ class Wal:
                 raise WalError(f"{self.snap_dir}: snapshot failed: {s.error}") from s.error
             return False
         self._copy_chunk(engine, s)
-        if s.pos >= len(s.ids):
+        if s.pos >= len(s.jobs):
             self._complete(engine, s)
         return self._snap is not None
 
@@ -401,7 +403,7 @@ class Wal:
         s = self._snap
         assert s is not None
         if s.thread is None:
-            while s.pos < len(s.ids):
+            while s.pos < len(s.jobs):
                 self._copy_chunk(engine, s)
             self._complete(engine, s, inline=True)
         elif s.thread is not None:
@@ -416,14 +418,14 @@ class Wal:
                            f"WAL seq {self.last_seq})")  # fmt: skip
         self._fault("snapshot-begin")
         writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset, self._fault)
-        self._snap = _Snap(writer, self.log.next_offset, list(engine.jobs))
+        self._snap = _Snap(writer, self.log.next_offset, capture_order(engine))
         self._bytes_since_snapshot = 0
 
     def _copy_chunk(self, engine: Engine, s: _Snap) -> None:
-        ids = s.ids[s.pos : s.pos + self.chunk_jobs]
-        s.pos += len(ids)
+        chunk = s.jobs[s.pos : s.pos + self.chunk_jobs]
+        s.pos += len(chunk)
         get = engine.jobs.get
-        live = [j for j in map(get, ids) if j is not None]
+        live = [j for j in chunk if get(j.id) is j]
         try:
             s.writer.add_jobs(live, engine.seq)
         except BaseException:
@@ -440,7 +442,7 @@ class Wal:
             finally:
                 self._snap = None
             return
-        s.ids = []
+        s.jobs = []
 
         def run() -> None:
             try:

@@ -1,0 +1,114 @@
+"""A snapshot file's frame, shared by every format version: header, CRC'd blocks, trailer.
+
+  header   8s magic ``STKSNAP\\0`` | u16 format version | u64 start_seq | u64 start_offset
+  blocks   u32 block length | u32 CRC32C(block) | u32 entry count | block
+           (what a block holds depends on the version: ``snap_v1.py``, ``snap_v2.py``)
+  trailer  u32 0xFFFFFFFF | u64 entry count | u64 next_id | u64 end_seq | u32 CRC32C(header+trailer fields)
+
+Ensures: ``read_header`` returns only for a file with a known version and a complete, matching
+trailer; ``blocks`` yields only blocks whose CRC matches, and raises SnapshotError naming the file
+and byte offset at the first one that does not, or if the entry counts do not add up to the
+trailer's.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+__all__ = [
+    "BLOCK", "HEAD", "Buf", "KNOWN_VERSIONS", "MAGIC", "SnapshotError", "SnapshotHeader", "TRAIL",
+    "blocks", "head_bytes", "read_header", "trailer_bytes",
+]  # fmt: skip
+
+MAGIC = b"STKSNAP\0"
+HEAD = struct.Struct("<8sHQQ")
+BLOCK = struct.Struct("<III")
+TRAIL = struct.Struct("<IQQQI")
+_TRAIL_FIELDS = struct.Struct("<IQQQ")
+END_MARK = 0xFFFFFFFF
+KNOWN_VERSIONS = (1, 2)
+Buf = bytes | mmap.mmap  # a whole snapshot file: read, or mapped read-only
+
+
+class SnapshotError(ValueError):
+    """A snapshot file that is incomplete or corrupt (the message names the file and offset)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotHeader:
+    """What a complete snapshot file says about itself."""
+
+    path: str
+    start_seq: int
+    start_offset: int
+    count: int
+    next_id: int
+    end_seq: int
+    version: int = KNOWN_VERSIONS[-1]
+
+
+def head_bytes(version: int, start_seq: int, start_offset: int) -> bytes:
+    return HEAD.pack(MAGIC, version, start_seq, start_offset)
+
+
+def trailer_bytes(head: bytes, count: int, next_id: int, end_seq: int) -> bytes:
+    fields = (END_MARK, count, next_id, end_seq)
+    return TRAIL.pack(*fields, crc32c(head + _TRAIL_FIELDS.pack(*fields)))
+
+
+def block_bytes(block: bytes, count: int) -> bytes:
+    """One block with its length, CRC and entry count in front."""
+    return BLOCK.pack(len(block), crc32c(block), count) + block
+
+
+def read_header(path: str) -> SnapshotHeader:
+    """Check the header and trailer (not the entries); SnapshotError if incomplete."""
+    with open(path, "rb") as f:
+        head = f.read(HEAD.size)
+        if len(head) < HEAD.size:
+            raise SnapshotError(f"{path}: {len(head)}-byte file is shorter than the snapshot header")
+        magic, version, start_seq, start_offset = HEAD.unpack(head)
+        if magic != MAGIC:
+            raise SnapshotError(f"{path}: offset 0: not a stalkd snapshot (magic {magic!r})")
+        if version not in KNOWN_VERSIONS:
+            known = ", ".join(map(str, KNOWN_VERSIONS))
+            raise SnapshotError(f"{path}: offset 8: snapshot version {version} is unknown (this build reads {known})")
+        size = f.seek(0, os.SEEK_END)
+        if size < HEAD.size + TRAIL.size:
+            raise SnapshotError(f"{path}: {size} bytes: no trailer (incomplete snapshot)")
+        f.seek(size - TRAIL.size)
+        mark, count, next_id, end_seq, crc = TRAIL.unpack(f.read(TRAIL.size))
+    if mark != END_MARK or crc != crc32c(head + _TRAIL_FIELDS.pack(mark, count, next_id, end_seq)):
+        raise SnapshotError(f"{path}: offset {size - TRAIL.size}: bad trailer (incomplete or corrupt snapshot)")
+    return SnapshotHeader(path, start_seq, start_offset, count, next_id, end_seq, version)
+
+
+def blocks(buf: Buf, header: SnapshotHeader) -> Iterator[tuple[int, int, int]]:
+    """(block start, block end, entry count) of each CRC-checked block of the whole file ``buf``
+    (bytes or a read-only mmap)."""
+    path = header.path
+    view = memoryview(buf)
+    try:
+        pos = HEAD.size
+        end = len(buf) - TRAIL.size
+        n = 0
+        while pos < end:
+            if pos + BLOCK.size > end:
+                raise SnapshotError(f"{path}: offset {pos}: truncated block header")
+            length, crc, count = BLOCK.unpack_from(buf, pos)
+            start = pos + BLOCK.size
+            if start + length > end or crc32c(view[start : start + length]) != crc:
+                raise SnapshotError(f"{path}: offset {pos}: block of {count} jobs fails its CRC")
+            yield start, start + length, count
+            pos = start + length
+            n += count
+    finally:
+        view.release()  # an mmap cannot close while a view of it is alive
+    if n != header.count:
+        raise SnapshotError(f"{path}: {n} entries but the trailer says {header.count}")
