@@ -141,14 +141,14 @@ def test_heartbeat_keeps_a_job_past_its_ttr(server: Any, probe: Probe, mode: str
         thief.close()
 
 
-@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+@pytest.mark.parametrize("mode", ["threads", "asyncio", "asyncio-sync"])
 def test_time_limit_fails_the_attempt(server: Any, probe: Probe, mode: str) -> None:
     rec = Recorder(server.address)
     app = App(server.address, middleware=[rec, Retries(), TimeLimit()])
     gate = threading.Event()
     limits = {"max_attempts": 2, "time_limit": 0.5, "backoff": Backoff(base=0, jitter=0)}
 
-    if mode == "threads":
+    if mode in ("threads", "asyncio-sync"):  # a sync handler, in a slot or a handler thread
         @app.task(**limits)  # type: ignore[call-overload]
         def stuck(payload: None) -> None:
             while not gate.is_set():  # pure-Python loop, so the async exception can land
@@ -162,7 +162,7 @@ def test_time_limit_fails_the_attempt(server: Any, probe: Probe, mode: str) -> N
     job_id = stuck.put(None)
     assert job_id is not None
     try:
-        with running(app, mode=mode):
+        with running(app, mode=mode.removesuffix("-sync")):
             wait_for(lambda: (probe.job(job_id) or {}).get("state") == "buried", what="bury")
     finally:
         gate.set()

@@ -84,6 +84,22 @@ async def _in_daemon_thread(fn: Callable[[Any], Any], arg: Any) -> Any:
     return await fut
 
 
+def _run_sync(args: tuple[App, JobContext]) -> None:
+    """A sync handler with its hooks, all on the handler's own thread as in threads mode, so
+    the time limit can interrupt it there and stops watching before this returns."""
+    app, ctx = args
+    ctx.extras["thread_id"] = threading.get_ident()
+    core.before(app, ctx)
+    try:
+        try:
+            ctx.result = ctx.task.fn(ctx.payload)
+        finally:
+            # A time limit firing as the handler returns raises in here at the latest.
+            core.handler_exit(app, ctx)
+    except Exception as exc:
+        core.fail(ctx, exc)
+
+
 class AsyncWorker(WorkerBase):
     """Runs slots as asyncio tasks; ``run()`` owns its event loop."""
 
@@ -113,9 +129,9 @@ class AsyncWorker(WorkerBase):
                     await execute(conn, app, job_id, ctx, action)
                 core.notify(app, ctx, action)
                 return
-        core.before(app, ctx)
-        try:
-            if ctx.task.is_async:
+        if ctx.task.is_async:
+            core.before(app, ctx)
+            try:
                 coro = ctx.task.fn(ctx.payload)
                 if ctx.time_limit is not None:
                     try:
@@ -125,12 +141,12 @@ class AsyncWorker(WorkerBase):
                             f"job {job_id}: ran past {ctx.time_limit}s") from None
                 else:
                     ctx.result = await coro
-            else:
-                ctx.result = await _in_daemon_thread(ctx.task.fn, ctx.payload)
-        except Exception as exc:
-            core.fail(ctx, exc)
-        finally:
-            core.handler_exit(app, ctx)
+            except Exception as exc:
+                core.fail(ctx, exc)
+            finally:
+                core.handler_exit(app, ctx)
+        else:
+            await _in_daemon_thread(_run_sync, (app, ctx))
         async with lock:
             if core.needs_attempt(app, ctx):
                 info = await conn.stats_job(job_id)

@@ -1,13 +1,13 @@
 """Time limit: a job running longer than its task's ``time_limit`` fails with
 TimeLimitExceeded (a retryable failure, so retries and dead letters apply).
 
-Sync handlers in worker threads are interrupted by raising the exception asynchronously in
-their thread (``PyThreadState_SetAsyncExc``): it lands at the next Python bytecode, so a handler
-blocked inside a C call is interrupted only when that call returns. Async handlers are cancelled
-by the asyncio runner with ``asyncio.wait_for`` using ``ctx.time_limit``.
+Sync handlers (in worker threads, or in the handler threads of the asyncio runner) are
+interrupted by raising the exception asynchronously in their thread
+(``PyThreadState_SetAsyncExc``): it lands at the next Python bytecode, so a handler blocked
+inside a C call is interrupted only when that call returns. Async handlers are cancelled by the
+asyncio runner with ``asyncio.wait_for`` using ``ctx.time_limit``.
 
-Not enforced: sync handlers under the asyncio runner (they run in its thread pool, outside the
-runner's control), and handlers in the in-process testing broker.
+Not enforced: handlers in the in-process testing broker.
 """
 
 from __future__ import annotations
