@@ -138,3 +138,14 @@ def test_ranges_binary_edge_cases() -> None:
     mixed = ranges_binary(src, np.array([0, 2, 2, 9]), np.array([1, 2, 5, 10]))
     assert mixed.to_pylist() == [b"0", b"", b"234", b"9"]
     assert struct.unpack("<5i", mixed.buffers()[1].to_pybytes()[:20]) == (0, 1, 1, 4, 5)
+
+
+def test_ranges_binary_owns_its_bytes() -> None:
+    """The reader closes the mapping after each batch, so no result may point into ``src``."""
+    raw = bytearray(b"header-payload-one|header-payload-two|")
+    src = np.frombuffer(raw, np.uint8)
+    got = ranges_binary(src, np.array([7, 26]), np.array([18, 37]))
+    raw[:] = bytes(len(raw))  # as if the mapping were gone
+    assert got.to_pylist() == [b"payload-one", b"payload-two"]
+    lo, hi = src.ctypes.data, src.ctypes.data + len(raw)
+    assert all(b is None or not lo <= b.address < hi for b in got.buffers())
