@@ -57,3 +57,31 @@ def test_random_operations_match_reference() -> None:
             _check(h, ref)
         order = [h.pop() for _ in range(len(h))]
         assert order == sorted(ref, key=ref.__getitem__)
+
+
+def test_load_keeps_a_list_already_in_heap_order() -> None:
+    """A sorted list is a valid heap, and so is any heap array: load() keeps both as they are
+    (recovery relies on it to skip reordering), and the result pops in key order."""
+    rnd = random.Random(7)
+    sorted_keys = sorted(rnd.sample(range(10**6), 500))
+    donor: IndexedHeap[Item] = IndexedHeap()
+    for k in rnd.sample(range(10**6), 500):
+        donor.push(k, Item(k))
+    for keys in (sorted_keys, list(donor._keys)):
+        items = [Item(k) for k in keys]
+        h: IndexedHeap[Item] = IndexedHeap()
+        h.load(list(keys), list(items))
+        assert h._keys == keys and h._items == items  # nothing moved
+        _check(h, {it: it.name for it in items})
+        assert [h.pop().name for _ in range(len(keys))] == sorted(keys)
+
+
+def test_load_orders_a_list_that_is_not_a_heap() -> None:
+    rnd = random.Random(8)
+    keys = rnd.sample(range(10**6), 500)
+    items = [Item(k) for k in keys]
+    h: IndexedHeap[Item] = IndexedHeap()
+    h.load(list(keys), items)
+    assert h._keys != keys
+    _check(h, {it: it.name for it in items})
+    assert [h.pop().name for _ in range(500)] == sorted(keys)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from stalkd.engine.job import URGENT_THRESHOLD, Job
 from stalkd.engine.model import JobState, Op, Record
-from stalkd.engine.snapfile import Buf, SnapshotError, SnapshotHeader, blocks
+from stalkd.engine.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
@@ -76,7 +76,7 @@ def encode_block(
     """One block's bytes (without the length/CRC/count frame ``snapfile.block_bytes`` adds).
 
     >>> b = encode_block(5, b"t", 1, [7], [0], [0], [60], [10], [0], [b"hi"], [])
-    >>> c = parse_block(b, 0, len(b), 1, "x"); (c.ids, c.tube, bytes(b[c.body_start:]))
+    >>> c = parse_block(b, 0, len(b), 1, "x"); (c.ids, c.tube, b[c.body_start:])
     ((7,), b't', b'hi')
     """
     q, u, s = _cols(len(ids))
@@ -89,18 +89,20 @@ def encode_block(
 
 
 def parse_block(buf: Buf, start: int, end: int, n: int, path: str) -> Columns:
-    """Decode the block ``buf[start:end]`` of ``n`` jobs (its CRC already checked)."""
+    """Decode the block ``buf[start:end]`` of ``n`` jobs (its CRC already checked). Errors name
+    the offset of the block's frame, as CRC errors do."""
+    at = start - BLOCK.size
     if start + _BHEAD.size > end:
-        raise SnapshotError(f"{path}: offset {start}: block too short for its header")
+        raise SnapshotError(f"{path}: offset {at}: block too short for its header")
     seq, state, tlen = _BHEAD.unpack_from(buf, start)
     st = _STATES.get(state)
     if st is None:
-        raise SnapshotError(f"{path}: offset {start}: block of {n} jobs has unknown state {state}")
+        raise SnapshotError(f"{path}: offset {at}: block of {n} jobs has unknown state {state}")
     p = start + _BHEAD.size
     tube = buf[p : p + tlen]
     p += tlen
     if p + n * _PER_JOB + 4 > end:
-        raise SnapshotError(f"{path}: offset {start}: block too short for {n} jobs")
+        raise SnapshotError(f"{path}: offset {at}: block too short for {n} jobs")
     q, u, s = _cols(n)
     ids = q.unpack_from(buf, p)
     p += q.size
@@ -115,13 +117,13 @@ def parse_block(buf: Buf, start: int, end: int, n: int, path: str) -> Columns:
     (k,) = _U32.unpack_from(buf, p)
     p += 4
     if p + k * _ROW.size > end:
-        raise SnapshotError(f"{path}: offset {start}: block too short for its {k} counter rows")
+        raise SnapshotError(f"{path}: offset {at}: block too short for its {k} counter rows")
     counters = list(_ROW.iter_unpack(buf[p : p + k * _ROW.size])) if k else []
     p += k * _ROW.size
     if p + sum(lens) != end:
-        raise SnapshotError(f"{path}: offset {start}: body lengths of {n} jobs do not match the block")
+        raise SnapshotError(f"{path}: offset {at}: body lengths of {n} jobs do not match the block")
     if counters and max(row[0] for row in counters) >= n:
-        raise SnapshotError(f"{path}: offset {start}: a counter row names a job outside the block")
+        raise SnapshotError(f"{path}: offset {at}: a counter row names a job outside the block")
     return Columns(seq, st, bytes(tube), ids, pris, delays, ttrs, lens, created, deadlines, counters, p)
 
 
