@@ -1,5 +1,5 @@
-"""The engine builds Records and replies by setting slots directly (engine.make_record,
-_inserted, _reserved); these must stay equal to what the dataclass constructors build, and an
+"""The engine builds Records and replies by setting slots directly (fastvalues.make_record,
+inserted, reserved); these must stay equal to what the dataclass constructors build, and an
 engine with ``records=False`` must behave exactly as one that records."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 
 from stalkd.engine import Engine
 from stalkd.engine import commands as C
-from stalkd.engine import engine as E
+from stalkd.engine import fastvalues as E
 from stalkd.engine.model import Op, Record, decode, encode
 
 
@@ -26,12 +26,13 @@ def test_make_record_equals_constructor_for_every_field() -> None:
 
 
 def test_fast_replies_equal_constructor() -> None:
-    assert E._inserted(9) == C.Reply("INSERTED", (9,))
-    assert hash(E._inserted(9)) == hash(C.Reply("INSERTED", (9,)))
+    assert E.inserted(9) == C.Reply("INSERTED", (9,))
+    assert hash(E.inserted(9)) == hash(C.Reply("INSERTED", (9,)))
     e = Engine()
     e.connect(1, 0.0)
     e.apply(1, C.Put(0, 0, 60, b"body"), 0.0)
     assert e.apply(1, C.Reserve(), 0.0).reply == C.JobReply("RESERVED", 1, b"body")
+    assert E.reserved(e.jobs[1]) == C.JobReply("RESERVED", 1, b"body")
 
 
 def _script(seed: int) -> list[tuple[int, C.Command, float]]:

@@ -13,7 +13,7 @@ from stalkd.engine.job import US, Job, time_left
 from stalkd.engine.model import JobState
 
 if TYPE_CHECKING:
-    from stalkd.engine.engine import Engine
+    from stalkd.engine.state import EngineState
     from stalkd.engine.tube import Tube
 
 __all__ = ["CMD_KEYS", "REPORTED_CMD_KEYS", "stats", "stats_job", "stats_tube"]
@@ -90,7 +90,7 @@ def stats_tube(t: Tube, now_us: int) -> YamlDict:
     )
 
 
-def stats(e: Engine) -> YamlDict:
+def stats(e: EngineState) -> YamlDict:
     """The engine-owned ``stats`` keys."""
     tubes = e.tube_order
     conns = e.conns.values()

@@ -1,0 +1,132 @@
+"""Time in the engine: running due timers, serving waiting reservers, and the step frame.
+
+Every public engine call is a *step*: ``_begin(now)`` runs the timers due at ``now``,
+the command runs, ``_finish`` runs them again and serves waiters, and the step's replies,
+records and next deadline leave as one ``Outcome``. Timers are delay expiry and pause end
+(tube timer heap), TTR expiry, DEADLINE_SOON's safety margin and reserve-with-timeout
+(connection timer heap); ``tick(now)`` is a step with no command.
+
+Ensures, when a step ends: no timer is due at or before ``now`` (the heap tops are later); no
+unpaused tube has both waiters and ready jobs; events at the same instant resolve as timers
+first, then waiters served (a job beats a timeout due at the same instant), then DEADLINE_SOON /
+TIMED_OUT for those still waiting.
+"""
+
+from __future__ import annotations
+
+from stalkd.engine import commands as C
+from stalkd.engine.conn import Conn
+from stalkd.engine.job import URGENT_THRESHOLD, US
+from stalkd.engine.model import Op
+from stalkd.engine.state import EngineState, Outcome
+from stalkd.engine.tube import Tube
+
+__all__ = ["Timers"]
+
+
+class Timers(EngineState):
+    """The step frame and the timers (mixed into ``Engine``)."""
+
+    def tick(self, now: float) -> Outcome:
+        """Run every timer due at ``now``; ``next_deadline`` says when to call again."""
+        self._begin(now, None)
+        return self._finish(None)
+
+    def next_deadline(self) -> float | None:
+        """Absolute time (seconds) of the next timer, or None."""
+        a = self._tube_timers._keys
+        b = self._conn_timers._keys
+        if a:
+            k = min(a[0], b[0]) if b else a[0]
+        elif b:
+            k = b[0]
+        else:
+            return None
+        return (k >> 64) / US
+
+    # --- step plumbing ------------------------------------------------------------------------
+
+    def _begin(self, now: float, caller: Conn | None) -> None:
+        self._now = round(now * US)
+        self._records = []
+        self._wakeups = []
+        self._caller = caller
+        self._own = None
+        self._settle()
+
+    def _finish(self, reply: C.AnyReply | None) -> Outcome:
+        self._settle()
+        if reply is None:
+            reply = self._own
+        recs = self._records
+        wakes = self._wakeups
+        out = Outcome(reply, tuple(recs) if recs else (), tuple(wakes) if wakes else (), self.next_deadline())
+        self._caller = None
+        return out
+
+    def _settle(self) -> None:
+        now = self._now
+        th = self._tube_timers
+        tkeys = th._keys  # hot path: peek at the heaps' key lists directly
+        while tkeys and tkeys[0] >> 64 <= now:
+            t = th.pop()
+            while t.delayed and t.delayed._keys[0] >> 64 <= now:
+                j = t.delayed.pop()
+                self._to_ready(j)
+            if t.pause_until_us and t.pause_until_us <= now:
+                t.pause_until_us = 0
+                t.pause_secs = 0
+                if t.waiting:
+                    self._dirty.add(t)
+            self._retime_tube(t)
+            tkeys = th._keys
+        due: list[Conn] = []
+        ch = self._conn_timers
+        ckeys = ch._keys
+        while ckeys and ckeys[0] >> 64 <= now:
+            c = ch.pop()
+            while c.reserved and c.reserved._keys[0] >> 64 <= now:
+                j = c.reserved.pop()
+                j.timeouts += 1
+                self.job_timeouts += 1
+                j.owner = None
+                j.tube.reserved -= 1
+                self._rec(Op.TIMEOUT, j.id)
+                self._to_ready(j)
+            due.append(c)
+            ckeys = ch._keys
+        if self._dirty:
+            self._serve()
+        for c in due:
+            if c.waiting:
+                if c.deadline_soon(now):
+                    self._stop_waiting(c)
+                    self._wake(c, C.Reply("DEADLINE_SOON"))
+                elif c.wait_until_us is not None and c.wait_until_us <= now:
+                    self._stop_waiting(c)
+                    self._wake(c, C.Reply("TIMED_OUT"))
+            if c.id in self.conns:
+                self._retime_conn(c)
+
+    def _serve(self) -> None:
+        """Give ready jobs to waiting connections (beanstalkd's ``process_queue``)."""
+        now, dirty = self._now, self._dirty
+        while dirty:
+            best: Tube | None = None
+            best_key = 0
+            for t in list(dirty):
+                if not t.waiting or not t.ready or t.is_paused(now):
+                    dirty.discard(t)
+                    continue
+                k = t.ready._keys[0]
+                if best is None or k < best_key:
+                    best, best_key = t, k
+            if best is None:
+                return
+            j = best.ready.pop()
+            if j.pri < URGENT_THRESHOLD:
+                best.urgent -= 1
+            c = next(iter(best.waiting.values()))
+            self._stop_waiting(c)
+            self._give(c, j)
+            self._wake(c, C.JobReply("RESERVED", j.id, j.body))
