@@ -47,6 +47,8 @@ _DELETED, _RELEASED, _BURIED, _TOUCHED = C.Reply("DELETED"), C.Reply("RELEASED")
 _KICKED, _PAUSED = C.Reply("KICKED"), C.Reply("PAUSED")
 _OP_PUT, _OP_DELETE, _OP_RESERVE = Op.PUT, Op.DELETE, Op.RESERVE
 _tuple_new = tuple.__new__
+# Commands that name a job and reply NOT_FOUND without it (``finds_job``).
+_JOB_COMMANDS = frozenset({C.Release, C.Bury, C.Touch, C.Delete, C.KickJob, C.ReserveJob})
 
 
 class Engine(Timers, Queries):
@@ -185,6 +187,42 @@ class Engine(Timers, Queries):
     def set_draining(self, on: bool) -> None:
         """Drain mode (SIGUSR1): later puts reply DRAINING."""
         self.draining = on
+
+    def finds_job(self, conn_id: int, cmd: C.Command, now: float) -> bool:
+        """Whether ``apply(conn_id, cmd, now)`` would find the command's job, i.e. not reply
+        NOT_FOUND: the job exists; for release, bury and touch it is reserved by this
+        connection and its TTR has not ended by ``now``; for delete it is not reserved by
+        another connection whose TTR still runs; for kick-job it is buried, or delayed past
+        ``now``; for reserve-job it is not reserved by anyone. True for commands without a job.
+        Changes nothing, counters included.
+
+        A server reserving WAL room before a command asks this first, so that, as in beanstalkd
+        (which looks the job up before reserving log space), NOT_FOUND wins over OUT_OF_MEMORY
+        for a job the connection does not hold: reserve no room when it says False.
+
+        >>> from stalkd.engine.commands import Bury, Put, Reserve
+        >>> e = Engine(); e.connect(1, 0.0); e.connect(2, 0.0)
+        >>> _ = e.apply(1, Put(0, 0, 60, b"x"), 0.0); _ = e.apply(1, Reserve(), 0.0)
+        >>> e.finds_job(1, Bury(1, 0), 10.0), e.finds_job(2, Bury(1, 0), 10.0), e.finds_job(1, Bury(1, 0), 60.0)
+        (True, False, False)
+        """
+        kind = type(cmd)
+        if kind not in _JOB_COMMANDS:
+            return True
+        j = self.jobs.get(cmd.id)  # type: ignore[union-attr]
+        if j is None:
+            return False
+        nowus = round(now * US)
+        st = j.state
+        if kind is C.KickJob:
+            return st is BURIED or (st is DELAYED and j.deadline_us > nowus)
+        # A reservation whose TTR ends by ``now`` is gone once apply runs the timers.
+        held = st is RESERVED and j.deadline_us > nowus
+        if kind is C.Delete:
+            return not held or j.owner is self.conns.get(conn_id)
+        if kind is C.ReserveJob:
+            return not held
+        return held and j.owner is self.conns.get(conn_id)
 
     def iter_jobs(self) -> Iterator[Job]:
         return iter(self.jobs.values())

@@ -6,6 +6,10 @@ active segment plus whole spare segments held in a preallocated reserve file
 (``DIR/wal-spare``). Just before a write starts new segments, that many spares are given back
 to the file system, so the log's own allocation finds the room.
 
+Order of checks (as beanstalkd): a caller asks ``Engine.finds_job`` before ``admit``, and
+reserves no room for a command that will reply NOT_FOUND, so a bury or delayed release of a
+job the connection does not hold gets NOT_FOUND, not OUT_OF_MEMORY, on a full disk.
+
 Ensures: ``promised`` (bytes owed to durable records queued but not yet written, plus one
 short record per live job so its later delete always fits) never exceeds ``room``, except
 transiently while analytics records are written into room no promise needs. A command whose
