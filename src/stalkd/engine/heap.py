@@ -66,6 +66,11 @@ class IndexedHeap(Generic[T]):
         """Items in heap (not sorted) order."""
         return iter(self._items)
 
+    def append_items_to(self, out: list[T]) -> None:
+        """Append every item to ``out`` in heap-array order (a list-to-list copy in C, twice as
+        fast as extending from an iterator; a snapshot starts with this over every job)."""
+        out += self._items
+
     def peek(self) -> T | None:
         return self._items[0] if self._items else None
 

@@ -92,11 +92,11 @@ def capture_order(e: Engine) -> list[Job]:
     """
     out: list[Job] = []
     for t in e.tube_order:
-        out.extend(t.ready)
-        out.extend(t.delayed)
+        t.ready.append_items_to(out)
+        t.delayed.append_items_to(out)
         out.extend(t.buried.values())
     for c in e.conns.values():
-        out.extend(c.reserved)
+        c.reserved.append_items_to(out)
     if len(out) != len(e.jobs):  # pragma: no cover - every job is in exactly one container
         return list(e.jobs.values())
     return out
