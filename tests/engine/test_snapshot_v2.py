@@ -66,6 +66,9 @@ def test_frozen_v2_image_reads_back(tmp_path: Path) -> None:
     assert [(t[0], t[1], t[2], t[8], t[7]) for t in fast] == [
         (r.seq, r.job_id, r.tube, r.state, r.body) for r in EXPECTED
     ]
+    partial = iter_jobs(path, h)
+    assert next(partial)[1] == 1
+    partial.close()  # stopping early unmaps the file cleanly (no view of it left alive)
 
 
 def test_frozen_v2_image_loads_into_an_engine(tmp_path: Path) -> None:

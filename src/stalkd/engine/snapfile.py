@@ -89,26 +89,29 @@ def read_header(path: str) -> SnapshotHeader:
     return SnapshotHeader(path, start_seq, start_offset, count, next_id, end_seq, version)
 
 
+def _crc(buf: Buf, start: int, end: int) -> int:
+    # A view only for the call: a view alive across a ``yield`` would keep the caller's mmap
+    # from closing (BufferError) if the caller stops early.
+    with memoryview(buf) as view:
+        return crc32c(view[start:end])
+
+
 def blocks(buf: Buf, header: SnapshotHeader) -> Iterator[tuple[int, int, int]]:
     """(block start, block end, entry count) of each CRC-checked block of the whole file ``buf``
     (bytes or a read-only mmap)."""
     path = header.path
-    view = memoryview(buf)
-    try:
-        pos = HEAD.size
-        end = len(buf) - TRAIL.size
-        n = 0
-        while pos < end:
-            if pos + BLOCK.size > end:
-                raise SnapshotError(f"{path}: offset {pos}: truncated block header")
-            length, crc, count = BLOCK.unpack_from(buf, pos)
-            start = pos + BLOCK.size
-            if start + length > end or crc32c(view[start : start + length]) != crc:
-                raise SnapshotError(f"{path}: offset {pos}: block of {count} jobs fails its CRC")
-            yield start, start + length, count
-            pos = start + length
-            n += count
-    finally:
-        view.release()  # an mmap cannot close while a view of it is alive
+    pos = HEAD.size
+    end = len(buf) - TRAIL.size
+    n = 0
+    while pos < end:
+        if pos + BLOCK.size > end:
+            raise SnapshotError(f"{path}: offset {pos}: truncated block header")
+        length, crc, count = BLOCK.unpack_from(buf, pos)
+        start = pos + BLOCK.size
+        if start + length > end or _crc(buf, start, start + length) != crc:
+            raise SnapshotError(f"{path}: offset {pos}: block of {count} jobs fails its CRC")
+        yield start, start + length, count
+        pos = start + length
+        n += count
     if n != header.count:
         raise SnapshotError(f"{path}: {n} entries but the trailer says {header.count}")
