@@ -18,11 +18,15 @@ and the medians are printed: the machine this was written on is shared and noisy
 
 Run: ``.venv/bin/python bench/server_bench.py`` (env: BENCH_SECONDS per run, default 0.5;
 BENCH_ROUNDS, default 3; BENCH_CLASSES=always,never,memory; BENCH_QUICK=1 for a 4-cell smoke
-run; GEN_PROCS=2).
+run; GEN_PROCS=2). A subset while iterating, e.g.
+``bench/server_bench.py --class memory --work put --size 100 --conns 1 --depth 1 --no-latency``
+(each option may be repeated). ``--peer-src DIR`` replaces beanstalkd by the stalkd of another
+source tree (say a ``git worktree`` of the last commit): an A/B run of a change, same alternation.
 """
 
 from __future__ import annotations
 
+import argparse
 import multiprocessing as mp
 import os
 import resource
@@ -95,9 +99,15 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
             time.sleep(0.01)
 
 
+PEER_SRC: str | None = None  # --peer-src: the "beanstalkd" column runs this stalkd tree instead
+
+
 def start(kind: str, klass: str) -> Server:
     port = _free_port()
     data_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir="/var/tmp") if klass != "memory" else None
+    env = None
+    if kind == "beanstalkd" and PEER_SRC is not None:
+        kind, env = "stalkd", {**os.environ, "PYTHONPATH": PEER_SRC}
     if kind == "stalkd":
         args = [*STALKD, "-l", "127.0.0.1", "-p", str(port), "--log-level", "warning"]
         if data_dir:
@@ -106,7 +116,10 @@ def start(kind: str, klass: str) -> Server:
         args = ["beanstalkd", "-l", "127.0.0.1", "-p", str(port)]
         if data_dir:
             args += ["-b", data_dir] + (["-F"] if klass == "never" else ["-f", "0"])
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # BENCH_SERVER_LOG=FILE keeps the servers' stderr (a server that dies mid-run says why there).
+    log_path = os.environ.get("BENCH_SERVER_LOG")
+    err = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - child keeps it
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
     _wait_port(port, proc)
     return Server(kind, proc, port, data_dir, klass)
 
@@ -377,7 +390,25 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # run the finally blocks: servers stopped, data dirs removed
 
 
+def _options() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--class", dest="classes", action="append", choices=["always", "never", "memory"])
+    ap.add_argument("--work", action="append", choices=["put", "rd"])
+    ap.add_argument("--size", action="append", type=int)
+    ap.add_argument("--conns", action="append", type=int)
+    ap.add_argument("--depth", action="append", type=int)
+    ap.add_argument("--no-latency", action="store_true", help="skip the put->reserve latency runs")
+    ap.add_argument("--no-startup", action="store_true", help="skip the start-up timings")
+    ap.add_argument("--peer-src", help="compare with the stalkd in this src/ directory, not beanstalkd")
+    return ap.parse_args()
+
+
 def main() -> int:
+    global PEER_SRC
+    opts = _options()
+    if opts.peer_src:
+        PEER_SRC = os.path.abspath(opts.peer_src)
+        print(f"# A/B: the beanstalkd column is stalkd from {PEER_SRC}")
     signal.signal(signal.SIGTERM, _interrupt)
     if shutil.which("beanstalkd") is None:
         print("beanstalkd is not installed (scripts/system-deps.sh)", file=sys.stderr)
@@ -386,19 +417,22 @@ def main() -> int:
     sizes = [100, 4096]
     conns = [1, 16]
     depths = [1, 64]
+    classes = CLASSES
     if QUICK:
         sizes, conns = [100], [1]
+    works, sizes, conns = opts.work or works, opts.size or sizes, opts.conns or conns
+    depths, classes = opts.depth or depths, opts.classes or classes
     print(f"# server_bench: {SECONDS:.1f} s per cell, {GEN_PROCS} generator processes, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print("# rd = reserve+delete; jobs/s; srv% / gen% = CPU of one core; cpu/job = server CPU us per job")
-    for kind in ("stalkd", "beanstalkd"):
+    for kind in () if opts.no_startup else ("stalkd", "beanstalkd"):
         ms_listen, ms_first = startup(kind)
         print(f"# start-up {kind:10}: exec -> accepting {ms_listen:6.1f} ms, exec -> first reply {ms_first:6.1f} ms (median of 7)")
     header = (f"{'class':6} {'work':4} {'size':>5} {'conns':>5} {'depth':>5} | "
               f"{'stalkd/s':>9} {'srv%':>4} {'gen%':>4} {'us/job':>6} | "
               f"{'beanstalkd/s':>12} {'srv%':>4} {'gen%':>4} {'us/job':>6} | {'ratio':>6}")
     summary: dict[str, list[float]] = {}
-    for klass in CLASSES:
+    for klass in classes:
         print()
         print(header)
         servers = {kind: start(kind, klass) for kind in ("stalkd", "beanstalkd")}
@@ -421,7 +455,7 @@ def main() -> int:
                                   f"{s[0]:9.0f} {s[1]:4.0f} {s[2]:4.0f} {us_s:6.1f} | "
                                   f"{b[0]:12.0f} {b[1]:4.0f} {b[2]:4.0f} {us_b:6.1f} | {ratio:6.2f}x",
                                   flush=True)
-            for kind, srv in servers.items():
+            for kind, srv in () if opts.no_latency else servers.items():
                 p50, p99 = latency(srv)
                 print(f"{klass:6} latency put->reserve {kind:10}: p50 {p50:7.3f} ms  p99 {p99:7.3f} ms")
         finally:
