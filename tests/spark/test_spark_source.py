@@ -60,11 +60,15 @@ def test_batch_read_equals_log_reader_across_rolls_archive_and_torn_tail(spark: 
     expected = _reader_rows(path)
     assert [r.offset for r in expected] == list(range(n))  # the torn frame is not visible
     assert [r.payload for r in expected] == [_payload(i) for i in range(n)]
-    df = spark.read.format("stalkd").load(str(path))
     segments = LogReader(path).segments()
     assert len(segments) > 5 and any(s.archived for s in segments)
-    assert df.rdd.getNumPartitions() == len(segments)  # one partition per segment
-    assertDataFrameEqual(_spark_rows(df), expected)
+    # Default (one partition per core), one per segment, and segments grouped three ways.
+    for parts, want in ((None, None), ("1000", len(segments)), ("3", 3)):
+        reader = spark.read.format("stalkd")
+        df = (reader if parts is None else reader.option("partitions", parts)).load(str(path))
+        if want is not None:
+            assert df.rdd.getNumPartitions() == want
+        assertDataFrameEqual(_spark_rows(df), expected)
 
     for mode in ("false", "only"):
         view = _reader_rows(path, archive={"false": False, "only": "only"}[mode])

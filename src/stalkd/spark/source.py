@@ -2,14 +2,20 @@
 
 Batch: ``spark.read.format("stalkd").load(dir)`` gives one row per frame (``RAW_SCHEMA``);
 ``.option("records", "wal")`` decodes WAL records (``WAL_SCHEMA``, add ``.option("body",
-"true")`` for job bodies). One partition per segment, large sealed segments split into slices of
+"true")`` for job bodies). Segments are read as slices, large sealed ones split into slices of
 ``maxRecordsPerPartition`` records (a slice that starts mid-segment scans the frames before it,
-so split only segments much larger than the default); rows come back as Arrow batches of ``batchSize`` rows.
+so split only segments much larger than the default), and consecutive slices are grouped into
+about one partition per core (``partitions``; see :mod:`stalkd.spark.partitions`); rows come
+back as Arrow batches of ``batchSize`` rows.
 
 Options (all strings, as Spark passes them):
   archive              "true" (live segments and the archive, default), "false", "only"
   startOffset          first log offset to read (inclusive)
   endOffset            log offset to stop before (exclusive)
+  partitions           how many partitions to aim for (default: the CPUs of the planning host,
+                       which on local[*] is Spark's parallelism; set it on a cluster);
+                       never more than the slices, more if a partition would exceed
+                       maxRecordsPerPartition
   pushdown             "true": also prune by ``offset`` filters in the query (needs
                        ``spark.sql.python.filterPushdown.enabled=true``, which
                        :func:`stalkd.spark.session.build_session` sets)
@@ -33,7 +39,7 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -61,6 +67,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from stalkd.spark.columnar import raw_columns_batch, wal_columns_batch
+from stalkd.spark.partitions import LogSlice, Segment, SliceGroup, available_cores, group, plan
 from stalkd.spark.schema import RAW_SCHEMA, WAL_SCHEMA
 
 ArchiveMode = bool | Literal["only"]
@@ -84,6 +91,7 @@ class ReadOptions:
     end: int | None = None
     batch_size: int = DEFAULT_BATCH
     slice_records: int = DEFAULT_SLICE
+    partitions: int = 0  # 0: one per core of the planning host
     pushdown: bool = False
     markers: bool = False
 
@@ -110,6 +118,7 @@ class ReadOptions:
             end=None if end_s is None else _int(opts, "endoffset", 0),
             batch_size=_int(opts, "batchsize", DEFAULT_BATCH, minimum=1),
             slice_records=_int(opts, "maxrecordsperpartition", DEFAULT_SLICE, minimum=1),
+            partitions=_int(opts, "partitions", 0, minimum=1),
             pushdown=_flag(opts, "pushdown"),
             markers=_flag(opts, "markers"),
         )
@@ -134,63 +143,19 @@ def _int(opts: dict[str, str], key: str, default: int, minimum: int = 0) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class LogSlice(InputPartition):
-    """Frames ``[start, end)`` of one segment (``end`` None: to the segment's end)."""
-
-    path: str
-    base: int
-    start: int
-    end: int | None
-
-
-@dataclass(frozen=True)
-class _Segment:
-    path: str
-    base: int
-    end: int | None
-
-
-def _segments(opts: ReadOptions) -> list[_Segment]:
+def _segments(opts: ReadOptions) -> list[Segment]:
     from stalkd.log import LogReader
 
     if not os.path.isdir(opts.path):
         raise FileNotFoundError(f"stalkd source: log directory {opts.path!r} does not exist")
-    seen: dict[int, _Segment] = {}
+    seen: dict[int, Segment] = {}
     with LogReader(opts.path, archive=opts.archive) as reader:
         infos = reader.segments()
     for info in infos:
         # A segment caught mid-move to the archive may be listed twice: keep the live copy.
         if info.base_offset not in seen or not info.archived:
-            seen[info.base_offset] = _Segment(str(info.path), info.base_offset, info.end_offset)
+            seen[info.base_offset] = Segment(str(info.path), info.base_offset, info.end_offset)
     return [seen[b] for b in sorted(seen)]
-
-
-def plan(segments: Sequence[_Segment], start: int, end: int | None, slice_records: int) -> list[LogSlice]:
-    """Slices covering ``[start, end)``: one per segment, sealed segments split by record count.
-
-    >>> plan([_Segment("a", 0, 10), _Segment("b", 10, None)], 3, None, 4)
-    ... # doctest: +NORMALIZE_WHITESPACE
-    [LogSlice(path='a', base=0, start=3, end=7), LogSlice(path='a', base=0, start=7, end=10),
-     LogSlice(path='b', base=10, start=10, end=None)]
-    """
-    out: list[LogSlice] = []
-    for i, seg in enumerate(segments):
-        # A segment without a known end runs to the next segment's base (or is the active tail).
-        seg_end = seg.end if seg.end is not None else (segments[i + 1].base if i + 1 < len(segments) else None)
-        lo = max(start, seg.base)
-        hi = seg_end if end is None else (end if seg_end is None else min(end, seg_end))
-        if hi is not None and lo >= hi:
-            continue
-        if hi is None:
-            out.append(LogSlice(seg.path, seg.base, lo, None))
-            continue
-        s = lo
-        while s < hi:
-            e = min(hi, s + slice_records)
-            out.append(LogSlice(seg.path, seg.base, s, e))
-            s = e
-    return out
 
 
 def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
@@ -221,6 +186,18 @@ def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
         reader.close()
 
 
+def _groups(opts: ReadOptions, lo: int, hi: int | None) -> list[SliceGroup]:
+    slices = plan(_segments(opts), lo, hi, opts.slice_records)
+    return group(slices, opts.partitions or available_cores(), opts.slice_records)
+
+
+def read_partition(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of one planned partition (a ``SliceGroup``), in offset order."""
+    if not isinstance(partition, SliceGroup):  # an empty plan becomes InputPartition(None)
+        return iter(())
+    return (batch for part in partition.slices for batch in read_slice(opts, part))
+
+
 class StalkdReader(DataSourceReader):
     """Batch reader: plans slices on the driver side, reads them on executors."""
 
@@ -230,12 +207,10 @@ class StalkdReader(DataSourceReader):
         self.hi = opts.end
 
     def partitions(self) -> list[InputPartition]:
-        return list(plan(_segments(self.opts), self.lo, self.hi, self.opts.slice_records))
+        return list(_groups(self.opts, self.lo, self.hi))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, LogSlice):  # an empty plan becomes InputPartition(None)
-            return iter(())
-        return read_slice(self.opts, partition)
+        return read_partition(self.opts, partition)
 
 
 class StalkdPushdownReader(StalkdReader):
@@ -323,12 +298,10 @@ class StalkdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo, hi = int(start["offset"]), int(end["offset"])
         if lo >= hi:
             return []
-        return list(plan(_segments(self.opts), lo, hi, self.opts.slice_records))
+        return list(_groups(self.opts, lo, hi))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, LogSlice):
-            return iter(())
-        return read_slice(self.opts, partition)
+        return read_partition(self.opts, partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the log's own retention decides what to keep (pitfall 11)."""
