@@ -14,6 +14,8 @@ Run: .venv/bin/python bench/engine_bench.py [--jobs 1000000] [--cycles 1000000] 
 Recovery alone (about a minute; ``--keep DIR`` builds the WAL once and reuses it on later runs,
 ``--repeat K`` reports the best and median of K restarts):
      .venv/bin/python bench/engine_bench.py --only recovery [--keep /tmp/stalkd-rec] [--repeat 3]
+     [--tail N]  (WAL records after the snapshot; default 1% of --jobs; a WAL about to be
+     compacted can hold as many bytes as the live jobs, i.e. a tail as long as --jobs)
 """
 
 from __future__ import annotations
@@ -259,22 +261,22 @@ def report_recovery(d: str, n: int, repeat: int) -> None:
           f"load average {os.getloadavg()[0]:.2f})")
 
 
-def recovery_only(n: int, keep: str | None, repeat: int) -> None:
+def recovery_only(n: int, keep: str | None, repeat: int, tail: int) -> None:
     if keep is None:
         with tempfile.TemporaryDirectory(prefix="stalkd-bench-") as d:
-            build_wal(d, n, tail=n // 100)
+            build_wal(d, n, tail=tail)
             report_recovery(d, n, repeat)
         return
     stamp = os.path.join(keep, "bench-jobs")
     built = ""
     with contextlib.suppress(FileNotFoundError), open(stamp) as f:
         built = f.read()
-    if built != str(n):
+    if built != f"{n} {tail}":
         shutil.rmtree(keep, ignore_errors=True)
         os.makedirs(keep)
-        build_wal(keep, n, tail=n // 100)
+        build_wal(keep, n, tail=tail)
         with open(stamp, "w") as f:
-            f.write(str(n))
+            f.write(f"{n} {tail}")
     report_recovery(keep, n, repeat)
 
 
@@ -288,6 +290,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["recovery"], help="run one part of the benchmark")
     ap.add_argument("--keep", help="with --only recovery: build the WAL in this directory once, reuse it after")
     ap.add_argument("--repeat", type=int, default=1, help="with --only recovery: restarts timed")
+    ap.add_argument("--tail", type=int, help="with --only recovery: WAL records after the snapshot (default jobs/100)")
     ap.add_argument("--child-memory", type=int)
     ap.add_argument("--child-recover")
     a = ap.parse_args()
@@ -298,7 +301,7 @@ def main() -> None:
     if a.quick:
         a.jobs, a.cycles, a.ops = 100_000, 100_000, 50_000
     if a.only == "recovery":
-        return recovery_only(a.jobs, a.keep, a.repeat)
+        return recovery_only(a.jobs, a.keep, a.repeat, a.jobs // 100 if a.tail is None else a.tail)
 
     secs, cpu = engine_cycles(a.ops)
     eng_rate = a.ops * 3 / secs

@@ -184,6 +184,26 @@ class IndexedHeap(Generic[T]):
         for i, it in enumerate(items):
             it.hpos = i
 
+    def add_many(self, keys: list[int], items: list[T]) -> None:
+        """Push many items (``keys[i]`` for ``items[i]``): one by one when they are few next to
+        the heap, else rebuild the heap with them in one ``load`` (O(n), in C mostly).
+
+        >>> class J:
+        ...     hpos = -1
+        >>> h: IndexedHeap[J] = IndexedHeap(); a, b, c = J(), J(), J()
+        >>> h.push(5, a); h.add_many([9, 1], [b, c]); [h.pop() is x for x in (c, a, b)]
+        [True, True, True]
+        """
+        if not keys:
+            return
+        if len(keys) * 8 < len(self._keys):
+            for k, it in zip(keys, items, strict=True):
+                self.push(k, it)
+            return
+        all_keys, all_items = self._keys + keys, self._items + items
+        self._keys, self._items = [], []
+        self.load(all_keys, all_items)
+
     def sorted_items(self) -> list[T]:
         """All items in key order (O(n log n); for snapshots and tests, not hot paths)."""
         order = sorted(range(len(self._keys)), key=self._keys.__getitem__)

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.job import Job
-from stalkd.engine.model import DURABLE_OPS, Op, Record, RecordFormatError, decode, encode
-from stalkd.engine.replay import finish, replay
+from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
+from stalkd.engine.replay import finish
 from stalkd.engine.snapshot import (
     SnapshotError,
     SnapshotHeader,
@@ -47,6 +47,7 @@ from stalkd.engine.snapshot import (
     read_header,
 )
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, put_frame
+from stalkd.engine.tail import TailError, replay_tail
 from stalkd.log import Log, LogFullError
 from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
 from stalkd.log.segment import FOOTER_SIZE
@@ -238,19 +239,10 @@ class Wal:
             e.seq = max(e.seq, header.end_seq)
             e.next_id = max(e.next_id, header.next_id)
         t_snap = time.perf_counter() - t_snap
-        replayed = 0
-        for frame in self.log.read(need):
-            try:
-                r = decode(frame.payload)
-            except RecordFormatError as exc:
-                raise WalError(f"{self.log.path}: record at offset {frame.offset}: {exc}") from exc
-            if r.seq <= start_seq or r.op is Op.UNKNOWN:
-                continue
-            stamp = fresh.get(r.job_id)
-            if stamp is not None and r.seq <= stamp:
-                continue
-            replay(e, r)
-            replayed += 1
+        try:
+            replayed = replay_tail(e, self.log.read(need), start_seq, fresh)
+        except TailError as exc:
+            raise WalError(f"{self.log.path}: {exc}") from exc
         finish(e)
         e.tick(now)
         return e, replayed, t_snap
