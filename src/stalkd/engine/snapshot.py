@@ -14,7 +14,7 @@ job's stamp (or than ``start_seq`` for jobs not in the snapshot). In an entry of
 ``deadline_us`` is the seq of its bury: it orders the buried FIFO.
 
 How to change the format (numbered, append to it):
-  1. Bump ``SNAP_VERSION``, keep ``_read_v1``, add a reader for the new version beside it.
+  1. Bump ``SNAP_VERSION``, keep every older reader, add a reader for the new version beside them.
   2. Add ``tests/engine/test_snapshot_vN.py`` with a frozen file image of the new version.
   3. (v2) A version's block codec and loader live in ``snap_vN.py``; ``snapfile.KNOWN_VERSIONS``
      lists the versions read, and ``load_into`` / ``read_snapshot`` / ``iter_jobs`` dispatch on
