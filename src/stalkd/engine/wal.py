@@ -5,7 +5,7 @@ Directory layout: ``DIR/wal/`` is a ``stalkd.log`` (one frame per ``model`` reco
 ``DIR/wal-spare`` holds preallocated spare segments: room is promised (``admit``) before the
 engine applies a change, so a full disk refuses puts but never a delete (``space.py``).
 
-Compaction = snapshot + retention. When the WAL written since the last snapshot began exceeds
+Compaction = snapshot + retention (``compaction.py``). When the WAL written since the last snapshot began exceeds
 ``max(compact_min_bytes, live bytes)``, ``maintain`` starts a snapshot: it notes the current seq
 and log offset, then copies ``chunk_jobs`` jobs per call (so the event loop is never held for
 long), and finally hands the file to a background thread that fsyncs it, renames it into place,
@@ -27,21 +27,17 @@ import gc
 import logging
 import os
 import stat
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
 from stalkd.engine.engine import Engine
-from stalkd.engine.job import Job
 from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
 from stalkd.engine.replay import finish
 from stalkd.engine.snapshot import (
     SnapshotError,
     SnapshotHeader,
-    SnapshotWriter,
-    capture_order,
-    fsync_dir,
     list_snapshots,
     load_into,
     read_header,
@@ -62,10 +58,6 @@ _PUT = Op.PUT
 _FRAME_OVERHEAD = 32  # approximate bytes a log frame adds to a payload (header, CRC, padding)
 
 
-class WalError(Exception):
-    """The WAL directory cannot give back the acknowledged state (names the files concerned)."""
-
-
 @dataclass(frozen=True, slots=True)
 class RecoveryInfo:
     """What ``recover`` did: ``jobs`` live jobs; ``records_replayed`` WAL records applied after the
@@ -80,19 +72,7 @@ class RecoveryInfo:
     snapshot_seconds: float = 0.0  # part of ``seconds`` spent loading the snapshot
 
 
-class _Snap:
-    """An in-progress snapshot (loop-thread state)."""
-
-    def __init__(self, writer: SnapshotWriter, start_offset: int, jobs: list[Job]) -> None:
-        self.writer = writer
-        self.start_offset = start_offset
-        self.jobs = jobs  # capture_order at the start; a job deleted since is skipped
-        self.pos = 0
-        self.thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-
-
-class Wal:
+class Wal(Compaction):
     """Persistence for one engine.
 
     >>> import tempfile
@@ -134,7 +114,7 @@ class Wal:
         self.records_migrated = 0
         self.snapshots_written = 0
         self._bytes_since_snapshot = 0
-        self._snap: _Snap | None = None
+        self._snap: SnapInProgress | None = None
         self._recovered = False
         self.space: SpaceBudget | None = None  # made by recover (needs the max job size)
         self._limit_base = -1
@@ -355,110 +335,6 @@ class Wal:
         """Make everything written durable under the policy (thread-safe; group commit)."""
         if self.durability == "always":
             self.log.sync()
-
-    # --- compaction ---------------------------------------------------------------------------
-
-    def compaction_due(self, engine: Engine) -> bool:
-        live = engine.body_bytes + 100 * len(engine.jobs)
-        return self._bytes_since_snapshot >= max(self.compact_min_bytes, live)
-
-    def maintain(self, engine: Engine, now: float, *, force: bool = False) -> bool:
-        """Advance compaction by one bounded step (``chunk_jobs`` jobs); True while a snapshot
-        is in progress. ``force`` starts one even if not due.
-
-        Call it on the loop thread, after ``write`` of every record the engine produced.
-        A WalError here (say, no space for the snapshot file) means only that this snapshot was
-        dropped: the WAL and the previous snapshot are intact, and a later call tries again.
-        """
-        s = self._snap
-        if s is None:
-            if not (force or self.compaction_due(engine)) or engine.seq != self.last_seq:
-                return False
-            self._begin(engine)
-            return True
-        if s.thread is not None:
-            if s.thread.is_alive():
-                return True
-            self._snap = None
-            if s.error is not None:
-                raise WalError(f"{self.snap_dir}: snapshot failed: {s.error}") from s.error
-            return False
-        self._copy_chunk(engine, s)
-        if s.pos >= len(s.jobs):
-            self._complete(engine, s)
-        return self._snap is not None
-
-    def snapshot(self, engine: Engine) -> None:
-        """Take a complete snapshot now (shutdown, tests); finishes one already in progress."""
-        if self._snap is None:
-            self._begin(engine)
-        s = self._snap
-        assert s is not None
-        if s.thread is None:
-            while s.pos < len(s.jobs):
-                self._copy_chunk(engine, s)
-            self._complete(engine, s, inline=True)
-        elif s.thread is not None:
-            s.thread.join()
-            self._snap = None
-            if s.error is not None:
-                raise WalError(f"{self.snap_dir}: snapshot failed: {s.error}") from s.error
-
-    def _begin(self, engine: Engine) -> None:
-        if engine.seq != self.last_seq:
-            raise WalError(f"snapshot needs every record written first (engine seq {engine.seq}, "
-                           f"WAL seq {self.last_seq})")  # fmt: skip
-        self._fault("snapshot-begin")
-        writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset, self._fault)
-        self._snap = _Snap(writer, self.log.next_offset, capture_order(engine))
-        self._bytes_since_snapshot = 0
-
-    def _copy_chunk(self, engine: Engine, s: _Snap) -> None:
-        chunk = s.jobs[s.pos : s.pos + self.chunk_jobs]
-        s.pos += len(chunk)
-        get = engine.jobs.get
-        live = [j for j in chunk if get(j.id) is j]
-        try:
-            s.writer.add_jobs(live, engine.seq)
-        except BaseException:
-            s.writer.abort()
-            self._snap = None
-            raise
-        self.records_migrated += len(live)
-
-    def _complete(self, engine: Engine, s: _Snap, inline: bool = False) -> None:
-        next_id, end_seq = engine.next_id, engine.seq
-        if inline or not self.background:
-            try:
-                self._finalize(s, next_id, end_seq)
-            finally:
-                self._snap = None
-            return
-        s.jobs = []
-
-        def run() -> None:
-            try:
-                self._finalize(s, next_id, end_seq)
-            except BaseException as exc:  # handed to the loop thread by maintain()
-                s.error = exc
-
-        s.thread = threading.Thread(target=run, name="stalkd-snapshot", daemon=True)
-        s.thread.start()
-
-    def _finalize(self, s: _Snap, next_id: int, end_seq: int) -> None:
-        try:
-            final = s.writer.finish(next_id, end_seq)
-        except BaseException:
-            s.writer.abort()
-            raise
-        self.snapshots_written += 1
-        self._fault("compact-retain")
-        self.log.retain(s.start_offset)
-        self._fault("compact-drop-old")
-        for old in list_snapshots(self.snap_dir):
-            if old != final and os.path.basename(old) < os.path.basename(final):
-                os.unlink(old)
-        fsync_dir(self.snap_dir)
 
     # --- status -------------------------------------------------------------------------------
 
