@@ -114,6 +114,10 @@ class Server:
         self._batch_open = False  # records of this loop iteration go into batch ``written``
         self._pending: list[Record] = []  # records of this loop iteration, not yet written
         self._flush_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # see loop()
+        self._steps = 0  # connections inside process() (nested when a release runs one)
+        self._step_records = False  # a step produced records: end_step writes or schedules them
+        self._releasing = False  # inside _release_held: steps it runs never write inline
         # The last connection that wrote durable records, and the last batch another one did.
         self._writer: Connection | None = None
         self._mixed = 0
@@ -136,6 +140,18 @@ class Server:
             self._short_cost, self._put_cost = SHORT_FRAME, put_frame
         self._host_id = os.urandom(8).hex()  # beanstalkd's random per-process id
         self._uname = os.uname()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, looked up once: ``asyncio.get_running_loop()`` costs a ``getpid``
+        system call (its fork check), which the hot path would pay per command."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
+
+    def _soon(self, callback: Callable[[], object]) -> None:
+        loop = self._loop
+        (loop if loop is not None else self.loop()).call_soon(callback)
 
     # --- connections -------------------------------------------------------------------------
 
@@ -189,6 +205,27 @@ class Server:
     def hold(self, c: Connection) -> None:
         """``c`` has replies waiting for a barrier."""
         self._held.add(c)
+
+    def begin_step(self) -> None:
+        """A connection starts running the commands it has read."""
+        self._steps += 1
+
+    def end_step(self) -> None:
+        """A connection ran what it had read. Its records are written now when nothing is to be
+        gained by waiting for the rest of the loop iteration: with ``never``/``every`` (a write
+        per read is one ``write(2)`` per pipeline anyway) and for a lone ``always`` writer (its
+        fsync runs inline). Otherwise (``always`` with several writers) at the start of the next
+        iteration, so every connection read in this one shares the fsync. Writing now saves a
+        loop iteration (a poll and a callback) before the replies can leave."""
+        self._steps -= 1
+        if self._steps or not self._step_records:
+            return
+        self._step_records = False
+        if not self.group_commit or self.written - self._mixed >= INLINE_AFTER:
+            self._close_batch()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._soon(self._close_batch)
 
     # --- commands ----------------------------------------------------------------------------
 
@@ -252,9 +289,11 @@ class Server:
         records = out.records
         if records and self.storage is not None:
             self._pending.extend(records)
-            if not self._flush_scheduled:
+            if self._steps and not self._releasing:
+                self._step_records = True  # end_step decides: write now, or next iteration
+            elif not self._flush_scheduled:
                 self._flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self._close_batch)
+                self._soon(self._close_batch)
             for r in records:
                 if r.op in DURABLE_OPS:
                     barrier = self._batch(c)
@@ -333,7 +372,7 @@ class Server:
             self._synced(target, None)
             return
         if syncer is None:
-            syncer = self._syncer = Syncer(self.storage.sync, self._synced, asyncio.get_running_loop())
+            syncer = self._syncer = Syncer(self.storage.sync, self._synced, self.loop())
             # When fsync returns, the sync thread must win the GIL back from a busy loop thread;
             # the default 5 ms switch interval would add up to 5 ms to every acknowledgement.
             sys.setswitchinterval(SWITCH_INTERVAL)
@@ -351,12 +390,23 @@ class Server:
 
     def _release_held(self) -> None:
         durable = self.durable
-        for c in list(self._held):
-            if not c.release_held(durable):
-                self._held.discard(c)
-            c.flush()
-            if not c.closing and not c.waiting and not c.lost:
-                c.process()  # it may have stopped on its output limit
+        self._releasing = True
+        try:
+            for c in list(self._held):
+                if not c.release_held(durable):
+                    self._held.discard(c)
+                c.flush()
+                if (not c.closing and not c.waiting and not c.lost
+                        and (c.read_paused or c.eof or c.parser.buffered)):
+                    c.process()  # it may have stopped on its output limit
+        finally:
+            self._releasing = False
+        if self._step_records:
+            # Records of the commands those connections ran: the next iteration writes them.
+            self._step_records = False
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._soon(self._close_batch)
 
     async def wait_durable(self, timeout: float) -> bool:
         """Wait until everything written so far is durable (used when stopping)."""
@@ -391,7 +441,7 @@ class Server:
         if self._timer is not None:
             self._timer.cancel()
         delay = deadline - self.clock() + _TIMER_SLACK
-        self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._tick)
+        self._timer = self.loop().call_later(max(0.0, delay), self._tick)
         self._timer_at = deadline
 
     def _tick(self) -> None:

@@ -121,6 +121,8 @@ class Connection(asyncio.Protocol):
         if self._running or self.lost:
             return
         self._running = True
+        server = self.server
+        server.begin_step()
         try:
             parser = self.parser
             execute = self.server.execute
@@ -148,6 +150,7 @@ class Connection(asyncio.Protocol):
                 self._resume_reading()
         finally:
             self._running = False
+            server.end_step()
         self.flush()
 
     def send(self, reply: AnyReply | None, barrier: int) -> None:
@@ -184,7 +187,7 @@ class Connection(asyncio.Protocol):
         if not self._flush_queued:
             self._flush_queued = True
             # Not inline: we are inside another connection's step. Run our backlog next.
-            asyncio.get_running_loop().call_soon(self._after_wake)
+            self.server.loop().call_soon(self._after_wake)
 
     def _after_wake(self) -> None:
         self._flush_queued = False
