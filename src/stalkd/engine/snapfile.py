@@ -54,10 +54,12 @@ class SnapshotHeader:
 
 
 def head_bytes(version: int, start_seq: int, start_offset: int) -> bytes:
+    """A file's header (see ``read_header`` for a whole file built from these pieces)."""
     return HEAD.pack(MAGIC, version, start_seq, start_offset)
 
 
 def trailer_bytes(head: bytes, count: int, next_id: int, end_seq: int) -> bytes:
+    """A file's trailer; its CRC covers ``head`` too, so a trailer fits one header only."""
     fields = (END_MARK, count, next_id, end_seq)
     return TRAIL.pack(*fields, crc32c(head + _TRAIL_FIELDS.pack(*fields)))
 
@@ -68,7 +70,19 @@ def block_bytes(block: bytes, count: int) -> bytes:
 
 
 def read_header(path: str) -> SnapshotHeader:
-    """Check the header and trailer (not the entries); SnapshotError if incomplete."""
+    """Check the header and trailer (not the entries); SnapshotError if incomplete.
+
+    >>> import os, tempfile
+    >>> head = head_bytes(2, 7, 3)
+    >>> path = os.path.join(tempfile.mkdtemp(), "snap-x.snap")
+    >>> with open(path, "wb") as f:
+    ...     _ = f.write(head + block_bytes(b"", 0) + trailer_bytes(head, 0, 1, 7))
+    >>> h = read_header(path); (h.version, h.start_seq, h.count, h.end_seq)
+    (2, 7, 0, 7)
+    >>> from pathlib import Path
+    >>> list(blocks(Path(path).read_bytes(), h))
+    [(38, 38, 0)]
+    """
     with open(path, "rb") as f:
         head = f.read(HEAD.size)
         if len(head) < HEAD.size:
