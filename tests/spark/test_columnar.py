@@ -149,3 +149,17 @@ def test_ranges_binary_owns_its_bytes() -> None:
     assert got.to_pylist() == [b"payload-one", b"payload-two"]
     lo, hi = src.ctypes.data, src.ctypes.data + len(raw)
     assert all(b is None or not lo <= b.address < hi for b in got.buffers())
+
+
+def test_unaligned_frames_take_the_general_header_gather() -> None:
+    """Frames are 8-aligned in the log; a buffer where they are not gives the same batch."""
+    from stalkd.log.frame import encode_frame
+
+    frames = [encode_frame(b"p" * (i * 3 % 11), i, 1000 + i, 1) for i in range(20)]
+    positions = [sum(len(f) for f in frames[:i]) for i in range(20)]
+    aligned = raw_columns_batch(FrameColumns(5, positions, memoryview(b"".join(frames))))
+    shifted = raw_columns_batch(FrameColumns(5, [p + 4 for p in positions], memoryview(b"abcd" + b"".join(frames))))
+    assert aligned is not None and shifted is not None
+    assert shifted.equals(aligned)
+    assert aligned.column("payload").to_pylist() == [b"p" * (i * 3 % 11) for i in range(20)]
+    assert aligned.column("offset").to_pylist() == list(range(5, 25))

@@ -75,8 +75,25 @@ def ranges_binary(src: np.ndarray[Any, Any], starts: np.ndarray[Any, Any], ends:
 
 def _gather(src: np.ndarray[Any, Any], at: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
     """One ``dtype`` record read at each byte position ``at`` (callers check the bounds)."""
-    rows = src[at[:, None] + np.arange(dtype.itemsize)]
-    return np.ascontiguousarray(rows).view(dtype).reshape(len(at))
+    if not len(at):
+        return np.zeros(0, dtype)
+    # Rows of a zero-copy sliding window: numpy copies each record's bytes in one go (~3x
+    # faster than indexing a position-by-byte index matrix).
+    windows = np.lib.stride_tricks.sliding_window_view(src, dtype.itemsize)
+    rows: np.ndarray[Any, Any] = windows[at].view(dtype).reshape(len(at))
+    return rows
+
+
+def _frame_fields(src: np.ndarray[Any, Any], positions: np.ndarray[Any, Any]) -> tuple[Any, Any]:
+    """(payload lengths, timestamps) from the frame headers at ``positions``, as int64."""
+    if len(src) >= 8 and not (positions & 7).any():
+        # Frames start 8-aligned (stalkd.log.frame pads them), so the header's 8-byte words
+        # can be picked directly: +8 holds length (low half) and delta, +16 the timestamp.
+        words = src[: len(src) // 8 * 8].view("<i8")
+        at = positions >> 3
+        return words[at + 1] & 0xFFFFFFFF, words[at + 2]
+    head = _gather(src, positions, _FRAME)
+    return head["length"].astype(np.int64), head["timestamp_us"].astype(np.int64)
 
 
 class _Chunk:
@@ -86,11 +103,10 @@ class _Chunk:
         self.cols = cols
         self.src = np.frombuffer(cols.buf, np.uint8)
         positions = np.array(cols.positions, np.int64)
-        head = _gather(self.src, positions, _FRAME)
+        lengths, self.stamps = _frame_fields(self.src, positions)
         self.starts = positions + _FRAME.itemsize
-        self.ends = self.starts + head["length"]
+        self.ends = self.starts + lengths
         self.offsets = np.arange(cols.first_offset, cols.first_offset + len(cols), dtype=np.int64)
-        self.stamps = head["timestamp_us"].astype(np.int64)
         if not markers and len(self.starts):
             nonempty = self.ends > self.starts
             first = self.src[np.minimum(self.starts, len(self.src) - 1)]
