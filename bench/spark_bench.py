@@ -7,6 +7,7 @@ prints rows/s and ratios against the peers measured in the same run.
 
     .venv/bin/python bench/spark_bench.py                 # 1M records
     .venv/bin/python bench/spark_bench.py --records 200000 --skip-analytics
+    .venv/bin/python bench/spark_bench.py --skip-analytics --keep /tmp/sb   # reuse inputs next run
     STALKD_BENCH_10M=1 .venv/bin/python bench/spark_bench.py   # also analytics on 10M records
 
 Targets (issue 6): raw read >= 500k rows/s and >= 1x spark.read.json of the same data.
@@ -101,26 +102,66 @@ def write_inputs(n: int, root: Path, *, with_peers: bool = True) -> dict[str, Pa
     return {"wal": log_dir, "json": json_dir, "parquet": pq_dir}
 
 
-def _timed(label: str, action) -> float:  # type: ignore[no-untyped-def]
-    t = time.perf_counter()
+def _tree_cpu() -> float:
+    """CPU seconds used so far by this process's live descendants (the Spark JVM and its Python
+    workers); 0 where /proc is missing. Less sensitive than wall time to a busy machine."""
+    tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    kids: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        kids.setdefault(int(fields[1]), []).append(pid)
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / tck
+    total, todo = 0.0, list(kids.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo += kids.get(pid, [])
+    return total
+
+
+def _timed(label: str, action) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    c, t = _tree_cpu(), time.perf_counter()
     action()
-    dt = time.perf_counter() - t
-    print(f"  {label:<34} {dt:7.2f} s", flush=True)
-    return dt
+    dt, dc = time.perf_counter() - t, _tree_cpu() - c
+    print(f"  {label:<22} {dt:7.2f} s wall {dc:7.2f} s cpu", flush=True)
+    return dt, dc
+
+
+def _inputs(n: int, root: Path) -> dict[str, Path]:
+    """The inputs in ``root``, generated unless a previous run with the same n left them there."""
+    done = root / "done"
+    paths = {"wal": root / "wal", "json": root / "json", "parquet": root / "parquet"}
+    if done.exists() and done.read_text() == str(n):
+        print(f"reusing {n:,} WAL records (log + JSON + Parquet) in {root}", flush=True)
+        return paths
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"generating {n:,} WAL records (log + JSON + Parquet) in {root}", flush=True)
+    t = time.perf_counter()
+    paths = write_inputs(n, root)
+    done.write_text(str(n))
+    print(f"  generated in {time.perf_counter() - t:.1f} s", flush=True)
+    return paths
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=int(os.environ.get("STALKD_BENCH_RECORDS", 1_000_000)))
+    ap.add_argument("--rounds", type=int, default=3, help="timed scans per reader (best counts)")
     ap.add_argument("--skip-analytics", action="store_true")
-    ap.add_argument("--keep", help="keep the generated inputs in this directory")
+    ap.add_argument("--keep", help="keep the generated inputs in this directory (and reuse them next time)")
     args = ap.parse_args()
     root = Path(args.keep or tempfile.mkdtemp(prefix="stalkd-spark-bench-"))
     n = args.records
-    print(f"generating {n:,} WAL records (log + JSON + Parquet) in {root}", flush=True)
-    t = time.perf_counter()
-    paths = write_inputs(n, root)
-    print(f"  generated in {time.perf_counter() - t:.1f} s", flush=True)
+    paths = _inputs(n, root)
 
     from stalkd.spark.session import build_session
 
@@ -130,22 +171,28 @@ def main() -> int:
             return lambda: df.write.format("noop").mode("overwrite").save()
 
         src = spark.read.format("stalkd")
-        # Warm the JVM and the Python workers once, so the first timed read is not penalised.
-        src.load(str(paths["wal"])).limit(1000).write.format("noop").mode("overwrite").save()
-        print(f"full scans of {n:,} rows on local[2] (best of 2):")
-        results: dict[str, float] = {}
         cases = {
             "stalkd raw": lambda: src.load(str(paths["wal"])),
             "stalkd records=wal": lambda: src.option("records", "wal").load(str(paths["wal"])),
             "spark.read.json": lambda: spark.read.schema(_json_schema()).json(str(paths["json"])),
             "spark.read.parquet": lambda: spark.read.parquet(str(paths["parquet"])),
         }
+        parts = {name: make().rdd.getNumPartitions() for name, make in cases.items()}
+        # Every reader gets one untimed full scan first (JIT warm-up, Python workers, file
+        # caches), then the readers take turns, so a noisy moment hits them all alike.
+        print(f"warm-up: one full scan of {n:,} rows per reader on local[2]:")
         for name, make in cases.items():
-            best = min(_timed(name, scan(make())) for _ in range(2))
-            results[name] = n / best
-        print("\nrows/s:")
+            _timed(name, scan(make()))
+        print(f"timed: {args.rounds} rounds, readers in turn:")
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+        for _ in range(args.rounds):
+            for name, make in cases.items():
+                runs[name].append(_timed(name, scan(make())))
+        results = {name: n / min(w for w, _ in r) for name, r in runs.items()}
+        cpu_us = {name: min(c for _, c in r) / n * 1e6 for name, r in runs.items()}
+        print(f"\nbest of {args.rounds} ({n:,} rows; cpu = JVM + Python workers, core-us per row, lowest):")
         for name, rate in results.items():
-            print(f"  {name:<22} {rate:>12,.0f}")
+            print(f"  {name:<22} {rate:>12,.0f} rows/s  {cpu_us[name]:5.2f} cpu-us/row  {parts[name]} partitions")
         print("ratios:")
         print(f"  raw / json     {results['stalkd raw'] / results['spark.read.json']:.2f}x  (target >= 1x)")
         print(f"  raw / parquet  {results['stalkd raw'] / results['spark.read.parquet']:.2f}x")
@@ -159,7 +206,9 @@ def main() -> int:
             print(f"\nanalytics on {res.records:,} records ({res.jobs:,} jobs): {res.seconds:.1f} s wall")
             if os.environ.get("STALKD_BENCH_10M"):
                 big = root / "big"
+                shutil.rmtree(big, ignore_errors=True)
                 shutil.rmtree(paths["json"])
+                (root / "done").unlink(missing_ok=True)
                 write_big = write_inputs(10_000_000, big, with_peers=False)
                 res = run_analysis(spark, str(write_big["wal"]), big / "analysis", progress=False)
                 print(f"analytics on {res.records:,} records ({res.jobs:,} jobs): {res.seconds:.1f} s wall")
