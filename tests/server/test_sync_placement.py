@@ -26,6 +26,7 @@ class WatchedWal:
         self.puts_written = 0
         self.puts_durable = 0
         self.sync_threads: list[int] = []
+        self.fail_at: int | None = None  # the sync with this number raises EIO
 
     def admit(self, cost: int) -> bool:
         return self.wal.admit(cost)
@@ -41,6 +42,9 @@ class WatchedWal:
         self.puts_written += sum(1 for r in records if r.op is Op.PUT)
 
     def sync(self) -> None:
+        if self.fail_at is not None and len(self.sync_threads) + 1 >= self.fail_at:
+            self.sync_threads.append(threading.get_ident())
+            raise OSError(5, "Input/output error (injected)")
         covered = self.puts_written
         self.wal.sync()
         self.sync_threads.append(threading.get_ident())
@@ -56,12 +60,13 @@ class WatchedWal:
         self.wal.close()
 
 
-def _run(tmp: str, scenario: object) -> None:
+def _run(tmp: str, scenario: object, fatal: list[BaseException] | None = None) -> None:
     async def main() -> None:
         wal = Wal.open(tmp, durability="always")
         engine, _ = wal.recover(time.time())
         watched = WatchedWal(wal)
-        srv = Server(Config(data_dir=tmp), engine, watched)
+        srv = Server(Config(data_dir=tmp), engine, watched,
+                     on_fatal=fatal.append if fatal is not None else None)
         sock = bind_listener("127.0.0.1", 0)
         server = await asyncio.get_running_loop().create_server(srv.new_connection, sock=sock)
         try:
@@ -136,3 +141,25 @@ def test_inline_sync_keeps_every_acknowledged_put_across_a_restart(tmp_path: os.
         assert sorted(engine.jobs) == sorted(acked)
     finally:
         wal.close()
+
+
+def test_an_inline_fsync_failure_acknowledges_nothing_and_stops_the_server(
+    tmp_path: os.PathLike[str],
+) -> None:
+    loop_thread = threading.get_ident()
+    fatal: list[BaseException] = []
+
+    async def scenario(watched: WatchedWal, port: int) -> None:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        # Given a lone writer whose fsyncs now run inline
+        await _put_one_by_one(r, w, INLINE_AFTER + 2, watched)
+        assert watched.sync_threads[-1] == loop_thread
+        # When the next fsync fails
+        watched.fail_at = len(watched.sync_threads) + 1
+        w.write(b"put 0 0 60 4\r\nlost\r\n")
+        # Then the connection closes without INSERTED, and the server reports the failure
+        assert await asyncio.wait_for(r.read(), 10) == b""
+        assert watched.sync_threads[-1] == loop_thread
+        assert len(fatal) == 1 and "WAL sync failed" in str(fatal[0])
+
+    _run(os.fspath(tmp_path), scenario, fatal)
