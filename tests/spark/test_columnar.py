@@ -16,7 +16,7 @@ from stalkd.engine.model import JobState, Op, Record, encode
 from stalkd.log import Log, LogReader
 from stalkd.log.columns import FrameColumns
 from stalkd.spark.batches import RecordDecodeError, raw_batch, wal_batch
-from stalkd.spark.columnar import ranges_binary, raw_columns_batch, wal_columns_batch
+from stalkd.spark.columnar import ranges_binary, raw_columns_batch, split_by_span, wal_columns_batch
 from stalkd.spark.sink import is_marker, marker
 
 T0 = 1_700_000_000_000_000
@@ -163,3 +163,19 @@ def test_unaligned_frames_take_the_general_header_gather() -> None:
     assert shifted.equals(aligned)
     assert aligned.column("payload").to_pylist() == [b"p" * (i * 3 % 11) for i in range(20)]
     assert aligned.column("offset").to_pylist() == list(range(5, 25))
+
+
+def test_big_payloads_split_batches_by_span_and_lose_nothing(tmp_path: Path) -> None:
+    payloads = [bytes([i]) * (700 + 37 * i) for i in range(60)]
+    with Log.open(tmp_path, segment_size=1 << 20, durability="never") as log:
+        log.append_many(payloads)
+    (whole,) = chunks(tmp_path, 1000)
+    pieces = list(split_by_span(whole, 5000))
+    assert len(pieces) > 5
+    assert all(p.positions[-1] - p.positions[0] <= 5000 for p in pieces)
+    assert [o for p in pieces for o in p.offsets] == list(range(60))
+    batches = [raw_columns_batch(p) for p in pieces]
+    got = pa.Table.from_batches([b for b in batches if b is not None])
+    assert got.column("payload").to_pylist() == payloads
+    assert got.equals(pa.Table.from_batches([raw_columns_batch(whole)]))  # type: ignore[list-item]
+    assert list(split_by_span(whole)) == [whole]  # a 64 MiB span holds it all

@@ -23,6 +23,8 @@ Example::
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -34,7 +36,11 @@ from stalkd.spark.batches import wal_batch
 from stalkd.spark.schema import OP_NAMES, RAW_ARROW, WAL_ARROW
 from stalkd.spark.sink import MARKER_MAGIC
 
-__all__ = ["raw_columns_batch", "wal_columns_batch", "ranges_binary"]
+__all__ = ["raw_columns_batch", "wal_columns_batch", "ranges_binary", "split_by_span", "MAX_BATCH_SPAN"]
+
+# A batch covers at most this much of a segment, whatever its row count: big job bodies keep
+# batches (and the JVM's copies of them) bounded, and far below Arrow's 2 GiB binary limit.
+MAX_BATCH_SPAN = 64 * 2**20
 
 _TS = pa.timestamp("us", tz="UTC")
 _I64_MAX = 2**63 - 1
@@ -71,6 +77,23 @@ def ranges_binary(src: np.ndarray[Any, Any], starts: np.ndarray[Any, Any], ends:
     bounds[1::2] = ends - lo
     spans = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), pa.py_buffer(src[lo:hi])])
     return spans.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
+
+
+def split_by_span(cols: FrameColumns, max_span: int = MAX_BATCH_SPAN) -> Iterator[FrameColumns]:
+    """``cols`` cut into runs of frames starting within ``max_span`` bytes of their run's first.
+
+    >>> [c.positions for c in split_by_span(FrameColumns(0, [0, 40, 80, 90, 200], memoryview(b"")), 50)]
+    [[0, 40], [80, 90], [200]]
+    """
+    pos = cols.positions
+    if not pos or pos[-1] - pos[0] <= max_span:
+        yield cols
+        return
+    i = 0
+    while i < len(pos):
+        j = bisect_right(pos, pos[i] + max_span, i + 1)
+        yield FrameColumns(cols.first_offset + i, pos[i:j], cols.buf)
+        i = j
 
 
 def _gather(src: np.ndarray[Any, Any], at: np.ndarray[Any, Any], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
