@@ -3,7 +3,7 @@
 Writes N WAL records (spark_bench's mix) to a log with 16 MiB segments, then times, best of 3:
 
 * scan: ``LogReader.read_segment`` (a ``Frame`` per record) vs ``read_segment_columns``;
-* Arrow batches of 8192 rows, raw and ``records=wal``: the per-frame builders
+* Arrow batches of the Spark source's default size, raw and ``records=wal``: the per-frame builders
   (``raw_batch`` / ``wal_batch`` over ``read_segment``) vs ``stalkd.spark.columnar``
   over ``read_segment_columns`` (what the Spark source's ``read()`` now does).
 
@@ -29,8 +29,9 @@ from stalkd.engine.model import encode
 from stalkd.log import Log, LogReader
 from stalkd.spark.batches import raw_batch, wal_batch
 from stalkd.spark.columnar import raw_columns_batch, wal_columns_batch
+from stalkd.spark.source import DEFAULT_BATCH
 
-BATCH = 8192
+BATCH = DEFAULT_BATCH  # rows per batch, as the Spark source reads them
 
 
 def write_log(d: Path, n: int) -> None:
