@@ -201,6 +201,8 @@ class Server:
 
     def disconnected(self, c: Connection, exc: Exception | None) -> None:
         self._held.discard(c)
+        if self._writer is c:
+            self._writer = None  # keep no closed connection alive (the next writer is "another")
         if self.conns.pop(c.id, None) is None:
             return
         if exc is not None:
