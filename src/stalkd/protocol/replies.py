@@ -16,7 +16,7 @@ from __future__ import annotations
 from stalkd.engine.commands import AnyReply, Close, JobReply, Reply, YamlDict, YamlList
 from stalkd.protocol.stats import encode_yaml_dict, encode_yaml_list
 
-__all__ = ["encode_reply", "encode_reply_parts"]
+__all__ = ["encode_reply", "encode_reply_parts", "encode_line"]
 
 _WORDS: dict[str, bytes] = {
     w: f"{w}\r\n".encode()
@@ -28,7 +28,12 @@ _WORDS: dict[str, bytes] = {
 }  # fmt: skip
 
 
-def _line(r: Reply) -> bytes:
+def encode_line(r: Reply) -> bytes:
+    """A plain ``Reply`` as its wire line (``encode_reply`` for that one type, one call less).
+
+    >>> encode_line(Reply("DELETED"))
+    b'DELETED\\r\\n'
+    """
     args = r.args
     if not args:
         cached = _WORDS.get(r.word)
@@ -45,7 +50,7 @@ def encode_reply_parts(reply: AnyReply) -> tuple[bytes, ...]:
     (b'FOUND 1 1\\r\\n', b'a', b'\\r\\n')
     """
     if type(reply) is Reply:
-        return (_line(reply),)
+        return (encode_line(reply),)
     if type(reply) is JobReply:
         return (f"{reply.word} {reply.id} {len(reply.body)}\r\n".encode(), reply.body, b"\r\n")
     if type(reply) is YamlDict:
@@ -66,7 +71,7 @@ def encode_reply(reply: AnyReply) -> bytes:
     b'OK 14\\r\\n---\\n- default\\n\\r\\n'
     """
     if type(reply) is Reply:
-        return _line(reply)
+        return encode_line(reply)
     if type(reply) is JobReply:
         return b"%s %d %d\r\n%s\r\n" % (reply.word.encode(), reply.id, len(reply.body), reply.body)
     return b"".join(encode_reply_parts(reply))

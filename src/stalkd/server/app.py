@@ -241,44 +241,52 @@ class Server:
     def execute(self, c: Connection, cmd: Command) -> None:
         """Run one parsed command for ``c`` and route every reply it produced."""
         st = self.storage
+        if st is None:  # in memory: no room to promise, no record to settle
+            try:
+                out = self.engine.apply(c.id, cmd, self.clock())
+            except Exception:
+                log.exception("conn %d: engine failed on %r; replying INTERNAL_ERROR", c.id, cmd)
+                c.send(Reply("INTERNAL_ERROR"), 0)
+                return
+            self._handle(c, out)
+            return
         cost = 0
         unlogged = False  # a release to ready without WAL room: applied, its record not written
-        if st is not None:
-            kind = type(cmd)
-            if kind is C.Put:
-                if cmd.error is None:  # type: ignore[union-attr]
-                    cost = self._put_cost(len(cmd.body))  # type: ignore[union-attr]
-            elif kind in _ONE_RECORD:
-                cost = self._short_cost
-            elif kind is C.Kick:
-                bound = cmd.bound  # type: ignore[union-attr]
-                n = st.admit_upto(min(bound, len(self.engine.jobs)), self._short_cost)
-                if n == 0 and bound > 0:
-                    self._refuse(c, cmd)
-                    return
-                cost = n * self._short_cost
-                if n < bound:
-                    cmd = C.Kick(n)
-            if cost and kind is not C.Kick and not st.admit(cost):
-                if kind is C.Release and cmd.delay == 0:  # type: ignore[union-attr]
-                    # beanstalkd never logs a release to ready, so it cannot fail for space: the
-                    # job is reserved (not durable) anyway and comes back ready after a restart,
-                    # only its new priority is lost there.
-                    unlogged, cost = True, 0
-                else:
-                    self._refuse(c, cmd)
-                    return
+        kind = type(cmd)
+        if kind is C.Put:
+            if cmd.error is None:  # type: ignore[union-attr]
+                cost = self._put_cost(len(cmd.body))  # type: ignore[union-attr]
+        elif kind in _ONE_RECORD:
+            cost = self._short_cost
+        elif kind is C.Kick:
+            bound = cmd.bound  # type: ignore[union-attr]
+            n = st.admit_upto(min(bound, len(self.engine.jobs)), self._short_cost)
+            if n == 0 and bound > 0:
+                self._refuse(c, cmd)
+                return
+            cost = n * self._short_cost
+            if n < bound:
+                cmd = C.Kick(n)
+        if cost and kind is not C.Kick and not st.admit(cost):
+            if kind is C.Release and cmd.delay == 0:  # type: ignore[union-attr]
+                # beanstalkd never logs a release to ready, so it cannot fail for space: the
+                # job is reserved (not durable) anyway and comes back ready after a restart,
+                # only its new priority is lost there.
+                unlogged, cost = True, 0
+            else:
+                self._refuse(c, cmd)
+                return
         try:
             out = self.engine.apply(c.id, cmd, self.clock())
         except Exception:
             log.exception("conn %d: engine failed on %r; replying INTERNAL_ERROR", c.id, cmd)
-            if cost and st is not None:
+            if cost:
                 st.settle(cost, ())
             c.send(Reply("INTERNAL_ERROR"), 0)
             return
         if unlogged:
             out = out._replace(records=tuple(r for r in out.records if r.op is not Op.RELEASE))
-        if st is not None and (cost or out.records):
+        if cost or out.records:
             st.settle(cost, out.records)
         self._handle(c, out)
 

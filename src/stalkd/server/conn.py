@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, cast
 
 from stalkd.engine.commands import AnyReply, Close, Reply
 from stalkd.protocol import NEED_DATA, Parser, encode_reply_parts
+from stalkd.protocol.replies import encode_line
 
 if TYPE_CHECKING:
     from stalkd.server.app import Server
@@ -125,7 +126,7 @@ class Connection(asyncio.Protocol):
         server.begin_step()
         try:
             parser = self.parser
-            execute = self.server.execute
+            execute = server.execute
             limit = self.max_output
             while not self.waiting and not self.closing:
                 if self.write_paused or self.held_bytes > limit:
@@ -145,8 +146,8 @@ class Connection(asyncio.Protocol):
             else:
                 if self.waiting and parser.buffered > limit:
                     self._pause_reading()
-            if (not self.closing and not self.write_paused and self.held_bytes <= limit
-                    and (not self.waiting or parser.buffered <= limit)):
+            if (self.read_paused and not self.closing and not self.write_paused
+                    and self.held_bytes <= limit and (not self.waiting or parser.buffered <= limit)):
                 self._resume_reading()
         finally:
             self._running = False
@@ -167,7 +168,8 @@ class Connection(asyncio.Protocol):
                 self.close_ready = True
             return
         try:
-            parts = encode_reply_parts(reply)
+            # A plain reply line (INSERTED, DELETED, ...) is the common case: no tuple needed.
+            parts = (encode_line(reply),) if type(reply) is Reply else encode_reply_parts(reply)
         except Exception:
             # A bug (say a stats key missing): the state change stands; the client gets
             # beanstalkd's error word instead of a malformed reply, and the log says why.
