@@ -167,3 +167,35 @@ def test_many_connections_share_group_commits(tmp_path: os.PathLike[str], n_conn
             w.close()
 
     _run(os.fspath(tmp_path), scenario)
+
+
+def test_a_durable_job_is_shown_while_another_connections_put_waits_for_its_fsync(
+    tmp_path: os.PathLike[str],
+) -> None:
+    async def scenario(srv: Server, gated: GatedWal, port: int, fatal: list[BaseException]) -> None:
+        r1, w1 = await asyncio.open_connection("127.0.0.1", port)
+        r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+        r3, w3 = await asyncio.open_connection("127.0.0.1", port)
+        # Given job 1 acknowledged (durable)
+        gated.gate.set()
+        w1.write(b"put 0 0 60 3\r\none\r\n")
+        assert await asyncio.wait_for(r1.readline(), 5) == b"INSERTED 1\r\n"
+        # When another connection's put waits for its fsync
+        gated.gate.clear()
+        gated.entered.clear()
+        w2.write(b"put 0 0 60 3\r\ntwo\r\n")
+        await _until(gated.entered.is_set)
+        # Then job 1 is shown at once, job 2 (its put not durable yet) is not
+        w3.write(b"peek 1\r\n")
+        assert await asyncio.wait_for(r3.readline(), 5) == b"FOUND 1 3\r\n"
+        assert await asyncio.wait_for(r3.readline(), 5) == b"one\r\n"
+        w3.write(b"peek 2\r\n")
+        assert await _nothing_within(r3, 0.3)
+        assert await _nothing_within(r2, 0.1)
+        # When the fsync completes, both follow
+        gated.gate.set()
+        assert await asyncio.wait_for(r2.readline(), 5) == b"INSERTED 2\r\n"
+        assert await asyncio.wait_for(r3.readline(), 5) == b"FOUND 2 3\r\n"
+        assert fatal == []
+
+    _run(os.fspath(tmp_path), scenario)
