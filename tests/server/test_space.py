@@ -110,6 +110,7 @@ def test_full_disk_replies_and_nothing_changes(tmp_path: Path) -> None:
         assert sp.room() - sp.promised < 700
         sp.promised = max(sp.promised, sp.room())
         seq, jobs = srv.engine.seq, sorted(srv.engine.jobs)
+        refused_before = sp.refused
         # When writes need room, they are refused the way beanstalkd refuses them
         assert await _cmd(r, w, b"put 0 0 60 2\r\nj4\r\n") == b"OUT_OF_MEMORY\r\n"
         assert await _cmd(r, w, b"bury 1 0\r\n") == b"OUT_OF_MEMORY\r\n"
@@ -117,6 +118,13 @@ def test_full_disk_replies_and_nothing_changes(tmp_path: Path) -> None:
         assert (await _cmd(r, w, b"stats-job 1\r\n")).count(b"state: reserved") == 1
         assert await _cmd(r, w, b"kick 10\r\n") == b"KICKED 0\r\n"
         assert await _cmd(r, w, b"kick-job 2\r\n") == b"NOT_FOUND\r\n"
+        # A job this connection cannot act on is NOT_FOUND before any lack of room, as in
+        # beanstalkd, which looks the job up first
+        assert await _cmd(r, w, b"bury 99 0\r\n") == b"NOT_FOUND\r\n"
+        assert await _cmd(r, w, b"bury 3 0\r\n") == b"NOT_FOUND\r\n"  # ready, not reserved
+        assert await _cmd(r, w, b"release 2 0 10\r\n") == b"NOT_FOUND\r\n"  # buried
+        assert await _cmd(r, w, b"kick-job 99\r\n") == b"NOT_FOUND\r\n"
+        assert sp.refused == refused_before + 5  # bury, release, kick-job refused for room only
         # Then nothing changed, and reads still work
         assert srv.engine.seq == seq and sorted(srv.engine.jobs) == jobs
         assert await _cmd(r, w, b"peek-buried\r\n") == b"FOUND 2 2\r\nj2\r\n"

@@ -258,13 +258,17 @@ class Server:
             self._handle(c, out)
             return
         cost = 0
+        now = self.clock()
         unlogged = False  # a release to ready without WAL room: applied, its record not written
         kind = type(cmd)
         if kind is C.Put:
             if cmd.error is None:  # type: ignore[union-attr]
                 cost = self._put_cost(len(cmd.body))  # type: ignore[union-attr]
         elif kind in _ONE_RECORD:
-            cost = self._short_cost
+            # beanstalkd looks the job up before reserving log space: NOT_FOUND beats
+            # OUT_OF_MEMORY for a job this connection cannot act on.
+            if self.engine.finds_job(c.id, cmd, now):
+                cost = self._short_cost
         elif kind is C.Kick:
             bound = cmd.bound  # type: ignore[union-attr]
             n = st.admit_upto(min(bound, len(self.engine.jobs)), self._short_cost)
@@ -284,7 +288,7 @@ class Server:
                 self._refuse(c, cmd)
                 return
         try:
-            out = self.engine.apply(c.id, cmd, self.clock())
+            out = self.engine.apply(c.id, cmd, now)
         except Exception:
             log.exception("conn %d: engine failed on %r; replying INTERNAL_ERROR", c.id, cmd)
             if cost:
