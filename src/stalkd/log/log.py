@@ -110,7 +110,11 @@ class Log:
         self._cursor_syncer: CursorSyncer | None = None
         self._deferred: list[tuple[Ticket, Callable[[Ticket], object]]] = []
         self._fdlock = threading.Lock()  # retiring a segment fd while a sync uses it
-        self._cond = threading.Condition(threading.Lock())  # durable progress, appends, tickets
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # durable progress, appends, tickets
+        # The committer/flusher thread waits here, on the same lock: notifying ``_cond`` at
+        # every sync woke it for nothing (two futex wake-ups and a GIL fight per sync).
+        self._bg_cond = threading.Condition(lock)
         self._waiters = 0
         self._async_waiters: list[tuple[object, object]] = []
         self._refusers: list[ConsumerGroup] = []
@@ -409,7 +413,7 @@ class Log:
             # every append releases the GIL in its write system call.
             with self._cond:
                 self._flush_due = True
-                self._cond.notify_all()
+                self._bg_cond.notify()
 
     def submit(self, payloads: Iterable[bytes | bytearray | memoryview]) -> Ticket:
         """Write now (it survives kill -9 at once) and return a Ticket that resolves when durable.
@@ -423,7 +427,7 @@ class Log:
             t = Ticket(first, last, self._cond, done=self._durable > last)
             if not t._done:
                 self._tickets.append(t)
-                self._cond.notify_all()
+                self._bg_cond.notify()
         return t
 
     # ---------------------------------------------------------------- durability
@@ -513,7 +517,7 @@ class Log:
         while True:
             with self._cond:
                 while not self._closed and not self._tickets:
-                    self._cond.wait()
+                    self._bg_cond.wait()
                 if not self._tickets:
                     return
             try:
@@ -525,7 +529,7 @@ class Log:
         while True:
             with self._cond:
                 if not self._flush_due:
-                    self._cond.wait(self._interval)
+                    self._bg_cond.wait(self._interval)
                 if self._closed:
                     return
                 self._flush_due = False
@@ -757,6 +761,7 @@ class Log:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._bg_cond.notify_all()
         for th in self._threads:
             th.join()
         for g in self._groups.values():
@@ -772,6 +777,7 @@ class Log:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._bg_cond.notify_all()
         for view in self._views.values():
             view.close()
         self._views.clear()
