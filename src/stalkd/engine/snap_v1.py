@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from stalkd.engine.job import URGENT_THRESHOLD, Job
 from stalkd.engine.model import FORMAT_VERSION, HEADER_SIZE, JobState, Op, Record, decode, encode
-from stalkd.engine.snapfile import Buf, SnapshotError, SnapshotHeader, blocks
+from stalkd.engine.snapfile import Buf, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
@@ -191,14 +191,7 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
                 t.buried[jid] = j
             else:
                 raise SnapshotError(f"{h.path}: offset {p0}: job {jid} has unknown state {st}")
-    if len(jobs) != h.count:
-        raise SnapshotError(f"{h.path}: {h.count} entries but {len(jobs)} distinct job ids")
-    for t, (rk, rj, dk, dj) in lists.items():
-        t.ready.load(rk, rj)
-        t.delayed.load(dk, dj)
-        e._retime_tube(t)
-    e.body_bytes += body_bytes
-    e.next_id = max(e.next_id, max(jobs, default=0) + 1)
+    install(e, h, jobs, lists, body_bytes)
     return fresh
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from stalkd.engine.job import URGENT_THRESHOLD, Job
 from stalkd.engine.model import JobState, Op, Record
-from stalkd.engine.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks
+from stalkd.engine.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
@@ -188,12 +188,5 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
             dj.extend(js)
         else:  # BURIED: replay.finish orders the FIFO by bury seq (deadline_us)
             t.buried.update(zip(ids, js, strict=True))
-    if len(jobs) != h.count:
-        raise SnapshotError(f"{h.path}: {h.count} entries but {len(jobs)} distinct job ids")
-    for t, (rk, rj, dk, dj) in lists.items():
-        t.ready.load(rk, rj)
-        t.delayed.load(dk, dj)
-        e._retime_tube(t)
-    e.body_bytes += body_bytes
-    e.next_id = max(e.next_id, max(jobs, default=0) + 1)
+    install(e, h, jobs, lists, body_bytes)
     return fresh

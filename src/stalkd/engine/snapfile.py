@@ -18,12 +18,18 @@ import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
+if TYPE_CHECKING:
+    from stalkd.engine.engine import Engine
+    from stalkd.engine.job import Job
+    from stalkd.engine.tube import Tube
+
 __all__ = [
     "BLOCK", "HEAD", "Buf", "KNOWN_VERSIONS", "MAGIC", "SnapshotError", "SnapshotHeader", "TRAIL",
-    "blocks", "head_bytes", "read_header", "trailer_bytes",
+    "blocks", "head_bytes", "install", "read_header", "trailer_bytes",
 ]  # fmt: skip
 
 MAGIC = b"STKSNAP\0"
@@ -129,3 +135,18 @@ def blocks(buf: Buf, header: SnapshotHeader) -> Iterator[tuple[int, int, int]]:
         n += count
     if n != header.count:
         raise SnapshotError(f"{path}: {n} entries but the trailer says {header.count}")
+
+
+def install(e: Engine, h: SnapshotHeader, jobs: dict[int, Job],
+            lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]],
+            body_bytes: int) -> None:
+    """The end of every version's load: check the count, build each tube's ready and delay
+    heaps from (key, job) lists, and account the loaded jobs in the engine."""
+    if len(jobs) != h.count:
+        raise SnapshotError(f"{h.path}: {h.count} entries but {len(jobs)} distinct job ids")
+    for t, (rk, rj, dk, dj) in lists.items():
+        t.ready.load(rk, rj)
+        t.delayed.load(dk, dj)
+        e._retime_tube(t)
+    e.body_bytes += body_bytes
+    e.next_id = max(e.next_id, max(jobs, default=0) + 1)
