@@ -309,8 +309,16 @@ def test_workers_reconnect_after_a_server_restart(kind: str, tmp_path: Any) -> N
     second = None
     try:
         with running(app, concurrency=2):
-            task.put(1)
-            wait_for(lambda: done == [1], what="first job")
+            first_id = task.put(1)
+            assert first_id is not None
+            # Wait for the delete, not only the handler: a job still reserved when the server
+            # stops comes back ready from the binlog and runs again (at-least-once), which made
+            # this test flaky under load.
+            probe = Probe(address)
+            try:
+                wait_for(lambda: done == [1] and probe.job(first_id) is None, what="first job")
+            finally:
+                probe.close()
             # When the server restarts on the same port (same binlog directory)
             first.stop()
             second = start_server(kind, "-b", str(tmp_path), port=port)
