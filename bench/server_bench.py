@@ -18,7 +18,8 @@ and the medians are printed: the machine this was written on is shared and noisy
 
 Run: ``.venv/bin/python bench/server_bench.py`` (env: BENCH_SECONDS per run, default 0.5;
 BENCH_ROUNDS, default 3; BENCH_CLASSES=always,never,memory; BENCH_QUICK=1 for a 4-cell smoke
-run; GEN_PROCS=2). A subset while iterating, e.g.
+run; GEN_PROCS=2; BENCH_SERVER_LOG=FILE keeps the servers' stderr, and with BENCH_LOG_LEVEL=info
+stalkd's stop line reports records per fsync). A subset while iterating, e.g.
 ``bench/server_bench.py --class memory --work put --size 100 --conns 1 --depth 1 --no-latency``
 (each option may be repeated). ``--peer-src DIR`` replaces beanstalkd by the stalkd of another
 source tree (say a ``git worktree`` of the last commit): an A/B run of a change, same alternation.
@@ -49,6 +50,8 @@ QUICK = os.environ.get("BENCH_QUICK") == "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
 STALKD = [sys.executable, "-m", "stalkd.server.cli"]
 TICKS = os.sysconf("SC_CLK_TCK")
+# BENCH_LOG_LEVEL=info with BENCH_SERVER_LOG=FILE: stalkd logs records per fsync when it stops.
+SERVER_LOG_LEVEL = os.environ.get("BENCH_LOG_LEVEL", "warning")
 
 
 # --- servers --------------------------------------------------------------------------------
@@ -109,7 +112,7 @@ def start(kind: str, klass: str) -> Server:
     if kind == "beanstalkd" and PEER_SRC is not None:
         kind, env = "stalkd", {**os.environ, "PYTHONPATH": PEER_SRC}
     if kind == "stalkd":
-        args = [*STALKD, "-l", "127.0.0.1", "-p", str(port), "--log-level", "warning"]
+        args = [*STALKD, "-l", "127.0.0.1", "-p", str(port), "--log-level", SERVER_LOG_LEVEL]
         if data_dir:
             args += ["-b", data_dir] + (["-F"] if klass == "never" else [])
     else:

@@ -4,6 +4,7 @@ directory, and the state is exactly what was acknowledged. Also SIGTERM and SIGU
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -91,6 +92,9 @@ def test_sigterm_finishes_replies_syncs_and_exits_0(tmp_path: os.PathLike[str]) 
             print(f"SIGTERM -> exit: {(time.monotonic() - t0) * 1000:.0f} ms")  # measured, not asserted
             assert waiter.closed()  # the waiting connection is closed, not left hanging
         assert "SIGTERM: stopping" in s.log_text() and "stopped (exit 0)" in s.log_text()
+        # The stop line says how well group commit grouped (at least the put's fsync happened).
+        assert re.search(r"\d+ WAL records written, [1-9]\d* fsyncs \(\d+\.\d records per fsync\)",
+                         s.log_text())
     finally:
         s.stop()
     s2 = start_stalkd("-b", d)

@@ -149,6 +149,11 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     while any(c.transport is not None and not c.lost and c.transport.get_write_buffer_size()
               for c in srv.conns.values()) and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
+    if storage is not None and srv.group_commit:
+        # How well group commit grouped: the first figure to look at when `always` is slow.
+        written = storage.stats().get("binlog-records-written", 0)
+        log.info("%d WAL records written, %d fsyncs (%.1f records per fsync)", written, srv.syncs,
+                 written / max(srv.syncs, 1))
     if storage is not None:
         try:
             storage.sync()
