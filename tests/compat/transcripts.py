@@ -254,6 +254,9 @@ TRANSCRIPTS: list[Transcript] = [
         x("a", b"put 0 0 1 2 \r\nhi\r\n", BF), Expect("a", UC),
         x("a", b"put 4294967295 0 1 0\r\n\r\n", b"INSERTED 1\r\n"),
         x("a", b"put 0 0 0\r\n", BF), x("a", b"put\r\n", UC),
+        # cmd-put counts a line whose four numbers parse, before the text-after-size check:
+        # "10b", "2 " and the INSERTED one; producer only for the INSERTED one
+        x("a", b"stats\r\n", stats_yaml(cmd_put=3, current_producers=1)),
     )),
     T("expected-crlf", steps(
         x("a", b"put 0 0 0 3\r\nabcd\r\n", b"EXPECTED_CRLF\r\n"),

@@ -214,8 +214,8 @@ class CModel:
                 return BF
             if d[0] > self.limit:
                 return ("skip", a[0], b[0], c[0], d[0])
-            if d[1] != len(rest):
-                return BF
+            if d[1] != len(rest):  # after op_ct[OP_PUT]++: counted, then refused
+                return Put(a[0], b[0], c[0], b"", "BAD_FORMAT")
             return ("body", a[0], b[0], max(c[0], 1), d[0])
         if op in (b"peek-ready", b"peek-delayed", b"peek-buried", b"reserve", b"stats",
                   b"list-tubes-watched", b"list-tube-used", b"list-tubes"):  # fmt: skip

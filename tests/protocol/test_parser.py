@@ -207,12 +207,13 @@ STREAMS: list[tuple[bytes, int, list[object]]] = [
     (b"put -1kkdj9djjkd9 0 0 0\r\n", 65535, [BF]),
     (b"put 4294967296 0 0 0\r\n", 65535, [BF]),
     (b"put 0 0 0 4294967296\r\n", 65535, [BF]),
-    (b"put 0 0 0 10b\r\n", 65535, [BF]),
+    (b"put 0 0 0 10b\r\n", 65535, [Put(0, 0, 0, b"", "BAD_FORMAT")]),  # counted, then refused
     (b"put 0 0 0 --!@#$%^&&**()\r\n", 65535, [BF]),
     (b"put 0 0 0\r\n", 65535, [BF]),
     (b"put\r\n", 65535, [UC]),
-    (b"put 0 0 1 2 \r\nhi\r\n", 65535, [BF, UC]),  # no body skip after BAD_FORMAT
-    (b"put 0 0 1 2x\r\nuse t\r\n", 65535, [BF, Use("t")]),
+    # Text after the size: a counted put refused BAD_FORMAT, and no body skip after it
+    (b"put 0 0 1 2 \r\nhi\r\n", 65535, [Put(0, 0, 1, b"", "BAD_FORMAT"), UC]),
+    (b"put 0 0 1 2x\r\nuse t\r\n", 65535, [Put(0, 0, 1, b"", "BAD_FORMAT"), Use("t")]),
     # JOB_TOO_BIG skips exactly <bytes>+2, even when the line also has trailing text
     (b"put 0 0 0 11\r\ndelete 9999\r\nput 0 0 0 1\r\na\r\n", 10,
      [Put(0, 0, 0, b"", "JOB_TOO_BIG"), Put(0, 0, 1, b"a")]),

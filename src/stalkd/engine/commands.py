@@ -25,14 +25,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Put:
-    """``put <pri> <delay> <ttr> <bytes>``. ``error`` is set by the parser when the body could
-    not be accepted but the command still counts (cmd-put, and for EXPECTED_CRLF an id)."""
+    """``put <pri> <delay> <ttr> <bytes>``. ``error`` is set by the parser when the put cannot
+    be accepted but still counts as beanstalkd counts it (cmd-put; for EXPECTED_CRLF an id):
+    a too-big or badly terminated body, or text after the size (BAD_FORMAT, body not read)."""
 
     pri: int
     delay: int
     ttr: int
     body: bytes
-    error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF"] | None = None
+    error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF", "BAD_FORMAT"] | None = None
 
 
 @dataclass(frozen=True, slots=True)

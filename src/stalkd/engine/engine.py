@@ -235,6 +235,8 @@ class Engine(Timers, Queries):
         body = cmd.body
         if err == "JOB_TOO_BIG" or len(body) > self.max_job_size:
             return C.Reply("JOB_TOO_BIG")
+        if err == "BAD_FORMAT":  # text after the size: beanstalkd checks it after counting
+            return C.Reply("BAD_FORMAT")
         c.producer = True  # as beanstalkd: only once the size check has passed
         if err == "EXPECTED_CRLF":
             self.next_id += 1  # beanstalkd allocates the id before reading the body

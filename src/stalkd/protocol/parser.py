@@ -552,7 +552,8 @@ class Parser:
             self._state = _STATE_SKIP
             return self._skip_done()
         if not clean_end:
-            return BAD_FORMAT
+            # Counted as a put, then refused; the body is not skipped (its line comes next).
+            return Put(pri, delay, ttr, b"", "BAD_FORMAT")
         if ttr < 1:
             ttr = 1
         # The body is usually already here (pipelined with its line): take it at once.
