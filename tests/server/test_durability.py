@@ -93,7 +93,8 @@ def test_sigterm_finishes_replies_syncs_and_exits_0(tmp_path: os.PathLike[str]) 
             assert waiter.closed()  # the waiting connection is closed, not left hanging
         assert "SIGTERM: stopping" in s.log_text() and "stopped (exit 0)" in s.log_text()
         # The stop line says how well group commit grouped (at least the put's fsync happened).
-        assert re.search(r"\d+ WAL records written, [1-9]\d* fsyncs \(\d+\.\d records per fsync\)",
+        assert re.search(r"\d+ WAL records written, [1-9]\d* fsyncs \(\d+\.\d records per fsync, "
+                         r"\d+ on the loop thread\)",
                          s.log_text())
     finally:
         s.stop()

@@ -16,6 +16,7 @@ from stalkd.engine.wal import Wal
 from stalkd.server.app import INLINE_AFTER, Server
 from stalkd.server.config import Config
 from stalkd.server.listen import bind_listener
+from stalkd.server.syncpolicy import SyncPolicy
 
 
 class WatchedWal:
@@ -60,13 +61,16 @@ class WatchedWal:
         self.wal.close()
 
 
-def _run(tmp: str, scenario: object, fatal: list[BaseException] | None = None) -> None:
+def _run(tmp: str, scenario: object, fatal: list[BaseException] | None = None,
+         policy: SyncPolicy | None = None) -> None:
     async def main() -> None:
         wal = Wal.open(tmp, durability="always")
         engine, _ = wal.recover(time.time())
         watched = WatchedWal(wal)
         srv = Server(Config(data_dir=tmp), engine, watched,
                      on_fatal=fatal.append if fatal is not None else None)
+        if policy is not None:
+            srv.sync_policy = policy
         sock = bind_listener("127.0.0.1", 0)
         server = await asyncio.get_running_loop().create_server(srv.new_connection, sock=sock)
         try:
@@ -121,7 +125,38 @@ def test_a_lone_writer_syncs_inline_and_a_second_writer_brings_the_thread_back(
         for w in (w1, w2):
             w.close()
 
-    _run(os.fspath(tmp_path), scenario)
+    # Where several writers' fsyncs run is the policy's choice (next test); pinned to the
+    # thread here: a policy that never finds an fsync short enough to run inline.
+    _run(os.fspath(tmp_path), scenario, policy=SyncPolicy(max_inline=0.0))
+
+
+def test_several_writers_sync_inline_when_the_handoff_costs_more_with_a_thread_probe(
+    tmp_path: os.PathLike[str],
+) -> None:
+    loop_thread = threading.get_ident()
+    # A policy that has measured a hand-off far dearer than any fsync here (1 s), bounded at
+    # 10 s so that a slow CI disk does not change the choice; a thread probe every 4 syncs.
+    policy = SyncPolicy(max_inline=10.0, probe_every=4)
+    policy.thread_done(handoff=1.0, fsync=0.0)
+
+    async def scenario(watched: WatchedWal, port: int) -> None:
+        r1, w1 = await asyncio.open_connection("127.0.0.1", port)
+        r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+        # Given two connections writing in turn (never a lone writer)
+        for _ in range(10):
+            await _put_one_by_one(r1, w1, 1, watched)  # each INSERTED checked after its fsync
+            await _put_one_by_one(r2, w2, 1, watched)
+        # Then the fsyncs ran inline on the loop, except one thread probe per 4 inline ones
+        threads = watched.sync_threads
+        inline = [t == loop_thread for t in threads]
+        assert sum(inline) >= 12, inline
+        assert not all(inline), inline
+        runs = "".join("i" if x else "t" for x in inline).split("t")
+        assert max(len(run) for run in runs) <= 4, inline
+        for w in (w1, w2):
+            w.close()
+
+    _run(os.fspath(tmp_path), scenario, policy=policy)
 
 
 def test_inline_sync_keeps_every_acknowledged_put_across_a_restart(tmp_path: os.PathLike[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -72,5 +73,37 @@ def test_stop_waits_for_the_sync_in_progress() -> None:
         gate.set()
         stopper.join(10)
         assert not stopper.is_alive() and finished == [True]
+
+    asyncio.run(main())
+
+
+def test_timing_reports_the_fsync_and_the_handoff_before_done() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        events: list[tuple[str, float, float]] = []
+        done = asyncio.Event()
+        gate = threading.Event()
+
+        def sync() -> None:
+            gate.wait(10)  # the "disk" takes as long as the test holds it
+
+        def report(target: int, exc: BaseException | None) -> None:
+            events.append(("done", 0.0, 0.0))
+            done.set()
+
+        syncer = Syncer(sync, report, loop, timing=lambda h, f: events.append(("timing", h, f)))
+        t0 = time.perf_counter()
+        syncer.request(1)
+        await asyncio.sleep(0.05)  # the fsync is still held: this is the duration being measured
+        gate.set()
+        await asyncio.wait_for(done.wait(), 10)
+        elapsed = time.perf_counter() - t0
+        # Then timing came first, with an fsync of at least the held time, and the two parts
+        # add up to no more than the whole request
+        assert [e[0] for e in events] == ["timing", "done"]
+        _, handoff, fsync = events[0]
+        assert fsync >= 0.05 and handoff >= 0
+        assert handoff + fsync <= elapsed
+        syncer.stop()
 
     asyncio.run(main())

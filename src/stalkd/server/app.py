@@ -13,8 +13,16 @@ Deliberate exception: when one connection alone has written the last ``INLINE_AF
 its batch is written at the end of its step and fsynced inline on the loop thread. That client
 waits for the fsync and nobody else is writing, so the thread hand-off would only add latency
 (measured, bench/server_bench.py ``--peer-src`` A/B, same run: 1 conn depth 1 1.47x and depth
-64 1.11x the jobs/s with the fsync inline; 16 conns depth 1 0.87x, hence the thread there).
-Readers on other connections wait at most one fsync; a second writer switches back at once.
+64 1.11x the jobs/s with the fsync inline). Readers on other connections wait at most one
+fsync; a second writer ends it at once.
+
+Second exception, for several writers: ``SyncPolicy`` (syncpolicy.py) measures the thread's
+hand-off and the fsync, and runs the fsync inline while it costs no more than the hand-off and
+at most 1 ms, so readers wait at most about one such fsync. A slow or stalling disk stays on
+the thread, and one sync in 65 runs there to re-measure the hand-off. On this 2-core machine
+with the load generator beside the server, the hand-off (266 us median) cost more than the
+fdatasync (268 us with it, disk busy 35%): 16 conns depth 1 put 2.02x, others 1.24-1.42x
+(A/B ``--peer-src``, same run).
 
 Ensures:
 - A reply produced by an outcome with DURABLE_OPS records (its own reply and its wakeups) is
@@ -53,6 +61,7 @@ from stalkd.engine.model import DURABLE_OPS, Op, Record
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.conn import Connection
 from stalkd.server.syncer import Syncer
+from stalkd.server.syncpolicy import SyncPolicy
 
 __all__ = ["Server", "Storage", "FatalStorageError"]
 
@@ -132,6 +141,7 @@ class Server:
         self._writer: Connection | None = None
         self._mixed = 0
         self._syncer: Syncer | None = None  # the fsync thread (``always``), started on first use
+        self.sync_policy = SyncPolicy()  # several writers: fsync on the thread or inline
         self._held: set[Connection] = set()
         # Job id -> the batch holding its latest durable record, while that batch is not known
         # durable (a job is shown only after its own records are); pruned in batch order.
@@ -143,6 +153,7 @@ class Server:
         self.stopping = False
         self.failed: BaseException | None = None
         self.syncs = 0  # completed group commits (stats for the bench and tests)
+        self.inline_syncs = 0  # of which run on the loop thread
         self._space_warned = -SPACE_RETRY  # monotonic time of the last "WAL full" warning
         self._short_cost = 0
         self._put_cost: Callable[[int], int] = int
@@ -397,22 +408,29 @@ class Server:
                 or self.failed is not None):
             return
         assert self.storage is not None
-        if self.written - self._mixed >= INLINE_AFTER:
+        lone = self.written - self._mixed >= INLINE_AFTER
+        if lone or self.sync_policy.inline():
             # One client alone is writing (the last INLINE_AFTER batches were all its own): it
             # waits for this fsync and nobody else has anything to run meanwhile, so a thread
             # hand-off only adds latency (two wake-ups, a GIL hand-back). Measured A/B with
             # bench/server_bench.py, 1 conn depth 1: 1.47x the jobs/s of the thread. A second
-            # writer switches back to the thread at once (its first batch).
+            # writer switches back to the thread at once (its first batch). Or several write
+            # and the policy measured the hand-off dearer than the fsync (see SyncPolicy).
             target = self.written
+            t0 = time.perf_counter()
             try:
                 self.storage.sync()
             except Exception as e:
                 self._synced(target, e)
                 return
+            if not lone:
+                self.sync_policy.inline_done(time.perf_counter() - t0)
+            self.inline_syncs += 1
             self._synced(target, None)
             return
         if syncer is None:
-            syncer = self._syncer = Syncer(self.storage.sync, self._synced, self.loop())
+            syncer = self._syncer = Syncer(self.storage.sync, self._synced, self.loop(),
+                                           timing=self.sync_policy.thread_done)
             # When fsync returns, the sync thread must win the GIL back from a busy loop thread;
             # the default 5 ms switch interval would add up to 5 ms to every acknowledgement.
             sys.setswitchinterval(SWITCH_INTERVAL)

@@ -152,8 +152,8 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     if storage is not None and srv.group_commit:
         # How well group commit grouped: the first figure to look at when `always` is slow.
         written = storage.stats().get("binlog-records-written", 0)
-        log.info("%d WAL records written, %d fsyncs (%.1f records per fsync)", written, srv.syncs,
-                 written / max(srv.syncs, 1))
+        log.info("%d WAL records written, %d fsyncs (%.1f records per fsync, %d on the loop thread)",
+                 written, srv.syncs, written / max(srv.syncs, 1), srv.inline_syncs)
     if storage is not None:
         try:
             storage.sync()

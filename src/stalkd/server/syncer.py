@@ -12,6 +12,8 @@ Ensures:
 - Every request gets exactly one ``done`` call on the loop thread, with the exception the sync
   raised (or None), unless the syncer was stopped first.
 - ``stop()`` returns once the thread has exited; a sync in progress finishes first.
+- With ``timing``, each ``done`` is preceded by ``timing(handoff, fsync)`` in seconds:
+  request to sync start plus sync end to the loop running the report, and the sync itself.
 
 Example::
 
@@ -26,6 +28,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable
+from time import perf_counter
 
 __all__ = ["Syncer"]
 
@@ -38,10 +41,13 @@ class Syncer:
         sync: Callable[[], object],
         done: Callable[[int, BaseException | None], None],
         loop: asyncio.AbstractEventLoop,
+        timing: Callable[[float, float], None] | None = None,
     ) -> None:
         self._sync = sync
         self._done = done
+        self._timing = timing
         self._loop = loop
+        self._requested = self._started = self._ended = 0.0
         # A plain lock used as a binary semaphore: released = "a request is waiting". Cheaper to
         # wake than a Condition (no waiter list, no second lock).
         self._go = threading.Lock()
@@ -65,6 +71,7 @@ class Syncer:
             raise RuntimeError("the syncer is stopped")
         self._busy = True
         self._target = target
+        self._requested = perf_counter()
         self._go.release()
 
     def _run(self) -> None:
@@ -74,10 +81,12 @@ class Syncer:
                 return
             target = self._target
             exc: BaseException | None = None
+            self._started = perf_counter()
             try:
                 self._sync()
             except BaseException as e:  # reported to the loop, which treats it as fatal
                 exc = e
+            self._ended = perf_counter()
             try:
                 self._loop.call_soon_threadsafe(self._report, target, exc)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
@@ -87,6 +96,9 @@ class Syncer:
 
     def _report(self, target: int, exc: BaseException | None) -> None:
         self._busy = False
+        if self._timing is not None and exc is None:
+            started, ended = self._started, self._ended
+            self._timing(started - self._requested + perf_counter() - ended, ended - started)
         self._done(target, exc)
 
     def stop(self) -> None:
