@@ -371,3 +371,28 @@ def test_promises_never_exceed_room_over_random_histories(tmp_path: Path, seed: 
         jid: (s if s.name != "RESERVED" else s.READY, p) for jid, (s, p) in expect.items()
     } == got
     wal2.close()
+
+
+def test_a_snapshot_step_stops_at_chunk_bytes_of_bodies(tmp_path: Path) -> None:
+    wal, d = reopen(tmp_path, T0, compact_min_bytes=0, chunk_jobs=100, background=False)
+    wal.chunk_bytes = 10_000
+    for _ in range(30):
+        d.do(1, C.Put(0, 0, 60, b"b" * 4000))
+    for _ in range(300):
+        d.do(1, C.Put(0, 0, 60, b"s"))
+    # Given a snapshot begun over 30 big and 300 small jobs
+    assert wal.maintain(d.e, d.now, force=True)
+    steps = []
+    while wal._snap is not None and wal._snap.thread is None:
+        before = wal._snap.pos
+        wal.maintain(d.e, d.now)
+        steps.append((wal._snap.pos if wal._snap is not None else 330) - before)
+    # Then big bodies go 3 per step (the third crosses 10,000 bytes), small ones chunk_jobs per
+    # step, and every job is copied once
+    assert steps[:10] == [3] * 10
+    assert max(steps) == 100 and sum(steps) == 330
+    expect = durable_view(d.e)
+    wal.close()
+    wal, d = reopen(tmp_path, d.now)
+    assert durable_view(d.e) == expect
+    wal.close()

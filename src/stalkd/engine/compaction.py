@@ -2,8 +2,8 @@
 
 When the WAL written since the last snapshot began exceeds ``max(compact_min_bytes, live bytes)``,
 ``maintain`` starts a snapshot: it notes the current seq and log offset and the jobs in
-``snapshot.capture_order``, then copies ``chunk_jobs`` of them per call (so the event loop is
-never held for long), and finally hands the file to a background thread that fsyncs it, renames
+``snapshot.capture_order``, then copies ``chunk_jobs`` of them per call, fewer when their bodies
+reach ``chunk_bytes`` (so the event loop is never held for long), and finally hands the file to a background thread that fsyncs it, renames
 it into place, fsyncs the directory, drops (or archives) WAL segments wholly below the
 snapshot's start offset, and deletes older snapshots.
 
@@ -17,14 +17,23 @@ from __future__ import annotations
 
 import os
 import threading
+from bisect import bisect_left
 from collections.abc import Callable
+from itertools import accumulate
+from operator import attrgetter
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.job import Job
 from stalkd.engine.snapshot import SnapshotWriter, capture_order, fsync_dir, list_snapshots
 from stalkd.log import Log
 
-__all__ = ["Compaction", "SnapInProgress", "WalError"]
+__all__ = ["CHUNK_BYTES", "Compaction", "SnapInProgress", "WalError"]
+
+# Body bytes copied per step at most (plus the job that crosses it). With 1024 jobs of 4 KiB a
+# step held the loop ~20 ms and put->reserve p99 went to 18-35 ms after heavy write runs;
+# 256 KiB is a few ms at worst here, and 100 B jobs still copy 1024 per step.
+CHUNK_BYTES = 256 * 1024
+_body = attrgetter("body")
 
 
 class WalError(Exception):
@@ -50,6 +59,7 @@ class Compaction:
     snap_dir: str
     compact_min_bytes: int
     chunk_jobs: int
+    chunk_bytes: int = CHUNK_BYTES
     background: bool
     last_seq: int
     records_migrated: int
@@ -115,6 +125,9 @@ class Compaction:
 
     def _copy_chunk(self, engine: Engine, s: SnapInProgress) -> None:
         chunk = s.jobs[s.pos : s.pos + self.chunk_jobs]
+        sizes = list(accumulate(map(len, map(_body, chunk))))
+        if sizes and sizes[-1] > self.chunk_bytes:
+            chunk = chunk[: bisect_left(sizes, self.chunk_bytes) + 1]
         s.pos += len(chunk)
         get = engine.jobs.get
         live = [j for j in chunk if get(j.id) is j]
