@@ -375,7 +375,7 @@ def test_promises_never_exceed_room_over_random_histories(tmp_path: Path, seed: 
 
 def test_a_snapshot_step_stops_at_chunk_bytes_of_bodies(tmp_path: Path) -> None:
     wal, d = reopen(tmp_path, T0, compact_min_bytes=0, chunk_jobs=100, background=False)
-    wal.chunk_bytes = 10_000
+    wal.chunk_bytes = 10_000  # a class default of CHUNK_BYTES; this test sets its own
     for _ in range(30):
         d.do(1, C.Put(0, 0, 60, b"b" * 4000))
     for _ in range(300):
