@@ -2,10 +2,11 @@
 
 When the WAL written since the last snapshot began exceeds ``max(compact_min_bytes, live bytes)``,
 ``maintain`` starts a snapshot: it notes the current seq and log offset and the jobs in
-``snapshot.capture_order``, then copies ``chunk_jobs`` of them per call, fewer when their bodies
-reach ``chunk_bytes`` (so the event loop is never held for long), and finally hands the file to a background thread that fsyncs it, renames
-it into place, fsyncs the directory, drops (or archives) WAL segments wholly below the
-snapshot's start offset, and deletes older snapshots.
+``snapshot.capture_order``, then copies ``chunk_jobs`` of them per call, fewer when their
+bodies reach ``chunk_bytes`` (so the event loop is never held for long), and finally hands the
+file to a background thread that fsyncs it, renames it into place, fsyncs the directory, drops
+(or archives) WAL segments wholly below the snapshot's start offset, and deletes older
+snapshots.
 
 Ensures: at every instant (any crash point of the steps above, each announced to ``_fault``)
 the directory holds either the previous complete snapshot with all WAL segments it needs, or
