@@ -24,17 +24,18 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 
-from stalkd.engine.model import DURABLE_OPS, Op, Record
+from stalkd.engine.model import DURABLE_OPS, PUT_FIXED, SHORT_RECORD, Op, Record
 from stalkd.log.frame import frame_size
+from stalkd.log.fs import REAL, FileSystem
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
 
 __all__ = ["SHORT_FRAME", "SpaceBudget", "put_frame"]
 
 log = logging.getLogger("stalkd.engine.space")
 
-# Largest frame of any op without tube or body (RELEASE: 26-byte header + 16 bytes of fields).
-SHORT_FRAME = frame_size(42)
-_PUT_FIXED = 52  # PUT payload bytes besides tube and body
+# Largest frame of any op without tube or body (a RELEASE).
+SHORT_FRAME = frame_size(SHORT_RECORD)
+_PUT_FIXED = PUT_FIXED
 MAX_TUBE = 200  # beanstalkd's longest tube name
 
 
@@ -60,7 +61,7 @@ class SpaceBudget:
     """Room the WAL can write into without allocating, and the bytes already promised from it.
 
     ``end`` returns the log's (active base, position); ``active_limit(base)`` the active
-    segment's last usable byte. ``allocate`` is ``os.posix_fallocate`` (a test may inject ENOSPC there).
+    segment's last usable byte. ``allocate(fd, offset, size)`` reserves blocks (``fs.allocate``).
 
     >>> import tempfile
     >>> b = SpaceBudget(tempfile.mkdtemp() + "/spare", 1 << 16, 1024, lambda: (0, 64), lambda base: 1 << 15)
@@ -75,7 +76,8 @@ class SpaceBudget:
         max_frame: int,
         end: Callable[[], tuple[int, int]],
         active_limit: Callable[[int], int],
-        allocate: Callable[[int, int, int], None] = os.posix_fallocate,
+        allocate: Callable[[int, int, int], None] = REAL.allocate,
+        fs: FileSystem = REAL,
     ) -> None:
         self.path = path
         self.segment_size = segment_size
@@ -89,7 +91,7 @@ class SpaceBudget:
         self.promised = 0
         self.refused = 0  # admissions refused (stats, tests)
         self.dropped = 0  # analytics records not written for lack of room
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = fs.open(path, os.O_RDWR, create=True)
         self.spares = os.fstat(self._fd).st_size // segment_size
 
     def room(self) -> int:

@@ -46,6 +46,7 @@ from stalkd.engine.space import SHORT_FRAME, SpaceBudget, put_frame
 from stalkd.engine.tail import TailError, replay_tail
 from stalkd.log import Log, LogFullError
 from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
+from stalkd.log.fs import REAL, FileSystem
 from stalkd.log.segment import FOOTER_SIZE
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
@@ -103,6 +104,7 @@ class Wal(Compaction):
         self.directory = directory
         self.snap_dir = os.path.join(directory, SNAP_DIR)
         self.log = log
+        self.fs = log.fs
         self.durability = durability
         self.segment_size = segment_size
         self.compact_min_bytes = compact_min_bytes
@@ -132,6 +134,7 @@ class Wal(Compaction):
         chunk_jobs: int = 1024,
         background: bool = True,
         fault: Callable[[str], None] | None = None,
+        fs: FileSystem = REAL,
     ) -> Wal:
         """Open (creating) the WAL in ``directory``; call ``recover`` next.
 
@@ -141,12 +144,17 @@ class Wal(Compaction):
         first frame, so a smaller segment bounds that scan (~20k frames) on every restart. ``fault`` is
         called with a step name at each snapshot/compaction step (crash-injection tests), and
         with ``space-allocate`` before a spare segment is reserved (raise OSError(ENOSPC) there
-        to simulate a full disk). ``archive`` moves retired segments to ``wal/archive/``.
+        to simulate a full disk). ``archive`` moves retired segments to ``wal/archive/``. ``fs``
+        is the file system every file goes through (tests inject faults with a ``Faults``);
+        a data directory holding a symbolic link is refused.
         """
         d = os.fspath(directory)
-        os.makedirs(os.path.join(d, SNAP_DIR), exist_ok=True)
+        fs.makedirs(d)
+        fs.check_no_symlinks(d)
+        fs.makedirs(os.path.join(d, SNAP_DIR))
+        fs.check_no_symlinks(os.path.join(d, SNAP_DIR))
         log = Log.open(os.path.join(d, LOG_DIR), segment_size=segment_size,
-                       durability=durability, archive=archive)  # fmt: skip
+                       durability=durability, archive=archive, fs=fs)  # fmt: skip
         return cls(d, log, durability, segment_size,
                    segment_size if compact_min_bytes is None else compact_min_bytes,
                    chunk_jobs, background, fault)  # fmt: skip
@@ -232,7 +240,7 @@ class Wal(Compaction):
     def _open_space(self, live_jobs: int, max_job_size: int) -> None:
         def allocate(fd: int, offset: int, size: int) -> None:
             self._fault("space-allocate")
-            os.posix_fallocate(fd, offset, size)
+            self.fs.allocate(fd, offset, size)
 
         if self.space is not None:
             self.space.close()
@@ -241,7 +249,7 @@ class Wal(Compaction):
         # room (a put bigger than a segment gets an oversize segment of its own anyway).
         waste = min(put_frame(max_job_size), max(SHORT_FRAME, self.segment_size // 8))
         sp = SpaceBudget(os.path.join(self.directory, SPARE_FILE), self.segment_size, waste,
-                         self.log.position_of_end, self._active_limit, allocate)  # fmt: skip
+                         self.log.position_of_end, self._active_limit, allocate, self.fs)  # fmt: skip
         self.space = sp
         # Every live job may be deleted: that room is promised from the start.
         if not sp.admit(live_jobs * SHORT_FRAME):

@@ -13,23 +13,10 @@ import os
 import time
 
 from .errors import LogError, LogFullError
+from .fs import FileSystem
 from .segment import FOOTER_SIZE, HEADER_SIZE, encode_footer, encode_header, segment_name
 
-__all__ = ["ActiveSegment", "create_segment", "write_footer", "fsync_dir"]
-
-
-def _allocate(fd: int, size: int) -> None:
-    """Reserve ``size`` bytes of blocks for a new segment (the one place disk space is taken)."""
-    os.posix_fallocate(fd, 0, size)
-
-
-def fsync_dir(path: str) -> None:
-    """Make a directory's entries (new, renamed or removed files) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+__all__ = ["ActiveSegment", "create_segment", "write_footer"]
 
 
 class ActiveSegment:
@@ -39,15 +26,16 @@ class ActiveSegment:
     the writer seals the segment and moves on.
     """
 
-    __slots__ = ("path", "fd", "base", "pos", "limit", "size", "epoch", "users", "retired", "mm", "mm_batches")
+    __slots__ = ("path", "fd", "base", "pos", "limit", "size", "epoch", "users", "retired", "mm", "mm_batches", "fs")
 
-    def __init__(self, path: str, fd: int, base: int, pos: int, size: int, epoch: int, io: str) -> None:
+    def __init__(self, path: str, fd: int, base: int, pos: int, size: int, epoch: int, io: str, fs: FileSystem) -> None:
         self.path, self.fd, self.base, self.pos = path, fd, base, pos
         self.size = size
         self.limit = size - FOOTER_SIZE  # the footer's room is reserved from the start
         self.epoch = epoch
         self.users = 0
         self.retired = False
+        self.fs = fs
         # The blocks are reserved (fallocate) before the mapping is written, so a store into it
         # cannot hit a full disk on ext4/xfs/tmpfs (copy-on-write file systems: use io="pwrite").
         self.mm = mmap.mmap(fd, size) if io != "pwrite" else None
@@ -58,11 +46,7 @@ class ActiveSegment:
         if self.mm_batches and self.mm is not None:
             self.mm[pos : pos + len(data)] = data
             return
-        view = memoryview(data)
-        while view:
-            n = os.pwrite(self.fd, view, pos)
-            view = view[n:]
-            pos += n
+        self.fs.pwrite_all(self.fd, data, pos)
 
     def close(self) -> None:
         if self.mm is not None:
@@ -70,23 +54,21 @@ class ActiveSegment:
         os.close(self.fd)
 
 
-def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: bool) -> ActiveSegment:
+def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: bool, fs: FileSystem) -> ActiveSegment:
     """A new, fully allocated segment file with its header; LogFullError if there is no room.
 
     Built under a temporary name and renamed into place, so a crash mid-creation leaves no
     half-made segment (recovery deletes stray ``.tmp`` files).
-
-    >>> # seg = create_segment("/data/wal", 1000, 64 << 20, 1, "auto", fsync=True)
     """
     path = os.path.join(root, segment_name(base))
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = fs.open(tmp, os.O_RDWR, create=True, truncate=True)
     try:
-        _allocate(fd, size)
-        os.pwrite(fd, encode_header(base, epoch, time.time_ns() // 1000), 0)
+        fs.allocate(fd, 0, size)
+        fs.pwrite_all(fd, encode_header(base, epoch, time.time_ns() // 1000), 0)
         if fsync:
-            os.fdatasync(fd)
-        os.rename(tmp, path)
+            fs.fdatasync(fd)
+        fs.replace(tmp, path)
     except OSError as e:
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -98,11 +80,11 @@ def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: 
             ) from e
         raise LogError(f"{path}: cannot create segment: {e}") from e
     if fsync:
-        fsync_dir(root)
-    return ActiveSegment(path, fd, base, HEADER_SIZE, size, epoch, io)
+        fs.fsync_dir(root)
+    return ActiveSegment(path, fd, base, HEADER_SIZE, size, epoch, io, fs)
 
 
-def write_footer(fd: int, size: int, base: int, end: int, data_end: int, epoch: int) -> None:
+def write_footer(fs: FileSystem, fd: int, size: int, base: int, end: int, data_end: int, epoch: int) -> None:
     """Seal a segment: its footer in the last bytes of the file, fsynced."""
-    os.pwrite(fd, encode_footer(base, end, data_end, epoch), size - FOOTER_SIZE)
-    os.fdatasync(fd)
+    fs.pwrite_all(fd, encode_footer(base, end, data_end, epoch), size - FOOTER_SIZE)
+    fs.fdatasync(fd)

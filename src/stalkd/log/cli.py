@@ -15,6 +15,7 @@ from typing import Any
 
 from .cursor import read_cursor
 from .errors import LogCorruptError, LogError
+from .fs import REAL
 from .group import GROUPS_DIR
 from .log import LOCK_NAME
 from .reader import LogReader
@@ -24,8 +25,7 @@ __all__ = ["main", "inspect"]
 
 def _writer(path: str) -> str:
     try:
-        with open(os.path.join(path, LOCK_NAME)) as f:
-            pid = int(f.read().strip() or 0)
+        pid = int(REAL.read_file(os.path.join(path, LOCK_NAME)).strip() or 0)
     except (OSError, ValueError):
         return "none"
     if pid <= 0:
@@ -42,7 +42,12 @@ def _writer(path: str) -> str:
 def inspect(path: str, verify: bool = False) -> dict[str, Any]:
     """A report of the log in ``path`` as plain data; ``report["corrupt"]`` lists problems found.
 
-    >>> # inspect("/data/wal", verify=True)["segments"][0]["frames"]
+    >>> import tempfile
+    >>> from stalkd.log import Log
+    >>> with Log.open(tempfile.mkdtemp(), durability="never") as log:
+    ...     _ = log.append_many([b"a", b"b"])
+    >>> r = inspect(log.path, verify=True); r["segments"][0]["frames"], r["corrupt"]
+    (2, [])
     """
     report: dict[str, Any] = {"path": path, "writer": _writer(path), "segments": [], "groups": [], "corrupt": []}
     end = 0

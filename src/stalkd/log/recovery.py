@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 
 from .errors import LogCorruptError
+from .fs import REAL, FileSystem
 from .reader import list_segments
 from .segment import FOOTER_SIZE, HEADER_SIZE, ScanState, SegmentView, encode_footer, scan
 
@@ -69,56 +70,49 @@ def _verify(view: SegmentView) -> tuple[int, int] | None:
     return None
 
 
-def _write_footer(path: str, base: int, end: int, data_end: int, epoch: int) -> None:
-    fd = os.open(path, os.O_RDWR)
+def _write_footer(fs: FileSystem, path: str, base: int, end: int, data_end: int, epoch: int) -> None:
+    fd = fs.open(path, os.O_RDWR)
     try:
-        os.pwrite(fd, encode_footer(base, end, data_end, epoch), os.fstat(fd).st_size - FOOTER_SIZE)
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
+        fs.pwrite_all(fd, encode_footer(base, end, data_end, epoch), os.fstat(fd).st_size - FOOTER_SIZE)
+        fs.fdatasync(fd)
     finally:
         os.close(fd)
 
 
 def _cut(
+    fs: FileSystem,
     root: str, files: list[str], views: list[SegmentView], keep: int, cut_view: SegmentView | None,
     position: int, offset: int, reason: str,
 ) -> RepairReport:
     """Move files[keep:] to dropped/ (beyond the cut segment); erase the cut segment's footer."""
     dropped_dir = os.path.join(root, DROPPED_DIR)
-    os.makedirs(dropped_dir, exist_ok=True)
+    fs.makedirs(dropped_dir)
     moved = []
     for p in files[keep:]:
         for v in views:
             if v.path == p:
                 v.close()
         target = os.path.join(dropped_dir, os.path.basename(p))
-        os.replace(p, target)
+        fs.replace(p, target)
         moved.append(target)
     if cut_view is not None:
-        fd = os.open(cut_view.path, os.O_RDWR)
+        fd = fs.open(cut_view.path, os.O_RDWR)
         try:
-            os.pwrite(fd, bytes(FOOTER_SIZE), cut_view.size - FOOTER_SIZE)
-            os.fdatasync(fd)
+            fs.pwrite_all(fd, bytes(FOOTER_SIZE), cut_view.size - FOOTER_SIZE)
+            fs.fdatasync(fd)
         finally:
             os.close(fd)
         cut_view.footer = None
-    _fsync_dir(root)
+    fs.fsync_dir(root)
     where = cut_view.path if cut_view is not None else (files[keep] if keep < len(files) else root)
     return RepairReport(where, position, offset, reason, tuple(moved))
 
 
-def recover(root: str, repair: bool) -> Recovered:
+def recover(root: str, repair: bool, fs: FileSystem = REAL) -> Recovered:
     """Inspect ``root`` (already locked by the caller) and decide where the writer continues."""
     for name in os.listdir(root):
         if name.startswith("seg-") and name.endswith(".log.tmp"):
-            os.unlink(os.path.join(root, name))  # a segment whose creation a crash interrupted
+            fs.unlink(os.path.join(root, name))  # a segment whose creation a crash interrupted
     segs = list_segments(root, archive=False)
     files = [p for _, p, _ in segs]
     views: list[SegmentView] = []
@@ -131,7 +125,7 @@ def recover(root: str, repair: bool) -> Recovered:
                 if not repair:
                     raise
                 prev_end = views[-1].footer[0] if views and views[-1].footer else base
-                report = _cut(root, files, views, i, None, 0, prev_end, f"unreadable segment: {e}")
+                report = _cut(fs, root, files, views, i, None, 0, prev_end, f"unreadable segment: {e}")
                 break
         n = len(views)
         i = 0
@@ -146,13 +140,13 @@ def recover(root: str, repair: bool) -> Recovered:
                             f"starts at {nxt}; open with repair=True to cut the log there",
                             path=view.path, position=view.size - FOOTER_SIZE, offset=view.footer[0],
                         )
-                    report = _cut(root, files, views, i + 1, None, 0, view.footer[0], "gap in offsets")
+                    report = _cut(fs, root, files, views, i + 1, None, 0, view.footer[0], "gap in offsets")
                     n = i + 1
                     break
                 if repair:
                     bad = _verify(view)
                 if bad is not None:
-                    report = _cut(root, files, views, i + 1, view, bad[0], bad[1], "bad frame in sealed segment")
+                    report = _cut(fs, root, files, views, i + 1, view, bad[0], bad[1], "bad frame in sealed segment")
                     n = i + 1
                     break
                 i += 1
@@ -164,13 +158,13 @@ def recover(root: str, repair: bool) -> Recovered:
             if all(v.footer is None and _scan_all(v).offset == v.base for v in later):
                 for v in later:
                     v.close()
-                    os.unlink(v.path)
+                    fs.unlink(v.path)
                 with contextlib.suppress(OSError):
-                    _fsync_dir(root)
+                    fs.fsync_dir(root)
                 n = i + 1
                 break
             if st.offset == nxt and st.status == "end":
-                _write_footer(view.path, view.base, st.offset, st.pos, view.epoch)
+                _write_footer(fs, view.path, view.base, st.offset, st.pos, view.epoch)
                 view.footer = (st.offset, st.pos)
                 i += 1
                 continue
@@ -180,7 +174,7 @@ def recover(root: str, repair: bool) -> Recovered:
                     "without a valid footer; open with repair=True to cut the log there",
                     path=view.path, position=st.pos, offset=st.offset,
                 )
-            report = _cut(root, files, views, i + 1, view, st.pos, st.offset, "bad frame in sealed segment")
+            report = _cut(fs, root, files, views, i + 1, view, st.pos, st.offset, "bad frame in sealed segment")
             n = i + 1
             break
         views = views[:n]
