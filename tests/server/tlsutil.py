@@ -120,3 +120,28 @@ def start(*flags: str, plain: tuple[str, ...] = ("-l", "127.0.0.1", "-p", "0")) 
         host, _, port = s.listeners["plain"].rpartition(":")
         s.host, s.port = host, int(port)
     return s
+
+
+_SHARED: tuple[Certs, str] | None = None
+
+
+def shared_certs() -> tuple[Certs, str]:
+    """Certificates and an ACL file made once per test process (removed at exit)."""
+    global _SHARED
+    if _SHARED is None:
+        import atexit
+        import shutil
+
+        d = Path(tempfile.mkdtemp(prefix="stalkd-certs-"))
+        atexit.register(shutil.rmtree, d, True)
+        acl = d / "acl.toml"
+        acl.write_text('[identity."CN=ops,O=stalkd tests"]\nput = ["*"]\nwatch = ["*"]\nadmin = true\n')
+        _SHARED = (make_certs(d), str(acl))
+    return _SHARED
+
+
+def secured_flags() -> tuple[str, ...]:
+    """A TLS listener with client certificates and an ACL, beside the plain one."""
+    certs, acl = shared_certs()
+    return ("--tls-listen", "127.0.0.1:0", "--tls-cert", certs.server.cert, "--tls-key",
+            certs.server.key, "--tls-client-ca", certs.ca.cert, "--acl", acl)
