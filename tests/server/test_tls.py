@@ -12,7 +12,8 @@ import ssl
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,49 @@ def test_cli_speaks_tls_with_flags_and_environment(mtls: Stalkd, certs: Certs) -
     p = subprocess.run([*run, "failed", "--tls-cert", certs.ops.cert, "--tls-key", certs.ops.key],
                        env=env, capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr
+
+
+
+WORKER_APP = """
+import os, pathlib
+from stalkd.worker import App
+
+app = App(os.environ.get("APP_ADDRESS", "127.0.0.1:1"))  # the worker's -a replaces it
+
+@app.task(tube="emails")
+def send(name):
+    (pathlib.Path(os.environ["STATE_DIR"]) / name).touch()
+"""
+
+
+def test_worker_and_producer_over_mutual_tls(mtls: Stalkd, certs: Certs, tmp_path: Path) -> None:
+    (tmp_path / "tlsapp.py").write_text(WORKER_APP)
+    env = {**os.environ, "STATE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    # Given a job put through the task's own producer API over TLS
+    put = subprocess.run([sys.executable, "-c", "import tlsapp; tlsapp.send.put('done-1')"],
+                         env={**env, "APP_ADDRESS": addr(mtls, certs, "ops")}, capture_output=True,
+                         timeout=60)
+    assert put.returncode == 0, put.stderr
+    # When a worker runs with a tls:// address and the TLS flags
+    proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "worker", "tlsapp:app",
+                             "-a", f"tls://{mtls.tls}", "--tls-ca", certs.ca.cert,
+                             "--tls-cert", certs.ops.cert, "--tls-key", certs.ops.key],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # Then the task runs (its file appears) and the connection was a TLS one as ops
+        mtls.wait_log(r"over TLS on .* as CN=ops,O=stalkd tests")
+        wait_for(lambda: (tmp_path / "done-1").exists() or proc.poll() is not None)
+        assert (tmp_path / "done-1").exists(), proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``cond`` with a deadline (what the test waits for, not a guessed sleep)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
