@@ -26,7 +26,7 @@ from collections.abc import Sequence  # collections.abc is imported at start-up 
 
 __all__ = [
     "Config", "Exit", "parse_args", "USAGE", "VERSION_TEXT", "DEFAULT_PORT",
-    "MAX_JOB_SIZE_LIMIT", "LOG_LEVELS",
+    "MAX_JOB_SIZE_LIMIT", "LOG_LEVELS", "is_loopback",
 ]  # fmt: skip
 
 DEFAULT_PORT = 11300
@@ -59,6 +59,12 @@ Options:
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
           --log-level LEVEL   debug | info | warning | error (default info)
+          --admin ADDR:PORT   serve the admin HTTP endpoint (metrics, health, JSON API,
+                              dashboard) there, e.g. 127.0.0.1:11301 (port 0: any free
+                              port, logged); off by default
+          --admin-token-file FILE
+                              clients of the admin endpoint must send this bearer token
+                              (required when ADDR is not a loopback address)
  -c, -n                       accepted and ignored, as in beanstalkd
  -v       --version           show version information
  -V       --verbose           increase verbosity
@@ -78,7 +84,8 @@ class Config:
     """
 
     __slots__ = ("listen", "port", "data_dir", "durability", "wal_size", "max_job_size", "user",
-                 "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive")  # fmt: skip
+                 "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive",
+                 "admin", "admin_token_file")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -92,15 +99,20 @@ class Config:
     max_output: int  # per-connection buffered reply bytes before it stops being read
     warnings: tuple[str, ...]  # things the parse accepted but the operator should know
     archive: bool  # retired WAL segments go to DIR/wal/archive/ instead of being deleted
+    admin: tuple[str, int] | None  # (host, port) of the admin HTTP endpoint; None: off
+    admin_token_file: str | None  # bearer token the admin endpoint requires
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
                  wal_size: int | None = None, max_job_size: int = 65535,
                  user: str | None = None, verbosity: int = 0, log_level: str = "info",
                  max_connections: int = 10_000, max_output: int = 4 * 2**20,
-                 warnings: tuple[str, ...] = (), archive: bool = False) -> None:  # fmt: skip
+                 warnings: tuple[str, ...] = (), archive: bool = False,
+                 admin: tuple[str, int] | None = None,
+                 admin_token_file: str | None = None) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
-                  log_level, max_connections, max_output, warnings, archive)  # fmt: skip
+                  log_level, max_connections, max_output, warnings, archive, admin,
+                  admin_token_file)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 
@@ -204,6 +216,30 @@ def _positive(flag: str, text: str) -> int:
     return n
 
 
+def _host_port(flag: str, text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host:
+        raise _Bad(f"invalid address for {flag}: {text!r} (expected HOST:PORT, e.g. 127.0.0.1:11301)")
+    return host, _port(flag, port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (the admin endpoint needs no token there).
+
+    >>> is_loopback("127.0.0.2"), is_loopback("::1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    (True, True, True, False)
+    """
+    if host == "localhost":
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
     """Apply one valued option (short or long)."""
     if key == "listen":
@@ -238,6 +274,12 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
         return cfg.replace(max_output=_positive(flag, value))
     if key == "log-level":
         return cfg.replace(log_level=_log_level(flag, value))
+    if key == "admin":
+        return cfg.replace(admin=_host_port(flag, value))
+    if key == "admin-token-file":
+        if not value:
+            raise _Bad(f"empty file name for {flag}")
+        return cfg.replace(admin_token_file=value)
     raise AssertionError(key)  # pragma: no cover - tables below only name keys handled above
 
 
@@ -245,7 +287,8 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
 _SHORT_VALUED = {"l": "listen", "p": "port", "b": "dir", "f": "fsync", "u": "user",
                  "z": "max-job-size", "s": "wal-size"}  # fmt: skip
 _LONG_VALUED = {"listen", "port", "dir", "fsync", "durability", "user", "max-job-size",
-                "wal-size", "max-connections", "max-output", "log-level"}  # fmt: skip
+                "wal-size", "max-connections", "max-output", "log-level", "admin",
+                "admin-token-file"}  # fmt: skip
 _REMOVED = "-{} flag was removed. binlog is always compacted."
 
 
@@ -315,6 +358,11 @@ def _parse(argv: Sequence[str]) -> Config | Exit:
             cfg = got
     if cfg.unix_path == "":
         raise _Bad("empty UNIX socket path in -l unix:")
+    if cfg.admin is not None and cfg.admin_token_file is None and not is_loopback(cfg.admin[0]):
+        raise _Bad(f"--admin {cfg.admin[0]} is not a loopback address: anyone who reaches it could "
+                   "delete every job; give --admin-token-file FILE (a bearer token) as well")
+    if cfg.admin_token_file is not None and cfg.admin is None:
+        raise _Bad("--admin-token-file needs --admin ADDR:PORT")
     return cfg
 
 

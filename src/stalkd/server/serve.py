@@ -94,6 +94,18 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     except Exception as e:
         return _describe_wal_error(e)
     recovery_s = time.monotonic() - t0
+    admin = None
+    if cfg.admin is not None:
+        from stalkd.admin.endpoint import AdminEndpoint  # only when asked: aiohttp is heavy
+
+        try:
+            admin = AdminEndpoint(cfg)
+        except (OSError, ValueError) as e:
+            log.error("admin endpoint: %s", e)
+            if storage is not None:
+                storage.close()
+            return EXIT_FATAL
+        storage = admin.wrap_storage(storage)
     stop = asyncio.Event()
     code = 0
 
@@ -114,6 +126,15 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
                  cfg.address, cfg.data_dir, cfg.durability, cfg.max_job_size)
         log.info("recovered %s in %.3fs", info, recovery_s)
     server = await loop.create_server(srv.new_connection, sock=sock, backlog=1024)
+    if cfg.unix_path is None and cfg.port == 0:
+        log.info("listening on port %d (-p 0)", sock.getsockname()[1])
+    if admin is not None:
+        try:
+            await admin.start(srv)
+        except OSError as e:
+            log.error("admin endpoint: cannot listen on %s:%d: %s", admin.host, admin.port, e)
+            stop.set()
+            code = EXIT_FATAL
     log.info("serving %.0f ms after start", (time.monotonic() - t_exec) * 1000)
 
     def on_term(signame: str) -> None:
@@ -140,6 +161,8 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
 
     server.close()
     srv.begin_stop()
+    if admin is not None:
+        await admin.stop()
     deadline = time.monotonic() + STOP_GRACE
     if (storage is not None and srv.failed is None
             and not await srv.wait_durable(STOP_GRACE * 0.75)):
