@@ -87,6 +87,7 @@ class AdminOps:
             letter = letters.get(j.id)
             if letter is not None:
                 row["error"] = letter["error"]
+                row["attempts"] = letter["attempts"]
             rows.append(row)
         return {"tube": tube, "state": state or "all", "jobs": rows, "next": cursor}
 
