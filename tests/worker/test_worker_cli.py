@@ -5,8 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from support import free_port
-
 
 def stalkd(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "stalkd.cli", *args], capture_output=True,
@@ -25,8 +23,8 @@ def test_worker_with_a_missing_module_says_so() -> None:
     assert "cannot import 'no_such_module_xyz'" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_failed_and_retry_without_a_server_fail_cleanly() -> None:
-    address = f"127.0.0.1:{free_port()}"
+def test_failed_and_retry_without_a_server_fail_cleanly(held_port: int) -> None:
+    address = f"127.0.0.1:{held_port}"  # bound, never listening: connecting is refused
     for cmd in (["failed"], ["retry", "--all"]):
         r = stalkd(*cmd, "--address", address)
         assert r.returncode == 1, r.stderr
