@@ -35,17 +35,22 @@ class StalkdProcess(ServerProcess):
         self.proc.wait()
 
 
-def start_stalkd(*flags: str, port: int = 0) -> StalkdProcess:
+def start_stalkd(*flags: str, port: int = 0, wait: bool = True) -> StalkdProcess:
     """``stalkd-server -l 127.0.0.1 -p PORT FLAGS...`` (beanstalkd's flags), returned once it
-    listens; PORT 0 (the default) lets the kernel choose."""
+    listens; PORT 0 (the default) lets the kernel choose. ``wait=False`` returns at once, for a
+    server the test expects to exit (its ``port`` is then the one asked for, 0 if none)."""
     fd, log_path = tempfile.mkstemp(prefix="stalkd-test-", suffix=".log")
+    cmd = [*SERVER_CMD, "-l", "127.0.0.1", "-p", str(port), *flags]
     with os.fdopen(fd, "wb") as log:
-        try:
-            started = spawn_server([*SERVER_CMD, "-l", "127.0.0.1", "-p", str(port), *flags],
-                                   what="stalkd", stdout=subprocess.DEVNULL, stderr=log)
-        except Exception:
-            with open(log_path, encoding="utf-8", errors="replace") as f:
-                raise RuntimeError(f"stalkd did not start:\n{f.read()}") from None
+        if not wait:
+            started = ServerProcess("127.0.0.1", port, subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=log))
+        else:
+            try:
+                started = spawn_server(cmd, what="stalkd", stdout=subprocess.DEVNULL, stderr=log)
+            except Exception:
+                with open(log_path, encoding="utf-8", errors="replace") as f:
+                    raise RuntimeError(f"stalkd did not start:\n{f.read()}") from None
     server = StalkdProcess(started.host, started.port, started.proc)
     server.log_path = log_path
     return server
