@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ def _mode(p: Path) -> int:
 
 
 @pytest.fixture(autouse=True)
-def _permissive_umask() -> object:
+def _permissive_umask() -> Iterator[None]:
     """With umask 0 every mode bit a file is created with shows: only the code's mode protects."""
     old = os.umask(0)
     yield

@@ -26,7 +26,7 @@ __all__ = ["main", "inspect"]
 def _writer(path: str) -> str:
     try:
         pid = int(REAL.read_file(os.path.join(path, LOCK_NAME)).strip() or 0)
-    except (OSError, ValueError):
+    except (OSError, ValueError, LogError):  # LogError: a LOCK that is a symlink is not read
         return "none"
     if pid <= 0:
         return "none"
