@@ -1,7 +1,8 @@
 """What watching and operating a server costs the clients it serves (issue 14).
 
+0. The loop time one /metrics scrape costs (in-process, 200 tubes, 100k jobs).
 1. Scraping /metrics every second, on put throughput at 16 connections (depth 1, 100 B,
-   durability ``always``): three variants measured in the same run, alternating, medians of
+   durability ``never`` by default, BENCH_DURABILITY=always for the fsync path): three variants measured in the same run, alternating, medians of
    ROUNDS: a server without ``--admin`` ("off"), a server with ``--admin`` nobody scrapes
    ("on"), and the same with a scraper fetching /metrics every second ("scraped").
    Target: scraped >= 0.97x off.
@@ -10,7 +11,7 @@
    and records every round trip, before (baseline) and during the bulk delete.
 
 The load generator is server_bench.py's (GEN_PROCS processes, raw pipelined sockets).
-Run: ``.venv/bin/python bench/admin_bench.py [scrape] [bulk]`` (env: BENCH_SECONDS per run, default 2;
+Run: ``.venv/bin/python bench/admin_bench.py [loop] [scrape] [bulk]`` (env: BENCH_SECONDS per run, default 2;
 BENCH_ROUNDS, default 3; BENCH_BULK_JOBS, default 100000; GEN_PROCS, default 2).
 """
 
@@ -38,13 +39,14 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 GEN_PROCS = int(os.environ.get("GEN_PROCS", "2"))
 BULK_JOBS = int(os.environ.get("BENCH_BULK_JOBS", "100000"))
 CONNS = 16
+DURABILITY = os.environ.get("BENCH_DURABILITY", "never")  # never isolates the CPU cost from fsync noise
 
 
 class Server:
     def __init__(self, data: str, admin: bool, *flags: str) -> None:
         fd, self.log_path = tempfile.mkstemp(prefix="admin-bench-", suffix=".log")
         args = [sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0",
-                "--dir", data, "--log-level", "info", *flags]
+                "--dir", data, "--durability", DURABILITY, "--log-level", "info", *flags]
         if admin:
             args += ["--admin", "127.0.0.1:0"]
         with os.fdopen(fd, "wb") as log:
@@ -106,7 +108,7 @@ class Scraper(threading.Thread):
 
 
 def scrape_cost() -> None:
-    print(f"== put throughput, {CONNS} connections, depth 1, 100 B, always; {ROUNDS} rounds of "
+    print(f"== put throughput, {CONNS} connections, depth 1, 100 B, {DURABILITY}; {ROUNDS} rounds of "
           f"{SECONDS:.1f} s, alternating (jobs/s, medians)")
     variants = ("off", "on", "scraped")
     with tempfile.TemporaryDirectory() as d:
@@ -136,6 +138,37 @@ def scrape_cost() -> None:
         print(f"   {k:8s} {med[k]:9.0f} jobs/s  ({', '.join(f'{x:.0f}' for x in rates[k])})")
     print(f"   on/off {med['on'] / med['off']:.3f}x   scraped/off {med['scraped'] / med['off']:.3f}x"
           f"   scraped/on {med['scraped'] / med['on']:.3f}x   (target scraped/off >= 0.97x)")
+
+
+def scrape_loop_time(tubes: int = 200, jobs: int = 100_000) -> None:
+    """The loop time one /metrics scrape takes (it runs on the server's loop): the collector
+    and the text encoding, in-process, with ``tubes`` tubes and ``jobs`` jobs."""
+    from stalkd.admin.metrics import Instruments, Reading, exposition
+    from stalkd.engine import Engine
+    from stalkd.engine import commands as C
+    from stalkd.server.app import Server
+    from stalkd.server.config import Config
+
+    eng = Engine(records=False)
+    eng.connect(1, 0.0)
+    for i in range(jobs):
+        if i % (jobs // tubes) == 0:
+            eng.apply(1, C.Use(f"tube-{i}"), 0.0)
+        eng.apply(1, C.Put(0, 0, 60, b"x"), 0.0)
+    srv = Server(Config(), eng)
+    ins = Instruments()
+    on_loop, encode = [], []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        reading = Reading(srv, ins, None)
+        t1 = time.perf_counter()
+        text = exposition(reading)
+        encode.append(time.perf_counter() - t1)
+        on_loop.append(t1 - t0)
+    loop_ms, enc_ms = 1000 * statistics.median(on_loop), 1000 * statistics.median(encode)
+    print(f"== one /metrics scrape, {tubes} tubes, {jobs} jobs, {len(text)} bytes: reading on the "
+          f"loop {loop_ms:.2f} ms (median), encoding in a worker thread {enc_ms:.2f} ms; "
+          f"loop held {loop_ms / (loop_ms + enc_ms):.1%} of what encoding on the loop would")
 
 
 def bury_many(port: int, tube: bytes, n: int) -> None:
@@ -223,7 +256,9 @@ def bulk_stall() -> None:
 
 
 if __name__ == "__main__":
-    parts = sys.argv[1:] or ["scrape", "bulk"]  # e.g. `admin_bench.py bulk`
+    parts = sys.argv[1:] or ["loop", "scrape", "bulk"]  # e.g. `admin_bench.py bulk`
+    if "loop" in parts:
+        scrape_loop_time()
     if "scrape" in parts:
         scrape_cost()
     if "bulk" in parts:

@@ -26,6 +26,7 @@ issue 13 plug in.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import time
@@ -33,9 +34,9 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from stalkd.admin.metrics import Instruments, TimedStorage, registry_for
+from stalkd.admin.metrics import Instruments, Reading, TimedStorage, exposition
 from stalkd.admin.ops import AdminOps, BadRequest
 from stalkd.admin.session import ServerBusy
 from stalkd.server.config import is_loopback
@@ -81,8 +82,6 @@ def _error(status: int, message: str) -> web.Response:
 def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStorage | None,
              guard: Guard) -> web.Application:
     """The aiohttp application for one server."""
-    registry = registry_for(server, ins, storage)
-
     @web.middleware
     async def access(request: web.Request, handler: Any) -> web.StreamResponse:
         path = request.path
@@ -120,7 +119,10 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
         return web.Response(text="ready\n")
 
     async def metrics(request: web.Request) -> web.Response:
-        body = generate_latest(registry)
+        # Read on the loop (one pass over the tubes), encode in a thread: with 200 tubes the
+        # encoding alone held the loop ~26 ms per scrape (bench/admin_bench.py loop).
+        reading = Reading(server, ins, storage)
+        body = await asyncio.get_running_loop().run_in_executor(None, exposition, reading)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def overview(request: web.Request) -> web.Response:
