@@ -111,3 +111,24 @@ def test_dead_letters_parsed_once_per_change_of_the_failed_tube() -> None:
                        failed_at=1.0, body=b"")
     eng.apply(2, C.Put(0, 0, 60, newer.to_json()), 0.0)
     assert ops.dead_letters()[1]["error"] == "E2"  # the newest record per job wins
+
+
+def test_dead_letters_are_parsed_a_budget_at_a_time() -> None:
+    from stalkd.admin import ops as ops_module
+    from stalkd.worker.context import DeadLetter
+
+    srv = _server(0)
+    ops = AdminOps(srv)
+    eng = srv.engine
+    eng.connect(2, 0.0)
+    eng.apply(2, C.Use("stalkd.failed"), 0.0)
+    n = ops_module.PARSE_BUDGET + 10
+    for i in range(n):
+        rec = DeadLetter(job_id=10_000 + i, tube="t", task="f", attempts=1, error=f"E{i}",
+                         traceback="", failed_at=0.0, body=b"")
+        eng.apply(2, C.Put(0, 0, 60, rec.to_json()), 0.0)
+    first = ops.dead_letters()
+    assert len(first) == ops_module.PARSE_BUDGET  # one call parses at most the budget
+    second = ops.dead_letters()  # the rest on the next call, the parsed ones kept
+    assert len(second) == n and second[10_000 + n - 1]["error"] == f"E{n - 1}"
+    assert ops.dead_letters() is second  # complete and unchanged: cached

@@ -38,6 +38,7 @@ CHUNK = 512  # jobs per chunk of a bulk operation
 CHUNK_SECONDS = 0.002  # loop time per chunk before yielding to other clients
 FAILED_TUBE = "stalkd.failed"  # where stalkd workers put dead-letter records
 MAX_PAGE = 1000
+PARSE_BUDGET = 2000  # dead-letter records parsed per call (~10 ms of loop time at most)
 
 
 class BadRequest(ValueError):
@@ -61,6 +62,8 @@ class AdminOps:
         self.engine = server.engine
         self.failed_tube = failed_tube
         self._letters: tuple[tuple[int, int], dict[int, dict[str, Any]]] = ((-1, -1), {})
+        # failed-tube record id -> (original job id, record), or None for a foreign job
+        self._parsed: dict[int, tuple[int, dict[str, Any]] | None] = {}
 
     def now_us(self) -> int:
         return round(self.server.clock() * US)
@@ -100,8 +103,11 @@ class AdminOps:
         return row
 
     def dead_letters(self) -> dict[int, dict[str, Any]]:
-        """Original job id -> its newest dead-letter record in the failed tube (parsed once per
-        change of that tube, so a dashboard polling every second costs a dict lookup)."""
+        """Original job id -> its newest dead-letter record in the failed tube.
+
+        Records are parsed once each (kept by record id) and at most ``PARSE_BUDGET`` per
+        call, so a dashboard polling every second while workers keep failing never holds the
+        loop for a parse of the whole tube; the map is rebuilt only when the tube changed."""
         t = self.engine.tubes.get(self.failed_tube)
         if t is None:
             return {}
@@ -110,21 +116,33 @@ class AdminOps:
             return self._letters[1]
         from stalkd.worker.context import DeadLetter
 
-        found: dict[int, tuple[int, dict[str, Any]]] = {}
+        parsed, budget, complete = self._parsed, PARSE_BUDGET, True
+        live: dict[int, tuple[int, dict[str, Any]] | None] = {}
         for j in views.jobs_of(self.engine, t, None):
-            try:
-                rec = DeadLetter.from_json(j.body)
-            except (ValueError, KeyError, TypeError):
-                continue  # a foreign job in the failed tube
-            old = found.get(rec.job_id)
-            if old is None or old[0] < j.id:
-                found[rec.job_id] = (j.id, {
-                    "record_id": j.id, "tube": rec.tube, "task": rec.task,
-                    "attempts": rec.attempts, "error": rec.error, "traceback": rec.traceback,
-                    "failed_at": rec.failed_at,
-                })  # fmt: skip
-        letters = {k: v for k, (_, v) in found.items()}
-        self._letters = (key, letters)
+            got: tuple[int, dict[str, Any]] | None
+            if j.id in parsed:
+                got = parsed[j.id]
+            else:
+                if budget <= 0:
+                    complete = False
+                    continue
+                budget -= 1
+                try:
+                    rec = DeadLetter.from_json(j.body)
+                    got = (rec.job_id, {
+                        "record_id": j.id, "tube": rec.tube, "task": rec.task,
+                        "attempts": rec.attempts, "error": rec.error, "traceback": rec.traceback,
+                        "failed_at": rec.failed_at,
+                    })  # fmt: skip
+                except (ValueError, KeyError, TypeError):
+                    got = None  # a foreign job in the failed tube
+            live[j.id] = got
+        self._parsed = live  # records gone from the tube are forgotten
+        letters: dict[int, dict[str, Any]] = {}
+        for rid in sorted(k for k, v in live.items() if v is not None):
+            jid, letter = live[rid]  # type: ignore[misc]
+            letters[jid] = letter  # ascending record ids: the newest per job wins
+        self._letters = (key if complete else (-1, -1), letters)
         return letters
 
     def select(self, ids: Sequence[int] | None, tube: str | None, state: str | None) -> list[int]:
