@@ -55,7 +55,7 @@ class Server:
         while True:
             with open(self.log_path) as f:
                 text = f.read()
-            port = re.search(r"listening on port (\d+)", text)
+            port = re.search(r"stalkd listening on 127\.0\.0\.1:(\d+)", text)
             url = re.search(r"admin endpoint on (http://\S+?)/ ", text)
             if port and (url or not admin):
                 self.port = int(port.group(1))
