@@ -56,7 +56,7 @@ class Server:
             with open(self.log_path) as f:
                 text = f.read()
             port = re.search(r"stalkd listening on 127\.0\.0\.1:(\d+)", text)
-            url = re.search(r"admin endpoint on (http://\S+?)/ ", text)
+            url = re.search(r"admin endpoint on (https?://\S+?)/ ", text)
             if port and (url or not admin):
                 self.port = int(port.group(1))
                 self.admin = url.group(1) if url else None

@@ -52,6 +52,16 @@ class AdminEndpoint:
         self.ssl_context = ssl_context
         self.host, self.port = cfg.admin
         self.token = read_token(cfg.admin_token_file) if cfg.admin_token_file else None
+        self.acl = None
+        if cfg.admin_tls and ssl_context is None:
+            from stalkd.server.tls import TlsFiles, server_context
+
+            assert cfg.tls_cert is not None
+            self.ssl_context = server_context(TlsFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca))
+            if cfg.acl is not None and cfg.tls_client_ca is not None:
+                from stalkd.server.acl import load_acl
+
+                self.acl = load_acl(cfg.acl)
         self.instruments = Instruments()
         self.storage: TimedStorage | None = None
         self._runner: web.AppRunner | None = None
@@ -72,7 +82,8 @@ class AdminEndpoint:
         self.instruments.engine = server.engine
         self.instruments.clock = server.clock
         server.observer = self.instruments.observe
-        app = make_app(server, AdminOps(server), self.instruments, self.storage, Guard(self.token))
+        app = make_app(server, AdminOps(server), self.instruments, self.storage,
+                       Guard(self.token, self.acl))
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.25)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, backlog=64, ssl_context=self.ssl_context)

@@ -20,8 +20,8 @@ Access: with a token (``--admin-token-file``) every route but /healthz, /readyz 
 dashboard's static files needs ``Authorization: Bearer TOKEN``. Without one (loopback only),
 requests must name a loopback host (``Host:`` header), so a web page in the operator's browser
 cannot reach the API through DNS rebinding; mutations need a JSON body either way, which a
-cross-site form cannot send. ``Guard`` is the seam where TLS client identities and the ACL of
-issue 13 plug in.
+cross-site form cannot send. With ``--admin-tls``, ``--tls-client-ca`` and ``--acl``, the
+client certificate's identity must have ``admin = true`` (``Guard``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from stalkd.admin.session import ServerBusy
 from stalkd.server.config import is_loopback
 
 if TYPE_CHECKING:
+    from stalkd.server.acl import Acl
     from stalkd.server.app import Server
 
 __all__ = ["Guard", "make_app", "DISK_FULL_WINDOW"]
@@ -52,13 +53,21 @@ _STATIC = ("index.html", "app.js", "style.css")
 
 
 class Guard:
-    """Who may use the endpoint. Override ``allow`` for per-identity rules (issue 13's ACL)."""
+    """Who may use the endpoint: the bearer token, and with HTTPS, client certificates and an
+    ACL, only identities the ACL lets run admin commands (``admin = true``)."""
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, acl: Acl | None = None) -> None:
         self.token = token
+        self.acl = acl
 
     def allow(self, request: web.Request) -> str | None:
         """None when allowed, else why not (the body of the 401/403)."""
+        if self.acl is not None:
+            from stalkd.server.tls import identity
+
+            who = identity(request.transport.get_extra_info("peercert") if request.transport else None)
+            if not self.acl.may_admin(who):
+                return f"{who or 'this client'} may not use the admin API (--acl: admin = true)"
         if self.token is not None:
             got = request.headers.get("Authorization", "")
             if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
