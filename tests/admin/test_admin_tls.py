@@ -55,3 +55,26 @@ def test_https_with_client_certificates_and_acl(certs: Certs, tmp_path: Path) ->
         assert _get(url + "/api/v1/overview", certs, "stranger") == 0  # another CA
     finally:
         srv.stop()
+
+
+def test_cli_reaches_an_https_endpoint_with_the_shared_tls_options(certs: Certs, tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    srv = start_admin_server("--admin-tls", "--tls-cert", certs.server.cert, "--tls-key",
+                             certs.server.key, "--tls-client-ca", certs.ca.cert)
+    try:
+        url = srv.admin.replace("127.0.0.1", "localhost")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STALKD_")}
+        base = [sys.executable, "-m", "stalkd.cli", "tubes", "--json", "--admin", url,
+                "--tls-ca", certs.ca.cert]
+        ok = subprocess.run([*base, "--tls-cert", certs.ops.cert, "--tls-key", certs.ops.key],
+                            capture_output=True, text=True, timeout=60, env=env)
+        assert ok.returncode == 0, ok.stderr
+        assert [t["name"] for t in json.loads(ok.stdout)] == ["default"]
+        refused = subprocess.run(base, capture_output=True, text=True, timeout=60, env=env)
+        assert refused.returncode == 3 and "cannot reach" in refused.stderr  # no client certificate
+    finally:
+        srv.stop()

@@ -62,7 +62,18 @@ def backend_for(ns: argparse.Namespace, env: dict[str, str] | None = None) -> Ba
         if token_file:
             with open(token_file, encoding="utf-8") as f:
                 token = f.read().strip()
-        return ApiBackend(admin, token)
+        ctx = None
+        if admin.startswith("https://"):
+            # the same TLS options as the protocol address: --tls-ca/--tls-cert/--tls-key or $STALKD_TLS_*
+            ca = ns.tls_ca or env.get("STALKD_TLS_CA")
+            cert = ns.tls_cert or env.get("STALKD_TLS_CERT")
+            key = ns.tls_key or env.get("STALKD_TLS_KEY")
+            import ssl
+
+            ctx = ssl.create_default_context(cafile=ca)
+            if cert:
+                ctx.load_cert_chain(cert, key)
+        return ApiBackend(admin, token, ssl_context=ctx)
     try:
         addr = server_address(ns, env=env)
     except ValueError as e:
