@@ -66,8 +66,12 @@ class Server:
             time.sleep(0.02)
 
     def stop(self) -> None:
+        died = self.proc.poll()
         self.proc.terminate()
         self.proc.wait(timeout=20)
+        if died is not None:  # it exited before we stopped it: show why
+            with open(self.log_path) as f:
+                print(f"   server exited with {died}:\n" + "".join(f.readlines()[-15:]), file=sys.stderr)
         os.unlink(self.log_path)
 
 
