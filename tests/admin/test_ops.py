@@ -46,7 +46,7 @@ def test_bulk_delete_yields_to_other_clients_between_chunks() -> None:
 
     async def main() -> dict[str, object]:
         other = asyncio.create_task(other_client())
-        out = await ops.delete(ops.select(None, "t", "buried"))
+        out = await ops.delete(await ops.select(None, "t", "buried"))
         await other
         return out
 
@@ -58,22 +58,52 @@ def test_bulk_delete_yields_to_other_clients_between_chunks() -> None:
     assert any(0 < k < n for k in seen), seen[:10]
 
 
+def _select(ops: AdminOps, *args: object) -> list[int]:
+    return asyncio.run(ops.select(*args))  # type: ignore[arg-type]
+
+
 def test_select_by_state_and_by_ids() -> None:
     srv = _server(10, bury=3)
     ops = AdminOps(srv)
-    assert ops.select(None, "t", "buried") == sorted(
-        j.id for j in srv.engine.jobs.values() if j.state is JobState.BURIED)
-    assert len(ops.select(None, "t", "ready")) == 7
-    assert len(ops.select(None, "t", None)) == 10
-    assert ops.select([3, 1], None, None) == [3, 1]
-    assert ops.select(None, "nope", "ready") == []
+    assert _select(ops, None, "t", "buried") == [  # oldest buried first
+        j.id for j in srv.engine.tubes["t"].buried.values()]
+    assert sorted(_select(ops, None, "t", "ready")) == sorted(
+        j.id for j in srv.engine.jobs.values() if j.state is JobState.READY)
+    assert sorted(_select(ops, None, "t", None)) == sorted(srv.engine.jobs)
+    assert _select(ops, [3, 1], None, None) == [3, 1]
+    assert _select(ops, None, "nope", "ready") == []
+
+
+def test_selecting_many_jobs_yields_to_the_loop() -> None:
+    # Given more ready jobs than one slice of the selection
+    n = CHUNK * 16 * 2 + 5
+    srv = _server(n)
+    ops = AdminOps(srv)
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    async def main() -> list[int]:
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        before = turns
+        ids = await ops.select(None, "t", "ready")
+        task.cancel()
+        assert turns - before >= 2  # the loop ran others between slices
+        return ids
+
+    assert len(asyncio.run(main())) == n
 
 
 def test_kick_by_ids_kicks_only_buried_or_delayed() -> None:
     srv = _server(5, bury=2)
     ops = AdminOps(srv)
-    buried = ops.select(None, "t", "buried")
-    ready = ops.select(None, "t", "ready")
+    buried = _select(ops, None, "t", "buried")
+    ready = _select(ops, None, "t", "ready")
     out = asyncio.run(ops.kick([*buried, ready[0], 999]))
     assert out["outcomes"] == {"kicked": 2, "skipped_ready": 1, "not_found": 1}
     assert all(srv.engine.jobs[j].state is JobState.READY for j in buried)

@@ -181,24 +181,24 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
             raise BadRequest("the request body must be a JSON object")
         return data
 
-    def selection(data: dict[str, Any]) -> list[int]:
+    async def selection(data: dict[str, Any]) -> list[int]:
         ids = data.get("ids")
         if ids is not None and not isinstance(ids, list):
             raise BadRequest("ids must be a list of job ids")
-        return ops.select(ids, data.get("tube"), data.get("state"))
+        return await ops.select(ids, data.get("tube"), data.get("state"))
 
     async def delete(request: web.Request) -> web.Response:
-        return _json(await ops.delete(selection(await body_of(request))))
+        return _json(await ops.delete(await selection(await body_of(request))))
 
     async def kick(request: web.Request) -> web.Response:
-        return _json(await ops.kick(selection(await body_of(request))))
+        return _json(await ops.kick(await selection(await body_of(request))))
 
     async def move(request: web.Request) -> web.Response:
         data = await body_of(request)
         to = data.get("to")
         if not isinstance(to, str):
             raise BadRequest("give the destination tube as \"to\"")
-        return _json(await ops.move(selection(data), to))
+        return _json(await ops.move(await selection(data), to))
 
     async def pause(request: web.Request) -> web.Response:
         data = await body_of(request)

@@ -145,9 +145,13 @@ class AdminOps:
         self._letters = (key if complete else (-1, -1), letters)
         return letters
 
-    def select(self, ids: Sequence[int] | None, tube: str | None, state: str | None) -> list[int]:
+    async def select(self, ids: Sequence[int] | None, tube: str | None,
+                     state: str | None) -> list[int]:
         """The job ids a bulk operation acts on: ``ids`` as given, or every job of ``tube`` in
-        ``state`` (sorted, taken when the request starts; jobs added later are left alone)."""
+        ``state`` as they are when the request starts (jobs added later are left alone), in
+        container order (buried: oldest first). The containers are copied in C, then read
+        ``CHUNK * 16`` jobs at a time with the loop served in between: 100k jobs read in one
+        go held the loop ~65 ms."""
         if ids is not None:
             if tube is not None:
                 raise BadRequest("give either ids or a tube, not both")
@@ -157,10 +161,26 @@ class AdminOps:
                 raise BadRequest("ids must be integers") from None
         if tube is None:
             raise BadRequest("give ids, or a tube (and optionally a state)")
+        st = parse_state(state)
         t = self.engine.tubes.get(tube)
         if t is None:
             return []
-        return sorted(j.id for j in views.jobs_of(self.engine, t, parse_state(state)))
+        out: list[int] = []
+        if st in (None, JobState.BURIED):
+            out.extend(t.buried)  # its keys are the job ids
+        jobs: list[Any] = []
+        if st in (None, JobState.READY):
+            jobs.extend(t.ready)
+        if st in (None, JobState.DELAYED):
+            jobs.extend(t.delayed)
+        if st in (None, JobState.RESERVED):
+            jobs.extend(views.jobs_of(self.engine, t, JobState.RESERVED))
+        step = CHUNK * 16
+        for i in range(0, len(jobs), step):
+            if i:
+                await asyncio.sleep(0)
+            out.extend([j.id for j in jobs[i:i + step]])
+        return out
 
     # --- mutations ---------------------------------------------------------------------------
 
