@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from stalkd.admin import views
 from stalkd.admin.ops import CHUNK, AdminOps
 from stalkd.engine import Engine
 from stalkd.engine import commands as C
@@ -111,15 +110,41 @@ def test_kick_by_ids_kicks_only_buried_or_delayed() -> None:
 
 def test_jobs_page_walks_every_state_without_repeats() -> None:
     srv = _server(25, bury=5)
+    ops = AdminOps(srv)
     seen: list[int] = []
     after = 0
     while True:
-        page, after_next = views.jobs_page(srv.engine, "t", None, after=after, limit=4)
-        seen += [j.id for j in page]
-        if after_next is None:
+        page = asyncio.run(ops.jobs("t", "all", after, 4))
+        seen += [j["id"] for j in page["jobs"]]
+        if page["next"] is None:
             break
-        after = after_next
+        after = page["next"]
     assert seen == sorted(srv.engine.jobs)
+
+
+def test_a_page_of_a_large_state_is_read_in_slices() -> None:
+    n = CHUNK * 16 * 2 + 5
+    srv = _server(n, bury=n)
+    ops = AdminOps(srv)
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    async def main() -> dict[str, object]:
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        before = turns
+        page = await ops.jobs("t", "buried", 0, 3)
+        task.cancel()
+        assert turns - before >= 2
+        return page
+
+    page = asyncio.run(main())
+    assert [j["id"] for j in page["jobs"]] == [1, 2, 3] and page["next"] == 3  # type: ignore[index]
 
 
 def test_dead_letters_parsed_once_per_change_of_the_failed_tube() -> None:
@@ -162,3 +187,32 @@ def test_dead_letters_are_parsed_a_budget_at_a_time() -> None:
     second = ops.dead_letters()  # the rest on the next call, the parsed ones kept
     assert len(second) == n and second[10_000 + n - 1]["error"] == f"E{n - 1}"
     assert ops.dead_letters() is second  # complete and unchanged: cached
+
+
+def test_buried_selection_survives_burials_between_slices() -> None:
+    from stalkd.admin.ops import FIFO_STEP
+
+    # Given more buried jobs than one slice, and a worker burying one more between slices
+    n = FIFO_STEP * 2 + 3
+    srv = _server(n + 1, bury=n)
+    ops = AdminOps(srv)
+    eng = srv.engine
+
+    async def worker() -> None:
+        await asyncio.sleep(0)
+        eng.connect(9, 0.0)
+        eng.apply(9, C.Watch("t"), 0.0)
+        got = eng.apply(9, C.Reserve(), 0.0).reply
+        assert isinstance(got, C.JobReply)
+        eng.apply(9, C.Bury(got.id, 0), 0.0)
+
+    async def main() -> list[int]:
+        task = asyncio.create_task(worker())
+        ids = await ops.select(None, "t", "buried")
+        await task
+        return ids
+
+    ids = asyncio.run(main())
+    # Then the selection is still exactly the buried jobs, none twice
+    assert sorted(ids) == sorted(j.id for j in eng.jobs.values() if j.state is JobState.BURIED)
+    assert len(ids) == len(set(ids)) == n + 1

@@ -154,15 +154,12 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
             after, limit = int(q.get("after", "0")), int(q.get("limit", "100"))
         except ValueError:
             raise BadRequest("after and limit must be integers") from None
-        return _json(ops.jobs(request.match_info["tube"], q.get("state"), after, limit))
+        return _json(await ops.jobs(request.match_info["tube"], q.get("state"), after, limit))
 
     async def buried(request: web.Request) -> web.Response:
-        limit = int(request.query.get("limit", "100")) if request.query.get("limit", "").isdigit() else 100
-        rows: list[dict[str, Any]] = []
-        for t in list(server.engine.tube_order):
-            if t.buried and len(rows) < limit:
-                rows.extend(ops.jobs(t.name, "buried", 0, limit - len(rows))["jobs"])
-        return _json({"jobs": rows})
+        q = request.query.get("limit", "100")
+        limit = min(int(q), 1000) if q.isdigit() else 100
+        return _json({"jobs": ops.oldest_buried(limit)})
 
     async def job(request: web.Request) -> web.Response:
         try:
