@@ -18,9 +18,17 @@ Writes: single frames are stored through a mapping of the active segment, batche
 """
 
 from .columns import FrameColumns
-from .errors import LogCorruptError, LogError, LogFullError, LogLagError, LogLockedError
+from .errors import (
+    LogCorruptError,
+    LogError,
+    LogFullError,
+    LogLagError,
+    LogLockedError,
+    NotALogError,
+)
 from .frame import Frame
 from .group import ConsumerGroup, Message
+from .layout import resolve_log_dir
 from .log import Log, RepairReport
 from .reader import LogReader
 from .segment import SegmentInfo
@@ -41,5 +49,7 @@ __all__ = [
     "LogLockedError",
     "LogFullError",
     "LogLagError",
+    "NotALogError",
+    "resolve_log_dir",
 ]
 

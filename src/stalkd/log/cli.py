@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .cursor import read_cursor
-from .errors import LogCorruptError, LogError
+from .errors import LogCorruptError, LogError, NotALogError
+from .layout import resolve_log_dir
 from .log import GROUPS_DIR, LOCK_NAME
 from .reader import LogReader
 
@@ -119,15 +120,22 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="stalkd log", description="Inspect a stalkd log directory.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("inspect", help="segments, offsets, frame counts, groups and lag")
-    p.add_argument("dir")
+    p.add_argument("dir", nargs="?", help="the log directory, or a server data directory (its wal/)")
+    p.add_argument("-b", "--dir", dest="data_dir", metavar="DIR",
+                   help="the server's data directory, as given to stalkd serve -b")
     p.add_argument("--verify", action="store_true", help="check the CRC of every frame")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(list(argv))
-    if not os.path.isdir(args.dir):
-        print(f"stalkd log: {args.dir}: not a directory", file=sys.stderr)
+    given = args.data_dir if args.data_dir is not None else args.dir
+    if given is None or (args.data_dir is not None and args.dir is not None):
+        parser.error("give one directory: stalkd log inspect DIR (or -b DATA_DIR)")
+    try:
+        root = str(resolve_log_dir(given))
+    except NotALogError as e:
+        print(f"stalkd log: {e}", file=sys.stderr)
         return 2
     try:
-        report = inspect(args.dir, verify=args.verify)
+        report = inspect(root, verify=args.verify)
     except LogError as e:
         print(f"stalkd log: {e}", file=sys.stderr)
         return 1
