@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
+from stalkd.engine.datadir import snapshot_gap
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
 from stalkd.engine.replay import finish
@@ -119,6 +120,8 @@ class Wal(Compaction):
         self.space: SpaceBudget | None = None  # made by recover (needs the max job size)
         self._limit_base = -1
         self._limit = 0
+        self.repair = False  # set by open(repair=True): cut damage instead of refusing
+        self.repair_notes: list[str] = []  # what a repair did, for the operator
 
     @classmethod
     def open(
@@ -132,6 +135,7 @@ class Wal(Compaction):
         chunk_jobs: int = 1024,
         background: bool = True,
         fault: Callable[[str], None] | None = None,
+        repair: bool = False,
     ) -> Wal:
         """Open (creating) the WAL in ``directory``; call ``recover`` next.
 
@@ -142,14 +146,25 @@ class Wal(Compaction):
         called with a step name at each snapshot/compaction step (crash-injection tests), and
         with ``space-allocate`` before a spare segment is reserved (raise OSError(ENOSPC) there
         to simulate a full disk). ``archive`` moves retired segments to ``wal/archive/``.
+        ``repair`` cuts a damaged log at its damage (bytes kept in ``wal/dropped/``) and lets
+        ``recover`` continue from a snapshot the log no longer reaches, instead of refusing.
         """
         d = os.fspath(directory)
         os.makedirs(os.path.join(d, SNAP_DIR), exist_ok=True)
         log = Log.open(os.path.join(d, LOG_DIR), segment_size=segment_size,
-                       durability=durability, archive=archive)  # fmt: skip
-        return cls(d, log, durability, segment_size,
-                   segment_size if compact_min_bytes is None else compact_min_bytes,
-                   chunk_jobs, background, fault)  # fmt: skip
+                       durability=durability, archive=archive, repair=repair)  # fmt: skip
+        wal = cls(d, log, durability, segment_size,
+                  segment_size if compact_min_bytes is None else compact_min_bytes,
+                  chunk_jobs, background, fault)  # fmt: skip
+        wal.repair = repair
+        rep = log.repair_report
+        if rep is not None:
+            wal.repair_notes.append(
+                f"{rep.path}: log cut at byte {rep.position} (offset {rep.offset}): {rep.reason}; "
+                + (f"dropped bytes kept in {', '.join(rep.dropped_files)}" if rep.dropped_files
+                   else "no bytes to keep")  # fmt: skip
+            )
+        return wal
 
     def __enter__(self) -> Wal:
         return self
@@ -177,14 +192,18 @@ class Wal(Compaction):
         bounds = self.log.segment_bounds()
         oldest = bounds[0][0] if bounds else 0
         need = header.start_offset if header else 0
-        if oldest > need:
-            raise WalError(
-                f"{self.directory}: the WAL starts at offset {oldest} but "
-                + (f"snapshot {header.path} needs records from offset {need}" if header
-                   else "no complete snapshot exists to cover the records before it")  # fmt: skip
-                + "; restore the missing snapshot or segments (see discarded: "
-                + ", ".join(discarded) + ")"
-            )
+        gap = snapshot_gap(header, oldest, self.log.next_offset, self.log.path)
+        resnapshot = False
+        if gap is not None and oldest > need:
+            raise WalError(f"{gap}; restore the missing snapshot or segments (see discarded: "
+                           + ", ".join(discarded) + ")")  # fmt: skip
+        if gap is not None:
+            if not self.repair:
+                raise WalError(f"{gap}. To continue from the snapshot (the missing records are lost), run: "
+                               f"stalkd log repair {self.directory}   (or start the server with --repair)")  # fmt: skip
+            resnapshot = True  # the snapshot holds the jobs; a new one starts at the log's end
+            self.repair_notes.append(f"{gap}; continuing from the snapshot, re-taken at offset "
+                                     f"{self.log.next_offset}")  # fmt: skip
         # A million new objects would trigger full collections over a heap that only grows here;
         # the collector stays off for the rebuild, then everything recovered is frozen out of
         # its sight (it lives until deleted), so later collections do not walk it either.
@@ -199,6 +218,8 @@ class Wal(Compaction):
         self.last_seq = e.seq
         self._recovered = True
         self._open_space(len(e.jobs), max_job_size)
+        if resnapshot:
+            self.snapshot(e)
         info = RecoveryInfo(len(e.jobs), header.path if header else None, header.count if header else 0,
                             replayed, time.perf_counter() - t0, tuple(discarded), t_snap)  # fmt: skip
         return e, info

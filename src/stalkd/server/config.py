@@ -55,6 +55,9 @@ Options:
           --archive           keep WAL segments compaction retires: move them to
                               DIR/wal/archive/ instead of deleting them, so
                               `stalkd analyze DIR` sees the whole history (disk use grows)
+          --repair            if the WAL is damaged, cut it at the damage (the bytes cut
+                              off are kept in DIR/wal/dropped/) instead of refusing to
+                              start; same as running `stalkd log repair DIR` first
           --max-connections N refuse connections beyond N (default 10000)
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
@@ -78,7 +81,8 @@ class Config:
     """
 
     __slots__ = ("listen", "port", "data_dir", "durability", "wal_size", "max_job_size", "user",
-                 "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive")  # fmt: skip
+                 "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive",
+                 "repair")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -92,15 +96,16 @@ class Config:
     max_output: int  # per-connection buffered reply bytes before it stops being read
     warnings: tuple[str, ...]  # things the parse accepted but the operator should know
     archive: bool  # retired WAL segments go to DIR/wal/archive/ instead of being deleted
+    repair: bool  # cut a damaged WAL at its damage instead of refusing to start
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
                  wal_size: int | None = None, max_job_size: int = 65535,
                  user: str | None = None, verbosity: int = 0, log_level: str = "info",
                  max_connections: int = 10_000, max_output: int = 4 * 2**20,
-                 warnings: tuple[str, ...] = (), archive: bool = False) -> None:  # fmt: skip
+                 warnings: tuple[str, ...] = (), archive: bool = False, repair: bool = False) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
-                  log_level, max_connections, max_output, warnings, archive)  # fmt: skip
+                  log_level, max_connections, max_output, warnings, archive, repair)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 
@@ -276,6 +281,8 @@ def _long(cfg: Config, arg: str, rest: list[str]) -> Config | Exit:
         raise _Bad(f"flag --{name} takes no value")
     if name == "archive":
         return cfg.replace(archive=True)
+    if name == "repair":
+        return cfg.replace(repair=True)
     simple = {"no-fsync": "F", "verbose": "V", "help": "h", "version": "v"}
     if name in simple:
         return _flag(cfg, simple[name])

@@ -62,7 +62,7 @@ def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]
         return Engine(max_job_size=cfg.max_job_size, records=False), None, "in memory"
     from stalkd.engine.wal import Wal
 
-    kwargs: dict[str, Any] = {"durability": cfg.durability, "archive": cfg.archive}
+    kwargs: dict[str, Any] = {"durability": cfg.durability, "archive": cfg.archive, "repair": cfg.repair}
     if cfg.wal_size is not None:
         kwargs["segment_size"] = cfg.wal_size
     wal = Wal.open(cfg.data_dir, **kwargs)
@@ -71,6 +71,15 @@ def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]
     except BaseException:
         wal.close()
         raise
+    for note in wal.repair_notes:
+        log.warning("repair: %s", note)
+    rep = wal.log.repair_report
+    if rep is not None and rep.salvaged:
+        from stalkd.engine.datadir import describe_records
+
+        jobs = describe_records(rep.salvaged)
+        log.warning("repair: %d records still readable in the bytes cut off (not restored): %s",
+                    len(rep.salvaged), "; ".join(jobs))
     summary = (f"{info.jobs} jobs from {info.snapshot or 'no snapshot'} "
                f"+ {info.records_replayed} WAL records")
     storage: Storage = wal
