@@ -28,7 +28,7 @@ from stalkd.engine.model import DURABLE_OPS, Op, Record
 from stalkd.log.frame import frame_size
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
 
-__all__ = ["SHORT_FRAME", "SpaceBudget", "put_frame"]
+__all__ = ["SHORT_FRAME", "SpaceBudget", "no_space", "put_frame"]
 
 log = logging.getLogger("stalkd.engine.space")
 
@@ -36,6 +36,21 @@ log = logging.getLogger("stalkd.engine.space")
 SHORT_FRAME = frame_size(42)
 _PUT_FIXED = 52  # PUT payload bytes besides tube and body
 MAX_TUBE = 200  # beanstalkd's longest tube name
+
+
+def no_space(e: BaseException | None) -> bool:
+    """Whether ``e`` or what caused it is a full disk (ENOSPC) or an exhausted quota (EDQUOT).
+
+    >>> no_space(OSError(errno.ENOSPC, "full")), no_space(ValueError())
+    (True, False)
+    """
+    seen = 0
+    while e is not None and seen < 10:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
 
 
 def put_frame(body_len: int, tube_len: int = MAX_TUBE) -> int:
@@ -88,6 +103,7 @@ class SpaceBudget:
         self._allocate = allocate
         self.promised = 0
         self.refused = 0  # admissions refused (stats, tests)
+        self.short = False  # an admission was refused since the WAL last shed dead segments
         self.dropped = 0  # analytics records not written for lack of room
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self.spares = os.fstat(self._fd).st_size // segment_size
@@ -107,6 +123,7 @@ class SpaceBudget:
         while self.room() - self.promised < cost:
             if not self._grow():
                 self.refused += 1
+                self.short = True
                 return False
         self.promised += cost
         return True
@@ -152,6 +169,15 @@ class SpaceBudget:
         self.spares = max(0, self.spares - n)
         os.ftruncate(self._fd, self.spares * self.segment_size)
         return True
+
+    def release_unpromised(self) -> int:
+        """Give back the spares no promise needs (room for a snapshot while the disk is full:
+        compaction is what frees space); returns how many."""
+        n = 0
+        while self.spares and self.room() - self.per_spare >= self.promised:
+            self.release(1)
+            n += 1
+        return n
 
     def _grow(self) -> bool:
         size = (self.spares + 1) * self.segment_size

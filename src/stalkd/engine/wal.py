@@ -43,7 +43,7 @@ from stalkd.engine.snapshot import (
     load_into,
     read_header,
 )
-from stalkd.engine.space import SHORT_FRAME, SpaceBudget, put_frame
+from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
 from stalkd.engine.tail import TailError, replay_tail
 from stalkd.log import Log, LogFullError
 from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
@@ -51,9 +51,11 @@ from stalkd.log.segment import FOOTER_SIZE
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
 
+
 LOG_DIR = "wal"
 SNAP_DIR = "snapshots"
 SPARE_FILE = "wal-spare"  # preallocated spare segments (space.py)
+SNAP_RESERVE = "reserve.spare"  # in snapshots/: room for a snapshot on a full disk
 _log = logging.getLogger("stalkd.engine.wal")
 _PUT = Op.PUT
 _FRAME_OVERHEAD = 32  # approximate bytes a log frame adds to a payload (header, CRC, padding)
@@ -218,6 +220,7 @@ class Wal(Compaction):
         self.last_seq = e.seq
         self._recovered = True
         self._open_space(len(e.jobs), max_job_size)
+        self._keep_snapshot_reserve()
         if resnapshot:
             self.snapshot(e)
         info = RecoveryInfo(len(e.jobs), header.path if header else None, header.count if header else 0,
@@ -356,6 +359,69 @@ class Wal(Compaction):
         """Make everything written durable under the policy (thread-safe; group commit)."""
         if self.durability == "always":
             self.log.sync()
+
+    # --- compaction while the disk is full ------------------------------------------------------
+
+    def space_short(self) -> bool:
+        return self.space is not None and self.space.short
+
+    def _snapshot_done(self) -> None:
+        if self.space is not None:
+            self.space.short = False
+        self._keep_snapshot_reserve()
+
+    def _snapshot_reserve(self) -> str | None:
+        # Only while the disk is short: a snapshot then may find no other room at all.
+        return os.path.join(self.snap_dir, SNAP_RESERVE) if self.space_short() else None
+
+    def _keep_snapshot_reserve(self) -> None:
+        """Preallocate the room a snapshot needs when the disk is full (a quarter segment,
+        4 KiB to 4 MiB: when the dead WAL fills the disk, the live jobs are few). Best effort:
+        without room now, the next completed snapshot tries again."""
+        path = os.path.join(self.snap_dir, SNAP_RESERVE)
+        if os.path.exists(path):
+            return
+        size = min(4 * 2**20, max(4096, self.segment_size // 4))
+        tmp = path + ".tmp"  # recovery deletes a .tmp left in the snapshot directory
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            self._fault("space-allocate")
+            os.posix_fallocate(fd, 0, size)
+            os.replace(tmp, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if not no_space(e):
+                raise
+        finally:
+            os.close(fd)
+
+    def maintain(self, engine: Engine, now: float, *, force: bool = False) -> bool:
+        """``Compaction.maintain``; when a snapshot fails for lack of space, the spare segments no
+        promise needs are given back first, so the retry finds room (the snapshot is what frees
+        the dead WAL)."""
+        try:
+            return super().maintain(engine, now, force=force)
+        except (OSError, WalError) as e:
+            if self.space is not None and no_space(e):
+                self.space.short = True
+                freed = self.space.release_unpromised()
+                if freed:
+                    _log.info("%s: gave back %d spare segments so a snapshot can free the dead WAL",
+                              self.directory, freed)  # fmt: skip
+            raise
+
+    def final_snapshot(self, engine: Engine) -> str | None:
+        """At a clean stop: a snapshot if WAL was written since the last one, so the next start
+        loads it instead of replaying dead records. Returns None on success, else why not (the
+        WAL stays complete either way)."""
+        if self._snap is None and self._bytes_since_snapshot == 0:
+            return None
+        try:
+            self.snapshot(engine)
+        except (OSError, WalError) as e:
+            return str(e)
+        return None
 
     # --- status -------------------------------------------------------------------------------
 

@@ -166,6 +166,13 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     if storage is not None:
         try:
             storage.sync()
+            if srv.failed is None:  # so the next start loads live jobs, not all the dead WAL
+                t_snap = time.monotonic()
+                why = storage.final_snapshot(engine)
+                if why is not None:
+                    log.warning("no snapshot at stop, the next start replays the WAL: %s", why)
+                else:
+                    log.info("snapshot at stop: %d jobs in %.3fs", len(engine.jobs), time.monotonic() - t_snap)
             storage.close()
         except Exception as e:
             log.error("closing the WAL failed: %s", e)
