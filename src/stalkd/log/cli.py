@@ -26,8 +26,9 @@ from typing import Any, Protocol
 
 from .cursor import read_cursor
 from .errors import LogCorruptError, LogError, LogLockedError, NotALogError
+from .group import GROUPS_DIR
 from .layout import resolve_log_dir
-from .log import GROUPS_DIR, LOCK_NAME, Log
+from .log import LOCK_NAME, Log
 from .reader import LogReader, list_segments
 from .recovery import recover
 
