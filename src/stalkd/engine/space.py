@@ -2,9 +2,10 @@
 
 The log preallocates each segment, so a write into the active segment cannot fail for lack of
 space; only starting a new segment can. The budget therefore counts *room*: bytes left in the
-active segment plus whole spare segments held in a preallocated reserve file
-(``DIR/wal-spare``). Just before a write starts new segments, that many spares are given back
-to the file system, so the log's own allocation finds the room.
+active segment plus whole spare segments, each a preallocated file in the log's ``spares/``
+directory (``stalkd.log.active.make_spare``). The log renames a spare into place when it starts
+a segment, so the room a spare holds is never handed back to the file system, where another
+process could take it, on its way to becoming a segment.
 
 Order of checks (as beanstalkd): a caller asks ``Engine.finds_job`` before ``admit``, and
 reserves no room for a command that will reply NOT_FOUND, so a bury or delayed release of a
@@ -18,13 +19,13 @@ transiently while analytics records are written into room no promise needs. A co
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
 from collections.abc import Callable, Sequence
 
 from stalkd.engine.model import DURABLE_OPS, Op, Record
+from stalkd.log.active import drop_spare, make_spare, spares
 from stalkd.log.frame import frame_size
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
 
@@ -74,25 +75,26 @@ def record_cost(r: Record) -> int:
 class SpaceBudget:
     """Room the WAL can write into without allocating, and the bytes already promised from it.
 
-    ``end`` returns the log's (active base, position); ``active_limit(base)`` the active
-    segment's last usable byte. ``allocate`` is ``os.posix_fallocate`` (a test may inject ENOSPC there).
+    ``log_dir`` is the log whose ``spares/`` this budget keeps; ``end`` returns the log's
+    (active base, position); ``active_limit(base)`` the active segment's last usable byte.
+    ``allocate(fd, offset, size)`` is ``os.posix_fallocate`` (the seam where a test injects ENOSPC).
 
     >>> import tempfile
-    >>> b = SpaceBudget(tempfile.mkdtemp() + "/spare", 1 << 16, 1024, lambda: (0, 64), lambda base: 1 << 15)
+    >>> b = SpaceBudget(tempfile.mkdtemp(), 1 << 16, 1024, lambda: (0, 64), lambda base: 1 << 15)
     >>> b.admit(100), b.promised
     (True, 100)
     """
 
     def __init__(
         self,
-        path: str,
+        log_dir: str,
         segment_size: int,
         max_frame: int,
         end: Callable[[], tuple[int, int]],
         active_limit: Callable[[int], int],
         allocate: Callable[[int, int, int], None] = os.posix_fallocate,
     ) -> None:
-        self.path = path
+        self.log_dir = log_dir
         self.segment_size = segment_size
         self.max_frame = max_frame
         # A segment's tail shorter than the next frame is wasted, so count a spare's room net
@@ -105,8 +107,7 @@ class SpaceBudget:
         self.refused = 0  # admissions refused (stats, tests)
         self.short = False  # an admission was refused since the WAL last shed dead segments
         self.dropped = 0  # analytics records not written for lack of room
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.spares = os.fstat(self._fd).st_size // segment_size
+        self.spares = len(spares(log_dir, segment_size))
 
     def room(self) -> int:
         """Bytes that can surely be written: the active segment's rest plus the spares'."""
@@ -149,7 +150,7 @@ class SpaceBudget:
         self.promised = max(0, self.promised - spent)
 
     def before_write(self, frames: list[int]) -> None:
-        """Give back as many spares as the log will start segments for these frames."""
+        """Count the spares the log will rename into place for the segments these frames start."""
         base, pos = self._end()
         limit = self._active_limit(base)
         new = 0
@@ -160,15 +161,18 @@ class SpaceBudget:
                 pos = HEADER_SIZE
             pos += n
         if new:
-            self.release(new)
+            self.spares = len(spares(self.log_dir, self.segment_size)) - new
+            self.spares = max(0, self.spares)
 
     def release(self, n: int) -> bool:
-        """Return up to ``n`` spares to the file system; False if there was none."""
-        if self.spares == 0:
-            return False
-        self.spares = max(0, self.spares - n)
-        os.ftruncate(self._fd, self.spares * self.segment_size)
-        return True
+        """Give up to ``n`` spares' room back to the file system; False if there was none."""
+        done = False
+        for _ in range(n):
+            if not drop_spare(self.log_dir, self.segment_size):
+                break
+            done = True
+        self.spares = len(spares(self.log_dir, self.segment_size))
+        return done
 
     def release_unpromised(self) -> int:
         """Give back the spares no promise needs (room for a snapshot while the disk is full:
@@ -180,13 +184,9 @@ class SpaceBudget:
         return n
 
     def _grow(self) -> bool:
-        size = (self.spares + 1) * self.segment_size
         try:
-            self._allocate(self._fd, 0, size)
+            make_spare(self.log_dir, self.segment_size, self._allocate)
         except OSError as e:
-            # A failed fallocate may leave some blocks allocated: give them back.
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, self.spares * self.segment_size)
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 return False
             raise
@@ -194,7 +194,4 @@ class SpaceBudget:
         return True
 
     def close(self) -> None:
-        """Close the reserve file (it stays on disk, still holding its spares)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Nothing to release: the spares stay on disk, still holding their room."""

@@ -2,7 +2,7 @@
 
 Directory layout: ``DIR/wal/`` is a ``stalkd.log`` (one frame per ``model`` record) and
 ``DIR/snapshots/`` holds ``snap-<seq>.snap`` files (``snapshot.py``).
-``DIR/wal-spare`` holds preallocated spare segments: room is promised (``admit``) before the
+``DIR/wal/spares/`` holds preallocated spare segments: room is promised (``admit``) before the
 engine applies a change, so a full disk refuses puts but never a delete (``space.py``).
 
 Compaction = snapshot + retention (``compaction.py``). When the WAL written since the last snapshot began exceeds
@@ -46,6 +46,7 @@ from stalkd.engine.snapshot import (
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
 from stalkd.engine.tail import TailError, replay_tail
 from stalkd.log import Log, LogFullError
+from stalkd.log.active import SPARES_DIR
 from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
 from stalkd.log.segment import FOOTER_SIZE
 
@@ -54,7 +55,7 @@ __all__ = ["RecoveryInfo", "Wal", "WalError"]
 
 LOG_DIR = "wal"
 SNAP_DIR = "snapshots"
-SPARE_FILE = "wal-spare"  # preallocated spare segments (space.py)
+SPARE_FILE = "wal-spare"  # spare segments of earlier versions (now wal/spares/, space.py)
 SNAP_RESERVE = "reserve.spare"  # in snapshots/: room for a snapshot on a full disk
 _log = logging.getLogger("stalkd.engine.wal")
 _PUT = Op.PUT
@@ -264,7 +265,10 @@ class Wal(Compaction):
         # with segments under 8x the largest put, big puts may be promised slightly too little
         # room (a put bigger than a segment gets an oversize segment of its own anyway).
         waste = min(put_frame(max_job_size), max(SHORT_FRAME, self.segment_size // 8))
-        sp = SpaceBudget(os.path.join(self.directory, SPARE_FILE), self.segment_size, waste,
+        old = os.path.join(self.directory, SPARE_FILE)
+        if os.path.lexists(old):  # the single spare file of earlier versions: its room is freed
+            os.unlink(old)
+        sp = SpaceBudget(self.log.path, self.segment_size, waste,
                          self.log.position_of_end, self._active_limit, allocate)  # fmt: skip
         self.space = sp
         # Every live job may be deleted: that room is promised from the start.
@@ -351,7 +355,7 @@ class Wal(Compaction):
                 self.log.write_many(payloads)
                 return
             except LogFullError:
-                # Someone else took the room a spare gave back: give back another if any.
+                # No spare of the right size was left (an oversize segment): free one, retry.
                 if self.space is None or not self.space.release(1):
                     raise
 
@@ -443,10 +447,12 @@ class Wal(Compaction):
         """Bytes allocated on disk by the WAL segments, snapshots and spare segments (archive
         excluded)."""
         total = 0
-        with contextlib.suppress(FileNotFoundError):
-            total += os.stat(os.path.join(self.directory, SPARE_FILE)).st_blocks * 512
-        for root in (self.log.path, self.snap_dir):
-            for name in os.listdir(root):
+        for root in (self.log.path, os.path.join(self.log.path, SPARES_DIR), self.snap_dir):
+            try:
+                names = os.listdir(root)
+            except FileNotFoundError:
+                continue
+            for name in names:
                 # a background snapshot may delete files between listdir and stat
                 with contextlib.suppress(FileNotFoundError):
                     st = os.stat(os.path.join(root, name))
