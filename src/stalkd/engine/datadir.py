@@ -28,7 +28,8 @@ from stalkd.engine.snapshot import (
 )
 from stalkd.log.layout import DATA_LOG_DIR
 
-__all__ = ["SNAP_DIR", "check", "describe_records", "is_data_log", "log_main", "repair", "snapshot_gap"]
+__all__ = ["SNAP_DIR", "check", "describe_records", "is_data_log", "job_id_ranges", "log_main", "repair",
+           "snapshot_gap"]
 
 SNAP_DIR = "snapshots"
 
@@ -101,6 +102,31 @@ def describe_records(records: Iterable[tuple[int, bytes]]) -> list[str]:
             what += f" (tube {r.tube}, {len(r.body)} bytes)"
         jobs.setdefault(r.job_id, []).append(f"{what} at offset {offset}")
     return [f"job {jid}: {', '.join(v)}" for jid, v in sorted(jobs.items())]
+
+
+def job_id_ranges(records: Iterable[tuple[int, bytes]]) -> str:
+    """The job ids named in salvaged WAL records, as compact ranges (for one log line).
+
+    >>> from stalkd.engine.model import Record, encode
+    >>> job_id_ranges([(o, encode(Record(Op.PUT, 1, 0, j, "t"))) for o, j in enumerate([3, 4, 5, 9])])
+    '3-5, 9'
+    """
+    ids = set()
+    for _, payload in records:
+        try:
+            jid = decode(payload).job_id
+        except RecordFormatError:
+            continue
+        if jid:
+            ids.add(jid)
+    out: list[str] = []
+    for jid in sorted(ids):
+        if out and jid - 1 in ids:
+            lo = out[-1].split("-")[0]
+            out[-1] = f"{lo}-{jid}"
+        else:
+            out.append(str(jid))
+    return ", ".join(out)
 
 
 def repair(log_dir: str, segment_size: int) -> tuple[list[str], list[tuple[int, bytes]]]:

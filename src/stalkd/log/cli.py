@@ -155,6 +155,9 @@ def _print(report: dict[str, Any], verify: bool) -> None:
         print("verify: OK, every frame's CRC checked" if verify else "ok (sealed segments not verified; use --verify)")
 
 
+_LIST_MAX = 1000  # lines of salvaged records printed by a repair
+
+
 def _segment_size(root: str) -> int:
     """The size new segments get after a repair: the largest live segment's (64 MiB if none)."""
     sizes = [os.path.getsize(p) for _, p, _ in list_segments(root, archive=False)]
@@ -186,8 +189,10 @@ def repair(root: str, hooks: DataDirHooks | None = None, segment_size: int | Non
         print(line)
     if described:
         print(f"{len(salvaged)} records could still be read from the dropped bytes:")
-        for line in described:
+        for line in described[:_LIST_MAX]:
             print(f"  {line}")
+        if len(described) > _LIST_MAX:
+            print(f"  ... and {len(described) - _LIST_MAX} more (the bytes are in the dropped/ files above)")
     elif salvaged == [] and any("cut" in x for x in lines):
         print("no whole record could be read from the dropped bytes")
     return 0

@@ -79,11 +79,10 @@ def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]
         log.warning("repair: %s", note)
     rep = wal.log.repair_report
     if rep is not None and rep.salvaged:
-        from stalkd.engine.datadir import describe_records
+        from stalkd.engine.datadir import job_id_ranges
 
-        jobs = describe_records(rep.salvaged)
-        log.warning("repair: %d records still readable in the bytes cut off (not restored): %s",
-                    len(rep.salvaged), "; ".join(jobs))
+        log.warning("repair: %d records still readable in the bytes cut off (not restored), of jobs %s",
+                    len(rep.salvaged), job_id_ranges(rep.salvaged))
     summary = (f"{info.jobs} jobs from {info.snapshot or 'no snapshot'} "
                f"+ {info.records_replayed} WAL records")
     storage: Storage = wal
