@@ -145,6 +145,9 @@ class TimedStorage:
     def stats(self) -> dict[str, int]:
         return self.inner.stats()
 
+    def final_snapshot(self, engine: Engine) -> str | None:
+        return self.inner.final_snapshot(engine)
+
     def close(self) -> None:
         self.inner.close()
 
