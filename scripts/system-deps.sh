@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the real components the test suite and benchmarks run against, when they are missing:
 # Debian's beanstalkd (compatibility transcripts, benchmarks), a Java 17 runtime (PySpark),
-# PostgreSQL (outbox tests), Redis (the RQ peer in the worker benchmark), Chromium (report check),
-# openssl (the TLS tests make their certificates with it), stunnel (beanstalkd behind TLS, the
-# peer of bench/server_bench.py --tls).
+# PostgreSQL (outbox tests), Redis (the RQ peer in the worker benchmark), Chromium (report check,
+# dashboard tests through Playwright), tmux (`stalkd top` tests), openssl (the TLS tests make
+# their certificates with it), stunnel4 (beanstalkd behind TLS, the peer in bench/tls_bench.py).
 # Needs root for apt-get; without it, prints what is missing and lets the tests skip locally.
 set -euo pipefail
 
@@ -13,6 +13,7 @@ command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
 

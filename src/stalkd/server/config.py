@@ -26,7 +26,7 @@ from collections.abc import Sequence  # collections.abc is imported at start-up 
 
 __all__ = [
     "Config", "Exit", "parse_args", "USAGE", "VERSION_TEXT", "DEFAULT_PORT",
-    "MAX_JOB_SIZE_LIMIT", "LOG_LEVELS",
+    "MAX_JOB_SIZE_LIMIT", "LOG_LEVELS", "is_loopback",
 ]  # fmt: skip
 
 DEFAULT_PORT = 11300
@@ -59,6 +59,12 @@ Options:
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
           --log-level LEVEL   debug | info | warning | error (default info)
+          --admin ADDR:PORT   serve the admin HTTP endpoint (metrics, health, JSON API,
+                              dashboard) there, e.g. 127.0.0.1:11301 (port 0: any free
+                              port, logged); off by default
+          --admin-token-file FILE
+                              clients of the admin endpoint must send this bearer token
+                              (required when ADDR is not a loopback address)
 
 Listeners (several may run at once; each has its own policy):
           --unix PATH         also listen on a UNIX socket (file permissions decide who
@@ -96,7 +102,8 @@ class Config:
     __slots__ = ("listen", "port", "data_dir", "durability", "wal_size", "max_job_size", "user",
                  "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive",
                  "unix", "socket_mode", "tls_listen", "tls_cert", "tls_key", "tls_client_ca",
-                 "acl", "no_plain", "plain_network_ok")  # fmt: skip
+                 "acl", "no_plain", "plain_network_ok",
+                 "admin", "admin_token_file")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -119,6 +126,8 @@ class Config:
     acl: str | None  # TOML rules per client identity, for TLS listeners
     no_plain: bool  # no plain -l/-p listener
     plain_network_ok: bool  # the operator knows the plain listener is reachable from a network
+    admin: tuple[str, int] | None  # (host, port) of the admin HTTP endpoint; None: off
+    admin_token_file: str | None  # bearer token the admin endpoint requires
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
@@ -130,11 +139,13 @@ class Config:
                  tls_listen: tuple[tuple[str, int], ...] = (), tls_cert: str | None = None,
                  tls_key: str | None = None, tls_client_ca: str | None = None,
                  acl: str | None = None, no_plain: bool = False,
-                 plain_network_ok: bool = False) -> None:  # fmt: skip
+                 plain_network_ok: bool = False,
+                 admin: tuple[str, int] | None = None,
+                 admin_token_file: str | None = None) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
                   log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
                   tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,
-                  plain_network_ok)  # fmt: skip
+                  plain_network_ok, admin, admin_token_file)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 
@@ -264,6 +275,23 @@ def _file(flag: str, text: str) -> str:
     return text
 
 
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (the admin endpoint needs no token there).
+
+    >>> is_loopback("127.0.0.2"), is_loopback("::1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    (True, True, True, False)
+    """
+    if host == "localhost":
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback  # fe80::1%eth0: scope
+    except ValueError:
+        return False
+
+
 def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
     """Apply one valued option (short or long)."""
     if key == "unix":
@@ -306,6 +334,12 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
         return cfg.replace(max_output=_positive(flag, value))
     if key == "log-level":
         return cfg.replace(log_level=_log_level(flag, value))
+    if key == "admin":
+        return cfg.replace(admin=_host_port(flag, value))
+    if key == "admin-token-file":
+        if not value:
+            raise _Bad(f"empty file name for {flag}")
+        return cfg.replace(admin_token_file=value)
     raise AssertionError(key)  # pragma: no cover - tables below only name keys handled above
 
 
@@ -314,7 +348,8 @@ _SHORT_VALUED = {"l": "listen", "p": "port", "b": "dir", "f": "fsync", "u": "use
                  "z": "max-job-size", "s": "wal-size"}  # fmt: skip
 _LONG_VALUED = {"listen", "port", "dir", "fsync", "durability", "user", "max-job-size",
                 "wal-size", "max-connections", "max-output", "log-level", "unix", "socket-mode",
-                "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "acl"}  # fmt: skip
+                "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "acl",
+                "admin", "admin-token-file"}  # fmt: skip
 _REMOVED = "-{} flag was removed. binlog is always compacted."
 
 
@@ -397,6 +432,11 @@ def _parse(argv: Sequence[str]) -> Config | Exit:
             raise _Bad(f"{', '.join(stray)}: only for TLS listeners; add --tls-listen ADDR:PORT")
     if cfg.no_plain and not (cfg.unix or cfg.tls_listen):
         raise _Bad("--no-plain leaves no listener: add --unix PATH or --tls-listen ADDR:PORT")
+    if cfg.admin is not None and cfg.admin_token_file is None and not is_loopback(cfg.admin[0]):
+        raise _Bad(f"--admin {cfg.admin[0]} is not a loopback address: anyone who reaches it could "
+                   "delete every job; give --admin-token-file FILE (a bearer token) as well")
+    if cfg.admin_token_file is not None and cfg.admin is None:
+        raise _Bad("--admin-token-file needs --admin ADDR:PORT")
     return cfg
 
 

@@ -119,13 +119,9 @@ def is_loopback(sock: socket.socket) -> bool:
     """Whether only this machine can reach ``sock`` (loopback or a UNIX socket)."""
     if sock.family == socket.AF_UNIX:
         return True
-    import ipaddress
+    from stalkd.server.config import is_loopback as host_is_loopback
 
-    host = sock.getsockname()[0]
-    try:
-        return ipaddress.ip_address(host.split("%")[0]).is_loopback
-    except ValueError:
-        return False
+    return host_is_loopback(sock.getsockname()[0])
 
 
 def remove_unix(path: str, ino: int) -> None:

@@ -98,6 +98,18 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     except Exception as e:
         return _describe_wal_error(e)
     recovery_s = time.monotonic() - t0
+    admin = None
+    if cfg.admin is not None:
+        from stalkd.admin.endpoint import AdminEndpoint  # only when asked: aiohttp is heavy
+
+        try:
+            admin = AdminEndpoint(cfg)
+        except (OSError, ValueError) as e:
+            log.error("admin endpoint: %s", e)
+            if storage is not None:
+                storage.close()
+            return EXIT_FATAL
+        storage = admin.wrap_storage(storage)
     stop = asyncio.Event()
     code = 0
 
@@ -124,6 +136,13 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
         return None if job is None else job.tube.name
 
     await endpoints.start(srv.new_connection, tube_of)
+    if admin is not None:
+        try:
+            await admin.start(srv)
+        except OSError as e:
+            log.error("admin endpoint: cannot listen on %s:%d: %s", admin.host, admin.port, e)
+            stop.set()
+            code = EXIT_FATAL
     log.info("serving %.0f ms after start", (time.monotonic() - t_exec) * 1000)
 
     def on_term(signame: str) -> None:
@@ -158,6 +177,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
 
     endpoints.close()
     srv.begin_stop()
+    if admin is not None:
+        await admin.stop()
     deadline = time.monotonic() + STOP_GRACE
     if (storage is not None and srv.failed is None
             and not await srv.wait_durable(STOP_GRACE * 0.75)):
