@@ -25,6 +25,7 @@ from typing import Any
 
 from stalkd.admin.backends import ApiBackend, ApiError, Backend, ProtocolBackend
 from stalkd.client import errors
+from stalkd.client.options import add_server_options, server_address
 
 __all__ = ["tubes", "jobs", "pause", "dashboard", "add_admin_options", "backend_for"]
 
@@ -39,10 +40,8 @@ class _Usage(Exception):
 
 def add_admin_options(p: argparse.ArgumentParser) -> None:
     """The server options every admin command shares."""
-    g = p.add_argument_group("server")
-    g.add_argument("-a", "--address", metavar="ADDR",
-                   help=f"beanstalkd protocol address, host:port or unix:/path (default: "
-                        f"${ENV_ADDR}, else 127.0.0.1:11300)")
+    add_server_options(p)  # -a/--address, --tls-*: the scheme every stalkd command shares
+    g = p.add_argument_group("admin endpoint")
     g.add_argument("--admin", metavar="URL",
                    help=f"admin endpoint of stalkd serve --admin, e.g. 127.0.0.1:11301 "
                         f"(default: ${ENV_ADMIN}); without it the protocol is used")
@@ -63,13 +62,10 @@ def backend_for(ns: argparse.Namespace, env: dict[str, str] | None = None) -> Ba
             with open(token_file, encoding="utf-8") as f:
                 token = f.read().strip()
         return ApiBackend(admin, token)
-    address = ns.address or env.get(ENV_ADDR) or "127.0.0.1:11300"
-    from stalkd.client._address import parse_address
-
     try:
-        addr = parse_address(address)
+        addr = server_address(ns, env=env)
     except ValueError as e:
-        raise _Usage(f"bad server address {address!r}: {e}") from None
+        raise _Usage(str(e)) from None
     return ProtocolBackend(str(addr), timeout=ns.timeout)
 
 
