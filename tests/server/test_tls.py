@@ -283,3 +283,18 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.02)
+
+
+def test_a_tls_client_times_out_on_a_stalled_server(mtls: Stalkd, certs: Certs) -> None:
+    # a kernel receive timeout never fires under TLS (the read is retried): the client must
+    # still give up after its timeout and drop the connection
+    c = Client(addr(mtls, certs), timeout=0.3)
+    c.stats()
+    mtls.proc.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(errors.ReplyTimeout):
+            c.stats()
+    finally:
+        mtls.proc.send_signal(signal.SIGCONT)
+    assert c.stats()["current-connections"] >= 1  # reconnected
+    c.close()
