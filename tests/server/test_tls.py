@@ -298,3 +298,18 @@ def test_a_tls_client_times_out_on_a_stalled_server(mtls: Stalkd, certs: Certs) 
         mtls.proc.send_signal(signal.SIGCONT)
     assert c.stats()["current-connections"] >= 1  # reconnected
     c.close()
+
+
+def test_spark_sink_puts_rows_over_mutual_tls(mtls: Stalkd, certs: Certs) -> None:
+    # the sink's per-partition writer, run directly (no Spark session needed for one partition)
+    pytest.importorskip("pyspark")
+    from stalkd.spark.sink import JobDefaults, SinkError, put_rows
+
+    rows = iter([{"payload": b"a"}, {"payload": "b"}])
+    done = put_rows(addr(mtls, certs), rows, "payload", ["payload"], JobDefaults(tube="emails"))
+    assert done.rows == 2
+    with Client(mtls.address) as plain:
+        assert plain.stats_tube("emails")["current-jobs-ready"] == 2
+    with pytest.raises(SinkError, match="PERMISSION_DENIED"):
+        put_rows(addr(mtls, certs), iter([{"payload": b"x"}]), "payload", ["payload"],
+                 JobDefaults(tube="payroll"))
