@@ -6,7 +6,8 @@ memory (the transport is what differs; durability classes are server_bench.py's 
 The load generator is ``GEN_PROCS`` processes of uvloop protocols, the same code for plain and
 TLS (the client pays for TLS too: on a small machine shared with the server, the ratio is a
 floor for the server's own). Each cell prints jobs/s medians over ``BENCH_ROUNDS`` alternating
-rounds and the TLS/plain ratio (target: >= 0.7 at depth 64).
+rounds, the TLS/plain ratio (target: >= 0.7 at depth 64) and stalkd's CPU time per job on each
+listener (what TLS costs the server itself, whatever the generator's share of the machine).
 
 Run: ``.venv/bin/python bench/tls_bench.py`` (env: BENCH_SECONDS per run, default 1.0;
 BENCH_ROUNDS, default 3; GEN_PROCS, default 2).
@@ -195,16 +196,31 @@ def measure(pool: mp.pool.Pool, port: int, tls: str | None, work: str, depth: in
     return sum(counts) / SECONDS
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def preload(port: int, jobs: int) -> None:
+    """Put ``jobs`` jobs over tubes t0..t3, 10,000 in flight at most (reading every reply
+    before sending more: a server stops reading a client that does not read its replies)."""
     with socket.create_connection(("127.0.0.1", port)) as s:
         for t in range(4):
             s.sendall(b"use t%d\r\n" % t)
-            batch = (b"put 0 0 60 100\r\n" + BODY + b"\r\n") * (jobs // 4)
-            s.sendall(batch)
-        want = 4 + 4 * (jobs // 4)
-        got = b""
-        while got.count(b"\r\n") < want:
-            got += s.recv(1 << 20)
+            left, want, buf = jobs // 4, 1, b""
+            while left or want:
+                n = min(left, 10_000)
+                if n:
+                    s.sendall((b"put 0 0 60 100\r\n" + BODY + b"\r\n") * n)
+                    left -= n
+                    want += n
+                while want:
+                    buf += s.recv(1 << 20)
+                    lines = buf.count(b"\r\n")
+                    want -= lines
+                    buf = buf[buf.rfind(b"\r\n") + 2:] if lines else buf
 
 
 def main() -> int:
@@ -230,15 +246,22 @@ def main() -> int:
         for work in ("put", "rd"):
             for depth in (1, 64):
                 results: dict[str, list[float]] = {name: [] for name, _, _ in targets}
+                cpu_us: dict[str, list[float]] = {"stalkd": [], "stalkd tls": []}  # server, per job
                 for r in range(ROUNDS):
                     order = targets if r % 2 == 0 else targets[::-1]
                     for name, port, cafile in order:
                         if work == "rd":
-                            preload(plain_of[name], int((400_000 if depth == 64 else 60_000) * SECONDS))
-                        results[name].append(measure(pool, port, cafile, work, depth))
+                            preload(plain_of[name], int((150_000 if depth == 64 else 40_000) * SECONDS))
+                        c0 = cpu_seconds(proc.pid)
+                        rate = measure(pool, port, cafile, work, depth)
+                        if name in cpu_us:
+                            cpu_us[name].append((cpu_seconds(proc.pid) - c0) / max(rate * SECONDS, 1) * 1e6)
+                        results[name].append(rate)
                 med = {k: statistics.median(v) for k, v in results.items()}
                 line = "  ".join(f"{k} {v:>9,.0f}" for k, v in med.items())
-                ratio = f"tls/plain {med['stalkd tls'] / med['stalkd']:.2f}"
+                ratio = (f"tls/plain {med['stalkd tls'] / med['stalkd']:.2f} (server CPU/job "
+                         f"{statistics.median(cpu_us['stalkd tls']):.0f} vs "
+                         f"{statistics.median(cpu_us['stalkd']):.0f} us)")
                 if peer is not None:
                     ratio += (f"  stunnel/beanstalkd {med['beanstalkd+stunnel'] / med['beanstalkd']:.2f}"
                               f"  stalkd-tls/beanstalkd+stunnel {med['stalkd tls'] / med['beanstalkd+stunnel']:.2f}")
