@@ -65,14 +65,15 @@ def backend_for(ns: argparse.Namespace, env: dict[str, str] | None = None) -> Ba
         ctx = None
         if admin.startswith("https://"):
             # the same TLS options as the protocol address: --tls-ca/--tls-cert/--tls-key or $STALKD_TLS_*
-            ca = ns.tls_ca or env.get("STALKD_TLS_CA")
-            cert = ns.tls_cert or env.get("STALKD_TLS_CERT")
-            key = ns.tls_key or env.get("STALKD_TLS_KEY")
-            import ssl
+            from stalkd.client._address import TlsParams
+            from stalkd.client._tls import client_context
 
-            ctx = ssl.create_default_context(cafile=ca)
-            if cert:
-                ctx.load_cert_chain(cert, key)
+            try:
+                ctx = client_context(TlsParams(ca=ns.tls_ca or env.get("STALKD_TLS_CA"),
+                                               cert=ns.tls_cert or env.get("STALKD_TLS_CERT"),
+                                               key=ns.tls_key or env.get("STALKD_TLS_KEY")))
+            except ValueError as e:
+                raise _Usage(str(e)) from None
         return ApiBackend(admin, token, ssl_context=ctx)
     try:
         addr = server_address(ns, env=env)
