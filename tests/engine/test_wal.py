@@ -13,7 +13,8 @@ from stalkd.engine import Engine
 from stalkd.engine import commands as C
 from stalkd.engine.snapshot import list_snapshots
 from stalkd.engine.space import SHORT_FRAME, put_frame
-from stalkd.engine.wal import SPARE_FILE, Wal, WalError
+from stalkd.engine.wal import Wal, WalError
+from stalkd.log.active import SPARES_DIR
 from stalkd.log.fs import Faults
 
 from .walutil import T0, Driver, durable_view, random_step
@@ -241,7 +242,7 @@ class _Disk(Faults):
         self._full = value
         self.heal()
         if value:
-            self.fail("allocate", errno.ENOSPC, match=SPARE_FILE)
+            self.fail("allocate", errno.ENOSPC, match=f"/{SPARES_DIR}/")
 
     @property
     def refused(self) -> int:

@@ -125,6 +125,7 @@ class SnapshotWriter:
         start_offset: int,
         fault: Callable[[str], None] | None = None,
         version: int = SNAP_VERSION,
+        reserve: str | None = None,
         fs: FileSystem = REAL,
     ) -> None:
         if version not in (1, 2):
@@ -140,7 +141,16 @@ class SnapshotWriter:
         self.bytes = 0
         self._fault("snapshot-open")
         fs.makedirs(directory)
-        self._fd = fs.open(self.tmp, os.O_WRONLY, create=True, truncate=True)
+        # ``reserve``: a preallocated file renamed into place, so this snapshot writes into
+        # blocks it already owns (a full disk, where no other room is left); cut to size at finish.
+        self._reserved = False
+        if reserve is not None:
+            try:
+                fs.replace(reserve, self.tmp)
+                self._reserved = True
+            except FileNotFoundError:
+                pass
+        self._fd = fs.open(self.tmp, os.O_WRONLY, create=not self._reserved, truncate=not self._reserved)
         self._write(self._head)
 
     def _write(self, data: bytes) -> None:
@@ -215,6 +225,8 @@ class SnapshotWriter:
         """Trailer, fsync, atomic rename, directory fsync; returns the final path."""
         self._fault("snapshot-trailer")
         self._write(trailer_bytes(self._head, self.count, next_id, end_seq))
+        if self._reserved:
+            os.ftruncate(self._fd, self.bytes)
         self._fault("snapshot-fsync")
         self.fs.fsync(self._fd)
         os.close(self._fd)

@@ -11,12 +11,21 @@ import errno
 import mmap
 import os
 import time
+from collections.abc import Callable
 
 from .errors import LogError, LogFullError
-from .fs import FileSystem
+from .fs import REAL, FileSystem
 from .segment import FOOTER_SIZE, HEADER_SIZE, encode_footer, encode_header, segment_name
 
-__all__ = ["ActiveSegment", "create_segment", "write_footer"]
+__all__ = ["ActiveSegment", "SPARES_DIR", "create_segment", "drop_spare", "make_spare", "spares", "write_footer"]
+
+# Spare segments: whole preallocated files a new segment is renamed from, so the room a spare
+# holds is never handed back to the file system (where another process could take it) on its
+# way to becoming a segment. Who keeps how many is the caller's policy (engine/space.py).
+SPARES_DIR = "spares"
+_SPARE_PREFIX = "spare-"
+
+
 
 
 class ActiveSegment:
@@ -54,17 +63,82 @@ class ActiveSegment:
         os.close(self.fd)
 
 
+def spares(root: str, size: int) -> list[str]:
+    """Paths of the spare segment files of exactly ``size`` bytes in ``root/spares``."""
+    d = os.path.join(root, SPARES_DIR)
+    try:
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        return []
+    out = []
+    for n in names:
+        if n.startswith(_SPARE_PREFIX) and not n.endswith(".tmp"):
+            p = os.path.join(d, n)
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(p, follow_symlinks=False).st_size == size:
+                    out.append(p)
+    return out
+
+
+def make_spare(
+    root: str, size: int, fs: FileSystem = REAL, allocate: Callable[[int, int, int], None] | None = None
+) -> str:
+    """A new spare segment file of ``size`` preallocated bytes; OSError (ENOSPC) if no room,
+    leaving nothing behind. ``allocate(fd, offset, size)`` defaults to ``fs.allocate``."""
+    d = os.path.join(root, SPARES_DIR)
+    fs.makedirs(d)
+    k = len(os.listdir(d))
+    while os.path.lexists(os.path.join(d, f"{_SPARE_PREFIX}{k:06d}")):
+        k += 1
+    final = os.path.join(d, f"{_SPARE_PREFIX}{k:06d}")
+    tmp = final + ".tmp"
+    fd = fs.open(tmp, os.O_RDWR, create=True, truncate=True)
+    try:
+        (fs.allocate if allocate is None else allocate)(fd, 0, size)
+        fs.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+    return final
+
+
+def drop_spare(root: str, size: int, fs: FileSystem = REAL) -> bool:
+    """Give one spare's room back to the file system; False if there was none."""
+    for p in spares(root, size):
+        with contextlib.suppress(FileNotFoundError):
+            fs.unlink(p)
+            return True
+    return False
+
+
+def _take_spare(root: str, size: int, tmp: str, fs: FileSystem) -> int | None:
+    """Rename a spare of ``size`` bytes to ``tmp`` and open it, or None if there is none."""
+    for p in spares(root, size):
+        try:
+            fs.replace(p, tmp)
+        except FileNotFoundError:
+            continue
+        return fs.open(tmp, os.O_RDWR)
+    return None
+
+
 def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: bool, fs: FileSystem) -> ActiveSegment:
     """A new, fully allocated segment file with its header; LogFullError if there is no room.
 
     Built under a temporary name and renamed into place, so a crash mid-creation leaves no
-    half-made segment (recovery deletes stray ``.tmp`` files).
+    half-made segment (recovery deletes stray ``.tmp`` files). A spare of the same size is
+    used when there is one (its blocks are already this process's: no allocation can fail).
     """
     path = os.path.join(root, segment_name(base))
     tmp = path + ".tmp"
-    fd = fs.open(tmp, os.O_RDWR, create=True, truncate=True)
+    spare = _take_spare(root, size, tmp, fs)
+    fd = spare if spare is not None else fs.open(tmp, os.O_RDWR, create=True, truncate=True)
     try:
-        fs.allocate(fd, 0, size)
+        if spare is None:
+            fs.allocate(fd, 0, size)
         fs.pwrite_all(fd, encode_header(base, epoch, time.time_ns() // 1000), 0)
         if fsync:
             fs.fdatasync(fd)
@@ -72,7 +146,7 @@ def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: 
     except OSError as e:
         os.close(fd)
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            fs.unlink(tmp)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise LogFullError(
                 f"{root}: no space for a new {size}-byte segment at offset {base} ({e.strerror}); "

@@ -190,6 +190,10 @@ class Faults(FileSystem):
                 self.failures[op] = self.failures.get(op, 0) + 1
                 raise OSError(err, os.strerror(err) + " (injected)")
 
+    def path_of(self, fd: int) -> str:
+        """The path a descriptor opened through this file system was opened with ("" if unknown)."""
+        return self._paths.get(fd, "")
+
     def _fd(self, op: str, fd: int) -> None:
         self._check(op, self._paths.get(fd, ""))
 

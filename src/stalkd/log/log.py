@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
 
+from .active import SPARES_DIR
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
 from .errors import LogError, LogLockedError
@@ -106,9 +107,10 @@ class Log:
         fs.makedirs(log.path)
         log._lock_dir()
         try:
-            for d in (log.path, os.path.join(log.path, GROUPS_DIR), os.path.join(log.path, ARCHIVE_DIR)):
+            for sub in ("", GROUPS_DIR, ARCHIVE_DIR, SPARES_DIR):
+                d = os.path.join(log.path, sub)
                 fs.check_no_symlinks(d)
-            rec = recover(log.path, repair, fs)
+            rec = recover(log.path, repair)
             log.repair_report = rec.repair
             log._commit = GroupCommit(log.path, policy, interval, rec.next_offset)
             log._writer = SegmentWriter(log.path, segment_size, io, policy != "never", fs,
