@@ -23,10 +23,10 @@ from typing import Any, TypeVar, cast
 
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_address
+from stalkd.client._core import Body, PutMany, PutSpec, Session
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
-    BeanstalkError,
     ClientConnectionError,
     ConnectionClosed,
     ConnectionFailed,
@@ -34,7 +34,6 @@ from stalkd.client.errors import (
     ReplyTimeout,
 )
 from stalkd.client.job import Job, JobLike
-from stalkd.client.sync import _BATCH_BYTES, _BATCH_JOBS, Body
 
 __all__ = ["AsyncClient"]
 
@@ -156,8 +155,7 @@ class AsyncClient:
         self.reconnect_enabled = reconnect
         self._wire: _Wire | None = None
         self._connecting: asyncio.Lock | None = None
-        self._using = "default"
-        self._watching: list[str] = ["default"]
+        self._session = Session()
         self._ever_connected = False
 
     # --- connection ---------------------------------------------------------------------
@@ -183,6 +181,16 @@ class AsyncClient:
             return wire
 
     async def _open(self) -> _Wire:
+        wire = await self._open_wire()
+        self._ever_connected = True
+        requests = self._session.restore()
+        if requests:
+            for req, resp in zip(requests, await self._exchange_on(wire, requests, 0), strict=True):
+                rq.interpret(req, resp)
+        return wire
+
+    async def _open_wire(self) -> _Wire:
+        """The one place this transport opens a connection."""
         loop = asyncio.get_running_loop()
         addr = self.address
         try:
@@ -198,11 +206,6 @@ class AsyncClient:
         sock = wire.transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._ever_connected = True
-        requests = rq.restore(self._using, self._watching)
-        if requests:
-            for req, resp in zip(requests, await self._exchange_on(wire, requests, 0), strict=True):
-                rq.interpret(req, resp)
         return wire
 
     async def reconnect(self) -> None:
@@ -240,7 +243,7 @@ class AsyncClient:
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "closed"
-        return f"<AsyncClient {self.address} {state} using={self._using!r}>"
+        return f"<AsyncClient {self.address} {state} using={self._session.using!r}>"
 
     def _drop(self) -> None:
         wire, self._wire = self._wire, None
@@ -304,76 +307,54 @@ class AsyncClient:
     # --- producer commands ----------------------------------------------------------------
 
     async def use(self, tube: str) -> str:
-        """Put later jobs into ``tube``. Returns the tube name."""
-        name = await self._call(rq.use(tube))
-        self._using = name
-        return name
+        """Put later jobs into ``tube``. Returns the tube name (the tube in use costs nothing)."""
+        req = self._session.use_request(tube)
+        if req is not None:
+            self._session.used(await self._call(req))
+        return tube
 
     @property
     def using(self) -> str:
-        return self._using
+        return self._session.using
 
     async def put(self, body: Body, *, priority: int = rq.DEFAULT_PRIORITY, delay: float = 0,
-                  ttr: float = rq.DEFAULT_TTR) -> int:
-        """Put a job into the used tube; returns its id."""
+                  ttr: float = rq.DEFAULT_TTR, tube: str | None = None) -> int:
+        """Put a job into ``tube`` (default: the used tube); returns its id."""
+        if tube is not None:
+            await self.use(tube)
         return await self._call(rq.put(rq.body_bytes(body), priority, delay, ttr))
 
-    async def put_many(self, bodies: Iterable[Body], *, priority: int = rq.DEFAULT_PRIORITY,
-                       delay: float = 0, ttr: float = rq.DEFAULT_TTR) -> list[int]:
+    async def put_many(self, bodies: Iterable[Body | PutSpec], *, priority: int = rq.DEFAULT_PRIORITY,
+                       delay: float = 0, ttr: float = rq.DEFAULT_TTR,
+                       tube: str | None = None) -> list[int]:
         """Pipelined puts, as :meth:`stalkd.client.Client.put_many`."""
-        ids: list[int | None] = []
-        first: BeanstalkError | None = None
-        batch: list[rq.Request[Any]] = []
-        size = 0
-        try:
-            for body in bodies:
-                req = rq.put(rq.body_bytes(body), priority, delay, ttr)
-                batch.append(req)
-                size += len(req.data)
-                if len(batch) >= _BATCH_JOBS or size >= _BATCH_BYTES:
-                    first = self._collect(batch, await self._exchange(batch, 0), ids, first)
-                    batch, size = [], 0
-            if batch:
-                first = self._collect(batch, await self._exchange(batch, 0), ids, first)
-        except ProtocolError:
-            self._drop()  # an answer we cannot place: the stream may be out of step
-            raise
-        if first is not None:
-            first.batch_ids = tuple(ids)
-            raise first
-        return [i for i in ids if i is not None]
-
-    @staticmethod
-    def _collect(batch: list[rq.Request[Any]], replies: list[Response], ids: list[int | None],
-                 first: BeanstalkError | None) -> BeanstalkError | None:
-        for req, resp in zip(batch, replies, strict=True):
-            err = rq.failure(req, resp)
-            if err is None:
-                ids.append(int(resp.args[0]))
-            else:
-                if first is None:
-                    err.batch_index = len(ids)
-                    first = err
-                ids.append(None)
-        return first
+        if tube is not None:
+            await self.use(tube)
+        plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr)
+        for batch in plan.batches():
+            replies = await self._exchange(batch, 0)
+            try:
+                plan.take(batch, replies)
+            except ProtocolError:
+                self._drop()  # an answer we cannot place: the stream may be out of step
+                raise
+        return plan.result()
 
     # --- worker commands ------------------------------------------------------------------
 
     async def watch(self, tube: str) -> int:
         n = await self._call(rq.watch(tube))
-        if tube not in self._watching:
-            self._watching.append(tube)
+        self._session.watched(tube)
         return n
 
     async def ignore(self, tube: str) -> int:
         n = await self._call(rq.ignore(tube))
-        if tube in self._watching:
-            self._watching.remove(tube)
+        self._session.ignored(tube)
         return n
 
     @property
     def watching(self) -> tuple[str, ...]:
-        return tuple(self._watching)
+        return tuple(self._session.watching)
 
     async def reserve(self, timeout: float | None = None) -> Job:
         """Reserve a job, waiting up to ``timeout`` s (``None``: forever)."""
