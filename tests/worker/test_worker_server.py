@@ -453,3 +453,22 @@ def test_a_dead_letter_whose_job_was_deleted_or_kicked_by_hand_is_not_listed(
     c.kick_job(ids[1])
     # Then neither is listed as dead any more
     assert list_failed(server.address, "stalkd.failed") == []
+
+
+def test_task_puts_use_the_tasks_tube_ttr_and_priority_and_send_use_once(
+        server: Any, probe: Probe) -> None:
+    # Given a task declared with its own tube, TTR and priority
+    app = App(server.address, middleware=[])
+    task = app.task(lambda p: None, name="slow", tube="reports", ttr=600, priority=7)
+    uses = int(probe.c.stats()["cmd-use"])
+    # When it is put one by one and in bulk
+    single = [task.put(i) for i in range(3)]
+    bulk = task.put_many(range(5))
+    # Then every job carries the task's settings, in the task's tube
+    for jid in [*single, *bulk]:
+        assert jid is not None
+        info = probe.job(jid)
+        assert info is not None
+        assert (info["tube"], info["ttr"], info["pri"]) == ("reports", 600, 7)
+    # And the producer's connection chose the tube once
+    assert int(probe.c.stats()["cmd-use"]) == uses + 1
