@@ -114,12 +114,25 @@ class App:
             return self._override
         with self._lock:
             if self._server_producer is None:
-                from stalkd.worker.ops import ServerOps
+                from stalkd.worker.ops import AsyncServerOps, ServerOps
 
                 address, timeout = self.address, self.client_timeout
                 self._server_producer = ServerProducer(
-                    lambda: ServerOps(address, timeout=timeout), unique_ttl=self.unique_ttl)
+                    lambda: ServerOps(address, timeout=timeout), unique_ttl=self.unique_ttl,
+                    aconnect=lambda: AsyncServerOps.open(address, timeout=timeout))
             return self._server_producer
+
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a job that has not started (ready, delayed, or buried), freeing its unique
+        key; False when there is no such job or a worker is running it.
+
+        >>> app = App(middleware=[]); t = app.task(lambda p: None, name="t")
+        >>> with app.testing():
+        ...     job = t.put(1, delay=60)
+        ...     app.cancel(job), app.cancel(job)
+        (True, False)
+        """
+        return self.producer.cancel(job_id)
 
     @contextmanager
     def testing(self, *, eager: bool = False, raise_errors: bool = True) -> Iterator[TestingSession]:

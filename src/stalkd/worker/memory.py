@@ -107,6 +107,10 @@ class MemoryServer:
         return {"name": tube, "current-jobs-ready": sum(j.state == "ready" for j in jobs),
                 "total-jobs": len(jobs)}
 
+    def peek(self, job_id: int) -> tuple[int, bytes] | None:
+        job = self.jobs.get(job_id)
+        return None if job is None else (job.id, job.body)
+
     def peek_ready(self, tube: str) -> tuple[int, bytes] | None:
         ready = self.in_tube(tube, "ready")
         if not ready:

@@ -94,6 +94,13 @@ class ServerOps:
         except errors.NotFound:
             return None
 
+    def peek(self, job_id: int) -> Reserved | None:
+        try:
+            job = self.client.peek(job_id)
+        except errors.NotFound:
+            return None
+        return job.id, bytes(job.body)
+
     def peek_ready(self, tube: str) -> Reserved | None:
         self.client.use(tube)
         try:

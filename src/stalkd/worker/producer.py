@@ -7,13 +7,15 @@ connection remembers its tube in use, so a run of puts to one task's tube is one
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from stalkd.worker import unique
-from stalkd.worker.serializer import Header, encode_envelope
+from stalkd.worker.serializer import Header, decode_envelope, encode_envelope
 from stalkd.worker.task import Task
 
 __all__ = ["ServerProducer"]
@@ -23,8 +25,13 @@ class ServerProducer:
     """Puts jobs through ``connect()`` (a ``ServerOps``, or the in-memory server in tests)."""
 
     def __init__(self, connect: Callable[[], Any], *, unique_ttl: float | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 aconnect: Callable[[], Any] | None = None) -> None:
         self.connect = connect
+        self.aconnect = aconnect
+        # one async connection per event loop (a connection is bound to the loop it was made on)
+        self._aconns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary())
         self.unique_ttl = unique_ttl
         self.clock = clock
         self._local = threading.local()
@@ -55,6 +62,37 @@ class ServerProducer:
         body = encode_envelope(header, data)
         job_id: int = conn.put(task.tube, body, priority, delay, ttr)
         return job_id
+
+    async def aput_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int,
+                       ttr: int, deps: tuple[str, ...]) -> int:
+        if self.aconnect is None:  # an in-memory connection: nothing to wait for
+            queued = self.put_job(task, payload, delay=delay, priority=priority, ttr=ttr,
+                                  key=None, deps=deps)
+            assert queued is not None  # no key, so never a duplicate
+            return queued
+        header = Header(task=task.name, deps=deps, ttr=None if ttr == task.ttr else ttr)
+        body = encode_envelope(header, task.check(payload))
+        loop = asyncio.get_running_loop()
+        conn = self._aconns.get(loop)
+        if conn is None:
+            conn = self._aconns[loop] = await self.aconnect()
+        job_id: int = await conn.put(task.tube, body, priority, delay, ttr)
+        return job_id
+
+    def cancel(self, job_id: int) -> bool:
+        """Delete a job that is not running (ready, delayed or buried), freeing its unique key;
+        False when there is no such job or a worker holds it."""
+        conn = self._conn()
+        found = conn.peek(job_id)
+        if found is None or not conn.delete(job_id):
+            return False
+        try:
+            header, _ = decode_envelope(found[1], job_id=job_id)
+        except ValueError:
+            return True  # not a stalkd envelope: nothing else to free
+        if header is not None and header.marker is not None:
+            conn.delete(header.marker)
+        return True
 
     def put_jobs(self, task: Task[Any], payloads: Iterable[Any], *, delay: int, priority: int,
                  ttr: int) -> list[int]:

@@ -13,7 +13,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
+import math
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -22,7 +25,7 @@ from stalkd.worker.backoff import Backoff
 from stalkd.worker.errors import ValidationError
 from stalkd.worker.serializer import Header, Serializer, encode_envelope
 
-__all__ = ["Task", "TaskOptions", "Producer", "TaskHost", "DEFAULT_PRIORITY"]
+__all__ = ["Task", "TaskOptions", "Producer", "TaskHost", "DEFAULT_PRIORITY", "delay_seconds"]
 
 DEFAULT_PRIORITY = 2**31
 P = TypeVar("P")  # the payload type a task's function takes
@@ -36,6 +39,33 @@ class Producer(Protocol):
 
     def put_jobs(self, task: Task[Any], payloads: Iterable[Any], *, delay: int, priority: int,
                  ttr: int) -> list[int]: ...
+
+    async def aput_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int,
+                       ttr: int, deps: tuple[str, ...]) -> int: ...
+
+    def cancel(self, job_id: int) -> bool: ...
+
+
+Delay = int | float | dt.timedelta
+
+
+def delay_seconds(delay: Delay, at: dt.datetime | None, now: float) -> int:
+    """The protocol's whole seconds of delay for ``delay`` or a run time ``at`` (a naive
+    ``at`` is local time); a time in the past means now.
+
+    >>> delay_seconds(dt.timedelta(minutes=2), None, now=0.0)
+    120
+    >>> delay_seconds(0, dt.datetime(2026, 1, 1, 0, 0, 30, tzinfo=dt.UTC), now=1767225600.0)
+    30
+    """
+    if at is not None:
+        if delay:
+            raise ValueError("give delay= or at=, not both")
+        return max(0, math.ceil(at.timestamp() - now))
+    seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
+    if seconds < 0:
+        raise ValueError(f"delay must not be negative, got {delay!r}")
+    return math.ceil(seconds)
 
 
 class TaskHost(Protocol):
@@ -109,21 +139,33 @@ class Task(Generic[P]):
                         ttr=None if ttr in (None, self.ttr) else ttr)
         return encode_envelope(header, self.check(payload))
 
-    def put(self, payload: P, *, delay: int = 0, priority: int | None = None,
-            ttr: int | None = None, key: str | None = None,
+    def put(self, payload: P, *, delay: Delay = 0, at: dt.datetime | None = None,
+            priority: int | None = None, ttr: int | None = None, key: str | None = None,
             depends_on: Iterable[str] = ()) -> int | None:
         """Queue ``payload``; returns the job id, or None when ``key`` is already held by a
-        pending job (a duplicate put is a no-op). ``depends_on`` lists unique keys whose jobs
-        must complete first."""
+        pending job (a duplicate put is a no-op). It runs after ``delay`` (seconds or a
+        ``timedelta``) or at ``at`` (a ``datetime``). ``depends_on`` lists unique keys whose
+        jobs must complete first."""
         return self.app.producer.put_job(
-            self, payload, delay=delay, priority=self.priority if priority is None else priority,
+            self, payload, delay=delay_seconds(delay, at, time.time()),
+            priority=self.priority if priority is None else priority,
             ttr=self.ttr if ttr is None else ttr, key=key, deps=tuple(depends_on))
 
-    def put_many(self, payloads: Iterable[P], *, delay: int = 0, priority: int | None = None,
+    async def aput(self, payload: P, *, delay: Delay = 0, at: dt.datetime | None = None,
+                   priority: int | None = None, ttr: int | None = None,
+                   depends_on: Iterable[str] = ()) -> int:
+        """``put`` for asyncio code, on an ``AsyncClient`` of the running loop (the loop is not
+        blocked while the server makes the job durable). Unique keys need ``put``."""
+        return await self.app.producer.aput_job(
+            self, payload, delay=delay_seconds(delay, at, time.time()),
+            priority=self.priority if priority is None else priority,
+            ttr=self.ttr if ttr is None else ttr, deps=tuple(depends_on))
+
+    def put_many(self, payloads: Iterable[P], *, delay: Delay = 0, priority: int | None = None,
                  ttr: int | None = None) -> list[int]:
         """Queue many payloads in pipelined writes, with this task's tube, priority and TTR
         (unless given); returns their job ids in order. Every payload is validated before
         anything is sent."""
         return self.app.producer.put_jobs(
-            self, payloads, delay=delay, priority=self.priority if priority is None else priority,
+            self, payloads, delay=delay_seconds(delay, None, 0.0), priority=self.priority if priority is None else priority,
             ttr=self.ttr if ttr is None else ttr)

@@ -110,6 +110,16 @@ class TestingSession:
                 self._run_until_settled(job_id)
         return ids
 
+    async def aput_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int,
+                       ttr: int, deps: tuple[str, ...]) -> int:
+        job_id = self.put_job(task, payload, delay=delay, priority=priority, ttr=ttr, key=None,
+                              deps=deps)
+        assert job_id is not None  # no key, so never a duplicate
+        return job_id
+
+    def cancel(self, job_id: int) -> bool:
+        return self._producer.cancel(job_id)
+
     # Test API -----------------------------------------------------------------------------
     def consume_one(self) -> Consumed:
         """Run the most urgent queued job (ready before delayed, lowest priority value, oldest)."""
