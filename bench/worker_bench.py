@@ -13,7 +13,8 @@ Run: .venv/bin/python bench/worker_bench.py [--quick]      (N: WORKER_BENCH_JOBS
 ``src/`` directory (e.g. a ``git worktree`` of an older commit), on one stalkd server (in memory),
 cases alternating between the two trees, each in a fresh process: ``task.put`` one at a time,
 bulk put (``task.put_many``, or ``Client.put_many`` of encoded bodies where the peer has none),
-and drain with ``threads x4``. Ratios are this tree over the peer, best of ``--rounds``.
+and drain with ``threads x4`` (wall clock, and jobs per CPU second of the worker's process, which
+load on the machine disturbs less). Ratios are this tree over the peer, best of ``--rounds``.
 """
 
 from __future__ import annotations
@@ -162,6 +163,10 @@ def _case_in_process(kind: str, address: str, n: int) -> float:
     task = app.task(noop, name="noop", tube=tube, ttr=600)
     if kind == "drain":
         return stalkd_case(address, "threads", 4, n)
+    if kind == "drain-cpu":  # jobs per CPU second of this process (worker and pre-fill client)
+        cpu = time.process_time()
+        stalkd_case(address, "threads", 4, n)
+        return n / (time.process_time() - cpu)
     t0 = time.perf_counter()
     if kind == "put":
         for _ in range(n):
@@ -185,7 +190,7 @@ def ab(peer_src: str, n: int, rounds: int) -> int:
     best: dict[tuple[str, str], float] = {}
     with server(cmd, port) as address:
         for _ in range(rounds):
-            for kind in ("put", "put_many", "drain"):
+            for kind in ("put", "put_many", "drain", "drain-cpu"):
                 for tree, src in trees.items():
                     env = dict(os.environ, PYTHONPATH=src)
                     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--case",
@@ -196,7 +201,8 @@ def ab(peer_src: str, n: int, rounds: int) -> int:
     print(f"producer and worker, this tree vs {trees['peer']}: {n} jobs per case, best of "
           f"{rounds}, one stalkd server (memory); {os.cpu_count()} CPUs")
     print(f"{'case':<28} {'this jobs/s':>12} {'peer jobs/s':>12}  ratio")
-    labels = {"put": "task.put (one at a time)", "put_many": "bulk put", "drain": "drain threads x4"}
+    labels = {"put": "task.put (one at a time)", "put_many": "bulk put", "drain": "drain threads x4",
+              "drain-cpu": "drain, jobs per CPU s"}
     for kind, label in labels.items():
         a, b = best[kind, "this"], best[kind, "peer"]
         print(f"{label:<28} {a:>12.0f} {b:>12.0f}  {a / b:5.2f}x")

@@ -24,7 +24,6 @@ import threading
 import time
 import traceback
 from collections.abc import Generator
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from stalkd.worker import unique
@@ -38,6 +37,7 @@ from stalkd.worker.actions import (
 )
 from stalkd.worker.context import JobContext
 from stalkd.worker.errors import TimeLimitExceeded
+from stalkd.worker.middleware.base import Middleware
 from stalkd.worker.registry import Registry
 from stalkd.worker.serializer import Header, decode_envelope
 
@@ -66,10 +66,9 @@ class RunHandler(NamedTuple):
 Step = Call | RunHandler
 
 
-@dataclass(frozen=True)
-class Delivered:
+class Delivered(NamedTuple):
     """How a delivery ended: the action, whether the server acknowledged it, and the context
-    (``None`` for a body that could not be decoded)."""
+    (``None`` for a body that could not be decoded). A NamedTuple: one is made per job."""
 
     job_id: int
     action: WorkerAction
@@ -202,10 +201,13 @@ def _notify(app: Registry, ctx: JobContext, action: WorkerAction, acked: bool) -
     """Tell middleware what was done, once the server acknowledged it."""
     if not acked:
         return
+    if isinstance(action, Complete):
+        for m in app.middleware:
+            if type(m).on_done is not Middleware.on_done:  # most do not listen: skip the call
+                _safe(m.on_done, ctx)
+        return
     for m in app.middleware:
-        if isinstance(action, Complete):
-            _safe(m.on_done, ctx)
-        elif isinstance(action, RetryLater):
+        if isinstance(action, RetryLater):
             _safe(m.on_retry, ctx, action)
         elif isinstance(action, GiveUp):
             _safe(m.on_dead_letter, ctx, action)
