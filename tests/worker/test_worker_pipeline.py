@@ -157,3 +157,24 @@ def test_an_idle_worker_stops_without_waiting_out_its_reserve(server: Any, mode:
         assert not t.is_alive()
     finally:
         probe.close()
+
+
+def test_an_acknowledgement_lost_with_the_connection_is_logged_and_not_reported_done(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Given a server connection that breaks as the worker deletes a finished job
+    app = App(middleware=[StructuredLogging(per_job=True), Retries()])
+    task = app.task(lambda p: None, name="t")
+    with app.testing() as t:
+        task.put(None)
+
+        def broken_delete(job_id: int) -> bool:
+            raise ConnectionResetError("server went away")
+
+        t.server.delete = broken_delete  # type: ignore[method-assign]
+        # When the job is delivered, Then the error reaches the driver (which reconnects)
+        with caplog.at_level(logging.INFO, "stalkd.worker"), pytest.raises(ConnectionResetError):
+            t.consume_one()
+    # And the log says which acknowledgement was lost, and never that the job was done
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("job 1: acknowledgement (delete) lost") for line in lines)
+    assert not any(line.startswith("✓") for line in lines)

@@ -45,8 +45,12 @@ async def drive_async(steps: Generator[Step, Any, Delivered], ops: AsyncServerOp
             result: Delivered = done.value
             return result
         if isinstance(step, Call):
-            async with lock:
-                reply = await getattr(ops, step.op)(*step.args)
+            try:
+                async with lock:
+                    reply = await getattr(ops, step.op)(*step.args)
+            except OSError as exc:
+                pipeline.call_failed(step, exc)
+                raise
         else:
             step.ctx.touch = touch
             if step.ctx.task.is_async:

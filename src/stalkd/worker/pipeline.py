@@ -44,7 +44,7 @@ from stalkd.worker.serializer import Header, decode_envelope
 log = logging.getLogger("stalkd.worker")
 
 __all__ = ["Call", "RunHandler", "Step", "Delivered", "deliver", "run_sync", "handler_started",
-           "handler_ended", "RECORD_PRIORITY", "RECORD_TTR"]
+           "handler_ended", "call_failed", "RECORD_PRIORITY", "RECORD_TTR"]
 
 RECORD_PRIORITY = 2**31   # dead-letter records in the failed tube
 RECORD_TTR = 120
@@ -102,6 +102,18 @@ def deliver(app: Registry, job_id: int, body: bytes,
     acked = yield from _act(app, job_id, ctx, action)
     _notify(app, ctx, action, acked)
     return Delivered(job_id, action, acked, ctx, ctx.exception)
+
+
+_ACKS = frozenset({"delete", "release", "bury"})
+
+
+def call_failed(step: Call, exc: BaseException) -> None:
+    """A driver's call raised (the connection broke): say so when it was a job's
+    acknowledgement, whose fate is then unknown to us (the server hands the job out again
+    once it sees the connection close, unless the acknowledgement got there)."""
+    if step.op in _ACKS:
+        log.warning("job %s: acknowledgement (%s) lost with the connection: %s; the job may "
+                    "run again", step.args[0], step.op, exc)
 
 
 def _begin(app: Registry, job_id: int, body: bytes, tube: str | None) -> JobContext:

@@ -44,11 +44,15 @@ def drive(steps: Generator[Step, Any, Delivered], ops: Any, app: Registry,
             return result
         if isinstance(step, Call):
             method = getattr(ops, step.op)
-            if lock is None:
-                reply = method(*step.args)
-            else:
-                with lock:
+            try:
+                if lock is None:
                     reply = method(*step.args)
+                else:
+                    with lock:
+                        reply = method(*step.args)
+            except OSError as exc:
+                pipeline.call_failed(step, exc)
+                raise
         else:
             if touch is not None:
                 step.ctx.touch = touch
