@@ -145,6 +145,8 @@ class GroupCommit:
             if self._arrived < self._expect:
                 with self.cond:
                     self._gather_locked()
+                if self.failed is not None:  # failed while gathering: nothing to sync any more
+                    raise LogError(f"{self.path}: log failed earlier ({self.failed})")
             pinner = self._pinner
             if pinner is None:
                 raise LogError(f"{self.path}: log is closed")
