@@ -216,6 +216,12 @@ class Log:
         return self._commit.durable
 
     @property
+    def syncs(self) -> int:
+        """Group-commit fsyncs done since open (records per fsync shows how well concurrent
+        ``always`` appenders share them)."""
+        return self._commit.syncs
+
+    @property
     def durability(self) -> str:
         """The policy string this log was opened with."""
         return self._durability
