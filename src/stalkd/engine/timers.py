@@ -14,12 +14,12 @@ TIMED_OUT for those still waiting.
 
 from __future__ import annotations
 
-from stalkd.engine import commands as C
-from stalkd.engine.conn import Conn
+from stalkd.engine.connstate import ConnState
 from stalkd.engine.job import URGENT_THRESHOLD, US
 from stalkd.engine.model import Op
 from stalkd.engine.state import EngineState, Outcome
 from stalkd.engine.tube import Tube
+from stalkd.protocol import commands as C
 
 __all__ = ["Timers"]
 
@@ -46,7 +46,7 @@ class Timers(EngineState):
 
     # --- step plumbing ------------------------------------------------------------------------
 
-    def _begin(self, now: float, caller: Conn | None) -> None:
+    def _begin(self, now: float, caller: ConnState | None) -> None:
         self._now = round(now * US)
         self._records = []
         self._wakeups = []
@@ -80,7 +80,7 @@ class Timers(EngineState):
                     self._dirty.add(t)
             self._retime_tube(t)
             tkeys = th._keys
-        due: list[Conn] = []
+        due: list[ConnState] = []
         ch = self._conn_timers
         ckeys = ch._keys
         while ckeys and ckeys[0] >> 64 <= now:

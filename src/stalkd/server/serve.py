@@ -22,9 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from stalkd.engine import Engine
-from stalkd.server.app import Server, Storage
+from stalkd.server.app import Server
 from stalkd.server.config import Config
 from stalkd.server.gcpolicy import GcPolicy
+from stalkd.server.storage import MemoryStorage, Storage
 
 __all__ = ["run", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
 
@@ -55,11 +56,11 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return factory
 
 
-def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]:
+def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage, str]:
     """Recover the engine from ``cfg.data_dir`` (or start empty in memory)."""
     if cfg.data_dir is None:
         # No WAL: the engine need not build records (same replies, less work per command).
-        return Engine(max_job_size=cfg.max_job_size, records=False), None, "in memory"
+        return Engine(max_job_size=cfg.max_job_size, records=False), MemoryStorage(), "in memory"
     from stalkd.engine.wal import Wal
 
     kwargs: dict[str, Any] = {"durability": cfg.durability, "archive": cfg.archive}
@@ -105,7 +106,7 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     srv = Server(cfg, engine, storage, on_fatal=fatal)
     for w in cfg.warnings:
         log.warning("%s", w)
-    if storage is None:
+    if not storage.persistent:
         log.warning("no data directory (-b/--dir): jobs live in memory only and are lost when "
                     "the server stops; use --dir DIR for durable jobs")
         log.info("stalkd listening on %s, in memory, max job size %d", cfg.address, cfg.max_job_size)
@@ -141,20 +142,19 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     server.close()
     srv.begin_stop()
     deadline = time.monotonic() + STOP_GRACE
-    if (storage is not None and srv.failed is None
+    if (storage.persistent and srv.failed is None
             and not await srv.wait_durable(STOP_GRACE * 0.75)):
         log.error("last WAL sync did not finish in time; unsent replies are dropped")
     srv.finish_stop()
     # Let the transports write what they hold, bounded by the grace period.
-    while any(c.transport is not None and not c.lost and c.transport.get_write_buffer_size()
-              for c in srv.conns.values()) and time.monotonic() < deadline:
+    while srv.unsent() and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
-    if storage is not None and srv.group_commit:
+    if srv.group_commit:
         # How well group commit grouped: the first figure to look at when `always` is slow.
         written = storage.stats().get("binlog-records-written", 0)
         log.info("%d WAL records written, %d fsyncs (%.1f records per fsync, %d on the loop thread)",
                  written, srv.syncs, written / max(srv.syncs, 1), srv.inline_syncs)
-    if storage is not None:
+    if storage.persistent:
         try:
             storage.sync()
             storage.close()

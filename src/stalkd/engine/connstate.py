@@ -15,16 +15,16 @@ if TYPE_CHECKING:
     from stalkd.engine.job import Job
     from stalkd.engine.tube import Tube
 
-__all__ = ["Conn", "SAFETY_MARGIN_US"]
+__all__ = ["ConnState", "SAFETY_MARGIN_US"]
 
 SAFETY_MARGIN_US = 1_000_000  # DEADLINE_SOON fires one second before a reserved job's TTR ends
 
 
-class Conn:
+class ConnState:
     """One connection.
 
     >>> from stalkd.engine.tube import Tube
-    >>> c = Conn(7, Tube("default", 1)); c.watch[0].name, c.waiting
+    >>> c = ConnState(7, Tube("default", 1)); c.watch[0].name, c.waiting
     ('default', False)
     """
 
@@ -47,7 +47,7 @@ class Conn:
         self.hpos = -1  # position in the engine's connection-timer heap
 
     def __repr__(self) -> str:
-        return f"Conn({self.id})"
+        return f"ConnState({self.id})"
 
     def soonest_deadline(self) -> int | None:
         top = self.reserved.peek()
