@@ -27,7 +27,7 @@ from stalkd.server.config import Config
 from stalkd.server.gcpolicy import GcPolicy
 from stalkd.server.storage import MemoryStorage, Storage
 
-__all__ = ["run", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
+__all__ = ["run", "preload", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
 
 log = logging.getLogger("stalkd.server")
 
@@ -45,6 +45,16 @@ def setup_logging(level: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+
+
+def preload(cfg: Config) -> None:
+    """Import now every module serving ``cfg`` imports later (``-u`` switches user after this)."""
+    import resource  # noqa: F401  (stats)
+
+    _loop_factory()
+    if cfg.data_dir is not None:
+        import stalkd.engine.space
+        import stalkd.engine.wal  # noqa: F401
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
