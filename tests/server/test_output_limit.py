@@ -8,6 +8,7 @@ attackers are still connected."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
 
@@ -49,10 +50,8 @@ def _flood(port: int, payload: bytes) -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.connect(("127.0.0.1", port))
     s.setblocking(False)
-    try:
+    with contextlib.suppress(BlockingIOError):
         s.send(payload)
-    except BlockingIOError:
-        pass
     return s
 
 
