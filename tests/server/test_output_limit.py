@@ -71,7 +71,7 @@ def test_list_tubes_flood_of_a_client_that_never_reads_is_bounded(srv: StalkdPro
         for i in range(2000):
             name = b"t%07d" % i + b"x" * 192
             watcher.send(b"watch " + name + b"\r\n")
-        for i in range(2000):
+        for _ in range(2000):
             assert watcher.reply().startswith(b"WATCHING ")
         assert int(_stats(third)["current-tubes"]) == 2001
         before = _rss(srv)
