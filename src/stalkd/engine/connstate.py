@@ -7,7 +7,7 @@ connection is in the ``waiting`` map of every tube it watches.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stalkd.engine.heap import IndexedHeap
 
@@ -30,7 +30,7 @@ class ConnState:
 
     __slots__ = (
         "id", "use", "watch", "reserved", "waiting", "wait_until_us", "wait_seq",
-        "producer", "worker", "half_closed", "hpos",
+        "producer", "worker", "half_closed", "hpos", "kick",
     )  # fmt: skip
 
     def __init__(self, conn_id: int, default: Tube) -> None:
@@ -45,6 +45,8 @@ class ConnState:
         self.worker = False
         self.half_closed = False
         self.hpos = -1  # position in the engine's connection-timer heap
+        # A kick in progress, done a step at a time: [tube, buried?, jobs left, jobs kicked].
+        self.kick: list[Any] | None = None
 
     def __repr__(self) -> str:
         return f"ConnState({self.id})"

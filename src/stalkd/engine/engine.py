@@ -47,6 +47,7 @@ _NOT_FOUND = C.Reply("NOT_FOUND")
 _DELETED, _RELEASED, _BURIED, _TOUCHED = C.Reply("DELETED"), C.Reply("RELEASED"), C.Reply("BURIED"), C.Reply("TOUCHED")
 _KICKED, _PAUSED = C.Reply("KICKED"), C.Reply("PAUSED")
 _OUT_OF_MEMORY = C.Reply("OUT_OF_MEMORY")
+KICK_STEP = 256  # jobs one engine step kicks (a delayed one costs tens of us); more go on in tick()
 _OP_PUT, _OP_DELETE, _OP_RESERVE = Op.PUT, Op.DELETE, Op.RESERVE
 _tuple_new = tuple.__new__
 _Handler = Callable[[ConnState, Any], C.AnyReply | None]
@@ -105,8 +106,8 @@ class Engine(Timers, Queries):
         With a room, each command the table marks with a WAL cost first runs its own job
         look-up (the handler's, so NOT_FOUND wins as in beanstalkd, which looks the job up
         before reserving log space), then asks the room, and a refusal changes nothing:
-        OUT_OF_MEMORY for put, bury and a delayed release, NOT_FOUND for kick-job, a smaller
-        bound for kick. A release to ready is never refused: without room its record is left
+        OUT_OF_MEMORY for put, bury and a delayed release, NOT_FOUND for kick-job, fewer jobs
+        kicked for kick. A release to ready is never refused: without room its record is left
         out (beanstalkd never logs one; the job is back in ready after a restart anyway).
 
         >>> from stalkd.protocol.commands import Put
@@ -143,14 +144,7 @@ class Engine(Timers, Queries):
 
             return put
         if wal == "updates":
-
-            def kick(c: ConnState, cmd: C.Kick) -> C.AnyReply | None:
-                room = self._room
-                bound = cmd.bound
-                n = room.updates(min(bound, len(self.jobs))) if room is not None else bound
-                return handler(c, cmd if n >= bound else C.Kick(n))
-
-            return kick
+            return handler  # a kick asks for room a step at a time (_kick_step)
         refused = _NOT_FOUND if spec.build is C.KickJob else _OUT_OF_MEMORY
 
         def update(c: ConnState, cmd: Any) -> C.AnyReply | None:
@@ -204,8 +198,8 @@ class Engine(Timers, Queries):
         c = self.conns.get(conn_id)
         if c is None:
             raise EngineError(f"connection {conn_id} is not connected")
-        if c.waiting:
-            raise EngineError(f"connection {conn_id} sent {type(cmd).__name__} while blocked in reserve")
+        if c.waiting or c.kick is not None:
+            raise EngineError(f"connection {conn_id} sent {type(cmd).__name__} while blocked in reserve or kick")
         entry = self._dispatch.get(type(cmd))
         if entry is None:
             raise EngineError(f"connection {conn_id}: {cmd!r} is not an engine command")
@@ -256,6 +250,8 @@ class Engine(Timers, Queries):
             wakes.clear()
         else:
             wt = ()
+        if self._kicks:
+            k = nowus << 64  # a kick goes on: tick at once
         out: Outcome = _tuple_new(Outcome, (reply, rt, wt, None if k is None else (k >> 64) / US))
         return out
 
@@ -454,18 +450,48 @@ class Engine(Timers, Queries):
         self._to_ready(j)
         self._rec(Op.KICK, j.id)
 
-    def _kick(self, c: ConnState, cmd: C.Kick) -> C.AnyReply:
+    def _kick(self, c: ConnState, cmd: C.Kick) -> C.AnyReply | None:
+        # beanstalkd: any buried job means only buried jobs are kicked (oldest first), else
+        # delayed ones (soonest deadline first). At most KICK_STEP jobs a step: a longer kick
+        # goes on in tick() and its reply comes as a wakeup, so no step grows with the jobs.
         t = c.use
-        n = 0
-        if t.buried:  # beanstalkd: any buried job means only buried jobs are kicked, oldest first
-            while n < cmd.bound and t.buried:
-                self._kick_one(next(iter(t.buried.values())))
-                n += 1
-        else:  # soonest deadline first
-            while n < cmd.bound and (j := t.delayed.peek()) is not None:
-                self._kick_one(j)
-                n += 1
+        c.kick = [t, bool(t.buried), cmd.bound, 0]
+        if self._kick_step(c):
+            return self._kicked(c)
+        self._kicks.append(c)
+        return None
+
+    def _kicked(self, c: ConnState) -> C.AnyReply:
+        assert c.kick is not None
+        n = c.kick[3]
+        c.kick = None
         return C.Reply("KICKED", (n,))
+
+    def _kick_step(self, c: ConnState) -> bool:
+        """Kick up to KICK_STEP more jobs of ``c``'s kick; True when the kick is over."""
+        assert c.kick is not None
+        t, buried, left, done = c.kick
+        jobs = t.buried if buried else t.delayed
+        want = min(left, KICK_STEP, len(jobs))
+        room = self._room
+        n = want if room is None or not want else room.updates(want)
+        if buried:
+            for _ in range(n):
+                self._kick_one(next(iter(t.buried.values())))
+        else:
+            delayed = t.delayed
+            for _ in range(n):
+                self._kick_one(delayed.peek())
+        left -= n
+        c.kick = [t, buried, left, done + n]
+        return n < KICK_STEP or not left or not jobs
+
+    def _kick_more(self) -> None:
+        c = self._kicks.popleft()
+        if self._kick_step(c):
+            self._wake(c, self._kicked(c))
+        else:
+            self._kicks.append(c)
 
     def _kick_job(self, c: ConnState, cmd: C.KickJob) -> C.AnyReply:
         j = self._find_kickable(c, cmd.id)

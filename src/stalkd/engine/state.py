@@ -14,6 +14,7 @@ a tube is freed exactly when beanstalkd would (no jobs, users or watchers; never
 
 from __future__ import annotations
 
+from collections import deque
 from typing import NamedTuple
 
 from stalkd.engine.connstate import ConnState
@@ -69,6 +70,7 @@ class EngineState:
         self.body_bytes = 0  # sum of live job bodies (the WAL sizes its compaction by it)
         self._tube_serial = 0
         self._wait_serial = 0
+        self._kicks: deque[ConnState] = deque()  # connections whose kick goes on in tick()
         self._tube_timers: IndexedHeap[Tube] = IndexedHeap()
         self._conn_timers: IndexedHeap[ConnState] = IndexedHeap()
         # per-step scratch
@@ -221,6 +223,9 @@ class EngineState:
     def _drop_conn(self, c: ConnState) -> None:
         if c.waiting:
             self._stop_waiting(c)
+        if c.kick is not None:
+            c.kick = None
+            self._kicks.remove(c)
         while c.reserved:
             j = c.reserved.pop()
             j.owner = None

@@ -28,12 +28,20 @@ class Timers(EngineState):
     """The step frame and the timers (mixed into ``Engine``)."""
 
     def tick(self, now: float) -> Outcome:
-        """Run every timer due at ``now``; ``next_deadline`` says when to call again."""
+        """Run every timer due at ``now`` and one step of a kick in progress; ``next_deadline``
+        says when to call again (``now`` while a kick goes on)."""
         self._begin(now, None)
+        if self._kicks:
+            self._kick_more()
         return self._finish(None)
+
+    def _kick_more(self) -> None:
+        raise NotImplementedError  # Engine's
 
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
+        if self._kicks:
+            return self._now / US  # a kick goes on: call tick again at once
         a = self._tube_timers._keys
         b = self._conn_timers._keys
         if a:

@@ -249,6 +249,9 @@ class Server:
         self._timer = None
         self._timer_at = None
         out = self.engine.tick(self.clock())
+        adm = self.admission
+        if adm is not None and (adm.promised or out.records):
+            adm.settle(out.records)  # a kick's step asked for room
         self._handle(None, out)
 
     def start_maintenance(self, every: float = 1.0) -> None:
