@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-fast lint bench system-deps bytecode crash-campaign fuzz clean
+.PHONY: run test test-fast lint bench system-deps bytecode crash-campaign fuzz clean dashboard-screenshot
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ crash-campaign: $(VENV)/.dev
 fuzz: $(VENV)/.dev
 	$(PIP) install -e '.[fuzz]'
 	$(PY) fuzz/fuzz_parser.py -max_total_time=$${FUZZ_SECONDS:-3600}
+
+# A PNG of the dashboard under live traffic, for a person to look at (Debian's Chromium).
+dashboard-screenshot: $(VENV)/.dev bytecode
+	$(PY) scripts/dashboard_screenshot.py build/dashboard.png
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

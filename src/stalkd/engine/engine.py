@@ -22,8 +22,7 @@ Waiters for a tube are served in arrival order; among tubes, the ready job with 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import Iterator
 
 from stalkd.engine.connstate import ConnState
 from stalkd.engine.fastvalues import inserted as _inserted
@@ -33,11 +32,20 @@ from stalkd.engine.heap import pack
 from stalkd.engine.job import URGENT_THRESHOLD, US, Job
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.queries import Queries
+from stalkd.engine.room import (
+    Handler,
+    Room,
+    find_deletable,
+    find_held,
+    find_kickable,
+    find_unreserved,
+    guarded,
+)
 from stalkd.engine.state import EngineError, Outcome
 from stalkd.engine.timers import Timers
 from stalkd.engine.tube import Tube, remove_swap_last
 from stalkd.protocol import commands as C
-from stalkd.protocol.grammar import COMMANDS, CommandSpec
+from stalkd.protocol.grammar import COMMANDS
 
 __all__ = ["Engine", "EngineError", "Outcome", "Room", "make_record"]
 
@@ -46,24 +54,10 @@ _NOT_FOUND = C.Reply("NOT_FOUND")
 # Replies without per-command values are immutable, so one instance each serves every command.
 _DELETED, _RELEASED, _BURIED, _TOUCHED = C.Reply("DELETED"), C.Reply("RELEASED"), C.Reply("BURIED"), C.Reply("TOUCHED")
 _KICKED, _PAUSED = C.Reply("KICKED"), C.Reply("PAUSED")
-_OUT_OF_MEMORY = C.Reply("OUT_OF_MEMORY")
 KICK_STEP = 256  # jobs one engine step kicks (a delayed one costs tens of us); more go on in tick()
 _OP_PUT, _OP_DELETE, _OP_RESERVE = Op.PUT, Op.DELETE, Op.RESERVE
 _tuple_new = tuple.__new__
-_Handler = Callable[[ConnState, Any], C.AnyReply | None]
 
-
-class Room(Protocol):
-    """WAL room a command's durable records need, promised before the engine changes anything
-    (a server over a bounded disk provides it; see ``Engine.room``)."""
-
-    def put(self, body_len: int) -> bool:
-        """Promise room for one put record with a body of ``body_len`` bytes."""
-        ...
-
-    def updates(self, n: int) -> int:
-        """Promise room for up to ``n`` short update records; how many fit (0..n)."""
-        ...
 
 
 class Engine(Timers, Queries):
@@ -94,10 +88,10 @@ class Engine(Timers, Queries):
         super().__init__(max_job_size, records)
         self._room: Room | None = None
         # Dispatch derived from the command table: type -> (handler ``_<name>``, counter key).
-        self._plain: dict[object, tuple[_Handler, str | None]] = {
+        self._plain: dict[object, tuple[Handler, str | None]] = {
             s.build: (getattr(self, "_" + s.name.replace("-", "_")), s.counter) for s in COMMANDS
         }
-        self._dispatch: dict[object, tuple[_Handler, str | None]] = self._plain
+        self._dispatch: dict[object, tuple[Handler, str | None]] = self._plain
 
     @property
     def room(self) -> Room | None:
@@ -124,61 +118,8 @@ class Engine(Timers, Queries):
     def room(self, room: Room | None) -> None:
         self._room = room
         self._dispatch = self._plain if room is None else {
-            s.build: (self._admitted(s, self._plain[s.build][0]), s.counter) for s in COMMANDS
+            s.build: (guarded(self, s, self._plain[s.build][0]), s.counter) for s in COMMANDS
         }
-
-    def _admitted(self, spec: CommandSpec, handler: _Handler) -> _Handler:
-        """``handler`` behind the room check its table row asks for."""
-        find = self._lookup(spec)
-        wal = spec.wal
-        if wal is None:
-            return handler
-        if wal == "put":
-
-            def put(c: ConnState, cmd: C.Put) -> C.AnyReply | None:
-                room = self._room
-                if (cmd.error is None and len(cmd.body) <= self.max_job_size and not self.draining
-                        and room is not None and not room.put(len(cmd.body))):  # fmt: skip
-                    return _OUT_OF_MEMORY
-                return handler(c, cmd)
-
-            return put
-        if wal == "updates":
-            return handler  # a kick asks for room a step at a time (_kick_step)
-        refused = _NOT_FOUND if spec.build is C.KickJob else _OUT_OF_MEMORY
-
-        def update(c: ConnState, cmd: Any) -> C.AnyReply | None:
-            room = self._room
-            if find is None or find(c, cmd.id) is None or room is None or room.updates(1):
-                return handler(c, cmd)
-            if type(cmd) is C.Release and cmd.delay == 0:
-                reply = handler(c, cmd)
-                if self.keep_records and reply is _RELEASED:
-                    self._records.pop()  # its RELEASE record: there is no room to log it
-                return reply
-            return refused
-
-        return update
-
-    def _lookup(self, spec: CommandSpec) -> Callable[[ConnState, int], Job | None] | None:
-        """The job look-up the table names for ``spec``: the same function its handler calls."""
-        return None if spec.job is None else getattr(self, "_find_" + spec.job)
-
-    def _find_held(self, c: ConnState, job_id: int) -> Job | None:
-        j = self.jobs.get(job_id)
-        return j if j is not None and j.state is RESERVED and j.owner is c else None
-
-    def _find_deletable(self, c: ConnState, job_id: int) -> Job | None:
-        j = self.jobs.get(job_id)
-        return None if j is None or (j.state is RESERVED and j.owner is not c) else j
-
-    def _find_unreserved(self, c: ConnState, job_id: int) -> Job | None:
-        j = self.jobs.get(job_id)
-        return None if j is None or j.state is RESERVED else j
-
-    def _find_kickable(self, c: ConnState, job_id: int) -> Job | None:
-        j = self.jobs.get(job_id)
-        return j if j is not None and (j.state is BURIED or j.state is DELAYED) else None
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -386,7 +327,7 @@ class Engine(Timers, Queries):
     _reserve_with_timeout = _reserve
 
     def _reserve_job(self, c: ConnState, cmd: C.ReserveJob) -> C.AnyReply:
-        j = self._find_unreserved(c, cmd.id)
+        j = find_unreserved(self.jobs, c, cmd.id)
         if j is None:
             return _NOT_FOUND
         c.worker = True  # as beanstalkd: a reserve-job that finds nothing does not make a worker
@@ -395,7 +336,7 @@ class Engine(Timers, Queries):
         return C.JobReply("RESERVED", j.id, j.body)
 
     def _delete(self, c: ConnState, cmd: C.Delete) -> C.AnyReply:
-        j = self._find_deletable(c, cmd.id)
+        j = find_deletable(self.jobs, c, cmd.id)
         if j is None:
             return _NOT_FOUND
         self._detach(j)
@@ -409,7 +350,7 @@ class Engine(Timers, Queries):
         return _DELETED
 
     def _release(self, c: ConnState, cmd: C.Release) -> C.AnyReply:
-        j = self._find_held(c, cmd.id)
+        j = find_held(self.jobs, c, cmd.id)
         if j is None:
             return _NOT_FOUND
         self._detach(j)
@@ -424,7 +365,7 @@ class Engine(Timers, Queries):
         return _RELEASED
 
     def _bury(self, c: ConnState, cmd: C.Bury) -> C.AnyReply:
-        j = self._find_held(c, cmd.id)
+        j = find_held(self.jobs, c, cmd.id)
         if j is None:
             return _NOT_FOUND
         self._detach(j)
@@ -435,7 +376,7 @@ class Engine(Timers, Queries):
         return _BURIED
 
     def _touch(self, c: ConnState, cmd: C.Touch) -> C.AnyReply:
-        j = self._find_held(c, cmd.id)
+        j = find_held(self.jobs, c, cmd.id)
         if j is None:
             return _NOT_FOUND
         j.deadline_us = self._now + j.ttr * US
@@ -494,7 +435,7 @@ class Engine(Timers, Queries):
             self._kicks.append(c)
 
     def _kick_job(self, c: ConnState, cmd: C.KickJob) -> C.AnyReply:
-        j = self._find_kickable(c, cmd.id)
+        j = find_kickable(self.jobs, c, cmd.id)
         if j is None:
             return _NOT_FOUND
         self._kick_one(j)

@@ -49,6 +49,7 @@ class Admission:
         self._clock = clock
         self._warned = -warn_every
         self.promised = 0  # bytes promised to the command being run
+        self.refused = 0  # requests refused for lack of room (a metric)
 
     def put(self, body_len: int) -> bool:
         cost = self._put_cost(body_len)
@@ -75,6 +76,7 @@ class Admission:
             self.promised = 0
 
     def _refused(self, what: str) -> None:
+        self.refused += 1
         now = self._clock()
         if now - self._warned > self._warn_every:
             self._warned = now

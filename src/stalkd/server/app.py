@@ -88,6 +88,9 @@ class Server:
         # A storage that keeps nothing never runs out of room: the engine asks nobody.
         self.admission = Admission(self.storage, config.data_dir) if persistent else None
         engine.room = self.admission
+        # Called with (command or None, outcome) for every engine step when set (the admin
+        # endpoint's latency histograms); one attribute test per step when not.
+        self.observer: Callable[[Command | None, Outcome], None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._maint: asyncio.TimerHandle | None = None
@@ -120,6 +123,17 @@ class Server:
     @property
     def inline_syncs(self) -> int:
         return self.barriers.inline_syncs
+
+    # Counters for the admin endpoint's metrics (the engine counts commands itself).
+    @property
+    def refused_connections(self) -> int:
+        """Connections refused over --max-connections."""
+        return self.conns.refused_total
+
+    @property
+    def refused_for_space(self) -> int:
+        """Commands refused because the WAL had no room."""
+        return 0 if self.admission is None else self.admission.refused
 
     # --- connections -------------------------------------------------------------------------
 
@@ -190,10 +204,13 @@ class Server:
             return
         if adm is not None and (adm.promised or out.records):
             adm.settle(out.records)
-        self._handle(c, out)
+        self._handle(c, out, cmd)
 
-    def _handle(self, c: Connection | None, out: Outcome) -> None:
-        """Queue ``out.records`` for the WAL and route its replies (``c``: who gets ``out.reply``)."""
+    def _handle(self, c: Connection | None, out: Outcome, cmd: Command | None = None) -> None:
+        """Queue ``out.records`` for the WAL and route its replies (``c``: who gets ``out.reply``,
+        ``cmd``: the command that produced it, None for timers and hang-ups)."""
+        if self.observer is not None:
+            self.observer(cmd, out)
         barriers = self.barriers
         records = out.records
         barrier = barriers.add(c, records) if records else 0

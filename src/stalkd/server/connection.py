@@ -10,6 +10,8 @@ Ensures:
 - All replies ready after one read go out in one ``writelines`` call (one send for a pipeline).
 - While a reserve blocks, the connection still reads (to see a half-close or a hang-up) but runs
   no further command: beanstalkd answers strictly in order, so they wait in the parser.
+- A connection with a ``policy`` (a TLS listener with an ACL) runs only the commands it
+  admits; a refused one gets ``PERMISSION_DENIED`` and changes nothing.
 - Memory per connection is bounded by about ``max_output`` plus one reply: replies ready to
   send are handed to the transport once they pass ``FLUSH_AT`` bytes, even in the middle of a
   pipeline, and once the transport's buffer or the held replies pass ``max_output`` (a client
@@ -23,19 +25,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol, cast
 
 from stalkd.protocol import NEED_DATA, Parser, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.protocol.replies import encode_line
 
-__all__ = ["Connection", "Host", "FLUSH_AT"]
+__all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT"]
 
 log = logging.getLogger("stalkd.server")
+_DENIED = Reply("PERMISSION_DENIED")
 
 FLUSH_AT = 64 * 1024
 """Reply bytes ready to send after which they go to the transport before the next command:
 a pipeline of small replies still leaves in one write, a reply flood meets the output limit."""
+
+
+class CommandPolicy(Protocol):
+    """Decides, command by command, what one connection may run (``stalkd.server.acl``)."""
+
+    def admits(self, cmd: object) -> bool: ...
 
 
 class Host(Protocol):
@@ -86,6 +96,10 @@ class Connection(asyncio.Protocol):
         self.lost = False
         self._running = False  # re-entrancy guard for process()
         self._flush_queued = False
+        self.identity: str | None = None  # the subject of a verified TLS client certificate
+        self.policy: CommandPolicy | None = None  # None: every command runs
+        # Set by the listener's factory: called once connected, returns the policy.
+        self.admit: Callable[[Connection], CommandPolicy | None] | None = None
 
     # --- asyncio callbacks ------------------------------------------------------------------
 
@@ -101,6 +115,13 @@ class Connection(asyncio.Protocol):
             self.peer = str(peer)
         else:
             self.peer = "unix"
+        if self.admit is not None:
+            ssl_object = transport.get_extra_info("ssl_object")
+            if ssl_object is not None:
+                from stalkd.server.tls import identity
+
+                self.identity = identity(ssl_object.getpeercert())
+            self.policy = self.admit(self)
         self.server.connected(self)
 
     def data_received(self, data: bytes) -> None:
@@ -167,6 +188,9 @@ class Connection(asyncio.Protocol):
                     break
                 if type(item) is Reply:  # a protocol error found by the parser
                     self.send(item, 0)
+                    continue
+                if self.policy is not None and not self.policy.admits(item):
+                    self.send(_DENIED, 0)
                     continue
                 execute(self, item)  # type: ignore[arg-type]
             else:
