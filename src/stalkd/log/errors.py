@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["LogError", "LogCorruptError", "LogLockedError", "LogFullError", "LogLagError"]
+__all__ = ["LogError", "LogCorruptError", "LogLockedError", "LogFullError", "LogLagError", "NotALogError"]
 
 
 class LogError(Exception):
@@ -33,3 +33,8 @@ class LogFullError(LogError):
 
 class LogLagError(LogError):
     """An append was refused: a consumer group with ``overflow="refuse"`` is over its lag limit."""
+
+
+class NotALogError(LogError):
+    """A path given as a log holds none: neither segment files nor a server data directory's
+    ``wal/`` (the message says what was expected there)."""
