@@ -46,6 +46,7 @@ from pyspark.sql.types import StructType
 
 from stalkd.client import Client, PutSpec, errors
 from stalkd.client._address import Address, parse_address
+from stalkd.log.fs import REAL
 
 # A marker frame's payload starts with this; the rest is JSON {"batch": id, "rows": n}.
 MARKER_MAGIC = b"\x00stalkd-spark-batch\x00"
@@ -120,10 +121,10 @@ class Staged(WriterCommitMessage):
 def _stage(path: str, job: str, column: str, rows: Iterator[Any]) -> Staged:
     part, attempt = _task()
     staging = os.path.join(path, STAGING_DIR)
-    os.makedirs(staging, exist_ok=True)
+    REAL.makedirs(staging)
     name = os.path.join(staging, f"{job}-{part:05d}-{attempt}.frames")
     n = 0
-    with open(name + ".tmp", "wb") as f:
+    with os.fdopen(REAL.open(name + ".tmp", os.O_WRONLY, create=True, truncate=True), "wb") as f:
         for row in rows:
             data = _as_bytes(row[column], f"row {n} of partition {part}")
             f.write(_LEN.pack(len(data)))
@@ -149,8 +150,7 @@ def _abort_mark(path: str, job: str) -> str:
 
 
 def _staged_payloads(file: str) -> Iterator[bytes]:
-    with open(file, "rb") as f:
-        data = f.read()
+    data = REAL.read_file(file)
     pos = 0
     while pos < len(data):
         if pos + 4 > len(data):
@@ -165,9 +165,8 @@ def _staged_payloads(file: str) -> Iterator[bytes]:
 def _remove_staged(path: str, job: str, *, aborted: bool = False) -> None:
     staging = os.path.join(path, STAGING_DIR)
     if aborted:
-        os.makedirs(staging, exist_ok=True)
-        with open(_abort_mark(path, job), "w"):
-            pass
+        REAL.makedirs(staging)
+        os.close(REAL.open(_abort_mark(path, job), os.O_WRONLY, create=True))
     try:
         names = os.listdir(staging)
     except FileNotFoundError:
@@ -262,7 +261,7 @@ class _Marker:
 def _write_hint(path: str, batch: int, offset: int) -> None:
     # Only a hint where to start looking for the last marker; the marker frames are the truth.
     tmp = os.path.join(path, _HINT + ".tmp")
-    with open(tmp, "w") as f:
+    with os.fdopen(REAL.open(tmp, os.O_WRONLY, create=True, truncate=True), "w") as f:
         json.dump({"batch": batch, "offset": offset}, f)
     os.replace(tmp, os.path.join(path, _HINT))
 
@@ -271,8 +270,7 @@ def _last_marker(path: str, end: int) -> _Marker | None:
     """The newest batch marker below ``end``: scanned from the hint, or from the start."""
     start = 0
     try:
-        with open(os.path.join(path, _HINT)) as f:
-            start = min(int(json.load(f)["offset"]), end)
+        start = min(int(json.loads(REAL.read_file(os.path.join(path, _HINT)))["offset"]), end)
     except (FileNotFoundError, ValueError, KeyError):
         start = 0
     found = _scan_markers(path, start, end)
