@@ -31,8 +31,8 @@ import tempfile
 import time
 
 from stalkd.engine import Engine
-from stalkd.engine.commands import Delete, Put, Release, Reserve, ReserveJob
 from stalkd.engine.wal import Wal
+from stalkd.protocol.commands import Delete, Put, Release, Reserve, ReserveJob
 
 BODY = b"x" * 100
 T0 = 1_700_000_000.0

@@ -18,12 +18,12 @@ cd "$work/src"
 sed -i 's/^from stalkd.engine.state import EngineState, Outcome/from stalkd.engine.queries import Queries\nfrom stalkd.engine.state import EngineState, Outcome/; s/^class Timers(EngineState):/class Timers(Queries):/' stalkd/engine/timers.py
 sed -i 's/^class Engine(Timers, Queries):/class Engine(Timers):/' stalkd/engine/engine.py
 # A native class cannot subclass RuntimeError: keep this one an ordinary Python class.
-sed -i 's/^class FatalStorageError(RuntimeError):/from mypy_extensions import mypyc_attr\n\n\n@mypyc_attr(native_class=False)\nclass FatalStorageError(RuntimeError):/' stalkd/server/app.py
+sed -i 's/^class FatalStorageError(RuntimeError):/from mypy_extensions import mypyc_attr\n\n\n@mypyc_attr(native_class=False)\nclass FatalStorageError(RuntimeError):/' stalkd/server/storage.py
 "$OLDPWD/$(dirname "$PY")/mypyc" \
     stalkd/protocol/parser.py stalkd/protocol/replies.py stalkd/engine/engine.py \
     stalkd/engine/state.py stalkd/engine/heap.py stalkd/engine/tube.py stalkd/engine/job.py \
-    stalkd/engine/timers.py stalkd/engine/queries.py stalkd/engine/conn.py \
-    stalkd/server/conn.py stalkd/server/app.py >/dev/null
+    stalkd/engine/timers.py stalkd/engine/queries.py stalkd/engine/connstate.py stalkd/server/storage.py \
+    stalkd/server/connection.py stalkd/server/app.py >/dev/null
 cd "$OLDPWD"
 if [ $# -eq 0 ]; then set -- --class memory --class never; fi
 echo "# peer (\"beanstalkd\" column) = the mypyc-compiled copy of HEAD in $work/src"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.protocol.cmodel
 
-from stalkd.engine.commands import JobReply, Reply  # noqa: E402
 from stalkd.protocol import NEED_DATA, Parser, encode_reply  # noqa: E402
+from stalkd.protocol.commands import JobReply, Reply  # noqa: E402
 
 
 def best_of(fn: Callable[[], object], repeat: int) -> float:

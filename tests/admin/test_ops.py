@@ -6,8 +6,8 @@ import asyncio
 
 from stalkd.admin.ops import CHUNK, AdminOps
 from stalkd.engine import Engine
-from stalkd.engine import commands as C
 from stalkd.engine.model import JobState
+from stalkd.protocol import commands as C
 from stalkd.server.app import Server
 from stalkd.server.config import Config
 

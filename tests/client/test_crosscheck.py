@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from stalkd.client import _requests as rq
 from stalkd.client._wire import ReplyReader
 from stalkd.client.job import Job
-from stalkd.engine import commands as c
 from stalkd.protocol import NEED_DATA, Parser, encode_reply
+from stalkd.protocol import commands as c
 from stalkd.protocol.stats import STATS_JOB_KEYS, STATS_KEYS, STATS_TUBE_KEYS
 
 u32 = st.integers(0, 2**32 - 1)

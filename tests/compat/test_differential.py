@@ -14,8 +14,8 @@ import random
 
 import pytest
 
-from stalkd.engine.commands import Quit, Reserve, ReserveWithTimeout
 from stalkd.protocol import NEED_DATA, Parser
+from stalkd.protocol.commands import Quit, Reserve, ReserveWithTimeout
 
 from .conftest import SERVERS, ServerKind
 from .runner import _Conn

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from stalkd.engine import Engine, Outcome
-from stalkd.engine.commands import AnyReply, Command, JobReply, Reply, YamlDict
+from stalkd.protocol.commands import AnyReply, Command, JobReply, Reply, YamlDict
 
 T0 = 1_700_000_000.0
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from stalkd.engine.commands import (
+from stalkd.protocol.commands import (
     Bury,
     Close,
     Delete,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine.commands import Put
 from stalkd.engine.compaction import WalError
 from stalkd.engine.wal import Wal
 from stalkd.log import LogCorruptError
+from stalkd.protocol.commands import Put
 
 SEG = 65536
 T = 1_700_000_000.0

@@ -8,9 +8,9 @@ import dataclasses
 import random
 
 from stalkd.engine import Engine
-from stalkd.engine import commands as C
 from stalkd.engine import fastvalues as E
 from stalkd.engine.model import Op, Record, decode, encode
+from stalkd.protocol import commands as C
 
 
 def test_make_record_equals_constructor_for_every_field() -> None:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine.commands import Bury, Put, Release, Reserve, ReserveJob
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.replay import durable_record
 from stalkd.engine.snapshot import (
@@ -16,6 +15,7 @@ from stalkd.engine.snapshot import (
     read_header,
     read_snapshot,
 )
+from stalkd.protocol.commands import Bury, Put, Release, Reserve, ReserveJob
 
 from .harness import Harness
 

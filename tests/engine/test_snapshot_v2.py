@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from stalkd.engine import Engine
-from stalkd.engine import commands as C
 from stalkd.engine.heap import IndexedHeap
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.replay import durable_record, finish
@@ -25,6 +24,7 @@ from stalkd.engine.snapshot import (
     read_header,
     read_snapshot,
 )
+from stalkd.protocol import commands as C
 
 from .harness import Harness
 from .walutil import T0, Driver, durable_view

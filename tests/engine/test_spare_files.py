@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine.commands import Delete, Put
 from stalkd.engine.space import SHORT_FRAME, put_frame
 from stalkd.engine.wal import Wal
 from stalkd.log.fs import Faults
+from stalkd.protocol.commands import Delete, Put
 
 T = 1_700_000_000.0
 SEG = 256 * 1024

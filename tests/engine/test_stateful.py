@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from stalkd.engine import Engine
-from stalkd.engine import commands as C
-from stalkd.engine.commands import AnyReply, Close, JobReply, Reply
+from stalkd.protocol import commands as C
+from stalkd.protocol.commands import AnyReply, Close, JobReply, Reply
 
 from .refmodel import US, Ref
 

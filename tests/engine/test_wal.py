@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from stalkd.engine import Engine
-from stalkd.engine import commands as C
 from stalkd.engine.snapshot import list_snapshots
 from stalkd.engine.space import SHORT_FRAME, put_frame
 from stalkd.engine.wal import Wal, WalError
 from stalkd.log.active import SPARES_DIR
 from stalkd.log.fs import Faults
+from stalkd.protocol import commands as C
 
 from .walutil import T0, Driver, durable_view, random_step
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine.commands import Put
 from stalkd.engine.wal import Wal
 from stalkd.log.fs import Faults, SymlinkError
+from stalkd.protocol.commands import Put
 
 T0 = 1_700_000_000.0
 

@@ -6,9 +6,9 @@ import random
 from typing import Any
 
 from stalkd.engine import Engine, Outcome
-from stalkd.engine import commands as C
 from stalkd.engine.replay import durable_record
 from stalkd.engine.wal import Wal
+from stalkd.protocol import commands as C
 
 T0 = 1_700_000_000.0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from stalkd.engine.commands import (
+from stalkd.protocol.commands import (
     Bury,
     Delete,
     Ignore,

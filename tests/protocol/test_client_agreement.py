@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from stalkd.client import _requests as rq
 from stalkd.client import _yaml
 from stalkd.client._wire import ReplyReader
-from stalkd.engine.commands import (
+from stalkd.protocol import NEED_DATA, Parser, encode_reply
+from stalkd.protocol.commands import (
     Bury,
     Delete,
     Ignore,
@@ -39,7 +40,6 @@ from stalkd.engine.commands import (
     YamlDict,
     YamlList,
 )  # fmt: skip
-from stalkd.protocol import NEED_DATA, Parser, encode_reply
 from stalkd.protocol.stats import STATS_JOB_KEYS, STATS_TUBE_KEYS
 
 _FIRST = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/;.$_()"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from stalkd.engine import commands as C
 from stalkd.protocol import NEED_DATA, Parser
+from stalkd.protocol import commands as C
 from stalkd.protocol.parser import _slot_maker
 
 

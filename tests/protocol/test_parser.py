@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stalkd.engine.commands import (
+from stalkd.protocol import NEED_DATA, Parser
+from stalkd.protocol.commands import (
     Bury,
     Delete,
     Ignore,
@@ -32,7 +33,6 @@ from stalkd.engine.commands import (
     Use,
     Watch,
 )
-from stalkd.protocol import NEED_DATA, Parser
 
 BF = Reply("BAD_FORMAT")
 UC = Reply("UNKNOWN_COMMAND")

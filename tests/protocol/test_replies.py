@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stalkd.engine.commands import Close, JobReply, Reply, YamlDict, YamlList
 from stalkd.protocol import encode_reply, encode_reply_parts
+from stalkd.protocol.commands import Close, JobReply, Reply, YamlDict, YamlList
 from stalkd.protocol.stats import STATS_JOB_KEYS, STATS_KEYS, STATS_TUBE_KEYS
 
 SIMPLE = [

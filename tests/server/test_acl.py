@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine import commands as C
+from stalkd.protocol import commands as C
 from stalkd.server.acl import Acl, AclError, ConnPolicy, load_acl
 from stalkd.server.config import Config
 from stalkd.server.listen import Listener

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from stalkd.engine import Engine
-from stalkd.engine.commands import Reply, YamlDict
+from stalkd.protocol.commands import Reply, YamlDict
 from stalkd.server.app import Server
 from stalkd.server.config import Config
 

@@ -22,6 +22,8 @@ from stalkd.server.listen import bind_listener
 class GatedWal:
     """The real WAL; ``sync`` waits for ``gate`` (or fails when ``fail`` is set)."""
 
+    persistent = True
+
     def __init__(self, wal: Wal) -> None:
         self.wal = wal
         self.gate = threading.Event()

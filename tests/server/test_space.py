@@ -133,7 +133,7 @@ def test_full_disk_replies_and_nothing_changes(tmp_path: Path) -> None:
         written = wal.records_written
         assert await _cmd(r, w, b"release 1 7 0\r\n") == b"RELEASED\r\n"
         assert (await _cmd(r, w, b"stats-job 1\r\n")).count(b"pri: 7") == 1  # a round trip later
-        assert wal.records_written == written and not srv._pending
+        assert wal.records_written == written and not srv.barriers.pending
         assert await _cmd(r, w, b"reserve-job 1\r\n") == b"RESERVED 1 2\r\nj1\r\n"
         # And a delete always goes through
         assert await _cmd(r, w, b"delete 3\r\n") == b"DELETED\r\n"

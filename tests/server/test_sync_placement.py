@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from stalkd.engine import Engine
 from stalkd.engine.model import Op, Record
 from stalkd.engine.wal import Wal
-from stalkd.server.app import INLINE_AFTER, Server
+from stalkd.server.app import Server
+from stalkd.server.barriers import INLINE_AFTER
 from stalkd.server.config import Config
 from stalkd.server.listen import bind_listener
 from stalkd.server.syncpolicy import SyncPolicy
@@ -21,6 +22,8 @@ from stalkd.server.syncpolicy import SyncPolicy
 
 class WatchedWal:
     """The real WAL; remembers the thread of every sync and the puts each one covered."""
+
+    persistent = True
 
     def __init__(self, wal: Wal) -> None:
         self.wal = wal
@@ -70,7 +73,7 @@ def _run(tmp: str, scenario: object, fatal: list[BaseException] | None = None,
         srv = Server(Config(data_dir=tmp), engine, watched,
                      on_fatal=fatal.append if fatal is not None else None)
         if policy is not None:
-            srv.sync_policy = policy
+            srv.barriers.sync_policy = policy
         sock = bind_listener("127.0.0.1", 0)
         server = await asyncio.get_running_loop().create_server(srv.new_connection, sock=sock)
         try:

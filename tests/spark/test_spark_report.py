@@ -12,9 +12,9 @@ import pytest
 from spark_scenario import percentile
 
 from stalkd.engine import Engine
-from stalkd.engine import commands as C
 from stalkd.engine.model import encode
 from stalkd.log import Log
+from stalkd.protocol import commands as C
 from stalkd.spark.cli import analyze
 
 pytestmark = pytest.mark.spark

@@ -34,11 +34,11 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from stalkd.admin.histogram import COUNTS, JOB_SECONDS, LATENCY, Buckets
-from stalkd.engine import commands as C
 from stalkd.engine.job import US
 from stalkd.engine.model import Record
 from stalkd.engine.state import Outcome
-from stalkd.engine.stats import CMD_KEYS
+from stalkd.protocol import commands as C
+from stalkd.protocol.grammar import COUNTERS as CMD_KEYS
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
@@ -100,6 +100,10 @@ class TimedStorage:
         self._synced = 0  # of which covered by an fsync that started
         self._snap_started: float | None = None
         self.last_refusal = -1e9  # time.monotonic() of the last command refused for space
+
+    @property
+    def persistent(self) -> bool:
+        return self.inner.persistent
 
     def admit(self, cost: int) -> bool:
         if self.inner.admit(cost):

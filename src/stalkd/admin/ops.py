@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from stalkd.admin import views
 from stalkd.admin.session import AdminSession
-from stalkd.engine import commands as C
 from stalkd.engine.job import US
 from stalkd.engine.model import JobState
+from stalkd.protocol import commands as C
 
 if TYPE_CHECKING:
     from stalkd.server.app import Server

@@ -18,8 +18,8 @@ import asyncio
 import itertools
 from typing import TYPE_CHECKING
 
-from stalkd.engine.commands import AnyReply, Command
-from stalkd.server.conn import Connection
+from stalkd.protocol.commands import AnyReply, Command
+from stalkd.server.connection import Connection
 
 if TYPE_CHECKING:
     from stalkd.server.app import Server
@@ -36,6 +36,8 @@ class ServerBusy(RuntimeError):
 
 class AdminSession(Connection):
     """One admin request's connection. Use ``async with AdminSession(server) as s``."""
+
+    server: Server  # the whole server, not only what a socket connection needs (Host)
 
     def __init__(self, server: Server) -> None:
         cfg = server.config

@@ -12,7 +12,7 @@ Ensures, after every public call returns:
     a command never sees stale state even if the caller's ``tick`` was late);
   * every state change that must survive a restart is in ``Outcome.records``, in order, with a
     strictly increasing ``seq`` (an engine built with ``records=False`` builds none: nothing
-    persists it, and the in-memory server saves ~1 us per record that way).
+    persists it, and the in-memory server saves building one record per change that way).
 
 Simultaneous events resolve as: timers fire first, then waiters are served (a job beats a
 timeout due at the same instant), then DEADLINE_SOON / TIMED_OUT go to those still waiting.
@@ -22,11 +22,9 @@ Waiters for a tube are served in arrival order; among tubes, the ready job with 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
-from stalkd.engine import commands as C
-from stalkd.engine.conn import Conn
+from stalkd.engine.connstate import ConnState
 from stalkd.engine.fastvalues import inserted as _inserted
 from stalkd.engine.fastvalues import make_record
 from stalkd.engine.fastvalues import reserved as _reserved
@@ -34,21 +32,32 @@ from stalkd.engine.heap import pack
 from stalkd.engine.job import URGENT_THRESHOLD, US, Job
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.queries import Queries
+from stalkd.engine.room import (
+    Handler,
+    Room,
+    find_deletable,
+    find_held,
+    find_kickable,
+    find_unreserved,
+    guarded,
+)
 from stalkd.engine.state import EngineError, Outcome
 from stalkd.engine.timers import Timers
 from stalkd.engine.tube import Tube, remove_swap_last
+from stalkd.protocol import commands as C
+from stalkd.protocol.grammar import COMMANDS
 
-__all__ = ["Engine", "EngineError", "Outcome", "make_record"]
+__all__ = ["Engine", "EngineError", "Outcome", "Room", "make_record"]
 
 READY, RESERVED, BURIED, DELAYED = JobState.READY, JobState.RESERVED, JobState.BURIED, JobState.DELAYED
 _NOT_FOUND = C.Reply("NOT_FOUND")
 # Replies without per-command values are immutable, so one instance each serves every command.
 _DELETED, _RELEASED, _BURIED, _TOUCHED = C.Reply("DELETED"), C.Reply("RELEASED"), C.Reply("BURIED"), C.Reply("TOUCHED")
 _KICKED, _PAUSED = C.Reply("KICKED"), C.Reply("PAUSED")
+KICK_STEP = 256  # jobs one engine step kicks (a delayed one costs tens of us); more go on in tick()
 _OP_PUT, _OP_DELETE, _OP_RESERVE = Op.PUT, Op.DELETE, Op.RESERVE
 _tuple_new = tuple.__new__
-# Commands that name a job and reply NOT_FOUND without it (``finds_job``).
-_JOB_COMMANDS = frozenset({C.Release, C.Bury, C.Touch, C.Delete, C.KickJob, C.ReserveJob})
+
 
 
 class Engine(Timers, Queries):
@@ -56,7 +65,7 @@ class Engine(Timers, Queries):
     container moves are ``state.py``, timers and the step frame ``timers.py``, read-only
     commands ``queries.py``.
 
-    >>> from stalkd.engine.commands import Put, Reserve, Delete
+    >>> from stalkd.protocol.commands import Put, Reserve, Delete
     >>> e = Engine(); e.connect(1, now=100.0)
     >>> e.apply(1, Put(0, 0, 60, b"hello"), 100.0).reply
     Reply(word='INSERTED', args=(1,))
@@ -71,24 +80,46 @@ class Engine(Timers, Queries):
         is then always empty and no Record is built; ``seq`` still counts the changes that would
         have been recorded (it orders buried FIFOs), so behaviour is otherwise identical.
 
-        >>> from stalkd.engine.commands import Put
+        >>> from stalkd.protocol.commands import Put
         >>> e = Engine(records=False); e.connect(1, 0.0)
         >>> e.apply(1, Put(0, 0, 60, b"x"), 0.0).records, e.seq
         ((), 1)
         """
         super().__init__(max_job_size, records)
-        self._handlers: dict[type, Callable[[Conn, Any], C.AnyReply | None]] = {
-            C.Put: self._put, C.Use: self._use, C.Reserve: self._reserve_cmd,
-            C.ReserveWithTimeout: self._reserve_cmd, C.ReserveJob: self._reserve_job,
-            C.Delete: self._delete, C.Release: self._release, C.Bury: self._bury,
-            C.Touch: self._touch, C.Watch: self._watch, C.Ignore: self._ignore,
-            C.Peek: self._peek, C.PeekReady: self._peek_ready, C.PeekDelayed: self._peek_delayed,
-            C.PeekBuried: self._peek_buried, C.Kick: self._kick, C.KickJob: self._kick_job,
-            C.StatsJob: self._stats_job, C.StatsTube: self._stats_tube, C.Stats: self._stats,
-            C.ListTubes: self._list_tubes, C.ListTubeUsed: self._list_tube_used,
-            C.ListTubesWatched: self._list_tubes_watched, C.Quit: self._quit,
-            C.PauseTube: self._pause_tube,
-        }  # fmt: skip
+        self._room: Room | None = None
+        # Dispatch derived from the command table: type -> (handler ``_<name>``, counter key).
+        self._plain: dict[object, tuple[Handler, str | None]] = {
+            s.build: (getattr(self, "_" + s.name.replace("-", "_")), s.counter) for s in COMMANDS
+        }
+        self._dispatch: dict[object, tuple[Handler, str | None]] = self._plain
+
+    @property
+    def room(self) -> Room | None:
+        """Where durable records get their WAL room; None (the default) never refuses.
+
+        With a room, each command the table marks with a WAL cost first runs its own job
+        look-up (the handler's, so NOT_FOUND wins as in beanstalkd, which looks the job up
+        before reserving log space), then asks the room, and a refusal changes nothing:
+        OUT_OF_MEMORY for put, bury and a delayed release, NOT_FOUND for kick-job, fewer jobs
+        kicked for kick. A release to ready is never refused: without room its record is left
+        out (beanstalkd never logs one; the job is back in ready after a restart anyway).
+
+        >>> from stalkd.protocol.commands import Put
+        >>> class Full:
+        ...     def put(self, body_len: int) -> bool: return False
+        ...     def updates(self, n: int) -> int: return 0
+        >>> e = Engine(); e.room = Full(); e.connect(1, 0.0)
+        >>> e.apply(1, Put(0, 0, 60, b"x"), 0.0).reply, len(e.jobs)
+        (Reply(word='OUT_OF_MEMORY', args=()), 0)
+        """
+        return self._room
+
+    @room.setter
+    def room(self, room: Room | None) -> None:
+        self._room = room
+        self._dispatch = self._plain if room is None else {
+            s.build: (guarded(self, s, self._plain[s.build][0]), s.counter) for s in COMMANDS
+        }
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -97,7 +128,7 @@ class Engine(Timers, Queries):
         if conn_id in self.conns:
             raise EngineError(f"connection {conn_id} is already connected")
         default = self._tube("default")
-        c = Conn(conn_id, default)
+        c = ConnState(conn_id, default)
         default.using += 1
         default.watching += 1
         self.conns[conn_id] = c
@@ -108,11 +139,14 @@ class Engine(Timers, Queries):
         c = self.conns.get(conn_id)
         if c is None:
             raise EngineError(f"connection {conn_id} is not connected")
-        if c.waiting:
-            raise EngineError(f"connection {conn_id} sent {type(cmd).__name__} while blocked in reserve")
-        handler = self._handlers.get(type(cmd))
-        if handler is None:
+        if c.waiting or c.kick is not None:
+            raise EngineError(f"connection {conn_id} sent {type(cmd).__name__} while blocked in reserve or kick")
+        entry = self._dispatch.get(type(cmd))
+        if entry is None:
             raise EngineError(f"connection {conn_id}: {cmd!r} is not an engine command")
+        handler, counter = entry
+        if counter is not None:
+            self.cmd[counter] += 1
         # _begin/_finish inlined: this runs once per command and is the engine's hottest frame.
         # The scratch lists are reused (their contents leave as tuples); leftovers of a command
         # that raised are dropped here, as _begin does.
@@ -157,6 +191,8 @@ class Engine(Timers, Queries):
             wakes.clear()
         else:
             wt = ()
+        if self._kicks:
+            k = nowus << 64  # a kick goes on: tick at once
         out: Outcome = _tuple_new(Outcome, (reply, rt, wt, None if k is None else (k >> 64) / US))
         return out
 
@@ -188,49 +224,12 @@ class Engine(Timers, Queries):
         """Drain mode (SIGUSR1): later puts reply DRAINING."""
         self.draining = on
 
-    def finds_job(self, conn_id: int, cmd: C.Command, now: float) -> bool:
-        """Whether ``apply(conn_id, cmd, now)`` would find the command's job, i.e. not reply
-        NOT_FOUND: the job exists; for release, bury and touch it is reserved by this
-        connection and its TTR has not ended by ``now``; for delete it is not reserved by
-        another connection whose TTR still runs; for kick-job it is buried, or delayed past
-        ``now``; for reserve-job it is not reserved by anyone. True for commands without a job.
-        Changes nothing, counters included.
-
-        A server reserving WAL room before a command asks this first, so that, as in beanstalkd
-        (which looks the job up before reserving log space), NOT_FOUND wins over OUT_OF_MEMORY
-        for a job the connection does not hold: reserve no room when it says False.
-
-        >>> from stalkd.engine.commands import Bury, Put, Reserve
-        >>> e = Engine(); e.connect(1, 0.0); e.connect(2, 0.0)
-        >>> _ = e.apply(1, Put(0, 0, 60, b"x"), 0.0); _ = e.apply(1, Reserve(), 0.0)
-        >>> e.finds_job(1, Bury(1, 0), 10.0), e.finds_job(2, Bury(1, 0), 10.0), e.finds_job(1, Bury(1, 0), 60.0)
-        (True, False, False)
-        """
-        kind = type(cmd)
-        if kind not in _JOB_COMMANDS:
-            return True
-        j = self.jobs.get(cmd.id)  # type: ignore[union-attr]
-        if j is None:
-            return False
-        nowus = round(now * US)
-        st = j.state
-        if kind is C.KickJob:
-            return st is BURIED or (st is DELAYED and j.deadline_us > nowus)
-        # A reservation whose TTR ends by ``now`` is gone once apply runs the timers.
-        held = st is RESERVED and j.deadline_us > nowus
-        if kind is C.Delete:
-            return not held or j.owner is self.conns.get(conn_id)
-        if kind is C.ReserveJob:
-            return not held
-        return held and j.owner is self.conns.get(conn_id)
-
     def iter_jobs(self) -> Iterator[Job]:
         return iter(self.jobs.values())
 
     # --- commands -----------------------------------------------------------------------------
 
-    def _put(self, c: Conn, cmd: C.Put) -> C.AnyReply:
-        self.cmd["cmd-put"] += 1
+    def _put(self, c: ConnState, cmd: C.Put) -> C.AnyReply:
         err = cmd.error
         body = cmd.body
         if err == "JOB_TOO_BIG" or len(body) > self.max_job_size:
@@ -266,8 +265,7 @@ class Engine(Timers, Queries):
             )
         return _inserted(jid)
 
-    def _use(self, c: Conn, cmd: C.Use) -> C.AnyReply:
-        self.cmd["cmd-use"] += 1
+    def _use(self, c: ConnState, cmd: C.Use) -> C.AnyReply:
         t = self._tube(cmd.tube)
         old = c.use
         t.using += 1
@@ -276,16 +274,14 @@ class Engine(Timers, Queries):
         self._maybe_drop_tube(old)
         return C.Reply("USING", (t.name,))
 
-    def _watch(self, c: Conn, cmd: C.Watch) -> C.AnyReply:
-        self.cmd["cmd-watch"] += 1
+    def _watch(self, c: ConnState, cmd: C.Watch) -> C.AnyReply:
         t = self._tube(cmd.tube)
         if t not in c.watch:
             c.watch.append(t)
             t.watching += 1
         return C.Reply("WATCHING", (len(c.watch),))
 
-    def _ignore(self, c: Conn, cmd: C.Ignore) -> C.AnyReply:
-        self.cmd["cmd-ignore"] += 1
+    def _ignore(self, c: ConnState, cmd: C.Ignore) -> C.AnyReply:
         for i, t in enumerate(c.watch):
             if t.name == cmd.tube:
                 if len(c.watch) < 2:
@@ -296,13 +292,8 @@ class Engine(Timers, Queries):
                 break
         return C.Reply("WATCHING", (len(c.watch),))
 
-    def _reserve_cmd(self, c: Conn, cmd: C.Reserve | C.ReserveWithTimeout) -> C.AnyReply | None:
-        timeout = None
-        if type(cmd) is C.ReserveWithTimeout:
-            self.cmd["cmd-reserve-with-timeout"] += 1
-            timeout = cmd.timeout
-        else:
-            self.cmd["cmd-reserve"] += 1
+    def _reserve(self, c: ConnState, cmd: C.Reserve | C.ReserveWithTimeout) -> C.AnyReply | None:
+        timeout = cmd.timeout if type(cmd) is C.ReserveWithTimeout else None
         c.worker = True
         # Fast path: an unpaused watched tube with a ready job has no waiters (invariant), so
         # the best such job goes straight to this connection.
@@ -333,20 +324,20 @@ class Engine(Timers, Queries):
         self._retime_conn(c)
         return None
 
-    def _reserve_job(self, c: Conn, cmd: C.ReserveJob) -> C.AnyReply:
-        self.cmd["cmd-reserve-job"] += 1
-        j = self.jobs.get(cmd.id)
-        if j is None or j.state is RESERVED:
+    _reserve_with_timeout = _reserve
+
+    def _reserve_job(self, c: ConnState, cmd: C.ReserveJob) -> C.AnyReply:
+        j = find_unreserved(self.jobs, c, cmd.id)
+        if j is None:
             return _NOT_FOUND
         c.worker = True  # as beanstalkd: a reserve-job that finds nothing does not make a worker
         self._detach(j)
         self._give(c, j)
         return C.JobReply("RESERVED", j.id, j.body)
 
-    def _delete(self, c: Conn, cmd: C.Delete) -> C.AnyReply:
-        self.cmd["cmd-delete"] += 1
-        j = self.jobs.get(cmd.id)
-        if j is None or (j.state is RESERVED and j.owner is not c):
+    def _delete(self, c: ConnState, cmd: C.Delete) -> C.AnyReply:
+        j = find_deletable(self.jobs, c, cmd.id)
+        if j is None:
             return _NOT_FOUND
         self._detach(j)
         del self.jobs[j.id]
@@ -358,9 +349,8 @@ class Engine(Timers, Queries):
             self._maybe_drop_tube(t)
         return _DELETED
 
-    def _release(self, c: Conn, cmd: C.Release) -> C.AnyReply:
-        self.cmd["cmd-release"] += 1
-        j = self._owned(c, cmd.id)
+    def _release(self, c: ConnState, cmd: C.Release) -> C.AnyReply:
+        j = find_held(self.jobs, c, cmd.id)
         if j is None:
             return _NOT_FOUND
         self._detach(j)
@@ -374,9 +364,8 @@ class Engine(Timers, Queries):
         self._rec_fields(Op.RELEASE, j.id, pri=j.pri, delay=j.delay, deadline_us=j.deadline_us)
         return _RELEASED
 
-    def _bury(self, c: Conn, cmd: C.Bury) -> C.AnyReply:
-        self.cmd["cmd-bury"] += 1
-        j = self._owned(c, cmd.id)
+    def _bury(self, c: ConnState, cmd: C.Bury) -> C.AnyReply:
+        j = find_held(self.jobs, c, cmd.id)
         if j is None:
             return _NOT_FOUND
         self._detach(j)
@@ -386,9 +375,8 @@ class Engine(Timers, Queries):
         self._to_buried(j, self.seq)
         return _BURIED
 
-    def _touch(self, c: Conn, cmd: C.Touch) -> C.AnyReply:
-        self.cmd["cmd-touch"] += 1
-        j = self._owned(c, cmd.id)
+    def _touch(self, c: ConnState, cmd: C.Touch) -> C.AnyReply:
+        j = find_held(self.jobs, c, cmd.id)
         if j is None:
             return _NOT_FOUND
         j.deadline_us = self._now + j.ttr * US
@@ -403,34 +391,61 @@ class Engine(Timers, Queries):
         self._to_ready(j)
         self._rec(Op.KICK, j.id)
 
-    def _kick(self, c: Conn, cmd: C.Kick) -> C.AnyReply:
-        self.cmd["cmd-kick"] += 1
+    def _kick(self, c: ConnState, cmd: C.Kick) -> C.AnyReply | None:
+        # beanstalkd: any buried job means only buried jobs are kicked (oldest first), else
+        # delayed ones (soonest deadline first). At most KICK_STEP jobs a step: a longer kick
+        # goes on in tick() and its reply comes as a wakeup, so no step grows with the jobs.
         t = c.use
-        n = 0
-        if t.buried:  # beanstalkd: any buried job means only buried jobs are kicked, oldest first
-            while n < cmd.bound and t.buried:
-                self._kick_one(next(iter(t.buried.values())))
-                n += 1
-        else:  # soonest deadline first
-            while n < cmd.bound and (j := t.delayed.peek()) is not None:
-                self._kick_one(j)
-                n += 1
+        c.kick = [t, bool(t.buried), cmd.bound, 0]
+        if self._kick_step(c):
+            return self._kicked(c)
+        self._kicks.append(c)
+        return None
+
+    def _kicked(self, c: ConnState) -> C.AnyReply:
+        assert c.kick is not None
+        n = c.kick[3]
+        c.kick = None
         return C.Reply("KICKED", (n,))
 
-    def _kick_job(self, c: Conn, cmd: C.KickJob) -> C.AnyReply:
-        self.cmd["cmd-kick-job"] += 1
-        j = self.jobs.get(cmd.id)
-        if j is None or j.state not in (BURIED, DELAYED):
+    def _kick_step(self, c: ConnState) -> bool:
+        """Kick up to KICK_STEP more jobs of ``c``'s kick; True when the kick is over."""
+        assert c.kick is not None
+        t, buried, left, done = c.kick
+        jobs = t.buried if buried else t.delayed
+        want = min(left, KICK_STEP, len(jobs))
+        room = self._room
+        n = want if room is None or not want else room.updates(want)
+        if buried:
+            for _ in range(n):
+                self._kick_one(next(iter(t.buried.values())))
+        else:
+            delayed = t.delayed
+            for _ in range(n):
+                self._kick_one(delayed.peek())
+        left -= n
+        c.kick = [t, buried, left, done + n]
+        return n < KICK_STEP or not left or not jobs
+
+    def _kick_more(self) -> None:
+        c = self._kicks.popleft()
+        if self._kick_step(c):
+            self._wake(c, self._kicked(c))
+        else:
+            self._kicks.append(c)
+
+    def _kick_job(self, c: ConnState, cmd: C.KickJob) -> C.AnyReply:
+        j = find_kickable(self.jobs, c, cmd.id)
+        if j is None:
             return _NOT_FOUND
         self._kick_one(j)
         return _KICKED
 
-    def _quit(self, c: Conn, cmd: C.Quit) -> C.AnyReply:
+    def _quit(self, c: ConnState, cmd: C.Quit) -> C.AnyReply:
         self._drop_conn(c)
         return C.Close()
 
-    def _pause_tube(self, c: Conn, cmd: C.PauseTube) -> C.AnyReply:
-        self.cmd["cmd-pause-tube"] += 1
+    def _pause_tube(self, c: ConnState, cmd: C.PauseTube) -> C.AnyReply:
         t = self.tubes.get(cmd.tube)
         if t is None:
             return _NOT_FOUND

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from stalkd.engine import commands as C
 from stalkd.engine.job import Job
 from stalkd.engine.model import JobState, Op, Record
+from stalkd.protocol import commands as C
 
 __all__ = ["inserted", "make_record", "reserved"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from stalkd.engine.model import JobState
 
 if TYPE_CHECKING:
-    from stalkd.engine.conn import Conn
+    from stalkd.engine.connstate import ConnState
     from stalkd.engine.tube import Tube
 
 __all__ = ["Job", "URGENT_THRESHOLD", "time_left"]
@@ -63,7 +63,7 @@ class Job:
         self.buries = 0
         self.kicks = 0
         self.hpos = -1
-        self.owner: Conn | None = None
+        self.owner: ConnState | None = None
 
     def __repr__(self) -> str:
         return f"Job(id={self.id}, tube={self.tube.name!r}, state={self.state.name}, pri={self.pri})"

@@ -84,7 +84,7 @@ def capture_order(e: Engine) -> list[Job]:
     Loading a snapshot written in this order while nothing moved needs no heap reordering.
     Only list copies (C speed): it runs on the loop thread when a snapshot begins.
 
-    >>> from stalkd.engine.commands import Put
+    >>> from stalkd.protocol.commands import Put
     >>> from stalkd.engine.engine import Engine
     >>> e = Engine(); e.connect(1, 0.0)
     >>> for pri in (5, 1, 3): _ = e.apply(1, Put(pri, 0, 60, b""), 0.0)

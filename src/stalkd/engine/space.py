@@ -7,8 +7,8 @@ directory (``stalkd.log.active.make_spare``). The log renames a spare into place
 a segment, so the room a spare holds is never handed back to the file system, where another
 process could take it, on its way to becoming a segment.
 
-Order of checks (as beanstalkd): a caller asks ``Engine.finds_job`` before ``admit``, and
-reserves no room for a command that will reply NOT_FOUND, so a bury or delayed release of a
+Order of checks (as beanstalkd): the engine runs a command's job look-up before it asks for
+room (``Engine.room``, engine/room.py), and reserves none for a command that replies NOT_FOUND, so a bury or delayed release of a
 job the connection does not hold gets NOT_FOUND, not OUT_OF_MEMORY, on a full disk.
 
 Ensures: ``promised`` (bytes owed to durable records queued but not yet written, plus one

@@ -14,16 +14,17 @@ a tube is freed exactly when beanstalkd would (no jobs, users or watchers; never
 
 from __future__ import annotations
 
+from collections import deque
 from typing import NamedTuple
 
-from stalkd.engine import commands as C
-from stalkd.engine import stats as S
-from stalkd.engine.conn import Conn
+from stalkd.engine.connstate import ConnState
 from stalkd.engine.fastvalues import make_record
 from stalkd.engine.heap import IndexedHeap, pack
 from stalkd.engine.job import URGENT_THRESHOLD, US, Job
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.tube import Tube, remove_swap_last
+from stalkd.protocol import commands as C
+from stalkd.protocol.grammar import COUNTERS
 
 __all__ = ["EngineError", "EngineState", "Outcome"]
 
@@ -58,25 +59,26 @@ class EngineState:
         self.jobs: dict[int, Job] = {}
         self.tubes: dict[str, Tube] = {}
         self.tube_order: list[Tube] = []
-        self.conns: dict[int, Conn] = {}
+        self.conns: dict[int, ConnState] = {}
         self.next_id = 1
         self.seq = 0  # last record sequence number handed out
         self.draining = False
-        self.cmd: dict[str, int] = dict.fromkeys(S.CMD_KEYS, 0)
+        self.cmd: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self.job_timeouts = 0
         self.total_jobs = 0
         self.total_connections = 0
         self.body_bytes = 0  # sum of live job bodies (the WAL sizes its compaction by it)
         self._tube_serial = 0
         self._wait_serial = 0
+        self._kicks: deque[ConnState] = deque()  # connections whose kick goes on in tick()
         self._tube_timers: IndexedHeap[Tube] = IndexedHeap()
-        self._conn_timers: IndexedHeap[Conn] = IndexedHeap()
+        self._conn_timers: IndexedHeap[ConnState] = IndexedHeap()
         # per-step scratch
         self._now = 0
         self._records: list[Record] = []
         self._wakeups: list[tuple[int, C.AnyReply]] = []
         self._dirty: set[Tube] = set()
-        self._caller: Conn | None = None
+        self._caller: ConnState | None = None
         self._own: C.AnyReply | None = None
         self._tube("default")
 
@@ -96,7 +98,7 @@ class EngineState:
                 make_record(op, self.seq, self._now, job_id, tube, pri, delay, ttr, deadline_us, body, created_us)
             )
 
-    def _wake(self, c: Conn, reply: C.AnyReply) -> None:
+    def _wake(self, c: ConnState, reply: C.AnyReply) -> None:
         if c is self._caller:
             self._own = reply
         else:
@@ -114,8 +116,8 @@ class EngineState:
         else:
             self._tube_timers.push(pack(when, t.serial), t)
 
-    def _retime_conn(self, c: Conn) -> None:
-        # the common case, Conn.timer_us() inlined: not waiting, one or more jobs reserved
+    def _retime_conn(self, c: ConnState) -> None:
+        # the common case, ConnState.timer_us() inlined: not waiting, one or more jobs reserved
         if not c.waiting:
             items = c.reserved._items
             if items:
@@ -201,7 +203,7 @@ class EngineState:
             t.reserved -= 1
             self._retime_conn(c)
 
-    def _give(self, c: Conn, j: Job) -> None:
+    def _give(self, c: ConnState, j: Job) -> None:
         """Reserve a detached job for ``c``."""
         j.state = RESERVED
         j.owner = c
@@ -212,15 +214,18 @@ class EngineState:
         self._rec(_OP_RESERVE, j.id)
         self._retime_conn(c)
 
-    def _stop_waiting(self, c: Conn) -> None:
+    def _stop_waiting(self, c: ConnState) -> None:
         c.waiting = False
         c.wait_until_us = None
         for t in c.watch:
             t.waiting.pop(c.id, None)
 
-    def _drop_conn(self, c: Conn) -> None:
+    def _drop_conn(self, c: ConnState) -> None:
         if c.waiting:
             self._stop_waiting(c)
+        if c.kick is not None:
+            c.kick = None
+            self._kicks.remove(c)
         while c.reserved:
             j = c.reserved.pop()
             j.owner = None
@@ -234,9 +239,3 @@ class EngineState:
         for t in c.watch:
             t.watching -= 1
             self._maybe_drop_tube(t)
-
-    def _owned(self, c: Conn, job_id: int) -> Job | None:
-        j = self.jobs.get(job_id)
-        if j is None or j.state is not RESERVED or j.owner is not c:
-            return None
-        return j

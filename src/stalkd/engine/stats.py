@@ -8,25 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stalkd.engine.commands import YamlDict
 from stalkd.engine.job import US, Job, time_left
 from stalkd.engine.model import JobState
+from stalkd.protocol.commands import YamlDict
+from stalkd.protocol.grammar import REPORTED_COUNTERS
 
 if TYPE_CHECKING:
     from stalkd.engine.state import EngineState
     from stalkd.engine.tube import Tube
 
-__all__ = ["CMD_KEYS", "REPORTED_CMD_KEYS", "stats", "stats_job", "stats_tube"]
-
-REPORTED_CMD_KEYS = (
-    "cmd-put", "cmd-peek", "cmd-peek-ready", "cmd-peek-delayed", "cmd-peek-buried",
-    "cmd-reserve", "cmd-reserve-with-timeout", "cmd-delete", "cmd-release", "cmd-use",
-    "cmd-watch", "cmd-ignore", "cmd-bury", "cmd-kick", "cmd-touch", "cmd-stats",
-    "cmd-stats-job", "cmd-stats-tube", "cmd-list-tubes", "cmd-list-tube-used",
-    "cmd-list-tubes-watched", "cmd-pause-tube",
-)  # fmt: skip
-# beanstalkd counts these too but never reports them
-CMD_KEYS = REPORTED_CMD_KEYS + ("cmd-reserve-job", "cmd-kick-job")
+__all__ = ["stats", "stats_job", "stats_tube"]
 
 _STATE_NAMES = {
     JobState.READY: "ready",
@@ -101,7 +92,7 @@ def stats(e: EngineState) -> YamlDict:
         "current-jobs-delayed": sum(len(t.delayed) for t in tubes),
         "current-jobs-buried": sum(len(t.buried) for t in tubes),
     }
-    for k in REPORTED_CMD_KEYS:
+    for k in REPORTED_COUNTERS:
         values[k] = e.cmd[k]
     values.update(
         {

@@ -14,12 +14,12 @@ TIMED_OUT for those still waiting.
 
 from __future__ import annotations
 
-from stalkd.engine import commands as C
-from stalkd.engine.conn import Conn
+from stalkd.engine.connstate import ConnState
 from stalkd.engine.job import URGENT_THRESHOLD, US
 from stalkd.engine.model import Op
 from stalkd.engine.state import EngineState, Outcome
 from stalkd.engine.tube import Tube
+from stalkd.protocol import commands as C
 
 __all__ = ["Timers"]
 
@@ -28,12 +28,20 @@ class Timers(EngineState):
     """The step frame and the timers (mixed into ``Engine``)."""
 
     def tick(self, now: float) -> Outcome:
-        """Run every timer due at ``now``; ``next_deadline`` says when to call again."""
+        """Run every timer due at ``now`` and one step of a kick in progress; ``next_deadline``
+        says when to call again (``now`` while a kick goes on)."""
         self._begin(now, None)
+        if self._kicks:
+            self._kick_more()
         return self._finish(None)
+
+    def _kick_more(self) -> None:
+        raise NotImplementedError  # Engine's
 
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
+        if self._kicks:
+            return self._now / US  # a kick goes on: call tick again at once
         a = self._tube_timers._keys
         b = self._conn_timers._keys
         if a:
@@ -46,7 +54,7 @@ class Timers(EngineState):
 
     # --- step plumbing ------------------------------------------------------------------------
 
-    def _begin(self, now: float, caller: Conn | None) -> None:
+    def _begin(self, now: float, caller: ConnState | None) -> None:
         self._now = round(now * US)
         self._records = []
         self._wakeups = []
@@ -80,7 +88,7 @@ class Timers(EngineState):
                     self._dirty.add(t)
             self._retime_tube(t)
             tkeys = th._keys
-        due: list[Conn] = []
+        due: list[ConnState] = []
         ch = self._conn_timers
         ckeys = ch._keys
         while ckeys and ckeys[0] >> 64 <= now:

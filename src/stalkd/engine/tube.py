@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 from stalkd.engine.heap import IndexedHeap
 
 if TYPE_CHECKING:
-    from stalkd.engine.conn import Conn
+    from stalkd.engine.connstate import ConnState
     from stalkd.engine.job import Job
 
 __all__ = ["Tube", "remove_swap_last"]
@@ -42,7 +42,7 @@ class Tube:
         self.ready: IndexedHeap[Job] = IndexedHeap()
         self.delayed: IndexedHeap[Job] = IndexedHeap()
         self.buried: OrderedDict[int, Job] = OrderedDict()
-        self.waiting: OrderedDict[int, Conn] = OrderedDict()
+        self.waiting: OrderedDict[int, ConnState] = OrderedDict()
         self.pause_until_us = 0  # paused while now < pause_until_us
         self.pause_secs = 0
         self.using = 0

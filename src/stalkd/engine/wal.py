@@ -81,7 +81,7 @@ class Wal(Compaction):
     """Persistence for one engine.
 
     >>> import tempfile
-    >>> from stalkd.engine.commands import Put
+    >>> from stalkd.protocol.commands import Put
     >>> d = tempfile.mkdtemp()
     >>> with Wal.open(d, durability="never") as wal:
     ...     eng, info = wal.recover(now=100.0)
@@ -93,6 +93,8 @@ class Wal(Compaction):
     >>> sorted(eng.jobs), info.records_replayed
     ([1], 1)
     """
+
+    persistent = True  # the server's Storage: records survive a restart
 
     def __init__(
         self,

@@ -1,11 +1,11 @@
 """stalkd.protocol: the beanstalkd wire protocol, sans-I/O.
 
-``Parser`` turns received bytes into command values (``stalkd.engine.commands``), error replies
+``Parser`` turns received bytes into command values (``stalkd.protocol.commands``), error replies
 or ``NEED_DATA``; ``encode_reply`` turns reply values into exact wire bytes. The command grammar
 is one table (``grammar.COMMANDS``); YAML key orders and quoting live in ``stats``.
 
 Example:
-    >>> from stalkd.engine.commands import Reply
+    >>> from stalkd.protocol.commands import Reply
     >>> p = Parser()
     >>> p.feed(b"watch emails\\r\\n")
     >>> p.next()

@@ -1,8 +1,10 @@
-"""The beanstalkd command grammar as one table: prefix, argument grammar, body flag, builder.
+"""The beanstalkd command set as one table: grammar, counter, job look-up and WAL cost.
 
 Ensures: ``COMMANDS`` lists every command in beanstalkd's matching order (``which_cmd`` in
-prot.c): a line is the command of the *first* entry whose prefix it starts with. The parser
-compiles this table once; nothing else in stalkd spells a command name or an argument rule.
+prot.c): a line is the command of the *first* entry whose prefix it starts with. Everything
+else is derived from it at import time: the parser's fast tables, the engine's dispatch (the
+handler ``_<name>``, its counter, its job look-up and WAL admission), and the ``cmd-*`` keys
+of ``stats``. Nothing else in stalkd spells a command name or an argument rule.
 
 Argument kinds (what beanstalkd 1.13 does in ``read_u32``/``read_u64``/``strtoul``, kept
 exactly, quirks included, because clients and their test suites depend on them):
@@ -35,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from stalkd.engine.commands import (
+from stalkd.protocol.commands import (
     Bury,
     Command,
     Delete,
@@ -65,7 +67,8 @@ from stalkd.engine.commands import (
 )
 
 __all__ = [
-    "ArgKind", "Arg", "CommandSpec", "COMMANDS", "SPECS_BY_NAME", "NAME_CHARS",
+    "ArgKind", "Arg", "CommandSpec", "COMMANDS", "SPECS_BY_NAME", "NAME_CHARS", "JobLookup",
+    "WalCost", "COUNTERS", "REPORTED_COUNTERS",
     "LINE_MAX", "TUBE_NAME_MAX", "U32_MAX", "U64_MAX", "TIMEOUT_MAX", "DEFAULT_MAX_JOB_SIZE",
     "MAX_JOB_SIZE_LIMIT", "is_valid_tube",
 ]  # fmt: skip
@@ -82,6 +85,13 @@ MAX_JOB_SIZE_LIMIT = 2**30
 """beanstalkd clamps ``-z`` to 1 GiB; so does stalkd."""
 
 ArgKind = Literal["u32", "u64", "timeout", "count", "tube", "name"]
+JobLookup = Literal["held", "deletable", "unreserved", "kickable"]
+"""How a command finds its job (NOT_FOUND otherwise): ``held`` reserved by this connection;
+``deletable`` not reserved by another one; ``unreserved`` not reserved; ``kickable`` buried or
+delayed."""
+WalCost = Literal["put", "update", "updates"]
+"""The durable records a command may write, so room is promised before it runs: one put
+record, one short update record, or up to ``bound`` short update records (kick)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,56 +113,85 @@ class CommandSpec:
     ``exact``: the line must equal the prefix (argument-less commands; ``reservex`` and
     ``stats `` are BAD_FORMAT). ``loose``: anything may follow the prefix (``quitx`` quits).
     ``body``: a ``<bytes>`` argument announces a body (``put``).
+    ``stat``: position of the ``cmd-<name>`` counter in beanstalkd's ``stats`` output; 0 for
+    a counter beanstalkd keeps but never reports, None for no counter (``quit``).
+    ``job``: the look-up that answers NOT_FOUND (see ``JobLookup``); ``wal``: the durable
+    records it may write (see ``WalCost``).
 
     >>> [s.name for s in COMMANDS if s.exact][:3]
     ['peek-ready', 'peek-delayed', 'peek-buried']
+    >>> SPECS_BY_NAME["bury"].job, SPECS_BY_NAME["bury"].wal
+    ('held', 'update')
     """
 
     name: str
     prefix: bytes
     args: tuple[Arg, ...]
     build: Callable[..., Command]
+    stat: int | None
+    job: JobLookup | None = None
+    wal: WalCost | None = None
     body: bool = False
     exact: bool = False
     loose: bool = False
 
+    @property
+    def counter(self) -> str | None:
+        """The key of this command's counter (``cmd-put``), None for none."""
+        return None if self.stat is None else "cmd-" + self.name
 
-def _spec(name: str, prefix: str, grammar: str, build: Callable[..., Any], **kw: bool) -> CommandSpec:
+
+def _spec(
+    name: str, prefix: str, grammar: str, build: Callable[..., Any], stat: int | None,
+    job: JobLookup | None = None, wal: WalCost | None = None, **kw: bool,
+) -> CommandSpec:  # fmt: skip
     """``grammar`` is ``"field:kind field:kind"``, e.g. ``"id:u64 pri:u32"``."""
     args = tuple(Arg(f, cast(ArgKind, k)) for f, k in (a.split(":") for a in grammar.split()))
-    return CommandSpec(name, prefix.encode(), args, build, **kw)
+    return CommandSpec(name, prefix.encode(), args, build, stat, job, wal, **kw)
 
 
 # Order matters: beanstalkd tests prefixes in exactly this order.
+# name, prefix, arguments, value, stats position, job look-up, WAL cost, flags
 COMMANDS: tuple[CommandSpec, ...] = (
-    _spec("put", "put ", "pri:u32 delay:u32 ttr:u32 bytes:u32", Put, body=True),
-    _spec("peek", "peek ", "id:u64", Peek),
-    _spec("peek-ready", "peek-ready", "", PeekReady, exact=True),
-    _spec("peek-delayed", "peek-delayed", "", PeekDelayed, exact=True),
-    _spec("peek-buried", "peek-buried", "", PeekBuried, exact=True),
-    _spec("reserve-with-timeout", "reserve-with-timeout ", "timeout:timeout", ReserveWithTimeout),
-    _spec("reserve-job", "reserve-job ", "id:u64", ReserveJob),
-    _spec("reserve", "reserve", "", Reserve, exact=True),
-    _spec("delete", "delete ", "id:u64", Delete),
-    _spec("release", "release ", "id:u64 pri:u32 delay:u32", Release),
-    _spec("bury", "bury ", "id:u64 pri:u32", Bury),
-    _spec("kick", "kick ", "bound:count", Kick),
-    _spec("kick-job", "kick-job ", "id:u64", KickJob),
-    _spec("touch", "touch ", "id:u64", Touch),
-    _spec("stats-job", "stats-job ", "id:u64", StatsJob),
-    _spec("stats-tube", "stats-tube ", "tube:tube", StatsTube),
-    _spec("stats", "stats", "", Stats, exact=True),
-    _spec("use", "use ", "tube:tube", Use),
-    _spec("watch", "watch ", "tube:tube", Watch),
-    _spec("ignore", "ignore ", "tube:tube", Ignore),
-    _spec("list-tubes-watched", "list-tubes-watched", "", ListTubesWatched, exact=True),
-    _spec("list-tube-used", "list-tube-used", "", ListTubeUsed, exact=True),
-    _spec("list-tubes", "list-tubes", "", ListTubes, exact=True),
-    _spec("quit", "quit", "", Quit, loose=True),
-    _spec("pause-tube", "pause-tube", "tube:name delay:u32", PauseTube),
+    _spec("put", "put ", "pri:u32 delay:u32 ttr:u32 bytes:u32", Put, 1, None, "put", body=True),
+    _spec("peek", "peek ", "id:u64", Peek, 2),
+    _spec("peek-ready", "peek-ready", "", PeekReady, 3, exact=True),
+    _spec("peek-delayed", "peek-delayed", "", PeekDelayed, 4, exact=True),
+    _spec("peek-buried", "peek-buried", "", PeekBuried, 5, exact=True),
+    _spec("reserve-with-timeout", "reserve-with-timeout ", "timeout:timeout", ReserveWithTimeout, 7),
+    _spec("reserve-job", "reserve-job ", "id:u64", ReserveJob, 0, "unreserved"),
+    _spec("reserve", "reserve", "", Reserve, 6, exact=True),
+    _spec("delete", "delete ", "id:u64", Delete, 8, "deletable"),
+    _spec("release", "release ", "id:u64 pri:u32 delay:u32", Release, 9, "held", "update"),
+    _spec("bury", "bury ", "id:u64 pri:u32", Bury, 13, "held", "update"),
+    _spec("kick", "kick ", "bound:count", Kick, 14, None, "updates"),
+    _spec("kick-job", "kick-job ", "id:u64", KickJob, 0, "kickable", "update"),
+    _spec("touch", "touch ", "id:u64", Touch, 15, "held"),
+    _spec("stats-job", "stats-job ", "id:u64", StatsJob, 17),
+    _spec("stats-tube", "stats-tube ", "tube:tube", StatsTube, 18),
+    _spec("stats", "stats", "", Stats, 16, exact=True),
+    _spec("use", "use ", "tube:tube", Use, 10),
+    _spec("watch", "watch ", "tube:tube", Watch, 11),
+    _spec("ignore", "ignore ", "tube:tube", Ignore, 12),
+    _spec("list-tubes-watched", "list-tubes-watched", "", ListTubesWatched, 21, exact=True),
+    _spec("list-tube-used", "list-tube-used", "", ListTubeUsed, 20, exact=True),
+    _spec("list-tubes", "list-tubes", "", ListTubes, 19, exact=True),
+    _spec("quit", "quit", "", Quit, None, loose=True),
+    _spec("pause-tube", "pause-tube", "tube:name delay:u32", PauseTube, 22),
 )
 
 SPECS_BY_NAME: dict[str, CommandSpec] = {s.name: s for s in COMMANDS}
+
+COUNTERS: tuple[str, ...] = tuple(s.counter for s in COMMANDS if s.counter is not None)
+"""Every per-command counter the engine keeps (beanstalkd's ``op_ct``)."""
+REPORTED_COUNTERS: tuple[str, ...] = tuple(
+    s.counter for s in sorted(COMMANDS, key=lambda s: s.stat or 0) if s.stat and s.counter
+)
+"""The counters ``stats`` reports, in beanstalkd's order.
+
+>>> REPORTED_COUNTERS[:3], len(REPORTED_COUNTERS)
+(('cmd-put', 'cmd-peek', 'cmd-peek-ready'), 22)
+"""
 
 _NAME_SET = frozenset(NAME_CHARS)
 

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from stalkd.engine.commands import Command, Put, Reply
+from stalkd.protocol.commands import Command, Put, Reply
 from stalkd.protocol.grammar import (
     COMMANDS,
     DEFAULT_MAX_JOB_SIZE,
@@ -156,8 +156,8 @@ def _compile(spec: CommandSpec) -> _Parse:
 
 
 def _put_maker() -> Callable[[int, int, int, bytes], Put]:
-    """A constructor for ``Put`` values that skips the frozen dataclass ``__init__`` (half its
-    cost, measured in bench/protocol_bench.py) by setting the slots directly. Used only while
+    """A constructor for ``Put`` values that skips the frozen dataclass ``__init__`` (the
+    parser's largest per-put cost, see bench/protocol_bench.py) by setting the slots directly. Used only while
     ``Put`` is exactly the plain five-slot dataclass this was written for."""
     names = tuple(f.name for f in dataclasses.fields(Put))
     plain = (names == ("pri", "delay", "ttr", "body", "error") and hasattr(Put, "__slots__")
@@ -229,8 +229,13 @@ def _slot_maker(build: Callable[..., Command]) -> Callable[..., Command]:
 
     return make3
 
-_PUT_RX = re.compile(rb" *+([0-9]++) *+([0-9]++) *+([0-9]++) *+([0-9]++)")
-_PUT_PREFIX = b"put "
+# The body command (put) from the table: its line is "<head> <u32> <u32> <u32> <bytes>".
+_BODY_SPEC = next(s for s in COMMANDS if s.body)
+assert len(_BODY_SPEC.args) == 4 and all(a.kind == "u32" for a in _BODY_SPEC.args)
+_PUT_PREFIX = _BODY_SPEC.prefix
+_PUT_HEAD = _PUT_PREFIX[:-1]
+_PUT_PARTS = len(_BODY_SPEC.args) + 1
+_PUT_RX = re.compile(_DIGITS * len(_BODY_SPEC.args))
 
 # Fast lookups equivalent to the ordered prefix scan (tests/protocol checks the equivalence):
 # a line "<head> <rest>" whose "<head> " is a table prefix, or a line equal to an exact prefix,
@@ -426,9 +431,9 @@ class Parser:
                     only = _EXACT.get(line)
                     if only is not None:
                         return only
-                elif n == 5:
+                elif n == _PUT_PARTS:
                     head, a, b, c, d = parts
-                    if head == b"put" and a.isdigit() and b.isdigit() and c.isdigit() and d.isdigit():
+                    if head == _PUT_HEAD and a.isdigit() and b.isdigit() and c.isdigit() and d.isdigit():
                         # Short digit strings (<= 9 digits: within u32) whose body is already
                         # buffered: the common pipelined put, handled here; the rest as before.
                         size = int(d)
@@ -524,7 +529,7 @@ class Parser:
         if b"\0" in line:
             return BAD_FORMAT
         if line.startswith(_PUT_PREFIX):
-            return self._put_line(line[4:])
+            return self._put_line(line[len(_PUT_PREFIX) :])
         sp = line.find(b" ")
         if sp > 0:
             parse = _SPACED.get(line[:sp])

@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from stalkd.engine.commands import AnyReply, Close, JobReply, Reply, YamlDict, YamlList
+from stalkd.protocol.commands import AnyReply, Close, JobReply, Reply, YamlDict, YamlList
 from stalkd.protocol.stats import encode_yaml_dict, encode_yaml_list
 
 __all__ = ["encode_reply", "encode_reply_parts", "encode_line"]

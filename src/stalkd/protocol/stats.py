@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
+from stalkd.protocol.grammar import REPORTED_COUNTERS
+
 __all__ = [
     "STATS_KEYS", "STATS_JOB_KEYS", "STATS_TUBE_KEYS", "QUOTED", "KEYS",
     "encode_yaml_dict", "encode_yaml_list", "format_value",
@@ -39,11 +41,7 @@ STATS_TUBE_KEYS: tuple[str, ...] = (
 STATS_KEYS: tuple[str, ...] = (
     "current-jobs-urgent", "current-jobs-ready", "current-jobs-reserved",
     "current-jobs-delayed", "current-jobs-buried",
-    "cmd-put", "cmd-peek", "cmd-peek-ready", "cmd-peek-delayed", "cmd-peek-buried",
-    "cmd-reserve", "cmd-reserve-with-timeout", "cmd-delete", "cmd-release", "cmd-use",
-    "cmd-watch", "cmd-ignore", "cmd-bury", "cmd-kick", "cmd-touch", "cmd-stats",
-    "cmd-stats-job", "cmd-stats-tube", "cmd-list-tubes", "cmd-list-tube-used",
-    "cmd-list-tubes-watched", "cmd-pause-tube",
+    *REPORTED_COUNTERS,
     "job-timeouts", "total-jobs", "max-job-size", "current-tubes", "current-connections",
     "current-producers", "current-workers", "current-waiting", "total-connections",
     "pid", "version", "rusage-utime", "rusage-stime", "uptime",

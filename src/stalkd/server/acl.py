@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from stalkd.engine import commands as C
-from stalkd.engine.commands import Reply
+from stalkd.protocol import commands as C
+from stalkd.protocol.commands import Reply
 
 __all__ = ["Acl", "Rules", "ConnPolicy", "AclError", "load_acl", "DENIED"]
 

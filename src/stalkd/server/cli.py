@@ -27,7 +27,8 @@ EXIT_CONFIG = 1  # a TLS or ACL file cannot be used
 
 
 def _become(user: str) -> str | None:
-    """``-u USER``: drop to that user and its group. Returns an error message, or None."""
+    """``-u USER``: drop to that user, its group and its supplementary groups. Returns an error
+    message, or None."""
     import pwd
 
     try:
@@ -35,10 +36,11 @@ def _become(user: str) -> str | None:
     except KeyError:
         return f"getpwnam(\"{user}\"): no such user"
     try:
+        os.initgroups(user, pw.pw_gid)
         os.setgid(pw.pw_gid)
         os.setuid(pw.pw_uid)
     except OSError as e:
-        return f"cannot become user {user}: {e.strerror}"
+        return f"cannot become user {user}: {e.strerror} (-u needs stalkd started as root)"
     return None
 
 
@@ -71,14 +73,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ListenError as e:
         sys.stderr.write(f"stalkd: {e}\n")
         return EXIT_LISTEN
+    # Heavy imports only now that we listen, and before -u drops privileges: the new user may
+    # be unable to read the Python installation (a pyenv under /root, say).
+    from stalkd.server.serve import preload, run
+
+    preload(cfg)
     if cfg.user is not None:
         err = _become(cfg.user)
         if err is not None:
             sys.stderr.write(f"stalkd: {err}\n")
             return EXIT_LISTEN
-    from stalkd.server.serve import run  # heavy imports only now that we listen
-
-    return run(cfg, listeners, t_exec, tls=tls, acl=acl)
+    try:
+        return run(cfg, listeners, t_exec, tls=tls, acl=acl)
+    except (ImportError, PermissionError) as e:  # something read after the switch
+        who = f" as user {cfg.user}" if cfg.user is not None else ""
+        sys.stderr.write(f"stalkd: cannot run{who}: {e}\n")
+        return EXIT_LISTEN
 
 
 def beanstalkd_main() -> None:

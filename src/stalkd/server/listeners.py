@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from stalkd.server.acl import Acl, AclError, ConnPolicy, load_acl
 from stalkd.server.config import Config
-from stalkd.server.conn import CommandPolicy, Connection
+from stalkd.server.connection import CommandPolicy, Connection
 from stalkd.server.listen import Listener, is_loopback
 from stalkd.server.tls import TlsConfigError, TlsFiles, server_context
 

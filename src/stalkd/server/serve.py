@@ -24,13 +24,14 @@ from typing import Any
 
 from stalkd.engine import Engine
 from stalkd.server.acl import Acl
-from stalkd.server.app import Server, Storage
+from stalkd.server.app import Server
 from stalkd.server.config import Config
 from stalkd.server.gcpolicy import GcPolicy
 from stalkd.server.listen import Listener
 from stalkd.server.listeners import Endpoints
+from stalkd.server.storage import MemoryStorage, Storage
 
-__all__ = ["run", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
+__all__ = ["run", "preload", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
 
 log = logging.getLogger("stalkd.server")
 
@@ -50,6 +51,22 @@ def setup_logging(level: str) -> None:
     root.propagate = False
 
 
+def preload(cfg: Config) -> None:
+    """Import now every module serving ``cfg`` imports later (``-u`` switches user after this)."""
+    import resource  # noqa: F401  (stats)
+
+    _loop_factory()
+    if cfg.data_dir is not None:
+        import stalkd.engine.space
+        import stalkd.engine.wal  # noqa: F401
+    if cfg.admin is not None:
+        import aiohttp.web  # noqa: F401
+
+        import stalkd.admin.endpoint
+        import stalkd.admin.http
+        import stalkd.admin.ops  # noqa: F401
+
+
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     try:
         import uvloop
@@ -59,11 +76,11 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return factory
 
 
-def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]:
+def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage, str]:
     """Recover the engine from ``cfg.data_dir`` (or start empty in memory)."""
     if cfg.data_dir is None:
         # No WAL: the engine need not build records (same replies, less work per command).
-        return Engine(max_job_size=cfg.max_job_size, records=False), None, "in memory"
+        return Engine(max_job_size=cfg.max_job_size, records=False), MemoryStorage(), "in memory"
     from stalkd.engine.wal import Wal
 
     kwargs: dict[str, Any] = {"durability": cfg.durability, "archive": cfg.archive, "repair": cfg.repair}
@@ -114,10 +131,10 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
             admin = AdminEndpoint(cfg)
         except (OSError, ValueError) as e:
             log.error("admin endpoint: %s", e)
-            if storage is not None:
-                storage.close()
+            storage.close()
             return EXIT_FATAL
-        storage = admin.wrap_storage(storage)
+        if storage.persistent:  # the memory storage has nothing to time
+            storage = admin.wrap_storage(storage) or storage
     stop = asyncio.Event()
     code = 0
 
@@ -130,7 +147,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     for w in (*cfg.warnings, *endpoints.warnings()):
         log.warning("%s", w)
     where = endpoints.describe()
-    if storage is None:
+    if not storage.persistent:
         log.warning("no data directory (-b/--dir): jobs live in memory only and are lost when "
                     "the server stops; use --dir DIR for durable jobs")
         log.info("stalkd listening on %s, in memory, max job size %d", where, cfg.max_job_size)
@@ -188,20 +205,19 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     if admin is not None:
         await admin.stop()
     deadline = time.monotonic() + STOP_GRACE
-    if (storage is not None and srv.failed is None
+    if (storage.persistent and srv.failed is None
             and not await srv.wait_durable(STOP_GRACE * 0.75)):
         log.error("last WAL sync did not finish in time; unsent replies are dropped")
     srv.finish_stop()
     # Let the transports write what they hold, bounded by the grace period.
-    while any(c.transport is not None and not c.lost and c.transport.get_write_buffer_size()
-              for c in srv.conns.values()) and time.monotonic() < deadline:
+    while srv.unsent() and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
-    if storage is not None and srv.group_commit:
+    if srv.group_commit:
         # How well group commit grouped: the first figure to look at when `always` is slow.
         written = storage.stats().get("binlog-records-written", 0)
         log.info("%d WAL records written, %d fsyncs (%.1f records per fsync, %d on the loop thread)",
                  written, srv.syncs, written / max(srv.syncs, 1), srv.inline_syncs)
-    if storage is not None:
+    if storage.persistent:
         try:
             storage.sync()
             if srv.failed is None:  # so the next start loads live jobs, not all the dead WAL

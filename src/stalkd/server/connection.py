@@ -12,9 +12,12 @@ Ensures:
   no further command: beanstalkd answers strictly in order, so they wait in the parser.
 - A connection with a ``policy`` (a TLS listener with an ACL) runs only the commands it
   admits; a refused one gets ``PERMISSION_DENIED`` and changes nothing.
-- Memory per connection is bounded: once held plus unsent reply bytes exceed ``max_output``
-  (a client that does not read its replies), or a blocked connection has buffered that much
-  input, the connection stops reading and runs no command until the backlog drains.
+- Memory per connection is bounded by about ``max_output`` plus one reply: replies ready to
+  send are handed to the transport once they pass ``FLUSH_AT`` bytes, even in the middle of a
+  pipeline, and once the transport's buffer or the held replies pass ``max_output`` (a client
+  that does not read), the connection runs no further command and stops reading until the
+  client has read enough. A blocked connection that has buffered ``max_output`` of input stops
+  reading too.
 """
 
 from __future__ import annotations
@@ -23,25 +26,45 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol, cast
 
-from stalkd.engine.commands import AnyReply, Close, Reply
 from stalkd.protocol import NEED_DATA, Parser, encode_reply_parts
+from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.protocol.replies import encode_line
 
-if TYPE_CHECKING:
-    from stalkd.server.app import Server
-
-__all__ = ["Connection", "CommandPolicy"]
+__all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT"]
 
 log = logging.getLogger("stalkd.server")
 _DENIED = Reply("PERMISSION_DENIED")
+
+FLUSH_AT = 64 * 1024
+"""Reply bytes ready to send after which they go to the transport before the next command:
+a pipeline of small replies still leaves in one write, a reply flood meets the output limit."""
 
 
 class CommandPolicy(Protocol):
     """Decides, command by command, what one connection may run (``stalkd.server.acl``)."""
 
     def admits(self, cmd: object) -> bool: ...
+
+
+class Host(Protocol):
+    """What a connection needs from the server it belongs to (``stalkd.server.app.Server``)."""
+
+    @property
+    def durable(self) -> int: ...
+    @property
+    def written(self) -> int: ...
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    def connected(self, c: Connection) -> None: ...
+    def half_closed(self, c: Connection) -> None: ...
+    def retire(self, c: Connection) -> None: ...
+    def disconnected(self, c: Connection, exc: Exception | None) -> None: ...
+    def hold(self, c: Connection) -> None: ...
+    def begin_step(self) -> None: ...
+    def end_step(self) -> None: ...
+    def execute(self, c: Connection, cmd: Command) -> None: ...
+
 
 
 class Connection(asyncio.Protocol):
@@ -52,7 +75,7 @@ class Connection(asyncio.Protocol):
         loop.create_server(server.new_connection, sock=listener)
     """
 
-    def __init__(self, server: Server, conn_id: int, max_job_size: int, max_output: int) -> None:
+    def __init__(self, server: Host, conn_id: int, max_job_size: int, max_output: int) -> None:
         self.server = server
         self.id = conn_id
         self.parser = Parser(max_job_size=max_job_size)
@@ -60,6 +83,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.out: list[bytes] = []  # ready to write at the end of this step
+        self.out_bytes = 0
         # Replies waiting for their barrier; ``None`` marks a close (quit) queued behind them.
         self.held: deque[tuple[int, tuple[bytes, ...] | None]] = deque()
         self.close_ready = False  # close once ``out`` is written
@@ -115,6 +139,7 @@ class Connection(asyncio.Protocol):
         self.closing = True
         self.held.clear()
         self.out.clear()
+        self.out_bytes = 0
         self.server.disconnected(self, exc)
 
     def pause_writing(self) -> None:
@@ -149,6 +174,8 @@ class Connection(asyncio.Protocol):
             execute = server.execute
             limit = self.max_output
             while not self.waiting and not self.closing:
+                if self.out_bytes >= FLUSH_AT:
+                    self.flush()  # the transport calls pause_writing past max_output
                 if self.write_paused or self.held_bytes > limit:
                     self._pause_reading()
                     break
@@ -200,6 +227,7 @@ class Connection(asyncio.Protocol):
             parts = (b"INTERNAL_ERROR\r\n",)
         if not self.held and barrier <= self.server.durable:
             self.out.extend(parts)
+            self.out_bytes += len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
         else:
             self.held.append((barrier, parts))
             self.held_bytes += len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
@@ -226,12 +254,15 @@ class Connection(asyncio.Protocol):
             if parts is None:
                 self.close_ready = True
                 continue
-            self.held_bytes -= len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
+            n = len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
+            self.held_bytes -= n
+            self.out_bytes += n
             self.out.extend(parts)
         return bool(held)
 
     def flush(self) -> None:
         """Write everything ready in one call; honour a queued close."""
+        self.out_bytes = 0
         if self.transport is None or self.lost or self.transport.is_closing():
             self.out = []
             return
@@ -241,6 +272,44 @@ class Connection(asyncio.Protocol):
             self.transport.writelines(out)
         if self.close_ready:
             self.transport.close()  # sends what is buffered, then closes
+
+    # --- what the server asks of a connection -------------------------------------------------
+
+    def refuse(self, abort: bool) -> None:
+        """The server will not serve this connection (over the limit, or stopping)."""
+        self.closing = True
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
+
+    def end_wait(self) -> None:
+        """The engine answered our blocked reserve (a half-close ended it)."""
+        self.waiting = False
+
+    def stop_commands(self) -> None:
+        """Server stop: run no new command; replies already produced still go out."""
+        self.closing = True
+
+    def abort(self) -> None:
+        """A fatal storage error: drop held replies unsent and cut the connection."""
+        self.closing = True
+        self.held.clear()
+        self.held_bytes = 0
+        if self.transport is not None:
+            self.transport.abort()
+
+    def resume(self) -> None:
+        """Held replies left: run what was read if the connection had stopped for them."""
+        if (not self.closing and not self.waiting and not self.lost
+                and (self.read_paused or self.eof or self.parser.buffered)):
+            self.process()
+
+    def unsent(self) -> bool:
+        """Whether reply bytes still wait in the transport."""
+        t = self.transport
+        return t is not None and not self.lost and bool(t.get_write_buffer_size())
 
     def abort_after_flush(self) -> None:
         """Server stop: run nothing more; close once the held replies are out."""

@@ -7,7 +7,7 @@ connection is in the ``waiting`` map of every tube it watches.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stalkd.engine.heap import IndexedHeap
 
@@ -15,22 +15,22 @@ if TYPE_CHECKING:
     from stalkd.engine.job import Job
     from stalkd.engine.tube import Tube
 
-__all__ = ["Conn", "SAFETY_MARGIN_US"]
+__all__ = ["ConnState", "SAFETY_MARGIN_US"]
 
 SAFETY_MARGIN_US = 1_000_000  # DEADLINE_SOON fires one second before a reserved job's TTR ends
 
 
-class Conn:
+class ConnState:
     """One connection.
 
     >>> from stalkd.engine.tube import Tube
-    >>> c = Conn(7, Tube("default", 1)); c.watch[0].name, c.waiting
+    >>> c = ConnState(7, Tube("default", 1)); c.watch[0].name, c.waiting
     ('default', False)
     """
 
     __slots__ = (
         "id", "use", "watch", "reserved", "waiting", "wait_until_us", "wait_seq",
-        "producer", "worker", "half_closed", "hpos",
+        "producer", "worker", "half_closed", "hpos", "kick",
     )  # fmt: skip
 
     def __init__(self, conn_id: int, default: Tube) -> None:
@@ -45,9 +45,11 @@ class Conn:
         self.worker = False
         self.half_closed = False
         self.hpos = -1  # position in the engine's connection-timer heap
+        # A kick in progress, done a step at a time: [tube, buried?, jobs left, jobs kicked].
+        self.kick: list[Any] | None = None
 
     def __repr__(self) -> str:
-        return f"Conn({self.id})"
+        return f"ConnState({self.id})"
 
     def soonest_deadline(self) -> int | None:
         top = self.reserved.peek()

@@ -1,0 +1,173 @@
+"""Loop stalls: the longest wait another connection sees while one command or background step
+works on many jobs, stalkd next to Debian's beanstalkd doing the same (issue 11 item 4).
+
+Scenarios (N jobs, default 100,000; ``--jobs``):
+  kick-delayed   ``kick N`` on a tube of N delayed jobs
+  kick-buried    ``kick N`` on a tube of N buried jobs (each put, reserved and buried first)
+  list-tubes     ``list-tubes`` with N/10 tubes (each kept alive by one watching connection)
+  delay-expiry   N jobs put with the same 3 s delay, all becoming ready at one instant (a
+                 timer step; bounded like a kick it is not yet, see the issue notes)
+  snapshot       (durable class only) a snapshot/compaction pass over N live jobs: N puts with
+                 ``-b``, then the maintenance timer runs while the probe measures
+
+While the scenario's command runs on one connection, a probe connection sends ``peek 0`` in a
+loop (one in flight) and records each round trip; the figure is the longest round trip, in ms,
+and the median for scale. Target (issue 11): <= 50 ms, and never longer than beanstalkd's.
+
+Run: ``.venv/bin/python bench/stall_bench.py [--jobs 100000] [--scenario kick-delayed]
+[--class memory|never] [--peer-src DIR]`` (``--peer-src`` puts another stalkd tree in the peer
+column, e.g. main's code, for an A/B of a change). Figures vary with load; compare within a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import server_bench  # noqa: E402  (start/stop of both servers, same flags as the throughput bench)
+
+SCENARIOS = ("kick-delayed", "kick-buried", "list-tubes", "delay-expiry", "snapshot")
+
+
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def _drain(s: socket.socket, lines: int, buf: bytearray) -> bytearray:
+    """Read until ``lines`` CRLF-terminated reply lines arrived (bodies counted as lines)."""
+    while buf.count(b"\r\n") < lines:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            raise RuntimeError("server closed the connection")
+        buf += chunk
+    return buf
+
+
+def _pipeline(s: socket.socket, cmds: list[bytes], reply_lines: int, batch: int = 2000) -> None:
+    for i in range(0, len(cmds), batch):
+        part = cmds[i : i + batch]
+        s.sendall(b"".join(part))
+        _drain(s, reply_lines * len(part), bytearray())
+
+
+def _reply(s: socket.socket) -> bytes:
+    buf = _drain(s, 1, bytearray())
+    head = bytes(buf.split(b"\r\n", 1)[0])
+    if head.startswith(b"OK "):
+        size = int(head.split()[1])
+        while len(buf) < len(head) + 2 + size + 2:
+            buf += s.recv(1 << 20)
+    return head
+
+
+class Probe(threading.Thread):
+    """Round trips of ``peek 0`` on its own connection until stopped."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.sock = _connect(port)
+        self.rtts: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        s = self.sock
+        while not self.stop.is_set():
+            t0 = time.perf_counter()
+            s.sendall(b"peek 0\r\n")
+            _drain(s, 1, bytearray())
+            self.rtts.append(time.perf_counter() - t0)
+
+
+def _setup(port: int, scenario: str, n: int) -> list[socket.socket]:
+    """State for ``scenario``; returns connections that must stay open."""
+    s = _connect(port)
+    keep = [s]
+    _pipeline(s, [b"use stall\r\n"], 1)
+    if scenario == "kick-delayed":
+        _pipeline(s, [b"put 0 3600 60 1\r\nx\r\n"] * n, 1)
+    elif scenario == "kick-buried":
+        _pipeline(s, [b"put 0 0 60 1\r\nx\r\n"] * n, 1)
+        _pipeline(s, [b"watch stall\r\n", b"ignore default\r\n"], 1)
+        for i in range(0, n, 2000):
+            k = min(2000, n - i)
+            s.sendall(b"reserve-with-timeout 0\r\n" * k)
+            buf = _drain(s, 2 * k, bytearray())
+            ids = [line.split()[1] for line in bytes(buf).split(b"\r\n") if line.startswith(b"RESERVED")]
+            _pipeline(s, [b"bury %s 0\r\n" % j for j in ids], 1)
+    elif scenario == "list-tubes":
+        w = _connect(port)
+        keep.append(w)
+        _pipeline(w, [b"watch t%07d\r\n" % i for i in range(n // 10)], 1)
+    elif scenario == "snapshot":
+        _pipeline(s, [b"put 0 0 60 100\r\n" + b"x" * 100 + b"\r\n"] * n, 1)
+    elif scenario == "delay-expiry":
+        _pipeline(s, [b"put 0 3 60 1\r\nx\r\n"] * n, 1)
+    return keep
+
+
+def _run(port: int, scenario: str, n: int) -> tuple[float, float, float]:
+    """(longest probe wait ms, median ms, seconds the scenario's command took)."""
+    keep = _setup(port, scenario, n)
+    s = keep[0]
+    probe = Probe(port)
+    probe.start()
+    time.sleep(0.2)  # the probe's baseline
+    t0 = time.perf_counter()
+    if scenario.startswith("kick"):
+        s.sendall(b"kick %d\r\n" % n)
+        head = _reply(s)
+        assert head == b"KICKED %d" % n, head
+    elif scenario == "list-tubes":
+        s.sendall(b"list-tubes\r\n")
+        assert _reply(s).startswith(b"OK ")
+    elif scenario == "delay-expiry":
+        time.sleep(3.5)  # the delays end meanwhile
+    else:
+        time.sleep(3.0)  # the maintenance timer (every second) snapshots / compacts meanwhile
+    took = time.perf_counter() - t0
+    time.sleep(0.1)
+    probe.stop.set()
+    probe.join()
+    for c in [*keep, probe.sock]:
+        c.close()
+    rtts = probe.rtts or [0.0]
+    return max(rtts) * 1e3, statistics.median(rtts) * 1e3, took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--scenario", action="append", choices=SCENARIOS)
+    ap.add_argument("--class", dest="klass", default="memory", choices=["memory", "never"])
+    ap.add_argument("--peer-src", help="another stalkd source tree in place of beanstalkd")
+    args = ap.parse_args()
+    server_bench.PEER_SRC = args.peer_src
+    peer = "stalkd(peer)" if args.peer_src else "beanstalkd"
+    print(f"# {args.jobs} jobs, class {args.klass}; longest / median probe round trip, ms")
+    print(f"{'scenario':<14} {'stalkd max':>10} {'med':>6} {'took s':>7}   {peer + ' max':>18} {'med':>6} {'took s':>7}")
+    for scenario in args.scenario or SCENARIOS:
+        klass = "never" if scenario == "snapshot" else args.klass
+        row = []
+        for kind in ("stalkd", "beanstalkd"):
+            if scenario == "snapshot" and kind == "beanstalkd" and not args.peer_src:
+                row.append("      (no snapshots)")
+                continue
+            srv = server_bench.start(kind, klass)
+            try:
+                mx, med, took = _run(srv.port, scenario, args.jobs)
+            finally:
+                srv.stop()
+            row.append(f"{mx:10.1f} {med:6.2f} {took:7.2f}")
+        print(f"{scenario:<14} {row[0]}   {row[1]:>30}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""WAL room for the engine's durable records, and the job look-ups commands share.
+
+The command table (``protocol.grammar``) names each command's job look-up and WAL cost; the
+handlers call the look-ups below, and ``guarded`` puts a handler behind the room check its row
+asks for, running the same look-up first, so admission is never a second copy of a handler's
+rules: NOT_FOUND wins over OUT_OF_MEMORY as in beanstalkd, which looks the job up before it
+reserves log space.
+
+Ensures: a command refused for room changed nothing (except a release to ready, which is
+applied without its record: beanstalkd never logs one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from stalkd.engine.connstate import ConnState
+from stalkd.engine.job import Job
+from stalkd.engine.model import JobState
+from stalkd.protocol import commands as C
+from stalkd.protocol.grammar import CommandSpec
+
+if TYPE_CHECKING:
+    from stalkd.engine.engine import Engine
+
+__all__ = [
+    "Room",
+    "Handler",
+    "guarded",
+    "find_held",
+    "find_deletable",
+    "find_unreserved",
+    "find_kickable",
+]
+
+RESERVED, BURIED, DELAYED = JobState.RESERVED, JobState.BURIED, JobState.DELAYED
+Handler = Callable[[ConnState, Any], C.AnyReply | None]
+_NOT_FOUND = C.Reply("NOT_FOUND")
+_OUT_OF_MEMORY = C.Reply("OUT_OF_MEMORY")
+_RELEASED = C.Reply("RELEASED")
+
+
+class Room(Protocol):
+    """WAL room a command's durable records need, promised before the engine changes anything
+    (a server over a bounded disk provides it; see ``Engine.room``)."""
+
+    def put(self, body_len: int) -> bool:
+        """Promise room for one put record with a body of ``body_len`` bytes."""
+        ...
+
+    def updates(self, n: int) -> int:
+        """Promise room for up to ``n`` short update records; how many fit (0..n)."""
+        ...
+
+
+def find_held(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
+    """The job, reserved by ``c`` (release, bury, touch)."""
+    j = jobs.get(job_id)
+    return j if j is not None and j.state is RESERVED and j.owner is c else None
+
+
+def find_deletable(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
+    """The job, unless another connection holds it (delete)."""
+    j = jobs.get(job_id)
+    return None if j is None or (j.state is RESERVED and j.owner is not c) else j
+
+
+def find_unreserved(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
+    """The job, unless reserved (reserve-job)."""
+    j = jobs.get(job_id)
+    return None if j is None or j.state is RESERVED else j
+
+
+def find_kickable(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
+    """The job, if buried or delayed (kick-job)."""
+    j = jobs.get(job_id)
+    return j if j is not None and (j.state is BURIED or j.state is DELAYED) else None
+
+
+_FINDERS = {"held": find_held, "deletable": find_deletable, "unreserved": find_unreserved,
+            "kickable": find_kickable}  # fmt: skip
+
+
+def guarded(e: Engine, spec: CommandSpec, handler: Handler) -> Handler:
+    """``handler`` of engine ``e`` behind the room check its table row asks for."""
+    find = None if spec.job is None else _FINDERS[spec.job]
+    wal = spec.wal
+    if wal is None:
+        return handler
+    if wal == "put":
+
+        def put(c: ConnState, cmd: C.Put) -> C.AnyReply | None:
+            room = e.room
+            if (cmd.error is None and len(cmd.body) <= e.max_job_size and not e.draining
+                    and room is not None and not room.put(len(cmd.body))):  # fmt: skip
+                return _OUT_OF_MEMORY
+            return handler(c, cmd)
+
+        return put
+    if wal == "updates":
+        return handler  # a kick asks for room a step at a time (_kick_step)
+    refused = _NOT_FOUND if spec.build is C.KickJob else _OUT_OF_MEMORY
+
+    def update(c: ConnState, cmd: Any) -> C.AnyReply | None:
+        room = e.room
+        if find is None or find(e.jobs, c, cmd.id) is None or room is None or room.updates(1):
+            return handler(c, cmd)
+        if type(cmd) is C.Release and cmd.delay == 0:
+            reply = handler(c, cmd)
+            if e.keep_records and reply == _RELEASED:
+                e._records.pop()  # noqa: SLF001 - its RELEASE record: there is no room to log it
+            return reply
+        return refused
+
+    return update

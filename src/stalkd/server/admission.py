@@ -1,0 +1,84 @@
+"""WAL admission: the engine's ``Room`` over the server's storage.
+
+The engine decides *whether* a command needs room and asks for it after its own job look-up
+(``Engine.room``, derived from the command table); this object turns the request into bytes
+(the frame sizes of ``stalkd.engine.space``), promises them from the storage, remembers what the
+running command was promised, and settles it against the records the command really produced.
+
+Ensures: after ``settle`` nothing is left promised for the command; a refusal promised nothing
+and is logged at most once per ``warn_every`` seconds (a full disk refuses every put).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from stalkd.engine.model import Record
+from stalkd.server.storage import Storage
+
+__all__ = ["Admission"]
+
+log = logging.getLogger("stalkd.server")
+
+
+class Admission:
+    """Room for one command's records at a time, promised from ``storage``.
+
+    >>> from stalkd.server.storage import MemoryStorage
+    >>> a = Admission(MemoryStorage(), "/tmp"); a.put(100), a.updates(3), a.promised > 0
+    (True, 3, True)
+    >>> a.settle(()); a.promised
+    0
+    """
+
+    def __init__(
+        self, storage: Storage, data_dir: str | None, *, warn_every: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:  # fmt: skip
+        # Imported here: the log package costs ~0.1 s to import, which an in-memory server
+        # does not need before it listens.
+        from stalkd.engine.space import SHORT_FRAME, put_frame
+
+        self._storage = storage
+        self._short = SHORT_FRAME
+        self._put_cost = put_frame
+        self._data_dir = data_dir
+        self._warn_every = warn_every
+        self._clock = clock
+        self._warned = -warn_every
+        self.promised = 0  # bytes promised to the command being run
+        self.refused = 0  # requests refused for lack of room (a metric)
+
+    def put(self, body_len: int) -> bool:
+        cost = self._put_cost(body_len)
+        if self._storage.admit(cost):
+            self.promised += cost
+            return True
+        self._refused("put")
+        return False
+
+    def updates(self, n: int) -> int:
+        if n <= 0:
+            return 0
+        short = self._short
+        k = (n if self._storage.admit(short) else 0) if n == 1 else self._storage.admit_upto(n, short)
+        self.promised += k * short
+        if k == 0:
+            self._refused("change")
+        return k
+
+    def settle(self, records: Sequence[Record]) -> None:
+        """The command ran (or failed): promise exactly what ``records`` need."""
+        if self.promised or records:
+            self._storage.settle(self.promised, records)
+            self.promised = 0
+
+    def _refused(self, what: str) -> None:
+        self.refused += 1
+        now = self._clock()
+        if now - self._warned > self._warn_every:
+            self._warned = now
+            log.warning("WAL full: refusing a %s; reads and deletes still work; free space in %s",
+                        what, self._data_dir)

@@ -1,0 +1,294 @@
+"""Durability barriers: the WAL batch each reply waits for, and group commit.
+
+The records of one loop iteration form one batch, written to the WAL with one call at the start
+of the next iteration (one ``write(2)`` for a whole pipeline). A reply is tagged with the number
+of the batch its records belong to (its *barrier*) and held until that batch is durable. With
+``never``/``every:<ms>`` a batch is durable once written; with ``always`` one ``storage.sync()``
+per batch runs on the sync thread (``Syncer``) while the loop keeps reading and running
+commands. Only one sync runs at a time, so batches grow with load (group commit).
+
+Deliberate exception: when one connection alone has written the last ``INLINE_AFTER`` batches,
+its batch is written at the end of its step and fsynced inline on the loop thread: that client
+waits for the fsync and nobody else is writing, so the thread hand-off would only add latency.
+Readers on other connections wait at most one fsync; a second writer ends it at once.
+
+Second exception, for several writers: ``SyncPolicy`` (syncpolicy.py) measures the thread's
+hand-off and the fsync, and runs the fsync inline while it costs no more than the hand-off and
+at most 1 ms. A slow or stalling disk stays on the thread, and one sync in 65 runs there to
+re-measure the hand-off. (Figures: bench/server_bench.py ``--peer-src`` and the commit notes.)
+
+Ensures:
+- ``durable <= written``; a reply tagged ``b`` is released only once ``durable >= b``.
+- A job body is never shown before the job's own records are durable (``job_barrier``);
+  other connections' unsynced writes do not hold it back.
+- A write or sync failure is reported to ``on_fatal`` and nothing held behind it is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from stalkd.engine.model import DURABLE_OPS, Record
+from stalkd.server.storage import FatalStorageError, Storage
+from stalkd.server.syncer import Syncer
+from stalkd.server.syncpolicy import SyncPolicy
+
+__all__ = ["Barriers", "HeldReplies", "INLINE_AFTER", "SWITCH_INTERVAL"]
+
+SWITCH_INTERVAL = 0.0005  # seconds; see _start_sync
+# Batches in a row from one connection after which its fsyncs run inline (see _start_sync).
+INLINE_AFTER = 8
+
+
+class HeldReplies(Protocol):
+    """A connection holding replies behind a barrier, as the barriers see it."""
+
+    def release_held(self, durable: int) -> bool: ...
+    def flush(self) -> None: ...
+    def resume(self) -> None: ...
+
+
+class Barriers:
+    """Batches of records on their way to disk, and the replies waiting for them.
+
+    >>> from stalkd.server.storage import MemoryStorage
+    >>> b = Barriers(MemoryStorage(), group_commit=False, loop=lambda: None, on_fatal=print)
+    >>> b.written, b.durable
+    (0, 0)
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        group_commit: bool,
+        loop: Callable[[], asyncio.AbstractEventLoop | None],
+        on_fatal: Callable[[BaseException], None],
+    ) -> None:
+        self.storage = storage
+        self.group_commit = group_commit
+        self._loop = loop
+        self._on_fatal = on_fatal
+        self.failed = False
+        # ``written`` counts loop iterations that produced durable records, ``durable`` the
+        # last one on disk under the policy. A reply tagged with batch N is held until
+        # ``durable >= N``.
+        self.written = 0
+        self.durable = 0
+        self._batch_open = False  # records of this loop iteration go into batch ``written``
+        self.pending: list[Record] = []  # records of this loop iteration, not yet written
+        self._flush_scheduled = False
+        self._steps = 0  # connections inside a step (nested when a release runs one)
+        self._step_records = False  # a step produced records: end_step writes or schedules them
+        self._releasing = False  # inside release_held: steps it runs never write inline
+        # The last connection that wrote durable records, and the last batch another one did.
+        self._writer: object | None = None
+        self._mixed = 0
+        self._syncer: Syncer | None = None  # the fsync thread (``always``), started on first use
+        self.sync_policy = SyncPolicy()  # several writers: fsync on the thread or inline
+        self._held: set[HeldReplies] = set()
+        # Job id -> the batch holding its latest durable record, while that batch is not known
+        # durable (a job is shown only after its own records are); pruned in batch order.
+        self._job_batch: dict[int, int] = {}
+        self._job_batches: deque[tuple[int, int]] = deque()
+        self.syncs = 0  # completed group commits (stats for the bench and tests)
+        self.inline_syncs = 0  # of which run on the loop thread
+
+    def _soon(self, callback: Callable[[], object]) -> None:
+        loop = self._loop()
+        assert loop is not None
+        loop.call_soon(callback)
+
+    # --- what connections and the server tell us ----------------------------------------------
+
+    def hold(self, c: HeldReplies) -> None:
+        """``c`` has replies waiting for a barrier."""
+        self._held.add(c)
+
+    def forget(self, c: HeldReplies) -> None:
+        """``c`` is gone: keep nothing of it alive."""
+        self._held.discard(c)
+        if self._writer is c:
+            self._writer = None  # the next writer is "another"
+
+    def begin_step(self) -> None:
+        """A connection starts running the commands it has read."""
+        self._steps += 1
+
+    def end_step(self) -> None:
+        """A connection ran what it had read. A lone ``always`` writer's records are written
+        (and fsynced inline) now: nobody else's can join its batch, and this saves a loop
+        iteration before its replies leave. Otherwise at the start of the next iteration, so
+        every connection read in this one shares one WAL write (each ``Wal.write`` call has a
+        fixed cost) and, with ``always``, one fsync."""
+        self._steps -= 1
+        if self._steps or not self._step_records:
+            return
+        self._step_records = False
+        if self.group_commit and self.written - self._mixed >= INLINE_AFTER:
+            self._close_batch()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._soon(self._close_batch)
+
+    def add(self, c: object | None, records: Sequence[Record]) -> int:
+        """Queue one command's records (``c``'s, None for a timer); the barrier its replies
+        wait for (0: nothing durable among them)."""
+        if not self.storage.persistent:
+            return 0
+        self.pending.extend(records)
+        if self._steps and not self._releasing:
+            self._step_records = True  # end_step decides: write now, or next iteration
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._soon(self._close_batch)
+        barrier = 0
+        job_batch = self._job_batch
+        for r in records:
+            if r.op in DURABLE_OPS:
+                if not barrier:
+                    barrier = self._batch(c)
+                jid = r.job_id
+                if jid:
+                    job_batch[jid] = barrier
+                    self._job_batches.append((barrier, jid))
+        return barrier
+
+    def job_barrier(self, job_id: int) -> int:
+        """The batch holding ``job_id``'s latest durable record while not yet durable, else 0."""
+        return self._job_batch.get(job_id, 0)
+
+    # --- group commit ------------------------------------------------------------------------
+
+    def _batch(self, c: object | None) -> int:
+        """The batch number this loop iteration's durable records (``c``'s) belong to."""
+        if not self._batch_open:
+            self._batch_open = True
+            self.written += 1
+        if c is not self._writer:
+            self._writer = c
+            self._mixed = self.written
+        return self.written
+
+    def _close_batch(self) -> None:
+        """Next loop iteration: one WAL write for every record of the last one, then (``always``)
+        one fsync for all of them off the loop thread, or (``never``/``every``) release now:
+        the records are in the kernel, which is what those policies promise."""
+        self._flush_scheduled = False
+        records, self.pending = self.pending, []
+        if records and not self.failed:
+            try:
+                self.storage.write(records)
+            except Exception as e:
+                # The engine already applied these changes and memory now runs ahead of the
+                # WAL: nothing of the batch is acknowledged and the server stops rather than
+                # diverge further. (A full disk fails single commands before this, see
+                # admission.py; this is an I/O error.)
+                self._fail(FatalStorageError(f"WAL write failed: {e}"))
+                return
+        if not self._batch_open:
+            return
+        self._batch_open = False
+        if self.group_commit:
+            self._start_sync()
+        else:
+            self.durable = self.written
+            self._forget_durable()
+            self.release_held()
+
+    def _start_sync(self) -> None:
+        syncer = self._syncer
+        if (syncer is not None and syncer.busy) or self.durable >= self.written or self.failed:
+            return
+        lone = self.written - self._mixed >= INLINE_AFTER
+        if lone or self.sync_policy.inline():
+            # One client alone is writing (the last INLINE_AFTER batches were all its own): it
+            # waits for this fsync and nobody else has anything to run meanwhile, so a thread
+            # hand-off only adds latency (two wake-ups, a GIL hand-back). A second writer
+            # switches back to the thread at once (its first batch). Or several write and the
+            # policy measured the hand-off dearer than the fsync (see SyncPolicy).
+            target = self.written
+            t0 = time.perf_counter()
+            try:
+                self.storage.sync()
+            except Exception as e:
+                self._synced(target, e)
+                return
+            if not lone:
+                self.sync_policy.inline_done(time.perf_counter() - t0)
+            self.inline_syncs += 1
+            self._synced(target, None)
+            return
+        if syncer is None:
+            loop = self._loop()
+            assert loop is not None
+            syncer = self._syncer = Syncer(self.storage.sync, self._synced, loop,
+                                           timing=self.sync_policy.thread_done)
+            # When fsync returns, the sync thread must win the GIL back from a busy loop thread;
+            # the default 5 ms switch interval would add up to 5 ms to every acknowledgement.
+            sys.setswitchinterval(SWITCH_INTERVAL)
+        syncer.request(self.written)
+
+    def _synced(self, target: int, exc: BaseException | None) -> None:
+        if exc is not None:
+            self._fail(FatalStorageError(f"WAL sync failed: {exc}"))
+            return
+        self.syncs += 1
+        self.durable = target
+        self._forget_durable()
+        self.release_held()
+        if self.written > self.durable and not self._batch_open:
+            self._start_sync()
+
+    def _fail(self, e: BaseException) -> None:
+        self.failed = True
+        self._on_fatal(e)
+
+    def _forget_durable(self) -> None:
+        """Drop the job barriers of batches now durable (they no longer hold anything back)."""
+        durable, queue, job_batch = self.durable, self._job_batches, self._job_batch
+        while queue and queue[0][0] <= durable:
+            b, jid = queue.popleft()
+            if job_batch.get(jid) == b:
+                del job_batch[jid]
+
+    def release_held(self) -> None:
+        """Send every held reply whose batch is durable; let those connections run again."""
+        durable = self.durable
+        self._releasing = True
+        try:
+            for c in list(self._held):
+                if not c.release_held(durable):
+                    self._held.discard(c)
+                c.flush()
+                c.resume()  # it may have stopped on its output limit
+        finally:
+            self._releasing = False
+        if self._step_records:
+            # Records of the commands those connections ran: the next iteration writes them.
+            self._step_records = False
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._soon(self._close_batch)
+
+    async def wait_durable(self, timeout: float) -> bool:
+        """Wait until everything written so far is durable (used when stopping)."""
+        deadline = time.monotonic() + timeout
+        while self.durable < self.written and not self.failed:
+            if self.pending or self._batch_open:
+                self._close_batch()
+            self._start_sync()
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.005)  # poll: the sync's done-callback advances ``durable``
+        return not self.failed
+
+    def stop(self) -> None:
+        """Stop the sync thread (after the last sync)."""
+        if self._syncer is not None:
+            self._syncer.stop()
