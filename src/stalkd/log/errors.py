@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["LogError", "LogCorruptError", "LogLockedError", "LogFullError", "LogLagError"]
+__all__ = ["LogError", "LogCorruptError", "LogLockedError", "LogFullError", "LogLagError", "NotALogError"]
 
 
 class LogError(Exception):
@@ -33,3 +33,11 @@ class LogFullError(LogError):
 
 class LogLagError(LogError):
     """An append was refused: a consumer group with ``overflow="refuse"`` is over its lag limit."""
+
+
+class NotALogError(LogError):
+    """A path given as a log holds no stalkd log (no segments, no lock); carries ``path``."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path

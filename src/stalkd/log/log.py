@@ -125,6 +125,9 @@ class Log:
         self._interval = 0.0
         self._durability = "always"
         self._archive = False
+        # An offset below which retention may drop segments, asked at each retain (e.g. what
+        # stalkd.archive has shipped); None: no hold. Set by the owner after open.
+        self.retention_hold: Callable[[], int] | None = None
         self._io = "auto"
         self._next = 0
         self._durable = 0
@@ -689,6 +692,8 @@ class Log:
         for g in self._groups.values():
             g._enforce_lag()
             bound = min(bound, g.committed)
+        if self.retention_hold is not None:
+            bound = min(bound, self.retention_hold())
         with self._wlock:
             doomed = [s for s in self._sealed if s[1] <= bound]
             self._sealed = [s for s in self._sealed if s[1] > bound]

@@ -55,6 +55,11 @@ Options:
           --archive           keep WAL segments compaction retires: move them to
                               DIR/wal/archive/ instead of deleting them, so
                               `stalkd analyze DIR` sees the whole history (disk use grows)
+          --archive URL       ship every sealed WAL segment and snapshot to URL (a
+                              directory, s3://BUCKET/PREFIX, gs://, hdfs://) with a
+                              manifest; `stalkd analyze URL` reads it. Segments are
+                              deleted locally only once shipped. S3 settings come from
+                              AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...
           --max-connections N refuse connections beyond N (default 10000)
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
@@ -78,7 +83,8 @@ class Config:
     """
 
     __slots__ = ("listen", "port", "data_dir", "durability", "wal_size", "max_job_size", "user",
-                 "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive")  # fmt: skip
+                 "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive",
+                 "archive_url")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -92,15 +98,17 @@ class Config:
     max_output: int  # per-connection buffered reply bytes before it stops being read
     warnings: tuple[str, ...]  # things the parse accepted but the operator should know
     archive: bool  # retired WAL segments go to DIR/wal/archive/ instead of being deleted
+    archive_url: str | None  # sealed segments and snapshots are shipped there (stalkd.archive)
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
                  wal_size: int | None = None, max_job_size: int = 65535,
                  user: str | None = None, verbosity: int = 0, log_level: str = "info",
                  max_connections: int = 10_000, max_output: int = 4 * 2**20,
-                 warnings: tuple[str, ...] = (), archive: bool = False) -> None:  # fmt: skip
+                 warnings: tuple[str, ...] = (), archive: bool = False,
+                 archive_url: str | None = None) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
-                  log_level, max_connections, max_output, warnings, archive)  # fmt: skip
+                  log_level, max_connections, max_output, warnings, archive, archive_url)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 
@@ -272,10 +280,18 @@ def _long(cfg: Config, arg: str, rest: list[str]) -> Config | Exit:
                 raise _Bad(f"flag --{name} requires an argument")
             value = rest.pop(0)
         return _set(cfg, name, f"--{name}", value)
+    if name == "archive":
+        # Bare: keep retired segments in DIR/wal/archive/. With a value (``=URL``, or a next
+        # word that is not a flag; this parser takes no positional arguments): ship to URL.
+        if not eq and rest and not rest[0].startswith("-"):
+            value, eq = rest.pop(0), "="
+        if not eq:
+            return cfg.replace(archive=True)
+        if not value:
+            raise _Bad("empty URL for --archive")
+        return cfg.replace(archive_url=value)
     if eq:
         raise _Bad(f"flag --{name} takes no value")
-    if name == "archive":
-        return cfg.replace(archive=True)
     simple = {"no-fsync": "F", "verbose": "V", "help": "h", "version": "v"}
     if name in simple:
         return _flag(cfg, simple[name])
@@ -315,6 +331,8 @@ def _parse(argv: Sequence[str]) -> Config | Exit:
             cfg = got
     if cfg.unix_path == "":
         raise _Bad("empty UNIX socket path in -l unix:")
+    if cfg.archive_url is not None and cfg.data_dir is None:
+        raise _Bad("--archive URL needs a data directory (-b DIR): it ships the WAL's segments")
     return cfg
 
 

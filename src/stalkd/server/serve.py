@@ -74,7 +74,22 @@ def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]
     summary = (f"{info.jobs} jobs from {info.snapshot or 'no snapshot'} "
                f"+ {info.records_replayed} WAL records")
     storage: Storage = wal
+    if cfg.archive_url is not None:
+        summary += f"; shipping sealed segments to {cfg.archive_url}"
     return engine, storage, summary
+
+
+def _start_shipper(cfg: Config, storage: Any) -> Any:
+    """The archive shipper for ``--archive URL`` (None without it); retention waits for it."""
+    if cfg.archive_url is None or cfg.data_dir is None:
+        return None
+    from stalkd.archive.shipper import Shipper
+    from stalkd.archive.store import Store
+
+    shipper = Shipper(cfg.data_dir, Store.open(cfg.archive_url))
+    storage.log.retention_hold = shipper.shipped_end
+    shipper.start()
+    return shipper
 
 
 def _describe_wal_error(e: BaseException) -> int:
@@ -91,6 +106,7 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     t0 = time.monotonic()
     try:
         engine, storage, info = _open_storage(cfg, time.time())
+        shipper = _start_shipper(cfg, storage)
     except Exception as e:
         return _describe_wal_error(e)
     recovery_s = time.monotonic() - t0
@@ -154,6 +170,8 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
         written = storage.stats().get("binlog-records-written", 0)
         log.info("%d WAL records written, %d fsyncs (%.1f records per fsync, %d on the loop thread)",
                  written, srv.syncs, written / max(srv.syncs, 1), srv.inline_syncs)
+    if shipper is not None:
+        shipper.stop()
     if storage is not None:
         try:
             storage.sync()

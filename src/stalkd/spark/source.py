@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -69,6 +70,7 @@ from pyspark.sql.types import StructType
 
 from stalkd.log.columns import FrameColumns
 from stalkd.spark.columnar import raw_columns_batch, split_by_span, wal_columns_batch
+from stalkd.spark.locations import archive_columns, archive_segments, is_archive, resolve
 from stalkd.spark.partitions import LogSlice, Segment, SliceGroup, available_cores, group, plan
 from stalkd.spark.schema import RAW_SCHEMA, WAL_SCHEMA
 
@@ -145,9 +147,11 @@ def _int(opts: dict[str, str], key: str, default: int, minimum: int = 0) -> int:
     return value
 
 
-def _segments(opts: ReadOptions) -> list[Segment]:
+def _segments(opts: ReadOptions, t_lo: int | None = None, t_hi: int | None = None) -> list[Segment]:
     from stalkd.log import LogReader
 
+    if is_archive(opts.path):
+        return archive_segments(opts.path, t_lo, t_hi)
     if not os.path.isdir(opts.path):
         raise FileNotFoundError(f"stalkd source: log directory {opts.path!r} does not exist")
     seen: dict[int, Segment] = {}
@@ -164,6 +168,13 @@ def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one slice, in offset order."""
     from stalkd.log import LogReader
 
+    if part.obj is not None:  # an archived object: fetched from the store
+        for cols in archive_columns(opts.path, part, opts.batch_size):
+            for piece in split_by_span(cols):
+                batch = _batch(opts, piece)
+                if batch is not None:
+                    yield batch
+        return
     reader = LogReader(opts.path, archive=opts.archive)
     path = part.path
     if not os.path.exists(path):
@@ -193,8 +204,9 @@ def _batch(opts: ReadOptions, cols: FrameColumns) -> pa.RecordBatch | None:
     return raw_columns_batch(cols, markers=opts.markers)
 
 
-def _groups(opts: ReadOptions, lo: int, hi: int | None) -> list[SliceGroup]:
-    slices = plan(_segments(opts), lo, hi, opts.slice_records)
+def _groups(opts: ReadOptions, lo: int, hi: int | None, t_lo: int | None = None,
+            t_hi: int | None = None) -> list[SliceGroup]:
+    slices = plan(_segments(opts, t_lo, t_hi), lo, hi, opts.slice_records)
     return group(slices, opts.partitions or available_cores(), opts.slice_records)
 
 
@@ -212,9 +224,11 @@ class StalkdReader(DataSourceReader):
         self.opts = opts
         self.lo = opts.start
         self.hi = opts.end
+        self.t_lo: int | None = None  # frame time bounds (us, inclusive) from pushed filters
+        self.t_hi: int | None = None
 
     def partitions(self) -> list[InputPartition]:
-        return list(_groups(self.opts, self.lo, self.hi))
+        return list(_groups(self.opts, self.lo, self.hi, self.t_lo, self.t_hi))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition)
@@ -224,8 +238,18 @@ class StalkdPushdownReader(StalkdReader):
     """Batch reader that also narrows ``[lo, hi)`` from ``offset`` comparisons in the query."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        time_col = ("time",) if self.opts.records == "wal" else ("timestamp",)
         for f in filters:
             v = getattr(f, "value", None)
+            if getattr(f, "attribute", None) == time_col and isinstance(v, datetime):
+                # Archive planning skips segments outside the bound; Spark still filters rows.
+                us = _micros(v)
+                if isinstance(f, GreaterThan | GreaterThanOrEqual | EqualTo):
+                    self.t_lo = us if self.t_lo is None else max(self.t_lo, us)
+                if isinstance(f, LessThan | LessThanOrEqual | EqualTo):
+                    self.t_hi = us if self.t_hi is None else min(self.t_hi, us)
+                yield f
+                continue
             if getattr(f, "attribute", None) != ("offset",) or not isinstance(v, int) or isinstance(v, bool):
                 yield f
                 continue
@@ -242,6 +266,16 @@ class StalkdPushdownReader(StalkdReader):
                 self.hi = v + 1 if self.hi is None else min(self.hi, v + 1)
             else:
                 yield f
+
+
+def _micros(v: datetime) -> int:
+    """Microseconds since the epoch; a naive value is taken as UTC (the sessions' time zone)."""
+    if v.tzinfo is None:
+        v = v.replace(tzinfo=UTC)
+    return (v - _EPOCH) // timedelta(microseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class StalkdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -322,7 +356,8 @@ class StalkdDataSource(DataSource):
         return "stalkd"
 
     def _opts(self) -> ReadOptions:
-        return ReadOptions.parse(self.options)
+        opts = ReadOptions.parse(self.options)
+        return replace(opts, path=resolve(opts.path))
 
     def schema(self) -> StructType:
         records = str(dict(self.options).get("records", "raw")).lower()
