@@ -10,6 +10,7 @@ signals that process group (the worker's executors and their Python workers go w
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 START_TIMEOUT = 180.0  # a JVM under a loaded 2-core machine takes 10-40 s to listen
 
@@ -172,3 +174,15 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not after {timeout:.0f} s")
         time.sleep(0.05)
+
+
+def run_cluster_job(master: str, path: str, out: Path, *options: str, executors: int = 2) -> dict[str, Any]:
+    """Run ``cluster_job.py`` as a driver process against ``master``; its JSON result."""
+    argv = [sys.executable, str(Path(__file__).with_name("cluster_job.py")), master, path, str(out),
+            "--executors", str(executors)]
+    for o in options:
+        argv += ["--option", o]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-6000:]
+    result: dict[str, Any] = json.loads(Path(out).read_text())
+    return result

@@ -100,6 +100,9 @@ def _run(spark: Any, log_dir: str, out: Path, work: Path, window_seconds: float,
                    .load(log_dir).drop("body").persist())  # fmt: skip
         try:
             n_records = records.count()
+            if n_records == 0:
+                # A report of nothing (time axes at 1970) would pass for an idle queue.
+                raise NothingToAnalyzeError(f"{log_dir}: the log holds no records to analyze")
             bar.update()
             tables = analyze_records(records, window_seconds=window_seconds, cache=True)
             try:
@@ -137,6 +140,10 @@ def _run(spark: Any, log_dir: str, out: Path, work: Path, window_seconds: float,
     else:
         work.rename(out)
     return AnalysisResult(out, n_records, n_jobs, out / report.name, summary, time.monotonic() - started)
+
+
+class NothingToAnalyzeError(ValueError):
+    """The log read holds no records: no report is written (names the log)."""
 
 
 def _span(windows: list[dict[str, Any]], window_seconds: float) -> str:
