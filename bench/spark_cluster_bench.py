@@ -89,7 +89,7 @@ def main_cluster(records: int, rounds: int, keep: str | None) -> int:
     try:
         print(f"generating {records:,} WAL records in {root}", flush=True)
         paths = write_inputs(records, root / "data", with_peers=False)
-        Store.open("s3://bench").fs.create_dir("bench")
+        s3.create_bucket("bench")
         t = time.perf_counter()
         n = Shipper(str(root / "data"), Store.open("s3://bench/q")).ship_once()
         print(f"  shipped {n} segments to S3 in {time.perf_counter() - t:.1f} s", flush=True)

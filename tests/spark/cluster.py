@@ -154,6 +154,14 @@ class S3Server:
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}  # fmt: skip
 
+    def create_bucket(self, name: str) -> None:
+        import pyarrow.fs as pafs
+
+        host = self.endpoint.split("://", 1)[1]
+        fs = pafs.S3FileSystem(endpoint_override=host, scheme="http", access_key="testing",
+                               secret_key="testing", region="us-east-1", allow_bucket_creation=True)  # fmt: skip
+        fs.create_dir(name)
+
     def stop(self) -> None:
         self.peer.stop()
 

@@ -5,12 +5,15 @@ leaves nothing a reader takes for a segment."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import greenstalk
+import pyarrow.parquet as pq
 import pytest
 from cluster import run_cluster_job, wait_until
 from pyspark.testing import assertDataFrameEqual
@@ -22,13 +25,15 @@ from stalkd.archive.store import Store
 from stalkd.log import Log, LogReader
 from stalkd.log.errors import NotALogError
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Starting the cluster's JVMs counts against the first test's timeout; on a loaded 2-core machine
+# that alone can take minutes.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def _bucket(name: str) -> Store:
-    store = Store.open(f"s3://{name}")
-    store.fs.create_dir(name)
-    return store
+@pytest.fixture
+def bucket(s3_server: Any) -> Any:
+    """Make a bucket on the S3 server (once per name)."""
+    return s3_server.create_bucket
 
 
 def _payload(i: int) -> bytes:
@@ -43,12 +48,12 @@ def _local_rows(spark: Any, path: str, *options: str) -> list[list[Any]]:
 
 
 def test_cluster_reads_the_archive_on_both_workers_and_equals_local(spark: Any, spark_cluster: Any,
-                                                                     tmp_path: Path) -> None:
+                                                                     tmp_path: Path, bucket: Any) -> None:
     # Given a server-style data dir whose sealed segments were shipped to S3
     data = tmp_path / "data"
     with Log.open(data / "wal", segment_size=16384, durability="never") as log:
         log.append_many(_payload(i) for i in range(3000))
-    _bucket("history")
+    bucket("history")
     shipper = Shipper(str(data), Store.open("s3://history/q1"))
     assert shipper.ship_once() >= 8
     end = shipper.shipped_end()
@@ -75,6 +80,23 @@ def test_data_dir_without_a_log_is_an_error_not_zero_rows(spark: Any, tmp_path: 
         load_manifest(Store.open("s3://history/nothing-here"))
 
 
+def test_data_dir_reads_the_history_retention_deleted_after_shipping(spark: Any, tmp_path: Path,
+                                                                     bucket: Any) -> None:
+    bucket("shipped")
+    data = tmp_path / "data"
+    with Log.open(data / "wal", segment_size=8192, durability="never") as log:
+        log.append_many(_payload(i) for i in range(400))
+        shipper = Shipper(str(data), Store.open("s3://shipped/q"))
+        log.retention_hold = shipper.shipped_end
+        shipper.ship_once()
+        assert log.retain(10**9)  # shipped, so deleted locally
+        log.append_many(_payload(i) for i in range(400, 450))
+    assert _local_rows(spark, str(data))[0][0] > 0  # the local log alone misses the start
+    (data / "archive.url").write_text("s3://shipped/q\n")  # what `stalkd serve --archive URL` leaves
+    assert _local_rows(spark, str(data)) == [[i, _payload(i).hex()] for i in range(450)]
+    assert _local_rows(spark, str(data), "archive=false")[0][0] > 0
+
+
 def _put_all(address: tuple[str, int], tube: str, bodies: list[str], threads: int = 4) -> None:
     def run(chunk: list[str]) -> None:
         with greenstalk.Client(address, use=tube) as c:
@@ -93,8 +115,9 @@ def _log_end(wal: Path) -> int:
         return max((f.offset + 1 for f in r.read(0)), default=0)
 
 
-def test_server_ships_under_load_and_the_cluster_reads_every_put_once(spark_cluster: Any, tmp_path: Path) -> None:
-    _bucket("live")
+def test_server_ships_under_load_and_the_cluster_reads_every_put_once(spark_cluster: Any, tmp_path: Path,
+                                                                     bucket: Any) -> None:
+    bucket("live")
     data = tmp_path / "data"
     server = start_stalkd("-b", str(data), "-F", "-s", "16384", "--archive", "s3://live/queue")
     store = Store.open("s3://live/queue")
@@ -116,6 +139,7 @@ def test_server_ships_under_load_and_the_cluster_reads_every_put_once(spark_clus
         server.stop()
     manifest = load_manifest(store)
     assert [s.base for s in manifest.segments] == [0] + [s.end for s in manifest.segments[:-1]]
+    assert (data / "archive.url").read_text().strip() == "s3://live/queue"
     # When the cluster reads the archive's WAL records
     got = run_cluster_job(spark_cluster.url, "s3://live/queue", tmp_path / "live.json",
                           "records=wal", "body=true", "partitions=4")
@@ -124,12 +148,23 @@ def test_server_ships_under_load_and_the_cluster_reads_every_put_once(spark_clus
     assert puts == Counter(bodies)
     assert len(got["executors"]) == 2
 
+    # And `stalkd analyze URL --master spark://...` writes its tables and report to a URL
+    bucket("reports")
+    done = subprocess.run([sys.executable, "-m", "stalkd.cli", "analyze", "s3://live/queue", "--master",
+                           spark_cluster.url, "--out", "s3://reports/run1", "--no-progress"],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    reports = Store.open("s3://reports/run1")
+    assert b"<html" in reports.read("report.html").lower()
+    tubes = pq.ParquetDataset("reports/run1/tubes", filesystem=reports.fs).read().to_pylist()
+    assert {t["tube"]: t["puts"] for t in tubes}["tracked"] == len(bodies)
+
 
 @pytest.mark.parametrize("where", ["s3", "dir"])
 def test_kill_9_while_shipping_leaves_nothing_a_reader_takes_for_a_segment(spark: Any, tmp_path: Path,
-                                                                          where: str) -> None:
+                                                                          where: str, bucket: Any) -> None:
     if where == "s3":
-        _bucket("crash")
+        bucket("crash")
         url = "s3://crash/q"
     else:
         url = str(tmp_path / "archive")
@@ -187,3 +222,34 @@ def test_kill_9_while_shipping_leaves_nothing_a_reader_takes_for_a_segment(spark
     segs = load_manifest(store).segments
     assert [s.base for s in segs] == [0] + [s.end for s in segs[:-1]]
     assert [r[0] for r in _local_rows(spark, url)] == list(range(segs[-1].end))
+
+
+def test_stream_over_the_archive_as_segments_arrive_and_restart(spark: Any, tmp_path: Path, bucket: Any) -> None:
+    data, out, ck = tmp_path / "data", tmp_path / "out", tmp_path / "ck"
+    bucket("stream")
+    shipper = Shipper(str(data), Store.open("s3://stream/q"))
+
+    def run_available_now() -> list[int]:
+        q = (spark.readStream.format("stalkd").option("maxRecordsPerTrigger", "100").load("s3://stream/q")
+             .writeStream.format("parquet").option("checkpointLocation", str(ck))
+             .trigger(availableNow=True).start(str(out)))  # fmt: skip
+        q.awaitTermination(180)
+        assert q.exception() is None
+        return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+
+    # Given an archive with the first segments shipped
+    with Log.open(data / "wal", segment_size=8192, durability="never") as log:
+        log.append_many(_payload(i) for i in range(250))
+        shipper.ship_once()
+        first = shipper.shipped_end()
+        assert 0 < first < 250
+        assert sum(run_available_now()) == first
+        # When more segments arrive while the query is stopped
+        log.append_many(_payload(i) for i in range(250, 600))
+        shipper.ship_once()
+    second = shipper.shipped_end()
+    assert second > 250
+    # Then the restart from the checkpoint reads exactly the new ones
+    assert sum(run_available_now()) == second - first
+    got = spark.read.parquet(str(out)).select("offset", "payload").collect()
+    assert sorted((r.offset, bytes(r.payload)) for r in got) == [(i, _payload(i)) for i in range(second)]

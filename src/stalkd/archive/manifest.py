@@ -41,7 +41,15 @@ FORMAT = 1
 
 
 class ManifestError(ValueError):
-    """A manifest that does not parse, or of a format this build does not know; names the problem."""
+    """A manifest that does not parse, or of a format this build does not know; names the problem.
+
+    ``incomplete`` is True when the bytes are not a whole JSON document: what a read racing a
+    replacement of the object can return (a size request, then a ranged GET of the new version).
+    """
+
+    def __init__(self, message: str, *, incomplete: bool = False) -> None:
+        super().__init__(message)
+        self.incomplete = incomplete
 
 
 @dataclass(frozen=True)
@@ -96,8 +104,11 @@ class Manifest:
     def decode(cls, data: bytes, where: str = "manifest") -> Manifest:
         try:
             doc = json.loads(data)
+        except ValueError as exc:
+            raise ManifestError(f"{where}: not a stalkd archive manifest ({exc})", incomplete=True) from exc
+        try:
             fmt = doc["format"]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (KeyError, TypeError) as exc:
             raise ManifestError(f"{where}: not a stalkd archive manifest ({exc})") from exc
         if fmt != FORMAT:
             raise ManifestError(f"{where}: manifest format {fmt} is not known to this build (knows {FORMAT})")

@@ -18,10 +18,11 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import time
 
 from crc32c import crc32c
 
-from stalkd.archive.manifest import MANIFEST_NAME, Manifest, SegmentEntry
+from stalkd.archive.manifest import MANIFEST_NAME, Manifest, ManifestError, SegmentEntry
 from stalkd.archive.store import ObjectMissingError, Store
 from stalkd.log.errors import LogCorruptError, NotALogError
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE, SegmentView, decode_header
@@ -35,14 +36,25 @@ class ArchiveCorruptError(LogCorruptError):
     """An archived object whose size or CRC differs from what the manifest recorded."""
 
 
-def load_manifest(store: Store) -> Manifest:
-    """The archive's published manifest; NotALogError if ``store`` holds none."""
-    try:
-        data = store.read(MANIFEST_NAME)
-    except ObjectMissingError as exc:
-        raise NotALogError(f"{store.url}: no stalkd archive here (no {MANIFEST_NAME}; an archive is "
-                           "written by `stalkd serve --archive URL`)", path=store.url) from exc
-    return Manifest.decode(data, where=f"{store.url}/{MANIFEST_NAME}")
+def load_manifest(store: Store, attempts: int = 6) -> Manifest:
+    """The archive's published manifest; NotALogError if ``store`` holds none.
+
+    A read that raced the shipper replacing the manifest can come back cut short (see
+    ``ManifestError.incomplete``): it is read again, a few times, before giving up.
+    """
+    for attempt in range(attempts):
+        try:
+            data = store.read(MANIFEST_NAME)
+        except ObjectMissingError as exc:
+            raise NotALogError(f"{store.url}: no stalkd archive here (no {MANIFEST_NAME}; an archive is "
+                               "written by `stalkd serve --archive URL`)", path=store.url) from exc
+        try:
+            return Manifest.decode(data, where=f"{store.url}/{MANIFEST_NAME}")
+        except ManifestError as exc:
+            if not exc.incomplete or attempt == attempts - 1:
+                raise
+            time.sleep(0.02 * 2**attempt)  # the replacement in flight lands meanwhile
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class BufferSegment(SegmentView):

@@ -127,7 +127,10 @@ class Store:
         return self.read_range(name, 0, None)
 
     def read_range(self, name: str, start: int, length: int | None) -> bytes:
-        """``length`` bytes of ``name`` from ``start`` (to its end if None): one ranged GET."""
+        """``length`` bytes of ``name`` from ``start`` (to its end if None): one ranged GET.
+
+        For objects never replaced (segments); see ``read``.
+        """
         try:
             with self.fs.open_input_file(self.path(name)) as f:
                 n = f.size() - start if length is None else length

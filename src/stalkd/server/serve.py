@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import sys
@@ -87,6 +88,11 @@ def _start_shipper(cfg: Config, storage: Any) -> Any:
     from stalkd.archive.store import Store
 
     shipper = Shipper(cfg.data_dir, Store.open(cfg.archive_url))
+    # Readers given the data dir find the shipped history here (stalkd.spark.locations).
+    note = os.path.join(cfg.data_dir, "archive.url")
+    with open(note + ".tmp", "w", encoding="utf-8", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
+        fh.write(cfg.archive_url + "\n")
+    os.replace(note + ".tmp", note)
     storage.log.retention_hold = shipper.shipped_end
     shipper.start()
     return shipper

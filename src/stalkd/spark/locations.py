@@ -25,10 +25,12 @@ from stalkd.archive.manifest import MANIFEST_NAME, SegmentEntry
 from stalkd.archive.remote import fetch_segment, load_manifest
 from stalkd.archive.store import Store, is_url
 from stalkd.log.columns import FrameColumns, segment_columns
-from stalkd.log.layout import resolve_log_dir
+from stalkd.log.layout import DATA_DIR_LOG, resolve_log_dir
 from stalkd.spark.partitions import LogSlice, Segment
 
-__all__ = ["resolve", "is_archive", "archive_segments", "archive_columns"]
+__all__ = ["resolve", "is_archive", "archive_segments", "archive_columns", "with_shipped", "ARCHIVE_URL_FILE"]
+
+ARCHIVE_URL_FILE = "archive.url"  # in a server data dir: where `stalkd serve --archive URL` ships
 
 
 def is_archive(path: str) -> bool:
@@ -54,14 +56,36 @@ def archive_segments(url: str, t_lo: int | None = None, t_hi: int | None = None)
     for e in load_manifest(_store(url)).segments:
         if (t_lo is not None and e.max_us < t_lo) or (t_hi is not None and e.min_us > t_hi):
             continue
-        out.append(Segment(e.name, e.base, e.end, (e.end, e.size, e.crc32c)))
+        out.append(Segment(e.name, e.base, e.end, (url, e.end, e.size, e.crc32c)))
     return out
 
 
-def archive_columns(url: str, part: LogSlice, batch_size: int) -> Iterator[FrameColumns]:
+def shipped_url(log_dir: str) -> str | None:
+    """The archive URL a server ships ``log_dir`` to (``DATA/archive.url``), if it does."""
+    p = Path(log_dir)
+    if p.name != DATA_DIR_LOG:
+        return None
+    try:
+        return (p.parent / ARCHIVE_URL_FILE).read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def with_shipped(log_dir: str, local: list[Segment]) -> list[Segment]:
+    """``local`` preceded by the shipped segments older than all of them (retention deleted
+    those locally once they were shipped); ``local`` alone where nothing is shipped."""
+    url = shipped_url(log_dir)
+    if url is None:
+        return local
+    first = local[0].base if local else None
+    older = [s for s in archive_segments(url) if first is None or s.end is not None and s.end <= first]
+    return older + local
+
+
+def archive_columns(part: LogSlice, batch_size: int) -> Iterator[FrameColumns]:
     """Column chunks of an archived slice (fetched, checked against the manifest, then scanned)."""
     assert part.obj is not None
-    end, size, crc = part.obj
+    url, end, size, crc = part.obj
     view = fetch_segment(_store(url), SegmentEntry(part.path, part.base, end, 0, 0, size, crc))
     try:
         yield from segment_columns(view, part.start, part.end, batch_size)

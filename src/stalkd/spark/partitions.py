@@ -40,8 +40,8 @@ class LogSlice(InputPartition):
     base: int
     start: int
     end: int | None
-    # An archived object's (segment end, size, CRC) from the manifest, checked when it is read.
-    obj: tuple[int, int, int] | None = field(default=None, repr=False)
+    # An archived object's (archive URL, segment end, size, CRC) from the manifest, checked when read.
+    obj: tuple[str, int, int, int] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Segment:
     path: str
     base: int
     end: int | None
-    obj: tuple[int, int, int] | None = field(default=None, repr=False)  # see LogSlice.obj
+    obj: tuple[str, int, int, int] | None = field(default=None, repr=False)  # see LogSlice.obj
 
 
 def plan(segments: Sequence[Segment], start: int, end: int | None, slice_records: int) -> list[LogSlice]:

@@ -1,5 +1,9 @@
 """The ``stalkd`` PySpark data source: batch and streaming reads of a log directory.
 
+``load(path)`` takes a log directory, a server data directory (its ``wal/``), or an archive
+written by ``stalkd serve --archive URL`` (``s3://...``, ``gs://...``, ``hdfs://...`` or a
+local directory; see :mod:`stalkd.spark.locations`); a path holding none of these is an error.
+
 Batch: ``spark.read.format("stalkd").load(dir)`` gives one row per frame (``RAW_SCHEMA``);
 ``.option("records", "wal")`` decodes WAL records (``WAL_SCHEMA``, add ``.option("body",
 "true")`` for job bodies). Segments are read as slices, large sealed ones split into slices of
@@ -17,7 +21,8 @@ Options (all strings, as Spark passes them):
                        which on local[*] is Spark's parallelism; set it on a cluster);
                        never more than the slices, more if a partition would exceed
                        maxRecordsPerPartition
-  pushdown             "true": also prune by ``offset`` filters in the query (needs
+  pushdown             "true": also prune by ``offset`` filters in the query, and an
+                       archive's segments by ``timestamp`` / ``time`` filters (needs
                        ``spark.sql.python.filterPushdown.enabled=true``, which
                        :func:`stalkd.spark.session.build_session` sets)
   startingOffsets      streaming: "earliest" (default), "latest", or a log offset
@@ -40,6 +45,7 @@ Example::
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -70,13 +76,20 @@ from pyspark.sql.types import StructType
 
 from stalkd.log.columns import FrameColumns
 from stalkd.spark.columnar import raw_columns_batch, split_by_span, wal_columns_batch
-from stalkd.spark.locations import archive_columns, archive_segments, is_archive, resolve
+from stalkd.spark.locations import (
+    archive_columns,
+    archive_segments,
+    is_archive,
+    resolve,
+    with_shipped,
+)
 from stalkd.spark.partitions import LogSlice, Segment, SliceGroup, available_cores, group, plan
 from stalkd.spark.schema import RAW_SCHEMA, WAL_SCHEMA
 
 ArchiveMode = bool | Literal["only"]
 DEFAULT_BATCH = 65536  # rows; fewer per-batch costs on both sides than 8192 (~5-10% CPU)
 DEFAULT_SLICE = 1_000_000
+ARCHIVE_POLL = 1.0  # seconds between reads of an archive's manifest by a streaming query
 
 
 class SourceOptionError(ValueError):
@@ -161,7 +174,8 @@ def _segments(opts: ReadOptions, t_lo: int | None = None, t_hi: int | None = Non
         # A segment caught mid-move to the archive may be listed twice: keep the live copy.
         if info.base_offset not in seen or not info.archived:
             seen[info.base_offset] = Segment(str(info.path), info.base_offset, info.end_offset)
-    return [seen[b] for b in sorted(seen)]
+    local = [seen[b] for b in sorted(seen)]
+    return local if opts.archive is False else with_shipped(opts.path, local)
 
 
 def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
@@ -169,7 +183,7 @@ def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
     from stalkd.log import LogReader
 
     if part.obj is not None:  # an archived object: fetched from the store
-        for cols in archive_columns(opts.path, part, opts.batch_size):
+        for cols in archive_columns(part, opts.batch_size):
             for piece in split_by_span(cols):
                 batch = _batch(opts, piece)
                 if batch is not None:
@@ -295,11 +309,19 @@ class StalkdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = _int(lowered, "maxrecordspertrigger", 0, minimum=0)
         self._target: int | None = None
         self._tail: tuple[Any, Any] | None = None  # (active segment's view, where its scan stopped)
+        self._archive_end: tuple[float, int] | None = None  # (when read, end) of an archive's manifest
 
     def _end(self) -> int:
         """The log's end offset; on an idle log this reads one frame header, not the segment."""
         from stalkd.log.segment import HEADER_SIZE, ScanState, SegmentView
 
+        if is_archive(self.opts.path):
+            # One manifest GET per ARCHIVE_POLL seconds, however often Spark asks (pitfall 12).
+            now = time.monotonic()
+            if self._archive_end is None or now - self._archive_end[0] >= ARCHIVE_POLL:
+                segs = _segments(self.opts)
+                self._archive_end = (now, (segs[-1].end or 0) if segs else 0)
+            return self._archive_end[1]
         segs = _segments(self.opts)
         if not segs:
             return 0
