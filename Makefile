@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-fast lint bench system-deps bytecode crash-campaign fuzz clean
+.PHONY: run test test-fast lint bench system-deps bytecode crash-campaign fuzz clean dashboard-screenshot
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,9 +36,12 @@ test: system-deps $(VENV)/.dev bytecode
 test-fast: $(VENV)/.dev
 	$(PY) -m pytest -q -m "not spark and not slow" -x
 
+# check_imports: no import cycles among stalkd's modules (it also prints, as notes, the cycles
+# that function-local and TYPE_CHECKING imports would close; `--count typing` fails on those).
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench scripts
 	$(VENV)/bin/mypy
+	$(PY) scripts/check_imports.py
 
 bench: system-deps $(VENV)/.dev bytecode
 	for b in bench/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
@@ -50,6 +53,10 @@ crash-campaign: $(VENV)/.dev
 fuzz: $(VENV)/.dev
 	$(PIP) install -e '.[fuzz]'
 	$(PY) fuzz/fuzz_parser.py -max_total_time=$${FUZZ_SECONDS:-3600}
+
+# A PNG of the dashboard under live traffic, for a person to look at (Debian's Chromium).
+dashboard-screenshot: $(VENV)/.dev bytecode
+	$(PY) scripts/dashboard_screenshot.py build/dashboard.png
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real components the test suite and benchmarks run against, when they are missing:
 # Debian's beanstalkd (compatibility transcripts, benchmarks), a Java 17 runtime (PySpark),
-# PostgreSQL (outbox tests), Redis (the RQ peer in the worker benchmark), Chromium (report check).
+# PostgreSQL (outbox tests), Redis (the RQ peer in the worker benchmark), Chromium (report check,
+# dashboard tests through Playwright), tmux (`stalkd top` tests).
 # Needs root for apt-get; without it, prints what is missing and lets the tests skip locally.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 
 if ((${#missing[@]} == 0)); then
     exit 0

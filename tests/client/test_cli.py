@@ -113,6 +113,7 @@ def test_stats_tube_one_many_missing(server: ServerProcess) -> None:
 def test_host_and_port_flags_win_over_the_environment(server: ServerProcess) -> None:
     p = run(None, "list-tubes", "--host", server.host, "--port", str(server.port))
     assert out(p).split() == ["default"]
+    assert out(run(None, "list-tubes", "-a", server.address)).split() == ["default"]
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
@@ -146,5 +147,5 @@ def test_help_reads_well(cmd: str) -> None:
     p = run(None, cmd, "--help")
     text = out(p)
     assert text.startswith(f"usage: stalkd {cmd}")
-    assert "--host" in text and "--json" in text and "exit status:" in text
+    assert "--address" in text and "--tls-ca" in text and "--json" in text and "exit status:" in text
 

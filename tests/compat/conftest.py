@@ -67,6 +67,18 @@ def _start_stalkd(*flags: str) -> ServerProcess:
 register("stalkd", "1.13", _start_stalkd)
 
 
+def _start_stalkd_secured(*flags: str) -> ServerProcess:
+    """stalkd with a TLS listener, client certificates and an ACL: its plain listener, which
+    the transcripts talk to, must behave exactly as without them."""
+    from server.proc import start_stalkd
+    from server.tlsutil import secured_flags
+
+    return start_stalkd(*flags, *secured_flags())
+
+
+register("stalkd+tls", "1.13", _start_stalkd_secured)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "server_kind" in metafunc.fixturenames:
         metafunc.parametrize(

@@ -146,9 +146,7 @@ class LogMachine(RuleBasedStateMachine):
     @rule()
     def crash_and_reopen(self) -> None:
         """The process dies (files dropped, nothing flushed or checkpointed by close)."""
-        self.log._release_files()
-        for g in self.groups.values():
-            g._file.close()
+        self.log.abandon()
         self.open()
         g2 = self.groups["g2"]
         old = self.models["g2"]

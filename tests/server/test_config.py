@@ -41,6 +41,13 @@ from stalkd.server.config import MAX_JOB_SIZE_LIMIT, Config, Exit, parse_args
         (["-b", "/d", "--archive", "-F"], {"archive": True, "archive_url": None, "durability": "never"}),
         (["-b", "/d", "--archive", "s3://b/p"], {"archive": False, "archive_url": "s3://b/p"}),
         (["--archive=/mnt/a", "-b/d"], {"archive_url": "/mnt/a"}),
+        ([], {"unix": (), "socket_mode": 0o660, "tls_listen": (), "no_plain": False}),
+        (["--unix", "/a", "--unix=/b", "--socket-mode", "600"], {"unix": ("/a", "/b"), "socket_mode": 0o600}),
+        (["--tls-listen", "0.0.0.0:11400", "--tls-listen", "[::1]:0", "--tls-cert", "c.pem",
+          "--tls-key", "k.pem", "--tls-client-ca", "ca.pem", "--acl", "acl.toml", "--no-plain"],
+         {"tls_listen": (("0.0.0.0", 11400), ("::1", 0)), "tls_cert": "c.pem", "tls_key": "k.pem",
+          "tls_client_ca": "ca.pem", "acl": "acl.toml", "no_plain": True}),
+        (["-l", "0.0.0.0", "--plain-network-ok"], {"plain_network_ok": True}),
     ],
 )
 def test_flags(argv: list[str], expected: dict[str, object]) -> None:
@@ -85,6 +92,12 @@ def test_max_job_size_is_clamped_to_1gib_with_a_warning() -> None:
         (["--no-fsync=1"], "takes no value"),
         (["-l", "unix:"], "empty UNIX socket path"),
         (["--listen"], "requires an argument"),
+        (["--tls-listen", "0.0.0.0:1"], "--tls-listen needs --tls-cert FILE"),
+        (["--tls-listen", "11400", "--tls-cert", "c"], "expected HOST:PORT"),
+        (["--acl", "a.toml"], "--acl: only for TLS listeners"),
+        (["--socket-mode", "rw"], "invalid mode for --socket-mode"),
+        (["--socket-mode", "1777"], "invalid mode"),
+        (["--no-plain"], "--no-plain leaves no listener"),
     ],
 )
 def test_bad_flags_exit_5_naming_the_problem(argv: list[str], needle: str) -> None:

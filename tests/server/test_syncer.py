@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -82,28 +81,54 @@ def test_timing_reports_the_fsync_and_the_handoff_before_done() -> None:
         loop = asyncio.get_running_loop()
         events: list[tuple[str, float, float]] = []
         done = asyncio.Event()
-        gate = threading.Event()
+        # The clock's readings in the order the syncer takes them: request, sync start, sync
+        # end, report on the loop. Each step happens-after the previous one (lock release,
+        # call_soon_threadsafe), so the order is fixed whichever thread reads.
+        readings = iter([10.0, 12.0, 17.0, 18.5])
+        taken: list[float] = []
 
-        def sync() -> None:
-            gate.wait(10)  # the "disk" takes as long as the test holds it
+        def clock() -> float:
+            taken.append(next(readings))
+            return taken[-1]
 
         def report(target: int, exc: BaseException | None) -> None:
             events.append(("done", 0.0, 0.0))
             done.set()
 
-        syncer = Syncer(sync, report, loop, timing=lambda h, f: events.append(("timing", h, f)))
-        t0 = time.perf_counter()
+        syncer = Syncer(lambda: None, report, loop,
+                        timing=lambda h, f: events.append(("timing", h, f)), clock=clock)
+        # Given a request at 10 whose sync runs from 12 to 17 and is reported at 18.5
         syncer.request(1)
-        await asyncio.sleep(0.05)  # the fsync is still held: this is the duration being measured
-        gate.set()
         await asyncio.wait_for(done.wait(), 10)
-        elapsed = time.perf_counter() - t0
-        # Then timing came first, with an fsync of at least the held time, and the two parts
-        # add up to no more than the whole request
-        assert [e[0] for e in events] == ["timing", "done"]
-        _, handoff, fsync = events[0]
-        assert fsync >= 0.05 and handoff >= 0
-        assert handoff + fsync <= elapsed
         syncer.stop()
+        # Then timing came first, with the fsync (17 - 12) and the hand-off both ways
+        # ((12 - 10) + (18.5 - 17)), and the clock was read exactly those four times
+        assert [e[0] for e in events] == ["timing", "done"]
+        assert events[0][1:] == (3.5, 5.0)
+        assert taken == [10.0, 12.0, 17.0, 18.5]
+
+    asyncio.run(main())
+
+
+def test_a_failed_sync_reports_no_timing() -> None:
+    async def main() -> None:
+        timings: list[tuple[float, float]] = []
+        errors: list[BaseException | None] = []
+        done = asyncio.Event()
+
+        def sync() -> None:
+            raise OSError(5, "injected")
+
+        def report(target: int, exc: BaseException | None) -> None:
+            errors.append(exc)
+            done.set()
+
+        syncer = Syncer(sync, report, asyncio.get_running_loop(),
+                        timing=lambda h, f: timings.append((h, f)), clock=lambda: 1.0)
+        syncer.request(1)
+        await asyncio.wait_for(done.wait(), 10)
+        syncer.stop()
+        # Then the error is reported and no timing is (a failed fsync measures nothing)
+        assert timings == [] and isinstance(errors[0], OSError)
 
     asyncio.run(main())

@@ -46,29 +46,39 @@ class Wire:
 
     def closed(self, timeout: float = 5.0) -> bool:
         """True once the server closes the connection (EOF) with nothing more to read."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                chunk = self.sock.recv(1 << 16)
-            except TimeoutError:
-                continue
-            except ConnectionResetError:
-                return True
-            if not chunk:
-                return True
-            self.buf += chunk
-        return False
+        previous = self.sock.gettimeout()
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+                try:
+                    chunk = self.sock.recv(1 << 16)
+                except TimeoutError:
+                    continue
+                except ConnectionResetError:
+                    return True
+                if not chunk:
+                    return True
+                self.buf += chunk
+            return False
+        finally:
+            self.sock.settimeout(previous)
 
     def quiet(self, seconds: float) -> bool:
-        """True when nothing arrives for ``seconds`` (a blocked reserve stays blocked)."""
+        """True when nothing arrives for ``seconds`` (a blocked reserve stays blocked).
+
+        The socket's own timeout is restored afterwards, so a later ``reply()`` waits as long
+        as the connection was opened to wait, not ``seconds``."""
         if self.buf:
             return False
+        previous = self.sock.gettimeout()
         self.sock.settimeout(seconds)
         try:
             chunk = self.sock.recv(1 << 16)
         except TimeoutError:
             return True
+        finally:
+            self.sock.settimeout(previous)
         self.buf += chunk
         return False
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
-from support import free_port
+from support import ServerProcess, free_port
 
 
 def stalkd(*args: str) -> subprocess.CompletedProcess[str]:
@@ -31,6 +32,20 @@ def test_failed_and_retry_without_a_server_fail_cleanly() -> None:
         r = stalkd(*cmd, "--address", address)
         assert r.returncode == 1, r.stderr
         assert address in r.stderr and "Traceback" not in r.stderr
+
+
+def test_failed_and_retry_read_stalkd_addr_and_take_port(beanstalkd: ServerProcess) -> None:
+    # issue 15: both ignored $STALKD_ADDR (and went to 127.0.0.1:11300) and rejected --port
+    env = {**os.environ, "STALKD_ADDR": beanstalkd.address}
+    for cmd in (["failed"], ["retry", "--all"]):
+        r = subprocess.run([sys.executable, "-m", "stalkd.cli", *cmd], capture_output=True,
+                           text=True, timeout=60, env=env)
+        assert r.returncode == 0, r.stderr
+        r = stalkd(*cmd, "--port", str(beanstalkd.port))
+        assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "stalkd.cli", "failed"], capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert f"0 dead-lettered job(s) in stalkd.failed on {beanstalkd.address}" in r.stderr
 
 
 def test_retry_needs_ids_or_all() -> None:

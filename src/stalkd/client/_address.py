@@ -1,49 +1,110 @@
-"""Server addresses as users write them: ``host:port``, ``host``, ``[::1]:11300``, ``unix:/path``."""
+"""Server addresses as users write them, the one grammar every client and subcommand reads.
+
+    host:port    host    [::1]:11300    unix:/run/stalkd.sock
+    tls://host:port                      TLS, server verified against the system's CAs
+    tls://host:port?ca=FILE&cert=FILE&key=FILE&name=SERVER-NAME
+
+A TLS address carries its certificate files in its query, so one string goes everywhere an
+address goes (an ``App``'s address, a worker's child processes, a Spark option) and
+``str(address)`` parses back to the same value. ``name`` is the host name the server's
+certificate must show when it differs from ``host`` (say, connecting by IP address).
+"""
 
 from __future__ import annotations
 
 from typing import NamedTuple
+from urllib.parse import parse_qsl, quote
 
-__all__ = ["Address", "parse_address", "DEFAULT_HOST", "DEFAULT_PORT"]
+__all__ = ["Address", "TlsParams", "parse_address", "DEFAULT_HOST", "DEFAULT_PORT"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11300
+_TLS_KEYS = ("ca", "cert", "key", "name")
+
+
+class TlsParams(NamedTuple):
+    """Files for a TLS connection: ``ca`` verifies the server (None: the system's trust store),
+    ``cert``/``key`` are this client's certificate for servers that require one, ``name`` the
+    name the server's certificate must carry (None: the host connected to)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    name: str | None = None
+
+    def merged(self, other: TlsParams) -> TlsParams:
+        """These values, with ``other``'s where this one has none."""
+        return TlsParams(*(a if a is not None else b for a, b in zip(self, other, strict=True)))
 
 
 class Address(NamedTuple):
-    """A TCP ``host``/``port``, or a UNIX socket ``path`` (then host and port are unused).
+    """A TCP ``host``/``port`` (over TLS when ``tls`` is set), or a UNIX socket ``path``.
 
     >>> parse_address("example.org")
-    Address(host='example.org', port=11300, path=None)
+    Address(host='example.org', port=11300, path=None, tls=None)
     """
 
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     path: str | None = None
+    tls: TlsParams | None = None
 
     def __str__(self) -> str:
         if self.path is not None:
             return f"unix:{self.path}"
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        hp = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        if self.tls is None:
+            return hp
+        query = "&".join(f"{k}={quote(v, safe='/')}" for k, v in zip(_TLS_KEYS, self.tls, strict=True)
+                         if v is not None)
+        return f"tls://{hp}" + (f"?{query}" if query else "")
 
 
-def parse_address(text: str | None = None, host: str | None = None, port: int | None = None) -> Address:
-    """An :class:`Address` from ``"host:port"`` (either part optional) and/or explicit parts.
+def _tls_query(text: str, query: str) -> TlsParams:
+    values: dict[str, str] = {}
+    for k, v in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
+        if k not in _TLS_KEYS:
+            raise ValueError(f"address {text!r}: unknown setting {k!r} (known: {', '.join(_TLS_KEYS)})")
+        if not v:
+            raise ValueError(f"address {text!r}: {k}= needs a value")
+        values[k] = v
+    return TlsParams(**values)
 
-    Explicit ``host``/``port`` win over what ``text`` says.
+
+def parse_address(text: str | None = None, host: str | None = None, port: int | None = None,
+                  *, tls: TlsParams | None = None) -> Address:
+    """An :class:`Address` from its text (every part optional) and/or explicit parts.
+
+    Explicit ``host``/``port`` and the values set in ``tls`` win over what ``text`` says
+    (``tls`` applies to ``tls://`` addresses only).
 
     >>> parse_address("10.0.0.5:11301"), parse_address("[::1]:7")
-    (Address(host='10.0.0.5', port=11301, path=None), Address(host='::1', port=7, path=None))
+    (Address(host='10.0.0.5', port=11301, path=None, tls=None), Address(host='::1', port=7, path=None, tls=None))
     >>> str(parse_address("unix:/run/stalkd.sock"))
     'unix:/run/stalkd.sock'
+    >>> a = parse_address("tls://q.example:11400?ca=/etc/ca.pem"); a.tls.ca, str(a)
+    ('/etc/ca.pem', 'tls://q.example:11400?ca=/etc/ca.pem')
     """
     h, p = DEFAULT_HOST, DEFAULT_PORT
+    params: TlsParams | None = None
     if text:
         if text.startswith("unix:"):
             if not text[5:]:
                 raise ValueError("address 'unix:' needs a socket path, e.g. unix:/run/stalkd.sock")
+            if host is not None or port is not None:
+                raise ValueError(f"address {text!r} is a UNIX socket: it takes no host or port")
             return Address(path=text[5:])
         rest = text
+        scheme, sep, after = rest.partition("://")
+        if sep:
+            if scheme not in ("tls", "tcp"):
+                raise ValueError(f"address {text!r}: unknown scheme {scheme + '://'!r} "
+                                 f"(use host:port, tls://host:port or unix:/path)")
+            rest, _, query = after.partition("?")
+            if scheme == "tls":
+                params = _tls_query(text, query)
+            elif query:
+                raise ValueError(f"address {text!r}: settings after '?' are for tls:// addresses")
         if rest.startswith("["):
             end = rest.find("]")
             if end < 0:
@@ -68,4 +129,6 @@ def parse_address(text: str | None = None, host: str | None = None, port: int | 
         p = port
     if not 0 < p < 65536:
         raise ValueError(f"port {p} is outside 1..65535")
-    return Address(h, p)
+    if params is not None and tls is not None:
+        params = tls.merged(params)
+    return Address(h, p, None, params)

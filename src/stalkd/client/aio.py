@@ -23,6 +23,7 @@ from typing import Any, TypeVar, cast
 
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_address
+from stalkd.client._tls import connection_kwargs
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
@@ -190,7 +191,8 @@ class AsyncClient:
                 if addr.path is not None:
                     _, wire = await loop.create_unix_connection(lambda: _Wire(addr), addr.path)
                 else:
-                    _, wire = await loop.create_connection(lambda: _Wire(addr), addr.host, addr.port)
+                    _, wire = await loop.create_connection(lambda: _Wire(addr), addr.host, addr.port,
+                                                           **connection_kwargs(addr))
         except (OSError, TimeoutError) as e:
             raise ConnectionFailed(f"cannot connect to beanstalkd server at {addr}: "
                                    f"{e or 'timed out'}") from e

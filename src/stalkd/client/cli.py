@@ -1,8 +1,9 @@
 """``stalkd put|peek|delete|kick|stats|stats-tube|list-tubes``: thin commands over the client.
 
 Each function takes the argv after its command name and returns the exit code (see EXIT below).
-They talk to any beanstalkd-compatible server: ``--host``/``--port``, or ``STALKD_ADDR``
-(``host:port`` or ``unix:/path``), default 127.0.0.1:11300. ``--json`` prints one JSON value.
+They talk to any beanstalkd-compatible server: ``-a ADDR`` or ``$STALKD_ADDR`` (``host:port``,
+``unix:/path`` or ``tls://host:port`` with ``--tls-ca/--tls-cert/--tls-key``; see
+``stalkd.client.options``), default 127.0.0.1:11300. ``--json`` prints one JSON value.
 
 Example::
 
@@ -22,8 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stalkd.client import errors
-from stalkd.client._address import DEFAULT_HOST, DEFAULT_PORT, Address, parse_address
+from stalkd.client._address import Address
 from stalkd.client._format import body_json, body_text, key_values, show_value, table
+from stalkd.client.options import ENV_ADDR, add_server_options, server_address
 from stalkd.client.sync import Client
 
 __all__ = ["put", "peek", "delete", "kick", "stats", "stats_tube", "list_tubes"]
@@ -36,7 +38,7 @@ EXIT = f"""exit status:
   {UNREACHABLE}  the server could not be reached, or the connection broke
   {REFUSED}  the server refused the command (JOB_TOO_BIG, DRAINING, OUT_OF_MEMORY, ...)"""
 
-ENV = "STALKD_ADDR"
+ENV = ENV_ADDR
 
 
 class _Fail(Exception):
@@ -50,22 +52,18 @@ def _parser(cmd: str, description: str, epilog: str = "") -> argparse.ArgumentPa
         prog=f"stalkd {cmd}", description=textwrap.fill(description, 79),
         epilog=(epilog + "\n\n" if epilog else "") + EXIT,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    where = p.add_argument_group("server")
-    where.add_argument("--host", help=f"server host (default from ${ENV}, as host:port or "
-                                      f"unix:/path; else {DEFAULT_HOST})")
-    where.add_argument("--port", type=int, help=f"server port (default from ${ENV}, else {DEFAULT_PORT})")
-    where.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                       help="give up waiting for a reply after this long (default 10)")
+    add_server_options(p)
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="give up waiting for a reply after this long (default 10)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
 def _address(ns: argparse.Namespace) -> Address:
     try:
-        return parse_address(os.environ.get(ENV) or None, ns.host, ns.port)
+        return server_address(ns)
     except ValueError as e:
-        raise _Fail(USAGE, f"bad server address ({ENV}={os.environ.get(ENV)!r}, "
-                           f"--host {ns.host}, --port {ns.port}): {e}") from None
+        raise _Fail(USAGE, str(e)) from None
 
 
 def _run(cmd: str, parser: argparse.ArgumentParser, argv: Sequence[str],
@@ -83,8 +81,8 @@ def _run(cmd: str, parser: argparse.ArgumentParser, argv: Sequence[str],
         print(f"stalkd {cmd}: {e}", file=sys.stderr)
         return e.code
     except errors.ConnectionFailed as e:
-        print(f"stalkd {cmd}: {e}\n  is the server running? (stalkd serve; set --host/--port "
-              f"or {ENV})", file=sys.stderr)
+        print(f"stalkd {cmd}: {e}\n  is the server running? (stalkd serve; set -a ADDR "
+              f"or ${ENV})", file=sys.stderr)
         return UNREACHABLE
     except errors.ClientConnectionError as e:
         print(f"stalkd {cmd}: {e}", file=sys.stderr)

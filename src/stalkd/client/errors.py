@@ -24,6 +24,7 @@ from typing import Any
 __all__ = [
     "BeanstalkError", "NotFound", "TimedOut", "DeadlineSoon", "Buried", "Draining", "JobTooBig",
     "ExpectedCrlf", "BadFormat", "UnknownCommand", "OutOfMemory", "InternalError", "NotIgnored",
+    "PermissionDenied",
     "ClientConnectionError", "ConnectionFailed", "ConnectionClosed", "ReplyTimeout",
     "ProtocolError", "ERRORS", "error_for",
 ]  # fmt: skip
@@ -125,11 +126,17 @@ class NotIgnored(BeanstalkError):
     hint = "a connection must watch at least one tube"
 
 
+class PermissionDenied(BeanstalkError):
+    word = "PERMISSION_DENIED"
+    hint = ("stalkd's ACL does not let this client certificate do that (only on TLS listeners "
+            "with --acl)")
+
+
 #: Every error word the server can send, mapped to its exception class.
 ERRORS: dict[str, type[BeanstalkError]] = {
     cls.word: cls
     for cls in (NotFound, TimedOut, DeadlineSoon, Buried, Draining, JobTooBig, ExpectedCrlf,
-                BadFormat, UnknownCommand, OutOfMemory, InternalError, NotIgnored)
+                BadFormat, UnknownCommand, OutOfMemory, InternalError, NotIgnored, PermissionDenied)
 }
 
 

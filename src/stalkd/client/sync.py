@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_address
+from stalkd.client._tls import wrap_socket
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
@@ -115,6 +116,7 @@ class Client:
                 sock = socket.create_connection((self.address.host, self.address.port),
                                                 timeout=self.timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock = wrap_socket(sock, self.address)
         except OSError as e:
             raise ConnectionFailed(f"cannot connect to beanstalkd server at {self.address}: {e}") from e
         _set_wait(sock, self.timeout)

@@ -387,4 +387,4 @@ class Wal(Compaction):
             with contextlib.suppress(OSError):
                 os.close(s.writer._fd)
         self._snap = None
-        self.log._release_files()
+        self.log.abandon()

@@ -15,7 +15,8 @@ from typing import Any
 
 from .cursor import read_cursor
 from .errors import LogCorruptError, LogError
-from .log import GROUPS_DIR, LOCK_NAME
+from .group import GROUPS_DIR
+from .log import LOCK_NAME
 from .reader import LogReader
 
 __all__ = ["main", "inspect"]

@@ -19,6 +19,7 @@ Ensures: ``encode_frame`` output length is ``frame_size(len(payload))`` and a mu
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -33,6 +34,8 @@ __all__ = [
     "FLAG_COMMITTED",
     "frame_size",
     "encode_frame",
+    "encode_data_frame",
+    "encode_data_frames",
     "HEAD",
     "REST",
 ]
@@ -47,7 +50,10 @@ HEAD = struct.Struct("<IBBHIIq")  # the whole header, CRC first: 24 bytes
 REST = struct.Struct("<BBHIIq")  # the header after the CRC: 20 bytes
 FRAME_HEADER_SIZE = 24
 MAX_PAYLOAD = 2**32 - 1
-_PAD = bytes(8)
+_DATA_FLAGS = FLAG_COMMITTED | KIND_DATA
+_PADS = tuple(bytes(i) for i in range(8))  # the zero padding of each length modulo 8
+_pack_rest = REST.pack
+_pack_u32 = struct.Struct("<I").pack
 
 
 def frame_size(length: int) -> int:
@@ -62,16 +68,56 @@ def frame_size(length: int) -> int:
 def encode_frame(
     payload: bytes | bytearray | memoryview, delta: int, timestamp_us: int, epoch: int, kind: int = KIND_DATA
 ) -> bytes:
-    """The on-disk bytes of one frame.
+    """The on-disk bytes of one frame of any kind.
 
     >>> len(encode_frame(b"abc", 0, 1, 1))
     32
     """
     n = len(payload)
-    rest = REST.pack(MAGIC, FLAG_COMMITTED | kind, epoch, n, delta, timestamp_us)
-    pad = _PAD[: -(FRAME_HEADER_SIZE + n) & 7]
-    crc = crc32c(pad, crc32c(payload, crc32c(rest)))
-    return b"".join((crc.to_bytes(4, "little"), rest, payload, pad))
+    rest = _pack_rest(MAGIC, FLAG_COMMITTED | kind, epoch, n, delta, timestamp_us)
+    pad = _PADS[-(FRAME_HEADER_SIZE + n) & 7]
+    c = crc32c(payload, crc32c(rest))
+    return b"".join((_pack_u32(crc32c(pad, c) if pad else c), rest, payload, pad))
+
+
+def encode_data_frame(payload: bytes | bytearray | memoryview, delta: int, timestamp_us: int, epoch: int) -> bytes:
+    """``encode_frame`` of a data frame (the writer's per-record hot path).
+
+    >>> encode_data_frame(b"abc", 4, 9, 2) == encode_frame(b"abc", 4, 9, 2)
+    True
+    """
+    n = len(payload)
+    rest = _pack_rest(MAGIC, _DATA_FLAGS, epoch, n, delta, timestamp_us)
+    pad = _PADS[-(FRAME_HEADER_SIZE + n) & 7]
+    c = crc32c(payload, crc32c(rest))
+    return b"".join((_pack_u32(crc32c(pad, c) if pad else c), rest, payload, pad))
+
+
+def encode_data_frames(
+    payloads: Sequence[bytes | bytearray | memoryview], first_delta: int, timestamp_us: int, epoch: int
+) -> bytes:
+    """Consecutive data frames (deltas ``first_delta``, ``first_delta + 1``, ...) in one buffer.
+
+    >>> encode_data_frames([b"a", b"bc"], 3, 9, 1) == encode_frame(b"a", 3, 9, 1) + encode_frame(b"bc", 4, 9, 1)
+    True
+    """
+    pack = _pack_rest
+    u32 = _pack_u32
+    crc = crc32c
+    pads = _PADS
+    parts: list[bytes | bytearray | memoryview] = []
+    extend = parts.extend
+    delta = first_delta
+    for p in payloads:
+        n = len(p)
+        rest = pack(MAGIC, _DATA_FLAGS, epoch, n, delta, timestamp_us)
+        pad = pads[-(FRAME_HEADER_SIZE + n) & 7]
+        if pad:
+            extend((u32(crc(pad, crc(p, crc(rest)))), rest, p, pad))
+        else:
+            extend((u32(crc(p, crc(rest))), rest, p))
+        delta += 1
+    return b"".join(parts)
 
 
 class Frame(NamedTuple):

@@ -24,20 +24,50 @@ import os
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, NamedTuple, Protocol
 
-from .cursor import CursorFile, CursorState, read_cursor
+from .active import fsync_dir
+from .commit import parse_durability
+from .cursor import CursorFile, CursorState, CursorSyncer, read_cursor
 from .errors import LogError, LogLagError
 from .frame import frame_size
 from .reader import ReadPos
 from .segment import FOOTER_SIZE, HEADER_SIZE
 
-if TYPE_CHECKING:
-    from .log import Log
+__all__ = ["ConsumerGroup", "GroupLog", "Message", "GROUPS_DIR"]
 
-__all__ = ["ConsumerGroup", "Message"]
-
+GROUPS_DIR = "groups"  # under the log directory: one ``<name>.cur`` cursor file per group
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+class GroupLog(Protocol):
+    """What a consumer group needs from its log (:class:`stalkd.log.Log` provides it)."""
+
+    path: str
+
+    @property
+    def durability(self) -> str: ...
+
+    @property
+    def next_offset(self) -> int: ...
+
+    def visible_end(self) -> int: ...
+
+    def segment_bounds(self) -> list[tuple[int, int | None, str]]: ...
+
+    def position_of_end(self) -> tuple[int, int]: ...
+
+    def read(self, start: int, end: int | None = None, *, resume: ReadPos | None = None,
+             make: Callable[[int, int, memoryview], Any] = ...) -> Iterator[Any]: ...  # fmt: skip
+
+    def wait_visible(self, offset: int, timeout: float) -> bool: ...
+
+    def future_visible(self, offset: int) -> asyncio.Future[None]: ...
+
+    def cursor_syncer(self) -> CursorSyncer: ...
+
+    def append(self, payload: bytes | bytearray | memoryview) -> int: ...
 
 
 class Message(NamedTuple):
@@ -76,7 +106,7 @@ class ConsumerGroup:
 
     def __init__(
         self,
-        log: Log,
+        log: GroupLog,
         name: str,
         *,
         durability: str | None = None,
@@ -85,11 +115,8 @@ class ConsumerGroup:
         max_lag_bytes: int | None = None,
         overflow: Literal["drop", "refuse"] = "drop",
         max_attempts: int | None = None,
-        dead_letter: Log | None = None,
+        dead_letter: GroupLog | None = None,
     ) -> None:
-        from .active import fsync_dir
-        from .log import GROUPS_DIR
-
         if not _NAME.match(name):
             raise ValueError(f"group name {name!r}: use 1-100 of A-Z a-z 0-9 _ . -")
         self.log = log
@@ -143,11 +170,9 @@ class ConsumerGroup:
         max_lag_bytes: int | None = None,
         overflow: Literal["drop", "refuse"] = "drop",
         max_attempts: int | None = None,
-        dead_letter: Log | None = None,
+        dead_letter: GroupLog | None = None,
     ) -> None:
         """Set the group's policies (see the module docstring)."""
-        from .log import parse_durability
-
         if overflow not in ("drop", "refuse"):
             raise ValueError(f"overflow must be 'drop' or 'refuse', not {overflow!r}")
         self.durability = durability if durability is not None else self.log.durability
@@ -176,7 +201,7 @@ class ConsumerGroup:
             out = self._take(max_batch, now)
             if out or timeout <= 0:
                 return out
-        if self.log._wait_visible(self._next_read, timeout):
+        if self.log.wait_visible(self._next_read, timeout):
             with self._lock:
                 return self._take(max_batch, now)
         return []
@@ -191,33 +216,31 @@ class ConsumerGroup:
             left = deadline - loop.time()
             if out or left <= 0:
                 return out
-            fut: asyncio.Future[None] = loop.create_future()
-            with self.log._cond:
-                if self.log.visible_end() <= self._next_read and not self._redeliver:
-                    self.log._async_waiters.append((loop, fut))
-                else:
-                    fut.set_result(None)
+            if self._redeliver:  # nacked meanwhile: take them after one turn of the loop
+                await asyncio.sleep(0)
+                continue
+            fut = self.log.future_visible(self._next_read)
             try:
                 await asyncio.wait_for(fut, left)
             except TimeoutError:
                 return []
 
     def _take(self, max_batch: int, now: float | None) -> list[Message]:
-        self._enforce_lag()
+        self.enforce_lag()
         out: list[Message] = []
         while self._redeliver and len(out) < max_batch:
             off = heapq.heappop(self._redeliver)
             if off < self.committed or off in self._acked:
                 continue
-            for f in self.log.read(off, off + 1, _resume=self._resume_for(off)):
+            for f in self.log.read(off, off + 1, resume=self._resume_for(off)):
                 out.append(Message(f.offset, f.timestamp_us, f.payload, self._attempts.get(off, 0) + 1))
         end = self.log.visible_end()
         if len(out) >= max_batch or self._next_read >= end:
             return out
         rp = self._read_pos
-        frames = self.log.read(self._next_read, end, _resume=rp, _make=Message)
+        frames = self.log.read(self._next_read, end, resume=rp, make=Message)
         if self.ttl is None and not self._acked:
-            out.extend(itertools.islice(frames, max_batch - len(out)))  # type: ignore[arg-type]
+            out.extend(itertools.islice(frames, max_batch - len(out)))
         else:
             ttl_us = None if self.ttl is None else int(self.ttl * 1e6)
             now_us = int((time.time() if now is None else now) * 1e6)
@@ -230,7 +253,7 @@ class ConsumerGroup:
                     self._next_read = off + 1
                     self._ack_one(off)
                     continue
-                out.append(m)  # type: ignore[arg-type]
+                out.append(m)
                 if len(out) >= max_batch:
                     break
         if rp.offset > self._next_read:
@@ -317,7 +340,7 @@ class ConsumerGroup:
                 if self.max_attempts is not None and failures >= self.max_attempts:
                     # Dead letter: out of this group's way, kept (copied) in the dead-letter log.
                     if self.dead_letter is not None:
-                        for f in self.log.read(off, off + 1, _resume=self._resume_for(off)):
+                        for f in self.log.read(off, off + 1, resume=self._resume_for(off)):
                             self.dead_letter.append(f.payload)
                     self.dead_lettered += 1
                     self._ack_one(off)
@@ -361,17 +384,19 @@ class ConsumerGroup:
 
     def _bytes_from(self, offset: int, pos: tuple[int, int, int] | None) -> int:
         log = self.log
-        act = log._active
         if offset >= log.next_offset:
             return 0
+        bounds = log.segment_bounds()
+        act_base, act_pos = log.position_of_end()
+        sealed = [s for s in bounds if s[0] != act_base]
         if pos is None:
-            base = max([b for b, _, _ in log._sealed if b <= offset] + [act.base if act.base <= offset else 0])
+            base = max([b for b, _, _ in sealed if b <= offset] + [act_base if act_base <= offset else 0])
             pos = (base, base, HEADER_SIZE)
         _, base, p = pos
-        if base == act.base:
-            return act.pos - p
-        total = act.pos - HEADER_SIZE
-        for b, _end, path in log._sealed:
+        if base == act_base:
+            return act_pos - p
+        total = act_pos - HEADER_SIZE
+        for b, _end, path in sealed:
             if b >= base:
                 try:
                     size = os.stat(path).st_size - FOOTER_SIZE
@@ -380,8 +405,8 @@ class ConsumerGroup:
                 total += size - (p if b == base else HEADER_SIZE)
         return total
 
-    def _check_refuse(self, n_items: int, n_bytes: int) -> None:
-        """Called by the log before a write: refuse it if this group would go over its limit."""
+    def check_refuse(self, n_items: int, n_bytes: int) -> None:
+        """Called by the log before a write: LogLagError if this group would go over its limit."""
         lag = self.lag
         if self.max_lag_items is not None and lag + n_items > self.max_lag_items:
             raise LogLagError(
@@ -396,8 +421,9 @@ class ConsumerGroup:
                     f"{self.max_lag_bytes}); append of {n_bytes} bytes refused: consume and ack, or seek"
                 )
 
-    def _enforce_lag(self) -> None:
-        """overflow="drop": skip the oldest records until the group is within its limits."""
+    def enforce_lag(self) -> None:
+        """overflow="drop": skip the oldest records until the group is within its limits (the
+        log calls it before retention)."""
         if self.overflow != "drop" or (self.max_lag_items is None and self.max_lag_bytes is None):
             return
         with self._lock:
@@ -414,7 +440,7 @@ class ConsumerGroup:
                 else:
                     start = max(b for b, _, _ in self.log.segment_bounds() if b <= self.committed)
                     rp = None
-                for f in self.log.read(start, _resume=rp):
+                for f in self.log.read(start, resume=rp):
                     if excess <= 0:
                         break
                     excess -= frame_size(len(f.payload))
@@ -449,7 +475,7 @@ class ConsumerGroup:
             # every: write now, fsync in the background (at most one slot unsynced at a time).
             self._persist(fsync=False)
             if self._policy == "every":
-                self.log._cursor_syncer_for().request(f)
+                self.log.cursor_syncer().request(f)
 
     def _persist(self, fsync: bool) -> None:
         self._seq += 1
@@ -465,11 +491,22 @@ class ConsumerGroup:
         with self._lock:
             self._persist(fsync=True)
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Checkpoint if needed and close the cursor file (the log calls it when it closes)."""
         with self._lock:
             if self._dirty:
                 self._persist(fsync=self._policy != "never")
             self._file.close()
+
+    def abandon(self) -> None:
+        """Close the cursor file without a checkpoint (what a crash leaves; the log calls it)."""
+        self._file.close()
+
+    def destroy(self) -> None:
+        """Close and delete the cursor file (the log calls it to remove the group)."""
+        self._file.close()
+        os.unlink(self._file.path)
+        fsync_dir(os.path.dirname(self._file.path))
 
     def __repr__(self) -> str:
         return f"ConsumerGroup({self.name!r}, committed={self.committed}, lag={self.lag})"

@@ -163,6 +163,12 @@ class Server:
             from stalkd.engine.space import SHORT_FRAME, put_frame
 
             self._short_cost, self._put_cost = SHORT_FRAME, put_frame
+        # Counters for the admin endpoint's metrics (the engine counts commands itself).
+        self.refused_connections = 0  # over --max-connections
+        self.refused_for_space = 0  # commands refused because the WAL had no room
+        # Called with (command or None, outcome) for every engine step when set (the admin
+        # endpoint's latency histograms); one attribute test per step when not.
+        self.observer: Callable[[Command | None, Outcome], None] | None = None
         self._host_id = os.urandom(8).hex()  # beanstalkd's random per-process id
         self._uname = os.uname()
 
@@ -194,6 +200,7 @@ class Server:
         if len(self.conns) >= self.config.max_connections:
             log.warning("conn %d from %s refused: %d connections is the limit (--max-connections)",
                         c.id, c.peer, self.config.max_connections)
+            self.refused_connections += 1
             c.closing = True
             assert c.transport is not None
             c.transport.abort()
@@ -266,7 +273,7 @@ class Server:
                 log.exception("conn %d: engine failed on %r; replying INTERNAL_ERROR", c.id, cmd)
                 c.send(Reply("INTERNAL_ERROR"), 0)
                 return
-            self._handle(c, out)
+            self._handle(c, out, cmd)
             return
         cost = 0
         now = self.clock()
@@ -310,10 +317,11 @@ class Server:
             out = out._replace(records=tuple(r for r in out.records if r.op is not Op.RELEASE))
         if cost or out.records:
             st.settle(cost, out.records)
-        self._handle(c, out)
+        self._handle(c, out, cmd)
 
     def _refuse(self, c: Connection, cmd: Command) -> None:
         """No WAL room for ``cmd``'s records: beanstalkd's replies for a failed reservation."""
+        self.refused_for_space += 1
         now = time.monotonic()
         if now - self._space_warned > SPACE_RETRY:
             self._space_warned = now
@@ -322,8 +330,11 @@ class Server:
         kind = type(cmd)
         c.send(_NOT_FOUND if kind is C.KickJob else _KICKED_0 if kind is C.Kick else _OUT_OF_MEMORY, 0)
 
-    def _handle(self, c: Connection | None, out: Outcome) -> None:
-        """Queue ``out.records`` for the WAL and route its replies (``c``: who gets ``out.reply``)."""
+    def _handle(self, c: Connection | None, out: Outcome, cmd: Command | None = None) -> None:
+        """Queue ``out.records`` for the WAL and route its replies (``c``: who gets ``out.reply``,
+        ``cmd``: the command that produced it, None for timers and hang-ups)."""
+        if self.observer is not None:
+            self.observer(cmd, out)
         barrier = 0
         records = out.records
         if records and self.storage is not None:

@@ -18,11 +18,12 @@ import time
 from collections.abc import Sequence
 
 from stalkd.server.config import Config, Exit, parse_args
-from stalkd.server.listen import ListenError, bind_listener, from_systemd
+from stalkd.server.listen import ListenError, bind_all, from_systemd
 
 __all__ = ["main", "beanstalkd_main"]
 
 EXIT_LISTEN = 111  # beanstalkd's status when it cannot listen
+EXIT_CONFIG = 1  # a TLS or ACL file cannot be used
 
 
 def _become(user: str) -> str | None:
@@ -50,8 +51,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(got.stderr)
         return got.code
     cfg: Config = got
+    tls = acl = None
+    if cfg.tls_listen or cfg.acl:
+        # Checked before binding: a bad file is an error at start, not at the first client.
+        from stalkd.server.acl import AclError, load_acl
+        from stalkd.server.tls import TlsConfigError, TlsFiles, server_context
+
+        try:
+            if cfg.tls_cert is not None:
+                tls = server_context(TlsFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca))
+            if cfg.acl is not None:
+                acl = load_acl(cfg.acl)
+        except (TlsConfigError, AclError) as e:
+            sys.stderr.write(f"stalkd: {e}\n")
+            return EXIT_CONFIG
     try:
-        sock = from_systemd() or bind_listener(cfg.listen, cfg.port)
+        listeners = bind_all(from_systemd(), "" if cfg.no_plain else cfg.listen, cfg.port,
+                             unix=cfg.unix, tls=cfg.tls_listen, socket_mode=cfg.socket_mode)
     except ListenError as e:
         sys.stderr.write(f"stalkd: {e}\n")
         return EXIT_LISTEN
@@ -62,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_LISTEN
     from stalkd.server.serve import run  # heavy imports only now that we listen
 
-    return run(cfg, sock, t_exec)
+    return run(cfg, listeners, t_exec, tls=tls, acl=acl)
 
 
 def beanstalkd_main() -> None:

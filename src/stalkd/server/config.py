@@ -26,7 +26,7 @@ from collections.abc import Sequence  # collections.abc is imported at start-up 
 
 __all__ = [
     "Config", "Exit", "parse_args", "USAGE", "VERSION_TEXT", "DEFAULT_PORT",
-    "MAX_JOB_SIZE_LIMIT", "LOG_LEVELS",
+    "MAX_JOB_SIZE_LIMIT", "LOG_LEVELS", "is_loopback",
 ]  # fmt: skip
 
 DEFAULT_PORT = 11300
@@ -64,6 +64,28 @@ Options:
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
           --log-level LEVEL   debug | info | warning | error (default info)
+          --admin ADDR:PORT   serve the admin HTTP endpoint (metrics, health, JSON API,
+                              dashboard) there, e.g. 127.0.0.1:11301 (port 0: any free
+                              port, logged); off by default
+          --admin-token-file FILE
+                              clients of the admin endpoint must send this bearer token
+                              (required when ADDR is not a loopback address)
+
+Listeners (several may run at once; each has its own policy):
+          --unix PATH         also listen on a UNIX socket (file permissions decide who
+                              may connect; repeatable); removed when the server stops
+          --socket-mode MODE  permissions of UNIX socket files, octal (default 0660)
+          --tls-listen ADDR:PORT  also listen with TLS 1.2+ on ADDR:PORT (repeatable)
+          --tls-cert FILE     server certificate (chain) in PEM, for --tls-listen
+          --tls-key FILE      its private key (default: in --tls-cert's file)
+          --tls-client-ca FILE  require a client certificate signed by these CAs; its
+                              subject is the connection's identity (in the logs, the ACL)
+          --acl FILE          per-identity rules for TLS clients (TOML: which tubes each
+                              may put to and watch, whether it may kick and pause);
+                              refused commands get PERMISSION_DENIED
+          --no-plain          no plain -l/-p listener (only --unix and --tls-listen ones)
+          --plain-network-ok  do not warn that the plain listener is on a network address
+          (SIGHUP reloads the TLS certificate, key, client CAs and the ACL file)
  -c, -n                       accepted and ignored, as in beanstalkd
  -v       --version           show version information
  -V       --verbose           increase verbosity
@@ -84,7 +106,9 @@ class Config:
 
     __slots__ = ("listen", "port", "data_dir", "durability", "wal_size", "max_job_size", "user",
                  "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive",
-                 "archive_url")  # fmt: skip
+                 "unix", "socket_mode", "tls_listen", "tls_cert", "tls_key", "tls_client_ca",
+                 "acl", "no_plain", "plain_network_ok",
+                 "admin", "admin_token_file", "archive_url")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -98,6 +122,17 @@ class Config:
     max_output: int  # per-connection buffered reply bytes before it stops being read
     warnings: tuple[str, ...]  # things the parse accepted but the operator should know
     archive: bool  # retired WAL segments go to DIR/wal/archive/ instead of being deleted
+    unix: tuple[str, ...]  # extra UNIX socket listeners (paths)
+    socket_mode: int  # permission bits of every UNIX socket file we create
+    tls_listen: tuple[tuple[str, int], ...]  # TLS listeners (host, port)
+    tls_cert: str | None
+    tls_key: str | None  # None: the key is in tls_cert's file
+    tls_client_ca: str | None  # set: TLS clients must present a certificate these CAs signed
+    acl: str | None  # TOML rules per client identity, for TLS listeners
+    no_plain: bool  # no plain -l/-p listener
+    plain_network_ok: bool  # the operator knows the plain listener is reachable from a network
+    admin: tuple[str, int] | None  # (host, port) of the admin HTTP endpoint; None: off
+    admin_token_file: str | None  # bearer token the admin endpoint requires
     archive_url: str | None  # sealed segments and snapshots are shipped there (stalkd.archive)
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
@@ -106,9 +141,18 @@ class Config:
                  user: str | None = None, verbosity: int = 0, log_level: str = "info",
                  max_connections: int = 10_000, max_output: int = 4 * 2**20,
                  warnings: tuple[str, ...] = (), archive: bool = False,
+                 unix: tuple[str, ...] = (), socket_mode: int = 0o660,
+                 tls_listen: tuple[tuple[str, int], ...] = (), tls_cert: str | None = None,
+                 tls_key: str | None = None, tls_client_ca: str | None = None,
+                 acl: str | None = None, no_plain: bool = False,
+                 plain_network_ok: bool = False,
+                 admin: tuple[str, int] | None = None,
+                 admin_token_file: str | None = None,
                  archive_url: str | None = None) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
-                  log_level, max_connections, max_output, warnings, archive, archive_url)  # fmt: skip
+                  log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
+                  tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,
+                  plain_network_ok, admin, admin_token_file, archive_url)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 
@@ -212,8 +256,59 @@ def _positive(flag: str, text: str) -> int:
     return n
 
 
+def _host_port(flag: str, text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[V6]:PORT`` (port 0: any free port, logged once bound)."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host:
+        raise _Bad(f"invalid address for {flag}: {text!r} (expected HOST:PORT, e.g. 0.0.0.0:11400)")
+    return host, _port(flag, port)
+
+
+def _mode(flag: str, text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise _Bad(f"invalid mode for {flag}: {text!r} (expected octal permission bits, e.g. 0660)")
+    return mode
+
+
+def _file(flag: str, text: str) -> str:
+    if not text:
+        raise _Bad(f"empty file name for {flag}")
+    return text
+
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (the admin endpoint needs no token there).
+
+    >>> is_loopback("127.0.0.2"), is_loopback("::1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    (True, True, True, False)
+    """
+    if host == "localhost":
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback  # fe80::1%eth0: scope
+    except ValueError:
+        return False
+
+
 def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
     """Apply one valued option (short or long)."""
+    if key == "unix":
+        return cfg.replace(unix=(*cfg.unix, _file(flag, value)))
+    if key == "socket-mode":
+        return cfg.replace(socket_mode=_mode(flag, value))
+    if key == "tls-listen":
+        return cfg.replace(tls_listen=(*cfg.tls_listen, _host_port(flag, value)))
+    if key in ("tls-cert", "tls-key", "tls-client-ca", "acl"):
+        return cfg.replace(**{key.replace("-", "_"): _file(flag, value)})
     if key == "listen":
         if not value:
             raise _Bad(f"empty address for {flag}")
@@ -246,6 +341,12 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
         return cfg.replace(max_output=_positive(flag, value))
     if key == "log-level":
         return cfg.replace(log_level=_log_level(flag, value))
+    if key == "admin":
+        return cfg.replace(admin=_host_port(flag, value))
+    if key == "admin-token-file":
+        if not value:
+            raise _Bad(f"empty file name for {flag}")
+        return cfg.replace(admin_token_file=value)
     raise AssertionError(key)  # pragma: no cover - tables below only name keys handled above
 
 
@@ -253,7 +354,9 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
 _SHORT_VALUED = {"l": "listen", "p": "port", "b": "dir", "f": "fsync", "u": "user",
                  "z": "max-job-size", "s": "wal-size"}  # fmt: skip
 _LONG_VALUED = {"listen", "port", "dir", "fsync", "durability", "user", "max-job-size",
-                "wal-size", "max-connections", "max-output", "log-level"}  # fmt: skip
+                "wal-size", "max-connections", "max-output", "log-level", "unix", "socket-mode",
+                "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "acl",
+                "admin", "admin-token-file"}  # fmt: skip
 _REMOVED = "-{} flag was removed. binlog is always compacted."
 
 
@@ -292,6 +395,10 @@ def _long(cfg: Config, arg: str, rest: list[str]) -> Config | Exit:
         return cfg.replace(archive_url=value)
     if eq:
         raise _Bad(f"flag --{name} takes no value")
+    if name == "no-plain":
+        return cfg.replace(no_plain=True)
+    if name == "plain-network-ok":
+        return cfg.replace(plain_network_ok=True)
     simple = {"no-fsync": "F", "verbose": "V", "help": "h", "version": "v"}
     if name in simple:
         return _flag(cfg, simple[name])
@@ -333,6 +440,20 @@ def _parse(argv: Sequence[str]) -> Config | Exit:
         raise _Bad("empty UNIX socket path in -l unix:")
     if cfg.archive_url is not None and cfg.data_dir is None:
         raise _Bad("--archive URL needs a data directory (-b DIR): it ships the WAL's segments")
+    if cfg.tls_listen and cfg.tls_cert is None:
+        raise _Bad("--tls-listen needs --tls-cert FILE (and --tls-key FILE unless the key is in it)")
+    if not cfg.tls_listen:
+        stray = [f for f, v in (("--tls-cert", cfg.tls_cert), ("--tls-key", cfg.tls_key),
+                                ("--tls-client-ca", cfg.tls_client_ca), ("--acl", cfg.acl)) if v]
+        if stray:
+            raise _Bad(f"{', '.join(stray)}: only for TLS listeners; add --tls-listen ADDR:PORT")
+    if cfg.no_plain and not (cfg.unix or cfg.tls_listen):
+        raise _Bad("--no-plain leaves no listener: add --unix PATH or --tls-listen ADDR:PORT")
+    if cfg.admin is not None and cfg.admin_token_file is None and not is_loopback(cfg.admin[0]):
+        raise _Bad(f"--admin {cfg.admin[0]} is not a loopback address: anyone who reaches it could "
+                   "delete every job; give --admin-token-file FILE (a bearer token) as well")
+    if cfg.admin_token_file is not None and cfg.admin is None:
+        raise _Bad("--admin-token-file needs --admin ADDR:PORT")
     return cfg
 
 

@@ -10,6 +10,8 @@ Ensures:
 - All replies ready after one read go out in one ``writelines`` call (one send for a pipeline).
 - While a reserve blocks, the connection still reads (to see a half-close or a hang-up) but runs
   no further command: beanstalkd answers strictly in order, so they wait in the parser.
+- A connection with a ``policy`` (a TLS listener with an ACL) runs only the commands it
+  admits; a refused one gets ``PERMISSION_DENIED`` and changes nothing.
 - Memory per connection is bounded: once held plus unsent reply bytes exceed ``max_output``
   (a client that does not read its replies), or a blocked connection has buffered that much
   input, the connection stops reading and runs no command until the backlog drains.
@@ -20,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, cast
 
 from stalkd.engine.commands import AnyReply, Close, Reply
 from stalkd.protocol import NEED_DATA, Parser, encode_reply_parts
@@ -29,10 +32,16 @@ from stalkd.protocol.replies import encode_line
 if TYPE_CHECKING:
     from stalkd.server.app import Server
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "CommandPolicy"]
 
 log = logging.getLogger("stalkd.server")
+_DENIED = Reply("PERMISSION_DENIED")
 
+
+class CommandPolicy(Protocol):
+    """Decides, command by command, what one connection may run (``stalkd.server.acl``)."""
+
+    def admits(self, cmd: object) -> bool: ...
 
 
 class Connection(asyncio.Protocol):
@@ -63,6 +72,10 @@ class Connection(asyncio.Protocol):
         self.lost = False
         self._running = False  # re-entrancy guard for process()
         self._flush_queued = False
+        self.identity: str | None = None  # the subject of a verified TLS client certificate
+        self.policy: CommandPolicy | None = None  # None: every command runs
+        # Set by the listener's factory: called once connected, returns the policy.
+        self.admit: Callable[[Connection], CommandPolicy | None] | None = None
 
     # --- asyncio callbacks ------------------------------------------------------------------
 
@@ -78,6 +91,13 @@ class Connection(asyncio.Protocol):
             self.peer = str(peer)
         else:
             self.peer = "unix"
+        if self.admit is not None:
+            ssl_object = transport.get_extra_info("ssl_object")
+            if ssl_object is not None:
+                from stalkd.server.tls import identity
+
+                self.identity = identity(ssl_object.getpeercert())
+            self.policy = self.admit(self)
         self.server.connected(self)
 
     def data_received(self, data: bytes) -> None:
@@ -141,6 +161,9 @@ class Connection(asyncio.Protocol):
                     break
                 if type(item) is Reply:  # a protocol error found by the parser
                     self.send(item, 0)
+                    continue
+                if self.policy is not None and not self.policy.admits(item):
+                    self.send(_DENIED, 0)
                     continue
                 execute(self, item)  # type: ignore[arg-type]
             else:

@@ -5,7 +5,8 @@ uvloop, the engine and the WAL takes longer than some clients wait before connec
 
 Ensures: commands are read only after recovery has finished (connections wait in the
 listener's backlog meanwhile); SIGTERM/SIGINT stop accepting, let replies already produced go
-out, sync the WAL and exit 0 within about a second; SIGUSR1 turns drain mode on; SIGPIPE is
+out, sync the WAL and exit 0 within about a second; UNIX socket files we created are removed;
+SIGHUP reloads the TLS certificates and the ACL; SIGUSR1 turns drain mode on; SIGPIPE is
 ignored (a client hanging up is a connection error, not a server death); the cyclic garbage
 collector runs under ``GcPolicy`` (no loop stall that grows with the number of queued jobs).
 """
@@ -16,16 +17,19 @@ import asyncio
 import logging
 import os
 import signal
-import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from stalkd.engine import Engine
+from stalkd.server.acl import Acl
 from stalkd.server.app import Server, Storage
 from stalkd.server.config import Config
 from stalkd.server.gcpolicy import GcPolicy
+from stalkd.server.listen import Listener
+from stalkd.server.listeners import Endpoints
 
 __all__ = ["run", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
 
@@ -107,7 +111,7 @@ def _describe_wal_error(e: BaseException) -> int:
     return EXIT_FATAL
 
 
-async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
+async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     loop = asyncio.get_running_loop()
     t0 = time.monotonic()
     try:
@@ -116,6 +120,18 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     except Exception as e:
         return _describe_wal_error(e)
     recovery_s = time.monotonic() - t0
+    admin = None
+    if cfg.admin is not None:
+        from stalkd.admin.endpoint import AdminEndpoint  # only when asked: aiohttp is heavy
+
+        try:
+            admin = AdminEndpoint(cfg)
+        except (OSError, ValueError) as e:
+            log.error("admin endpoint: %s", e)
+            if storage is not None:
+                storage.close()
+            return EXIT_FATAL
+        storage = admin.wrap_storage(storage)
     stop = asyncio.Event()
     code = 0
 
@@ -125,17 +141,30 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
         stop.set()
 
     srv = Server(cfg, engine, storage, on_fatal=fatal)
-    for w in cfg.warnings:
+    for w in (*cfg.warnings, *endpoints.warnings()):
         log.warning("%s", w)
+    where = endpoints.describe()
     if storage is None:
         log.warning("no data directory (-b/--dir): jobs live in memory only and are lost when "
                     "the server stops; use --dir DIR for durable jobs")
-        log.info("stalkd listening on %s, in memory, max job size %d", cfg.address, cfg.max_job_size)
+        log.info("stalkd listening on %s, in memory, max job size %d", where, cfg.max_job_size)
     else:
         log.info("stalkd listening on %s, data dir %s, durability %s, max job size %d",
-                 cfg.address, cfg.data_dir, cfg.durability, cfg.max_job_size)
+                 where, cfg.data_dir, cfg.durability, cfg.max_job_size)
         log.info("recovered %s in %.3fs", info, recovery_s)
-    server = await loop.create_server(srv.new_connection, sock=sock, backlog=1024)
+
+    def tube_of(job_id: int) -> str | None:
+        job = engine.jobs.get(job_id)
+        return None if job is None else job.tube.name
+
+    await endpoints.start(srv.new_connection, tube_of)
+    if admin is not None:
+        try:
+            await admin.start(srv)
+        except OSError as e:
+            log.error("admin endpoint: cannot listen on %s:%d: %s", admin.host, admin.port, e)
+            stop.set()
+            code = EXIT_FATAL
     log.info("serving %.0f ms after start", (time.monotonic() - t_exec) * 1000)
 
     def on_term(signame: str) -> None:
@@ -146,6 +175,14 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     loop.add_signal_handler(signal.SIGTERM, on_term, "SIGTERM")
     loop.add_signal_handler(signal.SIGINT, on_term, "SIGINT")
     loop.add_signal_handler(signal.SIGUSR1, srv.drain)
+    reloads: set[asyncio.Task[bool]] = set()
+
+    def on_hup() -> None:
+        task = loop.create_task(endpoints.reload())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
     srv.start_maintenance()
     gc_policy = GcPolicy(now=loop.time())
     gc_policy.start()
@@ -160,8 +197,10 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     gc_timer.cancel()
     gc_policy.stop()
 
-    server.close()
+    endpoints.close()
     srv.begin_stop()
+    if admin is not None:
+        await admin.stop()
     deadline = time.monotonic() + STOP_GRACE
     if (storage is not None and srv.failed is None
             and not await srv.wait_durable(STOP_GRACE * 0.75)):
@@ -189,9 +228,15 @@ async def _main(cfg: Config, sock: socket.socket, t_exec: float) -> int:
     return code
 
 
-def run(cfg: Config, sock: socket.socket, t_exec: float) -> int:
-    """Serve on the already-listening ``sock`` until SIGTERM/SIGINT; returns the exit status."""
+def run(cfg: Config, listeners: list[Listener], t_exec: float, *,
+        tls: ssl.SSLContext | None = None, acl: Acl | None = None) -> int:
+    """Serve on the already-listening sockets until SIGTERM/SIGINT; returns the exit status.
+    ``tls`` is the context of the TLS listeners, ``acl`` their rules (checked by the caller)."""
     setup_logging(cfg.effective_log_level)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(_main(cfg, sock, t_exec))
+    endpoints = Endpoints(cfg, listeners, tls=tls, acl=acl)
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(_main(cfg, endpoints, t_exec))
+    finally:
+        endpoints.close()

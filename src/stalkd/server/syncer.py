@@ -13,7 +13,8 @@ Ensures:
   raised (or None), unless the syncer was stopped first.
 - ``stop()`` returns once the thread has exited; a sync in progress finishes first.
 - With ``timing``, each ``done`` is preceded by ``timing(handoff, fsync)`` in seconds:
-  request to sync start plus sync end to the loop running the report, and the sync itself.
+  request to sync start plus sync end to the loop running the report, and the sync itself,
+  both read from ``clock`` (``time.perf_counter`` unless a test passes its own).
 
 Example::
 
@@ -42,8 +43,10 @@ class Syncer:
         done: Callable[[int, BaseException | None], None],
         loop: asyncio.AbstractEventLoop,
         timing: Callable[[float, float], None] | None = None,
+        clock: Callable[[], float] = perf_counter,
     ) -> None:
         self._sync = sync
+        self._clock = clock
         self._done = done
         self._timing = timing
         self._loop = loop
@@ -71,7 +74,7 @@ class Syncer:
             raise RuntimeError("the syncer is stopped")
         self._busy = True
         self._target = target
-        self._requested = perf_counter()
+        self._requested = self._clock()
         self._go.release()
 
     def _run(self) -> None:
@@ -81,12 +84,12 @@ class Syncer:
                 return
             target = self._target
             exc: BaseException | None = None
-            self._started = perf_counter()
+            self._started = self._clock()
             try:
                 self._sync()
             except BaseException as e:  # reported to the loop, which treats it as fatal
                 exc = e
-            self._ended = perf_counter()
+            self._ended = self._clock()
             try:
                 self._loop.call_soon_threadsafe(self._report, target, exc)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
@@ -98,7 +101,7 @@ class Syncer:
         self._busy = False
         if self._timing is not None and exc is None:
             started, ended = self._started, self._ended
-            self._timing(started - self._requested + perf_counter() - ended, ended - started)
+            self._timing(started - self._requested + self._clock() - ended, ended - started)
         self._done(target, exc)
 
     def stop(self) -> None:

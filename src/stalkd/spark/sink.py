@@ -1,6 +1,7 @@
 """Writing DataFrames with ``format("stalkd")``: rows as jobs on a server, or frames in a log.
 
-``.option("server", "host:port")``: each partition opens one connection and puts its rows as
+``.option("server", "host:port")`` (or ``unix:/path``, or ``tls://host:port?ca=FILE`` with
+``cert=``/``key=`` for a client certificate): each partition opens one connection and puts its rows as
 jobs, pipelined (``putWindow`` puts in flight). Tube, priority, delay and ttr come from columns
 of those names when present, else from options of those names (defaults: ``default``, 2**31,
 0, 120). Puts cannot be taken back, so this mode is at-least-once: a retried task puts its rows
@@ -43,6 +44,9 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
+
+from stalkd.client._address import Address, parse_address
+from stalkd.client._tls import wrap_socket
 
 # A marker frame's payload starts with this; the rest is JSON {"batch": id, "rows": n}.
 MARKER_MAGIC = b"\x00stalkd-spark-batch\x00"
@@ -311,11 +315,27 @@ class JobDefaults:
     ttr: int = DEFAULT_TTR
 
 
-def _addr(server: str) -> tuple[str, int]:
-    host, _, port = server.rpartition(":")
-    if not host or not port.isdigit():
-        raise SinkError(f"option server={server!r}: expected host:port")
-    return host, int(port)
+def _addr(server: str) -> Address:
+    """``server`` in the address grammar every stalkd client reads (``host:port``,
+    ``unix:/path``, ``tls://host:port?ca=...&cert=...&key=...``), checked on the driver."""
+    try:
+        return parse_address(server)
+    except ValueError as e:
+        raise SinkError(f"option server={server!r}: {e}") from None
+
+
+def _connect(server: str, timeout: float) -> socket.socket:
+    addr = _addr(server)
+    if addr.path is not None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(addr.path)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    return wrap_socket(socket.create_connection((addr.host, addr.port), timeout=timeout), addr)
 
 
 class _Conn:
@@ -323,7 +343,7 @@ class _Conn:
 
     def __init__(self, server: str, timeout: float) -> None:
         self.server = server
-        self.sock = socket.create_connection(_addr(server), timeout=timeout)
+        self.sock = _connect(server, timeout)
         self.buf = b""
         self.tube = "default"
 

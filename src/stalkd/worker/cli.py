@@ -1,8 +1,12 @@
 """``stalkd worker``, ``stalkd failed`` and ``stalkd retry``.
 
     stalkd worker myapp.tasks:app --concurrency 8 --mode threads
-    stalkd failed --address 127.0.0.1:11300          # dead letters with their errors
+    stalkd failed -a 127.0.0.1:11300                 # dead letters with their errors
     stalkd retry 42 43                                # kick those jobs back (or --all)
+    stalkd worker myapp.tasks:app -a tls://q.example:11400 --tls-ca ca.pem
+
+The server address and TLS options are the ones every stalkd command takes
+(``stalkd.client.options``): ``-a``, else ``$STALKD_ADDR``, else (worker) the app's address.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from stalkd.client.options import add_server_options, server_address
 from stalkd.worker.app import FAILED_TUBE, App
 
 __all__ = ["worker", "failed", "retry", "load_app"]
@@ -48,7 +53,7 @@ def worker(argv: Sequence[str]) -> int:
                    "or asyncio tasks; default 1)")
     p.add_argument("-m", "--mode", choices=("threads", "processes", "asyncio"), default="threads")
     p.add_argument("--threads-per-process", type=int, default=1, help="with --mode processes")
-    p.add_argument("-a", "--address", help="server HOST:PORT (default: the app's)")
+    add_server_options(p, default="the app's address")
     p.add_argument("-t", "--tubes", help="comma-separated tubes to watch (default: all tasks')")
     p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight jobs get to "
                    "finish after SIGTERM before they are released (default 30)")
@@ -57,8 +62,10 @@ def worker(argv: Sequence[str]) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(process)d %(levelname).1s %(message)s")
     app = load_app(args.app)
-    if args.address:
-        app.address = args.address
+    try:
+        app.address = str(server_address(args, default=app.address))
+    except ValueError as e:
+        p.error(str(e))
     from stalkd.worker import make_worker
 
     kw: dict[str, object] = {"grace": args.grace}
@@ -74,8 +81,15 @@ def worker(argv: Sequence[str]) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-a", "--address", default="127.0.0.1:11300", help="server HOST:PORT")
+    add_server_options(p)
     p.add_argument("--failed-tube", default=FAILED_TUBE, help=f"default {FAILED_TUBE}")
+
+
+def _address(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    try:
+        return str(server_address(args))
+    except ValueError as e:
+        p.error(str(e))
 
 
 def failed(argv: Sequence[str]) -> int:
@@ -85,10 +99,11 @@ def failed(argv: Sequence[str]) -> int:
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--traceback", action="store_true", help="print full tracebacks")
     args = p.parse_args(list(argv))
+    address = _address(p, args)
     from stalkd.worker.deadletter import list_failed
 
     try:
-        jobs = list_failed(args.address, args.failed_tube)
+        jobs = list_failed(address, args.failed_tube)
     except ConnectionError as exc:  # stalkd.client's connection errors derive from it
         print(f"stalkd failed: {exc}", file=sys.stderr)
         return 1
@@ -105,7 +120,7 @@ def failed(argv: Sequence[str]) -> int:
         if args.traceback:
             print("    " + r.traceback.rstrip().replace("\n", "\n    "))
     if not args.json:
-        print(f"{len(jobs)} dead-lettered job(s) in {args.failed_tube} on {args.address}",
+        print(f"{len(jobs)} dead-lettered job(s) in {args.failed_tube} on {address}",
               file=sys.stderr)
     return 0
 
@@ -121,10 +136,11 @@ def retry(argv: Sequence[str]) -> int:
     args = p.parse_args(list(argv))
     if not args.ids and not args.all:
         p.error("give job ids or --all")
+    address = _address(p, args)
     from stalkd.worker.deadletter import retry_failed
 
     try:
-        results = retry_failed(args.address, args.failed_tube,
+        results = retry_failed(address, args.failed_tube,
                                job_ids=None if args.all else set(args.ids), fresh=args.fresh)
     except ConnectionError as exc:
         print(f"stalkd retry: {exc}", file=sys.stderr)

@@ -1,0 +1,89 @@
+"""Start and stop the admin endpoint beside a running server (``stalkd serve --admin``).
+
+The server's start-up calls, in order: ``AdminEndpoint(cfg)`` and ``wrap_storage`` before the
+``Server`` is built (so the WAL's timings are seen), ``start(server)`` once recovery is done
+(it listens from then on, so /readyz never answers before the jobs are loaded), ``stop()``
+when the server stops. The endpoint runs on the server's event loop: no thread, no lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from typing import TYPE_CHECKING
+
+from stalkd.admin.metrics import Instruments, TimedStorage
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from stalkd.server.app import Server, Storage
+    from stalkd.server.config import Config
+
+__all__ = ["AdminEndpoint", "read_token"]
+
+log = logging.getLogger("stalkd.admin")
+
+
+def read_token(path: str) -> str:
+    """The bearer token in ``path`` (surrounding whitespace ignored). A token readable by other
+    users is refused: anyone who can read it can empty the server."""
+    st = os.stat(path)
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(f"{path}: the token file must not be readable by group or others "
+                         f"(chmod 600 {path})")
+    with open(path, encoding="utf-8") as f:
+        token = f.read().strip()
+    if len(token) < 16:
+        raise ValueError(f"{path}: the token must be at least 16 characters")
+    return token
+
+
+class AdminEndpoint:
+    """The admin HTTP endpoint of one server."""
+
+    def __init__(self, cfg: Config) -> None:
+        assert cfg.admin is not None
+        self.cfg = cfg
+        self.host, self.port = cfg.admin
+        self.token = read_token(cfg.admin_token_file) if cfg.admin_token_file else None
+        self.instruments = Instruments()
+        self.storage: TimedStorage | None = None
+        self._runner: web.AppRunner | None = None
+
+    def wrap_storage(self, storage: Storage | None) -> Storage | None:
+        if storage is None:
+            return None
+        self.storage = TimedStorage(storage, self.instruments)
+        return self.storage
+
+    async def start(self, server: Server) -> str:
+        """Listen; returns the bound address (``host:port``, the real port when 0 was asked)."""
+        from aiohttp import web
+
+        from stalkd.admin.http import Guard, make_app
+        from stalkd.admin.ops import AdminOps
+
+        self.instruments.engine = server.engine
+        self.instruments.clock = server.clock
+        server.observer = self.instruments.observe
+        app = make_app(server, AdminOps(server), self.instruments, self.storage, Guard(self.token))
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.25)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, backlog=64)
+        await site.start()
+        self._runner = runner
+        sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - aiohttp has no public getter
+        port = sockets[0].getsockname()[1] if sockets else self.port
+        self.port = port
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        address = f"{host}:{port}"
+        log.info("admin endpoint on http://%s/ (metrics /metrics, dashboard /)%s", address,
+                 ", bearer token required" if self.token else "")
+        return address
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

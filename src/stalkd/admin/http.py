@@ -1,0 +1,225 @@
+"""The admin endpoint's HTTP app (aiohttp, on the server's own event loop).
+
+Routes::
+
+    GET  /healthz                       200 while the process runs
+    GET  /readyz                        200 when serving; 503 with reasons otherwise
+    GET  /metrics                       Prometheus text (see metrics.py)
+    GET  /api/v1/overview               server counts, tubes, fsync/disk summary
+    GET  /api/v1/tubes/{tube}           one tube's counts
+    GET  /api/v1/tubes/{tube}/jobs      ?state=ready|reserved|delayed|buried|all&after=ID&limit=N
+    GET  /api/v1/buried                 buried jobs of every tube with their dead-letter errors
+    GET  /api/v1/jobs/{id}              one job, its body (64 KiB) and its dead-letter record
+    POST /api/v1/jobs/delete            {"ids": [...]} or {"tube": T, "state": S}
+    POST /api/v1/jobs/kick              same selection
+    POST /api/v1/jobs/move              same selection plus {"to": TUBE}
+    POST /api/v1/tubes/{tube}/pause     {"seconds": N} (0 resumes)
+    GET  /                              the dashboard (static files, no build step)
+
+Access: with a token (``--admin-token-file``) every route but /healthz, /readyz and the
+dashboard's static files needs ``Authorization: Bearer TOKEN``. Without one (loopback only),
+requests must name a loopback host (``Host:`` header), so a web page in the operator's browser
+cannot reach the API through DNS rebinding; mutations need a JSON body either way, which a
+cross-site form cannot send. ``Guard`` is the seam where TLS client identities and the ACL of
+issue 13 plug in.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from stalkd.admin.metrics import Instruments, TimedStorage, registry_for
+from stalkd.admin.ops import AdminOps, BadRequest
+from stalkd.admin.session import ServerBusy
+from stalkd.server.config import is_loopback
+
+if TYPE_CHECKING:
+    from stalkd.server.app import Server
+
+__all__ = ["Guard", "make_app", "DISK_FULL_WINDOW"]
+
+DISK_FULL_WINDOW = 10.0  # seconds after a refusal for space during which /readyz says "disk full"
+_OPEN = frozenset({"/healthz", "/readyz"})
+_STATIC = ("index.html", "app.js", "style.css")
+
+
+class Guard:
+    """Who may use the endpoint. Override ``allow`` for per-identity rules (issue 13's ACL)."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    def allow(self, request: web.Request) -> str | None:
+        """None when allowed, else why not (the body of the 401/403)."""
+        if self.token is not None:
+            got = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
+                return "missing or wrong bearer token (Authorization: Bearer TOKEN)"
+            return None
+        host = (request.host or "").rsplit(":", 1)[0].strip("[]") if request.host else ""
+        if not is_loopback(host):
+            return f"Host {request.host!r} is not a loopback name; use 127.0.0.1 or localhost"
+        return None
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(data, separators=(",", ":")), status=status,
+                        content_type="application/json")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return _json({"error": message}, status)
+
+
+def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStorage | None,
+             guard: Guard) -> web.Application:
+    """The aiohttp application for one server."""
+    registry = registry_for(server, ins, storage)
+
+    @web.middleware
+    async def access(request: web.Request, handler: Any) -> web.StreamResponse:
+        path = request.path
+        if path not in _OPEN and not path.startswith("/static/") and path != "/":
+            why = guard.allow(request)
+            if why is not None:
+                return _error(401 if guard.token else 403, why)
+            if request.method == "POST" and request.content_type != "application/json":
+                return _error(415, "send the request body as JSON (Content-Type: application/json)")
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        except BadRequest as e:
+            return _error(400, str(e))
+        except ServerBusy as e:
+            return _error(503, str(e))
+
+    def ready() -> list[str]:
+        why = []
+        if server.failed is not None:
+            why.append(f"fatal storage error: {server.failed}")
+        if server.stopping:
+            why.append("stopping")
+        if storage is not None and time.monotonic() - storage.last_refusal < DISK_FULL_WINDOW:
+            why.append("disk full: the WAL refused a command for lack of space")
+        return why
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(request: web.Request) -> web.Response:
+        why = ready()
+        if why:
+            return web.Response(text="not ready: " + "; ".join(why) + "\n", status=503)
+        return web.Response(text="ready\n")
+
+    async def metrics(request: web.Request) -> web.Response:
+        body = generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def overview(request: web.Request) -> web.Response:
+        data = ops.overview()
+        data["ready"] = not ready()
+        if storage is not None:
+            data["disk"] = storage.disk_usage()
+            f = ins.fsync
+            data["fsync"] = {"count": f.count, "seconds": f.sum}
+        data["time"] = server.clock()
+        return _json(data)
+
+    async def tube(request: web.Request) -> web.Response:
+        row = ops.tube(request.match_info["tube"])
+        return _error(404, "no such tube") if row is None else _json(row)
+
+    async def tube_jobs(request: web.Request) -> web.Response:
+        q = request.query
+        try:
+            after, limit = int(q.get("after", "0")), int(q.get("limit", "100"))
+        except ValueError:
+            raise BadRequest("after and limit must be integers") from None
+        return _json(ops.jobs(request.match_info["tube"], q.get("state"), after, limit))
+
+    async def buried(request: web.Request) -> web.Response:
+        limit = int(request.query.get("limit", "100")) if request.query.get("limit", "").isdigit() else 100
+        rows: list[dict[str, Any]] = []
+        for t in list(server.engine.tube_order):
+            if t.buried and len(rows) < limit:
+                rows.extend(ops.jobs(t.name, "buried", 0, limit - len(rows))["jobs"])
+        return _json({"jobs": rows})
+
+    async def job(request: web.Request) -> web.Response:
+        try:
+            jid = int(request.match_info["id"])
+        except ValueError:
+            raise BadRequest("a job id is an integer") from None
+        row = ops.job(jid)
+        return _error(404, f"no job {jid}") if row is None else _json(row)
+
+    async def body_of(request: web.Request) -> dict[str, Any]:
+        try:
+            data = await request.json()
+        except ValueError:
+            raise BadRequest("the request body is not JSON") from None
+        if not isinstance(data, dict):
+            raise BadRequest("the request body must be a JSON object")
+        return data
+
+    def selection(data: dict[str, Any]) -> list[int]:
+        ids = data.get("ids")
+        if ids is not None and not isinstance(ids, list):
+            raise BadRequest("ids must be a list of job ids")
+        return ops.select(ids, data.get("tube"), data.get("state"))
+
+    async def delete(request: web.Request) -> web.Response:
+        return _json(await ops.delete(selection(await body_of(request))))
+
+    async def kick(request: web.Request) -> web.Response:
+        return _json(await ops.kick(selection(await body_of(request))))
+
+    async def move(request: web.Request) -> web.Response:
+        data = await body_of(request)
+        to = data.get("to")
+        if not isinstance(to, str):
+            raise BadRequest("give the destination tube as \"to\"")
+        return _json(await ops.move(selection(data), to))
+
+    async def pause(request: web.Request) -> web.Response:
+        data = await body_of(request)
+        seconds = data.get("seconds")
+        if not isinstance(seconds, int) or isinstance(seconds, bool):
+            raise BadRequest("give \"seconds\" as an integer (0 resumes the tube)")
+        return _json(await ops.pause(request.match_info["tube"], seconds))
+
+    static = resources.files("stalkd.admin") / "static"
+    types = {"html": "text/html", "js": "text/javascript", "css": "text/css"}
+
+    async def static_file(request: web.Request) -> web.Response:
+        name = request.match_info.get("name", "index.html")
+        if name not in _STATIC:
+            return _error(404, "no such file")
+        return web.Response(body=(static / name).read_bytes(),
+                            content_type=types[name.rsplit(".", 1)[1]], charset="utf-8",
+                            headers={"Cache-Control": "no-cache"})
+
+    app = web.Application(middlewares=[access], client_max_size=16 * 2**20)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/api/v1/overview", overview)
+    app.router.add_get("/api/v1/tubes/{tube}", tube)
+    app.router.add_get("/api/v1/tubes/{tube}/jobs", tube_jobs)
+    app.router.add_get("/api/v1/buried", buried)
+    app.router.add_get("/api/v1/jobs/{id}", job)
+    app.router.add_post("/api/v1/jobs/delete", delete)
+    app.router.add_post("/api/v1/jobs/kick", kick)
+    app.router.add_post("/api/v1/jobs/move", move)
+    app.router.add_post("/api/v1/tubes/{tube}/pause", pause)
+    app.router.add_get("/", static_file)
+    app.router.add_get("/static/{name}", static_file)
+    return app

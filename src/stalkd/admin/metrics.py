@@ -1,0 +1,244 @@
+"""/metrics: Prometheus text computed at scrape time, plus the few timings only the hot path sees.
+
+Gauges (jobs per tube and state, waiting workers, pauses, connections, bytes on disk) and the
+engine's own counters (commands, timeouts) are read from the engine and the server when
+/metrics is scraped: nothing is kept per job. What cannot be read later is observed as it
+happens, into ``Buckets`` (one bisect per observation):
+
+* put -> reserve wait and reserve -> delete run time, by ``Instruments.observe``, which the
+  server calls with each engine step (``Server.observer``);
+* fsync latency and records per fsync, snapshot and compaction-step durations, by
+  ``TimedStorage``, a pass-through around the WAL (per batch and per maintenance step, never
+  per job).
+
+Names follow Prometheus conventions: ``stalkd_`` prefix, ``_total`` counters, base units
+(``_seconds``, ``_bytes``), a ``tube``/``state``/``command`` label where it varies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import CollectorRegistry
+
+from stalkd.admin.histogram import COUNTS, JOB_SECONDS, LATENCY, Buckets
+from stalkd.engine import commands as C
+from stalkd.engine.job import US
+from stalkd.engine.model import Record
+from stalkd.engine.state import Outcome
+from stalkd.engine.stats import CMD_KEYS
+
+if TYPE_CHECKING:
+    from stalkd.engine import Engine
+    from stalkd.server.app import Server, Storage
+
+__all__ = ["Instruments", "TimedStorage", "registry_for"]
+
+_JobReply = C.JobReply
+_Delete, _Release, _Bury = C.Delete, C.Release, C.Bury
+
+
+class Instruments:
+    """Timings observed as they happen (see the module docstring)."""
+
+    def __init__(self, clock: Any = time.time) -> None:
+        self.clock = clock
+        self.wait = Buckets(JOB_SECONDS)  # put -> reserve
+        self.run = Buckets(JOB_SECONDS)  # reserve -> delete
+        self.fsync = Buckets(LATENCY)
+        self.fsync_records = Buckets(COUNTS)
+        self.snapshot = Buckets(LATENCY)  # a whole snapshot, first step to last
+        self.maintain_step = Buckets(LATENCY)  # one call of Storage.maintain (loop time)
+        self.engine: Engine | None = None
+        # job id -> when it was reserved, until deleted, released or buried
+        self._reserved_at: dict[int, float] = {}
+
+    def observe(self, cmd: C.Command | None, out: Outcome) -> None:
+        """``Server.observer``: called with every engine step."""
+        reply = out.reply
+        wakeups = out.wakeups
+        if type(reply) is _JobReply and reply.word == "RESERVED":
+            self._reserved(reply.id)
+        if wakeups:
+            for _, r in wakeups:
+                if type(r) is _JobReply:
+                    self._reserved(r.id)
+        kind = type(cmd)
+        if kind is _Delete or kind is _Release or kind is _Bury:
+            t = self._reserved_at.pop(cmd.id, None)  # type: ignore[union-attr]
+            if t is not None and kind is _Delete and getattr(reply, "word", "") == "DELETED":
+                self.run.observe(self.clock() - t)
+
+    def _reserved(self, job_id: int) -> None:
+        now = self.clock()
+        self._reserved_at[job_id] = now
+        eng = self.engine
+        j = eng.jobs.get(job_id) if eng is not None else None
+        if j is not None:
+            self.wait.observe(max(0.0, now - j.created_us / US))
+
+
+class TimedStorage:
+    """The WAL with timings: every call goes straight through (``Storage`` protocol)."""
+
+    def __init__(self, inner: Storage, instruments: Instruments) -> None:
+        self.inner = inner
+        self.ins = instruments
+        self._written = 0  # records handed to write()
+        self._synced = 0  # of which covered by an fsync that started
+        self._snap_started: float | None = None
+        self.last_refusal = -1e9  # time.monotonic() of the last command refused for space
+
+    def admit(self, cost: int) -> bool:
+        if self.inner.admit(cost):
+            return True
+        self.last_refusal = time.monotonic()
+        return False
+
+    def admit_upto(self, n: int, unit: int) -> int:
+        k = self.inner.admit_upto(n, unit)
+        if k < n:
+            self.last_refusal = time.monotonic()
+        return k
+
+    def settle(self, admitted: int, records: Sequence[Record]) -> None:
+        self.inner.settle(admitted, records)
+
+    def write(self, records: Sequence[Record]) -> None:
+        self.inner.write(records)
+        self._written += len(records)
+
+    def sync(self) -> None:
+        # Runs on the sync thread or inline; one sync at a time (the server's invariant).
+        covered = self._written
+        t0 = time.perf_counter()
+        self.inner.sync()
+        self.ins.fsync.observe(time.perf_counter() - t0)
+        self.ins.fsync_records.observe(covered - self._synced)
+        self._synced = covered
+
+    def maintain(self, engine: Engine, now: float) -> bool:
+        t0 = time.perf_counter()
+        busy = self.inner.maintain(engine, now)
+        t1 = time.perf_counter()
+        if busy or self._snap_started is not None:
+            self.ins.maintain_step.observe(t1 - t0)
+        if busy and self._snap_started is None:
+            self._snap_started = t0
+        elif not busy and self._snap_started is not None:
+            self.ins.snapshot.observe(t1 - self._snap_started)
+            self._snap_started = None
+        return busy
+
+    def stats(self) -> dict[str, int]:
+        return self.inner.stats()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def disk_usage(self) -> dict[str, int]:
+        """Bytes of WAL segments and snapshots on disk (apparent sizes; archive excluded)."""
+        wal = self.inner
+        out = {"wal": 0, "snapshot": 0}
+        log_dir = getattr(getattr(wal, "log", None), "path", None)
+        snap_dir = getattr(wal, "snap_dir", None)
+        for key, d in (("wal", log_dir), ("snapshot", snap_dir)):
+            if not d:
+                continue
+            try:
+                with os.scandir(d) as it:
+                    for e in it:
+                        if e.is_file(follow_symlinks=False):
+                            with contextlib.suppress(FileNotFoundError):  # compacted meanwhile
+                                out[key] += e.stat(follow_symlinks=False).st_size
+            except FileNotFoundError:
+                pass
+        return out
+
+
+def _hist(name: str, doc: str, b: Buckets) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, doc, buckets=b.cumulative(), sum_value=b.sum)
+
+
+class _Collector:
+    def __init__(self, server: Server, ins: Instruments, storage: TimedStorage | None) -> None:
+        self.server = server
+        self.ins = ins
+        self.storage = storage
+
+    def collect(self) -> Iterator[Metric]:
+        srv, eng, ins = self.server, self.server.engine, self.ins
+        now_us = round(srv.clock() * US)
+        tube_jobs = GaugeMetricFamily("stalkd_tube_jobs", "Jobs in a tube, by state",
+                                      labels=["tube", "state"])
+        waiting = GaugeMetricFamily("stalkd_tube_waiting_connections",
+                                    "Connections blocked in reserve watching the tube", labels=["tube"])
+        paused = GaugeMetricFamily("stalkd_tube_paused", "1 while the tube is paused", labels=["tube"])
+        put = CounterMetricFamily("stalkd_tube_jobs_put", "Jobs ever put into the tube", labels=["tube"])
+        for t in eng.tube_order:
+            n = t.name
+            tube_jobs.add_metric([n, "ready"], len(t.ready))
+            tube_jobs.add_metric([n, "reserved"], t.reserved)
+            tube_jobs.add_metric([n, "delayed"], len(t.delayed))
+            tube_jobs.add_metric([n, "buried"], len(t.buried))
+            waiting.add_metric([n], len(t.waiting))
+            paused.add_metric([n], 1 if t.is_paused(now_us) else 0)
+            put.add_metric([n], t.total_jobs)
+        yield from (tube_jobs, waiting, paused, put)
+        cmds = CounterMetricFamily("stalkd_commands", "Protocol commands run, by command",
+                                   labels=["command"])
+        for k in CMD_KEYS:
+            cmds.add_metric([k[4:]], eng.cmd[k])
+        yield cmds
+        yield CounterMetricFamily("stalkd_job_timeouts", "Reservations whose TTR ran out",
+                                  value=eng.job_timeouts)
+        yield GaugeMetricFamily("stalkd_job_body_bytes", "Bytes of live job bodies",
+                                value=eng.body_bytes)
+        yield GaugeMetricFamily("stalkd_connections", "Open client connections",
+                                value=len(srv.conns))
+        yield CounterMetricFamily("stalkd_connections_accepted", "Connections accepted",
+                                  value=eng.total_connections)
+        yield CounterMetricFamily("stalkd_connections_refused", "Connections refused at --max-connections",
+                                  value=srv.refused_connections)
+        yield CounterMetricFamily("stalkd_disk_full_refusals",
+                                  "Commands refused because the WAL had no room",
+                                  value=srv.refused_for_space)
+        yield _hist("stalkd_job_wait_seconds", "Put to reserve (each reservation)", ins.wait)
+        yield _hist("stalkd_job_run_seconds", "Reserve to delete", ins.run)
+        if self.storage is not None:
+            yield _hist("stalkd_fsync_duration_seconds", "WAL fsync latency", ins.fsync)
+            yield _hist("stalkd_fsync_records", "WAL records made durable per fsync",
+                        ins.fsync_records)
+            yield _hist("stalkd_snapshot_duration_seconds", "A snapshot, first step to last",
+                        ins.snapshot)
+            yield _hist("stalkd_compaction_step_seconds",
+                        "Loop time of one snapshot/compaction step", ins.maintain_step)
+            disk = self.storage.disk_usage()
+            yield GaugeMetricFamily("stalkd_wal_bytes", "WAL segment bytes on disk", value=disk["wal"])
+            yield GaugeMetricFamily("stalkd_snapshot_bytes", "Snapshot bytes on disk",
+                                    value=disk["snapshot"])
+            stats = self.storage.stats()
+            yield CounterMetricFamily("stalkd_wal_records_written", "WAL records written",
+                                      value=stats.get("binlog-records-written", 0))
+        yield GaugeMetricFamily("stalkd_up_seconds", "Seconds since the server started",
+                                value=srv.clock() - srv.started)
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # collected lazily; nothing to check at registration
+
+
+def registry_for(server: Server, ins: Instruments, storage: TimedStorage | None) -> CollectorRegistry:
+    """A registry of its own (not the process-global one) holding the server's collector."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Collector(server, ins, storage))
+    return reg

@@ -1,0 +1,310 @@
+"""Group commit: the durable end of a log, who fsyncs it, and who waits for it.
+
+Ensures:
+  * ``durable`` only grows, and every offset below it was covered by a successful fsync (or
+    by the fsynced footer of a sealed segment);
+  * one caller at a time fsyncs (the leader), covering everything written when it started;
+    the others wait and return as soon as the durable end covers them, so concurrent
+    ``always`` appenders share fsyncs;
+  * a ticket resolves once: done when the durable end passes its last offset, failed when an
+    fsync fails; after that failure every later sync refuses (the page cache may have dropped
+    the data, so pretending otherwise would lie about durability);
+  * waiters for appends (threads and asyncio futures) are woken when what they may see grows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+from .active import ActiveSegment
+from .errors import LogError
+from .ticket import Ticket
+
+__all__ = ["GroupCommit", "parse_durability"]
+
+Callbacks = list[tuple[Ticket, Callable[[Ticket], object]]]
+
+
+def parse_durability(spec: str) -> tuple[str, float]:
+    """("always"|"every"|"never", interval in seconds) from a policy string.
+
+    >>> parse_durability("every:5")
+    ('every', 0.005)
+    """
+    if spec in ("always", "never"):
+        return spec, 0.0
+    if spec.startswith("every:"):
+        try:
+            ms = float(spec[6:])
+        except ValueError:
+            ms = -1.0
+        if ms > 0:
+            return "every", ms / 1000.0
+    raise ValueError(f"durability must be 'always', 'never' or 'every:<ms>' (ms > 0), not {spec!r}")
+
+
+class Pinner(Protocol):
+    """The writer side a sync needs: the end written so far and the segment holding it."""
+
+    next: int
+
+    def pin_end(self) -> tuple[int, ActiveSegment]: ...
+
+    def unpin(self, seg: ActiveSegment) -> None: ...
+
+    def fdatasync(self, fd: int) -> None: ...
+
+
+class GroupCommit:
+    """The durable end of one log, its tickets and waiters, and its committer/flusher thread.
+
+    ``policy`` is ``always`` (a committer thread resolves tickets), ``every`` (a flusher fsyncs
+    at most ``interval`` seconds after a write) or ``never``.
+    """
+
+    def __init__(self, path: str, policy: str, interval: float, start: int) -> None:
+        self.path = path
+        self.policy = policy
+        self.interval = interval
+        self.durable = start
+        self.failed: BaseException | None = None
+        self.closed = False
+        self.ok = True  # not failed and not closed: the writer's fast path reads one flag
+        lock = threading.Lock()
+        self.cond = threading.Condition(lock)  # durable progress, appends, tickets
+        # The committer/flusher thread waits here, on the same lock: notifying ``cond`` at
+        # every sync woke it for nothing (two futex wake-ups and a GIL fight per sync).
+        self._bg_cond = threading.Condition(lock)
+        self._syncing = False  # a leader is fsyncing (guarded by cond)
+        self._tickets: deque[Ticket] = deque()
+        self._deferred: Callbacks = []
+        self.waiters = 0  # threads blocked in wait_visible
+        self.async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._last_sync = time.monotonic()
+        self._flush_due = False
+        self._threads: list[threading.Thread] = []
+        self._pinner: Pinner | None = None
+
+    def start(self, pinner: Pinner) -> None:
+        """Sync through ``pinner`` from now on; start the committer or flusher thread."""
+        self._pinner = pinner
+        if self.policy == "always":
+            self._start_thread(self._committer, "stalkd-log-commit")
+        elif self.policy == "every":
+            self._start_thread(self._flusher, "stalkd-log-flush")
+
+    # ---------------------------------------------------------------- syncing
+
+    def sync_to(self, upto: int | None) -> int:
+        """Group commit: return once everything below ``upto`` (None: what is written now) is
+        durable, fsyncing it if no other caller is already doing so."""
+        with self.cond:
+            if upto is None:
+                upto = self._end()
+            while True:
+                if self.durable >= upto:
+                    return self.durable
+                if self.failed is not None:
+                    raise LogError(f"{self.path}: log failed earlier ({self.failed})")
+                if not self._syncing:
+                    self._syncing = True
+                    break
+                self.cond.wait()
+        target = -1
+        try:
+            pinner = self._pinner
+            if pinner is None:
+                raise LogError(f"{self.path}: log is closed")
+            target, seg = pinner.pin_end()
+            try:
+                pinner.fdatasync(seg.fd)
+                self._last_sync = time.monotonic()
+            except OSError as e:
+                target = -1
+                self.fail(e)
+                raise LogError(
+                    f"{self.path}: fsync of {seg.path} failed ({e}); the log is now failed: records from "
+                    f"offset {self.durable} on may be lost; reopen it to recover what is on disk"
+                ) from e
+            finally:
+                pinner.unpin(seg)
+        finally:
+            with self.cond:
+                self._syncing = False
+                callbacks = self._advance_locked(target) if target >= 0 else []
+                self.cond.notify_all()
+        for t, fn in callbacks:
+            fn(t)
+        return self.durable
+
+    def sealed(self, end: int) -> None:
+        """A segment's footer was fsynced: everything below ``end`` is durable. Called under
+        the writer's lock, so ticket callbacks wait for :meth:`run_deferred`."""
+        with self.cond:
+            self._deferred.extend(self._advance_locked(end))
+
+    def run_deferred(self) -> None:
+        """Run the ticket callbacks ``sealed`` held back (outside the writer's lock: they may append)."""
+        if self._deferred:
+            with self.cond:
+                todo, self._deferred = self._deferred, []
+            for t, fn in todo:
+                fn(t)
+
+    def _advance_locked(self, target: int) -> Callbacks:
+        out: Callbacks = []
+        if target > self.durable:
+            self.durable = target
+            while self._tickets and self._tickets[0].last < target:
+                t = self._tickets.popleft()
+                out.extend((t, fn) for fn in t._resolve(None))
+            self.cond.notify_all()
+            if self.async_waiters:
+                self._wake_async()
+        return out
+
+    def fail(self, exc: BaseException) -> None:
+        """The log can no longer promise durability: fail pending tickets, refuse from now on."""
+        callbacks: Callbacks = []
+        with self.cond:
+            if self.failed is None:
+                self.failed = exc
+            self.ok = False
+            err = LogError(f"{self.path}: log failed: {exc}")
+            while self._tickets:
+                t = self._tickets.popleft()
+                callbacks.extend((t, fn) for fn in t._resolve(err))
+            self.cond.notify_all()
+        for t, fn in callbacks:
+            fn(t)
+
+    # ---------------------------------------------------------------- after a write
+
+    def ticket(self, first: int, last: int) -> Ticket:
+        """A ticket for offsets ``first..last`` just written; the committer resolves it."""
+        if self.policy != "always":
+            return Ticket(first, last, self.cond, done=True)
+        with self.cond:
+            t = Ticket(first, last, self.cond, done=self.durable > last)
+            if not t._done:
+                self._tickets.append(t)
+                self._bg_cond.notify()
+        return t
+
+    def wake_flusher(self) -> None:
+        """Under ``every``: wake the flusher now if a flush is due."""
+        if not self._flush_due and time.monotonic() - self._last_sync >= self.interval:
+            # Wake the flusher now rather than at its next timed wake-up: a thread sleeping on a
+            # timer is starved by a busy writer (GIL switch interval), one notified is not, since
+            # every append releases the GIL in its write system call.
+            with self.cond:
+                self._flush_due = True
+                self._bg_cond.notify()
+
+    # ---------------------------------------------------------------- waiting for appends
+
+    def notify_append(self) -> None:
+        """Something was written: wake threads and futures waiting to see it."""
+        with self.cond:
+            self.cond.notify_all()
+            if self.async_waiters:
+                self._wake_async()
+
+    def _wake_async(self) -> None:
+        waiters, self.async_waiters = self.async_waiters, []
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_set_future, fut)
+
+    def wait_visible(self, offset: int, timeout: float, visible_end: Callable[[], int]) -> bool:
+        """Block until ``visible_end() > offset``, the log stops, or timeout; True if visible."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            self.waiters += 1
+            try:
+                while visible_end() <= offset and not self.closed and self.failed is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self.cond.wait(left)
+            finally:
+                self.waiters -= 1
+        return visible_end() > offset
+
+    def future_visible(self, offset: int, visible_end: Callable[[], int]) -> asyncio.Future[None]:
+        """A future of the running loop, done once ``visible_end() > offset`` (maybe at once)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self.cond:
+            if visible_end() <= offset:
+                self.async_waiters.append((loop, fut))
+            else:
+                fut.set_result(None)
+        return fut
+
+    # ---------------------------------------------------------------- threads and closing
+
+    def _committer(self) -> None:
+        while True:
+            with self.cond:
+                while not self.closed and not self._tickets:
+                    self._bg_cond.wait()
+                if not self._tickets:
+                    return
+            try:
+                self.sync_to(None)
+            except LogError:
+                return
+
+    def _flusher(self) -> None:
+        while True:
+            with self.cond:
+                if not self._flush_due:
+                    self._bg_cond.wait(self.interval)
+                if self.closed:
+                    return
+                self._flush_due = False
+            if self._end() > self.durable:
+                try:
+                    self.sync_to(None)
+                except LogError:
+                    return
+
+    def _end(self) -> int:
+        pinner = self._pinner
+        return self.durable if pinner is None else pinner.next
+
+    def _start_thread(self, target: Callable[[], None], name: str) -> None:
+        th = threading.Thread(target=target, name=name, daemon=True)
+        th.start()
+        self._threads.append(th)
+
+    def close(self) -> None:
+        """Stop the background thread (after the caller's last sync) and wake every waiter."""
+        with self.cond:
+            self.closed = True
+            self.ok = False
+            self.cond.notify_all()
+            self._bg_cond.notify_all()
+        for th in self._threads:
+            if th is not threading.current_thread():
+                th.join()
+        self._threads.clear()
+
+    def release(self) -> None:
+        """Mark closed and wake everyone, without joining (what a crash leaves)."""
+        with self.cond:
+            self.closed = True
+            self.ok = False
+            self._pinner = None
+            self.cond.notify_all()
+            self._bg_cond.notify_all()
+
+
+def _set_future(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,56 @@
+"""Retention: sealed segments nobody needs any more are deleted, or moved to ``archive/``.
+
+Ensures: a segment goes only when it is sealed and every offset in it is below the floor the
+caller gives and below every consumer group's committed head; the active segment never goes;
+the removal is durable (directory fsynced) when ``retain`` returns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+
+from .active import fsync_dir
+from .group import ConsumerGroup
+from .reader import ARCHIVE_DIR
+from .writer import SegmentWriter
+
+__all__ = ["retain"]
+
+
+def retain(
+    writer: SegmentWriter,
+    floor: int,
+    groups: Iterable[ConsumerGroup],
+    archive: bool,
+    forget: Callable[[str], None],
+) -> list[str]:
+    """Remove (or archive) the sealed segments wholly below ``floor`` and every group's head.
+
+    ``forget(path)`` is called before a segment file goes (to drop a cached mapping). Returns
+    the paths removed, or the archive paths they were moved to.
+    """
+    bound = floor
+    for g in groups:
+        g.enforce_lag()
+        bound = min(bound, g.committed)
+    doomed = writer.drop_sealed(bound)
+    if not doomed:
+        return []
+    root = writer.path
+    out = []
+    if archive:
+        os.makedirs(os.path.join(root, ARCHIVE_DIR), exist_ok=True)
+    for _base, _end, p in doomed:
+        forget(p)
+        if archive:
+            target = os.path.join(root, ARCHIVE_DIR, os.path.basename(p))
+            os.replace(p, target)
+            out.append(target)
+        else:
+            os.unlink(p)
+            out.append(p)
+    if archive:
+        fsync_dir(os.path.join(root, ARCHIVE_DIR))
+    fsync_dir(root)
+    return out

@@ -1,0 +1,264 @@
+"""The segment writer: frames into the active segment, roll-over to new segments, sealing.
+
+Ensures:
+  * offsets are dense and monotonic: the n-th record ever written has offset n, across segments;
+  * a refused write (full disk, a failed write that could be undone) leaves nothing a later
+    open could see: a batch that needs new segments has them all allocated before any frame is
+    written, and bytes that may have landed from a failed write are zeroed;
+  * a segment is sealed (footer written and fsynced) before the next one receives a frame, so
+    the sealed segments' data is durable whatever the durability policy;
+  * ``bounds`` always lists the live segments, oldest first, the active one last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from .active import ActiveSegment, _allocate, create_segment, write_footer
+from .errors import LogError, LogFullError
+from .frame import FRAME_HEADER_SIZE, MAX_PAYLOAD, encode_data_frame, encode_data_frames, frame_size
+from .recovery import Recovered
+from .segment import FOOTER_SIZE, HEADER_SIZE, MAX_EPOCH, encode_footer, encode_header
+
+__all__ = ["SegmentWriter"]
+
+Payload = bytes | bytearray | memoryview
+Bounds = tuple[tuple[int, int | None, str], ...]
+
+
+class SegmentWriter:
+    """Appends frames to a log directory's segments; one per open log, guarded by ``lock``.
+
+    ``on_fatal(exc)`` is told when a failed write could not be undone (the log must stop);
+    ``on_sealed(end)`` when a segment's footer made everything below ``end`` durable.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        segment_size: int,
+        io: str,
+        fsync_new: bool,
+        on_fatal: Callable[[BaseException], None],
+        on_sealed: Callable[[int], None],
+    ) -> None:
+        self.path = path
+        self.segment_size = segment_size
+        self.io = io
+        self.fsync_new = fsync_new  # fsync new segments and their directory entry (not under 'never')
+        self.lock = threading.Lock()  # order of writes and the active segment
+        self._fdlock = threading.Lock()  # retiring a segment fd while a sync uses it
+        self._on_fatal = on_fatal
+        self._on_sealed = on_sealed
+        self.sealed: list[tuple[int, int, str]] = []  # (base, end offset, path) of live sealed segments
+        self.next = 0
+        self.active: ActiveSegment | None = None
+        self.bounds: Bounds = ()
+
+    # ---------------------------------------------------------------- opening
+
+    def resume(self, rec: Recovered) -> None:
+        """Continue where recovery says the log ends: reopen its active segment, raising its
+        epoch before anything is written, or start a new one."""
+        self.sealed = list(rec.sealed)
+        self.next = rec.next_offset
+        if rec.active is None:
+            self._set_active(self._create(rec.next_offset, self.segment_size))
+            return
+        path, base, pos, epoch = rec.active
+        fd = os.open(path, os.O_RDWR)
+        size = os.fstat(fd).st_size
+        if pos + FOOTER_SIZE > size:  # a file cut short (not by us: we preallocate): room for the footer
+            size = max(self.segment_size, pos + FOOTER_SIZE)
+            try:
+                _allocate(fd, size)
+            except OSError as e:
+                os.close(fd)
+                raise LogFullError(f"{path}: cannot restore the room of a truncated segment: {e}") from e
+        if epoch >= MAX_EPOCH:  # epochs exhausted: seal this one and start afresh
+            write_footer(fd, size, base, rec.next_offset, pos, epoch)
+            os.close(fd)
+            self.sealed.append((base, rec.next_offset, path))
+            self._set_active(self._create(rec.next_offset, self.segment_size))
+            return
+        # Raise the epoch before writing anything: frames left past the cut carry an older
+        # epoch, and a scan rejects them once a newer frame precedes them.
+        try:
+            os.pwrite(fd, encode_header(base, epoch + 1, time.time_ns() // 1000), 0)
+            os.fdatasync(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        self._set_active(ActiveSegment(path, fd, base, pos, size, epoch + 1, self.io))
+
+    def _create(self, base: int, size: int) -> ActiveSegment:
+        return create_segment(self.path, base, size, 1, self.io, fsync=self.fsync_new)
+
+    def _set_active(self, seg: ActiveSegment) -> None:
+        self.active = seg
+        self._publish()
+
+    def _publish(self) -> None:
+        act = self.active
+        tail: Bounds = () if act is None else ((act.base, None, act.path),)
+        self.bounds = tuple((b, e, p) for b, e, p in self.sealed) + tail
+
+    # ---------------------------------------------------------------- writing
+
+    def append(self, payload: Payload) -> int:
+        """The fast path of one record: its offset, or -1 when it does not fit the active
+        segment (the caller then goes through :meth:`write_many`)."""
+        n = len(payload)
+        size = (FRAME_HEADER_SIZE + n + 7) & ~7
+        with self.lock:
+            act = self.active
+            if act is None or act.pos + size > act.limit:
+                return -1
+            pos = act.pos
+            off = self.next
+            frame = encode_data_frame(payload, off - act.base, time.time_ns() // 1000, act.epoch)
+            mm = act.mm
+            if mm is not None:
+                mm[pos : pos + size] = frame  # no system call: measured faster for single frames
+            else:
+                self._write_checked(act, frame, pos)
+            act.pos = pos + size
+            self.next = off + 1
+        return off
+
+    def write_many(self, items: Sequence[Payload], admit: Callable[[Sequence[Payload]], None]) -> tuple[int, int]:
+        """Write ``items`` (not empty) as consecutive records; (first, last) offsets.
+
+        ``admit(items)`` runs first, under the lock (it may refuse by raising)."""
+        with self.lock:
+            admit(items)
+            act = self.active
+            if act is None:
+                raise LogError(f"{self.path}: log is closed")
+            first = self.next
+            if max(map(len, items)) > MAX_PAYLOAD:
+                raise ValueError(f"{self.path}: a payload is larger than {MAX_PAYLOAD} bytes, the frame limit")
+            total = 0
+            for p in items:
+                total += (FRAME_HEADER_SIZE + len(p) + 7) & ~7
+            if act.pos + total <= act.limit:
+                data = encode_data_frames(items, first - act.base, time.time_ns() // 1000, act.epoch)
+                self._write_checked(act, data, act.pos)
+                act.pos += len(data)
+                self.next = first + len(items)
+            else:
+                self._write_rolling(items)
+            return first, self.next - 1
+
+    def _write_rolling(self, items: Sequence[Payload]) -> None:
+        """A batch that crosses segment ends: allocate every segment it needs first, so a full
+        disk refuses the whole batch before any of it is written."""
+        plan: list[tuple[ActiveSegment, int, int]] = []  # (segment, first item, end item)
+        cur = self.active
+        assert cur is not None
+        pos, start = cur.pos, 0
+        created: list[ActiveSegment] = []
+        offset = self.next
+        try:
+            for i, p in enumerate(items):
+                need = frame_size(len(p))
+                if pos + need > cur.limit:
+                    plan.append((cur, start, i))
+                    size = max(self.segment_size, HEADER_SIZE + need + FOOTER_SIZE)
+                    cur = self._create(offset + i, size)
+                    created.append(cur)
+                    pos, start = HEADER_SIZE, i
+                pos += need
+            plan.append((cur, start, len(items)))
+        except BaseException:
+            for seg in created:
+                seg.close()
+                with contextlib.suppress(OSError):
+                    os.unlink(seg.path)
+            raise
+        ts = time.time_ns() // 1000
+        for k, (seg, lo, hi) in enumerate(plan):
+            if lo < hi:
+                data = encode_data_frames(items[lo:hi], offset + lo - seg.base, ts, seg.epoch)
+                self._write_checked(seg, data, seg.pos)
+                seg.pos += len(data)
+            self.next = offset + hi
+            if k + 1 < len(plan):
+                self._seal(seg, plan[k + 1][0])
+
+    def _write_checked(self, seg: ActiveSegment, data: bytes, pos: int) -> None:
+        try:
+            seg.write(data, pos)
+        except OSError as e:
+            # Zero what may have landed, so a crash cannot make the refused frames reappear.
+            try:
+                seg.write(bytes(len(data)), pos)
+            except OSError as e2:
+                self._on_fatal(e2)
+                raise LogError(f"{seg.path}: write failed at byte {pos} and could not be undone: {e2}") from e
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise LogFullError(f"{seg.path}: no space writing at byte {pos}: {e.strerror}") from e
+            raise LogError(f"{seg.path}: write failed at byte {pos}: {e}") from e
+
+    def _seal(self, old: ActiveSegment, new: ActiveSegment) -> None:
+        """Footer on ``old`` (fsynced, whatever the policy: it orders the roll-over), then switch."""
+        end = new.base
+        if old.mm is not None:
+            old.mm[old.size - FOOTER_SIZE : old.size] = encode_footer(old.base, end, old.pos, old.epoch)
+            os.fdatasync(old.fd)
+        else:
+            write_footer(old.fd, old.size, old.base, end, old.pos, old.epoch)
+        self.sealed.append((old.base, end, old.path))
+        self._set_active(new)
+        with self._fdlock:
+            old.retired = True
+            if old.users == 0:
+                old.close()
+        self._on_sealed(end)
+
+    # ---------------------------------------------------------------- syncing (GroupCommit's Pinner)
+
+    def pin_end(self) -> tuple[int, ActiveSegment]:
+        """(offset end, active segment) written so far; the segment's fd stays open until
+        :meth:`unpin`, even if a roll-over retires it meanwhile."""
+        with self.lock:
+            seg = self.active
+            if seg is None:  # files already released (close, or a simulated crash)
+                raise LogError(f"{self.path}: log is closed")
+            with self._fdlock:
+                seg.users += 1
+            return self.next, seg
+
+    def unpin(self, seg: ActiveSegment) -> None:
+        with self._fdlock:
+            seg.users -= 1
+            if seg.retired and seg.users == 0:
+                seg.close()
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    # ---------------------------------------------------------------- retention and closing
+
+    def drop_sealed(self, bound: int) -> list[tuple[int, int, str]]:
+        """Forget the sealed segments wholly below ``bound``; returns them (the caller removes
+        the files)."""
+        with self.lock:
+            doomed = [s for s in self.sealed if s[1] <= bound]
+            if doomed:
+                self.sealed = [s for s in self.sealed if s[1] > bound]
+                self._publish()
+        return doomed
+
+    def close(self) -> None:
+        """Close the active segment's file (no footer: it stays the active one)."""
+        act = self.active
+        if act is not None:
+            with contextlib.suppress(OSError):
+                act.close()
+            self.active = None

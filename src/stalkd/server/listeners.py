@@ -1,0 +1,131 @@
+"""Running the bound listeners: one asyncio server each, the same protocol code behind all.
+
+A plain or UNIX listener runs every command as beanstalkd would. A TLS listener wraps the
+same ``Connection`` in the standard library's TLS (uvloop's TLS transport); with an ACL each
+of its connections gets a ``ConnPolicy`` keyed by the client certificate's subject.
+
+Ensures:
+- every listener's real address is logged once bound (``-p 0`` shows the port it got);
+- a plain listener reachable from a network logs a WARNING naming the risk and the TLS flags,
+  unless ``--plain-network-ok``;
+- ``reload()`` (SIGHUP) builds new TLS contexts and ACL first and swaps them only if all of
+  them load: new TLS connections then use the new certificate, key and client CAs (a second
+  asyncio server on a duplicate of the same listening socket takes over; the old one stops
+  accepting, its connections carry on), and every TLS connection checks the new ACL;
+- ``close()`` stops accepting and removes the UNIX socket files we created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+
+from stalkd.server.acl import Acl, AclError, ConnPolicy, load_acl
+from stalkd.server.config import Config
+from stalkd.server.conn import CommandPolicy, Connection
+from stalkd.server.listen import Listener, is_loopback
+from stalkd.server.tls import TlsConfigError, TlsFiles, server_context
+
+__all__ = ["Endpoints", "open_warning"]
+
+log = logging.getLogger("stalkd.server")
+BACKLOG = 1024
+
+
+def open_warning(address: str) -> str:
+    return (f"plain listener {address} is reachable from the network without encryption or "
+            f"authentication: anyone who can connect can read, delete and kick every job and "
+            f"fill the disk. Serve network clients with --tls-listen ADDR:PORT --tls-cert FILE "
+            f"--tls-key FILE (--tls-client-ca FILE, --acl FILE) and keep -l on 127.0.0.1, or "
+            f"pass --plain-network-ok if a firewall or private network already protects it")
+
+
+class Endpoints:
+    """The listeners of one server, started on its loop."""
+
+    def __init__(self, cfg: Config, listeners: list[Listener], *,
+                 tls: ssl.SSLContext | None = None, acl: Acl | None = None) -> None:
+        self.cfg = cfg
+        self.listeners = listeners
+        self.tls_files = (TlsFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
+                          if cfg.tls_cert is not None else None)
+        self.tls = tls
+        self.acl = acl
+        self.servers: dict[int, asyncio.AbstractServer] = {}  # listener index -> its server
+
+    def warnings(self) -> list[str]:
+        return [open_warning(lst.address) for lst in self.listeners
+                if lst.kind == "plain" and not self.cfg.plain_network_ok and not is_loopback(lst.sock)]
+
+    def describe(self) -> str:
+        return ", ".join(f"{lst.address}" + ("" if lst.kind == "plain" else f" ({lst.kind})")
+                         for lst in self.listeners)
+
+    async def start(self, new_connection: Callable[[], Connection],
+                    tube_of: Callable[[int], str | None]) -> None:
+        loop = asyncio.get_running_loop()
+        self._new_connection = new_connection
+        self._tube_of = tube_of
+        for i, lst in enumerate(self.listeners):
+            if lst.kind == "tls":
+                assert self.tls is not None
+                self.servers[i] = await loop.create_server(
+                    self._tls_factory(lst), sock=lst.sock.dup(), backlog=BACKLOG, ssl=self.tls,
+                    ssl_handshake_timeout=10.0)
+            else:
+                self.servers[i] = await loop.create_server(new_connection, sock=lst.sock, backlog=BACKLOG)
+
+    def _tls_factory(self, lst: Listener) -> Callable[[], Connection]:
+        def factory() -> Connection:
+            c = self._new_connection()
+            c.admit = lambda conn: self._admit(conn, lst)
+            return c
+
+        return factory
+
+    def _admit(self, c: Connection, lst: Listener) -> CommandPolicy | None:
+        log.info("conn %d from %s over TLS on %s as %s", c.id, c.peer, lst.address,
+                 c.identity or "(no client certificate)")
+        if self.acl is None:
+            return None
+        return ConnPolicy(self._current_acl, c.identity, self._tube_of)
+
+    def _current_acl(self) -> Acl:
+        assert self.acl is not None
+        return self.acl
+
+    async def reload(self) -> bool:
+        """SIGHUP: new TLS contexts and ACL for what comes next; False (and a log line) if a
+        file cannot be used, the running ones then stay."""
+        try:
+            tls = server_context(self.tls_files) if self.tls_files is not None else None
+            acl = load_acl(self.cfg.acl) if self.cfg.acl is not None else None
+        except (TlsConfigError, AclError) as e:
+            log.error("SIGHUP: reload refused, keeping the running certificates and ACL: %s", e)
+            return False
+        self.acl = acl
+        if tls is not None:
+            self.tls = tls
+            loop = asyncio.get_running_loop()
+            for i, lst in enumerate(self.listeners):
+                if lst.kind != "tls":
+                    continue
+                old = self.servers[i]
+                self.servers[i] = await loop.create_server(
+                    self._tls_factory(lst), sock=lst.sock.dup(), backlog=BACKLOG, ssl=tls,
+                    ssl_handshake_timeout=10.0)
+                old.close()  # stops accepting; its connections carry on
+        log.info("SIGHUP: reloaded%s%s", " TLS certificates" if tls is not None else "",
+                 f", ACL {self.cfg.acl}" if acl is not None else "")
+        return True
+
+    def close(self) -> None:
+        """Stop accepting; remove our UNIX socket files."""
+        for srv in self.servers.values():
+            srv.close()
+        for lst in self.listeners:
+            if lst.kind == "tls":
+                lst.sock.close()  # the servers closed duplicates; this is the original
+            lst.remove_file()

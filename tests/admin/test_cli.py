@@ -1,0 +1,103 @@
+"""``stalkd tubes|jobs|pause`` run as a person runs them: a subprocess, over the admin API and
+over the protocol (against stalkd and Debian's beanstalkd)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from admin.adminproc import AdminServer, start_admin_server
+from support import ServerProcess, start_beanstalkd
+
+
+def stalkd(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("STALKD_")}
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "stalkd.cli", *args], capture_output=True,
+                          text=True, timeout=120, env=full)
+
+
+def _json(*args: str) -> object:
+    got = stalkd(*args, "--json")
+    assert got.returncode == 0, got.stderr
+    return json.loads(got.stdout)
+
+
+def _bury_many(port: int, tube: str, n: int) -> None:
+    """``n`` buried jobs in ``tube``: one pipelined exchange (ids 1..n on a fresh server)."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.settimeout(60)
+        out = [f"use {tube}\r\nwatch {tube}\r\nignore default\r\n".encode()]
+        out += [b"put 0 0 60 3\r\nabc\r\n"] * n
+        out += [f"reserve-with-timeout 0\r\nbury {i} 0\r\n".encode() for i in range(1, n + 1)]
+        s.sendall(b"".join(out))
+        want = 3 + 3 * n
+        got = b""
+        while got.count(b"\r\n") < want + n:  # RESERVED lines carry a body line each
+            chunk = s.recv(1 << 20)
+            assert chunk, "server closed"
+            got += chunk
+        assert got.count(b"BURIED\r\n") == n, got[-200:]
+
+
+@pytest.fixture
+def server(tmp_path: os.PathLike[str]) -> Iterator[AdminServer]:
+    srv = start_admin_server("--dir", os.path.join(str(tmp_path), "data"))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_delete_ten_thousand_buried_jobs_over_the_admin_api(server: AdminServer) -> None:
+    _bury_many(server.port, "emails", 10_000)
+    out = _json("jobs", "delete", "emails", "--state", "buried", "--admin", server.admin)
+    assert out == {**out, "requested": 10_000, "outcomes": {"deleted": 10_000}}
+    tubes = _json("tubes", "--admin", server.admin)
+    assert [t for t in tubes if t["name"] == "emails"] == []  # emptied and unused: dropped
+
+
+def test_list_kick_move_and_pause_over_both_paths(server: AdminServer) -> None:
+    _bury_many(server.port, "emails", 3)
+    for how in (["--admin", server.admin], ["-a", server.address]):
+        page = _json("jobs", "list", "emails", "--state", "buried", *how)
+        assert [j["id"] for j in page["jobs"]] == [1, 2, 3], how
+        assert page["jobs"][0]["body"] == "abc"
+    assert _json("jobs", "kick", "emails", "--id", "2", "-a", server.address)["outcomes"] == {"kicked": 1}
+    assert _json("jobs", "kick", "emails", "--admin", server.admin)["outcomes"] == {"kicked": 2}
+    moved = _json("jobs", "move", "emails", "--state", "ready", "--to", "later", "--admin", server.admin)
+    assert moved["outcomes"] == {"moved": 3}
+    rows = {t["name"]: t for t in _json("tubes", "-a", server.address)}
+    assert rows["later"]["ready"] == 3
+    got = stalkd("pause", "later", "60", "--admin", server.admin)
+    assert got.returncode == 0 and "paused for 60s" in got.stdout
+    rows = {t["name"]: t for t in _json("tubes", "--admin", server.admin)}
+    assert rows["later"]["paused"]
+
+
+def test_usage_errors_are_clear(server: AdminServer) -> None:
+    got = stalkd("jobs", "delete", "emails", "--admin", server.admin)
+    assert got.returncode == 2 and "--state" in got.stderr
+    got = stalkd("jobs", "move", "emails", "--state", "all", "--admin", server.admin)
+    assert got.returncode == 2 and "--to" in got.stderr
+    got = stalkd("pause", "nosuchtube", "5", "-a", server.address)
+    assert got.returncode == 1 and "no such tube" in got.stdout
+    got = stalkd("tubes", "--admin", "127.0.0.1:1")
+    assert got.returncode == 3 and "cannot reach" in got.stderr
+
+
+def test_protocol_path_works_against_beanstalkd() -> None:
+    bs: ServerProcess = start_beanstalkd()
+    try:
+        _bury_many(bs.port, "emails", 50)
+        assert _json("jobs", "delete", "emails", "--state", "buried", "-a", bs.address)["outcomes"] == \
+            {"deleted": 50}
+        assert [t["name"] for t in _json("tubes", "-a", bs.address)] == ["default"]
+    finally:
+        bs.stop()

@@ -1,0 +1,93 @@
+"""The dashboard in a real browser: Playwright driving Debian's Chromium (headless) against a
+real ``stalkd serve --admin`` started on port 0. No browser is downloaded."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import greenstalk
+import pytest
+
+from admin.adminproc import AdminServer, start_admin_server
+from support import require_binary
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture
+def server(tmp_path: os.PathLike[str]) -> Iterator[AdminServer]:
+    srv = start_admin_server("--dir", os.path.join(str(tmp_path), "data"))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def page(server: AdminServer) -> Iterator[Any]:
+    chromium = require_binary("chromium")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            pg = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            pg.on("pageerror", lambda e: errors.append(str(e)))
+            pg.goto(server.admin + "/")
+            yield pg
+            assert errors == [], errors
+        finally:
+            browser.close()
+
+
+def test_dashboard_shows_puts_dead_letters_and_kicks(server: AdminServer, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    from stalkd.worker.context import DeadLetter
+
+    # The page loads and shows the server as ready
+    expect(page.locator("#server-state")).to_have_text("ready")
+    # A put shows up in the tube's count
+    c = greenstalk.Client(("127.0.0.1", server.port), use="emails", watch="emails")
+    c.put("hello")
+    row = page.locator('#tubes tr[data-tube="emails"]')
+    expect(row.locator(".ready-n")).to_have_text("1")
+    # A buried job's dead-letter error is shown
+    job = c.reserve()
+    c.bury(job)
+    letter = DeadLetter(job_id=job.id, tube="emails", task="send_email", attempts=3,
+                        error="SMTPError('mailbox full')", traceback="Traceback (most recent call last):\n  ...",
+                        failed_at=0.0, body=b"hello")
+    c.use("stalkd.failed")
+    c.put(letter.to_json().decode())
+    buried = page.locator(f'#buried tr[data-id="{job.id}"]')
+    expect(buried.locator(".error-cell")).to_have_text("SMTPError('mailbox full')")
+    # The job view shows the traceback
+    buried.locator('[data-act="view"]').click()
+    expect(page.locator("#job-tb")).to_contain_text("Traceback")
+    page.locator("#job-view [data-close]").click()
+    # Clicking kick, then confirming, moves it back to ready on the server
+    buried.locator('[data-act="kick"]').click()
+    expect(page.locator("#confirm")).to_be_visible()
+    page.locator("#confirm-ok").click()
+    expect(page.locator("#buried-empty")).to_be_visible()
+    assert c.stats_job(job.id)["state"] == "ready"
+    expect(row.locator(".ready-n")).to_have_text("1")
+    c.close()
+
+
+def test_cancel_leaves_the_job_alone(server: AdminServer, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    c = greenstalk.Client(("127.0.0.1", server.port))
+    c.put("x")
+    c.bury(c.reserve())
+    buried = page.locator('#buried tr[data-id="1"]')
+    buried.locator('[data-act="delete"]').click()
+    page.locator("#confirm-cancel").click()
+    expect(page.locator("#confirm")).to_be_hidden()
+    assert c.stats_job(1)["state"] == "buried"
+    c.close()

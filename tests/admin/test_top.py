@@ -1,0 +1,119 @@
+"""``stalkd top`` in a real terminal: tmux runs it, send-keys types, capture-pane reads the screen."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import greenstalk
+import pytest
+
+from admin.adminproc import AdminServer, start_admin_server
+from stalkd.admin.top import Sample, rows
+from support import require_binary, start_beanstalkd
+
+
+class Tmux:
+    """One detached tmux session on a private socket, killed at the end."""
+
+    def __init__(self, command: str) -> None:
+        self.exe = require_binary("tmux")
+        self.sock = f"stalkd-top-{uuid.uuid4().hex[:8]}"
+        self.name = "top"
+        self._tmux("new-session", "-d", "-s", self.name, "-x", "120", "-y", "30", command)
+
+    def _tmux(self, *args: str) -> str:
+        got = subprocess.run([self.exe, "-L", self.sock, *args], capture_output=True, text=True,
+                             timeout=20)
+        return got.stdout
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", self.name)
+
+    def keys(self, *keys: str) -> None:
+        self._tmux("send-keys", "-t", self.name, *keys)
+
+    def alive(self) -> bool:
+        return self.name in self._tmux("list-sessions", "-F", "#{session_name}")
+
+    def wait(self, cond: Callable[[str], bool], timeout: float = 30.0) -> str:
+        """Poll the screen until ``cond`` holds (tmux has no event to wait on)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen()
+            if cond(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"screen never matched:\n{text}")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        self._tmux("kill-server")
+
+
+def _top(*args: str) -> Tmux:
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in (("PYTHONDONTWRITEBYTECODE", "1"),
+                                                       ("TERM", "xterm-256color")))
+    cmd = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "stalkd.cli", "top", *args))
+    # keep the pane open after top exits, so the test can tell "exited" from "crashed"
+    return Tmux(f"env {env} {cmd}; echo TOP-EXITED-$?; sleep 30")
+
+
+@pytest.fixture
+def server(tmp_path: os.PathLike[str]) -> Iterator[AdminServer]:
+    srv = start_admin_server("--dir", os.path.join(str(tmp_path), "data"))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_top_shows_tubes_and_fsync_and_quits_on_q(server: AdminServer) -> None:
+    c = greenstalk.Client(("127.0.0.1", server.port), use="emails")
+    c.put("a")
+    t = _top("-a", server.address, "--admin", server.admin, "-n", "0.3")
+    try:
+        screen = t.wait(lambda s: "emails" in s and "fsync" in s)
+        assert "READY" in screen and "WAITING" in screen
+        for _ in range(4):
+            c.put("b")
+        screen = t.wait(lambda s: any(ln.split()[:2] == ["emails", "5"] for ln in s.splitlines()))
+        # the admin endpoint's figures: fsync latency, disk use, readiness
+        assert re.search(r"fsync [0-9.]+ ms avg +WAL [0-9.]+ MiB .* ready", screen), screen
+        t.keys("q")
+        t.wait(lambda s: "TOP-EXITED-0" in s)
+    finally:
+        t.kill()
+        c.close()
+
+
+def test_top_works_against_debian_beanstalkd() -> None:
+    bs = start_beanstalkd()
+    try:
+        c = greenstalk.Client(("127.0.0.1", bs.port), use="jobs-bs")
+        c.put("x")
+        t = _top("-a", bs.address, "-n", "0.3")
+        try:
+            t.wait(lambda s: any(ln.split()[:2] == ["jobs-bs", "1"] for ln in s.splitlines()))
+            t.keys("q")
+            t.wait(lambda s: "TOP-EXITED-0" in s)
+        finally:
+            t.kill()
+        c.close()
+    finally:
+        bs.stop()
+
+
+def test_rates_come_from_two_samples() -> None:
+    a = Sample(10.0, {}, {"t": {"total-jobs": 100, "cmd-delete": 50, "current-jobs-ready": 3}})
+    b = Sample(12.0, {}, {"t": {"total-jobs": 140, "cmd-delete": 90, "current-jobs-ready": 5},
+                          "new": {"total-jobs": 7}})
+    got = {r["tube"]: r for r in rows(b, a)}
+    assert (got["t"]["puts"], got["t"]["deletes"], got["t"]["ready"]) == (20.0, 20.0, 5)
+    assert got["new"]["puts"] == 0.0  # no earlier reading: no rate yet
