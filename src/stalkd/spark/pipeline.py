@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +86,17 @@ class _LocalTables:
 
 
 class _StoreTables:
-    """Tables written to an archive-style URL by the executors themselves, one Parquet object per
-    partition through ``pyarrow.fs`` (Spark's own writer would need the hadoop-aws jars)."""
+    """Tables written to a URL by the executors themselves, one Parquet object per partition
+    through ``pyarrow.fs`` (Spark's own writer would need the hadoop-aws jars; ``mapInArrow``
+    would need pandas)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
 
     def write(self, df: Any, name: str) -> Any:
+        from pyspark.sql.pandas.types import to_arrow_schema  # pyarrow only, no pandas
+        from pyspark.sql.types import TimestampType
+
         from stalkd.archive.store import Store
 
         store = Store.open(self.url)
@@ -100,26 +104,29 @@ class _StoreTables:
         store.fs.create_dir(target, recursive=True)
         store.fs.delete_dir_contents(target, missing_dir_ok=True)
         url = self.url
+        schema = to_arrow_schema(df.schema, timezone="UTC")
+        stamps = [f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)]
 
-        def write_part(batches: Iterator[Any]) -> Iterator[Any]:
+        def write_part(index: int, rows: Iterator[Any]) -> Iterator[int]:
+
             import pyarrow as pa
             import pyarrow.parquet as pq
-            from pyspark import TaskContext
 
             from stalkd.archive.store import Store
 
-            got = list(batches)
-            if not got:  # an empty partition writes no object
-                yield pa.RecordBatch.from_pydict({"rows": pa.array([0], pa.int64())})
-                return
-            table = pa.Table.from_batches(got)
+            dicts = [r.asDict() for r in rows]
+            if not dicts:  # an empty partition writes no object
+                return iter([0])
+            for d in dicts:
+                for k in stamps:  # PySpark hands timestamps over as naive local times
+                    if d[k] is not None:
+                        d[k] = d[k].astimezone(UTC)
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink)
-            part = TaskContext.get().partitionId()  # type: ignore[union-attr]
-            Store.open(url).put_atomic(f"{name}/part-{part:05d}.parquet", sink.getvalue())
-            yield pa.RecordBatch.from_pydict({"rows": pa.array([table.num_rows], pa.int64())})
+            pq.write_table(pa.Table.from_pylist(dicts, schema=schema), sink)
+            Store.open(url).put_atomic(f"{name}/part-{index:05d}.parquet", sink.getvalue())
+            return iter([len(dicts)])
 
-        df.mapInArrow(write_part, "rows long").collect()
+        df.rdd.mapPartitionsWithIndex(write_part).sum()
         return df
 
 
