@@ -1,4 +1,5 @@
-"""Write a PNG of the dashboard with some live traffic (``make dashboard-screenshot``).
+"""Write PNGs of the dashboard with some live traffic (``make dashboard-screenshot``): the page,
+and (``-job.png``) the view of a buried job with its dead-letter traceback.
 
 Starts ``stalkd serve --admin`` on port 0 (in a temporary directory), runs a producer and a
 consumer for ~20 s so the charts have history, buries a few jobs with dead-letter records,
@@ -79,13 +80,17 @@ def main() -> None:
                 page.goto(srv.admin + "/")
                 time.sleep(SECONDS)  # let the charts collect history (a demo, not a test)
                 page.screenshot(path=out, full_page=True)
+                # and the job view of a buried job, with its dead letter
+                page.locator("#buried [data-act=view]").first.click()
+                page.locator("#job-tb").wait_for()
+                page.screenshot(path=out.replace(".png", "-job.png"), full_page=False)
                 browser.close()
             stop.set()
             t.join()
         finally:
             stop.set()
             srv.stop()
-    print(out)
+    print(out, out.replace(".png", "-job.png"))
 
 
 if __name__ == "__main__":

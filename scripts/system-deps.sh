@@ -2,7 +2,8 @@
 # Installs the real components the test suite and benchmarks run against, when they are missing:
 # Debian's beanstalkd (compatibility transcripts, benchmarks), a Java 17 runtime (PySpark),
 # PostgreSQL (outbox tests), Redis (the RQ peer in the worker benchmark), Chromium (report check,
-# dashboard tests through Playwright), tmux (`stalkd top` tests).
+# dashboard tests through Playwright), tmux (`stalkd top` tests), openssl (the TLS tests make
+# their certificates with it), stunnel4 (beanstalkd behind TLS, the peer in bench/tls_bench.py).
 # Needs root for apt-get; without it, prints what is missing and lets the tests skip locally.
 set -euo pipefail
 
@@ -13,6 +14,8 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
 
 if ((${#missing[@]} == 0)); then
     exit 0
@@ -26,7 +29,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts services it installs; the tests start their own instances on ephemeral ports.
-for svc in beanstalkd redis-server postgresql; do
+for svc in beanstalkd redis-server postgresql stunnel4; do
     (command -v systemctl >/dev/null && systemctl stop "$svc") >/dev/null 2>&1 || true
     (command -v service >/dev/null && service "$svc" stop) >/dev/null 2>&1 || true
 done

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from support import ServerProcess, start_beanstalkd
+from support import ServerProcess, reserved_port, start_beanstalkd
 
 # No per-example deadline: these machines are shared and noisy, and a slow example is not a bug.
 # Under CI the examples are also derandomized, so a landing is judged on the same examples every
@@ -27,3 +27,11 @@ def beanstalkd() -> Iterator[ServerProcess]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    """A loopback port that refuses connections and is held for this test's servers only (see
+    ``support.reserved_port``): for "nothing listens yet" and "restart on the same port"."""
+    with reserved_port() as port:
+        yield port

@@ -1,4 +1,5 @@
-"""Shared test helpers: ephemeral ports and real peer servers started and stopped by PID.
+"""Shared test helpers: servers on port 0 that report their port, and real peer servers
+started and stopped by PID.
 
 Import them as `from support import ...` (a unique module name: `from conftest import` would
 pick whichever of the several conftest.py modules pytest imported first).
@@ -10,21 +11,95 @@ so a broken install step can never pass as green.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 
-def free_port() -> int:
-    """An ephemeral TCP port on 127.0.0.1 that was free a moment ago."""
+def listening_ports(pid: int) -> list[int]:
+    """TCP ports process ``pid`` listens on, in the order of its file descriptors (so the
+    socket it opened first comes first); [] when it listens on nothing (yet).
+
+    Read from ``/proc``: the process's socket inodes, then the kernel's TCP tables in its
+    network namespace, so a server started with ``-p 0`` needs no way of its own to report the
+    port the kernel gave it.
+    """
+    listening: dict[str, int] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                rows = f.read().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A":  # TCP_LISTEN
+                listening[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)
+    ports: list[int] = []
+    try:
+        fds = sorted(os.listdir(f"/proc/{pid}/fd"), key=int)
+    except FileNotFoundError:
+        return []
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:  # closed while we looked
+            continue
+        if target.startswith("socket:[") and target[8:-1] in listening:
+            ports.append(listening[target[8:-1]])
+    return ports
+
+
+def wait_for_listener(proc: subprocess.Popen[bytes], timeout: float = 10.0, what: str = "server") -> int:
+    """The port ``proc`` (started with port 0) listens on, once it listens; polls ``/proc``
+    every millisecond rather than sleeping blindly. The first listener opened wins."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
+        ports = listening_ports(proc.pid)
+        if ports:
+            return ports[0]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} (pid {proc.pid}) listened on no TCP port after {timeout}s")
+        time.sleep(0.001)
+
+
+def spawn_server(cmd: list[str], host: str = "127.0.0.1", *, what: str = "server",
+                 timeout: float = 10.0, **popen: Any) -> ServerProcess:
+    """Start ``cmd`` (which listens on ``host`` port 0) and return it once it listens, with the
+    port the kernel gave it. Killed and reaped if it does not get that far."""
+    proc = subprocess.Popen(cmd, **popen)
+    try:
+        port = wait_for_listener(proc, timeout, what)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return ServerProcess(host, port, proc)
+
+
+@contextlib.contextmanager
+def reserved_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A port that refuses connections and that only a server of the test's can take.
+
+    The socket is bound with SO_REUSEADDR but never listens: connecting gets "connection
+    refused", the kernel gives the port to nobody else (``bind`` to port 0 skips owned ports),
+    and a server started on it (stalkd and beanstalkd both set SO_REUSEADDR) can bind it while
+    this socket is held. For "nothing listens there yet" and "restart on the same port" tests.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, 0))
+        yield int(s.getsockname()[1])
 
 
 def require_binary(name: str) -> str:
@@ -73,11 +148,9 @@ class ServerProcess:
                 self.proc.wait()
 
 
-def start_beanstalkd(*extra: str) -> ServerProcess:
-    """Start Debian's beanstalkd on an ephemeral loopback port (in memory unless -b is passed)."""
+def start_beanstalkd(*extra: str, port: int = 0) -> ServerProcess:
+    """Start Debian's beanstalkd on loopback (in memory unless -b is passed), on an ephemeral
+    port unless ``port`` is given."""
     exe = require_binary("beanstalkd")
-    port = free_port()
-    proc = subprocess.Popen([exe, "-l", "127.0.0.1", "-p", str(port), *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    wait_for_port("127.0.0.1", port, proc=proc)
-    return ServerProcess("127.0.0.1", port, proc)
+    return spawn_server([exe, "-l", "127.0.0.1", "-p", str(port), *extra], what="beanstalkd",
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -92,8 +92,8 @@ def start_admin_server(*flags: str, admin: str = "127.0.0.1:0", token: str | Non
     deadline = time.monotonic() + timeout
     while True:
         text = srv.log_text()
-        port = re.search(r"listening on port (\d+)", text)
-        url = re.search(r"admin endpoint on (http://\S+?)/ ", text)
+        port = re.search(r"stalkd listening on 127\.0\.0\.1:(\d+)", text)
+        url = re.search(r"admin endpoint on (https?://\S+?)/ ", text)
         if port and url:
             srv.port, srv.admin = int(port.group(1)), url.group(1)
             return srv

@@ -101,3 +101,11 @@ def test_protocol_path_works_against_beanstalkd() -> None:
         assert [t["name"] for t in _json("tubes", "-a", bs.address)] == ["default"]
     finally:
         bs.stop()
+
+
+def test_dashboard_command_prints_a_url_that_answers(server: AdminServer) -> None:
+    got = stalkd("dashboard", "--admin", server.admin.removeprefix("http://"))
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == server.admin + "/"
+    got = stalkd("dashboard")  # no admin endpoint given
+    assert got.returncode == 2 and "--admin" in got.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-from stalkd.admin import views
 from stalkd.admin.ops import CHUNK, AdminOps
 from stalkd.engine import Engine
 from stalkd.engine import commands as C
@@ -46,7 +45,7 @@ def test_bulk_delete_yields_to_other_clients_between_chunks() -> None:
 
     async def main() -> dict[str, object]:
         other = asyncio.create_task(other_client())
-        out = await ops.delete(ops.select(None, "t", "buried"))
+        out = await ops.delete(await ops.select(None, "t", "buried"))
         await other
         return out
 
@@ -58,22 +57,52 @@ def test_bulk_delete_yields_to_other_clients_between_chunks() -> None:
     assert any(0 < k < n for k in seen), seen[:10]
 
 
+def _select(ops: AdminOps, *args: object) -> list[int]:
+    return asyncio.run(ops.select(*args))  # type: ignore[arg-type]
+
+
 def test_select_by_state_and_by_ids() -> None:
     srv = _server(10, bury=3)
     ops = AdminOps(srv)
-    assert ops.select(None, "t", "buried") == sorted(
-        j.id for j in srv.engine.jobs.values() if j.state is JobState.BURIED)
-    assert len(ops.select(None, "t", "ready")) == 7
-    assert len(ops.select(None, "t", None)) == 10
-    assert ops.select([3, 1], None, None) == [3, 1]
-    assert ops.select(None, "nope", "ready") == []
+    assert _select(ops, None, "t", "buried") == [  # oldest buried first
+        j.id for j in srv.engine.tubes["t"].buried.values()]
+    assert sorted(_select(ops, None, "t", "ready")) == sorted(
+        j.id for j in srv.engine.jobs.values() if j.state is JobState.READY)
+    assert sorted(_select(ops, None, "t", None)) == sorted(srv.engine.jobs)
+    assert _select(ops, [3, 1], None, None) == [3, 1]
+    assert _select(ops, None, "nope", "ready") == []
+
+
+def test_selecting_many_jobs_yields_to_the_loop() -> None:
+    # Given more ready jobs than one slice of the selection
+    n = CHUNK * 16 * 2 + 5
+    srv = _server(n)
+    ops = AdminOps(srv)
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    async def main() -> list[int]:
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        before = turns
+        ids = await ops.select(None, "t", "ready")
+        task.cancel()
+        assert turns - before >= 2  # the loop ran others between slices
+        return ids
+
+    assert len(asyncio.run(main())) == n
 
 
 def test_kick_by_ids_kicks_only_buried_or_delayed() -> None:
     srv = _server(5, bury=2)
     ops = AdminOps(srv)
-    buried = ops.select(None, "t", "buried")
-    ready = ops.select(None, "t", "ready")
+    buried = _select(ops, None, "t", "buried")
+    ready = _select(ops, None, "t", "ready")
     out = asyncio.run(ops.kick([*buried, ready[0], 999]))
     assert out["outcomes"] == {"kicked": 2, "skipped_ready": 1, "not_found": 1}
     assert all(srv.engine.jobs[j].state is JobState.READY for j in buried)
@@ -81,15 +110,41 @@ def test_kick_by_ids_kicks_only_buried_or_delayed() -> None:
 
 def test_jobs_page_walks_every_state_without_repeats() -> None:
     srv = _server(25, bury=5)
+    ops = AdminOps(srv)
     seen: list[int] = []
     after = 0
     while True:
-        page, after_next = views.jobs_page(srv.engine, "t", None, after=after, limit=4)
-        seen += [j.id for j in page]
-        if after_next is None:
+        page = asyncio.run(ops.jobs("t", "all", after, 4))
+        seen += [j["id"] for j in page["jobs"]]
+        if page["next"] is None:
             break
-        after = after_next
+        after = page["next"]
     assert seen == sorted(srv.engine.jobs)
+
+
+def test_a_page_of_a_large_state_is_read_in_slices() -> None:
+    n = CHUNK * 16 * 2 + 5
+    srv = _server(n, bury=n)
+    ops = AdminOps(srv)
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    async def main() -> dict[str, object]:
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        before = turns
+        page = await ops.jobs("t", "buried", 0, 3)
+        task.cancel()
+        assert turns - before >= 2
+        return page
+
+    page = asyncio.run(main())
+    assert [j["id"] for j in page["jobs"]] == [1, 2, 3] and page["next"] == 3  # type: ignore[index]
 
 
 def test_dead_letters_parsed_once_per_change_of_the_failed_tube() -> None:
@@ -111,3 +166,53 @@ def test_dead_letters_parsed_once_per_change_of_the_failed_tube() -> None:
                        failed_at=1.0, body=b"")
     eng.apply(2, C.Put(0, 0, 60, newer.to_json()), 0.0)
     assert ops.dead_letters()[1]["error"] == "E2"  # the newest record per job wins
+
+
+def test_dead_letters_are_parsed_a_budget_at_a_time() -> None:
+    from stalkd.admin import ops as ops_module
+    from stalkd.worker.context import DeadLetter
+
+    srv = _server(0)
+    ops = AdminOps(srv)
+    eng = srv.engine
+    eng.connect(2, 0.0)
+    eng.apply(2, C.Use("stalkd.failed"), 0.0)
+    n = ops_module.PARSE_BUDGET + 10
+    for i in range(n):
+        rec = DeadLetter(job_id=10_000 + i, tube="t", task="f", attempts=1, error=f"E{i}",
+                         traceback="", failed_at=0.0, body=b"")
+        eng.apply(2, C.Put(0, 0, 60, rec.to_json()), 0.0)
+    first = ops.dead_letters()
+    assert len(first) == ops_module.PARSE_BUDGET  # one call parses at most the budget
+    second = ops.dead_letters()  # the rest on the next call, the parsed ones kept
+    assert len(second) == n and second[10_000 + n - 1]["error"] == f"E{n - 1}"
+    assert ops.dead_letters() is second  # complete and unchanged: cached
+
+
+def test_buried_selection_survives_burials_between_slices() -> None:
+    from stalkd.admin.ops import FIFO_STEP
+
+    # Given more buried jobs than one slice, and a worker burying one more between slices
+    n = FIFO_STEP * 2 + 3
+    srv = _server(n + 1, bury=n)
+    ops = AdminOps(srv)
+    eng = srv.engine
+
+    async def worker() -> None:
+        await asyncio.sleep(0)
+        eng.connect(9, 0.0)
+        eng.apply(9, C.Watch("t"), 0.0)
+        got = eng.apply(9, C.Reserve(), 0.0).reply
+        assert isinstance(got, C.JobReply)
+        eng.apply(9, C.Bury(got.id, 0), 0.0)
+
+    async def main() -> list[int]:
+        task = asyncio.create_task(worker())
+        ids = await ops.select(None, "t", "buried")
+        await task
+        return ids
+
+    ids = asyncio.run(main())
+    # Then the selection is still exactly the buried jobs, none twice
+    assert sorted(ids) == sorted(j.id for j in eng.jobs.values() if j.state is JobState.BURIED)
+    assert len(ids) == len(set(ids)) == n + 1

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from stalkd.client import AsyncClient, Client
-from support import ServerProcess, free_port, require_binary, wait_for_port
+from support import ServerProcess, require_binary, spawn_server
 
 
 def server_command(kind: str, *flags: str) -> list[str]:
@@ -30,17 +30,9 @@ def server_command(kind: str, *flags: str) -> list[str]:
     return [sys.executable, "-m", "stalkd.cli", "serve", *flags]
 
 
-def _start_tcp(kind: str, *flags: str, port: int | None = None) -> ServerProcess:
-    port = port or free_port()
-    proc = subprocess.Popen(server_command(kind, "-l", "127.0.0.1", "-p", str(port), *flags),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port("127.0.0.1", port, proc=proc)
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    return ServerProcess("127.0.0.1", port, proc)
+def _start_tcp(kind: str, *flags: str, port: int = 0) -> ServerProcess:
+    return spawn_server(server_command(kind, "-l", "127.0.0.1", "-p", str(port), *flags),
+                        what=kind, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def start_unix(kind: str, path: str) -> subprocess.Popen[bytes]:
@@ -71,10 +63,10 @@ def server_kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def start_server(server_kind: str) -> Iterator[Callable[..., ServerProcess]]:
-    """``start(*flags, port=None)`` for the parametrised kind; every server started is stopped."""
+    """``start(*flags, port=0)`` for the parametrised kind; every server started is stopped."""
     started: list[ServerProcess] = []
 
-    def start(*flags: str, port: int | None = None) -> ServerProcess:
+    def start(*flags: str, port: int = 0) -> ServerProcess:
         s = _start_tcp(server_kind, *flags, port=port)
         started.append(s)
         return s

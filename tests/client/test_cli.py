@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from stalkd.client import Client
-from support import ServerProcess, free_port
+from support import ServerProcess
 
 
 def run(server: ServerProcess | None, *args: str, stdin: bytes = b"",
@@ -116,15 +116,19 @@ def test_host_and_port_flags_win_over_the_environment(server: ServerProcess) -> 
     assert out(run(None, "list-tubes", "-a", server.address)).split() == ["default"]
 
 
+REFUSED = "{refused}"  # replaced by a port that refuses connections (the ``held_port`` fixture)
+
+
 @pytest.mark.parametrize(("args", "code", "message"), [
-    (["stats", "--port", str(free_port())], 3, b"is the server running?"),
+    (["stats", "--port", REFUSED], 3, b"is the server running?"),
     (["put", "-t", "bad name", "x"], 2, b"invalid tube name 'bad name'"),
     (["put", "-p", "-1", "x"], 2, b"priority -1"),
     (["put", "x" * 70000], 4, b"JOB_TOO_BIG"),
     (["delete"], 2, b"usage: stalkd delete"),
 ])
 def test_errors_are_one_clear_line_and_an_exit_code(server: ServerProcess, args: list[str],
-                                                    code: int, message: bytes) -> None:
+                                                    code: int, message: bytes, held_port: int) -> None:
+    args = [str(held_port) if a == REFUSED else a for a in args]
     p = run(server, *args, env_addr="--port" not in args)
     assert p.returncode == code, p.stderr
     assert message in p.stderr
@@ -136,9 +140,10 @@ def test_errors_are_one_clear_line_and_an_exit_code(server: ServerProcess, args:
     (["peek", "4", "--ready"], b"give a job ID or one of"),
     (["put", "--lines", "x"], b"--lines reads stdin"),
 ])
-def test_usage_mistakes_are_caught_before_connecting(args: list[str], message: bytes) -> None:
+def test_usage_mistakes_are_caught_before_connecting(args: list[str], message: bytes,
+                                                     held_port: int) -> None:
     # nothing listens on this port: a usage error must be reported without trying to connect
-    p = run(None, *args, "--port", str(free_port()))
+    p = run(None, *args, "--port", str(held_port))
     assert p.returncode == 2 and message in p.stderr
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from stalkd.client import AsyncClient, Client, errors
-from support import ServerProcess, free_port
+from support import ServerProcess
 
 
 class FakeServer:
@@ -76,8 +76,8 @@ def half_reply(conn: socket.socket) -> None:
     conn.close()
 
 
-def test_nothing_listening_is_connection_failed_naming_the_address() -> None:
-    port = free_port()
+def test_nothing_listening_is_connection_failed_naming_the_address(held_port: int) -> None:
+    port = held_port  # bound, never listening: connecting is refused
     with pytest.raises(errors.ConnectionFailed, match=f"127.0.0.1:{port}"):
         Client(f"127.0.0.1:{port}", timeout=2)
     with pytest.raises(errors.ConnectionFailed, match=f"127.0.0.1:{port}"):
@@ -110,9 +110,11 @@ def test_reserve_waits_its_own_timeout_beyond_the_client_timeout(server: ServerP
     assert c.connected
 
 
-def test_server_restart_reconnects_and_restores_tubes(start_server: Any, connect: Any) -> None:
-    # Given a client using 'u' and watching only 'w' on a server
-    port = free_port()
+def test_server_restart_reconnects_and_restores_tubes(start_server: Any, connect: Any,
+                                                      held_port: int) -> None:
+    # Given a client using 'u' and watching only 'w' on a server, on a port held for the test
+    # (nothing else can take it while the server is down)
+    port = held_port
     first = start_server(port=port)
     c = connect(first)
     c.use("u")
@@ -131,8 +133,9 @@ def test_server_restart_reconnects_and_restores_tubes(start_server: Any, connect
     assert c.peek(jid).body == b"after restart"
 
 
-def test_without_reconnect_a_dropped_client_stays_closed(start_server: Any, connect: Any) -> None:
-    port = free_port()
+def test_without_reconnect_a_dropped_client_stays_closed(start_server: Any, connect: Any,
+                                                         held_port: int) -> None:
+    port = held_port
     first = start_server(port=port)
     c = connect(first, reconnect=False)
     first.stop()

@@ -1,15 +1,12 @@
 """Registry of servers the transcripts run against.
 
-Each entry starts a fresh server on an ephemeral 127.0.0.1 port with extra beanstalkd-style
-flags (e.g. ``-z 10``) and returns a ``ServerProcess`` the test stops by PID. To run the
-transcripts against another server, register a factory here, e.g.::
+Each entry starts a fresh server on 127.0.0.1 port 0 with extra beanstalkd-style flags (e.g.
+``-z 10``) and returns a ``ServerProcess`` (with the port the kernel gave it) the test stops by
+PID. To run the transcripts against another server, register a factory here, e.g.::
 
     def _start_stalkd(*flags: str) -> ServerProcess:
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1",
-                                 "-p", str(port), *flags], stderr=subprocess.PIPE)
-        wait_for_port("127.0.0.1", port, proc=proc)
-        return ServerProcess("127.0.0.1", port, proc)
+        return spawn_server([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1",
+                             "-p", "0", *flags], stderr=subprocess.PIPE)
 
     register("stalkd", "1.13", _start_stalkd)
 

@@ -49,4 +49,21 @@ def test_inspect_verify_exits_1_on_corruption_and_names_the_place(tmp_path: Path
 
 def test_inspect_usage_errors(tmp_path: Path) -> None:
     assert run("inspect", str(tmp_path / "missing")).returncode == 2
+    assert run("inspect", str(tmp_path), "-b", str(tmp_path)).returncode == 2
     assert run().returncode == 2
+
+
+def test_inspect_takes_the_server_data_directory_too(tmp_path: Path) -> None:
+    make(tmp_path / "wal")
+    for args in ([str(tmp_path)], ["-b", str(tmp_path)], [str(tmp_path / "wal")]):
+        r = run("inspect", *args, "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["next_offset"] == 100
+
+
+def test_inspect_of_a_directory_without_a_log_says_so_and_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "snapshots").mkdir()
+    r = run("inspect", str(tmp_path), "--verify")
+    assert r.returncode == 2
+    assert "no stalkd log here" in r.stderr and "seg-*.log" in r.stderr
+    assert r.stdout == ""

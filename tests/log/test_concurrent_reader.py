@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stalkd.log import Log, LogReader
+from stalkd.log import Log, LogCorruptError, LogReader
 
 CHILD = Path(__file__).with_name("writer_child.py")
 N = 20_000
@@ -53,7 +53,14 @@ def test_random_damage_to_the_active_segment_recovers_a_prefix(tmp_path_factory:
     for pos, bit in flips:
         data[64 + pos % (len(data) - 64)] ^= 1 << bit  # anywhere after the header
     seg.write_bytes(bytes(data))
+    try:
+        Log.open(d, segment_size=16384, durability="never").close()
+    except LogCorruptError as e:
+        # damage (valid frames beyond the bad one) is refused, and cut by an explicit repair
+        assert "valid frame" in str(e) and "stalkd log repair" in str(e)
+        Log.open(d, segment_size=16384, durability="never", repair=True).close()
     with Log.open(d, segment_size=16384, durability="never") as log:
+        assert log.repair_report is None
         got = [f.bytes() for f in log.read(0)]
         assert got == [expected(i) for i in range(len(got))]  # a prefix, never garbage
         assert log.append(b"after") == len(got)

@@ -55,6 +55,12 @@ def test_torn_last_frame_at_every_byte(tmp_path: Path, damage: str) -> None:
                 f.write(bytes([b ^ (1 << (k % 8))]))
             else:
                 f.truncate(k)
+        if damage == "truncate-file":
+            # A preallocated file is never shortened by a crash: refused, then cut by a repair
+            with pytest.raises(LogCorruptError, match="cut short") as exc:
+                Log.open(d, durability="never")
+            assert "stalkd log repair" in str(exc.value)
+            Log.open(d, durability="never", repair=True).close()
         # Then recovery ends exactly at the previous frame, and the log keeps working
         with Log.open(d, durability="never") as log:
             assert log.next_offset == len(PAYLOADS) - 1, f"{damage} at byte {k}"
@@ -71,6 +77,10 @@ def test_stale_frames_behind_a_torn_one_never_come_back(tmp_path: Path) -> None:
     with open(only_segment(tmp_path), "r+b") as f:
         f.seek(HEADER_SIZE + frame_size(16) + 30)
         f.write(b"\xee")
+    # (valid frames after a bad one are damage, not a torn tail: refused, cut by a repair)
+    with pytest.raises(LogCorruptError, match="1 valid frame follows"):
+        Log.open(tmp_path, durability="always")
+    Log.open(tmp_path, durability="always", repair=True).close()
     # When a new frame D of B's size is written where B was
     with Log.open(tmp_path, durability="always") as log:
         assert log.next_offset == 1
@@ -104,7 +114,7 @@ def test_bad_frame_inside_sealed_segment_is_named_and_repair_cuts_there(tmp_path
         list(log.read(0))
     assert exc.value.path == str(victim) and exc.value.offset == base + 2
     assert exc.value.position == HEADER_SIZE + 2 * frame_size(24)
-    assert "repair=True" in str(exc.value) and victim.name in str(exc.value)
+    assert "stalkd log repair" in str(exc.value) and victim.name in str(exc.value)
     # The reader API reports the same
     with pytest.raises(LogCorruptError):
         list(LogReader(tmp_path).read(0))
@@ -112,7 +122,12 @@ def test_bad_frame_inside_sealed_segment_is_named_and_repair_cuts_there(tmp_path
     with Log.open(tmp_path, segment_size=1024, durability="never", repair=True) as log:
         rep = log.repair_report
         assert rep is not None and rep.offset == base + 2 and rep.path == str(victim)
-        assert len(rep.dropped_files) == len(segs) - 3
+        moved = [p for p in rep.dropped_files if p.endswith(".log")]
+        (quarantine,) = [p for p in rep.dropped_files if not p.endswith(".log")]
+        assert len(moved) == len(segs) - 3
+        assert os.stat(quarantine).st_mode & 0o777 == 0o600
+        # every record past the cut but the damaged one is still readable in what was dropped
+        assert [o for o, _ in sorted(rep.salvaged)] == [o for o in range(base + 3, 200)]
         assert all(os.path.exists(p) for p in rep.dropped_files)
         assert log.next_offset == base + 2
         assert [f.bytes() for f in log.read(0)] == [b"p%03d" % i + bytes(20) for i in range(base + 2)]

@@ -1,5 +1,6 @@
-"""A throwaway PostgreSQL 15 cluster for the outbox tests: initdb in a temp dir, started on an
-ephemeral 127.0.0.1 port, stopped by the postmaster's PID at the end of the session.
+"""A throwaway PostgreSQL 15 cluster for the outbox tests: initdb in a temp dir, listening only on
+a UNIX socket in that dir (no TCP port to pick, so none to race for), stopped by the
+postmaster's PID at the end of the session.
 
 Running as root (CI containers), the cluster runs as the ``postgres`` system user, since
 PostgreSQL refuses to run as root. Missing binaries skip locally and fail under CI.
@@ -11,19 +12,12 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 
 import pytest
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pg_bin() -> str:
@@ -52,16 +46,15 @@ def postgres_cluster() -> Iterator[str]:
     subprocess.run(_as_postgres([f"{bindir}/initdb", "-D", data, "-U", "stalkd", "-A", "trust",
                                  "--no-sync", "-E", "UTF8"]),
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    port = _free_port()
     log = os.path.join(root, "server.log")
     subprocess.run(_as_postgres([f"{bindir}/pg_ctl", "-D", data, "-l", log, "-w", "-t", "60",
-                                 "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1 "
+                                 "-o", f"-k {root} -c listen_addresses='' "
                                  "-c fsync=off -c full_page_writes=off", "start"]),
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     with open(os.path.join(data, "postmaster.pid")) as f:
         pid = int(f.readline())
     try:
-        yield f"postgresql+psycopg://stalkd@127.0.0.1:{port}/postgres"
+        yield f"postgresql+psycopg://stalkd@/postgres?host={root}"
     finally:
         os.kill(pid, signal.SIGINT)  # "fast" shutdown
         deadline = time.monotonic() + 30

@@ -229,21 +229,21 @@ def test_task_rows_run_on_a_worker_and_the_relay_loop_stops(beanstalkd: Any, tmp
     assert not relay_thread.is_alive() and not worker_thread.is_alive()
 
 
-def test_relay_waits_for_an_absent_server_then_delivers(tmp_path: Path,
+def test_relay_waits_for_an_absent_server_then_delivers(tmp_path: Path, held_port: int,
                                                        caplog: pytest.LogCaptureFixture) -> None:
-    from support import free_port, require_binary, wait_for_port
+    from support import start_beanstalkd
 
     engine, outbox, _ = setup(f"sqlite:///{tmp_path / 'a.db'}", "outbox")
     with engine.begin() as conn:
         outbox.put(conn, "late", b"hello")
-    port = free_port()
+    port = held_port  # refuses connections until the server starts on it
     stop = threading.Event()
     relay = Relay(engine, outbox, address=f"127.0.0.1:{port}")
     t = threading.Thread(target=relay.run, args=(stop,),
                          kwargs={"idle_wait": 0.05, "error_wait": 0.1})
     # Given a relay started while no server listens
     t.start()
-    proc = None
+    server = None
     try:
         # Then it fails to connect, logs it, keeps the row and keeps trying
         with caplog.at_level("WARNING", "stalkd.outbox"):
@@ -255,9 +255,7 @@ def test_relay_waits_for_an_absent_server_then_delivers(tmp_path: Path,
         with engine.connect() as conn:
             assert outbox.pending(conn) == 1
         # When the server comes up, Then the row is delivered and marked sent
-        proc = subprocess.Popen([require_binary("beanstalkd"), "-l", "127.0.0.1", "-p", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for_port("127.0.0.1", port, proc=proc)
+        server = start_beanstalkd(port=port)
         for _ in range(400):
             with engine.connect() as conn:
                 if outbox.pending(conn) == 0:
@@ -267,9 +265,8 @@ def test_relay_waits_for_an_absent_server_then_delivers(tmp_path: Path,
     finally:
         stop.set()
         t.join(timeout=10)
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=10)
+        if server is not None:
+            server.stop()
     assert not t.is_alive()
 
 

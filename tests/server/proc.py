@@ -1,4 +1,5 @@
-"""Start stalkd as a real process on an ephemeral 127.0.0.1 port (stopped by PID by the test).
+"""Start stalkd as a real process on 127.0.0.1 port 0 (stopped by PID by the test); the port
+the kernel gave it is read from ``/proc`` once it listens.
 
 Its log goes to a temporary file so a failing test can show what the server said.
 """
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-from support import ServerProcess, free_port, wait_for_port  # tests/support.py
+from support import ServerProcess, spawn_server  # tests/support.py
 
 SERVER_CMD = [sys.executable, "-m", "stalkd.server.cli"]
 
@@ -34,19 +35,22 @@ class StalkdProcess(ServerProcess):
         self.proc.wait()
 
 
-def start_stalkd(*flags: str, port: int | None = None, wait: bool = True) -> StalkdProcess:
-    """``stalkd-server -l 127.0.0.1 -p PORT FLAGS...`` (beanstalkd's flags)."""
-    port = free_port() if port is None else port
+def start_stalkd(*flags: str, port: int = 0, wait: bool = True) -> StalkdProcess:
+    """``stalkd-server -l 127.0.0.1 -p PORT FLAGS...`` (beanstalkd's flags), returned once it
+    listens; PORT 0 (the default) lets the kernel choose. ``wait=False`` returns at once, for a
+    server the test expects to exit (its ``port`` is then the one asked for, 0 if none)."""
     fd, log_path = tempfile.mkstemp(prefix="stalkd-test-", suffix=".log")
+    cmd = [*SERVER_CMD, "-l", "127.0.0.1", "-p", str(port), *flags]
     with os.fdopen(fd, "wb") as log:
-        proc = subprocess.Popen([*SERVER_CMD, "-l", "127.0.0.1", "-p", str(port), *flags],
-                                stdout=subprocess.DEVNULL, stderr=log)
-    server = StalkdProcess("127.0.0.1", port, proc)
+        if not wait:
+            started = ServerProcess("127.0.0.1", port, subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=log))
+        else:
+            try:
+                started = spawn_server(cmd, what="stalkd", stdout=subprocess.DEVNULL, stderr=log)
+            except Exception:
+                with open(log_path, encoding="utf-8", errors="replace") as f:
+                    raise RuntimeError(f"stalkd did not start:\n{f.read()}") from None
+    server = StalkdProcess(started.host, started.port, started.proc)
     server.log_path = log_path
-    if wait:
-        try:
-            wait_for_port("127.0.0.1", port, proc=proc)
-        except Exception:
-            server.stop()
-            raise RuntimeError(f"stalkd did not start:\n{server.log_text()}") from None
     return server

@@ -16,7 +16,7 @@ import pytest
 
 from server.proc import SERVER_CMD, StalkdProcess, start_stalkd
 from server.wire import Wire, stats
-from support import free_port, wait_for_port
+from support import wait_for_listener, wait_for_port
 
 
 @pytest.fixture
@@ -240,19 +240,13 @@ def test_port_in_use_exits_111_naming_the_address() -> None:
 
 
 def test_listens_early_and_answers_commands_sent_before_start_up_finished() -> None:
-    port = free_port()
     t0 = time.monotonic()
-    proc = subprocess.Popen([*SERVER_CMD, "-l", "127.0.0.1", "-p", str(port)],
+    proc = subprocess.Popen([*SERVER_CMD, "-l", "127.0.0.1", "-p", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        # Connect as soon as the port accepts and send at once, before start-up has finished
-        while True:
-            try:
-                s = socket.create_connection(("127.0.0.1", port), timeout=10)
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() - t0 < 20
-                time.sleep(0.001)
+        # Connect as soon as the port listens and send at once, before start-up has finished
+        port = wait_for_listener(proc, timeout=20, what="stalkd")
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
         elapsed = time.monotonic() - t0
         print(f"exec -> accepting connections: {elapsed * 1000:.0f} ms")  # measured, not asserted
         w = Wire.__new__(Wire)
@@ -268,8 +262,7 @@ def test_data_dir_locked_by_another_server_exits_10(tmp_path: os.PathLike[str]) 
     try:
         with Wire(port=first.port) as w:  # recovery done, directory locked
             assert w.cmd(b"list-tube-used\r\n") == b"USING default\r\n"
-        port = free_port()
-        out = subprocess.run([*SERVER_CMD, "-l", "127.0.0.1", "-p", str(port), "-b", os.fspath(tmp_path)],
+        out = subprocess.run([*SERVER_CMD, "-l", "127.0.0.1", "-p", "0", "-b", os.fspath(tmp_path)],
                              capture_output=True, timeout=30)
         assert out.returncode == 10
         assert b"another stalkd" in out.stderr

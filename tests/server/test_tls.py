@@ -283,3 +283,33 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.02)
+
+
+def test_a_tls_client_times_out_on_a_stalled_server(mtls: Stalkd, certs: Certs) -> None:
+    # a kernel receive timeout never fires under TLS (the read is retried): the client must
+    # still give up after its timeout and drop the connection
+    c = Client(addr(mtls, certs), timeout=0.3)
+    c.stats()
+    mtls.proc.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(errors.ReplyTimeout):
+            c.stats()
+    finally:
+        mtls.proc.send_signal(signal.SIGCONT)
+    assert c.stats()["current-connections"] >= 1  # reconnected
+    c.close()
+
+
+def test_spark_sink_puts_rows_over_mutual_tls(mtls: Stalkd, certs: Certs) -> None:
+    # the sink's per-partition writer, run directly (no Spark session needed for one partition)
+    pytest.importorskip("pyspark")
+    from stalkd.spark.sink import JobDefaults, SinkError, put_rows
+
+    rows = iter([{"payload": b"a"}, {"payload": "b"}])
+    done = put_rows(addr(mtls, certs), rows, "payload", ["payload"], JobDefaults(tube="emails"))
+    assert done.rows == 2
+    with Client(mtls.address) as plain:
+        assert plain.stats_tube("emails")["current-jobs-ready"] == 2
+    with pytest.raises(SinkError, match="PERMISSION_DENIED"):
+        put_rows(addr(mtls, certs), iter([{"payload": b"x"}]), "payload", ["payload"],
+                 JobDefaults(tube="payroll"))

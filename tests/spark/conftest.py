@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from support import ServerProcess, free_port, require_binary, wait_for_port
+from support import ServerProcess, require_binary, spawn_server
 
 pyspark = pytest.importorskip("pyspark", reason="the [spark] extra is not installed")
 
@@ -34,17 +34,14 @@ def spark(s3_server: Any) -> Iterator[Any]:
 
 @pytest.fixture(params=["beanstalkd", "stalkd"])
 def queue_server(request: Any) -> Iterator[ServerProcess]:
-    """Debian's beanstalkd, then stalkd's own server (in memory), each on an ephemeral port."""
+    """Debian's beanstalkd, then stalkd's own server (in memory), each on port 0."""
     if request.param == "beanstalkd":
         server = request.getfixturevalue("beanstalkd")
         yield server
         return
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    own = ServerProcess("127.0.0.1", port, proc)
+    own = spawn_server([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0"],
+                       what="stalkd", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_for_port("127.0.0.1", port, proc=proc)
         yield own
     finally:
         own.stop()

@@ -163,7 +163,7 @@ def test_auto_registration_empty_log_and_bad_options(spark: Any, tmp_path: Path)
     assert other.read.format("stalkd").load(str(empty)).count() == 0
     with pytest.raises(Exception, match="records='bogus'"):
         spark.read.format("stalkd").option("records", "bogus").load(str(empty)).collect()
-    with pytest.raises(Exception, match="missing: no such directory"):
+    with pytest.raises(Exception, match="missing: does not exist"):
         spark.read.format("stalkd").load(str(tmp_path / "missing")).collect()
     # a directory that holds no log: an error naming what was expected, never 0 rows
     (tmp_path / "data" / "wal").mkdir(parents=True)

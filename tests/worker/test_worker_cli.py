@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from support import ServerProcess, free_port
+from support import ServerProcess
 
 
 def stalkd(*args: str) -> subprocess.CompletedProcess[str]:
@@ -26,8 +26,8 @@ def test_worker_with_a_missing_module_says_so() -> None:
     assert "cannot import 'no_such_module_xyz'" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_failed_and_retry_without_a_server_fail_cleanly() -> None:
-    address = f"127.0.0.1:{free_port()}"
+def test_failed_and_retry_without_a_server_fail_cleanly(held_port: int) -> None:
+    address = f"127.0.0.1:{held_port}"  # bound, never listening: connecting is refused
     for cmd in (["failed"], ["retry", "--all"]):
         r = stalkd(*cmd, "--address", address)
         assert r.returncode == 1, r.stderr

@@ -300,9 +300,11 @@ def test_racing_producers_of_one_unique_key_queue_exactly_one_job(server: Any, p
 
 @pytest.mark.parametrize("kind", [pytest.param("beanstalkd", marks=pytest.mark.beanstalkd),
                                   "stalkd"])
-def test_workers_reconnect_after_a_server_restart(kind: str, tmp_path: Any) -> None:
-    first = start_server(kind, "-b", str(tmp_path))
-    address, port = first.address, first.port
+def test_workers_reconnect_after_a_server_restart(kind: str, tmp_path: Any, held_port: int) -> None:
+    # On a port held for the test: nothing else can take it while the server is down
+    port = held_port
+    first = start_server(kind, "-b", str(tmp_path), port=port)
+    address = first.address
     app = App(address, middleware=[Retries()])
     done: list[int] = []
     task = app.task(done.append, name="r")

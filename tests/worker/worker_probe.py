@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import greenstalk
 import pytest
 
-from support import ServerProcess, free_port, require_binary, wait_for_port
+from support import ServerProcess, require_binary, spawn_server
 
 T = TypeVar("T")
 
@@ -60,25 +60,17 @@ class Probe:
 # --- servers ------------------------------------------------------------------------------
 
 
-def start_server(kind: str, *extra: str, port: int | None = None) -> ServerProcess:
-    """``kind`` ("beanstalkd" or "stalkd") on 127.0.0.1:``port`` (ephemeral by default) with
-    beanstalkd's flags ``extra`` (e.g. ``-b DIR``)."""
+def start_server(kind: str, *extra: str, port: int = 0) -> ServerProcess:
+    """``kind`` ("beanstalkd" or "stalkd") on 127.0.0.1:``port`` (0, the default, lets the
+    kernel choose) with beanstalkd's flags ``extra`` (e.g. ``-b DIR``), once it listens."""
     if kind == "beanstalkd":
         cmd = [require_binary("beanstalkd")]
     else:
         if importlib.util.find_spec("stalkd.server.cli") is None:
             pytest.skip("stalkd serve is not built yet (no stalkd.server.cli)")
         cmd = [sys.executable, "-m", "stalkd.cli", "serve"]
-    port = free_port() if port is None else port
-    proc = subprocess.Popen([*cmd, "-l", "127.0.0.1", "-p", str(port), *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port("127.0.0.1", port, proc=proc)
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    return ServerProcess("127.0.0.1", port, proc)
+    return spawn_server([*cmd, "-l", "127.0.0.1", "-p", str(port), *extra], what=kind,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @pytest.fixture(name="server",

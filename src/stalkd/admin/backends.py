@@ -11,6 +11,7 @@ Both return the same JSON-able dicts, so the CLI prints one shape either way.
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -43,12 +44,16 @@ class ApiError(RuntimeError):
 class ApiBackend:
     """The admin HTTP API of ``stalkd serve --admin``."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 600.0) -> None:
+    def __init__(self, url: str, token: str | None = None, timeout: float = 600.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: for an https:// endpoint signed by a private CA (``--admin-tls``),
+        and for a client certificate when it asks for one."""
         self.url = url.rstrip("/")
         if "://" not in self.url:
             self.url = "http://" + self.url
         self.token = token
         self.timeout = timeout
+        self.ssl_context = ssl_context
         self.kind = "admin API"
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
@@ -61,7 +66,7 @@ class ApiBackend:
             headers["Authorization"] = f"Bearer {self.token}"
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self.ssl_context) as r:
                 return json.loads(r.read())
         except urllib.error.HTTPError as e:
             try:

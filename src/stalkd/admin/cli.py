@@ -25,6 +25,7 @@ from typing import Any
 
 from stalkd.admin.backends import ApiBackend, ApiError, Backend, ProtocolBackend
 from stalkd.client import errors
+from stalkd.client.options import add_server_options, server_address
 
 __all__ = ["tubes", "jobs", "pause", "dashboard", "add_admin_options", "backend_for"]
 
@@ -38,11 +39,10 @@ class _Usage(Exception):
 
 
 def add_admin_options(p: argparse.ArgumentParser) -> None:
-    """The server options every admin command shares."""
-    g = p.add_argument_group("server")
-    g.add_argument("-a", "--address", metavar="ADDR",
-                   help=f"beanstalkd protocol address, host:port or unix:/path (default: "
-                        f"${ENV_ADDR}, else 127.0.0.1:11300)")
+    """The server options every admin command shares: the address scheme of every stalkd
+    command (-a/$STALKD_ADDR, TLS options), plus the admin endpoint."""
+    add_server_options(p)
+    g = p.add_argument_group("admin endpoint")
     g.add_argument("--admin", metavar="URL",
                    help=f"admin endpoint of stalkd serve --admin, e.g. 127.0.0.1:11301 "
                         f"(default: ${ENV_ADMIN}); without it the protocol is used")
@@ -62,14 +62,23 @@ def backend_for(ns: argparse.Namespace, env: dict[str, str] | None = None) -> Ba
         if token_file:
             with open(token_file, encoding="utf-8") as f:
                 token = f.read().strip()
-        return ApiBackend(admin, token)
-    address = ns.address or env.get(ENV_ADDR) or "127.0.0.1:11300"
-    from stalkd.client._address import parse_address
+        ctx = None
+        if admin.startswith("https://"):
+            # the same TLS options as the protocol address: --tls-ca/--tls-cert/--tls-key or $STALKD_TLS_*
+            from stalkd.client._address import TlsParams
+            from stalkd.client._tls import client_context
 
+            try:
+                ctx = client_context(TlsParams(ca=ns.tls_ca or env.get("STALKD_TLS_CA"),
+                                               cert=ns.tls_cert or env.get("STALKD_TLS_CERT"),
+                                               key=ns.tls_key or env.get("STALKD_TLS_KEY")))
+            except ValueError as e:
+                raise _Usage(str(e)) from None
+        return ApiBackend(admin, token, ssl_context=ctx)
     try:
-        addr = parse_address(address)
+        addr = server_address(ns, env=env)
     except ValueError as e:
-        raise _Usage(f"bad server address {address!r}: {e}") from None
+        raise _Usage(str(e)) from None
     return ProtocolBackend(str(addr), timeout=ns.timeout)
 
 

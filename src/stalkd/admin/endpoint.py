@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import stat
 from typing import TYPE_CHECKING
 
 from stalkd.admin.metrics import Instruments, TimedStorage
+from stalkd.server.config import is_loopback
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -43,11 +45,23 @@ def read_token(path: str) -> str:
 class AdminEndpoint:
     """The admin HTTP endpoint of one server."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: serve HTTPS (the seam for the TLS listeners' certificate flags)."""
         assert cfg.admin is not None
         self.cfg = cfg
+        self.ssl_context = ssl_context
         self.host, self.port = cfg.admin
         self.token = read_token(cfg.admin_token_file) if cfg.admin_token_file else None
+        self.acl = None
+        if cfg.admin_tls and ssl_context is None:
+            from stalkd.server.tls import TlsFiles, server_context
+
+            assert cfg.tls_cert is not None
+            self.ssl_context = server_context(TlsFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca))
+            if cfg.acl is not None and cfg.tls_client_ca is not None:
+                from stalkd.server.acl import load_acl
+
+                self.acl = load_acl(cfg.acl)
         self.instruments = Instruments()
         self.storage: TimedStorage | None = None
         self._runner: web.AppRunner | None = None
@@ -68,10 +82,11 @@ class AdminEndpoint:
         self.instruments.engine = server.engine
         self.instruments.clock = server.clock
         server.observer = self.instruments.observe
-        app = make_app(server, AdminOps(server), self.instruments, self.storage, Guard(self.token))
+        app = make_app(server, AdminOps(server), self.instruments, self.storage,
+                       Guard(self.token, self.acl))
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.25)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, backlog=64)
+        site = web.TCPSite(runner, self.host, self.port, backlog=64, ssl_context=self.ssl_context)
         await site.start()
         self._runner = runner
         sockets = getattr(site._server, "sockets", None) or []  # noqa: SLF001 - aiohttp has no public getter
@@ -79,8 +94,13 @@ class AdminEndpoint:
         self.port = port
         host = f"[{self.host}]" if ":" in self.host else self.host
         address = f"{host}:{port}"
-        log.info("admin endpoint on http://%s/ (metrics /metrics, dashboard /)%s", address,
+        scheme = "https" if self.ssl_context is not None else "http"
+        log.info("admin endpoint on %s://%s/ (metrics /metrics, dashboard /)%s", scheme, address,
                  ", bearer token required" if self.token else "")
+        if self.ssl_context is None and not is_loopback(self.host):
+            log.warning("admin endpoint on %s without TLS: the bearer token and every job body "
+                        "it shows cross the network in clear; bind it to 127.0.0.1 and tunnel, "
+                        "or put it behind a TLS proxy", address)
         return address
 
     async def stop(self) -> None:

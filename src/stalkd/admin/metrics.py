@@ -2,7 +2,8 @@
 
 Gauges (jobs per tube and state, waiting workers, pauses, connections, bytes on disk) and the
 engine's own counters (commands, timeouts) are read from the engine and the server when
-/metrics is scraped: nothing is kept per job. What cannot be read later is observed as it
+/metrics is scraped (``Reading``, one pass on the loop thread; the Prometheus objects and the
+text are built from it in a worker thread): nothing is kept per job. What cannot be read later is observed as it
 happens, into ``Buckets`` (one bisect per observation):
 
 * put -> reserve wait and reserve -> delete run time, by ``Instruments.observe``, which the
@@ -29,6 +30,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from stalkd.admin.histogram import COUNTS, JOB_SECONDS, LATENCY, Buckets
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from stalkd.engine import Engine
     from stalkd.server.app import Server, Storage
 
-__all__ = ["Instruments", "TimedStorage", "registry_for"]
+__all__ = ["Instruments", "TimedStorage", "Reading", "families", "exposition"]
 
 _JobReply = C.JobReply
 _Delete, _Release, _Bury = C.Delete, C.Release, C.Bury
@@ -143,6 +145,9 @@ class TimedStorage:
     def stats(self) -> dict[str, int]:
         return self.inner.stats()
 
+    def final_snapshot(self, engine: Engine) -> str | None:
+        return self.inner.final_snapshot(engine)
+
     def close(self) -> None:
         self.inner.close()
 
@@ -166,79 +171,97 @@ class TimedStorage:
         return out
 
 
-def _hist(name: str, doc: str, b: Buckets) -> HistogramMetricFamily:
-    return HistogramMetricFamily(name, doc, buckets=b.cumulative(), sum_value=b.sum)
+def _hist(name: str, doc: str, b: tuple[list[tuple[str, int]], float]) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, doc, buckets=b[0], sum_value=b[1])
 
 
-class _Collector:
+class Reading:
+    """Every number /metrics shows, read on the loop thread in one pass (plain values, no
+    Prometheus objects: building and encoding those costs ~10 us per sample, so it runs in a
+    worker thread from this reading, never on the loop)."""
+
     def __init__(self, server: Server, ins: Instruments, storage: TimedStorage | None) -> None:
-        self.server = server
-        self.ins = ins
-        self.storage = storage
+        eng = server.engine
+        now_us = round(server.clock() * US)
+        self.tubes = [(t.name, len(t.ready), t.reserved, len(t.delayed), len(t.buried),
+                       len(t.waiting), 1 if t.is_paused(now_us) else 0, t.total_jobs)
+                      for t in eng.tube_order]
+        self.commands = [(k[4:], eng.cmd[k]) for k in CMD_KEYS]
+        self.timeouts = eng.job_timeouts
+        self.body_bytes = eng.body_bytes
+        self.connections = len(server.conns)
+        self.accepted = eng.total_connections
+        self.refused = server.refused_connections
+        self.disk_full = server.refused_for_space
+        self.uptime = server.clock() - server.started
+        self.hists = {name: (b.cumulative(), b.sum) for name, b in (
+            ("wait", ins.wait), ("run", ins.run), ("fsync", ins.fsync),
+            ("fsync_records", ins.fsync_records), ("snapshot", ins.snapshot),
+            ("step", ins.maintain_step))}
+        self.storage = storage  # its disk scan runs in the thread too (file-system calls)
+        self.records_written = storage.stats().get("binlog-records-written", 0) if storage else 0
+
+
+def families(r: Reading) -> Iterator[Metric]:
+    """The Prometheus metric families of one reading (runs off the loop thread)."""
+    tube_jobs = GaugeMetricFamily("stalkd_tube_jobs", "Jobs in a tube, by state",
+                                  labels=["tube", "state"])
+    waiting = GaugeMetricFamily("stalkd_tube_waiting_connections",
+                                "Connections blocked in reserve watching the tube", labels=["tube"])
+    paused = GaugeMetricFamily("stalkd_tube_paused", "1 while the tube is paused", labels=["tube"])
+    put = CounterMetricFamily("stalkd_tube_jobs_put", "Jobs ever put into the tube", labels=["tube"])
+    for name, ready, reserved, delayed, buried, waits, pause, total in r.tubes:
+        tube_jobs.add_metric([name, "ready"], ready)
+        tube_jobs.add_metric([name, "reserved"], reserved)
+        tube_jobs.add_metric([name, "delayed"], delayed)
+        tube_jobs.add_metric([name, "buried"], buried)
+        waiting.add_metric([name], waits)
+        paused.add_metric([name], pause)
+        put.add_metric([name], total)
+    yield from (tube_jobs, waiting, paused, put)
+    cmds = CounterMetricFamily("stalkd_commands", "Protocol commands run, by command",
+                               labels=["command"])
+    for k, v in r.commands:
+        cmds.add_metric([k], v)
+    yield cmds
+    yield CounterMetricFamily("stalkd_job_timeouts", "Reservations whose TTR ran out", value=r.timeouts)
+    yield GaugeMetricFamily("stalkd_job_body_bytes", "Bytes of live job bodies", value=r.body_bytes)
+    yield GaugeMetricFamily("stalkd_connections", "Open client connections", value=r.connections)
+    yield CounterMetricFamily("stalkd_connections_accepted", "Connections accepted", value=r.accepted)
+    yield CounterMetricFamily("stalkd_connections_refused",
+                              "Connections refused at --max-connections", value=r.refused)
+    yield CounterMetricFamily("stalkd_disk_full_refusals",
+                              "Commands refused because the WAL had no room", value=r.disk_full)
+    h = r.hists
+    yield _hist("stalkd_job_wait_seconds", "Put to reserve (each reservation)", h["wait"])
+    yield _hist("stalkd_job_run_seconds", "Reserve to delete", h["run"])
+    if r.storage is not None:
+        yield _hist("stalkd_fsync_duration_seconds", "WAL fsync latency", h["fsync"])
+        yield _hist("stalkd_fsync_records", "WAL records made durable per fsync", h["fsync_records"])
+        yield _hist("stalkd_snapshot_duration_seconds", "A snapshot, first step to last", h["snapshot"])
+        yield _hist("stalkd_compaction_step_seconds", "Loop time of one snapshot/compaction step",
+                    h["step"])
+        disk = r.storage.disk_usage()
+        yield GaugeMetricFamily("stalkd_wal_bytes", "WAL segment bytes on disk", value=disk["wal"])
+        yield GaugeMetricFamily("stalkd_snapshot_bytes", "Snapshot bytes on disk", value=disk["snapshot"])
+        yield CounterMetricFamily("stalkd_wal_records_written", "WAL records written",
+                                  value=r.records_written)
+    yield GaugeMetricFamily("stalkd_up_seconds", "Seconds since the server started", value=r.uptime)
+
+
+class _Frozen:
+    def __init__(self, reading: Reading) -> None:
+        self.reading = reading
 
     def collect(self) -> Iterator[Metric]:
-        srv, eng, ins = self.server, self.server.engine, self.ins
-        now_us = round(srv.clock() * US)
-        tube_jobs = GaugeMetricFamily("stalkd_tube_jobs", "Jobs in a tube, by state",
-                                      labels=["tube", "state"])
-        waiting = GaugeMetricFamily("stalkd_tube_waiting_connections",
-                                    "Connections blocked in reserve watching the tube", labels=["tube"])
-        paused = GaugeMetricFamily("stalkd_tube_paused", "1 while the tube is paused", labels=["tube"])
-        put = CounterMetricFamily("stalkd_tube_jobs_put", "Jobs ever put into the tube", labels=["tube"])
-        for t in eng.tube_order:
-            n = t.name
-            tube_jobs.add_metric([n, "ready"], len(t.ready))
-            tube_jobs.add_metric([n, "reserved"], t.reserved)
-            tube_jobs.add_metric([n, "delayed"], len(t.delayed))
-            tube_jobs.add_metric([n, "buried"], len(t.buried))
-            waiting.add_metric([n], len(t.waiting))
-            paused.add_metric([n], 1 if t.is_paused(now_us) else 0)
-            put.add_metric([n], t.total_jobs)
-        yield from (tube_jobs, waiting, paused, put)
-        cmds = CounterMetricFamily("stalkd_commands", "Protocol commands run, by command",
-                                   labels=["command"])
-        for k in CMD_KEYS:
-            cmds.add_metric([k[4:]], eng.cmd[k])
-        yield cmds
-        yield CounterMetricFamily("stalkd_job_timeouts", "Reservations whose TTR ran out",
-                                  value=eng.job_timeouts)
-        yield GaugeMetricFamily("stalkd_job_body_bytes", "Bytes of live job bodies",
-                                value=eng.body_bytes)
-        yield GaugeMetricFamily("stalkd_connections", "Open client connections",
-                                value=len(srv.conns))
-        yield CounterMetricFamily("stalkd_connections_accepted", "Connections accepted",
-                                  value=eng.total_connections)
-        yield CounterMetricFamily("stalkd_connections_refused", "Connections refused at --max-connections",
-                                  value=srv.refused_connections)
-        yield CounterMetricFamily("stalkd_disk_full_refusals",
-                                  "Commands refused because the WAL had no room",
-                                  value=srv.refused_for_space)
-        yield _hist("stalkd_job_wait_seconds", "Put to reserve (each reservation)", ins.wait)
-        yield _hist("stalkd_job_run_seconds", "Reserve to delete", ins.run)
-        if self.storage is not None:
-            yield _hist("stalkd_fsync_duration_seconds", "WAL fsync latency", ins.fsync)
-            yield _hist("stalkd_fsync_records", "WAL records made durable per fsync",
-                        ins.fsync_records)
-            yield _hist("stalkd_snapshot_duration_seconds", "A snapshot, first step to last",
-                        ins.snapshot)
-            yield _hist("stalkd_compaction_step_seconds",
-                        "Loop time of one snapshot/compaction step", ins.maintain_step)
-            disk = self.storage.disk_usage()
-            yield GaugeMetricFamily("stalkd_wal_bytes", "WAL segment bytes on disk", value=disk["wal"])
-            yield GaugeMetricFamily("stalkd_snapshot_bytes", "Snapshot bytes on disk",
-                                    value=disk["snapshot"])
-            stats = self.storage.stats()
-            yield CounterMetricFamily("stalkd_wal_records_written", "WAL records written",
-                                      value=stats.get("binlog-records-written", 0))
-        yield GaugeMetricFamily("stalkd_up_seconds", "Seconds since the server started",
-                                value=srv.clock() - srv.started)
+        return families(self.reading)
 
     def describe(self) -> Iterable[Metric]:
-        return []  # collected lazily; nothing to check at registration
+        return []
 
 
-def registry_for(server: Server, ins: Instruments, storage: TimedStorage | None) -> CollectorRegistry:
-    """A registry of its own (not the process-global one) holding the server's collector."""
+def exposition(reading: Reading) -> bytes:
+    """The Prometheus text of one reading (call it in a worker thread)."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(_Collector(server, ins, storage))
-    return reg
+    reg.register(_Frozen(reading))
+    return generate_latest(reg)

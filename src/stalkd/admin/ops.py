@@ -19,6 +19,7 @@ reserved and buried again in its new tube. Reserved jobs are never touched by bu
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,8 @@ CHUNK = 512  # jobs per chunk of a bulk operation
 CHUNK_SECONDS = 0.002  # loop time per chunk before yielding to other clients
 FAILED_TUBE = "stalkd.failed"  # where stalkd workers put dead-letter records
 MAX_PAGE = 1000
+FIFO_STEP = 2048  # buried ids read per slice
+PARSE_BUDGET = 2000  # dead-letter records parsed per call (~10 ms of loop time at most)
 
 
 class BadRequest(ValueError):
@@ -61,6 +64,8 @@ class AdminOps:
         self.engine = server.engine
         self.failed_tube = failed_tube
         self._letters: tuple[tuple[int, int], dict[int, dict[str, Any]]] = ((-1, -1), {})
+        # failed-tube record id -> (original job id, record), or None for a foreign job
+        self._parsed: dict[int, tuple[int, dict[str, Any]] | None] = {}
 
     def now_us(self) -> int:
         return round(self.server.clock() * US)
@@ -75,14 +80,27 @@ class AdminOps:
         t = self.engine.tubes.get(name)
         return None if t is None else views.tube_row(t, self.now_us())
 
-    def jobs(self, tube: str, state: str | None, after: int = 0, limit: int = 100) -> dict[str, Any]:
+    async def jobs(self, tube: str, state: str | None, after: int = 0,
+                   limit: int = 100) -> dict[str, Any]:
+        """A page of the jobs of ``tube`` in ``state``: the ``limit`` smallest ids above ``after``
+        and the cursor of the next page (None on the last)."""
         st = parse_state(state)
         limit = max(1, min(limit, MAX_PAGE))
-        page, cursor = views.jobs_page(self.engine, tube, st, after=after, limit=limit)
+        ids = await self.select(None, tube, state)
+        best: list[int] = []
+        step = CHUNK * 16
+        for i in range(0, len(ids), step):
+            if i:
+                await asyncio.sleep(0)
+            best = views.smallest_above(ids[i:i + step], after, limit + 1, best)
+        cursor = best[limit - 1] if len(best) > limit else None
         now = self.now_us()
         letters = self.dead_letters() if st in (None, JobState.BURIED) else {}
         rows = []
-        for j in page:
+        for jid in best[:limit]:
+            j = self.engine.jobs.get(jid)
+            if j is None:
+                continue  # deleted while the page was being read
             row = views.job_row(j, now)
             letter = letters.get(j.id)
             if letter is not None:
@@ -90,6 +108,24 @@ class AdminOps:
                 row["attempts"] = letter["attempts"]
             rows.append(row)
         return {"tube": tube, "state": state or "all", "jobs": rows, "next": cursor}
+
+    def oldest_buried(self, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` buried jobs, oldest first per tube, with their dead-letter errors.
+        Reads only the jobs it returns (the buried FIFO's head), so a dashboard polling it
+        every second costs the same with 10 or 100k buried jobs."""
+        now = self.now_us()
+        letters = self.dead_letters()
+        rows: list[dict[str, Any]] = []
+        for t in self.engine.tube_order:
+            if len(rows) >= limit:
+                break
+            for j in itertools.islice(t.buried.values(), limit - len(rows)):
+                row = views.job_row(j, now)
+                letter = letters.get(j.id)
+                if letter is not None:
+                    row["error"], row["attempts"] = letter["error"], letter["attempts"]
+                rows.append(row)
+        return rows
 
     def job(self, job_id: int) -> dict[str, Any] | None:
         j = self.engine.jobs.get(job_id)
@@ -100,8 +136,11 @@ class AdminOps:
         return row
 
     def dead_letters(self) -> dict[int, dict[str, Any]]:
-        """Original job id -> its newest dead-letter record in the failed tube (parsed once per
-        change of that tube, so a dashboard polling every second costs a dict lookup)."""
+        """Original job id -> its newest dead-letter record in the failed tube.
+
+        Records are parsed once each (kept by record id) and at most ``PARSE_BUDGET`` per
+        call, so a dashboard polling every second while workers keep failing never holds the
+        loop for a parse of the whole tube; the map is rebuilt only when the tube changed."""
         t = self.engine.tubes.get(self.failed_tube)
         if t is None:
             return {}
@@ -110,26 +149,42 @@ class AdminOps:
             return self._letters[1]
         from stalkd.worker.context import DeadLetter
 
-        found: dict[int, tuple[int, dict[str, Any]]] = {}
+        parsed, budget, complete = self._parsed, PARSE_BUDGET, True
+        live: dict[int, tuple[int, dict[str, Any]] | None] = {}
         for j in views.jobs_of(self.engine, t, None):
-            try:
-                rec = DeadLetter.from_json(j.body)
-            except (ValueError, KeyError, TypeError):
-                continue  # a foreign job in the failed tube
-            old = found.get(rec.job_id)
-            if old is None or old[0] < j.id:
-                found[rec.job_id] = (j.id, {
-                    "record_id": j.id, "tube": rec.tube, "task": rec.task,
-                    "attempts": rec.attempts, "error": rec.error, "traceback": rec.traceback,
-                    "failed_at": rec.failed_at,
-                })  # fmt: skip
-        letters = {k: v for k, (_, v) in found.items()}
-        self._letters = (key, letters)
+            got: tuple[int, dict[str, Any]] | None
+            if j.id in parsed:
+                got = parsed[j.id]
+            else:
+                if budget <= 0:
+                    complete = False
+                    continue
+                budget -= 1
+                try:
+                    rec = DeadLetter.from_json(j.body)
+                    got = (rec.job_id, {
+                        "record_id": j.id, "tube": rec.tube, "task": rec.task,
+                        "attempts": rec.attempts, "error": rec.error, "traceback": rec.traceback,
+                        "failed_at": rec.failed_at,
+                    })  # fmt: skip
+                except (ValueError, KeyError, TypeError):
+                    got = None  # a foreign job in the failed tube
+            live[j.id] = got
+        self._parsed = live  # records gone from the tube are forgotten
+        letters: dict[int, dict[str, Any]] = {}
+        for rid in sorted(k for k, v in live.items() if v is not None):
+            jid, letter = live[rid]  # type: ignore[misc]
+            letters[jid] = letter  # ascending record ids: the newest per job wins
+        self._letters = (key if complete else (-1, -1), letters)
         return letters
 
-    def select(self, ids: Sequence[int] | None, tube: str | None, state: str | None) -> list[int]:
+    async def select(self, ids: Sequence[int] | None, tube: str | None,
+                     state: str | None) -> list[int]:
         """The job ids a bulk operation acts on: ``ids`` as given, or every job of ``tube`` in
-        ``state`` (sorted, taken when the request starts; jobs added later are left alone)."""
+        ``state`` as they are when the request starts (jobs added later are left alone), in
+        container order (buried: oldest first). The containers are copied in C, then read
+        ``CHUNK * 16`` jobs at a time with the loop served in between: 100k jobs read in one
+        go held the loop ~65 ms."""
         if ids is not None:
             if tube is not None:
                 raise BadRequest("give either ids or a tube, not both")
@@ -139,10 +194,55 @@ class AdminOps:
                 raise BadRequest("ids must be integers") from None
         if tube is None:
             raise BadRequest("give ids, or a tube (and optionally a state)")
+        st = parse_state(state)
         t = self.engine.tubes.get(tube)
         if t is None:
             return []
-        return sorted(j.id for j in views.jobs_of(self.engine, t, parse_state(state)))
+        out: list[int] = []
+        if st in (None, JobState.BURIED):
+            out.extend(await self._buried_ids(t))
+        jobs: list[Any] = []
+        if st in (None, JobState.READY):
+            jobs.extend(t.ready)
+        if st in (None, JobState.DELAYED):
+            jobs.extend(t.delayed)
+        if st in (None, JobState.RESERVED):
+            jobs.extend(views.jobs_of(self.engine, t, JobState.RESERVED))
+        step = CHUNK * 16
+        for i in range(0, len(jobs), step):
+            if i:
+                await asyncio.sleep(0)
+            out.extend([j.id for j in jobs[i:i + step]])
+        return out
+
+    async def _buried_ids(self, t: Any) -> list[int]:
+        """The ids in ``t``'s buried FIFO, oldest first, read ``FIFO_STEP`` at a time. An
+        OrderedDict walks ~10x slower than a dict (100k keys in one go held the loop 130-160 ms
+        under load), hence the slices; if it changes between two slices, the engine's job table
+        (one C copy of a plain dict) is filtered in slices instead."""
+        out: list[int] = []
+        it = iter(t.buried)
+        try:
+            while True:
+                chunk = list(itertools.islice(it, FIFO_STEP))
+                out.extend(chunk)
+                if len(chunk) < FIFO_STEP:
+                    return out
+                await asyncio.sleep(0)
+        except RuntimeError:  # "OrderedDict mutated during iteration"
+            pass
+        jobs = self.engine.jobs
+        ids = list(jobs)
+        out = []
+        step = CHUNK * 16
+        for i in range(0, len(ids), step):
+            if i:
+                await asyncio.sleep(0)
+            for jid in ids[i:i + step]:
+                j = jobs.get(jid)
+                if j is not None and j.tube is t and j.state is JobState.BURIED:
+                    out.append(jid)
+        return out
 
     # --- mutations ---------------------------------------------------------------------------
 

@@ -163,6 +163,7 @@ def _keys() -> Iterator[int | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from stalkd.admin.cli import add_admin_options, backend_for
+    from stalkd.client.options import server_address
 
     p = argparse.ArgumentParser(prog="stalkd top", description=(
         "Live view of a server's tubes: counts, puts and deletes per second, waiting workers; "
@@ -176,16 +177,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from stalkd.admin.backends import ApiBackend
     from stalkd.client import errors
-    from stalkd.client._address import parse_address
     from stalkd.client.sync import Client
 
-    address = ns.address or os.environ.get("STALKD_ADDR") or "127.0.0.1:11300"
+    try:
+        address = str(server_address(ns))
+    except ValueError as e:
+        print(f"stalkd top: {e}", file=sys.stderr)
+        return 2
     admin = None
     if ns.admin or os.environ.get("STALKD_ADMIN"):
         admin = backend_for(ns)
         assert isinstance(admin, ApiBackend)
     try:
-        client = Client(str(parse_address(address)), timeout=ns.timeout)
+        client = Client(address, timeout=ns.timeout)
         prev = None
         now = read_sample(client, admin)
     except (errors.ClientConnectionError, ValueError) as e:

@@ -5,14 +5,15 @@ containers (a tube's ready/delay heaps and buried FIFO, connections' reserved he
 nothing, not even the engine's command counters (an operator looking is not a client command).
 
 Paging is by job id: a page holds the ``limit`` smallest ids above ``after``, so a client can
-walk a tube while it changes without seeing a job twice. A page costs one pass over the jobs of
-that tube and state (``heapq.nsmallest``), never a sort of the whole engine.
+walk a tube while it changes without seeing a job twice. ``AdminOps.jobs`` feeds
+``smallest_above`` the ids of a state a slice at a time, serving the loop in between (one pass
+over 100k buried jobs as Job objects held the loop ~200 ms); pollers such as the dashboard use
+the buried FIFO's head instead (``AdminOps.oldest_buried``), which costs only what it returns.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from stalkd.engine import Engine
@@ -20,7 +21,7 @@ from stalkd.engine.job import US, Job, time_left
 from stalkd.engine.model import JobState
 from stalkd.engine.tube import Tube
 
-__all__ = ["STATES", "tube_row", "tube_rows", "job_row", "jobs_of", "jobs_page", "server_row"]
+__all__ = ["STATES", "tube_row", "tube_rows", "job_row", "jobs_of", "smallest_above", "server_row"]
 
 # The job states by their API names (the names stats-job uses).
 STATES: dict[str, JobState] = {
@@ -96,22 +97,15 @@ def jobs_of(engine: Engine, tube: Tube, state: JobState | None) -> Iterator[Job]
                     yield j
 
 
-def jobs_page(engine: Engine, tube_name: str, state: JobState | None, *, after: int = 0,
-              limit: int = 100) -> tuple[list[Job], int | None]:
-    """The ``limit`` jobs with the smallest ids above ``after``, and the cursor of the next
-    page (None on the last page). An unknown tube is an empty one.
+def smallest_above(ids: Iterable[int], after: int, n: int, best: Sequence[int] = ()) -> list[int]:
+    """The ``n`` smallest ids above ``after`` among ``ids`` and ``best`` (a previous result):
+    fed slice by slice, it pages through a large state without one long pass.
 
-    >>> from stalkd.engine.commands import Put
-    >>> e = Engine(); e.connect(1, 0.0)
-    >>> for _ in range(3): _ = e.apply(1, Put(0, 0, 60, b"x"), 0.0)
-    >>> [j.id for j in jobs_page(e, "default", None, limit=2)[0]], jobs_page(e, "default", None, limit=2)[1]
-    ([1, 2], 2)
+    >>> smallest_above([9, 3, 7, 5], 3, 2), smallest_above([4, 8], 3, 2, [5, 7])
+    ([5, 7], [4, 5])
     """
-    t = engine.tubes.get(tube_name)
-    if t is None:
-        return [], None
-    candidates = (j for j in jobs_of(engine, t, state) if j.id > after)
-    page = heapq.nsmallest(limit + 1, candidates, key=lambda j: j.id)
-    if len(page) > limit:
-        return page[:limit], page[limit - 1].id
-    return page, None
+    # a C sort of a slice beats heapq.nsmallest's Python loop ~10x on a few thousand ints
+    merged = [i for i in ids if i > after]
+    merged.extend(best)
+    merged.sort()
+    return merged[:n]

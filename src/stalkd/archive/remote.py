@@ -47,7 +47,7 @@ def load_manifest(store: Store, attempts: int = 6) -> Manifest:
             data = store.read(MANIFEST_NAME)
         except ObjectMissingError as exc:
             raise NotALogError(f"{store.url}: no stalkd archive here (no {MANIFEST_NAME}; an archive is "
-                               "written by `stalkd serve --archive URL`)", path=store.url) from exc
+                               "written by `stalkd serve --archive URL`)") from exc
         try:
             return Manifest.decode(data, where=f"{store.url}/{MANIFEST_NAME}")
         except ManifestError as exc:

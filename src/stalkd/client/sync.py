@@ -52,8 +52,13 @@ def _set_wait(sock: socket.socket, seconds: float | None) -> None:
     The socket stays in blocking mode with kernel timeouts (SO_RCVTIMEO/SO_SNDTIMEO) instead
     of Python's ``settimeout``, which polls before every recv and send: one syscall and one
     wake-up fewer per reply, measurably lower latency per round trip on loopback. A timeout
-    surfaces as ``BlockingIOError`` (EAGAIN).
+    surfaces as ``BlockingIOError`` (EAGAIN). A TLS socket (``ssl.SSLSocket``) uses Python's
+    timeout instead: its blocking read retries a read the kernel timed out, so a kernel timeout
+    would never fire there.
     """
+    if type(sock) is not socket.socket:  # ssl.SSLSocket
+        sock.settimeout(seconds if seconds is None or seconds > 0 else 1e-6)
+        return
     sock.settimeout(None)
     if seconds is not None and seconds <= 0:
         seconds = 1e-6  # a zero timeval would mean "wait forever"

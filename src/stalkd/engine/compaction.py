@@ -45,8 +45,9 @@ class WalError(Exception):
 class SnapInProgress:
     """An in-progress snapshot (loop-thread state)."""
 
-    def __init__(self, writer: SnapshotWriter, start_offset: int, jobs: list[Job]) -> None:
+    def __init__(self, writer: SnapshotWriter, start_offset: int, jobs: list[Job], wal_bytes: int = 0) -> None:
         self.writer = writer
+        self.wal_bytes = wal_bytes  # WAL bytes since the previous snapshot: owed again if this one fails
         self.start_offset = start_offset
         self.jobs = jobs  # capture_order at the start; a job deleted since is skipped
         self.pos = 0
@@ -71,8 +72,28 @@ class Compaction:
     _fault: Callable[[str], None]
 
     def compaction_due(self, engine: Engine) -> bool:
+        """When the WAL written since the last snapshot outweighs the live data (and a segment);
+        while the disk is short of space (a put was refused), as soon as it outweighs the live
+        data at all: dropping dead WAL is then the only way room comes back."""
         live = engine.body_bytes + 100 * len(engine.jobs)
+        if self.space_short():
+            return self._bytes_since_snapshot > 0 and self._bytes_since_snapshot >= live
         return self._bytes_since_snapshot >= max(self.compact_min_bytes, live)
+
+    def space_short(self) -> bool:
+        """Whether puts were refused for lack of room since the last completed snapshot."""
+        return False
+
+    def _snapshot_failed(self, s: SnapInProgress) -> None:
+        """The WAL the failed snapshot would have covered is still owed a snapshot."""
+        self._bytes_since_snapshot += s.wal_bytes
+
+    def _snapshot_done(self) -> None:
+        """A snapshot completed and the WAL below it was retired."""
+
+    def _snapshot_reserve(self) -> str | None:
+        """A preallocated file the next snapshot should be written into, if any."""
+        return None
 
     def maintain(self, engine: Engine, now: float, *, force: bool = False) -> bool:
         """Advance compaction by one bounded step (``chunk_jobs`` jobs); True while a snapshot
@@ -93,7 +114,9 @@ class Compaction:
                 return True
             self._snap = None
             if s.error is not None:
+                self._snapshot_failed(s)
                 raise WalError(f"{self.snap_dir}: snapshot failed: {s.error}") from s.error
+            self._snapshot_done()
             return False
         self._copy_chunk(engine, s)
         if s.pos >= len(s.jobs):
@@ -114,15 +137,18 @@ class Compaction:
             s.thread.join()
             self._snap = None
             if s.error is not None:
+                self._snapshot_failed(s)
                 raise WalError(f"{self.snap_dir}: snapshot failed: {s.error}") from s.error
+            self._snapshot_done()
 
     def _begin(self, engine: Engine) -> None:
         if engine.seq != self.last_seq:
             raise WalError(f"snapshot needs every record written first (engine seq {engine.seq}, "
                            f"WAL seq {self.last_seq})")  # fmt: skip
         self._fault("snapshot-begin")
-        writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset, self._fault)
-        self._snap = SnapInProgress(writer, self.log.next_offset, capture_order(engine))
+        writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset, self._fault,
+                                reserve=self._snapshot_reserve())  # fmt: skip
+        self._snap = SnapInProgress(writer, self.log.next_offset, capture_order(engine), self._bytes_since_snapshot)
         self._bytes_since_snapshot = 0
 
     def _copy_chunk(self, engine: Engine, s: SnapInProgress) -> None:
@@ -146,6 +172,7 @@ class Compaction:
         except BaseException:
             s.writer.abort()
             self._snap = None
+            self._snapshot_failed(s)
             raise
         self.records_migrated += len(live)
 
@@ -154,8 +181,12 @@ class Compaction:
         if inline or not self.background:
             try:
                 self._finalize(s, next_id, end_seq)
+            except BaseException:
+                self._snapshot_failed(s)
+                raise
             finally:
                 self._snap = None
+            self._snapshot_done()
             return
         s.jobs = []
 

@@ -124,6 +124,7 @@ class SnapshotWriter:
         start_offset: int,
         fault: Callable[[str], None] | None = None,
         version: int = SNAP_VERSION,
+        reserve: str | None = None,
     ) -> None:
         if version not in (1, 2):
             raise ValueError(f"snapshot version {version} cannot be written (1 or 2)")
@@ -137,7 +138,17 @@ class SnapshotWriter:
         self.bytes = 0
         self._fault("snapshot-open")
         os.makedirs(directory, exist_ok=True)
-        self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # ``reserve``: a preallocated file renamed into place, so this snapshot writes into
+        # blocks it already owns (a full disk, where no other room is left); cut to size at finish.
+        self._reserved = False
+        if reserve is not None:
+            try:
+                os.replace(reserve, self.tmp)
+                self._reserved = True
+            except FileNotFoundError:
+                pass
+        flags = os.O_WRONLY | os.O_NOFOLLOW | (0 if self._reserved else os.O_CREAT | os.O_TRUNC)
+        self._fd = os.open(self.tmp, flags, 0o644)
         self._write(self._head)
 
     def _write(self, data: bytes) -> None:
@@ -215,6 +226,8 @@ class SnapshotWriter:
         """Trailer, fsync, atomic rename, directory fsync; returns the final path."""
         self._fault("snapshot-trailer")
         self._write(trailer_bytes(self._head, self.count, next_id, end_seq))
+        if self._reserved:
+            os.ftruncate(self._fd, self.bytes)
         self._fault("snapshot-fsync")
         os.fsync(self._fd)
         os.close(self._fd)

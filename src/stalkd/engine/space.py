@@ -2,9 +2,10 @@
 
 The log preallocates each segment, so a write into the active segment cannot fail for lack of
 space; only starting a new segment can. The budget therefore counts *room*: bytes left in the
-active segment plus whole spare segments held in a preallocated reserve file
-(``DIR/wal-spare``). Just before a write starts new segments, that many spares are given back
-to the file system, so the log's own allocation finds the room.
+active segment plus whole spare segments, each a preallocated file in the log's ``spares/``
+directory (``stalkd.log.active.make_spare``). The log renames a spare into place when it starts
+a segment, so the room a spare holds is never handed back to the file system, where another
+process could take it, on its way to becoming a segment.
 
 Order of checks (as beanstalkd): a caller asks ``Engine.finds_job`` before ``admit``, and
 reserves no room for a command that will reply NOT_FOUND, so a bury or delayed release of a
@@ -18,17 +19,17 @@ transiently while analytics records are written into room no promise needs. A co
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
 from collections.abc import Callable, Sequence
 
 from stalkd.engine.model import DURABLE_OPS, Op, Record
+from stalkd.log.active import drop_spare, make_spare, spares
 from stalkd.log.frame import frame_size
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
 
-__all__ = ["SHORT_FRAME", "SpaceBudget", "put_frame"]
+__all__ = ["SHORT_FRAME", "SpaceBudget", "no_space", "put_frame"]
 
 log = logging.getLogger("stalkd.engine.space")
 
@@ -36,6 +37,21 @@ log = logging.getLogger("stalkd.engine.space")
 SHORT_FRAME = frame_size(42)
 _PUT_FIXED = 52  # PUT payload bytes besides tube and body
 MAX_TUBE = 200  # beanstalkd's longest tube name
+
+
+def no_space(e: BaseException | None) -> bool:
+    """Whether ``e`` or what caused it is a full disk (ENOSPC) or an exhausted quota (EDQUOT).
+
+    >>> no_space(OSError(errno.ENOSPC, "full")), no_space(ValueError())
+    (True, False)
+    """
+    seen = 0
+    while e is not None and seen < 10:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
 
 
 def put_frame(body_len: int, tube_len: int = MAX_TUBE) -> int:
@@ -59,25 +75,26 @@ def record_cost(r: Record) -> int:
 class SpaceBudget:
     """Room the WAL can write into without allocating, and the bytes already promised from it.
 
-    ``end`` returns the log's (active base, position); ``active_limit(base)`` the active
-    segment's last usable byte. ``allocate`` is ``os.posix_fallocate`` (a test may inject ENOSPC there).
+    ``log_dir`` is the log whose ``spares/`` this budget keeps; ``end`` returns the log's
+    (active base, position); ``active_limit(base)`` the active segment's last usable byte.
+    ``allocate(fd, offset, size)`` is ``os.posix_fallocate`` (the seam where a test injects ENOSPC).
 
     >>> import tempfile
-    >>> b = SpaceBudget(tempfile.mkdtemp() + "/spare", 1 << 16, 1024, lambda: (0, 64), lambda base: 1 << 15)
+    >>> b = SpaceBudget(tempfile.mkdtemp(), 1 << 16, 1024, lambda: (0, 64), lambda base: 1 << 15)
     >>> b.admit(100), b.promised
     (True, 100)
     """
 
     def __init__(
         self,
-        path: str,
+        log_dir: str,
         segment_size: int,
         max_frame: int,
         end: Callable[[], tuple[int, int]],
         active_limit: Callable[[int], int],
         allocate: Callable[[int, int, int], None] = os.posix_fallocate,
     ) -> None:
-        self.path = path
+        self.log_dir = log_dir
         self.segment_size = segment_size
         self.max_frame = max_frame
         # A segment's tail shorter than the next frame is wasted, so count a spare's room net
@@ -88,9 +105,9 @@ class SpaceBudget:
         self._allocate = allocate
         self.promised = 0
         self.refused = 0  # admissions refused (stats, tests)
+        self.short = False  # an admission was refused since the WAL last shed dead segments
         self.dropped = 0  # analytics records not written for lack of room
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.spares = os.fstat(self._fd).st_size // segment_size
+        self.spares = len(spares(log_dir, segment_size))
 
     def room(self) -> int:
         """Bytes that can surely be written: the active segment's rest plus the spares'."""
@@ -107,6 +124,7 @@ class SpaceBudget:
         while self.room() - self.promised < cost:
             if not self._grow():
                 self.refused += 1
+                self.short = True
                 return False
         self.promised += cost
         return True
@@ -132,7 +150,7 @@ class SpaceBudget:
         self.promised = max(0, self.promised - spent)
 
     def before_write(self, frames: list[int]) -> None:
-        """Give back as many spares as the log will start segments for these frames."""
+        """Count the spares the log will rename into place for the segments these frames start."""
         base, pos = self._end()
         limit = self._active_limit(base)
         new = 0
@@ -143,24 +161,32 @@ class SpaceBudget:
                 pos = HEADER_SIZE
             pos += n
         if new:
-            self.release(new)
+            self.spares = len(spares(self.log_dir, self.segment_size)) - new
+            self.spares = max(0, self.spares)
 
     def release(self, n: int) -> bool:
-        """Return up to ``n`` spares to the file system; False if there was none."""
-        if self.spares == 0:
-            return False
-        self.spares = max(0, self.spares - n)
-        os.ftruncate(self._fd, self.spares * self.segment_size)
-        return True
+        """Give up to ``n`` spares' room back to the file system; False if there was none."""
+        done = False
+        for _ in range(n):
+            if not drop_spare(self.log_dir, self.segment_size):
+                break
+            done = True
+        self.spares = len(spares(self.log_dir, self.segment_size))
+        return done
+
+    def release_unpromised(self) -> int:
+        """Give back the spares no promise needs (room for a snapshot while the disk is full:
+        compaction is what frees space); returns how many."""
+        n = 0
+        while self.spares and self.room() - self.per_spare >= self.promised:
+            self.release(1)
+            n += 1
+        return n
 
     def _grow(self) -> bool:
-        size = (self.spares + 1) * self.segment_size
         try:
-            self._allocate(self._fd, 0, size)
+            make_spare(self.log_dir, self.segment_size, self._allocate)
         except OSError as e:
-            # A failed fallocate may leave some blocks allocated: give them back.
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, self.spares * self.segment_size)
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 return False
             raise
@@ -168,7 +194,4 @@ class SpaceBudget:
         return True
 
     def close(self) -> None:
-        """Close the reserve file (it stays on disk, still holding its spares)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Nothing to release: the spares stay on disk, still holding their room."""

@@ -2,7 +2,7 @@
 
 Directory layout: ``DIR/wal/`` is a ``stalkd.log`` (one frame per ``model`` record) and
 ``DIR/snapshots/`` holds ``snap-<seq>.snap`` files (``snapshot.py``).
-``DIR/wal-spare`` holds preallocated spare segments: room is promised (``admit``) before the
+``DIR/wal/spares/`` holds preallocated spare segments: room is promised (``admit``) before the
 engine applies a change, so a full disk refuses puts but never a delete (``space.py``).
 
 Compaction = snapshot + retention (``compaction.py``). When the WAL written since the last snapshot began exceeds
@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
+from stalkd.engine.datadir import snapshot_gap
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
 from stalkd.engine.replay import finish
@@ -42,17 +43,20 @@ from stalkd.engine.snapshot import (
     load_into,
     read_header,
 )
-from stalkd.engine.space import SHORT_FRAME, SpaceBudget, put_frame
+from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
 from stalkd.engine.tail import TailError, replay_tail
 from stalkd.log import Log, LogFullError
+from stalkd.log.active import SPARES_DIR
 from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
 from stalkd.log.segment import FOOTER_SIZE
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
 
+
 LOG_DIR = "wal"
 SNAP_DIR = "snapshots"
-SPARE_FILE = "wal-spare"  # preallocated spare segments (space.py)
+SPARE_FILE = "wal-spare"  # spare segments of earlier versions (now wal/spares/, space.py)
+SNAP_RESERVE = "reserve.spare"  # in snapshots/: room for a snapshot on a full disk
 _log = logging.getLogger("stalkd.engine.wal")
 _PUT = Op.PUT
 _FRAME_OVERHEAD = 32  # approximate bytes a log frame adds to a payload (header, CRC, padding)
@@ -119,6 +123,8 @@ class Wal(Compaction):
         self.space: SpaceBudget | None = None  # made by recover (needs the max job size)
         self._limit_base = -1
         self._limit = 0
+        self.repair = False  # set by open(repair=True): cut damage instead of refusing
+        self.repair_notes: list[str] = []  # what a repair did, for the operator
 
     @classmethod
     def open(
@@ -132,6 +138,7 @@ class Wal(Compaction):
         chunk_jobs: int = 1024,
         background: bool = True,
         fault: Callable[[str], None] | None = None,
+        repair: bool = False,
     ) -> Wal:
         """Open (creating) the WAL in ``directory``; call ``recover`` next.
 
@@ -142,14 +149,25 @@ class Wal(Compaction):
         called with a step name at each snapshot/compaction step (crash-injection tests), and
         with ``space-allocate`` before a spare segment is reserved (raise OSError(ENOSPC) there
         to simulate a full disk). ``archive`` moves retired segments to ``wal/archive/``.
+        ``repair`` cuts a damaged log at its damage (bytes kept in ``wal/dropped/``) and lets
+        ``recover`` continue from a snapshot the log no longer reaches, instead of refusing.
         """
         d = os.fspath(directory)
         os.makedirs(os.path.join(d, SNAP_DIR), exist_ok=True)
         log = Log.open(os.path.join(d, LOG_DIR), segment_size=segment_size,
-                       durability=durability, archive=archive)  # fmt: skip
-        return cls(d, log, durability, segment_size,
-                   segment_size if compact_min_bytes is None else compact_min_bytes,
-                   chunk_jobs, background, fault)  # fmt: skip
+                       durability=durability, archive=archive, repair=repair)  # fmt: skip
+        wal = cls(d, log, durability, segment_size,
+                  segment_size if compact_min_bytes is None else compact_min_bytes,
+                  chunk_jobs, background, fault)  # fmt: skip
+        wal.repair = repair
+        rep = log.repair_report
+        if rep is not None:
+            wal.repair_notes.append(
+                f"{rep.path}: log cut at byte {rep.position} (offset {rep.offset}): {rep.reason}; "
+                + (f"dropped bytes kept in {', '.join(rep.dropped_files)}" if rep.dropped_files
+                   else "no bytes to keep")  # fmt: skip
+            )
+        return wal
 
     def __enter__(self) -> Wal:
         return self
@@ -177,14 +195,18 @@ class Wal(Compaction):
         bounds = self.log.segment_bounds()
         oldest = bounds[0][0] if bounds else 0
         need = header.start_offset if header else 0
-        if oldest > need:
-            raise WalError(
-                f"{self.directory}: the WAL starts at offset {oldest} but "
-                + (f"snapshot {header.path} needs records from offset {need}" if header
-                   else "no complete snapshot exists to cover the records before it")  # fmt: skip
-                + "; restore the missing snapshot or segments (see discarded: "
-                + ", ".join(discarded) + ")"
-            )
+        gap = snapshot_gap(header, oldest, self.log.next_offset, self.log.path)
+        resnapshot = False
+        if gap is not None and oldest > need:
+            raise WalError(f"{gap}; restore the missing snapshot or segments (see discarded: "
+                           + ", ".join(discarded) + ")")  # fmt: skip
+        if gap is not None:
+            if not self.repair:
+                raise WalError(f"{gap}. To continue from the snapshot (the missing records are lost), run: "
+                               f"stalkd log repair {self.directory}   (or start the server with --repair)")  # fmt: skip
+            resnapshot = True  # the snapshot holds the jobs; a new one starts at the log's end
+            self.repair_notes.append(f"{gap}; continuing from the snapshot, re-taken at offset "
+                                     f"{self.log.next_offset}")  # fmt: skip
         # A million new objects would trigger full collections over a heap that only grows here;
         # the collector stays off for the rebuild, then everything recovered is frozen out of
         # its sight (it lives until deleted), so later collections do not walk it either.
@@ -199,6 +221,9 @@ class Wal(Compaction):
         self.last_seq = e.seq
         self._recovered = True
         self._open_space(len(e.jobs), max_job_size)
+        self._keep_snapshot_reserve()
+        if resnapshot:
+            self.snapshot(e)
         info = RecoveryInfo(len(e.jobs), header.path if header else None, header.count if header else 0,
                             replayed, time.perf_counter() - t0, tuple(discarded), t_snap)  # fmt: skip
         return e, info
@@ -240,7 +265,10 @@ class Wal(Compaction):
         # with segments under 8x the largest put, big puts may be promised slightly too little
         # room (a put bigger than a segment gets an oversize segment of its own anyway).
         waste = min(put_frame(max_job_size), max(SHORT_FRAME, self.segment_size // 8))
-        sp = SpaceBudget(os.path.join(self.directory, SPARE_FILE), self.segment_size, waste,
+        old = os.path.join(self.directory, SPARE_FILE)
+        if os.path.lexists(old):  # the single spare file of earlier versions: its room is freed
+            os.unlink(old)
+        sp = SpaceBudget(self.log.path, self.segment_size, waste,
                          self.log.position_of_end, self._active_limit, allocate)  # fmt: skip
         self.space = sp
         # Every live job may be deleted: that room is promised from the start.
@@ -327,7 +355,7 @@ class Wal(Compaction):
                 self.log.write_many(payloads)
                 return
             except LogFullError:
-                # Someone else took the room a spare gave back: give back another if any.
+                # No spare of the right size was left (an oversize segment): free one, retry.
                 if self.space is None or not self.space.release(1):
                     raise
 
@@ -335,6 +363,69 @@ class Wal(Compaction):
         """Make everything written durable under the policy (thread-safe; group commit)."""
         if self.durability == "always":
             self.log.sync()
+
+    # --- compaction while the disk is full ------------------------------------------------------
+
+    def space_short(self) -> bool:
+        return self.space is not None and self.space.short
+
+    def _snapshot_done(self) -> None:
+        if self.space is not None:
+            self.space.short = False
+        self._keep_snapshot_reserve()
+
+    def _snapshot_reserve(self) -> str | None:
+        # Only while the disk is short: a snapshot then may find no other room at all.
+        return os.path.join(self.snap_dir, SNAP_RESERVE) if self.space_short() else None
+
+    def _keep_snapshot_reserve(self) -> None:
+        """Preallocate the room a snapshot needs when the disk is full (a quarter segment,
+        4 KiB to 4 MiB: when the dead WAL fills the disk, the live jobs are few). Best effort:
+        without room now, the next completed snapshot tries again."""
+        path = os.path.join(self.snap_dir, SNAP_RESERVE)
+        if os.path.exists(path):
+            return
+        size = min(4 * 2**20, max(4096, self.segment_size // 4))
+        tmp = path + ".tmp"  # recovery deletes a .tmp left in the snapshot directory
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            self._fault("space-allocate")
+            os.posix_fallocate(fd, 0, size)
+            os.replace(tmp, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if not no_space(e):
+                raise
+        finally:
+            os.close(fd)
+
+    def maintain(self, engine: Engine, now: float, *, force: bool = False) -> bool:
+        """``Compaction.maintain``; when a snapshot fails for lack of space, the spare segments no
+        promise needs are given back first, so the retry finds room (the snapshot is what frees
+        the dead WAL)."""
+        try:
+            return super().maintain(engine, now, force=force)
+        except (OSError, WalError) as e:
+            if self.space is not None and no_space(e):
+                self.space.short = True
+                freed = self.space.release_unpromised()
+                if freed:
+                    _log.info("%s: gave back %d spare segments so a snapshot can free the dead WAL",
+                              self.directory, freed)  # fmt: skip
+            raise
+
+    def final_snapshot(self, engine: Engine) -> str | None:
+        """At a clean stop: a snapshot if WAL was written since the last one, so the next start
+        loads it instead of replaying dead records. Returns None on success, else why not (the
+        WAL stays complete either way)."""
+        if self._snap is None and self._bytes_since_snapshot == 0:
+            return None
+        try:
+            self.snapshot(engine)
+        except (OSError, WalError) as e:
+            return str(e)
+        return None
 
     # --- status -------------------------------------------------------------------------------
 
@@ -356,10 +447,12 @@ class Wal(Compaction):
         """Bytes allocated on disk by the WAL segments, snapshots and spare segments (archive
         excluded)."""
         total = 0
-        with contextlib.suppress(FileNotFoundError):
-            total += os.stat(os.path.join(self.directory, SPARE_FILE)).st_blocks * 512
-        for root in (self.log.path, self.snap_dir):
-            for name in os.listdir(root):
+        for root in (self.log.path, os.path.join(self.log.path, SPARES_DIR), self.snap_dir):
+            try:
+                names = os.listdir(root)
+            except FileNotFoundError:
+                continue
+            for name in names:
                 # a background snapshot may delete files between listdir and stat
                 with contextlib.suppress(FileNotFoundError):
                     st = os.stat(os.path.join(root, name))

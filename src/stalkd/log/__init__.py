@@ -3,7 +3,8 @@
 Directory layout: ``seg-<base offset, 20 digits>.log`` segment files (preallocated, versioned
 header, 8-byte aligned frames, a footer once sealed), ``LOCK`` (one writer process),
 ``groups/<name>.cur`` (two-slot CRC cursor files), ``archive/`` (retired segments, same
-format), ``dropped/`` (what ``repair=True`` cut off). Offsets are logical record numbers.
+format), ``dropped/`` (what a repair, ``stalkd log repair``, cut off), ``spares/`` (preallocated
+spare segments, renamed into place). Offsets are logical record numbers.
 
 Durability: ``always`` (an append returns after an fsync shared by concurrent appenders),
 ``every:<ms>`` (a background flush woken when due), ``never`` (page cache: survives kill -9).
@@ -18,9 +19,17 @@ Writes: single frames are stored through a mapping of the active segment, batche
 """
 
 from .columns import FrameColumns
-from .errors import LogCorruptError, LogError, LogFullError, LogLagError, LogLockedError
+from .errors import (
+    LogCorruptError,
+    LogError,
+    LogFullError,
+    LogLagError,
+    LogLockedError,
+    NotALogError,
+)
 from .frame import Frame
 from .group import ConsumerGroup, Message
+from .layout import resolve_log_dir
 from .log import Log, RepairReport
 from .reader import LogReader
 from .segment import SegmentInfo
@@ -41,5 +50,7 @@ __all__ = [
     "LogLockedError",
     "LogFullError",
     "LogLagError",
+    "NotALogError",
+    "resolve_log_dir",
 ]
 

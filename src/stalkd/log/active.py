@@ -11,11 +11,18 @@ import errno
 import mmap
 import os
 import time
+from collections.abc import Callable
 
 from .errors import LogError, LogFullError
 from .segment import FOOTER_SIZE, HEADER_SIZE, encode_footer, encode_header, segment_name
 
-__all__ = ["ActiveSegment", "create_segment", "write_footer", "fsync_dir"]
+__all__ = ["ActiveSegment", "SPARES_DIR", "create_segment", "drop_spare", "fsync_dir", "make_spare", "spares"]
+
+# Spare segments: whole preallocated files a new segment is renamed from, so the room a spare
+# holds is never handed back to the file system (where another process could take it) on its
+# way to becoming a segment. Who keeps how many is the caller's policy (engine/space.py).
+SPARES_DIR = "spares"
+_SPARE_PREFIX = "spare-"
 
 
 def _allocate(fd: int, size: int) -> None:
@@ -70,19 +77,82 @@ class ActiveSegment:
         os.close(self.fd)
 
 
+def spares(root: str, size: int) -> list[str]:
+    """Paths of the spare segment files of exactly ``size`` bytes in ``root/spares``."""
+    d = os.path.join(root, SPARES_DIR)
+    try:
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        return []
+    out = []
+    for n in names:
+        if n.startswith(_SPARE_PREFIX) and not n.endswith(".tmp"):
+            p = os.path.join(d, n)
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(p, follow_symlinks=False).st_size == size:
+                    out.append(p)
+    return out
+
+
+def make_spare(root: str, size: int, allocate: Callable[[int, int, int], None] = os.posix_fallocate) -> str:
+    """A new spare segment file of ``size`` preallocated bytes; OSError (ENOSPC) if no room,
+    leaving nothing behind. ``allocate(fd, offset, size)`` is the file-system seam."""
+    d = os.path.join(root, SPARES_DIR)
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    k = len(os.listdir(d))
+    while os.path.lexists(os.path.join(d, f"{_SPARE_PREFIX}{k:06d}")):
+        k += 1
+    final = os.path.join(d, f"{_SPARE_PREFIX}{k:06d}")
+    tmp = final + ".tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        allocate(fd, 0, size)
+        os.rename(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+    return final
+
+
+def drop_spare(root: str, size: int) -> bool:
+    """Give one spare's room back to the file system; False if there was none."""
+    for p in spares(root, size):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+            return True
+    return False
+
+
+def _take_spare(root: str, size: int, tmp: str) -> int | None:
+    """Rename a spare of ``size`` bytes to ``tmp`` and open it, or None if there is none."""
+    for p in spares(root, size):
+        try:
+            os.rename(p, tmp)
+        except FileNotFoundError:
+            continue
+        return os.open(tmp, os.O_RDWR | os.O_NOFOLLOW)
+    return None
+
+
 def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: bool) -> ActiveSegment:
     """A new, fully allocated segment file with its header; LogFullError if there is no room.
 
     Built under a temporary name and renamed into place, so a crash mid-creation leaves no
-    half-made segment (recovery deletes stray ``.tmp`` files).
+    half-made segment (recovery deletes stray ``.tmp`` files). A spare of the same size is
+    used when there is one (its blocks are already this process's: no allocation can fail).
 
     >>> # seg = create_segment("/data/wal", 1000, 64 << 20, 1, "auto", fsync=True)
     """
     path = os.path.join(root, segment_name(base))
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    spare = _take_spare(root, size, tmp)
+    fd = spare if spare is not None else os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _allocate(fd, size)
+        if spare is None:
+            _allocate(fd, size)
         os.pwrite(fd, encode_header(base, epoch, time.time_ns() // 1000), 0)
         if fsync:
             os.fdatasync(fd)

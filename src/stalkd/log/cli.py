@@ -1,7 +1,18 @@
-"""``stalkd log inspect DIR [--verify] [--json]``: segments, offsets, frame counts, groups and
-their lag, and (with ``--verify``) a CRC check of every frame. Exit code 1 on corruption.
+"""``stalkd log inspect DIR [--verify] [--json]`` and ``stalkd log repair DIR``.
 
-Read-only: it never takes the writer lock, so it is safe beside a running server.
+``inspect``: segments, offsets, frame counts, groups and their lag, and the checks recovery runs
+(the same code: ``recovery.recover(mode="check")``); ``--verify`` also checks every frame of the
+sealed segments, and for a server data directory every snapshot. Exit 1 on any damage, 2 for a
+directory holding no log. Read-only: it never takes the writer lock, so it is safe beside a
+running server.
+
+``repair``: cut the log at its first damage (the writer lock is taken, so a running server is
+never repaired under its feet), keeping the dropped bytes in ``DIR/dropped/``; prints what was
+cut and the records (job ids, for a data directory) still readable in the dropped bytes.
+
+DIR is a log directory or a server data directory (``stalkd serve -b DIR``), see ``layout``.
+The data-directory checks (snapshots) are the engine's: ``stalkd.engine.datadir.log_main``
+passes them in as ``hooks``, so this layer never imports the engine.
 """
 
 from __future__ import annotations
@@ -10,16 +21,27 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from .cursor import read_cursor
-from .errors import LogCorruptError, LogError
+from .errors import LogCorruptError, LogError, LogLockedError, NotALogError
 from .group import GROUPS_DIR
-from .log import LOCK_NAME
-from .reader import LogReader
+from .layout import resolve_log_dir
+from .log import LOCK_NAME, Log
+from .reader import LogReader, list_segments
+from .recovery import recover
 
-__all__ = ["main", "inspect"]
+__all__ = ["DataDirHooks", "main", "inspect"]
+
+
+class DataDirHooks(Protocol):
+    """What a server data directory adds to its log's checks (given by the engine layer)."""
+
+    def is_data_log(self, log_dir: str) -> bool: ...
+    def check(self, log_dir: str, next_offset: int, oldest: int, verify: bool) -> list[dict[str, Any]]: ...
+    def repair(self, log_dir: str, segment_size: int) -> tuple[list[str], list[tuple[int, bytes]]]: ...
+    def describe_records(self, records: Iterable[tuple[int, bytes]]) -> list[str]: ...
 
 
 def _writer(path: str) -> str:
@@ -39,12 +61,19 @@ def _writer(path: str) -> str:
     return f"pid {pid}"
 
 
-def inspect(path: str, verify: bool = False) -> dict[str, Any]:
-    """A report of the log in ``path`` as plain data; ``report["corrupt"]`` lists problems found.
+def inspect(path: str, verify: bool = False, hooks: DataDirHooks | None = None) -> dict[str, Any]:
+    """A report of the log in ``path`` as plain data; ``report["corrupt"]`` lists problems found
+    (the damage recovery would refuse, and with ``verify`` every bad frame and snapshot).
 
     >>> # inspect("/data/wal", verify=True)["segments"][0]["frames"]
     """
     report: dict[str, Any] = {"path": path, "writer": _writer(path), "segments": [], "groups": [], "corrupt": []}
+    checked = recover(path, mode="check", verify=verify)
+    for d in checked.damage:
+        report["corrupt"].append({"path": d.path, "position": d.position, "offset": d.offset,
+                                  "following": d.following, "error": d.describe()})  # fmt: skip
+    report["torn_tail_bytes"] = checked.torn
+    seen = {(c["path"], c["position"]) for c in report["corrupt"]}
     end = 0
     with LogReader(path, archive=True) as reader:
         try:
@@ -68,7 +97,9 @@ def inspect(path: str, verify: bool = False) -> dict[str, Any]:
                         frames += 1
                         last = f.offset + 1
                 except LogCorruptError as e:
-                    report["corrupt"].append({"path": e.path, "position": e.position, "offset": e.offset, "error": str(e)})
+                    if (e.path, e.position) not in seen:
+                        report["corrupt"].append({"path": e.path, "position": e.position, "offset": e.offset,
+                                                  "error": str(e)})  # fmt: skip
                 row["frames"] = frames
                 if row["end"] is None:
                     row["end"] = last
@@ -77,6 +108,10 @@ def inspect(path: str, verify: bool = False) -> dict[str, Any]:
             end = max(end, row["end"] or 0)
             report["segments"].append(row)
     report["next_offset"] = end
+    if hooks is not None and hooks.is_data_log(path):
+        live = [s for s in report["segments"] if not s["archived"]]
+        oldest = live[0]["base"] if live else checked.next_offset
+        report["corrupt"].extend(hooks.check(path, checked.next_offset, oldest, verify))
     gdir = os.path.join(path, GROUPS_DIR)
     if os.path.isdir(gdir):
         for name in sorted(os.listdir(gdir)):
@@ -109,26 +144,93 @@ def _print(report: dict[str, Any], verify: bool) -> None:
         for g in report["groups"]:
             print(f"  {g['name']:<24} committed {g['committed']:>12}  lag {g['lag']:>10}"
                   f"  expired {g['expired']}  dropped {g['dropped']}")
+    if report.get("torn_tail_bytes"):
+        print(f"torn tail: {report['torn_tail_bytes']} bytes after the last whole frame (a write a crash "
+              "interrupted; cut when the log is next opened, not damage)")  # fmt: skip
     for c in report["corrupt"]:
         print(f"CORRUPT {c['path']} byte {c['position']} offset {c['offset']}: {c['error']}")
-    if not report["corrupt"]:
+    if report["corrupt"]:
+        print(f"damaged: to cut the log at the damage, keeping the dropped bytes, run: stalkd log repair {report['path']}")
+    else:
         print("verify: OK, every frame's CRC checked" if verify else "ok (sealed segments not verified; use --verify)")
 
 
-def main(argv: Sequence[str]) -> int:
-    """Entry point of ``stalkd log``; returns the exit code (1 on corruption, 2 on usage errors)."""
-    parser = argparse.ArgumentParser(prog="stalkd log", description="Inspect a stalkd log directory.")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("inspect", help="segments, offsets, frame counts, groups and lag")
-    p.add_argument("dir")
-    p.add_argument("--verify", action="store_true", help="check the CRC of every frame")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(list(argv))
-    if not os.path.isdir(args.dir):
-        print(f"stalkd log: {args.dir}: not a directory", file=sys.stderr)
-        return 2
+_LIST_MAX = 1000  # lines of salvaged records printed by a repair
+
+
+def _segment_size(root: str) -> int:
+    """The size new segments get after a repair: the largest live segment's (64 MiB if none)."""
+    sizes = [os.path.getsize(p) for _, p, _ in list_segments(root, archive=False)]
+    return max(sizes) if sizes else 64 * 2**20
+
+
+def repair(root: str, hooks: DataDirHooks | None = None, segment_size: int | None = None) -> int:
+    """``stalkd log repair``: cut the log in ``root`` at its first damage; prints what was done."""
+    size = segment_size or _segment_size(root)
     try:
-        report = inspect(args.dir, verify=args.verify)
+        if hooks is not None and hooks.is_data_log(root):
+            lines, salvaged = hooks.repair(root, size)
+            described = hooks.describe_records(salvaged)
+        else:
+            with Log.open(root, segment_size=size, durability="always", repair=True) as log:
+                rep = log.repair_report
+                lines = [] if rep is None else [
+                    f"{rep.path}: log cut at byte {rep.position} (offset {rep.offset}): {rep.reason}; "
+                    f"dropped bytes kept in {', '.join(rep.dropped_files) or '(none)'}"]  # fmt: skip
+                salvaged = list(rep.salvaged) if rep else []
+                described = [f"record at offset {o} ({len(p)} bytes)" for o, p in salvaged]
+    except LogLockedError as e:
+        print(f"stalkd log repair: {e}; stop the server first", file=sys.stderr)
+        return 1
+    if not lines:
+        print(f"{root}: nothing to repair, the log is intact")
+        return 0
+    for line in lines:
+        print(line)
+    if described:
+        print(f"{len(salvaged)} records could still be read from the dropped bytes:")
+        for line in described[:_LIST_MAX]:
+            print(f"  {line}")
+        if len(described) > _LIST_MAX:
+            print(f"  ... and {len(described) - _LIST_MAX} more (the bytes are in the dropped/ files above)")
+    elif salvaged == [] and any("cut" in x for x in lines):
+        print("no whole record could be read from the dropped bytes")
+    return 0
+
+
+def main(argv: Sequence[str], hooks: DataDirHooks | None = None) -> int:
+    """Entry point of ``stalkd log``; returns the exit code (1 on damage, 2 on usage errors or a
+    directory holding no log)."""
+    parser = argparse.ArgumentParser(prog="stalkd log", description="Inspect or repair a stalkd log.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("inspect", help="segments, offsets, frame counts, groups and lag; exit 1 on damage",
+                       description="Report a log and check it as recovery does (read-only, safe beside "
+                                   "a running server). Exit 1 on damage, 2 if DIR holds no log.")  # fmt: skip
+    r = sub.add_parser("repair", help="cut a damaged log at its damage, keeping the dropped bytes",
+                       description="Cut the log at its first damage (every frame is checked). The bytes "
+                                   "cut off are kept in the log's dropped/ directory; the records still "
+                                   "readable in them are listed. Stop the server first.")  # fmt: skip
+    for q in (p, r):
+        q.add_argument("dir", nargs="?", help="the log directory, or a server data directory (its wal/)")
+        q.add_argument("-b", "--dir", dest="data_dir", metavar="DIR",
+                       help="the server's data directory, as given to stalkd serve -b")
+    p.add_argument("--verify", action="store_true", help="also check every frame of sealed segments and every snapshot")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    r.add_argument("-s", "--wal-size", type=int, metavar="BYTES",
+                   help="size of a segment the repair creates (default: the largest existing one)")
+    args = parser.parse_args(list(argv))
+    given = args.data_dir if args.data_dir is not None else args.dir
+    if given is None or (args.data_dir is not None and args.dir is not None):
+        parser.error(f"give one directory: stalkd log {args.cmd} DIR (or -b DATA_DIR)")
+    try:
+        root = str(resolve_log_dir(given))
+    except NotALogError as e:
+        print(f"stalkd log: {e}", file=sys.stderr)
+        return 2
+    if args.cmd == "repair":
+        return repair(root, hooks, args.wal_size)
+    try:
+        report = inspect(root, verify=args.verify, hooks=hooks)
     except LogError as e:
         print(f"stalkd log: {e}", file=sys.stderr)
         return 1

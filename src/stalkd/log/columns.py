@@ -24,7 +24,7 @@ from crc32c import crc32c
 
 from .errors import LogCorruptError
 from .frame import FRAME_HEADER_SIZE, HEAD, KIND_DATA, KIND_FOOTER, KIND_MASK, MAGIC
-from .segment import HEADER_SIZE, ScanState, SegmentView
+from .segment import HEADER_SIZE, ScanState, SegmentView, repair_hint
 
 __all__ = ["FrameColumns", "scan_columns", "segment_columns"]
 
@@ -182,8 +182,8 @@ def segment_columns(
     if sealed_end is not None and st.status != "limit" and st.offset < sealed_end[0]:
         raise LogCorruptError(
             f"{view.path}: bad frame at byte {st.pos} (offset {st.offset}) inside a sealed segment "
-            f"that should hold offsets {view.base}..{sealed_end[0] - 1}; open the log with repair=True "
-            "to truncate there",
+            f"that should hold offsets {view.base}..{sealed_end[0] - 1}; to cut the log there (the "
+            f"dropped bytes are kept), run: {repair_hint(view.path)}",
             path=view.path,
             position=st.pos,
             offset=st.offset,

@@ -36,8 +36,5 @@ class LogLagError(LogError):
 
 
 class NotALogError(LogError):
-    """A path given as a log holds no stalkd log (no segments, no lock); carries ``path``."""
-
-    def __init__(self, message: str, *, path: str) -> None:
-        super().__init__(message)
-        self.path = path
+    """A path given as a log holds none: neither segment files nor a server data directory's
+    ``wal/`` (the message says what was expected there)."""

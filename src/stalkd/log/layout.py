@@ -1,65 +1,81 @@
-"""Where a log lives: resolve what a person typed (a log directory or a server data directory).
+"""Where a log lives: the one place a path a person typed becomes the directory of segments.
 
-``stalkd serve -b D`` keeps its log in ``D/wal``; people then type ``D`` to every reading
-command. ``resolve_log_dir`` accepts both, and refuses a directory holding no stalkd log
-instead of letting a reader return nothing.
+A person may name the log directory itself (``DATA/wal``, or any ``Log.open`` directory) or the
+server's data directory (``stalkd serve -b DATA``), whose log is ``DATA/wal``. Every command that
+reads a log (``stalkd log``, ``stalkd analyze``, the Spark source) resolves its path here, so a
+directory holding no log is one clear error everywhere, never an empty result.
 
-Ensures: the returned directory holds segment files (live or in ``archive/``) or the writer's
-``LOCK`` file; anything else raises :class:`NotALogError` naming the path and what was looked for.
-
-Example::
-
-    >>> import tempfile
-    >>> resolve_log_dir(tempfile.mkdtemp())  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    stalkd.log.errors.NotALogError: ...: no stalkd log here ...
+Ensures: ``resolve_log_dir`` returns a directory that holds segment files (live or archived) or a
+writer's ``LOCK``, or raises ``NotALogError`` naming the path and what was expected there.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import pathlib
 
 from .errors import NotALogError
-from .reader import ARCHIVE_DIR
 from .segment import parse_segment_name
 
-__all__ = ["resolve_log_dir", "is_log_dir", "DATA_DIR_LOG"]
+__all__ = ["DATA_LOG_DIR", "is_log_dir", "resolve_log_dir"]
 
-DATA_DIR_LOG = "wal"  # where a server data directory keeps its log (engine.wal.LOG_DIR)
-_LOCK = "LOCK"  # log.log.LOCK_NAME; not imported, so readers need not import the writer
+DATA_LOG_DIR = "wal"  # the log inside a server data directory (``stalkd serve -b DIR``)
+_LOCK = "LOCK"
+_ARCHIVE = "archive"
 
 
-def _has_segments(d: Path) -> bool:
+def _has_segments(path: str) -> bool:
     try:
-        return any(parse_segment_name(n) is not None for n in os.listdir(d))
-    except (FileNotFoundError, NotADirectoryError):
+        names = os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         return False
+    return any(parse_segment_name(n) is not None for n in names)
 
 
 def is_log_dir(path: str | os.PathLike[str]) -> bool:
-    """True if ``path`` holds a stalkd log: segments, archived segments, or a writer's lock."""
-    d = Path(path)
-    return _has_segments(d) or _has_segments(d / ARCHIVE_DIR) or (d / _LOCK).is_file()
+    """Whether ``path`` itself is a log directory: segment files, archived segments, or a writer's
+    ``LOCK`` (a log just created holds its first segment and its lock).
 
-
-def resolve_log_dir(path: str | os.PathLike[str]) -> Path:
-    """The log directory ``path`` names: ``path`` itself, or ``path/wal`` for a server data dir.
-
-    Raises :class:`NotALogError` when neither holds a stalkd log (or ``path`` does not exist).
+    >>> import tempfile
+    >>> is_log_dir(tempfile.mkdtemp())
+    False
     """
-    d = Path(path)
-    if not d.exists():
-        raise NotALogError(f"{d}: no such directory (expected a stalkd log directory, or a server "
-                           f"data directory holding {DATA_DIR_LOG}/)", path=str(d))
-    if not d.is_dir():
-        raise NotALogError(f"{d}: not a directory (expected a stalkd log directory, or a server "
-                           f"data directory holding {DATA_DIR_LOG}/)", path=str(d))
-    if is_log_dir(d):
-        return d
-    if is_log_dir(d / DATA_DIR_LOG):
-        return d / DATA_DIR_LOG
-    raise NotALogError(f"{d}: no stalkd log here (looked for seg-*.log segment files in {d}, "
-                       f"{d / ARCHIVE_DIR} and {d / DATA_DIR_LOG}); pass a log directory or the "
-                       "server's data directory (-b DIR)", path=str(d))
+    p = os.fspath(path)
+    return (
+        _has_segments(p)
+        or _has_segments(os.path.join(p, _ARCHIVE))
+        or os.path.isfile(os.path.join(p, _LOCK))
+    )
+
+
+def resolve_log_dir(path: str | os.PathLike[str]) -> pathlib.Path:
+    """The directory holding the segments of the log a person named with ``path``: the path
+    itself when it is a log directory, ``path/wal`` when it is a server data directory.
+
+    >>> import tempfile
+    >>> from stalkd.log import Log
+    >>> data = tempfile.mkdtemp()
+    >>> Log.open(data + "/wal", durability="never").close()
+    >>> resolve_log_dir(data).name
+    'wal'
+    >>> try:
+    ...     resolve_log_dir(data + "/snapshots")
+    ... except NotALogError as e:
+    ...     print("no log" if "not a directory" in str(e) or "does not exist" in str(e) else e)
+    no log
+    """
+    p = pathlib.Path(path)
+    if not p.exists():
+        raise NotALogError(f"{p}: does not exist; expected a stalkd log directory (holding seg-*.log "
+                           f"files) or a server data directory (stalkd serve -b DIR, holding {DATA_LOG_DIR}/)")
+    if not p.is_dir():
+        raise NotALogError(f"{p}: not a directory; expected a stalkd log directory (holding seg-*.log "
+                           f"files) or a server data directory (stalkd serve -b DIR, holding {DATA_LOG_DIR}/)")
+    if is_log_dir(p):
+        return p
+    if is_log_dir(p / DATA_LOG_DIR):
+        return p / DATA_LOG_DIR
+    raise NotALogError(
+        f"{p}: no stalkd log here; expected seg-*.log segment files (a log directory) or a "
+        f"{DATA_LOG_DIR}/ subdirectory holding them (a server data directory, as given to stalkd serve -b)"
+    )

@@ -1,34 +1,91 @@
-"""Recovery: what a writer finds in a log directory when it opens it.
+"""Recovery: what a writer finds in a log directory when it opens it, and what ``check`` reports.
 
 Sealed segments are trusted through their footers (only the footer is read), so opening costs
-one scan of the active segment whatever the log's size. ``repair=True`` verifies every frame
-instead and cuts the log at the first bad one.
+one scan of the active segment whatever the log's size. That scan tells a torn tail from damage:
+
+* torn tail: nothing valid follows the first bad frame (a write a crash interrupted). It is cut
+  (the bytes zeroed) with one WARNING line naming the bytes dropped;
+* damage: valid frames follow the bad one, the file is shorter than its data (segments are
+  preallocated, so a crash never shortens one), or the log ends with a sealed segment (the
+  active one that must follow it is gone). Opening refuses, naming the file, byte, log offset,
+  how many valid frames follow, and the command that cuts the log there.
+
+``mode="repair"`` (``stalkd log repair``, ``stalkd serve --repair``) also verifies every frame of
+the sealed segments and cuts the log at the first damage: the bytes beyond the cut are copied to a
+quarantine file in ``dropped/`` (mode 0600) and later segments are moved there, never deleted;
+the report lists the records still readable in what was dropped. ``mode="check"`` (``stalkd log
+inspect --verify``) runs the same decisions read-only and returns the damage found.
 
 Ensures: the result describes a prefix of the directory's frames that is dense in offsets and
-CRC-valid; without ``repair`` nothing is moved or removed except empty segments left by a crash
-during a roll-over; with ``repair`` cut-off files are moved to ``dropped/``, never deleted.
+CRC-valid; ``open`` changes nothing but a torn tail's bytes, empty segments and a missing footer
+left by a crash during a roll-over; a log that lost acknowledged records is never opened silently.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from .errors import LogCorruptError
 from .reader import list_segments
-from .segment import FOOTER_SIZE, HEADER_SIZE, ScanState, SegmentView, encode_footer, scan
+from .segment import (
+    FOOTER_SIZE,
+    HEADER_SIZE,
+    ScanState,
+    SegmentView,
+    encode_footer,
+    scan,
+    segment_name,
+)
 
-__all__ = ["Recovered", "RepairReport", "recover", "DROPPED_DIR"]
+__all__ = ["DROPPED_DIR", "Damage", "Recovered", "RepairReport", "recover", "refusal"]
 
 DROPPED_DIR = "dropped"
+_log = logging.getLogger("stalkd.log.recovery")
+_ZEROS = bytes(1 << 20)
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Where a log is damaged: ``path``/``position`` (file and byte), ``offset`` (the log offset
+    expected there), ``following`` (valid frames found beyond it) and what is wrong.
+
+    >>> Damage("wal/seg-00000000000000000000.log", 20000, 312, 4, "bad frame").describe()
+    'wal/seg-00000000000000000000.log, byte 20000 (log offset 312): bad frame; 4 valid frames follow it'
+    """
+
+    path: str
+    position: int
+    offset: int
+    following: int
+    reason: str
+
+    def describe(self) -> str:
+        verb = "follows" if self.following == 1 else "follow"
+        noun = "frame" if self.following == 1 else "frames"
+        return (f"{self.path}, byte {self.position} (log offset {self.offset}): {self.reason}; "
+                f"{self.following} valid {noun} {verb} it")  # fmt: skip
+
+
+def refusal(d: Damage, root: str) -> LogCorruptError:
+    """The error that refuses to open a damaged log, naming the command that repairs it."""
+    return LogCorruptError(
+        f"{d.describe()}. The log is damaged, not torn by a crash, so it is not opened. To cut it "
+        f"there and continue (bytes cut off are kept in {os.path.join(root, DROPPED_DIR)}/), run: "
+        f"stalkd log repair {root}   (or start the server with --repair)",
+        path=d.path, position=d.position, offset=d.offset,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class RepairReport:
-    """What ``Log.open(..., repair=True)`` cut: the log now ends at ``offset``.
+    """What a repair cut: the log now ends at ``offset``.
 
-    ``dropped_files`` were moved to ``<dir>/dropped/`` (a repair deletes nothing).
+    ``dropped_files`` were moved to or written in ``<dir>/dropped/`` (a repair deletes nothing);
+    ``salvaged`` holds (offset, payload) of the valid records found in what was dropped.
 
     >>> RepairReport("d/seg-00000000000000000000.log", 4160, 65, "bad frame", ()).offset
     65
@@ -39,17 +96,33 @@ class RepairReport:
     offset: int
     reason: str
     dropped_files: tuple[str, ...]
+    salvaged: tuple[tuple[int, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
 class Recovered:
     """The state to continue from: sealed (base, end, path) segments, the next offset, and the
-    active segment as (path, base, data end position, epoch), or None to start a new segment."""
+    active segment as (path, base, data end position, epoch), or None to start a new segment.
+    ``damage`` (check mode) lists what an open would refuse; ``torn`` the bytes of a torn tail."""
 
     sealed: tuple[tuple[int, int, str], ...]
     next_offset: int
     active: tuple[str, int, int, int] | None
     repair: RepairReport | None
+    damage: tuple[Damage, ...] = ()
+    torn: int = 0
+
+
+@dataclass
+class _Tail:
+    """The scan of the last (unsealed) segment: data ends at ``data_end`` (offset ``next_offset``);
+    non-zero bytes run on to ``extent``; ``found`` are valid frames beyond the data end."""
+
+    data_end: int
+    next_offset: int
+    extent: int
+    damage: Damage | None
+    found: list[tuple[int, int, bytes]] = field(default_factory=list)
 
 
 def _scan_all(view: SegmentView) -> ScanState:
@@ -57,6 +130,41 @@ def _scan_all(view: SegmentView) -> ScanState:
     for _ in scan(view.mv, view.base, view.epoch, st, view.size):
         pass
     return st
+
+
+def _last_nonzero(view: SegmentView, start: int, stop: int) -> int:
+    """End of the non-zero bytes in ``[start, stop)`` (``start`` if all are zero)."""
+    end = stop
+    while end > start:
+        lo = max(start, end - len(_ZEROS))
+        chunk = bytes(view.mv[lo:end]).rstrip(b"\0")
+        if chunk:
+            return lo + len(chunk)
+        end = lo
+    return start
+
+
+def _check_tail(view: SegmentView) -> _Tail:
+    size = view.size
+    for _ in range(8):
+        st = _scan_all(view)
+        found = view.find_frames(st.pos, size, st.offset)
+        if not found or found[0][1] != st.pos:
+            break
+        # The frame the scan stopped at is valid now: a live writer (``stalkd log inspect``
+        # beside a server) finished it meanwhile. Scan again.
+    footer_room_dirty = _last_nonzero(view, max(st.pos, size - FOOTER_SIZE), size) > max(st.pos, size - FOOTER_SIZE)
+    if st.status == "end" and not found and not footer_room_dirty and st.pos + FOOTER_SIZE <= size:
+        return _Tail(st.pos, st.offset, st.pos, None)
+    extent = _last_nonzero(view, st.pos, size)
+    dmg = None
+    if found:
+        dmg = Damage(view.path, st.pos, st.offset, len(found), "bad frame in the active segment")
+    elif footer_room_dirty or st.pos + FOOTER_SIZE > size:
+        dmg = Damage(view.path, st.pos, st.offset, 0,
+                     f"the file was cut short: it is {size} bytes and its data runs into its end (a segment "
+                     "is preallocated and a crash never shortens one), so the records past its end are lost")  # fmt: skip
+    return _Tail(st.pos, st.offset, extent, dmg, found)
 
 
 def _verify(view: SegmentView) -> tuple[int, int] | None:
@@ -69,10 +177,31 @@ def _verify(view: SegmentView) -> tuple[int, int] | None:
     return None
 
 
+def _following(views: list[SegmentView], i: int, pos: int, offset: int) -> int:
+    """Valid frames beyond byte ``pos`` of views[i], counting every later segment's too."""
+    n = len(views[i].find_frames(pos, views[i].size, offset))
+    for v in views[i + 1 :]:
+        n += v.footer[0] - v.base if v.footer is not None else len(v.find_frames(HEADER_SIZE, v.size, v.base))
+    return n
+
+
 def _write_footer(path: str, base: int, end: int, data_end: int, epoch: int) -> None:
-    fd = os.open(path, os.O_RDWR)
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
     try:
         os.pwrite(fd, encode_footer(base, end, data_end, epoch), os.fstat(fd).st_size - FOOTER_SIZE)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _zero(path: str, start: int, end: int) -> None:
+    """Zero bytes ``[start, end)`` of a segment (what a cut drops), durably."""
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    try:
+        end = min(end, os.fstat(fd).st_size)
+        pos = start
+        while pos < end:
+            pos += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - pos)], pos)
         os.fdatasync(fd)
     finally:
         os.close(fd)
@@ -86,13 +215,52 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _dropped_dir(root: str) -> str:
+    d = os.path.join(root, DROPPED_DIR)
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    return d
+
+
+def _quarantine(root: str, view: SegmentView, start: int, end: int) -> str:
+    """Copy bytes ``[start, end)`` of a segment to a new 0600 file in dropped/; its path."""
+    d = _dropped_dir(root)
+    name = f"{os.path.basename(view.path)}.from-byte-{start}"
+    target = os.path.join(d, name)
+    k = 1
+    while os.path.lexists(target):
+        target = os.path.join(d, f"{name}.{k}")
+        k += 1
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        data = view.mv[start:end]
+        while data:
+            data = data[os.write(fd, data) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(d)
+    return target
+
+
+def _salvage_file(path: str) -> list[tuple[int, bytes]]:
+    """Valid records in a segment file moved aside by a repair (none if it is unreadable)."""
+    try:
+        v = SegmentView(path)
+    except (LogCorruptError, OSError):
+        return []
+    try:
+        return [(o, p) for o, _, p in v.find_frames(HEADER_SIZE, v.size, v.base)]
+    finally:
+        v.close()
+
+
 def _cut(
     root: str, files: list[str], views: list[SegmentView], keep: int, cut_view: SegmentView | None,
     position: int, offset: int, reason: str,
 ) -> RepairReport:
-    """Move files[keep:] to dropped/ (beyond the cut segment); erase the cut segment's footer."""
-    dropped_dir = os.path.join(root, DROPPED_DIR)
-    os.makedirs(dropped_dir, exist_ok=True)
+    """Move files[keep:] to dropped/ (beyond the cut segment); erase the cut segment's footer (the
+    tail check that follows quarantines and zeroes the frames beyond the cut)."""
+    dropped_dir = _dropped_dir(root)
     moved = []
     for p in files[keep:]:
         for v in views:
@@ -102,57 +270,73 @@ def _cut(
         os.replace(p, target)
         moved.append(target)
     if cut_view is not None:
-        fd = os.open(cut_view.path, os.O_RDWR)
-        try:
-            os.pwrite(fd, bytes(FOOTER_SIZE), cut_view.size - FOOTER_SIZE)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        _zero(cut_view.path, cut_view.size - FOOTER_SIZE, cut_view.size)
         cut_view.footer = None
     _fsync_dir(root)
+    salvaged = [rec for p in moved for rec in _salvage_file(p)]
     where = cut_view.path if cut_view is not None else (files[keep] if keep < len(files) else root)
-    return RepairReport(where, position, offset, reason, tuple(moved))
+    return RepairReport(where, position, offset, reason, tuple(moved), tuple(salvaged))
 
 
-def recover(root: str, repair: bool) -> Recovered:
-    """Inspect ``root`` (already locked by the caller) and decide where the writer continues."""
-    for name in os.listdir(root):
-        if name.startswith("seg-") and name.endswith(".log.tmp"):
-            os.unlink(os.path.join(root, name))  # a segment whose creation a crash interrupted
+Mode = Literal["open", "repair", "check"]
+
+
+def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify: bool = False) -> Recovered:
+    """Inspect ``root`` and decide where the writer continues (``open``, the caller holding the
+    lock), cut the log at its first damage (``repair``), or only report (``check``, read-only;
+    ``verify`` also checks every frame of the sealed segments, as a repair does).
+
+    Raises LogCorruptError (see ``refusal``) when ``open`` finds damage.
+    """
+    mode = mode or ("repair" if repair else "open")
+    act = mode != "check"
+    verify = verify or mode == "repair"
+    if act:
+        for name in os.listdir(root):
+            if name.startswith("seg-") and name.endswith(".log.tmp"):
+                os.unlink(os.path.join(root, name))  # a segment whose creation a crash interrupted
     segs = list_segments(root, archive=False)
     files = [p for _, p, _ in segs]
     views: list[SegmentView] = []
     report: RepairReport | None = None
+    found: list[Damage] = []
+
+    def damaged(d: Damage) -> bool:
+        """Refuse (open), note (check); True to cut here (repair)."""
+        if mode == "open":
+            raise refusal(d, root)
+        if mode == "check":
+            found.append(d)
+        return mode == "repair"
+
     try:
         for i, (base, p, _) in enumerate(segs):
             try:
                 views.append(SegmentView(p))
             except LogCorruptError as e:
-                if not repair:
-                    raise
                 prev_end = views[-1].footer[0] if views and views[-1].footer else base
-                report = _cut(root, files, views, i, None, 0, prev_end, f"unreadable segment: {e}")
+                if damaged(Damage(p, e.position, prev_end, 0, f"unreadable segment ({e})")):
+                    report = _cut(root, files, views, i, None, 0, prev_end, f"unreadable segment: {e}")
                 break
         n = len(views)
         i = 0
         while i < n - 1:
             view, nxt = views[i], views[i + 1].base
             if view.footer is not None:
-                bad = None
                 if view.footer[0] != nxt:
-                    if not repair:
-                        raise LogCorruptError(
-                            f"{view.path}: footer ends at offset {view.footer[0]} but the next segment "
-                            f"starts at {nxt}; open with repair=True to cut the log there",
-                            path=view.path, position=view.size - FOOTER_SIZE, offset=view.footer[0],
-                        )
-                    report = _cut(root, files, views, i + 1, None, 0, view.footer[0], "gap in offsets")
+                    d = Damage(view.path, view.size - FOOTER_SIZE, view.footer[0], _following(views, i + 1, HEADER_SIZE, 0),
+                               f"gap in offsets: the footer ends at offset {view.footer[0]} but the next "
+                               f"segment starts at {nxt}")  # fmt: skip
+                    if damaged(d):
+                        report = _cut(root, files, views, i + 1, None, 0, view.footer[0], "gap in offsets")
                     n = i + 1
                     break
-                if repair:
-                    bad = _verify(view)
+                bad = _verify(view) if verify else None
                 if bad is not None:
-                    report = _cut(root, files, views, i + 1, view, bad[0], bad[1], "bad frame in sealed segment")
+                    d = Damage(view.path, bad[0], bad[1], _following(views, i, bad[0], bad[1]),
+                               "bad frame in a sealed segment")  # fmt: skip
+                    if damaged(d):
+                        report = _cut(root, files, views, i + 1, view, bad[0], bad[1], "bad frame in sealed segment")
                     n = i + 1
                     break
                 i += 1
@@ -162,37 +346,64 @@ def recover(root: str, repair: bool) -> Recovered:
             st = _scan_all(view)
             later = views[i + 1 : n]
             if all(v.footer is None and _scan_all(v).offset == v.base for v in later):
-                for v in later:
-                    v.close()
-                    os.unlink(v.path)
-                with contextlib.suppress(OSError):
-                    _fsync_dir(root)
+                if act:
+                    for v in later:
+                        v.close()
+                        os.unlink(v.path)
+                    # the footer write the crash interrupted may have left bytes in its room
+                    _zero(view.path, view.size - FOOTER_SIZE, view.size)
+                    with contextlib.suppress(OSError):
+                        _fsync_dir(root)
+                    n = i + 1
+                    break
                 n = i + 1
                 break
             if st.offset == nxt and st.status == "end":
-                _write_footer(view.path, view.base, st.offset, st.pos, view.epoch)
-                view.footer = (st.offset, st.pos)
+                if act:
+                    _write_footer(view.path, view.base, st.offset, st.pos, view.epoch)
+                    view.footer = (st.offset, st.pos)
                 i += 1
                 continue
-            if not repair:
-                raise LogCorruptError(
-                    f"{view.path}: bad frame at byte {st.pos} (offset {st.offset}) in a sealed segment "
-                    "without a valid footer; open with repair=True to cut the log there",
-                    path=view.path, position=st.pos, offset=st.offset,
-                )
-            report = _cut(root, files, views, i + 1, view, st.pos, st.offset, "bad frame in sealed segment")
+            d = Damage(view.path, st.pos, st.offset, _following(views, i, st.pos, st.offset),
+                       "bad frame in a sealed segment without a valid footer")  # fmt: skip
+            if damaged(d):
+                report = _cut(root, files, views, i + 1, view, st.pos, st.offset, "bad frame in sealed segment")
             n = i + 1
             break
         views = views[:n]
         if not views:
-            return Recovered((), report.offset if report else 0, None, report)
+            return Recovered((), report.offset if report else 0, None, report, tuple(found))
         sealed = [(v.base, v.footer[0], v.path) for v in views[:-1] if v.footer is not None]
         last = views[-1]
-        if last.footer is not None:
-            sealed.append((last.base, last.footer[0], last.path))
-            return Recovered(tuple(sealed), last.footer[0], None, report)
-        st = _scan_all(last)
-        return Recovered(tuple(sealed), st.offset, (last.path, last.base, st.pos, last.epoch), report)
+        if last.footer is not None and (mode != "check" or not found):
+            end = last.footer[0]
+            d = Damage(last.path, last.size - FOOTER_SIZE, end, 0,
+                       f"the log ends with a sealed segment: the active segment that must follow it "
+                       f"({segment_name(end)}, from offset {end}) is missing, so its records are lost")  # fmt: skip
+            if damaged(d):
+                report = report or RepairReport(os.path.join(root, segment_name(end)), 0, end,
+                                                "active segment missing", ())  # fmt: skip
+            sealed.append((last.base, end, last.path))
+            return Recovered(tuple(sealed), end, None, report, tuple(found))
+        tail = _check_tail(last)
+        torn = tail.extent - tail.data_end
+        if tail.damage is not None and damaged(tail.damage):
+            q = _quarantine(root, last, tail.data_end, tail.extent) if torn else None
+            _zero(last.path, tail.data_end, tail.extent)
+            salvaged = tuple((o, p) for o, _, p in tail.found)
+            if report is None:
+                report = RepairReport(last.path, tail.data_end, tail.next_offset, tail.damage.reason,
+                                      (q,) if q else (), salvaged)  # fmt: skip
+            else:
+                report = RepairReport(report.path, report.position, report.offset, report.reason,
+                                      report.dropped_files + ((q,) if q else ()), report.salvaged + salvaged)  # fmt: skip
+            torn = 0
+        elif tail.damage is None and torn and act:
+            _zero(last.path, tail.data_end, tail.extent)
+            _log.warning("%s: torn tail cut: %d bytes dropped at byte %d (log offset %d), nothing valid "
+                         "after them (a write a crash interrupted)", last.path, torn, tail.data_end, tail.next_offset)
+        return Recovered(tuple(sealed), tail.next_offset, (last.path, last.base, tail.data_end, last.epoch),
+                         report, tuple(found), torn)  # fmt: skip
     finally:
         for v in views:
             v.close()

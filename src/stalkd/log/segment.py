@@ -49,7 +49,7 @@ from .frame import (
     encode_frame,
 )
 
-__all__ = ["SegmentInfo", "SegmentView", "ScanState", "segment_name", "parse_segment_name"]
+__all__ = ["SegmentInfo", "SegmentView", "ScanState", "segment_name", "parse_segment_name", "repair_hint"]
 
 SEG_MAGIC = b"STALKLOG"
 VERSION = 1
@@ -77,6 +77,18 @@ def parse_segment_name(name: str) -> int | None:
     """Base offset encoded in a segment file name, or None for any other file."""
     m = _NAME.match(name)
     return int(m.group(1)) if m else None
+
+
+def repair_hint(path: str) -> str:
+    """The command that cuts the log holding segment ``path`` at its damage (for error messages).
+
+    >>> repair_hint("/data/wal/seg-00000000000000000000.log")
+    'stalkd log repair /data/wal'
+    """
+    root = os.path.dirname(path)
+    if os.path.basename(root) == "archive":
+        root = os.path.dirname(root)
+    return f"stalkd log repair {root or '.'}"
 
 
 def encode_header(base: int, epoch: int, created_us: int) -> bytes:
@@ -274,12 +286,38 @@ class SegmentView:
         if sealed_end is not None and st.status != "limit" and st.offset < sealed_end[0]:
             raise LogCorruptError(
                 f"{self.path}: bad frame at byte {st.pos} (offset {st.offset}) inside a sealed segment "
-                f"that should hold offsets {self.base}..{sealed_end[0] - 1}; open the log with repair=True "
-                "to truncate there",
+                f"that should hold offsets {self.base}..{sealed_end[0] - 1}; to cut the log there (the "
+                f"dropped bytes are kept), run: {repair_hint(self.path)}",
                 path=self.path,
                 position=st.pos,
                 offset=st.offset,
             )
+
+    def find_frames(self, start: int, stop: int, min_offset: int) -> list[tuple[int, int, bytes]]:
+        """Valid data frames anywhere in bytes ``[start, stop)`` with an offset of at least
+        ``min_offset``, as (offset, position, payload copy): what lies beyond a bad frame, found by
+        searching for frame headers (8-byte aligned) rather than by walking from it."""
+        out: list[tuple[int, int, bytes]] = []
+        mm, mv, base, limit = self._mm, self.mv, self.base, self.epoch
+        magic = bytes([MAGIC])
+        at = start + 4  # the magic byte follows a frame's CRC
+        while True:
+            hit = mm.find(magic, at, stop)
+            if hit < 0:
+                return out
+            pos = hit - 4
+            at = hit + 1
+            if pos % 8 or pos + FRAME_HEADER_SIZE > stop:
+                continue
+            delta = HEAD.unpack_from(mv, pos)[5]
+            if base + delta < min_offset:
+                continue
+            st = ScanState(pos, base + delta)
+            f: Frame
+            for f in scan(mv, base, limit, st, stop):
+                out.append((f.offset, st.pos - ((FRAME_HEADER_SIZE + len(f.payload) + 7) & ~7), f.bytes()))
+            if st.pos > pos:
+                at = st.pos + 4
 
     def close(self) -> None:
         """Release the mapping unless frames handed out still reference it (then GC frees it)."""

@@ -60,6 +60,9 @@ Options:
                               manifest; `stalkd analyze URL` reads it. Segments are
                               deleted locally only once shipped. S3 settings come from
                               AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...
+          --repair            if the WAL is damaged, cut it at the damage (the bytes cut
+                              off are kept in DIR/wal/dropped/) instead of refusing to
+                              start; same as running `stalkd log repair DIR` first
           --max-connections N refuse connections beyond N (default 10000)
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
@@ -70,6 +73,9 @@ Options:
           --admin-token-file FILE
                               clients of the admin endpoint must send this bearer token
                               (required when ADDR is not a loopback address)
+          --admin-tls         serve the admin endpoint over HTTPS with --tls-cert/--tls-key
+                              (with --tls-client-ca, clients need a certificate, and with
+                              --acl only identities with admin = true may use the API)
 
 Listeners (several may run at once; each has its own policy):
           --unix PATH         also listen on a UNIX socket (file permissions decide who
@@ -108,7 +114,8 @@ class Config:
                  "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive",
                  "unix", "socket_mode", "tls_listen", "tls_cert", "tls_key", "tls_client_ca",
                  "acl", "no_plain", "plain_network_ok",
-                 "admin", "admin_token_file", "archive_url")  # fmt: skip
+                 "admin", "admin_token_file", "admin_tls",
+                 "repair", "archive_url")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -133,6 +140,8 @@ class Config:
     plain_network_ok: bool  # the operator knows the plain listener is reachable from a network
     admin: tuple[str, int] | None  # (host, port) of the admin HTTP endpoint; None: off
     admin_token_file: str | None  # bearer token the admin endpoint requires
+    admin_tls: bool  # the admin endpoint serves HTTPS with the TLS listeners' certificate
+    repair: bool  # cut a damaged WAL at its damage instead of refusing to start
     archive_url: str | None  # sealed segments and snapshots are shipped there (stalkd.archive)
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
@@ -147,12 +156,12 @@ class Config:
                  acl: str | None = None, no_plain: bool = False,
                  plain_network_ok: bool = False,
                  admin: tuple[str, int] | None = None,
-                 admin_token_file: str | None = None,
-                 archive_url: str | None = None) -> None:  # fmt: skip
+                 admin_token_file: str | None = None, admin_tls: bool = False,
+                 repair: bool = False, archive_url: str | None = None) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
                   log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
                   tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,
-                  plain_network_ok, admin, admin_token_file, archive_url)  # fmt: skip
+                  plain_network_ok, admin, admin_token_file, admin_tls, repair, archive_url)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 
@@ -395,8 +404,12 @@ def _long(cfg: Config, arg: str, rest: list[str]) -> Config | Exit:
         return cfg.replace(archive_url=value)
     if eq:
         raise _Bad(f"flag --{name} takes no value")
+    if name == "repair":
+        return cfg.replace(repair=True)
     if name == "no-plain":
         return cfg.replace(no_plain=True)
+    if name == "admin-tls":
+        return cfg.replace(admin_tls=True)
     if name == "plain-network-ok":
         return cfg.replace(plain_network_ok=True)
     simple = {"no-fsync": "F", "verbose": "V", "help": "h", "version": "v"}
@@ -442,7 +455,9 @@ def _parse(argv: Sequence[str]) -> Config | Exit:
         raise _Bad("--archive URL needs a data directory (-b DIR): it ships the WAL's segments")
     if cfg.tls_listen and cfg.tls_cert is None:
         raise _Bad("--tls-listen needs --tls-cert FILE (and --tls-key FILE unless the key is in it)")
-    if not cfg.tls_listen:
+    if cfg.admin_tls and (cfg.admin is None or cfg.tls_cert is None):
+        raise _Bad("--admin-tls needs --admin ADDR:PORT and --tls-cert FILE")
+    if not cfg.tls_listen and not cfg.admin_tls:
         stray = [f for f, v in (("--tls-cert", cfg.tls_cert), ("--tls-key", cfg.tls_key),
                                 ("--tls-client-ca", cfg.tls_client_ca), ("--acl", cfg.acl)) if v]
         if stray:

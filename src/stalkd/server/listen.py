@@ -139,15 +139,17 @@ class Listener:
 
     __slots__ = ("kind", "sock", "address", "unix_ino")
 
-    def __init__(self, kind: str, sock: socket.socket) -> None:
+    def __init__(self, kind: str, sock: socket.socket, *, owns_file: bool = True) -> None:
         self.kind = kind
         self.sock = sock
         self.address = describe(sock)
-        self.unix_ino = os.lstat(self.address[5:]).st_ino if sock.family == socket.AF_UNIX else 0
+        # The inode of the UNIX socket file we created (0: none, or systemd's to keep).
+        unix = sock.family == socket.AF_UNIX and owns_file
+        self.unix_ino = os.lstat(self.address[5:]).st_ino if unix else 0
 
     def remove_file(self) -> None:
-        """At exit: a UNIX socket's file goes with it."""
-        if self.sock.family == socket.AF_UNIX:
+        """At exit: a UNIX socket file we created goes with it."""
+        if self.unix_ino:
             remove_unix(self.address[5:], self.unix_ino)
 
 
@@ -158,8 +160,9 @@ def bind_all(plain: socket.socket | None, listen: str, port: int, *, unix: tuple
     ``listen`` means no plain listener."""
     out: list[Listener] = []
     try:
-        if plain is not None:
-            out.append(Listener("plain", plain))
+        if plain is not None:  # systemd's: it owns a socket file, if any
+            kind = "unix" if plain.family == socket.AF_UNIX else "plain"
+            out.append(Listener(kind, plain, owns_file=False))
         elif listen:
             kind = "unix" if listen.startswith("unix:") else "plain"
             out.append(Listener(kind, bind_listener(listen, port, socket_mode)))

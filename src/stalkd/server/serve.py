@@ -67,7 +67,7 @@ def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]
         return Engine(max_job_size=cfg.max_job_size, records=False), None, "in memory"
     from stalkd.engine.wal import Wal
 
-    kwargs: dict[str, Any] = {"durability": cfg.durability, "archive": cfg.archive}
+    kwargs: dict[str, Any] = {"durability": cfg.durability, "archive": cfg.archive, "repair": cfg.repair}
     if cfg.wal_size is not None:
         kwargs["segment_size"] = cfg.wal_size
     wal = Wal.open(cfg.data_dir, **kwargs)
@@ -76,6 +76,14 @@ def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage | None, str]
     except BaseException:
         wal.close()
         raise
+    for note in wal.repair_notes:
+        log.warning("repair: %s", note)
+    rep = wal.log.repair_report
+    if rep is not None and rep.salvaged:
+        from stalkd.engine.datadir import job_id_ranges
+
+        log.warning("repair: %d records still readable in the bytes cut off (not restored), of jobs %s",
+                    len(rep.salvaged), job_id_ranges(rep.salvaged))
     summary = (f"{info.jobs} jobs from {info.snapshot or 'no snapshot'} "
                f"+ {info.records_replayed} WAL records")
     storage: Storage = wal
@@ -220,6 +228,13 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     if storage is not None:
         try:
             storage.sync()
+            if srv.failed is None:  # so the next start loads live jobs, not all the dead WAL
+                t_snap = time.monotonic()
+                why = storage.final_snapshot(engine)
+                if why is not None:
+                    log.warning("no snapshot at stop, the next start replays the WAL: %s", why)
+                else:
+                    log.info("snapshot at stop: %d jobs in %.3fs", len(engine.jobs), time.monotonic() - t_snap)
             storage.close()
         except Exception as e:
             log.error("closing the WAL failed: %s", e)

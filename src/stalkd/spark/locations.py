@@ -25,7 +25,7 @@ from stalkd.archive.manifest import MANIFEST_NAME, SegmentEntry
 from stalkd.archive.remote import fetch_segment, load_manifest
 from stalkd.archive.store import Store, is_url
 from stalkd.log.columns import FrameColumns, segment_columns
-from stalkd.log.layout import DATA_DIR_LOG, resolve_log_dir
+from stalkd.log.layout import DATA_LOG_DIR, resolve_log_dir
 from stalkd.spark.partitions import LogSlice, Segment
 
 __all__ = ["resolve", "is_archive", "archive_segments", "archive_columns", "with_shipped", "ARCHIVE_URL_FILE"]
@@ -63,7 +63,7 @@ def archive_segments(url: str, t_lo: int | None = None, t_hi: int | None = None)
 def shipped_url(log_dir: str) -> str | None:
     """The archive URL a server ships ``log_dir`` to (``DATA/archive.url``), if it does."""
     p = Path(log_dir)
-    if p.name != DATA_DIR_LOG:
+    if p.name != DATA_LOG_DIR:
         return None
     try:
         return (p.parent / ARCHIVE_URL_FILE).read_text(encoding="utf-8").strip() or None

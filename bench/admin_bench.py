@@ -1,0 +1,269 @@
+"""What watching and operating a server costs the clients it serves (issue 14).
+
+0. The loop time one /metrics scrape costs (in-process, 200 tubes, 100k jobs).
+1. Scraping /metrics every second, on put throughput at 16 connections (depth 1, 100 B,
+   durability ``never`` by default, BENCH_DURABILITY=always for the fsync path): three variants measured in the same run, alternating, medians of
+   ROUNDS: a server without ``--admin`` ("off"), a server with ``--admin`` nobody scrapes
+   ("on"), and the same with a scraper fetching /metrics every second ("scraped").
+   Target: scraped >= 0.97x off.
+2. The longest stall another connection sees while the admin API deletes 100k buried jobs in
+   bulk: a prober sends one cheap command at a time (``list-tube-used``) on its own connection
+   and records every round trip, before (baseline) and during the bulk delete.
+
+The load generator is server_bench.py's (GEN_PROCS processes, raw pipelined sockets).
+Run: ``.venv/bin/python bench/admin_bench.py [loop] [scrape] [bulk]`` (env: BENCH_SECONDS per run, default 2;
+BENCH_ROUNDS, default 3; BENCH_BULK_JOBS, default 100000; GEN_PROCS, default 2).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from server_bench import _generate  # noqa: E402  (the same load generator as the server bench)
+
+SECONDS = float(os.environ.get("BENCH_SECONDS", "2"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+GEN_PROCS = int(os.environ.get("GEN_PROCS", "2"))
+BULK_JOBS = int(os.environ.get("BENCH_BULK_JOBS", "100000"))
+CONNS = 16
+DURABILITY = os.environ.get("BENCH_DURABILITY", "never")  # never isolates the CPU cost from fsync noise
+
+
+class Server:
+    def __init__(self, data: str, admin: bool, *flags: str) -> None:
+        fd, self.log_path = tempfile.mkstemp(prefix="admin-bench-", suffix=".log")
+        args = [sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0",
+                "--dir", data, "--durability", DURABILITY, "--log-level", "info", *flags]
+        if admin:
+            args += ["--admin", "127.0.0.1:0"]
+        with os.fdopen(fd, "wb") as log:
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + 60
+        while True:
+            with open(self.log_path) as f:
+                text = f.read()
+            port = re.search(r"stalkd listening on 127\.0\.0\.1:(\d+)", text)
+            url = re.search(r"admin endpoint on (https?://\S+?)/ ", text)
+            if port and (url or not admin):
+                self.port = int(port.group(1))
+                self.admin = url.group(1) if url else None
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start:\n{text}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        died = self.proc.poll()
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+        if died is not None:  # it exited before we stopped it: show why
+            with open(self.log_path) as f:
+                print(f"   server exited with {died}:\n" + "".join(f.readlines()[-15:]), file=sys.stderr)
+        os.unlink(self.log_path)
+
+
+def put_rate(srv: Server, serial: int) -> float:
+    tubes = [b"b%d-%d" % (serial, i) for i in range(CONNS)]
+    q: mp.Queue[tuple[int, float, float]] = mp.Queue()
+    t_start = time.time() + 0.3
+    t_end = t_start + SECONDS
+    procs = [mp.Process(target=_generate, args=(srv.port, tubes[k::GEN_PROCS], b"x" * 100, 1, "put",
+                                                t_start, t_end, q)) for k in range(GEN_PROCS)]
+    for p in procs:
+        p.start()
+    while time.time() < t_start:
+        time.sleep(0.001)
+    w0 = time.time()
+    results = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(r[0] for r in results) / (max(r[2] for r in results) - w0)
+
+
+class Scraper(threading.Thread):
+    """GET /metrics once a second until stopped."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url + "/metrics"
+        self.stop_event = threading.Event()
+        self.scrapes = 0
+        self.bytes = 0
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            with urllib.request.urlopen(self.url, timeout=10) as r:
+                self.bytes = len(r.read())
+            self.scrapes += 1
+            self.stop_event.wait(1.0)
+
+
+def scrape_cost() -> None:
+    print(f"== put throughput, {CONNS} connections, depth 1, 100 B, {DURABILITY}; {ROUNDS} rounds of "
+          f"{SECONDS:.1f} s, alternating (jobs/s, medians)")
+    variants = ("off", "on", "scraped")
+    with tempfile.TemporaryDirectory() as d:
+        # one server per variant, each run once per round, so their WALs grow alike
+        servers = {v: Server(os.path.join(d, v), v != "off") for v in variants}
+        rates: dict[str, list[float]] = {v: [] for v in variants}
+        try:
+            for r in range(ROUNDS):
+                order = variants[r % 3:] + variants[:r % 3]  # who goes first rotates
+                for variant in order:
+                    srv = servers[variant]
+                    scraper = None
+                    if variant == "scraped":
+                        assert srv.admin is not None
+                        scraper = Scraper(srv.admin)
+                        scraper.start()
+                    rates[variant].append(put_rate(srv, r))
+                    if scraper is not None:
+                        scraper.stop_event.set()
+                        scraper.join()
+                        print(f"   (scraped {scraper.scrapes} times, {scraper.bytes} bytes each)")
+        finally:
+            for srv in servers.values():
+                srv.stop()
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    for k in variants:
+        print(f"   {k:8s} {med[k]:9.0f} jobs/s  ({', '.join(f'{x:.0f}' for x in rates[k])})")
+    print(f"   on/off {med['on'] / med['off']:.3f}x   scraped/off {med['scraped'] / med['off']:.3f}x"
+          f"   scraped/on {med['scraped'] / med['on']:.3f}x   (target scraped/off >= 0.97x)")
+
+
+def scrape_loop_time(tubes: int = 200, jobs: int = 100_000) -> None:
+    """The loop time one /metrics scrape takes (it runs on the server's loop): the collector
+    and the text encoding, in-process, with ``tubes`` tubes and ``jobs`` jobs."""
+    from stalkd.admin.metrics import Instruments, Reading, exposition
+    from stalkd.engine import Engine
+    from stalkd.engine import commands as C
+    from stalkd.server.app import Server
+    from stalkd.server.config import Config
+
+    eng = Engine(records=False)
+    eng.connect(1, 0.0)
+    for i in range(jobs):
+        if i % (jobs // tubes) == 0:
+            eng.apply(1, C.Use(f"tube-{i}"), 0.0)
+        eng.apply(1, C.Put(0, 0, 60, b"x"), 0.0)
+    srv = Server(Config(), eng)
+    ins = Instruments()
+    on_loop, encode = [], []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        reading = Reading(srv, ins, None)
+        t1 = time.perf_counter()
+        text = exposition(reading)
+        encode.append(time.perf_counter() - t1)
+        on_loop.append(t1 - t0)
+    loop_ms, enc_ms = 1000 * statistics.median(on_loop), 1000 * statistics.median(encode)
+    print(f"== one /metrics scrape, {tubes} tubes, {jobs} jobs, {len(text)} bytes: reading on the "
+          f"loop {loop_ms:.2f} ms (median), encoding in a worker thread {enc_ms:.2f} ms; "
+          f"loop held {loop_ms / (loop_ms + enc_ms):.1%} of what encoding on the loop would")
+
+
+def bury_many(port: int, tube: bytes, n: int) -> None:
+    """``n`` buried jobs in ``tube``, pipelined 1000 at a time (ids are sequential)."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"use %s\r\nwatch %s\r\nignore default\r\n" % (tube, tube))
+        got = b""
+        while got.count(b"\r\n") < 3:
+            got += s.recv(1 << 16)
+        first = 1
+        while n:
+            k = min(n, 1000)
+            s.sendall(b"put 0 0 600 16\r\n0123456789abcdef\r\n" * k)
+            s.sendall(b"".join(b"reserve-with-timeout 0\r\nbury %d 0\r\n" % i
+                               for i in range(first, first + k)))
+            want, got = 4 * k, b""  # INSERTED, RESERVED + body line, BURIED
+            while got.count(b"\r\n") < want:
+                got += s.recv(1 << 20)
+            if got.count(b"BURIED\r\n") != k:
+                raise RuntimeError(f"could not bury: {got[-200:]!r}")
+            first += k
+            n -= k
+
+
+class Prober(threading.Thread):
+    """One command at a time on its own connection; every round trip recorded."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.rtts: list[float] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            t0 = time.perf_counter()
+            self.sock.sendall(b"list-tube-used\r\n")
+            got = b""
+            while not got.endswith(b"\r\n"):
+                got += self.sock.recv(256)
+            self.rtts.append(time.perf_counter() - t0)
+
+    def take(self) -> list[float]:
+        out, self.rtts = self.rtts, []
+        return out
+
+
+def _summary(rtts: list[float]) -> str:
+    s = sorted(rtts)
+    return (f"{len(s)} round trips, p50 {1000 * s[len(s) // 2]:.2f} ms, "
+            f"p99 {1000 * s[int(len(s) * 0.99)]:.2f} ms, max {1000 * s[-1]:.1f} ms")
+
+
+def bulk_stall() -> None:
+    print(f"== stall seen by another connection during a bulk delete of {BULK_JOBS} buried jobs "
+          "(admin API, always)")
+    with tempfile.TemporaryDirectory() as d:
+        srv = Server(os.path.join(d, "bulk"), True)
+        try:
+            t0 = time.perf_counter()
+            bury_many(srv.port, b"bulk", BULK_JOBS)
+            print(f"   preload (put + reserve + bury, pipelined): {time.perf_counter() - t0:.1f} s")
+            prober = Prober(srv.port)
+            prober.start()
+            time.sleep(1.0)  # the baseline window
+            base = prober.take()
+            body = json.dumps({"tube": "bulk", "state": "buried"}).encode()
+            assert srv.admin is not None
+            req = urllib.request.Request(srv.admin + "/api/v1/jobs/delete", data=body,
+                                         headers={"Content-Type": "application/json"})
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(req, timeout=600) as r:
+                out = json.loads(r.read())
+            took = time.perf_counter() - t0
+            during = prober.take()
+            prober.stop_event.set()
+            prober.join()
+        finally:
+            srv.stop()
+    print(f"   bulk delete: {out['outcomes']} in {took:.2f} s ({BULK_JOBS / took:.0f} jobs/s)")
+    print(f"   baseline: {_summary(base)}")
+    print(f"   during:   {_summary(during)}")
+    print(f"   longest stall during / baseline max: {max(during) / max(base):.1f}x")
+
+
+if __name__ == "__main__":
+    parts = sys.argv[1:] or ["loop", "scrape", "bulk"]  # e.g. `admin_bench.py bulk`
+    if "loop" in parts:
+        scrape_loop_time()
+    if "scrape" in parts:
+        scrape_cost()
+    if "bulk" in parts:
+        bulk_stall()

@@ -1,0 +1,86 @@
+"""Spare segments are files of their own, renamed into place (issue 11 item 3): room promised to
+deletes cannot be taken by another process at the moment the log starts a segment. On a real
+4 MiB tmpfs this test mounts (skipped where mounting is not allowed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import stalkd.log.active as active
+from stalkd.engine.commands import Delete, Put
+from stalkd.engine.space import SHORT_FRAME, put_frame
+from stalkd.engine.wal import Wal
+
+T = 1_700_000_000.0
+SEG = 256 * 1024
+
+
+@pytest.fixture
+def fs4(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small file system needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, timeout=30)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
+
+
+def hog(path: Path) -> None:
+    """Another writer on the same file system taking every free byte."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for chunk in (65536, 4096, 1):
+            try:
+                while True:
+                    os.write(fd, b"\1" * chunk)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_room_promised_to_deletes_survives_another_writer_at_the_roll_over(
+    fs4: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal = Wal.open(fs4 / "data", durability="never", segment_size=SEG, background=False)
+    eng, _ = wal.recover(now=T)
+    eng.connect(1, T)
+    ids = []
+    # Given puts admitted until the file system is full (spares hold their deletes' room)
+    cost = put_frame(600, len("default")) + SHORT_FRAME  # what the server promises for a put
+    while True:
+        if not wal.admit(cost):
+            break
+        out = eng.apply(1, Put(0, 0, 60, b"p" * 600), T)
+        wal.settle(cost, out.records)
+        wal.write(out.records)
+        ids.append(out.records[0].job_id)
+    assert wal.space is not None and wal.space.spares >= 1 and len(ids) > 100
+    # When another process takes every byte freed at the moment the log starts a segment
+    real = active._allocate
+
+    def allocate_after_a_hog(fd: int, size: int) -> None:
+        hog(fs4 / "hog")
+        real(fd, size)
+
+    monkeypatch.setattr(active, "_allocate", allocate_after_a_hog)
+    hog(fs4 / "hog")
+    # Then every delete (its room was promised by its put) is still written
+    for jid in ids:
+        wal.write(eng.apply(1, Delete(jid), T).records)
+    wal.sync()
+    wal.close()
+    with Wal.open(fs4 / "data", durability="never", segment_size=SEG) as again:
+        e2, _ = again.recover(now=T)
+        assert not e2.jobs
