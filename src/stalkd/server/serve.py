@@ -124,9 +124,15 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     t0 = time.monotonic()
     try:
         engine, storage, info = _open_storage(cfg, time.time())
-        shipper = _start_shipper(cfg, storage)
     except Exception as e:
         return _describe_wal_error(e)
+    try:
+        shipper = _start_shipper(cfg, storage)
+    except (OSError, ValueError) as e:
+        log.error("--archive %s: %s", cfg.archive_url, e)
+        if storage is not None:
+            storage.close()
+        return EXIT_FATAL
     recovery_s = time.monotonic() - t0
     admin = None
     if cfg.admin is not None:
