@@ -65,7 +65,7 @@ def records(n: int, seed: int = 7) -> Iterator[Record]:
             yield Record(Op.BURY, seq, t, j, pri=1024)
 
 
-def write_inputs(n: int, root: Path, *, with_peers: bool = True) -> dict[str, Path]:
+def write_inputs(n: int, root: Path, *, with_peers: bool = True, segment_size: int = 16 * 2**20) -> dict[str, Path]:
     """The log, and (``with_peers``) JSON lines and Parquet holding the same n records."""
     import pyarrow.parquet as pq
 
@@ -78,7 +78,7 @@ def write_inputs(n: int, root: Path, *, with_peers: bool = True) -> dict[str, Pa
     pq_writer = None
     offset = 0
     # 16 MiB segments, as the server's WAL writes them (stalkd.engine.wal's default).
-    with Log.open(log_dir, segment_size=16 * 2**20, durability="never") as log, \
+    with Log.open(log_dir, segment_size=segment_size, durability="never") as log, \
             open(json_dir / "records.json", "w") as jf:
         chunk: list[bytes] = []
         gen = records(n)

@@ -88,7 +88,8 @@ def main_cluster(records: int, rounds: int, keep: str | None) -> int:
     cluster = None
     try:
         print(f"generating {records:,} WAL records in {root}", flush=True)
-        paths = write_inputs(records, root / "data", with_peers=False)
+        # 4 MiB segments (the server's default -s): enough slices to spread over two executors
+        paths = write_inputs(records, root / "data", with_peers=False, segment_size=4 * 2**20)
         s3.create_bucket("bench")
         t = time.perf_counter()
         n = Shipper(str(root / "data"), Store.open("s3://bench/q")).ship_once()
