@@ -7,15 +7,28 @@ between stalkd and the floor is stalkd's own per-command cost (parser, engine, s
 
 Run: ``.venv/bin/python bench/floor_bench.py`` (about 30 s; BENCH_SECONDS, BENCH_ROUNDS as
 for server_bench.py). ``--serve PORT`` runs only the trivial server.
+
+``--durable`` measures the fsync-bound cell instead (put 100 B, 1 connection, depth 1): server
+CPU per job of beanstalkd ``-f 0``, the fsync floor (the trivial server writing each put into a
+preallocated file and fdatasyncing it before INSERTED), stalkd ``always`` and ``never``, and two
+controls that block as long without any I/O: the floor and stalkd ``always`` with the fdatasync
+replaced by a ``--sleep-ms`` sleep. CPU is read from /proc/PID/task/*/schedstat (nanoseconds).
+Whatever a control costs beyond its non-blocking counterpart is the price of being descheduled
+and resumed per job (caches refilled), not of the fsync's work.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 
 import server_bench as sb
 
@@ -55,28 +68,158 @@ class _Floor(asyncio.Protocol):
             self.transport.writelines(out)
 
 
-async def _serve(port: int) -> None:
+class _FloorSync(_Floor):
+    """The floor, durable: each put's bytes go into a preallocated file (pwrite), then
+    fdatasync (or, as a control, a sleep) before its INSERTED; what beanstalkd -f 0 does."""
+
+    fd = -1
+    pos = 0
+    sleep = 0.0
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        out = []
+        pos = 0
+        while True:
+            i = buf.find(b"\r\n", pos)
+            if i < 0:
+                break
+            line = buf[pos:i]
+            if line.startswith(b"put "):
+                end = i + 2 + int(line.rsplit(b" ", 1)[1]) + 2
+                if len(buf) < end:
+                    break
+                cls = _FloorSync
+                cls.pos += os.pwrite(cls.fd, buf[pos:end], cls.pos)
+                if cls.sleep:
+                    time.sleep(cls.sleep)
+                else:
+                    os.fdatasync(cls.fd)
+                pos = end
+                self.n += 1
+                out.append(b"INSERTED %d\r\n" % self.n)
+            else:
+                pos = i + 2
+                out.append(b"USING x\r\n" if line.startswith(b"use ") else b"WATCHING 2\r\n")
+        self.buf = buf[pos:]
+        if out and self.transport is not None:
+            self.transport.writelines(out)
+
+
+async def _serve(port: int, proto: type[_Floor]) -> None:
     loop = asyncio.get_running_loop()
-    await loop.create_server(_Floor, "127.0.0.1", port)
+    await loop.create_server(proto, "127.0.0.1", port)
     await asyncio.Event().wait()
 
 
-def _start_floor() -> sb.Server:
+def _start_floor(sync_dir: str | None = None, sleep_ms: float = 0.0) -> sb.Server:
     port = sb._free_port()
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    extra = [] if sync_dir is None else ["--sync-dir", sync_dir, "--sleep-ms", str(sleep_ms)]
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), *extra])
     sb._wait_port(port, proc)
-    return sb.Server("floor", proc, port, None, "memory")
+    return sb.Server("floor", proc, port, sync_dir, "memory" if sync_dir is None else "always")
+
+
+# stalkd `always` with every fdatasync of its log replaced by a sleep: the blocking control.
+_SLEEPING_STALKD = """
+import sys, time
+from stalkd.log.writer import SegmentWriter
+SegmentWriter.fdatasync = lambda self, fd: time.sleep({sleep})
+from stalkd.server.cli import main
+sys.argv[0] = "stalkd"
+sys.exit(main())
+"""
+
+
+@dataclass
+class _Precise(sb.Server):
+    """CPU of every thread, from schedstat (ns): /proc/PID/stat ticks are too coarse for a
+    cell that runs a few hundred jobs per second."""
+
+    def cpu_seconds(self) -> float:
+        total = 0
+        for path in glob.glob(f"/proc/{self.proc.pid}/task/*/schedstat"):
+            try:
+                with open(path) as f:
+                    total += int(f.read().split()[0])
+            except OSError:  # a thread that just ended
+                pass
+        return total / 1e9
+
+
+def _start_durable(kind: str, sleep_ms: float) -> sb.Server:
+    if kind == "beanstalkd":
+        srv = sb.start("beanstalkd", "always")
+    elif kind == "stalkd never":
+        srv = sb.start("stalkd", "never")
+    elif kind == "stalkd always":
+        srv = sb.start("stalkd", "always")
+    elif kind == "floor fsync":
+        srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir="/var/tmp"))
+    elif kind == "floor sleep":
+        srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir="/var/tmp"), sleep_ms)
+    else:  # stalkd always, fdatasync -> sleep
+        port = sb._free_port()
+        data = tempfile.mkdtemp(prefix="bench-stalkd-", dir="/var/tmp")
+        code = _SLEEPING_STALKD.format(sleep=sleep_ms / 1000)
+        proc = subprocess.Popen([sys.executable, "-c", code, "-l", "127.0.0.1", "-p", str(port), "-b", data,
+                                 "--log-level", "warning"], stdout=subprocess.DEVNULL)
+        sb._wait_port(port, proc)
+        srv = sb.Server(kind, proc, port, data, "always")
+    return _Precise(kind, srv.proc, srv.port, srv.data_dir, srv.durability)
+
+
+def durable(sleep_ms: float) -> int:
+    """The fsync-bound cell: put 100 B, 1 conn, depth 1; server CPU us per job, same run."""
+    kinds = ["beanstalkd", "floor fsync", "floor sleep", "stalkd always", "stalkd sleep", "stalkd never"]
+    servers = {k: _start_durable(k, sleep_ms) for k in kinds}
+    print(f"# floor_bench --durable: put 100 B, 1 conn, depth 1, {sb.SECONDS} s per run, {sb.ROUNDS} rounds "
+          f"alternating, medians; sleep controls block {sleep_ms} ms per job; load {os.getloadavg()[0]:.1f}")
+    print(f"{'server':16} {'jobs/s':>8} {'cpu us/job':>10}   runs (us/job)")
+    try:
+        cpu: dict[str, list[float]] = {k: [] for k in kinds}
+        rate: dict[str, list[float]] = {k: [] for k in kinds}
+        for r in range(sb.ROUNDS):
+            for k in kinds if r % 2 == 0 else kinds[::-1]:
+                jobs, srv_pct, _ = sb.run_cell(servers[k], "put", 100, 1, 1)
+                rate[k].append(jobs)
+                cpu[k].append(1e4 * srv_pct / jobs)
+        for k in kinds:
+            print(f"{k:16} {statistics.median(rate[k]):8.0f} {statistics.median(cpu[k]):10.1f}   "
+                  + " ".join(f"{x:.0f}" for x in cpu[k]))
+        med = {k: statistics.median(cpu[k]) for k in kinds}
+        print(f"stalkd always - never: {med['stalkd always'] - med['stalkd never']:.0f} us/job; "
+              f"stalkd sleep - never: {med['stalkd sleep'] - med['stalkd never']:.0f} us/job "
+              f"(blocking alone); stalkd/beanstalkd {med['stalkd always'] / med['beanstalkd']:.2f}x, "
+              f"floor fsync/beanstalkd {med['floor fsync'] / med['beanstalkd']:.2f}x")
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--serve", type=int, metavar="PORT", help="run only the trivial server")
+    ap.add_argument("--sync-dir", help="with --serve: durable floor writing into DIR")
+    ap.add_argument("--sleep-ms", type=float, default=2.0,
+                    help="block this long instead of fdatasync (the durable floor with --serve, "
+                         "the sleep controls with --durable; default 2)")
+    ap.add_argument("--durable", action="store_true", help="the fsync-bound cell (see above)")
     args = ap.parse_args()
     if args.serve:
         import uvloop
 
-        uvloop.run(_serve(args.serve))
+        proto: type[_Floor] = _Floor
+        if args.sync_dir:
+            proto = _FloorSync
+            _FloorSync.fd = os.open(os.path.join(args.sync_dir, "log"), os.O_RDWR | os.O_CREAT, 0o600)
+            os.posix_fallocate(_FloorSync.fd, 0, 256 << 20)  # like beanstalkd's and stalkd's files
+            _FloorSync.sleep = args.sleep_ms / 1000
+        uvloop.run(_serve(args.serve, proto))
         return 0
+    if args.durable:
+        return durable(args.sleep_ms)
     servers = {"floor": _start_floor(), "stalkd": sb.start("stalkd", "memory"),
                "beanstalkd": sb.start("beanstalkd", "memory")}
     print(f"# floor_bench: put 100 B in memory, {sb.SECONDS} s per run, {sb.ROUNDS} rounds, "

@@ -8,6 +8,13 @@ each on an ephemeral 127.0.0.1 port, stopped by PID. RQ is measured with its def
 fastest mode); ratios are against the faster RQ figure with the same number of processes.
 
 Run: .venv/bin/python bench/worker_bench.py [--quick]      (N: WORKER_BENCH_JOBS, default 4000)
+
+``--peer-src DIR`` instead compares this tree's producer and worker with the stalkd in another
+``src/`` directory (e.g. a ``git worktree`` of an older commit), on one stalkd server (in memory),
+cases alternating between the two trees, each in a fresh process: ``task.put`` one at a time,
+bulk put (``task.put_many``, or ``Client.put_many`` of encoded bodies where the peer has none),
+and drain with ``threads x4`` (wall clock, and jobs per CPU second of the worker's process, which
+load on the machine disturbs less). Ratios are this tree over the peer, best of ``--rounds``.
 """
 
 from __future__ import annotations
@@ -144,7 +151,74 @@ def rq_case(port: int, processes: int, n: int, simple: bool) -> float:
     return n / elapsed
 
 
+# --- this tree against another (--peer-src) ---------------------------------------------------
+
+def _case_in_process(kind: str, address: str, n: int) -> float:
+    """One case in this process (run by the child of ``ab``): a rate in jobs/s."""
+    from stalkd.client import Client
+    from stalkd.worker import App
+
+    tube = f"ab-{kind}-{time.monotonic_ns()}"
+    app = App(address, middleware=[])
+    task = app.task(noop, name="noop", tube=tube, ttr=600)
+    if kind == "drain":
+        return stalkd_case(address, "threads", 4, n)
+    if kind == "drain-cpu":  # jobs per CPU second of this process (worker and pre-fill client)
+        cpu = time.process_time()
+        stalkd_case(address, "threads", 4, n)
+        return n / (time.process_time() - cpu)
+    t0 = time.perf_counter()
+    if kind == "put":
+        for _ in range(n):
+            task.put(PAYLOAD)
+    elif hasattr(task, "put_many"):
+        task.put_many([PAYLOAD] * n)
+    else:
+        with Client(address) as c:
+            c.use(tube)
+            c.put_many([task.encode(PAYLOAD) for _ in range(n)], ttr=600)
+    rate = n / (time.perf_counter() - t0)
+    with Client(address) as c:
+        assert int(c.stats_tube(tube)["current-jobs-ready"]) == n
+    return rate
+
+
+def ab(peer_src: str, n: int, rounds: int) -> int:
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+    trees = {"this": os.path.abspath(here), "peer": os.path.abspath(peer_src)}
+    cmd, port = stalkd_server()
+    best: dict[tuple[str, str], float] = {}
+    with server(cmd, port) as address:
+        for _ in range(rounds):
+            for kind in ("put", "put_many", "drain", "drain-cpu"):
+                for tree, src in trees.items():
+                    env = dict(os.environ, PYTHONPATH=src)
+                    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--case",
+                                          kind, address, str(n)], env=env, check=True,
+                                         capture_output=True, text=True).stdout
+                    rate = float(out.strip().splitlines()[-1])
+                    best[kind, tree] = max(best.get((kind, tree), 0.0), rate)
+    print(f"producer and worker, this tree vs {trees['peer']}: {n} jobs per case, best of "
+          f"{rounds}, one stalkd server (memory); {os.cpu_count()} CPUs")
+    print(f"{'case':<28} {'this jobs/s':>12} {'peer jobs/s':>12}  ratio")
+    labels = {"put": "task.put (one at a time)", "put_many": "bulk put", "drain": "drain threads x4",
+              "drain-cpu": "drain, jobs per CPU s"}
+    for kind, label in labels.items():
+        a, b = best[kind, "this"], best[kind, "peer"]
+        print(f"{label:<28} {a:>12.0f} {b:>12.0f}  {a / b:5.2f}x")
+    return 0
+
+
 def main() -> int:
+    if "--case" in sys.argv:
+        i = sys.argv.index("--case")
+        kind, address, n = sys.argv[i + 1], sys.argv[i + 2], int(sys.argv[i + 3])
+        print(_case_in_process(kind, address, n))
+        return 0
+    if "--peer-src" in sys.argv:
+        peer = sys.argv[sys.argv.index("--peer-src") + 1]
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
+        return ab(peer, int(os.environ.get("WORKER_BENCH_JOBS", "2000")), rounds)
     quick = "--quick" in sys.argv
     n = int(os.environ.get("WORKER_BENCH_JOBS", "1000" if quick else "4000"))
     n_fork = max(100, n // 10)  # RQ's forking worker is ~100x slower; keep its run short

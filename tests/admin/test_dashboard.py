@@ -46,7 +46,7 @@ def page(server: AdminServer) -> Iterator[Any]:
 def test_dashboard_shows_puts_dead_letters_and_kicks(server: AdminServer, page: Any) -> None:
     from playwright.sync_api import expect
 
-    from stalkd.worker.context import DeadLetter
+    from stalkd.worker.actions import DeadLetter
 
     # The page loads and shows the server as ready
     expect(page.locator("#server-state")).to_have_text("ready")

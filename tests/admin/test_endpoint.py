@@ -76,7 +76,7 @@ def test_list_jobs_pages_by_id(server: AdminServer) -> None:
 
 
 def test_job_view_shows_its_dead_letter(server: AdminServer) -> None:
-    from stalkd.worker.context import DeadLetter
+    from stalkd.worker.actions import DeadLetter
 
     c = _client(server)
     jid = c.put("payload")

@@ -148,7 +148,7 @@ def test_a_page_of_a_large_state_is_read_in_slices() -> None:
 
 
 def test_dead_letters_parsed_once_per_change_of_the_failed_tube() -> None:
-    from stalkd.worker.context import DeadLetter
+    from stalkd.worker.actions import DeadLetter
 
     srv = _server(1)
     ops = AdminOps(srv)
@@ -170,7 +170,7 @@ def test_dead_letters_parsed_once_per_change_of_the_failed_tube() -> None:
 
 def test_dead_letters_are_parsed_a_budget_at_a_time() -> None:
     from stalkd.admin import ops as ops_module
-    from stalkd.worker.context import DeadLetter
+    from stalkd.worker.actions import DeadLetter
 
     srv = _server(0)
     ops = AdminOps(srv)

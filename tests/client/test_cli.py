@@ -82,6 +82,15 @@ def test_kick_bound_all_and_jobs(server: ServerProcess) -> None:
     assert p.returncode == 1 and b"neither buried nor delayed" in p.stderr
 
 
+def test_kick_in_a_tube_that_does_not_exist_is_not_found(server: ServerProcess) -> None:
+    # When kicking in a tube the server does not have, Then it says so and exits 1
+    p = run(server, "kick", "--all", "-t", "nosuch")
+    assert p.returncode == 1 and b"no tube 'nosuch'" in p.stderr and p.stdout == b""
+    # And the kick did not create the tube
+    with Client(server.address) as c:
+        assert "nosuch" not in c.list_tubes()
+
+
 def test_stats_table_json_and_prefix_filter(server: ServerProcess) -> None:
     run(server, "put", "x")
     text = out(run(server, "stats"))

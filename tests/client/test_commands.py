@@ -232,3 +232,20 @@ def test_large_bodies_cross_many_reads(start_server: Any, connect: Any) -> None:
     for jid, body in zip(ids, bodies, strict=True):
         assert c.peek(jid).body == body
     assert c.stats()["max-job-size"] == 2000000
+
+
+def test_the_tube_in_use_is_remembered_so_use_is_sent_once(client: Any) -> None:
+    # Given a client that used a tube
+    client.use("mail")
+    sent = client.stats()["cmd-use"]
+    # When it uses that tube again and puts into it by name
+    client.use("mail")
+    client.put(b"a", tube="mail")
+    client.put_many([b"b", b"c"], tube="mail")
+    # Then no further `use` reached the server, and the jobs are in that tube
+    assert client.stats()["cmd-use"] == sent
+    assert client.stats_tube("mail")["current-jobs-ready"] == 3
+    # When a put names another tube, Then it is used once and stays in use
+    client.put(b"d", tube="sms")
+    assert client.stats()["cmd-use"] == sent + 1
+    assert client.using == "sms" and client.list_tube_used() == "sms"

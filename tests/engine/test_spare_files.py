@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import stalkd.log.active as active
 from stalkd.engine.commands import Delete, Put
 from stalkd.engine.space import SHORT_FRAME, put_frame
 from stalkd.engine.wal import Wal
+from stalkd.log.fs import Faults
 
 T = 1_700_000_000.0
 SEG = 256 * 1024
@@ -50,10 +50,23 @@ def hog(path: Path) -> None:
         os.close(fd)
 
 
-def test_room_promised_to_deletes_survives_another_writer_at_the_roll_over(
-    fs4: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    wal = Wal.open(fs4 / "data", durability="never", segment_size=SEG, background=False)
+class _HogAtRollOver(Faults):
+    """The file system, where another process takes every free byte just before the log
+    allocates a new segment file (while ``armed``)."""
+
+    armed = False
+    hog_path = Path()
+
+    def allocate(self, fd: int, offset: int, size: int) -> None:
+        if self.armed and self.path_of(fd).endswith(".log.tmp"):
+            hog(self.hog_path)
+        super().allocate(fd, offset, size)
+
+
+def test_room_promised_to_deletes_survives_another_writer_at_the_roll_over(fs4: Path) -> None:
+    disk = _HogAtRollOver()
+    disk.hog_path = fs4 / "hog"
+    wal = Wal.open(fs4 / "data", durability="never", segment_size=SEG, background=False, fs=disk)
     eng, _ = wal.recover(now=T)
     eng.connect(1, T)
     ids = []
@@ -68,13 +81,7 @@ def test_room_promised_to_deletes_survives_another_writer_at_the_roll_over(
         ids.append(out.records[0].job_id)
     assert wal.space is not None and wal.space.spares >= 1 and len(ids) > 100
     # When another process takes every byte freed at the moment the log starts a segment
-    real = active._allocate
-
-    def allocate_after_a_hog(fd: int, size: int) -> None:
-        hog(fs4 / "hog")
-        real(fd, size)
-
-    monkeypatch.setattr(active, "_allocate", allocate_after_a_hog)
+    disk.armed = True
     hog(fs4 / "hog")
     # Then every delete (its room was promised by its put) is still written
     for jid in ids:

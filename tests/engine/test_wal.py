@@ -14,6 +14,8 @@ from stalkd.engine import commands as C
 from stalkd.engine.snapshot import list_snapshots
 from stalkd.engine.space import SHORT_FRAME, put_frame
 from stalkd.engine.wal import Wal, WalError
+from stalkd.log.active import SPARES_DIR
+from stalkd.log.fs import Faults
 
 from .walutil import T0, Driver, durable_view, random_step
 
@@ -228,18 +230,25 @@ def test_tiny_segments_96_puts_then_96_deletes(tmp_path: Path) -> None:
     wal.close()
 
 
-class _Disk:
-    """The WAL's spare-segment allocation, failing with ENOSPC while ``full`` (the ``fault``
-    hook at the allocation boundary)."""
+class _Disk(Faults):
+    """The file system, with the WAL's spare-segment allocation failing (ENOSPC) while ``full``."""
 
-    def __init__(self) -> None:
-        self.full = False
-        self.refused = 0
+    @property
+    def full(self) -> bool:
+        return bool(self._full)
 
-    def __call__(self, step: str) -> None:
-        if step == "space-allocate" and self.full:
-            self.refused += 1
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    @full.setter
+    def full(self, value: bool) -> None:
+        self._full = value
+        self.heal()
+        if value:
+            self.fail("allocate", errno.ENOSPC, match=f"/{SPARES_DIR}/")
+
+    @property
+    def refused(self) -> int:
+        return self.failures.get("allocate", 0)
+
+    _full = False
 
 
 def _admitted(wal: Wal, e: Engine, cmd: C.Command, cost: int) -> C.AnyReply | None:
@@ -255,7 +264,7 @@ def _admitted(wal: Wal, e: Engine, cmd: C.Command, cost: int) -> C.AnyReply | No
 def test_injected_allocation_failure_refuses_puts_but_never_deletes(tmp_path: Path) -> None:
     disk = _Disk()
     wal = Wal.open(
-        tmp_path, durability="never", segment_size=8192, compact_min_bytes=10**9, fault=disk
+        tmp_path, durability="never", segment_size=8192, compact_min_bytes=10**9, fs=disk
     )
     e, _ = wal.recover(T0, max_job_size=1024)
     e.connect(1, T0)
@@ -296,7 +305,7 @@ def test_injected_allocation_failure_refuses_puts_but_never_deletes(tmp_path: Pa
 def test_kick_is_bounded_by_the_room_left(tmp_path: Path) -> None:
     disk = _Disk()
     wal = Wal.open(
-        tmp_path, durability="never", segment_size=4096, compact_min_bytes=10**9, fault=disk
+        tmp_path, durability="never", segment_size=4096, compact_min_bytes=10**9, fs=disk
     )
     wal.recover(T0)
     disk.full = True
@@ -320,7 +329,7 @@ def test_promises_never_exceed_room_over_random_histories(tmp_path: Path, seed: 
     rng = random.Random(seed)
     disk = _Disk()
     wal = Wal.open(
-        tmp_path, durability="never", segment_size=2048, compact_min_bytes=10**9, fault=disk
+        tmp_path, durability="never", segment_size=2048, compact_min_bytes=10**9, fs=disk
     )
     e, _ = wal.recover(T0, max_job_size=256)
     sp = wal.space

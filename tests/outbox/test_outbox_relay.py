@@ -141,7 +141,7 @@ class FlakySender:
         self.ok = ok
         self.got: list[bytes] = []
 
-    def put(self, tube: str, body: bytes, *, priority: int, delay: int, ttr: int) -> int:
+    def put(self, body: bytes, *, priority: int, delay: int, ttr: int, tube: str) -> int:
         if len(self.got) >= self.ok:
             raise ConnectionResetError("server went away")
         self.got.append(body)

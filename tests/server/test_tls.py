@@ -313,3 +313,23 @@ def test_spark_sink_puts_rows_over_mutual_tls(mtls: Stalkd, certs: Certs) -> Non
     with pytest.raises(SinkError, match="PERMISSION_DENIED"):
         put_rows(addr(mtls, certs), iter([{"payload": b"x"}]), "payload", ["payload"],
                  JobDefaults(tube="payroll"))
+
+
+def test_sighup_reloads_the_acl_for_open_connections_too(certs: Certs, tmp_path: Path) -> None:
+    acl = tmp_path / "acl.toml"
+    acl.write_text(ACL)
+    s = start(*tls_flags(certs, "--tls-client-ca", certs.ca.cert, "--acl", str(acl)))
+    try:
+        with Client(addr(s, certs)) as c:
+            c.use("payroll")
+            with pytest.raises(errors.PermissionDenied):
+                c.put(b"no")
+            acl.write_text(ACL.replace('put = ["emails", "reports.*"]', 'put = ["payroll"]'))
+            s.proc.send_signal(signal.SIGHUP)
+            s.wait_log(r"SIGHUP: reloaded TLS certificates, ACL")
+            assert c.put(b"now allowed") > 0
+            c.use("emails")
+            with pytest.raises(errors.PermissionDenied):
+                c.put(b"no longer")
+    finally:
+        s.stop()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
+
+import pytest
 
 from support import ServerProcess
 
@@ -51,3 +54,27 @@ def test_failed_and_retry_read_stalkd_addr_and_take_port(beanstalkd: ServerProce
 def test_retry_needs_ids_or_all() -> None:
     r = stalkd("retry")
     assert r.returncode == 2 and "give job ids or --all" in r.stderr
+
+
+def test_bad_numbers_and_log_levels_are_usage_errors(tmp_path: Any) -> None:
+    # Given an importable app, When an option is out of range, Then a usage error, not a
+    # traceback (nor, for --threads-per-process 0, a child respawned forever)
+    (tmp_path / "cli_app.py").write_text(
+        "from stalkd.worker import App\napp = App()\napp.task(lambda p: None, name='t')\n")
+    cases = [(["-c", "0"], "must be at least 1"), (["--log-level", "foo"], "'foo' is not one of"),
+             (["-m", "processes", "--threads-per-process", "0"], "must be at least 1")]
+    for flags, message in cases:
+        r = subprocess.run([sys.executable, "-m", "stalkd.cli", "worker", "cli_app:app", *flags],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert r.returncode == 2, (flags, r.stderr)
+        assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_process_worker_refuses_zero_threads_per_process() -> None:
+    from stalkd.worker import App
+    from stalkd.worker.procs import ProcessWorker
+
+    app = App(middleware=[])
+    app.task(lambda p: None, name="t")
+    with pytest.raises(ValueError, match="threads per process must be >= 1"):
+        ProcessWorker(app, threads=0)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stalkd.worker.context import DeadLetter
+from stalkd.worker.actions import DeadLetter
 from stalkd.worker.errors import EnvelopeError
 from stalkd.worker.serializer import PREFIX, Header, decode_envelope, encode_envelope
 

@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from stalkd.worker import App, Backoff
-from stalkd.worker.context import Bury, JobContext, Release
+from stalkd.worker.actions import GiveUp, RetryLater
+from stalkd.worker.context import JobContext
 from stalkd.worker.middleware import Metrics, Middleware, Retries, StructuredLogging
 
 
@@ -23,10 +24,10 @@ class Trace(Middleware):
     def after_process(self, ctx: JobContext) -> None:
         self.log.append(f"{self.name}.after")
 
-    def on_retry(self, ctx: JobContext, action: Release) -> None:
+    def on_retry(self, ctx: JobContext, action: RetryLater) -> None:
         self.log.append(f"{self.name}.retry")
 
-    def on_dead_letter(self, ctx: JobContext, action: Bury) -> None:
+    def on_dead_letter(self, ctx: JobContext, action: GiveUp) -> None:
         self.log.append(f"{self.name}.dead")
 
 
@@ -57,7 +58,7 @@ def test_a_broken_hook_is_logged_and_the_job_still_completes(caplog: pytest.LogC
     task = app.task(lambda p: None, name="t")
     with app.testing() as t, caplog.at_level(logging.ERROR, "stalkd.worker"):
         task.put(1)
-        assert type(t.consume_one().action).__name__ == "Delete"
+        assert type(t.consume_one().action).__name__ == "Complete"
     assert "middleware hook" in caplog.text and "metrics backend down" in caplog.text
 
 
@@ -89,7 +90,7 @@ def test_metrics_count_outcomes_retries_and_dead_letters() -> None:
 
 
 def test_log_lines_carry_job_tube_task_attempt_and_duration(caplog: pytest.LogCaptureFixture) -> None:
-    app = App(middleware=[StructuredLogging(), Retries(rng=lambda: 0.0)])
+    app = App(middleware=[StructuredLogging(per_job=True), Retries(rng=lambda: 0.0)])
     ok = app.task(lambda p: None, name="send", tube="emails")
 
     @app.task(tube="emails", max_attempts=2, backoff=Backoff(base=3, jitter=0))
@@ -101,7 +102,7 @@ def test_log_lines_carry_job_tube_task_attempt_and_duration(caplog: pytest.LogCa
         flaky.put(None)
         t.drain()
     lines = [r.getMessage() for r in caplog.records]
-    assert lines[0].startswith("✓ job=1 tube=emails task=send attempt=1 ms=")
+    assert lines[0].startswith("✓ job=1 tube=emails task=send ms=")  # attempt unknown: omitted
     assert lines[1].startswith("↻ job=2 tube=emails task=flaky attempt=1 ms=")
     assert lines[1].endswith('retry_in=3s error="TimeoutError: smtp"')
     assert lines[2].startswith("✗ job=2 tube=emails task=flaky attempt=2 ms=")
@@ -110,11 +111,33 @@ def test_log_lines_carry_job_tube_task_attempt_and_duration(caplog: pytest.LogCa
     assert rec.duration_ms >= 0  # type: ignore[attr-defined]
 
 
-def test_metrics_are_served_over_http_on_loopback() -> None:
+def test_per_job_lines_are_opt_in_and_a_periodic_summary_is_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Given the default logging middleware and a clock the test moves
+    now = [0.0]
+    app = App(middleware=[StructuredLogging(summary_every=10, clock=lambda: now[0]), Retries()])
+    task = app.task(lambda p: None, name="t")
+    with app.testing() as t, caplog.at_level(logging.INFO, "stalkd.worker"):
+        task.put_many([1, 2, 3])
+        t.drain()
+        # Then no line per job at INFO
+        assert [r.getMessage() for r in caplog.records] == []
+        # When the summary interval has passed and one more job completes
+        now[0] = 10.0
+        task.put(4)
+        t.drain()
+    # Then one summary line counts the jobs and gives the rate
+    assert [r.getMessage() for r in caplog.records] == ["⌁ 4 done, 0 retried, 0 dead in 10.0s (0.4 jobs/s)"]
+
+
+def test_metrics_are_served_over_http_on_loopback(caplog: pytest.LogCaptureFixture) -> None:
     import urllib.request
 
-    m = Metrics(registry=CollectorRegistry(), port=0)
+    with caplog.at_level(logging.INFO, "stalkd.worker"):
+        m = Metrics(registry=CollectorRegistry(), port=0)
     try:
+        # Then the port the kernel chose is logged
+        assert f"serving /metrics on http://127.0.0.1:{m.port}" in caplog.text
         app = App(middleware=[m])
         task = app.task(lambda p: None, name="scraped")
         with app.testing() as t:

@@ -16,8 +16,9 @@ import pytest
 from worker_probe import Probe, queue_server, start_server, wait_for
 
 from stalkd.worker import App, Backoff, NonRetryable, make_worker
+from stalkd.worker.actions import RetryLater
 from stalkd.worker.cli import failed, retry
-from stalkd.worker.context import JobContext, Release
+from stalkd.worker.context import JobContext
 from stalkd.worker.middleware import Heartbeat, Middleware, Retries, TimeLimit
 
 _FIXTURES = (queue_server,)  # the parametrised `server` fixture (beanstalkd, stalkd)
@@ -32,7 +33,7 @@ class Recorder(Middleware):
         self.retries: list[tuple[int, int, dict[str, Any] | None]] = []
         self.done: list[int] = []
 
-    def on_retry(self, ctx: JobContext, action: Release) -> None:
+    def on_retry(self, ctx: JobContext, action: RetryLater) -> None:
         self.retries.append((ctx.attempt or 0, action.delay, self.probe.job(ctx.job_id)))
 
     def after_process(self, ctx: JobContext) -> None:
@@ -168,12 +169,13 @@ def test_time_limit_fails_the_attempt(server: Any, probe: Probe, mode: str) -> N
         gate.set()
     # Then the first overrun was retried and the second dead-lettered, both as time limits
     assert [a for a, _, _ in rec.retries] == [1]
-    assert _record_error(probe, job_id).startswith("TimeLimitExceeded")
+    assert _record_error(probe, job_id) == (f"TimeLimitExceeded: job {job_id}: task stuck ran "
+                                            f"past its time limit of 0.5s")
 
 
 def _record_error(probe: Probe, job_id: int) -> str:
     """The error in ``job_id``'s dead-letter record (peeking the failed tube)."""
-    from stalkd.worker.context import DeadLetter
+    from stalkd.worker.actions import DeadLetter
 
     probe.c.use("stalkd.failed")
     job = probe.c.peek_ready()
@@ -430,3 +432,45 @@ def test_metrics_add_up_across_worker_processes(server: Any, probe: Probe) -> No
     finally:
         metrics.close()
     assert metrics.shared_dir is None
+
+
+def test_a_dead_letter_whose_job_was_deleted_or_kicked_by_hand_is_not_listed(
+        server: Any, probe: Probe) -> None:
+    from stalkd.worker.actions import dead_letter
+    from stalkd.worker.deadletter import list_failed
+
+    # Given two buried jobs, each with its dead-letter record
+    c = probe.c
+    c.use("t")
+    ids = [c.put(b"x"), c.put(b"y")]
+    c.watch("t")
+    for _ in ids:
+        c.bury(c.reserve(timeout=1))
+    c.use("stalkd.failed")
+    for jid in ids:
+        c.put(dead_letter(jid, b"x", ValueError("no"), tube="t", task="t", now=0.0).to_json())
+    assert [f.record.job_id for f in list_failed(server.address, "stalkd.failed")] == ids
+    # When one is deleted and the other kicked by hand
+    c.delete(ids[0])
+    c.kick_job(ids[1])
+    # Then neither is listed as dead any more
+    assert list_failed(server.address, "stalkd.failed") == []
+
+
+def test_task_puts_use_the_tasks_tube_ttr_and_priority_and_send_use_once(
+        server: Any, probe: Probe) -> None:
+    # Given a task declared with its own tube, TTR and priority
+    app = App(server.address, middleware=[])
+    task = app.task(lambda p: None, name="slow", tube="reports", ttr=600, priority=7)
+    uses = int(probe.c.stats()["cmd-use"])
+    # When it is put one by one and in bulk
+    single = [task.put(i) for i in range(3)]
+    bulk = task.put_many(range(5))
+    # Then every job carries the task's settings, in the task's tube
+    for jid in [*single, *bulk]:
+        assert jid is not None
+        info = probe.job(jid)
+        assert info is not None
+        assert (info["tube"], info["ttr"], info["pri"]) == ("reports", 600, 7)
+    # And the producer's connection chose the tube once
+    assert int(probe.c.stats()["cmd-use"]) == uses + 1

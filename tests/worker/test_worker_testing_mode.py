@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from stalkd.worker import App, Backoff, NonRetryable, Retry, ValidationError
-from stalkd.worker.context import Bury, DeadLetter, Defer, Delete, Release
+from stalkd.worker.actions import Complete, DeadLetter, GiveUp, RetryLater, WaitForDeps
 from stalkd.worker.middleware import Retries
 
 
@@ -28,7 +28,7 @@ def test_collecting_mode_queues_until_consumed() -> None:
         send.put({"to": "b"})
         assert seen == [] and len(t.queued) == 2
         # When both are consumed, Then they ran in order and were deleted
-        assert [c.action for c in t.drain()] == [Delete(), Delete()]
+        assert [c.action for c in t.drain()] == [Complete(), Complete()]
     assert seen == [{"to": "a"}, {"to": "b"}]
 
 
@@ -58,9 +58,9 @@ def test_failures_are_released_with_the_backoff_schedule_then_dead_lettered() ->
         results = t.drain()
     # Given max_attempts=4, Then 3 releases with 2, 4, 8 s, then a bury with a record.
     assert [r.attempt for r in results] == [1, 2, 3, 4]
-    assert [r.action for r in results[:3]] == [Release(2, 2**31), Release(4, 2**31), Release(8, 2**31)]
+    assert [r.action for r in results[:3]] == [RetryLater(2, 2**31), RetryLater(4, 2**31), RetryLater(8, 2**31)]
     bury = results[3].action
-    assert isinstance(bury, Bury)
+    assert isinstance(bury, GiveUp)
     record = t.failed[0]
     assert record.attempts == 4 and record.task == "flaky" and record.tube == "flaky"
     assert record.error == "ConnectionError: down #4"
@@ -82,7 +82,7 @@ def test_non_retryable_exceptions_dead_letter_at_once() -> None:
     with app.testing() as t:
         charge.put({"cents": 100})
         results = t.drain()
-    assert len(results) == 1 and isinstance(results[0].action, Bury)
+    assert len(results) == 1 and isinstance(results[0].action, GiveUp)
     assert t.failed[0].error == "Declined: card expired"
 
 
@@ -96,7 +96,7 @@ def test_retry_exception_sets_its_own_delay() -> None:
     with app.testing() as t:
         later.put(None)
         first = t.consume_one()
-    assert first.action == Release(30, 2**31)
+    assert first.action == RetryLater(30, 2**31)
 
 
 def test_validation_rejects_at_put_time_and_queues_nothing() -> None:
@@ -151,7 +151,7 @@ def test_force_retry_proves_idempotence() -> None:
         # When the same job is delivered again (as after a crash before its delete)
         again = t.force_retry()
     # Then the side effect happened once
-    assert again.action == Delete() and balance["a"] == 5
+    assert again.action == Complete() and balance["a"] == 5
 
 
 def test_unique_keys_make_duplicate_puts_no_ops_until_completion() -> None:
@@ -178,7 +178,7 @@ def test_depends_on_waits_for_the_key_to_complete() -> None:
         results = t.drain()
     # Then b was deferred once and ran after a
     assert order == ["a", "b"]
-    assert isinstance(results[0].action, Defer)
+    assert isinstance(results[0].action, WaitForDeps)
 
 
 def test_async_tasks_run_in_testing_mode() -> None:
@@ -201,18 +201,13 @@ def test_unknown_task_and_garbage_bodies_are_dead_lettered_with_a_reason() -> No
     app.task(lambda p: None, name="a", tube="shared")
     app.task(lambda p: None, name="b", tube="shared")
     with app.testing() as t:
-        t.queued.append(_job(1, b'#stalkd1 {"t":"zzz"}\n1'))
-        t.queued.append(_job(2, b"not json"))
+        # Given bodies another producer put straight into the tube
+        t.server.put("shared", b'#stalkd1 {"t":"zzz"}\n1', 0, 0, 60)
+        t.server.put("shared", b"not json", 0, 0, 60)
         t.drain()
     errors = [r.error for r in t.failed]
     assert "UnknownTask: job 1: no task named 'zzz'" in errors[0]
     assert errors[1].startswith("UnknownTask: job 2: bare body")
-
-
-def _job(i: int, body: bytes) -> Any:
-    from stalkd.worker.testing import QueuedJob
-
-    return QueuedJob(id=i, body=body, priority=0, delay=0)
 
 
 def test_a_pluggable_serializer_is_used_both_ways() -> None:

@@ -147,7 +147,7 @@ class AdminOps:
         key = (t.total_jobs, t.cmd_delete)
         if key == self._letters[0]:
             return self._letters[1]
-        from stalkd.worker.context import DeadLetter
+        from stalkd.worker.actions import DeadLetter
 
         parsed, budget, complete = self._parsed, PARSE_BUDGET, True
         live: dict[int, tuple[int, dict[str, Any]] | None] = {}

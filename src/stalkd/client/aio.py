@@ -16,117 +16,27 @@ from __future__ import annotations
 import asyncio
 import math
 import socket
-from collections import deque
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_address
+from stalkd.client._aiowire import Wire
+from stalkd.client._core import Body, PutMany, PutSpec, Session
 from stalkd.client._tls import connection_kwargs
-from stalkd.client._wire import ReplyReader, Response
+from stalkd.client._wire import Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
-    BeanstalkError,
-    ClientConnectionError,
     ConnectionClosed,
     ConnectionFailed,
     ProtocolError,
-    ReplyTimeout,
 )
 from stalkd.client.job import Job, JobLike
-from stalkd.client.sync import _BATCH_BYTES, _BATCH_JOBS, Body
 
 __all__ = ["AsyncClient"]
 
 T = TypeVar("T")
-
-
-class _Wire(asyncio.Protocol):
-    """One connection: bytes in, replies out to the futures waiting for them, in order.
-
-    Ensures: the reply at the head of the queue is awaited at most its ``limit`` seconds from
-    the moment it became due (the previous reply arrived, or it was sent onto an idle
-    connection); then every waiter fails with ``ReplyTimeout``. One lazily re-armed timer per
-    connection does this, not one timer per call.
-    """
-
-    def __init__(self, address: Address) -> None:
-        self.address = address
-        self.loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
-        self.reader = ReplyReader()
-        # (future, its wait limit in seconds or None, the request for error messages)
-        self.waiters: deque[tuple[asyncio.Future[Response], float | None, rq.Request[Any]]] = deque()
-        self.head_deadline: float | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.lost: ClientConnectionError | None = None
-        self.closed: asyncio.Future[None] = self.loop.create_future()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # a cast, not an isinstance check: uvloop's transports are not asyncio.Transport subclasses
-        self.transport = cast(asyncio.Transport, transport)
-
-    def expect(self, fut: asyncio.Future[Response], limit: float | None, req: rq.Request[Any]) -> None:
-        """Queue ``fut`` for the next reply not yet claimed."""
-        if not self.waiters:
-            self._due(limit)
-        self.waiters.append((fut, limit, req))
-
-    def _due(self, limit: float | None) -> None:
-        self.head_deadline = None if limit is None else self.loop.time() + limit
-        if self.timer is None and self.head_deadline is not None:
-            self.timer = self.loop.call_at(self.head_deadline, self._check)
-
-    def _check(self) -> None:
-        self.timer = None
-        if not self.waiters or self.head_deadline is None:
-            return
-        if self.loop.time() >= self.head_deadline:
-            _, limit, req = self.waiters[0]
-            self.fail(ReplyTimeout(f"no reply from {self.address} within {limit}s to "
-                                   f"{req.context!r}; connection dropped"))
-        else:
-            self.timer = self.loop.call_at(self.head_deadline, self._check)
-
-    def data_received(self, data: bytes) -> None:
-        reader, waiters = self.reader, self.waiters
-        reader.feed(data)
-        try:
-            while waiters:
-                resp = reader.next()
-                if resp is None:
-                    return
-                fut = waiters.popleft()[0]
-                if not fut.done():  # a cancelled caller's reply is dropped with it
-                    fut.set_result(resp)
-                if waiters:
-                    self._due(waiters[0][1])
-            if reader.buffered:
-                raise ProtocolError(f"unsolicited bytes from {self.address}: "
-                                    f"{bytes(data[-60:])!r}")
-        except ProtocolError as e:
-            self.fail(e)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.fail(ConnectionClosed(f"server at {self.address} closed the connection"
-                                   + (f": {exc}" if exc else "")))
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-    def fail(self, exc: ClientConnectionError) -> None:
-        """Fail every waiting call with ``exc`` and abort the connection (idempotent)."""
-        if self.lost is None:
-            self.lost = exc
-        while self.waiters:
-            fut = self.waiters.popleft()[0]
-            if not fut.done():
-                fut.set_exception(exc)
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        if self.transport is not None:
-            self.transport.abort()
 
 
 class AsyncClient:
@@ -155,10 +65,9 @@ class AsyncClient:
         self.address: Address = parse_address(address, host, port)
         self.timeout = timeout
         self.reconnect_enabled = reconnect
-        self._wire: _Wire | None = None
+        self._wire: Wire | None = None
         self._connecting: asyncio.Lock | None = None
-        self._using = "default"
-        self._watching: list[str] = ["default"]
+        self._session = Session()
         self._ever_connected = False
 
     # --- connection ---------------------------------------------------------------------
@@ -167,7 +76,7 @@ class AsyncClient:
         """Open the connection (if not open) and restore the used tube and watch list."""
         await self._ensure()
 
-    async def _ensure(self) -> _Wire:
+    async def _ensure(self) -> Wire:
         wire = self._wire
         if wire is not None and wire.lost is None:
             return wire
@@ -183,15 +92,25 @@ class AsyncClient:
             self._wire = wire
             return wire
 
-    async def _open(self) -> _Wire:
+    async def _open(self) -> Wire:
+        wire = await self._open_wire()
+        self._ever_connected = True
+        requests = self._session.restore()
+        if requests:
+            for req, resp in zip(requests, await self._exchange_on(wire, requests, 0), strict=True):
+                rq.interpret(req, resp)
+        return wire
+
+    async def _open_wire(self) -> Wire:
+        """The one place this transport opens a connection."""
         loop = asyncio.get_running_loop()
         addr = self.address
         try:
             async with asyncio.timeout(self.timeout):
                 if addr.path is not None:
-                    _, wire = await loop.create_unix_connection(lambda: _Wire(addr), addr.path)
+                    _, wire = await loop.create_unix_connection(lambda: Wire(addr), addr.path)
                 else:
-                    _, wire = await loop.create_connection(lambda: _Wire(addr), addr.host, addr.port,
+                    _, wire = await loop.create_connection(lambda: Wire(addr), addr.host, addr.port,
                                                            **connection_kwargs(addr))
         except (OSError, TimeoutError) as e:
             raise ConnectionFailed(f"cannot connect to beanstalkd server at {addr}: "
@@ -200,11 +119,6 @@ class AsyncClient:
         sock = wire.transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._ever_connected = True
-        requests = rq.restore(self._using, self._watching)
-        if requests:
-            for req, resp in zip(requests, await self._exchange_on(wire, requests, 0), strict=True):
-                rq.interpret(req, resp)
         return wire
 
     async def reconnect(self) -> None:
@@ -242,7 +156,7 @@ class AsyncClient:
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "closed"
-        return f"<AsyncClient {self.address} {state} using={self._using!r}>"
+        return f"<AsyncClient {self.address} {state} using={self._session.using!r}>"
 
     def _drop(self) -> None:
         wire, self._wire = self._wire, None
@@ -252,7 +166,7 @@ class AsyncClient:
     async def _exchange(self, requests: Sequence[rq.Request[Any]], extra: float | None) -> list[Response]:
         return await self._exchange_on(await self._ensure(), requests, extra)
 
-    async def _exchange_on(self, wire: _Wire, requests: Sequence[rq.Request[Any]],
+    async def _exchange_on(self, wire: Wire, requests: Sequence[rq.Request[Any]],
                            extra: float | None) -> list[Response]:
         """Write all requests at once and await one reply each; on any failure drop ``wire``."""
         if wire.lost is not None:
@@ -275,7 +189,7 @@ class AsyncClient:
             self._abandon(wire)
             raise
 
-    def _abandon(self, wire: _Wire) -> None:
+    def _abandon(self, wire: Wire) -> None:
         """A call on ``wire`` was cancelled or failed: its reply can no longer be placed."""
         wire.fail(ConnectionClosed(f"connection to {self.address} dropped: a call on it was "
                                    f"cancelled or failed"))
@@ -306,76 +220,54 @@ class AsyncClient:
     # --- producer commands ----------------------------------------------------------------
 
     async def use(self, tube: str) -> str:
-        """Put later jobs into ``tube``. Returns the tube name."""
-        name = await self._call(rq.use(tube))
-        self._using = name
-        return name
+        """Put later jobs into ``tube``. Returns the tube name (the tube in use costs nothing)."""
+        req = self._session.use_request(tube)
+        if req is not None:
+            self._session.used(await self._call(req))
+        return tube
 
     @property
     def using(self) -> str:
-        return self._using
+        return self._session.using
 
     async def put(self, body: Body, *, priority: int = rq.DEFAULT_PRIORITY, delay: float = 0,
-                  ttr: float = rq.DEFAULT_TTR) -> int:
-        """Put a job into the used tube; returns its id."""
+                  ttr: float = rq.DEFAULT_TTR, tube: str | None = None) -> int:
+        """Put a job into ``tube`` (default: the used tube); returns its id."""
+        if tube is not None:
+            await self.use(tube)
         return await self._call(rq.put(rq.body_bytes(body), priority, delay, ttr))
 
-    async def put_many(self, bodies: Iterable[Body], *, priority: int = rq.DEFAULT_PRIORITY,
-                       delay: float = 0, ttr: float = rq.DEFAULT_TTR) -> list[int]:
+    async def put_many(self, bodies: Iterable[Body | PutSpec], *, priority: int = rq.DEFAULT_PRIORITY,
+                       delay: float = 0, ttr: float = rq.DEFAULT_TTR,
+                       tube: str | None = None) -> list[int]:
         """Pipelined puts, as :meth:`stalkd.client.Client.put_many`."""
-        ids: list[int | None] = []
-        first: BeanstalkError | None = None
-        batch: list[rq.Request[Any]] = []
-        size = 0
-        try:
-            for body in bodies:
-                req = rq.put(rq.body_bytes(body), priority, delay, ttr)
-                batch.append(req)
-                size += len(req.data)
-                if len(batch) >= _BATCH_JOBS or size >= _BATCH_BYTES:
-                    first = self._collect(batch, await self._exchange(batch, 0), ids, first)
-                    batch, size = [], 0
-            if batch:
-                first = self._collect(batch, await self._exchange(batch, 0), ids, first)
-        except ProtocolError:
-            self._drop()  # an answer we cannot place: the stream may be out of step
-            raise
-        if first is not None:
-            first.batch_ids = tuple(ids)
-            raise first
-        return [i for i in ids if i is not None]
-
-    @staticmethod
-    def _collect(batch: list[rq.Request[Any]], replies: list[Response], ids: list[int | None],
-                 first: BeanstalkError | None) -> BeanstalkError | None:
-        for req, resp in zip(batch, replies, strict=True):
-            err = rq.failure(req, resp)
-            if err is None:
-                ids.append(int(resp.args[0]))
-            else:
-                if first is None:
-                    err.batch_index = len(ids)
-                    first = err
-                ids.append(None)
-        return first
+        if tube is not None:
+            await self.use(tube)
+        plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr)
+        for batch in plan.batches():
+            replies = await self._exchange(batch, 0)
+            try:
+                plan.take(batch, replies)
+            except ProtocolError:
+                self._drop()  # an answer we cannot place: the stream may be out of step
+                raise
+        return plan.result()
 
     # --- worker commands ------------------------------------------------------------------
 
     async def watch(self, tube: str) -> int:
         n = await self._call(rq.watch(tube))
-        if tube not in self._watching:
-            self._watching.append(tube)
+        self._session.watched(tube)
         return n
 
     async def ignore(self, tube: str) -> int:
         n = await self._call(rq.ignore(tube))
-        if tube in self._watching:
-            self._watching.remove(tube)
+        self._session.ignored(tube)
         return n
 
     @property
     def watching(self) -> tuple[str, ...]:
-        return tuple(self._watching)
+        return tuple(self._session.watching)
 
     async def reserve(self, timeout: float | None = None) -> Job:
         """Reserve a job, waiting up to ``timeout`` s (``None``: forever)."""

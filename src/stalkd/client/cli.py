@@ -265,6 +265,11 @@ def kick(argv: Sequence[str]) -> int:
                       f"{' '.join(map(str, missing))}", file=sys.stderr)
                 return NOT_FOUND
             return OK
+        try:  # before `use`, which would create the tube
+            c.stats_tube(ns.tube)
+        except errors.NotFound:
+            raise _Fail(NOT_FOUND, f"no tube {ns.tube!r} on the server (no jobs, and nobody "
+                                   f"uses or watches it): nothing to kick") from None
         c.use(ns.tube)
         n = c.kick(2**32 - 1 if ns.all else 1 if ns.bound is None else ns.bound)
         _emit(ns, {"tube": ns.tube, "kicked": n},

@@ -22,11 +22,11 @@ from typing import Any, TypeVar
 
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_address
+from stalkd.client._core import Body, PutMany, PutSpec, Session
 from stalkd.client._tls import wrap_socket
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
-    BeanstalkError,
     ClientConnectionError,
     ConnectionClosed,
     ConnectionFailed,
@@ -38,12 +38,6 @@ from stalkd.client.job import Job, JobLike
 __all__ = ["Client", "Body"]
 
 T = TypeVar("T")
-Body = bytes | bytearray | memoryview | str
-
-# put_many sends at most this many commands (or bytes) before reading their replies, so
-# neither side's socket buffers can fill up with the other blocked.
-_BATCH_JOBS = 1024
-_BATCH_BYTES = 1 << 20
 
 
 def _set_wait(sock: socket.socket, seconds: float | None) -> None:
@@ -96,8 +90,7 @@ class Client:
         self._sock_timeout: float | None = None
         self._busy = False
         self._reader = ReplyReader()
-        self._using = "default"
-        self._watching: list[str] = ["default"]
+        self._session = Session()
         self._ever_connected = False
         if connect:
             self.connect()
@@ -108,6 +101,16 @@ class Client:
         """Open the connection (if not open) and restore the used tube and watch list."""
         if self._sock is not None:
             return
+        sock = self._open_socket()
+        _set_wait(sock, self.timeout)
+        self._sock = sock
+        self._sock_timeout = self.timeout
+        self._reader = ReplyReader()
+        self._ever_connected = True
+        self._restore()
+
+    def _open_socket(self) -> socket.socket:
+        """The one place this transport opens a connection."""
         try:
             if self.address.path is not None:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -124,15 +127,10 @@ class Client:
                 sock = wrap_socket(sock, self.address)
         except OSError as e:
             raise ConnectionFailed(f"cannot connect to beanstalkd server at {self.address}: {e}") from e
-        _set_wait(sock, self.timeout)
-        self._sock = sock
-        self._sock_timeout = self.timeout
-        self._reader = ReplyReader()
-        self._ever_connected = True
-        self._restore()
+        return sock
 
     def _restore(self) -> None:
-        requests = rq.restore(self._using, self._watching)
+        requests = self._session.restore()
         if requests:
             for req, resp in zip(requests, self._exchange(requests, self._wait(0)), strict=True):
                 rq.interpret(req, resp)
@@ -176,7 +174,7 @@ class Client:
 
     def __repr__(self) -> str:
         state = "connected" if self._sock is not None else "closed"
-        return f"<Client {self.address} {state} using={self._using!r}>"
+        return f"<Client {self.address} {state} using={self._session.using!r}>"
 
     def _drop(self) -> None:
         sock, self._sock = self._sock, None
@@ -248,91 +246,72 @@ class Client:
     # --- producer commands ----------------------------------------------------------------
 
     def use(self, tube: str) -> str:
-        """Put later jobs into ``tube`` (created on first use). Returns the tube name."""
-        name = self._call(rq.use(tube))
-        self._using = name
-        return name
+        """Put later jobs into ``tube`` (created on first use). Returns the tube name.
+
+        The tube in use is remembered: using it again sends nothing.
+        """
+        req = self._session.use_request(tube)
+        if req is not None:
+            self._session.used(self._call(req))
+        return tube
 
     @property
     def using(self) -> str:
         """The tube ``put`` goes to (as last acknowledged by the server)."""
-        return self._using
+        return self._session.using
 
     def put(self, body: Body, *, priority: int = rq.DEFAULT_PRIORITY, delay: float = 0,
-            ttr: float = rq.DEFAULT_TTR) -> int:
-        """Put a job into the used tube; returns its id. ``str`` bodies are sent as UTF-8.
+            ttr: float = rq.DEFAULT_TTR, tube: str | None = None) -> int:
+        """Put a job into ``tube`` (default: the used tube); returns its id. ``str`` bodies are
+        sent as UTF-8. A ``tube`` other than the one in use is ``use``d first (and stays in use).
 
         Raises ``errors.Buried`` (with ``.id``) if the server buried it for lack of memory,
         ``errors.JobTooBig``, ``errors.Draining``.
         """
+        if tube is not None:
+            self.use(tube)
         return self._call(rq.put(rq.body_bytes(body), priority, delay, ttr))
 
-    def put_many(self, bodies: Iterable[Body], *, priority: int = rq.DEFAULT_PRIORITY,
-                 delay: float = 0, ttr: float = rq.DEFAULT_TTR) -> list[int]:
+    def put_many(self, bodies: Iterable[Body | PutSpec], *, priority: int = rq.DEFAULT_PRIORITY,
+                 delay: float = 0, ttr: float = rq.DEFAULT_TTR,
+                 tube: str | None = None) -> list[int]:
         """Put many jobs with one write per batch (pipelined); returns their ids in order.
 
         Every body is sent exactly once and every reply is read, so the connection stays
         usable. If any put failed, the first failure is raised after all were sent, with
         ``.batch_index`` (its position) and ``.batch_ids`` (ids, ``None`` where a put failed).
-
-        >>> c.put_many([b"a", b"b", "c"])   # doctest: +SKIP
-        [1, 2, 3]
+        A :class:`~stalkd.client.PutSpec` item carries its own priority, delay or TTR.
         """
-        ids: list[int | None] = []
-        first: BeanstalkError | None = None
-        batch: list[rq.Request[Any]] = []
-        size = 0
-        for body in bodies:
-            req = rq.put(rq.body_bytes(body), priority, delay, ttr)
-            batch.append(req)
-            size += len(req.data)
-            if len(batch) >= _BATCH_JOBS or size >= _BATCH_BYTES:
-                first = self._put_batch(batch, ids, first)
-                batch, size = [], 0
-        if batch:
-            first = self._put_batch(batch, ids, first)
-        if first is not None:
-            first.batch_ids = tuple(ids)
-            raise first
-        return [i for i in ids if i is not None]
-
-    def _put_batch(self, batch: list[rq.Request[Any]], ids: list[int | None],
-                   first: BeanstalkError | None) -> BeanstalkError | None:
-        for req, resp in zip(batch, self._exchange(batch, self._wait(0)), strict=True):
+        if tube is not None:
+            self.use(tube)
+        plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr)
+        for batch in plan.batches():
+            replies = self._exchange(batch, self._wait(0))
             try:
-                err = rq.failure(req, resp)
+                plan.take(batch, replies)
             except ProtocolError:
-                self._drop()
+                self._drop()  # an answer we cannot place: the stream may be out of step
                 raise
-            if err is None:
-                ids.append(int(resp.args[0]))
-            else:
-                if first is None:
-                    err.batch_index = len(ids)
-                    first = err
-                ids.append(None)
-        return first
+        return plan.result()
 
     # --- worker commands ------------------------------------------------------------------
 
     def watch(self, tube: str) -> int:
         """Add ``tube`` to the watch list; returns how many tubes are watched."""
         n = self._call(rq.watch(tube))
-        if tube not in self._watching:
-            self._watching.append(tube)
+        self._session.watched(tube)
         return n
 
     def ignore(self, tube: str) -> int:
         """Remove ``tube`` from the watch list; ``errors.NotIgnored`` if it is the last one."""
         n = self._call(rq.ignore(tube))
-        if tube in self._watching:
-            self._watching.remove(tube)
+        self._session.ignored(tube)
         return n
 
     @property
     def watching(self) -> tuple[str, ...]:
         """The watch list (as last acknowledged by the server)."""
-        return tuple(self._watching)
+        return tuple(self._session.watching)
 
     def reserve(self, timeout: float | None = None) -> Job:
         """Reserve a job from the watched tubes, waiting up to ``timeout`` s (``None``: forever).

@@ -25,7 +25,7 @@ from operator import attrgetter
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.job import Job
-from stalkd.engine.snapshot import SnapshotWriter, capture_order, fsync_dir, list_snapshots
+from stalkd.engine.snapshot import SnapshotWriter, capture_order, list_snapshots
 from stalkd.log import Log
 
 __all__ = ["CHUNK_BYTES", "Compaction", "SnapInProgress", "WalError"]
@@ -147,7 +147,7 @@ class Compaction:
                            f"WAL seq {self.last_seq})")  # fmt: skip
         self._fault("snapshot-begin")
         writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset, self._fault,
-                                reserve=self._snapshot_reserve())  # fmt: skip
+                                reserve=self._snapshot_reserve(), fs=self.log.fs)  # fmt: skip
         self._snap = SnapInProgress(writer, self.log.next_offset, capture_order(engine), self._bytes_since_snapshot)
         self._bytes_since_snapshot = 0
 
@@ -211,5 +211,5 @@ class Compaction:
         self._fault("compact-drop-old")
         for old in list_snapshots(self.snap_dir):
             if old != final and os.path.basename(old) < os.path.basename(final):
-                os.unlink(old)
-        fsync_dir(self.snap_dir)
+                self.log.fs.unlink(old)
+        self.log.fs.fsync_dir(self.snap_dir)

@@ -14,6 +14,10 @@ How to change the format (keep this list numbered and append to it):
   2. Add a test file ``tests/engine/test_model_vN.py`` with payloads frozen as hex literals for
      the new version, next to the ones for the older versions (they must keep passing).
   3. Write new records only in the newest version; readers accept all versions.
+  4. A layout is its field table below (``HEAD_FIELDS``, ``PUT_FIELDS``...); the fast readers
+     (``engine/tail.py``, ``engine/snap_v1.py``, ``spark/batches.py``, ``spark/columnar.py``)
+     derive their structs and numpy dtypes from those tables and take version-1 records only,
+     sending any other version to ``decode``: teach ``decode`` first, then the fast paths.
 
 Version 1 layout (little-endian), common header of 26 bytes:
   u8 version | u8 op | u64 seq | i64 time_us | u64 job_id
@@ -28,6 +32,8 @@ followed by op-specific fields:
            u16 tube_len | tube | u32 len | body
            (a job's full state: snapshot entries and compaction's migrated jobs)
 Times are wall-clock microseconds since the Unix epoch; ``delay`` and ``ttr`` are seconds.
+The layouts are written once, as the field tables below (``HEAD_FIELDS``, ``PUT_FIELDS``...):
+the structs here and every fast reader elsewhere (numpy and Arrow views included) derive from them.
 """
 
 from __future__ import annotations
@@ -37,6 +43,25 @@ import struct
 from dataclasses import dataclass
 
 __all__ = [
+    "BODY_LEN_FIELDS",
+    "BURY",
+    "BURY_FIELDS",
+    "HEAD",
+    "HEAD_FIELDS",
+    "HEAD_JOB",
+    "HEADER_SIZE",
+    "JOB",
+    "JOB_FIELDS",
+    "PAUSE",
+    "PAUSE_FIELDS",
+    "PUT",
+    "PUT_FIELDS",
+    "PUT_FIXED",
+    "RELEASE",
+    "RELEASE_FIELDS",
+    "SHORT_RECORD",
+    "U32",
+    "layout",
     "FORMAT_VERSION",
     "DURABLE_OPS",
     "JobState",
@@ -102,41 +127,68 @@ class Record:
     kicks: int = 0
 
 
-_HEAD = struct.Struct("<BBQqQ")
-_PUT = struct.Struct("<IIIqH")
-_RELEASE = struct.Struct("<IIq")
-_BURY = struct.Struct("<I")
-_PAUSE = struct.Struct("<IqH")
-_JOB = struct.Struct("<BIIIqqIIIIIH")
-_U32 = struct.Struct("<I")
-HEADER_SIZE = _HEAD.size
+# The version-1 layouts, field by field: (name, struct code), little-endian and packed. Every
+# reader of the format (the decoder below, the WAL tail's fast replay, snapshot v1, the Spark
+# batches and their numpy views) derives its structs and dtypes from these tables.
+HEAD_FIELDS = (("version", "B"), ("op", "B"), ("seq", "Q"), ("time_us", "q"), ("job_id", "Q"))
+PUT_FIELDS = (("pri", "I"), ("delay", "I"), ("ttr", "I"), ("deadline_us", "q"), ("tube_len", "H"))
+RELEASE_FIELDS = (("pri", "I"), ("delay", "I"), ("deadline_us", "q"))
+BURY_FIELDS = (("pri", "I"),)
+PAUSE_FIELDS = (("delay", "I"), ("deadline_us", "q"), ("tube_len", "H"))
+JOB_FIELDS = (
+    ("state", "B"), ("pri", "I"), ("delay", "I"), ("ttr", "I"), ("created_us", "q"), ("deadline_us", "q"),
+    ("reserves", "I"), ("timeouts", "I"), ("releases", "I"), ("buries", "I"), ("kicks", "I"), ("tube_len", "H"),
+)  # fmt: skip
+BODY_LEN_FIELDS = (("body_len", "I"),)  # before the body of PUT and JOB records
+
+
+def layout(*tables: tuple[tuple[str, str], ...]) -> struct.Struct:
+    """The struct of field tables laid end to end (little-endian, packed).
+
+    >>> layout(HEAD_FIELDS).size, layout(HEAD_FIELDS, JOB_FIELDS).size
+    (26, 77)
+    """
+    return struct.Struct("<" + "".join(code for table in tables for _, code in table))
+
+
+HEAD = layout(HEAD_FIELDS)
+PUT = layout(PUT_FIELDS)
+RELEASE = layout(RELEASE_FIELDS)
+BURY = layout(BURY_FIELDS)
+PAUSE = layout(PAUSE_FIELDS)
+JOB = layout(JOB_FIELDS)
+HEAD_JOB = layout(HEAD_FIELDS, JOB_FIELDS)  # a JOB record up to its tube name (snapshot v1 rows)
+U32 = layout(BODY_LEN_FIELDS)
+HEADER_SIZE = HEAD.size
+PUT_FIXED = HEADER_SIZE + PUT.size + U32.size  # a PUT record's bytes besides its tube and body
+SHORT_RECORD = HEADER_SIZE + max(RELEASE.size, BURY.size)  # the largest record without tube or body
 
 
 def encode(r: Record) -> bytes:
     """Encode a record in the newest format version."""
-    head = _HEAD.pack(FORMAT_VERSION, r.op, r.seq, r.time_us, r.job_id)
+    head = HEAD.pack(FORMAT_VERSION, r.op, r.seq, r.time_us, r.job_id)
     op = r.op
     if op is Op.PUT:
         tube = r.tube.encode("ascii")
         return b"".join(
             (
                 head,
-                _PUT.pack(r.pri, r.delay, r.ttr, r.deadline_us, len(tube)),
+                PUT.pack(r.pri, r.delay, r.ttr, r.deadline_us, len(tube)),
                 tube,
-                _U32.pack(len(r.body)),
+                U32.pack(len(r.body)),
                 r.body,
             )
         )
     if op is Op.RELEASE:
-        return head + _RELEASE.pack(r.pri, r.delay, r.deadline_us)
+        return head + RELEASE.pack(r.pri, r.delay, r.deadline_us)
     if op is Op.BURY:
-        return head + _BURY.pack(r.pri)
+        return head + BURY.pack(r.pri)
     if op is Op.PAUSE:
         tube = r.tube.encode("ascii")
-        return head + _PAUSE.pack(r.delay, r.deadline_us, len(tube)) + tube
+        return head + PAUSE.pack(r.delay, r.deadline_us, len(tube)) + tube
     if op is Op.JOB:
         tube = r.tube.encode("ascii")
-        fixed = _JOB.pack(
+        fixed = JOB.pack(
             r.state,
             r.pri,
             r.delay,
@@ -150,7 +202,7 @@ def encode(r: Record) -> bytes:
             r.kicks,
             len(tube),
         )
-        return b"".join((head, fixed, tube, _U32.pack(len(r.body)), r.body))
+        return b"".join((head, fixed, tube, U32.pack(len(r.body)), r.body))
     if op is Op.UNKNOWN:
         raise ValueError("Op.UNKNOWN is a decoding result and cannot be encoded")
     return head
@@ -172,33 +224,33 @@ def decode(payload: bytes | memoryview) -> Record:
 
 def _decode_v1(buf: memoryview) -> Record:
     try:
-        _, code, seq, time_us, job_id = _HEAD.unpack_from(buf, 0)
+        _, code, seq, time_us, job_id = HEAD.unpack_from(buf, 0)
         pos = HEADER_SIZE
         try:
             op = Op(code)
         except ValueError:
             return Record(Op.UNKNOWN, seq, time_us, job_id)
         if op is Op.PUT:
-            pri, delay, ttr, deadline_us, tlen = _PUT.unpack_from(buf, pos)
-            pos += _PUT.size
+            pri, delay, ttr, deadline_us, tlen = PUT.unpack_from(buf, pos)
+            pos += PUT.size
             tube = _text(buf, pos, tlen)
             pos += tlen
             body = _blob(buf, pos)
             return Record(op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body, created_us=time_us)
         if op is Op.RELEASE:
-            pri, delay, deadline_us = _RELEASE.unpack_from(buf, pos)
+            pri, delay, deadline_us = RELEASE.unpack_from(buf, pos)
             return Record(op, seq, time_us, job_id, pri=pri, delay=delay, deadline_us=deadline_us)
         if op is Op.BURY:
-            (pri,) = _BURY.unpack_from(buf, pos)
+            (pri,) = BURY.unpack_from(buf, pos)
             return Record(op, seq, time_us, job_id, pri=pri)
         if op is Op.PAUSE:
-            delay, deadline_us, tlen = _PAUSE.unpack_from(buf, pos)
-            tube = _text(buf, pos + _PAUSE.size, tlen)
+            delay, deadline_us, tlen = PAUSE.unpack_from(buf, pos)
+            tube = _text(buf, pos + PAUSE.size, tlen)
             return Record(op, seq, time_us, job_id, tube=tube, delay=delay, deadline_us=deadline_us)
         if op is Op.JOB:
             (state, pri, delay, ttr, created_us, deadline_us,
-             reserves, timeouts, releases, buries, kicks, tlen) = _JOB.unpack_from(buf, pos)  # fmt: skip
-            pos += _JOB.size
+             reserves, timeouts, releases, buries, kicks, tlen) = JOB.unpack_from(buf, pos)  # fmt: skip
+            pos += JOB.size
             tube = _text(buf, pos, tlen)
             body = _blob(buf, pos + tlen)
             return Record(
@@ -217,7 +269,7 @@ def _text(buf: memoryview, pos: int, n: int) -> str:
 
 
 def _blob(buf: memoryview, pos: int) -> bytes:
-    (n,) = _U32.unpack_from(buf, pos)
+    (n,) = U32.unpack_from(buf, pos)
     pos += 4
     if pos + n != len(buf):
         raise RecordFormatError(f"body length {n} does not match the {len(buf) - pos} bytes left")

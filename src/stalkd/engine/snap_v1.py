@@ -11,12 +11,11 @@ entry, or an unknown state raises SnapshotError naming the file and offset.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from stalkd.engine.job import URGENT_THRESHOLD, Job
-from stalkd.engine.model import FORMAT_VERSION, HEADER_SIZE, JobState, Op, Record, decode, encode
+from stalkd.engine.model import FORMAT_VERSION, HEAD_JOB, U32, JobState, Op, Record, decode, encode
 from stalkd.engine.snapfile import Buf, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
@@ -25,9 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["JobTuple", "encode_jobs", "encode_records", "iter_jobs", "iter_payloads", "load_into"]
 
-# Fast path over the v1 JOB layout (see model.py): header, then the JOB fixed part.
-_JOB_HEAD = struct.Struct("<BBQqQBIIIqqIIIIIH")
-_U32 = struct.Struct("<I")
 
 JobTuple = tuple[int, int, str, int, int, int, int, bytes, JobState, int, int, int, int, int, int]
 """(seq, job_id, tube, pri, delay, ttr, deadline_us, body, state, created_us,
@@ -36,7 +32,7 @@ reserves, timeouts, releases, buries, kicks)"""
 
 def encode_records(records: list[Record]) -> bytes:
     """One v1 block of JOB records."""
-    pack = _U32.pack
+    pack = U32.pack
     parts = []
     for r in records:
         p = encode(r)
@@ -50,8 +46,8 @@ def encode_jobs(jobs: list[Job], seq: int) -> bytes:
     for their ``durable_record``, without building a Record per job."""
     parts: list[bytes] = []
     add = parts.append
-    head = _JOB_HEAD.pack
-    u32 = _U32.pack
+    head = HEAD_JOB.pack
+    u32 = U32.pack
     version, op = FORMAT_VERSION, int(Op.JOB)
     reserved = JobState.RESERVED
     names: dict[str, bytes] = {}
@@ -78,18 +74,18 @@ def iter_payloads(buf: Buf, header: SnapshotHeader) -> Iterator[bytes]:
     """Each entry's payload, CRC-checked a block at a time; SnapshotError at the first bad block."""
     for pos, end, _ in blocks(buf, header):
         while pos < end:
-            (n,) = _U32.unpack_from(buf, pos)
+            (n,) = U32.unpack_from(buf, pos)
             yield buf[pos + 4 : pos + 4 + n]
             pos += 4 + n
 
 
 def iter_jobs(buf: Buf, header: SnapshotHeader) -> Iterator[JobTuple]:
     """Entries as plain tuples, parsing the v1 JOB layout directly."""
-    unpack = _JOB_HEAD.unpack_from
-    u32 = _U32.unpack_from
+    unpack = HEAD_JOB.unpack_from
+    u32 = U32.unpack_from
     tubes: dict[bytes, str] = {}
     states = {s.value: s for s in JobState}
-    fixed = _JOB_HEAD.size
+    fixed = HEAD_JOB.size
     path = header.path
     for pos, end, _ in blocks(buf, header):
         while pos < end:
@@ -120,9 +116,9 @@ def iter_jobs(buf: Buf, header: SnapshotHeader) -> Iterator[JobTuple]:
 
 def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
     """Load a v1 snapshot's jobs into an empty engine (see ``snapshot.load_into``)."""
-    unpack = _JOB_HEAD.unpack_from
-    u32 = _U32.unpack_from
-    fixed = _JOB_HEAD.size
+    unpack = HEAD_JOB.unpack_from
+    u32 = U32.unpack_from
+    fixed = HEAD_JOB.size
     job_op = int(Op.JOB)
     READY, DELAYED, BURIED = JobState.READY, JobState.DELAYED, JobState.BURIED
     tubes: dict[bytes, Tube] = {}
@@ -194,5 +190,3 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
     install(e, h, jobs, lists, body_bytes)
     return fresh
 
-
-assert _JOB_HEAD.size == HEADER_SIZE + 51  # the v1 JOB fixed part (model.py)

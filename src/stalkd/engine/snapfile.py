@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
+from stalkd.log.fs import REAL
+
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
     from stalkd.engine.job import Job
@@ -89,7 +91,7 @@ def read_header(path: str) -> SnapshotHeader:
     >>> list(blocks(Path(path).read_bytes(), h))
     [(38, 38, 0)]
     """
-    with open(path, "rb") as f:
+    with os.fdopen(REAL.open_read(path), "rb") as f:
         head = f.read(HEAD.size)
         if len(head) < HEAD.size:
             raise SnapshotError(f"{path}: {len(head)}-byte file is shorter than the snapshot header")

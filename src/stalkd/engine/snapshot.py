@@ -44,6 +44,7 @@ from stalkd.engine.snapfile import (
     read_header,
     trailer_bytes,
 )
+from stalkd.log.fs import REAL, FileSystem
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
@@ -125,10 +126,12 @@ class SnapshotWriter:
         fault: Callable[[str], None] | None = None,
         version: int = SNAP_VERSION,
         reserve: str | None = None,
+        fs: FileSystem = REAL,
     ) -> None:
         if version not in (1, 2):
             raise ValueError(f"snapshot version {version} cannot be written (1 or 2)")
         self.directory = directory
+        self.fs = fs
         self.version = version
         self.final = os.path.join(directory, snapshot_name(start_seq))
         self.tmp = self.final + ".tmp"
@@ -137,25 +140,21 @@ class SnapshotWriter:
         self.count = 0
         self.bytes = 0
         self._fault("snapshot-open")
-        os.makedirs(directory, exist_ok=True)
+        fs.makedirs(directory)
         # ``reserve``: a preallocated file renamed into place, so this snapshot writes into
         # blocks it already owns (a full disk, where no other room is left); cut to size at finish.
         self._reserved = False
         if reserve is not None:
             try:
-                os.replace(reserve, self.tmp)
+                fs.replace(reserve, self.tmp)
                 self._reserved = True
             except FileNotFoundError:
                 pass
-        flags = os.O_WRONLY | os.O_NOFOLLOW | (0 if self._reserved else os.O_CREAT | os.O_TRUNC)
-        self._fd = os.open(self.tmp, flags, 0o644)
+        self._fd = fs.open(self.tmp, os.O_WRONLY, create=not self._reserved, truncate=not self._reserved)
         self._write(self._head)
 
     def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+        self.fs.write_all(self._fd, data)
         self.bytes += len(data)
 
     def add(self, records: list[Record]) -> None:
@@ -229,13 +228,13 @@ class SnapshotWriter:
         if self._reserved:
             os.ftruncate(self._fd, self.bytes)
         self._fault("snapshot-fsync")
-        os.fsync(self._fd)
+        self.fs.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1
         self._fault("snapshot-rename")
-        os.replace(self.tmp, self.final)
+        self.fs.replace(self.tmp, self.final)
         self._fault("snapshot-dirsync")
-        fsync_dir(self.directory)
+        self.fs.fsync_dir(self.directory)
         return self.final
 
     def abort(self) -> None:
@@ -247,18 +246,15 @@ class SnapshotWriter:
             os.unlink(self.tmp)
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def _mapped(path: str) -> Iterator[mmap.mmap]:
     """The whole file, read-only and mapped (no copy: bodies are sliced out of the page cache)."""
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
+    fd = REAL.open_read(path)
+    try:
+        m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    with m:
         yield m
 
 
@@ -290,7 +286,7 @@ def iter_jobs(path: str, header: SnapshotHeader) -> Iterator[JobTuple]:
 
 
 def load_into(e: Engine, h: SnapshotHeader) -> dict[int, int]:
-    """Load a snapshot's jobs into an empty engine (recovery's hot path; ~0.9 us a job in v2).
+    """Load a snapshot's jobs into an empty engine (recovery's hot path: ``bench/engine_bench.py``).
     Returns {job id: copy seq} for jobs copied after the snapshot began: their WAL records up to
     that seq are already in the snapshot. Call ``replay.finish`` after the WAL tail.
     """

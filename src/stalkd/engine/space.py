@@ -21,21 +21,21 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 from collections.abc import Callable, Sequence
 
-from stalkd.engine.model import DURABLE_OPS, Op, Record
+from stalkd.engine.model import DURABLE_OPS, PUT_FIXED, SHORT_RECORD, Op, Record
 from stalkd.log.active import drop_spare, make_spare, spares
 from stalkd.log.frame import frame_size
+from stalkd.log.fs import REAL, FileSystem
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
 
 __all__ = ["SHORT_FRAME", "SpaceBudget", "no_space", "put_frame"]
 
 log = logging.getLogger("stalkd.engine.space")
 
-# Largest frame of any op without tube or body (RELEASE: 26-byte header + 16 bytes of fields).
-SHORT_FRAME = frame_size(42)
-_PUT_FIXED = 52  # PUT payload bytes besides tube and body
+# Largest frame of any op without tube or body (a RELEASE).
+SHORT_FRAME = frame_size(SHORT_RECORD)
+_PUT_FIXED = PUT_FIXED
 MAX_TUBE = 200  # beanstalkd's longest tube name
 
 
@@ -77,7 +77,8 @@ class SpaceBudget:
 
     ``log_dir`` is the log whose ``spares/`` this budget keeps; ``end`` returns the log's
     (active base, position); ``active_limit(base)`` the active segment's last usable byte.
-    ``allocate(fd, offset, size)`` is ``os.posix_fallocate`` (the seam where a test injects ENOSPC).
+    ``allocate(fd, offset, size)`` reserves a spare's blocks (``fs.allocate`` unless the WAL
+    wraps it); ``fs`` is the file system spares are made and dropped through.
 
     >>> import tempfile
     >>> b = SpaceBudget(tempfile.mkdtemp(), 1 << 16, 1024, lambda: (0, 64), lambda base: 1 << 15)
@@ -92,7 +93,8 @@ class SpaceBudget:
         max_frame: int,
         end: Callable[[], tuple[int, int]],
         active_limit: Callable[[int], int],
-        allocate: Callable[[int, int, int], None] = os.posix_fallocate,
+        allocate: Callable[[int, int, int], None] = REAL.allocate,
+        fs: FileSystem = REAL,
     ) -> None:
         self.log_dir = log_dir
         self.segment_size = segment_size
@@ -103,6 +105,7 @@ class SpaceBudget:
         self._end = end
         self._active_limit = active_limit
         self._allocate = allocate
+        self._fs = fs
         self.promised = 0
         self.refused = 0  # admissions refused (stats, tests)
         self.short = False  # an admission was refused since the WAL last shed dead segments
@@ -168,7 +171,7 @@ class SpaceBudget:
         """Give up to ``n`` spares' room back to the file system; False if there was none."""
         done = False
         for _ in range(n):
-            if not drop_spare(self.log_dir, self.segment_size):
+            if not drop_spare(self.log_dir, self.segment_size, self._fs):
                 break
             done = True
         self.spares = len(spares(self.log_dir, self.segment_size))
@@ -185,7 +188,7 @@ class SpaceBudget:
 
     def _grow(self) -> bool:
         try:
-            make_spare(self.log_dir, self.segment_size, self._allocate)
+            make_spare(self.log_dir, self.segment_size, self._fs, self._allocate)
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 return False

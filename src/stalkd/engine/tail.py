@@ -1,9 +1,8 @@
 """Replaying the WAL tail after a snapshot, fast: records change job fields, containers are filled once.
 
 ``replay.replay`` applies one record at a time, moving the job between containers at every
-step; for a tail of a million records (the WAL written since the last snapshot can be as large
-as the live data) that was ~17 us a put, mostly a Record built per frame and a heap push per job.
-Here the v1 layouts of the common ops (PUT, DELETE, RELEASE, BURY, KICK, RESERVE, TIMEOUT,
+step; for a long tail (the WAL written since the last snapshot can be as large as the live data) the
+cost is mostly a Record built per frame and a heap push per job. Here the v1 layouts of the common ops (PUT, DELETE, RELEASE, BURY, KICK, RESERVE, TIMEOUT,
 TOUCH) are read straight from the frame; a job a record moves is taken out of its container
 once and only its fields follow the later records; at the end every such job is placed where
 its final state says, a tube's heap built in one go when many jobs join it. Other ops and other
@@ -23,7 +22,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from stalkd.engine.job import URGENT_THRESHOLD, Job
+from stalkd.engine.model import BURY as _BURY
+from stalkd.engine.model import HEAD as _HEAD
 from stalkd.engine.model import HEADER_SIZE, JobState, Op, RecordFormatError, decode
+from stalkd.engine.model import PUT as _PUT
+from stalkd.engine.model import RELEASE as _RELEASE
+from stalkd.engine.model import U32 as _U32
 from stalkd.engine.replay import ReplayError, replay
 
 if TYPE_CHECKING:
@@ -32,14 +36,6 @@ if TYPE_CHECKING:
     from stalkd.log.frame import Frame
 
 __all__ = ["TailError", "replay_tail"]
-
-# The version-1 layouts of model.py (header, then PUT / RELEASE / BURY fields).
-_HEAD = struct.Struct("<BBQqQ")
-_PUT = struct.Struct("<IIIqH")
-_RELEASE = struct.Struct("<IIq")
-_BURY = struct.Struct("<I")
-_U32 = struct.Struct("<I")
-assert _HEAD.size == HEADER_SIZE
 
 _C_PUT, _C_DELETE, _C_RELEASE, _C_BURY, _C_KICK = int(Op.PUT), int(Op.DELETE), int(Op.RELEASE), int(Op.BURY), int(Op.KICK)
 _C_TOUCH, _C_RESERVE, _C_TIMEOUT = int(Op.TOUCH), int(Op.RESERVE), int(Op.TIMEOUT)

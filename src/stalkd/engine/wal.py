@@ -48,6 +48,7 @@ from stalkd.engine.tail import TailError, replay_tail
 from stalkd.log import Log, LogFullError
 from stalkd.log.active import SPARES_DIR
 from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
+from stalkd.log.fs import REAL, FileSystem
 from stalkd.log.segment import FOOTER_SIZE
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
@@ -107,6 +108,7 @@ class Wal(Compaction):
         self.directory = directory
         self.snap_dir = os.path.join(directory, SNAP_DIR)
         self.log = log
+        self.fs = log.fs
         self.durability = durability
         self.segment_size = segment_size
         self.compact_min_bytes = compact_min_bytes
@@ -139,6 +141,7 @@ class Wal(Compaction):
         background: bool = True,
         fault: Callable[[str], None] | None = None,
         repair: bool = False,
+        fs: FileSystem = REAL,
     ) -> Wal:
         """Open (creating) the WAL in ``directory``; call ``recover`` next.
 
@@ -151,11 +154,16 @@ class Wal(Compaction):
         to simulate a full disk). ``archive`` moves retired segments to ``wal/archive/``.
         ``repair`` cuts a damaged log at its damage (bytes kept in ``wal/dropped/``) and lets
         ``recover`` continue from a snapshot the log no longer reaches, instead of refusing.
+        ``fs`` is the file system every file goes through (tests inject faults with a
+        ``Faults``); a data directory holding a symbolic link is refused.
         """
         d = os.fspath(directory)
-        os.makedirs(os.path.join(d, SNAP_DIR), exist_ok=True)
+        fs.makedirs(d)
+        fs.check_no_symlinks(d)
+        fs.makedirs(os.path.join(d, SNAP_DIR))
+        fs.check_no_symlinks(os.path.join(d, SNAP_DIR))
         log = Log.open(os.path.join(d, LOG_DIR), segment_size=segment_size,
-                       durability=durability, archive=archive, repair=repair)  # fmt: skip
+                       durability=durability, archive=archive, repair=repair, fs=fs)  # fmt: skip
         wal = cls(d, log, durability, segment_size,
                   segment_size if compact_min_bytes is None else compact_min_bytes,
                   chunk_jobs, background, fault)  # fmt: skip
@@ -257,7 +265,7 @@ class Wal(Compaction):
     def _open_space(self, live_jobs: int, max_job_size: int) -> None:
         def allocate(fd: int, offset: int, size: int) -> None:
             self._fault("space-allocate")
-            os.posix_fallocate(fd, offset, size)
+            self.fs.allocate(fd, offset, size)
 
         if self.space is not None:
             self.space.close()
@@ -269,7 +277,7 @@ class Wal(Compaction):
         if os.path.lexists(old):  # the single spare file of earlier versions: its room is freed
             os.unlink(old)
         sp = SpaceBudget(self.log.path, self.segment_size, waste,
-                         self.log.position_of_end, self._active_limit, allocate)  # fmt: skip
+                         self.log.position_of_end, self._active_limit, allocate, self.fs)  # fmt: skip
         self.space = sp
         # Every live job may be deleted: that room is promised from the start.
         if not sp.admit(live_jobs * SHORT_FRAME):
@@ -387,14 +395,15 @@ class Wal(Compaction):
             return
         size = min(4 * 2**20, max(4096, self.segment_size // 4))
         tmp = path + ".tmp"  # recovery deletes a .tmp left in the snapshot directory
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fs = self.fs
+        fd = fs.open(tmp, os.O_WRONLY, create=True, truncate=True)
         try:
             self._fault("space-allocate")
-            os.posix_fallocate(fd, 0, size)
-            os.replace(tmp, path)
+            fs.allocate(fd, 0, size)
+            fs.replace(tmp, path)
         except OSError as e:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                fs.unlink(tmp)
             if not no_space(e):
                 raise
         finally:

@@ -9,7 +9,8 @@ spare segments, renamed into place). Offsets are logical record numbers.
 Durability: ``always`` (an append returns after an fsync shared by concurrent appenders),
 ``every:<ms>`` (a background flush woken when due), ``never`` (page cache: survives kill -9).
 Writes: single frames are stored through a mapping of the active segment, batches with pwrite
-(measured faster for each; ``io="pwrite"`` forces pwrite, e.g. on copy-on-write file systems).
+(the faster way for each, as ``bench/log_bench.py`` shows; ``io="pwrite"`` forces pwrite, e.g.
+on copy-on-write file systems, where a store into a mapping could find no room).
 
 >>> import tempfile
 >>> from stalkd.log import Log

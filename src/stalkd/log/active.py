@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable
 
 from .errors import LogError, LogFullError
+from .fs import REAL, FileSystem
 from .segment import FOOTER_SIZE, HEADER_SIZE, encode_footer, encode_header, segment_name
 
-__all__ = ["ActiveSegment", "SPARES_DIR", "create_segment", "drop_spare", "fsync_dir", "make_spare", "spares"]
+__all__ = ["ActiveSegment", "SPARES_DIR", "create_segment", "drop_spare", "make_spare", "spares", "write_footer"]
 
 # Spare segments: whole preallocated files a new segment is renamed from, so the room a spare
 # holds is never handed back to the file system (where another process could take it) on its
@@ -25,18 +26,6 @@ SPARES_DIR = "spares"
 _SPARE_PREFIX = "spare-"
 
 
-def _allocate(fd: int, size: int) -> None:
-    """Reserve ``size`` bytes of blocks for a new segment (the one place disk space is taken)."""
-    os.posix_fallocate(fd, 0, size)
-
-
-def fsync_dir(path: str) -> None:
-    """Make a directory's entries (new, renamed or removed files) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ActiveSegment:
@@ -46,15 +35,16 @@ class ActiveSegment:
     the writer seals the segment and moves on.
     """
 
-    __slots__ = ("path", "fd", "base", "pos", "limit", "size", "epoch", "users", "retired", "mm", "mm_batches")
+    __slots__ = ("path", "fd", "base", "pos", "limit", "size", "epoch", "users", "retired", "mm", "mm_batches", "fs")
 
-    def __init__(self, path: str, fd: int, base: int, pos: int, size: int, epoch: int, io: str) -> None:
+    def __init__(self, path: str, fd: int, base: int, pos: int, size: int, epoch: int, io: str, fs: FileSystem) -> None:
         self.path, self.fd, self.base, self.pos = path, fd, base, pos
         self.size = size
         self.limit = size - FOOTER_SIZE  # the footer's room is reserved from the start
         self.epoch = epoch
         self.users = 0
         self.retired = False
+        self.fs = fs
         # The blocks are reserved (fallocate) before the mapping is written, so a store into it
         # cannot hit a full disk on ext4/xfs/tmpfs (copy-on-write file systems: use io="pwrite").
         self.mm = mmap.mmap(fd, size) if io != "pwrite" else None
@@ -65,11 +55,7 @@ class ActiveSegment:
         if self.mm_batches and self.mm is not None:
             self.mm[pos : pos + len(data)] = data
             return
-        view = memoryview(data)
-        while view:
-            n = os.pwrite(self.fd, view, pos)
-            view = view[n:]
-            pos += n
+        self.fs.pwrite_all(self.fd, data, pos)
 
     def close(self) -> None:
         if self.mm is not None:
@@ -94,73 +80,73 @@ def spares(root: str, size: int) -> list[str]:
     return out
 
 
-def make_spare(root: str, size: int, allocate: Callable[[int, int, int], None] = os.posix_fallocate) -> str:
+def make_spare(
+    root: str, size: int, fs: FileSystem = REAL, allocate: Callable[[int, int, int], None] | None = None
+) -> str:
     """A new spare segment file of ``size`` preallocated bytes; OSError (ENOSPC) if no room,
-    leaving nothing behind. ``allocate(fd, offset, size)`` is the file-system seam."""
+    leaving nothing behind. ``allocate(fd, offset, size)`` defaults to ``fs.allocate``."""
     d = os.path.join(root, SPARES_DIR)
-    os.makedirs(d, mode=0o700, exist_ok=True)
+    fs.makedirs(d)
     k = len(os.listdir(d))
     while os.path.lexists(os.path.join(d, f"{_SPARE_PREFIX}{k:06d}")):
         k += 1
     final = os.path.join(d, f"{_SPARE_PREFIX}{k:06d}")
     tmp = final + ".tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    fd = fs.open(tmp, os.O_RDWR, create=True, truncate=True)
     try:
-        allocate(fd, 0, size)
-        os.rename(tmp, final)
+        (fs.allocate if allocate is None else allocate)(fd, 0, size)
+        fs.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            fs.unlink(tmp)
         raise
     finally:
         os.close(fd)
     return final
 
 
-def drop_spare(root: str, size: int) -> bool:
+def drop_spare(root: str, size: int, fs: FileSystem = REAL) -> bool:
     """Give one spare's room back to the file system; False if there was none."""
     for p in spares(root, size):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(p)
+            fs.unlink(p)
             return True
     return False
 
 
-def _take_spare(root: str, size: int, tmp: str) -> int | None:
+def _take_spare(root: str, size: int, tmp: str, fs: FileSystem) -> int | None:
     """Rename a spare of ``size`` bytes to ``tmp`` and open it, or None if there is none."""
     for p in spares(root, size):
         try:
-            os.rename(p, tmp)
+            fs.replace(p, tmp)
         except FileNotFoundError:
             continue
-        return os.open(tmp, os.O_RDWR | os.O_NOFOLLOW)
+        return fs.open(tmp, os.O_RDWR)
     return None
 
 
-def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: bool) -> ActiveSegment:
+def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: bool, fs: FileSystem) -> ActiveSegment:
     """A new, fully allocated segment file with its header; LogFullError if there is no room.
 
     Built under a temporary name and renamed into place, so a crash mid-creation leaves no
     half-made segment (recovery deletes stray ``.tmp`` files). A spare of the same size is
     used when there is one (its blocks are already this process's: no allocation can fail).
-
-    >>> # seg = create_segment("/data/wal", 1000, 64 << 20, 1, "auto", fsync=True)
     """
     path = os.path.join(root, segment_name(base))
     tmp = path + ".tmp"
-    spare = _take_spare(root, size, tmp)
-    fd = spare if spare is not None else os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    spare = _take_spare(root, size, tmp, fs)
+    fd = spare if spare is not None else fs.open(tmp, os.O_RDWR, create=True, truncate=True)
     try:
         if spare is None:
-            _allocate(fd, size)
-        os.pwrite(fd, encode_header(base, epoch, time.time_ns() // 1000), 0)
+            fs.allocate(fd, 0, size)
+        fs.pwrite_all(fd, encode_header(base, epoch, time.time_ns() // 1000), 0)
         if fsync:
-            os.fdatasync(fd)
-        os.rename(tmp, path)
+            fs.fdatasync(fd)
+        fs.replace(tmp, path)
     except OSError as e:
         os.close(fd)
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            fs.unlink(tmp)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise LogFullError(
                 f"{root}: no space for a new {size}-byte segment at offset {base} ({e.strerror}); "
@@ -168,11 +154,11 @@ def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: 
             ) from e
         raise LogError(f"{path}: cannot create segment: {e}") from e
     if fsync:
-        fsync_dir(root)
-    return ActiveSegment(path, fd, base, HEADER_SIZE, size, epoch, io)
+        fs.fsync_dir(root)
+    return ActiveSegment(path, fd, base, HEADER_SIZE, size, epoch, io, fs)
 
 
-def write_footer(fd: int, size: int, base: int, end: int, data_end: int, epoch: int) -> None:
+def write_footer(fs: FileSystem, fd: int, size: int, base: int, end: int, data_end: int, epoch: int) -> None:
     """Seal a segment: its footer in the last bytes of the file, fsynced."""
-    os.pwrite(fd, encode_footer(base, end, data_end, epoch), size - FOOTER_SIZE)
-    os.fdatasync(fd)
+    fs.pwrite_all(fd, encode_footer(base, end, data_end, epoch), size - FOOTER_SIZE)
+    fs.fdatasync(fd)

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from .cursor import read_cursor
 from .errors import LogCorruptError, LogError, LogLockedError, NotALogError
+from .fs import REAL
 from .group import GROUPS_DIR
 from .layout import resolve_log_dir
 from .log import LOCK_NAME, Log
@@ -46,9 +47,8 @@ class DataDirHooks(Protocol):
 
 def _writer(path: str) -> str:
     try:
-        with open(os.path.join(path, LOCK_NAME)) as f:
-            pid = int(f.read().strip() or 0)
-    except (OSError, ValueError):
+        pid = int(REAL.read_file(os.path.join(path, LOCK_NAME)).strip() or 0)
+    except (OSError, ValueError, LogError):  # LogError: a LOCK that is a symlink is not read
         return "none"
     if pid <= 0:
         return "none"
@@ -65,7 +65,12 @@ def inspect(path: str, verify: bool = False, hooks: DataDirHooks | None = None) 
     """A report of the log in ``path`` as plain data; ``report["corrupt"]`` lists problems found
     (the damage recovery would refuse, and with ``verify`` every bad frame and snapshot).
 
-    >>> # inspect("/data/wal", verify=True)["segments"][0]["frames"]
+    >>> import tempfile
+    >>> from stalkd.log import Log
+    >>> with Log.open(tempfile.mkdtemp(), durability="never") as log:
+    ...     _ = log.append_many([b"a", b"b"])
+    >>> r = inspect(log.path, verify=True); r["segments"][0]["frames"], r["corrupt"]
+    (2, [])
     """
     report: dict[str, Any] = {"path": path, "writer": _writer(path), "segments": [], "groups": [], "corrupt": []}
     checked = recover(path, mode="check", verify=verify)

@@ -6,6 +6,9 @@ Ensures:
   * one caller at a time fsyncs (the leader), covering everything written when it started;
     the others wait and return as soon as the durable end covers them, so concurrent
     ``always`` appenders share fsyncs;
+  * a leader waits before its fsync only for callers the previous sync just released (they are
+    about to write again), and at most ``gather_share`` of an average fsync: a lone caller
+    never waits;
   * a ticket resolves once: done when the durable end passes its last offset, failed when an
     fsync fails; after that failure every later sync refuses (the page cache may have dropped
     the data, so pretending otherwise would lie about durability);
@@ -67,7 +70,7 @@ class GroupCommit:
     at most ``interval`` seconds after a write) or ``never``.
     """
 
-    def __init__(self, path: str, policy: str, interval: float, start: int) -> None:
+    def __init__(self, path: str, policy: str, interval: float, start: int, gather_share: float = 0.5) -> None:
         self.path = path
         self.policy = policy
         self.interval = interval
@@ -81,6 +84,17 @@ class GroupCommit:
         # every sync woke it for nothing (two futex wake-ups and a GIL fight per sync).
         self._bg_cond = threading.Condition(lock)
         self._syncing = False  # a leader is fsyncing (guarded by cond)
+        # Gathering (see _gather_locked): the ends callers inside sync_to wait for, how many
+        # callers the last sync released, and how many came back since; the leader waits on its
+        # own condition for the last arrival.
+        self._uptos: list[int] = []
+        self._expect = 0
+        self._arrived = 0
+        self._gathering = False
+        self._gather_cond = threading.Condition(lock)
+        self.gather_share = gather_share
+        self._fsync_avg = 0.0  # seconds, moving average
+        self.syncs = 0  # fsyncs done (records per fsync: a count the benchmarks report)
         self._tickets: deque[Ticket] = deque()
         self._deferred: Callbacks = []
         self.waiters = 0  # threads blocked in wait_visible
@@ -106,24 +120,43 @@ class GroupCommit:
         with self.cond:
             if upto is None:
                 upto = self._end()
-            while True:
-                if self.durable >= upto:
-                    return self.durable
-                if self.failed is not None:
-                    raise LogError(f"{self.path}: log failed earlier ({self.failed})")
-                if not self._syncing:
-                    self._syncing = True
-                    break
-                self.cond.wait()
+            if self.durable >= upto:
+                return self.durable
+            self._uptos.append(upto)
+            self._arrived += 1
+            if self._gathering and self._arrived >= self._expect:
+                self._gather_cond.notify()
+            try:
+                while True:
+                    if self.durable >= upto:
+                        self._uptos.remove(upto)
+                        return self.durable
+                    if self.failed is not None:
+                        raise LogError(f"{self.path}: log failed earlier ({self.failed})")
+                    if not self._syncing:
+                        self._syncing = True
+                        break
+                    self.cond.wait()
+            except BaseException:
+                self._uptos.remove(upto)
+                raise
         target = -1
         try:
+            if self._arrived < self._expect:
+                with self.cond:
+                    self._gather_locked()
+                if self.failed is not None:  # failed while gathering: nothing to sync any more
+                    raise LogError(f"{self.path}: log failed earlier ({self.failed})")
             pinner = self._pinner
             if pinner is None:
                 raise LogError(f"{self.path}: log is closed")
             target, seg = pinner.pin_end()
             try:
+                t0 = time.monotonic()
                 pinner.fdatasync(seg.fd)
-                self._last_sync = time.monotonic()
+                self._last_sync = now = time.monotonic()
+                self._fsync_avg += 0.25 * (now - t0 - self._fsync_avg)
+                self.syncs += 1
             except OSError as e:
                 target = -1
                 self.fail(e)
@@ -136,11 +169,37 @@ class GroupCommit:
         finally:
             with self.cond:
                 self._syncing = False
+                self._uptos.remove(upto)
+                # Callers this sync releases (the leader too) are about to write again.
+                self._expect = 1 + sum(u <= target for u in self._uptos)
+                self._arrived = 0
                 callbacks = self._advance_locked(target) if target >= 0 else []
                 self.cond.notify_all()
         for t, fn in callbacks:
             fn(t)
         return self.durable
+
+    def _gather_locked(self) -> None:
+        """The leader, before pinning the end: wait briefly for the callers the last sync
+        released, so this fsync covers their next records too.
+
+        Without this, the released leader writes again and starts the next fsync alone before
+        the threads it woke have had the GIL back; they then share the fsync after that, and
+        N concurrent appenders settle into alternating batches of 1 and N-1. The wait ends at
+        the last expected arrival, at close or failure, or after ``gather_share`` of an average
+        fsync (a caller that stopped appending costs one such wait, and is not expected again)."""
+        if self._arrived >= self._expect or self.gather_share <= 0:
+            return
+        deadline = time.monotonic() + self.gather_share * self._fsync_avg
+        self._gathering = True
+        try:
+            while self._arrived < self._expect and not self.closed and self.failed is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._gather_cond.wait(left)
+        finally:
+            self._gathering = False
 
     def sealed(self, end: int) -> None:
         """A segment's footer was fsynced: everything below ``end`` is durable. Called under
@@ -180,6 +239,7 @@ class GroupCommit:
                 t = self._tickets.popleft()
                 callbacks.extend((t, fn) for fn in t._resolve(err))
             self.cond.notify_all()
+            self._gather_cond.notify_all()
         for t, fn in callbacks:
             fn(t)
 
@@ -290,6 +350,7 @@ class GroupCommit:
             self.ok = False
             self.cond.notify_all()
             self._bg_cond.notify_all()
+            self._gather_cond.notify_all()
         for th in self._threads:
             if th is not threading.current_thread():
                 th.join()
@@ -303,6 +364,7 @@ class GroupCommit:
             self._pinner = None
             self.cond.notify_all()
             self._bg_cond.notify_all()
+            self._gather_cond.notify_all()
 
 
 def _set_future(fut: asyncio.Future[None]) -> None:

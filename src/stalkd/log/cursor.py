@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from .active import fsync_dir
+from .fs import REAL, FileSystem
 
 __all__ = ["CursorState", "read_cursor", "CursorFile", "CursorSyncer", "MAX_RANGES"]
 
@@ -101,11 +101,10 @@ def decode_slot(buf: bytes) -> CursorState | None:
     return CursorState(seq, committed, pos_offset, pos_base, pos, expired, dropped, acked)
 
 
-def read_cursor(path: str) -> CursorState | None:
+def read_cursor(path: str, fs: FileSystem = REAL) -> CursorState | None:
     """The newest intact checkpoint in ``path``, or None."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = fs.read_file(path)
     except FileNotFoundError:
         return None
     size = slot_size(len(data))
@@ -121,11 +120,12 @@ class CursorFile:
     before writing without fsync), so a power loss can tear at most one slot.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, fs: FileSystem = REAL) -> None:
         self.path = path
+        self.fs = fs
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path + _GROW_SUFFIX)  # a crash while growing left it; the old file stands
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fs.unlink(path + _GROW_SUFFIX)  # a crash while growing left it; the old file stands
+        self.fd = fs.open(path, os.O_RDWR, create=True)
         self.slot_size = slot_size(os.fstat(self.fd).st_size)
         self.written_seq = 0
         self.synced_seq = 0
@@ -144,10 +144,10 @@ class CursorFile:
         if len(data) > self.slot_size:
             self._grow(state, data)
             return
-        os.pwrite(self.fd, data, (state.seq % 2) * self.slot_size)
+        self.fs.pwrite_all(self.fd, data, (state.seq % 2) * self.slot_size)
         self.written_seq = state.seq
         if fsync:
-            os.fdatasync(self.fd)
+            self.fs.fdatasync(self.fd)
             self.synced_seq = state.seq
 
     def _grow(self, state: CursorState, data: bytes) -> None:
@@ -155,18 +155,19 @@ class CursorFile:
         rename must not reach the disk before the new file's contents."""
         size = _fitting_slot(len(data))
         tmp = self.path + _GROW_SUFFIX
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fs = self.fs
+        fd = fs.open(tmp, os.O_RDWR, create=True, truncate=True)
         try:
             os.ftruncate(fd, 2 * size)
-            os.pwrite(fd, data, (state.seq % 2) * size)
-            os.fsync(fd)
-            os.rename(tmp, self.path)
+            fs.pwrite_all(fd, data, (state.seq % 2) * size)
+            fs.fsync(fd)
+            fs.replace(tmp, self.path)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                fs.unlink(tmp)
             raise
-        fsync_dir(os.path.dirname(self.path) or ".")
+        fs.fsync_dir(os.path.dirname(self.path) or ".")
         with self._fd_lock:
             old, self.fd = self.fd, fd
             self.slot_size = size
@@ -176,7 +177,7 @@ class CursorFile:
     def sync(self) -> None:
         seq = self.written_seq
         with self._fd_lock:
-            os.fdatasync(self.fd)
+            self.fs.fdatasync(self.fd)
         self.synced_seq = seq
 
     def close(self) -> None:

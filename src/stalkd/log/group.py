@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import heapq
-import itertools
 import os
 import re
 import threading
@@ -27,11 +26,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal, NamedTuple, Protocol
 
-from .active import fsync_dir
 from .commit import parse_durability
 from .cursor import CursorFile, CursorState, CursorSyncer, read_cursor
 from .errors import LogError, LogLagError
 from .frame import frame_size
+from .fs import FileSystem
 from .reader import ReadPos
 from .segment import FOOTER_SIZE, HEADER_SIZE
 
@@ -45,6 +44,7 @@ class GroupLog(Protocol):
     """What a consumer group needs from its log (:class:`stalkd.log.Log` provides it)."""
 
     path: str
+    fs: FileSystem
 
     @property
     def durability(self) -> str: ...
@@ -100,8 +100,15 @@ def _ranges(offsets: set[int]) -> tuple[tuple[int, int], ...]:
 class ConsumerGroup:
     """One named cursor over a log; get it with :meth:`Log.group`.
 
-    >>> # g = log.group("mailer", ttl=3600, max_lag_items=100_000, overflow="drop")
-    >>> # for msg in g.poll(100, timeout=1.0): send(msg.payload); g.ack(msg)
+    >>> import tempfile
+    >>> from stalkd.log import Log
+    >>> with Log.open(tempfile.mkdtemp(), durability="never") as log:
+    ...     _ = log.append_many([b"a", b"b", b"c"])
+    ...     g = log.group("mailer", ttl=3600, max_lag_items=100_000, overflow="drop")
+    ...     msgs = g.poll(2)
+    ...     g.ack(*msgs)
+    ...     [m.bytes() for m in msgs], g.committed, g.lag
+    ([b'a', b'b'], 2, 1)
     """
 
     def __init__(
@@ -126,13 +133,14 @@ class ConsumerGroup:
                        max_lag_bytes=max_lag_bytes, overflow=overflow, max_attempts=max_attempts,
                        dead_letter=dead_letter)
         gdir = os.path.join(log.path, GROUPS_DIR)
-        os.makedirs(gdir, exist_ok=True)
+        fs = log.fs
+        fs.makedirs(gdir)
         path = os.path.join(gdir, name + ".cur")
-        state = read_cursor(path)
-        existed = os.path.exists(path)
-        self._file = CursorFile(path)
+        state = read_cursor(path, fs)
+        existed = os.path.lexists(path)
+        self._file = CursorFile(path, fs)
         if not existed:
-            fsync_dir(gdir)
+            fs.fsync_dir(gdir)
         first = log.segment_bounds()[0][0]
         if state is None:
             state = CursorState(0, first, first, first, HEADER_SIZE, 0, 0, ())
@@ -238,10 +246,13 @@ class ConsumerGroup:
         if len(out) >= max_batch or self._next_read >= end:
             return out
         rp = self._read_pos
-        frames = self.log.read(self._next_read, end, resume=rp, make=Message)
         if self.ttl is None and not self._acked:
-            out.extend(itertools.islice(frames, max_batch - len(out)))
+            # Offsets are dense: the next k records are exactly the offsets up to next + k, and
+            # a bounded read checks no frame it will not hand out.
+            out.extend(self.log.read(self._next_read, min(end, self._next_read + max_batch - len(out)),
+                                     resume=rp, make=Message))  # fmt: skip
         else:
+            frames = self.log.read(self._next_read, end, resume=rp, make=Message)
             ttl_us = None if self.ttl is None else int(self.ttl * 1e6)
             now_us = int((time.time() if now is None else now) * 1e6)
             for m in frames:
@@ -504,9 +515,10 @@ class ConsumerGroup:
 
     def destroy(self) -> None:
         """Close and delete the cursor file (the log calls it to remove the group)."""
+        fs = self.log.fs
         self._file.close()
-        os.unlink(self._file.path)
-        fsync_dir(os.path.dirname(self._file.path))
+        fs.unlink(self._file.path)
+        fs.fsync_dir(os.path.dirname(self._file.path))
 
     def __repr__(self) -> str:
         return f"ConsumerGroup({self.name!r}, committed={self.committed}, lag={self.lag})"

@@ -25,12 +25,14 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
 
+from .active import SPARES_DIR
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
 from .errors import LogError, LogLockedError
 from .frame import Frame
+from .fs import REAL, FileSystem
 from .group import GROUPS_DIR, ConsumerGroup
-from .reader import ReadPos, list_segments, read_frames
+from .reader import ARCHIVE_DIR, ReadPos, list_segments, read_frames
 from .recovery import RepairReport, recover
 from .retention import retain
 from .segment import FOOTER_SIZE, HEADER_SIZE, SegmentView
@@ -56,6 +58,7 @@ class Log:
 
     def __init__(self) -> None:  # use Log.open
         self.path = ""
+        self.fs: FileSystem = REAL
         self.repair_report: RepairReport | None = None
         self._groups: dict[str, ConsumerGroup] = {}
         self._refusers: list[ConsumerGroup] = []  # groups whose lag limit refuses appends
@@ -83,12 +86,15 @@ class Log:
         archive: bool = False,
         repair: bool = False,
         io: Literal["auto", "pwrite", "mmap"] = "auto",
+        fs: FileSystem = REAL,
     ) -> Log:
         """Open (creating if needed) the log in directory ``path`` for writing.
 
         ``durability``: ``always`` (fsync before returning; group commit), ``every:<ms>`` (a
         flush at most ``ms`` after a write), ``never`` (page cache: survives a process crash).
         ``repair=True`` truncates at the first bad frame anywhere instead of refusing to open.
+        ``fs`` is the file system (tests pass a :class:`stalkd.log.fs.Faults`). A directory
+        holding a symbolic link among its files is refused (:class:`stalkd.log.fs.SymlinkError`).
         """
         if segment_size < HEADER_SIZE + FOOTER_SIZE + 64:
             raise ValueError(f"segment_size {segment_size} is too small (minimum {HEADER_SIZE + FOOTER_SIZE + 64})")
@@ -100,13 +106,17 @@ class Log:
         log._policy = policy
         log._durability = durability
         log._archive = archive
-        os.makedirs(log.path, exist_ok=True)
+        log.fs = fs
+        fs.makedirs(log.path)
         log._lock_dir()
         try:
+            for sub in ("", GROUPS_DIR, ARCHIVE_DIR, SPARES_DIR):
+                d = os.path.join(log.path, sub)
+                fs.check_no_symlinks(d)
             rec = recover(log.path, repair)
             log.repair_report = rec.repair
             log._commit = GroupCommit(log.path, policy, interval, rec.next_offset)
-            log._writer = SegmentWriter(log.path, segment_size, io, policy != "never",
+            log._writer = SegmentWriter(log.path, segment_size, io, policy != "never", fs,
                                         log._commit.fail, log._commit.sealed)  # fmt: skip
             log._writer.resume(rec)
             log._load_groups()
@@ -117,7 +127,7 @@ class Log:
         return log
 
     def _lock_dir(self) -> None:
-        fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self.fs.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR, create=True)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -128,7 +138,7 @@ class Log:
                 "one writer per directory, readers use LogReader"
             ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fs.pwrite_all(fd, f"{os.getpid()}\n".encode(), 0)
         self._lockfd = fd
 
     # ---------------------------------------------------------------- writing
@@ -207,6 +217,12 @@ class Log:
     def durable_offset(self) -> int:
         """Every offset below this one is fsynced."""
         return self._commit.durable
+
+    @property
+    def syncs(self) -> int:
+        """Group-commit fsyncs done since open (records per fsync shows how well concurrent
+        ``always`` appenders share them)."""
+        return self._commit.syncs
 
     @property
     def durability(self) -> str:

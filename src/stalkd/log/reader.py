@@ -106,8 +106,13 @@ class LogReader:
 
     Never takes the writer lock, so it works beside a live writer in another process.
 
-    >>> # for frame in LogReader("/data/wal").read(100):
-    >>> #     handle(frame.offset, frame.payload)
+    >>> import tempfile
+    >>> from stalkd.log import Log
+    >>> with Log.open(tempfile.mkdtemp(), durability="never") as log:
+    ...     _ = log.append_many([b"a", b"b"])
+    >>> with LogReader(log.path) as reader:
+    ...     [(f.offset, f.bytes()) for f in reader.read(1)]
+    [(1, b'b')]
     """
 
     def __init__(self, path: str | os.PathLike[str], *, archive: bool | Literal["only"] = True) -> None:
@@ -151,10 +156,8 @@ class LogReader:
     ) -> Iterator[FrameColumns]:
         """The frames ``read_segment`` yields, as chunks of at most ``max_rows`` rows in columns.
 
-        Same checks and bounds, without a Python object per frame (see :mod:`stalkd.log.columns`).
-
-        >>> # for cols in LogReader(d).read_segment_columns(seg_path, 0, None):
-        >>> #     handle(cols.offsets, cols.timestamps_us, cols.starts, cols.ends, cols.buf)
+        Same checks and bounds, without a Python object per frame (see :mod:`stalkd.log.columns`):
+        each chunk gives ``offsets``, ``timestamps_us``, ``starts`` and ``ends`` into ``buf``.
         """
         view = self._view(0, path, os.path.basename(os.path.dirname(path)) == ARCHIVE_DIR)
         return segment_columns(view, view.base if start is None else start, end, max_rows)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .errors import LogCorruptError
+from .fs import REAL
 from .reader import list_segments
 from .segment import (
     FOOTER_SIZE,
@@ -207,14 +208,6 @@ def _zero(path: str, start: int, end: int) -> None:
         os.close(fd)
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _dropped_dir(root: str) -> str:
     d = os.path.join(root, DROPPED_DIR)
     os.makedirs(d, mode=0o700, exist_ok=True)
@@ -238,7 +231,7 @@ def _quarantine(root: str, view: SegmentView, start: int, end: int) -> str:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _fsync_dir(d)
+    REAL.fsync_dir(d)
     return target
 
 
@@ -272,7 +265,7 @@ def _cut(
     if cut_view is not None:
         _zero(cut_view.path, cut_view.size - FOOTER_SIZE, cut_view.size)
         cut_view.footer = None
-    _fsync_dir(root)
+    REAL.fsync_dir(root)
     salvaged = [rec for p in moved for rec in _salvage_file(p)]
     where = cut_view.path if cut_view is not None else (files[keep] if keep < len(files) else root)
     return RepairReport(where, position, offset, reason, tuple(moved), tuple(salvaged))
@@ -353,7 +346,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                     # the footer write the crash interrupted may have left bytes in its room
                     _zero(view.path, view.size - FOOTER_SIZE, view.size)
                     with contextlib.suppress(OSError):
-                        _fsync_dir(root)
+                        REAL.fsync_dir(root)
                     n = i + 1
                     break
                 n = i + 1

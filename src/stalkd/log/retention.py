@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 
-from .active import fsync_dir
 from .group import ConsumerGroup
 from .reader import ARCHIVE_DIR
 from .writer import SegmentWriter
@@ -37,20 +36,20 @@ def retain(
     doomed = writer.drop_sealed(bound)
     if not doomed:
         return []
-    root = writer.path
+    root, fs = writer.path, writer.fs
     out = []
     if archive:
-        os.makedirs(os.path.join(root, ARCHIVE_DIR), exist_ok=True)
+        fs.makedirs(os.path.join(root, ARCHIVE_DIR))
     for _base, _end, p in doomed:
         forget(p)
         if archive:
             target = os.path.join(root, ARCHIVE_DIR, os.path.basename(p))
-            os.replace(p, target)
+            fs.replace(p, target)
             out.append(target)
         else:
-            os.unlink(p)
+            fs.unlink(p)
             out.append(p)
     if archive:
-        fsync_dir(os.path.join(root, ARCHIVE_DIR))
-    fsync_dir(root)
+        fs.fsync_dir(os.path.join(root, ARCHIVE_DIR))
+    fs.fsync_dir(root)
     return out

@@ -17,8 +17,8 @@ A sealed segment ends with a footer frame (kind 2) in its last 48 bytes whose pa
 ``u64 end_offset | u64 data_end | u64 count``; opening a log reads only that footer for sealed
 segments, so recovery scans the active segment alone.
 
-Ensures: ``scan`` yields exactly the valid data frames of a region, in offset order, and stops at
-the first frame that is torn, fails its CRC, has the wrong delta or a stale epoch.
+Ensures: a segment's frames are checked by :mod:`stalkd.log.frame`'s scan, which stops at the
+first frame that is torn, fails its CRC, has the wrong delta or a stale epoch.
 
 How to change the format (numbered; append to it):
   1. Bump ``VERSION`` for any header or frame layout change; keep a reader for every old version
@@ -33,7 +33,6 @@ import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
 from crc32c import crc32c
 
@@ -41,15 +40,17 @@ from .errors import LogCorruptError
 from .frame import (
     FRAME_HEADER_SIZE,
     HEAD,
-    KIND_DATA,
     KIND_FOOTER,
     KIND_MASK,
     MAGIC,
     Frame,
+    ScanState,
     encode_frame,
+    scan,
 )
+from .fs import REAL
 
-__all__ = ["SegmentInfo", "SegmentView", "ScanState", "segment_name", "parse_segment_name", "repair_hint"]
+__all__ = ["SegmentInfo", "SegmentView", "ScanState", "scan", "segment_name", "parse_segment_name", "repair_hint"]
 
 SEG_MAGIC = b"STALKLOG"
 VERSION = 1
@@ -60,8 +61,6 @@ FOOTER_SIZE = FRAME_HEADER_SIZE + FOOTER_PAYLOAD.size  # 48, a multiple of 8
 MAX_EPOCH = 0xFFFF
 _U32 = struct.Struct("<I")
 _NAME = re.compile(r"^seg-(\d{20})\.log$")
-_ZERO_HEAD = bytes(FRAME_HEADER_SIZE)
-T = TypeVar("T")
 
 
 def segment_name(base: int) -> str:
@@ -137,89 +136,22 @@ class SegmentInfo:
     size: int
 
 
-class ScanState:
-    """Where a scan stopped: ``pos`` (next byte), ``offset`` (next logical offset), ``status``.
-
-    ``status`` is "end" (zeros: clean end of data), "bad" (torn frame, bad CRC, wrong delta or
-    epoch), "footer" (reached the seal), "limit" (stopped by the caller's bounds) or "" while running.
-    """
-
-    __slots__ = ("pos", "offset", "status", "epoch")
-
-    def __init__(self, pos: int, offset: int) -> None:
-        self.pos = pos
-        self.offset = offset
-        self.status = ""
-        self.epoch = 0
-
-
-def scan(
-    mv: memoryview,
-    base: int,
-    epoch_limit: int,
-    state: ScanState,
-    stop_pos: int,
-    stop_offset: int | None = None,
-    skip_before: int = 0,
-    make: Callable[[int, int, memoryview], T] = Frame,  # type: ignore[assignment]
-) -> Iterator[T]:
-    """Yield valid data frames from ``state.pos``; ``state`` is updated before each yield.
-
-    Frames with an offset below ``skip_before`` are checked but not yielded. ``make(offset,
-    timestamp_us, payload)`` builds what is yielded (a Frame by default).
-    """
-    head_unpack = HEAD.unpack_from
-    pos = state.pos
-    offset = state.offset
-    last_epoch = state.epoch
-    while True:
-        if stop_offset is not None and offset >= stop_offset:
-            state.status = "limit"
-            break
-        if pos + FRAME_HEADER_SIZE > stop_pos:
-            state.status = "end" if pos >= stop_pos or not any(mv[pos:stop_pos]) else "bad"
-            break
-        crc, magic, flags, epoch, length, delta, ts = head_unpack(mv, pos)
-        if magic != MAGIC:
-            state.status = "end" if mv[pos : pos + FRAME_HEADER_SIZE] == _ZERO_HEAD else "bad"
-            break
-        body = pos + FRAME_HEADER_SIZE
-        end = body + length
-        nxt = (end + 7) & ~7
-        if nxt > stop_pos or epoch > epoch_limit or epoch < last_epoch or crc != crc32c(mv[pos + 4 : nxt]):
-            state.status = "bad"
-            break
-        kind = flags & KIND_MASK
-        if kind == KIND_DATA:
-            if delta != offset - base:
-                state.status = "bad"
-                break
-            last_epoch = epoch
-            pos = nxt
-            offset += 1
-            if offset > skip_before:
-                state.pos, state.offset, state.epoch = pos, offset, epoch
-                yield make(offset - 1, ts, mv[body:end])
-            continue
-        if kind == KIND_FOOTER:
-            state.status = "footer"
-            break
-        last_epoch = epoch  # padding or a kind this version does not know: skippable
-        pos = nxt
-    state.pos, state.offset, state.epoch = pos, offset, last_epoch
-
-
 class SegmentView:
     """A read-only mapping of one segment file; never takes the writer lock.
 
-    >>> # view = SegmentView("/data/log/seg-00000000000000000000.log")
-    >>> # [f.offset for f in view.frames(0, 10)]
+    >>> import tempfile
+    >>> from stalkd.log import Log
+    >>> with Log.open(tempfile.mkdtemp(), durability="never") as log:
+    ...     _ = log.append_many([b"a", b"b", b"c"])
+    ...     view = SegmentView(log.segment_bounds()[0][2])
+    >>> [f.offset for f in view.frames(1, 10)]
+    [1, 2]
     """
 
     def __init__(self, path: str, archived: bool = False) -> None:
         self.path = path
         self.archived = archived
-        fd = os.open(path, os.O_RDONLY)
+        fd = REAL.open_read(path)
         try:
             self.size = os.fstat(fd).st_size
             if self.size < HEADER_SIZE + FOOTER_SIZE:
@@ -275,14 +207,25 @@ class SegmentView:
         st.pos, st.offset, st.epoch, st.status = HEADER_SIZE, self.base, 0, ""
         if hint is not None and self.base <= hint[0] <= start and HEADER_SIZE <= hint[1] < self.size:
             st.offset, st.pos = hint
+        sealed_end, stop_pos, stop_offset = self.bounds(end)
+        yield from scan(self.mv, self.base, self.epoch, st, stop_pos, stop_offset, start, make)  # type: ignore[misc]
+        self.check_complete(st, sealed_end)
+
+    def bounds(self, end: int | None) -> tuple[tuple[int, int] | None, int, int | None]:
+        """(footer's (end offset, data end) or None, byte and offset where a scan up to ``end``
+        stops). A sealed segment stops at its footer's end, an unsealed one at its file's end
+        (the footer room is zeros)."""
         if self.footer is None:
             self.footer = self.read_footer()  # a writer may have sealed it since we mapped it
         sealed_end = self.footer
-        stop_pos = sealed_end[1] if sealed_end else self.size  # unsealed: the footer room is zeros
+        stop_pos = sealed_end[1] if sealed_end else self.size
         stop_offset = end if sealed_end is None or end is None else min(end, sealed_end[0])
         if sealed_end and stop_offset is None:
             stop_offset = sealed_end[0]
-        yield from scan(self.mv, self.base, self.epoch, st, stop_pos, stop_offset, start, make)  # type: ignore[misc]
+        return sealed_end, stop_pos, stop_offset
+
+    def check_complete(self, st: ScanState, sealed_end: tuple[int, int] | None) -> None:
+        """LogCorruptError if a scan of a sealed segment stopped short of its footer's end."""
         if sealed_end is not None and st.status != "limit" and st.offset < sealed_end[0]:
             raise LogCorruptError(
                 f"{self.path}: bad frame at byte {st.pos} (offset {st.offset}) inside a sealed segment "

@@ -17,7 +17,13 @@ __all__ = ["Ticket"]
 class Ticket:
     """Offsets ``first..last`` were written; the ticket is done when they are durable.
 
-    >>> # t = log.submit([b"a", b"b"]); t.wait(); t.first, t.last   (or: await t)
+    >>> import tempfile
+    >>> from stalkd.log import Log
+    >>> with Log.open(tempfile.mkdtemp(), durability="always") as log:
+    ...     t = log.submit([b"a", b"b"])
+    ...     t.wait(timeout=60)  # or: await t
+    ...     t.first, t.last, t.done()
+    (0, 1, True)
     """
 
     __slots__ = ("first", "last", "_cond", "_done", "_error", "_callbacks")

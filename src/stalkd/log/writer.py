@@ -19,9 +19,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from .active import ActiveSegment, _allocate, create_segment, write_footer
+from .active import ActiveSegment, create_segment, write_footer
 from .errors import LogError, LogFullError
 from .frame import FRAME_HEADER_SIZE, MAX_PAYLOAD, encode_data_frame, encode_data_frames, frame_size
+from .fs import FileSystem
 from .recovery import Recovered
 from .segment import FOOTER_SIZE, HEADER_SIZE, MAX_EPOCH, encode_footer, encode_header
 
@@ -44,12 +45,14 @@ class SegmentWriter:
         segment_size: int,
         io: str,
         fsync_new: bool,
+        fs: FileSystem,
         on_fatal: Callable[[BaseException], None],
         on_sealed: Callable[[int], None],
     ) -> None:
         self.path = path
         self.segment_size = segment_size
         self.io = io
+        self.fs = fs
         self.fsync_new = fsync_new  # fsync new segments and their directory entry (not under 'never')
         self.lock = threading.Lock()  # order of writes and the active segment
         self._fdlock = threading.Lock()  # retiring a segment fd while a sync uses it
@@ -71,17 +74,18 @@ class SegmentWriter:
             self._set_active(self._create(rec.next_offset, self.segment_size))
             return
         path, base, pos, epoch = rec.active
-        fd = os.open(path, os.O_RDWR)
+        fs = self.fs
+        fd = fs.open(path, os.O_RDWR)
         size = os.fstat(fd).st_size
         if pos + FOOTER_SIZE > size:  # a file cut short (not by us: we preallocate): room for the footer
             size = max(self.segment_size, pos + FOOTER_SIZE)
             try:
-                _allocate(fd, size)
+                fs.allocate(fd, 0, size)
             except OSError as e:
                 os.close(fd)
                 raise LogFullError(f"{path}: cannot restore the room of a truncated segment: {e}") from e
         if epoch >= MAX_EPOCH:  # epochs exhausted: seal this one and start afresh
-            write_footer(fd, size, base, rec.next_offset, pos, epoch)
+            write_footer(fs, fd, size, base, rec.next_offset, pos, epoch)
             os.close(fd)
             self.sealed.append((base, rec.next_offset, path))
             self._set_active(self._create(rec.next_offset, self.segment_size))
@@ -89,15 +93,15 @@ class SegmentWriter:
         # Raise the epoch before writing anything: frames left past the cut carry an older
         # epoch, and a scan rejects them once a newer frame precedes them.
         try:
-            os.pwrite(fd, encode_header(base, epoch + 1, time.time_ns() // 1000), 0)
-            os.fdatasync(fd)
+            fs.pwrite_all(fd, encode_header(base, epoch + 1, time.time_ns() // 1000), 0)
+            fs.fdatasync(fd)
         except OSError:
             os.close(fd)
             raise
-        self._set_active(ActiveSegment(path, fd, base, pos, size, epoch + 1, self.io))
+        self._set_active(ActiveSegment(path, fd, base, pos, size, epoch + 1, self.io, fs))
 
     def _create(self, base: int, size: int) -> ActiveSegment:
-        return create_segment(self.path, base, size, 1, self.io, fsync=self.fsync_new)
+        return create_segment(self.path, base, size, 1, self.io, self.fsync_new, self.fs)
 
     def _set_active(self, seg: ActiveSegment) -> None:
         self.active = seg
@@ -124,7 +128,7 @@ class SegmentWriter:
             frame = encode_data_frame(payload, off - act.base, time.time_ns() // 1000, act.epoch)
             mm = act.mm
             if mm is not None:
-                mm[pos : pos + size] = frame  # no system call: measured faster for single frames
+                mm[pos : pos + size] = frame  # no system call per record (bench/log_bench.py: mmap vs pwrite)
             else:
                 self._write_checked(act, frame, pos)
             act.pos = pos + size
@@ -179,7 +183,7 @@ class SegmentWriter:
             for seg in created:
                 seg.close()
                 with contextlib.suppress(OSError):
-                    os.unlink(seg.path)
+                    self.fs.unlink(seg.path)
             raise
         ts = time.time_ns() // 1000
         for k, (seg, lo, hi) in enumerate(plan):
@@ -210,9 +214,9 @@ class SegmentWriter:
         end = new.base
         if old.mm is not None:
             old.mm[old.size - FOOTER_SIZE : old.size] = encode_footer(old.base, end, old.pos, old.epoch)
-            os.fdatasync(old.fd)
+            self.fs.fdatasync(old.fd)
         else:
-            write_footer(old.fd, old.size, old.base, end, old.pos, old.epoch)
+            write_footer(self.fs, old.fd, old.size, old.base, end, old.pos, old.epoch)
         self.sealed.append((old.base, end, old.path))
         self._set_active(new)
         with self._fdlock:
@@ -241,7 +245,7 @@ class SegmentWriter:
                 seg.close()
 
     def fdatasync(self, fd: int) -> None:
-        os.fdatasync(fd)
+        self.fs.fdatasync(fd)
 
     # ---------------------------------------------------------------- retention and closing
 

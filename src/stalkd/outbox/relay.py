@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from stalkd.client import Client
 from stalkd.outbox.table import Outbox
 
 __all__ = ["Relay", "Sender"]
@@ -34,9 +35,9 @@ log = logging.getLogger("stalkd.outbox")
 
 
 class Sender(Protocol):
-    """Where rows go: ``put`` returning the job id (``stalkd.worker.conn.Conn`` fits)."""
+    """Where rows go: ``put`` returning the job id (``stalkd.client.Client`` fits)."""
 
-    def put(self, tube: str, body: bytes, *, priority: int, delay: int, ttr: int) -> int: ...
+    def put(self, body: bytes, *, priority: int, delay: int, ttr: int, tube: str) -> int: ...
 
     def close(self) -> None: ...
 
@@ -70,9 +71,7 @@ class Relay:
 
     def _get_sender(self) -> Sender:
         if self._sender is None:
-            from stalkd.worker.conn import Conn
-
-            self._sender = Conn(self.address)
+            self._sender = Client(self.address)
         return self._sender
 
     def close(self) -> None:
@@ -95,8 +94,8 @@ class Relay:
             failure: BaseException | None = None
             for row in rows:
                 try:
-                    job_id = sender.put(row.tube, row.body, priority=row.priority,
-                                        delay=row.delay, ttr=row.ttr)
+                    job_id = sender.put(row.body, priority=row.priority, delay=row.delay,
+                                        ttr=row.ttr, tube=row.tube)
                 except Exception as exc:
                     failure = exc
                     tx.execute(t.update().where(t.c.id == row.id)

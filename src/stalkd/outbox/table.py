@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 if TYPE_CHECKING:
-    from stalkd.worker.app import Task
+    from stalkd.worker.task import Task
 
 __all__ = ["Outbox", "DEFAULT_PRIORITY"]
 
@@ -74,7 +74,7 @@ class Outbox:
         assert key is not None
         return int(key[0])
 
-    def put_task(self, conn: sa.Connection, task: Task, payload: Any, *, delay: int = 0,
+    def put_task(self, conn: sa.Connection, task: Task[Any], payload: Any, *, delay: int = 0,
                  priority: int | None = None, ttr: int | None = None) -> int:
         """Like ``task.put`` (same validation and envelope), but inside ``conn``'s transaction.
         Unique keys and dependencies are not supported here (they need the server at put time)."""

@@ -1,8 +1,8 @@
 """Log frames to Arrow record batches, for the ``stalkd`` source's ``read()`` (pure, no Spark).
 
 The raw path builds the binary column straight from one joined buffer and an offsets array,
-so a payload is copied once. The WAL path decodes version-1 records column by column with
-``struct`` instead of building a ``Record`` per row (several times faster); every other
+so a payload is copied once. The WAL path decodes version-1 records column by column with the
+structs of :mod:`stalkd.engine.model` instead of building a ``Record`` per row; every other
 version goes through :func:`stalkd.engine.model.decode`, which stays the single authority.
 
 Ensures: batches match ``RAW_ARROW`` / ``WAL_ARROW`` exactly; a payload that does not decode
@@ -22,7 +22,17 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from stalkd.engine.model import Op, RecordFormatError, decode
+from stalkd.engine.model import (
+    BURY,
+    HEAD,
+    HEADER_SIZE,
+    PUT,
+    RELEASE,
+    U32,
+    Op,
+    RecordFormatError,
+    decode,
+)
 from stalkd.spark.schema import OP_NAMES, RAW_ARROW, WAL_ARROW
 
 
@@ -55,12 +65,7 @@ def raw_batch(offsets: Sequence[int], timestamps_us: Sequence[int],
     )  # fmt: skip
 
 
-_HEAD = struct.Struct("<BBQqQ")
-_PUT = struct.Struct("<IIIqH")
-_RELEASE = struct.Struct("<IIq")
-_U32 = struct.Struct("<I")
-_PAUSE = struct.Struct("<IqH")
-_JOB = struct.Struct("<BIIIqqIIIIIH")
+_HEAD, _PUT, _RELEASE, _BURY, _U32 = HEAD, PUT, RELEASE, BURY, U32
 _STATE = {1: "ready", 2: "reserved", 3: "buried", 4: "delayed"}
 _PUT_OP, _RELEASE_OP, _BURY_OP, _PAUSE_OP, _JOB_OP = (
     int(Op.PUT), int(Op.RELEASE), int(Op.BURY), int(Op.PAUSE), int(Op.JOB))  # fmt: skip
@@ -91,11 +96,11 @@ def wal_batch(offsets: Sequence[int], payloads: Sequence[bytes | memoryview], *,
                       size, body, with_body)  # fmt: skip
                 continue
             op[i] = OP_NAMES.get(code, "unknown")
-            pos = 26
+            pos = HEADER_SIZE
             if code == _PUT_OP:
                 pri[i], delay[i], ttr[i], dl, tlen = _PUT.unpack_from(p, pos)
                 deadline[i] = dl or None
-                pos += 22
+                pos += _PUT.size
                 tube[i] = bytes(p[pos:pos + tlen]).decode("ascii")
                 pos += tlen
                 (blen,) = _U32.unpack_from(p, pos)
@@ -109,7 +114,7 @@ def wal_batch(offsets: Sequence[int], payloads: Sequence[bytes | memoryview], *,
                 pri[i], delay[i], dl = _RELEASE.unpack_from(p, pos)
                 deadline[i] = dl or None
             elif code == _BURY_OP:
-                (pri[i],) = _U32.unpack_from(p, pos)
+                (pri[i],) = _BURY.unpack_from(p, pos)
             elif code in (_PAUSE_OP, _JOB_OP):
                 _slow(i, p, offsets[i], seq, time, op, job, tube, pri, delay, ttr, deadline, state, created,
                       size, body, with_body)  # fmt: skip

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from stalkd.engine.model import Op
+from stalkd.engine.model import HEAD_FIELDS, PUT_FIELDS, RELEASE_FIELDS, Op
+from stalkd.log import frame
 from stalkd.log.columns import FrameColumns
 from stalkd.spark.batches import wal_batch
 from stalkd.spark.schema import OP_NAMES, RAW_ARROW, WAL_ARROW
@@ -44,13 +45,20 @@ MAX_BATCH_SPAN = 64 * 2**20
 
 _TS = pa.timestamp("us", tz="UTC")
 _I64_MAX = 2**63 - 1
-# The frame header of stalkd.log.frame (crc, magic, flags, epoch, length, delta, timestamp).
-_FRAME = np.dtype([("crc", "<u4"), ("magic", "u1"), ("flags", "u1"), ("epoch", "<u2"), ("length", "<u4"),
-                   ("delta", "<u4"), ("timestamp_us", "<i8")])  # fmt: skip
-# Packed (no alignment) views of the record layouts in stalkd.engine.model, version 1.
-_HEAD = np.dtype([("version", "u1"), ("code", "u1"), ("seq", "<u8"), ("time", "<i8"), ("job", "<u8")])
-_PUT = np.dtype([("pri", "<u4"), ("delay", "<u4"), ("ttr", "<u4"), ("deadline", "<i8"), ("tlen", "<u2")])
-_RELEASE = np.dtype([("pri", "<u4"), ("delay", "<u4"), ("deadline", "<i8")])
+_NUMPY_CODES = {"B": "u1", "H": "<u2", "I": "<u4", "Q": "<u8", "q": "<i8"}  # struct code -> numpy
+
+
+def _dtype(fields: tuple[tuple[str, str], ...]) -> np.dtype[Any]:
+    """The packed numpy view of a field table (stalkd.log.frame, stalkd.engine.model)."""
+    return np.dtype([(name, _NUMPY_CODES[code]) for name, code in fields])
+
+
+_FRAME = _dtype(frame.HEAD_FIELDS)
+# Version-1 record layouts (model.py): header, PUT and RELEASE fields.
+_HEAD = _dtype(HEAD_FIELDS)
+_PUT = _dtype(PUT_FIELDS)
+_RELEASE = _dtype(RELEASE_FIELDS)
+assert _FRAME.itemsize == frame.FRAME_HEADER_SIZE and frame.LENGTH_AT == 8 and frame.TIMESTAMP_AT == 16
 _OP_TABLE = pa.array([OP_NAMES.get(c, "unknown") for c in range(256)], pa.string())
 _PUT_OP, _RELEASE_OP, _BURY_OP = int(Op.PUT), int(Op.RELEASE), int(Op.BURY)
 _SLOW_OPS = np.array([int(Op.PAUSE), int(Op.JOB)], np.uint8)
@@ -179,10 +187,10 @@ def _wal_fast(c: _Chunk, with_body: bool) -> pa.RecordBatch | None:
     if (lens < _HEAD.itemsize).any():
         return None
     h = _gather(src, st, _HEAD)
-    code = h["code"]
+    code = h["op"]
     if (h["version"] != 1).any() or np.isin(code, _SLOW_OPS).any():
         return None
-    if (h["seq"] > _I64_MAX).any() or (h["job"] > _I64_MAX).any():
+    if (h["seq"] > _I64_MAX).any() or (h["job_id"] > _I64_MAX).any():
         return None
     body_at = st + _HEAD.itemsize
     put = np.flatnonzero(code == _PUT_OP)
@@ -193,7 +201,7 @@ def _wal_fast(c: _Chunk, with_body: bool) -> pa.RecordBatch | None:
         return None
     p = _gather(src, body_at[put], _PUT)
     tube_s = body_at[put] + _PUT.itemsize
-    tube_e = tube_s + p["tlen"]
+    tube_e = tube_s + p["tube_len"]
     if (tube_e + 4 > en[put]).any():
         return None
     blen = _gather(src, tube_e, np.dtype("<u4")).astype(np.int64)
@@ -205,7 +213,7 @@ def _wal_fast(c: _Chunk, with_body: bool) -> pa.RecordBatch | None:
     r = _gather(src, body_at[rel], _RELEASE)
     b = _gather(src, body_at[bury], np.dtype("<u4"))
 
-    time = h["time"].astype(np.int64)
+    time = h["time_us"].astype(np.int64)
     pri = np.zeros(n, np.int64)
     pri[put], pri[rel], pri[bury] = p["pri"], r["pri"], b
     delay = np.zeros(n, np.int64)
@@ -213,7 +221,7 @@ def _wal_fast(c: _Chunk, with_body: bool) -> pa.RecordBatch | None:
     ttr = np.zeros(n, np.int64)
     ttr[put] = p["ttr"]
     deadline = np.zeros(n, np.int64)
-    deadline[put], deadline[rel] = p["deadline"], r["deadline"]
+    deadline[put], deadline[rel] = p["deadline_us"], r["deadline_us"]
     size = np.zeros(n, np.int64)
     size[put] = blen
     has_pri = np.zeros(n, np.bool_)
@@ -229,7 +237,7 @@ def _wal_fast(c: _Chunk, with_body: bool) -> pa.RecordBatch | None:
     body = ranges_binary(src, tube_e + 4, en[put]).take(pick) if with_body else pa.nulls(n, pa.binary())
     return pa.RecordBatch.from_arrays(
         [pa.array(c.offsets, pa.int64()), pa.array(h["seq"].astype(np.int64)), pa.array(time).cast(_TS),
-         _OP_TABLE.take(pa.array(code)), pa.array(h["job"].astype(np.int64)), tube,
+         _OP_TABLE.take(pa.array(code)), pa.array(h["job_id"].astype(np.int64)), tube,
          pa.array(pri, mask=~has_pri), pa.array(delay, mask=~has_delay), pa.array(ttr, mask=~is_put),
          pa.array(deadline, mask=~(has_delay & (deadline != 0))).cast(_TS), pa.nulls(n, pa.string()),
          pa.array(time, mask=~is_put).cast(_TS), pa.array(size, mask=~is_put), body],

@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import struct
 import time
 import uuid
@@ -45,8 +44,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from stalkd.client import Client, PutSpec, errors
 from stalkd.client._address import Address, parse_address
-from stalkd.client._tls import wrap_socket
+from stalkd.log.fs import REAL
 
 # A marker frame's payload starts with this; the rest is JSON {"batch": id, "rows": n}.
 MARKER_MAGIC = b"\x00stalkd-spark-batch\x00"
@@ -121,10 +121,10 @@ class Staged(WriterCommitMessage):
 def _stage(path: str, job: str, column: str, rows: Iterator[Any]) -> Staged:
     part, attempt = _task()
     staging = os.path.join(path, STAGING_DIR)
-    os.makedirs(staging, exist_ok=True)
+    REAL.makedirs(staging)
     name = os.path.join(staging, f"{job}-{part:05d}-{attempt}.frames")
     n = 0
-    with open(name + ".tmp", "wb") as f:
+    with os.fdopen(REAL.open(name + ".tmp", os.O_WRONLY, create=True, truncate=True), "wb") as f:
         for row in rows:
             data = _as_bytes(row[column], f"row {n} of partition {part}")
             f.write(_LEN.pack(len(data)))
@@ -150,8 +150,7 @@ def _abort_mark(path: str, job: str) -> str:
 
 
 def _staged_payloads(file: str) -> Iterator[bytes]:
-    with open(file, "rb") as f:
-        data = f.read()
+    data = REAL.read_file(file)
     pos = 0
     while pos < len(data):
         if pos + 4 > len(data):
@@ -166,9 +165,8 @@ def _staged_payloads(file: str) -> Iterator[bytes]:
 def _remove_staged(path: str, job: str, *, aborted: bool = False) -> None:
     staging = os.path.join(path, STAGING_DIR)
     if aborted:
-        os.makedirs(staging, exist_ok=True)
-        with open(_abort_mark(path, job), "w"):
-            pass
+        REAL.makedirs(staging)
+        os.close(REAL.open(_abort_mark(path, job), os.O_WRONLY, create=True))
     try:
         names = os.listdir(staging)
     except FileNotFoundError:
@@ -263,7 +261,7 @@ class _Marker:
 def _write_hint(path: str, batch: int, offset: int) -> None:
     # Only a hint where to start looking for the last marker; the marker frames are the truth.
     tmp = os.path.join(path, _HINT + ".tmp")
-    with open(tmp, "w") as f:
+    with os.fdopen(REAL.open(tmp, os.O_WRONLY, create=True, truncate=True), "w") as f:
         json.dump({"batch": batch, "offset": offset}, f)
     os.replace(tmp, os.path.join(path, _HINT))
 
@@ -272,8 +270,7 @@ def _last_marker(path: str, end: int) -> _Marker | None:
     """The newest batch marker below ``end``: scanned from the hint, or from the start."""
     start = 0
     try:
-        with open(os.path.join(path, _HINT)) as f:
-            start = min(int(json.load(f)["offset"]), end)
+        start = min(int(json.loads(REAL.read_file(os.path.join(path, _HINT)))["offset"]), end)
     except (FileNotFoundError, ValueError, KeyError):
         start = 0
     found = _scan_markers(path, start, end)
@@ -324,92 +321,55 @@ def _addr(server: str) -> Address:
         raise SinkError(f"option server={server!r}: {e}") from None
 
 
-def _connect(server: str, timeout: float) -> socket.socket:
-    addr = _addr(server)
-    if addr.path is not None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(addr.path)
-        except OSError:
-            sock.close()
-            raise
-        return sock
-    return wrap_socket(socket.create_connection((addr.host, addr.port), timeout=timeout), addr)
-
-
-class _Conn:
-    """A minimal pipelined beanstalkd connection: just ``use`` and ``put``."""
-
-    def __init__(self, server: str, timeout: float) -> None:
-        self.server = server
-        self.sock = _connect(server, timeout)
-        self.buf = b""
-        self.tube = "default"
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def line(self) -> bytes:
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise SinkError(f"{self.server}: connection closed by the server")
-            self.buf += chunk
-        head, _, self.buf = self.buf.partition(b"\r\n")
-        return head
-
-
 def put_rows(server: str, rows: Iterator[Any], column: str, names: Sequence[str], defaults: JobDefaults,
              *, window: int = 512, timeout: float = 30.0) -> Put:
-    """Put every row as a job over one connection, ``window`` puts in flight; returns the count."""
+    """Put every row as a job over one connection, ``window`` puts per pipelined write;
+    returns the count and the range of ids."""
     part, _ = _task()
-    conn = _Conn(server, timeout)
     cols = set(names)
-    pending: list[tuple[str, int]] = []  # (expected reply kind, row number)
     first: int | None = None
     last: int | None = None
-    out: list[bytes] = []
     n = 0
-
-    def drain(keep: int) -> None:
-        nonlocal first, last
-        if out:
-            conn.sock.sendall(b"".join(out))
-            out.clear()
-        while len(pending) > keep:
-            kind, row = pending.pop(0)
-            reply = conn.line().decode("ascii", "replace")
-            if kind == "use":
-                if not reply.startswith("USING "):
-                    raise SinkError(f"{server}: use before row {row} of partition {part} failed: {reply}")
-                continue
-            if not reply.startswith("INSERTED "):
-                raise SinkError(f"{server}: put of row {row} of partition {part} (tube {conn.tube!r}) "
-                                f"failed: {reply}")
-            jid = int(reply.split()[1])
-            first = jid if first is None else first
-            last = jid
-
     try:
+        client = Client(server, timeout=timeout, reconnect=False)
+    except errors.ClientConnectionError as e:
+        raise SinkError(f"{server}: {e}") from e
+    try:
+        tube = defaults.tube
+        chunk: list[PutSpec] = []
+
+        def flush() -> None:
+            nonlocal first, last, n
+            if not chunk:
+                return
+            try:
+                ids = client.put_many(chunk, tube=tube)
+            except errors.BeanstalkError as e:
+                row = n + (e.batch_index or 0)
+                raise SinkError(f"{server}: put of row {row} of partition {part} (tube {tube!r}) "
+                                f"failed: {e}") from e
+            except (errors.ClientConnectionError, ValueError) as e:
+                raise SinkError(f"{server}: put of rows {n}..{n + len(chunk) - 1} of partition "
+                                f"{part} (tube {tube!r}) failed: {e}") from e
+            first = ids[0] if first is None else first
+            last = ids[-1]
+            n += len(chunk)
+            chunk.clear()
+
         for row in rows:
-            tube = str(row["tube"]) if "tube" in cols and row["tube"] is not None else defaults.tube
-            if tube != conn.tube:
-                out.append(f"use {tube}\r\n".encode("ascii"))
-                pending.append(("use", n))
-                conn.tube = tube
-            pri = _field(row, "priority", cols, defaults.priority)
-            delay = _field(row, "delay", cols, defaults.delay)
-            ttr = _field(row, "ttr", cols, defaults.ttr)
-            body = _as_bytes(row[column], f"row {n} of partition {part}")
-            out.append(b"put %d %d %d %d\r\n%b\r\n" % (pri, delay, ttr, len(body), body))
-            pending.append(("put", n))
-            n += 1
-            if len(pending) >= window:
-                drain(window // 2)
-        drain(0)
+            row_tube = str(row["tube"]) if "tube" in cols and row["tube"] is not None else defaults.tube
+            if row_tube != tube:
+                flush()  # each pipelined write goes to one tube
+                tube = row_tube
+            body = _as_bytes(row[column], f"row {n + len(chunk)} of partition {part}")
+            chunk.append(PutSpec(body, _field(row, "priority", cols, defaults.priority),
+                                 _field(row, "delay", cols, defaults.delay),
+                                 _field(row, "ttr", cols, defaults.ttr)))
+            if len(chunk) >= window:
+                flush()
+        flush()
     finally:
-        conn.close()
+        client.close()
     return Put(part, n, first, last)
 
 

@@ -36,11 +36,19 @@ How it behaves (each point is kept in one module; see its docstring):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from stalkd.worker.actions import (
+    Complete,
+    DeadLetter,
+    GiveUp,
+    RetryLater,
+    WaitForDeps,
+    WorkerAction,
+)
 from stalkd.worker.app import App, Task, TaskOptions
 from stalkd.worker.backoff import Backoff, compute_backoff
-from stalkd.worker.context import DeadLetter, JobContext
+from stalkd.worker.context import JobContext
 from stalkd.worker.errors import (
     EnvelopeError,
     NonRetryable,
@@ -57,12 +65,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "App", "Task", "TaskOptions", "Backoff", "compute_backoff", "DeadLetter", "JobContext",
+    "WorkerAction", "Complete", "RetryLater", "GiveUp", "WaitForDeps",
     "NonRetryable", "Retry", "TimeLimitExceeded", "ValidationError", "EnvelopeError",
     "UnknownTask", "Middleware", "JsonSerializer", "Serializer", "make_worker",
 ]
 
 
-def make_worker(app: App, *, mode: str = "threads", concurrency: int = 1, **kw: object) -> WorkerBase:
+def make_worker(app: App, *, mode: str = "threads", concurrency: int = 1, **kw: Any) -> WorkerBase:
     """A worker for ``app`` in one of the modes ``threads``, ``processes``, ``asyncio``.
 
     >>> app = App(middleware=[]); _ = app.task(lambda p: None, name="t")
@@ -76,9 +85,9 @@ def make_worker(app: App, *, mode: str = "threads", concurrency: int = 1, **kw: 
     if mode == "processes":
         from stalkd.worker.procs import ProcessWorker
 
-        return ProcessWorker(app, concurrency=concurrency, **kw)  # type: ignore[arg-type]
+        return ProcessWorker(app, concurrency=concurrency, **kw)
     if mode == "asyncio":
         from stalkd.worker.aio import AsyncWorker
 
-        return AsyncWorker(app, concurrency=concurrency, **kw)  # type: ignore[arg-type]
+        return AsyncWorker(app, concurrency=concurrency, **kw)
     raise ValueError(f"unknown worker mode {mode!r} (threads, processes, asyncio)")

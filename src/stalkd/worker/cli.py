@@ -46,20 +46,43 @@ def load_app(spec: str) -> App:
     return obj
 
 
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1 (a usage error otherwise, not a traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(text: str) -> str:
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(LOG_LEVELS)}")
+    return text.upper()
+
+
 def worker(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="stalkd worker", description="Run the tasks of an app.")
     p.add_argument("app", help="module:attribute of the stalkd.App")
-    p.add_argument("-c", "--concurrency", type=int, default=1, help="slots (threads, processes "
-                   "or asyncio tasks; default 1)")
+    p.add_argument("-c", "--concurrency", type=_positive, default=1, help="slots (threads, "
+                   "processes or asyncio tasks; default 1)")
     p.add_argument("-m", "--mode", choices=("threads", "processes", "asyncio"), default="threads")
-    p.add_argument("--threads-per-process", type=int, default=1, help="with --mode processes")
+    p.add_argument("--threads-per-process", type=_positive, default=1,
+                   help="with --mode processes (default 1)")
     add_server_options(p, default="the app's address")
     p.add_argument("-t", "--tubes", help="comma-separated tubes to watch (default: all tasks')")
     p.add_argument("--grace", type=float, default=30.0, help="seconds in-flight jobs get to "
                    "finish after SIGTERM before they are released (default 30)")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", type=_log_level, default="INFO", metavar="LEVEL",
+                   help="DEBUG (a line per completed job), INFO (default: failures and a "
+                   "summary every 10 s), WARNING, ERROR")
     args = p.parse_args(list(argv))
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(process)d %(levelname).1s %(message)s")
     app = load_app(args.app)
     try:
@@ -126,8 +149,11 @@ def failed(argv: Sequence[str]) -> int:
 
 
 def retry(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="stalkd retry",
-                                description="Kick dead-lettered jobs back to ready.")
+    p = argparse.ArgumentParser(
+        prog="stalkd retry",
+        description="Kick dead-lettered jobs back to ready. A kicked job keeps its attempt "
+        "count (the server's release counter), so it gets exactly one more attempt: if that "
+        "fails it is dead-lettered again at once. --fresh gives it its task's full budget.")
     _common(p)
     p.add_argument("ids", nargs="*", type=int, help="original job ids (see stalkd failed)")
     p.add_argument("--all", action="store_true", help="retry every dead-lettered job")

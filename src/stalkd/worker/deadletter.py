@@ -4,7 +4,8 @@ tube (``stalkd.failed`` by default). beanstalkd cannot annotate a buried job, so
 beside it; nobody watches the failed tube, so records stay ready until retried or purged.
 
 * ``stalkd failed`` lists records: it reserves every record on one connection and then closes it,
-  which puts them all back unchanged (counters aside), in the same order.
+  which puts them all back unchanged (counters aside), in the same order. A record whose job is
+  no longer buried (deleted or kicked by hand) is not listed; ``stalkd retry`` removes it.
 * ``stalkd retry`` kicks the buried original (``kick-job``) and deletes its record. The job then
   gets one more attempt (its ``releases`` counter, our attempt number, is kept by the server); with
   ``fresh=True`` a copy is put with fresh attempts and the buried original deleted instead.
@@ -17,16 +18,11 @@ record: ``list_failed`` shows only the newest record per job id.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from stalkd.worker.context import DeadLetter
+from stalkd.worker.actions import DeadLetter
+from stalkd.worker.ops import ServerOps
 
-if TYPE_CHECKING:
-    from stalkd.worker.conn import Conn
-
-__all__ = ["FailedJob", "RetryResult", "list_failed", "retry_failed", "RECORD_PRIORITY"]
-
-RECORD_PRIORITY = 2**31
+__all__ = ["FailedJob", "RetryResult", "list_failed", "retry_failed"]
 
 
 @dataclass(frozen=True)
@@ -39,17 +35,22 @@ class FailedJob:
 
 def list_failed(address: str, failed_tube: str, *, timeout: float = 10.0,
                 limit: int = 10_000) -> list[FailedJob]:
-    """Every dead-letter record in ``failed_tube`` (newest per original job), oldest first."""
-    from stalkd.worker.conn import Conn
-
-    conn = Conn(address, timeout=timeout)
+    """Every dead-letter record in ``failed_tube`` (newest per original job) whose job is
+    still buried, oldest first."""
+    conn = ServerOps(address, timeout=timeout)
     try:
-        return _collect(conn, failed_tube, limit)[0]
+        failed = _collect(conn, failed_tube, limit)[0]
+        return [f for f in failed if _state(conn, f.record.job_id) == "buried"]
     finally:
         conn.close()  # releases every record we reserved
 
 
-def _collect(conn: Conn, failed_tube: str, limit: int) -> tuple[list[FailedJob], list[int]]:
+def _state(conn: ServerOps, job_id: int) -> str | None:
+    info = conn.stats_job(job_id)
+    return None if info is None else str(info.get("state"))
+
+
+def _collect(conn: ServerOps, failed_tube: str, limit: int) -> tuple[list[FailedJob], list[int]]:
     """Reserve every record on ``conn`` (they return to ready when it closes); the newest
     record per original job, and the ids of older duplicates."""
     conn.watch_only([failed_tube])
@@ -82,9 +83,7 @@ class RetryResult:
 def retry_failed(address: str, failed_tube: str, *, job_ids: set[int] | None = None,
                  fresh: bool = False, timeout: float = 10.0) -> list[RetryResult]:
     """Retry dead-lettered jobs (all, or those whose original id is in ``job_ids``)."""
-    from stalkd.worker.conn import Conn
-
-    conn = Conn(address, timeout=timeout)
+    conn = ServerOps(address, timeout=timeout)
     out: list[RetryResult] = []
     try:
         failed, superseded = _collect(conn, failed_tube, 10_000)
@@ -99,8 +98,8 @@ def retry_failed(address: str, failed_tube: str, *, job_ids: set[int] | None = N
                 conn.delete(f.record_id)
                 continue
             if fresh:
-                new_id = conn.put(rec.tube, rec.body, priority=int(str(info["pri"])), delay=0,
-                                  ttr=int(str(info["ttr"])))
+                new_id = conn.put(rec.tube, rec.body, int(str(info["pri"])), 0,
+                                  int(str(info["ttr"])))
                 conn.delete(rec.job_id)
                 out.append(RetryResult(rec.job_id, f"requeued as {new_id}"))
             else:

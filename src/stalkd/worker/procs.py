@@ -20,20 +20,18 @@ import signal
 import time
 from multiprocessing.process import BaseProcess
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stalkd.worker.middleware.shutdown import Shutdown
+from stalkd.worker.registry import Registry
 from stalkd.worker.runner import ThreadWorker, WorkerBase
-
-if TYPE_CHECKING:
-    from stalkd.worker.app import App
 
 log = logging.getLogger("stalkd.worker")
 
 __all__ = ["ProcessWorker"]
 
 
-def _child(app: App, tubes: list[str], threads: int, grace: float, reserve_timeout: int) -> None:
+def _child(app: Registry, tubes: list[str], threads: int, grace: float, reserve_timeout: int) -> None:
     _each_hook(app, "after_fork")
     worker = ThreadWorker(app, concurrency=threads, tubes=tubes, grace=grace,
                           reserve_timeout=reserve_timeout)
@@ -53,11 +51,11 @@ def _child(app: App, tubes: list[str], threads: int, grace: float, reserve_timeo
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGUSR1, on_now)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker.app.middleware = [m for m in worker.app.middleware if not isinstance(m, Shutdown)]
+    app.middleware[:] = [m for m in app.middleware if not isinstance(m, Shutdown)]
     os._exit(worker.run())
 
 
-def _each_hook(app: App, hook: str, *args: object) -> None:
+def _each_hook(app: Registry, hook: str, *args: object) -> None:
     for m in app.middleware:
         try:
             getattr(m, hook)(*args)
@@ -68,9 +66,11 @@ def _each_hook(app: App, hook: str, *args: object) -> None:
 class ProcessWorker(WorkerBase):
     """Forks ``concurrency`` children running ``threads`` slots each (Linux/macOS: fork)."""
 
-    def __init__(self, app: App, *, threads: int = 1, respawn_delay: float = 1.0,
+    def __init__(self, app: Registry, *, threads: int = 1, respawn_delay: float = 1.0,
                  **kw: object) -> None:
         super().__init__(app, **kw)  # type: ignore[arg-type]
+        if threads < 1:  # a child could not start: it would be replaced forever
+            raise ValueError(f"threads per process must be >= 1, got {threads}")
         self.threads = threads
         self.respawn_delay = respawn_delay
         self.replaced = 0

@@ -1,40 +1,45 @@
-"""``Task.put`` against a real server: one connection per producing thread.
+"""``Task.put`` against a server: one connection per producing thread.
 
 Ensures: with a unique key, the real job is put only after this producer won the key's claim,
-and its envelope names the marker, so the worker frees the key when the job completes.
+and its envelope names the marker, so the worker frees the key when the job completes. The
+connection remembers its tube in use, so a run of puts to one task's tube is one round trip each.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from stalkd.worker import unique
-from stalkd.worker.serializer import Header, encode_envelope
-
-if TYPE_CHECKING:
-    from stalkd.worker.app import App, Task
-    from stalkd.worker.conn import Conn
+from stalkd.worker.serializer import Header, decode_envelope, encode_envelope
+from stalkd.worker.task import Task
 
 __all__ = ["ServerProducer"]
 
 
 class ServerProducer:
-    """Puts jobs through ``stalkd.client`` (reconnecting once on a broken connection)."""
+    """Puts jobs through ``connect()`` (a ``ServerOps``, or the in-memory server in tests)."""
 
-    def __init__(self, app: App, *, unique_ttl: float | None = None) -> None:
-        self.app = app
+    def __init__(self, connect: Callable[[], Any], *, unique_ttl: float | None = None,
+                 clock: Callable[[], float] = time.time,
+                 aconnect: Callable[[], Any] | None = None) -> None:
+        self.connect = connect
+        self.aconnect = aconnect
+        # one async connection per event loop (a connection is bound to the loop it was made on)
+        self._aconns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary())
         self.unique_ttl = unique_ttl
+        self.clock = clock
         self._local = threading.local()
 
-    def _conn(self) -> Conn:
-        conn: Conn | None = getattr(self._local, "conn", None)
+    def _conn(self) -> Any:
+        conn = getattr(self._local, "conn", None)
         if conn is None:
-            from stalkd.worker.conn import Conn
-
-            conn = Conn(self.app.address, timeout=self.app.client_timeout)
-            self._local.conn = conn
+            conn = self._local.conn = self.connect()
         return conn
 
     def close(self) -> None:
@@ -43,16 +48,56 @@ class ServerProducer:
             conn.close()
             self._local.conn = None
 
-    def put_job(self, task: Task, payload: Any, *, delay: int, priority: int, ttr: int,
+    def put_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int, ttr: int,
                 key: str | None, deps: tuple[str, ...]) -> int | None:
         data = task.check(payload)  # reject before any marker is claimed
         conn = self._conn()
         marker = None
         if key is not None:
-            marker = unique.claim(conn, key, now=time.time(), stale_after=self.unique_ttl)
+            marker = unique.claim(conn, key, now=self.clock(), stale_after=self.unique_ttl)
             if marker is None:
                 return None
         header = Header(task=task.name, key=key, marker=marker, deps=deps,
                         ttr=None if ttr == task.ttr else ttr)
         body = encode_envelope(header, data)
-        return conn.put(task.tube, body, priority=priority, delay=delay, ttr=ttr)
+        job_id: int = conn.put(task.tube, body, priority, delay, ttr)
+        return job_id
+
+    async def aput_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int,
+                       ttr: int, deps: tuple[str, ...]) -> int:
+        if self.aconnect is None:  # an in-memory connection: nothing to wait for
+            queued = self.put_job(task, payload, delay=delay, priority=priority, ttr=ttr,
+                                  key=None, deps=deps)
+            assert queued is not None  # no key, so never a duplicate
+            return queued
+        header = Header(task=task.name, deps=deps, ttr=None if ttr == task.ttr else ttr)
+        body = encode_envelope(header, task.check(payload))
+        loop = asyncio.get_running_loop()
+        conn = self._aconns.get(loop)
+        if conn is None:
+            conn = self._aconns[loop] = await self.aconnect()
+        job_id: int = await conn.put(task.tube, body, priority, delay, ttr)
+        return job_id
+
+    def cancel(self, job_id: int) -> bool:
+        """Delete a job that is not running (ready, delayed or buried), freeing its unique key;
+        False when there is no such job or a worker holds it."""
+        conn = self._conn()
+        found = conn.peek(job_id)
+        if found is None or not conn.delete(job_id):
+            return False
+        try:
+            header, _ = decode_envelope(found[1], job_id=job_id)
+        except ValueError:
+            return True  # not a stalkd envelope: nothing else to free
+        if header is not None and header.marker is not None:
+            conn.delete(header.marker)
+        return True
+
+    def put_jobs(self, task: Task[Any], payloads: Iterable[Any], *, delay: int, priority: int,
+                 ttr: int) -> list[int]:
+        bodies = [task.encode(p, ttr=ttr) for p in payloads]  # all validated before any is sent
+        if not bodies:
+            return []
+        ids: list[int] = self._conn().put_many(task.tube, bodies, priority, delay, ttr)
+        return ids

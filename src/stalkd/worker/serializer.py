@@ -14,7 +14,11 @@ Ensures: ``decode(encode(h, p)) == (h, p)`` for every header ``h`` and payload b
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import decimal
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,15 +37,35 @@ class Serializer(Protocol):
     def loads(self, data: bytes) -> Any: ...
 
 
-class JsonSerializer:
-    """The default: compact UTF-8 JSON.
+def _to_json(value: Any) -> Any:
+    """What JSON has no type for: datetimes and dates as ISO 8601 text, UUIDs and Decimals as
+    text (exact), dataclass instances as objects of their fields."""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, (uuid.UUID, decimal.Decimal)):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"cannot encode {type(value).__name__} {value!r:.60} as JSON (known: str, int, "
+                    f"float, bool, None, list, tuple, dict with str keys, datetime, date, time, "
+                    f"UUID, Decimal, dataclasses); convert it, or give the App another Serializer")
 
-    >>> JsonSerializer().loads(JsonSerializer().dumps({"a": [1, 2]}))
-    {'a': [1, 2]}
+
+class JsonSerializer:
+    """The default: compact UTF-8 JSON. datetime, date, time, UUID and Decimal values go as
+    strings and dataclasses as objects (decoded as such: JSON does not say the type).
+
+    >>> s = JsonSerializer()
+    >>> s.loads(s.dumps({"a": [1, 2], "at": dt.date(2026, 1, 2), "n": decimal.Decimal("0.10")}))
+    {'a': [1, 2], 'at': '2026-01-02', 'n': '0.10'}
+    >>> s.dumps({1, 2})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    TypeError: cannot encode set {1, 2} as JSON (known: str, int, ...
     """
 
     def dumps(self, payload: Any) -> bytes:
-        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False,
+                          default=_to_json).encode()
 
     def loads(self, data: bytes) -> Any:
         return json.loads(data)

@@ -1,4 +1,4 @@
-"""In-process mode for users' tests: ``app.testing()`` replaces the server with a small broker.
+"""In-process mode for users' tests: ``app.testing()`` swaps the server for an in-memory one.
 
 >>> from stalkd.worker.app import App
 >>> app = App(middleware=[])
@@ -9,15 +9,17 @@
 >>> with app.testing() as t:
 ...     _ = record.put(1)
 ...     t.consume_one().action
-Delete()
+Complete()
 >>> seen
 [1]
 
 Collecting mode (default) queues jobs until ``consume_one()`` / ``drain()``; ``eager=True`` runs
 each job at ``put``, retries included. ``force_retry()`` delivers the last completed job again,
 as a server would after a worker died between the job's side effects and its delete: use it to
-prove a task is idempotent. Delays are recorded, not waited for. Jobs go through the same
-``core`` steps and middleware as on a real worker.
+prove a task is idempotent. Delays are recorded, not waited for.
+
+Jobs go through the real producer (unique keys included) and the real delivery pipeline and
+middleware, driven as in threads mode against ``memory.MemoryServer``.
 
 Ensures: a job is in exactly one of ``queued``, ``failed`` (dead letters) or done; unique keys
 are held from put until the job completes.
@@ -25,16 +27,17 @@ are held from put until the job completes.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
-from stalkd.worker import core
-from stalkd.worker.context import Action, Bury, DeadLetter, Defer, Delete, Release
-
-if TYPE_CHECKING:
-    from stalkd.worker.app import App, Task
+from stalkd.worker import pipeline
+from stalkd.worker.actions import Complete, DeadLetter, GiveUp, WaitForDeps, WorkerAction
+from stalkd.worker.memory import MemoryJob, MemoryServer
+from stalkd.worker.producer import ServerProducer
+from stalkd.worker.registry import Registry
+from stalkd.worker.runner import drive
+from stalkd.worker.task import Task
 
 __all__ = ["TestingSession", "QueuedJob", "Consumed"]
 
@@ -46,6 +49,7 @@ class QueuedJob:
     priority: int
     delay: int
     releases: int = 0
+    tube: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,49 +58,76 @@ class Consumed:
 
     job: QueuedJob
     attempt: int
-    action: Action
+    action: WorkerAction
     exception: BaseException | None
 
 
+def _queued(job: MemoryJob) -> QueuedJob:
+    return QueuedJob(job.id, job.body, job.priority, job.delay, job.releases, job.tube)
+
+
 class TestingSession:
-    """The broker behind ``app.testing()``; see the module docstring."""
+    """The producer behind ``app.testing()``; see the module docstring."""
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, app: App, *, eager: bool, raise_errors: bool) -> None:
+    def __init__(self, app: Registry, *, eager: bool, raise_errors: bool,
+                 unique_ttl: float | None = None) -> None:
         self.app = app
         self.eager = eager
         self.raise_errors = raise_errors
-        self.queued: list[QueuedJob] = []
-        self.failed: list[DeadLetter] = []
+        self.server = MemoryServer()
         self.completed: list[QueuedJob] = []
-        self._keys: set[str] = set()
-        self._next_id = 1
+        self._producer = ServerProducer(lambda: self.server, unique_ttl=unique_ttl)
+
+    @property
+    def queued(self) -> list[QueuedJob]:
+        """Jobs of the app's tubes waiting to run (ready or delayed), in id order."""
+        tubes = set(self.app.tubes)
+        return [_queued(j) for j in self.server.jobs.values()
+                if j.tube in tubes and j.state in ("ready", "delayed")]
+
+    @property
+    def failed(self) -> list[DeadLetter]:
+        """Dead-letter records in the failed tube, oldest first."""
+        return [DeadLetter.from_json(j.body)
+                for j in self.server.in_tube(self.app.failed_tube, "ready")]
 
     # Producer interface -------------------------------------------------------------------
-    def put_job(self, task: Task, payload: Any, *, delay: int, priority: int, ttr: int,
+    def put_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int, ttr: int,
                 key: str | None, deps: tuple[str, ...]) -> int | None:
-        if key is not None and key in self._keys:
-            return None
-        body = task.encode(payload, key=key, deps=deps, ttr=ttr)
-        if key is not None:
-            self._keys.add(key)
-        job = QueuedJob(id=self._next_id, body=body, priority=priority, delay=delay)
-        self._next_id += 1
-        self.queued.append(job)
+        job_id = self._producer.put_job(task, payload, delay=delay, priority=priority, ttr=ttr,
+                                        key=key, deps=deps)
+        if job_id is not None and self.eager:
+            self._run_until_settled(job_id)
+        return job_id
+
+    def put_jobs(self, task: Task[Any], payloads: Iterable[Any], *, delay: int, priority: int,
+                 ttr: int) -> list[int]:
+        ids = self._producer.put_jobs(task, payloads, delay=delay, priority=priority, ttr=ttr)
         if self.eager:
-            self._run_until_settled(job.id)
-        return job.id
+            for job_id in ids:
+                self._run_until_settled(job_id)
+        return ids
+
+    async def aput_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int,
+                       ttr: int, deps: tuple[str, ...]) -> int:
+        job_id = self.put_job(task, payload, delay=delay, priority=priority, ttr=ttr, key=None,
+                              deps=deps)
+        assert job_id is not None  # no key, so never a duplicate
+        return job_id
+
+    def cancel(self, job_id: int) -> bool:
+        return self._producer.cancel(job_id)
 
     # Test API -----------------------------------------------------------------------------
     def consume_one(self) -> Consumed:
-        """Run the most urgent queued job (not delayed, lowest priority value, oldest) once."""
-        if not self.queued:
+        """Run the most urgent queued job (ready before delayed, lowest priority value, oldest)."""
+        self.server.watch_only(self.app.tubes)
+        got = self.server.reserve()
+        if got is None:
             raise LookupError("no queued job to consume")
-        # Delays are not waited for, but a delayed job only runs once nothing is ready.
-        job = min(self.queued, key=lambda j: (j.delay > 0, j.priority, j.id))
-        self.queued.remove(job)
-        return self._deliver(job)
+        return self._deliver(self.server.jobs[got[0]])
 
     def drain(self, max_deliveries: int = 10_000) -> list[Consumed]:
         """Consume until nothing is queued (dead letters end up in ``failed``)."""
@@ -112,55 +143,33 @@ class TestingSession:
         """Deliver the last completed job once more, as after a crash before its delete."""
         if not self.completed:
             raise LookupError("no completed job to deliver again")
-        return self._deliver(self.completed[-1], redelivery=True)
+        done = self.completed[-1]
+        job = MemoryJob(done.id, done.tube, done.body, done.priority, 0, 120,
+                        state="reserved", releases=done.releases)
+        self.server.jobs[job.id] = job
+        return self._deliver(job)
 
     # ------------------------------------------------------------------------------------------
     def _run_until_settled(self, job_id: int) -> None:
-        while any(j.id == job_id for j in self.queued):
-            job = next(j for j in self.queued if j.id == job_id)
-            self.queued.remove(job)
+        job = self.server.jobs.get(job_id)
+        while job is not None and job.state in ("ready", "delayed"):
+            job.state = "reserved"
             result = self._deliver(job)
-            if isinstance(result.action, Bury) and self.raise_errors and result.exception:
+            if isinstance(result.action, GiveUp) and self.raise_errors and result.exception:
                 raise result.exception
-            if isinstance(result.action, Defer):
+            if isinstance(result.action, WaitForDeps):
                 raise RuntimeError(f"eager mode: job {job_id} depends on a pending key; "
                                    "use collecting mode (eager=False) for dependencies")
+            job = self.server.jobs.get(job_id)
 
-    def _deliver(self, job: QueuedJob, *, redelivery: bool = False) -> Consumed:
-        try:
-            ctx = core.begin(self.app, job.id, job.body)
-        except Exception as exc:
-            bury = core.undecodable(job.id, job.body, exc, now=time.time())
-            self.failed.append(bury.record)
-            return Consumed(job, 1, bury, exc)
-        ctx.attempt = job.releases + 1
-        pending = [k for k in ctx.header.deps if k in self._keys]
-        if pending and not redelivery:
-            defer = Defer(ctx.task.options.depends_poll)
-            self.queued.append(replace(job, id=self._next_id, delay=defer.delay))
-            self._next_id += 1
-            core.notify(self.app, ctx, defer)
-            return Consumed(job, ctx.attempt, defer, None)
-        core.before(self.app, ctx)
-        try:
-            result = ctx.task.fn(ctx.payload)
-            if asyncio.iscoroutine(result):
-                result = asyncio.run(result)
-            ctx.result = result
-        except Exception as exc:
-            core.fail(ctx, exc)
-        finally:
-            core.handler_exit(self.app, ctx)
-        action = core.finish(self.app, ctx)
-        if isinstance(action, Delete):
-            if ctx.header.key is not None:
-                self._keys.discard(ctx.header.key)
-            if not redelivery:
-                self.completed.append(job)
-        elif isinstance(action, Release):
-            self.queued.append(replace(job, releases=job.releases + 1, delay=action.delay,
-                                       priority=action.priority))
-        elif isinstance(action, Bury):
-            self.failed.append(action.record)
-        core.notify(self.app, ctx, action)
-        return Consumed(job, ctx.attempt, action, ctx.exception)
+    def _deliver(self, job: MemoryJob) -> Consumed:
+        """Drive the real pipeline for reserved ``job``, as a worker slot would."""
+        before = _queued(job)
+        done = drive(pipeline.deliver(self.app, job.id, job.body, tube=job.tube),
+                     self.server, self.app)
+        attempt = before.releases + 1
+        if done.ctx is not None and done.ctx.attempt is not None:
+            attempt = done.ctx.attempt
+        if isinstance(done.action, Complete) and done.acked:
+            self.completed.append(before)
+        return Consumed(before, attempt, done.action, done.exception)

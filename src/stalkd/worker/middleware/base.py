@@ -12,14 +12,19 @@ Hooks are called in registration order before processing and in reverse order af
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from stalkd.worker.context import Bury, JobContext, Release
+from stalkd.worker.actions import GiveUp, RetryLater
+from stalkd.worker.context import JobContext
 
-if TYPE_CHECKING:
-    from stalkd.worker.runner import WorkerBase
+__all__ = ["Middleware", "RunningWorker"]
 
-__all__ = ["Middleware"]
+
+class RunningWorker(Protocol):
+    """What a middleware may ask of the worker running it (every mode offers this)."""
+
+    def stop(self, now: bool = False) -> None:
+        """Drain (``now=True``: release in-flight jobs at once)."""
 
 
 class Middleware:
@@ -28,13 +33,13 @@ class Middleware:
     #: set True when ``after_process`` needs ``ctx.attempt`` on success too (costs a stats-job)
     needs_attempt: bool = False
 
-    def on_worker_start(self, worker: WorkerBase) -> None:
+    def on_worker_start(self, worker: RunningWorker) -> None:
         """The worker is about to start reserving (called in the worker's main thread)."""
 
-    def on_worker_stop(self, worker: WorkerBase) -> None:
+    def on_worker_stop(self, worker: RunningWorker) -> None:
         """The worker has stopped (all slots joined or abandoned)."""
 
-    def before_fork(self, worker: WorkerBase) -> None:
+    def before_fork(self, worker: RunningWorker) -> None:
         """``--mode processes``: the parent is about to fork its first children."""
 
     def after_fork(self) -> None:
@@ -52,10 +57,13 @@ class Middleware:
         """The handler returned (``ctx.result``) or raised (``ctx.exception``); set
         ``ctx.action`` to decide what happens to the job (the retries middleware does)."""
 
-    def on_retry(self, ctx: JobContext, action: Release) -> None:
+    def on_done(self, ctx: JobContext) -> None:
+        """The server acknowledged the job's delete: it is done."""
+
+    def on_retry(self, ctx: JobContext, action: RetryLater) -> None:
         """The job was released for another attempt."""
 
-    def on_dead_letter(self, ctx: JobContext, action: Bury) -> None:
+    def on_dead_letter(self, ctx: JobContext, action: GiveUp) -> None:
         """The job was buried and its dead-letter record written."""
 
     def on_deferred(self, ctx: JobContext, delay: int) -> None:

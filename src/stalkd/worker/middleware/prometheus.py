@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -39,11 +40,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from stalkd.worker.context import Bury, JobContext, Release
+from stalkd.worker.actions import GiveUp, RetryLater
+from stalkd.worker.context import JobContext
 from stalkd.worker.middleware.base import Middleware
 
+log = logging.getLogger("stalkd.worker")
+
 if TYPE_CHECKING:
-    from stalkd.worker.runner import WorkerBase
+    from stalkd.worker.middleware.base import RunningWorker
 
 __all__ = ["Metrics"]
 
@@ -79,6 +83,8 @@ class Metrics(Middleware):
         self._http: Any = None
         if port is not None:
             self._http, _ = start_http_server(port, addr=addr, registry=self.registry)
+            # With port=0 the kernel chose: say which, or nobody can scrape it.
+            log.info("metrics: serving /metrics on http://%s:%d", addr, self.port)
 
     @property
     def port(self) -> int | None:
@@ -99,7 +105,7 @@ class Metrics(Middleware):
 
     # --- process mode -----------------------------------------------------------------------
 
-    def before_fork(self, worker: WorkerBase) -> None:
+    def before_fork(self, worker: RunningWorker) -> None:
         if self.shared_dir is None:
             self.shared_dir = tempfile.mkdtemp(prefix="stalkd-metrics-")
             atexit.register(self.close)
@@ -135,7 +141,7 @@ class Metrics(Middleware):
 
     # --- hooks ------------------------------------------------------------------------------
 
-    def on_worker_stop(self, worker: WorkerBase) -> None:
+    def on_worker_stop(self, worker: RunningWorker) -> None:
         if self._dump_path is not None:
             self._stop_flusher.set()
             self._dump()
@@ -152,11 +158,11 @@ class Metrics(Middleware):
         self.jobs.labels(task=name, outcome="failed" if ctx.exception else "done").inc()
         self._changed()
 
-    def on_retry(self, ctx: JobContext, action: Release) -> None:
+    def on_retry(self, ctx: JobContext, action: RetryLater) -> None:
         self.retries.labels(task=ctx.task.name).inc()
         self._changed()
 
-    def on_dead_letter(self, ctx: JobContext, action: Bury) -> None:
+    def on_dead_letter(self, ctx: JobContext, action: GiveUp) -> None:
         self.dead.labels(task=ctx.task.name).inc()
         self._changed()
 

@@ -15,16 +15,17 @@ import random
 import time
 from collections.abc import Callable
 
-from stalkd.worker.context import Bury, DeadLetter, JobContext, Release
+from stalkd.worker.actions import GiveUp, RetryLater, dead_letter
+from stalkd.worker.context import JobContext
 from stalkd.worker.errors import Retry, is_retryable
 from stalkd.worker.middleware.base import Middleware
 
 __all__ = ["Retries", "decide"]
 
 
-def decide(ctx: JobContext, *, now: float, rand: float) -> Release | Bury | None:
-    """The action for a finished delivery: None on success (the default, delete), a Release
-    while attempts remain, a Bury otherwise. Pure: ``now`` and ``rand`` are arguments."""
+def decide(ctx: JobContext, *, now: float, rand: float) -> RetryLater | GiveUp | None:
+    """The action for a finished delivery: None on success (the default, complete), a
+    RetryLater while attempts remain, a GiveUp otherwise. Pure: ``now`` and ``rand`` are arguments."""
     exc = ctx.exception
     if exc is None:
         return None
@@ -35,11 +36,10 @@ def decide(ctx: JobContext, *, now: float, rand: float) -> Release | Bury | None
             delay = exc.delay
         else:
             delay = task.backoff.delay(attempt, rand=rand)
-        return Release(delay=delay, priority=task.priority)
-    record = DeadLetter(job_id=ctx.job_id, tube=task.tube, task=task.name, attempts=attempt,
-                        error=f"{type(exc).__name__}: {exc}", traceback=ctx.traceback or "",
-                        failed_at=now, body=ctx.body)
-    return Bury(priority=task.priority, record=record)
+        return RetryLater(delay=delay, priority=task.priority)
+    record = dead_letter(ctx.job_id, ctx.body, exc, tube=task.tube, task=task.name,
+                         attempts=attempt, traceback=ctx.traceback or "", now=now)
+    return GiveUp(priority=task.priority, record=record)
 
 
 class Retries(Middleware):

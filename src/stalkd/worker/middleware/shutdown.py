@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from stalkd.worker.middleware.base import Middleware
 
 if TYPE_CHECKING:
-    from stalkd.worker.runner import WorkerBase
+    from stalkd.worker.middleware.base import RunningWorker
 
 __all__ = ["Shutdown"]
 
@@ -36,7 +36,7 @@ class Shutdown(Middleware):
         self.received = 0
         self._previous: dict[int, object] = {}
 
-    def on_worker_start(self, worker: WorkerBase) -> None:
+    def on_worker_start(self, worker: RunningWorker) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
 
@@ -47,7 +47,7 @@ class Shutdown(Middleware):
         for s in self.signals:
             self._previous[s] = signal.signal(s, handler)
 
-    def on_worker_stop(self, worker: WorkerBase) -> None:
+    def on_worker_stop(self, worker: RunningWorker) -> None:
         for s, h in self._previous.items():
             signal.signal(s, h)  # type: ignore[arg-type]
         self._previous.clear()

@@ -1,7 +1,8 @@
-"""The few server operations the worker needs, over ``stalkd.client``, in one place.
+"""The server operations the worker needs, over ``stalkd.client``, in one place.
 
 Not-found answers become ``None``/``False`` values here (a job deleted under a heartbeat or a
-dependency that completed is normal flow for the worker, not an error).
+dependency that completed is normal flow for the worker, not an error). The methods are the
+names the delivery pipeline's ``Call`` steps use; ``testing.MemoryServer`` offers the same.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from typing import Any
 
 from stalkd.client import AsyncClient, Client, errors
 
-__all__ = ["Conn", "AsyncConn", "Reserved"]
+__all__ = ["ServerOps", "AsyncServerOps", "Reserved"]
 
 Reserved = tuple[int, bytes]
 
 
-class Conn:
-    """A synchronous connection (one per worker slot; not shared between threads)."""
+class ServerOps:
+    """A blocking connection for one worker slot or producer thread (not shared by threads)."""
 
     def __init__(self, address: str, *, timeout: float = 10.0) -> None:
         self.address = address
@@ -43,9 +44,12 @@ class Conn:
             return None
         return job.id, bytes(job.body)
 
-    def put(self, tube: str, body: bytes, *, priority: int, delay: int, ttr: int) -> int:
-        self.client.use(tube)
-        return int(self.client.put(body, priority=priority, delay=delay, ttr=ttr))
+    def put(self, tube: str, body: bytes, priority: int, delay: int, ttr: int) -> int:
+        return self.client.put(body, tube=tube, priority=priority, delay=delay, ttr=ttr)
+
+    def put_many(self, tube: str, bodies: list[bytes], priority: int, delay: int,
+                 ttr: int) -> list[int]:
+        return self.client.put_many(bodies, tube=tube, priority=priority, delay=delay, ttr=ttr)
 
     def delete(self, job_id: int) -> bool:
         try:
@@ -54,14 +58,14 @@ class Conn:
         except errors.NotFound:
             return False
 
-    def release(self, job_id: int, *, priority: int, delay: int) -> bool:
+    def release(self, job_id: int, priority: int, delay: int) -> bool:
         try:
             self.client.release(job_id, priority=priority, delay=delay)
             return True
         except errors.NotFound:  # no longer reserved by us (its TTR ran out)
             return False
 
-    def bury(self, job_id: int, *, priority: int) -> bool:
+    def bury(self, job_id: int, priority: int) -> bool:
         try:
             self.client.bury(job_id, priority=priority)
             return True
@@ -90,25 +94,30 @@ class Conn:
         except errors.NotFound:
             return None
 
+    def peek(self, job_id: int) -> Reserved | None:
+        try:
+            job = self.client.peek(job_id)
+        except errors.NotFound:
+            return None
+        return job.id, bytes(job.body)
+
     def peek_ready(self, tube: str) -> Reserved | None:
         self.client.use(tube)
         try:
             job = self.client.peek_ready()
         except errors.NotFound:
             return None
-        if job is None:
-            return None
         return job.id, bytes(job.body)
 
 
-class AsyncConn:
-    """The asyncio twin of :class:`Conn`."""
+class AsyncServerOps:
+    """The asyncio twin of :class:`ServerOps` (what the asyncio driver's steps call)."""
 
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
 
     @classmethod
-    async def open(cls, address: str, *, timeout: float = 10.0) -> AsyncConn:
+    async def open(cls, address: str, *, timeout: float = 10.0) -> AsyncServerOps:
         client = AsyncClient(address, timeout=timeout)
         await client.connect()
         return cls(client)
@@ -129,9 +138,13 @@ class AsyncConn:
             return None
         return job.id, bytes(job.body)
 
-    async def put(self, tube: str, body: bytes, *, priority: int, delay: int, ttr: int) -> int:
-        await self.client.use(tube)
-        return int(await self.client.put(body, priority=priority, delay=delay, ttr=ttr))
+    async def put(self, tube: str, body: bytes, priority: int, delay: int, ttr: int) -> int:
+        return await self.client.put(body, tube=tube, priority=priority, delay=delay, ttr=ttr)
+
+    async def put_many(self, tube: str, bodies: list[bytes], priority: int, delay: int,
+                       ttr: int) -> list[int]:
+        return await self.client.put_many(bodies, tube=tube, priority=priority, delay=delay,
+                                          ttr=ttr)
 
     async def delete(self, job_id: int) -> bool:
         try:
@@ -140,14 +153,14 @@ class AsyncConn:
         except errors.NotFound:
             return False
 
-    async def release(self, job_id: int, *, priority: int, delay: int) -> bool:
+    async def release(self, job_id: int, priority: int, delay: int) -> bool:
         try:
             await self.client.release(job_id, priority=priority, delay=delay)
             return True
         except errors.NotFound:
             return False
 
-    async def bury(self, job_id: int, *, priority: int) -> bool:
+    async def bury(self, job_id: int, priority: int) -> bool:
         try:
             await self.client.bury(job_id, priority=priority)
             return True

@@ -1,0 +1,142 @@
+"""What both clients share, without a socket: the connection's session state and pipelined puts.
+
+``Client`` (blocking sockets) and ``AsyncClient`` (asyncio) are transports: each opens the
+connection in one place, writes a list of requests in one go and reads one reply per request.
+Everything they decide about those requests lives here, once.
+
+Ensures: ``Session`` records only what the server acknowledged (the tube in use, the watch
+list), so ``use`` of the tube already in use costs no round trip and a reconnect restores
+exactly what the old connection had; ``PutMany`` sends every body exactly once, reads every
+reply, and reports the first failure with the ids of the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
+
+from stalkd.client import _requests as rq
+from stalkd.client._wire import Response
+from stalkd.client.errors import BeanstalkError
+
+__all__ = ["Session", "PutMany", "PutSpec", "Body", "BATCH_JOBS", "BATCH_BYTES"]
+
+Body = bytes | bytearray | memoryview | str
+
+
+class PutSpec(NamedTuple):
+    """A job in a ``put_many`` whose priority, delay or TTR differ from the call's (``None``:
+    the call's).
+
+    >>> PutSpec(b"urgent", priority=0)
+    PutSpec(body=b'urgent', priority=0, delay=None, ttr=None)
+    """
+
+    body: Body
+    priority: int | None = None
+    delay: float | None = None
+    ttr: float | None = None
+
+# put_many sends at most this many commands (or bytes) before reading their replies, so
+# neither side's socket buffers can fill up with the other blocked.
+BATCH_JOBS = 1024
+BATCH_BYTES = 1 << 20
+
+
+class Session:
+    """The tube in use and the watch list, as last acknowledged by the server.
+
+    >>> s = Session()
+    >>> s.use_request("default") is None      # already in use: nothing to send
+    True
+    >>> s.use_request("emails").data
+    b'use emails\\r\\n'
+    >>> s.used("emails"); s.use_request("emails") is None
+    True
+    """
+
+    __slots__ = ("using", "watching")
+
+    def __init__(self) -> None:
+        self.using = "default"
+        self.watching: list[str] = ["default"]
+
+    def restore(self) -> list[rq.Request[Any]]:
+        """What a new connection must send to be in the same state as the old one."""
+        return rq.restore(self.using, self.watching)
+
+    def use_request(self, tube: str) -> rq.Request[str] | None:
+        """The ``use`` to send before putting into ``tube``, or ``None`` if it is in use."""
+        return None if tube == self.using else rq.use(tube)
+
+    def used(self, tube: str) -> None:
+        self.using = tube
+
+    def watched(self, tube: str) -> None:
+        if tube not in self.watching:
+            self.watching.append(tube)
+
+    def ignored(self, tube: str) -> None:
+        if tube in self.watching:
+            self.watching.remove(tube)
+
+
+class PutMany:
+    """One ``put_many`` call: the batches to write, and the bookkeeping of their replies.
+
+    A transport writes each batch from :meth:`batches` in one go, hands the replies to
+    :meth:`take`, then returns :meth:`result`. ``take`` raises ``ProtocolError`` for a reply
+    it cannot place (the transport then drops the connection).
+
+    >>> p = PutMany([b"a", PutSpec("b", ttr=5)], priority=1, delay=0, ttr=60)
+    >>> [r.data for batch in p.batches() for r in batch]
+    [b'put 1 0 60 1\\r\\na\\r\\n', b'put 1 0 5 1\\r\\nb\\r\\n']
+    """
+
+    __slots__ = ("_bodies", "_args", "ids", "first")
+
+    def __init__(self, bodies: Iterable[Body | PutSpec], *, priority: int, delay: float,
+                 ttr: float) -> None:
+        self._bodies = bodies
+        self._args = (priority, delay, ttr)
+        self.ids: list[int | None] = []
+        self.first: BeanstalkError | None = None
+
+    def batches(self) -> Iterator[list[rq.Request[int]]]:
+        priority, delay, ttr = self._args
+        batch: list[rq.Request[int]] = []
+        size = 0
+        for body in self._bodies:
+            if isinstance(body, PutSpec):
+                req = rq.put(rq.body_bytes(body.body),
+                             priority if body.priority is None else body.priority,
+                             delay if body.delay is None else body.delay,
+                             ttr if body.ttr is None else body.ttr)
+            else:
+                req = rq.put(rq.body_bytes(body), priority, delay, ttr)
+            batch.append(req)
+            size += len(req.data)
+            if len(batch) >= BATCH_JOBS or size >= BATCH_BYTES:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
+
+    def take(self, batch: list[rq.Request[int]], replies: list[Response]) -> None:
+        ids = self.ids
+        for req, resp in zip(batch, replies, strict=True):
+            err = rq.failure(req, resp)
+            if err is None:
+                ids.append(int(resp.args[0]))
+                continue
+            if self.first is None:
+                err.batch_index = len(ids)
+                self.first = err
+            ids.append(None)
+
+    def result(self) -> list[int]:
+        """The ids in order; raises the first failure (with ``batch_index``/``batch_ids``)."""
+        if self.first is not None:
+            self.first.batch_ids = tuple(self.ids)
+            raise self.first
+        return [i for i in self.ids if i is not None]

@@ -1,0 +1,235 @@
+"""One delivery, decided without I/O: decode, dependencies, run, attempt number, action plan.
+
+:func:`deliver` is a generator: it yields the steps a delivery needs (a :class:`Call` on the
+job's connection, or :class:`RunHandler`) and is sent each step's result. Thin drivers carry the
+steps out: ``runner`` (threads, and each process of ``--mode processes``), ``aio`` (asyncio) and
+``testing`` (``app.testing()``, over an in-memory server). So middleware see the same hooks in
+the same order in every mode:
+
+    before_process → handler → on_handler_exit → after_process (reverse order) → the server
+    calls of the action → on_done / on_retry / on_dead_letter / on_deferred
+
+Ensures: every delivery ends in exactly one ``WorkerAction``; a handler that returned leads to
+``Complete`` unless a middleware decided otherwise; a handler that raised never does (with no
+retries middleware installed it is given up). Writes are ordered so a crash between two of them
+duplicates and never loses: the dead-letter record before the bury, the re-put before the delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Generator
+from typing import Any, NamedTuple
+
+from stalkd.worker import unique
+from stalkd.worker.actions import (
+    Complete,
+    GiveUp,
+    RetryLater,
+    WaitForDeps,
+    WorkerAction,
+    dead_letter,
+)
+from stalkd.worker.context import JobContext
+from stalkd.worker.errors import TimeLimitExceeded
+from stalkd.worker.middleware.base import Middleware
+from stalkd.worker.registry import Registry
+from stalkd.worker.serializer import Header, decode_envelope
+
+log = logging.getLogger("stalkd.worker")
+
+__all__ = ["Call", "RunHandler", "Step", "Delivered", "deliver", "run_sync", "handler_started",
+           "handler_ended", "call_failed", "RECORD_PRIORITY", "RECORD_TTR"]
+
+RECORD_PRIORITY = 2**31   # dead-letter records in the failed tube
+RECORD_TTR = 120
+
+
+class Call(NamedTuple):
+    """A server operation on the job's connection: ``ops.<op>(*args)`` (see ``ops.ServerOps``)."""
+
+    op: str
+    args: tuple[Any, ...]
+
+
+class RunHandler(NamedTuple):
+    """Run the job's handler (the driver knows how: thread, event loop) and send back None."""
+
+    ctx: JobContext
+
+
+Step = Call | RunHandler
+
+
+class Delivered(NamedTuple):
+    """How a delivery ended: the action, whether the server acknowledged it, and the context
+    (``None`` for a body that could not be decoded). A NamedTuple: one is made per job."""
+
+    job_id: int
+    action: WorkerAction
+    acked: bool
+    ctx: JobContext | None
+    exception: BaseException | None
+
+
+def deliver(app: Registry, job_id: int, body: bytes,
+            tube: str | None = None) -> Generator[Step, Any, Delivered]:
+    """The steps of one delivery of reserved job ``job_id`` (see the module docstring)."""
+    try:
+        ctx = _begin(app, job_id, body, tube)
+    except Exception as exc:
+        action: WorkerAction = GiveUp(priority=0, record=dead_letter(job_id, body, exc, now=time.time()))
+        log.error("✗ job=%d undecodable, buried: %s", job_id, exc)
+        acked = yield from _act(app, job_id, None, action)
+        return Delivered(job_id, action, acked, None, exc)
+    for key in ctx.header.deps:
+        if unique.is_pending((yield Call("stats_tube", (unique.key_tube(key),)))):
+            action = WaitForDeps(ctx.task.options.depends_poll)
+            acked = yield from _act(app, job_id, ctx, action)
+            _notify(app, ctx, action, acked)
+            return Delivered(job_id, action, acked, ctx, None)
+    yield RunHandler(ctx)
+    if ctx.attempt is None and (ctx.exception is not None
+                                or any(m.needs_attempt for m in app.middleware)):
+        info = yield Call("stats_job", (job_id,))
+        ctx.attempt = int(str(info["releases"])) + 1 if info else 1
+    action = _finish(app, ctx)
+    acked = yield from _act(app, job_id, ctx, action)
+    _notify(app, ctx, action, acked)
+    return Delivered(job_id, action, acked, ctx, ctx.exception)
+
+
+_ACKS = frozenset({"delete", "release", "bury"})
+
+
+def call_failed(step: Call, exc: BaseException) -> None:
+    """A driver's call raised (the connection broke): say so when it was a job's
+    acknowledgement, whose fate is then unknown to us (the server hands the job out again
+    once it sees the connection close, unless the acknowledgement got there)."""
+    if step.op in _ACKS:
+        log.warning("job %s: acknowledgement (%s) lost with the connection: %s; the job may "
+                    "run again", step.args[0], step.op, exc)
+
+
+def _begin(app: Registry, job_id: int, body: bytes, tube: str | None) -> JobContext:
+    """Decode a reserved job; raises EnvelopeError / UnknownTask / the serializer's error."""
+    header, raw = decode_envelope(body, job_id=job_id)
+    task = app.task_for(header.task if header else None, tube, job_id)
+    payload = app.serializer.loads(raw)
+    return JobContext(job_id=job_id, body=body, task=task, payload=payload,
+                      header=header if header is not None else Header(task=task.name),
+                      started=time.monotonic(), time_limit=task.options.time_limit)
+
+
+def handler_started(app: Registry, ctx: JobContext) -> None:
+    """Call just before the handler runs (on the thread or task that runs it)."""
+    for m in app.middleware:
+        _safe(m.before_process, ctx)
+
+
+def handler_ended(app: Registry, ctx: JobContext) -> None:
+    """Call right after the handler returned or raised, in a ``finally`` (a time limit firing
+    just then raises in here at the latest, so it must be inside the caller's ``try``)."""
+    for m in app.middleware:
+        _safe(m.on_handler_exit, ctx)
+
+
+def handler_failed(ctx: JobContext, exc: BaseException) -> None:
+    """Record the handler's exception (with its formatted traceback) on the context."""
+    if isinstance(exc, TimeLimitExceeded) and not exc.args:
+        exc = TimeLimitExceeded(f"job {ctx.job_id}: task {ctx.task.name} ran past its time "
+                                f"limit of {ctx.time_limit}s")
+    ctx.exception = exc
+    ctx.traceback = "".join(traceback.format_exception(exc))
+
+
+def run_sync(app: Registry, ctx: JobContext) -> None:
+    """Run a sync handler (or an async one on a private loop) on the calling thread."""
+    tid = threading.get_ident()
+    ctx.interrupt = lambda: _raise_in(tid, TimeLimitExceeded)
+    handler_started(app, ctx)
+    try:
+        try:
+            result = ctx.task.fn(ctx.payload)
+            if asyncio.iscoroutine(result):
+                result = asyncio.run(result)
+            ctx.result = result
+        finally:
+            handler_ended(app, ctx)
+    except Exception as exc:
+        handler_failed(ctx, exc)
+
+
+def _raise_in(thread_id: int, exc: type[BaseException]) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc))
+
+
+def _finish(app: Registry, ctx: JobContext) -> WorkerAction:
+    """Run the after-hooks (in reverse order) and return the action for this delivery."""
+    ctx.duration = time.monotonic() - ctx.started
+    for m in reversed(app.middleware):
+        _safe(m.after_process, ctx)
+    if ctx.action is None:
+        if ctx.exception is None:
+            ctx.action = Complete()
+        else:
+            # No middleware decided (e.g. retries removed): never drop a failed job silently.
+            ctx.action = GiveUp(priority=ctx.task.priority, record=dead_letter(
+                ctx.job_id, ctx.body, ctx.exception, tube=ctx.tube, task=ctx.task.name,
+                attempts=ctx.attempt or 1, traceback=ctx.traceback or "", now=time.time()))
+    return ctx.action
+
+
+def _act(app: Registry, job_id: int, ctx: JobContext | None,
+         action: WorkerAction) -> Generator[Step, Any, bool]:
+    """The server calls that carry out ``action``; False when the server no longer had the job
+    reserved for us (its TTR ran out, so it may be running elsewhere: at-least-once)."""
+    if isinstance(action, Complete):
+        ok = yield Call("delete", (job_id,))
+        if ok and ctx is not None and ctx.header.marker is not None:
+            yield Call("delete", (ctx.header.marker,))  # frees the unique key
+    elif isinstance(action, RetryLater):
+        ok = yield Call("release", (job_id, action.priority, action.delay))
+    elif isinstance(action, GiveUp):
+        yield Call("put", (app.failed_tube, action.record.to_json(), RECORD_PRIORITY, 0, RECORD_TTR))
+        ok = yield Call("bury", (job_id, action.priority))
+    else:
+        assert ctx is not None
+        yield Call("put", (ctx.tube, ctx.body, ctx.task.priority, action.delay, ctx.ttr))
+        ok = yield Call("delete", (job_id,))
+    if not ok:
+        log.warning("job %d: acknowledgement lost: no longer reserved by this worker when acting "
+                    "on it (%s); its TTR ran out, so it may run again elsewhere", job_id,
+                    type(action).__name__)
+    return bool(ok)
+
+
+def _notify(app: Registry, ctx: JobContext, action: WorkerAction, acked: bool) -> None:
+    """Tell middleware what was done, once the server acknowledged it."""
+    if not acked:
+        return
+    if isinstance(action, Complete):
+        for m in app.middleware:
+            if type(m).on_done is not Middleware.on_done:  # most do not listen: skip the call
+                _safe(m.on_done, ctx)
+        return
+    for m in app.middleware:
+        if isinstance(action, RetryLater):
+            _safe(m.on_retry, ctx, action)
+        elif isinstance(action, GiveUp):
+            _safe(m.on_dead_letter, ctx, action)
+        else:
+            _safe(m.on_deferred, ctx, action.delay)
+
+
+def _safe(hook: Any, *args: Any) -> None:
+    try:
+        hook(*args)
+    except Exception:
+        # A broken metrics or logging hook must not decide a job's fate.
+        log.exception("middleware hook %s failed", getattr(hook, "__qualname__", hook))

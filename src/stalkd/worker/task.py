@@ -1,0 +1,171 @@
+"""A task: a registered function with its queueing policy, which validates, serializes and puts.
+
+>>> from stalkd.worker.app import App
+>>> app = App()
+>>> @app.task(tube="emails", ttr=600)
+... def send(payload: dict[str, str]) -> None:
+...     ...
+>>> send.name, send.tube, send.ttr
+('send', 'emails', 600)
+
+``Task`` is generic in its payload type, so ``mypy --strict`` checks ``send.put(...)``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from stalkd.worker.backoff import Backoff
+from stalkd.worker.errors import ValidationError
+from stalkd.worker.serializer import Header, Serializer, encode_envelope
+
+__all__ = ["Task", "TaskOptions", "Producer", "TaskHost", "DEFAULT_PRIORITY", "delay_seconds"]
+
+DEFAULT_PRIORITY = 2**31
+P = TypeVar("P")  # the payload type a task's function takes
+
+
+class Producer(Protocol):
+    """Where ``Task.put`` sends jobs: a real server, or the in-memory one of ``app.testing()``."""
+
+    def put_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int, ttr: int,
+                key: str | None, deps: tuple[str, ...]) -> int | None: ...
+
+    def put_jobs(self, task: Task[Any], payloads: Iterable[Any], *, delay: int, priority: int,
+                 ttr: int) -> list[int]: ...
+
+    async def aput_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int,
+                       ttr: int, deps: tuple[str, ...]) -> int: ...
+
+    def cancel(self, job_id: int) -> bool: ...
+
+
+Delay = int | float | dt.timedelta
+
+
+def delay_seconds(delay: Delay, at: dt.datetime | None, now: float) -> int:
+    """The protocol's whole seconds of delay for ``delay`` or a run time ``at`` (a naive
+    ``at`` is local time); a time in the past means now.
+
+    >>> delay_seconds(dt.timedelta(minutes=2), None, now=0.0)
+    120
+    >>> delay_seconds(0, dt.datetime(2026, 1, 1, 0, 0, 30, tzinfo=dt.UTC), now=1767225600.0)
+    30
+    """
+    if at is not None:
+        if delay:
+            raise ValueError("give delay= or at=, not both")
+        return max(0, math.ceil(at.timestamp() - now))
+    seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
+    if seconds < 0:
+        raise ValueError(f"delay must not be negative, got {delay!r}")
+    return math.ceil(seconds)
+
+
+class TaskHost(Protocol):
+    """What a task needs from its app."""
+
+    @property
+    def serializer(self) -> Serializer: ...
+
+    @property
+    def producer(self) -> Producer: ...
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """A task's queueing policy (what ``@app.task(...)`` was given)."""
+
+    tube: str
+    priority: int = DEFAULT_PRIORITY
+    ttr: int = 120
+    max_attempts: int = 5
+    backoff: Backoff = Backoff()
+    time_limit: float | None = None
+    depends_poll: int = 1        # seconds between checks of a pending dependency
+
+
+class Task(Generic[P]):
+    """A registered function. Call it to run it directly; ``put`` it to queue it."""
+
+    def __init__(self, app: TaskHost, fn: Callable[[P], Any], name: str, options: TaskOptions,
+                 validate: Callable[[Any], None] | None) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.options = options
+        self.validate = validate
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.__doc__ = fn.__doc__
+
+    # Short names for what middleware read most.
+    tube = property(lambda self: self.options.tube)
+    priority = property(lambda self: self.options.priority)
+    ttr = property(lambda self: self.options.ttr)
+    max_attempts = property(lambda self: self.options.max_attempts)
+    backoff = property(lambda self: self.options.backoff)
+
+    def __call__(self, payload: P) -> Any:
+        return self.fn(payload)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} tube={self.tube!r}>"
+
+    def check(self, payload: P) -> bytes:
+        """Validate and serialize ``payload``; raises ValidationError before anything is queued."""
+        if self.validate is not None:
+            try:
+                self.validate(payload)
+            except ValidationError:
+                raise
+            except Exception as exc:
+                raise ValidationError(f"task {self.name}: payload rejected: {exc}") from exc
+        try:
+            return self.app.serializer.dumps(payload)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"task {self.name}: payload cannot be serialized: {exc}") from exc
+
+    def encode(self, payload: P, *, key: str | None = None, marker: int | None = None,
+               deps: Sequence[str] = (), ttr: int | None = None) -> bytes:
+        """The job body for ``payload`` (what ``put`` sends; the outbox stores it too).
+        ``ttr``: the TTR the job will be put with, when not the task's."""
+        header = Header(task=self.name, key=key, marker=marker, deps=tuple(deps),
+                        ttr=None if ttr in (None, self.ttr) else ttr)
+        return encode_envelope(header, self.check(payload))
+
+    def put(self, payload: P, *, delay: Delay = 0, at: dt.datetime | None = None,
+            priority: int | None = None, ttr: int | None = None, key: str | None = None,
+            depends_on: Iterable[str] = ()) -> int | None:
+        """Queue ``payload``; returns the job id, or None when ``key`` is already held by a
+        pending job (a duplicate put is a no-op). It runs after ``delay`` (seconds or a
+        ``timedelta``) or at ``at`` (a ``datetime``). ``depends_on`` lists unique keys whose
+        jobs must complete first."""
+        return self.app.producer.put_job(
+            self, payload, delay=delay_seconds(delay, at, time.time()),
+            priority=self.priority if priority is None else priority,
+            ttr=self.ttr if ttr is None else ttr, key=key, deps=tuple(depends_on))
+
+    async def aput(self, payload: P, *, delay: Delay = 0, at: dt.datetime | None = None,
+                   priority: int | None = None, ttr: int | None = None,
+                   depends_on: Iterable[str] = ()) -> int:
+        """``put`` for asyncio code, on an ``AsyncClient`` of the running loop (the loop is not
+        blocked while the server makes the job durable). Unique keys need ``put``."""
+        return await self.app.producer.aput_job(
+            self, payload, delay=delay_seconds(delay, at, time.time()),
+            priority=self.priority if priority is None else priority,
+            ttr=self.ttr if ttr is None else ttr, deps=tuple(depends_on))
+
+    def put_many(self, payloads: Iterable[P], *, delay: Delay = 0, priority: int | None = None,
+                 ttr: int | None = None) -> list[int]:
+        """Queue many payloads in pipelined writes, with this task's tube, priority and TTR
+        (unless given); returns their job ids in order. Every payload is validated before
+        anything is sent."""
+        return self.app.producer.put_jobs(
+            self, payloads, delay=delay_seconds(delay, None, 0.0), priority=self.priority if priority is None else priority,
+            ttr=self.ttr if ttr is None else ttr)

@@ -1,0 +1,93 @@
+"""Files and directories a log makes: private modes, and never a symbolic link followed."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stalkd.log import Log, LogError
+from stalkd.log.fs import SymlinkError
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(os.lstat(p).st_mode)
+
+
+@pytest.fixture(autouse=True)
+def _permissive_umask() -> Iterator[None]:
+    """With umask 0 every mode bit a file is created with shows: only the code's mode protects."""
+    old = os.umask(0)
+    yield
+    os.umask(old)
+
+
+def test_files_are_created_0600_and_directories_0700(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    with Log.open(d, segment_size=4096, durability="always", archive=True) as log:
+        log.append_many([b"x" * 100] * 100)  # several segments
+        g = log.group("g")
+        g.ack(*g.poll(100))
+        assert log.retain(100)  # archives the sealed segments below the floor
+    files = [p for p in d.rglob("*") if p.is_file()]
+    dirs = [d] + [p for p in d.rglob("*") if p.is_dir()]
+    names = {p.name for p in files} | {p.name for p in dirs}
+    assert {"LOCK", "g.cur", "groups", "archive"} <= names
+    assert any(n.startswith("seg-") for n in names)
+    assert {p.name: oct(_mode(p)) for p in files if _mode(p) != 0o600} == {}
+    assert {p.name: oct(_mode(p)) for p in dirs if _mode(p) != 0o700} == {}
+
+
+def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious data\n")
+    d = tmp_path / "log"
+    d.mkdir()
+    (d / "LOCK").symlink_to(victim)
+    with pytest.raises(SymlinkError, match="LOCK is a symbolic link"):
+        Log.open(d)
+    assert victim.read_bytes() == b"precious data\n"
+
+
+@pytest.mark.parametrize("name", ["seg-00000000000000000000.log", "groups", "archive"])
+def test_a_log_directory_holding_a_symlink_is_refused(tmp_path: Path, name: str) -> None:
+    d = tmp_path / "log"
+    with Log.open(d, durability="never") as log:
+        log.append(b"x")
+    target = tmp_path / "elsewhere"
+    if name.startswith("seg-"):
+        os.replace(d / name, target)
+    else:
+        target.mkdir()
+        if (d / name).exists():
+            os.rmdir(d / name)
+    (d / name).symlink_to(target)
+    with pytest.raises(LogError, match=f"{name} is a symbolic link"):
+        Log.open(d)
+
+
+def test_a_cursor_file_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "log"
+    with Log.open(d, durability="never") as log:
+        log.group("g")
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    os.unlink(d / "groups" / "g.cur")
+    (d / "groups" / "g.cur").symlink_to(victim)
+    with pytest.raises(SymlinkError):
+        Log.open(d)
+    assert victim.read_bytes() == b"keep"
+
+
+def test_the_log_directory_itself_may_be_a_symlink(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    link = tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real)
+    with Log.open(link, durability="never") as log:
+        log.append(b"x")
+    with Log.open(link) as log:
+        assert [f.bytes() for f in log.read(0)] == [b"x"]
