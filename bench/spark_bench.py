@@ -9,6 +9,7 @@ prints rows/s and ratios against the peers measured in the same run.
     .venv/bin/python bench/spark_bench.py --records 200000 --skip-analytics
     .venv/bin/python bench/spark_bench.py --skip-analytics --keep /tmp/sb   # reuse inputs next run
     STALKD_BENCH_10M=1 .venv/bin/python bench/spark_bench.py   # also analytics on 10M records
+    .venv/bin/python bench/spark_bench.py --cluster --records 2000000   # see spark_cluster_bench.py
 
 Targets (issue 6): raw read >= 500k rows/s and >= 1x spark.read.json of the same data.
 """
@@ -64,7 +65,7 @@ def records(n: int, seed: int = 7) -> Iterator[Record]:
             yield Record(Op.BURY, seq, t, j, pri=1024)
 
 
-def write_inputs(n: int, root: Path, *, with_peers: bool = True) -> dict[str, Path]:
+def write_inputs(n: int, root: Path, *, with_peers: bool = True, segment_size: int = 16 * 2**20) -> dict[str, Path]:
     """The log, and (``with_peers``) JSON lines and Parquet holding the same n records."""
     import pyarrow.parquet as pq
 
@@ -77,7 +78,7 @@ def write_inputs(n: int, root: Path, *, with_peers: bool = True) -> dict[str, Pa
     pq_writer = None
     offset = 0
     # 16 MiB segments, as the server's WAL writes them (stalkd.engine.wal's default).
-    with Log.open(log_dir, segment_size=16 * 2**20, durability="never") as log, \
+    with Log.open(log_dir, segment_size=segment_size, durability="never") as log, \
             open(json_dir / "records.json", "w") as jf:
         chunk: list[bytes] = []
         gen = records(n)
@@ -158,7 +159,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="timed scans per reader (best counts)")
     ap.add_argument("--skip-analytics", action="store_true")
     ap.add_argument("--keep", help="keep the generated inputs in this directory (and reuse them next time)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="two-worker standalone cluster reading the archive from S3 (spark_cluster_bench.py)")
     args = ap.parse_args()
+    if args.cluster:
+        from spark_cluster_bench import main_cluster
+
+        return main_cluster(args.records, args.rounds, args.keep)
     root = Path(args.keep or tempfile.mkdtemp(prefix="stalkd-spark-bench-"))
     n = args.records
     paths = _inputs(n, root)

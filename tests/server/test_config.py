@@ -38,6 +38,9 @@ from stalkd.server.config import MAX_JOB_SIZE_LIMIT, Config, Exit, parse_args
         (["--verbose"], {"verbosity": 1}),
         ([], {"archive": False}),
         (["-b", "/d", "--archive"], {"data_dir": "/d", "archive": True}),
+        (["-b", "/d", "--archive", "-F"], {"archive": True, "archive_url": None, "durability": "never"}),
+        (["-b", "/d", "--archive", "s3://b/p"], {"archive": False, "archive_url": "s3://b/p"}),
+        (["--archive=/mnt/a", "-b/d"], {"archive_url": "/mnt/a"}),
         ([], {"unix": (), "socket_mode": 0o660, "tls_listen": (), "no_plain": False}),
         (["--unix", "/a", "--unix=/b", "--socket-mode", "600"], {"unix": ("/a", "/b"), "socket_mode": 0o600}),
         (["--tls-listen", "0.0.0.0:11400", "--tls-listen", "[::1]:0", "--tls-cert", "c.pem",
@@ -126,5 +129,8 @@ def test_config_is_immutable_and_replace_checks_names() -> None:
 def test_help_mentions_archive() -> None:
     got = parse_args(["--help"])
     assert isinstance(got, Exit) and "--archive" in got.stderr and "stalkd analyze" in got.stderr
-    bad = parse_args(["--archive=yes"])
-    assert isinstance(bad, Exit) and bad.code == 5 and "--archive takes no value" in bad.stderr
+    assert "--archive URL" in got.stderr and "s3://" in got.stderr
+    bad = parse_args(["--archive=s3://b/p"])
+    assert isinstance(bad, Exit) and bad.code == 5 and "needs a data directory" in bad.stderr
+    bad = parse_args(["-b", "/d", "--archive="])
+    assert isinstance(bad, Exit) and bad.code == 5 and "empty URL" in bad.stderr

@@ -6,6 +6,7 @@ one would only slow the suite down.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ pyspark = pytest.importorskip("pyspark", reason="the [spark] extra is not instal
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(s3_server: Any) -> Iterator[Any]:
+    # After s3_server: the JVM and its Python workers inherit the AWS variables pointing at it.
     require_binary("java")
     from stalkd.spark.session import build_session
 
@@ -43,3 +45,37 @@ def queue_server(request: Any) -> Iterator[ServerProcess]:
         yield own
     finally:
         own.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: Any) -> Iterator[Any]:
+    """moto's S3 API server on 127.0.0.1 (port 0, read from its log); the AWS variables pointing
+    at it are set for this process and everything it starts (servers, Spark workers, drivers)."""
+    from cluster import start_s3
+
+    server = start_s3(tmp_path_factory.mktemp("s3"))
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    try:
+        yield server
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: Any, s3_server: Any) -> Iterator[Any]:
+    """A standalone master and two one-core workers (separate JVMs) on loopback."""
+    require_binary("java")
+    from cluster import start_spark_cluster
+
+    cluster = start_spark_cluster(tmp_path_factory.mktemp("spark-cluster"), workers=2)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+

@@ -101,7 +101,8 @@ def analyzed(spark: Any, tmp_path_factory: Any) -> tuple[History, Path, str]:
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        code = analyze([str(root / "wal"), "--out", str(root / "out"), "--window", "60", "--no-progress"])
+        # the server's data directory, as people type it (-b DIR): its wal/ is read
+        code = analyze([str(root), "--out", str(root / "out"), "--window", "60", "--no-progress"])
     assert code == 0
     return history, root / "out", buf.getvalue()
 
@@ -164,3 +165,19 @@ def encode_ok() -> bytes:
     from stalkd.engine.model import Op, Record
 
     return encode(Record(Op.PUT, 1, 1_700_000_000_000_000, 1, tube="t", ttr=5, body=b"x"))
+
+
+@pytest.mark.parametrize("what", ["empty-dir", "missing", "empty-log"])
+def test_analyze_without_records_is_an_error_not_an_empty_report(spark: Any, tmp_path: Path, what: str,
+                                                                 capsys: Any) -> None:
+    target = tmp_path / "d"
+    if what == "empty-dir":
+        (target / "wal").mkdir(parents=True)
+    elif what == "empty-log":
+        Log.open(target / "wal", durability="never").close()
+    code = analyze([str(target), "--out", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert str(target) in err
+    assert ("no records" if what == "empty-log" else "stalkd log") in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

@@ -163,8 +163,12 @@ def test_auto_registration_empty_log_and_bad_options(spark: Any, tmp_path: Path)
     assert other.read.format("stalkd").load(str(empty)).count() == 0
     with pytest.raises(Exception, match="records='bogus'"):
         spark.read.format("stalkd").option("records", "bogus").load(str(empty)).collect()
-    with pytest.raises(Exception, match="does not exist"):
+    with pytest.raises(Exception, match="missing: does not exist"):
         spark.read.format("stalkd").load(str(tmp_path / "missing")).collect()
+    # a directory that holds no log: an error naming what was expected, never 0 rows
+    (tmp_path / "data" / "wal").mkdir(parents=True)
+    with pytest.raises(Exception, match="no stalkd log here"):
+        spark.read.format("stalkd").load(str(tmp_path / "data")).collect()
 
 
 def test_latest_offset_resumes_its_scan_instead_of_rereading_the_segment(tmp_path: Path) -> None:

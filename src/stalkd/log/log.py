@@ -67,6 +67,9 @@ class Log:
         self._policy = "always"
         self._durability = "always"
         self._archive = False
+        # An offset below which retention may drop segments, asked at each retain (e.g. what
+        # stalkd.archive has shipped); None: no hold. Set by the owner after open.
+        self.retention_hold: Callable[[], int] | None = None
         self._lockfd: int | None = None
         self._commit: GroupCommit
         self._writer: SegmentWriter
@@ -352,6 +355,8 @@ class Log:
         WAL calls it with its snapshot's start offset: everything before it may go.)
         """
         self._check_usable()
+        if self.retention_hold is not None:
+            floor = min(floor, self.retention_hold())
         return retain(self._writer, floor, self._groups.values(), self._archive, self._forget_view)
 
     def _forget_view(self, path: str) -> None:

@@ -55,6 +55,11 @@ Options:
           --archive           keep WAL segments compaction retires: move them to
                               DIR/wal/archive/ instead of deleting them, so
                               `stalkd analyze DIR` sees the whole history (disk use grows)
+          --archive URL       ship every sealed WAL segment and snapshot to URL (a
+                              directory, s3://BUCKET/PREFIX, gs://, hdfs://) with a
+                              manifest; `stalkd analyze URL` reads it. Segments are
+                              deleted locally only once shipped. S3 settings come from
+                              AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...
           --repair            if the WAL is damaged, cut it at the damage (the bytes cut
                               off are kept in DIR/wal/dropped/) instead of refusing to
                               start; same as running `stalkd log repair DIR` first
@@ -110,7 +115,7 @@ class Config:
                  "unix", "socket_mode", "tls_listen", "tls_cert", "tls_key", "tls_client_ca",
                  "acl", "no_plain", "plain_network_ok",
                  "admin", "admin_token_file", "admin_tls",
-                 "repair")  # fmt: skip
+                 "repair", "archive_url")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -137,6 +142,7 @@ class Config:
     admin_token_file: str | None  # bearer token the admin endpoint requires
     admin_tls: bool  # the admin endpoint serves HTTPS with the TLS listeners' certificate
     repair: bool  # cut a damaged WAL at its damage instead of refusing to start
+    archive_url: str | None  # sealed segments and snapshots are shipped there (stalkd.archive)
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
@@ -151,11 +157,11 @@ class Config:
                  plain_network_ok: bool = False,
                  admin: tuple[str, int] | None = None,
                  admin_token_file: str | None = None, admin_tls: bool = False,
-                 repair: bool = False) -> None:  # fmt: skip
+                 repair: bool = False, archive_url: str | None = None) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
                   log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
                   tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,
-                  plain_network_ok, admin, admin_token_file, admin_tls, repair)  # fmt: skip
+                  plain_network_ok, admin, admin_token_file, admin_tls, repair, archive_url)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 
@@ -386,10 +392,18 @@ def _long(cfg: Config, arg: str, rest: list[str]) -> Config | Exit:
                 raise _Bad(f"flag --{name} requires an argument")
             value = rest.pop(0)
         return _set(cfg, name, f"--{name}", value)
+    if name == "archive":
+        # Bare: keep retired segments in DIR/wal/archive/. With a value (``=URL``, or a next
+        # word that is not a flag; this parser takes no positional arguments): ship to URL.
+        if not eq and rest and not rest[0].startswith("-"):
+            value, eq = rest.pop(0), "="
+        if not eq:
+            return cfg.replace(archive=True)
+        if not value:
+            raise _Bad("empty URL for --archive")
+        return cfg.replace(archive_url=value)
     if eq:
         raise _Bad(f"flag --{name} takes no value")
-    if name == "archive":
-        return cfg.replace(archive=True)
     if name == "repair":
         return cfg.replace(repair=True)
     if name == "no-plain":
@@ -437,6 +451,8 @@ def _parse(argv: Sequence[str]) -> Config | Exit:
             cfg = got
     if cfg.unix_path == "":
         raise _Bad("empty UNIX socket path in -l unix:")
+    if cfg.archive_url is not None and cfg.data_dir is None:
+        raise _Bad("--archive URL needs a data directory (-b DIR): it ships the WAL's segments")
     if cfg.tls_listen and cfg.tls_cert is None:
         raise _Bad("--tls-listen needs --tls-cert FILE (and --tls-key FILE unless the key is in it)")
     if cfg.admin_tls and (cfg.admin is None or cfg.tls_cert is None):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -103,7 +104,27 @@ def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage, str]:
     summary = (f"{info.jobs} jobs from {info.snapshot or 'no snapshot'} "
                f"+ {info.records_replayed} WAL records")
     storage: Storage = wal
+    if cfg.archive_url is not None:
+        summary += f"; shipping sealed segments to {cfg.archive_url}"
     return engine, storage, summary
+
+
+def _start_shipper(cfg: Config, storage: Any) -> Any:
+    """The archive shipper for ``--archive URL`` (None without it); retention waits for it."""
+    if cfg.archive_url is None or cfg.data_dir is None:
+        return None
+    from stalkd.archive.shipper import Shipper
+    from stalkd.archive.store import Store
+
+    shipper = Shipper(cfg.data_dir, Store.open(cfg.archive_url))
+    # Readers given the data dir find the shipped history here (stalkd.spark.locations).
+    note = os.path.join(cfg.data_dir, "archive.url")
+    with open(note + ".tmp", "w", encoding="utf-8", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
+        fh.write(cfg.archive_url + "\n")
+    os.replace(note + ".tmp", note)
+    storage.log.retention_hold = shipper.shipped_end
+    shipper.start()
+    return shipper
 
 
 def _describe_wal_error(e: BaseException) -> int:
@@ -122,6 +143,12 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
         engine, storage, info = _open_storage(cfg, time.time())
     except Exception as e:
         return _describe_wal_error(e)
+    try:
+        shipper = _start_shipper(cfg, storage)
+    except (OSError, ValueError) as e:
+        log.error("--archive %s: %s", cfg.archive_url, e)
+        storage.close()
+        return EXIT_FATAL
     recovery_s = time.monotonic() - t0
     admin = None
     if cfg.admin is not None:
@@ -217,6 +244,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
         written = storage.stats().get("binlog-records-written", 0)
         log.info("%d WAL records written, %d fsyncs (%.1f records per fsync, %d on the loop thread)",
                  written, srv.syncs, written / max(srv.syncs, 1), srv.inline_syncs)
+    if shipper is not None:
+        shipper.stop()
     if storage.persistent:
         try:
             storage.sync()

@@ -2,14 +2,14 @@
 
 Example::
 
-    $ stalkd analyze data/wal --out analysis --window 60
+    $ stalkd analyze data --out analysis --window 60      # a server's data directory (-b data)
+    $ stalkd analyze s3://bucket/queue --master spark://host:7077
     $ stalkd bench history --dir /tmp/hist --jobs 100000
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import runpy
 import sys
 from collections.abc import Sequence
@@ -20,7 +20,10 @@ def analyze(argv: Sequence[str]) -> int:
     """Run the analytics over a WAL directory and print the summary; returns an exit code."""
     p = argparse.ArgumentParser(prog="stalkd analyze",
                                 description="Spark analytics over a stalkd WAL (live segments and archive).")
-    p.add_argument("dir", help="the WAL's log directory (e.g. DATA/wal)")
+    p.add_argument("dir", metavar="LOG",
+                   help="what to read: the server's data directory (-b DIR; its wal/ is read), a log "
+                        "directory, or an archive URL written by `stalkd serve --archive URL` "
+                        "(s3://BUCKET/PREFIX, gs://..., hdfs://..., or a local archive directory)")
     p.add_argument("--out", default="analysis", help="output directory (Parquet tables, plots, report.html)")
     p.add_argument("--master", default=None,
                    help="Spark master URL (default: local[*], or what spark-submit set)")
@@ -29,23 +32,37 @@ def analyze(argv: Sequence[str]) -> int:
                    help="read the archive too (true), not at all (false), or only it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(list(argv))
-    if not os.path.isdir(args.dir):
-        print(f"stalkd analyze: {args.dir}: no such log directory", file=sys.stderr)
+    from stalkd.log.errors import LogError
+    from stalkd.spark.locations import is_archive, resolve
+
+    try:
+        source = resolve(args.dir)
+        if is_archive(source):
+            from stalkd.archive.remote import load_manifest
+            from stalkd.archive.store import Store
+
+            load_manifest(Store.open(source))  # an archive URL without a manifest: say so now
+    except (LogError, OSError, ValueError) as exc:
+        print(f"stalkd analyze: {exc}", file=sys.stderr)
         return 2
     if args.window <= 0:
         print(f"stalkd analyze: --window must be positive, got {args.window}", file=sys.stderr)
         return 2
     from pyspark.sql import SparkSession
 
-    from stalkd.spark.pipeline import run_analysis
+    from stalkd.spark.pipeline import NothingToAnalyzeError, run_analysis
     from stalkd.spark.session import build_session
 
     # Inside a program that already has a session (a notebook, a test): use it, leave it running.
     existing = SparkSession.getActiveSession()
     spark = existing or build_session(args.master or "local[*]", app="stalkd-analyze")
     try:
-        result = run_analysis(spark, args.dir, args.out, window_seconds=args.window, archive=args.archive,
-                              progress=not args.no_progress and sys.stderr.isatty())
+        try:
+            result = run_analysis(spark, source, args.out, window_seconds=args.window, archive=args.archive,
+                                  progress=not args.no_progress and sys.stderr.isatty())
+        except NothingToAnalyzeError as exc:
+            print(f"stalkd analyze: {exc}", file=sys.stderr)
+            return 2
     finally:
         if existing is None:
             spark.stop()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import InputPartition
 
@@ -40,6 +40,8 @@ class LogSlice(InputPartition):
     base: int
     start: int
     end: int | None
+    # An archived object's (archive URL, segment end, size, CRC) from the manifest, checked when read.
+    obj: tuple[str, int, int, int] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Segment:
     path: str
     base: int
     end: int | None
+    obj: tuple[str, int, int, int] | None = field(default=None, repr=False)  # see LogSlice.obj
 
 
 def plan(segments: Sequence[Segment], start: int, end: int | None, slice_records: int) -> list[LogSlice]:
@@ -75,12 +78,12 @@ def plan(segments: Sequence[Segment], start: int, end: int | None, slice_records
         if hi is not None and lo >= hi:
             continue
         if hi is None:
-            out.append(LogSlice(seg.path, seg.base, lo, None))
+            out.append(LogSlice(seg.path, seg.base, lo, None, seg.obj))
             continue
         s = lo
         while s < hi:
             e = min(hi, s + slice_records)
-            out.append(LogSlice(seg.path, seg.base, s, e))
+            out.append(LogSlice(seg.path, seg.base, s, e, seg.obj))
             s = e
     return out
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,46 +73,128 @@ def _step(bar: Any, name: str) -> None:
     bar.set_description(name)
 
 
-def _write(df: Any, path: Path) -> None:
-    df.write.mode("overwrite").parquet(str(path))
+class _LocalTables:
+    """Tables written by Spark's Parquet writer into the local work directory."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+
+    def write(self, df: Any, name: str) -> Any:
+        """Write ``df`` as table ``name``; returns the table read back (as the report's source)."""
+        df.write.mode("overwrite").parquet(str(self.work / name))
+        return df.sparkSession.read.parquet(str(self.work / name))
+
+
+class _StoreTables:
+    """Tables written to a URL by the executors themselves, one Parquet object per partition
+    through ``pyarrow.fs`` (Spark's own writer would need the hadoop-aws jars; ``mapInArrow``
+    would need pandas)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def write(self, df: Any, name: str) -> Any:
+        from pyspark.sql.pandas.types import to_arrow_schema  # pyarrow only, no pandas
+        from pyspark.sql.types import TimestampType
+
+        from stalkd.archive.store import Store
+
+        store = Store.open(self.url)
+        target = store.path(name)
+        store.fs.create_dir(target, recursive=True)
+        store.fs.delete_dir_contents(target, missing_dir_ok=True)
+        url = self.url
+        schema = to_arrow_schema(df.schema, timezone="UTC")
+        stamps = [f.name for f in df.schema.fields if isinstance(f.dataType, TimestampType)]
+
+        def write_part(index: int, rows: Iterator[Any]) -> Iterator[int]:
+
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            from stalkd.archive.store import Store
+
+            dicts = [r.asDict() for r in rows]
+            if not dicts:  # an empty partition writes no object
+                return iter([0])
+            for d in dicts:
+                for k in stamps:  # PySpark hands timestamps over as naive local times
+                    if d[k] is not None:
+                        d[k] = d[k].astimezone(UTC)
+            sink = pa.BufferOutputStream()
+            pq.write_table(pa.Table.from_pylist(dicts, schema=schema), sink)
+            Store.open(url).put_atomic(f"{name}/part-{index:05d}.parquet", sink.getvalue())
+            return iter([len(dicts)])
+
+        df.rdd.mapPartitionsWithIndex(write_part).sum()
+        return df
 
 
 def run_analysis(spark: Any, log_dir: str, out_dir: str | Path, *, window_seconds: float = 60.0,
                  archive: str = "true", progress: bool = True) -> AnalysisResult:
-    """Run the whole analysis over ``log_dir`` (live segments and, by default, the archive)."""
+    """Run the whole analysis over ``log_dir`` (live segments and, by default, the archive).
+
+    ``out_dir`` may be a URL (``s3://...``): the tables are written there by the executors, the
+    plots and report rendered locally and uploaded (objects replaced, not swapped in at once).
+    """
+    from stalkd.archive.store import is_url
+
     started = time.monotonic()
+    if is_url(str(out_dir)):
+        import tempfile
+
+        local = Path(tempfile.mkdtemp(prefix="stalkd-analyze-"))
+        try:
+            res = _run(spark, log_dir, local / "out", local / "out.partial", window_seconds, archive,
+                       progress, started, _StoreTables(str(out_dir)))
+            _upload(local / "out", str(out_dir))
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+        return AnalysisResult(Path(str(out_dir)), res.records, res.jobs, Path(f"{out_dir}/{res.report.name}"),
+                              res.summary, time.monotonic() - started)
     out = Path(out_dir)
     work = out.with_name(out.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        return _run(spark, log_dir, out, work, window_seconds, archive, progress, started)
+        return _run(spark, log_dir, out, work, window_seconds, archive, progress, started, _LocalTables(work))
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
 
 
+def _upload(local: Path, url: str) -> None:
+    from stalkd.archive.store import Store
+
+    store = Store.open(url)
+    for f in sorted(local.iterdir()):
+        if f.is_file():
+            store.put_atomic(f.name, f.read_bytes())
+
+
 def _run(spark: Any, log_dir: str, out: Path, work: Path, window_seconds: float, archive: str,
-         progress: bool, started: float) -> AnalysisResult:
+         progress: bool, started: float, sink: Any) -> AnalysisResult:
+    work.mkdir(parents=True, exist_ok=True)
     with _progress(spark, progress) as bar:
         _step(bar, STEPS[0])
         records = (spark.read.format("stalkd").option("records", "wal").option("archive", archive)
                    .load(log_dir).drop("body").persist())  # fmt: skip
         try:
             n_records = records.count()
+            if n_records == 0:
+                # A report of nothing (time axes at 1970) would pass for an idle queue.
+                raise NothingToAnalyzeError(f"{log_dir}: the log holds no records to analyze")
             bar.update()
             tables = analyze_records(records, window_seconds=window_seconds, cache=True)
             try:
                 _step(bar, STEPS[1])
-                _write(tables.jobs, work / "jobs")
+                sink.write(tables.jobs, "jobs")
                 bar.update()
                 _step(bar, STEPS[2])
-                _write(tables.windows, work / "windows")
-                windows = [r.asDict() for r in spark.read.parquet(str(work / "windows")).collect()]
+                windows = [r.asDict() for r in sink.write(tables.windows, "windows").collect()]
                 bar.update()
                 _step(bar, STEPS[3])
-                _write(tables.tubes, work / "tubes")
-                tubes = [r.asDict() for r in spark.read.parquet(str(work / "tubes")).orderBy("tube").collect()]
+                tubes = [r.asDict() for r in sink.write(tables.tubes, "tubes").orderBy("tube").collect()]
                 bar.update()
                 n_jobs = sum(int(t["jobs"] or 0) for t in tubes)
             finally:
@@ -137,6 +219,10 @@ def _run(spark: Any, log_dir: str, out: Path, work: Path, window_seconds: float,
     else:
         work.rename(out)
     return AnalysisResult(out, n_records, n_jobs, out / report.name, summary, time.monotonic() - started)
+
+
+class NothingToAnalyzeError(ValueError):
+    """The log read holds no records: no report is written (names the log)."""
 
 
 def _span(windows: list[dict[str, Any]], window_seconds: float) -> str:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+AWS_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
+                 "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
 def session_conf(*, tests: bool = False) -> dict[str, str]:
@@ -54,6 +56,11 @@ def build_session(master: str | None = "local[2]", *, app: str = "stalkd", tests
     if master:
         builder = builder.master(master)
     conf = session_conf(tests=tests)
+    # Executors read archive URLs with the same S3 settings as the driver (stalkd.archive.store);
+    # Spark redacts *SECRET* values in its UI and logs.
+    for key in AWS_VARIABLES:
+        if os.environ.get(key):
+            conf[f"spark.executorEnv.{key}"] = os.environ[key]
     if tests:
         conf["spark.default.parallelism"] = "2"
         conf["spark.driver.memory"] = "1g"

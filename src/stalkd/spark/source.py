@@ -1,5 +1,9 @@
 """The ``stalkd`` PySpark data source: batch and streaming reads of a log directory.
 
+``load(path)`` takes a log directory, a server data directory (its ``wal/``), or an archive
+written by ``stalkd serve --archive URL`` (``s3://...``, ``gs://...``, ``hdfs://...`` or a
+local directory; see :mod:`stalkd.spark.locations`); a path holding none of these is an error.
+
 Batch: ``spark.read.format("stalkd").load(dir)`` gives one row per frame (``RAW_SCHEMA``);
 ``.option("records", "wal")`` decodes WAL records (``WAL_SCHEMA``, add ``.option("body",
 "true")`` for job bodies). Segments are read as slices, large sealed ones split into slices of
@@ -17,7 +21,8 @@ Options (all strings, as Spark passes them):
                        which on local[*] is Spark's parallelism; set it on a cluster);
                        never more than the slices, more if a partition would exceed
                        maxRecordsPerPartition
-  pushdown             "true": also prune by ``offset`` filters in the query (needs
+  pushdown             "true": also prune by ``offset`` filters in the query, and an
+                       archive's segments by ``timestamp`` / ``time`` filters (needs
                        ``spark.sql.python.filterPushdown.enabled=true``, which
                        :func:`stalkd.spark.session.build_session` sets)
   startingOffsets      streaming: "earliest" (default), "latest", or a log offset
@@ -40,8 +45,10 @@ Example::
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -69,12 +76,20 @@ from pyspark.sql.types import StructType
 
 from stalkd.log.columns import FrameColumns
 from stalkd.spark.columnar import raw_columns_batch, split_by_span, wal_columns_batch
+from stalkd.spark.locations import (
+    archive_columns,
+    archive_segments,
+    is_archive,
+    resolve,
+    with_shipped,
+)
 from stalkd.spark.partitions import LogSlice, Segment, SliceGroup, available_cores, group, plan
 from stalkd.spark.schema import RAW_SCHEMA, WAL_SCHEMA
 
 ArchiveMode = bool | Literal["only"]
 DEFAULT_BATCH = 65536  # rows; fewer per-batch costs on both sides than 8192 (~5-10% CPU)
 DEFAULT_SLICE = 1_000_000
+ARCHIVE_POLL = 1.0  # seconds between reads of an archive's manifest by a streaming query
 
 
 class SourceOptionError(ValueError):
@@ -145,9 +160,11 @@ def _int(opts: dict[str, str], key: str, default: int, minimum: int = 0) -> int:
     return value
 
 
-def _segments(opts: ReadOptions) -> list[Segment]:
+def _segments(opts: ReadOptions, t_lo: int | None = None, t_hi: int | None = None) -> list[Segment]:
     from stalkd.log import LogReader
 
+    if is_archive(opts.path):
+        return archive_segments(opts.path, t_lo, t_hi)
     if not os.path.isdir(opts.path):
         raise FileNotFoundError(f"stalkd source: log directory {opts.path!r} does not exist")
     seen: dict[int, Segment] = {}
@@ -157,13 +174,21 @@ def _segments(opts: ReadOptions) -> list[Segment]:
         # A segment caught mid-move to the archive may be listed twice: keep the live copy.
         if info.base_offset not in seen or not info.archived:
             seen[info.base_offset] = Segment(str(info.path), info.base_offset, info.end_offset)
-    return [seen[b] for b in sorted(seen)]
+    local = [seen[b] for b in sorted(seen)]
+    return local if opts.archive is False else with_shipped(opts.path, local)
 
 
 def read_slice(opts: ReadOptions, part: LogSlice) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one slice, in offset order."""
     from stalkd.log import LogReader
 
+    if part.obj is not None:  # an archived object: fetched from the store
+        for cols in archive_columns(part, opts.batch_size):
+            for piece in split_by_span(cols):
+                batch = _batch(opts, piece)
+                if batch is not None:
+                    yield batch
+        return
     reader = LogReader(opts.path, archive=opts.archive)
     path = part.path
     if not os.path.exists(path):
@@ -193,8 +218,9 @@ def _batch(opts: ReadOptions, cols: FrameColumns) -> pa.RecordBatch | None:
     return raw_columns_batch(cols, markers=opts.markers)
 
 
-def _groups(opts: ReadOptions, lo: int, hi: int | None) -> list[SliceGroup]:
-    slices = plan(_segments(opts), lo, hi, opts.slice_records)
+def _groups(opts: ReadOptions, lo: int, hi: int | None, t_lo: int | None = None,
+            t_hi: int | None = None) -> list[SliceGroup]:
+    slices = plan(_segments(opts, t_lo, t_hi), lo, hi, opts.slice_records)
     return group(slices, opts.partitions or available_cores(), opts.slice_records)
 
 
@@ -212,9 +238,11 @@ class StalkdReader(DataSourceReader):
         self.opts = opts
         self.lo = opts.start
         self.hi = opts.end
+        self.t_lo: int | None = None  # frame time bounds (us, inclusive) from pushed filters
+        self.t_hi: int | None = None
 
     def partitions(self) -> list[InputPartition]:
-        return list(_groups(self.opts, self.lo, self.hi))
+        return list(_groups(self.opts, self.lo, self.hi, self.t_lo, self.t_hi))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.opts, partition)
@@ -224,8 +252,18 @@ class StalkdPushdownReader(StalkdReader):
     """Batch reader that also narrows ``[lo, hi)`` from ``offset`` comparisons in the query."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        time_col = ("time",) if self.opts.records == "wal" else ("timestamp",)
         for f in filters:
             v = getattr(f, "value", None)
+            if getattr(f, "attribute", None) == time_col and isinstance(v, datetime):
+                # Archive planning skips segments outside the bound; Spark still filters rows.
+                us = _micros(v)
+                if isinstance(f, GreaterThan | GreaterThanOrEqual | EqualTo):
+                    self.t_lo = us if self.t_lo is None else max(self.t_lo, us)
+                if isinstance(f, LessThan | LessThanOrEqual | EqualTo):
+                    self.t_hi = us if self.t_hi is None else min(self.t_hi, us)
+                yield f
+                continue
             if getattr(f, "attribute", None) != ("offset",) or not isinstance(v, int) or isinstance(v, bool):
                 yield f
                 continue
@@ -242,6 +280,16 @@ class StalkdPushdownReader(StalkdReader):
                 self.hi = v + 1 if self.hi is None else min(self.hi, v + 1)
             else:
                 yield f
+
+
+def _micros(v: datetime) -> int:
+    """Microseconds since the epoch; a naive value is taken as UTC (the sessions' time zone)."""
+    if v.tzinfo is None:
+        v = v.replace(tzinfo=UTC)
+    return (v - _EPOCH) // timedelta(microseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class StalkdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -261,11 +309,19 @@ class StalkdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = _int(lowered, "maxrecordspertrigger", 0, minimum=0)
         self._target: int | None = None
         self._tail: tuple[Any, Any] | None = None  # (active segment's view, where its scan stopped)
+        self._archive_end: tuple[float, int] | None = None  # (when read, end) of an archive's manifest
 
     def _end(self) -> int:
         """The log's end offset; on an idle log this reads one frame header, not the segment."""
         from stalkd.log.segment import HEADER_SIZE, ScanState, SegmentView
 
+        if is_archive(self.opts.path):
+            # One manifest GET per ARCHIVE_POLL seconds, however often Spark asks (pitfall 12).
+            now = time.monotonic()
+            if self._archive_end is None or now - self._archive_end[0] >= ARCHIVE_POLL:
+                segs = _segments(self.opts)
+                self._archive_end = (now, (segs[-1].end or 0) if segs else 0)
+            return self._archive_end[1]
         segs = _segments(self.opts)
         if not segs:
             return 0
@@ -322,7 +378,8 @@ class StalkdDataSource(DataSource):
         return "stalkd"
 
     def _opts(self) -> ReadOptions:
-        return ReadOptions.parse(self.options)
+        opts = ReadOptions.parse(self.options)
+        return replace(opts, path=resolve(opts.path))
 
     def schema(self) -> StructType:
         records = str(dict(self.options).get("records", "raw")).lower()

@@ -1,0 +1,217 @@
+"""Shipping sealed WAL segments and snapshots to an archive, on a thread of its own.
+
+The shipper polls the server's data directory (``wal/``, ``wal/archive/``, ``snapshots/``):
+it never touches the event loop or the writer's state, so a put is never blocked by it; it
+competes only for the GIL while it checks a segment's frames. For each sealed segment past
+what the manifest covers, in offset order, it
+
+1. builds the segment's compact image: header, frames up to the footer's ``data_end``, and the
+   footer (the preallocated zeros between are dropped; the image is itself a valid segment),
+   checking every frame's CRC on the way and noting the first and last timestamps;
+2. writes it with ``Store.put_atomic`` under ``segments/``;
+3. publishes a new manifest naming it (written last, so a crash at any step leaves nothing a
+   reader takes for a segment; the next start ships the segment again under the same name).
+
+A failed step is retried after a jittered exponential delay (``retry_delay``), forever: the
+server's retention holds every segment not yet shipped (``shipped_end``), so a store that is
+down costs disk space, never history.
+
+Ensures: the manifest's segments are exactly the shipped ones, in offset order; every object a
+manifest names was complete before the manifest was written; a segment below ``shipped_end()``
+is in the archive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+from crc32c import crc32c
+
+from stalkd.archive.manifest import MANIFEST_NAME, Manifest, SegmentEntry, SnapshotEntry
+from stalkd.archive.remote import load_manifest
+from stalkd.archive.store import Store, StoreError
+from stalkd.log.columns import segment_columns
+from stalkd.log.errors import NotALogError
+from stalkd.log.reader import list_segments
+from stalkd.log.segment import FOOTER_SIZE, SegmentView, segment_name
+
+__all__ = ["Shipper", "retry_delay", "segment_image"]
+
+log = logging.getLogger("stalkd.archive")
+
+SNAP_DIR = "snapshots"  # engine.wal.SNAP_DIR (not imported: the engine is not needed here)
+WAL_DIR = "wal"
+
+
+def retry_delay(attempt: int, *, base: float = 0.2, cap: float = 30.0, rand: float) -> float:
+    """Seconds before retry number ``attempt`` (1-based): full jitter under a doubling cap.
+
+    >>> retry_delay(1, rand=0.5), retry_delay(3, rand=0.5), retry_delay(40, rand=0.999) <= 30
+    (0.1, 0.4, True)
+    """
+    return min(cap, base * 2.0 ** min(attempt - 1, 60)) * rand
+
+
+def segment_image(path: str) -> tuple[bytes, SegmentEntry] | None:
+    """The compact image of the sealed segment at ``path`` and its manifest entry (None if not sealed).
+
+    Raises LogCorruptError if a frame inside the sealed range fails its checks.
+    """
+    view = SegmentView(path)
+    try:
+        if view.footer is None:
+            return None
+        end, data_end = view.footer
+        lo: int | None = None
+        hi = 0
+        for cols in segment_columns(view, view.base, end, 65536):
+            src = np.frombuffer(cols.buf, np.uint8)
+            stamps = src[: len(src) // 8 * 8].view("<i8")[(np.array(cols.positions, np.int64) >> 3) + 2]
+            lo = int(stamps.min()) if lo is None else min(lo, int(stamps.min()))
+            hi = max(hi, int(stamps.max()))
+            del src, stamps, cols
+        image = bytes(view.mv[:data_end]) + bytes(view.mv[view.size - FOOTER_SIZE:])
+        name = f"segments/{segment_name(view.base)}"
+        return image, SegmentEntry(name, view.base, end, lo or 0, hi, len(image), crc32c(image))
+    finally:
+        view.close()
+
+
+class Shipper:
+    """Ships ``data_dir``'s sealed segments and snapshots to ``store``; see the module docstring.
+
+    >>> # s = Shipper("/data", Store.open("s3://bucket/q")); s.start(); ...; s.stop()
+    """
+
+    def __init__(self, data_dir: str, store: Store, *, poll: float = 0.5,
+                 rand: Callable[[], float] = random.random) -> None:  # fmt: skip
+        self.data_dir = data_dir
+        self.wal_dir = os.path.join(data_dir, WAL_DIR)
+        self.store = store
+        self.poll = poll
+        self._rand = rand
+        self._manifest: Manifest | None = None
+        self._shipped_end = 0  # read by the retention hold from other threads: an int is atomic
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0
+
+    # -------------------------------------------------------------- the server's side
+
+    def shipped_end(self) -> int:
+        """Every segment wholly below this offset is in the archive: retention may drop it."""
+        return self._shipped_end
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="stalkd-archive", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Look for new segments now (e.g. after a roll) rather than at the next poll."""
+        self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -------------------------------------------------------------- one pass
+
+    def load(self) -> Manifest:
+        """The published manifest (empty if the archive is new)."""
+        if self._manifest is None:
+            try:
+                self._manifest = load_manifest(self.store)
+            except NotALogError:
+                self._manifest = Manifest()
+            self._shipped_end = self._manifest.end
+        return self._manifest
+
+    def ship_once(self) -> int:
+        """Ship every sealed segment and snapshot not yet in the archive; returns segments shipped."""
+        manifest = self.load()
+        shipped = 0
+        for base, path, _archived in list_segments(self.wal_dir, archive=True):
+            if base < manifest.end:
+                continue
+            try:
+                got = segment_image(path)
+            except FileNotFoundError:  # moved to wal/archive/ meanwhile: the next pass finds it
+                break
+            if got is None:
+                break  # the active segment: everything after it is newer still
+            image, entry = got
+            if manifest.segments and entry.base != manifest.end:
+                log.warning("archive %s: offsets %d..%d are missing (deleted before they were "
+                            "shipped); shipping from %d", self.store.url, manifest.end, entry.base - 1, entry.base)
+            self.store.put_atomic(entry.name, image)
+            manifest = manifest.with_segment(entry)
+            self._publish(manifest)
+            shipped += 1
+            log.info("archived %s (offsets %d..%d, %d bytes)", entry.name, entry.base, entry.end - 1, entry.size)
+        self._ship_snapshots()
+        return shipped
+
+    def _ship_snapshots(self) -> None:
+        manifest = self.load()
+        have = {s.name for s in manifest.snapshots}
+        snap_dir = os.path.join(self.data_dir, SNAP_DIR)
+        try:
+            names = sorted(n for n in os.listdir(snap_dir) if n.endswith(".snap"))
+        except FileNotFoundError:
+            return
+        for n in names:
+            name = f"{SNAP_DIR}/{n}"
+            if name in have:
+                continue
+            try:
+                with open(os.path.join(snap_dir, n), "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:  # replaced by a newer one meanwhile
+                continue
+            self.store.put_atomic(name, data)
+            manifest = manifest.with_snapshot(SnapshotEntry(name, len(data), crc32c(data)))
+            self._publish(manifest)
+
+    def _publish(self, manifest: Manifest) -> None:
+        self.store.put_atomic(MANIFEST_NAME, manifest.encode())
+        self._manifest = manifest
+        self._shipped_end = manifest.end
+
+    def _run(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            try:
+                self.ship_once()
+                attempt = 0
+                wait = self.poll
+            except (OSError, StoreError, ValueError) as exc:
+                attempt += 1
+                self.failures += 1
+                self._manifest = None  # re-read: a failed publish may or may not have landed
+                wait = retry_delay(attempt, rand=self._rand())
+                log.warning("archive %s: shipping failed (attempt %d, retry in %.1f s): %s",
+                            self.store.url, attempt, wait, exc)
+            except Exception:  # a bug or corruption: say so loudly, keep the server up, retry slowly
+                attempt += 1
+                self.failures += 1
+                self._manifest = None
+                wait = retry_delay(attempt, cap=300.0, rand=self._rand())
+                log.exception("archive %s: shipping failed (attempt %d, retry in %.1f s)",
+                              self.store.url, attempt, wait)
+            self._wake.wait(wait)
+            self._wake.clear()
+        # A last pass on a clean stop ships the segment sealed by the shutdown, if any.
+        t0 = time.monotonic()
+        try:
+            self.ship_once()
+        except Exception as exc:
+            log.warning("archive %s: final pass failed after %.1f s: %s", self.store.url, time.monotonic() - t0, exc)

@@ -1,0 +1,196 @@
+"""Real peers for the cluster tests, started and stopped by PID: a Spark standalone cluster
+(one master, two workers, each its own JVM, from the pip pyspark) and moto's S3 API server.
+
+Every listener binds port 0 and the fixture reads the bound port from the process's own log
+line ("Starting Spark master at spark://127.0.0.1:PORT", " * Running on http://127.0.0.1:PORT"),
+so no port is picked and then bound. Each process runs in a session of its own: stopping it
+signals that process group (the worker's executors and their Python workers go with it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+START_TIMEOUT = 180.0  # a JVM under a loaded 2-core machine takes 10-40 s to listen
+
+
+@dataclass
+class Peer:
+    """A started process, its log file, and what was read from the log."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    found: re.Match[str] | None = None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        else:
+            # The leader is gone; children it left behind in its group are ours to end too.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def start(name: str, argv: list[str], log_path: Path, pattern: str, env: dict[str, str] | None = None,
+          timeout: float = START_TIMEOUT) -> Peer:
+    """Start ``argv`` (own process group, output to ``log_path``) and wait for ``pattern`` in its log."""
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+    peer = Peer(name, proc, log_path)
+    rx = re.compile(pattern)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            m = rx.search(peer.log_text())
+            if m:
+                peer.found = m
+                return peer
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{peer.log_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name}: no {pattern!r} in its log after {timeout:.0f} s:\n"
+                                   f"{peer.log_text()[-4000:]}")
+            time.sleep(0.1)  # polling the log for the line, not a stand-in for it
+    except BaseException:
+        peer.stop()
+        raise
+
+
+def spark_class() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+
+DAEMON_ENV = {
+    "SPARK_DAEMON_MEMORY": "256m",
+    "SPARK_LOCAL_IP": "127.0.0.1",
+    # No REST submission server (it would bind the fixed port 6066).
+    "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+    "PYSPARK_PYTHON": sys.executable,
+}
+
+
+@dataclass
+class SparkCluster:
+    """A standalone master and its workers; ``url`` is what a driver passes as its master."""
+
+    url: str
+    master: Peer
+    workers: list[Peer] = field(default_factory=list)
+
+    def add_worker(self, work_dir: Path, *, cores: int = 1, memory: str = "1g",
+                   env: dict[str, str] | None = None) -> Peer:
+        i = len(self.workers)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        peer = start(f"spark worker {i}",
+                     [spark_class(), "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+                      "--port", "0", "--webui-port", "0", "--cores", str(cores), "--memory", memory,
+                      "--work-dir", str(work_dir)],
+                     work_dir.parent / f"worker-{i}.log", r"Successfully registered with master",
+                     env={**DAEMON_ENV, **(env or {})})  # fmt: skip
+        self.workers.append(peer)
+        return peer
+
+    def stop(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.master.stop()
+
+
+def start_spark_cluster(root: Path, workers: int = 2, env: dict[str, str] | None = None) -> SparkCluster:
+    """A master on 127.0.0.1 (port read from its log) and ``workers`` one-core workers."""
+    root.mkdir(parents=True, exist_ok=True)
+    master = start("spark master",
+                   [spark_class(), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                    "--port", "0", "--webui-port", "0"],
+                   root / "master.log", r"Starting Spark master at (spark://127\.0\.0\.1:\d+)",
+                   env=DAEMON_ENV)  # fmt: skip
+    assert master.found is not None
+    cluster = SparkCluster(master.found.group(1), master)
+    try:
+        for i in range(workers):
+            cluster.add_worker(root / f"work-{i}", env=env)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+@dataclass
+class S3Server:
+    """moto's S3 API server; ``env`` holds the AWS variables that point a client at it."""
+
+    endpoint: str
+    peer: Peer
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}  # fmt: skip
+
+    def create_bucket(self, name: str) -> None:
+        import pyarrow.fs as pafs
+
+        host = self.endpoint.split("://", 1)[1]
+        fs = pafs.S3FileSystem(endpoint_override=host, scheme="http", access_key="testing",
+                               secret_key="testing", region="us-east-1", allow_bucket_creation=True)  # fmt: skip
+        fs.create_dir(name)
+
+    def stop(self) -> None:
+        self.peer.stop()
+
+
+def start_s3(root: Path) -> S3Server:
+    root.mkdir(parents=True, exist_ok=True)
+    exe = str(Path(sys.executable).with_name("moto_server"))
+    peer = start("moto S3 server", [exe, "-H", "127.0.0.1", "-p", "0"], root / "moto.log",
+                 r"Running on (http://127\.0\.0\.1:\d+)", timeout=60)
+    assert peer.found is not None
+    return S3Server(peer.found.group(1), peer)
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``check`` until true (it observes the state waited for; no blind sleep)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def run_cluster_job(master: str, path: str, out: Path, *options: str, executors: int = 2) -> dict[str, Any]:
+    """Run ``cluster_job.py`` as a driver process against ``master``; its JSON result."""
+    argv = [sys.executable, str(Path(__file__).with_name("cluster_job.py")), master, path, str(out),
+            "--executors", str(executors)]
+    for o in options:
+        argv += ["--option", o]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-6000:]
+    result: dict[str, Any] = json.loads(Path(out).read_text())
+    return result
