@@ -5,8 +5,6 @@ deletes cannot be taken by another process at the moment the log starts a segmen
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from stalkd.engine.space import SHORT_FRAME, put_frame
 from stalkd.engine.wal import Wal
 from stalkd.log.fs import Faults
 from stalkd.protocol.commands import Delete, Put
+from support import small_tmpfs
 
 T = 1_700_000_000.0
 SEG = 256 * 1024
@@ -23,17 +22,8 @@ SEG = 256 * 1024
 
 @pytest.fixture
 def fs4(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small file system needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, timeout=30)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path, "4m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
 
 
 def hog(path: Path) -> None:

@@ -5,9 +5,6 @@ through the file-system seam (``stalkd.log.fs.Faults``), or made real with a sma
 from __future__ import annotations
 
 import errno
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,22 +12,14 @@ import pytest
 
 from stalkd.log import Log, LogError, LogFullError
 from stalkd.log.fs import Faults
+from support import small_tmpfs
 
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs mounted for this test (needs root and mount; skipped where the machine forbids it)."""
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small file system needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, timeout=30)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path, "2m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
 
 
 def test_real_full_disk_refuses_then_recovers(small_fs: Path) -> None:

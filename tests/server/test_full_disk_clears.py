@@ -9,8 +9,6 @@ not allowed, like tests/server/test_full_disk.py.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,23 +19,15 @@ import pytest
 
 from server.proc import start_stalkd
 from server.wire import Wire, stats
+from support import small_tmpfs
 
 MiB = 1 << 20
 
 
 @pytest.fixture
 def fs16(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small file system needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True, timeout=30)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path, "16m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
 
 
 def put(w: Wire, body: bytes) -> bytes:
