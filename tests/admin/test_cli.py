@@ -8,11 +8,8 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 
-import pytest
-
-from admin.adminproc import AdminServer, start_admin_server
+from admin.adminproc import AdminServer
 from support import ServerProcess, start_beanstalkd
 
 
@@ -44,15 +41,6 @@ def _bury_many(port: int, tube: str, n: int) -> None:
             assert chunk, "server closed"
             got += chunk
         assert got.count(b"BURIED\r\n") == n, got[-200:]
-
-
-@pytest.fixture
-def server(tmp_path: os.PathLike[str]) -> Iterator[AdminServer]:
-    srv = start_admin_server("--dir", os.path.join(str(tmp_path), "data"))
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def test_delete_ten_thousand_buried_jobs_over_the_admin_api(server: AdminServer) -> None:

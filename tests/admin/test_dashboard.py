@@ -3,27 +3,17 @@ real ``stalkd serve --admin`` started on port 0. No browser is downloaded."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import greenstalk
 import pytest
 
-from admin.adminproc import AdminServer, start_admin_server
+from admin.adminproc import AdminServer
 from support import require_binary
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
-@pytest.fixture
-def server(tmp_path: os.PathLike[str]) -> Iterator[AdminServer]:
-    srv = start_admin_server("--dir", os.path.join(str(tmp_path), "data"))
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture

@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 
 import greenstalk
 import pytest
 
 from admin.adminproc import AdminServer, start_admin_server
 from stalkd.server.config import parse_args
-
-
-@pytest.fixture
-def server(tmp_path: os.PathLike[str]) -> Iterator[AdminServer]:
-    srv = start_admin_server("--dir", os.path.join(str(tmp_path), "data"))
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def _client(srv: AdminServer, tube: str = "emails") -> greenstalk.Client:

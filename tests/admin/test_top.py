@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import greenstalk
-import pytest
 
-from admin.adminproc import AdminServer, start_admin_server
+from admin.adminproc import AdminServer
 from stalkd.admin.top import Sample, rows
 from support import require_binary, start_beanstalkd
 
@@ -63,15 +61,6 @@ def _top(*args: str) -> Tmux:
     cmd = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "stalkd.cli", "top", *args))
     # keep the pane open after top exits, so the test can tell "exited" from "crashed"
     return Tmux(f"env {env} {cmd}; echo TOP-EXITED-$?; sleep 30")
-
-
-@pytest.fixture
-def server(tmp_path: os.PathLike[str]) -> Iterator[AdminServer]:
-    srv = start_admin_server("--dir", os.path.join(str(tmp_path), "data"))
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def test_top_shows_tubes_and_fsync_and_quits_on_q(server: AdminServer) -> None:
