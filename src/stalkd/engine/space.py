@@ -39,15 +39,18 @@ _PUT_FIXED = PUT_FIXED
 MAX_TUBE = 200  # beanstalkd's longest tube name
 
 
-def no_space(e: BaseException | None) -> bool:
-    """Whether ``e`` or what caused it is a full disk (ENOSPC) or an exhausted quota (EDQUOT).
+def no_space(e: BaseException | None, also: tuple[type[BaseException], ...] = ()) -> bool:
+    """Whether ``e`` or what caused it is a full disk (ENOSPC) or an exhausted quota (EDQUOT),
+    or an instance of one of the ``also`` types.
 
     >>> no_space(OSError(errno.ENOSPC, "full")), no_space(ValueError())
     (True, False)
+    >>> no_space(ValueError(), also=(ValueError,))
+    True
     """
     seen = 0
     while e is not None and seen < 10:
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) or isinstance(e, also):
             return True
         e = e.__cause__ or e.__context__
         seen += 1

@@ -9,11 +9,12 @@ Ensures: ``MemoryStorage`` never refuses room, never fails, and holds no record.
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from stalkd.engine.model import Record
+from stalkd.engine.space import no_space as _no_space
+from stalkd.log import LogFullError
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
@@ -82,17 +83,10 @@ class FatalStorageError(RuntimeError):
 
 
 def no_space(e: BaseException | None) -> bool:
-    """Whether ``e`` (or what caused it) is a full disk or an exhausted quota.
+    """``stalkd.engine.space.no_space``, where a log refusing a new segment counts as well.
 
-    >>> no_space(OSError(errno.ENOSPC, "full")), no_space(ValueError())
-    (True, False)
+    >>> import errno
+    >>> no_space(OSError(errno.ENOSPC, "full")), no_space(LogFullError("full")), no_space(ValueError())
+    (True, True, False)
     """
-    seen = 0
-    while e is not None and seen < 10:
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if type(e).__name__ == "LogFullError":
-            return True
-        e = e.__cause__ or e.__context__
-        seen += 1
-    return False
+    return _no_space(e, also=(LogFullError,))
