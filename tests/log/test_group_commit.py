@@ -8,6 +8,7 @@ from pathlib import Path
 
 from stalkd.log.active import ActiveSegment, create_segment
 from stalkd.log.commit import GroupCommit
+from stalkd.log.fs import REAL
 
 
 class FilePinner:
@@ -40,7 +41,7 @@ class FilePinner:
 
 
 def _commit(tmp_path: Path, gather_share: float) -> tuple[GroupCommit, FilePinner]:
-    seg = create_segment(str(tmp_path), 0, 1 << 20, 1, "pwrite", fsync=False)
+    seg = create_segment(str(tmp_path), 0, 1 << 20, 1, "pwrite", fsync=False, fs=REAL)
     pinner = FilePinner(seg)
     commit = GroupCommit(str(tmp_path), "always", 0.0, 0, gather_share=gather_share)
     commit.start(pinner)
