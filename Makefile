@@ -25,8 +25,12 @@ system-deps:
 bytecode: $(VENV)/.base
 	$(PY) -m compileall -q src >/dev/null
 
+# `make run PORT=11301 DIR=/tmp/q` runs a second server beside the first.
+PORT ?= 11300
+DIR  ?= ./data
+
 run: $(VENV)/.base bytecode
-	$(VENV)/bin/stalkd serve --dir ./data
+	$(VENV)/bin/stalkd serve -p $(PORT) --dir $(DIR)
 
 # The whole suite. pytest's exit code 5 (no tests collected) is a failure, as is any other non-zero.
 test: system-deps $(VENV)/.dev bytecode
