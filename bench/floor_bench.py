@@ -36,10 +36,15 @@ import server_bench as sb
 class _Floor(asyncio.Protocol):
     """put -> INSERTED n; use/watch/other lines get a fixed short reply."""
 
+    durable = False  # the durable floor stores each put before replying (one loop for both)
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.buf = b""
         self.n = 0
+
+    def store(self, record: bytes) -> None:
+        pass
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -57,6 +62,8 @@ class _Floor(asyncio.Protocol):
                 end = i + 2 + int(line.rsplit(b" ", 1)[1]) + 2
                 if len(buf) < end:
                     break
+                if self.durable:
+                    self.store(buf[pos:end])
                 pos = end
                 self.n += 1
                 out.append(b"INSERTED %d\r\n" % self.n)
@@ -72,38 +79,18 @@ class _FloorSync(_Floor):
     """The floor, durable: each put's bytes go into a preallocated file (pwrite), then
     fdatasync (or, as a control, a sleep) before its INSERTED; what beanstalkd -f 0 does."""
 
+    durable = True
     fd = -1
     pos = 0
     sleep = 0.0
 
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf + data if self.buf else data
-        out = []
-        pos = 0
-        while True:
-            i = buf.find(b"\r\n", pos)
-            if i < 0:
-                break
-            line = buf[pos:i]
-            if line.startswith(b"put "):
-                end = i + 2 + int(line.rsplit(b" ", 1)[1]) + 2
-                if len(buf) < end:
-                    break
-                cls = _FloorSync
-                cls.pos += os.pwrite(cls.fd, buf[pos:end], cls.pos)
-                if cls.sleep:
-                    time.sleep(cls.sleep)
-                else:
-                    os.fdatasync(cls.fd)
-                pos = end
-                self.n += 1
-                out.append(b"INSERTED %d\r\n" % self.n)
-            else:
-                pos = i + 2
-                out.append(b"USING x\r\n" if line.startswith(b"use ") else b"WATCHING 2\r\n")
-        self.buf = buf[pos:]
-        if out and self.transport is not None:
-            self.transport.writelines(out)
+    def store(self, record: bytes) -> None:
+        cls = _FloorSync
+        cls.pos += os.pwrite(cls.fd, record, cls.pos)
+        if cls.sleep:
+            time.sleep(cls.sleep)
+        else:
+            os.fdatasync(cls.fd)
 
 
 async def _serve(port: int, proto: type[_Floor]) -> None:
