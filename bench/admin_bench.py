@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import queue
 import re
 import socket
 import statistics
@@ -65,14 +66,17 @@ class Server:
                 raise RuntimeError(f"server did not start:\n{text}")
             time.sleep(0.02)
 
-    def stop(self) -> None:
+    def stop(self, keep_log: bool = False) -> None:
         died = self.proc.poll()
         self.proc.terminate()
         self.proc.wait(timeout=20)
         if died is not None:  # it exited before we stopped it: show why
             with open(self.log_path) as f:
                 print(f"   server exited with {died}:\n" + "".join(f.readlines()[-15:]), file=sys.stderr)
-        os.unlink(self.log_path)
+        if keep_log:
+            print(f"   server log kept: {self.log_path}", file=sys.stderr)
+        else:
+            os.unlink(self.log_path)
 
 
 def put_rate(srv: Server, serial: int) -> float:
@@ -87,7 +91,16 @@ def put_rate(srv: Server, serial: int) -> float:
     while time.time() < t_start:
         time.sleep(0.001)
     w0 = time.time()
-    results = [q.get(timeout=120) for _ in procs]
+    results = []
+    while len(results) < len(procs):
+        try:
+            results.append(q.get(timeout=1))
+        except queue.Empty:  # a generator that died never reports: say so rather than hang
+            if any(p.exitcode not in (None, 0) for p in procs) or srv.proc.poll() is not None:
+                for p in procs:
+                    p.kill()
+                raise RuntimeError(f"load generator or server died (server exit {srv.proc.poll()}, "
+                                   f"generators {[p.exitcode for p in procs]}); server log: {srv.log_path}") from None
     for p in procs:
         p.join()
     return sum(r[0] for r in results) / (max(r[2] for r in results) - w0)
@@ -102,11 +115,16 @@ class Scraper(threading.Thread):
         self.stop_event = threading.Event()
         self.scrapes = 0
         self.bytes = 0
+        self.error: OSError | None = None
 
     def run(self) -> None:
         while not self.stop_event.is_set():
-            with urllib.request.urlopen(self.url, timeout=10) as r:
-                self.bytes = len(r.read())
+            try:
+                with urllib.request.urlopen(self.url, timeout=10) as r:
+                    self.bytes = len(r.read())
+            except OSError as e:
+                self.error = e
+                return
             self.scrapes += 1
             self.stop_event.wait(1.0)
 
@@ -119,6 +137,7 @@ def scrape_cost() -> None:
         # one server per variant, each run once per round, so their WALs grow alike
         servers = {v: Server(os.path.join(d, v), v != "off") for v in variants}
         rates: dict[str, list[float]] = {v: [] for v in variants}
+        failed = True
         try:
             for r in range(ROUNDS):
                 order = variants[r % 3:] + variants[:r % 3]  # who goes first rotates
@@ -133,10 +152,13 @@ def scrape_cost() -> None:
                     if scraper is not None:
                         scraper.stop_event.set()
                         scraper.join()
+                        if scraper.error is not None:
+                            raise RuntimeError(f"scrape failed: {scraper.error}; server log: {srv.log_path}")
                         print(f"   (scraped {scraper.scrapes} times, {scraper.bytes} bytes each)")
+            failed = False
         finally:
             for srv in servers.values():
-                srv.stop()
+                srv.stop(keep_log=failed)
     med = {k: statistics.median(v) for k, v in rates.items()}
     for k in variants:
         print(f"   {k:8s} {med[k]:9.0f} jobs/s  ({', '.join(f'{x:.0f}' for x in rates[k])})")
