@@ -16,6 +16,7 @@ BENCH_ROUNDS, default 3; GEN_PROCS, default 2).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import re
@@ -223,12 +224,47 @@ def preload(port: int, jobs: int) -> None:
                     buf = buf[buf.rfind(b"\r\n") + 2:] if lines else buf
 
 
+def sealing_cost(cert: str, key: str, replies: int = 64, flushes: int = 3000) -> None:
+    """CPU to seal one pipeline's replies: one buffer per reply (what a TLS transport does with
+    writelines) against one joined buffer per flush (what the server hands a TLS transport)."""
+    srv_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    srv_ctx.load_cert_chain(cert, key)
+    cli_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    cli_ctx.check_hostname = False
+    cli_ctx.verify_mode = ssl.CERT_NONE
+    s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = srv_ctx.wrap_bio(s_in, s_out, server_side=True)
+    client = cli_ctx.wrap_bio(c_in, c_out)
+    for _ in range(10):  # a handshake over memory: each side's output is the other's input
+        for side in (client, server):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                side.do_handshake()
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    batch = [b"INSERTED %d\r\n" % (1_000_000 + i) for i in range(replies)]
+    costs = {}
+    for name, joined in (("one buffer per reply", False), ("joined", True)):
+        t = time.process_time()
+        for _ in range(flushes):
+            if joined:
+                server.write(b"".join(batch))
+            else:
+                for part in batch:
+                    server.write(part)
+            wire = s_out.read()
+        costs[name] = (time.process_time() - t) / (flushes * replies) * 1e6
+        print(f"TLS sealing, {replies} replies per flush, {name}: {costs[name]:.2f} us CPU per reply, "
+              f"{len(wire)} bytes on the wire per flush")
+    print(f"   joined/per-reply sealing CPU {costs['joined'] / costs['one buffer per reply']:.2f}x")
+
+
 def main() -> int:
     if shutil.which("openssl") is None:
         print("tls_bench: openssl is not installed (scripts/system-deps.sh)")
         return 1
     d = Path(tempfile.mkdtemp(prefix="stalkd-tls-bench-"))
     ca, cert, key = make_certs(d)
+    sealing_cost(cert, key)
     proc, plain, tls = start_stalkd(cert, key, d / "stalkd.log")
     peer = start_stunnel_beanstalkd(cert, key, d)
     targets = [("stalkd", plain, None), ("stalkd tls", tls, ca)]

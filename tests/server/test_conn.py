@@ -11,19 +11,26 @@ from stalkd.server.config import Config
 
 
 class RecordingTransport:
-    def __init__(self) -> None:
+    def __init__(self, ssl_object: object | None = None) -> None:
         self.sent: list[bytes] = []
+        self.buffers: list[int] = []  # how many buffers each write call handed over
         self.closed = False
         self.reading = True
+        self.ssl_object = ssl_object
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(data)
+        self.buffers.append(1)
 
     def writelines(self, parts: list[bytes]) -> None:
         self.sent.append(b"".join(parts))
+        self.buffers.append(len(parts))
 
     def set_write_buffer_limits(self, high: int) -> None:
         pass
 
     def get_extra_info(self, key: str) -> object:
-        return ("127.0.0.1", 1)
+        return {"peername": ("127.0.0.1", 1), "ssl_object": self.ssl_object}.get(key)
 
     def pause_reading(self) -> None:
         self.reading = False
@@ -68,5 +75,25 @@ def test_pipelined_bytes_split_anywhere_give_the_same_replies() -> None:
             c.data_received(stream[:cut])
             c.data_received(stream[cut:])
             assert b"".join(t.sent) == expected, cut
+
+    asyncio.run(main())
+
+
+def test_a_tls_transport_gets_a_pipelines_replies_as_one_buffer() -> None:
+    # A TLS transport seals every buffer it is handed as its own record(s): one buffer per flush
+    # keeps a pipeline's replies in as few records as their size allows.
+    async def main() -> None:
+        stream = b"use t\r\n" + b"put 0 0 60 1\r\nx\r\n" * 5 + b"list-tube-used\r\n"
+        for tls in (False, True):
+            srv = Server(Config(), Engine())
+            c = srv.new_connection()
+            t = RecordingTransport(ssl_object=object() if tls else None)
+            c.connection_made(t)  # type: ignore[arg-type]
+            c.data_received(stream)
+            assert b"".join(t.sent) == b"USING t\r\n" + b"".join(b"INSERTED %d\r\n" % i for i in range(1, 6)) + b"USING t\r\n"
+            if tls:
+                assert t.buffers == [1]
+            else:
+                assert len(t.sent) == 1 and t.buffers[0] > 1
 
     asyncio.run(main())

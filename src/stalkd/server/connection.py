@@ -90,6 +90,7 @@ class Connection(asyncio.Protocol):
         self.held_bytes = 0
         self.waiting = False  # blocked in reserve (the engine owes us a reply)
         self.write_paused = False  # the transport's buffer is above its high-water mark
+        self.join_writes = False  # set in connection_made for TLS transports
         self.read_paused = False
         self.eof = False  # the client shut down its sending side
         self.closing = False  # quit, hang-up or server stop: run no more commands
@@ -115,8 +116,11 @@ class Connection(asyncio.Protocol):
             self.peer = str(peer)
         else:
             self.peer = "unix"
+        ssl_object = transport.get_extra_info("ssl_object")
+        # A TLS transport seals each buffer handed to it as records of its own: a pipeline's
+        # replies joined first go out as one record instead of one per reply.
+        self.join_writes = ssl_object is not None
         if self.admit is not None:
-            ssl_object = transport.get_extra_info("ssl_object")
             if ssl_object is not None:
                 from stalkd.server.tls import identity
 
@@ -269,7 +273,10 @@ class Connection(asyncio.Protocol):
         out = self.out
         if out:
             self.out = []
-            self.transport.writelines(out)
+            if self.join_writes and len(out) > 1:
+                self.transport.write(b"".join(out))
+            else:
+                self.transport.writelines(out)
         if self.close_ready:
             self.transport.close()  # sends what is buffered, then closes
 
