@@ -23,6 +23,7 @@ stalkd's stop line reports records per fsync). A subset while iterating, e.g.
 ``bench/server_bench.py --class memory --work put --size 100 --conns 1 --depth 1 --no-latency``
 (each option may be repeated). ``--peer-src DIR`` replaces beanstalkd by the stalkd of another
 source tree (say a ``git worktree`` of the last commit): an A/B run of a change, same alternation.
+``--tls`` runs the TLS listener against the plain one instead (tls_bench.py).
 """
 
 from __future__ import annotations
@@ -403,12 +404,18 @@ def _options() -> argparse.Namespace:
     ap.add_argument("--no-latency", action="store_true", help="skip the put->reserve latency runs")
     ap.add_argument("--no-startup", action="store_true", help="skip the start-up timings")
     ap.add_argument("--peer-src", help="compare with the stalkd in this src/ directory, not beanstalkd")
+    ap.add_argument("--tls", action="store_true",
+                    help="TLS listener vs plain listener, and beanstalkd behind stunnel (tls_bench.py)")
     return ap.parse_args()
 
 
 def main() -> int:
     global PEER_SRC
     opts = _options()
+    if opts.tls:
+        from tls_bench import main as main_tls
+
+        return main_tls()
     if opts.peer_src:
         PEER_SRC = os.path.abspath(opts.peer_src)
         print(f"# A/B: the beanstalkd column is stalkd from {PEER_SRC}")

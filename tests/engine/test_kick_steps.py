@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stalkd.engine import EngineError
-from stalkd.engine.engine import KICK_STEP
+from stalkd.engine.jobcommands import KICK_STEP
 from stalkd.protocol import commands as C
 
 from .harness import Harness

@@ -1,4 +1,4 @@
-"""The job engine: beanstalkd's command semantics as a pure state machine (PROTOCOL.md §3, §4, §6).
+"""The job engine: beanstalkd's command semantics as a pure state machine (docs/protocol.md).
 
 ``apply(conn, command, now)`` returns an :class:`Outcome`: the reply for that connection (or None
 while it waits in reserve), the WAL records the step produced, replies for *other* waiting
@@ -25,45 +25,30 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stalkd.engine.connstate import ConnState
-from stalkd.engine.fastvalues import inserted as _inserted
 from stalkd.engine.fastvalues import make_record
 from stalkd.engine.fastvalues import reserved as _reserved
-from stalkd.engine.heap import pack
 from stalkd.engine.job import URGENT_THRESHOLD, US, Job
-from stalkd.engine.model import JobState, Op, Record
+from stalkd.engine.jobcommands import JobCommands
+from stalkd.engine.model import Op, Record
 from stalkd.engine.queries import Queries
-from stalkd.engine.room import (
-    Handler,
-    Room,
-    find_deletable,
-    find_held,
-    find_kickable,
-    find_unreserved,
-    guarded,
-)
+from stalkd.engine.room import Handler, Room, guarded
 from stalkd.engine.state import EngineError, Outcome
-from stalkd.engine.timers import Timers
 from stalkd.engine.tube import Tube, remove_swap_last
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COMMANDS
 
 __all__ = ["Engine", "EngineError", "Outcome", "Room", "make_record"]
 
-READY, RESERVED, BURIED, DELAYED = JobState.READY, JobState.RESERVED, JobState.BURIED, JobState.DELAYED
 _NOT_FOUND = C.Reply("NOT_FOUND")
-# Replies without per-command values are immutable, so one instance each serves every command.
-_DELETED, _RELEASED, _BURIED, _TOUCHED = C.Reply("DELETED"), C.Reply("RELEASED"), C.Reply("BURIED"), C.Reply("TOUCHED")
-_KICKED, _PAUSED = C.Reply("KICKED"), C.Reply("PAUSED")
-KICK_STEP = 256  # jobs one engine step kicks (a delayed one costs tens of us); more go on in tick()
-_OP_PUT, _OP_DELETE, _OP_RESERVE = Op.PUT, Op.DELETE, Op.RESERVE
+_PAUSED = C.Reply("PAUSED")
 _tuple_new = tuple.__new__
 
 
-
-class Engine(Timers, Queries):
+class Engine(JobCommands, Queries):
     """beanstalkd's job model: the commands that change state, and the public API. State and
-    container moves are ``state.py``, timers and the step frame ``timers.py``, read-only
-    commands ``queries.py``.
+    container moves are ``state.py``, timers and the step frame ``timers.py``, the commands that
+    change a job ``jobcommands.py``, read-only commands ``queries.py``; the connection and tube
+    commands are here.
 
     >>> from stalkd.protocol.commands import Put, Reserve, Delete
     >>> e = Engine(); e.connect(1, now=100.0)
@@ -86,7 +71,7 @@ class Engine(Timers, Queries):
         ((), 1)
         """
         super().__init__(max_job_size, records)
-        self._room: Room | None = None
+        self._room = None
         # Dispatch derived from the command table: type -> (handler ``_<name>``, counter key).
         self._plain: dict[object, tuple[Handler, str | None]] = {
             s.build: (getattr(self, "_" + s.name.replace("-", "_")), s.counter) for s in COMMANDS
@@ -229,42 +214,6 @@ class Engine(Timers, Queries):
 
     # --- commands -----------------------------------------------------------------------------
 
-    def _put(self, c: ConnState, cmd: C.Put) -> C.AnyReply:
-        err = cmd.error
-        body = cmd.body
-        if err == "JOB_TOO_BIG" or len(body) > self.max_job_size:
-            return C.Reply("JOB_TOO_BIG")
-        if err == "BAD_FORMAT":  # text after the size: beanstalkd checks it after counting
-            return C.Reply("BAD_FORMAT")
-        c.producer = True  # as beanstalkd: only once the size check has passed
-        if err == "EXPECTED_CRLF":
-            self.next_id += 1  # beanstalkd allocates the id before reading the body
-            return C.Reply("EXPECTED_CRLF")
-        if self.draining:
-            self.next_id += 1
-            return C.Reply("DRAINING")
-        jid = self.next_id
-        self.next_id += 1
-        t = c.use
-        ttr = cmd.ttr
-        delay = cmd.delay
-        j = Job(jid, t, cmd.pri, delay, ttr if ttr > 1 else 1, body, READY, self._now)
-        self.jobs[jid] = j
-        self.body_bytes += len(body)
-        t.total_jobs += 1
-        self.total_jobs += 1
-        if delay > 0:
-            self._to_delayed(j, delay)
-        else:
-            self._to_ready(j)
-        self.seq += 1
-        if self.keep_records:
-            now = self._now
-            self._records.append(
-                make_record(_OP_PUT, self.seq, now, jid, t.name, j.pri, j.delay, j.ttr, j.deadline_us, j.body, now)
-            )
-        return _inserted(jid)
-
     def _use(self, c: ConnState, cmd: C.Use) -> C.AnyReply:
         t = self._tube(cmd.tube)
         old = c.use
@@ -325,121 +274,6 @@ class Engine(Timers, Queries):
         return None
 
     _reserve_with_timeout = _reserve
-
-    def _reserve_job(self, c: ConnState, cmd: C.ReserveJob) -> C.AnyReply:
-        j = find_unreserved(self.jobs, c, cmd.id)
-        if j is None:
-            return _NOT_FOUND
-        c.worker = True  # as beanstalkd: a reserve-job that finds nothing does not make a worker
-        self._detach(j)
-        self._give(c, j)
-        return C.JobReply("RESERVED", j.id, j.body)
-
-    def _delete(self, c: ConnState, cmd: C.Delete) -> C.AnyReply:
-        j = find_deletable(self.jobs, c, cmd.id)
-        if j is None:
-            return _NOT_FOUND
-        self._detach(j)
-        del self.jobs[j.id]
-        self.body_bytes -= len(j.body)
-        j.tube.cmd_delete += 1
-        self._rec(_OP_DELETE, j.id)
-        t = j.tube
-        if not t.using and not t.watching:  # else it cannot be dropped: skip the call
-            self._maybe_drop_tube(t)
-        return _DELETED
-
-    def _release(self, c: ConnState, cmd: C.Release) -> C.AnyReply:
-        j = find_held(self.jobs, c, cmd.id)
-        if j is None:
-            return _NOT_FOUND
-        self._detach(j)
-        j.pri = cmd.pri
-        j.delay = cmd.delay
-        j.releases += 1
-        if cmd.delay > 0:
-            self._to_delayed(j, cmd.delay)
-        else:
-            self._to_ready(j)
-        self._rec_fields(Op.RELEASE, j.id, pri=j.pri, delay=j.delay, deadline_us=j.deadline_us)
-        return _RELEASED
-
-    def _bury(self, c: ConnState, cmd: C.Bury) -> C.AnyReply:
-        j = find_held(self.jobs, c, cmd.id)
-        if j is None:
-            return _NOT_FOUND
-        self._detach(j)
-        j.pri = cmd.pri
-        j.buries += 1
-        self._rec_fields(Op.BURY, j.id, pri=j.pri)
-        self._to_buried(j, self.seq)
-        return _BURIED
-
-    def _touch(self, c: ConnState, cmd: C.Touch) -> C.AnyReply:
-        j = find_held(self.jobs, c, cmd.id)
-        if j is None:
-            return _NOT_FOUND
-        j.deadline_us = self._now + j.ttr * US
-        c.reserved.update(j, pack(j.deadline_us, j.id))
-        self._retime_conn(c)
-        self._rec(Op.TOUCH, j.id)
-        return _TOUCHED
-
-    def _kick_one(self, j: Job) -> None:
-        self._detach(j)
-        j.kicks += 1
-        self._to_ready(j)
-        self._rec(Op.KICK, j.id)
-
-    def _kick(self, c: ConnState, cmd: C.Kick) -> C.AnyReply | None:
-        # beanstalkd: any buried job means only buried jobs are kicked (oldest first), else
-        # delayed ones (soonest deadline first). At most KICK_STEP jobs a step: a longer kick
-        # goes on in tick() and its reply comes as a wakeup, so no step grows with the jobs.
-        t = c.use
-        c.kick = [t, bool(t.buried), cmd.bound, 0]
-        if self._kick_step(c):
-            return self._kicked(c)
-        self._kicks.append(c)
-        return None
-
-    def _kicked(self, c: ConnState) -> C.AnyReply:
-        assert c.kick is not None
-        n = c.kick[3]
-        c.kick = None
-        return C.Reply("KICKED", (n,))
-
-    def _kick_step(self, c: ConnState) -> bool:
-        """Kick up to KICK_STEP more jobs of ``c``'s kick; True when the kick is over."""
-        assert c.kick is not None
-        t, buried, left, done = c.kick
-        jobs = t.buried if buried else t.delayed
-        want = min(left, KICK_STEP, len(jobs))
-        room = self._room
-        n = want if room is None or not want else room.updates(want)
-        if buried:
-            for _ in range(n):
-                self._kick_one(next(iter(t.buried.values())))
-        else:
-            delayed = t.delayed
-            for _ in range(n):
-                self._kick_one(delayed.peek())
-        left -= n
-        c.kick = [t, buried, left, done + n]
-        return n < KICK_STEP or not left or not jobs
-
-    def _kick_more(self) -> None:
-        c = self._kicks.popleft()
-        if self._kick_step(c):
-            self._wake(c, self._kicked(c))
-        else:
-            self._kicks.append(c)
-
-    def _kick_job(self, c: ConnState, cmd: C.KickJob) -> C.AnyReply:
-        j = find_kickable(self.jobs, c, cmd.id)
-        if j is None:
-            return _NOT_FOUND
-        self._kick_one(j)
-        return _KICKED
 
     def _quit(self, c: ConnState, cmd: C.Quit) -> C.AnyReply:
         self._drop_conn(c)

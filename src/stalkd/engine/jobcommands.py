@@ -1,0 +1,190 @@
+"""The commands that change one job: put, reserve-job, delete, release, bury, touch, kick and
+kick-job (beanstalkd's semantics; see docs/protocol.md).
+
+Each handler finds its job with the look-up its command-table row names (``room.py``), so a
+server's WAL admission runs the very same look-up first. A kick runs at most ``KICK_STEP`` jobs
+per engine step and goes on in ``tick()``, so no step grows with the number of jobs.
+
+Ensures: every change that must survive a restart appends its record (``_rec``/``make_record``)
+in the order the changes happened; a handler that replies NOT_FOUND changed nothing.
+"""
+
+from __future__ import annotations
+
+from stalkd.engine.connstate import ConnState
+from stalkd.engine.fastvalues import inserted as _inserted
+from stalkd.engine.fastvalues import make_record
+from stalkd.engine.heap import pack
+from stalkd.engine.job import US, Job
+from stalkd.engine.model import JobState, Op
+from stalkd.engine.room import Room, find_deletable, find_held, find_kickable, find_unreserved
+from stalkd.engine.timers import Timers
+from stalkd.protocol import commands as C
+
+__all__ = ["JobCommands", "KICK_STEP"]
+
+READY = JobState.READY
+_NOT_FOUND = C.Reply("NOT_FOUND")
+# Replies without per-command values are immutable, so one instance each serves every command.
+_DELETED, _RELEASED, _BURIED, _TOUCHED = C.Reply("DELETED"), C.Reply("RELEASED"), C.Reply("BURIED"), C.Reply("TOUCHED")
+_KICKED = C.Reply("KICKED")
+KICK_STEP = 256  # jobs one engine step kicks (a delayed one costs tens of us); more go on in tick()
+_OP_PUT, _OP_DELETE = Op.PUT, Op.DELETE
+
+
+class JobCommands(Timers):
+    """The job-changing commands (mixed into ``Engine``)."""
+
+    _room: Room | None = None  # Engine.room: where durable records get their WAL room
+
+    def _put(self, c: ConnState, cmd: C.Put) -> C.AnyReply:
+        err = cmd.error
+        body = cmd.body
+        if err == "JOB_TOO_BIG" or len(body) > self.max_job_size:
+            return C.Reply("JOB_TOO_BIG")
+        if err == "BAD_FORMAT":  # text after the size: beanstalkd checks it after counting
+            return C.Reply("BAD_FORMAT")
+        c.producer = True  # as beanstalkd: only once the size check has passed
+        if err == "EXPECTED_CRLF":
+            self.next_id += 1  # beanstalkd allocates the id before reading the body
+            return C.Reply("EXPECTED_CRLF")
+        if self.draining:
+            self.next_id += 1
+            return C.Reply("DRAINING")
+        jid = self.next_id
+        self.next_id += 1
+        t = c.use
+        ttr = cmd.ttr
+        delay = cmd.delay
+        j = Job(jid, t, cmd.pri, delay, ttr if ttr > 1 else 1, body, READY, self._now)
+        self.jobs[jid] = j
+        self.body_bytes += len(body)
+        t.total_jobs += 1
+        self.total_jobs += 1
+        if delay > 0:
+            self._to_delayed(j, delay)
+        else:
+            self._to_ready(j)
+        self.seq += 1
+        if self.keep_records:
+            now = self._now
+            self._records.append(
+                make_record(_OP_PUT, self.seq, now, jid, t.name, j.pri, j.delay, j.ttr, j.deadline_us, j.body, now)
+            )
+        return _inserted(jid)
+
+    def _reserve_job(self, c: ConnState, cmd: C.ReserveJob) -> C.AnyReply:
+        j = find_unreserved(self.jobs, c, cmd.id)
+        if j is None:
+            return _NOT_FOUND
+        c.worker = True  # as beanstalkd: a reserve-job that finds nothing does not make a worker
+        self._detach(j)
+        self._give(c, j)
+        return C.JobReply("RESERVED", j.id, j.body)
+
+    def _delete(self, c: ConnState, cmd: C.Delete) -> C.AnyReply:
+        j = find_deletable(self.jobs, c, cmd.id)
+        if j is None:
+            return _NOT_FOUND
+        self._detach(j)
+        del self.jobs[j.id]
+        self.body_bytes -= len(j.body)
+        j.tube.cmd_delete += 1
+        self._rec(_OP_DELETE, j.id)
+        t = j.tube
+        if not t.using and not t.watching:  # else it cannot be dropped: skip the call
+            self._maybe_drop_tube(t)
+        return _DELETED
+
+    def _release(self, c: ConnState, cmd: C.Release) -> C.AnyReply:
+        j = find_held(self.jobs, c, cmd.id)
+        if j is None:
+            return _NOT_FOUND
+        self._detach(j)
+        j.pri = cmd.pri
+        j.delay = cmd.delay
+        j.releases += 1
+        if cmd.delay > 0:
+            self._to_delayed(j, cmd.delay)
+        else:
+            self._to_ready(j)
+        self._rec_fields(Op.RELEASE, j.id, pri=j.pri, delay=j.delay, deadline_us=j.deadline_us)
+        return _RELEASED
+
+    def _bury(self, c: ConnState, cmd: C.Bury) -> C.AnyReply:
+        j = find_held(self.jobs, c, cmd.id)
+        if j is None:
+            return _NOT_FOUND
+        self._detach(j)
+        j.pri = cmd.pri
+        j.buries += 1
+        self._rec_fields(Op.BURY, j.id, pri=j.pri)
+        self._to_buried(j, self.seq)
+        return _BURIED
+
+    def _touch(self, c: ConnState, cmd: C.Touch) -> C.AnyReply:
+        j = find_held(self.jobs, c, cmd.id)
+        if j is None:
+            return _NOT_FOUND
+        j.deadline_us = self._now + j.ttr * US
+        c.reserved.update(j, pack(j.deadline_us, j.id))
+        self._retime_conn(c)
+        self._rec(Op.TOUCH, j.id)
+        return _TOUCHED
+
+    def _kick_one(self, j: Job) -> None:
+        self._detach(j)
+        j.kicks += 1
+        self._to_ready(j)
+        self._rec(Op.KICK, j.id)
+
+    def _kick(self, c: ConnState, cmd: C.Kick) -> C.AnyReply | None:
+        # beanstalkd: any buried job means only buried jobs are kicked (oldest first), else
+        # delayed ones (soonest deadline first). At most KICK_STEP jobs a step: a longer kick
+        # goes on in tick() and its reply comes as a wakeup, so no step grows with the jobs.
+        t = c.use
+        c.kick = [t, bool(t.buried), cmd.bound, 0]
+        if self._kick_step(c):
+            return self._kicked(c)
+        self._kicks.append(c)
+        return None
+
+    def _kicked(self, c: ConnState) -> C.AnyReply:
+        assert c.kick is not None
+        n = c.kick[3]
+        c.kick = None
+        return C.Reply("KICKED", (n,))
+
+    def _kick_step(self, c: ConnState) -> bool:
+        """Kick up to KICK_STEP more jobs of ``c``'s kick; True when the kick is over."""
+        assert c.kick is not None
+        t, buried, left, done = c.kick
+        jobs = t.buried if buried else t.delayed
+        want = min(left, KICK_STEP, len(jobs))
+        room = self._room
+        n = want if room is None or not want else room.updates(want)
+        if buried:
+            for _ in range(n):
+                self._kick_one(next(iter(t.buried.values())))
+        else:
+            delayed = t.delayed
+            for _ in range(n):
+                self._kick_one(delayed.peek())
+        left -= n
+        c.kick = [t, buried, left, done + n]
+        return n < KICK_STEP or not left or not jobs
+
+    def _kick_more(self) -> None:
+        c = self._kicks.popleft()
+        if self._kick_step(c):
+            self._wake(c, self._kicked(c))
+        else:
+            self._kicks.append(c)
+
+    def _kick_job(self, c: ConnState, cmd: C.KickJob) -> C.AnyReply:
+        j = find_kickable(self.jobs, c, cmd.id)
+        if j is None:
+            return _NOT_FOUND
+        self._kick_one(j)
+        return _KICKED
+
