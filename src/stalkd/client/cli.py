@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stalkd.client import errors
-from stalkd.client._address import Address
+from stalkd.client._address import AddressList
 from stalkd.client._format import body_json, body_text, key_values, show_value, table
-from stalkd.client.options import ENV_ADDR, add_server_options, server_address
+from stalkd.client.options import ENV_ADDR, add_server_options, server_addresses
 from stalkd.client.sync import Client
 
 __all__ = ["put", "peek", "delete", "kick", "stats", "stats_tube", "list_tubes"]
@@ -59,9 +59,9 @@ def _parser(cmd: str, description: str, epilog: str = "") -> argparse.ArgumentPa
     return p
 
 
-def _address(ns: argparse.Namespace) -> Address:
+def _address(ns: argparse.Namespace) -> AddressList:
     try:
-        return server_address(ns)
+        return server_addresses(ns)
     except ValueError as e:
         raise _Fail(USAGE, str(e)) from None
 

@@ -6,6 +6,10 @@ late reply can never be taken for the answer to a later command. After a drop, t
 reconnects (``reconnect=True``) and restores the used tube and the watch list; the command
 that was interrupted is never retried, because whether it took effect is unknown.
 
+Given several addresses (a primary and its standbys), the client connects to the primary and
+follows it across a failover: which commands are then resent, and which raise
+``errors.OutcomeUnknown``, is the rule in ``_failover``.
+
 Not thread-safe: use one ``Client`` per thread. A second thread (or a signal handler) calling
 in while a call waits gets a ``RuntimeError`` rather than someone else's reply.
 """
@@ -16,17 +20,21 @@ import contextlib
 import math
 import socket
 import struct
+import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from stalkd.client import _requests as rq
-from stalkd.client._address import Address, parse_address
+from stalkd.client._address import Address, parse_addresses
 from stalkd.client._core import Body, PutMany, PutSpec, Session
+from stalkd.client._failover import Failover
+from stalkd.client._idle import peer_gone
 from stalkd.client._tls import wrap_socket
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
+    BeanstalkError,
     ClientConnectionError,
     ConnectionClosed,
     ConnectionFailed,
@@ -70,6 +78,11 @@ class Client:
     forever); a ``reserve`` waits for its own timeout on top of it. Fractional reserve
     timeouts and delays are rounded up to whole seconds (the protocol's unit).
 
+    ``address`` may name several servers (``"h1:11300,h2:11300"`` or a list): the client
+    connects to the one whose ``stats`` says it is the primary and, after ``NOT_PRIMARY`` or
+    a lost connection, looks for the primary again for up to ``failover_timeout`` seconds
+    (default 30 with several addresses; with one, 0: no search, as a plain client).
+
     Example::
 
         with Client("127.0.0.1:11300") as c:
@@ -80,12 +93,18 @@ class Client:
             c.delete(job)
     """
 
-    def __init__(self, address: str | None = None, *, host: str | None = None,
-                 port: int | None = None, timeout: float | None = 10.0,
-                 reconnect: bool = True, connect: bool = True) -> None:
-        self.address: Address = parse_address(address, host, port)
+    def __init__(self, address: str | Address | Sequence[str | Address] | None = None, *,
+                 host: str | None = None, port: int | None = None,
+                 timeout: float | None = 10.0, reconnect: bool = True, connect: bool = True,
+                 failover_timeout: float | None = None) -> None:
+        self.addresses = parse_addresses(address, host, port)
+        #: the server connected to (or to be tried first)
+        self.address: Address = self.addresses[0]
         self.timeout = timeout
         self.reconnect_enabled = reconnect
+        self._failover = Failover(self.addresses, failover_timeout=failover_timeout,
+                                  reconnect=reconnect)
+        self._closed_by_user = False
         self._sock: socket.socket | None = None
         self._sock_timeout: float | None = None
         self._busy = False
@@ -101,33 +120,88 @@ class Client:
         """Open the connection (if not open) and restore the used tube and watch list."""
         if self._sock is not None:
             return
-        sock = self._open_socket()
+        if self._failover.probing:
+            sock, self.address = self._find_primary()
+        else:
+            sock = self._open_socket(self.address)
         _set_wait(sock, self.timeout)
         self._sock = sock
         self._sock_timeout = self.timeout
         self._reader = ReplyReader()
         self._ever_connected = True
+        self._closed_by_user = False
         self._restore()
 
-    def _open_socket(self) -> socket.socket:
+    def _open_socket(self, address: Address) -> socket.socket:
         """The one place this transport opens a connection."""
         try:
-            if self.address.path is not None:
+            if address.path is not None:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 try:
                     sock.settimeout(self.timeout)
-                    sock.connect(self.address.path)
+                    sock.connect(address.path)
                 except OSError:
                     sock.close()
                     raise
             else:
-                sock = socket.create_connection((self.address.host, self.address.port),
+                sock = socket.create_connection((address.host, address.port),
                                                 timeout=self.timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock = wrap_socket(sock, self.address)
+                sock = wrap_socket(sock, address)
         except OSError as e:
-            raise ConnectionFailed(f"cannot connect to beanstalkd server at {self.address}: {e}") from e
+            raise ConnectionFailed(f"cannot connect to beanstalkd server at {address}: {e}") from e
         return sock
+
+    def _find_primary(self) -> tuple[socket.socket, Address]:
+        """Probe every address with ``stats`` in rounds (``_failover.Search``) and return the
+        open connection to the primary chosen; ``errors.NoPrimary`` when the search ends."""
+        fo = self._failover
+        fresh = fo.search is None
+        search = fo.start(time.monotonic())
+        while True:
+            wait = search.next_wait(time.monotonic())
+            if wait is None:
+                raise fo.give_up()
+            if wait:
+                time.sleep(wait)  # the backoff between rounds
+            found = search.round()
+            opened: dict[Address, socket.socket] = {}
+            for address in found.addresses:
+                sock = None
+                try:
+                    sock = self._open_socket(address)
+                    found.answered(address, self._probe(sock, address))
+                    opened[address] = sock
+                except (ClientConnectionError, BeanstalkError) as e:
+                    found.failed(address, str(e.__cause__ or e))
+                    if sock is not None:
+                        sock.close()
+            chosen = found.choice()
+            for address, sock in opened.items():
+                if address != chosen:
+                    sock.close()
+            if chosen is not None:
+                if fresh:
+                    fo.settled()
+                return opened[chosen], chosen
+
+    def _probe(self, sock: socket.socket, address: Address) -> dict[str, Value]:
+        """``stats`` on a fresh connection, for the search."""
+        req = rq.stats()
+        reader = ReplyReader()
+        _set_wait(sock, self.timeout)
+        try:
+            sock.sendall(req.data)
+            while (resp := reader.next()) is None:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise ConnectionClosed(f"server at {address} closed the connection")
+                reader.feed(chunk)
+        except (TimeoutError, BlockingIOError):
+            raise ReplyTimeout(f"no reply from {address} within {self.timeout}s to 'stats'") from None
+        except OSError as e:
+            raise ConnectionClosed(f"connection to {address} broke during 'stats': {e}") from e
+        return rq.interpret(req, resp)
 
     def _restore(self) -> None:
         requests = self._session.restore()
@@ -142,12 +216,14 @@ class Client:
 
     def close(self) -> None:
         """Close the connection. The server releases jobs this connection had reserved."""
+        self._closed_by_user = True
         self._drop()
 
     def abort(self) -> None:
         """Close from another thread: shut the socket down first, so a call blocked in the owning
         thread (e.g. ``reserve()``) returns with a connection error at once, and the server sees
         the disconnect now (and releases this connection's reserved jobs)."""
+        self._closed_by_user = True
         sock = self._sock
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -156,6 +232,7 @@ class Client:
 
     def quit(self) -> None:
         """Send ``quit`` and close (the server releases this connection's reserved jobs)."""
+        self._closed_by_user = True
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.sendall(rq.QUIT)
@@ -236,12 +313,37 @@ class Client:
                 self._drop()
 
     def _call(self, request: rq.Request[T], extra: float | None = 0) -> T:
-        (resp,) = self._exchange((request,), self._wait(extra))
+        fo = self._failover
+        if not fo.enabled:
+            (resp,) = self._exchange((request,), self._wait(extra))
+        else:
+            resp = self._call_failover(fo, request, extra)
         try:
             return rq.interpret(request, resp)
         except ProtocolError:
             self._drop()  # an answer we cannot place: the stream may be out of step
             raise
+
+    def _call_failover(self, fo: Failover, request: rq.Request[Any], extra: float | None) -> Response:
+        """The reply to ``request`` from the primary, resending it when the rule in
+        ``_failover`` says it is safe."""
+        while True:
+            if self._sock is not None and self.address.tls is None and peer_gone(self._sock.fileno()):
+                self._drop()  # died while idle: reconnect before sending, not after
+            self._ensure()
+            try:
+                (resp,) = self._exchange((request,), self._wait(extra))
+            except ClientConnectionError as e:
+                err = fo.after_drop(request, e, now=time.monotonic(),
+                                    closed_by_user=self._closed_by_user)
+                if err is None:
+                    continue
+                if err is e:
+                    raise
+                raise err from e
+            if not fo.resend_after_reply(request, resp, now=time.monotonic()):
+                return resp
+            self._drop()
 
     # --- producer commands ----------------------------------------------------------------
 
@@ -284,14 +386,32 @@ class Client:
         """
         if tube is not None:
             self.use(tube)
-        plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr)
+        fo = self._failover
+        plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr,
+                       resend_not_primary=fo.enabled)
         for batch in plan.batches():
-            replies = self._exchange(batch, self._wait(0))
-            try:
-                plan.take(batch, replies)
-            except ProtocolError:
-                self._drop()  # an answer we cannot place: the stream may be out of step
-                raise
+            while batch:
+                if (fo.enabled and self._sock is not None and self.address.tls is None
+                        and peer_gone(self._sock.fileno())):
+                    self._drop()
+                self._ensure()
+                try:
+                    replies = self._exchange(batch, self._wait(0))
+                except ClientConnectionError as e:
+                    err = fo.after_drop(batch[0], e, now=time.monotonic(),
+                                        closed_by_user=self._closed_by_user)
+                    if err is None or err is e:  # (a put is never resent after a drop)
+                        raise
+                    raise err from e
+                try:
+                    batch = plan.take(batch, replies)
+                except ProtocolError:
+                    self._drop()  # an answer we cannot place: the stream may be out of step
+                    raise
+                if batch:  # NOT_PRIMARY: the new primary gets them
+                    fo.start(time.monotonic())
+                    self._drop()
+        fo.settled()
         return plan.result()
 
     # --- worker commands ------------------------------------------------------------------
