@@ -107,7 +107,7 @@ def test_a_round_of_standbys_and_dead_servers_chooses_nothing() -> None:
 
 def test_rounds_back_off_doubling_up_to_the_cap_and_stop_at_the_deadline() -> None:
     s = Search([A, B], timeout=10.0, started=0.0)
-    waits = []
+    waits: list[float] = []
     while (w := s.next_wait(0.0)) is not None and len(waits) < 10:
         waits.append(w)
         s.round()
