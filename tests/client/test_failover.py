@@ -338,3 +338,27 @@ def test_one_address_keeps_the_plain_client_behaviour(standby: Any, connect: Any
     assert s.probes == 0
     with pytest.raises(errors.NotPrimary, match="give the client every server's address"):
         c.put(b"x")
+
+
+def test_cli_commands_take_the_address_list(stalkd: Any, standby: Any) -> None:
+    import subprocess
+    import sys
+
+    def run(*args: str, addr: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "STALKD_ADDR"}
+        if addr is not None:
+            env["STALKD_ADDR"] = addr
+        return subprocess.run([sys.executable, "-m", "stalkd.cli", *args], capture_output=True,
+                              text=True, env=env, timeout=60)
+
+    server, s = stalkd(), standby()
+    with reserved_port() as dead:
+        # -a repeated, and a comma list in $STALKD_ADDR: the standby and the dead one are skipped
+        p = run("put", "-t", "t", "-a", f"127.0.0.1:{dead},{s.address}", "-a", server.address,
+                "hello")
+        assert p.returncode == 0, p.stderr
+        p = run("stats-tube", "t", "--json", addr=f"{s.address},{server.address}")
+        assert p.returncode == 0 and '"current-jobs-ready": 1' in p.stdout
+        # no primary among them: unreachable, saying what each server is
+        p = run("put", "-a", f"{s.address},127.0.0.1:{dead}", "--failover-timeout", "0.2", "x")
+        assert p.returncode == 3 and "standby (epoch 1)" in p.stderr and "Traceback" not in p.stderr

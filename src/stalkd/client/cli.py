@@ -55,6 +55,9 @@ def _parser(cmd: str, description: str, epilog: str = "") -> argparse.ArgumentPa
     add_server_options(p)
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="give up waiting for a reply after this long (default 10)")
+    p.add_argument("--failover-timeout", type=float, default=None, metavar="SECONDS",
+                   help="with several addresses, look for the primary this long before giving "
+                        "up (default 30; see docs/standby.md)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
@@ -75,7 +78,8 @@ def _run(cmd: str, parser: argparse.ArgumentParser, argv: Sequence[str],
     try:
         if check is not None:
             check(ns)
-        with Client(str(_address(ns)), timeout=ns.timeout) as c:
+        with Client(_address(ns), timeout=ns.timeout,
+                    failover_timeout=ns.failover_timeout) as c:
             return body(c, ns)
     except _Fail as e:
         print(f"stalkd {cmd}: {e}", file=sys.stderr)
