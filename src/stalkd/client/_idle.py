@@ -18,6 +18,7 @@ def peer_gone(fileno: int) -> bool:
     nobody asked for; either way the connection cannot be used). Not for TLS connections
     (the caller skips them): TLS 1.3 session tickets may arrive while one is idle.
 
+    >>> import socket
     >>> a, b = socket.socketpair()
     >>> peer_gone(a.fileno())
     False
