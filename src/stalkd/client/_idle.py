@@ -10,21 +10,29 @@ from __future__ import annotations
 
 import select
 
-__all__ = ["peer_gone"]
+__all__ = ["IdleCheck"]
 
 
-def peer_gone(fileno: int) -> bool:
-    """One ``poll`` of an idle connection's descriptor: readable means closed (or bytes
-    nobody asked for; either way the connection cannot be used). Not for TLS connections
-    (the caller skips them): TLS 1.3 session tickets may arrive while one is idle.
+class IdleCheck:
+    """One ``poll`` of an idle connection's descriptor (the poll object is made once per
+    connection, so a check costs one system call): readable means closed, or bytes nobody
+    asked for; either way the connection cannot be used. Not for TLS connections (the
+    caller skips them): TLS 1.3 session tickets may arrive while one is idle.
 
     >>> import socket
     >>> a, b = socket.socketpair()
-    >>> peer_gone(a.fileno())
+    >>> gone = IdleCheck(a.fileno())
+    >>> gone()
     False
-    >>> b.close(); peer_gone(a.fileno())
+    >>> b.close(); gone()
     True
     """
-    p = select.poll()
-    p.register(fileno, select.POLLIN | select.POLLPRI)
-    return bool(p.poll(0))
+
+    __slots__ = ("_poll",)
+
+    def __init__(self, fileno: int) -> None:
+        self._poll = select.poll()
+        self._poll.register(fileno, select.POLLIN | select.POLLPRI)
+
+    def __call__(self) -> bool:
+        return bool(self._poll.poll(0))

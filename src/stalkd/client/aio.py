@@ -27,8 +27,8 @@ from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_addresses
 from stalkd.client._aiowire import Wire
 from stalkd.client._core import Body, PutMany, PutSpec, Session
-from stalkd.client._failover import Failover
-from stalkd.client._idle import peer_gone
+from stalkd.client._failover import NOT_PRIMARY, Failover
+from stalkd.client._idle import IdleCheck
 from stalkd.client._tls import connection_kwargs
 from stalkd.client._wire import Response
 from stalkd.client._yaml import Value
@@ -80,6 +80,7 @@ class AsyncClient:
         self._failover = Failover(self.addresses, failover_timeout=failover_timeout,
                                   reconnect=reconnect)
         self._closed_by_user = False
+        self._gone: tuple[Wire, IdleCheck] | None = None  # with failover: the idle check
         self._wire: Wire | None = None
         self._connecting: asyncio.Lock | None = None
         self._session = Session()
@@ -267,7 +268,7 @@ class AsyncClient:
             resp = await self._call_failover(request, extra)
         elif wire is None or wire.lost is not None or wire.transport is None:
             (resp,) = await self._exchange((request,), extra)
-        else:  # the common case, without the list and loop of a batch
+        else:  # the common case, without the list and loop of a batch (inline: no coroutine)
             limit = None if self.timeout is None or extra is None else self.timeout + extra
             fut: asyncio.Future[Response] = wire.loop.create_future()
             wire.expect(fut, limit, request)
@@ -284,12 +285,33 @@ class AsyncClient:
             self._drop()  # an answer we cannot place: the stream may be out of step
             raise
 
+    async def _send_one(self, wire: Wire, request: rq.Request[Any], extra: float | None) -> Response:
+        """``_exchange_on`` for one request, without the list and loop of a batch."""
+        if wire.lost is not None:
+            raise wire.lost
+        assert wire.transport is not None
+        limit = None if self.timeout is None or extra is None else self.timeout + extra
+        fut: asyncio.Future[Response] = wire.loop.create_future()
+        wire.expect(fut, limit, request)
+        wire.transport.write(request.data)
+        try:
+            return await fut
+        except BaseException:
+            fut.cancel()
+            self._abandon(wire)
+            raise
+
     def _idle_dead(self, wire: Wire) -> bool:
         """Whether the server closed ``wire`` while it was idle (see ``_idle``)."""
         if wire.waiters or wire.transport is None or self.address.tls is not None:
             return False
-        sock = wire.transport.get_extra_info("socket")
-        return sock is not None and peer_gone(sock.fileno())
+        gone = self._gone
+        if gone is None or gone[0] is not wire:
+            sock = wire.transport.get_extra_info("socket")
+            if sock is None:
+                return False
+            gone = self._gone = (wire, IdleCheck(sock.fileno()))
+        return gone[1]()
 
     async def _call_failover(self, request: rq.Request[Any], extra: float | None) -> Response:
         """The reply to ``request`` from the primary, resending it when the rule in
@@ -301,7 +323,7 @@ class AsyncClient:
                 self._abandon(wire)  # died while idle: reconnect before sending, not after
                 continue
             try:
-                (resp,) = await self._exchange_on(wire, (request,), extra)
+                resp = await self._send_one(wire, request, extra)
             except ClientConnectionError as e:
                 err = fo.after_drop(request, e, now=time.monotonic(),
                                     closed_by_user=self._closed_by_user)
@@ -310,7 +332,10 @@ class AsyncClient:
                 if err is e:
                     raise
                 raise err from e
-            again = fo.resend_after_reply(request, resp, now=time.monotonic())
+            again = resp.word == NOT_PRIMARY and fo.resend_after_reply(
+                request, resp, now=time.monotonic())
+            if not again and fo.search is not None:
+                fo.settled()
             if again and self._wire is wire:
                 self._wire = None  # no new call goes to a server that is not the primary
             if self._wire is not wire and not wire.waiters and wire.transport is not None:

@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_addresses
 from stalkd.client._core import Body, PutMany, PutSpec, Session
-from stalkd.client._failover import Failover
-from stalkd.client._idle import peer_gone
+from stalkd.client._failover import NOT_PRIMARY, Failover
+from stalkd.client._idle import IdleCheck
 from stalkd.client._tls import wrap_socket
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client._yaml import Value
@@ -105,6 +105,7 @@ class Client:
         self._failover = Failover(self.addresses, failover_timeout=failover_timeout,
                                   reconnect=reconnect)
         self._closed_by_user = False
+        self._gone: IdleCheck | None = None  # with failover: is the idle connection dead?
         self._sock: socket.socket | None = None
         self._sock_timeout: float | None = None
         self._busy = False
@@ -130,6 +131,8 @@ class Client:
         self._reader = ReplyReader()
         self._ever_connected = True
         self._closed_by_user = False
+        self._gone = (IdleCheck(sock.fileno()) if self._failover.enabled and self.address.tls is None
+                      else None)
         self._restore()
 
     def _open_socket(self, address: Address) -> socket.socket:
@@ -328,7 +331,7 @@ class Client:
         """The reply to ``request`` from the primary, resending it when the rule in
         ``_failover`` says it is safe."""
         while True:
-            if self._sock is not None and self.address.tls is None and peer_gone(self._sock.fileno()):
+            if self._sock is not None and self._gone is not None and self._gone():
                 self._drop()  # died while idle: reconnect before sending, not after
             self._ensure()
             try:
@@ -341,6 +344,10 @@ class Client:
                 if err is e:
                     raise
                 raise err from e
+            if resp.word != NOT_PRIMARY:  # the common case, without reading the clock
+                if fo.search is not None:
+                    fo.settled()
+                return resp
             if not fo.resend_after_reply(request, resp, now=time.monotonic()):
                 return resp
             self._drop()
@@ -391,8 +398,7 @@ class Client:
                        resend_not_primary=fo.enabled)
         for batch in plan.batches():
             while batch:
-                if (fo.enabled and self._sock is not None and self.address.tls is None
-                        and peer_gone(self._sock.fileno())):
+                if self._sock is not None and self._gone is not None and self._gone():
                     self._drop()
                 self._ensure()
                 try:
