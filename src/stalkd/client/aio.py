@@ -132,10 +132,15 @@ class AsyncClient:
             wait = search.next_wait(time.monotonic())
             if wait is None:
                 raise fo.give_up()
-            if wait:
-                await asyncio.sleep(wait)  # the backoff between rounds
             found = search.round()
-            probes = await asyncio.gather(*(self._probe(a) for a in found.addresses))
+            try:
+                if wait:
+                    await asyncio.sleep(wait)  # the backoff between rounds
+                probes = await asyncio.gather(*(self._probe(a) for a in found.addresses))
+            except BaseException:  # a bad TLS file, a cancel: no search left half done
+                if fresh:
+                    fo.settled()
+                raise
             opened: dict[Address, Wire] = {}
             for address, (wire, seen) in zip(found.addresses, probes, strict=True):
                 if isinstance(seen, str):
@@ -317,31 +322,35 @@ class AsyncClient:
         """The reply to ``request`` from the primary, resending it when the rule in
         ``_failover`` says it is safe."""
         fo = self._failover
-        while True:
-            wire = await self._ensure()
-            if self._idle_dead(wire):
-                self._abandon(wire)  # died while idle: reconnect before sending, not after
-                continue
-            try:
-                resp = await self._send_one(wire, request, extra)
-            except ClientConnectionError as e:
-                err = fo.after_drop(request, e, now=time.monotonic(),
-                                    closed_by_user=self._closed_by_user)
-                if err is None:
+        try:
+            while True:
+                wire = await self._ensure()
+                if self._idle_dead(wire):
+                    self._abandon(wire)  # died while idle: reconnect before sending, not after
                     continue
-                if err is e:
-                    raise
-                raise err from e
-            again = resp.word == NOT_PRIMARY and fo.resend_after_reply(
-                request, resp, now=time.monotonic())
-            if not again and fo.search is not None:
-                fo.settled()
-            if again and self._wire is wire:
-                self._wire = None  # no new call goes to a server that is not the primary
-            if self._wire is not wire and not wire.waiters and wire.transport is not None:
-                wire.transport.close()  # its last call in flight is answered: let it go
-            if not again:
-                return resp
+                try:
+                    resp = await self._send_one(wire, request, extra)
+                except ClientConnectionError as e:
+                    err = fo.after_drop(request, e, now=time.monotonic(),
+                                        closed_by_user=self._closed_by_user)
+                    if err is None:
+                        continue
+                    if err is e:
+                        raise
+                    raise err from e
+                again = resp.word == NOT_PRIMARY and fo.resend_after_reply(
+                    request, resp, now=time.monotonic())
+                if not again and fo.search is not None:
+                    fo.settled()
+                if again and self._wire is wire:
+                    self._wire = None  # no new call goes to a server that is not the primary
+                if self._wire is not wire and not wire.waiters and wire.transport is not None:
+                    wire.transport.close()  # its last call in flight is answered: let it go
+                if not again:
+                    return resp
+        except BaseException:  # the next failure starts a search of its own
+            fo.settled()
+            raise
 
     # --- producer commands ----------------------------------------------------------------
 

@@ -169,20 +169,27 @@ class Client:
                 time.sleep(wait)  # the backoff between rounds
             found = search.round()
             opened: dict[Address, socket.socket] = {}
-            for address in found.addresses:
-                sock = None
-                try:
-                    sock = self._open_socket(address)
-                    found.answered(address, self._probe(sock, address))
-                    opened[address] = sock
-                except (ClientConnectionError, BeanstalkError) as e:
-                    found.failed(address, str(e.__cause__ or e))
-                    if sock is not None:
+            chosen = None
+            try:
+                for address in found.addresses:
+                    sock = None
+                    try:
+                        sock = self._open_socket(address)
+                        found.answered(address, self._probe(sock, address))
+                        opened[address] = sock
+                    except (ClientConnectionError, BeanstalkError) as e:
+                        found.failed(address, str(e.__cause__ or e))
+                        if sock is not None:
+                            sock.close()
+                chosen = found.choice()
+            except BaseException:  # a bad TLS file, an interrupt: no search left half done
+                if fresh:
+                    fo.settled()
+                raise
+            finally:
+                for address, sock in opened.items():
+                    if address != chosen:
                         sock.close()
-            chosen = found.choice()
-            for address, sock in opened.items():
-                if address != chosen:
-                    sock.close()
             if chosen is not None:
                 if fresh:
                     fo.settled()
@@ -330,27 +337,31 @@ class Client:
     def _call_failover(self, fo: Failover, request: rq.Request[Any], extra: float | None) -> Response:
         """The reply to ``request`` from the primary, resending it when the rule in
         ``_failover`` says it is safe."""
-        while True:
-            if self._sock is not None and self._gone is not None and self._gone():
-                self._drop()  # died while idle: reconnect before sending, not after
-            self._ensure()
-            try:
-                (resp,) = self._exchange((request,), self._wait(extra))
-            except ClientConnectionError as e:
-                err = fo.after_drop(request, e, now=time.monotonic(),
-                                    closed_by_user=self._closed_by_user)
-                if err is None:
-                    continue
-                if err is e:
-                    raise
-                raise err from e
-            if resp.word != NOT_PRIMARY:  # the common case, without reading the clock
-                if fo.search is not None:
-                    fo.settled()
-                return resp
-            if not fo.resend_after_reply(request, resp, now=time.monotonic()):
-                return resp
-            self._drop()
+        try:
+            while True:
+                if self._sock is not None and self._gone is not None and self._gone():
+                    self._drop()  # died while idle: reconnect before sending, not after
+                self._ensure()
+                try:
+                    (resp,) = self._exchange((request,), self._wait(extra))
+                except ClientConnectionError as e:
+                    err = fo.after_drop(request, e, now=time.monotonic(),
+                                        closed_by_user=self._closed_by_user)
+                    if err is None:
+                        continue
+                    if err is e:
+                        raise
+                    raise err from e
+                if resp.word != NOT_PRIMARY:  # the common case, without reading the clock
+                    if fo.search is not None:
+                        fo.settled()
+                    return resp
+                if not fo.resend_after_reply(request, resp, now=time.monotonic()):
+                    return resp
+                self._drop()
+        except BaseException:  # the next failure starts a search of its own
+            fo.settled()
+            raise
 
     # --- producer commands ----------------------------------------------------------------
 
