@@ -6,8 +6,9 @@ Standbys: until ``stalkd serve --standby-of`` exists, the ``standby`` fixture st
 :class:`StandIn`, a scripted peer at the socket boundary that answers as a standby does
 (``stats`` with ``role: standby``, ``NOT_PRIMARY`` to anything that changes state) and, once
 promoted, hands new connections to a real stalkd server. The tests only use ``.address``,
-``.promote()`` and ``.demote()`` (a primary fenced by a newer one), so the fixture can start
-real standbys instead without touching them.
+``.promote()``, ``.demote()`` (a primary fenced by a newer one) and ``.served_by`` (the
+server holding the jobs once it is primary), so the fixture can start real standbys
+(``--standby-of``, ``stalkd promote``) instead without touching the tests.
 """
 
 from __future__ import annotations
@@ -87,6 +88,12 @@ class StandIn:
         self.conns: list[socket.socket] = []
         self.thread = threading.Thread(target=self._accept, daemon=True)
         self.thread.start()
+
+    @property
+    def served_by(self) -> ServerProcess:
+        """The server whose jobs a client sees here once this is the primary."""
+        assert self.backend is not None, "a stand-in relays to a backend once promoted"
+        return self.backend
 
     def promote(self) -> None:
         self.role = "primary"
@@ -234,19 +241,16 @@ def test_a_reserve_waiting_on_a_killed_primary_is_resent_to_the_next(stalkd: Any
     c = connect(f"{first.address},{second.address}")
     c.watch("w")
     got: list[Any] = []
-    t = threading.Thread(target=lambda: got.append(c.reserve(timeout=60)))
+    # daemon: a reserve that never returns must fail this test, not hang the run
+    t = threading.Thread(target=lambda: got.append(c.reserve(timeout=60)), daemon=True)
     t.start()
-    try:
-        with Client(first.address) as probe:
-            wait_until(lambda: probe.stats()["current-waiting"] == 1, "the reserve to wait")
-        kill(first)
-        with Client(second.address) as other:
-            jid = other.put(b"job", tube="w")
-        t.join(60)
-    finally:
-        if t.is_alive():
-            c.abort() if hasattr(c, "abort") else None
-            t.join(10)
+    with Client(first.address) as probe:
+        wait_until(lambda: probe.stats()["current-waiting"] == 1, "the reserve to wait")
+    kill(first)
+    with Client(second.address) as other:
+        jid = other.put(b"job", tube="w")
+    t.join(60)
+    assert not t.is_alive(), "the reserve did not come back"
     assert [(j.id, j.body) for j in got] == [(jid, b"job")]
 
 
@@ -308,7 +312,7 @@ def test_a_promoted_standby_takes_over_after_the_primary_dies(stalkd: Any, stand
     t.join(30)
     # Then the put lands there, in the tube in use
     assert str(c.address) == s.address
-    assert ready_in(backing, "t") == 1
+    assert ready_in(s.served_by, "t") == 1
 
 
 def test_not_primary_sends_the_command_to_the_new_primary_once(stalkd: Any, standby: Any,
