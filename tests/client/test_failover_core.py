@@ -205,3 +205,15 @@ def test_put_many_resends_only_the_puts_answered_not_primary() -> None:
     assert plan.take(batch, [Response("NOT_PRIMARY")]) == []
     with pytest.raises(errors.NotPrimary):
         plan.result()
+
+
+def test_one_search_per_failure_and_every_search_makes_at_least_one_round() -> None:
+    f = Failover([A, B], failover_timeout=1, reconnect=True)
+    s = f.start(0.0)
+    assert f.start(5.0) is s  # a resend joins the search under way
+    assert s.next_wait(100.0) == 0.0  # long past its deadline, yet never zero rounds
+    s.round()
+    assert s.next_wait(100.0) is None
+    err = f.give_up()
+    assert isinstance(err, errors.NoPrimary) and f.search is None
+    assert f.start(100.0).deadline == 101.0  # the next failure has a deadline of its own
