@@ -381,31 +381,35 @@ class AsyncClient:
         fo = self._failover
         plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr,
                        resend_not_primary=fo.enabled)
-        for batch in plan.batches():
-            while batch:
-                wire = await self._ensure()
-                if self._idle_dead(wire):
-                    self._abandon(wire)
-                    continue
-                try:
-                    replies = await self._exchange_on(wire, batch, 0)
-                except ClientConnectionError as e:
-                    err = fo.after_drop(batch[0], e, now=time.monotonic(),
-                                        closed_by_user=self._closed_by_user)
-                    if err is None or err is e:  # (a put is never resent after a drop)
+        try:
+            for batch in plan.batches():
+                while batch:
+                    wire = await self._ensure()
+                    if self._idle_dead(wire):
+                        self._abandon(wire)
+                        continue
+                    try:
+                        replies = await self._exchange_on(wire, batch, 0)
+                    except ClientConnectionError as e:
+                        err = fo.after_drop(batch[0], e, now=time.monotonic(),
+                                            closed_by_user=self._closed_by_user)
+                        if err is None or err is e:  # (a put is never resent after a drop)
+                            raise
+                        raise err from e
+                    try:
+                        batch = plan.take(batch, replies)
+                    except ProtocolError:
+                        self._drop()  # an answer we cannot place: the stream may be out of step
                         raise
-                    raise err from e
-                try:
-                    batch = plan.take(batch, replies)
-                except ProtocolError:
-                    self._drop()  # an answer we cannot place: the stream may be out of step
-                    raise
-                if batch:  # NOT_PRIMARY: the new primary gets them
-                    fo.start(time.monotonic())
-                    if self._wire is wire:
-                        self._wire = None
-                    if not wire.waiters and wire.transport is not None:
-                        wire.transport.close()
+                    if batch:  # NOT_PRIMARY: the new primary gets them
+                        fo.start(time.monotonic())
+                        if self._wire is wire:
+                            self._wire = None
+                        if not wire.waiters and wire.transport is not None:
+                            wire.transport.close()
+        except BaseException:  # the next failure starts a search of its own
+            fo.settled()
+            raise
         fo.settled()
         return plan.result()
 

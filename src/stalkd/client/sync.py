@@ -407,27 +407,31 @@ class Client:
         fo = self._failover
         plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr,
                        resend_not_primary=fo.enabled)
-        for batch in plan.batches():
-            while batch:
-                if self._sock is not None and self._gone is not None and self._gone():
-                    self._drop()
-                self._ensure()
-                try:
-                    replies = self._exchange(batch, self._wait(0))
-                except ClientConnectionError as e:
-                    err = fo.after_drop(batch[0], e, now=time.monotonic(),
-                                        closed_by_user=self._closed_by_user)
-                    if err is None or err is e:  # (a put is never resent after a drop)
+        try:
+            for batch in plan.batches():
+                while batch:
+                    if self._sock is not None and self._gone is not None and self._gone():
+                        self._drop()
+                    self._ensure()
+                    try:
+                        replies = self._exchange(batch, self._wait(0))
+                    except ClientConnectionError as e:
+                        err = fo.after_drop(batch[0], e, now=time.monotonic(),
+                                            closed_by_user=self._closed_by_user)
+                        if err is None or err is e:  # (a put is never resent after a drop)
+                            raise
+                        raise err from e
+                    try:
+                        batch = plan.take(batch, replies)
+                    except ProtocolError:
+                        self._drop()  # an answer we cannot place: the stream may be out of step
                         raise
-                    raise err from e
-                try:
-                    batch = plan.take(batch, replies)
-                except ProtocolError:
-                    self._drop()  # an answer we cannot place: the stream may be out of step
-                    raise
-                if batch:  # NOT_PRIMARY: the new primary gets them
-                    fo.start(time.monotonic())
-                    self._drop()
+                    if batch:  # NOT_PRIMARY: the new primary gets them
+                        fo.start(time.monotonic())
+                        self._drop()
+        except BaseException:  # the next failure starts a search of its own
+            fo.settled()
+            raise
         fo.settled()
         return plan.result()
 
