@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import math
 import socket
-import struct
 import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -28,16 +27,14 @@ from typing import Any, TypeVar
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_addresses
 from stalkd.client._core import Body, PutMany, PutSpec, Session
+from stalkd.client._dial import find_primary, open_socket, set_wait
 from stalkd.client._failover import NOT_PRIMARY, Failover
 from stalkd.client._idle import IdleCheck
-from stalkd.client._tls import wrap_socket
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
-    BeanstalkError,
     ClientConnectionError,
     ConnectionClosed,
-    ConnectionFailed,
     ProtocolError,
     ReplyTimeout,
 )
@@ -46,29 +43,6 @@ from stalkd.client.job import Job, JobLike
 __all__ = ["Client", "Body"]
 
 T = TypeVar("T")
-
-
-def _set_wait(sock: socket.socket, seconds: float | None) -> None:
-    """Bound each send and receive on ``sock`` by ``seconds`` (``None``: unbounded).
-
-    The socket stays in blocking mode with kernel timeouts (SO_RCVTIMEO/SO_SNDTIMEO) instead
-    of Python's ``settimeout``, which polls before every recv and send: one syscall and one
-    wake-up fewer per reply, measurably lower latency per round trip on loopback. A timeout
-    surfaces as ``BlockingIOError`` (EAGAIN). A TLS socket (``ssl.SSLSocket``) uses Python's
-    timeout instead: its blocking read retries a read the kernel timed out, so a kernel timeout
-    would never fire there.
-    """
-    if type(sock) is not socket.socket:  # ssl.SSLSocket
-        sock.settimeout(seconds if seconds is None or seconds > 0 else 1e-6)
-        return
-    sock.settimeout(None)
-    if seconds is not None and seconds <= 0:
-        seconds = 1e-6  # a zero timeval would mean "wait forever"
-    whole = int(seconds or 0)
-    micros = 0 if seconds is None else round((seconds - whole) * 1e6)
-    tv = struct.pack("@ll", whole, micros)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
 
 
 class Client:
@@ -122,10 +96,10 @@ class Client:
         if self._sock is not None:
             return
         if self._failover.probing:
-            sock, self.address = self._find_primary()
+            sock, self.address = find_primary(self._failover, self.timeout)
         else:
-            sock = self._open_socket(self.address)
-        _set_wait(sock, self.timeout)
+            sock = open_socket(self.address, self.timeout)
+        set_wait(sock, self.timeout)
         self._sock = sock
         self._sock_timeout = self.timeout
         self._reader = ReplyReader()
@@ -134,84 +108,6 @@ class Client:
         self._gone = (IdleCheck(sock.fileno()) if self._failover.enabled and self.address.tls is None
                       else None)
         self._restore()
-
-    def _open_socket(self, address: Address) -> socket.socket:
-        """The one place this transport opens a connection."""
-        try:
-            if address.path is not None:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    sock.settimeout(self.timeout)
-                    sock.connect(address.path)
-                except OSError:
-                    sock.close()
-                    raise
-            else:
-                sock = socket.create_connection((address.host, address.port),
-                                                timeout=self.timeout)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock = wrap_socket(sock, address)
-        except OSError as e:
-            raise ConnectionFailed(f"cannot connect to beanstalkd server at {address}: {e}") from e
-        return sock
-
-    def _find_primary(self) -> tuple[socket.socket, Address]:
-        """Probe every address with ``stats`` in rounds (``_failover.Search``) and return the
-        open connection to the primary chosen; ``errors.NoPrimary`` when the search ends."""
-        fo = self._failover
-        fresh = fo.search is None
-        search = fo.start(time.monotonic())
-        while True:
-            wait = search.next_wait(time.monotonic())
-            if wait is None:
-                raise fo.give_up()
-            if wait:
-                time.sleep(wait)  # the backoff between rounds
-            found = search.round()
-            opened: dict[Address, socket.socket] = {}
-            chosen = None
-            try:
-                for address in found.addresses:
-                    sock = None
-                    try:
-                        sock = self._open_socket(address)
-                        found.answered(address, self._probe(sock, address))
-                        opened[address] = sock
-                    except (ClientConnectionError, BeanstalkError) as e:
-                        found.failed(address, str(e.__cause__ or e))
-                        if sock is not None:
-                            sock.close()
-                chosen = found.choice()
-            except BaseException:  # a bad TLS file, an interrupt: no search left half done
-                if fresh:
-                    fo.settled()
-                raise
-            finally:
-                for address, sock in opened.items():
-                    if address != chosen:
-                        sock.close()
-            if chosen is not None:
-                if fresh:
-                    fo.settled()
-                return opened[chosen], chosen
-
-    def _probe(self, sock: socket.socket, address: Address) -> dict[str, Value]:
-        """``stats`` on a fresh connection, for the search."""
-        req = rq.stats()
-        reader = ReplyReader()
-        _set_wait(sock, self.timeout)
-        try:
-            sock.sendall(req.data)
-            while (resp := reader.next()) is None:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise ConnectionClosed(f"server at {address} closed the connection")
-                reader.feed(chunk)
-        except (TimeoutError, BlockingIOError):
-            raise ReplyTimeout(f"no reply from {address} within {self.timeout}s to 'stats'") from None
-        except OSError as e:
-            raise ConnectionClosed(f"connection to {address} broke during 'stats': {e}") from e
-        return rq.interpret(req, resp)
 
     def _restore(self) -> None:
         requests = self._session.restore()
@@ -295,7 +191,7 @@ class Client:
         try:
             data = requests[0].data if len(requests) == 1 else b"".join(r.data for r in requests)
             if wait != self._sock_timeout:  # a syscall: only when it changes
-                _set_wait(sock, wait)
+                set_wait(sock, wait)
                 self._sock_timeout = wait
             sock.sendall(data)
             reader = self._reader
