@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import socket
 import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
@@ -25,18 +24,16 @@ from typing import Any, TypeVar
 
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_addresses
+from stalkd.client._aiodial import find_primary, open_wire
 from stalkd.client._aiowire import Wire
 from stalkd.client._core import Body, PutMany, PutSpec, Session
 from stalkd.client._failover import NOT_PRIMARY, Failover
 from stalkd.client._idle import IdleCheck
-from stalkd.client._tls import connection_kwargs
 from stalkd.client._wire import Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
-    BeanstalkError,
     ClientConnectionError,
     ConnectionClosed,
-    ConnectionFailed,
     ProtocolError,
 )
 from stalkd.client.job import Job, JobLike
@@ -110,85 +107,15 @@ class AsyncClient:
 
     async def _open(self) -> Wire:
         if self._failover.probing:
-            wire, self.address = await self._find_primary()
+            wire, self.address = await find_primary(self._failover, self.timeout)
         else:
-            wire = await self._open_wire(self.address)
+            wire = await open_wire(self.address, self.timeout)
         self._ever_connected = True
         self._closed_by_user = False
         requests = self._session.restore()
         if requests:
             for req, resp in zip(requests, await self._exchange_on(wire, requests, 0), strict=True):
                 rq.interpret(req, resp)
-        return wire
-
-    async def _find_primary(self) -> tuple[Wire, Address]:
-        """Probe every address with ``stats`` at once, in rounds (``_failover.Search``), and
-        return the open connection to the primary chosen; ``errors.NoPrimary`` when the
-        search ends."""
-        fo = self._failover
-        fresh = fo.search is None
-        search = fo.start(time.monotonic())
-        while True:
-            wait = search.next_wait(time.monotonic())
-            if wait is None:
-                raise fo.give_up()
-            found = search.round()
-            try:
-                if wait:
-                    await asyncio.sleep(wait)  # the backoff between rounds
-                probes = await asyncio.gather(*(self._probe(a) for a in found.addresses))
-            except BaseException:  # a bad TLS file, a cancel: no search left half done
-                if fresh:
-                    fo.settled()
-                raise
-            opened: dict[Address, Wire] = {}
-            for address, (wire, seen) in zip(found.addresses, probes, strict=True):
-                if isinstance(seen, str):
-                    found.failed(address, seen)
-                else:
-                    found.answered(address, seen)
-                if wire is not None:
-                    opened[address] = wire
-            chosen = found.choice()
-            for address, wire in opened.items():
-                if address != chosen and wire.transport is not None:
-                    wire.transport.close()
-            if chosen is not None:
-                if fresh:
-                    fo.settled()
-                return opened[chosen], chosen
-
-    async def _probe(self, address: Address) -> tuple[Wire | None, dict[str, Value] | str]:
-        """A new connection to ``address`` and its ``stats``, or why there is none."""
-        try:
-            wire = await self._open_wire(address)
-        except ClientConnectionError as e:
-            return None, str(e.__cause__ or e)
-        req = rq.stats()
-        try:
-            (resp,) = await self._exchange_on(wire, (req,), 0)
-            return wire, rq.interpret(req, resp)
-        except (ClientConnectionError, BeanstalkError) as e:
-            wire.fail(ConnectionClosed(f"probe of {address} failed: {e}"))
-            return None, str(e)
-
-    async def _open_wire(self, addr: Address) -> Wire:
-        """The one place this transport opens a connection."""
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self.timeout):
-                if addr.path is not None:
-                    _, wire = await loop.create_unix_connection(lambda: Wire(addr), addr.path)
-                else:
-                    _, wire = await loop.create_connection(lambda: Wire(addr), addr.host, addr.port,
-                                                           **connection_kwargs(addr))
-        except (OSError, TimeoutError) as e:
-            raise ConnectionFailed(f"cannot connect to beanstalkd server at {addr}: "
-                                   f"{e or 'timed out'}") from e
-        assert wire.transport is not None
-        sock = wire.transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return wire
 
     async def reconnect(self) -> None:
