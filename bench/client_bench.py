@@ -4,7 +4,9 @@ Starts Debian's beanstalkd (in memory, ephemeral loopback port, stopped by PID) 
 alternating rounds, greenstalk (the reference Python client) and stalkd's Client/AsyncClient (asyncio's loop and uvloop):
 ``put`` of 100 B bodies one by one, ``put_many`` (pipelined), and ``reserve``+``delete``.
 Prints the best round's jobs/s and client CPU µs per job, and ratios against greenstalk.
-The server is the same for all, so the ratios compare the clients' costs.
+The server is the same for all, so the ratios compare the clients' costs. The "(failover)"
+rows are the same clients given two addresses of that one server, so failover is on (the
+idle-connection check before each command, the resend bookkeeping).
 
 Run: .venv/bin/python bench/client_bench.py [N]   (default N=5000 jobs per workload)
 """
@@ -66,6 +68,30 @@ def main() -> None:
         c.use("s")
         c.watch("s")
         c.ignore("default")
+        # two spellings of one server: two addresses, so failover is on
+        pair = f"{addr},localhost:{port}"
+        cf = Client(pair)
+        cf.use("f")
+        cf.watch("f")
+        cf.ignore("default")
+        af = AsyncClient(pair)
+        loop.run_until_complete(af.connect())
+        loop.run_until_complete(af.use("af"))
+        loop.run_until_complete(af.watch("af"))
+        loop.run_until_complete(af.ignore("default"))
+
+        async def af_put() -> None:
+            for _ in range(n):
+                await af.put(BODY)
+
+        async def af_res_del() -> None:
+            for _ in range(n):
+                await af.delete(await af.reserve(0))
+
+        def cf_res_del() -> None:
+            for _ in range(n):
+                cf.delete(cf.reserve(0))
+
         a = AsyncClient(addr)
         loop.run_until_complete(a.connect())
         loop.run_until_complete(a.use("a"))
@@ -106,12 +132,16 @@ def main() -> None:
         workloads: dict[str, Callable[[], object]] = {
             "greenstalk put": lambda: [g.put(BODY) for _ in range(n)],
             "Client.put": lambda: [c.put(BODY) for _ in range(n)],
+            "Client.put (failover)": lambda: [cf.put(BODY) for _ in range(n)],
             "Client.put_many": lambda: c.put_many([BODY] * n),
             "AsyncClient.put": lambda: loop.run_until_complete(a_put()),
+            "AsyncClient.put (failover)": lambda: loop.run_until_complete(af_put()),
             "AsyncClient.put (uvloop)": lambda: uv.run_until_complete(u_put()),
             "greenstalk reserve+delete": g_res_del,
             "Client reserve+delete": c_res_del,
+            "Client r+d (failover)": cf_res_del,
             "AsyncClient reserve+delete": lambda: loop.run_until_complete(a_res_del()),
+            "AsyncClient r+d (failover)": lambda: loop.run_until_complete(af_res_del()),
             "AsyncClient r+d (uvloop)": lambda: uv.run_until_complete(u_res_del()),
         }
         best: dict[str, tuple[float, float]] = {}
@@ -133,6 +163,8 @@ def main() -> None:
             base = ref["put"] if "put" in name else ref["reserve+delete"]
             print(f"{name:<28} {rate:>9.0f} {rate / base[0]:>13.2f}x {cpu:>11.1f}")
         loop.run_until_complete(a.close())
+        loop.run_until_complete(af.close())
+        cf.close()
         uv.run_until_complete(u.close())
         uv.close()
         c.close()

@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["_address", "_format", "_requests", "_wire", "_yaml", "errors", "job"]
+MODULES = ["_address", "_core", "_failover", "_format", "_idle", "_requests", "_wire", "_yaml",
+           "errors", "job", "options"]
 
 
 @pytest.mark.parametrize("name", MODULES)

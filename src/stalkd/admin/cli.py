@@ -25,7 +25,7 @@ from typing import Any
 
 from stalkd.admin.backends import ApiBackend, ApiError, Backend, ProtocolBackend
 from stalkd.client import errors
-from stalkd.client.options import add_server_options, server_address
+from stalkd.client.options import add_server_options, server_addresses
 
 __all__ = ["tubes", "jobs", "pause", "dashboard", "add_admin_options", "backend_for"]
 
@@ -76,7 +76,7 @@ def backend_for(ns: argparse.Namespace, env: dict[str, str] | None = None) -> Ba
                 raise _Usage(str(e)) from None
         return ApiBackend(admin, token, ssl_context=ctx)
     try:
-        addr = server_address(ns, env=env)
+        addr = server_addresses(ns, env=env)
     except ValueError as e:
         raise _Usage(str(e)) from None
     return ProtocolBackend(str(addr), timeout=ns.timeout)

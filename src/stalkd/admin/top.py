@@ -163,7 +163,7 @@ def _keys() -> Iterator[int | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from stalkd.admin.cli import add_admin_options, backend_for
-    from stalkd.client.options import server_address
+    from stalkd.client.options import server_addresses
 
     p = argparse.ArgumentParser(prog="stalkd top", description=(
         "Live view of a server's tubes: counts, puts and deletes per second, waiting workers; "
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from stalkd.client.sync import Client
 
     try:
-        address = str(server_address(ns))
+        address = str(server_addresses(ns))
     except ValueError as e:
         print(f"stalkd top: {e}", file=sys.stderr)
         return 2

@@ -8,14 +8,21 @@ A TLS address carries its certificate files in its query, so one string goes eve
 address goes (an ``App``'s address, a worker's child processes, a Spark option) and
 ``str(address)`` parses back to the same value. ``name`` is the host name the server's
 certificate must show when it differs from ``host`` (say, connecting by IP address).
+
+Several servers (a primary and its standbys, see docs/standby.md) are one string too: their
+addresses joined by commas, ``host1:11300,tls://host2:11301?ca=/etc/ca.pem``. The client
+connects to whichever reports itself primary. A comma inside a ``tls://`` setting is written
+``%2C`` (``str()`` does so).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple, cast
 from urllib.parse import parse_qsl, quote
 
-__all__ = ["Address", "TlsParams", "parse_address", "DEFAULT_HOST", "DEFAULT_PORT"]
+__all__ = ["Address", "AddressList", "TlsParams", "parse_address", "parse_addresses",
+           "DEFAULT_HOST", "DEFAULT_PORT"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 11300
@@ -132,3 +139,57 @@ def parse_address(text: str | None = None, host: str | None = None, port: int | 
     if params is not None and tls is not None:
         params = tls.merged(params)
     return Address(h, p, None, params)
+
+
+class AddressList(tuple[Address, ...]):
+    """One or more server addresses, in the order the user gave them; ``str()`` joins them
+    with commas, which :func:`parse_addresses` reads back.
+
+    >>> str(parse_addresses("a:1, b:2"))
+    'a:1,b:2'
+    """
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return ",".join(str(a) for a in self)
+
+
+def parse_addresses(text: str | Address | Iterable[str | Address] | None = None,
+                    host: str | None = None, port: int | None = None, *,
+                    tls: TlsParams | None = None) -> AddressList:
+    """The addresses in ``text``: one address, several joined by commas, or an iterable of
+    either (``None`` or empty: the default address). ``host``/``port`` override a single
+    address's parts, as in :func:`parse_address`; with several they are a ``ValueError``.
+    Duplicates are dropped (the first stays).
+
+    >>> [str(a) for a in parse_addresses(["h1", "h2:7,unix:/s"])]
+    ['h1:11300', 'h2:7', 'unix:/s']
+    """
+    items: list[str | Address]
+    if text is None:
+        items = []
+    elif isinstance(text, (str, Address)):
+        items = [text]
+    else:  # (mypy does not narrow a NamedTuple out of a union with an Iterable)
+        items = list(cast("Iterable[str | Address]", text))
+    parts: list[str | Address] = []
+    for item in items:
+        if isinstance(item, Address):
+            parts.append(item)
+            continue
+        pieces = [p.strip() for p in item.split(",")]
+        if len(pieces) > 1 and not all(pieces):
+            raise ValueError(f"address list {item!r} has an empty entry")
+        parts += [p for p in pieces if p]
+    if not parts:
+        return AddressList([parse_address(None, host, port, tls=tls)])
+    if len(parts) > 1 and (host is not None or port is not None):
+        raise ValueError(f"host/port overrides apply to one address, not to the "
+                         f"{len(parts)} given ({','.join(map(str, parts))})")
+    out: list[Address] = []
+    for part in parts:
+        addr = part if isinstance(part, Address) else parse_address(part, host, port, tls=tls)
+        if addr not in out:
+            out.append(addr)
+    return AddressList(out)

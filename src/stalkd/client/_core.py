@@ -7,7 +7,9 @@ Everything they decide about those requests lives here, once.
 Ensures: ``Session`` records only what the server acknowledged (the tube in use, the watch
 list), so ``use`` of the tube already in use costs no round trip and a reconnect restores
 exactly what the old connection had; ``PutMany`` sends every body exactly once, reads every
-reply, and reports the first failure with the ids of the others.
+reply, and reports the first failure with the ids of the others; with failover on, the puts
+a batch got ``NOT_PRIMARY`` for (and only those: the server applied none of them) are handed
+back to be sent again to the new primary.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from stalkd.client import _requests as rq
+from stalkd.client._failover import NOT_PRIMARY
 from stalkd.client._wire import Response
 from stalkd.client.errors import BeanstalkError
 
@@ -84,23 +87,27 @@ class Session:
 class PutMany:
     """One ``put_many`` call: the batches to write, and the bookkeeping of their replies.
 
-    A transport writes each batch from :meth:`batches` in one go, hands the replies to
-    :meth:`take`, then returns :meth:`result`. ``take`` raises ``ProtocolError`` for a reply
-    it cannot place (the transport then drops the connection).
+    A transport writes each batch from :meth:`batches` in one go and hands the replies to
+    :meth:`take`; while ``take`` returns requests (those answered ``NOT_PRIMARY``, when
+    ``resend_not_primary``), it finds the new primary and sends them as the batch instead.
+    Then it returns :meth:`result`. ``take`` raises ``ProtocolError`` for a reply it cannot
+    place (the transport then drops the connection).
 
     >>> p = PutMany([b"a", PutSpec("b", ttr=5)], priority=1, delay=0, ttr=60)
     >>> [r.data for batch in p.batches() for r in batch]
     [b'put 1 0 60 1\\r\\na\\r\\n', b'put 1 0 5 1\\r\\nb\\r\\n']
     """
 
-    __slots__ = ("_bodies", "_args", "ids", "first")
+    __slots__ = ("_bodies", "_args", "ids", "first", "_resend", "_slots")
 
     def __init__(self, bodies: Iterable[Body | PutSpec], *, priority: int, delay: float,
-                 ttr: float) -> None:
+                 ttr: float, resend_not_primary: bool = False) -> None:
         self._bodies = bodies
         self._args = (priority, delay, ttr)
         self.ids: list[int | None] = []
         self.first: BeanstalkError | None = None
+        self._resend = resend_not_primary
+        self._slots: list[int] = []  # the position in ids of each request of the batch out
 
     def batches(self) -> Iterator[list[rq.Request[int]]]:
         priority, delay, ttr = self._args
@@ -117,22 +124,44 @@ class PutMany:
             batch.append(req)
             size += len(req.data)
             if len(batch) >= BATCH_JOBS or size >= BATCH_BYTES:
-                yield batch
+                yield self._out(batch)
                 batch, size = [], 0
         if batch:
-            yield batch
+            yield self._out(batch)
 
-    def take(self, batch: list[rq.Request[int]], replies: list[Response]) -> None:
+    def _out(self, batch: list[rq.Request[int]]) -> list[rq.Request[int]]:
+        self._slots = list(range(len(self.ids), len(self.ids) + len(batch)))
+        self.ids += [None] * len(batch)
+        return batch
+
+    def take(self, batch: list[rq.Request[int]], replies: list[Response]) -> list[rq.Request[int]]:
+        """Record the replies to ``batch``; returns the requests to send again (possibly none).
+
+        >>> p = PutMany([b"a", b"b"], priority=0, delay=0, ttr=1, resend_not_primary=True)
+        >>> (batch,) = p.batches()
+        >>> again = p.take(batch, [Response("INSERTED", ("7",)), Response("NOT_PRIMARY")])
+        >>> [r.data for r in again]
+        [b'put 0 0 1 1\\r\\nb\\r\\n']
+        >>> p.take(again, [Response("INSERTED", ("9",))]), p.result()
+        ([], [7, 9])
+        """
         ids = self.ids
-        for req, resp in zip(batch, replies, strict=True):
+        again: list[rq.Request[int]] = []
+        slots: list[int] = []
+        for req, resp, slot in zip(batch, replies, self._slots, strict=True):
+            if resp.word == NOT_PRIMARY and self._resend:
+                again.append(req)
+                slots.append(slot)
+                continue
             err = rq.failure(req, resp)
             if err is None:
-                ids.append(int(resp.args[0]))
+                ids[slot] = int(resp.args[0])
                 continue
-            if self.first is None:
-                err.batch_index = len(ids)
+            if self.first is None or slot < (self.first.batch_index or 0):
+                err.batch_index = slot
                 self.first = err
-            ids.append(None)
+        self._slots = slots
+        return again
 
     def result(self) -> list[int]:
         """The ids in order; raises the first failure (with ``batch_index``/``batch_ids``)."""

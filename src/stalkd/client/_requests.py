@@ -46,6 +46,10 @@ class Request(NamedTuple, Generic[T]):
     decode: Callable[[Response], T]
     job: int | None = None
     not_found: str = ""  # what NOT_FOUND means for this command, for the error message
+    # Sending it twice does no harm: it changes no job, or (a reserve) the server releases
+    # what it reserved for a connection that drops. Only such a request is resent after its
+    # connection was lost mid-flight (see _failover.resend_after_drop).
+    safe: bool = False
 
     @property
     def context(self) -> str:
@@ -191,22 +195,22 @@ def put(body: bytes, priority: int, delay: float, ttr: float) -> Request[int]:
 
 def use(tube: str) -> Request[str]:
     check_tube(tube)
-    return Request(f"use {tube}\r\n".encode("ascii"), "USING", _str)
+    return Request(f"use {tube}\r\n".encode("ascii"), "USING", _str, safe=True)
 
 
 def reserve(timeout: float | None) -> Request[Job]:
     if timeout is None:
-        return Request(b"reserve\r\n", "RESERVED", _job)
+        return Request(b"reserve\r\n", "RESERVED", _job, safe=True)
     secs = _seconds("reserve timeout", timeout)
     if secs > 2**31 - 1:  # beanstalkd 1.13 refuses larger ones with BAD_FORMAT
         raise ValueError(f"reserve timeout {secs} is above 2147483647 s; use timeout=None")
-    return Request(b"reserve-with-timeout %d\r\n" % secs, "RESERVED", _job)
+    return Request(b"reserve-with-timeout %d\r\n" % secs, "RESERVED", _job, safe=True)
 
 
 def reserve_job(job: JobLike) -> Request[Job]:
     jid = job_id(job)
     return Request(b"reserve-job %d\r\n" % jid, "RESERVED", _job, jid,
-                   "no such job, or it is already reserved")
+                   "no such job, or it is already reserved", safe=True)
 
 
 def delete(job: JobLike) -> Request[None]:
@@ -235,32 +239,32 @@ def touch(job: JobLike) -> Request[None]:
 
 def watch(tube: str) -> Request[int]:
     check_tube(tube)
-    return Request(f"watch {tube}\r\n".encode("ascii"), "WATCHING", _int)
+    return Request(f"watch {tube}\r\n".encode("ascii"), "WATCHING", _int, safe=True)
 
 
 def ignore(tube: str) -> Request[int]:
     check_tube(tube)
-    return Request(f"ignore {tube}\r\n".encode("ascii"), "WATCHING", _int)
+    return Request(f"ignore {tube}\r\n".encode("ascii"), "WATCHING", _int, safe=True)
 
 
 def peek(job: JobLike) -> Request[Job]:
     jid = job_id(job)
-    return Request(b"peek %d\r\n" % jid, "FOUND", _job, jid, "no such job")
+    return Request(b"peek %d\r\n" % jid, "FOUND", _job, jid, "no such job", safe=True)
 
 
 def peek_ready() -> Request[Job]:
     return Request(b"peek-ready\r\n", "FOUND", _job,
-                   not_found="no ready job in the used tube")
+                   not_found="no ready job in the used tube", safe=True)
 
 
 def peek_delayed() -> Request[Job]:
     return Request(b"peek-delayed\r\n", "FOUND", _job,
-                   not_found="no delayed job in the used tube")
+                   not_found="no delayed job in the used tube", safe=True)
 
 
 def peek_buried() -> Request[Job]:
     return Request(b"peek-buried\r\n", "FOUND", _job,
-                   not_found="no buried job in the used tube")
+                   not_found="no buried job in the used tube", safe=True)
 
 
 def kick(bound: int) -> Request[int]:
@@ -277,30 +281,30 @@ def kick_job(job: JobLike) -> Request[None]:
 def stats_job(job: JobLike) -> Request[dict[str, _yaml.Value]]:
     jid = job_id(job)
     return Request(b"stats-job %d\r\n" % jid, "OK", _dict(_yaml.STATS_JOB_STR_KEYS), jid,
-                   "no such job")
+                   "no such job", safe=True)
 
 
 def stats_tube(tube: str) -> Request[dict[str, _yaml.Value]]:
     check_tube(tube)
     return Request(f"stats-tube {tube}\r\n".encode("ascii"), "OK",
                    _dict(_yaml.STATS_TUBE_STR_KEYS),
-                   not_found="no such tube")
+                   not_found="no such tube", safe=True)
 
 
 def stats() -> Request[dict[str, _yaml.Value]]:
-    return Request(b"stats\r\n", "OK", _dict(_yaml.STATS_STR_KEYS))
+    return Request(b"stats\r\n", "OK", _dict(_yaml.STATS_STR_KEYS), safe=True)
 
 
 def list_tubes() -> Request[list[str]]:
-    return Request(b"list-tubes\r\n", "OK", _list)
+    return Request(b"list-tubes\r\n", "OK", _list, safe=True)
 
 
 def list_tube_used() -> Request[str]:
-    return Request(b"list-tube-used\r\n", "USING", _str)
+    return Request(b"list-tube-used\r\n", "USING", _str, safe=True)
 
 
 def list_tubes_watched() -> Request[list[str]]:
-    return Request(b"list-tubes-watched\r\n", "OK", _list)
+    return Request(b"list-tubes-watched\r\n", "OK", _list, safe=True)
 
 
 def pause_tube(tube: str, delay: float) -> Request[None]:

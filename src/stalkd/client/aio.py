@@ -9,27 +9,31 @@ Ensures: a reply is matched to its command or the connection is dropped. A call 
 out or is cancelled drops the connection (a cancelled ``reserve`` could otherwise leave a job
 reserved that nobody knows about; dropping makes the server release it), and calls in flight
 beside it fail with ``ConnectionClosed``. The next call reconnects and restores ``use``/``watch``.
+Given several addresses, it connects to the primary and follows it across a failover, as
+``Client`` does (the rule in ``_failover``); the addresses are probed at the same time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import socket
+import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from stalkd.client import _requests as rq
-from stalkd.client._address import Address, parse_address
+from stalkd.client._address import Address, parse_addresses
+from stalkd.client._aiodial import find_primary, open_wire
 from stalkd.client._aiowire import Wire
 from stalkd.client._core import Body, PutMany, PutSpec, Session
-from stalkd.client._tls import connection_kwargs
+from stalkd.client._failover import NOT_PRIMARY, Failover
+from stalkd.client._idle import IdleCheck
 from stalkd.client._wire import Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
+    ClientConnectionError,
     ConnectionClosed,
-    ConnectionFailed,
     ProtocolError,
 )
 from stalkd.client.job import Job, JobLike
@@ -49,6 +53,8 @@ class AsyncClient:
     Tasks may share one client: their calls pipeline. The used tube and the watch list are
     the connection's, so tasks that ``use`` different tubes should not share one.
 
+    ``address`` may name several servers; ``failover_timeout`` is as in ``Client``.
+
     Example::
 
         async with AsyncClient("127.0.0.1:11300") as c:
@@ -59,12 +65,19 @@ class AsyncClient:
             await c.delete(job)
     """
 
-    def __init__(self, address: str | None = None, *, host: str | None = None,
-                 port: int | None = None, timeout: float | None = 10.0,
-                 reconnect: bool = True) -> None:
-        self.address: Address = parse_address(address, host, port)
+    def __init__(self, address: str | Address | Sequence[str | Address] | None = None, *,
+                 host: str | None = None, port: int | None = None,
+                 timeout: float | None = 10.0, reconnect: bool = True,
+                 failover_timeout: float | None = None) -> None:
+        self.addresses = parse_addresses(address, host, port)
+        #: the server connected to (or to be tried first)
+        self.address: Address = self.addresses[0]
         self.timeout = timeout
         self.reconnect_enabled = reconnect
+        self._failover = Failover(self.addresses, failover_timeout=failover_timeout,
+                                  reconnect=reconnect)
+        self._closed_by_user = False
+        self._gone: tuple[Wire, IdleCheck] | None = None  # with failover: the idle check
         self._wire: Wire | None = None
         self._connecting: asyncio.Lock | None = None
         self._session = Session()
@@ -93,32 +106,16 @@ class AsyncClient:
             return wire
 
     async def _open(self) -> Wire:
-        wire = await self._open_wire()
+        if self._failover.probing:
+            wire, self.address = await find_primary(self._failover, self.timeout)
+        else:
+            wire = await open_wire(self.address, self.timeout)
         self._ever_connected = True
+        self._closed_by_user = False
         requests = self._session.restore()
         if requests:
             for req, resp in zip(requests, await self._exchange_on(wire, requests, 0), strict=True):
                 rq.interpret(req, resp)
-        return wire
-
-    async def _open_wire(self) -> Wire:
-        """The one place this transport opens a connection."""
-        loop = asyncio.get_running_loop()
-        addr = self.address
-        try:
-            async with asyncio.timeout(self.timeout):
-                if addr.path is not None:
-                    _, wire = await loop.create_unix_connection(lambda: Wire(addr), addr.path)
-                else:
-                    _, wire = await loop.create_connection(lambda: Wire(addr), addr.host, addr.port,
-                                                           **connection_kwargs(addr))
-        except (OSError, TimeoutError) as e:
-            raise ConnectionFailed(f"cannot connect to beanstalkd server at {addr}: "
-                                   f"{e or 'timed out'}") from e
-        assert wire.transport is not None
-        sock = wire.transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return wire
 
     async def reconnect(self) -> None:
@@ -128,6 +125,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Close the connection. The server releases jobs this connection had reserved."""
+        self._closed_by_user = True
         wire, self._wire = self._wire, None
         if wire is not None and wire.transport is not None:
             wire.transport.close()
@@ -198,9 +196,11 @@ class AsyncClient:
 
     async def _call(self, request: rq.Request[T], extra: float | None = 0) -> T:
         wire = self._wire
-        if wire is None or wire.lost is not None or wire.transport is None:
+        if self._failover.enabled:
+            resp = await self._call_failover(request, extra)
+        elif wire is None or wire.lost is not None or wire.transport is None:
             (resp,) = await self._exchange((request,), extra)
-        else:  # the common case, without the list and loop of a batch
+        else:  # the common case, without the list and loop of a batch (inline: no coroutine)
             limit = None if self.timeout is None or extra is None else self.timeout + extra
             fut: asyncio.Future[Response] = wire.loop.create_future()
             wire.expect(fut, limit, request)
@@ -215,6 +215,68 @@ class AsyncClient:
             return rq.interpret(request, resp)
         except ProtocolError:
             self._drop()  # an answer we cannot place: the stream may be out of step
+            raise
+
+    async def _send_one(self, wire: Wire, request: rq.Request[Any], extra: float | None) -> Response:
+        """``_exchange_on`` for one request, without the list and loop of a batch."""
+        if wire.lost is not None:
+            raise wire.lost
+        assert wire.transport is not None
+        limit = None if self.timeout is None or extra is None else self.timeout + extra
+        fut: asyncio.Future[Response] = wire.loop.create_future()
+        wire.expect(fut, limit, request)
+        wire.transport.write(request.data)
+        try:
+            return await fut
+        except BaseException:
+            fut.cancel()
+            self._abandon(wire)
+            raise
+
+    def _idle_dead(self, wire: Wire) -> bool:
+        """Whether the server closed ``wire`` while it was idle (see ``_idle``)."""
+        if wire.waiters or wire.transport is None or self.address.tls is not None:
+            return False
+        gone = self._gone
+        if gone is None or gone[0] is not wire:
+            sock = wire.transport.get_extra_info("socket")
+            if sock is None:
+                return False
+            gone = self._gone = (wire, IdleCheck(sock.fileno()))
+        return gone[1]()
+
+    async def _call_failover(self, request: rq.Request[Any], extra: float | None) -> Response:
+        """The reply to ``request`` from the primary, resending it when the rule in
+        ``_failover`` says it is safe."""
+        fo = self._failover
+        try:
+            while True:
+                wire = await self._ensure()
+                if self._idle_dead(wire):
+                    self._abandon(wire)  # died while idle: reconnect before sending, not after
+                    continue
+                try:
+                    resp = await self._send_one(wire, request, extra)
+                except ClientConnectionError as e:
+                    err = fo.after_drop(request, e, now=time.monotonic(),
+                                        closed_by_user=self._closed_by_user)
+                    if err is None:
+                        continue
+                    if err is e:
+                        raise
+                    raise err from e
+                again = resp.word == NOT_PRIMARY and fo.resend_after_reply(
+                    request, resp, now=time.monotonic())
+                if not again and fo.search is not None:
+                    fo.settled()
+                if again and self._wire is wire:
+                    self._wire = None  # no new call goes to a server that is not the primary
+                if self._wire is not wire and not wire.waiters and wire.transport is not None:
+                    wire.transport.close()  # its last call in flight is answered: let it go
+                if not again:
+                    return resp
+        except BaseException:  # the next failure starts a search of its own
+            fo.settled()
             raise
 
     # --- producer commands ----------------------------------------------------------------
@@ -243,14 +305,39 @@ class AsyncClient:
         """Pipelined puts, as :meth:`stalkd.client.Client.put_many`."""
         if tube is not None:
             await self.use(tube)
-        plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr)
-        for batch in plan.batches():
-            replies = await self._exchange(batch, 0)
-            try:
-                plan.take(batch, replies)
-            except ProtocolError:
-                self._drop()  # an answer we cannot place: the stream may be out of step
-                raise
+        fo = self._failover
+        plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr,
+                       resend_not_primary=fo.enabled)
+        try:
+            for batch in plan.batches():
+                while batch:
+                    wire = await self._ensure()
+                    if self._idle_dead(wire):
+                        self._abandon(wire)
+                        continue
+                    try:
+                        replies = await self._exchange_on(wire, batch, 0)
+                    except ClientConnectionError as e:
+                        err = fo.after_drop(batch[0], e, now=time.monotonic(),
+                                            closed_by_user=self._closed_by_user)
+                        if err is None or err is e:  # (a put is never resent after a drop)
+                            raise
+                        raise err from e
+                    try:
+                        batch = plan.take(batch, replies)
+                    except ProtocolError:
+                        self._drop()  # an answer we cannot place: the stream may be out of step
+                        raise
+                    if batch:  # NOT_PRIMARY: the new primary gets them
+                        fo.start(time.monotonic())
+                        if self._wire is wire:
+                            self._wire = None
+                        if not wire.waiters and wire.transport is not None:
+                            wire.transport.close()
+        except BaseException:  # the next failure starts a search of its own
+            fo.settled()
+            raise
+        fo.settled()
         return plan.result()
 
     # --- worker commands ------------------------------------------------------------------

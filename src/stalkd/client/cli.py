@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stalkd.client import errors
-from stalkd.client._address import Address
+from stalkd.client._address import AddressList
 from stalkd.client._format import body_json, body_text, key_values, show_value, table
-from stalkd.client.options import ENV_ADDR, add_server_options, server_address
+from stalkd.client.options import ENV_ADDR, add_server_options, server_addresses
 from stalkd.client.sync import Client
 
 __all__ = ["put", "peek", "delete", "kick", "stats", "stats_tube", "list_tubes"]
@@ -55,13 +55,16 @@ def _parser(cmd: str, description: str, epilog: str = "") -> argparse.ArgumentPa
     add_server_options(p)
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="give up waiting for a reply after this long (default 10)")
+    p.add_argument("--failover-timeout", type=float, default=None, metavar="SECONDS",
+                   help="with several addresses, look for the primary this long before giving "
+                        "up (default 30; see docs/standby.md)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
-def _address(ns: argparse.Namespace) -> Address:
+def _address(ns: argparse.Namespace) -> AddressList:
     try:
-        return server_address(ns)
+        return server_addresses(ns)
     except ValueError as e:
         raise _Fail(USAGE, str(e)) from None
 
@@ -75,7 +78,8 @@ def _run(cmd: str, parser: argparse.ArgumentParser, argv: Sequence[str],
     try:
         if check is not None:
             check(ns)
-        with Client(str(_address(ns)), timeout=ns.timeout) as c:
+        with Client(_address(ns), timeout=ns.timeout,
+                    failover_timeout=ns.failover_timeout) as c:
             return body(c, ns)
     except _Fail as e:
         print(f"stalkd {cmd}: {e}", file=sys.stderr)

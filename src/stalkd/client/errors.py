@@ -24,9 +24,9 @@ from typing import Any
 __all__ = [
     "BeanstalkError", "NotFound", "TimedOut", "DeadlineSoon", "Buried", "Draining", "JobTooBig",
     "ExpectedCrlf", "BadFormat", "UnknownCommand", "OutOfMemory", "InternalError", "NotIgnored",
-    "PermissionDenied",
+    "PermissionDenied", "NotPrimary",
     "ClientConnectionError", "ConnectionFailed", "ConnectionClosed", "ReplyTimeout",
-    "ProtocolError", "ERRORS", "error_for",
+    "ProtocolError", "NoPrimary", "OutcomeUnknown", "ERRORS", "error_for",
 ]  # fmt: skip
 
 
@@ -132,11 +132,23 @@ class PermissionDenied(BeanstalkError):
             "with --acl)")
 
 
+class NotPrimary(BeanstalkError):
+    """The server is a standby (or a primary fenced by a newer one): it changes nothing.
+
+    A client given several addresses finds the primary and resends the command there (the
+    command was not applied, so resending is safe); with one address it raises this."""
+
+    word = "NOT_PRIMARY"
+    hint = ("this server is a standby, not the primary; give the client every server's "
+            "address (-a PRIMARY,STANDBY) so it can find the primary")
+
+
 #: Every error word the server can send, mapped to its exception class.
 ERRORS: dict[str, type[BeanstalkError]] = {
     cls.word: cls
     for cls in (NotFound, TimedOut, DeadlineSoon, Buried, Draining, JobTooBig, ExpectedCrlf,
-                BadFormat, UnknownCommand, OutOfMemory, InternalError, NotIgnored, PermissionDenied)
+                BadFormat, UnknownCommand, OutOfMemory, InternalError, NotIgnored, PermissionDenied,
+                NotPrimary)
 }
 
 
@@ -174,3 +186,17 @@ class ReplyTimeout(ClientConnectionError, TimeoutError):
 
 class ProtocolError(ClientConnectionError):
     """The peer sent something that is not a beanstalkd reply (names the bytes received)."""
+
+
+class NoPrimary(ConnectionFailed):
+    """None of the client's addresses reported itself primary before ``failover_timeout`` ran
+    out (each reachable one was a standby, the rest unreachable); the message says what each
+    address answered."""
+
+
+class OutcomeUnknown(ConnectionClosed):
+    """The connection was lost after a command that changes state was sent and before its
+    reply came, so whether the server applied it is unknown. The client does not resend it
+    (a second ``put`` could make a duplicate job); it reconnects on the next call. Decide with
+    the application's knowledge, e.g. look the job up, or put again if a duplicate is
+    harmless."""

@@ -6,6 +6,10 @@ late reply can never be taken for the answer to a later command. After a drop, t
 reconnects (``reconnect=True``) and restores the used tube and the watch list; the command
 that was interrupted is never retried, because whether it took effect is unknown.
 
+Given several addresses (a primary and its standbys), the client connects to the primary and
+follows it across a failover: which commands are then resent, and which raise
+``errors.OutcomeUnknown``, is the rule in ``_failover``.
+
 Not thread-safe: use one ``Client`` per thread. A second thread (or a signal handler) calling
 in while a call waits gets a ``RuntimeError`` rather than someone else's reply.
 """
@@ -15,21 +19,22 @@ from __future__ import annotations
 import contextlib
 import math
 import socket
-import struct
+import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from stalkd.client import _requests as rq
-from stalkd.client._address import Address, parse_address
+from stalkd.client._address import Address, parse_addresses
 from stalkd.client._core import Body, PutMany, PutSpec, Session
-from stalkd.client._tls import wrap_socket
+from stalkd.client._dial import find_primary, open_socket, set_wait
+from stalkd.client._failover import NOT_PRIMARY, Failover
+from stalkd.client._idle import IdleCheck
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
     ClientConnectionError,
     ConnectionClosed,
-    ConnectionFailed,
     ProtocolError,
     ReplyTimeout,
 )
@@ -40,35 +45,17 @@ __all__ = ["Client", "Body"]
 T = TypeVar("T")
 
 
-def _set_wait(sock: socket.socket, seconds: float | None) -> None:
-    """Bound each send and receive on ``sock`` by ``seconds`` (``None``: unbounded).
-
-    The socket stays in blocking mode with kernel timeouts (SO_RCVTIMEO/SO_SNDTIMEO) instead
-    of Python's ``settimeout``, which polls before every recv and send: one syscall and one
-    wake-up fewer per reply, measurably lower latency per round trip on loopback. A timeout
-    surfaces as ``BlockingIOError`` (EAGAIN). A TLS socket (``ssl.SSLSocket``) uses Python's
-    timeout instead: its blocking read retries a read the kernel timed out, so a kernel timeout
-    would never fire there.
-    """
-    if type(sock) is not socket.socket:  # ssl.SSLSocket
-        sock.settimeout(seconds if seconds is None or seconds > 0 else 1e-6)
-        return
-    sock.settimeout(None)
-    if seconds is not None and seconds <= 0:
-        seconds = 1e-6  # a zero timeval would mean "wait forever"
-    whole = int(seconds or 0)
-    micros = 0 if seconds is None else round((seconds - whole) * 1e6)
-    tv = struct.pack("@ll", whole, micros)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
-
-
 class Client:
     """A synchronous beanstalkd client.
 
     ``timeout`` bounds connecting, sending, and each wait for reply bytes (``None``: wait
     forever); a ``reserve`` waits for its own timeout on top of it. Fractional reserve
     timeouts and delays are rounded up to whole seconds (the protocol's unit).
+
+    ``address`` may name several servers (``"h1:11300,h2:11300"`` or a list): the client
+    connects to the one whose ``stats`` says it is the primary and, after ``NOT_PRIMARY`` or
+    a lost connection, looks for the primary again for up to ``failover_timeout`` seconds
+    (default 30 with several addresses; with one, 0: no search, as a plain client).
 
     Example::
 
@@ -80,12 +67,19 @@ class Client:
             c.delete(job)
     """
 
-    def __init__(self, address: str | None = None, *, host: str | None = None,
-                 port: int | None = None, timeout: float | None = 10.0,
-                 reconnect: bool = True, connect: bool = True) -> None:
-        self.address: Address = parse_address(address, host, port)
+    def __init__(self, address: str | Address | Sequence[str | Address] | None = None, *,
+                 host: str | None = None, port: int | None = None,
+                 timeout: float | None = 10.0, reconnect: bool = True, connect: bool = True,
+                 failover_timeout: float | None = None) -> None:
+        self.addresses = parse_addresses(address, host, port)
+        #: the server connected to (or to be tried first)
+        self.address: Address = self.addresses[0]
         self.timeout = timeout
         self.reconnect_enabled = reconnect
+        self._failover = Failover(self.addresses, failover_timeout=failover_timeout,
+                                  reconnect=reconnect)
+        self._closed_by_user = False
+        self._gone: IdleCheck | None = None  # with failover: is the idle connection dead?
         self._sock: socket.socket | None = None
         self._sock_timeout: float | None = None
         self._busy = False
@@ -101,33 +95,19 @@ class Client:
         """Open the connection (if not open) and restore the used tube and watch list."""
         if self._sock is not None:
             return
-        sock = self._open_socket()
-        _set_wait(sock, self.timeout)
+        if self._failover.probing:
+            sock, self.address = find_primary(self._failover, self.timeout)
+        else:
+            sock = open_socket(self.address, self.timeout)
+        set_wait(sock, self.timeout)
         self._sock = sock
         self._sock_timeout = self.timeout
         self._reader = ReplyReader()
         self._ever_connected = True
+        self._closed_by_user = False
+        self._gone = (IdleCheck(sock.fileno()) if self._failover.enabled and self.address.tls is None
+                      else None)
         self._restore()
-
-    def _open_socket(self) -> socket.socket:
-        """The one place this transport opens a connection."""
-        try:
-            if self.address.path is not None:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    sock.settimeout(self.timeout)
-                    sock.connect(self.address.path)
-                except OSError:
-                    sock.close()
-                    raise
-            else:
-                sock = socket.create_connection((self.address.host, self.address.port),
-                                                timeout=self.timeout)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock = wrap_socket(sock, self.address)
-        except OSError as e:
-            raise ConnectionFailed(f"cannot connect to beanstalkd server at {self.address}: {e}") from e
-        return sock
 
     def _restore(self) -> None:
         requests = self._session.restore()
@@ -142,12 +122,14 @@ class Client:
 
     def close(self) -> None:
         """Close the connection. The server releases jobs this connection had reserved."""
+        self._closed_by_user = True
         self._drop()
 
     def abort(self) -> None:
         """Close from another thread: shut the socket down first, so a call blocked in the owning
         thread (e.g. ``reserve()``) returns with a connection error at once, and the server sees
         the disconnect now (and releases this connection's reserved jobs)."""
+        self._closed_by_user = True
         sock = self._sock
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -156,6 +138,7 @@ class Client:
 
     def quit(self) -> None:
         """Send ``quit`` and close (the server releases this connection's reserved jobs)."""
+        self._closed_by_user = True
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.sendall(rq.QUIT)
@@ -208,7 +191,7 @@ class Client:
         try:
             data = requests[0].data if len(requests) == 1 else b"".join(r.data for r in requests)
             if wait != self._sock_timeout:  # a syscall: only when it changes
-                _set_wait(sock, wait)
+                set_wait(sock, wait)
                 self._sock_timeout = wait
             sock.sendall(data)
             reader = self._reader
@@ -236,11 +219,44 @@ class Client:
                 self._drop()
 
     def _call(self, request: rq.Request[T], extra: float | None = 0) -> T:
-        (resp,) = self._exchange((request,), self._wait(extra))
+        fo = self._failover
+        if not fo.enabled:
+            (resp,) = self._exchange((request,), self._wait(extra))
+        else:
+            resp = self._call_failover(fo, request, extra)
         try:
             return rq.interpret(request, resp)
         except ProtocolError:
             self._drop()  # an answer we cannot place: the stream may be out of step
+            raise
+
+    def _call_failover(self, fo: Failover, request: rq.Request[Any], extra: float | None) -> Response:
+        """The reply to ``request`` from the primary, resending it when the rule in
+        ``_failover`` says it is safe."""
+        try:
+            while True:
+                if self._sock is not None and self._gone is not None and self._gone():
+                    self._drop()  # died while idle: reconnect before sending, not after
+                self._ensure()
+                try:
+                    (resp,) = self._exchange((request,), self._wait(extra))
+                except ClientConnectionError as e:
+                    err = fo.after_drop(request, e, now=time.monotonic(),
+                                        closed_by_user=self._closed_by_user)
+                    if err is None:
+                        continue
+                    if err is e:
+                        raise
+                    raise err from e
+                if resp.word != NOT_PRIMARY:  # the common case, without reading the clock
+                    if fo.search is not None:
+                        fo.settled()
+                    return resp
+                if not fo.resend_after_reply(request, resp, now=time.monotonic()):
+                    return resp
+                self._drop()
+        except BaseException:  # the next failure starts a search of its own
+            fo.settled()
             raise
 
     # --- producer commands ----------------------------------------------------------------
@@ -284,14 +300,35 @@ class Client:
         """
         if tube is not None:
             self.use(tube)
-        plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr)
-        for batch in plan.batches():
-            replies = self._exchange(batch, self._wait(0))
-            try:
-                plan.take(batch, replies)
-            except ProtocolError:
-                self._drop()  # an answer we cannot place: the stream may be out of step
-                raise
+        fo = self._failover
+        plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr,
+                       resend_not_primary=fo.enabled)
+        try:
+            for batch in plan.batches():
+                while batch:
+                    if self._sock is not None and self._gone is not None and self._gone():
+                        self._drop()
+                    self._ensure()
+                    try:
+                        replies = self._exchange(batch, self._wait(0))
+                    except ClientConnectionError as e:
+                        err = fo.after_drop(batch[0], e, now=time.monotonic(),
+                                            closed_by_user=self._closed_by_user)
+                        if err is None or err is e:  # (a put is never resent after a drop)
+                            raise
+                        raise err from e
+                    try:
+                        batch = plan.take(batch, replies)
+                    except ProtocolError:
+                        self._drop()  # an answer we cannot place: the stream may be out of step
+                        raise
+                    if batch:  # NOT_PRIMARY: the new primary gets them
+                        fo.start(time.monotonic())
+                        self._drop()
+        except BaseException:  # the next failure starts a search of its own
+            fo.settled()
+            raise
+        fo.settled()
         return plan.result()
 
     # --- worker commands ------------------------------------------------------------------

@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from stalkd.client.options import add_server_options, server_address
+from stalkd.client.options import add_server_options, server_addresses
 from stalkd.worker.app import FAILED_TUBE, App
 
 __all__ = ["worker", "failed", "retry", "load_app"]
@@ -86,7 +86,7 @@ def worker(argv: Sequence[str]) -> int:
                         format="%(asctime)s %(process)d %(levelname).1s %(message)s")
     app = load_app(args.app)
     try:
-        app.address = str(server_address(args, default=app.address))
+        app.address = str(server_addresses(args, default=app.address))
     except ValueError as e:
         p.error(str(e))
     from stalkd.worker import make_worker
@@ -110,7 +110,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _address(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     try:
-        return str(server_address(args))
+        return str(server_addresses(args))
     except ValueError as e:
         p.error(str(e))
 

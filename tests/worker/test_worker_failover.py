@@ -1,0 +1,117 @@
+"""A worker given several servers keeps working across a failover: when the primary it
+reserves from is killed, its reserve loop moves to the next server, watches its tubes again
+and takes the jobs there; in process (threads, asyncio) and as ``stalkd worker -a A,B``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from worker_probe import Probe, start_server, wait_for
+
+from stalkd.client import Client, errors
+from stalkd.worker import App, make_worker
+from stalkd.worker.middleware import Retries
+from support import ServerProcess
+
+
+@pytest.fixture
+def two_servers() -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    first, second = start_server("stalkd"), start_server("stalkd")
+    yield first, second
+    first.stop()
+    second.stop()
+
+
+def ready_in(server: ServerProcess, tube: str) -> int:
+    with Client(server.address) as c:
+        try:
+            return int(c.stats_tube(tube)["current-jobs-ready"])
+        except errors.NotFound:
+            return 0
+
+
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_a_worker_follows_the_primary_to_the_next_server(
+        two_servers: tuple[ServerProcess, ServerProcess], mode: str) -> None:
+    first, second = two_servers
+    app = App(f"{first.address},{second.address}", middleware=[Retries()])
+    done: list[int] = []
+    task = app.task(done.append, name="f")
+    w = make_worker(app, mode=mode, concurrency=2, reserve_timeout=1)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        # Given a worker that took a job from the first server
+        assert task.put(1) is not None
+        probe = Probe(first.address)
+        try:
+            wait_for(lambda: done == [1] and probe.count("f", "ready") == 0
+                     and probe.count("f", "reserved") == 0, what="the first job")
+        finally:
+            probe.close()
+        # When the first server is killed
+        first.proc.kill()
+        first.proc.wait()
+        # Then a job put afterwards (the producer moves on too) is done from the second
+        assert task.put(2) is not None
+        wait_for(lambda: done == [1, 2], timeout=30, what="the job after the failover")
+        assert ready_in(second, "f") == 0
+    finally:
+        w.stop(now=True)
+        t.join(timeout=20)
+    assert not t.is_alive(), "worker did not stop"
+
+
+APP = """\
+from pathlib import Path
+from stalkd.worker import App
+
+app = App()
+
+@app.task(name="note")
+def note(payload):
+    with open({out!r}, "a") as f:
+        f.write(f"{{payload}}\\n")
+"""
+
+
+def test_stalkd_worker_with_two_addresses_survives_a_failover(
+        two_servers: tuple[ServerProcess, ServerProcess], tmp_path: Path) -> None:
+    first, second = two_servers
+    out = tmp_path / "done.txt"
+    (tmp_path / "failover_app.py").write_text(textwrap.dedent(APP.format(out=str(out))))
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    addresses = f"{first.address},{second.address}"
+    proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "worker", "failover_app:app",
+                             "-a", first.address, "-a", second.address],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        sys.path.insert(0, str(tmp_path))
+        try:
+            from failover_app import app, note  # type: ignore[import-not-found]
+        finally:
+            sys.path.remove(str(tmp_path))
+        app.address = addresses
+        note.put("one")
+        wait_for(lambda: out.exists() and out.read_text() == "one\n", what="the first job")
+        first.proc.kill()
+        first.proc.wait()
+        note.put("two")
+        wait_for(lambda: out.read_text() == "one\ntwo\n", timeout=30, what="the job after failover")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    assert f"server={addresses}" in err.decode()
