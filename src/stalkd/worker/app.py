@@ -21,6 +21,7 @@ from stalkd.worker.backoff import Backoff
 from stalkd.worker.errors import UnknownTask
 from stalkd.worker.middleware import Middleware, default_middleware
 from stalkd.worker.producer import ServerProducer
+from stalkd.worker.schedule import Schedule
 from stalkd.worker.serializer import JsonSerializer, Serializer
 from stalkd.worker.task import DEFAULT_PRIORITY, Producer, Task, TaskOptions
 from stalkd.worker.testing import TestingSession
@@ -49,6 +50,7 @@ class App:
         self._server_producer: Producer | None = None
         self._override: Producer | None = None
         self._lock = threading.Lock()
+        self.schedules: dict[str, Schedule] = {}
 
     @overload
     def task(self, fn: Callable[[P], Any], /, *, name: str | None = ...) -> Task[P]: ...
@@ -85,6 +87,23 @@ class App:
             return t
 
         return register(fn) if fn is not None else register
+
+    def schedule(self, cron: str, task: Task[Any], *, name: str | None = None,
+                 payload: Any = None, missed: str = "skip", grace: float = 60.0,
+                 tz: str = "UTC") -> Schedule:
+        """Put a ``task`` job at each time ``cron`` matches (five fields, or six with seconds
+        last), once per time however many schedulers run (``stalkd scheduler``, or
+        ``stalkd worker --schedules``). ``payload``: the job's payload, or a function of the
+        slot's ``datetime``. A slot more than ``grace`` seconds old when a scheduler gets to it
+        was missed: ``missed="skip"`` or ``"once"`` (one run for all missed slots). See
+        ``stalkd.worker.schedule`` and ``stalkd.worker.scheduler``."""
+        if task.app is not self:
+            raise ValueError(f"{task!r} belongs to another app")
+        s = Schedule(name or task.name, cron, task, payload, missed, grace, tz)  # type: ignore[arg-type]
+        if s.name in self.schedules:
+            raise ValueError(f"schedule {s.name!r} is already defined (give name=...)")
+        self.schedules[s.name] = s
+        return s
 
     def add_middleware(self, m: Middleware) -> None:
         self.middleware.append(m)
