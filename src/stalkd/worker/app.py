@@ -141,9 +141,12 @@ class App:
                     aconnect=lambda: AsyncServerOps.open(address, timeout=timeout))
             return self._server_producer
 
-    def cancel(self, job_id: int) -> bool:
+    def cancel(self, job_id: int, *, running: bool = False, wait: float = 5.0) -> bool:
         """Cancel a job that has not started (ready, delayed, or buried), freeing its unique
-        key; False when there is no such job or a worker is running it.
+        key; False when there is no such job or a worker is running it. With ``running=True``
+        a running job is asked to stop (its handler sees ``stalkd.worker.cancelled()``, or an
+        async one ``CancelledError``), waiting up to ``wait`` seconds for it to go; True then
+        means the job is gone or its worker has the request (``stalkd.worker.cancel``).
 
         >>> app = App(middleware=[]); t = app.task(lambda p: None, name="t")
         >>> with app.testing():
@@ -151,7 +154,18 @@ class App:
         ...     app.cancel(job), app.cancel(job)
         (True, False)
         """
-        return self.producer.cancel(job_id)
+        if self.producer.cancel(job_id):
+            return True
+        if not running or self._override is not None:  # app.testing() runs nothing meanwhile
+            return False
+        from stalkd.worker.cancel import request_stop
+        from stalkd.worker.ops import ServerOps
+
+        conn = ServerOps(self.address, timeout=self.client_timeout)
+        try:
+            return request_stop(conn, job_id, wait=wait) != "not found"
+        finally:
+            conn.close()
 
     @contextmanager
     def testing(self, *, eager: bool = False, raise_errors: bool = True) -> Iterator[TestingSession]:

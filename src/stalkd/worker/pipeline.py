@@ -35,6 +35,7 @@ from stalkd.worker.actions import (
     WorkerAction,
     dead_letter,
 )
+from stalkd.worker.cancel import JobCancelled, current
 from stalkd.worker.context import JobContext
 from stalkd.worker.errors import TimeLimitExceeded
 from stalkd.worker.middleware.base import Middleware
@@ -164,10 +165,14 @@ def run_sync(app: Registry, ctx: JobContext) -> None:
 
 
 def _call(ctx: JobContext) -> Any:
-    result = ctx.task.fn(ctx.payload)
-    if asyncio.iscoroutine(result):
-        result = asyncio.run(result)
-    return result
+    token = current.set(ctx)  # what stalkd.worker.cancelled() reads
+    try:
+        result = ctx.task.fn(ctx.payload)
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return result
+    finally:
+        current.reset(token)
 
 
 class _SyncRun:
@@ -240,6 +245,8 @@ def _raise_in(thread_id: int, exc: type[BaseException]) -> None:
 def _finish(app: Registry, ctx: JobContext) -> WorkerAction:
     """Run the after-hooks (in reverse order) and return the action for this delivery."""
     ctx.duration = time.monotonic() - ctx.started
+    if isinstance(ctx.exception, JobCancelled):
+        ctx.action = Complete()  # stopped on request: deleted, as a queued job's cancel does
     for m in reversed(app.middleware):
         _safe(m.after_process, ctx)
     if ctx.action is None:
