@@ -53,7 +53,9 @@ class JobCancelled(NonRetryable):
 
 
 def cancel_tube(job_id: int) -> str:
-    """>>> cancel_tube(42)
+    """The tube a stop request for ``job_id`` goes to.
+
+    >>> cancel_tube(42)
     'stalkd.cancel.42'
     """
     return f"{CANCEL_PREFIX}{job_id}"
