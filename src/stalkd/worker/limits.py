@@ -1,0 +1,195 @@
+"""Limits shared by every worker of a task or key: "at most 5 at once" and "100 per minute".
+
+>>> from stalkd.worker import App
+>>> app = App()
+>>> api = Limit(app, "api", concurrency=5)
+>>> per_customer = Limit(app, "mail", rate="100/minute")
+>>> per_customer.tokens, per_customer.period
+(100, 60.0)
+
+In a handler: ``with api.hold(): ...`` or ``with per_customer.hold(key=payload["customer"])``.
+
+Where the state lives, and why
+------------------------------
+In the queue server itself, as *token jobs*: a limit of N is N jobs in the tube
+``stalkd.limit.<name>`` (``.<hash of key>`` per key), which nobody but the limiter reserves.
+
+* Concurrency: a holder reserves a token and releases it (no delay) when done. The server hands
+  each token to one connection at a time, so at most N hold it, across every process and host.
+  A holder that dies drops its connection, and the server puts its token back at once (no
+  lease to wait out); a frozen one keeps it, which errs towards fewer, never more.
+* Rate: a holder reserves a token and at once releases it with a delay of one period, then
+  goes on. A token can be taken once per period, so any period sees at most N starts. The
+  release comes before the work, so a holder that dies cannot return a token early.
+
+Tokens are jobs, so they are as durable as the server makes jobs: with a data directory a
+restart keeps the limit's state (the tokens in use come back ready, a delayed token keeps its
+delay). Nothing to deploy, and it works on beanstalkd too. The cost: one connection per thread
+that holds a limit, and two round trips per hold.
+
+The tokens are made once per limit, by whoever first claims the tube ``<tube>.init`` (the claim
+of ``unique``: the oldest marker wins; the winner's marker stays, recording N). Changing N
+later needs the tubes emptied by hand (``stalkd jobs``): a warning says so. A process killed
+between winning that claim and putting the tokens (once in the limit's life) leaves fewer.
+
+Waiting for a token happens inside the handler: it counts towards the job's time limit, the
+heartbeat keeps the job meanwhile, and a cancel request ends the wait (``JobCancelled``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from stalkd.worker.cancel import raise_if_cancelled
+
+log = logging.getLogger("stalkd.worker")
+
+__all__ = ["Limit", "LimitTimeout", "parse_rate", "LIMIT_PREFIX"]
+
+LIMIT_PREFIX = "stalkd.limit."
+TOKEN_TTR = 10 * 365 * 86400  # held until released or the holder's connection closes
+_UNITS = {"second": 1.0, "s": 1.0, "minute": 60.0, "min": 60.0, "m": 60.0, "hour": 3600.0,
+          "h": 3600.0, "day": 86400.0, "d": 86400.0}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class LimitTimeout(TimeoutError):
+    """No token came within ``hold(timeout=...)``; retryable like any failure."""
+
+
+def parse_rate(text: str) -> tuple[int, float]:
+    """``"100/minute"`` -> (100, 60.0) tokens per period in seconds.
+
+    >>> parse_rate("100/minute"), parse_rate("5/10s"), parse_rate("2 / hour")
+    ((100, 60.0), (5, 10.0), (2, 3600.0))
+    """
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d*\.?\d*)\s*([a-z]+)\s*", text)
+    if not m or m.group(3) not in _UNITS or int(m.group(1)) < 1:
+        raise ValueError(f"rate {text!r}: expected N/UNIT such as '100/minute' or '5/10s' "
+                         f"(units: {', '.join(sorted(set(_UNITS)))})")
+    return int(m.group(1)), float(m.group(2) or 1) * _UNITS[m.group(3)]
+
+
+class Limit:
+    """A limit named ``name``, shared by every process that declares it with the same
+    ``concurrency=N`` or ``rate="N/UNIT"`` against the same server."""
+
+    def __init__(self, app: Any, name: str, *, concurrency: int | None = None,
+                 rate: str | None = None) -> None:
+        if (concurrency is None) == (rate is None):
+            raise ValueError(f"limit {name}: give concurrency=N or rate='N/UNIT', one of them")
+        if not re.fullmatch(r"[A-Za-z0-9+/;.$_()][A-Za-z0-9+/;.$_()-]{0,120}", name):
+            raise ValueError(f"limit name {name!r}: use letters, digits and +/;.$_()-")
+        self.app = app
+        self.name = name
+        if concurrency is not None:
+            if concurrency < 1:
+                raise ValueError(f"limit {name}: concurrency must be >= 1, got {concurrency}")
+            self.tokens, self.period = concurrency, 0.0
+        else:
+            assert rate is not None
+            self.tokens, self.period = parse_rate(rate)
+        self._local = threading.local()
+        self._ready: set[str] = set()  # tubes known to hold their tokens
+
+    def tube(self, key: str | None = None) -> str:
+        """The token tube for ``key`` (a tube name whatever the key).
+
+        >>> from stalkd.worker import App
+        >>> Limit(App(), "api", concurrency=1).tube("customer-7")
+        'stalkd.limit.api.f1b900a47ee1967f'
+        """
+        if key is None:
+            return LIMIT_PREFIX + self.name
+        return f"{LIMIT_PREFIX}{self.name}.{hashlib.sha1(key.encode()).hexdigest()[:16]}"
+
+    def _conn(self, tube: str) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            from stalkd.worker.ops import ServerOps
+
+            conn = self._local.conn = ServerOps(self.app.address, timeout=self.app.client_timeout)
+            self._local.tube = None
+        if self._local.tube != tube:
+            conn.watch_only([tube])
+            if self._local.tube is not None:
+                conn.client.ignore(self._local.tube)
+            self._local.tube = tube
+        if tube not in self._ready:
+            self._make_tokens(conn, tube)
+            self._ready.add(tube)
+        return conn
+
+    def _make_tokens(self, conn: Any, tube: str) -> None:
+        init = tube + ".init"
+        spec = {"limit": self.name, "tokens": self.tokens, "period": self.period}
+        top = conn.peek_ready(init)
+        if top is None:
+            mine = conn.put(init, json.dumps(spec).encode(), 0, 0, TOKEN_TTR)
+            top = conn.peek_ready(init)
+            if top is not None and top[0] == mine:
+                body = json.dumps({"limit": self.name}).encode()
+                for _ in range(self.tokens):
+                    conn.put(tube, body, 0, 0, TOKEN_TTR)
+                return
+            conn.delete(mine)
+        if top is not None and json.loads(top[1]) != spec:
+            log.warning("limit %s: the server holds tokens for %s, this process declares %s; "
+                        "to change it, stop the workers and delete the jobs of %s and %s",
+                        self.name, top[1].decode(), spec, tube, init)
+
+    @contextlib.contextmanager
+    def hold(self, key: str | None = None, *, timeout: float | None = None) -> Iterator[None]:
+        """Wait for a token (of ``key``'s own limit when given), then run the block."""
+        tube = self.tube(key)
+        try:
+            conn = self._conn(tube)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while (got := conn.reserve(timeout=1)) is None:
+                raise_if_cancelled()
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise LimitTimeout(f"limit {self.name}: no token within {timeout}s "
+                                       f"(tube {tube})")
+            token = got[0]
+            if self.period:
+                conn.release(token, 0, max(1, math.ceil(self.period)))  # back after a period
+        except OSError:
+            self._drop()
+            raise
+        if self.period:
+            yield
+            return
+        try:
+            yield
+        finally:
+            try:
+                conn.release(token, 0, 0)
+            except OSError:
+                self._drop()  # the server released it when the connection went
+
+    def limited(self, fn: F) -> F:
+        """Decorate a handler so it runs under ``hold()`` (no key)."""
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            with self.hold():
+                return fn(*args, **kw)
+
+        return wrapper  # type: ignore[return-value]
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.abort()
