@@ -201,3 +201,42 @@ def test_an_app_without_schedules_is_a_usage_error(tmp_path: Path, cmd: list[str
                        env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert r.returncode == 2
     assert "has no schedules" in r.stderr and "app.schedule(cron, task)" in r.stderr
+
+
+WORKER_APP = """
+import os
+from stalkd.worker import App
+
+app = App({address!r})
+
+@app.task(tube="ticks")
+def tick(slot):
+    fd = os.open({log!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, b"%d\\n" % slot)
+    os.close(fd)
+
+app.schedule("* * * * * *", tick, name="every-second", payload=lambda slot: int(slot.timestamp()))
+"""
+
+
+@pytest.mark.parametrize("mode", ["threads", "processes"])
+def test_worker_with_schedules_puts_and_runs_each_slot_once(server: Any, tmp_path: Path,
+                                                            mode: str) -> None:
+    log = tmp_path / "ran"
+    (tmp_path / "wapp.py").write_text(textwrap.dedent(
+        WORKER_APP.format(address=server.address, log=str(log))))
+    # two workers with schedules, so two schedulers race for every slot
+    procs = [subprocess.Popen([sys.executable, "-m", "stalkd.cli", "worker", "wapp:app",
+                               "--schedules", "-m", mode, "-c", "2", "--log-level", "WARNING"],
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+             for _ in range(2)]
+    try:
+        wait_for(lambda: log.exists() and len(log.read_text().split()) >= 4, timeout=30,
+                 what="4 slots run")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=40) for p in procs]
+    assert codes == [0, 0]
+    ran = [int(x) for x in log.read_text().split()]
+    assert len(ran) == len(set(ran)), f"a slot ran twice: {ran}"

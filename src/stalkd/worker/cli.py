@@ -107,13 +107,9 @@ def worker(argv: Sequence[str]) -> int:
         if not app.schedules:
             p.error(f"--schedules: {args.app} has no schedules (add one with "
                     "app.schedule(cron, task))")
-        from stalkd.worker.scheduler import start_thread
+        from stalkd.worker.scheduler import RunSchedules
 
-        scheduler = start_thread(app)
-        try:
-            return w.run()
-        finally:
-            scheduler.stop()
+        app.add_middleware(RunSchedules(app))
     return w.run()
 
 

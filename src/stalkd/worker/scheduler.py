@@ -40,11 +40,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from stalkd.worker.middleware.base import Middleware, RunningWorker
 from stalkd.worker.schedule import Schedule, decide
 
 log = logging.getLogger("stalkd.scheduler")
 
-__all__ = ["Scheduler", "ledger_tube", "last_slot", "claim_slot", "main"]
+__all__ = ["Scheduler", "RunSchedules", "ledger_tube", "last_slot", "claim_slot", "main"]
 
 LEDGER_PREFIX = "stalkd.schedule."
 _MAX_PRIORITY = 2**32 - 1
@@ -170,11 +171,28 @@ def _iso(slot: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(slot))
 
 
-def start_thread(app: Any) -> Scheduler:
-    """Run ``app``'s schedules on a daemon thread (``stalkd worker --schedules``)."""
-    s = Scheduler(app)
-    threading.Thread(target=s.run, name="stalkd-scheduler", daemon=True).start()
-    return s
+class RunSchedules(Middleware):
+    """Runs the app's schedules on a thread of the worker (``stalkd worker --schedules``):
+    started with the worker and stopped with it; in ``--mode processes`` in the parent only,
+    after its first children are forked."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.scheduler: Scheduler | None = None
+        self._child = False
+
+    def after_fork(self) -> None:
+        self._child = True
+
+    def on_worker_start(self, worker: RunningWorker) -> None:
+        if self._child or self.scheduler is not None:
+            return
+        self.scheduler = Scheduler(self.app)
+        threading.Thread(target=self.scheduler.run, name="stalkd-scheduler", daemon=True).start()
+
+    def on_worker_stop(self, worker: RunningWorker) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
 
 
 def main(argv: Sequence[str]) -> int:
