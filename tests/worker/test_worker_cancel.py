@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -121,3 +123,26 @@ def test_cancelled_is_false_outside_a_handler_and_in_testing_mode() -> None:
     with app.testing(eager=True):
         t.put(None)
     assert seen == [False] and cancelled() is False
+
+
+def test_stalkd_cancel_stops_a_running_job_and_names_a_missing_one(server: Any,
+                                                                    tmp_path: Path) -> None:
+    app = App(server.address, middleware=[Cancellation()])
+    started = tmp_path / "started"
+
+    @app.task
+    def long(p: None) -> None:
+        started.touch()
+        while not cancelled():
+            time.sleep(0.01)
+        raise_if_cancelled()
+
+    job_id = long.put(None)
+    assert job_id is not None
+    with running(app, "threads"):
+        wait_for(started.exists, what="the handler to start")
+        r = subprocess.run([sys.executable, "-m", "stalkd.cli", "cancel", "-a", server.address,
+                            "--wait", "30", str(job_id), "999999"],
+                           capture_output=True, text=True, timeout=60)
+    assert r.stdout.splitlines() == [f"job {job_id}: stopped", "job 999999: not found"]
+    assert r.returncode == 1

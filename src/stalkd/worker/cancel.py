@@ -30,7 +30,9 @@ False
 from __future__ import annotations
 
 import contextvars
+import sys
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from stalkd.worker.errors import NonRetryable
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from stalkd.worker.context import JobContext
 
 __all__ = ["JobCancelled", "cancelled", "raise_if_cancelled", "cancel_tube", "request_stop",
-           "CANCEL_PREFIX", "current"]
+           "CANCEL_PREFIX", "current", "main"]
 
 CANCEL_PREFIX = "stalkd.cancel."
 
@@ -98,3 +100,42 @@ def request_stop(conn: Any, job_id: int, *, wait: float = 5.0,
     if info is not None and conn.delete(job_id):  # released (a retry) before it saw the request
         return "deleted"
     return "stopped"
+
+
+def main(argv: Sequence[str]) -> int:
+    """``stalkd cancel ID...``: delete jobs that have not started, ask running ones to stop."""
+    import argparse
+
+    from stalkd.client.options import add_server_options, server_address
+    from stalkd.worker.ops import ServerOps
+    from stalkd.worker.producer import ServerProducer
+
+    p = argparse.ArgumentParser(
+        prog="stalkd cancel",
+        description="Cancel jobs: a job that has not started (ready, delayed, buried) is "
+        "deleted and its unique key freed; a running one is asked to stop (its handler sees "
+        "stalkd.worker.cancelled(), an async one CancelledError; a worker runs the "
+        "Cancellation middleware by default).")
+    add_server_options(p)
+    p.add_argument("ids", nargs="+", type=int, metavar="ID", help="job ids")
+    p.add_argument("--wait", type=float, default=5.0, metavar="SECONDS",
+                   help="how long to wait for a running job to stop (default 5)")
+    args = p.parse_args(list(argv))
+    try:
+        address = str(server_address(args))
+    except ValueError as e:
+        p.error(str(e))
+    failed = 0
+    try:
+        conn = ServerOps(address)
+        producer = ServerProducer(lambda: conn)
+        for job_id in args.ids:
+            outcome = "deleted" if producer.cancel(job_id) else request_stop(
+                conn, job_id, wait=args.wait)
+            print(f"job {job_id}: {outcome}")
+            failed += outcome == "not found"
+        conn.close()
+    except ConnectionError as exc:
+        print(f"stalkd cancel: {exc}", file=sys.stderr)
+        return 1
+    return 1 if failed else 0
