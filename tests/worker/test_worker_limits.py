@@ -156,7 +156,7 @@ def test_tokens_survive_a_server_restart(tmp_path: Path) -> None:
         lim = Limit(App(server.address), "kept", concurrency=2)
         with lim.hold():
             pass
-        lim._drop()
+        lim.close()
     finally:
         server.stop()
     server = start_server("stalkd", "-b", str(data))

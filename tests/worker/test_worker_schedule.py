@@ -240,3 +240,23 @@ def test_worker_with_schedules_puts_and_runs_each_slot_once(server: Any, tmp_pat
     assert codes == [0, 0]
     ran = [int(x) for x in log.read_text().split()]
     assert len(ran) == len(set(ran)), f"a slot ran twice: {ran}"
+
+
+def test_a_payload_function_that_raises_loses_its_slot_not_the_schedule() -> None:
+    app = App(middleware=[])
+    t = app.task(lambda p: None, name="t")
+
+    def payload(slot: Any) -> int:
+        if int(slot.timestamp()) == 1020:
+            raise RuntimeError("bad slot")
+        return int(slot.timestamp())
+
+    app.schedule(EVERY_10S, t, name="s", payload=payload)
+    with app.testing() as session:
+        now = [1000.0]
+        s = Scheduler(app, connect=lambda: session.server, clock=lambda: now[0])
+        for _ in range(4):
+            now[0] += 10
+            s.tick()
+        bodies = [j.body.split(b"\n", 1)[1] for j in session.server.in_tube("t", "ready")]
+    assert bodies == [b"1010", b"1030", b"1040"]

@@ -24,8 +24,8 @@ In the queue server itself, as *token jobs*: a limit of N is N jobs in the tube
 
 Tokens are jobs, so they are as durable as the server makes jobs: with a data directory a
 restart keeps the limit's state (the tokens in use come back ready, a delayed token keeps its
-delay). Nothing to deploy, and it works on beanstalkd too. The cost: one connection per thread
-that holds a limit, and two round trips per hold.
+delay). Nothing to deploy, and it works on beanstalkd too. The cost: one connection per
+concurrent holder (pooled), and two round trips per hold.
 
 The tokens are made once per limit, by whoever first claims the tube ``<tube>.init`` (the claim
 of ``unique``: the oldest marker wins; the winner's marker stays, recording N). Changing N
@@ -98,7 +98,8 @@ class Limit:
         else:
             assert rate is not None
             self.tokens, self.period = parse_rate(rate)
-        self._local = threading.local()
+        self._pool: list[Any] = []
+        self._pool_lock = threading.Lock()
         self._ready: set[str] = set()  # tubes known to hold their tokens
 
     def tube(self, key: str | None = None) -> str:
@@ -113,20 +114,27 @@ class Limit:
         return f"{LIMIT_PREFIX}{self.name}.{hashlib.sha1(key.encode()).hexdigest()[:16]}"
 
     def _conn(self, tube: str) -> Any:
-        conn = getattr(self._local, "conn", None)
+        """An idle connection of this limit's pool, watching only ``tube`` (a pool rather
+        than one per thread: handlers with a time limit get a fresh thread per job)."""
+        with self._pool_lock:
+            conn: Any = self._pool.pop() if self._pool else None
         if conn is None:
             from stalkd.worker.ops import ServerOps
 
-            conn = self._local.conn = ServerOps(self.app.address, timeout=self.app.client_timeout)
-            self._local.tube = None
-        if self._local.tube != tube:
-            conn.watch_only([tube])
-            if self._local.tube is not None:
-                conn.client.ignore(self._local.tube)
-            self._local.tube = tube
-        if tube not in self._ready:
-            self._make_tokens(conn, tube)
-            self._ready.add(tube)
+            conn = ServerOps(self.app.address, timeout=self.app.client_timeout)
+            conn.watching_tube = None  # an attribute of ours, on our own object
+        try:
+            if conn.watching_tube != tube:
+                conn.watch_only([tube])
+                if conn.watching_tube is not None:
+                    conn.client.ignore(conn.watching_tube)
+                conn.watching_tube = tube
+            if tube not in self._ready:
+                self._make_tokens(conn, tube)
+                self._ready.add(tube)
+        except OSError:
+            self._drop(conn)
+            raise
         return conn
 
     def _make_tokens(self, conn: Any, tube: str) -> None:
@@ -150,22 +158,25 @@ class Limit:
     @contextlib.contextmanager
     def hold(self, key: str | None = None, *, timeout: float | None = None) -> Iterator[None]:
         """Wait for a token (of ``key``'s own limit when given), then run the block."""
-        tube = self.tube(key)
+        conn = self._conn(self.tube(key))
         try:
-            conn = self._conn(tube)
             deadline = None if timeout is None else time.monotonic() + timeout
             while (got := conn.reserve(timeout=1)) is None:
                 raise_if_cancelled()
                 if deadline is not None and time.monotonic() >= deadline:
                     raise LimitTimeout(f"limit {self.name}: no token within {timeout}s "
-                                       f"(tube {tube})")
+                                       f"(tube {conn.watching_tube})")
             token = got[0]
             if self.period:
                 conn.release(token, 0, max(1, math.ceil(self.period)))  # back after a period
         except OSError:
-            self._drop()
+            self._drop(conn)
+            raise
+        except BaseException:
+            self._idle(conn)
             raise
         if self.period:
+            self._idle(conn)
             yield
             return
         try:
@@ -173,8 +184,9 @@ class Limit:
         finally:
             try:
                 conn.release(token, 0, 0)
+                self._idle(conn)
             except OSError:
-                self._drop()  # the server released it when the connection went
+                self._drop(conn)  # the server released it when the connection went
 
     def limited(self, fn: F) -> F:
         """Decorate a handler so it runs under ``hold()`` (no key)."""
@@ -187,9 +199,18 @@ class Limit:
 
         return wrapper  # type: ignore[return-value]
 
-    def _drop(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None:
+    def _idle(self, conn: Any) -> None:
+        with self._pool_lock:
+            self._pool.append(conn)
+
+    def _drop(self, conn: Any) -> None:
+        with contextlib.suppress(OSError):
+            conn.abort()
+
+    def close(self) -> None:
+        """Close the idle connections (held tokens stay with their holders)."""
+        with self._pool_lock:
+            idle, self._pool = self._pool, []
+        for conn in idle:
             with contextlib.suppress(OSError):
-                conn.abort()
+                conn.close()

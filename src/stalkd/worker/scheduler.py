@@ -129,15 +129,25 @@ class Scheduler:
             d = decide(s, self.started if last is None else last, self.clock())
             for slot in d.fire:
                 if claim_slot(conn, s, slot, fired=True, now=self.clock()):
-                    task = self.app.tasks[s.task] if isinstance(s.task, str) else s.task
-                    job_id = task.put(s.payload_for(slot))
-                    self.fired += 1
-                    log.info("schedule %s: slot %s fired job %s", s.name, _iso(slot), job_id)
+                    self._put(s, slot)
             if d.skip is not None and claim_slot(conn, s, d.skip, fired=False, now=self.clock()):
                 log.warning("schedule %s: missed slots up to %s skipped (missed='skip'; "
                             "missed='once' runs them once)", s.name, _iso(d.skip))
             wake = min(wake, d.wake_at)
         return wake
+
+    def _put(self, s: Schedule, slot: int) -> None:
+        task = self.app.tasks[s.task] if isinstance(s.task, str) else s.task
+        try:
+            job_id = task.put(s.payload_for(slot))
+        except OSError:
+            raise
+        except Exception:
+            # The user's payload function or validator: this slot is lost, the schedule not.
+            log.exception("schedule %s: slot %s could not be put", s.name, _iso(slot))
+            return
+        self.fired += 1
+        log.info("schedule %s: slot %s fired job %s", s.name, _iso(slot), job_id)
 
     def run(self) -> int:
         log.info("scheduler: %d schedule(s) on %s: %s", len(self.schedules), self.app.address,
