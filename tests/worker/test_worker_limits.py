@@ -50,6 +50,14 @@ def keyed(p):
         time.sleep(0.02)
         note("-" + p)
 
+@app.task(tube="alim")
+async def abounded(p):
+    import asyncio
+    async with two.ahold():
+        note("+two")
+        await asyncio.sleep(0.02)
+        note("-two")
+
 @app.task(tube="lim")
 def paced(p):
     with rate.hold():
@@ -57,9 +65,9 @@ def paced(p):
 """
 
 
-def _workers(tmp_path: Path, n: int) -> list[subprocess.Popen[bytes]]:
+def _workers(tmp_path: Path, n: int, *extra: str) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-m", "stalkd.cli", "worker", "limapp:app", "-c",
-                              "3", "--log-level", "WARNING"], cwd=tmp_path,
+                              "3", "--log-level", "WARNING", *extra], cwd=tmp_path,
                              env={**os.environ, "PYTHONPATH": str(tmp_path)})
             for _ in range(n)]
 
@@ -103,9 +111,12 @@ def test_limits_hold_across_worker_processes(server: Any, tmp_path: Path) -> Non
         limapp.keyed.put("a" if i % 2 else "b")
     for i in range(9):
         limapp.paced.put(i)
-    procs = _workers(tmp_path, 3)  # 9 slots contend for each limit
+        limapp.abounded.put(i)
+    # 9 thread slots and 6 asyncio slots contend for each limit ("two" is used by both)
+    procs = [*_workers(tmp_path, 3, "-t", "lim"), *_workers(tmp_path, 2, "-m", "asyncio",
+                                                            "-t", "alim")]
     try:
-        wait_for(lambda: sum(x.startswith("-") for x in _lines(log)) == 36
+        wait_for(lambda: sum(x.startswith("-") for x in _lines(log)) == 45
                  and sum(x.startswith("@") for x in _lines(log)) == 9,
                  timeout=60, what="every job to run")
     finally:

@@ -7,7 +7,8 @@
 >>> per_customer.tokens, per_customer.period
 (100, 60.0)
 
-In a handler: ``with api.hold(): ...`` or ``with per_customer.hold(key=payload["customer"])``.
+In a handler: ``with api.hold(): ...`` or ``with per_customer.hold(key=payload["customer"])``;
+in an ``async def`` handler ``async with api.ahold(): ...``.
 
 Where the state lives, and why
 ------------------------------
@@ -38,6 +39,7 @@ heartbeat keeps the job meanwhile, and a cancel request ends the wait (``JobCanc
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -46,7 +48,8 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 from stalkd.worker.cancel import raise_if_cancelled
@@ -99,6 +102,8 @@ class Limit:
             assert rate is not None
             self.tokens, self.period = parse_rate(rate)
         self._pool: list[Any] = []
+        self._apools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Any]] = (
+            weakref.WeakKeyDictionary())  # asyncio connections are bound to their loop
         self._pool_lock = threading.Lock()
         self._ready: set[str] = set()  # tubes known to hold their tokens
 
@@ -187,6 +192,60 @@ class Limit:
                 self._idle(conn)
             except OSError:
                 self._drop(conn)  # the server released it when the connection went
+
+    @contextlib.asynccontextmanager
+    async def ahold(self, key: str | None = None, *,
+                    timeout: float | None = None) -> AsyncIterator[None]:
+        """``hold`` for ``async def`` handlers, on an asyncio connection of the running loop
+        (a cancelled wait drops its connection, so no token is left reserved)."""
+        tube = self.tube(key)
+        if tube not in self._ready:
+            await asyncio.to_thread(lambda: self._idle(self._conn(tube)))  # makes the tokens
+        loop = asyncio.get_running_loop()
+        pool = self._apools.setdefault(loop, [])
+        conn: Any = pool.pop() if pool else None
+        try:
+            if conn is None:
+                from stalkd.worker.ops import AsyncServerOps
+
+                conn = await AsyncServerOps.open(self.app.address,
+                                                 timeout=self.app.client_timeout)
+                conn.watching_tube = None  # an attribute of ours, on our own object
+            if conn.watching_tube != tube:
+                await conn.watch_only([tube])
+                if conn.watching_tube is not None:
+                    await conn.client.ignore(conn.watching_tube)
+                conn.watching_tube = tube
+            deadline = None if timeout is None else loop.time() + timeout
+            while (got := await conn.reserve(timeout=1)) is None:
+                if deadline is not None and loop.time() >= deadline:
+                    raise LimitTimeout(f"limit {self.name}: no token within {timeout}s "
+                                       f"(tube {tube})")
+            token = got[0]
+            if self.period:
+                await conn.release(token, 0, max(1, math.ceil(self.period)))
+        except LimitTimeout:
+            pool.append(conn)
+            raise
+        except BaseException:
+            if conn is not None:  # mid-command, or broken: never back in the pool
+                with contextlib.suppress(Exception):
+                    await conn.close()
+            raise
+        if self.period:
+            pool.append(conn)
+            yield
+            return
+        try:
+            yield
+        finally:
+            try:
+                await conn.release(token, 0, 0)
+                pool.append(conn)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.close()  # the server releases the token with the connection
+                raise
 
     def limited(self, fn: F) -> F:
         """Decorate a handler so it runs under ``hold()`` (no key)."""
