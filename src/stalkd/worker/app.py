@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from stalkd.worker.backoff import Backoff
 from stalkd.worker.errors import UnknownTask
@@ -89,7 +89,7 @@ class App:
         return register(fn) if fn is not None else register
 
     def schedule(self, cron: str, task: Task[Any], *, name: str | None = None,
-                 payload: Any = None, missed: str = "skip", grace: float = 60.0,
+                 payload: Any = None, missed: Literal["skip", "once"] = "skip", grace: float = 60.0,
                  tz: str = "UTC") -> Schedule:
         """Put a ``task`` job at each time ``cron`` matches (five fields, or six with seconds
         last), once per time however many schedulers run (``stalkd scheduler``, or
@@ -99,7 +99,7 @@ class App:
         ``stalkd.worker.schedule`` and ``stalkd.worker.scheduler``."""
         if task.app is not self:
             raise ValueError(f"{task!r} belongs to another app")
-        s = Schedule(name or task.name, cron, task, payload, missed, grace, tz)  # type: ignore[arg-type]
+        s = Schedule(name or task.name, cron, task, payload, missed, grace, tz)
         if s.name in self.schedules:
             raise ValueError(f"schedule {s.name!r} is already defined (give name=...)")
         self.schedules[s.name] = s
