@@ -13,6 +13,7 @@ MODULES = [
     "stalkd.worker.testing", "stalkd.worker.runner", "stalkd.worker.middleware",
     "stalkd.worker.middleware.base", "stalkd.worker.middleware.heartbeat",
     "stalkd.worker.middleware.retries", "stalkd.worker.middleware.prometheus",
+    "stalkd.worker.schedule", "stalkd.worker.cancel", "stalkd.worker.limits",
     "stalkd.outbox", "stalkd.outbox.table", "stalkd.outbox.relay",
 ]
 

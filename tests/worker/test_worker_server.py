@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -169,6 +170,35 @@ def test_time_limit_fails_the_attempt(server: Any, probe: Probe, mode: str) -> N
         gate.set()
     # Then the first overrun was retried and the second dead-lettered, both as time limits
     assert [a for a, _, _ in rec.retries] == [1]
+    assert _record_error(probe, job_id) == (f"TimeLimitExceeded: job {job_id}: task stuck ran "
+                                            f"past its time limit of 0.5s")
+
+
+@pytest.mark.parametrize("mode", ["threads", "asyncio-sync", "processes"])
+@pytest.mark.parametrize("blocked", ["sleep", "lock"])
+def test_time_limit_interrupts_a_handler_blocked_in_a_c_call(server: Any, probe: Probe,
+                                                             mode: str, blocked: str) -> None:
+    # An exception raised asynchronously lands only at the next bytecode: a handler blocked in
+    # time.sleep (or on a lock) used to overrun its limit by as long as the call lasted.
+    app = App(server.address, middleware=[Retries(), TimeLimit()])
+    gate = threading.Event()
+
+    @app.task(max_attempts=1, time_limit=0.5)
+    def stuck(payload: None) -> None:
+        if blocked == "sleep":
+            time.sleep(60)
+        else:
+            gate.wait()  # no timeout: one blocking lock acquire in C
+
+    job_id = stuck.put(None)
+    assert job_id is not None
+    try:
+        with running(app, mode=mode.removesuffix("-sync")):
+            # far less than the 60 s sleep, far more than the 0.5 s limit
+            wait_for(lambda: (probe.job(job_id) or {}).get("state") == "buried", timeout=15,
+                     what="bury at the time limit")
+    finally:
+        gate.set()
     assert _record_error(probe, job_id) == (f"TimeLimitExceeded: job {job_id}: task stuck ran "
                                             f"past its time limit of 0.5s")
 

@@ -29,6 +29,9 @@ How it behaves (each point is kept in one module; see its docstring):
 * Unique keys and dependencies: ``put(..., key=K)`` is a no-op while a job holding ``K`` is
   pending; ``put(..., depends_on=[K])`` waits until that job completed; built from marker jobs
   in ``stalkd.key.*`` tubes (``unique``, with the server extension that would make it exact).
+* Cancel: ``app.cancel(job_id)`` deletes a job that has not started; ``running=True`` also asks
+  a running one to stop: a sync handler checks ``cancelled()``, an async one gets
+  ``CancelledError`` (``cancel``, ``middleware.cancellation``).
 * Transactional enqueue: ``stalkd.outbox``. Tests: ``app.testing()`` (``testing``).
 * Delivery is at least once: a job runs again if its worker dies or its TTR runs out before the
   ack, so handlers should be idempotent (``force_retry()`` in testing mode checks that).
@@ -48,6 +51,7 @@ from stalkd.worker.actions import (
 )
 from stalkd.worker.app import App, Task, TaskOptions
 from stalkd.worker.backoff import Backoff, compute_backoff
+from stalkd.worker.cancel import JobCancelled, cancelled, raise_if_cancelled
 from stalkd.worker.context import JobContext
 from stalkd.worker.errors import (
     EnvelopeError,
@@ -68,6 +72,7 @@ __all__ = [
     "WorkerAction", "Complete", "RetryLater", "GiveUp", "WaitForDeps",
     "NonRetryable", "Retry", "TimeLimitExceeded", "ValidationError", "EnvelopeError",
     "UnknownTask", "Middleware", "JsonSerializer", "Serializer", "make_worker",
+    "JobCancelled", "cancelled", "raise_if_cancelled",
 ]
 
 

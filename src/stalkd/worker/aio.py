@@ -21,6 +21,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from stalkd.worker import pipeline
+from stalkd.worker.cancel import JobCancelled, current
 from stalkd.worker.context import JobContext
 from stalkd.worker.errors import TimeLimitExceeded
 from stalkd.worker.ops import AsyncServerOps
@@ -64,22 +65,30 @@ async def run_async(app: Registry, ctx: JobContext) -> None:
     """Run an async handler as its own task, hooks in the order ``pipeline.run_sync`` keeps."""
     loop = asyncio.get_running_loop()
     pipeline.handler_started(app, ctx)
-    task = loop.create_task(ctx.task.fn(ctx.payload))
+    token = current.set(ctx)  # copied into the handler's task: what cancelled() reads
+    try:
+        task = loop.create_task(ctx.task.fn(ctx.payload))
+    finally:
+        current.reset(token)
 
     def interrupt() -> None:
         loop.call_soon_threadsafe(task.cancel)
 
-    ctx.interrupt = interrupt
+    ctx.interrupt = ctx.on_cancel = interrupt
     try:
         try:
             ctx.result = await asyncio.shield(task)
         finally:
             pipeline.handler_ended(app, ctx)
     except asyncio.CancelledError:
-        if not ctx.interrupted:
+        if ctx.interrupted:
+            pipeline.handler_failed(ctx, TimeLimitExceeded())
+        elif ctx.cancel_requested and task.cancelled():
+            pipeline.handler_failed(ctx, JobCancelled(
+                f"job {ctx.job_id}: task {ctx.task.name} cancelled on request"))
+        else:
             task.cancel()  # the slot itself is being cancelled (shutdown)
             raise
-        pipeline.handler_failed(ctx, TimeLimitExceeded())
     except Exception as exc:
         pipeline.handler_failed(ctx, exc)
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from stalkd.worker.backoff import Backoff
 from stalkd.worker.errors import UnknownTask
 from stalkd.worker.middleware import Middleware, default_middleware
 from stalkd.worker.producer import ServerProducer
+from stalkd.worker.schedule import Schedule
 from stalkd.worker.serializer import JsonSerializer, Serializer
 from stalkd.worker.task import DEFAULT_PRIORITY, Producer, Task, TaskOptions
 from stalkd.worker.testing import TestingSession
@@ -49,6 +50,7 @@ class App:
         self._server_producer: Producer | None = None
         self._override: Producer | None = None
         self._lock = threading.Lock()
+        self.schedules: dict[str, Schedule] = {}
 
     @overload
     def task(self, fn: Callable[[P], Any], /, *, name: str | None = ...) -> Task[P]: ...
@@ -86,6 +88,23 @@ class App:
 
         return register(fn) if fn is not None else register
 
+    def schedule(self, cron: str, task: Task[Any], *, name: str | None = None,
+                 payload: Any = None, missed: Literal["skip", "once"] = "skip", grace: float = 60.0,
+                 tz: str = "UTC") -> Schedule:
+        """Put a ``task`` job at each time ``cron`` matches (five fields, or six with seconds
+        last), once per time however many schedulers run (``stalkd scheduler``, or
+        ``stalkd worker --schedules``). ``payload``: the job's payload, or a function of the
+        slot's ``datetime``. A slot more than ``grace`` seconds old when a scheduler gets to it
+        was missed: ``missed="skip"`` or ``"once"`` (one run for all missed slots). See
+        ``stalkd.worker.schedule`` and ``stalkd.worker.scheduler``."""
+        if task.app is not self:
+            raise ValueError(f"{task!r} belongs to another app")
+        s = Schedule(name or task.name, cron, task, payload, missed, grace, tz)
+        if s.name in self.schedules:
+            raise ValueError(f"schedule {s.name!r} is already defined (give name=...)")
+        self.schedules[s.name] = s
+        return s
+
     def add_middleware(self, m: Middleware) -> None:
         self.middleware.append(m)
 
@@ -122,9 +141,12 @@ class App:
                     aconnect=lambda: AsyncServerOps.open(address, timeout=timeout))
             return self._server_producer
 
-    def cancel(self, job_id: int) -> bool:
+    def cancel(self, job_id: int, *, running: bool = False, wait: float = 5.0) -> bool:
         """Cancel a job that has not started (ready, delayed, or buried), freeing its unique
-        key; False when there is no such job or a worker is running it.
+        key; False when there is no such job or a worker is running it. With ``running=True``
+        a running job is asked to stop (its handler sees ``stalkd.worker.cancelled()``, or an
+        async one ``CancelledError``), waiting up to ``wait`` seconds for it to go; True then
+        means the job is gone or its worker has the request (``stalkd.worker.cancel``).
 
         >>> app = App(middleware=[]); t = app.task(lambda p: None, name="t")
         >>> with app.testing():
@@ -132,7 +154,18 @@ class App:
         ...     app.cancel(job), app.cancel(job)
         (True, False)
         """
-        return self.producer.cancel(job_id)
+        if self.producer.cancel(job_id):
+            return True
+        if not running or self._override is not None:  # app.testing() runs nothing meanwhile
+            return False
+        from stalkd.worker.cancel import request_stop
+        from stalkd.worker.ops import ServerOps
+
+        conn = ServerOps(self.address, timeout=self.client_timeout)
+        try:
+            return request_stop(conn, job_id, wait=wait) != "not found"
+        finally:
+            conn.close()
 
     @contextmanager
     def testing(self, *, eager: bool = False, raise_errors: bool = True) -> Iterator[TestingSession]:

@@ -81,6 +81,9 @@ def worker(argv: Sequence[str]) -> int:
     p.add_argument("--log-level", type=_log_level, default="INFO", metavar="LEVEL",
                    help="DEBUG (a line per completed job), INFO (default: failures and a "
                    "summary every 10 s), WARNING, ERROR")
+    p.add_argument("--schedules", action="store_true", help="also put the jobs of the app's "
+                   "periodic schedules (as 'stalkd scheduler' does; any number of workers "
+                   "may: each slot fires once)")
     args = p.parse_args(list(argv))
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(process)d %(levelname).1s %(message)s")
@@ -100,6 +103,13 @@ def worker(argv: Sequence[str]) -> int:
     logging.getLogger("stalkd.worker").info(
         "worker pid=%d mode=%s concurrency=%d server=%s tubes=%s", os.getpid(), args.mode,
         args.concurrency, app.address, ",".join(w.tubes))
+    if args.schedules:
+        if not app.schedules:
+            p.error(f"--schedules: {args.app} has no schedules (add one with "
+                    "app.schedule(cron, task))")
+        from stalkd.worker.scheduler import RunSchedules
+
+        app.add_middleware(RunSchedules(app))
     return w.run()
 
 

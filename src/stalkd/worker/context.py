@@ -35,6 +35,8 @@ class JobContext:
     touch: Callable[[], None] = _nothing    # thread-safe touch of this job on its connection
     interrupt: Callable[[], None] = _nothing  # thread-safe: stop the running handler (time limit)
     interrupted: bool = False           # set by whoever called ``interrupt``
+    cancel_requested: bool = False      # asked to stop (``stalkd.worker.cancel``)
+    on_cancel: Callable[[], None] = _nothing  # thread-safe: cancel an async handler's task
     attempt: int | None = None          # 1-based; filled from stats-job on failure (or always, on request)
     exception: BaseException | None = None
     traceback: str | None = None

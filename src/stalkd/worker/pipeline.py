@@ -35,6 +35,7 @@ from stalkd.worker.actions import (
     WorkerAction,
     dead_letter,
 )
+from stalkd.worker.cancel import JobCancelled, current
 from stalkd.worker.context import JobContext
 from stalkd.worker.errors import TimeLimitExceeded
 from stalkd.worker.middleware.base import Middleware
@@ -149,20 +150,92 @@ def handler_failed(ctx: JobContext, exc: BaseException) -> None:
 
 
 def run_sync(app: Registry, ctx: JobContext) -> None:
-    """Run a sync handler (or an async one on a private loop) on the calling thread."""
-    tid = threading.get_ident()
-    ctx.interrupt = lambda: _raise_in(tid, TimeLimitExceeded)
+    """Run a sync handler (or an async one on a private loop) on the calling thread, or, when
+    the job has a time limit, on a thread of its own that the caller abandons at the limit."""
+    run = _SyncRun(threading.get_ident())
+    ctx.interrupt = run.interrupt
     handler_started(app, ctx)
     try:
         try:
-            result = ctx.task.fn(ctx.payload)
-            if asyncio.iscoroutine(result):
-                result = asyncio.run(result)
-            ctx.result = result
+            ctx.result = _call(ctx) if ctx.time_limit is None else run.in_thread(ctx)
         finally:
             handler_ended(app, ctx)
     except Exception as exc:
         handler_failed(ctx, exc)
+
+
+def _call(ctx: JobContext) -> Any:
+    token = current.set(ctx)  # what stalkd.worker.cancelled() reads
+    try:
+        result = ctx.task.fn(ctx.payload)
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return result
+    finally:
+        current.reset(token)
+
+
+class _SyncRun:
+    """How ``ctx.interrupt`` stops a sync handler.
+
+    An exception raised asynchronously in a thread (``PyThreadState_SetAsyncExc``) lands only
+    at its next bytecode, so a handler blocked in a C call (``time.sleep``, a socket ``recv``,
+    a lock) would overrun its limit by as long as that call lasts. So a job with a time limit
+    runs on a handler thread while the calling thread waits: at the limit the caller stops
+    waiting and fails the attempt at once, and the abandoned thread gets the exception too, so
+    it stops at its next bytecode (a thread cannot be killed: until then its side effects go
+    on, which at-least-once handlers must tolerate anyway). Signals are no alternative: only a
+    process's main thread receives them, and slots are threads in every mode. A job without a
+    limit keeps running on the calling thread (no thread start per job)."""
+
+    def __init__(self, caller: int) -> None:
+        self.caller = caller
+        self.threaded = False
+        self.handler: int | None = None  # the handler thread's id once started
+        self.woken = threading.Event()   # the handler ended, or the limit fired
+        self.fired = False
+        self.finished = False  # the handler thread is past the handler: never raise in it then
+        self._lock = threading.Lock()     # (its id may be reused once it has exited)
+
+    def interrupt(self) -> None:
+        if not self.threaded:
+            self.fired = True
+            _raise_in(self.caller, TimeLimitExceeded)
+            return
+        with self._lock:
+            self.fired = True
+            if self.handler is not None and not self.finished:
+                _raise_in(self.handler, TimeLimitExceeded)
+        self.woken.set()
+
+    def in_thread(self, ctx: JobContext) -> Any:
+        outcome: list[Any] = []
+
+        def target() -> None:
+            try:
+                try:
+                    outcome.append((True, _call(ctx)))
+                finally:
+                    with self._lock:
+                        self.finished = True
+            except BaseException as exc:  # handed to the waiting caller
+                outcome.append((False, exc))
+            self.woken.set()
+
+        t = threading.Thread(target=target, name=f"stalkd-handler-{ctx.job_id}", daemon=True)
+        self.threaded = True
+        t.start()
+        with self._lock:
+            self.handler = t.ident
+            if self.fired and not self.finished:  # fired before the id was known
+                _raise_in(self.handler or 0, TimeLimitExceeded)
+        self.woken.wait()
+        if not outcome:  # the limit fired first: abandon the thread
+            raise TimeLimitExceeded()
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
 
 
 def _raise_in(thread_id: int, exc: type[BaseException]) -> None:
@@ -172,6 +245,8 @@ def _raise_in(thread_id: int, exc: type[BaseException]) -> None:
 def _finish(app: Registry, ctx: JobContext) -> WorkerAction:
     """Run the after-hooks (in reverse order) and return the action for this delivery."""
     ctx.duration = time.monotonic() - ctx.started
+    if isinstance(ctx.exception, JobCancelled):
+        ctx.action = Complete()  # stopped on request: deleted, as a queued job's cancel does
     for m in reversed(app.middleware):
         _safe(m.after_process, ctx)
     if ctx.action is None:

@@ -1,7 +1,7 @@
 """Built-in middleware, one concern per module.
 
 >>> [type(m).__name__ for m in default_middleware()]
-['StructuredLogging', 'Retries', 'TimeLimit', 'Heartbeat', 'Shutdown']
+['StructuredLogging', 'Retries', 'TimeLimit', 'Heartbeat', 'Shutdown', 'Cancellation']
 
 ``Metrics`` (Prometheus) is opt-in: ``app.add_middleware(Metrics(port=9100))``.
 """
@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from stalkd.worker.middleware.base import Middleware
+from stalkd.worker.middleware.cancellation import Cancellation
 from stalkd.worker.middleware.heartbeat import Heartbeat
 from stalkd.worker.middleware.logging import StructuredLogging
 from stalkd.worker.middleware.prometheus import Metrics
@@ -16,10 +17,10 @@ from stalkd.worker.middleware.retries import Retries
 from stalkd.worker.middleware.shutdown import Shutdown
 from stalkd.worker.middleware.time_limit import TimeLimit
 
-__all__ = ["Middleware", "Heartbeat", "StructuredLogging", "Metrics", "Retries", "Shutdown",
+__all__ = ["Middleware", "Cancellation", "Heartbeat", "StructuredLogging", "Metrics", "Retries", "Shutdown",
            "TimeLimit", "default_middleware"]
 
 
 def default_middleware() -> list[Middleware]:
     """Logging outermost (it sees the final decision), then retries, time limit, heartbeat."""
-    return [StructuredLogging(), Retries(), TimeLimit(), Heartbeat(), Shutdown()]
+    return [StructuredLogging(), Retries(), TimeLimit(), Heartbeat(), Shutdown(), Cancellation()]

@@ -2,13 +2,12 @@
 TimeLimitExceeded (a retryable failure, so retries and dead letters apply), in every mode.
 
 The monitor thread calls ``ctx.interrupt()``, which the delivery pipeline provides for the way
-the handler runs: a sync handler gets the exception raised asynchronously in its thread
-(``PyThreadState_SetAsyncExc``), an async one has its task cancelled.
-
-BUG: an exception raised asynchronously lands at the next Python bytecode, so a sync handler
-blocked inside a C call (``time.sleep``, a blocking ``recv``) is interrupted only when that call
-returns; the job then fails with TimeLimitExceeded, late. Running sync handlers in a thread the
-slot can abandon would fix it.
+the handler runs: an async handler has its task cancelled; a sync handler with a time limit runs
+on a handler thread of its own, which the slot stops waiting for at the limit (the attempt fails
+at once, even while the handler is blocked in a C call such as ``time.sleep`` or a socket
+``recv``) and which gets the exception raised asynchronously, so it stops at its next bytecode
+(``pipeline._SyncRun`` says why not signals). The failure's message names the job, the task and
+the limit.
 """
 
 from __future__ import annotations

@@ -1,0 +1,126 @@
+"""Cancellation: delivers stop requests (``App.cancel(job_id)`` on a running job) to the
+handler running that job. The design is in ``stalkd.worker.cancel``; this is the worker's end.
+
+One daemon thread per worker process, started with the first job and holding one connection of
+its own, watches ``stalkd.cancel.<id>`` for each job running in this process and waits in
+``reserve`` (one second at most, then brings its watch list up to date). A marker reserved
+there sets ``ctx.cancel_requested`` (what ``cancelled()`` reads) and cancels an async handler's
+task, and is deleted. Nothing runs in ``app.testing()``, which starts no worker.
+
+Ensures: a request for a job that runs in this process at least one watch round after it
+started reaches it while it runs; a job is never flagged after ``on_handler_exit``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from stalkd.worker.cancel import CANCEL_PREFIX, cancel_tube
+from stalkd.worker.context import JobContext
+from stalkd.worker.middleware.base import Middleware, RunningWorker
+
+log = logging.getLogger("stalkd.worker")
+
+__all__ = ["Cancellation"]
+
+_IDLE_TUBE = CANCEL_PREFIX + "idle"  # watched always: beanstalkd refuses to ignore the last tube
+
+
+class Cancellation(Middleware):
+    """Watches the cancel tubes of this process's running jobs (see the module docstring)."""
+
+    def __init__(self, *, wait: int = 1) -> None:
+        self.wait = wait
+        self.requests = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._address: str | None = None
+        self._timeout = 10.0
+        self._running: dict[int, JobContext] = {}
+        self._lock = threading.Lock()
+        self._started = False
+        self._stop = threading.Event()
+
+    def on_worker_start(self, worker: RunningWorker) -> None:
+        app: Any = getattr(worker, "app", None)
+        if app is not None:
+            self._address, self._timeout = app.address, app.client_timeout
+            self._stop.clear()
+
+    def after_fork(self) -> None:
+        address, timeout = self._address, self._timeout
+        self._reset()  # the parent's thread did not survive the fork
+        self._address, self._timeout = address, timeout
+
+    def on_worker_stop(self, worker: RunningWorker) -> None:
+        self._stop.set()
+
+    def before_process(self, ctx: JobContext) -> None:
+        if self._address is None:
+            return
+        with self._lock:
+            self._running[ctx.job_id] = ctx
+            if not self._started:
+                self._started = True
+                threading.Thread(target=self._loop, name="stalkd-cancel", daemon=True).start()
+
+    def on_handler_exit(self, ctx: JobContext) -> None:
+        with self._lock:
+            self._running.pop(ctx.job_id, None)
+
+    def _loop(self) -> None:
+        from stalkd.worker.ops import ServerOps
+
+        conn: ServerOps | None = None
+        watched: set[int] = set()
+        while not self._stop.is_set():
+            try:
+                if conn is None:
+                    assert self._address is not None
+                    conn = ServerOps(self._address, timeout=self._timeout + self.wait)
+                    conn.watch_only([_IDLE_TUBE])
+                    watched = set()
+                with self._lock:
+                    running = set(self._running)
+                for job_id in running - watched:
+                    conn.client.watch(cancel_tube(job_id))
+                for job_id in watched - running:
+                    conn.client.ignore(cancel_tube(job_id))
+                watched = running
+                got = conn.reserve(timeout=self.wait)
+                if got is not None:
+                    self._deliver(conn, *got)
+            except OSError as exc:
+                log.warning("cancellation: connection to %s lost (%s); reconnecting",
+                            self._address, exc)
+                if conn is not None:
+                    with contextlib.suppress(OSError):
+                        conn.abort()
+                conn = None
+                self._stop.wait(1.0)  # reconnect backoff, not synchronisation
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def _deliver(self, conn: Any, marker: int, body: bytes) -> None:
+        try:
+            job_id = int(body)
+        except ValueError:
+            job_id = -1
+        with self._lock:
+            ctx = self._running.get(job_id)
+            if ctx is not None:
+                ctx.cancel_requested = True
+                ctx.on_cancel()
+        if ctx is None:
+            # It ended here since the last watch round, and may run elsewhere now (released
+            # for a retry): hand the request back rather than drop it.
+            conn.release(marker, 0, 0)
+            return
+        conn.delete(marker)
+        self.requests += 1
+        log.info("job %d: asked to stop (cancel requested)", job_id)
