@@ -20,6 +20,7 @@ from stalkd.protocol.grammar import COMMANDS, LINE_MAX
 from stalkd.protocol.parser import Parser as PyParser
 from stalkd.protocol.replies import encode_line as py_encode_line
 from stalkd.protocol.replies import encode_reply
+from stalkd.protocol.replies import encode_reply_parts as py_encode_reply_parts
 
 pytestmark = pytest.mark.skipif(accel.CParser is None, reason="the C accelerator is not active")
 
@@ -165,11 +166,53 @@ _reply = st.one_of(
 def test_reply_lines_encode_alike(reply: C.Reply) -> None:
     assert accel.speedups is not None
     assert accel.speedups.encode_line(reply) == py_encode_line(reply) == encode_reply(reply)
+    assert accel.speedups.encode_reply_parts(reply) == py_encode_reply_parts(reply)
 
 
-def _drive(items: list[object], encode_line: Callable[[C.Reply], bytes]) -> tuple[list[bytes], list[tuple[object, ...]], object]:
+def _engine_reply(cmd: C.Command) -> C.AnyReply:
+    e = Engine()
+    e.connect(1, T0)
+    e.apply(1, C.Put(1, 0, 5, b"x"), T0)
+    reply = e.apply(1, cmd, T0).reply
+    assert reply is not None
+    return reply
+
+
+_other_reply = st.one_of(
+    st.builds(C.JobReply, st.sampled_from(["RESERVED", "FOUND"]), st.integers(0, 2**64 - 1),
+              st.binary(max_size=70)),
+    st.builds(C.JobReply, st.just("RESERVED"), st.integers(2**64, 2**70), st.binary(max_size=3)),
+    st.builds(C.YamlList, st.lists(st.text("abc", min_size=1, max_size=5), max_size=3).map(tuple)),
+    st.builds(lambda: _engine_reply(C.StatsTube("default"))),
+    st.builds(lambda: _engine_reply(C.StatsJob(1))),
+    st.just(C.Close()),
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(_other_reply)
+def test_job_and_yaml_replies_encode_alike(reply: C.AnyReply) -> None:
+    assert accel.speedups is not None
+    got = accel.speedups.encode_reply_parts(reply)
+    assert got == py_encode_reply_parts(reply)
+    assert b"".join(got) == encode_reply(reply)
+    if type(reply) is C.JobReply:
+        assert got[1] is reply.body  # the body is not copied
+
+
+def test_not_a_reply_is_refused_alike() -> None:
+    assert accel.speedups is not None
+    for bad in (None, 5, C.Put(0, 0, 1, b"")):
+        with pytest.raises(TypeError):
+            accel.speedups.encode_reply_parts(bad)
+        with pytest.raises(TypeError):
+            py_encode_reply_parts(bad)  # type: ignore[arg-type]
+
+
+def _drive(items: list[object], encode_line: Callable[[C.Reply], bytes],
+           encode_parts: Callable[[C.AnyReply], tuple[bytes, ...]]) -> tuple[list[bytes], list[tuple[object, ...]], object]:  # fmt: skip
     """Commands from one parser through an engine, two connections taking turns: the reply
-    bytes (plain lines through the encoder under test), the jobs and the stats."""
+    bytes (through the encoders under test), the jobs and the stats."""
     e = Engine(max_job_size=40)
     now = T0
     for cid in (1, 2):
@@ -189,7 +232,7 @@ def _drive(items: list[object], encode_line: Callable[[C.Reply], bytes]) -> tupl
             continue  # would end or block the scripted connection
         reply = e.apply(cid, item, now).reply  # type: ignore[arg-type]
         if reply is not None:
-            out.append(encode_line(reply) if type(reply) is C.Reply else encode_reply(reply))
+            out.append(encode_line(reply) if type(reply) is C.Reply else b"".join(encode_parts(reply)))
     jobs = [(j.id, j.tube.name, j.state.name, j.pri, j.delay, j.ttr, j.body, j.deadline_us,
              j.reserves, j.releases, j.buries, j.kicks) for j in e.iter_jobs()]  # fmt: skip
     return out, sorted(jobs), e.apply(1, C.Stats(), now).reply
@@ -201,7 +244,8 @@ def _drive(items: list[object], encode_line: Callable[[C.Reply], bytes]) -> tupl
 def test_same_replies_and_engine_state(data: bytes, cuts: list[int]) -> None:
     assert accel.CParser is not None and accel.speedups is not None
     chunks = _split(b"use a\r\nput 5 0 1 2\r\nhi\r\nreserve-job 1\r\n" + data, cuts)
-    want = _drive(_run(PyParser, chunks, 40), py_encode_line)
-    got = _drive(_run(accel.CParser, chunks, 40), accel.speedups.encode_line)
+    want = _drive(_run(PyParser, chunks, 40), py_encode_line, py_encode_reply_parts)
+    got = _drive(_run(accel.CParser, chunks, 40), accel.speedups.encode_line,
+                 accel.speedups.encode_reply_parts)
     assert got == want
     assert want[0]  # the prefix alone makes replies: the comparison is never vacuous

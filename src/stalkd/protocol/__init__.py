@@ -2,7 +2,7 @@
 
 ``Parser`` turns received bytes into command values (``stalkd.protocol.commands``), error replies
 or ``NEED_DATA``; ``encode_reply`` turns reply values into exact wire bytes. ``Parser`` and
-``encode_line`` are the C accelerator's when it is built (``IMPLEMENTATION``, see ``accel``). The command grammar
+``encode_line``/``encode_reply_parts`` are the C accelerator's when it is built (``IMPLEMENTATION``, see ``accel``). The command grammar
 is one table (``grammar.COMMANDS``); YAML key orders and quoting live in ``stats``.
 
 Example:

@@ -700,6 +700,54 @@ out:
     return result;
 }
 
+static PyObject *job_reply_type = NULL;   /* commands.JobReply */
+static PyObject *parts_fallback = NULL;   /* replies.encode_reply_parts */
+static PyObject *CRLF = NULL;
+static Py_ssize_t job_word_off = -1, job_id_off = -1, job_body_off = -1;
+
+/* replies.encode_reply_parts: a plain line or a job's header, body and CRLF done here (the
+ * replies a worker's loop gets), anything else (YAML, Close) by the reference. */
+static PyObject *
+encode_parts(PyObject *mod, PyObject *r)
+{
+    PyTypeObject *t = Py_TYPE(r);
+    if ((PyObject *)t == reply_type) {
+        PyObject *line = encode_line(mod, r);
+        if (line == NULL)
+            return NULL;
+        PyObject *tup = PyTuple_Pack(1, line);
+        Py_DECREF(line);
+        return tup;
+    }
+    if ((PyObject *)t == job_reply_type && job_word_off >= 0) {
+        PyObject *word = *(PyObject **)((char *)r + job_word_off);
+        PyObject *id = *(PyObject **)((char *)r + job_id_off);
+        PyObject *body = *(PyObject **)((char *)r + job_body_off);
+        if (word != NULL && id != NULL && body != NULL && PyUnicode_Check(word)
+                && PyLong_CheckExact(id) && PyBytes_CheckExact(body)) {
+            int overflow;
+            long long v = PyLong_AsLongLongAndOverflow(id, &overflow);
+            Py_ssize_t wlen;
+            const char *w = PyUnicode_AsUTF8AndSize(word, &wlen);
+            if (w == NULL)
+                return NULL;
+            if (!overflow && !(v == -1 && PyErr_Occurred()) && wlen < 64) {
+                char head[128];
+                int k = snprintf(head, sizeof head, "%.*s %lld %zd\r\n", (int)wlen, w, v,
+                                 PyBytes_GET_SIZE(body));
+                PyObject *h = PyBytes_FromStringAndSize(head, k);
+                if (h == NULL)
+                    return NULL;
+                PyObject *tup = PyTuple_Pack(3, h, body, CRLF);
+                Py_DECREF(h);
+                return tup;
+            }
+            PyErr_Clear();
+        }
+    }
+    return PyObject_CallOneArg(parts_fallback, r);
+}
+
 /* --- configuration -------------------------------------------------------------------- */
 
 static int
@@ -721,14 +769,15 @@ static PyObject *
 configure(PyObject *mod, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"table", "put", "need_data", "bad_format", "unknown_command",
-                             "name_chars", "max_job_limit", "reply", "words", NULL};
-    PyObject *table, *put, *need, *bad, *unknown, *reply, *words;
+                             "name_chars", "max_job_limit", "reply", "words", "job_reply",
+                             "parts_fallback", NULL};
+    PyObject *table, *put, *need, *bad, *unknown, *reply, *words, *job_reply, *fallback;
     const char *chars;
     Py_ssize_t nchars;
     unsigned long long limit;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!OOOy#KOO!", kwlist, &PyTuple_Type, &table,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!OOOy#KOO!OO", kwlist, &PyTuple_Type, &table,
                                      &PyTuple_Type, &put, &need, &bad, &unknown, &chars, &nchars,
-                                     &limit, &reply, &PyDict_Type, &words))
+                                     &limit, &reply, &PyDict_Type, &words, &job_reply, &fallback))
         return NULL;
     if (specs != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_speedups is configured once");
@@ -788,6 +837,14 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
         goto fail;
     if (reply_word_off < 0 || reply_args_off < 0)
         reply_word_off = reply_args_off = -1;
+    job_reply_type = Py_NewRef(job_reply);
+    parts_fallback = Py_NewRef(fallback);
+    if (slot_offset(job_reply, "word", &job_word_off) < 0 ||
+            slot_offset(job_reply, "id", &job_id_off) < 0 ||
+            slot_offset(job_reply, "body", &job_body_off) < 0)
+        goto fail;
+    if (job_word_off < 0 || job_id_off < 0 || job_body_off < 0)
+        job_word_off = -1;
     specs = t;
     nspecs = n;
     Py_RETURN_NONE;
@@ -802,6 +859,8 @@ static PyMethodDef module_methods[] = {
      "Install the command table (accel.py calls this once, from grammar.COMMANDS)."},
     {"encode_line", (PyCFunction)encode_line, METH_O,
      "A plain Reply as its wire line (replies.encode_line)."},
+    {"encode_reply_parts", (PyCFunction)encode_parts, METH_O,
+     "A reply as byte strings to send in order (replies.encode_reply_parts)."},
     {NULL},
 };
 
@@ -822,7 +881,8 @@ PyInit__speedups(void)
     S_EXPECTED_CRLF = PyUnicode_InternFromString("EXPECTED_CRLF");
     S_BAD_FORMAT = PyUnicode_InternFromString("BAD_FORMAT");
     EMPTY_BYTES = PyBytes_FromStringAndSize(NULL, 0);
-    if (!S_JOB_TOO_BIG || !S_EXPECTED_CRLF || !S_BAD_FORMAT || !EMPTY_BYTES) {
+    CRLF = PyBytes_FromStringAndSize("\r\n", 2);
+    if (!S_JOB_TOO_BIG || !S_EXPECTED_CRLF || !S_BAD_FORMAT || !EMPTY_BYTES || !CRLF) {
         Py_DECREF(m);
         return NULL;
     }

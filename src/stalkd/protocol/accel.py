@@ -1,8 +1,10 @@
 """Which implementation of the hot path runs: the C accelerator or the pure-Python reference.
 
 ``stalkd.protocol._speedups`` (built from ``_speedups.c`` by ``pip install``/``make`` when a
-compiler is there) is a compiled twin of ``parser.Parser`` and ``replies.encode_line``. It is
-given the command table here, so the grammar stays written once (``grammar.COMMANDS``).
+compiler is there) is a compiled twin of ``parser.Parser``, ``replies.encode_line`` and
+``replies.encode_reply_parts`` (plain lines and job replies; YAML replies go to the
+reference). It is given the command table here, so the grammar stays written once
+(``grammar.COMMANDS``).
 ``STALKD_NO_EXTENSIONS=1`` in the environment forces the pure-Python modules; so does a
 missing or unloadable extension. ``IMPLEMENTATION`` says which one is active ("c" or
 "python"); ``stalkd serve --version`` prints it.
@@ -28,7 +30,8 @@ from stalkd.protocol import commands, lines, parser, replies
 from stalkd.protocol.constructors import plain_fields
 from stalkd.protocol.grammar import COMMANDS, MAX_JOB_SIZE_LIMIT, NAME_CHARS, CommandSpec
 
-__all__ = ["IMPLEMENTATION", "Parser", "PyParser", "CParser", "encode_line", "speedups"]
+__all__ = ["IMPLEMENTATION", "Parser", "PyParser", "CParser", "encode_line", "encode_reply_parts",
+           "speedups"]
 
 _KIND_CODES = {"u32": b"u", "u64": b"U", "timeout": b"t", "count": b"c", "tube": b"T", "name": b"n"}
 _EXACT, _LOOSE, _BODY = 1, 2, 4
@@ -69,6 +72,8 @@ def _load() -> ModuleType | None:
         max_job_limit=MAX_JOB_SIZE_LIMIT,
         reply=commands.Reply,
         words=replies.WORD_LINES,
+        job_reply=commands.JobReply,
+        parts_fallback=replies.encode_reply_parts,
     )
     return _speedups
 
@@ -82,4 +87,7 @@ CParser: type[parser.Parser] | None = None if speedups is None else speedups.Par
 Parser: type[parser.Parser] = PyParser if CParser is None else CParser
 encode_line: Callable[[commands.Reply], bytes] = (
     replies.encode_line if speedups is None else speedups.encode_line
+)
+encode_reply_parts: Callable[[commands.AnyReply], tuple[bytes, ...]] = (
+    replies.encode_reply_parts if speedups is None else speedups.encode_reply_parts
 )
