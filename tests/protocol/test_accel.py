@@ -9,7 +9,10 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
+
+import pytest
 
 from stalkd.protocol import IMPLEMENTATION, Parser, accel
 from stalkd.protocol import parser as pure
@@ -51,3 +54,18 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     assert r.returncode == 0, r.stderr
     assert "C accelerator was not built" in r.stderr
     assert not list(tmp_path.glob("out/**/_speedups*"))
+
+
+def test_a_module_from_older_sources_falls_back_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    # what an editable install left behind after a source update without a rebuild looks like:
+    # a _speedups whose configure() does not take this table
+    stale = types.ModuleType("stalkd.protocol._speedups")
+
+    def configure(**kw: object) -> None:
+        raise TypeError("function takes at most 9 keyword arguments (11 given)")
+
+    stale.configure = configure  # type: ignore[attr-defined]
+    monkeypatch.delenv("STALKD_NO_EXTENSIONS", raising=False)
+    monkeypatch.setattr(accel.importlib, "import_module", lambda name: stale)
+    with pytest.warns(RuntimeWarning, match="make ext"):
+        assert accel._load() is None

@@ -801,6 +801,12 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
             PyErr_SetString(PyExc_ValueError, "bad argument kinds");
             goto fail;
         }
+        /* the body command's line is read as four u32s, the last its size (lines.py asserts
+         * the same of the table) */
+        if ((flags & F_BODY) && (nk != 4 || memcmp(kinds, "uuuu", 4) != 0)) {
+            PyErr_SetString(PyExc_ValueError, "the body command must take four u32 arguments");
+            goto fail;
+        }
         t[k].prefix = PyMem_Malloc((size_t)plen + 1);
         if (t[k].prefix == NULL) {
             PyErr_NoMemory();

@@ -6,7 +6,8 @@ compiler is there) is a compiled twin of ``parser.Parser``, ``replies.encode_lin
 reference). It is given the command table here, so the grammar stays written once
 (``grammar.COMMANDS``).
 ``STALKD_NO_EXTENSIONS=1`` in the environment forces the pure-Python modules; so does a
-missing or unloadable extension. ``IMPLEMENTATION`` says which one is active ("c" or
+missing or unloadable extension, and one built from an older ``_speedups.c`` that does
+not take this table (with a warning saying how to rebuild it). ``IMPLEMENTATION`` says which one is active ("c" or
 "python"); ``stalkd serve --version`` prints it.
 
 Example:
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
@@ -62,6 +64,19 @@ def _load() -> ModuleType | None:
     except ImportError:
         return None
     put_slots = plain_fields(commands.Put)
+    try:
+        _configure(_speedups, put_slots)
+    except (TypeError, ValueError) as e:
+        # A module built from an older _speedups.c (sources updated, not rebuilt): run the
+        # reference rather than fail to start, and say how to get the fast path back.
+        warnings.warn(f"stalkd.protocol._speedups does not match this source ({e}); using the "
+                      "pure-Python parser: rebuild it with `make ext` (or pip install -e .)",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    return _speedups
+
+
+def _configure(_speedups: ModuleType, put_slots: tuple[str, ...] | None) -> None:
     _speedups.configure(
         table=tuple(_row(s) for s in COMMANDS),
         put=(commands.Put, put_slots, commands.Put),
@@ -75,7 +90,6 @@ def _load() -> ModuleType | None:
         job_reply=commands.JobReply,
         parts_fallback=replies.encode_reply_parts,
     )
-    return _speedups
 
 
 speedups: ModuleType | None = _load()

@@ -128,7 +128,6 @@ def _compile(spec: CommandSpec) -> _Parse:
     return parse
 
 
-
 # The body command (put) from the table: its line is "<head> <u32> <u32> <u32> <bytes>".
 BODY_SPEC = next(s for s in COMMANDS if s.body)
 assert len(BODY_SPEC.args) == 4 and all(a.kind == "u32" for a in BODY_SPEC.args)
