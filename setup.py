@@ -7,6 +7,7 @@ skips it; at run time it makes stalkd ignore a built one (``stalkd.protocol.acce
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 
@@ -38,6 +39,7 @@ class OptionalBuildExt(build_ext):
 _NO_EXT = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 ext_modules = [] if _NO_EXT else [
     Extension("stalkd.protocol._speedups", ["src/stalkd/protocol/_speedups.c"],
+              depends=sorted(glob.glob("src/stalkd/protocol/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-variable"]),
 ]
 

@@ -47,6 +47,7 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     shutil.copy(ROOT / "setup.py", tmp_path)
     (tmp_path / "src/stalkd/protocol").mkdir(parents=True)
     shutil.copy(ROOT / "src/stalkd/protocol/_speedups.c", tmp_path / "src/stalkd/protocol")
+    shutil.copytree(ROOT / "src/stalkd/protocol/_cext", tmp_path / "src/stalkd/protocol/_cext")
     env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"}
     env["CC"] = str(tmp_path / "no-such-cc")
     r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", "out"],
