@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-fast lint bench system-deps bytecode crash-campaign fuzz clean dashboard-screenshot
+.PHONY: run test test-fast lint bench system-deps bytecode ext crash-campaign fuzz clean dashboard-screenshot
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,10 +19,18 @@ $(VENV)/.dev: pyproject.toml
 system-deps:
 	bash scripts/system-deps.sh
 
+# The C accelerator (stalkd.protocol._speedups), rebuilt when its source changes. Without a
+# compiler setup.py warns and the pure-Python modules are used; STALKD_NO_EXTENSIONS=1 forces them.
+ext: $(VENV)/.ext
+
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h)
+	$(PIP) install -e . --no-deps
+	touch $@
+
 # An editable install leaves src/ without bytecode, and where PYTHONDONTWRITEBYTECODE is set
 # (as on these machines) every start compiles it again: ~70 ms more before the server's first
 # reply (150 instead of 80 ms), which client test fixtures that wait 0.1 s notice.
-bytecode: $(VENV)/.base
+bytecode: $(VENV)/.base $(VENV)/.ext
 	$(PY) -m compileall -q src >/dev/null
 
 # `make run PORT=11301 DIR=/tmp/q` runs a second server beside the first.
@@ -32,12 +40,18 @@ DIR  ?= ./data
 run: $(VENV)/.base bytecode
 	$(VENV)/bin/stalkd serve -p $(PORT) --dir $(DIR)
 
-# The whole suite. pytest's exit code 5 (no tests collected) is a failure, as is any other non-zero.
+# The whole suite (with the C accelerator when it is built), then the parser and transcript tests
+# again on the pure-Python modules, the reference and fallback (stalkd's side only: the
+# transcripts run against beanstalkd do not involve either). pytest's exit code 5 (no tests
+# collected) is a failure, as is any other non-zero.
+PURE_TESTS := tests/protocol tests/compat
+
 test: system-deps $(VENV)/.dev bytecode
 	$(PY) -m pytest -q --durations=15
+	STALKD_NO_EXTENSIONS=1 $(PY) -m pytest -q -m "not beanstalkd" $(PURE_TESTS)
 
 # Everything but the Spark and long crash tests, for a quick loop while developing.
-test-fast: $(VENV)/.dev
+test-fast: $(VENV)/.dev $(VENV)/.ext
 	$(PY) -m pytest -q -m "not spark and not slow" -x
 
 # check_imports: no import cycles among stalkd's modules (it also prints, as notes, the cycles
@@ -64,3 +78,4 @@ dashboard-screenshot: $(VENV)/.dev bytecode
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+	find src -name "_speedups*.so" -delete

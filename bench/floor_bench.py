@@ -5,7 +5,10 @@ records, no stats. Whatever it cannot reach, no Python server on uvloop reaches 
 either, so its ratio to beanstalkd is the bound for stalkd's in-memory put cells, and the gap
 between stalkd and the floor is stalkd's own per-command cost (parser, engine, server glue).
 
-Run: ``.venv/bin/python bench/floor_bench.py`` (about 30 s; BENCH_SECONDS, BENCH_ROUNDS as
+``stalkd-py`` is the same stalkd on its pure-Python modules (``STALKD_NO_EXTENSIONS=1``), next
+to the default one with the C accelerator, so the accelerator's share of the gap shows.
+
+Run: ``.venv/bin/python bench/floor_bench.py`` (about 40 s; BENCH_SECONDS, BENCH_ROUNDS as
 for server_bench.py). ``--serve PORT`` runs only the trivial server.
 
 ``--durable`` measures the fsync-bound cell instead (put 100 B, 1 connection, depth 1): server
@@ -207,12 +210,17 @@ def main() -> int:
         return 0
     if args.durable:
         return durable(args.sleep_ms)
+    from stalkd.protocol import accel
+
+    # stalkd-py: the same tree on its pure-Python modules (STALKD_NO_EXTENSIONS=1), same run
     servers = {"floor": _start_floor(), "stalkd": sb.start("stalkd", "memory"),
-               "beanstalkd": sb.start("beanstalkd", "memory")}
+               "stalkd-py": sb.start("stalkd-py", "memory"), "beanstalkd": sb.start("beanstalkd", "memory")}
     print(f"# floor_bench: put 100 B in memory, {sb.SECONDS} s per run, {sb.ROUNDS} rounds, "
-          f"medians; us = server CPU per job")
+          f"medians; us = server CPU per job; stalkd's hot path: {accel.IMPLEMENTATION}, "
+          f"stalkd-py: pure Python; load {os.getloadavg()[0]:.1f}")
     print(f"{'conns':>5} {'depth':>5} | {'floor/s':>8} {'us':>5} | {'stalkd/s':>8} {'us':>5} | "
-          f"{'beanstalkd/s':>12} {'us':>5} | floor/bs stalkd/bs stalkd/floor")
+          f"{'stalkd-py/s':>11} {'us':>5} | {'beanstalkd/s':>12} {'us':>5} | "
+          f"floor/bs stalkd/bs stalkd/floor py/floor")
     try:
         for conns, depth in [(1, 1), (16, 1), (1, 64), (16, 64)]:
             rates: dict[str, list[float]] = {k: [] for k in servers}
@@ -223,10 +231,10 @@ def main() -> int:
                     jobs, srv_pct, _ = sb.run_cell(servers[k], "put", 100, conns, depth)
                     rates[k].append(jobs)
                     cpus[k].append(1e4 * srv_pct / jobs)
-            f, s, b = (statistics.median(rates[k]) for k in ("floor", "stalkd", "beanstalkd"))
-            fu, su, bu = (statistics.median(cpus[k]) for k in ("floor", "stalkd", "beanstalkd"))
-            print(f"{conns:>5} {depth:>5} | {f:8.0f} {fu:5.1f} | {s:8.0f} {su:5.1f} | {b:12.0f} "
-                  f"{bu:5.1f} | {f / b:7.2f}x {s / b:8.2f}x {s / f:11.2f}x", flush=True)
+            f, s, p, b = (statistics.median(rates[k]) for k in ("floor", "stalkd", "stalkd-py", "beanstalkd"))
+            fu, su, pu, bu = (statistics.median(cpus[k]) for k in ("floor", "stalkd", "stalkd-py", "beanstalkd"))
+            print(f"{conns:>5} {depth:>5} | {f:8.0f} {fu:5.1f} | {s:8.0f} {su:5.1f} | {p:11.0f} {pu:5.1f} | "
+                  f"{b:12.0f} {bu:5.1f} | {f / b:7.2f}x {s / b:8.2f}x {s / f:11.2f}x {p / f:7.2f}x", flush=True)
     finally:
         for srv in servers.values():
             srv.stop()

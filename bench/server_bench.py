@@ -24,6 +24,11 @@ stalkd's stop line reports records per fsync). A subset while iterating, e.g.
 (each option may be repeated). ``--peer-src DIR`` replaces beanstalkd by the stalkd of another
 source tree (say a ``git worktree`` of the last commit): an A/B run of a change, same alternation.
 ``--tls`` runs the TLS listener against the plain one instead (tls_bench.py).
+
+stalkd runs twice per cell when its C accelerator is built: ``stalkd`` (the default, with it)
+and ``stalkd-py`` (``STALKD_NO_EXTENSIONS=1``, the pure-Python modules), in the same
+alternation, so each line shows both against beanstalkd and ``C/py``; ``--no-pure`` skips the
+second one.
 """
 
 from __future__ import annotations
@@ -112,6 +117,8 @@ def start(kind: str, klass: str) -> Server:
     env = None
     if kind == "beanstalkd" and PEER_SRC is not None:
         kind, env = "stalkd", {**os.environ, "PYTHONPATH": PEER_SRC}
+    if kind == "stalkd-py":
+        kind, env = "stalkd", {**os.environ, "STALKD_NO_EXTENSIONS": "1"}
     if kind == "stalkd":
         args = [*STALKD, "-l", "127.0.0.1", "-p", str(port), "--log-level", SERVER_LOG_LEVEL]
         if data_dir:
@@ -406,6 +413,8 @@ def _options() -> argparse.Namespace:
     ap.add_argument("--peer-src", help="compare with the stalkd in this src/ directory, not beanstalkd")
     ap.add_argument("--tls", action="store_true",
                     help="TLS listener vs plain listener, and beanstalkd behind stunnel (tls_bench.py)")
+    ap.add_argument("--no-pure", action="store_true",
+                    help="do not also run stalkd on its pure-Python modules (STALKD_NO_EXTENSIONS=1)")
     return ap.parse_args()
 
 
@@ -438,22 +447,30 @@ def main() -> int:
     for kind in () if opts.no_startup else ("stalkd", "beanstalkd"):
         ms_listen, ms_first = startup(kind)
         print(f"# start-up {kind:10}: exec -> accepting {ms_listen:6.1f} ms, exec -> first reply {ms_first:6.1f} ms (median of 7)")
+    from stalkd.protocol import accel
+
+    pure = not opts.no_pure and accel.IMPLEMENTATION == "c"
+    print(f"# stalkd's hot path: {accel.IMPLEMENTATION}"
+          + ("; stalkd-py: the same tree with STALKD_NO_EXTENSIONS=1" if pure else ""))
+    kinds = ("stalkd", "stalkd-py", "beanstalkd") if pure else ("stalkd", "beanstalkd")
     header = (f"{'class':6} {'work':4} {'size':>5} {'conns':>5} {'depth':>5} | "
               f"{'stalkd/s':>9} {'srv%':>4} {'gen%':>4} {'us/job':>6} | "
-              f"{'beanstalkd/s':>12} {'srv%':>4} {'gen%':>4} {'us/job':>6} | {'ratio':>6}")
+              + (f"{'stalkd-py/s':>11} {'us/job':>6} | " if pure else "")
+              + f"{'beanstalkd/s':>12} {'srv%':>4} {'gen%':>4} {'us/job':>6} | {'ratio':>6}"
+              + (f" {'py/bs':>6} {'C/py':>6}" if pure else ""))
     summary: dict[str, list[float]] = {}
     for klass in classes:
         print()
         print(header)
-        servers = {kind: start(kind, klass) for kind in ("stalkd", "beanstalkd")}
+        servers = {kind: start(kind, klass) for kind in kinds}
         try:
             for work in works:
                 for size in sizes:
                     for n in conns:
                         for depth in depths:
-                            runs: dict[str, list[tuple[float, float, float]]] = {"stalkd": [], "beanstalkd": []}
+                            runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
                             for r in range(ROUNDS):
-                                order = ("stalkd", "beanstalkd") if r % 2 == 0 else ("beanstalkd", "stalkd")
+                                order = kinds if r % 2 == 0 else kinds[::-1]
                                 for kind in order:  # alternate who goes first
                                     runs[kind].append(run_cell(servers[kind], work, size, n, depth))
                             s, b = _median(runs["stalkd"]), _median(runs["beanstalkd"])
@@ -461,9 +478,17 @@ def main() -> int:
                             summary.setdefault(klass, []).append(ratio)
                             us_s = 1e4 * s[1] / s[0] if s[0] else 0
                             us_b = 1e4 * b[1] / b[0] if b[0] else 0
+                            py_cols = py_ratios = ""
+                            if pure:
+                                p = _median(runs["stalkd-py"])
+                                us_p = 1e4 * p[1] / p[0] if p[0] else 0
+                                py_cols = f"{p[0]:11.0f} {us_p:6.1f} | "
+                                py_ratios = (f" {p[0] / b[0] if b[0] else float('inf'):5.2f}x"
+                                             f" {s[0] / p[0] if p[0] else float('inf'):5.2f}x")
+                                summary.setdefault(klass + " py", []).append(p[0] / b[0] if b[0] else float("inf"))
                             print(f"{klass:6} {work:4} {size:5} {n:5} {depth:5} | "
-                                  f"{s[0]:9.0f} {s[1]:4.0f} {s[2]:4.0f} {us_s:6.1f} | "
-                                  f"{b[0]:12.0f} {b[1]:4.0f} {b[2]:4.0f} {us_b:6.1f} | {ratio:6.2f}x",
+                                  f"{s[0]:9.0f} {s[1]:4.0f} {s[2]:4.0f} {us_s:6.1f} | {py_cols}"
+                                  f"{b[0]:12.0f} {b[1]:4.0f} {b[2]:4.0f} {us_b:6.1f} | {ratio:6.2f}x{py_ratios}",
                                   flush=True)
             for kind, srv in () if opts.no_latency else servers.items():
                 p50, p99 = latency(srv)
@@ -473,7 +498,7 @@ def main() -> int:
                 srv.stop()
     print()
     for klass, ratios in summary.items():
-        print(f"{klass:6}: ratio stalkd/beanstalkd geometric mean {statistics.geometric_mean(ratios):.2f}x, "
+        print(f"{klass:9}: ratio stalkd/beanstalkd geometric mean {statistics.geometric_mean(ratios):.2f}x, "
               f"min {min(ratios):.2f}x, max {max(ratios):.2f}x over {len(ratios)} cells")
     return 0
 

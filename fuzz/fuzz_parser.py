@@ -9,7 +9,9 @@ Each input is split into a byte stream, a max job size and chunk boundaries. It 
 - the items equal those of the literal model of beanstalkd's C input loop
   (tests/protocol/cmodel.py);
 - memory stays bounded: waiting for a command line never holds 224 bytes or more, and a
-  too-big body is never held.
+  too-big body is never held;
+- when the C accelerator is built, it gives the same items and holds the same bytes as the
+  pure-Python parser, chunk by chunk.
 ``check`` is importable without atheris (tests/protocol/test_fuzz_harness.py runs it).
 """
 
@@ -22,14 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.protocol.cmodel import CModel  # noqa: E402
 
-from stalkd.protocol import NEED_DATA, Parser  # noqa: E402
+from stalkd.protocol import NEED_DATA, accel  # noqa: E402
 from stalkd.protocol.grammar import LINE_MAX  # noqa: E402
-from stalkd.protocol.parser import _STATE_ENDLINE, _STATE_LINE, _STATE_SKIP  # noqa: E402
+from stalkd.protocol.parser import _STATE_ENDLINE, _STATE_LINE, _STATE_SKIP, Parser  # noqa: E402
 
 
 def _drain(p: Parser, out: list[object]) -> None:
     while (item := p.next()) is not NEED_DATA:
         out.append(item)
+    out.append(("held", p.buffered))
     state = p._state
     if state in (_STATE_LINE, _STATE_ENDLINE):
         assert p.buffered < LINE_MAX, f"holding {p.buffered} bytes while waiting for a line"
@@ -37,8 +40,11 @@ def _drain(p: Parser, out: list[object]) -> None:
         assert p.buffered == 0, "a too-big body is being held"
 
 
-def check(data: bytes) -> None:
-    """One fuzz case. Layout: [limit byte][n cuts][cuts: 2 bytes each][stream]."""
+def check(data: bytes, parser: type[Parser] = Parser, compiled: type[Parser] | None = accel.CParser) -> None:
+    """One fuzz case. Layout: [limit byte][n cuts][cuts: 2 bytes each][stream].
+
+    ``parser`` is the reference under test; ``compiled`` (the C parser when built, None to
+    skip) must agree with it."""
     if len(data) < 2:
         return
     limit = data[0] * 4
@@ -49,19 +55,28 @@ def check(data: bytes) -> None:
     chunks = [stream[a:b] for a, b in zip(edges, edges[1:], strict=False)]
 
     whole: list[object] = []
-    p = Parser(max_job_size=limit)
+    p = parser(max_job_size=limit)
     p.feed(stream)
     _drain(p, whole)
 
     split: list[object] = []
-    q = Parser(max_job_size=limit)
+    q = parser(max_job_size=limit)
     for c in chunks:
         q.feed(c)
         _drain(q, split)
-    assert split == whole, f"chunking changed the items: {chunks!r}"
+    items = [x for x in whole if type(x) is not tuple]
+    assert [x for x in split if type(x) is not tuple] == items, f"chunking changed the items: {chunks!r}"
 
     model = CModel(limit).run(chunks)
-    assert whole == model, f"differs from the C model for {stream!r}: {whole!r} vs {model!r}"
+    assert items == model, f"differs from the C model for {stream!r}: {items!r} vs {model!r}"
+
+    if compiled is not None:
+        other: list[object] = []
+        r = compiled(max_job_size=limit)
+        for c in chunks:
+            r.feed(c)
+            _drain(r, other)
+        assert other == split, f"the C parser differs for {chunks!r}: {other!r} vs {split!r}"
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["stalkd.protocol", "stalkd.protocol.grammar", "stalkd.protocol.parser",
+           "stalkd.protocol.lines", "stalkd.protocol.constructors", "stalkd.protocol.accel",
            "stalkd.protocol.replies", "stalkd.protocol.stats"]  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""The parser builds commands by setting slots directly (``_slot_maker``, ``_make_put``); the
+"""The parser builds commands by setting slots directly (``constructors.slot_maker`` and ``put_maker``, and the C parser from the same slots); the
 values must equal what the dataclass constructors build, or the engine and server would see
 different commands depending on which parser path a line took."""
 
@@ -6,22 +6,23 @@ from __future__ import annotations
 
 import dataclasses
 
-from stalkd.protocol import NEED_DATA, Parser
+from stalkd.protocol import NEED_DATA
 from stalkd.protocol import commands as C
-from stalkd.protocol.parser import _slot_maker
+from stalkd.protocol.constructors import slot_maker
+from stalkd.protocol.parser import Parser
 
 
 def test_slot_maker_equals_constructor() -> None:
     cases = [(C.Delete, (7,)), (C.Bury, (7, 3)), (C.Release, (7, 3, 9)), (C.Touch, (2**64 - 1,)),
              (C.ReserveWithTimeout, (0,)), (C.Kick, (4,))]  # fmt: skip
     for cls, args in cases:
-        fast = _slot_maker(cls)
+        fast = slot_maker(cls)
         assert fast is not cls
         got = fast(*args)
         assert type(got) is cls and got == cls(*args) and hash(got) == hash(cls(*args))
     # a class with a default or no fields is left to its own constructor
-    assert _slot_maker(C.Put) is C.Put
-    assert _slot_maker(C.Reserve) is C.Reserve
+    assert slot_maker(C.Put) is C.Put
+    assert slot_maker(C.Reserve) is C.Reserve
 
 
 def test_fast_and_general_paths_agree() -> None:

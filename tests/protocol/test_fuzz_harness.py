@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from stalkd.protocol.commands import Use
+from stalkd.protocol.parser import Item, Parser
+
 _PATH = Path(__file__).resolve().parents[2] / "fuzz" / "fuzz_parser.py"
 _spec = importlib.util.spec_from_file_location("fuzz_parser", _PATH)
 assert _spec is not None and _spec.loader is not None
@@ -42,4 +45,18 @@ def test_check_detects_a_wrong_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     # The oracle must be able to fail: break the parser's line limit and expect an assertion.
     monkeypatch.setattr("stalkd.protocol.parser.LINE_MAX", 300)
     with pytest.raises(AssertionError):
-        fuzz_parser.check(b"\xff\x00" + b"x" * 250 + b"\r\nuse a\r\n")
+        fuzz_parser.check(b"\xff\x00" + b"x" * 250 + b"\r\nuse a\r\n", compiled=None)
+
+
+def test_check_detects_a_compiled_parser_that_differs() -> None:
+    # The differential half must be able to fail too: a "compiled" parser that drops an item.
+    with pytest.raises(AssertionError, match="the C parser differs"):
+        fuzz_parser.check(b"\xff\x00use a\r\nuse b\r\n", compiled=_Lossy)
+
+
+class _Lossy(Parser):
+    """Loses every ``use`` command, as a wrong accelerator might."""
+
+    def next(self) -> Item:
+        item = super().next()
+        return super().next() if type(item) is Use else item

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from stalkd.protocol import NEED_DATA, Parser
 from stalkd.protocol.grammar import COMMANDS
-from stalkd.protocol.parser import _EXACT, _SPACED, match_command
+from stalkd.protocol.lines import EXACT, SPACED, match_command
 
 from .cmodel import CModel
 
@@ -107,9 +107,9 @@ def test_fast_command_lookup_equals_the_ordered_prefix_scan(line: bytes) -> None
     # The parser's dict lookups must pick the same row as beanstalkd's ordered strncmp scan.
     sp = line.find(b" ")
     expected = match_command(line)
-    if sp > 0 and line[:sp] in _SPACED:
+    if sp > 0 and line[:sp] in SPACED:
         assert expected is not None and (expected + " ").encode() == line[: sp + 1]
-    if sp < 0 and line in _EXACT:
+    if sp < 0 and line in EXACT:
         assert expected == line.decode()
 
 

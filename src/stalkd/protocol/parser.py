@@ -22,23 +22,24 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import re
-from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from stalkd.protocol.commands import Command, Put, Reply
-from stalkd.protocol.grammar import (
-    COMMANDS,
-    DEFAULT_MAX_JOB_SIZE,
-    LINE_MAX,
-    MAX_JOB_SIZE_LIMIT,
-    TIMEOUT_MAX,
-    U32_MAX,
-    U64_MAX,
-    CommandSpec,
-    is_valid_tube,
+from stalkd.protocol.constructors import put_maker
+from stalkd.protocol.grammar import DEFAULT_MAX_JOB_SIZE, LINE_MAX, MAX_JOB_SIZE_LIMIT, U32_MAX
+from stalkd.protocol.lines import (
+    BAD_FORMAT,
+    EXACT,
+    FAST1,
+    FAST_DIGITS,
+    PUT_HEAD,
+    PUT_PARTS,
+    PUT_PREFIX,
+    PUT_RX,
+    UNKNOWN_COMMAND,
+    fast_digits,
+    parse_line,
 )
 
 __all__ = ["Parser", "NEED_DATA", "NeedData", "Item", "BAD_FORMAT", "UNKNOWN_COMMAND"]
@@ -52,284 +53,12 @@ class NeedData(enum.Enum):
 
 NEED_DATA: Final = NeedData.NEED_DATA
 
-BAD_FORMAT: Final = Reply("BAD_FORMAT")
-UNKNOWN_COMMAND: Final = Reply("UNKNOWN_COMMAND")
-
 Item = Command | Reply | Literal[NeedData.NEED_DATA]
-_Parse = Callable[[bytes], "Command | Reply"]
 
-# Argument kinds -> (regex fragment, converter of its groups). The fragments use possessive
-# quantifiers so digits are never split between two arguments (C's strtoumax is greedy).
-_DIGITS = rb" *+([0-9]++)"
-_NAME = rb" *+([A-Za-z0-9\-+/;.$_()]++)"
-_CSPACE = rb"[ \t\n\x0b\x0c\r]*+([+-]?)([0-9]++)"  # strtoul: C isspace, optional sign
-
+# The framing states; the C parser (_speedups.c) numbers them the same (its ``_state``).
 _STATE_LINE, _STATE_ENDLINE, _STATE_BODY, _STATE_SKIP = 0, 1, 2, 3
 
-
-def _u32(g: bytes) -> int | None:
-    v = int(g)
-    return v if v <= U32_MAX else None
-
-
-def _u64(g: bytes) -> int | None:
-    v = int(g)
-    return v if v <= U64_MAX else None
-
-
-def _timeout(g: bytes) -> int | None:
-    v = int(g)
-    return v if v <= TIMEOUT_MAX else None
-
-
-def _count(sign: bytes, g: bytes) -> int | None:
-    v = int(g)
-    if v > U64_MAX:  # strtoul's ERANGE
-        return None
-    if sign == b"-":
-        v = -v % 2**64
-    return v & U32_MAX  # beanstalkd stores strtoul's unsigned long in a 32-bit uint
-
-
-def _tube(g: bytes) -> str | None:
-    return g.decode("ascii") if is_valid_tube(g) else None
-
-
-def _compile(spec: CommandSpec) -> _Parse:
-    """Turn one table row into a function from the text after the prefix to a value."""
-    if spec.exact:
-        only = spec.build()
-        return lambda rest: BAD_FORMAT if rest else only
-    if spec.loose:
-        only = spec.build()
-        return lambda rest: only
-    parts: list[bytes] = []
-    convs: list[tuple[int, Callable[..., int | str | None]]] = []
-    for arg in spec.args:
-        if arg.kind == "tube":
-            parts.append(rb"(.*)")
-            convs.append((1, _tube))
-        elif arg.kind == "name":
-            parts.append(_NAME)
-            convs.append((1, _tube))
-        elif arg.kind == "count":
-            parts.append(_CSPACE)
-            convs.append((2, _count))
-        else:
-            parts.append(_DIGITS)
-            convs.append((1, {"u32": _u32, "u64": _u64, "timeout": _timeout}[arg.kind]))
-    rx = re.compile(b"".join(parts), re.DOTALL)
-    # timeout and count read with an end pointer nobody checks: trailing text is ignored.
-    loose_tail = spec.args[-1].kind in ("timeout", "count")
-    match = rx.match if loose_tail else rx.fullmatch
-    build = spec.build
-    fields = [a.field for a in spec.args]
-
-    if len(convs) == 1 and convs[0][0] == 1:
-        conv1 = convs[0][1]
-
-        def parse1(rest: bytes) -> Command | Reply:
-            m = match(rest)
-            if m is None:
-                return BAD_FORMAT
-            v = conv1(m.group(1))
-            return BAD_FORMAT if v is None else build(v)
-
-        return parse1
-
-    def parse(rest: bytes) -> Command | Reply:
-        m = match(rest)
-        if m is None:
-            return BAD_FORMAT
-        groups = m.groups()
-        values: dict[str, int | str] = {}
-        i = 0
-        for field, (n, conv) in zip(fields, convs, strict=True):
-            v = conv(*groups[i : i + n])
-            if v is None:
-                return BAD_FORMAT
-            values[field] = v
-            i += n
-        return build(**values)
-
-    return parse
-
-
-def _put_maker() -> Callable[[int, int, int, bytes], Put]:
-    """A constructor for ``Put`` values that skips the frozen dataclass ``__init__`` (the
-    parser's largest per-put cost, see bench/protocol_bench.py) by setting the slots directly. Used only while
-    ``Put`` is exactly the plain five-slot dataclass this was written for."""
-    names = tuple(f.name for f in dataclasses.fields(Put))
-    plain = (names == ("pri", "delay", "ttr", "body", "error") and hasattr(Put, "__slots__")
-             and not hasattr(Put, "__post_init__"))  # fmt: skip
-    if not plain:
-        return Put
-    new = object.__new__
-    set_pri, set_delay, set_ttr, set_body, set_error = (
-        getattr(Put, n).__set__ for n in names
-    )
-
-    def make(pri: int, delay: int, ttr: int, body: bytes) -> Put:
-        put = new(Put)
-        set_pri(put, pri)
-        set_delay(put, delay)
-        set_ttr(put, ttr)
-        set_body(put, body)
-        set_error(put, None)
-        return put
-
-    return make
-
-
-_make_put = _put_maker()
-
-
-def _slot_maker(build: Callable[..., Command]) -> Callable[..., Command]:
-    """A constructor for a 1..3-field command with the same trick as ``_put_maker``; ``build``
-    itself for any class that is not such a plain frozen slots dataclass. The fast path is for
-    the id commands a pipelined worker sends (delete, release, bury, touch, ...)."""
-    kind: Any = build  # typed loosely: object.__new__(kind) below is a Command
-    if not isinstance(kind, type) or not dataclasses.is_dataclass(kind):
-        return build
-    kind = build
-    names = tuple(f.name for f in dataclasses.fields(kind))
-    plain = (hasattr(kind, "__slots__") and not hasattr(kind, "__post_init__") and 1 <= len(names) <= 3
-             and all(f.default is dataclasses.MISSING for f in dataclasses.fields(kind)))  # fmt: skip
-    if not plain:
-        return build
-    new = object.__new__
-    setters = [getattr(kind, n).__set__ for n in names]
-    if len(names) == 1:
-        (s0,) = setters
-
-        def make1(a: object) -> Command:
-            o: Command = new(kind)
-            s0(o, a)
-            return o
-
-        return make1
-    if len(names) == 2:
-        s0, s1 = setters
-
-        def make2(a: object, b: object) -> Command:
-            o: Command = new(kind)
-            s0(o, a)
-            s1(o, b)
-            return o
-
-        return make2
-    s0, s1, s2 = setters
-
-    def make3(a: object, b: object, c: object) -> Command:
-        o: Command = new(kind)
-        s0(o, a)
-        s1(o, b)
-        s2(o, c)
-        return o
-
-    return make3
-
-# The body command (put) from the table: its line is "<head> <u32> <u32> <u32> <bytes>".
-_BODY_SPEC = next(s for s in COMMANDS if s.body)
-assert len(_BODY_SPEC.args) == 4 and all(a.kind == "u32" for a in _BODY_SPEC.args)
-_PUT_PREFIX = _BODY_SPEC.prefix
-_PUT_HEAD = _PUT_PREFIX[:-1]
-_PUT_PARTS = len(_BODY_SPEC.args) + 1
-_PUT_RX = re.compile(_DIGITS * len(_BODY_SPEC.args))
-
-# Fast lookups equivalent to the ordered prefix scan (tests/protocol checks the equivalence):
-# a line "<head> <rest>" whose "<head> " is a table prefix, or a line equal to an exact prefix,
-# cannot be claimed by an earlier row.
-_PARSERS: tuple[tuple[bytes, _Parse], ...] = tuple(
-    (s.prefix, _compile(s)) for s in COMMANDS if not s.body
-)
-_SPACED: dict[bytes, _Parse] = {p[:-1]: f for p, f in _PARSERS if p.endswith(b" ")}
-_EXACT: dict[bytes, Command] = {s.prefix: s.build() for s in COMMANDS if s.exact}
-
-
-def _fast_id(build: Callable[[int], Command]) -> Callable[[bytes], Command | None]:
-    def fast(arg: bytes) -> Command | None:
-        # at most 19 digits always fits in a u64; longer goes to the checked path
-        return build(int(arg)) if arg.isdigit() and len(arg) < 20 else None
-
-    return fast
-
-
-def _fast_tube(build: Callable[[str], Command]) -> Callable[[bytes], Command | None]:
-    # Tube names repeat: keep the (immutable) command per name, bounded.
-    cache: dict[bytes, Command] = {}
-
-    def fast(arg: bytes) -> Command | None:
-        cmd = cache.get(arg)
-        if cmd is None:
-            name = _tube(arg)
-            if name is None:
-                return None
-            if len(cache) >= 1024:
-                cache.clear()
-            cmd = cache[arg] = build(name)
-        return cmd
-
-    return fast
-
-
-def _fast_bounded(build: Callable[[int], Command], conv: Callable[[bytes], int | None]) -> Callable[[bytes], Command | None]:
-    def fast(arg: bytes) -> Command | None:
-        if not arg.isdigit():
-            return None
-        v = conv(arg)
-        return None if v is None else build(v)
-
-    return fast
-
-
-def _fast1_for(spec: CommandSpec) -> Callable[[bytes], Command | None]:
-    kind = spec.args[0].kind
-    if kind == "tube":
-        return _fast_tube(spec.build)
-    if kind == "u64":
-        return _fast_id(_slot_maker(spec.build))
-    if kind == "timeout":
-        return _fast_bounded(_slot_maker(spec.build), _timeout)
-    return _fast_bounded(_slot_maker(spec.build), lambda g: _count(b"", g))  # count, plain digits
-
-
-_FAST1: dict[bytes, Callable[[bytes], Command | None]] = {
-    s.prefix[:-1]: _fast1_for(s)
-    for s in COMMANDS
-    if s.prefix.endswith(b" ") and len(s.args) == 1
-}
-# "<head> <digits> <digits>..." commands: (builder, maximum of each argument)
-_FAST_DIGITS: dict[tuple[bytes, int], tuple[Callable[..., Command], tuple[int, ...]]] = {
-    (s.prefix[:-1], len(s.args) + 1): (_slot_maker(s.build), tuple(U64_MAX if a.kind == "u64" else U32_MAX for a in s.args))
-    for s in COMMANDS
-    if not s.body and len(s.args) > 1 and s.prefix.endswith(b" ") and all(a.kind in ("u32", "u64") for a in s.args)
-}
-
-
-def _digits(spec: tuple[Callable[..., Command], tuple[int, ...]], parts: list[bytes]) -> Command | None:
-    build, maxima = spec
-    values = []
-    for part, top in zip(parts[1:], maxima, strict=True):
-        if not part.isdigit():
-            return None
-        v = int(part)
-        if v > top:
-            return None
-        values.append(v)
-    return build(*values)
-
-
-def match_command(line: bytes) -> str | None:
-    """Name of the table row a command line (without CRLF) matches, by the ordered scan.
-
-    >>> match_command(b"reserve-with-timeout"), match_command(b"quitx"), match_command(b"use")
-    ('reserve', 'quit', None)
-    """
-    for spec in COMMANDS:
-        if line.startswith(spec.prefix):
-            return spec.name
-    return None
+_make_put = put_maker()
 
 
 class Parser:
@@ -422,18 +151,18 @@ class Parser:
                 parts = line.split(b" ")
                 n = len(parts)
                 if n == 2:
-                    fast = _FAST1.get(parts[0])
+                    fast = FAST1.get(parts[0])
                     if fast is not None:
                         cmd = fast(parts[1])
                         if cmd is not None:
                             return cmd
                 elif n == 1:
-                    only = _EXACT.get(line)
+                    only = EXACT.get(line)
                     if only is not None:
                         return only
-                elif n == _PUT_PARTS:
+                elif n == PUT_PARTS:
                     head, a, b, c, d = parts
-                    if head == _PUT_HEAD and a.isdigit() and b.isdigit() and c.isdigit() and d.isdigit():
+                    if head == PUT_HEAD and a.isdigit() and b.isdigit() and c.isdigit() and d.isdigit():
                         # Short digit strings (<= 9 digits: within u32) whose body is already
                         # buffered: the common pipelined put, handled here; the rest as before.
                         size = int(d)
@@ -447,9 +176,9 @@ class Parser:
                             return _make_put(int(a), int(b), ttr if ttr else 1, buf[start:end])
                         return self._put_values(int(a), int(b), int(c), size, True)
                 else:
-                    spec = _FAST_DIGITS.get((parts[0], n))
+                    spec = FAST_DIGITS.get((parts[0], n))
                     if spec is not None:
-                        cmd = _digits(spec, parts)
+                        cmd = fast_digits(spec, parts)
                         if cmd is not None:
                             return cmd
                 return self._command(line)
@@ -526,23 +255,13 @@ class Parser:
     # --- one command line ------------------------------------------------------------------
 
     def _command(self, line: bytes) -> Item:
-        if b"\0" in line:
-            return BAD_FORMAT
-        if line.startswith(_PUT_PREFIX):
-            return self._put_line(line[len(_PUT_PREFIX) :])
-        sp = line.find(b" ")
-        if sp > 0:
-            parse = _SPACED.get(line[:sp])
-            if parse is not None:
-                return parse(line[sp + 1 :])
-        for prefix, parse in _PARSERS:
-            if line.startswith(prefix):
-                return parse(line[len(prefix) :])
-        return UNKNOWN_COMMAND
+        if line.startswith(PUT_PREFIX) and b"\0" not in line:
+            return self._put_line(line[len(PUT_PREFIX) :])
+        return parse_line(line)
 
     def _put_line(self, rest: bytes) -> Item:
         # beanstalkd's order: numbers, (count cmd-put), JOB_TOO_BIG, trailing text, ttr clamp.
-        m = _PUT_RX.match(rest)
+        m = PUT_RX.match(rest)
         if m is None:
             return BAD_FORMAT
         a, b, c, d = m.groups()

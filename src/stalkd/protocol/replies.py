@@ -16,9 +16,9 @@ from __future__ import annotations
 from stalkd.protocol.commands import AnyReply, Close, JobReply, Reply, YamlDict, YamlList
 from stalkd.protocol.stats import encode_yaml_dict, encode_yaml_list
 
-__all__ = ["encode_reply", "encode_reply_parts", "encode_line"]
+__all__ = ["encode_reply", "encode_reply_parts", "encode_line", "WORD_LINES"]
 
-_WORDS: dict[str, bytes] = {
+WORD_LINES: dict[str, bytes] = {
     w: f"{w}\r\n".encode()
     for w in (
         "DELETED", "RELEASED", "BURIED", "TOUCHED", "KICKED", "NOT_FOUND", "PAUSED",
@@ -36,7 +36,7 @@ def encode_line(r: Reply) -> bytes:
     """
     args = r.args
     if not args:
-        cached = _WORDS.get(r.word)
+        cached = WORD_LINES.get(r.word)
         return cached if cached is not None else f"{r.word}\r\n".encode()
     if len(args) == 1:
         return f"{r.word} {args[0]}\r\n".encode()

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence  # collections.abc is imported at start-up anyway
 
 __all__ = [
-    "Config", "Exit", "parse_args", "USAGE", "VERSION_TEXT", "DEFAULT_PORT",
+    "Config", "Exit", "parse_args", "USAGE", "VERSION_TEXT", "version_text", "DEFAULT_PORT",
     "MAX_JOB_SIZE_LIMIT", "LOG_LEVELS", "is_loopback",
 ]  # fmt: skip
 
@@ -34,6 +34,16 @@ MAX_JOB_SIZE_LIMIT = 1 << 30  # beanstalkd clamps -z to 1 GiB with a warning
 LOG_LEVELS = ("debug", "info", "warning", "error")
 BEANSTALKD_VERSION = "1.13"  # the protocol dialect we speak; clients gate features on it
 VERSION_TEXT = f"beanstalkd {BEANSTALKD_VERSION} (stalkd 0.1.0)\n"
+
+
+def version_text() -> str:
+    """``-v``: the dialect first (clients read it), then which parser runs, so a test or a
+    person can tell whether the C accelerator was built and is in use (``STALKD_NO_EXTENSIONS``).
+    """
+    from stalkd.protocol.accel import IMPLEMENTATION  # only on this exit path: start-up stays light
+
+    hot = "C accelerator" if IMPLEMENTATION == "c" else "pure Python"
+    return f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r})\n"
 
 USAGE = """\
 Use: stalkd serve [OPTIONS]      (beanstalkd's flags; also installed as stalkd-server)
@@ -380,7 +390,7 @@ def _flag(cfg: Config, letter: str) -> Config | Exit:
     if letter == "h":
         return Exit(0, stderr=USAGE)
     if letter == "v":
-        return Exit(0, stdout=VERSION_TEXT)
+        return Exit(0, stdout=version_text())
     raise _Bad(f"unknown flag: -{letter}")
 
 

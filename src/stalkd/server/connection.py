@@ -28,9 +28,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from stalkd.protocol import NEED_DATA, Parser, encode_reply_parts
+from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
-from stalkd.protocol.replies import encode_line
 
 __all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT"]
 

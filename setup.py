@@ -1,0 +1,46 @@
+"""Build the optional C accelerator (stalkd.protocol._speedups); everything else is in pyproject.toml.
+
+The extension is optional in the way aiohttp's are: without a compiler or the Python headers
+the build warns and the pure-Python modules are used. ``STALKD_NO_EXTENSIONS=1`` at build time
+skips it; at run time it makes stalkd ignore a built one (``stalkd.protocol.accel``).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class OptionalBuildExt(build_ext):
+    """A failed compile is a warning, never a failed install."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as e:  # no compiler at all (DistutilsPlatformError and friends)
+            self._skip(e)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as e:  # a compiler or header error
+            self._skip(e)
+
+    @staticmethod
+    def _skip(e: BaseException) -> None:
+        print(f"WARNING: stalkd's C accelerator was not built ({e}); the pure-Python "
+              "parser is used", file=sys.stderr)
+
+
+_NO_EXT = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
+ext_modules = [] if _NO_EXT else [
+    Extension("stalkd.protocol._speedups", ["src/stalkd/protocol/_speedups.c"],
+              depends=sorted(glob.glob("src/stalkd/protocol/_cext/*.h")),
+              extra_compile_args=["-O2", "-Wall", "-Wno-unused-variable"]),
+]
+
+setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

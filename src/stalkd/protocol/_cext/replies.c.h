@@ -1,0 +1,163 @@
+/* Reply values to wire bytes, as replies.py does it for plain lines and job replies. */
+
+static PyObject *reply_type = NULL;   /* commands.Reply */
+static PyObject *word_cache = NULL;   /* word -> b"WORD\r\n" */
+static Py_ssize_t reply_word_off = -1, reply_args_off = -1;
+
+/* replies.encode_line: b"WORD[ arg]*\r\n" for a plain Reply. */
+static PyObject *
+encode_line(PyObject *mod, PyObject *r)
+{
+    PyObject *word, *args;
+    if (reply_word_off >= 0 && (PyObject *)Py_TYPE(r) == reply_type) {
+        word = *(PyObject **)((char *)r + reply_word_off);
+        args = *(PyObject **)((char *)r + reply_args_off);
+        if (word == NULL || args == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "Reply without word or args");
+            return NULL;
+        }
+        Py_INCREF(word);
+        Py_INCREF(args);
+    } else {
+        word = PyObject_GetAttrString(r, "word");
+        if (word == NULL)
+            return NULL;
+        args = PyObject_GetAttrString(r, "args");
+        if (args == NULL) {
+            Py_DECREF(word);
+            return NULL;
+        }
+    }
+    PyObject *result = NULL;
+    if (!PyUnicode_Check(word) || !PyTuple_Check(args)) {
+        PyErr_SetString(PyExc_TypeError, "Reply.word must be str and Reply.args a tuple");
+        goto out;
+    }
+    Py_ssize_t na = PyTuple_GET_SIZE(args);
+    if (na == 0) {
+        result = PyDict_GetItemWithError(word_cache, word);
+        if (result != NULL) {
+            Py_INCREF(result);
+            goto out;
+        }
+        if (PyErr_Occurred())
+            goto out;
+    }
+    Py_ssize_t wlen;
+    const char *w = PyUnicode_AsUTF8AndSize(word, &wlen);
+    if (w == NULL)
+        goto out;
+    char small[512];
+    char *buf = small;
+    Py_ssize_t cap = sizeof small, len = 0;
+    PyObject *strs = NULL;  /* str() of non-int arguments, kept alive while copied */
+#define PUT(src, n)                                                          \
+    do {                                                                     \
+        Py_ssize_t n_ = (n);                                                 \
+        if (len + n_ > cap) {                                                \
+            Py_ssize_t nc = (len + n_) * 2;                                  \
+            char *nb = PyMem_Malloc((size_t)nc);                             \
+            if (nb == NULL) { PyErr_NoMemory(); goto fail; }                 \
+            memcpy(nb, buf, (size_t)len);                                    \
+            if (buf != small) PyMem_Free(buf);                               \
+            buf = nb;                                                        \
+            cap = nc;                                                        \
+        }                                                                    \
+        memcpy(buf + len, (src), (size_t)n_);                                \
+        len += n_;                                                           \
+    } while (0)
+    PUT(w, wlen);
+    for (Py_ssize_t i = 0; i < na; i++) {
+        PyObject *a = PyTuple_GET_ITEM(args, i);
+        PUT(" ", 1);
+        if (PyLong_CheckExact(a)) {
+            int overflow;
+            long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
+            if (!overflow && !(v == -1 && PyErr_Occurred())) {
+                char num[32];
+                int k = snprintf(num, sizeof num, "%lld", v);
+                PUT(num, k);
+                continue;
+            }
+            PyErr_Clear();
+        }
+        /* as the reference: an f-string (format) for one argument, str() for several */
+        PyObject *s = na == 1 ? PyObject_Format(a, NULL) : PyObject_Str(a);
+        if (s == NULL)
+            goto fail;
+        Py_ssize_t sl;
+        const char *sp = PyUnicode_AsUTF8AndSize(s, &sl);
+        if (sp == NULL) {
+            Py_DECREF(s);
+            goto fail;
+        }
+        if (strs == NULL && (strs = PyList_New(0)) == NULL) {
+            Py_DECREF(s);
+            goto fail;
+        }
+        int rc = PyList_Append(strs, s);
+        Py_DECREF(s);
+        if (rc < 0)
+            goto fail;
+        PUT(sp, sl);
+    }
+    PUT("\r\n", 2);
+#undef PUT
+    result = PyBytes_FromStringAndSize(buf, len);
+fail:
+    if (buf != small)
+        PyMem_Free(buf);
+    Py_XDECREF(strs);
+out:
+    Py_DECREF(word);
+    Py_DECREF(args);
+    return result;
+}
+
+static PyObject *job_reply_type = NULL;   /* commands.JobReply */
+static PyObject *parts_fallback = NULL;   /* replies.encode_reply_parts */
+static PyObject *CRLF = NULL;
+static Py_ssize_t job_word_off = -1, job_id_off = -1, job_body_off = -1;
+
+/* replies.encode_reply_parts: a plain line or a job's header, body and CRLF done here (the
+ * replies a worker's loop gets), anything else (YAML, Close) by the reference. */
+static PyObject *
+encode_parts(PyObject *mod, PyObject *r)
+{
+    PyTypeObject *t = Py_TYPE(r);
+    if ((PyObject *)t == reply_type) {
+        PyObject *line = encode_line(mod, r);
+        if (line == NULL)
+            return NULL;
+        PyObject *tup = PyTuple_Pack(1, line);
+        Py_DECREF(line);
+        return tup;
+    }
+    if ((PyObject *)t == job_reply_type && job_word_off >= 0) {
+        PyObject *word = *(PyObject **)((char *)r + job_word_off);
+        PyObject *id = *(PyObject **)((char *)r + job_id_off);
+        PyObject *body = *(PyObject **)((char *)r + job_body_off);
+        if (word != NULL && id != NULL && body != NULL && PyUnicode_Check(word)
+                && PyLong_CheckExact(id) && PyBytes_CheckExact(body)) {
+            int overflow;
+            long long v = PyLong_AsLongLongAndOverflow(id, &overflow);
+            Py_ssize_t wlen;
+            const char *w = PyUnicode_AsUTF8AndSize(word, &wlen);
+            if (w == NULL)
+                return NULL;
+            if (!overflow && !(v == -1 && PyErr_Occurred()) && wlen < 64) {
+                char head[128];
+                int k = snprintf(head, sizeof head, "%.*s %lld %zd\r\n", (int)wlen, w, v,
+                                 PyBytes_GET_SIZE(body));
+                PyObject *h = PyBytes_FromStringAndSize(head, k);
+                if (h == NULL)
+                    return NULL;
+                PyObject *tup = PyTuple_Pack(3, h, body, CRLF);
+                Py_DECREF(h);
+                return tup;
+            }
+            PyErr_Clear();
+        }
+    }
+    return PyObject_CallOneArg(parts_fallback, r);
+}

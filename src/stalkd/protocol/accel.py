@@ -1,0 +1,107 @@
+"""Which implementation of the hot path runs: the C accelerator or the pure-Python reference.
+
+``stalkd.protocol._speedups`` (built from ``_speedups.c`` by ``pip install``/``make`` when a
+compiler is there) is a compiled twin of ``parser.Parser``, ``replies.encode_line`` and
+``replies.encode_reply_parts`` (plain lines and job replies; YAML replies go to the
+reference). It is given the command table here, so the grammar stays written once
+(``grammar.COMMANDS``).
+``STALKD_NO_EXTENSIONS=1`` in the environment forces the pure-Python modules; so does a
+missing or unloadable extension, and one built from an older ``_speedups.c`` that does
+not take this table (with a warning saying how to rebuild it). ``IMPLEMENTATION`` says which one is active ("c" or
+"python"); ``stalkd serve --version`` prints it.
+
+Example:
+    >>> IMPLEMENTATION in ("c", "python")
+    True
+    >>> p = Parser()
+    >>> p.feed(b"delete 5\\r\\n")
+    >>> p.next()
+    Delete(id=5)
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Literal
+
+from stalkd.protocol import commands, lines, parser, replies
+from stalkd.protocol.constructors import plain_fields
+from stalkd.protocol.grammar import COMMANDS, MAX_JOB_SIZE_LIMIT, NAME_CHARS, CommandSpec
+
+__all__ = ["IMPLEMENTATION", "Parser", "PyParser", "CParser", "encode_line", "encode_reply_parts",
+           "speedups"]
+
+_KIND_CODES = {"u32": b"u", "u64": b"U", "timeout": b"t", "count": b"c", "tube": b"T", "name": b"n"}
+_EXACT, _LOOSE, _BODY = 1, 2, 4
+
+
+def _keywords(build: Callable[..., Any], fields: tuple[str, ...]) -> Callable[..., Any]:
+    """``build`` called with keywords, for a class whose slots cannot be set one by one."""
+    return lambda *values: build(**dict(zip(fields, values, strict=True)))
+
+
+def _row(spec: CommandSpec) -> tuple[bytes, bytes, int, object, object, object, object]:
+    """One table row as the C parser takes it: (prefix, argument kinds, flags, the value of
+    an argument-less command, the class, its slot names in argument order, a fallback call)."""
+    kinds = b"".join(_KIND_CODES[a.kind] for a in spec.args)
+    flags = (_EXACT if spec.exact else 0) | (_LOOSE if spec.loose else 0) | (_BODY if spec.body else 0)
+    if spec.exact or spec.loose:
+        return spec.prefix, kinds, flags, spec.build(), None, None, spec.build
+    names = tuple(a.field for a in spec.args)
+    slots = names if plain_fields(spec.build) == names else None
+    return spec.prefix, kinds, flags, None, spec.build, slots, _keywords(spec.build, names)
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0"):
+        return None
+    try:
+        _speedups = importlib.import_module("stalkd.protocol._speedups")
+    except ImportError:
+        return None
+    put_slots = plain_fields(commands.Put)
+    try:
+        _configure(_speedups, put_slots)
+    except (TypeError, ValueError) as e:
+        # A module built from an older _speedups.c (sources updated, not rebuilt): run the
+        # reference rather than fail to start, and say how to get the fast path back.
+        warnings.warn(f"stalkd.protocol._speedups does not match this source ({e}); using the "
+                      "pure-Python parser: rebuild it with `make ext` (or pip install -e .)",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    return _speedups
+
+
+def _configure(_speedups: ModuleType, put_slots: tuple[str, ...] | None) -> None:
+    _speedups.configure(
+        table=tuple(_row(s) for s in COMMANDS),
+        put=(commands.Put, put_slots, commands.Put),
+        need_data=parser.NEED_DATA,
+        bad_format=lines.BAD_FORMAT,
+        unknown_command=lines.UNKNOWN_COMMAND,
+        name_chars=NAME_CHARS,
+        max_job_limit=MAX_JOB_SIZE_LIMIT,
+        reply=commands.Reply,
+        words=replies.WORD_LINES,
+        job_reply=commands.JobReply,
+        parts_fallback=replies.encode_reply_parts,
+    )
+
+
+speedups: ModuleType | None = _load()
+"""The configured extension module, None when the pure-Python modules run."""
+
+IMPLEMENTATION: Literal["c", "python"] = "python" if speedups is None else "c"
+PyParser = parser.Parser
+CParser: type[parser.Parser] | None = None if speedups is None else speedups.Parser
+Parser: type[parser.Parser] = PyParser if CParser is None else CParser
+encode_line: Callable[[commands.Reply], bytes] = (
+    replies.encode_line if speedups is None else speedups.encode_line
+)
+encode_reply_parts: Callable[[commands.AnyReply], tuple[bytes, ...]] = (
+    replies.encode_reply_parts if speedups is None else speedups.encode_reply_parts
+)

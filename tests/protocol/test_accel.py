@@ -1,0 +1,72 @@
+"""Which hot path runs, and that building it is optional: the C accelerator when it is built
+and not disabled, the pure-Python modules under ``STALKD_NO_EXTENSIONS=1`` or without it, a
+failed compile never failing the install, and ``stalkd serve --version`` saying which one."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from stalkd.protocol import IMPLEMENTATION, Parser, accel
+from stalkd.protocol import parser as pure
+
+ROOT = Path(__file__).resolve().parents[2]
+_DISABLED = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
+_BUILT = importlib.util.find_spec("stalkd.protocol._speedups") is not None
+
+
+def test_the_active_implementation_follows_the_build_and_the_switch() -> None:
+    expected = "c" if _BUILT and not _DISABLED else "python"
+    assert expected == IMPLEMENTATION
+    assert (Parser is pure.Parser) == (expected == "python")
+    assert (accel.speedups is None) == (expected == "python")
+
+
+def _version(env_extra: dict[str, str]) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"} | env_extra
+    cmd = [sys.executable, "-m", "stalkd.server.cli", "-v"]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+
+
+def test_version_names_the_hot_path() -> None:
+    off = _version({"STALKD_NO_EXTENSIONS": "1"})
+    assert off.startswith("beanstalkd 1.13") and "hot path: pure Python" in off
+    on = _version({})
+    assert ("hot path: C accelerator" in on) == _BUILT
+
+
+def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> None:
+    # setup.py alone with the C source, built with a compiler that does not exist
+    shutil.copy(ROOT / "setup.py", tmp_path)
+    (tmp_path / "src/stalkd/protocol").mkdir(parents=True)
+    shutil.copy(ROOT / "src/stalkd/protocol/_speedups.c", tmp_path / "src/stalkd/protocol")
+    shutil.copytree(ROOT / "src/stalkd/protocol/_cext", tmp_path / "src/stalkd/protocol/_cext")
+    env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"}
+    env["CC"] = str(tmp_path / "no-such-cc")
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", "out"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "C accelerator was not built" in r.stderr
+    assert not list(tmp_path.glob("out/**/_speedups*"))
+
+
+def test_a_module_from_older_sources_falls_back_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    # what an editable install left behind after a source update without a rebuild looks like:
+    # a _speedups whose configure() does not take this table
+    stale = types.ModuleType("stalkd.protocol._speedups")
+
+    def configure(**kw: object) -> None:
+        raise TypeError("function takes at most 9 keyword arguments (11 given)")
+
+    stale.configure = configure  # type: ignore[attr-defined]
+    monkeypatch.delenv("STALKD_NO_EXTENSIONS", raising=False)
+    monkeypatch.setattr(accel.importlib, "import_module", lambda name: stale)
+    with pytest.warns(RuntimeWarning, match="make ext"):
+        assert accel._load() is None
