@@ -18,7 +18,7 @@ __all__ = ["Value", "parse_dict", "parse_list", "STATS_STR_KEYS", "STATS_JOB_STR
 Value = int | float | bool | str
 
 # Keys whose values are strings even when they look like numbers.
-STATS_STR_KEYS = frozenset({"version", "id", "hostname", "os", "platform"})
+STATS_STR_KEYS = frozenset({"version", "id", "hostname", "os", "platform", "role"})
 STATS_JOB_STR_KEYS = frozenset({"tube", "state"})
 STATS_TUBE_STR_KEYS = frozenset({"name"})
 
