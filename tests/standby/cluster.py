@@ -43,7 +43,15 @@ def admin_port(p: StalkdProcess, timeout: float = 10.0) -> int:
 def until(cond: Callable[[], bool], what: str, timeout: float = 30.0, logs: tuple[StalkdProcess, ...] = ()) -> None:
     """Poll ``cond`` until true; fail naming ``what`` (with the servers' logs) after ``timeout``."""
     deadline = time.monotonic() + timeout
-    while not cond():
+    while True:
+        try:
+            if cond():
+                return
+        except (errors.ClientConnectionError, errors.ConnectionClosed) as e:  # not up yet, or gone
+            for p in logs:
+                if p.proc.poll() is not None:
+                    raise AssertionError(f"{what}: pid {p.proc.pid} exited with {p.proc.returncode}:\n"
+                                         f"{p.log_text()}") from e
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}\n" + "\n".join(p.log_text() for p in logs))
         time.sleep(0.02)
@@ -62,8 +70,15 @@ def caught_up(p: StalkdProcess, s: StalkdProcess) -> bool:
 
 
 def promote_by_signal(s: StalkdProcess) -> None:
-    os.kill(s.proc.pid, signal.SIGUSR2)
-    until(lambda: stats(s)["role"] == "primary", "the standby's promotion", logs=(s,))
+    """SIGUSR2 until it is primary: a signal sent before the server serves is ignored."""
+
+    def promoted() -> bool:
+        if stats(s)["role"] == "primary":
+            return True
+        os.kill(s.proc.pid, signal.SIGUSR2)
+        return False
+
+    until(promoted, "the standby's promotion", logs=(s,))
 
 
 def snapshot(p: StalkdProcess, max_id: int) -> dict[int, tuple[str, str, int, bytes]]:

@@ -346,6 +346,9 @@ def run(cfg: Config, listeners: list[Listener], t_exec: float, *,
     ``tls`` is the context of the TLS listeners, ``acl`` their rules (checked by the caller)."""
     setup_logging(cfg.effective_log_level)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    # SIGUSR2 promotes a standby once it serves; before that it must not kill the process
+    # (its default action), whoever sends it early.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     endpoints = Endpoints(cfg, listeners, tls=tls, acl=acl)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
