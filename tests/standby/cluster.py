@@ -11,11 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from server.proc import StalkdProcess, start_stalkd
-from support import listening_ports
-
 import stalkd
+from server.proc import StalkdProcess, start_stalkd
 from stalkd.client import errors
+from support import listening_ports
 
 WAL_SIZE = "65536"  # small segments: compaction and retention happen within a test's writes
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import stalkd
-from stalkd.client import errors
 
 from .cluster import caught_up, primary, snapshot, standby, stats, until
 
