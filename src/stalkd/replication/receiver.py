@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from stalkd.client._address import Address
 from stalkd.client._tls import connection_kwargs
+from stalkd.engine.handover import Reservations
 from stalkd.engine.model import decode
 from stalkd.engine.replay import replay
 from stalkd.replication import wire
@@ -59,6 +60,7 @@ class Receiver:
         self.primary_end = 0  # the primary's log end, as last known
         self.connected = False
         self.records = 0  # received since start
+        self.reservations = Reservations()  # held on the primary: kept held at promotion
         self._stopped = False
         self._writer: asyncio.StreamWriter | None = None
 
@@ -138,8 +140,11 @@ class Receiver:
         wal = self.wal
         for first, payloads in msgs:
             wal.append_replicated(first, payloads)
+            seen = self.reservations.see
             for p in payloads:
-                replay(e, decode(p))
+                r = decode(p)
+                replay(e, r)
+                seen(r, e)
             self.records += len(payloads)
             end = first + len(payloads)
             if end > self.primary_end:

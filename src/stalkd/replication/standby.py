@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,7 @@ class Standby:
         self.engine = engine
         self.role = role
         self.max_job_size = max_job_size
+        self.applied = applied
         self.receiver = Receiver(address, wal, engine, role, applied=applied, on_resync=on_resync)
         self._tasks: set[asyncio.Task[None]] = set()
         engine.keep_records = False  # changes come from the primary's records only
@@ -69,8 +71,11 @@ class Standby:
         self.role.promote(at)
         self.engine.keep_records = True
         self.wal.reset_space(len(self.engine.jobs), self.max_job_size)
+        held = self.receiver.reservations.hold(self.engine, time.time())
+        self.applied()  # schedules the TTR ends of those jobs
         self._spawn(self._fence())
-        msg = f"promoted: primary of epoch {self.role.state.epoch} from log offset {at}"
+        msg = (f"promoted: primary of epoch {self.role.state.epoch} from log offset {at}; "
+               f"{held} jobs reserved on the former primary return when their TTR ends")
         log.warning("%s (the former primary %s is told at every chance)", msg, self.address)
         return msg
 
