@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from stalkd.engine.snapshot import list_snapshots, read_header
+from stalkd.log.reader import ReadPos
 from stalkd.replication import wire
 from stalkd.replication.epochs import diverged_at
 from stalkd.replication.gate import SyncGate
@@ -112,6 +113,8 @@ class Sender(asyncio.Protocol):
         self.next = 0  # next offset to send
         self.acked = 0  # the standby's durable end
         self._snap_fd = -1
+        self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
+        self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.WriteTransport, transport)
@@ -199,7 +202,7 @@ class Sender(asyncio.Protocol):
             payloads: list[bytes] = []
             size = 0
             expect = self.next
-            for f in lg.read(self.next, min(end, self.next + CHUNK_RECORDS)):
+            for f in lg.read(self.next, min(end, self.next + CHUNK_RECORDS), resume=self._pos):
                 if f.offset != expect:
                     self._end(f"offset {expect} was removed by retention; the standby must copy a snapshot")
                     return
@@ -264,6 +267,7 @@ class Sender(asyncio.Protocol):
         if self._snap_fd >= 0:
             os.close(self._snap_fd)
             self._snap_fd = -1
+        self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
         if self.streaming:
             log.info("standby %s disconnected%s", self.peer, f": {exc}" if exc else "")
         self.streaming = False
