@@ -14,6 +14,7 @@ BENCH_ROUNDS, GEN_PROCS). Servers listen on port 0 and the port is read from /pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -30,10 +31,10 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 import server_bench as sb  # noqa: E402  (bench/server_bench.py: generator and cells)
-from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
 
 import stalkd  # noqa: E402
 from stalkd.client import errors  # noqa: E402
+from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
 
 SETUPS = ("alone", "async", "sync")
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
@@ -85,10 +86,8 @@ class Pair:
 
 def _lag_sampler(pair: Pair, stop: threading.Event, out: list[int]) -> None:
     while not stop.is_set():
-        try:
+        with contextlib.suppress(OSError, errors.ClientConnectionError):
             out.append(int(pair.stats(pair.primary).get("standby-lag", 0)))  # type: ignore[call-overload]
-        except (OSError, errors.ClientConnectionError):
-            pass
         stop.wait(0.05)
 
 
