@@ -61,7 +61,9 @@ class WireError(ValueError):
 
 
 def encode_request(offset: int, epoch: int) -> bytes:
-    """>>> encode_request(12, 0)
+    """Example:
+
+    >>> encode_request(12, 0)
     b'replicate 12 0\\r\\n'
     """
     return b"replicate %d %d\r\n" % (offset, epoch)
@@ -82,14 +84,18 @@ def parse_request(line: bytes) -> tuple[int, int] | None:
 
 
 def format_history(history: Sequence[tuple[int, int]]) -> str:
-    """>>> format_history([(1, 10), (2, 30)]), format_history([])
+    """Example:
+
+    >>> format_history([(1, 10), (2, 30)]), format_history([])
     ('1:10,2:30', '-')
     """
     return ",".join(f"{e}:{o}" for e, o in history) or "-"
 
 
 def parse_history(text: str) -> tuple[tuple[int, int], ...]:
-    """>>> parse_history("1:10,2:30"), parse_history("-")
+    """Example:
+
+    >>> parse_history("1:10,2:30"), parse_history("-")
     (((1, 10), (2, 30)), ())
     """
     if text == "-":
@@ -127,7 +133,9 @@ _ARITY = {"STREAMING": 3, "SNAPSHOT": 4, "SNAPSHOT_NEEDED": 0, "DIVERGED": 1, "N
 
 
 def parse_reply(line: bytes) -> Reply:
-    """>>> parse_reply(b"DIVERGED 40\\r\\n")
+    """Example:
+
+    >>> parse_reply(b"DIVERGED 40\\r\\n")
     Reply('DIVERGED', ('40',))
     """
     parts = line.rstrip(b"\r\n").decode("ascii", "replace").split(" ")
@@ -206,7 +214,9 @@ class AckDecoder:
         self._buf = b""
 
     def feed(self, data: bytes) -> int | None:
-        """>>> AckDecoder().feed(encode_ack(3) + encode_ack(9)[:4])
+        """Example:
+
+        >>> AckDecoder().feed(encode_ack(3) + encode_ack(9)[:4])
         3
         """
         buf = self._buf + data
