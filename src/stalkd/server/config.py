@@ -68,13 +68,6 @@ Options:
                               reading that connection (default 4194304)
           --log-level LEVEL   debug | info | warning | error (default info)
 
-Replication (see docs/standby.md):
-          --standby-of ADDR   run as a hot standby of the primary at ADDR (host:port,
-                              tls://host:port?ca=&cert=&key=, unix:PATH): copy its WAL,
-                              answer reads, refuse changes with NOT_PRIMARY until
-                              promoted (`stalkd promote`, or SIGUSR2); needs --dir
-          --sync-standbys N   as primary, send INSERTED/DELETED/... only once N standbys
-                              hold the change on disk (default 0: ship asynchronously)
           --admin ADDR:PORT   serve the admin HTTP endpoint (metrics, health, JSON API,
                               dashboard) there, e.g. 127.0.0.1:11301 (port 0: any free
                               port, logged); off by default
@@ -84,6 +77,14 @@ Replication (see docs/standby.md):
           --admin-tls         serve the admin endpoint over HTTPS with --tls-cert/--tls-key
                               (with --tls-client-ca, clients need a certificate, and with
                               --acl only identities with admin = true may use the API)
+
+Replication (see docs/standby.md):
+          --standby-of ADDR   run as a hot standby of the primary at ADDR (host:port,
+                              tls://host:port?ca=&cert=&key=, unix:PATH): copy its WAL,
+                              answer reads, refuse changes with NOT_PRIMARY until
+                              promoted (`stalkd promote`, or SIGUSR2); needs --dir
+          --sync-standbys N   as primary, send INSERTED/DELETED/... only once N standbys
+                              hold the change on disk (default 0: ship asynchronously)
 
 Listeners (several may run at once; each has its own policy):
           --unix PATH         also listen on a UNIX socket (file permissions decide who
