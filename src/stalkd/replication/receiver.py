@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING
 
 from stalkd.client._address import Address
 from stalkd.client._tls import connection_kwargs
+from stalkd.engine.compaction import WalError
 from stalkd.engine.handover import Reservations
 from stalkd.engine.model import decode
-from stalkd.engine.replay import replay
+from stalkd.engine.replay import ReplayError, replay
 from stalkd.replication import wire
 from stalkd.replication.role import Role
 
@@ -80,11 +81,13 @@ class Receiver:
             try:
                 await self._session()
                 delay = RETRY_MIN
-            except ResyncNeeded as e:
+            except (ResyncNeeded, ReplayError) as e:
+                # ReplayError: a record contradicts this copy; carrying on would serve a lie.
                 if not self._stopped:
                     self.on_resync(str(e))
                 return
-            except (OSError, EOFError, ValueError, asyncio.IncompleteReadError) as e:
+            except (OSError, EOFError, ValueError, WalError, asyncio.IncompleteReadError) as e:
+                # (a reconnection resumes from the local log's end, whatever was cut short)
                 if not self._stopped:
                     log.warning("replication from %s: %s; retrying in %.2f s", self.address, e, delay)
             finally:
@@ -128,18 +131,21 @@ class Receiver:
             msgs = dec.feed(data)
             if not msgs:
                 continue
-            self._apply(msgs)
+            for first, payloads in msgs:
+                self.wal.append_replicated(first, payloads)
             end = lg.next_offset
-            if self.fsync:
-                await loop.run_in_executor(None, lg.sync)
+            # The fsync runs on a thread while the loop applies the same records.
+            synced = loop.run_in_executor(None, lg.sync) if self.fsync else None
+            self._apply(msgs)
+            if synced is not None:
+                await synced
             writer.write(wire.encode_ack(end))
 
     def _apply(self, msgs: list[tuple[int, list[bytes]]]) -> None:
-        """Append and apply, on the loop thread, between client commands."""
+        """Apply appended records to the engine, on the loop thread, between client commands."""
         e = self.engine
         wal = self.wal
         for first, payloads in msgs:
-            wal.append_replicated(first, payloads)
             seen = self.reservations.see
             for p in payloads:
                 r = decode(p)
