@@ -14,7 +14,7 @@ from typing import Any
 import stalkd
 from server.proc import StalkdProcess, start_stalkd
 from stalkd.client import errors
-from support import listening_ports
+from support import ServerProcess, listening_ports
 
 WAL_SIZE = "65536"  # small segments: compaction and retention happen within a test's writes
 
@@ -23,8 +23,9 @@ def primary(d: Path, *flags: str) -> StalkdProcess:
     return start_stalkd("--dir", str(d), "-s", WAL_SIZE, *flags)
 
 
-def standby(d: Path, of: StalkdProcess, *flags: str) -> StalkdProcess:
-    return start_stalkd("--dir", str(d), "-s", WAL_SIZE, "--standby-of", of.address, *flags)
+def standby(d: Path, of: ServerProcess, *flags: str, via: str | None = None) -> StalkdProcess:
+    """A standby of ``of`` (through the address ``via`` when given: say, its TLS listener)."""
+    return start_stalkd("--dir", str(d), "-s", WAL_SIZE, "--standby-of", via or of.address, *flags)
 
 
 def admin_port(p: StalkdProcess, timeout: float = 10.0) -> int:
@@ -56,12 +57,12 @@ def until(cond: Callable[[], bool], what: str, timeout: float = 30.0, logs: tupl
         time.sleep(0.02)
 
 
-def stats(p: StalkdProcess) -> dict[str, Any]:
+def stats(p: ServerProcess) -> dict[str, Any]:
     with stalkd.Client(p.address) as c:
         return dict(c.stats())
 
 
-def caught_up(p: StalkdProcess, s: StalkdProcess) -> bool:
+def caught_up(p: ServerProcess, s: ServerProcess) -> bool:
     """The standby holds every record the primary has written (both say so)."""
     ps, ss = stats(p), stats(s)
     return (ps.get("standbys", 0) >= 1 and ps.get("standby-lag") == 0
@@ -80,7 +81,7 @@ def promote_by_signal(s: StalkdProcess) -> None:
     until(promoted, "the standby's promotion", logs=(s,))
 
 
-def snapshot(p: StalkdProcess, max_id: int) -> dict[int, tuple[str, str, int, bytes]]:
+def snapshot(p: ServerProcess, max_id: int) -> dict[int, tuple[str, str, int, bytes]]:
     """Every job with an id up to ``max_id``: (tube, state, priority, body), read by peek and
     stats-job; a reserved job counts as ready (a standby and a restart both see it so)."""
     out = {}
