@@ -28,7 +28,7 @@ def standby(d: Path, of: ServerProcess, *flags: str, via: str | None = None) -> 
     return start_stalkd("--dir", str(d), "-s", WAL_SIZE, "--standby-of", via or of.address, *flags)
 
 
-def admin_port(p: StalkdProcess, timeout: float = 10.0) -> int:
+def admin_port(p: StalkdProcess, timeout: float = 60.0) -> int:
     """The admin endpoint's port (the second listening socket: --admin 127.0.0.1:0)."""
     deadline = time.monotonic() + timeout
     while True:

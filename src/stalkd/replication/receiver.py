@@ -3,8 +3,9 @@
 ``Receiver.run`` keeps one stream open to the primary (reconnecting with a backoff): each read
 of records is appended to the local log at the primary's offsets (``Wal.append_replicated``),
 applied to the engine (``replay``, the recovery rules: a reserved job shows as ready here), made
-durable (one fsync per read, on a thread, under ``always``), and then acknowledged with the new
-durable end, which is what the primary's ``--sync-standbys`` waits for.
+durable (under ``always``: a group commit, one fsync at a time on a thread while the stream is
+still read and applied), and then acknowledged with the new durable end, which is what the
+primary's ``--sync-standbys`` waits for.
 
 Ensures:
 - An acknowledged offset is durable here (fsynced under ``always``; written under the other
@@ -64,6 +65,7 @@ class Receiver:
         self.reservations = Reservations()  # held on the primary: kept held at promotion
         self._stopped = False
         self._writer: asyncio.StreamWriter | None = None
+        self._syncing = False  # a group-commit fsync is running (see _sync)
 
     @property
     def lag(self) -> int:
@@ -123,7 +125,7 @@ class Receiver:
         log.info("streaming from %s (epoch %d) at offset %d, %d records behind",
                  self.address, epoch, lg.next_offset, self.lag)  # fmt: skip
         dec = wire.RecordDecoder()
-        loop = asyncio.get_running_loop()
+        self._syncing = False
         while not self._stopped:
             data = await reader.read(READ_BYTES)
             if not data:
@@ -133,13 +135,34 @@ class Receiver:
                 continue
             for first, payloads in msgs:
                 self.wal.append_replicated(first, payloads)
-            end = lg.next_offset
-            # The fsync runs on a thread while the loop applies the same records.
-            synced = loop.run_in_executor(None, lg.sync) if self.fsync else None
-            self._apply(msgs)
-            if synced is not None:
-                await synced
+            if not self.fsync:
+                writer.write(wire.encode_ack(lg.next_offset))
+            elif not self._syncing:
+                self._sync(writer)
+            self._apply(msgs)  # while the fsync runs on its thread
+
+    def _sync(self, writer: asyncio.StreamWriter) -> None:
+        """Group commit, as on a primary: one fsync at a time on a thread, covering everything
+        written when it starts; its end is acknowledged when it returns, and records received
+        meanwhile wait for the next one (the stream keeps being read)."""
+        lg = self.wal.log
+        end = lg.next_offset
+        self._syncing = True
+
+        def done(f: asyncio.Future[int]) -> None:
+            self._syncing = False
+            exc = f.exception()
+            if exc is not None:
+                self.on_resync(f"the standby's WAL fsync failed: {exc}")
+                self.stop()
+                return
+            if writer.is_closing():
+                return
             writer.write(wire.encode_ack(end))
+            if lg.next_offset > end:
+                self._sync(writer)
+
+        asyncio.get_running_loop().run_in_executor(None, lg.sync).add_done_callback(done)
 
     def _apply(self, msgs: list[tuple[int, list[bytes]]]) -> None:
         """Apply appended records to the engine, on the loop thread, between client commands."""
