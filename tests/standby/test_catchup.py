@@ -46,3 +46,25 @@ def test_standby_behind_compaction_copies_a_snapshot_then_streams(tmp_path: Path
     finally:
         s.stop()
         p.stop()
+
+
+def test_a_new_standby_of_a_compacted_primary_starts_from_its_snapshot(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p")
+    s = None
+    try:
+        for _ in range(50):
+            _churn(p.address, 400, 10)
+            if int(stats(p)["binlog-oldest-index"]) > 0:
+                break
+        else:
+            raise AssertionError(f"the primary never compacted:\n{p.log_text()}")
+        s = standby(tmp_path / "s", p)
+        until(lambda: caught_up(p, s), "the new standby to catch up", logs=(p, s))
+        assert "copied the primary's snapshot" in s.log_text()
+        assert not (tmp_path / "s" / "quarantine").exists(), "an empty directory has nothing to keep"
+        top = int(stats(p)["total-jobs"])
+        assert snapshot(s, top) == snapshot(p, top)
+    finally:
+        if s is not None:
+            s.stop()
+        p.stop()

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import time
 
 from stalkd.client._address import Address
 from stalkd.client._tls import wrap_socket
 from stalkd.engine.datadir import job_id_ranges
-from stalkd.engine.snapshot import read_header, snapshot_name
+from stalkd.engine.snapshot import list_snapshots, read_header, snapshot_name
 from stalkd.log import Log, LogReader
 from stalkd.log.active import create_segment
 from stalkd.log.fs import REAL
@@ -205,9 +206,10 @@ def catch_up(address: Address, directory: str, role: Role, *, segment_size: int,
             cut = int(r.args[0])
             _quarantine(directory, f"this server's log holds records past offset {cut} that the primary "
                         f"{address} never had (written before a failover)", cut)  # fmt: skip
-        elif nxt or os.path.isdir(os.path.join(directory, "snapshots")) and os.listdir(
-                os.path.join(directory, "snapshots")):  # fmt: skip
+        elif nxt or list_snapshots(os.path.join(directory, "snapshots")):
             _quarantine(directory, f"the primary {address} no longer keeps the records after this "
                         f"server's log (offset {nxt})", None)  # fmt: skip
+        else:
+            shutil.rmtree(wal_dir)  # an empty log (no record, no snapshot): nothing to keep
         _fetch_snapshot(address, directory, role, segment_size, timeout)
     raise CatchUpError(f"{address}: could not catch up after {_MAX_ROUNDS} attempts (is it compacting very fast?)")

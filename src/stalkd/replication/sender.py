@@ -163,14 +163,15 @@ class Sender(asyncio.Protocol):
             self._end(str(e))
             return
         role = self.replicas.role
+        if req is not None:
+            role.saw(req[1])
+        if role.refuses():  # a standby's or a fenced primary's copy is nobody's to follow
+            self._reply(b"NOT_PRIMARY\r\n")
+            return
         if req is None:
             self._send_snapshot()
             return
         offset, epoch = req
-        role.saw(epoch)
-        if role.refuses():
-            self._reply(b"NOT_PRIMARY\r\n")
-            return
         lg = self.replicas.log
         cut = diverged_at(role.state, lg.next_offset, epoch, offset)
         if cut is not None:
