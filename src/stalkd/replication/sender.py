@@ -83,8 +83,9 @@ class Replicas:
             self.gate.drop(s)
 
     def hold(self) -> int | None:
-        """The lowest offset a connected standby still needs (None: no standby)."""
-        needs = [s.acked for s in self.senders]
+        """The lowest offset a connected standby still needs (None: no standby). Called by
+        retention, possibly on the snapshot thread: the set is copied in one C call first."""
+        needs = [s.acked for s in tuple(self.senders)]
         return min(needs) if needs else None
 
     def lags(self) -> list[tuple[str, int]]:
