@@ -130,6 +130,9 @@ class Sender(asyncio.Protocol):
             except wire.WireError as e:
                 self._end(str(e))
                 return
+            if ack is not None and ack > self.next:
+                self._end(f"acknowledged offset {ack}, beyond the {self.next} it was sent")
+                return
             if ack is not None and ack > self.acked:
                 self.acked = ack
                 self.replicas.acked(self, ack)
