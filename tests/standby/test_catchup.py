@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import stalkd
 
 from .cluster import caught_up, primary, snapshot, standby, stats, until
@@ -19,6 +21,7 @@ def _churn(address: str, rounds: int, keep_every: int) -> None:
                 c.delete(jid)
 
 
+@pytest.mark.slow
 def test_standby_behind_compaction_copies_a_snapshot_then_streams(tmp_path: Path) -> None:
     p = primary(tmp_path / "p")
     s = standby(tmp_path / "s", p)
@@ -48,6 +51,7 @@ def test_standby_behind_compaction_copies_a_snapshot_then_streams(tmp_path: Path
         p.stop()
 
 
+@pytest.mark.slow
 def test_a_new_standby_of_a_compacted_primary_starts_from_its_snapshot(tmp_path: Path) -> None:
     p = primary(tmp_path / "p")
     s = None

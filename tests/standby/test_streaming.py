@@ -42,6 +42,7 @@ def _burst(address: str, seed: int, n: int) -> None:
             c.kick(3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sync", ["0", "1"])
 def test_standby_holds_the_same_jobs_after_every_burst(tmp_path: Path, sync: str) -> None:
     p = primary(tmp_path / "p", "--sync-standbys", sync)

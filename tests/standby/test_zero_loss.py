@@ -117,6 +117,7 @@ def one_cycle(tmp: Path, rng: random.Random) -> None:
         p.stop()
 
 
+@pytest.mark.slow
 def test_kill9_primary_then_promote_loses_nothing_acknowledged(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     for cycle in range(CYCLES):
