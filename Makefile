@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-fast lint bench system-deps bytecode ext crash-campaign fuzz clean dashboard-screenshot
+.PHONY: run test test-fast lint bench system-deps bytecode ext crash-campaign failover-campaign fuzz clean dashboard-screenshot
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ bench: system-deps $(VENV)/.dev bytecode
 # Long campaigns, not part of `make test`.
 crash-campaign: $(VENV)/.dev
 	STALKD_CRASH_CYCLES=1000 $(PY) -m pytest -q tests/log/test_crash.py
+
+# kill -9 of a --sync-standbys 1 primary under load, then promotion of its standby: nothing
+# acknowledged may be lost (STALKD_FAILOVER_CYCLES=N to change the count).
+failover-campaign: $(VENV)/.dev bytecode
+	STALKD_FAILOVER_CYCLES=$${STALKD_FAILOVER_CYCLES:-300} $(PY) -m pytest -q tests/standby/test_zero_loss.py -k kill9
 
 fuzz: $(VENV)/.dev
 	$(PIP) install -e '.[fuzz]'

@@ -111,6 +111,8 @@ def test_stats_bodies(data: st.DataObject) -> None:
             return data.draw(st.integers(0, 10**9)) / 1e6  # microseconds, as the server has
         if key == "draining":
             return data.draw(st.booleans())
+        if key == "role":
+            return data.draw(st.sampled_from(["primary", "standby"]))
         return data.draw(u64)
 
     values = {k: value(k) for k in STATS_KEYS}

@@ -55,9 +55,9 @@ def _q(dialect: str, value: bytes) -> bytes:
     return b'"' + value + b'"' if dialect == "1.13" else value
 
 
-def _yaml(pairs: list[tuple[bytes, bytes]]) -> re.Pattern[bytes]:
+def _yaml(pairs: list[tuple[bytes, bytes]], tail: bytes = b"") -> re.Pattern[bytes]:
     body = b"".join(re.escape(k) + b": " + v + b"\n" for k, v in pairs)
-    return re.compile(rb"OK \d+\r\n---\n" + body + rb"\r\n")
+    return re.compile(rb"OK \d+\r\n---\n" + body + tail + rb"\r\n")
 
 
 def job_yaml(id: int, *, tube: bytes = b"default", state: bytes = b"ready", pri: int = 0,
@@ -115,6 +115,8 @@ STATS_KEYS = (
     b"binlog-current-index", b"binlog-records-migrated", b"binlog-records-written",
     b"binlog-max-size", b"draining", b"id", b"hostname", b"os", b"platform",
 )  # fmt: skip
+# stalkd's replication keys (docs/standby.md), after beanstalkd's: beanstalkd has none.
+STALKD_STATS_EXTRA = rb"(?:role: (?:primary|standby)\nepoch: \d+\n)?"
 
 
 def stats_yaml(**values: int | bytes) -> Callable[[str], re.Pattern[bytes]]:
@@ -132,7 +134,7 @@ def stats_yaml(**values: int | bytes) -> Callable[[str], re.Pattern[bytes]]:
         for k in STATS_KEYS:
             v = want.get(k, default.get(k, rb"\d+"))
             pairs.append((k, str(v).encode() if isinstance(v, int) else v))
-        return _yaml(pairs)
+        return _yaml(pairs, STALKD_STATS_EXTRA)
 
     return pattern
 

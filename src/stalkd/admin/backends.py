@@ -111,6 +111,10 @@ class ApiBackend:
                                          {"seconds": seconds})
         return data
 
+    def promote(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.call("POST", "/api/v1/promote", {})
+        return data
+
 
 class ProtocolBackend:
     """Any beanstalkd-compatible server, through the protocol alone."""

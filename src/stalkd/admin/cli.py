@@ -27,7 +27,7 @@ from stalkd.admin.backends import ApiBackend, ApiError, Backend, ProtocolBackend
 from stalkd.client import errors
 from stalkd.client.options import add_server_options, server_addresses
 
-__all__ = ["tubes", "jobs", "pause", "dashboard", "add_admin_options", "backend_for"]
+__all__ = ["tubes", "jobs", "pause", "promote", "dashboard", "add_admin_options", "backend_for"]
 
 OK, NOT_FOUND, USAGE, UNREACHABLE, REFUSED = 0, 1, 2, 3, 4
 ENV_ADMIN, ENV_TOKEN, ENV_ADDR = "STALKD_ADMIN", "STALKD_ADMIN_TOKEN_FILE", "STALKD_ADDR"
@@ -216,6 +216,24 @@ def pause(argv: Sequence[str]) -> int:
         return out, text, OK
 
     return _run("pause", p, argv, body)
+
+
+def promote(argv: Sequence[str]) -> int:
+    """``stalkd promote --admin URL``: turn a standby into the primary (docs/standby.md)."""
+    p = _parser("promote", "Turn a standby (stalkd serve --standby-of) into the primary: it starts a "
+                "new epoch, accepts changes, and fences the former primary. Needs the standby's "
+                "admin endpoint (or send the standby SIGUSR2).",
+                epilog="example: stalkd promote --admin 127.0.0.1:11311")  # fmt: skip
+    add_admin_options(p)
+
+    def body(b: Backend, ns: argparse.Namespace) -> tuple[Any, str, int]:
+        if not isinstance(b, ApiBackend):
+            raise _Usage("promotion goes through the standby's admin endpoint: give --admin HOST:PORT "
+                         "(stalkd serve --admin), or send the standby SIGUSR2")
+        out = b.promote()
+        return out, str(out.get("result", out)), OK
+
+    return _run("promote", p, argv, body)
 
 
 def dashboard(argv: Sequence[str]) -> int:

@@ -14,6 +14,8 @@ Routes::
     POST /api/v1/jobs/kick              same selection
     POST /api/v1/jobs/move              same selection plus {"to": TUBE}
     POST /api/v1/tubes/{tube}/pause     {"seconds": N} (0 resumes)
+    GET  /api/v1/replication            role, epoch, standbys and their lag (docs/standby.md)
+    POST /api/v1/promote                {} : a standby becomes the primary (409 otherwise)
     GET  /                              the dashboard (static files, no build step)
 
 Access: with a token (``--admin-token-file``) every route but /healthz, /readyz and the
@@ -86,6 +88,17 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 def _error(status: int, message: str) -> web.Response:
     return _json({"error": message}, status)
+
+
+def replication_state(server: Server) -> dict[str, Any]:
+    """What ``GET /api/v1/replication`` answers (and an orchestrator's health check reads)."""
+    lags = server.replicas.lags() if server.replicas is not None else []
+    return {
+        "role": server.role.name, "epoch": server.role.state.epoch,
+        "may_lead": server.role.state.may_lead,
+        "standbys": [{"peer": p, "lag": lag} for p, lag in lags],
+        "primary_lag": server.standby_lag() if server.standby_lag is not None else None,
+    }  # fmt: skip
 
 
 def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStorage | None,
@@ -204,6 +217,15 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
             raise BadRequest("give \"seconds\" as an integer (0 resumes the tube)")
         return _json(await ops.pause(request.match_info["tube"], seconds))
 
+    async def replication(request: web.Request) -> web.Response:
+        return _json(replication_state(server))
+
+    async def promote(request: web.Request) -> web.Response:
+        await body_of(request)  # a JSON body, as every mutation (see Access above)
+        if server.promote is None or not server.role.standby:
+            return _error(409, f"not a standby (role {server.role.name}, epoch {server.role.state.epoch})")
+        return _json({"result": server.promote(), **replication_state(server)})
+
     static = resources.files("stalkd.admin") / "static"
     types = {"html": "text/html", "js": "text/javascript", "css": "text/css"}
 
@@ -228,6 +250,8 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
     app.router.add_post("/api/v1/jobs/kick", kick)
     app.router.add_post("/api/v1/jobs/move", move)
     app.router.add_post("/api/v1/tubes/{tube}/pause", pause)
+    app.router.add_get("/api/v1/replication", replication)
+    app.router.add_post("/api/v1/promote", promote)
     app.router.add_get("/", static_file)
     app.router.add_get("/static/{name}", static_file)
     return app

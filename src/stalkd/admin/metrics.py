@@ -204,6 +204,10 @@ class Reading:
             ("step", ins.maintain_step))}
         self.storage = storage  # its disk scan runs in the thread too (file-system calls)
         self.records_written = storage.stats().get("binlog-records-written", 0) if storage else 0
+        self.standby = server.role.standby
+        self.epoch = server.role.state.epoch
+        self.standby_lags = server.replicas.lags() if server.replicas is not None else []
+        self.primary_lag = server.standby_lag() if server.standby_lag is not None else None
 
 
 def families(r: Reading) -> Iterator[Metric]:
@@ -251,6 +255,16 @@ def families(r: Reading) -> Iterator[Metric]:
         yield CounterMetricFamily("stalkd_wal_records_written", "WAL records written",
                                   value=r.records_written)
     yield GaugeMetricFamily("stalkd_up_seconds", "Seconds since the server started", value=r.uptime)
+    yield GaugeMetricFamily("stalkd_standby", "1 on a standby, 0 on a primary", value=int(r.standby))
+    yield GaugeMetricFamily("stalkd_epoch", "Replication epoch (promotions so far)", value=r.epoch)
+    lag = GaugeMetricFamily("stalkd_standby_lag_records",
+                            "Records a connected standby has not acknowledged", labels=["standby"])
+    for peer, n in r.standby_lags:
+        lag.add_metric([peer], n)
+    yield lag
+    if r.primary_lag is not None:
+        yield GaugeMetricFamily("stalkd_primary_lag_records",
+                                "Records the primary has that this standby has not", value=r.primary_lag)
 
 
 class _Frozen:

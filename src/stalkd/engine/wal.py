@@ -287,6 +287,11 @@ class Wal(Compaction):
             _log.warning("%s: no room to reserve the deletes of %d recovered jobs; puts are refused "
                         "until space is freed", self.directory, live_jobs)  # fmt: skip
 
+    def reset_space(self, live_jobs: int, max_job_size: int) -> None:
+        """Promise room again from scratch (a standby becoming primary: its puts were the
+        primary's, promised there)."""
+        self._open_space(live_jobs, max_job_size)
+
     def _active_limit(self, base: int) -> int:
         if base != self._limit_base:
             path = self.log.segment_bounds()[-1][2]
@@ -368,6 +373,18 @@ class Wal(Compaction):
                 # No spare of the right size was left (an oversize segment): free one, retry.
                 if self.space is None or not self.space.release(1):
                     raise
+
+    def append_replicated(self, first: int, payloads: list[bytes]) -> None:
+        """A standby's write: the primary's record payloads at offsets ``first``... exactly
+        (nothing left out, unlike ``write``: offsets must stay the primary's). No fsync."""
+        if first != self.log.next_offset:
+            raise WalError(f"{self.log.path}: replicated records start at offset {first}, the log at "
+                           f"{self.log.next_offset}")  # fmt: skip
+        if self.space is not None:
+            self.space.before_write([(_FRAME_HEADER + len(p) + 7) & ~7 for p in payloads])
+        self._write_payloads(payloads)
+        self.records_written += len(payloads)
+        self._bytes_since_snapshot += sum(map(len, payloads)) + _FRAME_OVERHEAD * len(payloads)
 
     def sync(self) -> None:
         """Make everything written durable under the policy (thread-safe; group commit)."""

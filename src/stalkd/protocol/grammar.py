@@ -70,7 +70,7 @@ __all__ = [
     "ArgKind", "Arg", "CommandSpec", "COMMANDS", "SPECS_BY_NAME", "NAME_CHARS", "JobLookup",
     "WalCost", "COUNTERS", "REPORTED_COUNTERS",
     "LINE_MAX", "TUBE_NAME_MAX", "U32_MAX", "U64_MAX", "TIMEOUT_MAX", "DEFAULT_MAX_JOB_SIZE",
-    "MAX_JOB_SIZE_LIMIT", "is_valid_tube",
+    "MAX_JOB_SIZE_LIMIT", "is_valid_tube", "STANDBY_COMMANDS", "NOT_PRIMARY",
 ]  # fmt: skip
 
 LINE_MAX = 224
@@ -192,6 +192,18 @@ REPORTED_COUNTERS: tuple[str, ...] = tuple(
 >>> REPORTED_COUNTERS[:3], len(REPORTED_COUNTERS)
 (('cmd-put', 'cmd-peek', 'cmd-peek-ready'), 22)
 """
+
+NOT_PRIMARY = "NOT_PRIMARY"
+"""The reply of a standby (or of a primary fenced by a newer epoch) to a command it may not
+run. Not a beanstalkd word on purpose: existing clients raise a clean "unexpected reply"
+error on it (they do on any unknown reply) and can retry on another server."""
+STANDBY_COMMANDS: frozenset[str] = frozenset({
+    "peek", "peek-ready", "peek-delayed", "peek-buried", "stats-job", "stats-tube", "stats",
+    "use", "watch", "ignore", "list-tubes-watched", "list-tube-used", "list-tubes", "quit",
+})  # fmt: skip
+"""What a standby runs: reads, and the per-connection tube choices (which change no job).
+Every other command (puts, reserves, deletes, releases, buries, touches, kicks, pauses) gets
+``NOT_PRIMARY``."""
 
 _NAME_SET = frozenset(NAME_CHARS)
 

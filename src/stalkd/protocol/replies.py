@@ -24,6 +24,7 @@ WORD_LINES: dict[str, bytes] = {
         "DELETED", "RELEASED", "BURIED", "TOUCHED", "KICKED", "NOT_FOUND", "PAUSED",
         "TIMED_OUT", "DEADLINE_SOON", "NOT_IGNORED", "BAD_FORMAT", "UNKNOWN_COMMAND",
         "EXPECTED_CRLF", "JOB_TOO_BIG", "DRAINING", "OUT_OF_MEMORY", "INTERNAL_ERROR",
+        "NOT_PRIMARY",
     )
 }  # fmt: skip
 

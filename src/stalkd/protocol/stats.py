@@ -48,7 +48,14 @@ STATS_KEYS: tuple[str, ...] = (
     "binlog-oldest-index", "binlog-current-index", "binlog-records-migrated",
     "binlog-records-written", "binlog-max-size",
     "draining", "id", "hostname", "os", "platform",
+    # stalkd's: replication (docs/standby.md). Clients ignore keys they do not know.
+    "role", "epoch",
 )  # fmt: skip
+OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {
+    "stats": ("standbys", "standby-lag", "primary-lag"),
+}
+"""Keys written after the others when present: a primary's standbys (count, largest lag in
+records) while any follow it or ``--sync-standbys`` is set; a standby's lag behind its primary."""
 
 KEYS: dict[str, tuple[str, ...]] = {
     "stats": STATS_KEYS,
@@ -96,13 +103,14 @@ def encode_yaml_dict(kind: Kind, values: Mapping[str, int | float | bool | str])
         order = KEYS[kind]
     except KeyError:
         raise ValueError(f"unknown YAML kind {kind!r}; expected one of {sorted(KEYS)}") from None
-    if len(values) != len(order) or not all(k in values for k in order):
+    optional = [k for k in OPTIONAL_KEYS.get(kind, ()) if k in values]
+    if len(values) != len(order) + len(optional) or not all(k in values for k in order):
         missing = [k for k in order if k not in values]
-        extra = [k for k in values if k not in order]
+        extra = [k for k in values if k not in order and k not in optional]
         raise ValueError(f"{kind} values do not match beanstalkd's keys: missing {missing}, unexpected {extra}")
     quoted = QUOTED[kind]
     lines = ["---\n"]
-    for key in order:
+    for key in (*order, *optional):
         lines.append(f"{key}: {format_value(values[key], key in quoted)}\n")
     return "".join(lines).encode("utf-8")
 

@@ -15,6 +15,9 @@ The file::
     watch = ["*"]
     admin = true                           # kick, kick-job, pause-tube, the admin API
 
+    [identity."CN=standby-*,O=Example"]
+    replicate = true                       # may stream the WAL (stalkd serve --standby-of)
+
     [default]                              # anyone else who passed the TLS handshake
     watch = ["public.*"]
 
@@ -61,6 +64,7 @@ class Rules:
     put: tuple[str, ...] = ()
     watch: tuple[str, ...] = ()
     admin: bool = False
+    replicate: bool = False
 
     def may_put(self, tube: str) -> bool:
         return any(fnmatchcase(tube, p) for p in self.put)
@@ -126,19 +130,21 @@ class Acl:
 def _rules(entry: object, where: str) -> Rules:
     if not isinstance(entry, dict):
         raise AclError(f"{where}: expected a table with put, watch and admin")
-    unknown = set(entry) - {"put", "watch", "admin"}
+    unknown = set(entry) - {"put", "watch", "admin", "replicate"}
     if unknown:
-        raise AclError(f"{where}: unknown key(s) {sorted(unknown)} (known: put, watch, admin)")
+        raise AclError(f"{where}: unknown key(s) {sorted(unknown)} (known: put, watch, admin, replicate)")
     lists: dict[str, tuple[str, ...]] = {}
     for key in ("put", "watch"):
         value = entry.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise AclError(f"{where}: {key} must be a list of tube names or glob patterns")
         lists[key] = tuple(value)
-    admin = entry.get("admin", False)
-    if not isinstance(admin, bool):
-        raise AclError(f"{where}: admin must be true or false")
-    return Rules(lists["put"], lists["watch"], admin)
+    flags = {}
+    for key in ("admin", "replicate"):
+        flags[key] = entry.get(key, False)
+        if not isinstance(flags[key], bool):
+            raise AclError(f"{where}: {key} must be true or false")
+    return Rules(lists["put"], lists["watch"], flags["admin"], flags["replicate"])
 
 
 def load_acl(path: str) -> Acl:
@@ -173,6 +179,10 @@ class ConnPolicy:
         self._tube_of = tube_of
         self._using = "default"
         self._watching = ["default"]
+
+    def may_replicate(self) -> bool:
+        """Whether this connection may stream the WAL as a standby (``replicate = true``)."""
+        return self._acl().rules_for(self.identity).replicate
 
     def admits(self, cmd: object) -> bool:
         """Whether ``cmd`` may run; tracks ``use``/``watch``/``ignore`` it admits."""

@@ -23,6 +23,10 @@ Ensures:
   delete always has room (its put promised it). A snapshot that fails for lack of space is
   retried later with a warning; the WAL and the previous snapshot are intact.
 - Timers: the engine's next deadline is always scheduled (a single loop timer).
+- Replication (``stalkd.replication``): while ``role`` refuses (a standby, or a primary that
+  saw a newer epoch) only ``STANDBY_COMMANDS`` run; anything else gets ``NOT_PRIMARY`` and
+  changes nothing. A connection whose first bytes are a replication request is handed to
+  ``replicas`` (refused as an unknown command when there are none: no data directory).
 """
 
 from __future__ import annotations
@@ -33,15 +37,21 @@ import os
 import resource
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from stalkd.engine import Engine, Outcome
 from stalkd.protocol.commands import Command, JobReply, Reply, YamlDict
+from stalkd.protocol.grammar import NOT_PRIMARY, SPECS_BY_NAME, STANDBY_COMMANDS
+from stalkd.replication.role import Role
 from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
+
+if TYPE_CHECKING:
+    from stalkd.replication.sender import Replicas
 
 __all__ = ["Server", "Storage", "FatalStorageError"]
 
@@ -54,6 +64,8 @@ _BINLOG_KEYS = (
 SPACE_RETRY = 5.0  # seconds between snapshot attempts while the disk is full
 _INTERNAL_ERROR = Reply("INTERNAL_ERROR")
 _TIMER_SLACK = 0.001  # loop timers may fire a hair early; the engine would then do nothing
+_NOT_PRIMARY = Reply(NOT_PRIMARY)
+_STANDBY_OK = frozenset(SPECS_BY_NAME[n].build for n in STANDBY_COMMANDS)
 
 
 class Server:
@@ -97,6 +109,10 @@ class Server:
         self.stopping = False
         self.failed: BaseException | None = None
         self._host_id = os.urandom(8).hex()  # beanstalkd's random per-process id
+        self.role = Role(None)  # serve.py sets the data directory's (stalkd.replication)
+        self.replicas: Replicas | None = None  # the standbys following this server's WAL
+        self.standby_lag: Callable[[], int] | None = None  # a standby: records behind its primary
+        self.promote: Callable[[], str] | None = None  # a standby: become primary (new epoch)
         self._uname = os.uname()
 
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -193,6 +209,9 @@ class Server:
 
     def execute(self, c: Connection, cmd: Command) -> None:
         """Run one parsed command for ``c`` and route every reply it produced."""
+        if self.role.refuses() and type(cmd) not in _STANDBY_OK:
+            c.send(_NOT_PRIMARY, 0)
+            return
         adm = self.admission
         try:
             out = self.engine.apply(c.id, cmd, self.clock())
@@ -205,6 +224,26 @@ class Server:
         if adm is not None and (adm.promised or out.records):
             adm.settle(out.records)
         self._handle(c, out, cmd)
+
+    def replicate(self, c: Connection, data: bytes) -> bool:
+        """``c``'s first bytes ask for the WAL (a standby): hand its socket to ``replicas``.
+        False: this server has no WAL to ship (the bytes are parsed as a command)."""
+        replicas = self.replicas
+        if replicas is None or c.transport is None:
+            return False
+        policy = c.policy
+        allowed = policy is None or policy.may_replicate()
+        self.barriers.forget(c)
+        if self.conns.remove(c.id) is not None:
+            self._handle(None, self.engine.disconnect(c.id, self.clock()))
+        c.lost = c.closing = True  # the connection object is done; the transport lives on
+        replicas.take_over(c.transport, data, allowed)
+        return True
+
+    def applied(self) -> None:
+        """A standby applied replicated records: reschedule the engine's timers (delays)."""
+        out = self.engine.tick(self.clock())
+        self._handle(None, out)
 
     def _handle(self, c: Connection | None, out: Outcome, cmd: Command | None = None) -> None:
         """Queue ``out.records`` for the WAL and route its replies (``c``: who gets ``out.reply``,
@@ -310,6 +349,15 @@ class Server:
         binlog = self.storage.stats()
         for k in _BINLOG_KEYS:
             values[k] = int(binlog.get(k, 0))
+        role = self.role
+        values["role"] = role.name
+        values["epoch"] = role.state.epoch
+        if self.replicas is not None and (self.replicas.senders or self.replicas.gate is not None):
+            lags = self.replicas.lags()
+            values["standbys"] = len(lags)
+            values["standby-lag"] = max((lag for _, lag in lags), default=0)
+        if self.standby_lag is not None:
+            values["primary-lag"] = self.standby_lag()
         values.update({
             "id": self._host_id,
             "hostname": self._uname.nodename,

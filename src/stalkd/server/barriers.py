@@ -22,6 +22,9 @@ Ensures:
 - A job body is never shown before the job's own records are durable (``job_barrier``);
   other connections' unsynced writes do not hold it back.
 - A write or sync failure is reported to ``on_fatal`` and nothing held behind it is released.
+- With a ``gate`` (``--sync-standbys N``, ``stalkd.replication.gate``) a batch is durable once
+  it is durable here *and* the gate says N standbys hold it: the same batches, one more
+  condition, so standby acknowledgements are grouped exactly like local fsyncs.
 """
 
 from __future__ import annotations
@@ -53,6 +56,14 @@ class HeldReplies(Protocol):
     def resume(self) -> None: ...
 
 
+class ReplicaGate(Protocol):
+    """The batches standbys hold durable (``stalkd.replication.gate.SyncGate``)."""
+
+    replicated: int
+
+    def note(self, batch: int, end_offset: int) -> None: ...
+
+
 class Barriers:
     """Batches of records on their way to disk, and the replies waiting for them.
 
@@ -80,6 +91,11 @@ class Barriers:
         # ``durable >= N``.
         self.written = 0
         self.durable = 0
+        self.local_durable = 0  # durable on this disk (``durable`` also waits for the gate)
+        # --sync-standbys: the gate, and the log's end offset after a write (set together).
+        self.gate: ReplicaGate | None = None
+        self.end_offset: Callable[[], int] = lambda: 0
+        self.after_write: Callable[[], None] | None = None  # records reached the log (shipping)
         self._batch_open = False  # records of this loop iteration go into batch ``written``
         self.pending: list[Record] = []  # records of this loop iteration, not yet written
         self._flush_scheduled = False
@@ -191,19 +207,21 @@ class Barriers:
                 # admission.py; this is an I/O error.)
                 self._fail(FatalStorageError(f"WAL write failed: {e}"))
                 return
+            if self.after_write is not None:
+                self.after_write()
         if not self._batch_open:
             return
         self._batch_open = False
+        if self.gate is not None:
+            self.gate.note(self.written, self.end_offset())
         if self.group_commit:
             self._start_sync()
         else:
-            self.durable = self.written
-            self._forget_durable()
-            self.release_held()
+            self._reached(self.written)
 
     def _start_sync(self) -> None:
         syncer = self._syncer
-        if (syncer is not None and syncer.busy) or self.durable >= self.written or self.failed:
+        if (syncer is not None and syncer.busy) or self.local_durable >= self.written or self.failed:
             return
         lone = self.written - self._mixed >= INLINE_AFTER
         if lone or self.sync_policy.inline():
@@ -239,11 +257,26 @@ class Barriers:
             self._fail(FatalStorageError(f"WAL sync failed: {exc}"))
             return
         self.syncs += 1
+        self._reached(target)
+        if self.written > self.local_durable and not self._batch_open:
+            self._start_sync()
+
+    def _reached(self, target: int) -> None:
+        """Batches up to ``target`` are durable on this disk: release what the gate allows."""
+        self.local_durable = target
+        gate = self.gate
+        if gate is not None:
+            target = min(target, gate.replicated)
+            if target <= self.durable:
+                return
         self.durable = target
         self._forget_durable()
         self.release_held()
-        if self.written > self.durable and not self._batch_open:
-            self._start_sync()
+
+    def replicated(self) -> None:
+        """The gate moved (a standby acknowledged): release what is now durable everywhere."""
+        if not self.failed:
+            self._reached(self.local_durable)
 
     def _fail(self, e: BaseException) -> None:
         self.failed = True
@@ -279,7 +312,7 @@ class Barriers:
     async def wait_durable(self, timeout: float) -> bool:
         """Wait until everything written so far is durable (used when stopping)."""
         deadline = time.monotonic() + timeout
-        while self.durable < self.written and not self.failed:
+        while self.local_durable < self.written and not self.failed:
             if self.pending or self._batch_open:
                 self._close_batch()
             self._start_sync()

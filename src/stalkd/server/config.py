@@ -77,6 +77,7 @@ Options:
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
           --log-level LEVEL   debug | info | warning | error (default info)
+
           --admin ADDR:PORT   serve the admin HTTP endpoint (metrics, health, JSON API,
                               dashboard) there, e.g. 127.0.0.1:11301 (port 0: any free
                               port, logged); off by default
@@ -86,6 +87,14 @@ Options:
           --admin-tls         serve the admin endpoint over HTTPS with --tls-cert/--tls-key
                               (with --tls-client-ca, clients need a certificate, and with
                               --acl only identities with admin = true may use the API)
+
+Replication (see docs/standby.md):
+          --standby-of ADDR   run as a hot standby of the primary at ADDR (host:port,
+                              tls://host:port?ca=&cert=&key=, unix:PATH): copy its WAL,
+                              answer reads, refuse changes with NOT_PRIMARY until
+                              promoted (`stalkd promote`, or SIGUSR2); needs --dir
+          --sync-standbys N   as primary, send INSERTED/DELETED/... only once N standbys
+                              hold the change on disk (default 0: ship asynchronously)
 
 Listeners (several may run at once; each has its own policy):
           --unix PATH         also listen on a UNIX socket (file permissions decide who
@@ -125,7 +134,7 @@ class Config:
                  "unix", "socket_mode", "tls_listen", "tls_cert", "tls_key", "tls_client_ca",
                  "acl", "no_plain", "plain_network_ok",
                  "admin", "admin_token_file", "admin_tls",
-                 "repair", "archive_url")  # fmt: skip
+                 "repair", "archive_url", "standby_of", "sync_standbys")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -153,6 +162,8 @@ class Config:
     admin_tls: bool  # the admin endpoint serves HTTPS with the TLS listeners' certificate
     repair: bool  # cut a damaged WAL at its damage instead of refusing to start
     archive_url: str | None  # sealed segments and snapshots are shipped there (stalkd.archive)
+    standby_of: str | None  # the primary's address: run as its standby (stalkd.replication)
+    sync_standbys: int  # standbys that must hold a change before its reply (0: asynchronous)
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
@@ -167,11 +178,13 @@ class Config:
                  plain_network_ok: bool = False,
                  admin: tuple[str, int] | None = None,
                  admin_token_file: str | None = None, admin_tls: bool = False,
-                 repair: bool = False, archive_url: str | None = None) -> None:  # fmt: skip
+                 repair: bool = False, archive_url: str | None = None,
+                 standby_of: str | None = None, sync_standbys: int = 0) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
                   log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
                   tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,
-                  plain_network_ok, admin, admin_token_file, admin_tls, repair, archive_url)  # fmt: skip
+                  plain_network_ok, admin, admin_token_file, admin_tls, repair, archive_url,
+                  standby_of, sync_standbys)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 
@@ -362,6 +375,17 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
         return cfg.replace(log_level=_log_level(flag, value))
     if key == "admin":
         return cfg.replace(admin=_host_port(flag, value))
+    if key == "standby-of":
+        from stalkd.client._address import parse_address
+
+        try:
+            parse_address(value)
+        except ValueError as e:
+            raise _Bad(f"{flag}: {e}") from None
+        return cfg.replace(standby_of=value)
+    if key == "sync-standbys":
+        n = _size(flag, value)
+        return cfg.replace(sync_standbys=n)
     if key == "admin-token-file":
         if not value:
             raise _Bad(f"empty file name for {flag}")
@@ -375,7 +399,7 @@ _SHORT_VALUED = {"l": "listen", "p": "port", "b": "dir", "f": "fsync", "u": "use
 _LONG_VALUED = {"listen", "port", "dir", "fsync", "durability", "user", "max-job-size",
                 "wal-size", "max-connections", "max-output", "log-level", "unix", "socket-mode",
                 "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "acl",
-                "admin", "admin-token-file"}  # fmt: skip
+                "admin", "admin-token-file", "standby-of", "sync-standbys"}  # fmt: skip
 _REMOVED = "-{} flag was removed. binlog is always compacted."
 
 
@@ -479,6 +503,9 @@ def _parse(argv: Sequence[str]) -> Config | Exit:
                    "delete every job; give --admin-token-file FILE (a bearer token) as well")
     if cfg.admin_token_file is not None and cfg.admin is None:
         raise _Bad("--admin-token-file needs --admin ADDR:PORT")
+    if (cfg.standby_of is not None or cfg.sync_standbys) and cfg.data_dir is None:
+        raise _Bad("--standby-of and --sync-standbys need a data directory (--dir DIR): "
+                   "replication ships the WAL")
     return cfg
 
 

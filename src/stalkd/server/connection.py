@@ -30,6 +30,7 @@ from typing import Protocol, cast
 
 from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
+from stalkd.replication.wire import REPLICATE
 
 __all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT"]
 
@@ -45,6 +46,7 @@ class CommandPolicy(Protocol):
     """Decides, command by command, what one connection may run (``stalkd.server.acl``)."""
 
     def admits(self, cmd: object) -> bool: ...
+    def may_replicate(self) -> bool: ...
 
 
 class Host(Protocol):
@@ -63,6 +65,7 @@ class Host(Protocol):
     def begin_step(self) -> None: ...
     def end_step(self) -> None: ...
     def execute(self, c: Connection, cmd: Command) -> None: ...
+    def replicate(self, c: Connection, data: bytes) -> bool: ...
 
 
 
@@ -100,6 +103,7 @@ class Connection(asyncio.Protocol):
         self.policy: CommandPolicy | None = None  # None: every command runs
         # Set by the listener's factory: called once connected, returns the policy.
         self.admit: Callable[[Connection], CommandPolicy | None] | None = None
+        self.fresh = True  # nothing read yet: the first line may be a replication request
 
     # --- asyncio callbacks ------------------------------------------------------------------
 
@@ -128,6 +132,11 @@ class Connection(asyncio.Protocol):
         self.server.connected(self)
 
     def data_received(self, data: bytes) -> None:
+        if self.fresh:
+            self.fresh = False
+            # A standby's stream (stalkd.replication.wire) leaves the beanstalkd protocol here.
+            if data.startswith(REPLICATE) and self.server.replicate(self, data):
+                return
         self.parser.feed(data)
         self.process()
 

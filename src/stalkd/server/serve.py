@@ -6,7 +6,8 @@ uvloop, the engine and the WAL takes longer than some clients wait before connec
 Ensures: commands are read only after recovery has finished (connections wait in the
 listener's backlog meanwhile); SIGTERM/SIGINT stop accepting, let replies already produced go
 out, sync the WAL and exit 0 within about a second; UNIX socket files we created are removed;
-SIGHUP reloads the TLS certificates and the ACL; SIGUSR1 turns drain mode on; SIGPIPE is
+SIGHUP reloads the TLS certificates and the ACL; SIGUSR1 turns drain mode on; SIGUSR2 promotes
+a standby (``--standby-of``; caught up with its primary before recovery); SIGPIPE is
 ignored (a client hanging up is a connection error, not a server death); the cyclic garbage
 collector runs under ``GcPolicy`` (no loop stall that grows with the number of queued jobs).
 """
@@ -38,6 +39,7 @@ log = logging.getLogger("stalkd.server")
 
 EXIT_LOCKED = 10  # beanstalkd's status when another server holds the binlog lock
 EXIT_FATAL = 1
+EXIT_RESYNC = 3  # a standby whose primary asks for a snapshot copy: restart it (docs/standby.md)
 STOP_GRACE = 0.8  # seconds for in-flight replies and the last sync before exit
 
 
@@ -136,13 +138,73 @@ def _describe_wal_error(e: BaseException) -> int:
     return EXIT_FATAL
 
 
+def _role(cfg: Config) -> Any:
+    """The data directory's replication role; a standby first catches up with its primary."""
+    from stalkd.replication.role import Role
+
+    assert cfg.data_dir is not None
+    role = Role(cfg.data_dir, standby=cfg.standby_of is not None)
+    if cfg.standby_of is not None:
+        from stalkd.client._address import parse_address
+        from stalkd.replication.catchup import CatchUpError, catch_up
+
+        try:
+            log.info("standby of %s: %s", cfg.standby_of,
+                     catch_up(parse_address(cfg.standby_of), cfg.data_dir, role,
+                              segment_size=cfg.wal_size or 4 * 2**20))  # fmt: skip
+        except CatchUpError as e:
+            log.warning("standby of %s: %s; serving the local copy, retrying in the background",
+                        cfg.standby_of, e)  # fmt: skip
+    elif not role.state.may_lead:
+        log.error("this server saw epoch %d, newer than its own %d: it refuses to act as primary "
+                  "(NOT_PRIMARY); restart it with --standby-of THE-NEW-PRIMARY", role.state.fenced,
+                  role.state.epoch)  # fmt: skip
+    return role
+
+
+def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Callable[[str], None]) -> Any:
+    """Ship this server's WAL to standbys; for a standby, follow the primary. Returns the
+    running standby (None for a primary)."""
+    from stalkd.replication.sender import Replicas
+
+    barriers = srv.barriers
+    replicas = Replicas(wal.log, wal.snap_dir, role, cfg.sync_standbys, barriers.replicated)
+    srv.role = role
+    srv.replicas = replicas
+    barriers.after_write = replicas.written
+    if replicas.gate is not None:
+        barriers.gate = replicas.gate
+        barriers.end_offset = lambda: wal.log.next_offset
+    held = wal.log.retention_hold
+
+    def hold() -> int:  # keep what connected standbys still need (and what archiving holds)
+        need = replicas.hold()
+        floors = [f for f in (need, held() if held is not None else None) if f is not None]
+        return min(floors) if floors else 2**63
+
+    wal.log.retention_hold = hold
+    if cfg.standby_of is None:
+        return None
+    from stalkd.client._address import parse_address
+    from stalkd.replication.standby import Standby
+
+    standby = Standby(parse_address(cfg.standby_of), wal, srv.engine, role,
+                      max_job_size=cfg.max_job_size, applied=srv.applied, on_resync=on_resync)  # fmt: skip
+    srv.standby_lag = standby.lag
+    srv.promote = standby.promote
+    standby.start()
+    return standby
+
+
 async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     loop = asyncio.get_running_loop()
     t0 = time.monotonic()
     try:
+        role = _role(cfg) if cfg.data_dir is not None else None
         engine, storage, info = _open_storage(cfg, time.time())
     except Exception as e:
         return _describe_wal_error(e)
+    wal = storage
     try:
         shipper = _start_shipper(cfg, storage)
     except (OSError, ValueError) as e:
@@ -171,6 +233,14 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
         stop.set()
 
     srv = Server(cfg, engine, storage, on_fatal=fatal)
+
+    def resync(why: str) -> None:
+        nonlocal code
+        log.error("%s: restart this standby (same command) to copy a snapshot and catch up", why)
+        code = EXIT_RESYNC
+        stop.set()
+
+    standby = _replication(cfg, srv, wal, role, resync) if role is not None else None
     for w in (*cfg.warnings, *endpoints.warnings()):
         log.warning("%s", w)
     where = endpoints.describe()
@@ -205,6 +275,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     loop.add_signal_handler(signal.SIGTERM, on_term, "SIGTERM")
     loop.add_signal_handler(signal.SIGINT, on_term, "SIGINT")
     loop.add_signal_handler(signal.SIGUSR1, srv.drain)
+    if standby is not None:
+        loop.add_signal_handler(signal.SIGUSR2, standby.promote)
     reloads: set[asyncio.Task[bool]] = set()
 
     def on_hup() -> None:
@@ -228,6 +300,10 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     gc_policy.stop()
 
     endpoints.close()
+    if standby is not None:
+        standby.close()
+    if srv.replicas is not None:
+        srv.replicas.close()
     srv.begin_stop()
     if admin is not None:
         await admin.stop()
@@ -270,6 +346,9 @@ def run(cfg: Config, listeners: list[Listener], t_exec: float, *,
     ``tls`` is the context of the TLS listeners, ``acl`` their rules (checked by the caller)."""
     setup_logging(cfg.effective_log_level)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    # SIGUSR2 promotes a standby once it serves; before that it must not kill the process
+    # (its default action), whoever sends it early.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     endpoints = Endpoints(cfg, listeners, tls=tls, acl=acl)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:

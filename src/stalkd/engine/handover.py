@@ -1,0 +1,72 @@
+"""Promotion of a standby: the jobs the old primary had reserved stay out of reach until their
+time-to-run ends, as they would have on the old primary.
+
+A standby applies the primary's records with the recovery rules (``replay``: a reserved job is
+ready, since reservations are not durable). The primary also logs each reservation and touch
+(``Op.RESERVE``/``Op.TOUCH``, analytics records carrying their time), so the standby can know
+which jobs were held and until when. ``Reservations.see`` follows the records; at promotion
+``hold`` gives those jobs to a connection nobody speaks on (``HOLDER``): the engine's own TTR
+timer then returns each one to ready (a ``TIMEOUT``, as when a worker goes silent), and until
+then nobody can reserve it twice.
+
+Ensures: ``hold`` changes only jobs that are ready and whose reservation (as last recorded)
+ends after ``now``; nothing is written to the WAL (the records reach it as the TTRs end).
+"""
+
+from __future__ import annotations
+
+from stalkd.engine.engine import Engine
+from stalkd.engine.heap import pack
+from stalkd.engine.job import US
+from stalkd.engine.model import JobState, Op, Record
+
+__all__ = ["Reservations", "HOLDER"]
+
+HOLDER = -1  # the connection id of the old primary's reservations (real ones are positive)
+_ENDS = frozenset({Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.TIMEOUT})
+
+
+class Reservations:
+    """Job id -> end of its reservation on the primary (µs), from the replicated records.
+
+    >>> from stalkd.protocol.commands import Put
+    >>> e = Engine(); e.connect(1, 0.0); _ = e.apply(1, Put(0, 0, 60, b"x"), 0.0)
+    >>> r = Reservations(); r.see(Record(Op.RESERVE, 2, 10 * US, 1), e)
+    >>> r.hold(e, 20.0), e.jobs[1].state.name, e.jobs[1].deadline_us // US
+    (1, 'RESERVED', 70)
+    """
+
+    def __init__(self) -> None:
+        self.until: dict[int, int] = {}
+
+    def see(self, r: Record, e: Engine) -> None:
+        """One replicated record (after ``replay`` applied it to ``e``)."""
+        op = r.op
+        if op is Op.RESERVE or op is Op.TOUCH:
+            j = e.jobs.get(r.job_id)
+            if j is not None:
+                self.until[r.job_id] = r.time_us + j.ttr * US
+        elif op in _ENDS:
+            self.until.pop(r.job_id, None)
+
+    def hold(self, e: Engine, now: float) -> int:
+        """Reserve, for ``HOLDER``, every job still reserved on the old primary; returns how many."""
+        now_us = round(now * US)
+        if HOLDER not in e.conns:
+            e.connect(HOLDER, now)
+        c = e.conns[HOLDER]
+        n = 0
+        for jid, end in self.until.items():
+            j = e.jobs.get(jid)
+            if j is None or j.state is not JobState.READY or end <= now_us:
+                continue
+            e._detach(j)
+            j.state = JobState.RESERVED
+            j.owner = c
+            j.deadline_us = end
+            c.reserved.push(pack(end, jid), j)
+            j.tube.reserved += 1
+            n += 1
+        self.until.clear()
+        e._retime_conn(c)
+        return n

@@ -1,0 +1,215 @@
+"""Before a standby serves: bring its data directory onto the primary's lineage and up to date.
+
+Run once at start-up, blocking, before the WAL is recovered (so recovery sees a consistent
+directory): ask the primary to stream from where the local log ends, then
+
+- ``STREAMING``: copy every record up to the primary's end into the local log and fsync it;
+- ``SNAPSHOT_NEEDED``: the primary no longer keeps what follows the local log (it compacted
+  past it), or the local log is of another lineage: the local ``wal/`` and ``snapshots/`` are
+  moved to ``quarantine/`` (never deleted), the primary's newest snapshot is copied, and the
+  log starts again at the snapshot's start offset;
+- ``DIVERGED <offset>``: the local log holds records past ``<offset>`` that the new primary
+  never had (this server was the primary before a failover and wrote them after the standby's
+  last acknowledgement): the directory is quarantined the same way, with a note naming the
+  jobs of those records, and the server starts again from the primary's copy.
+
+Ensures: afterwards the directory holds a prefix of the primary's log (and a snapshot it
+needs), durable, and ``role`` follows the primary's epoch; or ``CatchUpError`` says why not
+(the primary unreachable, not a primary, or refusing this identity), having changed nothing
+beyond a completed quarantine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import time
+
+from stalkd.client._address import Address
+from stalkd.client._tls import wrap_socket
+from stalkd.engine.datadir import job_id_ranges
+from stalkd.engine.snapshot import list_snapshots, read_header, snapshot_name
+from stalkd.log import Log, LogReader
+from stalkd.log.active import create_segment
+from stalkd.log.fs import REAL
+from stalkd.replication import wire
+from stalkd.replication.role import Role
+
+__all__ = ["CatchUpError", "catch_up", "connect", "read_line", "QUARANTINE_DIR"]
+
+log = logging.getLogger("stalkd.replication")
+
+QUARANTINE_DIR = "quarantine"
+_MAX_ROUNDS = 4  # stream, or quarantine + snapshot + stream: two rounds suffice; margin for races
+
+
+class CatchUpError(RuntimeError):
+    """The standby could not be brought up to date (the message says what to do)."""
+
+
+def connect(address: Address, timeout: float) -> socket.socket:
+    """A connected (TLS when the address says so) blocking socket to the primary."""
+    if address.path is not None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address.path)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    sock = socket.create_connection((address.host, address.port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return wrap_socket(sock, address)
+
+
+def read_line(sock: socket.socket, buf: bytearray) -> bytes:
+    """One ``\\r\\n``-terminated line from ``sock``; what follows it stays in ``buf``."""
+    while True:
+        end = buf.find(b"\r\n")
+        if end >= 0:
+            line = bytes(buf[:end + 2])
+            del buf[:end + 2]
+            return line
+        if len(buf) > wire.MAX_LINE:
+            raise CatchUpError("the primary's reply line is too long: is it a stalkd server?")
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise CatchUpError("the primary closed the connection before replying")
+        buf += chunk
+
+
+def _quarantine(directory: str, why: str, since: int | None) -> str:
+    """Move ``wal/`` and ``snapshots/`` aside into ``quarantine/<time>/`` with a note."""
+    dest = os.path.join(directory, QUARANTINE_DIR, time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
+    REAL.makedirs(dest)
+    dropped = ""
+    wal_dir = os.path.join(directory, "wal")
+    if since is not None and os.path.isdir(wal_dir):
+        with LogReader(wal_dir, archive=False) as r:
+            dropped = job_id_ranges((f.offset, f.bytes()) for f in r.read(since))
+    for sub in ("wal", "snapshots"):
+        src = os.path.join(directory, sub)
+        if os.path.exists(src):
+            os.rename(src, os.path.join(dest, sub))
+    note = f"{why}\n" + (f"jobs named by the records from offset {since} on: {dropped or 'none'}\n"
+                         if since is not None else "")  # fmt: skip
+    fd = REAL.open(os.path.join(dest, "NOTE"), os.O_WRONLY, create=True, truncate=True)
+    try:
+        REAL.write_all(fd, note.encode())
+        REAL.fsync(fd)
+    finally:
+        os.close(fd)
+    REAL.fsync_dir(os.path.dirname(dest))
+    REAL.fsync_dir(directory)
+    log.warning("%s; the local WAL and snapshots were moved to %s (inspect them with "
+                "`stalkd log inspect %s`)%s", why, dest, os.path.join(dest, "wal"),
+                f"; jobs named by the records cut: {dropped}" if dropped else "")  # fmt: skip
+    return dest
+
+
+def _fetch_snapshot(address: Address, directory: str, role: Role, segment_size: int, timeout: float) -> int:
+    """Copy the primary's newest snapshot; start an empty log at its start offset. Returns it
+    (0 when the primary has none: its log still starts at 0)."""
+    snap_dir = os.path.join(directory, "snapshots")
+    REAL.makedirs(snap_dir)
+    with connect(address, timeout) as sock:
+        sock.sendall(wire.REPLICATE_SNAPSHOT)
+        buf = bytearray()
+        r = wire.parse_reply(read_line(sock, buf))
+        if r.word == "SNAPSHOT_NEEDED":
+            return 0
+        if r.word != "SNAPSHOT":
+            raise CatchUpError(f"the primary refused a snapshot copy: {r.word}")
+        start, size = int(r.args[0]), int(r.args[1])
+        role.follow(int(r.args[2]), wire.parse_history(r.args[3]))
+        tmp = os.path.join(snap_dir, "copy.snap.tmp")  # recovery deletes a .tmp left behind
+        fd = REAL.open(tmp, os.O_WRONLY, create=True, truncate=True)
+        try:
+            got = 0
+            if buf:
+                REAL.write_all(fd, bytes(buf[:size]))
+                got = min(len(buf), size)
+            while got < size:
+                chunk = sock.recv(min(1 << 20, size - got))
+                if not chunk:
+                    raise CatchUpError(f"the snapshot copy ended after {got} of {size} bytes")
+                REAL.write_all(fd, chunk)
+                got += len(chunk)
+            REAL.fsync(fd)
+        finally:
+            os.close(fd)
+    header = read_header(tmp)
+    if header.start_offset != start:
+        raise CatchUpError(f"the primary's snapshot says offset {header.start_offset}, its reply {start}")
+    REAL.replace(tmp, os.path.join(snap_dir, snapshot_name(header.start_seq)))
+    REAL.fsync_dir(snap_dir)
+    wal_dir = os.path.join(directory, "wal")
+    REAL.makedirs(wal_dir)
+    if start:
+        create_segment(wal_dir, start, segment_size, 1, "pwrite", True, REAL).close()
+        REAL.fsync_dir(wal_dir)
+    log.info("copied the primary's snapshot (%d bytes, %d jobs, log from offset %d)", size, header.count, start)
+    return start
+
+
+def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int) -> int:
+    """Append the streamed records to ``lg`` until it reaches ``target``; fsync. Returns count."""
+    dec = wire.RecordDecoder()
+    n = 0
+    data = bytes(buf)
+    while lg.next_offset < target:
+        for first, payloads in dec.feed(data):
+            if first != lg.next_offset:
+                raise CatchUpError(f"the primary sent offset {first}, expected {lg.next_offset}")
+            lg.write_many(payloads)
+            n += len(payloads)
+        if lg.next_offset >= target:
+            break
+        data = sock.recv(1 << 20)
+        if not data:
+            raise CatchUpError("the primary closed the stream during catch-up")
+    lg.sync()
+    return n
+
+
+def catch_up(address: Address, directory: str, role: Role, *, segment_size: int, timeout: float = 5.0) -> str:
+    """Bring ``directory`` up to the primary at ``address`` (see the module doc); a summary."""
+    wal_dir = os.path.join(directory, "wal")
+    for _ in range(_MAX_ROUNDS):
+        lg = Log.open(wal_dir, segment_size=segment_size, durability="always")
+        try:
+            nxt = lg.next_offset
+            try:
+                sock = connect(address, timeout)
+            except (OSError, ValueError) as e:
+                raise CatchUpError(f"cannot reach the primary {address}: {e}") from None
+            with sock:
+                sock.sendall(wire.encode_request(nxt, role.state.epoch))
+                buf = bytearray()
+                r = wire.parse_reply(read_line(sock, buf))
+                if r.word == "STREAMING":
+                    epoch, target = int(r.args[0]), int(r.args[1])
+                    role.follow(epoch, wire.parse_history(r.args[2]))
+                    sock.settimeout(max(timeout, 60.0))
+                    n = _stream_to(sock, buf, lg, target)
+                    return f"caught up with {address} (epoch {epoch}): {n} records copied, log ends at {lg.next_offset}"
+                if r.word in ("NOT_PRIMARY", "PERMISSION_DENIED"):
+                    raise CatchUpError(f"{address} answered {r.word}: "
+                                       + ("it is not a primary" if r.word == "NOT_PRIMARY"
+                                          else "its ACL needs `replicate = true` for this standby's identity"))
+        finally:
+            lg.close()
+        if r.word == "DIVERGED":
+            cut = int(r.args[0])
+            _quarantine(directory, f"this server's log holds records past offset {cut} that the primary "
+                        f"{address} never had (written before a failover)", cut)  # fmt: skip
+        elif nxt or list_snapshots(os.path.join(directory, "snapshots")):
+            _quarantine(directory, f"the primary {address} no longer keeps the records after this "
+                        f"server's log (offset {nxt})", None)  # fmt: skip
+        else:
+            shutil.rmtree(wal_dir)  # an empty log (no record, no snapshot): nothing to keep
+        _fetch_snapshot(address, directory, role, segment_size, timeout)
+    raise CatchUpError(f"{address}: could not catch up after {_MAX_ROUNDS} attempts (is it compacting very fast?)")

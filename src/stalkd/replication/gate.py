@@ -1,0 +1,63 @@
+"""``--sync-standbys N``: the group-commit batch that N standbys hold durable (pure).
+
+The server numbers its WAL batches (``server/barriers.py``); after writing batch ``b`` the log
+ends at offset ``end``, and ``note(b, end)`` records it. Standbys report the offset their disk
+holds (``ack``). A batch is *replicated* once ``need`` standbys have acknowledged its end; the
+barrier releases a reply when its batch is durable locally and replicated.
+
+Ensures: ``replicated`` never decreases; it is the newest noted batch whose end offset is at
+most the ``need``-th highest acknowledged offset among the standbys connected now (0 when fewer
+are connected: nothing is released, which is what a synchronous standby promises).
+
+>>> g = SyncGate(1)
+>>> g.note(1, 10); g.note(2, 25); g.replicated
+0
+>>> g.ack("s1", 12); g.replicated
+1
+>>> g.ack("s1", 30); g.replicated
+2
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+
+__all__ = ["SyncGate"]
+
+
+class SyncGate:
+    def __init__(self, need: int) -> None:
+        if need < 1:
+            raise ValueError("a gate needs at least one standby")
+        self.need = need
+        self.replicated = 0
+        self._batches: deque[tuple[int, int]] = deque()
+        self._acks: dict[Hashable, int] = {}
+
+    def note(self, batch: int, end_offset: int) -> None:
+        """Batch ``batch`` was written; the log now ends at ``end_offset``."""
+        self._batches.append((batch, end_offset))
+        self._advance()
+
+    def ack(self, standby: Hashable, offset: int) -> None:
+        """``standby`` holds every record below ``offset`` durable."""
+        if offset > self._acks.get(standby, -1):
+            self._acks[standby] = offset
+            self._advance()
+
+    def drop(self, standby: Hashable) -> None:
+        """``standby`` disconnected: its acknowledgements no longer count."""
+        self._acks.pop(standby, None)
+
+    def quorum(self) -> int:
+        """The offset ``need`` standbys hold durable (-1: fewer than ``need`` connected)."""
+        if len(self._acks) < self.need:
+            return -1
+        return sorted(self._acks.values(), reverse=True)[self.need - 1]
+
+    def _advance(self) -> None:
+        q = self.quorum()
+        batches = self._batches
+        while batches and batches[0][1] <= q:
+            self.replicated = batches.popleft()[0]

@@ -1,0 +1,107 @@
+"""A running standby, and its promotion: the glue between the receiver, the role and the server.
+
+``Standby.start`` runs the receiver on the server's loop. ``promote`` (``stalkd promote``, the
+admin endpoint's ``POST /api/v1/promote``, or SIGUSR2) stops following, starts a new epoch at
+the local log's end (saved before anything is written under it), lets the engine write records
+again, and then keeps telling the former primary about the new epoch (``fence``) so that,
+whenever it is reachable, it stops acting as primary.
+
+Ensures: after ``promote`` returns, the server accepts changes; every record it writes comes
+after the replicated ones, at the next offset; reserved jobs of the old primary are ready (the
+standby never saw reservations as durable, as after a restart) and delays continue from the
+replicated deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING
+
+from stalkd.client._address import Address
+from stalkd.client._tls import connection_kwargs
+from stalkd.replication import wire
+from stalkd.replication.receiver import Receiver
+from stalkd.replication.role import Role
+
+if TYPE_CHECKING:
+    from stalkd.engine import Engine
+    from stalkd.engine.wal import Wal
+
+__all__ = ["Standby", "FENCE_EVERY"]
+
+log = logging.getLogger("stalkd.replication")
+
+FENCE_EVERY = 1.0  # seconds between attempts to tell the former primary about the new epoch
+
+
+class Standby:
+    def __init__(self, address: Address, wal: Wal, engine: Engine, role: Role, *, max_job_size: int,
+                 applied: Callable[[], None], on_resync: Callable[[str], None]) -> None:  # fmt: skip
+        self.address = address
+        self.wal = wal
+        self.engine = engine
+        self.role = role
+        self.max_job_size = max_job_size
+        self.applied = applied
+        self.receiver = Receiver(address, wal, engine, role, applied=applied, on_resync=on_resync)
+        self._tasks: set[asyncio.Task[None]] = set()
+        engine.keep_records = False  # changes come from the primary's records only
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def start(self) -> None:
+        self._spawn(self.receiver.run())
+
+    def lag(self) -> int:
+        return self.receiver.lag if self.role.standby else 0
+
+    def promote(self) -> str:
+        """Become the primary of a new epoch; returns what happened, for the operator."""
+        if not self.role.standby:
+            return f"already primary (epoch {self.role.state.epoch})"
+        self.receiver.stop()
+        at = self.wal.log.next_offset
+        self.role.promote(at)
+        self.engine.keep_records = True
+        self.wal.reset_space(len(self.engine.jobs), self.max_job_size)
+        held = self.receiver.reservations.hold(self.engine, time.time())
+        self.applied()  # schedules the TTR ends of those jobs
+        self._spawn(self._fence())
+        msg = (f"promoted: primary of epoch {self.role.state.epoch} from log offset {at}; "
+               f"{held} jobs reserved on the former primary return when their TTR ends")
+        log.warning("%s (the former primary %s is told at every chance)", msg, self.address)
+        return msg
+
+    async def _fence(self) -> None:
+        """Tell the former primary, whenever it answers, that a newer epoch exists."""
+        a = self.address
+        told = False
+        while not told:
+            with contextlib.suppress(OSError, ValueError, EOFError, asyncio.IncompleteReadError,
+                                     asyncio.TimeoutError):  # fmt: skip
+                if a.path is not None:
+                    reader, writer = await asyncio.open_unix_connection(a.path)
+                else:
+                    reader, writer = await asyncio.open_connection(a.host, a.port, **connection_kwargs(a))
+                try:
+                    writer.write(wire.encode_request(self.wal.log.next_offset, self.role.state.epoch))
+                    r = wire.parse_reply(await asyncio.wait_for(reader.readuntil(b"\r\n"), 5.0))
+                    told = r.word == "NOT_PRIMARY"
+                finally:
+                    writer.close()
+            if told:
+                log.info("the former primary %s now refuses to act as primary", a)
+                return
+            await asyncio.sleep(FENCE_EVERY)
+
+    def close(self) -> None:
+        self.receiver.stop()
+        for t in list(self._tasks):
+            t.cancel()

@@ -1,0 +1,68 @@
+"""The replication wire format: what is encoded decodes the same however the bytes arrive."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stalkd.replication import wire
+
+payloads = st.lists(st.binary(max_size=300), min_size=1, max_size=20)
+
+
+@given(st.lists(payloads, min_size=1, max_size=5), st.integers(0, 2**40), st.data())
+def test_records_survive_any_chunking(batches: list[list[bytes]], first: int, data: st.DataObject) -> None:
+    stream = b""
+    want = []
+    off = first
+    for b in batches:
+        stream += b"".join(bytes(p) for p in wire.encode_records(off, b))
+        want.append((off, b))
+        off += len(b)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
+    dec = wire.RecordDecoder()
+    got = []
+    prev = 0
+    for cut in [*cuts, len(stream)]:
+        got += dec.feed(stream[prev:cut])
+        prev = cut
+    assert got == want
+    assert dec.buffered == 0
+
+
+@given(st.lists(st.integers(0, 2**63), min_size=1, max_size=10), st.integers(1, 7))
+def test_acks_give_the_latest(values: list[int], step: int) -> None:
+    stream = b"".join(wire.encode_ack(v) for v in values)
+    dec = wire.AckDecoder()
+    last = None
+    for i in range(0, len(stream), step):
+        got = dec.feed(stream[i:i + step])
+        if got is not None:
+            last = got
+    assert last == values[-1]
+
+
+def test_a_bad_message_is_refused_before_it_is_buffered() -> None:
+    with pytest.raises(wire.WireError):
+        wire.RecordDecoder().feed(b"X" + b"\0" * 12)
+    huge = wire._MSG.pack(ord("R"), wire.MAX_MESSAGE + 1)
+    with pytest.raises(wire.WireError):
+        wire.RecordDecoder().feed(huge)
+
+
+@pytest.mark.parametrize("line", [b"replicate\r\n", b"replicate 1\r\n", b"replicate -1 0\r\n", b"replicate 1 x\r\n"])
+def test_bad_requests(line: bytes) -> None:
+    with pytest.raises(wire.WireError):
+        wire.parse_request(line)
+
+
+def test_replies_and_history_round_trip() -> None:
+    line = wire.encode_streaming(3, 120, [(1, 10), (3, 100)])
+    r = wire.parse_reply(line)
+    assert r.word == "STREAMING" and r.args[:2] == ("3", "120")
+    assert wire.parse_history(r.args[2]) == ((1, 10), (3, 100))
+    s = wire.parse_reply(wire.encode_snapshot(40, 999, 0, []))
+    assert s.args == ("40", "999", "0", "-")
+    with pytest.raises(wire.WireError):
+        wire.parse_reply(b"OK 5\r\n")

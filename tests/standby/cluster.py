@@ -1,0 +1,97 @@
+"""A primary and its standbys as real processes on loopback (port 0), and the checks the
+standby tests share: waiting for a standby to catch up, and comparing two servers' jobs
+through the protocol."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import stalkd
+from server.proc import StalkdProcess, start_stalkd
+from stalkd.client import errors
+from support import ServerProcess, listening_ports
+
+WAL_SIZE = "65536"  # small segments: compaction and retention happen within a test's writes
+
+
+def primary(d: Path, *flags: str) -> StalkdProcess:
+    return start_stalkd("--dir", str(d), "-s", WAL_SIZE, *flags)
+
+
+def standby(d: Path, of: ServerProcess, *flags: str, via: str | None = None) -> StalkdProcess:
+    """A standby of ``of`` (through the address ``via`` when given: say, its TLS listener)."""
+    return start_stalkd("--dir", str(d), "-s", WAL_SIZE, "--standby-of", via or of.address, *flags)
+
+
+def admin_port(p: StalkdProcess, timeout: float = 60.0) -> int:
+    """The admin endpoint's port (the second listening socket: --admin 127.0.0.1:0)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ports = listening_ports(p.proc.pid)
+        if len(ports) >= 2:
+            return ports[1]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no admin listener on pid {p.proc.pid}:\n{p.log_text()}")
+        time.sleep(0.01)
+
+
+def until(cond: Callable[[], bool], what: str, timeout: float = 30.0, logs: tuple[StalkdProcess, ...] = ()) -> None:
+    """Poll ``cond`` until true; fail naming ``what`` (with the servers' logs) after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if cond():
+                return
+        except (errors.ClientConnectionError, errors.ConnectionClosed) as e:  # not up yet, or gone
+            for p in logs:
+                if p.proc.poll() is not None:
+                    raise AssertionError(f"{what}: pid {p.proc.pid} exited with {p.proc.returncode}:\n"
+                                         f"{p.log_text()}") from e
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n" + "\n".join(p.log_text() for p in logs))
+        time.sleep(0.02)
+
+
+def stats(p: ServerProcess) -> dict[str, Any]:
+    with stalkd.Client(p.address) as c:
+        return dict(c.stats())
+
+
+def caught_up(p: ServerProcess, s: ServerProcess) -> bool:
+    """The standby holds every record the primary has written (both say so)."""
+    ps, ss = stats(p), stats(s)
+    return (ps.get("standbys", 0) >= 1 and ps.get("standby-lag") == 0
+            and ss["binlog-records-written"] >= 0 and ss.get("primary-lag") == 0)
+
+
+def promote_by_signal(s: StalkdProcess) -> None:
+    """SIGUSR2 until it is primary: a signal sent before the server serves is ignored."""
+
+    def promoted() -> bool:
+        if stats(s)["role"] == "primary":
+            return True
+        os.kill(s.proc.pid, signal.SIGUSR2)
+        return False
+
+    until(promoted, "the standby's promotion", logs=(s,))
+
+
+def snapshot(p: ServerProcess, max_id: int) -> dict[int, tuple[str, str, int, bytes]]:
+    """Every job with an id up to ``max_id``: (tube, state, priority, body), read by peek and
+    stats-job; a reserved job counts as ready (a standby and a restart both see it so)."""
+    out = {}
+    with stalkd.Client(p.address) as c:
+        for jid in range(1, max_id + 1):
+            try:
+                job = c.peek(jid)
+                st = c.stats_job(jid)
+            except errors.NotFound:
+                continue
+            state = "ready" if st["state"] == "reserved" else str(st["state"])
+            out[jid] = (str(st["tube"]), state, int(st["pri"]), job.body)
+    return out

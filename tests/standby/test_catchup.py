@@ -1,0 +1,74 @@
+"""A standby stopped while its primary compacts past its position copies a snapshot on its
+next start, then streams the rest and holds the same jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import stalkd
+
+from .cluster import caught_up, primary, snapshot, standby, stats, until
+
+
+def _churn(address: str, rounds: int, keep_every: int) -> None:
+    """Put and delete many jobs (dead WAL for compaction), keeping one in ``keep_every``."""
+    with stalkd.Client(address) as c:
+        for i in range(rounds):
+            jid = c.put(b"x" * 200 + str(i).encode())
+            if i % keep_every:
+                c.delete(jid)
+
+
+@pytest.mark.slow
+def test_standby_behind_compaction_copies_a_snapshot_then_streams(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p")
+    s = standby(tmp_path / "s", p)
+    try:
+        _churn(p.address, 50, 5)
+        until(lambda: caught_up(p, s), "the standby to follow", logs=(p, s))
+        s.stop()
+        start_oldest = int(stats(p)["binlog-oldest-index"])
+        # Enough churn that compaction drops the segments the stopped standby still needs.
+        for _ in range(50):
+            _churn(p.address, 400, 10)
+            if int(stats(p)["binlog-oldest-index"]) > start_oldest + 100:
+                break
+        else:
+            raise AssertionError(f"the primary never compacted past offset {start_oldest}:\n{p.log_text()}")
+        s = standby(tmp_path / "s", p)
+        _churn(p.address, 30, 3)  # and records after the snapshot, streamed live
+        until(lambda: caught_up(p, s), "the restarted standby to catch up", logs=(p, s))
+        assert "copied the primary's snapshot" in s.log_text()
+        assert list((tmp_path / "s" / "quarantine").iterdir()), "the stale copy was kept, not deleted"
+        top = int(stats(p)["total-jobs"])
+        want = snapshot(p, top)
+        assert len(want) > 40
+        assert snapshot(s, top) == want
+    finally:
+        s.stop()
+        p.stop()
+
+
+@pytest.mark.slow
+def test_a_new_standby_of_a_compacted_primary_starts_from_its_snapshot(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p")
+    s = None
+    try:
+        for _ in range(50):
+            _churn(p.address, 400, 10)
+            if int(stats(p)["binlog-oldest-index"]) > 0:
+                break
+        else:
+            raise AssertionError(f"the primary never compacted:\n{p.log_text()}")
+        s = standby(tmp_path / "s", p)
+        until(lambda: caught_up(p, s), "the new standby to catch up", logs=(p, s))
+        assert "copied the primary's snapshot" in s.log_text()
+        assert not (tmp_path / "s" / "quarantine").exists(), "an empty directory has nothing to keep"
+        top = int(stats(p)["total-jobs"])
+        assert snapshot(s, top) == snapshot(p, top)
+    finally:
+        if s is not None:
+            s.stop()
+        p.stop()
