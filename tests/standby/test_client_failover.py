@@ -1,0 +1,60 @@
+"""The clients' failover against a real standby: a client given every address finds the
+primary whatever the order, and carries on (tube in use restored) after the standby is
+promoted and the old primary is gone."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import stalkd
+from stalkd.client import AsyncClient
+
+from .cluster import caught_up, primary, promote_by_signal, standby, until
+
+
+def test_a_client_listing_the_standby_first_uses_the_primary(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p")
+    s = standby(tmp_path / "s", p)
+    try:
+        with stalkd.Client(f"{s.address},{p.address}", failover_timeout=30) as c:
+            jid = c.put(b"x")  # a standby would have answered NOT_PRIMARY
+        until(lambda: caught_up(p, s), "the standby to catch up", logs=(p, s))
+        with stalkd.Client(s.address) as c:
+            assert c.peek(jid).body == b"x"
+    finally:
+        s.stop()
+        p.stop()
+
+
+def test_sync_and_async_clients_follow_a_promotion(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p", "--sync-standbys", "1")
+    s = standby(tmp_path / "s", p)
+    addresses = f"{p.address},{s.address}"
+    try:
+        sync = stalkd.Client(addresses, failover_timeout=30)
+        sync.use("jobs")
+        first = sync.put(b"one")  # acknowledged only once the standby holds it
+
+        async def open_async() -> AsyncClient:
+            a = AsyncClient(addresses, failover_timeout=30)
+            await a.connect()
+            await a.use("jobs")
+            return a
+
+        loop = asyncio.new_event_loop()
+        aio = loop.run_until_complete(open_async())
+        p.kill9()
+        promote_by_signal(s)
+        second = sync.put(b"two")
+        third = loop.run_until_complete(aio.put(b"three"))
+        assert first < second and first < third
+        with stalkd.Client(s.address) as c:
+            assert c.stats_job(first)["state"] == "ready"
+            assert {c.stats_job(j)["tube"] for j in (first, second, third)} == {"jobs"}
+        sync.close()
+        loop.run_until_complete(aio.close())
+        loop.close()
+    finally:
+        s.stop()
+        p.stop()
