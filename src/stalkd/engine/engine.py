@@ -41,7 +41,7 @@ from stalkd.engine.room import (
     find_unreserved,
     guarded,
 )
-from stalkd.engine.state import EngineError, Outcome
+from stalkd.engine.state import STEP_JOBS, EngineError, Outcome
 from stalkd.engine.timers import Timers
 from stalkd.engine.tube import Tube, remove_swap_last
 from stalkd.protocol import commands as C
@@ -54,7 +54,6 @@ _NOT_FOUND = C.Reply("NOT_FOUND")
 # Replies without per-command values are immutable, so one instance each serves every command.
 _DELETED, _RELEASED, _BURIED, _TOUCHED = C.Reply("DELETED"), C.Reply("RELEASED"), C.Reply("BURIED"), C.Reply("TOUCHED")
 _KICKED, _PAUSED = C.Reply("KICKED"), C.Reply("PAUSED")
-KICK_STEP = 256  # jobs one engine step kicks (a delayed one costs tens of us); more go on in tick()
 _OP_PUT, _OP_DELETE, _OP_RESERVE = Op.PUT, Op.DELETE, Op.RESERVE
 _tuple_new = tuple.__new__
 
@@ -75,17 +74,18 @@ class Engine(Timers, Queries):
     Reply(word='DELETED', args=())
     """
 
-    def __init__(self, max_job_size: int = 65535, records: bool = True) -> None:
+    def __init__(self, max_job_size: int = 65535, records: bool = True, step_jobs: int = STEP_JOBS) -> None:
         """``records=False``: an engine nobody persists (the in-memory server). ``Outcome.records``
         is then always empty and no Record is built; ``seq`` still counts the changes that would
         have been recorded (it orders buried FIFOs), so behaviour is otherwise identical.
+        ``step_jobs``: how many jobs one step may move in bulk (timers.py).
 
         >>> from stalkd.protocol.commands import Put
         >>> e = Engine(records=False); e.connect(1, 0.0)
         >>> e.apply(1, Put(0, 0, 60, b"x"), 0.0).records, e.seq
         ((), 1)
         """
-        super().__init__(max_job_size, records)
+        super().__init__(max_job_size, records, step_jobs)
         self._room: Room | None = None
         # Dispatch derived from the command table: type -> (handler ``_<name>``, counter key).
         self._plain: dict[object, tuple[Handler, str | None]] = {
@@ -151,6 +151,7 @@ class Engine(Timers, Queries):
         # The scratch lists are reused (their contents leave as tuples); leftovers of a command
         # that raised are dropped here, as _begin does.
         nowus = self._now = round(now * US)
+        self._budget = self.step_jobs
         recs = self._records
         wakes = self._wakeups
         if recs:
@@ -393,8 +394,13 @@ class Engine(Timers, Queries):
 
     def _kick(self, c: ConnState, cmd: C.Kick) -> C.AnyReply | None:
         # beanstalkd: any buried job means only buried jobs are kicked (oldest first), else
-        # delayed ones (soonest deadline first). At most KICK_STEP jobs a step: a longer kick
-        # goes on in tick() and its reply comes as a wakeup, so no step grows with the jobs.
+        # delayed ones (soonest deadline first). A kick moves jobs out of the step's budget
+        # (timers.py); a longer one goes on in tick() and its reply comes as a wakeup.
+        # As the kicking client sees it the kick is still one command: it may send nothing
+        # until its reply (apply refuses), and the reply counts exactly the jobs this kick
+        # moved, at most ``bound``. Others are served between the steps and may see part of
+        # it done; jobs they bury or delay meanwhile in the tube may be kicked by it too, as
+        # if they had come just before a kick beanstalkd runs in one go.
         t = c.use
         c.kick = [t, bool(t.buried), cmd.bound, 0]
         if self._kick_step(c):
@@ -409,11 +415,11 @@ class Engine(Timers, Queries):
         return C.Reply("KICKED", (n,))
 
     def _kick_step(self, c: ConnState) -> bool:
-        """Kick up to KICK_STEP more jobs of ``c``'s kick; True when the kick is over."""
+        """Kick what the step's budget allows of ``c``'s kick; True when the kick is over."""
         assert c.kick is not None
         t, buried, left, done = c.kick
         jobs = t.buried if buried else t.delayed
-        want = min(left, KICK_STEP, len(jobs))
+        want = min(left, self._budget, len(jobs))
         room = self._room
         n = want if room is None or not want else room.updates(want)
         if buried:
@@ -423,9 +429,10 @@ class Engine(Timers, Queries):
             delayed = t.delayed
             for _ in range(n):
                 self._kick_one(delayed.peek())
+        self._budget -= n
         left -= n
         c.kick = [t, buried, left, done + n]
-        return n < KICK_STEP or not left or not jobs
+        return n < want or not left or not jobs  # n < want: the disk has no room for more
 
     def _kick_more(self) -> None:
         c = self._kicks.popleft()
