@@ -19,6 +19,12 @@ class RecordingTransport:
     def writelines(self, parts: list[bytes]) -> None:
         self.sent.append(b"".join(parts))
 
+    def write(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
     def set_write_buffer_limits(self, high: int) -> None:
         pass
 
