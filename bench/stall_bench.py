@@ -17,6 +17,13 @@ and the median for scale. Target (issue 11): <= 50 ms, and never longer than bea
 Run: ``.venv/bin/python bench/stall_bench.py [--jobs 100000] [--scenario kick-delayed]
 [--class memory|never] [--peer-src DIR]`` (``--peer-src`` puts another stalkd tree in the peer
 column, e.g. main's code, for an A/B of a change). Figures vary with load; compare within a run.
+
+``--steps`` measures the engine alone, in process: the longest single engine step (apply or
+tick) in CPU time of the thread, and how many steps the work took, for the scenarios that are
+engine steps (kicks, delays and TTRs ending at one instant). CPU time is what a step costs the
+loop whatever else runs on the machine, so this A/B (with ``--peer-src``, the peer tree in a
+child process) holds on a loaded machine where the probe's wall-clock maxima mostly measure
+the scheduler.
 """
 
 from __future__ import annotations
@@ -142,13 +149,90 @@ def _run(port: int, scenario: str, n: int) -> tuple[float, float, float]:
     return max(rtts) * 1e3, statistics.median(rtts) * 1e3, took
 
 
+STEP_SCENARIOS = ("kick-delayed", "kick-buried", "delay-expiry", "ttr-expiry")
+
+
+def engine_steps(scenario: str, n: int) -> tuple[float, int, float]:
+    """(longest step, CPU ms; steps; total CPU s) of ``scenario`` on a bare engine."""
+    import gc
+
+    from stalkd.engine import Engine
+    from stalkd.protocol import commands as C
+
+    e = Engine(records=False)
+    e.connect(1, 0.0)
+    now = 1000.0
+    e.apply(1, C.Use("stall"), now)
+    delay = 3600 if scenario == "kick-delayed" else 3 if scenario == "delay-expiry" else 0
+    for _ in range(n):
+        e.apply(1, C.Put(0, delay, 1, b"x"), now)
+    if scenario in ("kick-buried", "ttr-expiry"):
+        e.apply(1, C.Watch("stall"), now)
+        for _ in range(n):
+            j = e.apply(1, C.Reserve(), now).reply
+            if scenario == "kick-buried":
+                e.apply(1, C.Bury(j.id, 0), now)  # type: ignore[union-attr]
+    gc.collect()
+    gc.disable()  # the server keeps no automatic full collection either (gcpolicy.py)
+    steps: list[float] = []
+
+    def step(f, *args):  # type: ignore[no-untyped-def]
+        t0 = time.thread_time()
+        out = f(*args)
+        steps.append(time.thread_time() - t0)
+        return out
+
+    if scenario.startswith("kick"):
+        e.connect(2, now)
+        e.apply(2, C.Use("stall"), now)
+        out = step(e.apply, 2, C.Kick(n), now)
+        while out.reply is None and not out.wakeups:
+            out = step(e.tick, now)
+    else:
+        now += 5.0
+        out = step(e.tick, now)
+        while out.next_deadline is not None and out.next_deadline <= now:
+            out = step(e.tick, now)
+    gc.enable()
+    return max(steps) * 1e3, len(steps), sum(steps)
+
+
+def _steps_main(n: int, peer: str | None) -> None:
+    import json
+    import subprocess
+
+    print(f"# engine steps, {n} jobs: longest step (thread CPU ms), steps, total CPU s; load "
+          f"{os.getloadavg()[0]:.1f}")
+    print(f"{'scenario':<14} {'this tree':>26}   {'peer tree' if peer else '':>26}")
+    for scenario in STEP_SCENARIOS:
+        mx, k, total = engine_steps(scenario, n)
+        row = f"{mx:8.2f} ms {k:6d} {total:6.2f} s"
+        if peer:
+            out = subprocess.run([sys.executable, __file__, "--steps-child", scenario, "--jobs", str(n)],
+                                 env={**os.environ, "PYTHONPATH": peer}, check=True,
+                                 capture_output=True, text=True).stdout
+            pm, pk, pt = json.loads(out)
+            row += f"   {pm:8.2f} ms {pk:6d} {pt:6.2f} s"
+        print(f"{scenario:<14} {row}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--scenario", action="append", choices=SCENARIOS)
     ap.add_argument("--class", dest="klass", default="memory", choices=["memory", "never"])
     ap.add_argument("--peer-src", help="another stalkd source tree in place of beanstalkd")
+    ap.add_argument("--steps", action="store_true", help="engine steps in process (CPU time), see above")
+    ap.add_argument("--steps-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.steps_child:
+        import json
+
+        print(json.dumps(engine_steps(args.steps_child, args.jobs)))
+        return
+    if args.steps:
+        _steps_main(args.jobs, args.peer_src and os.path.abspath(args.peer_src))
+        return
     server_bench.PEER_SRC = args.peer_src
     peer = "stalkd(peer)" if args.peer_src else "beanstalkd"
     print(f"# {args.jobs} jobs, class {args.klass}; longest / median probe round trip, ms")

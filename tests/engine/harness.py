@@ -18,8 +18,9 @@ T0 = 1_700_000_000.0
 
 
 class Harness:
-    def __init__(self, max_job_size: int = 65535, now: float = T0) -> None:
-        self.e = Engine(max_job_size=max_job_size)
+    def __init__(self, max_job_size: int = 65535, now: float = T0, step_jobs: int | None = None) -> None:
+        self.e = Engine(max_job_size=max_job_size) if step_jobs is None else Engine(
+            max_job_size=max_job_size, step_jobs=step_jobs)
         self.now = now
         self.woken: dict[int, list[AnyReply]] = {}
         self.records: list[Any] = []

@@ -26,6 +26,9 @@ class RecordingTransport:
         self.sent.append(b"".join(parts))
         self.buffers.append(len(parts))
 
+    def get_write_buffer_size(self) -> int:
+        return 0
+
     def set_write_buffer_limits(self, high: int) -> None:
         pass
 

@@ -32,7 +32,7 @@ from stalkd.engine.jobcommands import JobCommands
 from stalkd.engine.model import Op, Record
 from stalkd.engine.queries import Queries
 from stalkd.engine.room import Handler, Room, guarded
-from stalkd.engine.state import EngineError, Outcome
+from stalkd.engine.state import STEP_JOBS, EngineError, Outcome
 from stalkd.engine.tube import Tube, remove_swap_last
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COMMANDS
@@ -60,17 +60,18 @@ class Engine(JobCommands, Queries):
     Reply(word='DELETED', args=())
     """
 
-    def __init__(self, max_job_size: int = 65535, records: bool = True) -> None:
+    def __init__(self, max_job_size: int = 65535, records: bool = True, step_jobs: int = STEP_JOBS) -> None:
         """``records=False``: an engine nobody persists (the in-memory server). ``Outcome.records``
         is then always empty and no Record is built; ``seq`` still counts the changes that would
         have been recorded (it orders buried FIFOs), so behaviour is otherwise identical.
+        ``step_jobs``: how many jobs one step may move in bulk (timers.py).
 
         >>> from stalkd.protocol.commands import Put
         >>> e = Engine(records=False); e.connect(1, 0.0)
         >>> e.apply(1, Put(0, 0, 60, b"x"), 0.0).records, e.seq
         ((), 1)
         """
-        super().__init__(max_job_size, records)
+        super().__init__(max_job_size, records, step_jobs)
         self._room = None
         # Dispatch derived from the command table: type -> (handler ``_<name>``, counter key).
         self._plain: dict[object, tuple[Handler, str | None]] = {
@@ -136,6 +137,7 @@ class Engine(JobCommands, Queries):
         # The scratch lists are reused (their contents leave as tuples); leftovers of a command
         # that raised are dropped here, as _begin does.
         nowus = self._now = round(now * US)
+        self._budget = self.step_jobs
         recs = self._records
         wakes = self._wakeups
         if recs:

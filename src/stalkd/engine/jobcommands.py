@@ -2,8 +2,9 @@
 kick-job (beanstalkd's semantics; see docs/protocol.md).
 
 Each handler finds its job with the look-up its command-table row names (``room.py``), so a
-server's WAL admission runs the very same look-up first. A kick runs at most ``KICK_STEP`` jobs
-per engine step and goes on in ``tick()``, so no step grows with the number of jobs.
+server's WAL admission runs the very same look-up first. A kick moves at most the step's budget of
+jobs (``step_jobs``, shared with expiring timers, timers.py) and goes on in ``tick()``, so no
+step grows with the number of jobs.
 
 Ensures: every change that must survive a restart appends its record (``_rec``/``make_record``)
 in the order the changes happened; a handler that replies NOT_FOUND changed nothing.
@@ -21,14 +22,13 @@ from stalkd.engine.room import Room, find_deletable, find_held, find_kickable, f
 from stalkd.engine.timers import Timers
 from stalkd.protocol import commands as C
 
-__all__ = ["JobCommands", "KICK_STEP"]
+__all__ = ["JobCommands"]
 
 READY = JobState.READY
 _NOT_FOUND = C.Reply("NOT_FOUND")
 # Replies without per-command values are immutable, so one instance each serves every command.
 _DELETED, _RELEASED, _BURIED, _TOUCHED = C.Reply("DELETED"), C.Reply("RELEASED"), C.Reply("BURIED"), C.Reply("TOUCHED")
 _KICKED = C.Reply("KICKED")
-KICK_STEP = 256  # jobs one engine step kicks (a delayed one costs tens of us); more go on in tick()
 _OP_PUT, _OP_DELETE = Op.PUT, Op.DELETE
 
 
@@ -140,8 +140,13 @@ class JobCommands(Timers):
 
     def _kick(self, c: ConnState, cmd: C.Kick) -> C.AnyReply | None:
         # beanstalkd: any buried job means only buried jobs are kicked (oldest first), else
-        # delayed ones (soonest deadline first). At most KICK_STEP jobs a step: a longer kick
-        # goes on in tick() and its reply comes as a wakeup, so no step grows with the jobs.
+        # delayed ones (soonest deadline first). A kick moves jobs out of the step's budget
+        # (timers.py); a longer one goes on in tick() and its reply comes as a wakeup.
+        # As the kicking client sees it the kick is still one command: it may send nothing
+        # until its reply (apply refuses), and the reply counts exactly the jobs this kick
+        # moved, at most ``bound``. Others are served between the steps and may see part of
+        # it done; jobs they bury or delay meanwhile in the tube may be kicked by it too, as
+        # if they had come just before a kick beanstalkd runs in one go.
         t = c.use
         c.kick = [t, bool(t.buried), cmd.bound, 0]
         if self._kick_step(c):
@@ -156,11 +161,11 @@ class JobCommands(Timers):
         return C.Reply("KICKED", (n,))
 
     def _kick_step(self, c: ConnState) -> bool:
-        """Kick up to KICK_STEP more jobs of ``c``'s kick; True when the kick is over."""
+        """Kick what the step's budget allows of ``c``'s kick; True when the kick is over."""
         assert c.kick is not None
         t, buried, left, done = c.kick
         jobs = t.buried if buried else t.delayed
-        want = min(left, KICK_STEP, len(jobs))
+        want = min(left, self._budget, len(jobs))
         room = self._room
         n = want if room is None or not want else room.updates(want)
         if buried:
@@ -170,9 +175,10 @@ class JobCommands(Timers):
             delayed = t.delayed
             for _ in range(n):
                 self._kick_one(delayed.peek())
+        self._budget -= n
         left -= n
         c.kick = [t, buried, left, done + n]
-        return n < KICK_STEP or not left or not jobs
+        return n < want or not left or not jobs  # n < want: the disk has no room for more
 
     def _kick_more(self) -> None:
         c = self._kicks.popleft()

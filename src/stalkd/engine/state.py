@@ -26,7 +26,12 @@ from stalkd.engine.tube import Tube, remove_swap_last
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COUNTERS
 
-__all__ = ["EngineError", "EngineState", "Outcome"]
+__all__ = ["EngineError", "EngineState", "Outcome", "STEP_JOBS"]
+
+STEP_JOBS = 256
+"""Jobs one engine step may move in bulk (delays and TTRs expiring, a kick): work that grows
+with the number of jobs goes on in later steps, so no step holds the event loop for long.
+A count, not a clock: the engine stays pure (a delayed kick costs tens of microseconds)."""
 
 READY, RESERVED, BURIED, DELAYED = JobState.READY, JobState.RESERVED, JobState.BURIED, JobState.DELAYED
 _OP_RESERVE = Op.RESERVE
@@ -53,8 +58,11 @@ class Outcome(NamedTuple):
 class EngineState:
     """Jobs, tubes, connections and timers, with the container moves every command shares."""
 
-    def __init__(self, max_job_size: int = 65535, records: bool = True) -> None:
+    def __init__(self, max_job_size: int = 65535, records: bool = True, step_jobs: int = STEP_JOBS) -> None:
+        if step_jobs < 1:
+            raise ValueError(f"step_jobs must be >= 1, got {step_jobs}")
         self.max_job_size = max_job_size
+        self.step_jobs = step_jobs
         self.keep_records = records
         self.jobs: dict[int, Job] = {}
         self.tubes: dict[str, Tube] = {}
@@ -74,6 +82,7 @@ class EngineState:
         self._tube_timers: IndexedHeap[Tube] = IndexedHeap()
         self._conn_timers: IndexedHeap[ConnState] = IndexedHeap()
         # per-step scratch
+        self._budget = step_jobs  # jobs this step may still move in bulk (expiries, kicks)
         self._now = 0
         self._records: list[Record] = []
         self._wakeups: list[tuple[int, C.AnyReply]] = []

@@ -6,10 +6,18 @@ records and next deadline leave as one ``Outcome``. Timers are delay expiry and 
 (tube timer heap), TTR expiry, DEADLINE_SOON's safety margin and reserve-with-timeout
 (connection timer heap); ``tick(now)`` is a step with no command.
 
-Ensures, when a step ends: no timer is due at or before ``now`` (the heap tops are later); no
+Work that grows with the number of jobs is done in slices: one step moves at most
+``step_jobs`` jobs in bulk (delays and TTRs expiring, a kick's jobs); what is left stays due
+and ``next_deadline`` is then ``now``, so the caller ticks again at once, after serving its
+other clients. beanstalkd moves due jobs only between reads too (``prottick``), so a command
+that meets a due job still delayed sees what it would have seen arriving a moment earlier.
+
+Ensures, when a step ends: at most ``step_jobs`` jobs were moved by timers and kicks; no timer
+is due at or before ``now`` unless that budget ran out (then ``next_deadline() <= now``); no
 unpaused tube has both waiters and ready jobs; events at the same instant resolve as timers
-first, then waiters served (a job beats a timeout due at the same instant), then DEADLINE_SOON /
-TIMED_OUT for those still waiting.
+first, then waiters served (a job beats a timeout due at the same instant: while jobs are left
+due, no reserve times out and no DEADLINE_SOON is sent), then DEADLINE_SOON / TIMED_OUT for
+those still waiting.
 """
 
 from __future__ import annotations
@@ -28,8 +36,9 @@ class Timers(EngineState):
     """The step frame and the timers (mixed into ``Engine``)."""
 
     def tick(self, now: float) -> Outcome:
-        """Run every timer due at ``now`` and one step of a kick in progress; ``next_deadline``
-        says when to call again (``now`` while a kick goes on)."""
+        """Run the timers due at ``now`` and one step of a kick in progress, moving at most
+        ``step_jobs`` jobs; ``next_deadline`` says when to call again (``now`` or earlier
+        while work is left)."""
         self._begin(now, None)
         if self._kicks:
             self._kick_more()
@@ -37,6 +46,15 @@ class Timers(EngineState):
 
     def _kick_more(self) -> None:
         raise NotImplementedError  # Engine's
+
+    def behind(self) -> bool:
+        """Whether the last step left work for the next one (a kick, or jobs still due)."""
+        if self._kicks:
+            return True
+        now = self._now
+        a = self._tube_timers._keys
+        b = self._conn_timers._keys
+        return bool((a and a[0] >> 64 <= now) or (b and b[0] >> 64 <= now))
 
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
@@ -56,6 +74,7 @@ class Timers(EngineState):
 
     def _begin(self, now: float, caller: ConnState | None) -> None:
         self._now = round(now * US)
+        self._budget = self.step_jobs
         self._records = []
         self._wakeups = []
         self._caller = caller
@@ -74,39 +93,49 @@ class Timers(EngineState):
 
     def _settle(self) -> None:
         now = self._now
+        budget = self._budget
         th = self._tube_timers
         tkeys = th._keys  # hot path: peek at the heaps' key lists directly
-        while tkeys and tkeys[0] >> 64 <= now:
+        while tkeys and tkeys[0] >> 64 <= now and budget > 0:
             t = th.pop()
-            while t.delayed and t.delayed._keys[0] >> 64 <= now:
-                j = t.delayed.pop()
-                self._to_ready(j)
+            delayed = t.delayed
+            while delayed and delayed._keys[0] >> 64 <= now and budget > 0:
+                self._to_ready(delayed.pop())
+                budget -= 1
             if t.pause_until_us and t.pause_until_us <= now:
                 t.pause_until_us = 0
                 t.pause_secs = 0
                 if t.waiting:
                     self._dirty.add(t)
-            self._retime_tube(t)
+            self._retime_tube(t)  # still due when the budget ran out: the next step goes on
             tkeys = th._keys
+        behind = bool(tkeys) and tkeys[0] >> 64 <= now
         due: list[ConnState] = []
         ch = self._conn_timers
         ckeys = ch._keys
-        while ckeys and ckeys[0] >> 64 <= now:
+        while not behind and ckeys and ckeys[0] >> 64 <= now:
             c = ch.pop()
-            while c.reserved and c.reserved._keys[0] >> 64 <= now:
-                j = c.reserved.pop()
+            reserved = c.reserved
+            while reserved and reserved._keys[0] >> 64 <= now:
+                if budget <= 0:
+                    behind = True
+                    break
+                j = reserved.pop()
                 j.timeouts += 1
                 self.job_timeouts += 1
                 j.owner = None
                 j.tube.reserved -= 1
                 self._rec(Op.TIMEOUT, j.id)
                 self._to_ready(j)
+                budget -= 1
             due.append(c)
             ckeys = ch._keys
+        self._budget = budget
         if self._dirty:
             self._serve()
         for c in due:
-            if c.waiting:
+            # Jobs left due may be the job a waiter should get: its timeout waits a step.
+            if c.waiting and not behind:
                 if c.deadline_soon(now):
                     self._stop_waiting(c)
                     self._wake(c, C.Reply("DEADLINE_SOON"))

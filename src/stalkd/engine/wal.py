@@ -260,6 +260,8 @@ class Wal(Compaction):
             raise WalError(f"{self.log.path}: {exc}") from exc
         finish(e)
         e.tick(now)
+        while e.behind():  # nobody to serve yet: every job due at start-up moves now
+            e.tick(now)
         return e, replayed, t_snap
 
     # --- space ------------------------------------------------------------------------------

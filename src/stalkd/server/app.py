@@ -22,7 +22,9 @@ Ensures:
   before the engine applies it (``Engine.room``), so a refused command changed nothing, and a
   delete always has room (its put promised it). A snapshot that fails for lack of space is
   retried later with a warning; the WAL and the previous snapshot are intact.
-- Timers: the engine's next deadline is always scheduled (a single loop timer).
+- Timers: the engine's next deadline is always scheduled (a single loop timer); work the
+  engine left for a later step (its step budget) goes on at the next loop iteration, so
+  other connections are read and served between the slices.
 - Replication (``stalkd.replication``): while ``role`` refuses (a standby, or a primary that
   saw a newer epoch) only ``STANDBY_COMMANDS`` run; anything else gets ``NOT_PRIMARY`` and
   changes nothing. A connection whose first bytes are a replication request is handed to
@@ -297,8 +299,10 @@ class Server:
             return
         if self._timer is not None:
             self._timer.cancel()
-        delay = deadline - self.clock() + _TIMER_SLACK
-        self._timer = self.loop().call_later(max(0.0, delay), self._tick)
+        delay = deadline - self.clock()
+        # Work left over from the last step (a kick, jobs still due) runs on the next loop
+        # iteration, after the clients already ready to be read; a future timer gets the slack.
+        self._timer = self.loop().call_later(delay + _TIMER_SLACK if delay > 0 else 0.0, self._tick)
         self._timer_at = deadline
 
     def _tick(self) -> None:

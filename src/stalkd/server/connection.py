@@ -12,18 +12,23 @@ Ensures:
   no further command: beanstalkd answers strictly in order, so they wait in the parser.
 - A connection with a ``policy`` (a TLS listener with an ACL) runs only the commands it
   admits; a refused one gets ``PERMISSION_DENIED`` and changes nothing.
-- Memory per connection is bounded by about ``max_output`` plus one reply: replies ready to
-  send are handed to the transport once they pass ``FLUSH_AT`` bytes, even in the middle of a
-  pipeline, and once the transport's buffer or the held replies pass ``max_output`` (a client
-  that does not read), the connection runs no further command and stops reading until the
-  client has read enough. A blocked connection that has buffered ``max_output`` of input stops
-  reading too.
+- Memory per connection is bounded by about ``max_output`` plus one reply and one read:
+  replies ready to send are handed to the transport once they pass a quarter of ``max_output``
+  (at most ``FLUSH_AT``), even in the middle of a pipeline; the transport's high-water mark is
+  the rest of ``max_output``, so once replies queued here and there reach it, or the held
+  replies pass ``max_output`` (a client that does not read), the connection runs no further
+  command and stops reading until the client has read enough. Reads are at most a quarter of
+  ``max_output`` (at most ``READ_MAX``; the loop's own reads are 256 KiB), so the input left
+  unparsed when reading stops is bounded too; a blocked connection that has buffered
+  ``max_output`` of input stops reading. Replies queued for a client that is behind are
+  joined into one buffer (not one object per reply, which costs more than a short reply).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -32,7 +37,7 @@ from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
 
-__all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT"]
+__all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX"]
 
 log = logging.getLogger("stalkd.server")
 _DENIED = Reply("PERMISSION_DENIED")
@@ -40,6 +45,24 @@ _DENIED = Reply("PERMISSION_DENIED")
 FLUSH_AT = 64 * 1024
 """Reply bytes ready to send after which they go to the transport before the next command:
 a pipeline of small replies still leaves in one write, a reply flood meets the output limit."""
+
+READ_MAX = 256 * 1024
+"""Largest read (what asyncio and uvloop read at once); a connection reads at most a quarter
+of its ``max_output``, so what it has read and not yet run stays within its budget."""
+
+_buffers = threading.local()  # one read buffer per size, per event loop thread
+
+
+def _read_buffer(size: int) -> memoryview:
+    """A buffer the transport reads into, shared by the connections of this thread: the loop
+    hands it to ``buffer_updated`` straight after the read, which copies what it needs."""
+    by_size: dict[int, memoryview] | None = getattr(_buffers, "by_size", None)
+    if by_size is None:
+        by_size = _buffers.by_size = {}
+    buf = by_size.get(size)
+    if buf is None:
+        buf = by_size[size] = memoryview(bytearray(size))
+    return buf
 
 
 class CommandPolicy(Protocol):
@@ -69,7 +92,7 @@ class Host(Protocol):
 
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     """The protocol object asyncio creates per accepted socket (``Server.new_connection``).
 
     Example (what the server does with it)::
@@ -82,6 +105,10 @@ class Connection(asyncio.Protocol):
         self.id = conn_id
         self.parser = Parser(max_job_size=max_job_size)
         self.max_output = max_output
+        quarter = max(1, max_output // 4)
+        self.flush_at = min(FLUSH_AT, quarter)
+        self.read_size = min(READ_MAX, max(4096, quarter))
+        self._rbuf: memoryview | None = None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.out: list[bytes] = []  # ready to write at the end of this step
@@ -111,7 +138,9 @@ class Connection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         transport = cast(asyncio.Transport, transport)
         self.transport = transport
-        transport.set_write_buffer_limits(high=self.max_output)
+        # Replies gathered here (up to flush_at) and in the transport share max_output.
+        transport.set_write_buffer_limits(high=self.max_output - self.flush_at)
+        self._rbuf = _read_buffer(self.read_size)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -130,6 +159,16 @@ class Connection(asyncio.Protocol):
                 self.identity = identity(ssl_object.getpeercert())
             self.policy = self.admit(self)
         self.server.connected(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        rbuf = self._rbuf
+        if rbuf is None:
+            rbuf = self._rbuf = _read_buffer(self.read_size)
+        return rbuf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        assert self._rbuf is not None
+        self.data_received(self._rbuf[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
         if self.fresh:
@@ -185,8 +224,9 @@ class Connection(asyncio.Protocol):
             parser = self.parser
             execute = server.execute
             limit = self.max_output
+            flush_at = self.flush_at
             while not self.waiting and not self.closing:
-                if self.out_bytes >= FLUSH_AT:
+                if self.out_bytes >= flush_at:
                     self.flush()  # the transport calls pause_writing past max_output
                 if self.write_paused or self.held_bytes > limit:
                     self._pause_reading()
@@ -281,10 +321,13 @@ class Connection(asyncio.Protocol):
         out = self.out
         if out:
             self.out = []
-            if self.join_writes and len(out) > 1:
-                self.transport.write(b"".join(out))
+            t = self.transport
+            # A TLS transport seals each buffer as a record of its own; a client that is behind
+            # waits for its replies as one object rather than one per reply.
+            if len(out) > 1 and (self.join_writes or t.get_write_buffer_size()):
+                t.write(b"".join(out))
             else:
-                self.transport.writelines(out)
+                t.writelines(out)
         if self.close_ready:
             self.transport.close()  # sends what is buffered, then closes
 
