@@ -32,6 +32,7 @@ from stalkd.engine.heap import pack
 from stalkd.engine.job import URGENT_THRESHOLD, US, Job
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.queries import Queries
+from stalkd.engine.results import Results
 from stalkd.engine.room import (
     Handler,
     Room,
@@ -60,10 +61,10 @@ _tuple_new = tuple.__new__
 
 
 
-class Engine(Timers, Queries):
+class Engine(Results, Timers, Queries):
     """beanstalkd's job model: the commands that change state, and the public API. State and
     container moves are ``state.py``, timers and the step frame ``timers.py``, read-only
-    commands ``queries.py``.
+    commands ``queries.py``, stalkd's stored results ``results.py``.
 
     >>> from stalkd.protocol.commands import Put, Reserve, Delete
     >>> e = Engine(); e.connect(1, now=100.0)

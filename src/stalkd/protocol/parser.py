@@ -236,6 +236,13 @@ _PUT_PREFIX = _BODY_SPEC.prefix
 _PUT_HEAD = _PUT_PREFIX[:-1]
 _PUT_PARTS = len(_BODY_SPEC.args) + 1
 _PUT_RX = re.compile(_DIGITS * len(_BODY_SPEC.args))
+# The other body commands (stalkd's result-put): "<prefix><digits>... <bytes>", arguments in
+# range and nothing after them, else BAD_FORMAT; their body is read like put's.
+_OTHER_BODY: tuple[tuple[bytes, CommandSpec, re.Pattern[bytes], tuple[int, ...]], ...] = tuple(
+    (s.prefix, s, re.compile(_DIGITS * len(s.args)), tuple(U64_MAX if a.kind == "u64" else U32_MAX for a in s.args))
+    for s in COMMANDS if s.body and s is not _BODY_SPEC
+)
+_BodyDone = Callable[[bytes, "str | None"], Command]
 
 # Fast lookups equivalent to the ordered prefix scan (tests/protocol checks the equivalence):
 # a line "<head> <rest>" whose "<head> " is a table prefix, or a line equal to an exact prefix,
@@ -351,7 +358,7 @@ class Parser:
 
     __slots__ = (
         "_max_job_size", "_buf", "_pos", "_pending", "_pending_len", "_need", "_state",
-        "_skip", "_put",
+        "_skip", "_put", "_other",
     )  # fmt: skip
 
     def __init__(self, max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> None:
@@ -367,6 +374,7 @@ class Parser:
         self._state = _STATE_LINE
         self._skip = 0
         self._put: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self._other: _BodyDone | None = None  # builds the body command that is not a put
 
     @property
     def max_job_size(self) -> int:
@@ -506,6 +514,12 @@ class Parser:
             return NEED_DATA
         self._pos = pos + need
         self._state = _STATE_LINE
+        other = self._other
+        if other is not None:
+            self._other = None
+            if not buf.startswith(b"\r\n", pos + size):
+                return other(b"", "EXPECTED_CRLF")
+            return other(buf[pos : pos + size], None)
         if not buf.startswith(b"\r\n", pos + size):
             return Put(pri, delay, ttr, b"", "EXPECTED_CRLF")
         return Put(pri, delay, ttr, buf[pos : pos + size])
@@ -520,6 +534,10 @@ class Parser:
         self._pos += self._skip
         self._skip = 0
         self._state = _STATE_LINE
+        other = self._other
+        if other is not None:
+            self._other = None
+            return other(b"", "JOB_TOO_BIG")
         pri, delay, ttr, _ = self._put
         return Put(pri, delay, ttr, b"", "JOB_TOO_BIG")
 
@@ -530,6 +548,9 @@ class Parser:
             return BAD_FORMAT
         if line.startswith(_PUT_PREFIX):
             return self._put_line(line[len(_PUT_PREFIX) :])
+        for prefix, spec, rx, maxima in _OTHER_BODY:
+            if line.startswith(prefix):
+                return self._other_line(spec, rx, maxima, line[len(prefix) :])
         sp = line.find(b" ")
         if sp > 0:
             parse = _SPACED.get(line[:sp])
@@ -547,6 +568,29 @@ class Parser:
             return BAD_FORMAT
         a, b, c, d = m.groups()
         return self._put_values(int(a), int(b), int(c), int(d), m.end() == len(rest))
+
+    def _other_line(self, spec: CommandSpec, rx: re.Pattern[bytes], maxima: tuple[int, ...],
+                    rest: bytes) -> Item:
+        m = rx.match(rest)
+        if m is None or m.end() != len(rest):
+            return BAD_FORMAT
+        values = [int(g) for g in m.groups()]
+        if any(v > top for v, top in zip(values, maxima, strict=True)):
+            return BAD_FORMAT
+        *head, size = values
+        build = spec.build
+
+        def done(body: bytes, error: str | None) -> Command:
+            return build(*head, body, error)
+
+        self._other = done
+        self._put = (0, 0, 0, size)
+        if size > self._max_job_size:
+            self._skip = size + 2
+            self._state = _STATE_SKIP
+            return self._skip_done()
+        self._state = _STATE_BODY
+        return self._body()
 
     def _put_values(self, pri: int, delay: int, ttr: int, size: int, clean_end: bool) -> Item:
         if pri > U32_MAX or delay > U32_MAX or ttr > U32_MAX or size > U32_MAX:
