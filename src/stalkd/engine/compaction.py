@@ -25,9 +25,10 @@ from operator import attrgetter
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.job import Job
-from stalkd.engine.model import Record
+from stalkd.engine.model import RESULT_FIXED, Record
 from stalkd.engine.snapshot import SnapshotWriter, capture_order, list_snapshots
 from stalkd.log import Log
+from stalkd.log.frame import frame_size
 
 __all__ = ["CHUNK_BYTES", "Compaction", "SnapInProgress", "WalError"]
 
@@ -76,6 +77,9 @@ class Compaction:
         raise NotImplementedError  # Wal's
 
     def sync(self) -> None:
+        raise NotImplementedError  # Wal's
+
+    def admit(self, cost: int) -> bool:
         raise NotImplementedError  # Wal's
 
     def compaction_due(self, engine: Engine) -> bool:
@@ -154,13 +158,17 @@ class Compaction:
             raise WalError(f"snapshot needs every record written first (engine seq {engine.seq}, "
                            f"WAL seq {self.last_seq})")  # fmt: skip
         self._fault("snapshot-begin")
+        engine.expire_results(engine._now)  # noqa: SLF001 - the last step's time
+        rewrite = sum(frame_size(RESULT_FIXED + len(body)) for _, _, body in engine.iter_results())
+        if rewrite and not self.admit(rewrite):
+            raise WalError(f"{self.snap_dir}: no room to write the {len(engine.results)} live results "
+                           "again, which a snapshot must do before older WAL segments go")
         writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset, self._fault,
                                 reserve=self._snapshot_reserve(), fs=self.log.fs)  # fmt: skip
         self._snap = SnapInProgress(writer, self.log.next_offset, capture_order(engine), self._bytes_since_snapshot)
         self._bytes_since_snapshot = 0
-        # Results are not snapshot entries: written again after the snapshot's start, they stay
-        # in the WAL it keeps (made durable before the older segments go, in _finalize).
-        engine.expire_results(engine._now)  # noqa: SLF001 - the last step's time
+        # Results are not snapshot entries: written again after the snapshot's start (in room
+        # promised above), they stay in the WAL it keeps (durable before older segments go).
         self.write(engine.result_records())
 
     def _copy_chunk(self, engine: Engine, s: SnapInProgress) -> None:
