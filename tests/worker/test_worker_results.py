@@ -70,10 +70,10 @@ def test_results_and_failures_come_back_from_the_stalkd_server(stalkd_server: An
         assert ok.result(timeout=20) == 5
         with pytest.raises(TaskFailed) as failed:
             bad.result(timeout=20)
-    # the job is gone (deleted) or buried, and the status says how it ended (the outcome is
-    # stored before the bury: wait for it)
-    assert ok.status() == "done"
-    wait_for(lambda: bad.status() == "buried", what="bury after the stored failure")
+        # the job is gone (deleted) or buried, and the status says how it ended (the outcome
+        # is stored before the bury: wait for it, before the worker stops)
+        assert ok.status() == "done"
+        wait_for(lambda: bad.status() == "buried", what="bury after the stored failure")
     assert failed.value.error_type == "KeyError" and "no order 17" in failed.value.message
     assert "raise KeyError" in failed.value.traceback
     with Client(stalkd_server.address) as c, pytest.raises(errors.NotFound):
