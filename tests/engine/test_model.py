@@ -27,6 +27,8 @@ def records(draw: st.DrawFn) -> Record:
         base.update(pri=draw(u32), delay=draw(u32), deadline_us=draw(i64))
     elif op is Op.BURY:
         base.update(pri=draw(u32))
+    elif op is Op.RESULT:
+        base.update(deadline_us=draw(i64), body=draw(st.binary(max_size=300)))
     elif op is Op.PAUSE:
         base.update(tube=draw(tubes), delay=draw(u32), deadline_us=draw(i64))
     elif op is Op.JOB:
@@ -52,6 +54,17 @@ def test_version_1_put_bytes_are_frozen() -> None:
         "0101" "0700000000000000" "40420f0000000000" "0300000000000000"
         "00040000" "00000000" "3c000000" "0000000000000000" "0700" "64656661756c74"
         "02000000" "6869"
+    )
+    assert encode(r) == frozen
+    assert decode(frozen) == r
+
+
+def test_version_1_result_bytes_are_frozen() -> None:
+    # A v1 RESULT (op 11): a job's stored result and when it expires. Frozen like PUT above.
+    r = Record(Op.RESULT, seq=9, time_us=2_000_000, job_id=3, deadline_us=62_000_000, body=b"ok")
+    frozen = bytes.fromhex(
+        "010b" "0900000000000000" "80841e0000000000" "0300000000000000"
+        "800bb20300000000" "02000000" "6f6b"
     )
     assert encode(r) == frozen
     assert decode(frozen) == r

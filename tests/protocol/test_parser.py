@@ -326,3 +326,32 @@ def test_fast_put_values_equal_constructed_ones() -> None:
     assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
     with pytest.raises(AttributeError):
         got.pri = 5  # type: ignore[misc]  # still frozen
+
+
+# --- stalkd's own body command: result-put (beanstalkd answers UNKNOWN_COMMAND) -------------
+
+
+def test_result_put_reads_its_body_in_any_chunking() -> None:
+    from stalkd.protocol.commands import ResultGet, ResultPut  # noqa: PLC0415 - stalkd's own
+
+    data = b"result-put 3 60 5\r\nhe\r\nl\r\nresult-get 3\r\n"
+    for cut in range(1, len(data)):
+        p = Parser()
+        items = []
+        for part in (data[:cut], data[cut:]):
+            p.feed(part)
+            while (item := p.next()) is not NEED_DATA:
+                items.append(item)
+        assert items == [ResultPut(3, 60, b"he\r\nl"), ResultGet(3)], cut
+
+
+def test_result_put_errors_are_values_and_the_stream_stays_in_step() -> None:
+    from stalkd.protocol.commands import ResultPut
+
+    p = Parser(max_job_size=4)
+    p.feed(b"result-put 1 1 9\r\n123456789\r\nresult-put 1 1 2\r\nabc\r\n"
+           b"result-put 1 x 2\r\nresult-put 1 1 4294967296\r\nresult-put 1 1 1 \r\nquit\r\n")
+    got = [p.next() for _ in range(6)]
+    assert got[:2] == [ResultPut(1, 1, b"", "JOB_TOO_BIG"), ResultPut(1, 1, b"", "EXPECTED_CRLF")]
+    # "abc\r\n": the EXPECTED_CRLF body took "ab" and "c\r"; "\n" joins the next line
+    assert got[2:] == [UC, BF, BF, Quit()]

@@ -3,7 +3,7 @@ agrees with a literal model of beanstalkd's C input handling (tests/protocol/cmo
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from stalkd.protocol import NEED_DATA, Parser
@@ -21,7 +21,8 @@ _num = st.one_of(
 )
 _name = st.one_of(st.sampled_from(["default", "a", "x_y", "-a", "a b", "t" * 200, "t" * 201, ""]),
                   st.text("abAB09-+/;.$_()*", max_size=8))
-_cmd_word = st.sampled_from([s.prefix.decode() for s in COMMANDS] + ["kick", "use", "peek", "PUT ", "x"])
+# beanstalkd's commands only: the C model is beanstalkd (stalkd's own are tested in test_parser)
+_cmd_word = st.sampled_from([s.prefix.decode() for s in COMMANDS if not s.own] + ["kick", "use", "peek", "PUT ", "x"])
 
 
 @st.composite
@@ -85,6 +86,7 @@ def test_byte_at_a_time_gives_the_same_items(data: bytes) -> None:
 @FAST
 @given(_stream, st.lists(st.integers(0, 10_000), max_size=20))
 def test_agrees_with_the_c_model(data: bytes, cuts: list[int]) -> None:
+    assume(not any(s.prefix in data for s in COMMANDS if s.own))  # beanstalkd has no such command
     chunks = _split(data, cuts)
     assert _items(chunks) == CModel(LIMIT).run(chunks)
 

@@ -230,6 +230,8 @@ def _drive(items: list[object], encode_line: Callable[[C.Reply], bytes],
             continue
         if type(item) in (C.Quit, C.Reserve, C.ReserveWithTimeout):
             continue  # would end or block the scripted connection
+        if type(item) is C.Stats:
+            continue  # the server completes it (pid, uptime, role...): the engine's alone cannot be encoded
         reply = e.apply(cid, item, now).reply  # type: ignore[arg-type]
         if reply is not None:
             out.append(encode_line(reply) if type(reply) is C.Reply else b"".join(encode_parts(reply)))

@@ -104,6 +104,19 @@ def test_pause_and_job_records_take_the_model_decoder_and_agree(tmp_path: Path) 
     assert rows[20]["state"] == "buried" and rows[20]["body_size"] == 2
 
 
+def test_result_records_show_their_expiry_and_size_in_both_builders(tmp_path: Path) -> None:
+    payloads = [encode(r) for r in common_records(60)]
+    for at in (3, 30, 31):
+        payloads.insert(at, encode(Record(Op.RESULT, 200 + at, T0, at, deadline_us=T0 + 60_000_000,
+                                          body=b"r" * at)))  # fmt: skip
+    payloads.insert(40, encode(Record(Op.RESULT, 300, T0, 9)))  # a forgotten result: no deadline
+    write_log(tmp_path, payloads)
+    assert assert_equal_batches(tmp_path, wal=True, max_rows=16) == len(payloads)
+    rows = [r for c in chunks(tmp_path, 100) if (b := wal_columns_batch(c)) is not None for r in b.to_pylist()]
+    results = [(r["job_id"], r["body_size"], r["deadline"] is not None) for r in rows if r["op"] == "result"]
+    assert results == [(3, 3, True), (30, 30, True), (31, 31, True), (9, 0, False)]
+
+
 def put(tube: bytes = b"t", body: bytes = b"xyz") -> bytes:
     return encode(Record(Op.PUT, 1, T0, 1, tube="t", body=body)).replace(b"\x01\x00t", len(tube).to_bytes(2, "little") + tube)
 

@@ -14,7 +14,9 @@ headers = st.builds(
     Header, task=st.text(min_size=1, max_size=50),
     key=st.none() | st.text(max_size=50), marker=st.none() | st.integers(1, 2**63),
     deps=st.lists(st.text(max_size=20), max_size=3).map(tuple),
-    ttr=st.none() | st.integers(1, 2**32 - 1))
+    ttr=st.none() | st.integers(1, 2**32 - 1),
+    inputs=st.lists(st.integers(1, 2**63), max_size=4).map(tuple), gather=st.booleans(),
+    result_ttl=st.none() | st.floats(0, 1e9), origin=st.none() | st.integers(1, 2**63))
 
 
 @given(header=headers, payload=st.binary(max_size=300))

@@ -314,6 +314,22 @@ def pause_tube(tube: str, delay: float) -> Request[None]:
                    not_found="no such tube")
 
 
+# --- stalkd's own commands (beanstalkd answers UNKNOWN_COMMAND) ------------------------------
+
+
+def result_put(job: JobLike, ttl: float, body: bytes) -> Request[None]:
+    """``result-put``: keep ``body`` as the job's result for ``ttl`` seconds (0 forgets it)."""
+    jid, secs = job_id(job), _seconds("result ttl", ttl)
+    return Request(b"result-put %d %d %d\r\n" % (jid, secs, len(body)) + body + b"\r\n", "STORED",
+                   _none, jid, "no job with this id was ever put")
+
+
+def result_get(job: JobLike) -> Request[Job]:
+    """``result-get``: the job's stored result (as a ``Job`` of that id)."""
+    jid = job_id(job)
+    return Request(b"result-get %d\r\n" % jid, "FOUND", _job, jid, "no result stored, or it expired")
+
+
 QUIT = b"quit\r\n"
 
 

@@ -416,3 +416,11 @@ class AsyncClient:
 
     async def pause_tube(self, tube: str, delay: float) -> None:
         await self._call(rq.pause_tube(tube, delay))
+
+    async def result_put(self, job: JobLike, ttl: float, body: bytes | str) -> None:
+        """``Client.result_put``."""
+        await self._call(rq.result_put(job, ttl, rq.body_bytes(body)))
+
+    async def result_get(self, job: JobLike) -> bytes:
+        """``Client.result_get``."""
+        return bytes((await self._call(rq.result_get(job))).body)

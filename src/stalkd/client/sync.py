@@ -432,3 +432,12 @@ class Client:
     def pause_tube(self, tube: str, delay: float) -> None:
         """Reserve nothing from ``tube`` for ``delay`` seconds (0 un-pauses)."""
         self._call(rq.pause_tube(tube, delay))
+
+    def result_put(self, job: JobLike, ttl: float, body: bytes | str) -> None:
+        """stalkd only: keep ``body`` as ``job``'s result for ``ttl`` seconds (0 forgets it);
+        ``errors.UnknownCommand`` from beanstalkd."""
+        self._call(rq.result_put(job, ttl, rq.body_bytes(body)))
+
+    def result_get(self, job: JobLike) -> bytes:
+        """stalkd only: ``job``'s stored result (``errors.NotFound`` if none or expired)."""
+        return bytes(self._call(rq.result_get(job)).body)

@@ -2,7 +2,7 @@
 
 When the WAL written since the last snapshot began exceeds ``max(compact_min_bytes, live bytes)``,
 ``maintain`` starts a snapshot: it notes the current seq and log offset and the jobs in
-``snapshot.capture_order``, then copies ``chunk_jobs`` of them per call, fewer when their
+``snapshot.capture_order``, writes the live results (``results.py``) to the WAL again, then copies ``chunk_jobs`` of them per call, fewer when their
 bodies reach ``chunk_bytes`` (so the event loop is never held for long), and finally hands the
 file to a background thread that fsyncs it, renames it into place, fsyncs the directory, drops
 (or archives) WAL segments wholly below the snapshot's start offset, and deletes older
@@ -25,8 +25,10 @@ from operator import attrgetter
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.job import Job
+from stalkd.engine.model import RESULT_FIXED, Record
 from stalkd.engine.snapshot import SnapshotWriter, capture_order, list_snapshots
 from stalkd.log import Log
+from stalkd.log.frame import frame_size
 
 __all__ = ["CHUNK_BYTES", "Compaction", "SnapInProgress", "WalError"]
 
@@ -71,11 +73,21 @@ class Compaction:
     _snap: SnapInProgress | None
     _fault: Callable[[str], None]
 
+    def write(self, records: list[Record]) -> None:
+        raise NotImplementedError  # Wal's
+
+    def sync(self) -> None:
+        raise NotImplementedError  # Wal's
+
+    def admit(self, cost: int) -> bool:
+        raise NotImplementedError  # Wal's
+
     def compaction_due(self, engine: Engine) -> bool:
         """When the WAL written since the last snapshot outweighs the live data (and a segment);
         while the disk is short of space (a put was refused), as soon as it outweighs the live
-        data at all: dropping dead WAL is then the only way room comes back."""
-        live = engine.body_bytes + 100 * len(engine.jobs)
+        data at all: dropping dead WAL is then the only way room comes back. Live results count
+        as live data: each snapshot writes them again."""
+        live = engine.body_bytes + engine.result_bytes + 100 * (len(engine.jobs) + len(engine.results))
         if self.space_short():
             return self._bytes_since_snapshot > 0 and self._bytes_since_snapshot >= live
         return self._bytes_since_snapshot >= max(self.compact_min_bytes, live)
@@ -146,10 +158,18 @@ class Compaction:
             raise WalError(f"snapshot needs every record written first (engine seq {engine.seq}, "
                            f"WAL seq {self.last_seq})")  # fmt: skip
         self._fault("snapshot-begin")
+        engine.expire_results(engine._now)  # noqa: SLF001 - the last step's time
+        rewrite = sum(frame_size(RESULT_FIXED + len(body)) for _, _, body in engine.iter_results())
+        if rewrite and not self.admit(rewrite):
+            raise WalError(f"{self.snap_dir}: no room to write the {len(engine.results)} live results "
+                           "again, which a snapshot must do before older WAL segments go")
         writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset, self._fault,
                                 reserve=self._snapshot_reserve(), fs=self.log.fs)  # fmt: skip
         self._snap = SnapInProgress(writer, self.log.next_offset, capture_order(engine), self._bytes_since_snapshot)
         self._bytes_since_snapshot = 0
+        # Results are not snapshot entries: written again after the snapshot's start (in room
+        # promised above), they stay in the WAL it keeps (durable before older segments go).
+        self.write(engine.result_records())
 
     def _copy_chunk(self, engine: Engine, s: SnapInProgress) -> None:
         jobs, start = s.jobs, s.pos
@@ -206,6 +226,7 @@ class Compaction:
             s.writer.abort()
             raise
         self.snapshots_written += 1
+        self.sync()  # the results rewritten after the start (see _begin)
         self._fault("compact-retain")
         self.log.retain(s.start_offset)
         self._fault("compact-drop-old")

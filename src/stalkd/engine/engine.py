@@ -31,6 +31,7 @@ from stalkd.engine.job import URGENT_THRESHOLD, US, Job
 from stalkd.engine.jobcommands import JobCommands
 from stalkd.engine.model import Op, Record
 from stalkd.engine.queries import Queries
+from stalkd.engine.results import Results
 from stalkd.engine.room import Handler, Room, guarded
 from stalkd.engine.state import STEP_JOBS, EngineError, Outcome
 from stalkd.engine.tube import Tube, remove_swap_last
@@ -44,11 +45,11 @@ _PAUSED = C.Reply("PAUSED")
 _tuple_new = tuple.__new__
 
 
-class Engine(JobCommands, Queries):
+class Engine(Results, JobCommands, Queries):
     """beanstalkd's job model: the commands that change state, and the public API. State and
     container moves are ``state.py``, timers and the step frame ``timers.py``, the commands that
-    change a job ``jobcommands.py``, read-only commands ``queries.py``; the connection and tube
-    commands are here.
+    change a job ``jobcommands.py``, read-only commands ``queries.py``, stalkd's stored results ``results.py``; the
+    connection and tube commands are here.
 
     >>> from stalkd.protocol.commands import Put, Reserve, Delete
     >>> e = Engine(); e.connect(1, now=100.0)

@@ -31,6 +31,9 @@ followed by op-specific fields:
            u32 reserves | u32 timeouts | u32 releases | u32 buries | u32 kicks |
            u16 tube_len | tube | u32 len | body
            (a job's full state: snapshot entries and compaction's migrated jobs)
+  RESULT   i64 deadline_us | u32 len | body
+           (a job's stored result, kept until deadline_us; a later one replaces it, and
+           deadline_us 0 forgets it)
 Times are wall-clock microseconds since the Unix epoch; ``delay`` and ``ttr`` are seconds.
 The layouts are written once, as the field tables below (``HEAD_FIELDS``, ``PUT_FIELDS``...):
 the structs here and every fast reader elsewhere (numpy and Arrow views included) derive from them.
@@ -59,6 +62,9 @@ __all__ = [
     "PUT_FIXED",
     "RELEASE",
     "RELEASE_FIELDS",
+    "RESULT",
+    "RESULT_FIELDS",
+    "RESULT_FIXED",
     "SHORT_RECORD",
     "U32",
     "layout",
@@ -90,11 +96,12 @@ class Op(enum.IntEnum):
     TIMEOUT = 8  # a reserved job's TTR expired, back to ready (analytics only)
     PAUSE = 9  # a tube was paused until deadline_us
     JOB = 10  # a job's full state (snapshots, compaction)
+    RESULT = 11  # a job's result stored until deadline_us (stalkd's result-put; not beanstalkd's)
     UNKNOWN = 255  # decoded from an op code this build does not know; skip it
 
 
 # Ops whose loss would change the acknowledged state: the server waits for them to be durable.
-DURABLE_OPS = frozenset({Op.PUT, Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.JOB})
+DURABLE_OPS = frozenset({Op.PUT, Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.JOB, Op.RESULT})
 
 
 class JobState(enum.IntEnum):
@@ -139,6 +146,7 @@ JOB_FIELDS = (
     ("state", "B"), ("pri", "I"), ("delay", "I"), ("ttr", "I"), ("created_us", "q"), ("deadline_us", "q"),
     ("reserves", "I"), ("timeouts", "I"), ("releases", "I"), ("buries", "I"), ("kicks", "I"), ("tube_len", "H"),
 )  # fmt: skip
+RESULT_FIELDS = (("deadline_us", "q"),)
 BODY_LEN_FIELDS = (("body_len", "I"),)  # before the body of PUT and JOB records
 
 
@@ -157,10 +165,12 @@ RELEASE = layout(RELEASE_FIELDS)
 BURY = layout(BURY_FIELDS)
 PAUSE = layout(PAUSE_FIELDS)
 JOB = layout(JOB_FIELDS)
+RESULT = layout(RESULT_FIELDS)
 HEAD_JOB = layout(HEAD_FIELDS, JOB_FIELDS)  # a JOB record up to its tube name (snapshot v1 rows)
 U32 = layout(BODY_LEN_FIELDS)
 HEADER_SIZE = HEAD.size
 PUT_FIXED = HEADER_SIZE + PUT.size + U32.size  # a PUT record's bytes besides its tube and body
+RESULT_FIXED = HEADER_SIZE + RESULT.size + U32.size  # a RESULT record's bytes besides its body
 SHORT_RECORD = HEADER_SIZE + max(RELEASE.size, BURY.size)  # the largest record without tube or body
 
 
@@ -203,6 +213,8 @@ def encode(r: Record) -> bytes:
             len(tube),
         )
         return b"".join((head, fixed, tube, U32.pack(len(r.body)), r.body))
+    if op is Op.RESULT:
+        return b"".join((head, RESULT.pack(r.deadline_us), U32.pack(len(r.body)), r.body))
     if op is Op.UNKNOWN:
         raise ValueError("Op.UNKNOWN is a decoding result and cannot be encoded")
     return head
@@ -257,6 +269,9 @@ def _decode_v1(buf: memoryview) -> Record:
                 op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body,
                 JobState(state), created_us, reserves, timeouts, releases, buries, kicks,
             )  # fmt: skip
+        if op is Op.RESULT:
+            (deadline_us,) = RESULT.unpack_from(buf, pos)
+            return Record(op, seq, time_us, job_id, deadline_us=deadline_us, body=_blob(buf, pos + RESULT.size))
         return Record(op, seq, time_us, job_id)
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise RecordFormatError(f"corrupt version-1 record: {exc}") from exc

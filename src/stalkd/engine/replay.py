@@ -8,6 +8,8 @@ The durable meaning of each op (what recovery reproduces):
   BURY     pri set, buries+1, BURIED (the record's seq orders the buried FIFO);
   KICK     kicks+1, READY;   DELETE  the job is gone;
   JOB      the job's whole durable state (snapshots).
+  RESULT   the job's result until ``deadline_us`` (0: none); kept whether or not the job
+           exists (a result outlives its job); ``tick`` after recovery drops expired ones.
 Records about unknown jobs are ignored (their PUT may be covered by a snapshot that no longer has
 them); a PUT of a job that already exists means the log is inconsistent and raises.
 
@@ -48,6 +50,9 @@ def replay(e: Engine, r: Record) -> None:
         if r.job_id in e.jobs:
             raise ReplayError(f"record seq {r.seq}: {op.name} of job {r.job_id}, which already exists")
         _create(e, r)
+        return
+    if op is Op.RESULT:
+        e.store_result(r.job_id, r.deadline_us, r.body)
         return
     j = e.jobs.get(r.job_id)
     if j is None:

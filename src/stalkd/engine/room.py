@@ -98,6 +98,16 @@ def guarded(e: Engine, spec: CommandSpec, handler: Handler) -> Handler:
             return handler(c, cmd)
 
         return put
+    if wal == "result":
+
+        def result(c: ConnState, cmd: C.ResultPut) -> C.AnyReply | None:
+            room = e.room
+            if (cmd.error is None and len(cmd.body) <= e.max_job_size and room is not None
+                    and not room.put(len(cmd.body))):  # fmt: skip
+                return _OUT_OF_MEMORY
+            return handler(c, cmd)
+
+        return result
     if wal == "updates":
         return handler  # a kick asks for room a step at a time (_kick_step)
     refused = _NOT_FOUND if spec.build is C.KickJob else _OUT_OF_MEMORY

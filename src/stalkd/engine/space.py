@@ -23,7 +23,7 @@ import errno
 import logging
 from collections.abc import Callable, Sequence
 
-from stalkd.engine.model import DURABLE_OPS, PUT_FIXED, SHORT_RECORD, Op, Record
+from stalkd.engine.model import DURABLE_OPS, PUT_FIXED, RESULT_FIXED, SHORT_RECORD, Op, Record
 from stalkd.log.active import drop_spare, make_spare, spares
 from stalkd.log.frame import frame_size
 from stalkd.log.fs import REAL, FileSystem
@@ -72,6 +72,8 @@ def record_cost(r: Record) -> int:
     op = r.op
     if op is Op.PUT:
         return put_frame(len(r.body), len(r.tube)) + SHORT_FRAME
+    if op is Op.RESULT:
+        return frame_size(RESULT_FIXED + len(r.body))
     return 0 if op is Op.DELETE else SHORT_FRAME
 
 

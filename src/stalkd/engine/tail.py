@@ -5,7 +5,8 @@ step; for a long tail (the WAL written since the last snapshot can be as large a
 cost is mostly a Record built per frame and a heap push per job. Here the v1 layouts of the common ops (PUT, DELETE, RELEASE, BURY, KICK, RESERVE, TIMEOUT,
 TOUCH) are read straight from the frame; a job a record moves is taken out of its container
 once and only its fields follow the later records; at the end every such job is placed where
-its final state says, a tube's heap built in one go when many jobs join it. Other ops and other
+its final state says, a tube's heap built in one go when many jobs join it. Other ops (PAUSE,
+JOB, RESULT) and other
 versions go through ``model.decode`` and ``replay.replay``.
 
 Ensures: the engine after ``replay_tail`` then ``replay.finish`` equals the one ``replay.replay``
@@ -39,6 +40,7 @@ __all__ = ["TailError", "replay_tail"]
 
 _C_PUT, _C_DELETE, _C_RELEASE, _C_BURY, _C_KICK = int(Op.PUT), int(Op.DELETE), int(Op.RELEASE), int(Op.BURY), int(Op.KICK)
 _C_TOUCH, _C_RESERVE, _C_TIMEOUT = int(Op.TOUCH), int(Op.RESERVE), int(Op.TIMEOUT)
+_C_RESULT = int(Op.RESULT)  # a result is not part of its job's snapshot entry: never skipped by its stamp
 _NO_EFFECT = frozenset({_C_TOUCH})
 _MOVES = frozenset({_C_RELEASE, _C_BURY, _C_KICK, _C_DELETE})
 READY, DELAYED, BURIED = JobState.READY, JobState.DELAYED, JobState.BURIED
@@ -72,7 +74,7 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
                 continue
             if fresh:
                 stamp = fresh.get(jid)
-                if stamp is not None and seq <= stamp:
+                if stamp is not None and seq <= stamp and code != _C_RESULT:
                     continue
             if code == _C_PUT:
                 pri, delay, ttr, deadline, tlen = _PUT.unpack_from(p, HEADER_SIZE)
@@ -147,9 +149,9 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
             if r.seq <= start_seq or r.op is Op.UNKNOWN:
                 continue
             stamp = fresh.get(r.job_id)
-            if stamp is not None and r.seq <= stamp:
+            if stamp is not None and r.seq <= stamp and r.op is not Op.RESULT:
                 continue
-            if r.op is not Op.PAUSE and r.op is not Op.JOB:  # pragma: no cover - a fast-path bug
+            if r.op is not Op.PAUSE and r.op is not Op.JOB and r.op is not Op.RESULT:  # pragma: no cover - a fast-path bug
                 raise TailError(f"record at offset {frame.offset}: {r.op.name} was not replayed") from exc
             e.seq, e.next_id = max(e.seq, seq_max), max(e.next_id, next_id)
             replay(e, r)

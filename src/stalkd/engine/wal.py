@@ -60,6 +60,7 @@ SPARE_FILE = "wal-spare"  # spare segments of earlier versions (now wal/spares/,
 SNAP_RESERVE = "reserve.spare"  # in snapshots/: room for a snapshot on a full disk
 _log = logging.getLogger("stalkd.engine.wal")
 _PUT = Op.PUT
+_RESULT = Op.RESULT
 _FRAME_OVERHEAD = 32  # approximate bytes a log frame adds to a payload (header, CRC, padding)
 
 
@@ -344,7 +345,7 @@ class Wal(Compaction):
                 n = (_FRAME_HEADER + len(p) + 7) & ~7  # frame_size, inlined: once per record
                 sizes.append(n)
                 op = r.op
-                if op is _PUT:
+                if op is _PUT or op is _RESULT:
                     spent += n
                 elif op in DURABLE_OPS:
                     spent += SHORT_FRAME

@@ -78,9 +78,19 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
         }
         /* the body command's line is read as four u32s, the last its size (lines.py asserts
          * the same of the table) */
-        if ((flags & F_BODY) && (nk != 4 || memcmp(kinds, "uuuu", 4) != 0)) {
-            PyErr_SetString(PyExc_ValueError, "the body command must take four u32 arguments");
+        if ((flags & F_PUT) && (!(flags & F_BODY) || nk != 4 || memcmp(kinds, "uuuu", 4) != 0)) {
+            PyErr_SetString(PyExc_ValueError, "put must take four u32 arguments and a body");
             goto fail;
+        }
+        /* another body command: digits only (u32 or u64), the last its size, a u32 */
+        if ((flags & F_BODY) && !(flags & F_PUT)) {
+            int ok = nk >= 1 && kinds[nk - 1] == 'u';
+            for (Py_ssize_t a = 0; ok && a < nk; a++)
+                ok = kinds[a] == 'u' || kinds[a] == 'U';
+            if (!ok) {
+                PyErr_SetString(PyExc_ValueError, "a body command takes u32/u64 arguments, a u32 size last");
+                goto fail;
+            }
         }
         t[k].prefix = PyMem_Malloc((size_t)plen + 1);
         if (t[k].prefix == NULL) {

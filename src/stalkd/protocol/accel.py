@@ -36,7 +36,7 @@ __all__ = ["IMPLEMENTATION", "Parser", "PyParser", "CParser", "encode_line", "en
            "speedups"]
 
 _KIND_CODES = {"u32": b"u", "u64": b"U", "timeout": b"t", "count": b"c", "tube": b"T", "name": b"n"}
-_EXACT, _LOOSE, _BODY = 1, 2, 4
+_EXACT, _LOOSE, _BODY, _PUT = 1, 2, 4, 8
 
 
 def _keywords(build: Callable[..., Any], fields: tuple[str, ...]) -> Callable[..., Any]:
@@ -51,6 +51,11 @@ def _row(spec: CommandSpec) -> tuple[bytes, bytes, int, object, object, object, 
     flags = (_EXACT if spec.exact else 0) | (_LOOSE if spec.loose else 0) | (_BODY if spec.body else 0)
     if spec.exact or spec.loose:
         return spec.prefix, kinds, flags, spec.build(), None, None, spec.build
+    if spec.body:
+        if spec is lines.BODY_SPEC:
+            flags |= _PUT
+        else:  # built as parser.py builds it: the class called with (*head, body, error)
+            return spec.prefix, kinds, flags, None, spec.build, None, spec.build
     names = tuple(a.field for a in spec.args)
     slots = names if plain_fields(spec.build) == names else None
     return spec.prefix, kinds, flags, None, spec.build, slots, _keywords(spec.build, names)

@@ -15,7 +15,7 @@ __all__ = [
     "Command", "Put", "Use", "Reserve", "ReserveWithTimeout", "ReserveJob", "Delete", "Release",
     "Bury", "Touch", "Watch", "Ignore", "Peek", "PeekReady", "PeekDelayed", "PeekBuried", "Kick",
     "KickJob", "StatsJob", "StatsTube", "Stats", "ListTubes", "ListTubeUsed", "ListTubesWatched",
-    "Quit", "PauseTube",
+    "Quit", "PauseTube", "ResultPut", "ResultGet",
     "Reply", "JobReply", "YamlDict", "YamlList", "Close", "AnyReply",
 ]  # fmt: skip
 
@@ -160,10 +160,31 @@ class PauseTube:
     delay: int  # seconds; 0 un-pauses
 
 
+@dataclass(frozen=True, slots=True)
+class ResultPut:
+    """``result-put <id> <ttl> <bytes>`` (stalkd only): keep ``body`` as job ``id``'s result for
+    ``ttl`` seconds, replacing an earlier one (``ttl`` 0 forgets it). ``error`` as for ``Put``:
+    a too-big or badly terminated body (the body is read and dropped)."""
+
+    id: int
+    ttl: int
+    body: bytes
+    error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF"] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResultGet:
+    """``result-get <id>`` (stalkd only): ``FOUND <id> <bytes>`` with the stored result, or
+    NOT_FOUND (none stored, or expired)."""
+
+    id: int
+
+
 Command = (
     Put | Use | Reserve | ReserveWithTimeout | ReserveJob | Delete | Release | Bury | Touch
     | Watch | Ignore | Peek | PeekReady | PeekDelayed | PeekBuried | Kick | KickJob | StatsJob
     | StatsTube | Stats | ListTubes | ListTubeUsed | ListTubesWatched | Quit | PauseTube
+    | ResultPut | ResultGet
 )  # fmt: skip
 
 

@@ -58,6 +58,8 @@ from stalkd.protocol.commands import (
     Reserve,
     ReserveJob,
     ReserveWithTimeout,
+    ResultGet,
+    ResultPut,
     Stats,
     StatsJob,
     StatsTube,
@@ -89,9 +91,10 @@ JobLookup = Literal["held", "deletable", "unreserved", "kickable"]
 """How a command finds its job (NOT_FOUND otherwise): ``held`` reserved by this connection;
 ``deletable`` not reserved by another one; ``unreserved`` not reserved; ``kickable`` buried or
 delayed."""
-WalCost = Literal["put", "update", "updates"]
+WalCost = Literal["put", "update", "updates", "result"]
 """The durable records a command may write, so room is promised before it runs: one put
-record, one short update record, or up to ``bound`` short update records (kick)."""
+record, one short update record, up to ``bound`` short update records (kick), or one result
+record with its body (result-put)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +115,11 @@ class CommandSpec:
 
     ``exact``: the line must equal the prefix (argument-less commands; ``reservex`` and
     ``stats `` are BAD_FORMAT). ``loose``: anything may follow the prefix (``quitx`` quits).
-    ``body``: a ``<bytes>`` argument announces a body (``put``).
+    ``body``: a last ``<bytes>`` argument announces a body (``put``, ``result-put``).
     ``stat``: position of the ``cmd-<name>`` counter in beanstalkd's ``stats`` output; 0 for
     a counter beanstalkd keeps but never reports, None for no counter (``quit``).
     ``job``: the look-up that answers NOT_FOUND (see ``JobLookup``); ``wal``: the durable
-    records it may write (see ``WalCost``).
+    records it may write (see ``WalCost``). ``own``: not beanstalkd's (stalkd's extensions).
 
     >>> [s.name for s in COMMANDS if s.exact][:3]
     ['peek-ready', 'peek-delayed', 'peek-buried']
@@ -134,6 +137,7 @@ class CommandSpec:
     body: bool = False
     exact: bool = False
     loose: bool = False
+    own: bool = False  # stalkd's own command: beanstalkd answers UNKNOWN_COMMAND
 
     @property
     def counter(self) -> str | None:
@@ -178,6 +182,11 @@ COMMANDS: tuple[CommandSpec, ...] = (
     _spec("list-tubes", "list-tubes", "", ListTubes, 19, exact=True),
     _spec("quit", "quit", "", Quit, None, loose=True),
     _spec("pause-tube", "pause-tube", "tube:name delay:u32", PauseTube, 22),
+    # stalkd's own commands (beanstalkd answers UNKNOWN_COMMAND): job results, kept for a TTL.
+    # Counted (stat 0) but not in ``stats``, whose keys stay beanstalkd's.
+    _spec("result-put", "result-put ", "id:u64 ttl:u32 bytes:u32", ResultPut, 0, None, "result", body=True,
+          own=True),
+    _spec("result-get", "result-get ", "id:u64", ResultGet, 0, own=True),
 )
 
 SPECS_BY_NAME: dict[str, CommandSpec] = {s.name: s for s in COMMANDS}

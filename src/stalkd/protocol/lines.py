@@ -25,7 +25,7 @@ from stalkd.protocol.grammar import (
 )
 
 __all__ = [
-    "BAD_FORMAT", "UNKNOWN_COMMAND", "BODY_SPEC", "PUT_PREFIX", "PUT_HEAD", "PUT_PARTS", "PUT_RX",
+    "BAD_FORMAT", "UNKNOWN_COMMAND", "DIGITS", "BODY_SPEC", "PUT_PREFIX", "PUT_HEAD", "PUT_PARTS", "PUT_RX",
     "FAST1", "FAST_DIGITS", "EXACT", "SPACED", "parse_line", "fast_digits", "match_command",
 ]  # fmt: skip
 
@@ -36,7 +36,7 @@ _Parse = Callable[[bytes], "Command | Reply"]
 
 # Argument kinds -> (regex fragment, converter of its groups). The fragments use possessive
 # quantifiers so digits are never split between two arguments (C's strtoumax is greedy).
-_DIGITS = rb" *+([0-9]++)"
+_DIGITS = DIGITS = rb" *+([0-9]++)"  # DIGITS: also parser.py's other body commands
 _NAME = rb" *+([A-Za-z0-9\-+/;.$_()]++)"
 _CSPACE = rb"[ \t\n\x0b\x0c\r]*+([+-]?)([0-9]++)"  # strtoul: C isspace, optional sign
 

@@ -23,13 +23,17 @@ Example:
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Callable
 from typing import Final, Literal
 
 from stalkd.protocol.commands import Command, Put, Reply
 from stalkd.protocol.constructors import put_maker
-from stalkd.protocol.grammar import DEFAULT_MAX_JOB_SIZE, LINE_MAX, MAX_JOB_SIZE_LIMIT, U32_MAX
+from stalkd.protocol.grammar import COMMANDS, DEFAULT_MAX_JOB_SIZE, LINE_MAX, MAX_JOB_SIZE_LIMIT, U32_MAX, U64_MAX, CommandSpec
 from stalkd.protocol.lines import (
     BAD_FORMAT,
+    BODY_SPEC,
+    DIGITS,
     EXACT,
     FAST1,
     FAST_DIGITS,
@@ -60,6 +64,14 @@ _STATE_LINE, _STATE_ENDLINE, _STATE_BODY, _STATE_SKIP = 0, 1, 2, 3
 
 _make_put = put_maker()
 
+# The other body commands (stalkd's result-put): "<prefix><digits>... <bytes>", arguments in
+# range and nothing after them, else BAD_FORMAT; their body is read like put's.
+_OTHER_BODY: tuple[tuple[bytes, CommandSpec, re.Pattern[bytes], tuple[int, ...]], ...] = tuple(
+    (s.prefix, s, re.compile(DIGITS * len(s.args)), tuple(U64_MAX if a.kind == "u64" else U32_MAX for a in s.args))
+    for s in COMMANDS if s.body and s is not BODY_SPEC
+)
+_BodyDone = Callable[[bytes, "str | None"], Command]
+
 
 class Parser:
     """Feed bytes, pull items: a ``Command``, an error ``Reply``, or ``NEED_DATA``.
@@ -80,7 +92,7 @@ class Parser:
 
     __slots__ = (
         "_max_job_size", "_buf", "_pos", "_pending", "_pending_len", "_need", "_state",
-        "_skip", "_put",
+        "_skip", "_put", "_other",
     )  # fmt: skip
 
     def __init__(self, max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> None:
@@ -96,6 +108,7 @@ class Parser:
         self._state = _STATE_LINE
         self._skip = 0
         self._put: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self._other: _BodyDone | None = None  # builds the body command that is not a put
 
     @property
     def max_job_size(self) -> int:
@@ -235,6 +248,12 @@ class Parser:
             return NEED_DATA
         self._pos = pos + need
         self._state = _STATE_LINE
+        other = self._other
+        if other is not None:
+            self._other = None
+            if not buf.startswith(b"\r\n", pos + size):
+                return other(b"", "EXPECTED_CRLF")
+            return other(buf[pos : pos + size], None)
         if not buf.startswith(b"\r\n", pos + size):
             return Put(pri, delay, ttr, b"", "EXPECTED_CRLF")
         return Put(pri, delay, ttr, buf[pos : pos + size])
@@ -249,6 +268,10 @@ class Parser:
         self._pos += self._skip
         self._skip = 0
         self._state = _STATE_LINE
+        other = self._other
+        if other is not None:
+            self._other = None
+            return other(b"", "JOB_TOO_BIG")
         pri, delay, ttr, _ = self._put
         return Put(pri, delay, ttr, b"", "JOB_TOO_BIG")
 
@@ -257,7 +280,33 @@ class Parser:
     def _command(self, line: bytes) -> Item:
         if line.startswith(PUT_PREFIX) and b"\0" not in line:
             return self._put_line(line[len(PUT_PREFIX) :])
+        for prefix, spec, rx, maxima in _OTHER_BODY:
+            if line.startswith(prefix) and b"\0" not in line:
+                return self._other_line(spec, rx, maxima, line[len(prefix) :])
         return parse_line(line)
+
+    def _other_line(self, spec: CommandSpec, rx: re.Pattern[bytes], maxima: tuple[int, ...],
+                    rest: bytes) -> Item:
+        m = rx.match(rest)
+        if m is None or m.end() != len(rest):
+            return BAD_FORMAT
+        values = [int(g) for g in m.groups()]
+        if any(v > top for v, top in zip(values, maxima, strict=True)):
+            return BAD_FORMAT
+        *head, size = values
+        build = spec.build
+
+        def done(body: bytes, error: str | None) -> Command:
+            return build(*head, body, error)
+
+        self._other = done
+        self._put = (0, 0, 0, size)
+        if size > self._max_job_size:
+            self._skip = size + 2
+            self._state = _STATE_SKIP
+            return self._skip_done()
+        self._state = _STATE_BODY
+        return self._body()
 
     def _put_line(self, rest: bytes) -> Item:
         # beanstalkd's order: numbers, (count cmd-put), JOB_TOO_BIG, trailing text, ttr clamp.

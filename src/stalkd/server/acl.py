@@ -48,7 +48,8 @@ __all__ = ["Acl", "Rules", "ConnPolicy", "AclError", "load_acl", "DENIED"]
 DENIED = Reply("PERMISSION_DENIED")
 
 # Commands that need the connection's watch rights on the tube of the job they name.
-_JOB_WATCH = (C.Delete, C.Release, C.Bury, C.Touch, C.Peek, C.StatsJob, C.ReserveJob)
+_JOB_WATCH = (C.Delete, C.Release, C.Bury, C.Touch, C.Peek, C.StatsJob, C.ReserveJob,
+              C.ResultPut, C.ResultGet)  # a result: by its job's tube while the job lives
 _PEEK_USED = (C.PeekReady, C.PeekDelayed, C.PeekBuried)
 _ADMIN = (C.Kick, C.KickJob, C.PauseTube)
 

@@ -28,6 +28,7 @@ from stalkd.engine.model import (
     HEADER_SIZE,
     PUT,
     RELEASE,
+    RESULT,
     U32,
     Op,
     RecordFormatError,
@@ -69,6 +70,7 @@ _HEAD, _PUT, _RELEASE, _BURY, _U32 = HEAD, PUT, RELEASE, BURY, U32
 _STATE = {1: "ready", 2: "reserved", 3: "buried", 4: "delayed"}
 _PUT_OP, _RELEASE_OP, _BURY_OP, _PAUSE_OP, _JOB_OP = (
     int(Op.PUT), int(Op.RELEASE), int(Op.BURY), int(Op.PAUSE), int(Op.JOB))  # fmt: skip
+_RESULT_OP = int(Op.RESULT)
 
 
 def wal_batch(offsets: Sequence[int], payloads: Sequence[bytes | memoryview], *,
@@ -115,6 +117,13 @@ def wal_batch(offsets: Sequence[int], payloads: Sequence[bytes | memoryview], *,
                 deadline[i] = dl or None
             elif code == _BURY_OP:
                 (pri[i],) = _BURY.unpack_from(p, pos)
+            elif code == _RESULT_OP:  # a stored result: when it expires, and its size
+                (dl,) = RESULT.unpack_from(p, pos)
+                deadline[i] = dl or None
+                (blen,) = _U32.unpack_from(p, pos + RESULT.size)
+                if pos + RESULT.size + 4 + blen != len(p):
+                    raise RecordFormatError(f"body length {blen} does not match the record size {len(p)}")
+                size[i] = blen
             elif code in (_PAUSE_OP, _JOB_OP):
                 _slow(i, p, offsets[i], seq, time, op, job, tube, pri, delay, ttr, deadline, state, created,
                       size, body, with_body)  # fmt: skip
@@ -158,3 +167,5 @@ def _slow(i: int, p: bytes | memoryview, offset: int, seq: list[int], time: list
         pri[i], delay[i], deadline[i] = r.pri, r.delay, r.deadline_us or None
     elif r.op is Op.BURY:
         pri[i] = r.pri
+    elif r.op is Op.RESULT:
+        deadline[i], size[i] = r.deadline_us or None, len(r.body)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from stalkd.engine.model import HEAD_FIELDS, PUT_FIELDS, RELEASE_FIELDS, Op
+from stalkd.engine.model import HEAD_FIELDS, PUT_FIELDS, RELEASE_FIELDS, RESULT_FIELDS, Op
 from stalkd.log import frame
 from stalkd.log.columns import FrameColumns
 from stalkd.spark.batches import wal_batch
@@ -58,9 +58,10 @@ _FRAME = _dtype(frame.HEAD_FIELDS)
 _HEAD = _dtype(HEAD_FIELDS)
 _PUT = _dtype(PUT_FIELDS)
 _RELEASE = _dtype(RELEASE_FIELDS)
+_RESULT = _dtype(RESULT_FIELDS)
 assert _FRAME.itemsize == frame.FRAME_HEADER_SIZE and frame.LENGTH_AT == 8 and frame.TIMESTAMP_AT == 16
 _OP_TABLE = pa.array([OP_NAMES.get(c, "unknown") for c in range(256)], pa.string())
-_PUT_OP, _RELEASE_OP, _BURY_OP = int(Op.PUT), int(Op.RELEASE), int(Op.BURY)
+_PUT_OP, _RELEASE_OP, _BURY_OP, _RESULT_OP = int(Op.PUT), int(Op.RELEASE), int(Op.BURY), int(Op.RESULT)
 _SLOW_OPS = np.array([int(Op.PAUSE), int(Op.JOB)], np.uint8)
 
 
@@ -196,8 +197,13 @@ def _wal_fast(c: _Chunk, with_body: bool) -> pa.RecordBatch | None:
     put = np.flatnonzero(code == _PUT_OP)
     rel = np.flatnonzero(code == _RELEASE_OP)
     bury = np.flatnonzero(code == _BURY_OP)
+    res = np.flatnonzero(code == _RESULT_OP)
     if (lens[put] < _HEAD.itemsize + _PUT.itemsize).any() or (lens[rel] < _HEAD.itemsize + _RELEASE.itemsize).any() \
-            or (lens[bury] < _HEAD.itemsize + 4).any():  # fmt: skip
+            or (lens[bury] < _HEAD.itemsize + 4).any() or (lens[res] < _HEAD.itemsize + _RESULT.itemsize + 4).any():  # fmt: skip
+        return None
+    res_deadline = _gather(src, body_at[res], _RESULT)["deadline_us"]
+    res_len = _gather(src, body_at[res] + _RESULT.itemsize, np.dtype("<u4")).astype(np.int64)
+    if (body_at[res] + _RESULT.itemsize + 4 + res_len != en[res]).any():
         return None
     p = _gather(src, body_at[put], _PUT)
     tube_s = body_at[put] + _PUT.itemsize
@@ -221,15 +227,19 @@ def _wal_fast(c: _Chunk, with_body: bool) -> pa.RecordBatch | None:
     ttr = np.zeros(n, np.int64)
     ttr[put] = p["ttr"]
     deadline = np.zeros(n, np.int64)
-    deadline[put], deadline[rel] = p["deadline_us"], r["deadline_us"]
+    deadline[put], deadline[rel], deadline[res] = p["deadline_us"], r["deadline_us"], res_deadline
     size = np.zeros(n, np.int64)
-    size[put] = blen
+    size[put], size[res] = blen, res_len
     has_pri = np.zeros(n, np.bool_)
     has_pri[put] = has_pri[rel] = has_pri[bury] = True
     has_delay = np.zeros(n, np.bool_)
     has_delay[put] = has_delay[rel] = True
     is_put = np.zeros(n, np.bool_)
     is_put[put] = True
+    has_deadline = has_delay.copy()
+    has_deadline[res] = True
+    has_size = is_put.copy()
+    has_size[res] = True
     where = np.full(n, -1, np.int64)
     where[put] = np.arange(len(put))
     pick = pa.array(where, pa.int64(), mask=~is_put)
@@ -239,7 +249,7 @@ def _wal_fast(c: _Chunk, with_body: bool) -> pa.RecordBatch | None:
         [pa.array(c.offsets, pa.int64()), pa.array(h["seq"].astype(np.int64)), pa.array(time).cast(_TS),
          _OP_TABLE.take(pa.array(code)), pa.array(h["job_id"].astype(np.int64)), tube,
          pa.array(pri, mask=~has_pri), pa.array(delay, mask=~has_delay), pa.array(ttr, mask=~is_put),
-         pa.array(deadline, mask=~(has_delay & (deadline != 0))).cast(_TS), pa.nulls(n, pa.string()),
-         pa.array(time, mask=~is_put).cast(_TS), pa.array(size, mask=~is_put), body],
+         pa.array(deadline, mask=~(has_deadline & (deadline != 0))).cast(_TS), pa.nulls(n, pa.string()),
+         pa.array(time, mask=~is_put).cast(_TS), pa.array(size, mask=~has_size), body],
         schema=WAL_ARROW,
     )  # fmt: skip

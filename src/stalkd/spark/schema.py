@@ -44,10 +44,10 @@ WAL_SCHEMA = StructType([
     StructField("priority", LongType(), True),
     StructField("delay", LongType(), True),  # seconds
     StructField("ttr", LongType(), True),  # seconds
-    StructField("deadline", TimestampType(), True),  # delayed until / paused until
+    StructField("deadline", TimestampType(), True),  # delayed until / paused until / result kept until
     StructField("state", StringType(), True),  # job records only: ready, reserved, buried, delayed
     StructField("created", TimestampType(), True),  # put and job records
-    StructField("body_size", LongType(), True),  # put and job records
+    StructField("body_size", LongType(), True),  # put and job records; a result's size
     StructField("body", BinaryType(), True),  # only with .option("body", "true")
 ])
 

@@ -22,6 +22,7 @@ from stalkd.worker.errors import UnknownTask
 from stalkd.worker.middleware import Middleware, default_middleware
 from stalkd.worker.producer import ServerProducer
 from stalkd.worker.schedule import Schedule
+from stalkd.worker.results import ResultBackend, ResultsUnsupported, ServerResults
 from stalkd.worker.serializer import JsonSerializer, Serializer
 from stalkd.worker.task import DEFAULT_PRIORITY, Producer, Task, TaskOptions
 from stalkd.worker.testing import TestingSession
@@ -37,8 +38,14 @@ class App:
 
     def __init__(self, address: str = "127.0.0.1:11300", *, serializer: Serializer | None = None,
                  middleware: Iterable[Middleware] | None = None, failed_tube: str = FAILED_TUBE,
-                 client_timeout: float = 10.0, unique_ttl: float | None = None) -> None:
+                 client_timeout: float = 10.0, unique_ttl: float | None = None,
+                 results: ResultBackend | None = None, result_ttl: float | None = None) -> None:
+        """``results``: where task outcomes are kept (default: the stalkd server at
+        ``address``; see ``stalkd.worker.results``); ``result_ttl``: keep every task's outcome
+        that many seconds unless the task says otherwise (default: only tasks that ask)."""
         self.address = address
+        self._results = results
+        self.result_ttl = result_ttl
         self.unique_ttl = unique_ttl
         self.serializer: Serializer = serializer or JsonSerializer()
         self.failed_tube = failed_tube
@@ -49,6 +56,7 @@ class App:
         self.middleware: list[Middleware] = list(middleware)
         self._server_producer: Producer | None = None
         self._override: Producer | None = None
+        self._results_override: ResultBackend | None = None
         self._lock = threading.Lock()
         self.schedules: dict[str, Schedule] = {}
 
@@ -58,18 +66,23 @@ class App:
     def task(self, /, *, name: str | None = ..., tube: str | None = ..., priority: int = ...,
              ttr: int = ..., max_attempts: int = ..., backoff: Backoff | None = ...,
              time_limit: float | None = ..., validate: Callable[[Any], None] | None = ...,
-             depends_poll: int = ...) -> Callable[[Callable[[P], Any]], Task[P]]: ...
+             depends_poll: int = ..., result_ttl: float | None = ...,
+             ) -> Callable[[Callable[[P], Any]], Task[P]]: ...
 
     def task(self, fn: Callable[[Any], Any] | None = None, /, *, name: str | None = None,
              tube: str | None = None, priority: int = DEFAULT_PRIORITY, ttr: int = 120,
              max_attempts: int = 5, backoff: Backoff | None = None,
              time_limit: float | None = None, validate: Callable[[Any], None] | None = None,
-             depends_poll: int = 1) -> Task[Any] | Callable[[Callable[[Any], Any]], Task[Any]]:
+             depends_poll: int = 1, result_ttl: float | None = None,
+             ) -> Task[Any] | Callable[[Callable[[Any], Any]], Task[Any]]:
         """Register a function as a task (``@app.task`` or ``@app.task(tube=..., ...)``).
 
         The tube defaults to the task name. ``validate(payload)`` raises to reject a payload at
-        put time. ``max_attempts`` counts the first run.
+        put time. ``max_attempts`` counts the first run. ``result_ttl``: keep what it returns
+        (or how it failed for good) that many seconds (default: the app's ``result_ttl``).
         """
+        if result_ttl is None:
+            result_ttl = self.result_ttl
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         if not 1 <= ttr <= 2**32 - 1:
@@ -81,7 +94,8 @@ class App:
                 raise ValueError(f"task {task_name!r} is already registered")
             opts = TaskOptions(tube=tube or task_name, priority=priority, ttr=ttr,
                                max_attempts=max_attempts, backoff=backoff or Backoff(),
-                               time_limit=time_limit, depends_poll=depends_poll)
+                               time_limit=time_limit, depends_poll=depends_poll,
+                               result_ttl=result_ttl)
             t: Task[Any] = Task(self, f, task_name, opts, validate)
             self.tasks[task_name] = t
             return t
@@ -141,6 +155,40 @@ class App:
                     aconnect=lambda: AsyncServerOps.open(address, timeout=timeout))
             return self._server_producer
 
+    @property
+    def results(self) -> ResultBackend:
+        """Where outcomes are kept (the in-memory one inside ``app.testing()``)."""
+        if self._results_override is not None:
+            return self._results_override
+        with self._lock:
+            if self._results is None:
+                self._results = ServerResults(self.address, timeout=self.client_timeout)
+            return self._results
+
+    def results_unsupported(self) -> str | None:
+        """Why this app's tasks cannot keep their results (the default backend on a server
+        without ``result-put``, e.g. Debian's beanstalkd), or None; a server that cannot be
+        reached now is not a reason (the worker waits for it)."""
+        if not any(t.options.result_ttl is not None for t in self.tasks.values()):
+            return None
+        backend = self.results
+        if not isinstance(backend, ServerResults):
+            return None
+        try:
+            backend.fetch(0)
+        except ResultsUnsupported as exc:
+            return str(exc)
+        except OSError:
+            return None
+        finally:
+            backend.close()
+        return None
+
+    def job_state(self, job_id: int) -> str | None:
+        """The state of job ``job_id`` on the server (ready, delayed, reserved, buried), None
+        when it no longer exists (``JobHandle.status`` then reads its result)."""
+        return self.producer.job_state(job_id)
+
     def cancel(self, job_id: int, *, running: bool = False, wait: float = 5.0) -> bool:
         """Cancel a job that has not started (ready, delayed, or buried), freeing its unique
         key; False when there is no such job or a worker is running it. With ``running=True``
@@ -174,7 +222,9 @@ class App:
         session = TestingSession(self, eager=eager, raise_errors=raise_errors,
                                  unique_ttl=self.unique_ttl)
         previous, self._override = self._override, session
+        previous_results, self._results_override = self._results_override, session.results
         try:
             yield session
         finally:
             self._override = previous
+            self._results_override = previous_results

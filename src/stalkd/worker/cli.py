@@ -94,6 +94,10 @@ def worker(argv: Sequence[str]) -> int:
         p.error(str(e))
     from stalkd.worker import make_worker
 
+    why = app.results_unsupported()
+    if why is not None:
+        print(f"stalkd worker: {why}", file=sys.stderr)
+        return 2
     kw: dict[str, object] = {"grace": args.grace}
     if args.tubes:
         kw["tubes"] = [t for t in args.tubes.split(",") if t]

@@ -93,6 +93,13 @@ class MemoryServer:
     def touch(self, job_id: int) -> None:
         """TTRs never run out here."""
 
+    def fetch_results(self, backend: Any, job_ids: tuple[int, ...]) -> list[bytes | None]:
+        return [backend.fetch(jid) for jid in job_ids]
+
+    def store_result(self, backend: Any, job_id: int, data: bytes, ttl: float) -> bool:
+        backend.store(job_id, data, ttl)
+        return True
+
     def stats_job(self, job_id: int) -> dict[str, Any] | None:
         job = self.jobs.get(job_id)
         if job is None:

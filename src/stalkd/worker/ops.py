@@ -7,13 +7,25 @@ names the delivery pipeline's ``Call`` steps use; ``testing.MemoryServer`` offer
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 from stalkd.client import AsyncClient, Client, errors
+from stalkd.worker.results import NO_RESULT_SERVER, ResultBackend, ResultsUnsupported, ServerResults
 
-__all__ = ["ServerOps", "AsyncServerOps", "Reserved"]
+__all__ = ["ServerOps", "AsyncServerOps", "Reserved", "result_not_stored"]
+
+log = logging.getLogger("stalkd.worker")
 
 Reserved = tuple[int, bytes]
+
+
+def result_not_stored(job_id: int, exc: Exception) -> bool:
+    """Log a result the backend refused (the job is acknowledged all the same: running it
+    again would not make a backend that cannot store work); False, for the pipeline."""
+    log.error("job %d: result not stored: %s", job_id, exc)
+    return False
 
 
 class ServerOps:
@@ -74,6 +86,28 @@ class ServerOps:
 
     def touch(self, job_id: int) -> None:
         self.client.touch(job_id)
+
+    def fetch_results(self, backend: ResultBackend, job_ids: tuple[int, ...]) -> list[bytes | None]:
+        """The outcomes stored for ``job_ids`` (None for each missing one)."""
+        if isinstance(backend, ServerResults):
+            out: list[bytes | None] = []
+            for jid in job_ids:
+                try:
+                    out.append(self.client.result_get(jid))
+                except errors.NotFound:
+                    out.append(None)
+            return out
+        return [backend.fetch(jid) for jid in job_ids]
+
+    def store_result(self, backend: ResultBackend, job_id: int, data: bytes, ttl: float) -> bool:
+        """Keep a job's outcome (on this connection when the backend is this server)."""
+        try:
+            backend.store(job_id, data, ttl, via=self.client)
+            return True
+        except OSError:
+            raise  # the connection broke: the job runs again, as for any lost acknowledgement
+        except Exception as exc:  # noqa: BLE001 - any backend's failure: logged, job acknowledged
+            return result_not_stored(job_id, exc)
 
     def kick_job(self, job_id: int) -> bool:
         try:
@@ -169,6 +203,35 @@ class AsyncServerOps:
 
     async def touch(self, job_id: int) -> None:
         await self.client.touch(job_id)
+
+    async def fetch_results(self, backend: ResultBackend, job_ids: tuple[int, ...]) -> list[bytes | None]:
+        """``ServerOps.fetch_results``."""
+        if isinstance(backend, ServerResults):
+            out: list[bytes | None] = []
+            for jid in job_ids:
+                try:
+                    out.append(await self.client.result_get(jid))
+                except errors.NotFound:
+                    out.append(None)
+            return out
+        return await asyncio.to_thread(lambda: [backend.fetch(jid) for jid in job_ids])
+
+    async def store_result(self, backend: ResultBackend, job_id: int, data: bytes, ttl: float) -> bool:
+        """``ServerOps.store_result``; another backend than the server runs on a thread."""
+        try:
+            if isinstance(backend, ServerResults):
+                try:
+                    await self.client.result_put(job_id, max(1, int(-(-ttl // 1))), data)
+                except errors.UnknownCommand:
+                    raise ResultsUnsupported(NO_RESULT_SERVER.format(
+                        address=backend.address, command="result-put")) from None
+            else:
+                await asyncio.to_thread(backend.store, job_id, data, ttl)
+            return True
+        except OSError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - as in ServerOps
+            return result_not_stored(job_id, exc)
 
     async def stats_job(self, job_id: int) -> dict[str, Any] | None:
         try:

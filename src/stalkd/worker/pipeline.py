@@ -12,7 +12,8 @@ the same order in every mode:
 Ensures: every delivery ends in exactly one ``WorkerAction``; a handler that returned leads to
 ``Complete`` unless a middleware decided otherwise; a handler that raised never does (with no
 retries middleware installed it is given up). Writes are ordered so a crash between two of them
-duplicates and never loses: the dead-letter record before the bury, the re-put before the delete.
+duplicates and never loses: the dead-letter record before the bury, the re-put before the delete,
+a task's stored outcome (``result_ttl``) before the delete or bury that ends it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import threading
 import time
 import traceback
 from collections.abc import Generator
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from stalkd.worker import unique
@@ -40,7 +42,8 @@ from stalkd.worker.context import JobContext
 from stalkd.worker.errors import TimeLimitExceeded
 from stalkd.worker.middleware.base import Middleware
 from stalkd.worker.registry import Registry
-from stalkd.worker.serializer import Header, decode_envelope
+from stalkd.worker.results import InputMissing, encode_outcome, finished, gathered, waiting
+from stalkd.worker.serializer import Header, decode_envelope, encode_envelope
 
 log = logging.getLogger("stalkd.worker")
 
@@ -88,13 +91,32 @@ def deliver(app: Registry, job_id: int, body: bytes,
         log.error("✗ job=%d undecodable, buried: %s", job_id, exc)
         acked = yield from _act(app, job_id, None, action)
         return Delivered(job_id, action, acked, None, exc)
+    if ctx.header.origin is not None or ctx.header.inputs:
+        # A job of a group or chain, or a copy re-put while it waited: a crash between a copy's
+        # put and the delete of what it copies leaves two; the one that runs second finds the
+        # first one's outcome and only deletes itself.
+        (prior,) = yield Call("fetch_results", (app.results, (ctx.header.origin or job_id,)))
+        if finished(app.serializer, prior):
+            log.info("job %d: job %d already ran (this is a copy of it): deleted", job_id,
+                     ctx.header.origin or job_id)
+            ctx.extras["copy_of_finished"] = True
+            action = Complete()
+            acked = yield from _act(app, job_id, ctx, action)
+            return Delivered(job_id, action, acked, ctx, None)
     for key in ctx.header.deps:
         if unique.is_pending((yield Call("stats_tube", (unique.key_tube(key),)))):
             action = WaitForDeps(ctx.task.options.depends_poll)
             acked = yield from _act(app, job_id, ctx, action)
             _notify(app, ctx, action, acked)
             return Delivered(job_id, action, acked, ctx, None)
-    yield RunHandler(ctx)
+    if ctx.header.inputs:
+        raw = yield Call("fetch_results", (app.results, ctx.header.inputs))
+        try:
+            ctx.payload = gathered(app.serializer, ctx.header, raw)
+        except InputMissing as exc:
+            handler_failed(ctx, exc)
+    if ctx.exception is None:
+        yield RunHandler(ctx)
     if ctx.attempt is None and (ctx.exception is not None
                                 or any(m.needs_attempt for m in app.middleware)):
         info = yield Call("stats_job", (job_id,))
@@ -264,6 +286,10 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
          action: WorkerAction) -> Generator[Step, Any, bool]:
     """The server calls that carry out ``action``; False when the server no longer had the job
     reserved for us (its TTR ran out, so it may be running elsewhere: at-least-once)."""
+    keep = None if ctx is None else _result_ttl(ctx)
+    if (ctx is not None and keep is not None and isinstance(action, (Complete, GiveUp))
+            and not ctx.extras.get("copy_of_finished")):
+        yield Call("store_result", (app.results, ctx.header.origin or job_id, _outcome(app, ctx, action), keep))
     if isinstance(action, Complete):
         ok = yield Call("delete", (job_id,))
         if ok and ctx is not None and ctx.header.marker is not None:
@@ -275,13 +301,36 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
         ok = yield Call("bury", (job_id, action.priority))
     else:
         assert ctx is not None
-        yield Call("put", (ctx.tube, ctx.body, ctx.task.priority, action.delay, ctx.ttr))
+        origin = ctx.header.origin or job_id  # the copy's result is kept by the first id
+        body = ctx.body if keep is None else encode_envelope(replace(ctx.header, origin=origin),
+                                                             decode_envelope(ctx.body, job_id=job_id)[1])
+        copy = yield Call("put", (ctx.tube, body, ctx.task.priority, action.delay, ctx.ttr))
+        if keep is not None:
+            yield Call("store_result", (app.results, origin, waiting(app.serializer, copy), keep))
         ok = yield Call("delete", (job_id,))
     if not ok:
         log.warning("job %d: acknowledgement lost: no longer reserved by this worker when acting "
                     "on it (%s); its TTR ran out, so it may run again elsewhere", job_id,
                     type(action).__name__)
     return bool(ok)
+
+
+def _result_ttl(ctx: JobContext) -> float | None:
+    """How long to keep this job's outcome: its envelope's say (groups, chains), else its task's."""
+    return ctx.header.result_ttl if ctx.header.result_ttl is not None else ctx.task.options.result_ttl
+
+
+def _outcome(app: Registry, ctx: JobContext, action: WorkerAction) -> bytes:
+    """What to store for a finished job: its value, or the error it was given up after."""
+    if isinstance(action, Complete):
+        try:
+            return encode_outcome(app.serializer, value=ctx.result)
+        except (TypeError, ValueError) as exc:
+            log.error("job %d: task %s returned a value the serializer cannot encode (%s); "
+                      "stored as a failure", ctx.job_id, ctx.task.name, exc)
+            return encode_outcome(app.serializer, error=exc)
+    return encode_outcome(app.serializer, error=ctx.exception or RuntimeError("given up"),
+                          traceback=ctx.traceback or "")
 
 
 def _notify(app: Registry, ctx: JobContext, action: WorkerAction, acked: bool) -> None:

@@ -49,7 +49,8 @@ class ServerProducer:
             self._local.conn = None
 
     def put_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int, ttr: int,
-                key: str | None, deps: tuple[str, ...]) -> int | None:
+                key: str | None, deps: tuple[str, ...], inputs: tuple[int, ...] = (),
+                gather: bool = False, result_ttl: float | None = None) -> int | None:
         data = task.check(payload)  # reject before any marker is claimed
         conn = self._conn()
         marker = None
@@ -58,7 +59,8 @@ class ServerProducer:
             if marker is None:
                 return None
         header = Header(task=task.name, key=key, marker=marker, deps=deps,
-                        ttr=None if ttr == task.ttr else ttr)
+                        ttr=None if ttr == task.ttr else ttr, inputs=inputs, gather=gather,
+                        result_ttl=result_ttl)
         body = encode_envelope(header, data)
         job_id: int = conn.put(task.tube, body, priority, delay, ttr)
         return job_id
@@ -93,6 +95,11 @@ class ServerProducer:
         if header is not None and header.marker is not None:
             conn.delete(header.marker)
         return True
+
+    def job_state(self, job_id: int) -> str | None:
+        """The job's ``stats-job`` state, None when it is gone."""
+        info = self._conn().stats_job(job_id)
+        return None if info is None else str(info["state"])
 
     def put_jobs(self, task: Task[Any], payloads: Iterable[Any], *, delay: int, priority: int,
                  ttr: int) -> list[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from stalkd.worker.middleware.base import Middleware
+from stalkd.worker.results import ResultBackend
 from stalkd.worker.serializer import Serializer
 from stalkd.worker.task import Task
 
@@ -35,5 +36,8 @@ class Registry(Protocol):
 
     @property
     def tubes(self) -> list[str]: ...
+
+    @property
+    def results(self) -> ResultBackend: ...
 
     def task_for(self, name: str | None, tube: str | None, job_id: int) -> Task[Any]: ...

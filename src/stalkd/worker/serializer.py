@@ -1,15 +1,17 @@
 """Payload serializers and the job envelope that names the task a job belongs to.
 
 A job body is ``#stalkd1 <header JSON>\\n<serialized payload>``. The header carries the task name
-and, when used, the unique key, its marker job id and the keys the job depends on. A body without
+and, when used, the unique key, its marker job id and the keys the job depends on (and, for
+groups and chains, its inputs' job ids, its result's TTL and the id it was first put under;
+``stalkd.worker.canvas``). A body without
 the ``#stalkd1 `` prefix (put by another client) is taken as a bare payload for the tube's only
 task, so plain beanstalkd producers interoperate.
 
 Ensures: ``decode(encode(h, p)) == (h, p)`` for every header ``h`` and payload bytes ``p``.
 
 >>> body = encode_envelope(Header(task="send"), b'{"to": "a@b"}')
->>> decode_envelope(body, job_id=7)
-(Header(task='send', key=None, marker=None, deps=(), ttr=None), b'{"to": "a@b"}')
+>>> decode_envelope(body, job_id=7) == (Header(task="send"), b'{"to": "a@b"}')
+True
 """
 
 from __future__ import annotations
@@ -81,6 +83,13 @@ class Header:
     marker: int | None = None
     deps: tuple[str, ...] = ()
     ttr: int | None = None     # set when the put's TTR differs from the task's (for heartbeats)
+    # groups and chains (stalkd.worker.canvas): the jobs whose results are this job's payload
+    # (one: its result; ``gather``: the list of them), how long to keep this job's own result,
+    # and the id it was first put under (results are kept by that id across dependency waits)
+    inputs: tuple[int, ...] = ()
+    gather: bool = False
+    result_ttl: float | None = None
+    origin: int | None = None
 
 
 def encode_envelope(header: Header, payload: bytes) -> bytes:
@@ -93,6 +102,14 @@ def encode_envelope(header: Header, payload: bytes) -> bytes:
         fields["d"] = list(header.deps)
     if header.ttr is not None:
         fields["r"] = header.ttr
+    if header.inputs:
+        fields["i"] = list(header.inputs)
+    if header.gather:
+        fields["g"] = 1
+    if header.result_ttl is not None:
+        fields["s"] = header.result_ttl
+    if header.origin is not None:
+        fields["o"] = header.origin
     return PREFIX + json.dumps(fields, separators=(",", ":")).encode() + b"\n" + payload
 
 
@@ -109,8 +126,13 @@ def decode_envelope(body: bytes, *, job_id: int) -> tuple[Header | None, bytes]:
         if not isinstance(task, str):
             raise TypeError("task name is not a string")
         ttr = fields.get("r")
+        keep = fields.get("s")
+        origin = fields.get("o")
         header = Header(task=task, key=fields.get("k"), marker=fields.get("m"),
-                        deps=tuple(fields.get("d", ())), ttr=None if ttr is None else int(ttr))
+                        deps=tuple(fields.get("d", ())), ttr=None if ttr is None else int(ttr),
+                        inputs=tuple(int(i) for i in fields.get("i", ())), gather=bool(fields.get("g")),
+                        result_ttl=None if keep is None else float(keep),
+                        origin=None if origin is None else int(origin))
     except (ValueError, KeyError, TypeError) as exc:
         raise EnvelopeError(f"job {job_id}: bad envelope header {body[:80]!r}: {exc}") from exc
     return header, body[end + 1:]

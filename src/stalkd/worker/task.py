@@ -23,9 +23,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from stalkd.worker.backoff import Backoff
 from stalkd.worker.errors import ValidationError
+from stalkd.worker.results import JobHandle, ResultBackend
 from stalkd.worker.serializer import Header, Serializer, encode_envelope
 
-__all__ = ["Task", "TaskOptions", "Producer", "TaskHost", "DEFAULT_PRIORITY", "delay_seconds"]
+__all__ = ["Task", "TaskOptions", "Signature", "Producer", "TaskHost", "DEFAULT_PRIORITY", "delay_seconds"]
 
 DEFAULT_PRIORITY = 2**31
 P = TypeVar("P")  # the payload type a task's function takes
@@ -35,7 +36,8 @@ class Producer(Protocol):
     """Where ``Task.put`` sends jobs: a real server, or the in-memory one of ``app.testing()``."""
 
     def put_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int, ttr: int,
-                key: str | None, deps: tuple[str, ...]) -> int | None: ...
+                key: str | None, deps: tuple[str, ...], inputs: tuple[int, ...] = (),
+                gather: bool = False, result_ttl: float | None = None) -> int | None: ...
 
     def put_jobs(self, task: Task[Any], payloads: Iterable[Any], *, delay: int, priority: int,
                  ttr: int) -> list[int]: ...
@@ -44,6 +46,10 @@ class Producer(Protocol):
                        ttr: int, deps: tuple[str, ...]) -> int: ...
 
     def cancel(self, job_id: int) -> bool: ...
+
+    def job_state(self, job_id: int) -> str | None:
+        """The job's state (ready, delayed, reserved, buried), None when it is gone."""
+        ...
 
 
 Delay = int | float | dt.timedelta
@@ -77,6 +83,11 @@ class TaskHost(Protocol):
     @property
     def producer(self) -> Producer: ...
 
+    @property
+    def results(self) -> ResultBackend: ...
+
+    def job_state(self, job_id: int) -> str | None: ...
+
 
 @dataclass(frozen=True)
 class TaskOptions:
@@ -89,6 +100,24 @@ class TaskOptions:
     backoff: Backoff = Backoff()
     time_limit: float | None = None
     depends_poll: int = 1        # seconds between checks of a pending dependency
+    result_ttl: float | None = None  # seconds an outcome is kept (None: not stored)
+
+
+_NO_PAYLOAD: Any = object()
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A task and its payload, not yet put (``task.s(payload)``), for groups and chains
+    (``stalkd.worker.canvas``). Without a payload, a chain link or a group's callback gets its
+    inputs' results as its payload."""
+
+    task: Task[Any]
+    payload: Any = _NO_PAYLOAD
+
+    @property
+    def has_payload(self) -> bool:
+        return self.payload is not _NO_PAYLOAD
 
 
 class Task(Generic[P]):
@@ -117,6 +146,10 @@ class Task(Generic[P]):
     def __repr__(self) -> str:
         return f"<Task {self.name} tube={self.tube!r}>"
 
+    def s(self, payload: Any = _NO_PAYLOAD) -> Signature:
+        """This task with ``payload``, to put later in a group or chain (``stalkd.worker.canvas``)."""
+        return Signature(self, payload)
+
     def check(self, payload: P) -> bytes:
         """Validate and serialize ``payload``; raises ValidationError before anything is queued."""
         if self.validate is not None:
@@ -141,25 +174,27 @@ class Task(Generic[P]):
 
     def put(self, payload: P, *, delay: Delay = 0, at: dt.datetime | None = None,
             priority: int | None = None, ttr: int | None = None, key: str | None = None,
-            depends_on: Iterable[str] = ()) -> int | None:
-        """Queue ``payload``; returns the job id, or None when ``key`` is already held by a
-        pending job (a duplicate put is a no-op). It runs after ``delay`` (seconds or a
-        ``timedelta``) or at ``at`` (a ``datetime``). ``depends_on`` lists unique keys whose
-        jobs must complete first."""
-        return self.app.producer.put_job(
+            depends_on: Iterable[str] = ()) -> JobHandle | None:
+        """Queue ``payload``; returns the job id as a ``JobHandle`` (``.result()``,
+        ``.status()``), or None when ``key`` is already held by a pending job (a duplicate put
+        is a no-op). It runs after ``delay`` (seconds or a ``timedelta``) or at ``at`` (a
+        ``datetime``). ``depends_on`` lists unique keys whose jobs must complete first."""
+        job_id = self.app.producer.put_job(
             self, payload, delay=delay_seconds(delay, at, time.time()),
             priority=self.priority if priority is None else priority,
             ttr=self.ttr if ttr is None else ttr, key=key, deps=tuple(depends_on))
+        return None if job_id is None else JobHandle(job_id, self.app)
 
     async def aput(self, payload: P, *, delay: Delay = 0, at: dt.datetime | None = None,
                    priority: int | None = None, ttr: int | None = None,
-                   depends_on: Iterable[str] = ()) -> int:
+                   depends_on: Iterable[str] = ()) -> JobHandle:
         """``put`` for asyncio code, on an ``AsyncClient`` of the running loop (the loop is not
         blocked while the server makes the job durable). Unique keys need ``put``."""
-        return await self.app.producer.aput_job(
+        job_id = await self.app.producer.aput_job(
             self, payload, delay=delay_seconds(delay, at, time.time()),
             priority=self.priority if priority is None else priority,
             ttr=self.ttr if ttr is None else ttr, deps=tuple(depends_on))
+        return JobHandle(job_id, self.app)
 
     def put_many(self, payloads: Iterable[P], *, delay: Delay = 0, priority: int | None = None,
                  ttr: int | None = None) -> list[int]:

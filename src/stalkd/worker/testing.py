@@ -36,6 +36,7 @@ from stalkd.worker.actions import Complete, DeadLetter, GiveUp, WaitForDeps, Wor
 from stalkd.worker.memory import MemoryJob, MemoryServer
 from stalkd.worker.producer import ServerProducer
 from stalkd.worker.registry import Registry
+from stalkd.worker.results import MemoryResults
 from stalkd.worker.runner import drive
 from stalkd.worker.task import Task
 
@@ -79,6 +80,7 @@ class TestingSession:
         self.server = MemoryServer()
         self.completed: list[QueuedJob] = []
         self._producer = ServerProducer(lambda: self.server, unique_ttl=unique_ttl)
+        self.results = MemoryResults()  # outcomes of tasks with a result_ttl (app.results)
 
     @property
     def queued(self) -> list[QueuedJob]:
@@ -95,9 +97,11 @@ class TestingSession:
 
     # Producer interface -------------------------------------------------------------------
     def put_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int, ttr: int,
-                key: str | None, deps: tuple[str, ...]) -> int | None:
+                key: str | None, deps: tuple[str, ...], inputs: tuple[int, ...] = (),
+                gather: bool = False, result_ttl: float | None = None) -> int | None:
         job_id = self._producer.put_job(task, payload, delay=delay, priority=priority, ttr=ttr,
-                                        key=key, deps=deps)
+                                        key=key, deps=deps, inputs=inputs, gather=gather,
+                                        result_ttl=result_ttl)
         if job_id is not None and self.eager:
             self._run_until_settled(job_id)
         return job_id
@@ -119,6 +123,9 @@ class TestingSession:
 
     def cancel(self, job_id: int) -> bool:
         return self._producer.cancel(job_id)
+
+    def job_state(self, job_id: int) -> str | None:
+        return self._producer.job_state(job_id)
 
     # Test API -----------------------------------------------------------------------------
     def consume_one(self) -> Consumed:

@@ -6,7 +6,7 @@
 #define MAX_FIELDS 8
 
 enum { ST_LINE = 0, ST_ENDLINE = 1, ST_BODY = 2, ST_SKIP = 3 };
-enum { F_EXACT = 1, F_LOOSE = 2, F_BODY = 4 };
+enum { F_EXACT = 1, F_LOOSE = 2, F_BODY = 4, F_PUT = 8 }; /* F_PUT: the body row that is put */
 
 /* A value to build: a slotted class filled field by field (what dataclass __init__ would
  * store, without its per-field object.__setattr__), or a Python callable for anything else. */

@@ -8,6 +8,9 @@ typedef struct {
     unsigned long long skip;
     unsigned long long pri, delay, ttr, size;
     unsigned long long max_job_size;
+    Spec *other;                  /* reading the body of this non-put body command, else NULL */
+    unsigned long long head[MAX_ARGS];  /* its arguments before <bytes> */
+    int nhead;
 } ParserObject;
 
 static PyObject *
@@ -36,6 +39,31 @@ put_error(ParserObject *self, unsigned long long ttr, PyObject *error)
     return make_put(self->pri, self->delay, ttr, EMPTY_BYTES, error);
 }
 
+/* The non-put body command being read, with its body or an error (then an empty body), as
+ * parser.py's ``done``: the row's class called with (*head, body, error). */
+static PyObject *
+other_build(ParserObject *self, PyObject *body, PyObject *error)
+{
+    Spec *sp = self->other;
+    self->other = NULL;
+    PyObject *vals[MAX_ARGS + 2];
+    int n = self->nhead;
+    for (int i = 0; i < n; i++) {
+        vals[i] = PyLong_FromUnsignedLongLong(self->head[i]);
+        if (vals[i] == NULL) {
+            for (int j = 0; j < i; j++)
+                Py_DECREF(vals[j]);
+            return NULL;
+        }
+    }
+    vals[n] = body;
+    vals[n + 1] = error;
+    PyObject *r = PyObject_Vectorcall(sp->ctor.call, vals, (size_t)(n + 2), NULL);
+    for (int i = 0; i < n; i++)
+        Py_DECREF(vals[i]);
+    return r;
+}
+
 static PyObject *
 body_done(ParserObject *self)
 {
@@ -47,11 +75,13 @@ body_done(ParserObject *self)
     self->start += need;
     self->state = ST_LINE;
     if (b[size] != '\r' || b[size + 1] != '\n')
-        return put_error(self, self->ttr, S_EXPECTED_CRLF);
+        return self->other ? other_build(self, EMPTY_BYTES, S_EXPECTED_CRLF)
+                           : put_error(self, self->ttr, S_EXPECTED_CRLF);
     PyObject *body = PyBytes_FromStringAndSize(b, size);
     if (body == NULL)
         return NULL;
-    PyObject *r = make_put(self->pri, self->delay, self->ttr, body, Py_None);
+    PyObject *r = self->other ? other_build(self, body, Py_None)
+                              : make_put(self->pri, self->delay, self->ttr, body, Py_None);
     Py_DECREF(body);
     return r;
 }
@@ -68,6 +98,8 @@ skip_done(ParserObject *self)
     self->start += (Py_ssize_t)self->skip;
     self->skip = 0;
     self->state = ST_LINE;
+    if (self->other)
+        return other_build(self, EMPTY_BYTES, S_JOB_TOO_BIG);
     return put_error(self, self->ttr, S_JOB_TOO_BIG);
 }
 
@@ -133,6 +165,32 @@ put_values(ParserObject *self, unsigned long long pri, unsigned long long delay,
     return body_done(self);
 }
 
+/* A body command other than put (stalkd's result-put): "<digits>... <bytes>", each in its
+ * kind's range and nothing after them, else BAD_FORMAT; the body is read as put's. */
+static PyObject *
+other_line(ParserObject *self, Spec *sp, const char *rest, Py_ssize_t rn)
+{
+    unsigned long long v[MAX_ARGS];
+    Py_ssize_t p = 0;
+    for (int a = 0; a < sp->nargs; a++)
+        if (read_digits(rest, rn, &p, sp->kinds[a] == 'U' ? ~0ULL : 0xFFFFFFFFULL, &v[a]) < 0)
+            return Py_NewRef(BAD_FORMAT);
+    if (p != rn)
+        return Py_NewRef(BAD_FORMAT);
+    self->other = sp;
+    self->nhead = sp->nargs - 1;
+    for (int a = 0; a < self->nhead; a++)
+        self->head[a] = v[a];
+    self->size = v[sp->nargs - 1];
+    if (self->size > self->max_job_size) {
+        self->skip = self->size + 2;
+        self->state = ST_SKIP;
+        return skip_done(self);
+    }
+    self->state = ST_BODY;
+    return body_done(self);
+}
+
 static PyObject *
 command(ParserObject *self, const char *line, Py_ssize_t n)
 {
@@ -148,6 +206,8 @@ command(ParserObject *self, const char *line, Py_ssize_t n)
             return Py_NewRef(rn ? BAD_FORMAT : sp->only);
         if (sp->flags & F_LOOSE)
             return Py_NewRef(sp->only);
+        if ((sp->flags & F_BODY) && !(sp->flags & F_PUT))
+            return other_line(self, sp, rest, rn);
         if (sp->flags & F_BODY) {
             unsigned long long v[4];
             Py_ssize_t p = 0;
