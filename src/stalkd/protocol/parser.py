@@ -29,7 +29,15 @@ from typing import Final, Literal
 
 from stalkd.protocol.commands import Command, Put, Reply
 from stalkd.protocol.constructors import put_maker
-from stalkd.protocol.grammar import COMMANDS, DEFAULT_MAX_JOB_SIZE, LINE_MAX, MAX_JOB_SIZE_LIMIT, U32_MAX, U64_MAX, CommandSpec
+from stalkd.protocol.grammar import (
+    COMMANDS,
+    DEFAULT_MAX_JOB_SIZE,
+    LINE_MAX,
+    MAX_JOB_SIZE_LIMIT,
+    U32_MAX,
+    U64_MAX,
+    CommandSpec,
+)
 from stalkd.protocol.lines import (
     BAD_FORMAT,
     BODY_SPEC,

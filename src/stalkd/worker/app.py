@@ -21,8 +21,8 @@ from stalkd.worker.backoff import Backoff
 from stalkd.worker.errors import UnknownTask
 from stalkd.worker.middleware import Middleware, default_middleware
 from stalkd.worker.producer import ServerProducer
-from stalkd.worker.schedule import Schedule
 from stalkd.worker.results import ResultBackend, ResultsUnsupported, ServerResults
+from stalkd.worker.schedule import Schedule
 from stalkd.worker.serializer import JsonSerializer, Serializer
 from stalkd.worker.task import DEFAULT_PRIORITY, Producer, Task, TaskOptions
 from stalkd.worker.testing import TestingSession
