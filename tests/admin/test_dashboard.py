@@ -94,7 +94,7 @@ def test_internal_tubes_are_hidden_until_the_toggle_shows_them(server: AdminServ
     c.close()
     emails = page.locator('#tubes tr[data-tube="emails"]')
     expect(emails.locator(".ready-n")).to_have_text("1")
-    expect(page.locator("#internal-hidden")).to_have_text("2 hidden")
+    expect(page.locator("#internal-hidden")).to_have_text("(2 hidden)")
     expect(page.locator('#tubes tr[data-tube="stalkd.failed"]')).to_have_count(0)
     expect(page.locator("#c-jobs")).to_have_text("1")  # the cards count visible tubes only
     page.locator("#show-internal").check()

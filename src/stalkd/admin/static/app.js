@@ -127,7 +127,7 @@ function render(ov) {
     $("#c-fsync").textContent = "in memory";
   }
   const hidden = ov.tubes.length - tubes.length;
-  $("#internal-hidden").textContent = hidden ? `${hidden} hidden` : "";
+  $("#internal-hidden").textContent = hidden ? `(${hidden} hidden)` : "";
   const rows = tubes.map((t) => `
     <tr data-tube="${esc(t.name)}">
       <td class="name">${esc(t.name)}${t.paused ? `<span class="badge">paused ${t.pause_left}s</span>` : ""}</td>
