@@ -258,6 +258,7 @@ def _merge(best: dict[str, dict[str, float]], r: dict[str, object]) -> None:
     """Keep the best figure of each cell over rounds (the drain's CPU comes with its rate)."""
     cell = best.setdefault(str(r["system"]), {"bulk_api": float(bool(r["bulk_api"]))})
     cell["put_s"] = max(cell.get("put_s", 0.0), float(r["put_s"]))  # type: ignore[arg-type]
+    cell["put_cpu"] = min(cell.get("put_cpu", float("inf")), float(r["put_cpu_us"]))  # type: ignore[arg-type]
     cell["bulk_s"] = max(cell.get("bulk_s", 0.0), float(r["bulk_s"]))  # type: ignore[arg-type]
     for label, d in r["configs"].items():  # type: ignore[attr-defined]
         if d["jobs_s"] > cell.get("drain_s", 0.0):
@@ -269,7 +270,7 @@ def _merge(best: dict[str, dict[str, float]], r: dict[str, object]) -> None:
 
 
 def _report(tier: str, best: dict[str, dict[str, float]]) -> dict[str, float]:
-    cols = [("put_s", "put/s", True), ("bulk_s", "bulk/s", True), ("drain_s", "drain/s", True),
+    cols = [("put_s", "put/s", True), ("put_cpu", "put CPU us", False), ("bulk_s", "bulk/s", True), ("drain_s", "drain/s", True),
             ("cpu", "CPU ms/1k", False), ("p50_ms", "p50 ms", False), ("p99_ms", "p99 ms", False)]
     peers = [s for s in best if s != "stalkd"]
     print(f"\n[{tier}] " + ("stalkd in memory vs Redis at its defaults" if tier == "memory" else
@@ -294,7 +295,7 @@ def _report(tier: str, best: dict[str, dict[str, float]]) -> dict[str, float]:
 
 def peers(quick: bool, rounds: int) -> int:
     n = int(os.environ.get("WORKER_BENCH_JOBS", "3000" if quick else "10000"))
-    sizes = {"BENCH_JOBS": str(n), "BENCH_PUTS": str(max(300, n // 10)),
+    sizes = {"BENCH_JOBS": str(n), "BENCH_PUTS": str(max(1000, n // 5)),
              "BENCH_LAT_N": "200" if quick else "400", "BENCH_LAT_RATE": "100"}
     print(f"worker vs peers: no-op task, 100 B payloads, 8 job slots per system, {n} jobs per "
           f"drain, {sizes['BENCH_PUTS']} single puts, {sizes['BENCH_LAT_N']} put->start samples "

@@ -156,10 +156,12 @@ def main(system: str) -> dict[str, Any]:
                                      float(os.environ["BENCH_LAT_RATE"]))
         finally:
             stop_workers(procs)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for _ in range(n_put):  # drained by the first configuration with the rest
             a.put()
         out["put_s"] = n_put / (time.perf_counter() - t0)
+        # the producer's own CPU per put: what load on the machine disturbs least
+        out["put_cpu_us"] = (time.process_time() - cpu0) / n_put * 1e6
         for label, commands in a.configs:
             t0 = time.perf_counter()
             a.fill(n)
