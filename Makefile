@@ -57,7 +57,7 @@ test-fast: $(VENV)/.dev $(VENV)/.ext
 # check_imports: no import cycles among stalkd's modules (it also prints, as notes, the cycles
 # that function-local and TYPE_CHECKING imports would close; `--count typing` fails on those).
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/ruff check src tests bench scripts examples
 	$(VENV)/bin/mypy
 	$(PY) scripts/check_imports.py
 

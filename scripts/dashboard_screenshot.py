@@ -22,7 +22,7 @@ import greenstalk  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from admin.adminproc import start_admin_server  # noqa: E402
-from stalkd.worker.context import DeadLetter  # noqa: E402
+from stalkd.worker.actions import DeadLetter  # noqa: E402
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 
+import greenstalk
+
 from admin.adminproc import AdminServer
 from support import ServerProcess, start_beanstalkd
 
@@ -97,3 +99,21 @@ def test_dashboard_command_prints_a_url_that_answers(server: AdminServer) -> Non
     assert got.stdout.strip() == server.admin + "/"
     got = stalkd("dashboard")  # no admin endpoint given
     assert got.returncode == 2 and "--admin" in got.stderr
+
+
+def test_tubes_hides_internal_tubes_unless_asked(server: AdminServer) -> None:
+    for tube in ("emails", "stalkd.failed", "stalkd.key.ab12"):
+        c = greenstalk.Client(("127.0.0.1", server.port), use=tube)
+        c.put("x")
+        c.close()
+    for path in (("--admin", server.admin), ()):  # the admin API, then the plain protocol
+        listed = stalkd("tubes", "-a", server.address, *path)
+        assert listed.returncode == 0, listed.stderr
+        names = [ln.split()[0] for ln in listed.stdout.splitlines()[1:] if ln and ln[0] != "("]
+        assert names == ["default", "emails"], listed.stdout
+        assert "2 internal stalkd.* tube(s) hidden: --internal shows them" in listed.stdout
+        rows = _json("tubes", "-a", server.address, *path, "--internal")
+        assert isinstance(rows, list)
+        assert [(r["name"], r["internal"]) for r in rows] == [
+            ("default", False), ("emails", False), ("stalkd.failed", True),
+            ("stalkd.key.ab12", True)]

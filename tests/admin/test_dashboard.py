@@ -81,3 +81,29 @@ def test_cancel_leaves_the_job_alone(server: AdminServer, page: Any) -> None:
     expect(page.locator("#confirm")).to_be_hidden()
     assert c.stats_job(1)["state"] == "buried"
     c.close()
+
+
+def test_internal_tubes_are_hidden_until_the_toggle_shows_them(server: AdminServer, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    c = greenstalk.Client(("127.0.0.1", server.port), use="emails")
+    c.put("a")
+    for tube in ("stalkd.failed", "stalkd.key.ab12"):
+        c.use(tube)
+        c.put("internal")
+    c.close()
+    emails = page.locator('#tubes tr[data-tube="emails"]')
+    expect(emails.locator(".ready-n")).to_have_text("1")
+    expect(page.locator("#internal-hidden")).to_have_text("(2 hidden)")
+    expect(page.locator('#tubes tr[data-tube="stalkd.failed"]')).to_have_count(0)
+    expect(page.locator("#c-jobs")).to_have_text("1")  # the cards count visible tubes only
+    page.locator("#show-internal").check()
+    expect(page.locator('#tubes tr[data-tube="stalkd.failed"] .ready-n')).to_have_text("1")
+    expect(page.locator('#tubes tr[data-tube="stalkd.key.ab12"]')).to_have_count(1)
+    expect(page.locator("#c-jobs")).to_have_text("3")
+    # the choice survives a reload
+    page.reload()
+    expect(page.locator('#tubes tr[data-tube="stalkd.failed"]')).to_have_count(1)
+    page.locator("#show-internal").uncheck()
+    expect(page.locator('#tubes tr[data-tube="stalkd.key.ab12"]')).to_have_count(0)
+    expect(emails).to_have_count(1)

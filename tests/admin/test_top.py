@@ -106,3 +106,25 @@ def test_rates_come_from_two_samples() -> None:
     got = {r["tube"]: r for r in rows(b, a)}
     assert (got["t"]["puts"], got["t"]["deletes"], got["t"]["ready"]) == (20.0, 20.0, 5)
     assert got["new"]["puts"] == 0.0  # no earlier reading: no rate yet
+
+
+def test_top_hides_internal_tubes_and_i_shows_them(server: AdminServer) -> None:
+    clients = [greenstalk.Client(("127.0.0.1", server.port), use=t)
+               for t in ("emails", "stalkd.failed", "stalkd.key.ab12")]
+    for c in clients:
+        c.put("x")
+    t = _top("-a", server.address, "-n", "0.3")
+    try:
+        screen = t.wait(lambda s: "emails" in s and "2 hidden" in s)
+        assert "stalkd.failed" not in screen and "stalkd.key" not in screen
+        t.keys("i")
+        screen = t.wait(lambda s: "stalkd.failed" in s and "stalkd.key.ab12" in s)
+        assert "hides internal tubes" in screen
+        t.keys("i")
+        t.wait(lambda s: "stalkd.failed" not in s and "emails" in s)
+        t.keys("q")
+        t.wait(lambda s: "TOP-EXITED-0" in s)
+    finally:
+        t.kill()
+        for c in clients:
+            c.close()

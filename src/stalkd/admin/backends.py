@@ -21,6 +21,7 @@ from typing import Any
 
 from stalkd.client import errors
 from stalkd.client.sync import Client
+from stalkd.tubes import is_internal
 
 __all__ = ["ApiBackend", "ProtocolBackend", "Backend", "ApiError", "WORKERS"]
 
@@ -135,7 +136,7 @@ class ProtocolBackend:
                     st = c.stats_tube(name)
                 except errors.NotFound:
                     continue  # dropped meanwhile
-                row: dict[str, Any] = {"name": name}
+                row: dict[str, Any] = {"name": name, "internal": is_internal(name)}
                 for k, v in _TUBE_KEYS.items():
                     row[v] = st.get(k, 0)
                 row["paused"] = bool(st.get("pause-time-left", 0))

@@ -26,6 +26,7 @@ from typing import Any
 from stalkd.admin.backends import ApiBackend, ApiError, Backend, ProtocolBackend
 from stalkd.client import errors
 from stalkd.client.options import add_server_options, server_addresses
+from stalkd.tubes import is_internal
 
 __all__ = ["tubes", "jobs", "pause", "promote", "dashboard", "add_admin_options", "backend_for"]
 
@@ -137,15 +138,22 @@ def _outcomes(out: dict[str, Any]) -> str:
 def tubes(argv: Sequence[str]) -> int:
     """``stalkd tubes``: every tube with its job counts."""
     p = _parser("tubes", "List the server's tubes with their job counts, waiting workers and "
-                         "pause state.")
+                         "pause state. stalkd's own tubes (stalkd.failed, stalkd.key.*: every "
+                         "name starting stalkd.) are hidden unless --internal is given.")
+    p.add_argument("--internal", action="store_true",
+                   help="also list stalkd's internal tubes (stalkd.failed, stalkd.key.*)")
     add_admin_options(p)
 
     def body(b: Backend, ns: argparse.Namespace) -> tuple[Any, str, int]:
-        rows = b.tubes()
+        every = b.tubes()
+        rows = every if ns.internal else [r for r in every if not is_internal(r["name"])]
         for r in rows:
             r["paused"] = f"{r['pause_left']}s" if r.get("paused") else ""
         cols = ("name", "ready", "reserved", "delayed", "buried", "waiting", "total_jobs", "paused")
-        return rows, _table(rows, cols), OK
+        text = _table(rows, cols)
+        if len(rows) < len(every):
+            text += f"\n({len(every) - len(rows)} internal stalkd.* tube(s) hidden: --internal shows them)"
+        return rows, text, OK
 
     return _run("tubes", p, argv, body)
 

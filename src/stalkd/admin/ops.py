@@ -29,6 +29,7 @@ from stalkd.admin.session import AdminSession
 from stalkd.engine.job import US
 from stalkd.engine.model import JobState
 from stalkd.protocol import commands as C
+from stalkd.tubes import FAILED_TUBE
 
 if TYPE_CHECKING:
     from stalkd.server.app import Server
@@ -37,7 +38,6 @@ __all__ = ["AdminOps", "BadRequest", "CHUNK", "FAILED_TUBE"]
 
 CHUNK = 512  # jobs per chunk of a bulk operation
 CHUNK_SECONDS = 0.002  # loop time per chunk before yielding to other clients
-FAILED_TUBE = "stalkd.failed"  # where stalkd workers put dead-letter records
 MAX_PAGE = 1000
 FIFO_STEP = 2048  # buried ids read per slice
 PARSE_BUDGET = 2000  # dead-letter records parsed per call (~10 ms of loop time at most)

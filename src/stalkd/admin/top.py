@@ -2,7 +2,8 @@
 
 It speaks the beanstalkd protocol (``stats``, ``list-tubes``, ``stats-tube``), so it works
 against Debian's beanstalkd as well as stalkd; given the admin endpoint (``--admin``) it adds
-fsync latency and disk use. ``q`` or Ctrl-C quits.
+fsync latency and disk use. ``q`` or Ctrl-C quits; ``i`` shows or hides stalkd's internal tubes
+(``stalkd.failed``, ``stalkd.key.*``), hidden by default (``--internal`` starts with them shown).
 
 ``Sample`` holds one reading, ``rows`` turns two readings into rates (a pure function, tested
 without a terminal), and ``render`` draws them with rich.
@@ -19,6 +20,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from stalkd.tubes import is_internal
 
 __all__ = ["main", "Sample", "rows", "read_sample"]
 
@@ -44,16 +47,21 @@ def _rate(now: Sample, prev: Sample | None, get: Any) -> float:
     return max(0.0, float(get(now) - get(prev)) / (now.at - prev.at))
 
 
-def rows(now: Sample, prev: Sample | None) -> list[dict[str, Any]]:
-    """Per-tube counts and rates (puts/s, deletes/s) between two samples.
+def rows(now: Sample, prev: Sample | None, internal: bool = False) -> list[dict[str, Any]]:
+    """Per-tube counts and rates (puts/s, deletes/s) between two samples; stalkd's internal
+    tubes only when ``internal``.
 
-    >>> a = Sample(0.0, {}, {"t": {"total-jobs": 10, "cmd-delete": 0}})
-    >>> b = Sample(2.0, {}, {"t": {"total-jobs": 30, "cmd-delete": 4}})
+    >>> a = Sample(0.0, {}, {"t": {"total-jobs": 10, "cmd-delete": 0}, "stalkd.failed": {}})
+    >>> b = Sample(2.0, {}, {"t": {"total-jobs": 30, "cmd-delete": 4}, "stalkd.failed": {}})
     >>> [(r["tube"], r["puts"], r["deletes"]) for r in rows(b, a)]
     [('t', 10.0, 2.0)]
+    >>> [r["tube"] for r in rows(b, a, internal=True)]
+    ['t', 'stalkd.failed']
     """
     out = []
     for name, st in now.tubes.items():
+        if not internal and is_internal(name):
+            continue
         old = prev.tubes.get(name) if prev is not None else None
         dt = now.at - prev.at if prev is not None else 0.0
         puts = deletes = 0.0
@@ -95,7 +103,8 @@ def _num(v: float) -> str:
     return f"{v:.0f}" if v >= 10 or v == int(v) else f"{v:.1f}"
 
 
-def render(now: Sample, prev: Sample | None, address: str, fsync_prev: tuple[int, float] | None) -> Any:
+def render(now: Sample, prev: Sample | None, address: str, fsync_prev: tuple[int, float] | None,
+           internal: bool = False) -> Any:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -127,17 +136,23 @@ def render(now: Sample, prev: Sample | None, address: str, fsync_prev: tuple[int
         head.append(f"\nfsync {avg * 1000:.2f} ms avg  WAL {disk.get('wal', 0) / 2**20:.1f} MiB  "
                     f"snapshots {disk.get('snapshot', 0) / 2**20:.1f} MiB  "
                     f"{'ready' if adm.get('ready') else 'NOT READY'}", style="green" if adm.get("ready") else "red")
+    shown = rows(now, prev, internal)
     table = Table(expand=True, header_style="bold", box=None, pad_edge=False)
-    for col, just in (("TUBE", "left"), ("READY", "right"), ("RESERVED", "right"),
+    # rich would otherwise squeeze the names to the width of the number columns
+    table.add_column("TUBE", justify="left", no_wrap=True,
+                     min_width=min(40, max((len(r["tube"]) for r in shown), default=4)))
+    for col, just in (("READY", "right"), ("RESERVED", "right"),
                       ("DELAYED", "right"), ("BURIED", "right"), ("WAITING", "right"),
                       ("PUTS/S", "right"), ("DELETES/S", "right"), ("PAUSED", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
-    for r in sorted(rows(now, prev), key=lambda r: (-r["ready"] - r["buried"], r["tube"])):
+    for r in sorted(shown, key=lambda r: (-r["ready"] - r["buried"], r["tube"])):
         table.add_row(r["tube"], _num(r["ready"]), _num(r["reserved"]), _num(r["delayed"]),
                       Text(_num(r["buried"]), style="bold red" if r["buried"] else ""),
                       _num(r["waiting"]), _num(r["puts"]), _num(r["deletes"]),
                       f"{r['paused']}s" if r["paused"] else "")
-    foot = Text("q quits", style="dim")
+    hidden = len(now.tubes) - len(shown)
+    foot = Text("q quits  i " + ("hides internal tubes" if internal else
+                                  f"shows internal tubes ({hidden} hidden)"), style="dim")
     for e in now.errors:
         foot.append(f"   {e}", style="red")
     return Group(head, Text(""), table, Text(""), foot)
@@ -170,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "with --admin also fsync latency and disk use. Works against beanstalkd too. q quits."))
     p.add_argument("-n", "--interval", type=float, default=1.0, metavar="SECONDS",
                    help="refresh every SECONDS (default 1)")
+    p.add_argument("--internal", action="store_true", help="start with stalkd's internal tubes "
+                   "(stalkd.failed, stalkd.key.*) shown; i toggles them")
     add_admin_options(p)
     ns = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     from rich.console import Console
@@ -197,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     console = Console()
     fsync_prev: tuple[int, float] | None = None
-    with _keys() as fd, Live(render(now, prev, address, None), console=console, screen=True,
+    internal = bool(ns.internal)
+    with _keys() as fd, Live(render(now, prev, address, None, internal), console=console, screen=True,
                              auto_refresh=False) as live:
         try:
             while True:
@@ -207,8 +225,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         time.sleep(left)
                         break
                     ready, _, _ = select.select([fd], [], [], left)
-                    if ready and os.read(fd, 16).lower().startswith(b"q"):
+                    key = os.read(fd, 16).lower() if ready else b""
+                    if key.startswith(b"q"):
                         return 0
+                    if key.startswith(b"i"):  # redraw at once, with the same two samples
+                        internal = not internal
+                        live.update(render(now, prev, address, fsync_prev, internal), refresh=True)
                 if now.admin is not None and now.admin.get("fsync"):
                     fsync_prev = (int(now.admin["fsync"]["count"]), float(now.admin["fsync"]["seconds"]))
                 prev = now
@@ -218,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     now = Sample(time.monotonic(), prev.stats, prev.tubes, prev.admin,
                                  [f"lost the server: {e}"])
                     client.close()
-                live.update(render(now, prev, address, fsync_prev), refresh=True)
+                live.update(render(now, prev, address, fsync_prev, internal), refresh=True)
         except KeyboardInterrupt:
             return 0
         finally:

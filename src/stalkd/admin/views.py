@@ -20,6 +20,7 @@ from stalkd.engine import Engine
 from stalkd.engine.job import US, Job, time_left
 from stalkd.engine.model import JobState
 from stalkd.engine.tube import Tube
+from stalkd.tubes import is_internal
 
 __all__ = ["STATES", "tube_row", "tube_rows", "job_row", "jobs_of", "smallest_above", "server_row"]
 
@@ -36,7 +37,7 @@ def tube_row(t: Tube, now_us: int) -> dict[str, Any]:
     """One tube's counts, as the dashboard and ``stalkd tubes`` show them."""
     paused = t.is_paused(now_us)
     return {
-        "name": t.name,
+        "name": t.name, "internal": is_internal(t.name),
         "ready": len(t.ready), "reserved": t.reserved, "delayed": len(t.delayed),
         "buried": len(t.buried), "urgent": t.urgent, "waiting": len(t.waiting),
         "using": t.using, "watching": t.watching, "total_jobs": t.total_jobs,

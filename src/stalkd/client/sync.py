@@ -43,6 +43,7 @@ from stalkd.client.job import Job, JobLike
 __all__ = ["Client", "Body"]
 
 T = TypeVar("T")
+WAIT_SLACK = 2.0  # seconds a reply timeout may fire late rather than cost a socket option change
 
 
 class Client:
@@ -190,7 +191,11 @@ class Client:
         ok = False
         try:
             data = requests[0].data if len(requests) == 1 else b"".join(r.data for r in requests)
-            if wait != self._sock_timeout:  # a syscall: only when it changes
+            have = self._sock_timeout
+            # Three syscalls, so only when the wait changes by more than WAIT_SLACK: a worker
+            # alternating reserve (timeout + 1 s) and delete keeps the longer one.
+            if wait != have and not (wait is not None and have is not None
+                                     and wait <= have <= wait + WAIT_SLACK):
                 set_wait(sock, wait)
                 self._sock_timeout = wait
             sock.sendall(data)
@@ -206,7 +211,7 @@ class Client:
             ok = True
             return out
         except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
-            raise ReplyTimeout(f"no reply from {self.address} within {wait}s "
+            raise ReplyTimeout(f"no reply from {self.address} within {self._sock_timeout}s "
                                f"to {requests[0].context!r}; connection dropped") from None
         except ClientConnectionError:
             raise

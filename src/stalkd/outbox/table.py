@@ -32,6 +32,16 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+_DIALECTS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg"}
+
+
+def _dialect(name: str) -> sa.Dialect:
+    """SQLAlchemy's dialect for a database kind, to compile statements without an engine."""
+    if name not in _DIALECTS:
+        raise ValueError(f"outbox: no dialect {name!r} (one of {', '.join(_DIALECTS)})")
+    return sa.create_mock_engine(sa.make_url(_DIALECTS[name] + "://"), lambda *a: None).dialect
+
+
 class Outbox:
     """The ``stalkd_outbox`` table (name configurable) in ``metadata`` (a new one by default)."""
 
@@ -74,6 +84,13 @@ class Outbox:
         assert key is not None
         return int(key[0])
 
+    def create_sql(self, dialect: str) -> list[str]:
+        """The statements that create the table and its index in ``dialect`` ("sqlite" or
+        "postgresql"), for another library's schema tool (a Django migration's ``RunSQL``)."""
+        d = _dialect(dialect)
+        return [str(sa.schema.CreateTable(self.table).compile(dialect=d)).strip(),
+                *(str(sa.schema.CreateIndex(i).compile(dialect=d)) for i in self.table.indexes)]
+
     def put_task(self, conn: sa.Connection, task: Task[Any], payload: Any, *, delay: int = 0,
                  priority: int | None = None, ttr: int | None = None) -> int:
         """Like ``task.put`` (same validation and envelope), but inside ``conn``'s transaction.
@@ -81,6 +98,38 @@ class Outbox:
         real_ttr = task.ttr if ttr is None else ttr
         return self.put(conn, task.tube, task.encode(payload, ttr=real_ttr), delay=delay,
                         priority=task.priority if priority is None else priority, ttr=real_ttr)
+
+    def put_dbapi(self, cursor: Any, dialect: str, tube: str, body: bytes | str, *,
+                  priority: int = DEFAULT_PRIORITY, delay: int = 0, ttr: int = 120) -> int:
+        """``put`` on a DB-API cursor of another library's connection, inside whatever
+        transaction that connection has open (Django's ``connection.cursor()``, for example:
+        ``dialect`` is then ``connection.vendor``, "sqlite" or "postgresql"). The statement
+        is this table's insert compiled by SQLAlchemy for ``dialect``, with its value
+        conversions, so the relay reads the row back as if ``put`` had written it."""
+        if not 1 <= len(tube) <= 200:
+            raise ValueError(f"outbox: tube name must be 1..200 bytes, got {tube!r}")
+        d = _dialect(dialect)
+        values = {"tube": tube, "body": body.encode() if isinstance(body, str) else bytes(body),
+                  "priority": priority, "delay": delay, "ttr": ttr, "created_at": _now()}
+        stmt = self.table.insert().values(**values).returning(self.table.c.id)
+        compiled = stmt.compile(dialect=d)
+        params = compiled.construct_params()
+        for key, value in params.items():
+            process = compiled.binds[key].type.dialect_impl(d).bind_processor(d)
+            params[key] = value if process is None else process(value)
+        if compiled.positiontup is not None:  # qmark dialects (sqlite) take a sequence
+            cursor.execute(str(compiled), [params[k] for k in compiled.positiontup])
+        else:
+            cursor.execute(str(compiled), params)
+        return int(cursor.fetchone()[0])
+
+    def put_task_dbapi(self, cursor: Any, dialect: str, task: Task[Any], payload: Any, *,
+                       delay: int = 0, priority: int | None = None, ttr: int | None = None) -> int:
+        """``put_task`` on a DB-API cursor (see ``put_dbapi``)."""
+        real_ttr = task.ttr if ttr is None else ttr
+        return self.put_dbapi(cursor, dialect, task.tube, task.encode(payload, ttr=real_ttr),
+                              delay=delay, ttr=real_ttr,
+                              priority=task.priority if priority is None else priority)
 
     def pending(self, conn: sa.Connection) -> int:
         """Rows committed but not yet sent."""

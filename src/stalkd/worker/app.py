@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar, overload
 
+from stalkd.tubes import FAILED_TUBE
 from stalkd.worker.backoff import Backoff
 from stalkd.worker.errors import UnknownTask
 from stalkd.worker.middleware import Middleware, default_middleware
@@ -29,7 +30,6 @@ from stalkd.worker.testing import TestingSession
 
 __all__ = ["App", "Task", "TaskOptions", "DEFAULT_PRIORITY", "FAILED_TUBE"]
 
-FAILED_TUBE = "stalkd.failed"
 P = TypeVar("P")
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import decimal
+import functools
 import json
 import uuid
 from dataclasses import dataclass
@@ -65,9 +66,11 @@ class JsonSerializer:
     TypeError: cannot encode set {1, 2} as JSON (known: str, int, ...
     """
 
+    # one encoder for every call: json.dumps with options builds a new one each time
+    _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_to_json)
+
     def dumps(self, payload: Any) -> bytes:
-        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False,
-                          default=_to_json).encode()
+        return self._encoder.encode(payload).encode()
 
     def loads(self, data: bytes) -> Any:
         return json.loads(data)
@@ -92,7 +95,16 @@ class Header:
     origin: int | None = None
 
 
+@functools.lru_cache(maxsize=1024)
+def _plain_prefix(task: str) -> bytes:
+    """The envelope's first line for a header that names only its task (almost every put):
+    made once per task name rather than once per job."""
+    return PREFIX + json.dumps({"t": task}, separators=(",", ":")).encode() + b"\n"
+
+
 def encode_envelope(header: Header, payload: bytes) -> bytes:
+    if header == Header(header.task):  # every other field at its default (a new field too)
+        return _plain_prefix(header.task) + payload
     fields: dict[str, Any] = {"t": header.task}
     if header.key is not None:
         fields["k"] = header.key
@@ -121,18 +133,25 @@ def decode_envelope(body: bytes, *, job_id: int) -> tuple[Header | None, bytes]:
     if end < 0:
         raise EnvelopeError(f"job {job_id}: envelope header has no newline")
     try:
-        fields = json.loads(body[len(PREFIX):end])
-        task = fields["t"]
-        if not isinstance(task, str):
-            raise TypeError("task name is not a string")
-        ttr = fields.get("r")
-        keep = fields.get("s")
-        origin = fields.get("o")
-        header = Header(task=task, key=fields.get("k"), marker=fields.get("m"),
-                        deps=tuple(fields.get("d", ())), ttr=None if ttr is None else int(ttr),
-                        inputs=tuple(int(i) for i in fields.get("i", ())), gather=bool(fields.get("g")),
-                        result_ttl=None if keep is None else float(keep),
-                        origin=None if origin is None else int(origin))
+        header = _parse_header(body[len(PREFIX):end])
     except (ValueError, KeyError, TypeError) as exc:
         raise EnvelopeError(f"job {job_id}: bad envelope header {body[:80]!r}: {exc}") from exc
     return header, body[end + 1:]
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_header(text: bytes) -> Header:
+    """A header line's value; cached, since most jobs of a task carry the same line (a Header
+    is immutable, so deliveries may share one)."""
+    fields = json.loads(text)
+    task = fields["t"]
+    if not isinstance(task, str):
+        raise TypeError("task name is not a string")
+    ttr = fields.get("r")
+    keep = fields.get("s")
+    origin = fields.get("o")
+    return Header(task=task, key=fields.get("k"), marker=fields.get("m"),
+                  deps=tuple(fields.get("d", ())), ttr=None if ttr is None else int(ttr),
+                  inputs=tuple(int(i) for i in fields.get("i", ())), gather=bool(fields.get("g")),
+                  result_ttl=None if keep is None else float(keep),
+                  origin=None if origin is None else int(origin))

@@ -31,7 +31,8 @@ Known limits (what a server extension would fix)
   dead-lettered (it has not completed); retrying or deleting the dependency releases it.
 * Dependency checks poll. A server-side ``put ... after <key>`` holding the job delayed until the
   key's job is deleted would make it push-based.
-* The marker tubes show in ``list-tubes``; a generic worker that watches *every* tube would
+* The marker tubes show in ``list-tubes`` (``stalkd tubes``, ``top`` and the dashboard hide
+  them, as every ``stalkd.`` tube: ``stalkd.tubes``); a generic worker that watches *every* tube would
   reserve markers (stalkd workers watch only their tasks' tubes).
 """
 
@@ -41,9 +42,11 @@ import hashlib
 import json
 from typing import Protocol
 
+from stalkd.tubes import KEY_TUBE_PREFIX
+
 __all__ = ["key_tube", "claim", "pending", "is_pending", "MARKER_PREFIX"]
 
-MARKER_PREFIX = "stalkd.key."
+MARKER_PREFIX = KEY_TUBE_PREFIX
 
 
 class _Ops(Protocol):

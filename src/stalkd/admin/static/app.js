@@ -27,12 +27,16 @@ async function api(method, path, body) {
 }
 
 // --- state ---------------------------------------------------------------------------------
-const state = { prev: null, series: { put: [], del: [], ready: [] }, tubeSeries: new Map(), tubeRate: new Map() };
+const state = { prev: null, series: { put: [], del: [], ready: [] }, tubeSeries: new Map(), tubeRate: new Map(),
+  showInternal: localStorage.getItem("stalkd.showInternal") === "1", last: null };
+// stalkd's own tubes (stalkd.failed, stalkd.key.*) are marked internal by the server: hidden
+// from the tables, cards and chart unless the "internal tubes" toggle is on
+const shown = (tubes) => (state.showInternal ? tubes : tubes.filter((t) => !t.internal));
 
 function sample(ov) {
   const prev = state.prev;
   const dt = prev ? Math.max(0.001, ov.time - prev.time) : 0;
-  const totals = (o) => o.tubes.reduce((a, t) => { a.put += t.total_jobs; a.del += t.deletes; a.ready += t.ready; return a; }, { put: 0, del: 0, ready: 0 });
+  const totals = (o) => shown(o.tubes).reduce((a, t) => { a.put += t.total_jobs; a.del += t.deletes; a.ready += t.ready; return a; }, { put: 0, del: 0, ready: 0 });
   const now = totals(ov);
   if (prev && dt > 0) {
     const before = totals(prev);
@@ -106,13 +110,14 @@ function render(ov) {
   $("#server-state").textContent = ov.ready ? "ready" : "not ready";
   $("#server-state").style.color = ov.ready ? "#5fd38d" : "#ff7a6b";
   $("#updated").textContent = "updated " + new Date(ov.time * 1000).toLocaleTimeString();
-  $("#c-jobs").textContent = fmt(s.jobs);
+  const tubes = shown(ov.tubes);
+  $("#c-jobs").textContent = fmt(tubes.reduce((a, t) => a + t.ready + t.reserved + t.delayed + t.buried, 0));
   const last = (a) => (a.length ? a[a.length - 1] : 0);
   $("#c-put-rate").textContent = rate(last(state.series.put));
   $("#c-del-rate").textContent = rate(last(state.series.del));
   $("#c-conns").textContent = fmt(s.connections);
   $("#c-conns-sub").textContent = `${s.workers} workers, ${s.waiting} waiting, ${s.producers} producers`;
-  const buried = ov.tubes.reduce((a, t) => a + t.buried, 0);
+  const buried = tubes.reduce((a, t) => a + t.buried, 0);
   $("#c-buried").textContent = fmt(buried);
   $("#c-buried").classList.toggle("nonzero", buried > 0);
   if (ov.fsync) {
@@ -121,7 +126,9 @@ function render(ov) {
   } else {
     $("#c-fsync").textContent = "in memory";
   }
-  const rows = ov.tubes.map((t) => `
+  const hidden = ov.tubes.length - tubes.length;
+  $("#internal-hidden").textContent = hidden ? `(${hidden} hidden)` : "";
+  const rows = tubes.map((t) => `
     <tr data-tube="${esc(t.name)}">
       <td class="name">${esc(t.name)}${t.paused ? `<span class="badge">paused ${t.pause_left}s</span>` : ""}</td>
       <td class="n ready-n">${fmt(t.ready)}</td><td class="n">${fmt(t.reserved)}</td>
@@ -137,8 +144,9 @@ function render(ov) {
   chart();
 }
 
-function renderBuried(data) {
-  const jobs = data.jobs;
+function renderBuried(data, ov) {
+  const internal = new Set(ov.tubes.filter((t) => t.internal).map((t) => t.name));
+  const jobs = state.showInternal ? data.jobs : data.jobs.filter((j) => !internal.has(j.tube));
   $("#buried-empty").classList.toggle("hidden", jobs.length > 0);
   $("#buried-count").textContent = jobs.length ? `showing ${jobs.length}` : "";
   $("#buried tbody").innerHTML = jobs.map((j) => `
@@ -252,7 +260,8 @@ async function refresh() {
     const [ov, buried] = await Promise.all([api("GET", "/api/v1/overview"), api("GET", "/api/v1/buried?limit=50")]);
     sample(ov);
     render(ov);
-    renderBuried(buried);
+    renderBuried(buried, ov);
+    state.last = [ov, buried];
   } catch (e) {
     $("#server-state").textContent = "unreachable: " + e.message;
     $("#server-state").style.color = "#ff7a6b";
@@ -260,6 +269,12 @@ async function refresh() {
     busy = false;
   }
 }
+$("#show-internal").checked = state.showInternal;
+$("#show-internal").addEventListener("change", (ev) => {
+  state.showInternal = ev.target.checked;
+  localStorage.setItem("stalkd.showInternal", state.showInternal ? "1" : "0");
+  if (state.last) { render(state.last[0]); renderBuried(state.last[1], state.last[0]); }
+});
 refresh();
 setInterval(refresh, POLL_MS);
 window.addEventListener("resize", chart);
