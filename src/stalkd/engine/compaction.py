@@ -24,7 +24,7 @@ from itertools import accumulate
 from operator import attrgetter
 
 from stalkd.engine.engine import Engine
-from stalkd.engine.job import Job
+from stalkd.engine.objects import Job
 from stalkd.engine.snapshot import SnapshotWriter, capture_order, list_snapshots
 from stalkd.log import Log
 

@@ -7,8 +7,7 @@ Ensures: none of these changes a job, tube or connection (``Engine.apply`` count
 from __future__ import annotations
 
 from stalkd.engine import stats as S
-from stalkd.engine.connstate import ConnState
-from stalkd.engine.job import Job
+from stalkd.engine.objects import ConnState, Job
 from stalkd.engine.state import EngineState
 from stalkd.protocol import commands as C
 

@@ -28,13 +28,13 @@ from collections.abc import Iterator
 from itertools import accumulate, pairwise, repeat
 from typing import TYPE_CHECKING, NamedTuple
 
-from stalkd.engine.job import URGENT_THRESHOLD, Job
 from stalkd.engine.model import JobState, Op, Record
+from stalkd.engine.objects import URGENT_THRESHOLD, Job
 from stalkd.engine.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
-    from stalkd.engine.tube import Tube
+    from stalkd.engine.objects import Tube
 
 __all__ = ["Columns", "encode_block", "iter_columns", "load_into", "records"]
 

@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
-from stalkd.engine.datadir import snapshot_gap
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
 from stalkd.engine.replay import finish
@@ -42,6 +41,7 @@ from stalkd.engine.snapshot import (
     list_snapshots,
     load_into,
     read_header,
+    snapshot_gap,
 )
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
 from stalkd.engine.tail import TailError, replay_tail
