@@ -1,4 +1,4 @@
-"""Commands that only read: peek*, stats*, list-* (PROTOCOL.md §5, §6).
+"""Commands that only read: peek*, stats*, list-* (docs/protocol.md, "Commands").
 
 Ensures: none of these changes a job, tube or connection (``Engine.apply`` counts them in
 ``cmd``, beanstalkd's per-command counters, from the command table).

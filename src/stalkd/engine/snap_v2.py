@@ -8,8 +8,9 @@
   (little-endian; ``state`` is READY 1, BURIED 3 or DELAYED 4: a reserved job is stored READY
   with deadline 0; only jobs with a non-zero counter get a counter row)
 
-Why columnar: recovery of a million jobs was ~2.4 s with v1's row entries, most of it one
-``struct`` call, one tuple and a dozen Python steps per job. Here each column is one C call per
+Why columnar: with v1's row entries, recovery spent most of its time in one ``struct`` call,
+one tuple and a dozen Python steps per job (``bench/engine_bench.py --only recovery`` measures
+it). Here each column is one C call per
 block, jobs are built by ``map(Job, ...)`` over the columns, and the writer puts each tube's
 ready and delay heaps in heap-array order (``snapshot.capture_order``), so a snapshot taken
 while nothing moves loads into valid heaps with no reordering (``IndexedHeap.load``'s check).

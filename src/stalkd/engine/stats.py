@@ -1,6 +1,6 @@
-"""The engine's share of ``stats``, ``stats-job`` and ``stats-tube`` (PROTOCOL.md §5).
+"""The engine's share of ``stats``, ``stats-job`` and ``stats-tube`` (docs/protocol.md, "Stats").
 
-Key order here follows PROTOCOL.md so a reader can check it; the wire order and quoting are
+Key order here follows beanstalkd's so a reader can check it; the wire order and quoting are
 ``stalkd.protocol``'s job. The server adds process, binlog and host keys to ``stats``.
 """
 
