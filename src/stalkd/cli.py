@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("stalkd.worker.cli:worker", "run the tasks of an app: stalkd worker module:app"),
     "failed": ("stalkd.worker.cli:failed", "list dead-lettered (buried) jobs with their errors"),
     "retry": ("stalkd.worker.cli:retry", "kick dead-lettered jobs back to ready"),
-    "log": ("stalkd.engine.datadir:log_main", "check or repair a log (stalkd log inspect|repair DIR)"),
+    "log": ("stalkd.engine.datadir:log_main", "check or repair a log (stalkd log inspect|repair DIR; inspect also an archive URL)"),
     "analyze": ("stalkd.spark.cli:analyze", "Spark analytics over a WAL: tables, plots, report"),
     "bench": ("stalkd.spark.cli:bench", "benchmarks and history generators (stalkd bench history)"),
 }

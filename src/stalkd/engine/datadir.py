@@ -135,6 +135,20 @@ class _DataDirHooks:
     repair = staticmethod(repair)
     describe_records = staticmethod(describe_records)
 
+    @staticmethod
+    def is_archive(path: str) -> bool:
+        if "://" not in path and not os.path.isfile(os.path.join(path, "manifest.json")):
+            return False  # not even a candidate: `stalkd log` on a directory never imports pyarrow
+        from stalkd.archive.inspect import looks_like_archive
+
+        return looks_like_archive(path)
+
+    @staticmethod
+    def inspect_archive(url: str, verify: bool) -> dict[str, Any]:
+        from stalkd.archive.inspect import inspect_archive
+
+        return inspect_archive(url, verify)
+
 
 def log_main(argv: Sequence[str]) -> int:
     """``stalkd log``: the log layer's command, with the data-directory checks."""
