@@ -111,7 +111,8 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
 PEER_SRC: str | None = None  # --peer-src: the "beanstalkd" column runs this stalkd tree instead
 
 
-def start(kind: str, klass: str) -> Server:
+def start(kind: str, klass: str, extra: tuple[str, ...] = ()) -> Server:
+    """A server of ``kind`` in durability ``klass``; ``extra`` flags go to stalkd only."""
     port = _free_port()
     data_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir="/var/tmp") if klass != "memory" else None
     env = None
@@ -123,6 +124,7 @@ def start(kind: str, klass: str) -> Server:
         args = [*STALKD, "-l", "127.0.0.1", "-p", str(port), "--log-level", SERVER_LOG_LEVEL]
         if data_dir:
             args += ["-b", data_dir] + (["-F"] if klass == "never" else [])
+        args += list(extra)
     else:
         args = ["beanstalkd", "-l", "127.0.0.1", "-p", str(port)]
         if data_dir:

@@ -9,6 +9,11 @@ Scenarios (N jobs, default 100,000; ``--jobs``):
                  timer step; bounded like a kick it is not yet, see the issue notes)
   snapshot       (durable class only) a snapshot/compaction pass over N live jobs: N puts with
                  ``-b``, then the maintenance timer runs while the probe measures
+  ship           (durable ``always``, issue 16) segments shipped while puts go on: a producer
+                 pipelines 1 KiB puts for ``--ship-seconds`` into 1 MiB segments (``-s``), the
+                 server ships each sealed one to ``--archive-url`` (default a local directory);
+                 the probe's command is a ``put`` (the wait a producer sees). The peer column
+                 is the same stalkd without ``--archive``, so the difference is the shipping
 
 While the scenario's command runs on one connection, a probe connection sends ``peek 0`` in a
 loop (one in flight) and records each round trip; the figure is the longest round trip, in ms,
@@ -30,16 +35,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import statistics
 import sys
+import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import server_bench  # noqa: E402  (start/stop of both servers, same flags as the throughput bench)
 
-SCENARIOS = ("kick-delayed", "kick-buried", "list-tubes", "delay-expiry", "snapshot")
+SCENARIOS = ("kick-delayed", "kick-buried", "list-tubes", "delay-expiry", "snapshot", "ship")
 
 
 def _connect(port: int) -> socket.socket:
@@ -76,11 +83,13 @@ def _reply(s: socket.socket) -> bytes:
 
 
 class Probe(threading.Thread):
-    """Round trips of ``peek 0`` on its own connection until stopped."""
+    """Round trips of ``command`` (``peek 0``: a reply that needs nothing from the disk) on its
+    own connection until stopped."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, command: bytes = b"peek 0\r\n") -> None:
         super().__init__(daemon=True)
         self.sock = _connect(port)
+        self.command = command
         self.rtts: list[float] = []
         self.stop = threading.Event()
 
@@ -88,9 +97,69 @@ class Probe(threading.Thread):
         s = self.sock
         while not self.stop.is_set():
             t0 = time.perf_counter()
-            s.sendall(b"peek 0\r\n")
+            s.sendall(self.command)
             _drain(s, 1, bytearray())
             self.rtts.append(time.perf_counter() - t0)
+
+
+class Producer(threading.Thread):
+    """Pipelined 1 KiB puts, 100 in flight, until stopped: WAL segments fill and seal."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.sock = _connect(port)
+        self.stop = threading.Event()
+        self.puts = 0
+
+    def run(self) -> None:
+        batch = b"put 0 0 60 1024\r\n" + b"p" * 1024 + b"\r\n"
+        while not self.stop.is_set():
+            _pipeline(self.sock, [batch] * 100, 1)
+            self.puts += 100
+
+
+def _run_ship(port: int, seconds: float) -> tuple[float, float, float, float]:
+    """(longest put wait ms, p99 ms, median ms, puts/s) while a producer fills segments."""
+    producer = Producer(port)
+    probe = Probe(port, b"put 0 0 60 1\r\nx\r\n")
+    producer.start()
+    probe.start()
+    t0 = time.perf_counter()
+    producer.stop.wait(seconds)
+    producer.stop.set()
+    probe.stop.set()
+    producer.join()
+    probe.join()
+    took = time.perf_counter() - t0
+    producer.sock.close()
+    probe.sock.close()
+    rtts = sorted(probe.rtts) or [0.0]
+    return rtts[-1] * 1e3, rtts[int(0.99 * (len(rtts) - 1))] * 1e3, statistics.median(rtts) * 1e3, producer.puts / took
+
+
+def ship_row(seconds: float, archive_url: str | None, rounds: int) -> None:
+    """The ``ship`` scenario: stalkd with and without --archive, alternating, ``rounds`` each."""
+    print(f"# ship: {seconds:.0f} s of pipelined 1 KiB puts into 1 MiB segments, durability always; "
+          "probe = put round trip (ms); peer = the same stalkd without --archive")
+    print(f"{'':<14} {'max':>8} {'p99':>7} {'med':>6} {'puts/s':>8} {'shipped':>8}")
+    for r in range(rounds):
+        order = [True, False] if r % 2 == 0 else [False, True]
+        for ship in order:
+            url = archive_url or tempfile.mkdtemp(prefix="bench-archive-", dir="/var/tmp")
+            extra = ("-s", str(2**20)) + (("--archive", url) if ship else ())
+            srv = server_bench.start("stalkd", "always", extra)
+            try:
+                mx, p99, med, rate = _run_ship(srv.port, seconds)
+            finally:
+                srv.stop()
+            shipped = "-"
+            if ship and archive_url is None:
+                seg_dir = os.path.join(url, "segments")
+                shipped = str(len(os.listdir(seg_dir))) if os.path.isdir(seg_dir) else "0"
+            if archive_url is None:
+                shutil.rmtree(url, ignore_errors=True)
+            label = "with --archive" if ship else "without"
+            print(f"{label:<14} {mx:8.1f} {p99:7.2f} {med:6.2f} {rate:8.0f} {shipped:>8}", flush=True)
 
 
 def _setup(port: int, scenario: str, n: int) -> list[socket.socket]:
@@ -224,6 +293,9 @@ def main() -> None:
     ap.add_argument("--peer-src", help="another stalkd source tree in place of beanstalkd")
     ap.add_argument("--steps", action="store_true", help="engine steps in process (CPU time), see above")
     ap.add_argument("--steps-child", help=argparse.SUPPRESS)
+    ap.add_argument("--ship-seconds", type=float, default=5.0, help="ship: seconds of puts per run")
+    ap.add_argument("--ship-rounds", type=int, default=2, help="ship: alternating rounds")
+    ap.add_argument("--archive-url", help="ship: where to ship (default a fresh local directory per run)")
     args = ap.parse_args()
     if args.steps_child:
         import json
@@ -238,6 +310,9 @@ def main() -> None:
     print(f"# {args.jobs} jobs, class {args.klass}; longest / median probe round trip, ms")
     print(f"{'scenario':<14} {'stalkd max':>10} {'med':>6} {'took s':>7}   {peer + ' max':>18} {'med':>6} {'took s':>7}")
     for scenario in args.scenario or SCENARIOS:
+        if scenario == "ship":
+            ship_row(args.ship_seconds, args.archive_url, args.ship_rounds)
+            continue
         klass = "never" if scenario == "snapshot" else args.klass
         row = []
         for kind in ("stalkd", "beanstalkd"):

@@ -29,13 +29,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "top": ("stalkd.admin.top:main", "live full-screen view of tubes, rates and workers"),
     "dashboard": ("stalkd.admin.cli:dashboard", "the web dashboard's URL (stalkd serve --admin)"),
     "worker": ("stalkd.worker.cli:worker", "run the tasks of an app: stalkd worker module:app"),
-    "scheduler": ("stalkd.worker.scheduler:main", "put the jobs of an app's cron schedules: "
+    "scheduler": ("stalkd.worker.cli:scheduler_main", "put the jobs of an app's cron schedules: "
                   "stalkd scheduler module:app"),
     "cancel": ("stalkd.worker.cancel:main", "cancel jobs: delete waiting ones, ask running "
                "ones to stop"),
     "failed": ("stalkd.worker.cli:failed", "list dead-lettered (buried) jobs with their errors"),
     "retry": ("stalkd.worker.cli:retry", "kick dead-lettered jobs back to ready"),
-    "log": ("stalkd.engine.datadir:log_main", "check or repair a log (stalkd log inspect|repair DIR)"),
+    "log": ("stalkd.engine.datadir:log_main", "check or repair a log (stalkd log inspect|repair DIR; inspect also an archive URL)"),
     "analyze": ("stalkd.spark.cli:analyze", "Spark analytics over a WAL: tables, plots, report"),
     "bench": ("stalkd.spark.cli:bench", "benchmarks and history generators (stalkd bench history)"),
 }

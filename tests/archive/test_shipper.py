@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.archive.manifest import MANIFEST_NAME, Manifest, ManifestError, SegmentEntry
+from stalkd.archive.manifest import MANIFEST_NAME, Index, ManifestError, Part, SegmentEntry
 from stalkd.archive.remote import ArchiveCorruptError, fetch_segment, load_manifest
 from stalkd.archive.shipper import Shipper
 from stalkd.archive.store import Store
@@ -95,7 +95,7 @@ def test_empty_or_foreign_archive_is_an_error_not_empty(tmp_path: Path) -> None:
 
 
 def test_manifest_round_trip_and_overlap() -> None:
-    m = Manifest().with_segment(SegmentEntry("a", 0, 10, 1, 2, 100, 5))
-    assert Manifest.decode(m.encode()) == m
+    index, part = Index(part_size=2).with_segment(Part(), SegmentEntry("a", 0, 10, 1, 2, 100, 5))
+    assert Index.decode(index.encode()) == index and Part.decode(part.encode()) == part
     with pytest.raises(ManifestError, match="overlaps"):
-        m.with_segment(SegmentEntry("b", 9, 20, 1, 2, 100, 5))
+        index.with_segment(part, SegmentEntry("b", 9, 20, 1, 2, 100, 5))

@@ -1,8 +1,8 @@
 """Protocol transcripts: what a beanstalkd server must answer, byte for byte.
 
 Each transcript runs on a fresh server (so job ids start at 1). They cover every command and
-the cases of PROTOCOL.md §9 (beanstalkd's testserv.c checklist) and §10 that an external
-server can run. Dialects: "1.12" is Debian's beanstalkd; "1.13" is stalkd (and beanstalkd 1.13).
+the cases of beanstalkd's own test suite (testserv.c) that an external server can run
+(docs/protocol.md summarises the protocol). Dialects: "1.12" is Debian's beanstalkd; "1.13" is stalkd (and beanstalkd 1.13).
 Where they differ, both expectations are written down with the reason:
 - YAML quoting: 1.13 quotes stats-job ``tube``, stats-tube ``name`` and stats
   ``hostname``/``os``/``platform``; 1.12 quoted only ``version``.
@@ -156,7 +156,7 @@ TTR_WHY = (
 
 T = Transcript
 TRANSCRIPTS: list[Transcript] = [
-    # --- framing and parsing (§1, §9 protocol) ---------------------------------------------
+    # --- framing and parsing -------------------------------------------------------------
     T("unknown-command", steps(
         x("a", b"foo\r\n", UC), x("a", b"PUT 0 0 0 0\r\n", UC), x("a", b"\r\n", UC),
         x("a", b"use\r\n", UC), x("a", b"delete\r\n", UC), x("a", b"kick\r\n", UC),
@@ -580,7 +580,7 @@ TRANSCRIPTS: list[Transcript] = [
         x("a", b"stats-tube z\r\n", NF),
         x("a", b"list-tubes\r\n", b"OK 22\r\n---\n- default\n- c\n- b\n\r\n"),
     )),
-    # --- binlog: restarts on the same data directory (§8, §9 binlog) ----------------------
+    # --- binlog: restarts on the same data directory ------------------------------------
     T("binlog-empty-restart", steps(
         Restart("a", kill=False), put("a", b"a", 1), x("a", b"peek 1\r\n", b"FOUND 1 1\r\na\r\n"),
     ), options=("-b", "{dir}")),

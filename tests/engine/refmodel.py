@@ -1,6 +1,6 @@
 """A deliberately naive reference model of the engine's rules, for the stateful test.
 
-Linear scans over plain dicts instead of heaps and indexes; written from PROTOCOL.md and the
+Linear scans over plain dicts instead of heaps and indexes; written from docs/protocol.md and the
 engine's documented tie rules (timers fire, then waiters are served in arrival order, then
 DEADLINE_SOON / TIMED_OUT), not from the engine's code.
 """

@@ -1,4 +1,4 @@
-"""Every command's effect and reply, organised like PROTOCOL.md §3-§4 (table-driven)."""
+"""Every command's effect and reply, organised like docs/protocol.md's "Commands" (table-driven)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ NF = R("NOT_FOUND")
 
 # name -> script; each script runs on a fresh engine (connection 1 and 2 auto-connect)
 CASES: dict[str, list[tuple[Any, ...]]] = {
-    # §4 put
+    # put
     "put returns increasing ids": [
         (1, Put(0, 0, 10, b"a"), R("INSERTED", 1)),
         (1, Put(0, 0, 10, b"b"), R("INSERTED", 2)),
@@ -62,7 +62,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         (1, Put(0, 0, 10, b"x"), R("INSERTED", 2)),
     ],
     "max priority accepted": [(1, Put(2**32 - 1, 0, 1, b"x"), R("INSERTED", 1))],
-    # §4 use / watch / ignore / lists
+    # use / watch / ignore / lists
     "use replies USING": [(1, Use("x_y"), R("USING", "x_y")), (1, ListTubeUsed(), R("USING", "x_y"))],
     "watch counts, twice is unchanged": [
         (1, Watch("t1"), R("WATCHING", 2)),
@@ -108,7 +108,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         (1, Quit(), Close()),
         (2, ReserveWithTimeout(0), RES(1, b"x")),
     ],
-    # §4 reserve
+    # reserve
     "reserve order is (pri, id) across watched tubes": [
         (1, Use("abc"), R("USING", "abc")),
         (1, Put(999999, 0, 5, b"low"), R("INSERTED", 1)),
@@ -153,7 +153,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         ("sleep", 0.001),
         ("wake", 2, R("TIMED_OUT")),
     ],
-    # §4 reserve-job
+    # reserve-job
     "reserve-job of ready, then again is NOT_FOUND": [
         (1, Put(0, 0, 5, b"a"), R("INSERTED", 1)),
         (1, ReserveJob(1), RES(1, b"a")),
@@ -187,7 +187,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         (1, ReserveWithTimeout(0), R("TIMED_OUT")),
         (1, ReserveJob(1), RES(1, b"a")),
     ],
-    # §4 delete
+    # delete
     "delete ready, delayed, buried, own reserved": [
         (1, Put(0, 0, 5, b"a"), R("INSERTED", 1)),
         (1, Put(0, 9, 5, b"b"), R("INSERTED", 2)),
@@ -204,7 +204,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         (1, Delete(1), NF),
         (2, Delete(1), R("DELETED")),
     ],
-    # §4 release / bury / touch
+    # release / bury / touch
     "release with delay goes to delayed, then ready": [
         (1, Put(0, 0, 5, b"a"), R("INSERTED", 1)),
         (1, Reserve(), RES(1, b"a")),
@@ -233,7 +233,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         (1, Touch(1), NF),
         (2, Touch(1), R("TOUCHED")),
     ],
-    # §4 peek
+    # peek
     "peek any state; bounds": [
         (1, Put(0, 0, 5, b"a"), R("INSERTED", 1)),
         (1, Peek(1), FOUND(1, b"a")),
@@ -255,7 +255,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         (1, PeekReady(), NF),
         (1, PeekBuried(), NF),
     ],
-    # §4 kick
+    # kick
     "kick prefers buried over delayed": [
         (1, Put(0, 50, 5, b"d1"), R("INSERTED", 1)),
         (1, Put(0, 60, 5, b"d2"), R("INSERTED", 2)),
@@ -277,7 +277,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         (1, KickJob(1), NF),
         (1, KickJob(77), NF),
     ],
-    # §4 pause-tube
+    # pause-tube
     "pause-tube on a missing tube is NOT_FOUND": [(1, PauseTube("nope", 5), NF)],
     "paused tube is skipped until the pause ends": [
         (1, Put(0, 0, 5, b"a"), R("INSERTED", 1)),
@@ -294,7 +294,7 @@ CASES: dict[str, list[tuple[Any, ...]]] = {
         (1, PauseTube("default", 0), R("PAUSED")),
         ("wake", 2, RES(1, b"a")),
     ],
-    # §4 / §6 DEADLINE_SOON
+    # DEADLINE_SOON
     "ttr=1: reserve again gives DEADLINE_SOON, job still reserved": [
         (1, Put(0, 0, 1, b"a"), R("INSERTED", 1)),
         (1, Reserve(), RES(1, b"a")),
@@ -382,7 +382,7 @@ def test_refused_put_and_missed_reserve_job_do_not_change_roles() -> None:
     assert (s["current-producers"], s["current-workers"]) == (1, 1)
 
 
-# --- stats (§5 values the engine owns) ------------------------------------------------------
+# --- stats (values the engine owns) -----------------------------------------------------------
 
 
 def test_ttr_values_read_back_and_zero_is_raised_to_one() -> None:

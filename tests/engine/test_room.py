@@ -127,11 +127,11 @@ def test_on_a_full_wal_not_found_wins_over_out_of_memory(tmp_path: object) -> No
     NOT_FOUND and changes nothing; one it holds is refused for room (OUT_OF_MEMORY)."""
     import errno
 
-    def enospc(step: str) -> None:
-        if step == "space-allocate":
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    from stalkd.log.fs import Faults
 
-    wal = Wal.open(str(tmp_path), durability="never", segment_size=8192, fault=enospc)
+    fs = Faults()
+    fs.fail("allocate", errno.ENOSPC, match="spare")  # no spare segment can be made
+    wal = Wal.open(str(tmp_path), durability="never", segment_size=8192, fs=fs)
     e, _ = wal.recover(T0)
     room = Admission(wal, str(tmp_path))
     e.room = room

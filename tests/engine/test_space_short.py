@@ -1,4 +1,4 @@
-"""Compaction while the disk is full (issue 11 item 3), through the WAL's fault seam: a snapshot
+"""Compaction while the disk is full (issue 11 item 3), through the file-system seam: a snapshot
 that fails for lack of space leaves compaction due (it was reset before: the retry never ran
 without new writes), and a clean stop's snapshot spares the next start the dead WAL."""
 
@@ -9,21 +9,10 @@ from pathlib import Path
 
 from stalkd.engine import Engine
 from stalkd.engine.wal import Wal
+from stalkd.log.fs import Faults
 from stalkd.protocol.commands import Delete, Put
 
 T = 1_700_000_000.0
-
-
-class Full:
-    """The fault seam: ENOSPC at the named steps while ``on``."""
-
-    def __init__(self, *steps: str) -> None:
-        self.steps = set(steps)
-        self.on = False
-
-    def __call__(self, step: str) -> None:
-        if self.on and step in self.steps:
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
 
 
 def churn(wal: Wal, n: int) -> Engine:
@@ -39,13 +28,13 @@ def churn(wal: Wal, n: int) -> Engine:
 
 
 def test_a_snapshot_that_fails_for_lack_of_space_stays_due(tmp_path: Path) -> None:
-    full = Full("snapshot-chunk")  # the file was opened (and the count reset), a write fails
+    fs = Faults()
     wal = Wal.open(tmp_path, durability="never", segment_size=65536, compact_min_bytes=4096,
-                   background=False, fault=full)  # fmt: skip
+                   background=False, fs=fs)  # fmt: skip
     try:
         eng = churn(wal, 200)
         assert wal.compaction_due(eng)
-        full.on = True
+        fs.fail("write", errno.ENOSPC, match="/snap-")  # the snapshot file opens, its writes fail
         try:
             wal.maintain(eng, T)
             while wal.maintain(eng, T):
@@ -55,7 +44,7 @@ def test_a_snapshot_that_fails_for_lack_of_space_stays_due(tmp_path: Path) -> No
             pass
         # Then, with no new writes, compaction is still due and succeeds once room returns
         assert wal.compaction_due(eng)
-        full.on = False
+        fs.heal()
         while wal.maintain(eng, T):
             pass
         assert wal.snapshots_written == 1
@@ -75,10 +64,10 @@ def test_a_clean_stop_snapshots_so_the_restart_replays_nothing(tmp_path: Path) -
 
 
 def test_a_stop_snapshot_without_room_is_reported_not_raised(tmp_path: Path) -> None:
-    full = Full("snapshot-open")
-    with Wal.open(tmp_path, durability="never", segment_size=65536, background=False, fault=full) as wal:
+    fs = Faults()
+    with Wal.open(tmp_path, durability="never", segment_size=65536, background=False, fs=fs) as wal:
         eng = churn(wal, 50)
-        full.on = True
+        fs.fail("open", errno.ENOSPC, match="/snap-")
         why = wal.final_snapshot(eng)
         assert why is not None and "No space" in why
     with Wal.open(tmp_path, durability="never", segment_size=65536) as wal:

@@ -1,4 +1,4 @@
-"""WAL persistence: restart semantics (PROTOCOL.md §8), snapshots, compaction, restart equivalence."""
+"""WAL persistence: restart semantics (docs/protocol.md, "Persistence"), snapshots, compaction, restart equivalence."""
 
 from __future__ import annotations
 
@@ -374,7 +374,7 @@ def test_promises_never_exceed_room_over_random_histories(tmp_path: Path, seed: 
     wal.close()
     wal2 = Wal.open(tmp_path)
     e2, _ = wal2.recover(T0)
-    # Reserved jobs come back ready (PROTOCOL.md §8)
+    # Reserved jobs come back ready (docs/protocol.md, "Persistence")
     got = {jid: (j.state, j.pri) for jid, j in e2.jobs.items()}
     assert {
         jid: (s if s.name != "RESERVED" else s.READY, p) for jid, (s, p) in expect.items()

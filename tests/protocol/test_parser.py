@@ -1,4 +1,4 @@
-"""Table-driven bytes -> items cases for every command and every parse error (PROTOCOL.md §1, §4)."""
+"""Table-driven bytes -> items cases for every command and every parse error (docs/protocol.md, "Framing" and "Commands")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A full disk refuses writes and keeps serving reads (PROTOCOL.md §8 "Space reservation").
+"""A full disk refuses writes and keeps serving reads (docs/protocol.md, "Persistence").
 
 Through the real server on a small tmpfs this test mounts: puts get OUT_OF_MEMORY, deletes of
 existing jobs still succeed (their room was promised by their put), peek/stats/reserve work,

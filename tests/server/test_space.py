@@ -1,5 +1,5 @@
-"""Space handling in the server without mounting anything: the injected allocation failure at
-the WAL's spare-segment boundary (put/bury/release/kick/kick-job replies, nothing changed), a
+"""Space handling in the server without mounting anything: an allocation failure injected
+through the file-system seam at the WAL's spare segments (put/bury/release/kick/kick-job replies, nothing changed), a
 snapshot failing for lack of space (retried, not fatal) versus another error (fatal), and
 ``--archive`` keeping retired segments for ``stalkd analyze``."""
 
@@ -20,28 +20,10 @@ from server.proc import start_stalkd
 from server.wire import Wire, stats
 from stalkd.engine.wal import Wal
 from stalkd.log import LogReader
+from stalkd.log.fs import Faults
 from stalkd.server.app import Server
 from stalkd.server.config import Config
 from stalkd.server.listen import bind_listener
-
-
-class Faults:
-    """The WAL's ``fault`` hook: ENOSPC at spare allocation while ``full``; ``snapshot_errno``
-    raised when a snapshot file is opened, ``snapshot_failures`` times."""
-
-    def __init__(self) -> None:
-        self.full = False
-        self.snapshot_errno = errno.ENOSPC
-        self.snapshot_failures = 0
-        self.snapshot_fired = 0
-
-    def __call__(self, step: str) -> None:
-        if step == "space-allocate" and self.full:
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
-        if step == "snapshot-open" and self.snapshot_fired < self.snapshot_failures:
-            self.snapshot_fired += 1
-            raise OSError(self.snapshot_errno, os.strerror(self.snapshot_errno) + " (injected)")
-
 
 Scenario = Callable[
     [Server, Wal, Faults, asyncio.StreamReader, asyncio.StreamWriter, list[BaseException]],
@@ -52,7 +34,7 @@ Scenario = Callable[
 def _run(tmp: Path, scenario: Scenario, **wal_kw: object) -> None:
     async def main() -> None:
         faults = Faults()
-        wal = Wal.open(tmp, durability="never", fault=faults, **wal_kw)  # type: ignore[arg-type]
+        wal = Wal.open(tmp, durability="never", fs=faults, **wal_kw)  # type: ignore[arg-type]
         engine, _ = wal.recover(time.time())
         fatal: list[BaseException] = []
         srv = Server(
@@ -96,7 +78,7 @@ def test_full_disk_replies_and_nothing_changes(tmp_path: Path) -> None:
         assert await _cmd(r, w, b"reserve\r\n") == b"RESERVED 1 2\r\nj1\r\n"
         assert await _cmd(r, w, b"reserve\r\n") == b"RESERVED 2 2\r\nj2\r\n"
         assert await _cmd(r, w, b"bury 2 5\r\n") == b"BURIED\r\n"
-        faults.full = True
+        faults.fail("allocate", errno.ENOSPC, match="spare")  # the disk is full
         n = 3
         while (
             reply := await _cmd(r, w, b"put 0 0 60 500\r\n%s\r\n" % (b"f" * 500))
@@ -138,7 +120,7 @@ def test_full_disk_replies_and_nothing_changes(tmp_path: Path) -> None:
         # And a delete always goes through
         assert await _cmd(r, w, b"delete 3\r\n") == b"DELETED\r\n"
         # When space returns, so do writes
-        faults.full = False
+        faults.heal()
         assert await _cmd(r, w, b"kick 10\r\n") == b"KICKED 1\r\n"
         assert await _cmd(r, w, b"put 0 0 60 2\r\nj4\r\n") == b"INSERTED %d\r\n" % (n + 1)
         assert not fatal
@@ -160,7 +142,7 @@ def test_snapshot_failure_for_lack_of_space_is_retried(
         w: asyncio.StreamWriter,
         fatal: list[BaseException],
     ) -> None:
-        faults.snapshot_errno, faults.snapshot_failures = err, 3
+        faults.fail("open", err, match="/snap-", times=3)  # the next three snapshot files
         for i in range(1, 21):
             assert await _cmd(r, w, b"put 0 0 60 2\r\nj%d\r\n" % (i % 10)) == b"INSERTED %d\r\n" % i
         for i in range(1, 11):  # churn: the WAL outgrows the live data, compaction is due
@@ -173,7 +155,7 @@ def test_snapshot_failure_for_lack_of_space_is_retried(
             await asyncio.sleep(0.01)
         if err == errno.ENOSPC:
             # A full disk drops the snapshot with a warning; a later attempt succeeds
-            assert not fatal and faults.snapshot_fired == 3 and wal.snapshots_written >= 1
+            assert not fatal and faults.failures.get("open") == 3 and wal.snapshots_written >= 1
             assert "snapshot dropped for lack of space" in caplog.text
             assert await _cmd(r, w, b"peek 20\r\n") == b"FOUND 20 2\r\nj0\r\n"
         else:

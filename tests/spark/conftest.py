@@ -1,4 +1,4 @@
-"""One real local[2] SparkSession per test process (SPARK-NOTES §2), shared by every Spark test.
+"""One real local[2] SparkSession per test process, shared by every Spark test.
 
 A session costs ~10 s to start and its JVM lives until the process exits, so starting more than
 one would only slow the suite down.

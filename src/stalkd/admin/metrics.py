@@ -34,8 +34,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from stalkd.admin.histogram import COUNTS, JOB_SECONDS, LATENCY, Buckets
-from stalkd.engine.job import US
 from stalkd.engine.model import Record
+from stalkd.engine.objects import US
 from stalkd.engine.state import Outcome
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COUNTERS as CMD_KEYS

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from stalkd.admin import views
 from stalkd.admin.session import AdminSession
-from stalkd.engine.job import US
 from stalkd.engine.model import JobState
+from stalkd.engine.objects import US
 from stalkd.protocol import commands as C
 from stalkd.tubes import FAILED_TUBE
 

@@ -17,9 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from stalkd.engine import Engine
-from stalkd.engine.job import US, Job, time_left
 from stalkd.engine.model import JobState
-from stalkd.engine.tube import Tube
+from stalkd.engine.objects import US, Job, Tube, time_left
 from stalkd.tubes import is_internal
 
 __all__ = ["STATES", "tube_row", "tube_rows", "job_row", "jobs_of", "smallest_above", "server_row"]

@@ -9,7 +9,8 @@ credentials from the standard AWS variables), and ``gs://`` / ``hdfs://`` where 
 
 Layout under the URL::
 
-    manifest.json                      what a reader may take (written last, replaced whole)
+    manifest.json                      the index: parts and snapshots (written last, replaced whole)
+    manifest/part-<base>.json          up to 1000 segment entries each; only the last one grows
     segments/seg-<base, 20 digits>.log a sealed segment, compacted: header, frames, footer
     snapshots/snap-<seq>.snap          engine snapshots, as on the server's disk
 """

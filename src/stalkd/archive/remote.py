@@ -1,4 +1,4 @@
-"""Reading an archive back: its manifest, and shipped segments as in-memory segment views.
+"""Reading an archive back: its manifest (the index and the parts a reader needs), and shipped segments as in-memory segment views.
 
 A shipped segment is a valid segment file (header, frames, footer), so once its bytes are in
 memory the log's own checks read it: :class:`BufferSegment` is a ``SegmentView`` over bytes
@@ -19,15 +19,28 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from crc32c import crc32c
 
-from stalkd.archive.manifest import MANIFEST_NAME, Manifest, ManifestError, SegmentEntry
+from stalkd.archive.manifest import (
+    MANIFEST_NAME,
+    Index,
+    Manifest,
+    ManifestError,
+    Part,
+    PartEntry,
+    SegmentEntry,
+)
 from stalkd.archive.store import ObjectMissingError, Store
 from stalkd.log.errors import LogCorruptError, NotALogError
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE, SegmentView, decode_header
 
-__all__ = ["ArchiveCorruptError", "BufferSegment", "fetch_segment", "load_manifest", "RANGE_BYTES"]
+__all__ = ["ArchiveCorruptError", "BufferSegment", "fetch_segment", "load_index", "load_manifest", "load_part",
+           "load_segments", "RANGE_BYTES"]
+
+T = TypeVar("T")
 
 RANGE_BYTES = 8 * 2**20  # one ranged GET at most: bounded requests, retried alone by the SDK
 
@@ -36,25 +49,64 @@ class ArchiveCorruptError(LogCorruptError):
     """An archived object whose size or CRC differs from what the manifest recorded."""
 
 
-def load_manifest(store: Store, attempts: int = 6) -> Manifest:
-    """The archive's published manifest; NotALogError if ``store`` holds none.
+def _read_doc(store: Store, name: str, decode: Callable[[bytes, str], T], attempts: int = 6) -> T:
+    """``decode`` of the object ``name``; NotALogError if there is no manifest at all.
 
-    A read that raced the shipper replacing the manifest can come back cut short (see
+    A read that raced the shipper replacing the object can come back cut short (see
     ``ManifestError.incomplete``): it is read again, a few times, before giving up.
     """
     for attempt in range(attempts):
         try:
-            data = store.read(MANIFEST_NAME)
+            data = store.read(name)
         except ObjectMissingError as exc:
-            raise NotALogError(f"{store.url}: no stalkd archive here (no {MANIFEST_NAME}; an archive is "
-                               "written by `stalkd serve --archive URL`)") from exc
+            if name == MANIFEST_NAME:
+                raise NotALogError(f"{store.url}: no stalkd archive here (no {MANIFEST_NAME}; an archive is "
+                                   "written by `stalkd serve --archive URL`)") from exc
+            raise ArchiveCorruptError(f"{store.url}/{name}: missing, but {MANIFEST_NAME} names it",
+                                      path=f"{store.url}/{name}", position=0, offset=None) from exc
         try:
-            return Manifest.decode(data, where=f"{store.url}/{MANIFEST_NAME}")
+            return decode(data, f"{store.url}/{name}")
         except ManifestError as exc:
             if not exc.incomplete or attempt == attempts - 1:
                 raise
             time.sleep(0.02 * 2**attempt)  # the replacement in flight lands meanwhile
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def load_index(store: Store) -> Index:
+    """The archive's published index (``manifest.json``); NotALogError if ``store`` holds none."""
+    return _read_doc(store, MANIFEST_NAME, Index.decode)
+
+
+def load_part(store: Store, entry: PartEntry) -> tuple[SegmentEntry, ...]:
+    """The segments the index entry ``entry`` promises: the part's first ``count`` (a part may
+    hold more, written before a crash or ahead of the next index)."""
+    segs = _read_doc(store, entry.name, Part.decode).segments
+    where = f"{store.url}/{entry.name}"
+    if len(segs) < entry.count or (entry.count and segs[entry.count - 1].end != entry.end):
+        raise ArchiveCorruptError(f"{where}: lists {len(segs)} segments, the index promises {entry.count} "
+                                  f"ending at offset {entry.end}", path=where, position=0, offset=entry.base)
+    return segs[: entry.count]
+
+
+def load_segments(store: Store, index: Index | None = None, *, t_lo: int | None = None,
+                  t_hi: int | None = None, end_before: int | None = None) -> list[SegmentEntry]:  # fmt: skip
+    """The shipped segments with frames in ``[t_lo, t_hi]`` (us) that start below ``end_before``
+    (each None: no bound), reading only the parts that can hold them."""
+    index = load_index(store) if index is None else index
+    if index.inline is not None:
+        segs: Iterable[SegmentEntry] = index.inline.segments
+    else:
+        segs = (s for p in index.parts_for(t_lo, t_hi, end_before) for s in load_part(store, p))
+    return [s for s in segs
+            if not ((t_lo is not None and s.max_us < t_lo) or (t_hi is not None and s.min_us > t_hi)
+                    or (end_before is not None and s.base >= end_before))]  # fmt: skip
+
+
+def load_manifest(store: Store) -> Manifest:
+    """Everything the archive's published manifest names (index and every part)."""
+    index = load_index(store)
+    return Manifest(tuple(load_segments(store, index)), index.snapshots)
 
 
 class BufferSegment(SegmentView):

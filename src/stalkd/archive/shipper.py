@@ -9,8 +9,16 @@ what the manifest covers, in offset order, it
    footer (the preallocated zeros between are dropped; the image is itself a valid segment),
    checking every frame's CRC on the way and noting the first and last timestamps;
 2. writes it with ``Store.put_atomic`` under ``segments/``;
-3. publishes a new manifest naming it (written last, so a crash at any step leaves nothing a
-   reader takes for a segment; the next start ships the segment again under the same name).
+3. writes the manifest's last part with the segment's entry, then publishes the index counting
+   it (written last, so a crash at any step leaves nothing a reader takes for a segment; the
+   next start ships the segment again under the same name). Each publish rewrites one part of
+   at most ``part_size`` entries and the small index, whatever the archive's size.
+
+Snapshots are shipped too, with the WAL offset each needs records from. A snapshot no reader
+needs is pruned: rebuilding the queue from the archive starts at the newest shipped snapshot
+whose records are all shipped (its ``start`` at or below the archive's end), so every older one
+is dropped from the index and then deleted (a reader holding the previous index may find it
+gone, and reads the new index again).
 
 A failed step is retried after a jittered exponential delay (``retry_delay``), forever: the
 server's retention holds every segment not yet shipped (``shipped_end``), so a store that is
@@ -18,7 +26,7 @@ down costs disk space, never history.
 
 Ensures: the manifest's segments are exactly the shipped ones, in offset order; every object a
 manifest names was complete before the manifest was written; a segment below ``shipped_end()``
-is in the archive.
+is in the archive; a pruned snapshot is out of the index before its object is deleted.
 """
 
 from __future__ import annotations
@@ -33,9 +41,17 @@ from collections.abc import Callable
 import numpy as np
 from crc32c import crc32c
 
-from stalkd.archive.manifest import MANIFEST_NAME, Manifest, SegmentEntry, SnapshotEntry
-from stalkd.archive.remote import load_manifest
+from stalkd.archive.manifest import (
+    MANIFEST_NAME,
+    PART_SIZE,
+    Index,
+    Part,
+    SegmentEntry,
+    SnapshotEntry,
+)
+from stalkd.archive.remote import load_index, load_part
 from stalkd.archive.store import Store, StoreError
+from stalkd.engine.snapfile import SnapshotError, read_header
 from stalkd.log.columns import segment_columns
 from stalkd.log.errors import NotALogError
 from stalkd.log.reader import list_segments
@@ -45,7 +61,7 @@ __all__ = ["Shipper", "retry_delay", "segment_image"]
 
 log = logging.getLogger("stalkd.archive")
 
-SNAP_DIR = "snapshots"  # engine.wal.SNAP_DIR (not imported: the engine is not needed here)
+SNAP_DIR = "snapshots"  # engine.wal.SNAP_DIR (not imported: the WAL is not needed here)
 WAL_DIR = "wal"
 
 
@@ -89,14 +105,16 @@ class Shipper:
     >>> # s = Shipper("/data", Store.open("s3://bucket/q")); s.start(); ...; s.stop()
     """
 
-    def __init__(self, data_dir: str, store: Store, *, poll: float = 0.5,
+    def __init__(self, data_dir: str, store: Store, *, poll: float = 0.5, part_size: int = PART_SIZE,
                  rand: Callable[[], float] = random.random) -> None:  # fmt: skip
         self.data_dir = data_dir
         self.wal_dir = os.path.join(data_dir, WAL_DIR)
         self.store = store
         self.poll = poll
+        self.part_size = part_size  # for a new archive; an existing one keeps its own
         self._rand = rand
-        self._manifest: Manifest | None = None
+        self._index: Index | None = None
+        self._last = Part()  # the index's last part (the one that grows)
         self._shipped_end = 0  # read by the retention hold from other threads: an int is atomic
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -125,22 +143,31 @@ class Shipper:
 
     # -------------------------------------------------------------- one pass
 
-    def load(self) -> Manifest:
-        """The published manifest (empty if the archive is new)."""
-        if self._manifest is None:
+    def load(self) -> Index:
+        """The published index (empty if the archive is new), and its last part in ``_last``.
+        A format-1 manifest is converted: its parts are written, then a format-2 index."""
+        if self._index is None:
             try:
-                self._manifest = load_manifest(self.store)
+                index = load_index(self.store)
             except NotALogError:
-                self._manifest = Manifest()
-            self._shipped_end = self._manifest.end
-        return self._manifest
+                index = Index(part_size=self.part_size)
+            if index.inline is not None:
+                index, parts = Index.from_v1(index.inline.segments, index.snapshots, self.part_size)
+                for name, part in parts:
+                    self.store.put_atomic(name, part.encode())
+                self.store.put_atomic(MANIFEST_NAME, index.encode())
+            self._last = Part(load_part(self.store, index.parts[-1])) if index.parts else Part()
+            self._index = index
+            self._shipped_end = index.end
+        return self._index
 
     def ship_once(self) -> int:
-        """Ship every sealed segment and snapshot not yet in the archive; returns segments shipped."""
-        manifest = self.load()
+        """Ship every sealed segment and snapshot not yet in the archive, then prune snapshots
+        no reader needs; returns segments shipped."""
+        index = self.load()
         shipped = 0
         for base, path, _archived in list_segments(self.wal_dir, archive=True):
-            if base < manifest.end:
+            if base < index.end:
                 continue
             try:
                 got = segment_image(path)
@@ -149,20 +176,23 @@ class Shipper:
             if got is None:
                 break  # the active segment: everything after it is newer still
             image, entry = got
-            if manifest.segments and entry.base != manifest.end:
+            if index.parts and entry.base != index.end:
                 log.warning("archive %s: offsets %d..%d are missing (deleted before they were "
-                            "shipped); shipping from %d", self.store.url, manifest.end, entry.base - 1, entry.base)
+                            "shipped); shipping from %d", self.store.url, index.end, entry.base - 1, entry.base)
             self.store.put_atomic(entry.name, image)
-            manifest = manifest.with_segment(entry)
-            self._publish(manifest)
+            index, part = index.with_segment(self._last, entry)
+            self.store.put_atomic(index.parts[-1].name, part.encode())
+            self._publish(index)
+            self._last = part
             shipped += 1
             log.info("archived %s (offsets %d..%d, %d bytes)", entry.name, entry.base, entry.end - 1, entry.size)
         self._ship_snapshots()
+        self._prune_snapshots()
         return shipped
 
     def _ship_snapshots(self) -> None:
-        manifest = self.load()
-        have = {s.name for s in manifest.snapshots}
+        index = self.load()
+        have = {s.name for s in index.snapshots}
         snap_dir = os.path.join(self.data_dir, SNAP_DIR)
         try:
             names = sorted(n for n in os.listdir(snap_dir) if n.endswith(".snap"))
@@ -172,19 +202,42 @@ class Shipper:
             name = f"{SNAP_DIR}/{n}"
             if name in have:
                 continue
+            path = os.path.join(snap_dir, n)
             try:
-                with open(os.path.join(snap_dir, n), "rb") as f:
+                start = read_header(path).start_offset
+                with open(path, "rb") as f:
                     data = f.read()
             except FileNotFoundError:  # replaced by a newer one meanwhile
                 continue
+            except SnapshotError:  # not complete (being written): the next pass takes it
+                continue
+            index = index.with_snapshot(SnapshotEntry(name, len(data), crc32c(data), start))
             self.store.put_atomic(name, data)
-            manifest = manifest.with_snapshot(SnapshotEntry(name, len(data), crc32c(data)))
-            self._publish(manifest)
+            self._publish(index)
 
-    def _publish(self, manifest: Manifest) -> None:
-        self.store.put_atomic(MANIFEST_NAME, manifest.encode())
-        self._manifest = manifest
-        self._shipped_end = manifest.end
+    def _prune_snapshots(self) -> None:
+        """Drop every snapshot older than the newest one whose records are all shipped."""
+        index = self.load()
+        covered = [s for s in index.snapshots if s.start is not None and s.start <= index.end]
+        if not covered:
+            return
+        keep = max(covered, key=lambda s: (s.start or 0, s.name))
+        start = keep.start or 0
+        old = {s.name for s in index.snapshots
+               if s.name < keep.name and (s.start is None or s.start <= start)}  # fmt: skip
+        if not old:
+            return
+        self._publish(index.without_snapshots(old))
+        for name in sorted(old):
+            try:
+                self.store.delete(name)
+            except StoreError as exc:  # out of the index: an orphan, harmless; say so
+                log.warning("archive %s: could not delete pruned %s: %s", self.store.url, name, exc)
+
+    def _publish(self, index: Index) -> None:
+        self.store.put_atomic(MANIFEST_NAME, index.encode())
+        self._index = index
+        self._shipped_end = index.end
 
     def _run(self) -> None:
         attempt = 0
@@ -196,14 +249,14 @@ class Shipper:
             except (OSError, StoreError, ValueError) as exc:
                 attempt += 1
                 self.failures += 1
-                self._manifest = None  # re-read: a failed publish may or may not have landed
+                self._index = None  # re-read: a failed publish may or may not have landed
                 wait = retry_delay(attempt, rand=self._rand())
                 log.warning("archive %s: shipping failed (attempt %d, retry in %.1f s): %s",
                             self.store.url, attempt, wait, exc)
             except Exception:  # a bug or corruption: say so loudly, keep the server up, retry slowly
                 attempt += 1
                 self.failures += 1
-                self._manifest = None
+                self._index = None
                 wait = retry_delay(attempt, cap=300.0, rand=self._rand())
                 log.exception("archive %s: shipping failed (attempt %d, retry in %.1f s)",
                               self.store.url, attempt, wait)

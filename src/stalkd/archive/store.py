@@ -140,6 +140,15 @@ class Store:
         except pa.ArrowException as exc:
             raise StoreError(f"{self.url}: reading {name} failed: {exc}") from exc
 
+    def delete(self, name: str) -> None:
+        """Remove the object ``name`` (gone already is fine)."""
+        try:
+            self.fs.delete_file(self.path(name))
+        except FileNotFoundError:
+            pass
+        except pa.ArrowException as exc:
+            raise StoreError(f"{self.url}: deleting {name} failed: {exc}") from exc
+
     def exists(self, name: str) -> bool:
         info = self.fs.get_file_info(self.path(name))
         return bool(info.type == pafs.FileType.File)

@@ -183,7 +183,7 @@ def _list(r: Response) -> list[str]:
         raise ProtocolError(str(e)) from None
 
 
-# --- the commands (PROTOCOL.md section 4), in its order -------------------------------------
+# --- the commands (docs/protocol.md, "Commands"), in its order -------------------------------------
 
 
 def put(body: bytes, priority: int, delay: float, ttr: float) -> Request[int]:

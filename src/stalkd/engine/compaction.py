@@ -24,8 +24,8 @@ from itertools import accumulate
 from operator import attrgetter
 
 from stalkd.engine.engine import Engine
-from stalkd.engine.job import Job
 from stalkd.engine.model import RESULT_FIXED, Record
+from stalkd.engine.objects import Job
 from stalkd.engine.snapshot import SnapshotWriter, capture_order, list_snapshots
 from stalkd.log import Log
 from stalkd.log.frame import frame_size

@@ -1,8 +1,8 @@
 """A server data directory as a whole (``DIR/wal`` + ``DIR/snapshots``): the checks recovery
 runs on the pair, the explicit repair, and ``stalkd log`` over a data directory.
 
-``snapshot_gap`` is the one statement of "the WAL can give back what the snapshot needs":
-``Wal.recover`` raises on it and ``stalkd log inspect`` reports it. ``log_main`` is the
+``snapshot.snapshot_gap`` is the one statement of "the WAL can give back what the snapshot
+needs": ``Wal.recover`` raises on it and ``stalkd log inspect`` (here) reports it. ``log_main`` is the
 ``stalkd log`` command: the log layer's command (``stalkd.log.cli``) with these data-directory
 checks plugged in, so the log layer never imports the engine.
 
@@ -25,32 +25,14 @@ from stalkd.engine.snapshot import (
     list_snapshots,
     read_header,
     read_snapshot,
+    snapshot_gap,
 )
+from stalkd.engine.wal import Wal
 from stalkd.log.layout import DATA_LOG_DIR
 
-__all__ = ["SNAP_DIR", "check", "describe_records", "is_data_log", "job_id_ranges", "log_main", "repair",
-           "snapshot_gap"]
+__all__ = ["SNAP_DIR", "check", "describe_records", "is_data_log", "job_id_ranges", "log_main", "repair"]
 
 SNAP_DIR = "snapshots"
-
-
-def snapshot_gap(header: SnapshotHeader | None, oldest: int, next_offset: int, log_path: str) -> str | None:
-    """Why the WAL in ``log_path`` (offsets ``oldest`` .. ``next_offset``) cannot serve the
-    snapshot ``header`` (None: no snapshot), or None when it can.
-
-    >>> snapshot_gap(None, 0, 10, "d/wal") is None
-    True
-    """
-    need = header.start_offset if header else 0
-    if oldest > need:
-        return (f"{log_path}: the WAL starts at offset {oldest} but "
-                + (f"snapshot {header.path} needs records from offset {need}" if header
-                   else "no complete snapshot exists to cover the records before it"))  # fmt: skip
-    if header is not None and next_offset < need:
-        return (f"{log_path}: the WAL ends at offset {next_offset} but snapshot {header.path} was taken "
-                f"when it had reached offset {need}: records the log had written are missing "
-                f"(a segment file removed or cut short)")  # fmt: skip
-    return None
 
 
 def is_data_log(log_dir: str) -> bool:
@@ -133,7 +115,6 @@ def repair(log_dir: str, segment_size: int) -> tuple[list[str], list[tuple[int, 
     """Repair a data directory: cut its log at the damage (``Wal.open(repair=True)``), rebuild
     the jobs, and snapshot them if the log ends before the newest snapshot. Returns the report's
     lines and the records still readable in what was dropped."""
-    from stalkd.engine.wal import Wal
 
     data = os.path.dirname(os.path.normpath(log_dir))
     with Wal.open(data, durability="always", segment_size=segment_size, repair=True) as wal:
@@ -153,6 +134,20 @@ class _DataDirHooks:
     check = staticmethod(check)
     repair = staticmethod(repair)
     describe_records = staticmethod(describe_records)
+
+    @staticmethod
+    def is_archive(path: str) -> bool:
+        if "://" not in path and not os.path.isfile(os.path.join(path, "manifest.json")):
+            return False  # not even a candidate: `stalkd log` on a directory never imports pyarrow
+        from stalkd.archive.inspect import looks_like_archive
+
+        return looks_like_archive(path)
+
+    @staticmethod
+    def inspect_archive(url: str, verify: bool) -> dict[str, Any]:
+        from stalkd.archive.inspect import inspect_archive
+
+        return inspect_archive(url, verify)
 
 
 def log_main(argv: Sequence[str]) -> int:

@@ -24,17 +24,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stalkd.engine.connstate import ConnState
 from stalkd.engine.fastvalues import make_record
 from stalkd.engine.fastvalues import reserved as _reserved
-from stalkd.engine.job import URGENT_THRESHOLD, US, Job
 from stalkd.engine.jobcommands import JobCommands
 from stalkd.engine.model import Op, Record
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, remove_swap_last
 from stalkd.engine.queries import Queries
 from stalkd.engine.results import Results
 from stalkd.engine.room import Handler, Room, guarded
 from stalkd.engine.state import STEP_JOBS, EngineError, Outcome
-from stalkd.engine.tube import Tube, remove_swap_last
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COMMANDS
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from stalkd.engine.job import Job
 from stalkd.engine.model import JobState, Op, Record
+from stalkd.engine.objects import Job
 from stalkd.protocol import commands as C
 
 __all__ = ["inserted", "make_record", "reserved"]

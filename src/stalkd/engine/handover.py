@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.heap import pack
-from stalkd.engine.job import US
 from stalkd.engine.model import JobState, Op, Record
+from stalkd.engine.objects import US
 
 __all__ = ["Reservations", "HOLDER"]
 

@@ -12,12 +12,11 @@ in the order the changes happened; a handler that replies NOT_FOUND changed noth
 
 from __future__ import annotations
 
-from stalkd.engine.connstate import ConnState
 from stalkd.engine.fastvalues import inserted as _inserted
 from stalkd.engine.fastvalues import make_record
 from stalkd.engine.heap import pack
-from stalkd.engine.job import US, Job
 from stalkd.engine.model import JobState, Op
+from stalkd.engine.objects import US, ConnState, Job
 from stalkd.engine.room import Room, find_deletable, find_held, find_kickable, find_unreserved
 from stalkd.engine.timers import Timers
 from stalkd.protocol import commands as C

@@ -1,4 +1,4 @@
-"""Commands that only read: peek*, stats*, list-* (PROTOCOL.md §5, §6).
+"""Commands that only read: peek*, stats*, list-* (docs/protocol.md, "Commands").
 
 Ensures: none of these changes a job, tube or connection (``Engine.apply`` counts them in
 ``cmd``, beanstalkd's per-command counters, from the command table).
@@ -7,8 +7,7 @@ Ensures: none of these changes a job, tube or connection (``Engine.apply`` count
 from __future__ import annotations
 
 from stalkd.engine import stats as S
-from stalkd.engine.connstate import ConnState
-from stalkd.engine.job import Job
+from stalkd.engine.objects import ConnState, Job
 from stalkd.engine.state import EngineState
 from stalkd.protocol import commands as C
 

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.heap import pack
-from stalkd.engine.job import Job
 from stalkd.engine.model import JobState, Op, Record
+from stalkd.engine.objects import Job
 
 __all__ = ["ReplayError", "durable_record", "durable_records", "finish", "replay"]
 

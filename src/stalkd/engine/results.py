@@ -16,9 +16,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 
-from stalkd.engine.connstate import ConnState
-from stalkd.engine.job import US
 from stalkd.engine.model import Op, Record
+from stalkd.engine.objects import US, ConnState
 from stalkd.engine.state import STEP_JOBS, EngineState, Outcome
 from stalkd.protocol import commands as C
 

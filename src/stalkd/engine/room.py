@@ -13,19 +13,16 @@ applied without its record: beanstalkd never logs one).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from stalkd.engine.connstate import ConnState
-from stalkd.engine.job import Job
-from stalkd.engine.model import JobState
+from stalkd.engine.model import JobState, Record
+from stalkd.engine.objects import ConnState, Job
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import CommandSpec
 
-if TYPE_CHECKING:
-    from stalkd.engine.engine import Engine
-
 __all__ = [
     "Room",
+    "Guarded",
     "Handler",
     "guarded",
     "find_held",
@@ -52,6 +49,20 @@ class Room(Protocol):
     def updates(self, n: int) -> int:
         """Promise room for up to ``n`` short update records; how many fit (0..n)."""
         ...
+
+
+class Guarded(Protocol):
+    """What ``guarded`` reads of the engine (``Engine`` is one; a protocol here, so this
+    module does not import the engine that imports it)."""
+
+    max_job_size: int
+    draining: bool
+    keep_records: bool
+    jobs: dict[int, Job]
+    _records: list[Record]
+
+    @property
+    def room(self) -> Room | None: ...
 
 
 def find_held(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
@@ -82,7 +93,7 @@ _FINDERS = {"held": find_held, "deletable": find_deletable, "unreserved": find_u
             "kickable": find_kickable}  # fmt: skip
 
 
-def guarded(e: Engine, spec: CommandSpec, handler: Handler) -> Handler:
+def guarded(e: Guarded, spec: CommandSpec, handler: Handler) -> Handler:
     """``handler`` of engine ``e`` behind the room check its table row asks for."""
     find = None if spec.job is None else _FINDERS[spec.job]
     wal = spec.wal

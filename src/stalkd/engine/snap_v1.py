@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from stalkd.engine.job import URGENT_THRESHOLD, Job
 from stalkd.engine.model import FORMAT_VERSION, HEAD_JOB, U32, JobState, Op, Record, decode, encode
+from stalkd.engine.objects import URGENT_THRESHOLD, Job
 from stalkd.engine.snapfile import Buf, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
-    from stalkd.engine.tube import Tube
+    from stalkd.engine.objects import Tube
 
 __all__ = ["JobTuple", "encode_jobs", "encode_records", "iter_jobs", "iter_payloads", "load_into"]
 

@@ -8,8 +8,9 @@
   (little-endian; ``state`` is READY 1, BURIED 3 or DELAYED 4: a reserved job is stored READY
   with deadline 0; only jobs with a non-zero counter get a counter row)
 
-Why columnar: recovery of a million jobs was ~2.4 s with v1's row entries, most of it one
-``struct`` call, one tuple and a dozen Python steps per job. Here each column is one C call per
+Why columnar: with v1's row entries, recovery spent most of its time in one ``struct`` call,
+one tuple and a dozen Python steps per job (``bench/engine_bench.py --only recovery`` measures
+it). Here each column is one C call per
 block, jobs are built by ``map(Job, ...)`` over the columns, and the writer puts each tube's
 ready and delay heaps in heap-array order (``snapshot.capture_order``), so a snapshot taken
 while nothing moves loads into valid heaps with no reordering (``IndexedHeap.load``'s check).
@@ -28,13 +29,13 @@ from collections.abc import Iterator
 from itertools import accumulate, pairwise, repeat
 from typing import TYPE_CHECKING, NamedTuple
 
-from stalkd.engine.job import URGENT_THRESHOLD, Job
 from stalkd.engine.model import JobState, Op, Record
+from stalkd.engine.objects import URGENT_THRESHOLD, Job
 from stalkd.engine.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
-    from stalkd.engine.tube import Tube
+    from stalkd.engine.objects import Tube
 
 __all__ = ["Columns", "encode_block", "iter_columns", "load_into", "records"]
 

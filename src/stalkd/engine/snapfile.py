@@ -26,8 +26,7 @@ from stalkd.log.fs import REAL
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
-    from stalkd.engine.job import Job
-    from stalkd.engine.tube import Tube
+    from stalkd.engine.objects import Job, Tube
 
 __all__ = [
     "BLOCK", "HEAD", "Buf", "KNOWN_VERSIONS", "MAGIC", "SnapshotError", "SnapshotHeader", "TRAIL",

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from stalkd.engine import snap_v1, snap_v2
-from stalkd.engine.job import Job
 from stalkd.engine.model import JobState, Record, decode
+from stalkd.engine.objects import Job
 from stalkd.engine.snap_v1 import JobTuple
 from stalkd.engine.snapfile import (
     SnapshotError,
@@ -48,11 +48,12 @@ from stalkd.log.fs import REAL, FileSystem
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
-    from stalkd.engine.tube import Tube
+    from stalkd.engine.objects import Tube
 
 __all__ = [
     "JobTuple", "SNAP_VERSION", "SnapshotError", "SnapshotHeader", "SnapshotWriter", "capture_order",
-    "iter_jobs", "list_snapshots", "load_into", "read_header", "read_snapshot", "snapshot_name",
+    "iter_jobs", "list_snapshots", "load_into", "read_header", "read_snapshot", "snapshot_gap",
+    "snapshot_name",
 ]  # fmt: skip
 
 SNAP_VERSION = 2
@@ -294,3 +295,22 @@ def load_into(e: Engine, h: SnapshotHeader) -> dict[int, int]:
         if h.version == 1:
             return snap_v1.load_into(e, m, h)
         return snap_v2.load_into(e, m, h)
+
+
+def snapshot_gap(header: SnapshotHeader | None, oldest: int, next_offset: int, log_path: str) -> str | None:
+    """Why the WAL in ``log_path`` (offsets ``oldest`` .. ``next_offset``) cannot serve the
+    snapshot ``header`` (None: no snapshot), or None when it can.
+
+    >>> snapshot_gap(None, 0, 10, "d/wal") is None
+    True
+    """
+    need = header.start_offset if header else 0
+    if oldest > need:
+        return (f"{log_path}: the WAL starts at offset {oldest} but "
+                + (f"snapshot {header.path} needs records from offset {need}" if header
+                   else "no complete snapshot exists to cover the records before it"))  # fmt: skip
+    if header is not None and next_offset < need:
+        return (f"{log_path}: the WAL ends at offset {next_offset} but snapshot {header.path} was taken "
+                f"when it had reached offset {need}: records the log had written are missing "
+                f"(a segment file removed or cut short)")  # fmt: skip
+    return None

@@ -82,8 +82,8 @@ class SpaceBudget:
 
     ``log_dir`` is the log whose ``spares/`` this budget keeps; ``end`` returns the log's
     (active base, position); ``active_limit(base)`` the active segment's last usable byte.
-    ``allocate(fd, offset, size)`` reserves a spare's blocks (``fs.allocate`` unless the WAL
-    wraps it); ``fs`` is the file system spares are made and dropped through.
+    ``fs`` is the file system spares are made (allocated) and dropped through; tests inject a
+    full disk there.
 
     >>> import tempfile
     >>> b = SpaceBudget(tempfile.mkdtemp(), 1 << 16, 1024, lambda: (0, 64), lambda base: 1 << 15)
@@ -98,7 +98,6 @@ class SpaceBudget:
         max_frame: int,
         end: Callable[[], tuple[int, int]],
         active_limit: Callable[[int], int],
-        allocate: Callable[[int, int, int], None] = REAL.allocate,
         fs: FileSystem = REAL,
     ) -> None:
         self.log_dir = log_dir
@@ -109,7 +108,6 @@ class SpaceBudget:
         self.per_spare = max(SHORT_FRAME, segment_size - HEADER_SIZE - FOOTER_SIZE - max_frame)
         self._end = end
         self._active_limit = active_limit
-        self._allocate = allocate
         self._fs = fs
         self.promised = 0
         self.refused = 0  # admissions refused (stats, tests)
@@ -193,7 +191,7 @@ class SpaceBudget:
 
     def _grow(self) -> bool:
         try:
-            make_spare(self.log_dir, self.segment_size, self._fs, self._allocate)
+            make_spare(self.log_dir, self.segment_size, self._fs)
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 return False

@@ -17,12 +17,10 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
-from stalkd.engine.connstate import ConnState
 from stalkd.engine.fastvalues import make_record
 from stalkd.engine.heap import IndexedHeap, pack
-from stalkd.engine.job import URGENT_THRESHOLD, US, Job
 from stalkd.engine.model import JobState, Op, Record
-from stalkd.engine.tube import Tube, remove_swap_last
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, remove_swap_last
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COUNTERS
 

@@ -1,6 +1,6 @@
-"""The engine's share of ``stats``, ``stats-job`` and ``stats-tube`` (PROTOCOL.md §5).
+"""The engine's share of ``stats``, ``stats-job`` and ``stats-tube`` (docs/protocol.md, "Stats").
 
-Key order here follows PROTOCOL.md so a reader can check it; the wire order and quoting are
+Key order here follows beanstalkd's so a reader can check it; the wire order and quoting are
 ``stalkd.protocol``'s job. The server adds process, binlog and host keys to ``stats``.
 """
 
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stalkd.engine.job import US, Job, time_left
 from stalkd.engine.model import JobState
+from stalkd.engine.objects import US, Job, time_left
 from stalkd.protocol.commands import YamlDict
 from stalkd.protocol.grammar import REPORTED_COUNTERS
 
 if TYPE_CHECKING:
+    from stalkd.engine.objects import Tube
     from stalkd.engine.state import EngineState
-    from stalkd.engine.tube import Tube
 
 __all__ = ["stats", "stats_job", "stats_tube"]
 
@@ -30,7 +30,7 @@ _STATE_NAMES = {
 def stats_job(j: Job, now_us: int) -> YamlDict:
     """``stats-job`` values for one job at ``now_us``.
 
-    >>> from stalkd.engine.tube import Tube
+    >>> from stalkd.engine.objects import Tube
     >>> j = Job(3, Tube("t", 1), 5, 0, 60, b"x", JobState.READY, 0)
     >>> stats_job(j, 2_500_000).values["age"]
     2

@@ -22,18 +22,18 @@ import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from stalkd.engine.job import URGENT_THRESHOLD, Job
 from stalkd.engine.model import BURY as _BURY
 from stalkd.engine.model import HEAD as _HEAD
 from stalkd.engine.model import HEADER_SIZE, JobState, Op, RecordFormatError, decode
 from stalkd.engine.model import PUT as _PUT
 from stalkd.engine.model import RELEASE as _RELEASE
 from stalkd.engine.model import U32 as _U32
+from stalkd.engine.objects import URGENT_THRESHOLD, Job
 from stalkd.engine.replay import ReplayError, replay
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
-    from stalkd.engine.tube import Tube
+    from stalkd.engine.objects import Tube
     from stalkd.log.frame import Frame
 
 __all__ = ["TailError", "replay_tail"]

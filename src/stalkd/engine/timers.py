@@ -22,11 +22,9 @@ those still waiting.
 
 from __future__ import annotations
 
-from stalkd.engine.connstate import ConnState
-from stalkd.engine.job import URGENT_THRESHOLD, US
 from stalkd.engine.model import Op
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Tube
 from stalkd.engine.state import EngineState, Outcome
-from stalkd.engine.tube import Tube
 from stalkd.protocol import commands as C
 
 __all__ = ["Timers"]

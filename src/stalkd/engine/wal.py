@@ -16,7 +16,7 @@ WAL + a segment, however long jobs churn.
 Ensures: at every instant (any crash point of the steps above) the directory holds either the
 previous complete snapshot with all WAL segments it needs, or the new complete snapshot with all
 WAL segments it needs; ``recover`` rebuilds exactly the durable state written before the crash
-(PROTOCOL.md §8 semantics: reserved jobs come back ready, delays keep their wall-clock deadline,
+(docs/protocol.md, "Persistence": reserved jobs come back ready, delays keep their wall-clock deadline,
 ids continue).
 """
 
@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
-from stalkd.engine.datadir import snapshot_gap
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
 from stalkd.engine.replay import finish
@@ -42,6 +41,7 @@ from stalkd.engine.snapshot import (
     list_snapshots,
     load_into,
     read_header,
+    snapshot_gap,
 )
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
 from stalkd.engine.tail import TailError, replay_tail
@@ -152,9 +152,8 @@ class Wal(Compaction):
         4 MiB by default (the log's own default is 64 MiB): recovery reads the WAL from the
         snapshot's start offset, and the log finds that offset by scanning its segment from the
         first frame, so a smaller segment bounds that scan (~20k frames) on every restart. ``fault`` is
-        called with a step name at each snapshot/compaction step (crash-injection tests), and
-        with ``space-allocate`` before a spare segment is reserved (raise OSError(ENOSPC) there
-        to simulate a full disk). ``archive`` moves retired segments to ``wal/archive/``.
+        called with a step name at each snapshot/compaction step (crash-injection tests; disk
+        faults go through ``fs``). ``archive`` moves retired segments to ``wal/archive/``.
         ``repair`` cuts a damaged log at its damage (bytes kept in ``wal/dropped/``) and lets
         ``recover`` continue from a snapshot the log no longer reaches, instead of refusing.
         ``fs`` is the file system every file goes through (tests inject faults with a
@@ -268,10 +267,6 @@ class Wal(Compaction):
     # --- space ------------------------------------------------------------------------------
 
     def _open_space(self, live_jobs: int, max_job_size: int) -> None:
-        def allocate(fd: int, offset: int, size: int) -> None:
-            self._fault("space-allocate")
-            self.fs.allocate(fd, offset, size)
-
         if self.space is not None:
             self.space.close()
         # The waste bound per segment tail is the largest frame, capped at an eighth of a segment:
@@ -282,7 +277,7 @@ class Wal(Compaction):
         if os.path.lexists(old):  # the single spare file of earlier versions: its room is freed
             os.unlink(old)
         sp = SpaceBudget(self.log.path, self.segment_size, waste,
-                         self.log.position_of_end, self._active_limit, allocate, self.fs)  # fmt: skip
+                         self.log.position_of_end, self._active_limit, self.fs)  # fmt: skip
         self.space = sp
         # Every live job may be deleted: that room is promised from the start.
         if not sp.admit(live_jobs * SHORT_FRAME):
@@ -420,7 +415,6 @@ class Wal(Compaction):
         fs = self.fs
         fd = fs.open(tmp, os.O_WRONLY, create=True, truncate=True)
         try:
-            self._fault("space-allocate")
             fs.allocate(fd, 0, size)
             fs.replace(tmp, path)
         except OSError as e:

@@ -29,7 +29,8 @@ from .errors import (
     NotALogError,
 )
 from .frame import Frame
-from .group import ConsumerGroup, Message
+from .group import ConsumerGroup
+from .groupapi import Message
 from .layout import resolve_log_dir
 from .log import Log, RepairReport
 from .reader import LogReader

@@ -11,7 +11,6 @@ import errno
 import mmap
 import os
 import time
-from collections.abc import Callable
 
 from .errors import LogError, LogFullError
 from .fs import REAL, FileSystem
@@ -80,11 +79,9 @@ def spares(root: str, size: int) -> list[str]:
     return out
 
 
-def make_spare(
-    root: str, size: int, fs: FileSystem = REAL, allocate: Callable[[int, int, int], None] | None = None
-) -> str:
+def make_spare(root: str, size: int, fs: FileSystem = REAL) -> str:
     """A new spare segment file of ``size`` preallocated bytes; OSError (ENOSPC) if no room,
-    leaving nothing behind. ``allocate(fd, offset, size)`` defaults to ``fs.allocate``."""
+    leaving nothing behind."""
     d = os.path.join(root, SPARES_DIR)
     fs.makedirs(d)
     k = len(os.listdir(d))
@@ -94,7 +91,7 @@ def make_spare(
     tmp = final + ".tmp"
     fd = fs.open(tmp, os.O_RDWR, create=True, truncate=True)
     try:
-        (fs.allocate if allocate is None else allocate)(fd, 0, size)
+        fs.allocate(fd, 0, size)
         fs.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -1,4 +1,4 @@
-"""``stalkd log inspect DIR [--verify] [--json]`` and ``stalkd log repair DIR``.
+"""``stalkd log inspect DIR|URL [--verify] [--json]`` and ``stalkd log repair DIR``.
 
 ``inspect``: segments, offsets, frame counts, groups and their lag, and the checks recovery runs
 (the same code: ``recovery.recover(mode="check")``); ``--verify`` also checks every frame of the
@@ -10,7 +10,9 @@ running server.
 never repaired under its feet), keeping the dropped bytes in ``DIR/dropped/``; prints what was
 cut and the records (job ids, for a data directory) still readable in the dropped bytes.
 
-DIR is a log directory or a server data directory (``stalkd serve -b DIR``), see ``layout``.
+DIR is a log directory or a server data directory (``stalkd serve -b DIR``), see ``layout``;
+``inspect`` also takes an archive (``s3://...``, or a directory holding ``manifest.json``),
+through ``hooks.inspect_archive`` (``stalkd.archive.inspect``), in the same report shape.
 The data-directory checks (snapshots) are the engine's: ``stalkd.engine.datadir.log_main``
 passes them in as ``hooks``, so this layer never imports the engine.
 """
@@ -37,12 +39,15 @@ __all__ = ["DataDirHooks", "main", "inspect"]
 
 
 class DataDirHooks(Protocol):
-    """What a server data directory adds to its log's checks (given by the engine layer)."""
+    """What a server data directory adds to its log's checks, and how an archive URL is
+    inspected (given by the layers above)."""
 
     def is_data_log(self, log_dir: str) -> bool: ...
     def check(self, log_dir: str, next_offset: int, oldest: int, verify: bool) -> list[dict[str, Any]]: ...
     def repair(self, log_dir: str, segment_size: int) -> tuple[list[str], list[tuple[int, bytes]]]: ...
     def describe_records(self, records: Iterable[tuple[int, bytes]]) -> list[str]: ...
+    def is_archive(self, path: str) -> bool: ...
+    def inspect_archive(self, url: str, verify: bool) -> dict[str, Any]: ...
 
 
 def _writer(path: str) -> str:
@@ -154,7 +159,12 @@ def _print(report: dict[str, Any], verify: bool) -> None:
               "interrupted; cut when the log is next opened, not damage)")  # fmt: skip
     for c in report["corrupt"]:
         print(f"CORRUPT {c['path']} byte {c['position']} offset {c['offset']}: {c['error']}")
-    if report["corrupt"]:
+    if "parts" in report:  # an archive
+        print(f"manifest: {report['parts']} parts; snapshots: {', '.join(report['snapshots']) or 'none'}")
+    if report["corrupt"] and "parts" in report:
+        print("damaged: the archive objects named above do not match its manifest (the server ships "
+              "only segments it still has; read around the damage or restore the objects)")
+    elif report["corrupt"]:
         print(f"damaged: to cut the log at the damage, keeping the dropped bytes, run: stalkd log repair {report['path']}")
     else:
         print("verify: OK, every frame's CRC checked" if verify else "ok (sealed segments not verified; use --verify)")
@@ -216,10 +226,12 @@ def main(argv: Sequence[str], hooks: DataDirHooks | None = None) -> int:
                                    "cut off are kept in the log's dropped/ directory; the records still "
                                    "readable in them are listed. Stop the server first.")  # fmt: skip
     for q in (p, r):
-        q.add_argument("dir", nargs="?", help="the log directory, or a server data directory (its wal/)")
+        q.add_argument("dir", nargs="?", help="the log directory, a server data directory (its wal/), or for "
+                                               "inspect an archive (s3://BUCKET/PREFIX, or its directory)")
         q.add_argument("-b", "--dir", dest="data_dir", metavar="DIR",
                        help="the server's data directory, as given to stalkd serve -b")
-    p.add_argument("--verify", action="store_true", help="also check every frame of sealed segments and every snapshot")
+    p.add_argument("--verify", action="store_true", help="also check every frame of sealed segments and every snapshot "
+                                                          "(of an archive: fetch each object, check it against the manifest)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     r.add_argument("-s", "--wal-size", type=int, metavar="BYTES",
                    help="size of a segment the repair creates (default: the largest existing one)")
@@ -227,6 +239,17 @@ def main(argv: Sequence[str], hooks: DataDirHooks | None = None) -> int:
     given = args.data_dir if args.data_dir is not None else args.dir
     if given is None or (args.data_dir is not None and args.dir is not None):
         parser.error(f"give one directory: stalkd log {args.cmd} DIR (or -b DATA_DIR)")
+    if hooks is not None and hooks.is_archive(given):
+        if args.cmd == "repair":
+            print(f"stalkd log repair: {given} is an archive, written only by the server shipping to it; "
+                  f"check it with: stalkd log inspect {given} --verify", file=sys.stderr)
+            return 2
+        try:
+            report = hooks.inspect_archive(given, args.verify)
+        except (LogError, OSError) as e:  # no manifest (NotALogError), an unreachable store
+            print(f"stalkd log: {e}", file=sys.stderr)
+            return 2 if isinstance(e, NotALogError) else 1
+        return _report(report, args.json, args.verify)
     try:
         root = str(resolve_log_dir(given))
     except NotALogError as e:
@@ -239,8 +262,12 @@ def main(argv: Sequence[str], hooks: DataDirHooks | None = None) -> int:
     except LogError as e:
         print(f"stalkd log: {e}", file=sys.stderr)
         return 1
-    if args.json:
+    return _report(report, args.json, args.verify)
+
+
+def _report(report: dict[str, Any], as_json: bool, verify: bool) -> int:
+    if as_json:
         print(json.dumps(report, indent=2))
     else:
-        _print(report, args.verify)
+        _print(report, verify)
     return 1 if report["corrupt"] else 0

@@ -9,6 +9,9 @@ records (``overflow="drop"``, counted) or the log refuses appends with :class:`L
 (``overflow="refuse"``). With ``max_attempts``, a record nacked that many times is moved to a
 dead-letter log (another :class:`Log`, e.g. ``DIR/dead``) and acked here.
 
+The log it reads is a :class:`GroupLog` (``groupapi.py``); lag and its limits are
+``grouplag.py``.
+
 Ensures: ``committed`` only grows, except through ``seek``; a record is never delivered again
 once acked (before or after a reopen), unless the group is sought back over it; a record is
 delivered at most once between redeliveries, i.e. polls never hand out an offset still in flight.
@@ -23,68 +26,20 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Literal
 
 from .commit import parse_durability
-from .cursor import CursorFile, CursorState, CursorSyncer, read_cursor
-from .errors import LogError, LogLagError
-from .frame import frame_size
-from .fs import FileSystem
+from .cursor import CursorFile, CursorState, read_cursor
+from .errors import LogError
+from .groupapi import GroupLog, Message
+from .grouplag import LagLimits
 from .reader import ReadPos
-from .segment import FOOTER_SIZE, HEADER_SIZE
+from .segment import HEADER_SIZE
 
 __all__ = ["ConsumerGroup", "GroupLog", "Message", "GROUPS_DIR"]
 
 GROUPS_DIR = "groups"  # under the log directory: one ``<name>.cur`` cursor file per group
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-
-
-class GroupLog(Protocol):
-    """What a consumer group needs from its log (:class:`stalkd.log.Log` provides it)."""
-
-    path: str
-    fs: FileSystem
-
-    @property
-    def durability(self) -> str: ...
-
-    @property
-    def next_offset(self) -> int: ...
-
-    def visible_end(self) -> int: ...
-
-    def segment_bounds(self) -> list[tuple[int, int | None, str]]: ...
-
-    def position_of_end(self) -> tuple[int, int]: ...
-
-    def read(self, start: int, end: int | None = None, *, resume: ReadPos | None = None,
-             make: Callable[[int, int, memoryview], Any] = ...) -> Iterator[Any]: ...  # fmt: skip
-
-    def wait_visible(self, offset: int, timeout: float) -> bool: ...
-
-    def future_visible(self, offset: int) -> asyncio.Future[None]: ...
-
-    def cursor_syncer(self) -> CursorSyncer: ...
-
-    def append(self, payload: bytes | bytearray | memoryview) -> int: ...
-
-
-class Message(NamedTuple):
-    """A record delivered to a group: ``payload`` is zero-copy; ``attempts`` counts deliveries.
-
-    >>> Message(7, 0, memoryview(b"job")).bytes()
-    b'job'
-    """
-
-    offset: int
-    timestamp_us: int
-    payload: memoryview
-    attempts: int = 1
-
-    def bytes(self) -> bytes:
-        """A copy of the payload."""
-        return bytes(self.payload)
 
 
 def _ranges(offsets: set[int]) -> tuple[tuple[int, int], ...]:
@@ -97,7 +52,7 @@ def _ranges(offsets: set[int]) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-class ConsumerGroup:
+class ConsumerGroup(LagLimits):
     """One named cursor over a log; get it with :meth:`Log.group`.
 
     >>> import tempfile
@@ -379,98 +334,6 @@ class ConsumerGroup:
             self._read_pos = ReadPos(base, base, HEADER_SIZE)
             self._dirty = True
             self._persist(fsync=self._policy != "never")
-
-    # ------------------------------------------------------------------ lag and its limits
-
-    @property
-    def lag(self) -> int:
-        """Records appended but not yet acked by this group."""
-        return self.log.next_offset - self.committed - len(self._acked)
-
-    @property
-    def lag_bytes(self) -> int:
-        """Bytes of log data (frames) between the committed head and the log's end; sealed
-        segments between them count their full size."""
-        return self._bytes_from(self.committed, self._commit_pos)
-
-    def _bytes_from(self, offset: int, pos: tuple[int, int, int] | None) -> int:
-        log = self.log
-        if offset >= log.next_offset:
-            return 0
-        bounds = log.segment_bounds()
-        act_base, act_pos = log.position_of_end()
-        sealed = [s for s in bounds if s[0] != act_base]
-        if pos is None:
-            base = max([b for b, _, _ in sealed if b <= offset] + [act_base if act_base <= offset else 0])
-            pos = (base, base, HEADER_SIZE)
-        _, base, p = pos
-        if base == act_base:
-            return act_pos - p
-        total = act_pos - HEADER_SIZE
-        for b, _end, path in sealed:
-            if b >= base:
-                try:
-                    size = os.stat(path).st_size - FOOTER_SIZE
-                except FileNotFoundError:
-                    continue
-                total += size - (p if b == base else HEADER_SIZE)
-        return total
-
-    def check_refuse(self, n_items: int, n_bytes: int) -> None:
-        """Called by the log before a write: LogLagError if this group would go over its limit."""
-        lag = self.lag
-        if self.max_lag_items is not None and lag + n_items > self.max_lag_items:
-            raise LogLagError(
-                f"{self.log.path}: group {self.name!r} is {lag} records behind (max_lag_items="
-                f"{self.max_lag_items}); append of {n_items} refused: consume and ack, or seek the group"
-            )
-        if self.max_lag_bytes is not None:
-            lb = self.lag_bytes
-            if lb + n_bytes > self.max_lag_bytes:
-                raise LogLagError(
-                    f"{self.log.path}: group {self.name!r} is {lb} bytes behind (max_lag_bytes="
-                    f"{self.max_lag_bytes}); append of {n_bytes} bytes refused: consume and ack, or seek"
-                )
-
-    def enforce_lag(self) -> None:
-        """overflow="drop": skip the oldest records until the group is within its limits (the
-        log calls it before retention)."""
-        if self.overflow != "drop" or (self.max_lag_items is None and self.max_lag_bytes is None):
-            return
-        with self._lock:
-            target = self.committed
-            if self.max_lag_items is not None and self.lag > self.max_lag_items:
-                target = max(target, self.log.next_offset - self.max_lag_items)
-            lag_bytes = self.lag_bytes if self.max_lag_bytes is not None else 0
-            if self.max_lag_bytes is not None and lag_bytes > self.max_lag_bytes:
-                excess = lag_bytes - self.max_lag_bytes
-                # Walk from where lag_bytes started counting (the checkpoint's position).
-                cp = self._commit_pos
-                if cp is not None:
-                    start, rp = cp[0], ReadPos(cp[1], cp[0], cp[2])
-                else:
-                    start = max(b for b, _, _ in self.log.segment_bounds() if b <= self.committed)
-                    rp = None
-                for f in self.log.read(start, resume=rp):
-                    if excess <= 0:
-                        break
-                    excess -= frame_size(len(f.payload))
-                    if f.offset >= self.committed:
-                        target = max(target, f.offset + 1)
-            if target > self.committed:
-                dropped = target - self.committed - sum(1 for o in self._acked if o < target)
-                self.dropped += dropped
-                self._acked = {o for o in self._acked if o >= target}
-                self._redeliver = [o for o in self._redeliver if o >= target]
-                heapq.heapify(self._redeliver)
-                self.committed = target
-                self._note_commit_pos(target - 1)
-                if self._next_read < target:
-                    self._next_read = target
-                    bounds = self.log.segment_bounds()
-                    base = max(b for b, _, _ in bounds if b <= target)
-                    self._read_pos = ReadPos(base, base, HEADER_SIZE)
-                self._dirty = True
 
     # ------------------------------------------------------------------ persistence
 

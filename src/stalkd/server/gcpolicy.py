@@ -2,10 +2,9 @@
 
 CPython runs a full collection whenever the objects promoted to its oldest generation since the
 last one reach a quarter of that generation, and a full collection walks every tracked object.
-A server holding many queued jobs pays for that with loop stalls that grow with the queue:
-putting 150k jobs of 4 KiB, gc.callbacks measured full collections of 130-210 ms on the bench
-machine (beanstalkd, in C, has no such pause), recurring at each 25 % growth and, under churn,
-every few seconds.
+A server holding many queued jobs pays for that with loop stalls that grow with the queue
+(beanstalkd, in C, has no such pause), recurring at each 25 % growth and, under churn, every
+few seconds; ``bench/stall_bench.py`` measures the longest wait a client sees.
 
 Jobs, tubes and replies die by reference counting; the collector is only needed for reference
 cycles, which the server makes rarely (an exception and its traceback, asyncio internals). So

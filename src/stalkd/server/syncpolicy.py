@@ -3,11 +3,10 @@ thread, or inline on the loop thread. A pure core: durations are measured by the
 
 The sync thread lets the loop keep reading and answering during the fsync, but every batch
 then pays a hand-off: waking the thread (it must also find a free CPU and the GIL) and waking
-the loop again with the result. Measured on a 2-core machine with the load generator beside
-the server (16 connections, put depth 1): the hand-off took 266 us median (p90 490) before
-the fsync even started, plus 49 us after, against 268 us for the fdatasync itself, and the
-disk was busy 35% of the time. Inline, the same cell ran 1.47x the jobs/s at half the server
-CPU per job. On an idle many-core machine, or with a slow disk, the thread wins instead.
+the loop again with the result. On a busy machine with few cores that hand-off can cost as much
+as the fsync itself, and inline then serves more jobs at less server CPU per job
+(``bench/server_bench.py --class always --conns 16 --depth 1`` shows both placements'
+figures); on an idle many-core machine, or with a slow disk, the thread wins instead.
 
 So the policy measures both and picks the cheaper: inline while the fsync (moving average)
 is no longer than the hand-off and at most ``max_inline`` (a bound on how long one fsync may

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from stalkd.archive.manifest import MANIFEST_NAME, SegmentEntry
-from stalkd.archive.remote import fetch_segment, load_manifest
+from stalkd.archive.remote import fetch_segment, load_segments
 from stalkd.archive.store import Store, is_url
 from stalkd.log.columns import FrameColumns, segment_columns
 from stalkd.log.layout import DATA_LOG_DIR, resolve_log_dir
@@ -50,14 +50,12 @@ def _store(url: str) -> Store:
     return Store.open(url)
 
 
-def archive_segments(url: str, t_lo: int | None = None, t_hi: int | None = None) -> list[Segment]:
-    """The archive's segments from its manifest; those wholly outside ``[t_lo, t_hi]`` (us) skipped."""
-    out = []
-    for e in load_manifest(_store(url)).segments:
-        if (t_lo is not None and e.max_us < t_lo) or (t_hi is not None and e.min_us > t_hi):
-            continue
-        out.append(Segment(e.name, e.base, e.end, (url, e.end, e.size, e.crc32c)))
-    return out
+def archive_segments(url: str, t_lo: int | None = None, t_hi: int | None = None,
+                     end_before: int | None = None) -> list[Segment]:  # fmt: skip
+    """The archive's segments from its manifest; those wholly outside ``[t_lo, t_hi]`` (us) or
+    starting at or after ``end_before`` skipped (the manifest parts holding none are not read)."""
+    return [Segment(e.name, e.base, e.end, (url, e.end, e.size, e.crc32c))
+            for e in load_segments(_store(url), t_lo=t_lo, t_hi=t_hi, end_before=end_before)]
 
 
 def shipped_url(log_dir: str) -> str | None:
@@ -78,7 +76,7 @@ def with_shipped(log_dir: str, local: list[Segment]) -> list[Segment]:
     if url is None:
         return local
     first = local[0].base if local else None
-    older = [s for s in archive_segments(url) if first is None or s.end is not None and s.end <= first]
+    older = [s for s in archive_segments(url, end_before=first) if first is None or s.end is not None and s.end <= first]
     return older + local
 
 

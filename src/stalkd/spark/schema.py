@@ -2,8 +2,8 @@
 
 Ensures: for each schema the Arrow form is exactly what Spark expects back from ``read()``
 (same names, types, nullability and a UTC microsecond timestamp), so batches never fail with
-DATA_SOURCE_RETURN_SCHEMA_MISMATCH (SPARK-NOTES pitfall 5). The Spark form is a ``StructType``
-kept in the module, because DDL strings only parse with an active session (pitfall 6).
+DATA_SOURCE_RETURN_SCHEMA_MISMATCH (Spark compares the Arrow schema exactly). The Spark form is a ``StructType``
+kept in the module, because DDL strings only parse with an active session.
 
 Example::
 

@@ -25,7 +25,7 @@ def session_conf(*, tests: bool = False) -> dict[str, str]:
     """Spark settings stalkd uses; ``tests`` trades JIT throughput for a faster start."""
     java_opts = f"-Dlog4j2.configurationFile=file:{QUIET_LOG4J}"
     if tests:
-        # C1 only: starts sooner, runs slower (SPARK-NOTES §2); never for benchmarks.
+        # C1 only: the JVM starts sooner and runs slower; never for benchmarks.
         java_opts += " -XX:TieredStopAtLevel=1"
     return {
         "spark.ui.enabled": "false",
@@ -47,7 +47,8 @@ def build_session(master: str | None = "local[2]", *, app: str = "stalkd", tests
     Registers the ``stalkd`` data source explicitly as well, so it works even where the
     ``pyspark_stalkd`` auto-registration module is not on the workers' path.
     """
-    # Workers must run this interpreter, or they cannot import stalkd (SPARK-NOTES pitfall 2).
+    # Workers must run this interpreter, or they cannot import stalkd (Spark starts its
+    # Python workers with PYSPARK_PYTHON, not the driver's interpreter).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession

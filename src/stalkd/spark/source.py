@@ -295,7 +295,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 class StalkdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over a growing log; offsets are ``{"offset": next log offset}``.
 
-    Lives in one long-lived Python process per query (SPARK-NOTES pitfall 3), so the end of
+    Lives in one long-lived Python process per query (Spark keeps the reader across
+    micro-batches), so the end of
     the active segment is cached and rescanned only when the segment file changed.
     """
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from stalkd.client.options import add_server_options, server_addresses
 from stalkd.worker.app import FAILED_TUBE, App
 
-__all__ = ["worker", "failed", "retry", "load_app"]
+__all__ = ["worker", "failed", "retry", "scheduler_main", "load_app"]
 
 
 def load_app(spec: str) -> App:
@@ -191,3 +191,37 @@ def retry(argv: Sequence[str]) -> int:
     for jid in sorted(missing):
         print(f"job {jid}: no dead-letter record in {args.failed_tube}", file=sys.stderr)
     return 1 if missing else 0
+
+
+def scheduler_main(argv: Sequence[str]) -> int:
+    """``stalkd scheduler``: run an app's periodic schedules on their own."""
+    from stalkd.client.options import add_server_options, server_address
+    from stalkd.worker.scheduler import Scheduler
+
+    p = argparse.ArgumentParser(
+        prog="stalkd scheduler",
+        description="Put the jobs of an app's periodic schedules (app.schedule(...)) at their "
+        "cron times. Run as many as you like for availability: each slot fires once, and "
+        "where each schedule stands is kept on the server (stalkd.schedule.* tubes), so a "
+        "restart resumes where it stopped. 'stalkd worker --schedules' runs one inside a "
+        "worker.")
+    p.add_argument("app", help="module:attribute of the stalkd.App")
+    add_server_options(p, default="the app's address")
+    p.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, type=str.upper,
+                   metavar="LEVEL", help=f"one of {', '.join(LOG_LEVELS)} (default INFO)")
+    args = p.parse_args(list(argv))
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(process)d %(levelname).1s %(message)s")
+    app = load_app(args.app)
+    try:
+        app.address = str(server_address(args, default=app.address))
+    except ValueError as e:
+        p.error(str(e))
+    if not app.schedules:
+        p.error(f"{args.app} has no schedules: add one with app.schedule(cron, task)")
+    sched = Scheduler(app)
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sched.stop())
+    signal.signal(signal.SIGINT, lambda *_: sched.stop())
+    return sched.run()

@@ -30,11 +30,9 @@ top). Slots are whole epoch seconds below 2**32 (until 2106).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,7 +43,7 @@ from stalkd.worker.schedule import Schedule, decide
 
 log = logging.getLogger("stalkd.scheduler")
 
-__all__ = ["Scheduler", "RunSchedules", "ledger_tube", "last_slot", "claim_slot", "main"]
+__all__ = ["Scheduler", "RunSchedules", "ledger_tube", "last_slot", "claim_slot"]
 
 LEDGER_PREFIX = "stalkd.schedule."
 _MAX_PRIORITY = 2**32 - 1
@@ -204,35 +202,3 @@ class RunSchedules(Middleware):
         if self.scheduler is not None:
             self.scheduler.stop()
 
-
-def main(argv: Sequence[str]) -> int:
-    from stalkd.client.options import add_server_options, server_address
-    from stalkd.worker.cli import LOG_LEVELS, load_app
-
-    p = argparse.ArgumentParser(
-        prog="stalkd scheduler",
-        description="Put the jobs of an app's periodic schedules (app.schedule(...)) at their "
-        "cron times. Run as many as you like for availability: each slot fires once, and "
-        "where each schedule stands is kept on the server (stalkd.schedule.* tubes), so a "
-        "restart resumes where it stopped. 'stalkd worker --schedules' runs one inside a "
-        "worker.")
-    p.add_argument("app", help="module:attribute of the stalkd.App")
-    add_server_options(p, default="the app's address")
-    p.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, type=str.upper,
-                   metavar="LEVEL", help=f"one of {', '.join(LOG_LEVELS)} (default INFO)")
-    args = p.parse_args(list(argv))
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(process)d %(levelname).1s %(message)s")
-    app = load_app(args.app)
-    try:
-        app.address = str(server_address(args, default=app.address))
-    except ValueError as e:
-        p.error(str(e))
-    if not app.schedules:
-        p.error(f"{args.app} has no schedules: add one with app.schedule(cron, task)")
-    sched = Scheduler(app)
-    import signal
-
-    signal.signal(signal.SIGTERM, lambda *_: sched.stop())
-    signal.signal(signal.SIGINT, lambda *_: sched.stop())
-    return sched.run()

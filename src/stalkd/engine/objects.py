@@ -1,0 +1,216 @@
+"""The engine's in-memory objects: a job, a tube and a connection as the engine sees it. They
+point at one another (a job at its tube and owner, a tube at its jobs and waiting connections,
+a connection at its tubes and reserved jobs), so they share one module. The persisted form of
+a job is ``model.Record``.
+
+Ensures:
+  * a job's ``state`` says which container holds it: READY -> its tube's ready heap, DELAYED ->
+    its tube's delay heap, RESERVED -> its owner connection's reserved heap, BURIED -> its
+    tube's buried FIFO. ``deadline_us`` means: the delay deadline (DELAYED), the TTR deadline
+    (RESERVED), the bury sequence number that orders the buried FIFO across restarts (BURIED),
+    0 (READY);
+  * every job in a tube's ``ready`` is READY and keyed ``pack(pri, id)``; every job in
+    ``delayed`` is DELAYED and keyed ``pack(deadline_us, id)``; ``buried`` holds BURIED jobs
+    oldest first; ``urgent`` counts READY jobs with pri < 1024; ``waiting`` holds connections
+    blocked in reserve that watch this tube, in arrival order;
+  * a connection's ``reserved`` holds exactly the RESERVED jobs whose ``owner`` is this
+    connection, keyed ``pack(deadline_us, id)`` so the soonest TTR is on top; ``waiting`` is
+    True exactly when the connection is in the ``waiting`` map of every tube it watches.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, TypeVar
+
+from stalkd.engine.heap import IndexedHeap
+from stalkd.engine.model import JobState
+
+__all__ = [
+    "Job", "Tube", "ConnState", "URGENT_THRESHOLD", "US", "SAFETY_MARGIN_US", "time_left",
+    "remove_swap_last",
+]  # fmt: skip
+
+URGENT_THRESHOLD = 1024  # beanstalkd: a ready job with pri < 1024 is "urgent"
+US = 1_000_000
+
+
+class Job:
+    """One job. Mutable on purpose: a million of these live in memory, so ``__slots__`` and no
+    per-transition copies.
+
+    >>> j = Job(1, Tube("default", 1), 10, 0, 60, b"hi", JobState.READY, 0)
+    >>> j.state.name, j.ttr
+    ('READY', 60)
+    """
+
+    __slots__ = (
+        "id", "tube", "pri", "delay", "ttr", "body", "state", "created_us", "deadline_us",
+        "reserves", "timeouts", "releases", "buries", "kicks", "hpos", "owner",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        id: int,
+        tube: Tube,
+        pri: int,
+        delay: int,
+        ttr: int,
+        body: bytes,
+        state: JobState,
+        created_us: int,
+    ) -> None:
+        self.id = id
+        self.tube = tube
+        self.pri = pri
+        self.delay = delay
+        self.ttr = ttr
+        self.body = body
+        self.state = state
+        self.created_us = created_us
+        self.deadline_us = 0
+        self.reserves = 0
+        self.timeouts = 0
+        self.releases = 0
+        self.buries = 0
+        self.kicks = 0
+        self.hpos = -1
+        self.owner: ConnState | None = None
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id}, tube={self.tube.name!r}, state={self.state.name}, pri={self.pri})"
+
+
+def time_left(deadline_us: int, now_us: int) -> int:
+    """Whole seconds until ``deadline_us``, truncated toward zero (as beanstalkd's integer division).
+
+    >>> time_left(10_500_000, 1_000_000), time_left(0, 1_500_000)
+    (9, -1)
+    """
+    d = deadline_us - now_us
+    return d // US if d >= 0 else -((-d) // US)
+
+
+T = TypeVar("T")
+
+
+class Tube:
+    """One tube. ``serial`` is its creation number (a tie-breaker in the engine's timer heap).
+
+    >>> t = Tube("default", 1)
+    >>> t.name, len(t.ready), t.is_paused(0)
+    ('default', 0, False)
+    """
+
+    __slots__ = (
+        "name", "serial", "ready", "delayed", "buried", "waiting", "pause_until_us",
+        "pause_secs", "using", "watching", "total_jobs", "cmd_delete", "cmd_pause",
+        "urgent", "reserved", "hpos", "slot",
+    )  # fmt: skip
+
+    def __init__(self, name: str, serial: int) -> None:
+        self.name = name
+        self.serial = serial
+        self.ready: IndexedHeap[Job] = IndexedHeap()
+        self.delayed: IndexedHeap[Job] = IndexedHeap()
+        self.buried: OrderedDict[int, Job] = OrderedDict()
+        self.waiting: OrderedDict[int, ConnState] = OrderedDict()
+        self.pause_until_us = 0  # paused while now < pause_until_us
+        self.pause_secs = 0
+        self.using = 0
+        self.watching = 0
+        self.total_jobs = 0
+        self.cmd_delete = 0
+        self.cmd_pause = 0
+        self.urgent = 0
+        self.reserved = 0
+        self.hpos = -1  # position in the engine's tube-timer heap
+        self.slot = -1  # position in the engine's creation-ordered tube list
+
+    def __repr__(self) -> str:
+        return f"Tube({self.name!r})"
+
+    def is_paused(self, now_us: int) -> bool:
+        return now_us < self.pause_until_us
+
+    def job_count(self) -> int:
+        return len(self.ready) + len(self.delayed) + len(self.buried) + self.reserved
+
+    def unreferenced(self) -> bool:
+        """True when beanstalkd would free the tube: no jobs, no user, no watcher."""
+        return self.using == 0 and self.watching == 0 and self.job_count() == 0
+
+    def timer_us(self) -> int | None:
+        """The next instant this tube needs the engine's attention (delay expiry or pause end)."""
+        top = self.delayed.peek()
+        t = top.deadline_us if top is not None else None
+        if self.pause_until_us:
+            t = self.pause_until_us if t is None else min(t, self.pause_until_us)
+        return t
+
+
+def remove_swap_last(items: list[T], i: int) -> None:
+    """Remove ``items[i]`` by moving the last item into its slot: beanstalkd's list order rule
+    for list-tubes and list-tubes-watched.
+
+    >>> xs = ["default", "a", "b", "c"]; remove_swap_last(xs, 1); xs
+    ['default', 'c', 'b']
+    """
+    last = items.pop()
+    if i < len(items):
+        items[i] = last
+
+
+SAFETY_MARGIN_US = 1_000_000  # DEADLINE_SOON fires one second before a reserved job's TTR ends
+
+
+class ConnState:
+    """One connection.
+
+    >>> c = ConnState(7, Tube("default", 1)); c.watch[0].name, c.waiting
+    ('default', False)
+    """
+
+    __slots__ = (
+        "id", "use", "watch", "reserved", "waiting", "wait_until_us", "wait_seq",
+        "producer", "worker", "half_closed", "hpos", "kick",
+    )  # fmt: skip
+
+    def __init__(self, conn_id: int, default: Tube) -> None:
+        self.id = conn_id
+        self.use = default
+        self.watch: list[Tube] = [default]
+        self.reserved: IndexedHeap[Job] = IndexedHeap()
+        self.waiting = False
+        self.wait_until_us: int | None = None  # reserve-with-timeout deadline; None = forever
+        self.wait_seq = 0
+        self.producer = False
+        self.worker = False
+        self.half_closed = False
+        self.hpos = -1  # position in the engine's connection-timer heap
+        # A kick in progress, done a step at a time: [tube, buried?, jobs left, jobs kicked].
+        self.kick: list[Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"ConnState({self.id})"
+
+    def soonest_deadline(self) -> int | None:
+        top = self.reserved.peek()
+        return top.deadline_us if top is not None else None
+
+    def deadline_soon(self, now_us: int) -> bool:
+        """beanstalkd's ``conndeadlinesoon``: a reserved job is within the 1 s safety margin."""
+        d = self.soonest_deadline()
+        return d is not None and now_us >= d - SAFETY_MARGIN_US
+
+    def timer_us(self) -> int | None:
+        """When this connection next needs attention: a TTR expiry, or, while waiting, the
+        reserve timeout or the start of the safety margin (beanstalkd's ``connsched``)."""
+        d = self.soonest_deadline()
+        t = d
+        if self.waiting:
+            if d is not None:
+                t = d - SAFETY_MARGIN_US
+            if self.wait_until_us is not None:
+                t = self.wait_until_us if t is None else min(t, self.wait_until_us)
+        return t
