@@ -10,31 +10,24 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from worker_probe import Probe, queue_server, wait_for
+from worker_probe import running as _running
 
-from stalkd.worker import App, cancelled, make_worker, raise_if_cancelled
+from stalkd.worker import App, cancelled, raise_if_cancelled
 from stalkd.worker.cancel import cancel_tube
 from stalkd.worker.middleware import Cancellation, Retries
 
 _FIXTURES = (queue_server,)
 
 
-@contextlib.contextmanager
-def running(app: App, mode: str) -> Iterator[Any]:
-    w = make_worker(app, mode=mode, concurrency=2, reserve_timeout=1)
-    t = threading.Thread(target=w.run, daemon=True)
-    t.start()
-    try:
-        yield w
-    finally:
-        w.stop(now=True)
-        t.join(timeout=30)
-        assert not t.is_alive(), "worker did not stop"
+
+
+def running(app: App, mode: str = "threads") -> contextlib.AbstractContextManager[Any]:
+    return _running(app, mode, concurrency=2)
 
 
 @pytest.mark.parametrize("mode", ["threads", "processes", "asyncio"])

@@ -10,31 +10,22 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from worker_probe import running as _running
 from worker_probe import start_server, wait_for
 
 from stalkd.client import Client, errors
-from stalkd.worker import App, make_worker
+from stalkd.worker import App
 from stalkd.worker.results import MemoryResults, ResultsUnsupported, ServerResults, TaskFailed
 from stalkd.worker.sqlresults import SqlResults
 
 
-@contextlib.contextmanager
-def running(app: App, mode: str = "threads") -> Iterator[Any]:
-    w = make_worker(app, mode=mode, concurrency=2, reserve_timeout=1)
-    t = threading.Thread(target=w.run, daemon=True)
-    t.start()
-    try:
-        yield w
-    finally:
-        w.stop(now=True)
-        t.join(timeout=20)
-        assert not t.is_alive(), "worker did not stop"
+def running(app: App, mode: str = "threads") -> contextlib.AbstractContextManager[Any]:
+    return _running(app, mode, concurrency=2)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ are stopped with ``worker.stop()``; the server is observed with greenstalk."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -14,9 +13,9 @@ from typing import Any
 
 import greenstalk
 import pytest
-from worker_probe import Probe, queue_server, start_server, wait_for
+from worker_probe import Probe, queue_server, running, start_server, wait_for
 
-from stalkd.worker import App, Backoff, NonRetryable, make_worker
+from stalkd.worker import App, Backoff, NonRetryable
 from stalkd.worker.actions import RetryLater
 from stalkd.worker.cli import failed, retry
 from stalkd.worker.context import JobContext
@@ -42,17 +41,6 @@ class Recorder(Middleware):
             self.done.append(ctx.job_id)
 
 
-@contextlib.contextmanager
-def running(app: App, mode: str = "threads", concurrency: int = 1, **kw: Any) -> Iterator[Any]:
-    w = make_worker(app, mode=mode, concurrency=concurrency, reserve_timeout=1, **kw)
-    t = threading.Thread(target=w.run, daemon=True)
-    t.start()
-    try:
-        yield w
-    finally:
-        w.stop(now=True)
-        t.join(timeout=20)
-        assert not t.is_alive(), "worker did not stop"
 
 
 @pytest.fixture

@@ -3,9 +3,11 @@ and wait on conditions with a deadline instead of sleeping."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -83,3 +85,19 @@ def queue_server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
         yield s
     finally:
         s.stop()
+
+
+@contextlib.contextmanager
+def running(app: Any, mode: str = "threads", concurrency: int = 1, **kw: Any) -> Iterator[Any]:
+    """A worker of ``app`` running on a thread, stopped (and checked stopped) on exit."""
+    from stalkd.worker import make_worker
+
+    w = make_worker(app, mode=mode, concurrency=concurrency, reserve_timeout=1, **kw)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        yield w
+    finally:
+        w.stop(now=True)
+        t.join(timeout=20)
+        assert not t.is_alive(), "worker did not stop"
