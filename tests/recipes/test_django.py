@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import greenstalk
@@ -19,22 +18,12 @@ import pytest
 import sqlalchemy as sa
 
 from outbox.pg_cluster import postgres_cluster
-from support import ServerProcess, spawn_server
+from support import ServerProcess
 
 pytest.importorskip("django")
 
 _FIXTURES = (postgres_cluster,)  # the session-wide `postgres_url` fixture
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "django_shop"
-
-
-@pytest.fixture
-def stalkd() -> Iterator[ServerProcess]:
-    s = spawn_server([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0"],
-                     what="stalkd", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

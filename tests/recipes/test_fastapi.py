@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -22,16 +21,6 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fastapi_app"
-
-
-@pytest.fixture
-def stalkd() -> Iterator[ServerProcess]:
-    s = spawn_server([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0"],
-                     what="stalkd", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield s
-    finally:
-        s.stop()
 
 
 def _queue(s: ServerProcess) -> greenstalk.Client:
