@@ -138,24 +138,31 @@ def _run_ship(port: int, seconds: float) -> tuple[float, float, float, float]:
 
 
 def ship_row(seconds: float, archive_url: str | None, rounds: int) -> None:
-    """The ``ship`` scenario: stalkd with and without --archive, alternating, ``rounds`` each."""
+    """The ``ship`` scenario: stalkd with and without --archive, alternating, ``rounds`` each.
+
+    Each run ships to a fresh place: a new directory, or a new prefix under ``archive_url`` (an
+    archive left by an earlier run would already cover the new server's offsets, and it would
+    ship nothing)."""
+    from stalkd.archive.remote import load_manifest
+    from stalkd.archive.store import Store
+
     print(f"# ship: {seconds:.0f} s of pipelined 1 KiB puts into 1 MiB segments, durability always; "
-          "probe = put round trip (ms); peer = the same stalkd without --archive")
+          f"probe = put round trip (ms); peer = the same stalkd without --archive; load {os.getloadavg()[0]:.1f}")
     print(f"{'':<14} {'max':>8} {'p99':>7} {'med':>6} {'puts/s':>8} {'shipped':>8}")
     for r in range(rounds):
         order = [True, False] if r % 2 == 0 else [False, True]
         for ship in order:
-            url = archive_url or tempfile.mkdtemp(prefix="bench-archive-", dir="/var/tmp")
+            if archive_url is None:
+                url = tempfile.mkdtemp(prefix="bench-archive-", dir="/var/tmp")
+            else:
+                url = f"{archive_url.rstrip('/')}/bench-{os.getpid()}-{r}"
             extra = ("-s", str(2**20)) + (("--archive", url) if ship else ())
             srv = server_bench.start("stalkd", "always", extra)
             try:
                 mx, p99, med, rate = _run_ship(srv.port, seconds)
             finally:
                 srv.stop()
-            shipped = "-"
-            if ship and archive_url is None:
-                seg_dir = os.path.join(url, "segments")
-                shipped = str(len(os.listdir(seg_dir))) if os.path.isdir(seg_dir) else "0"
+            shipped = str(len(load_manifest(Store.open(url)).segments)) if ship else "-"
             if archive_url is None:
                 shutil.rmtree(url, ignore_errors=True)
             label = "with --archive" if ship else "without"
@@ -295,7 +302,8 @@ def main() -> None:
     ap.add_argument("--steps-child", help=argparse.SUPPRESS)
     ap.add_argument("--ship-seconds", type=float, default=5.0, help="ship: seconds of puts per run")
     ap.add_argument("--ship-rounds", type=int, default=2, help="ship: alternating rounds")
-    ap.add_argument("--archive-url", help="ship: where to ship (default a fresh local directory per run)")
+    ap.add_argument("--archive-url", help="ship: where to ship, a fresh prefix under it per run "
+                    "(default a fresh local directory per run)")
     args = ap.parse_args()
     if args.steps_child:
         import json

@@ -32,6 +32,7 @@ is in the archive; a pruned snapshot is out of the index before its object is de
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import random
 import threading
@@ -53,7 +54,7 @@ from stalkd.archive.remote import load_index, load_part
 from stalkd.archive.store import Store, StoreError
 from stalkd.engine.snapfile import SnapshotError, read_header
 from stalkd.log.columns import segment_columns
-from stalkd.log.errors import NotALogError
+from stalkd.log.errors import LogCorruptError, NotALogError
 from stalkd.log.reader import list_segments
 from stalkd.log.segment import FOOTER_SIZE, SegmentView, segment_name
 
@@ -74,7 +75,7 @@ def retry_delay(attempt: int, *, base: float = 0.2, cap: float = 30.0, rand: flo
     return min(cap, base * 2.0 ** min(attempt - 1, 60)) * rand
 
 
-def segment_image(path: str) -> tuple[bytes, SegmentEntry] | None:
+def segment_image(path: str) -> tuple[mmap.mmap, SegmentEntry] | None:
     """The compact image of the sealed segment at ``path`` and its manifest entry (None if not sealed).
 
     Raises LogCorruptError if a frame inside the sealed range fails its checks.
@@ -92,11 +93,36 @@ def segment_image(path: str) -> tuple[bytes, SegmentEntry] | None:
             lo = int(stamps.min()) if lo is None else min(lo, int(stamps.min()))
             hi = max(hi, int(stamps.max()))
             del src, stamps, cols
-        image = bytes(view.mv[:data_end]) + bytes(view.mv[view.size - FOOTER_SIZE:])
+        image = _read_image(path, data_end, view.size)
         name = f"segments/{segment_name(view.base)}"
         return image, SegmentEntry(name, view.base, end, lo or 0, hi, len(image), crc32c(image))
     finally:
         view.close()
+
+
+def _read_image(path: str, data_end: int, size: int) -> mmap.mmap:
+    """Bytes ``[0, data_end)`` and the footer of the segment file at ``path``, in one buffer.
+
+    Read with ``preadv`` into anonymous memory rather than copied out of the file's mapping: a
+    copy (or a zero-filled ``bytearray``) is one C call holding the GIL for as long as it takes,
+    page faults included, which the event loop would wait out (tens of ms for a large segment);
+    a read releases the GIL, and the anonymous pages are faulted in inside it. ``crc32c``
+    releases the GIL too, above 32 KiB.
+    """
+    image = mmap.mmap(-1, data_end + FOOTER_SIZE)
+    mv = memoryview(image)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for dst, at in ((mv[:data_end], 0), (mv[data_end:], size - FOOTER_SIZE)):
+            while len(dst):
+                n = os.preadv(fd, [dst], at)
+                if n <= 0:
+                    raise LogCorruptError(f"{path}: ends at {at}, before its footer", path=path,
+                                          position=at, offset=None)
+                dst, at = dst[n:], at + n
+    finally:
+        os.close(fd)
+    return image
 
 
 class Shipper:

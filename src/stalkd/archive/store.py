@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import uuid
 from dataclasses import dataclass
@@ -99,7 +100,7 @@ class Store:
     def path(self, name: str) -> str:
         return f"{self.root}/{name}" if self.root else name
 
-    def put_atomic(self, name: str, data: bytes | memoryview) -> None:
+    def put_atomic(self, name: str, data: bytes | bytearray | memoryview | mmap.mmap) -> None:
         """Write ``data`` as ``name``: readers see the whole object or none (see module doc)."""
         final = self.path(name)
         parent = final.rsplit("/", 1)[0]
