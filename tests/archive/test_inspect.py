@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from stalkd.archive.note import write_note
 from stalkd.archive.remote import load_index, load_manifest
 from stalkd.archive.shipper import Shipper
 from stalkd.archive.store import Store
@@ -67,3 +68,42 @@ def test_a_directory_without_an_archive_or_a_log_is_an_error(tmp_path: Path, cap
     assert code == 2 and "no stalkd archive here" in err
     code, _, _ = _inspect(capsys, str(tmp_path))
     assert code == 2
+
+
+def test_a_data_dir_is_inspected_with_the_archive_its_server_ships_to(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # Given a server data dir whose first segments were shipped, then deleted by retention
+    data, arch = tmp_path / "data", tmp_path / "arch"
+    data.mkdir()
+    write_note(str(data), str(arch))  # what `stalkd serve -b DATA --archive URL` leaves
+    with Log.open(data / "wal", segment_size=4096, durability="never") as log:
+        log.append_many(f"job-{i:05d}".encode() * (1 + i % 7) for i in range(300))
+        shipper = Shipper(str(data), Store.open(str(arch)))
+        log.retention_hold = shipper.shipped_end
+        shipper.ship_once()
+        assert log.retain(10**9)
+        local_first = log.segment_bounds()[0][0]
+    # When it is inspected (as DATA, or -b DATA) with --verify
+    code, out, _ = _inspect(capsys, "-b", str(data), "--verify", "--json")
+    report = json.loads(out)
+    # Then the archive holds the offsets before the local log's, every object checked
+    assert code == 0 and report["corrupt"] == [] and report["archive"]["corrupt"] == []
+    assert report["segments"][0]["base"] == local_first > 0
+    assert [s["base"] for s in report["archive"]["segments"]][0] == 0
+    assert report["archive"]["segments"][-1]["end"] == local_first
+    code, out, _ = _inspect(capsys, str(data))
+    assert code == 0 and f"shipped to {arch}" in out and "segments/seg-00000000000000000000.log" in out
+    # And an object the archive lost is damage of the data dir's log, exit 1
+    lost = load_manifest(Store.open(str(arch))).segments[1]
+    Store.open(str(arch)).delete(lost.name)
+    code, out, _ = _inspect(capsys, str(data), "--verify")
+    assert code == 1 and f"{arch}/{lost.name}" in out
+
+
+def test_a_data_dir_whose_server_has_shipped_nothing_yet_is_not_damaged(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    with Log.open(tmp_path / "wal", durability="never") as log:
+        log.append_many([b"a", b"b"])
+    write_note(str(tmp_path), str(tmp_path / "arch"))
+    code, out, _ = _inspect(capsys, str(tmp_path))
+    assert code == 0 and "nothing yet (no manifest)" in out

@@ -149,6 +149,14 @@ class _DataDirHooks:
 
         return inspect_archive(url, verify)
 
+    @staticmethod
+    def shipped_to(log_dir: str) -> str | None:
+        if os.path.basename(os.path.normpath(log_dir)) != DATA_LOG_DIR:
+            return None  # a log directory of its own, not a server's wal/
+        from stalkd.archive.note import read_note
+
+        return read_note(os.path.dirname(os.path.normpath(log_dir)))
+
 
 def log_main(argv: Sequence[str]) -> int:
     """``stalkd log``: the log layer's command, with the data-directory checks."""

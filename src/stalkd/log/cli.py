@@ -12,7 +12,9 @@ cut and the records (job ids, for a data directory) still readable in the droppe
 
 DIR is a log directory or a server data directory (``stalkd serve -b DIR``), see ``layout``;
 ``inspect`` also takes an archive (``s3://...``, or a directory holding ``manifest.json``),
-through ``hooks.inspect_archive`` (``stalkd.archive.inspect``), in the same report shape.
+through ``hooks.inspect_archive`` (``stalkd.archive.inspect``), in the same report shape. Given a
+server data directory whose server ships to an archive (``hooks.shipped_to``), it reports and
+checks both: the local log and the archive holding what retention deleted locally.
 The data-directory checks (snapshots) are the engine's: ``stalkd.engine.datadir.log_main``
 passes them in as ``hooks``, so this layer never imports the engine.
 """
@@ -48,6 +50,7 @@ class DataDirHooks(Protocol):
     def describe_records(self, records: Iterable[tuple[int, bytes]]) -> list[str]: ...
     def is_archive(self, path: str) -> bool: ...
     def inspect_archive(self, url: str, verify: bool) -> dict[str, Any]: ...
+    def shipped_to(self, log_dir: str) -> str | None: ...
 
 
 def _writer(path: str) -> str:
@@ -262,7 +265,28 @@ def main(argv: Sequence[str], hooks: DataDirHooks | None = None) -> int:
     except LogError as e:
         print(f"stalkd log: {e}", file=sys.stderr)
         return 1
-    return _report(report, args.json, args.verify)
+    # A server shipping to an archive keeps only the newest segments: its log is both.
+    url = hooks.shipped_to(root) if hooks is not None else None
+    if url is None:
+        return _report(report, args.json, args.verify)
+    try:
+        report["archive"] = hooks.inspect_archive(url, args.verify)  # type: ignore[union-attr]
+    except NotALogError:  # no manifest yet: nothing sealed has been shipped
+        report["archive"] = {"url": url, "segments": [], "corrupt": []}
+    except (LogError, OSError) as e:
+        report["archive"] = {"url": url, "error": str(e)}
+    code = _report(report, args.json, args.verify)
+    archive = report["archive"]
+    if "error" in archive:
+        print(f"stalkd log: the archive this server ships to, {url}, could not be read: {archive['error']}",
+              file=sys.stderr)
+        return 1
+    if not args.json and "parts" not in archive:
+        print(f"\nshipped to {url}: nothing yet (no manifest)")
+    elif not args.json:
+        print(f"\nshipped to {url} (the history retention deleted here):")
+        _print(archive, args.verify)
+    return 1 if archive["corrupt"] else code
 
 
 def _report(report: dict[str, Any], as_json: bool, verify: bool) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import ssl
 import sys
@@ -115,15 +114,13 @@ def _start_shipper(cfg: Config, storage: Any) -> Any:
     """The archive shipper for ``--archive URL`` (None without it); retention waits for it."""
     if cfg.archive_url is None or cfg.data_dir is None:
         return None
+    from stalkd.archive.note import write_note
     from stalkd.archive.shipper import Shipper
     from stalkd.archive.store import Store
 
     shipper = Shipper(cfg.data_dir, Store.open(cfg.archive_url))
-    # Readers given the data dir find the shipped history here (stalkd.spark.locations).
-    note = os.path.join(cfg.data_dir, "archive.url")
-    with open(note + ".tmp", "w", encoding="utf-8", opener=lambda p, f: os.open(p, f, 0o600)) as fh:
-        fh.write(cfg.archive_url + "\n")
-    os.replace(note + ".tmp", note)
+    # Readers given the data dir find the shipped history through this note.
+    write_note(cfg.data_dir, cfg.archive_url)
     storage.log.retention_hold = shipper.shipped_end
     shipper.start()
     return shipper

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from stalkd.archive.manifest import MANIFEST_NAME, SegmentEntry
+from stalkd.archive.note import ARCHIVE_URL_FILE, read_note
 from stalkd.archive.remote import fetch_segment, load_segments
 from stalkd.archive.store import Store, is_url
 from stalkd.log.columns import FrameColumns, segment_columns
@@ -30,7 +31,6 @@ from stalkd.spark.partitions import LogSlice, Segment
 
 __all__ = ["resolve", "is_archive", "archive_segments", "archive_columns", "with_shipped", "ARCHIVE_URL_FILE"]
 
-ARCHIVE_URL_FILE = "archive.url"  # in a server data dir: where `stalkd serve --archive URL` ships
 
 
 def is_archive(path: str) -> bool:
@@ -61,12 +61,7 @@ def archive_segments(url: str, t_lo: int | None = None, t_hi: int | None = None,
 def shipped_url(log_dir: str) -> str | None:
     """The archive URL a server ships ``log_dir`` to (``DATA/archive.url``), if it does."""
     p = Path(log_dir)
-    if p.name != DATA_LOG_DIR:
-        return None
-    try:
-        return (p.parent / ARCHIVE_URL_FILE).read_text(encoding="utf-8").strip() or None
-    except FileNotFoundError:
-        return None
+    return read_note(str(p.parent)) if p.name == DATA_LOG_DIR else None
 
 
 def with_shipped(log_dir: str, local: list[Segment]) -> list[Segment]:
