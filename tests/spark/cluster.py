@@ -1,5 +1,6 @@
 """Real peers for the cluster tests, started and stopped by PID: a Spark standalone cluster
-(one master, two workers, each its own JVM, from the pip pyspark) and moto's S3 API server.
+(one master, two workers, each its own JVM, from the pip pyspark), a driver application on it
+that serves the tests' requests (``cluster_job.py``), and moto's S3 API server.
 
 Every listener binds port 0 and the fixture reads the bound port from the process's own log
 line ("Starting Spark master at spark://127.0.0.1:PORT", " * Running on http://127.0.0.1:PORT"),
@@ -12,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -184,13 +187,64 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def run_cluster_job(master: str, path: str, out: Path, *options: str, executors: int = 2) -> dict[str, Any]:
-    """Run ``cluster_job.py`` as a driver process against ``master``; its JSON result."""
-    argv = [sys.executable, str(Path(__file__).with_name("cluster_job.py")), master, path, str(out),
-            "--executors", str(executors)]
-    for o in options:
-        argv += ["--option", o]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-6000:]
-    result: dict[str, Any] = json.loads(Path(out).read_text())
-    return result
+class ClusterDriver:
+    """``cluster_job.py`` running as a driver against a cluster's master, shared by every
+    cluster test (one application: its driver and executors start once); see its docstring."""
+
+    def __init__(self, master: str, log_path: Path, executors: int = 2) -> None:
+        self.log_path = log_path
+        with open(log_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("cluster_job.py")), master,
+                 "--executors", str(executors)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                start_new_session=True)  # fmt: skip
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self._requests = 0
+        try:
+            self._wait("READY", START_TIMEOUT)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.strip())
+        self._lines.put(None)
+
+    def _wait(self, token: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"cluster driver: no {token!r} after {timeout:.0f} s:\n"
+                                   f"{self.log_path.read_text(errors='replace')[-4000:]}") from None
+            if line is None:
+                raise RuntimeError(f"cluster driver exited with {self.proc.wait()}:\n"
+                                   f"{self.log_path.read_text(errors='replace')[-6000:]}")
+            if line == token:
+                return
+
+    def request(self, out: Path, **req: Any) -> dict[str, Any]:
+        """Send one request (``read=PATH, options=[...]`` or ``analyze=[ARGS]``); its answer."""
+        assert self.proc.stdin is not None
+        self._requests += 1
+        self.proc.stdin.write(json.dumps({"id": self._requests, "out": str(out), **req}) + "\n")
+        self.proc.stdin.flush()
+        self._wait(f"DONE {self._requests}", 600)
+        result: dict[str, Any] = json.loads(Path(out).read_text())
+        assert "error" not in result, result["error"]
+        return result
+
+    def stop(self) -> None:
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # the driver's loop ends and it stops its session
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()

@@ -1,18 +1,31 @@
 """A driver run as its own process against a standalone master (the test process keeps its
-local[2] session): reads a ``stalkd`` source and writes what it saw as JSON.
+local[2] session), serving requests one at a time, so every cluster test shares one application
+(its driver JVM and the executors on both workers start once per test session).
 
-    python cluster_job.py MASTER PATH OUT.json [--option KEY=VALUE ...]
+    python cluster_job.py MASTER [--executors N]
 
-Output: ``rows`` ([offset, payload hex] of the raw read, or [offset, op, tube, body hex] with
-records=wal), ``partitions`` (the source's partition count) and ``executors`` (the executor ids
-that ran the read's tasks, from the driver's own REST API).
+Once the executors registered it prints ``READY``. Then each line on stdin is a JSON request,
+answered by writing JSON to the request's ``out`` file and printing ``DONE <id>`` (stdout
+carries nothing else the test reads: Spark and the analysis print there too):
+
+- ``{"id", "out", "read": PATH, "options": [KEY=VALUE, ...]}``: read a ``stalkd`` source; the
+  answer holds ``rows`` ([offset, payload hex] of the raw read, or [offset, op, tube, body hex]
+  with records=wal), ``partitions`` (the source's partition count) and ``executors`` (the
+  executor ids that ran the read's tasks, from the driver's own REST API);
+- ``{"id", "out", "analyze": [ARGS...]}``: ``stalkd analyze ARGS`` on this driver's session;
+  the answer holds its exit ``code``.
+
+A request that fails is answered with its ``error`` (the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 import time
+import traceback
 import urllib.request
 from typing import Any
 
@@ -31,12 +44,37 @@ def _executors_of_read(spark: Any, tasks: int) -> list[str]:
     return []
 
 
+def _read(spark: Any, path: str, options: list[str]) -> dict[str, Any]:
+    reader = spark.read.format("stalkd")
+    opts = dict(o.split("=", 1) for o in options)
+    for k, v in opts.items():
+        reader = reader.option(k, v)
+    df = reader.load(path)
+    parts = df.rdd.getNumPartitions()
+    if opts.get("records") == "wal":
+        rows = [[r.offset, r.op, r.tube, r.body.hex() if r.body is not None else None]
+                for r in df.select("offset", "op", "tube", "body").collect()]
+    else:
+        rows = [[r.offset, r.payload.hex()] for r in df.select("offset", "payload").collect()]
+    return {"rows": rows, "partitions": parts, "executors": _executors_of_read(spark, parts)}
+
+
+def _answer(spark: Any, req: dict[str, Any]) -> dict[str, Any]:
+    try:
+        if "analyze" in req:
+            from stalkd.spark.cli import analyze
+
+            # The active session is this one: analyze uses it and leaves it running.
+            with contextlib.redirect_stdout(sys.stderr):
+                return {"code": analyze(req["analyze"])}
+        return _read(spark, req["read"], req.get("options", []))
+    except Exception:
+        return {"error": traceback.format_exc()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("master")
-    p.add_argument("path")
-    p.add_argument("out")
-    p.add_argument("--option", action="append", default=[])
     p.add_argument("--executors", type=int, default=2)
     args = p.parse_args()
     spark = build_session(args.master, app="stalkd-cluster-test", tests=True, extra={
@@ -51,20 +89,12 @@ def main() -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(tracker.getExecutorInfos()) - 1} executors registered")
             time.sleep(0.1)
-        reader = spark.read.format("stalkd")
-        opts = dict(o.split("=", 1) for o in args.option)
-        for k, v in opts.items():
-            reader = reader.option(k, v)
-        df = reader.load(args.path)
-        parts = df.rdd.getNumPartitions()
-        if opts.get("records") == "wal":
-            rows = [[r.offset, r.op, r.tube, r.body.hex() if r.body is not None else None]
-                    for r in df.select("offset", "op", "tube", "body").collect()]
-        else:
-            rows = [[r.offset, r.payload.hex()] for r in df.select("offset", "payload").collect()]
-        executors = _executors_of_read(spark, parts)
-        with open(args.out, "w") as f:
-            json.dump({"rows": rows, "partitions": parts, "executors": executors}, f)
+        print("READY", flush=True)
+        for line in sys.stdin:
+            req = json.loads(line)
+            with open(req["out"], "w") as f:
+                json.dump(_answer(spark, req), f)
+            print(f"DONE {req['id']}", flush=True)
     finally:
         spark.stop()
 

@@ -79,3 +79,16 @@ def spark_cluster(tmp_path_factory: Any, s3_server: Any) -> Iterator[Any]:
     finally:
         cluster.stop()
 
+
+
+@pytest.fixture(scope="session")
+def cluster_driver(spark_cluster: Any, tmp_path_factory: Any) -> Iterator[Any]:
+    """One driver application on ``spark_cluster`` (executors on both workers), shared by the
+    cluster tests: starting a driver and its executors costs more than most requests to it."""
+    from cluster import ClusterDriver
+
+    driver = ClusterDriver(spark_cluster.url, tmp_path_factory.mktemp("driver") / "driver.log")
+    try:
+        yield driver
+    finally:
+        driver.stop()
