@@ -84,7 +84,9 @@ def spark_cluster(tmp_path_factory: Any, s3_server: Any) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def cluster_driver(spark_cluster: Any, tmp_path_factory: Any) -> Iterator[Any]:
     """One driver application on ``spark_cluster`` (executors on both workers), shared by the
-    cluster tests: starting a driver and its executors costs more than most requests to it."""
+    cluster tests: starting a driver and its executors costs more than most requests to it. It
+    holds both workers' cores until the session ends, so another application on this cluster
+    would wait for them: cluster tests go through this driver."""
     from cluster import ClusterDriver
 
     driver = ClusterDriver(spark_cluster.url, tmp_path_factory.mktemp("driver") / "driver.log")
