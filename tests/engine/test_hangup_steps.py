@@ -198,6 +198,31 @@ def test_held_jobs_never_time_out_while_they_wait_their_turn() -> None:
 
 def test_a_few_jobs_are_handed_back_in_the_hang_up_step() -> None:
     h = Harness(step_jobs=K)
-    _held_by(h, 1, K)
+    _held_by(h, 1, K - 1)  # and one tube watched: K in all
     out = h.close(1)
-    assert _counts(h.e) == (K, 0) and out.next_deadline is None and not h.e.behind()
+    assert _counts(h.e) == (K - 1, 0) and out.next_deadline is None and not h.e.behind()
+
+
+def test_a_hang_up_lets_go_of_many_watched_tubes_a_step_at_a_time() -> None:
+    h = Harness(step_jobs=K)
+    n = 5 * K + 3
+    names = [f"w{i:03d}" for i in range(n)]
+    for name in names:
+        h.do(1, C.Watch(name))
+    h.do(2, C.Watch(names[-1]))
+    before = [t.name for t in h.e.tube_order]
+    # When a connection watching n empty tubes hangs up, that step lets go of at most K
+    h.close(1)
+    assert n + 1 - len(h.e.tubes) <= K and h.e.behind()
+    # Then later steps let go of at most K more each, while the tubes still listed add up
+    sizes = [len(h.e.tubes)]
+    while h.e.behind():
+        h._absorb(h.e.tick(h.now))
+        sizes.append(len(h.e.tubes))
+        st = h.do(3, C.StatsTube(names[-1]))
+        assert isinstance(st, C.YamlDict) and st.values["current-watching"] in (1, 2)
+    assert all(0 <= a - b <= K for a, b in zip(sizes, sizes[1:], strict=False))
+    # And only the tube another connection watches is left, in the order beanstalkd keeps
+    assert [t.name for t in h.e.tube_order] == ["default", names[-1]]
+    assert h.e.tubes[names[-1]].watching == 1
+    assert before[:2] == ["default", names[0]]

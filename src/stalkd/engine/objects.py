@@ -16,9 +16,10 @@ Ensures:
   * a connection's ``reserved`` holds exactly the RESERVED jobs whose ``owner`` is this
     connection, keyed ``pack(deadline_us, id)`` so the soonest TTR is on top; ``waiting`` is
     True exactly when the connection is in the ``waiting`` map of every tube it watches;
-  * a connection that hung up while holding more jobs than one step may move keeps them in
-    ``reserved`` with ``release`` set (``Release``) until they are all back in ready; it is
-    no longer one of the engine's connections and has no timer, so those jobs never time out.
+  * a connection that hung up while holding more jobs and watched tubes than one step may let
+    go keeps them in ``reserved`` and ``watch`` with ``release`` set (``Release``) until they
+    are all back in ready and unwatched; it is no longer one of the engine's connections and
+    has no timer, so those jobs never time out.
 """
 
 from __future__ import annotations
@@ -229,6 +230,7 @@ class Release:
     ``held`` being a copy of the reserved heap's items taken at the hang-up and ``at`` how far
     that got; then the keys are popped in order. A key whose job no longer belongs to the
     connection (deleted, or handed back early, ``EngineState._release_held``) is skipped.
+    Then the tubes it watched are let go, in watch order.
     """
 
     __slots__ = ("held", "at", "keys")

@@ -10,9 +10,10 @@ tube or connection is in its timer heap exactly when it has a timer, keyed by th
 (``_retime_tube``/``_retime_conn`` are called after every change that can move one); a tube
 with waiters that gained a ready job is in ``_dirty`` (to be served before the step ends);
 a tube is freed exactly when beanstalkd would (no jobs, users or watchers; never ``default``);
-a connection that hangs up leaves ``conns`` at once, and its reserved jobs go back to ready at
-most a step's budget at a time, most urgent first (``_release_step``; a command that names one
-of them hands it back first, so it is never NOT_FOUND for being held by nobody).
+a connection that hangs up leaves ``conns`` at once, and its reserved jobs go back to ready, then
+the tubes it watched are let go, at most a step's budget at a time, jobs most urgent first
+(``_release_step``; a command that names one of its jobs hands it back first, so it is never
+NOT_FOUND for being held by nobody).
 """
 
 from __future__ import annotations
@@ -226,11 +227,8 @@ class EngineState:
             c.reserved.remove(j)
             j.owner = None
             t.reserved -= 1
-            if c.release is None:
+            if c.release is None:  # a gone connection has no timer
                 self._retime_conn(c)
-            elif not c.reserved:  # a gone connection's last job: its hand-back is over
-                c.release = None
-                self._pending.remove(c)
 
     def _give(self, c: ConnState, j: Job) -> None:
         """Reserve a detached job for ``c``."""
@@ -258,29 +256,30 @@ class EngineState:
         if c.hpos >= 0:
             self._conn_timers.remove(c)
         del self.conns[c.id]
+        c.use.using -= 1
+        self._maybe_drop_tube(c.use)
         reserved = c.reserved
-        if len(reserved) <= self._budget:
-            self._budget -= len(reserved)
+        if len(reserved) + len(c.watch) <= self._budget:
+            self._budget -= len(reserved) + len(c.watch)
             while reserved:
                 j = reserved.pop()
                 j.owner = None
                 j.tube.reserved -= 1
                 self._to_ready(j)
-        else:
-            # More than this step may move: the rest go back in later steps, most urgent
-            # first. Copying the heap's item list is one C call; ordering them is not.
-            c.release = Release(list(reserved._items))
-            if not self._release_step(c):
-                self._pending.append(c)
-        c.use.using -= 1
-        self._maybe_drop_tube(c.use)
-        for t in c.watch:
-            t.watching -= 1
-            self._maybe_drop_tube(t)
+            for t in c.watch:
+                t.watching -= 1
+                self._maybe_drop_tube(t)
+            return
+        # More than this step may move: the rest goes on in later steps, the jobs first, most
+        # urgent first, then the tubes it watched. Copying the heap's item list is one C call.
+        c.release = Release(list(reserved._items))
+        if not self._release_step(c):
+            self._pending.append(c)
 
     def _release_step(self, c: ConnState) -> bool:
         """Hand back to ready what this step's budget allows of gone ``c``'s reserved jobs, in
-        (pri, id) order once their keys are collected; True when none is left.
+        (pri, id) order once their keys are collected, then stop watching its tubes (freeing
+        those nobody else needs, as beanstalkd does at once); True when nothing is left.
 
         To every other connection this looks like ``c`` releasing its jobs one by one, most
         urgent first, before it hung up: each state seen in between is one a live client could
@@ -313,8 +312,20 @@ class EngineState:
             j.owner = None
             j.tube.reserved -= 1
             self._to_ready(j)
-        self._budget = budget
         if reserved:
+            self._budget = budget
+            return False
+        # Its tubes in watch order, as beanstalkd lets them go (list-tubes' order depends on
+        # it). Taken off the list as they go: a freed tube is deallocated in its own step.
+        watch = c.watch
+        k = budget if budget > 0 else 0
+        part = watch[:k]
+        del watch[:k]
+        for t in part:
+            t.watching -= 1
+            self._maybe_drop_tube(t)
+        self._budget = budget - len(part)
+        if watch:
             return False
         c.release = None
         return True
