@@ -13,9 +13,9 @@ and ``next_deadline`` is then ``now``, so the caller ticks again at once, after 
 other clients. beanstalkd moves due jobs only between reads too (``prottick``), so a command
 that meets a due job still delayed sees what it would have seen arriving a moment earlier.
 
-Ensures, when a step ends: at most ``step_jobs`` jobs were moved by timers and kicks; no timer
-is due at or before ``now`` unless that budget ran out (then ``next_deadline() <= now``); no
-unpaused tube has both waiters and ready jobs; events at the same instant resolve as timers
+Ensures, when a step ends: at most ``step_jobs`` jobs (or tubes let go) were moved by timers,
+kicks and hang-ups; no timer is due at or before ``now`` unless that budget ran out (then
+``next_deadline() <= now``); no unpaused tube has both waiters and ready jobs; events at the same instant resolve as timers
 first, then waiters served (a job beats a timeout due at the same instant: while jobs are left
 due, no reserve times out and no DEADLINE_SOON is sent), then DEADLINE_SOON / TIMED_OUT for
 those still waiting.
