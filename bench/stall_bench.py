@@ -5,8 +5,9 @@ Scenarios (N jobs, default 100,000; ``--jobs``):
   kick-delayed   ``kick N`` on a tube of N delayed jobs
   kick-buried    ``kick N`` on a tube of N buried jobs (each put, reserved and buried first)
   list-tubes     ``list-tubes`` with N/10 tubes (each kept alive by one watching connection)
-  delay-expiry   N jobs put with the same 3 s delay, all becoming ready at one instant (a
-                 timer step; bounded like a kick it is not yet, see the issue notes)
+  delay-expiry   N jobs put with the same 3 s delay, all becoming ready at one instant
+  disconnect     a client holding N reserved jobs hangs up (they all go back to ready); the
+                 time is until another connection's stats-tube shows none reserved
   snapshot       (durable class only) a snapshot/compaction pass over N live jobs: N puts with
                  ``-b``, then the maintenance timer runs while the probe measures
   ship           (durable ``always``, issue 16) segments shipped while puts go on: a producer
@@ -46,7 +47,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import server_bench  # noqa: E402  (start/stop of both servers, same flags as the throughput bench)
 
-SCENARIOS = ("kick-delayed", "kick-buried", "list-tubes", "delay-expiry", "snapshot", "ship")
+SCENARIOS = ("kick-delayed", "kick-buried", "list-tubes", "delay-expiry", "disconnect", "snapshot", "ship")
 
 
 def _connect(port: int) -> socket.socket:
@@ -72,14 +73,19 @@ def _pipeline(s: socket.socket, cmds: list[bytes], reply_lines: int, batch: int 
         _drain(s, reply_lines * len(part), bytearray())
 
 
-def _reply(s: socket.socket) -> bytes:
+def _whole_reply(s: socket.socket) -> bytes:
+    """One reply, its body (``OK <bytes>``) included."""
     buf = _drain(s, 1, bytearray())
     head = bytes(buf.split(b"\r\n", 1)[0])
     if head.startswith(b"OK "):
         size = int(head.split()[1])
         while len(buf) < len(head) + 2 + size + 2:
             buf += s.recv(1 << 20)
-    return head
+    return bytes(buf)
+
+
+def _reply(s: socket.socket) -> bytes:
+    return _whole_reply(s).split(b"\r\n", 1)[0]
 
 
 class Probe(threading.Thread):
@@ -176,15 +182,16 @@ def _setup(port: int, scenario: str, n: int) -> list[socket.socket]:
     _pipeline(s, [b"use stall\r\n"], 1)
     if scenario == "kick-delayed":
         _pipeline(s, [b"put 0 3600 60 1\r\nx\r\n"] * n, 1)
-    elif scenario == "kick-buried":
-        _pipeline(s, [b"put 0 0 60 1\r\nx\r\n"] * n, 1)
+    elif scenario in ("kick-buried", "disconnect"):
+        _pipeline(s, [b"put %d 0 600 1\r\nx\r\n" % (i % 1000) for i in range(n)], 1)
         _pipeline(s, [b"watch stall\r\n", b"ignore default\r\n"], 1)
         for i in range(0, n, 2000):
             k = min(2000, n - i)
             s.sendall(b"reserve-with-timeout 0\r\n" * k)
             buf = _drain(s, 2 * k, bytearray())
             ids = [line.split()[1] for line in bytes(buf).split(b"\r\n") if line.startswith(b"RESERVED")]
-            _pipeline(s, [b"bury %s 0\r\n" % j for j in ids], 1)
+            if scenario == "kick-buried":
+                _pipeline(s, [b"bury %s 0\r\n" % j for j in ids], 1)
     elif scenario == "list-tubes":
         w = _connect(port)
         keep.append(w)
@@ -213,6 +220,16 @@ def _run(port: int, scenario: str, n: int) -> tuple[float, float, float]:
         assert _reply(s).startswith(b"OK ")
     elif scenario == "delay-expiry":
         time.sleep(3.5)  # the delays end meanwhile
+    elif scenario == "disconnect":
+        s.close()
+        keep.remove(s)
+        w = _connect(port)
+        keep.append(w)
+        while True:  # a poll every 5 ms: a few more round trips for the server, next to the probe's
+            w.sendall(b"stats-tube stall\r\n")
+            if b"current-jobs-reserved: 0\n" in _whole_reply(w):
+                break
+            time.sleep(0.005)
     else:
         time.sleep(3.0)  # the maintenance timer (every second) snapshots / compacts meanwhile
     took = time.perf_counter() - t0
@@ -225,7 +242,7 @@ def _run(port: int, scenario: str, n: int) -> tuple[float, float, float]:
     return max(rtts) * 1e3, statistics.median(rtts) * 1e3, took
 
 
-STEP_SCENARIOS = ("kick-delayed", "kick-buried", "delay-expiry", "ttr-expiry")
+STEP_SCENARIOS = ("kick-delayed", "kick-buried", "delay-expiry", "ttr-expiry", "disconnect")
 
 
 def engine_steps(scenario: str, n: int) -> tuple[float, int, float]:
@@ -242,7 +259,7 @@ def engine_steps(scenario: str, n: int) -> tuple[float, int, float]:
     delay = 3600 if scenario == "kick-delayed" else 3 if scenario == "delay-expiry" else 0
     for _ in range(n):
         e.apply(1, C.Put(0, delay, 1, b"x"), now)
-    if scenario in ("kick-buried", "ttr-expiry"):
+    if scenario in ("kick-buried", "ttr-expiry", "disconnect"):
         e.apply(1, C.Watch("stall"), now)
         for _ in range(n):
             j = e.apply(1, C.Reserve(), now).reply
@@ -263,6 +280,10 @@ def engine_steps(scenario: str, n: int) -> tuple[float, int, float]:
         e.apply(2, C.Use("stall"), now)
         out = step(e.apply, 2, C.Kick(n), now)
         while out.reply is None and not out.wakeups:
+            out = step(e.tick, now)
+    elif scenario == "disconnect":
+        out = step(e.disconnect, 1, now)
+        while out.next_deadline is not None and out.next_deadline <= now:
             out = step(e.tick, now)
     else:
         now += 5.0

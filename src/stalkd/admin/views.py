@@ -91,7 +91,7 @@ def jobs_of(engine: Engine, tube: Tube, state: JobState | None) -> Iterator[Job]
     for part in parts:
         yield from part
     if state in (None, JobState.RESERVED) and tube.reserved:
-        for c in engine.conns.values():
+        for c in engine.holders():
             for j in c.reserved:
                 if j.tube is tube:
                     yield j

@@ -177,14 +177,15 @@ class Engine(Results, JobCommands, Queries):
             wakes.clear()
         else:
             wt = ()
-        if self._kicks:
-            k = nowus << 64  # a kick goes on: tick at once
+        if self._pending:
+            k = nowus << 64  # a kick or a hang-up goes on: tick at once
         out: Outcome = _tuple_new(Outcome, (reply, rt, wt, None if k is None else (k >> 64) / US))
         return out
 
     def disconnect(self, conn_id: int, now: float) -> Outcome:
-        """The connection is gone: its reserved jobs return to ready, its wait is dropped.
-        Unknown ids are ignored (``quit`` already disconnected)."""
+        """The connection is gone: its reserved jobs return to ready (more than a step's
+        budget of them over later steps, most urgent first), its wait is dropped. Unknown ids
+        are ignored (``quit`` already disconnected)."""
         c = self.conns.get(conn_id)
         self._begin(now, None)
         if c is not None:

@@ -150,7 +150,7 @@ class JobCommands(Timers):
         c.kick = [t, bool(t.buried), cmd.bound, 0]
         if self._kick_step(c):
             return self._kicked(c)
-        self._kicks.append(c)
+        self._pending.append(c)
         return None
 
     def _kicked(self, c: ConnState) -> C.AnyReply:
@@ -179,12 +179,16 @@ class JobCommands(Timers):
         c.kick = [t, buried, left, done + n]
         return n < want or not left or not jobs  # n < want: the disk has no room for more
 
-    def _kick_more(self) -> None:
-        c = self._kicks.popleft()
-        if self._kick_step(c):
-            self._wake(c, self._kicked(c))
-        else:
-            self._kicks.append(c)
+    def _more(self) -> None:
+        """One step of the oldest work in progress (a kick, or a hang-up's jobs going back)."""
+        c = self._pending.popleft()
+        if c.kick is not None:
+            if self._kick_step(c):
+                self._wake(c, self._kicked(c))
+                return
+        elif self._release_step(c):
+            return
+        self._pending.append(c)
 
     def _kick_job(self, c: ConnState, cmd: C.KickJob) -> C.AnyReply:
         j = find_kickable(self.jobs, c, cmd.id)

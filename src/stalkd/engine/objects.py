@@ -15,7 +15,11 @@ Ensures:
     blocked in reserve that watch this tube, in arrival order;
   * a connection's ``reserved`` holds exactly the RESERVED jobs whose ``owner`` is this
     connection, keyed ``pack(deadline_us, id)`` so the soonest TTR is on top; ``waiting`` is
-    True exactly when the connection is in the ``waiting`` map of every tube it watches.
+    True exactly when the connection is in the ``waiting`` map of every tube it watches;
+  * a connection that hung up while holding more jobs and watched tubes than one step may let
+    go keeps them in ``reserved`` and ``watch`` with ``release`` set (``Release``) until they
+    are all back in ready and unwatched; it is no longer one of the engine's connections and
+    has no timer, so those jobs never time out.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ from stalkd.engine.heap import IndexedHeap
 from stalkd.engine.model import JobState
 
 __all__ = [
-    "Job", "Tube", "ConnState", "URGENT_THRESHOLD", "US", "SAFETY_MARGIN_US", "time_left",
-    "remove_swap_last",
+    "Job", "Tube", "ConnState", "Release", "URGENT_THRESHOLD", "US", "SAFETY_MARGIN_US",
+    "time_left", "remove_swap_last",
 ]  # fmt: skip
 
 URGENT_THRESHOLD = 1024  # beanstalkd: a ready job with pri < 1024 is "urgent"
@@ -173,7 +177,7 @@ class ConnState:
 
     __slots__ = (
         "id", "use", "watch", "reserved", "waiting", "wait_until_us", "wait_seq",
-        "producer", "worker", "half_closed", "hpos", "kick",
+        "producer", "worker", "half_closed", "hpos", "kick", "release",
     )  # fmt: skip
 
     def __init__(self, conn_id: int, default: Tube) -> None:
@@ -190,6 +194,8 @@ class ConnState:
         self.hpos = -1  # position in the engine's connection-timer heap
         # A kick in progress, done a step at a time: [tube, buried?, jobs left, jobs kicked].
         self.kick: list[Any] | None = None
+        # Set once the connection is gone while its reserved jobs go back to ready in steps.
+        self.release: Release | None = None
 
     def __repr__(self) -> str:
         return f"ConnState({self.id})"
@@ -214,3 +220,22 @@ class ConnState:
             if self.wait_until_us is not None:
                 t = self.wait_until_us if t is None else min(t, self.wait_until_us)
         return t
+
+
+class Release:
+    """A gone connection's reserved jobs on their way back to ready, most urgent first.
+
+    Ordering them by (pri, id) is itself work that grows with the jobs, so it is done in steps
+    too: first each job's ready key is pushed on ``keys`` (a ``heapq`` of ``pack(pri, id)``),
+    ``held`` being a copy of the reserved heap's items taken at the hang-up and ``at`` how far
+    that got; then the keys are popped in order. A key whose job no longer belongs to the
+    connection (deleted, or handed back early, ``EngineState._release_held``) is skipped.
+    Then the tubes it watched are let go, in watch order.
+    """
+
+    __slots__ = ("held", "at", "keys")
+
+    def __init__(self, held: list[Job]) -> None:
+        self.held: list[Job] | None = held  # None once every key is collected
+        self.at = 0
+        self.keys: list[int] = []

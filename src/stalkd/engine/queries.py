@@ -1,7 +1,8 @@
 """Commands that only read: peek*, stats*, list-* (docs/protocol.md, "Commands").
 
 Ensures: none of these changes a job, tube or connection (``Engine.apply`` counts them in
-``cmd``, beanstalkd's per-command counters, from the command table).
+``cmd``, beanstalkd's per-command counters, from the command table), except that ``stats-job``
+of a job whose connection hung up hands it back to ready first (state.py, ``_release_step``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ class Queries(EngineState):
 
     def _stats_job(self, c: ConnState, cmd: C.StatsJob) -> C.AnyReply:
         j = self.jobs.get(cmd.id)
-        return _NOT_FOUND if j is None else S.stats_job(j, self._now)
+        if j is None:
+            return _NOT_FOUND
+        if j.owner is not None and j.owner.release is not None:
+            self._release_held(j)  # its owner hung up: it is ready, as the reply says
+        return S.stats_job(j, self._now)
 
     def _stats_tube(self, c: ConnState, cmd: C.StatsTube) -> C.AnyReply:
         t = self.tubes.get(cmd.tube)

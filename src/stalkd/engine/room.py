@@ -71,16 +71,21 @@ def find_held(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
     return j if j is not None and j.state is RESERVED and j.owner is c else None
 
 
+def _held_live(j: Job) -> bool:
+    """Reserved by a connection still there (one gone is handing its jobs back: state.py)."""
+    return j.state is RESERVED and (j.owner is None or j.owner.release is None)
+
+
 def find_deletable(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
     """The job, unless another connection holds it (delete)."""
     j = jobs.get(job_id)
-    return None if j is None or (j.state is RESERVED and j.owner is not c) else j
+    return None if j is None or (j.owner is not c and _held_live(j)) else j
 
 
 def find_unreserved(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
     """The job, unless reserved (reserve-job)."""
     j = jobs.get(job_id)
-    return None if j is None or j.state is RESERVED else j
+    return None if j is None or _held_live(j) else j
 
 
 def find_kickable(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:

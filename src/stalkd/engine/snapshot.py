@@ -97,7 +97,7 @@ def capture_order(e: Engine) -> list[Job]:
         t.ready.append_items_to(out)
         t.delayed.append_items_to(out)
         out.extend(t.buried.values())
-    for c in e.conns.values():
+    for c in e.holders():
         c.reserved.append_items_to(out)
     if len(out) != len(e.jobs):  # pragma: no cover - every job is in exactly one container
         return list(e.jobs.values())

@@ -9,18 +9,32 @@ Ensures, after each method: a job's ``state`` names the one container holding it
 tube or connection is in its timer heap exactly when it has a timer, keyed by that instant
 (``_retime_tube``/``_retime_conn`` are called after every change that can move one); a tube
 with waiters that gained a ready job is in ``_dirty`` (to be served before the step ends);
-a tube is freed exactly when beanstalkd would (no jobs, users or watchers; never ``default``).
+a tube is freed exactly when beanstalkd would (no jobs, users or watchers; never ``default``);
+a connection that hangs up leaves ``conns`` at once, and its reserved jobs go back to ready, then
+the tubes it watched are let go, at most a step's budget at a time, jobs most urgent first
+(``_release_step``; a command that names one of its jobs hands it back first, so it is never
+NOT_FOUND for being held by nobody).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from heapq import heappop, heappush
 from typing import NamedTuple
 
 from stalkd.engine.fastvalues import make_record
 from stalkd.engine.heap import IndexedHeap, pack
 from stalkd.engine.model import JobState, Op, Record
-from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, remove_swap_last
+from stalkd.engine.objects import (
+    URGENT_THRESHOLD,
+    US,
+    ConnState,
+    Job,
+    Release,
+    Tube,
+    remove_swap_last,
+)
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COUNTERS
 
@@ -30,6 +44,9 @@ STEP_JOBS = 256
 """Jobs one engine step may move in bulk (delays and TTRs expiring, a kick): work that grows
 with the number of jobs goes on in later steps, so no step holds the event loop for long.
 A count, not a clock: the engine stays pure (a delayed kick costs tens of microseconds)."""
+KEYS_PER_JOB = 16
+"""Ready keys collected (``Release``) for the cost of moving one job: one heap push in C."""
+_ID_MASK = (1 << 64) - 1
 
 READY, RESERVED, BURIED, DELAYED = JobState.READY, JobState.RESERVED, JobState.BURIED, JobState.DELAYED
 _OP_RESERVE = Op.RESERVE
@@ -76,7 +93,9 @@ class EngineState:
         self.body_bytes = 0  # sum of live job bodies (the WAL sizes its compaction by it)
         self._tube_serial = 0
         self._wait_serial = 0
-        self._kicks: deque[ConnState] = deque()  # connections whose kick goes on in tick()
+        # Work that goes on in tick(): connections with a kick in progress, and connections
+        # gone while their reserved jobs go back to ready (``Release``), served in turn.
+        self._pending: deque[ConnState] = deque()
         self._tube_timers: IndexedHeap[Tube] = IndexedHeap()
         self._conn_timers: IndexedHeap[ConnState] = IndexedHeap()
         # per-step scratch
@@ -208,7 +227,8 @@ class EngineState:
             c.reserved.remove(j)
             j.owner = None
             t.reserved -= 1
-            self._retime_conn(c)
+            if c.release is None:  # a gone connection has no timer
+                self._retime_conn(c)
 
     def _give(self, c: ConnState, j: Job) -> None:
         """Reserve a detached job for ``c``."""
@@ -232,17 +252,94 @@ class EngineState:
             self._stop_waiting(c)
         if c.kick is not None:
             c.kick = None
-            self._kicks.remove(c)
-        while c.reserved:
-            j = c.reserved.pop()
-            j.owner = None
-            j.tube.reserved -= 1
-            self._to_ready(j)
+            self._pending.remove(c)
         if c.hpos >= 0:
             self._conn_timers.remove(c)
         del self.conns[c.id]
         c.use.using -= 1
         self._maybe_drop_tube(c.use)
-        for t in c.watch:
+        reserved = c.reserved
+        if len(reserved) + len(c.watch) <= self._budget:
+            self._budget -= len(reserved) + len(c.watch)
+            while reserved:
+                j = reserved.pop()
+                j.owner = None
+                j.tube.reserved -= 1
+                self._to_ready(j)
+            for t in c.watch:
+                t.watching -= 1
+                self._maybe_drop_tube(t)
+            return
+        # More than this step may move: the rest goes on in later steps, the jobs first, most
+        # urgent first, then the tubes it watched. Copying the heap's item list is one C call.
+        c.release = Release(list(reserved._items))
+        if not self._release_step(c):
+            self._pending.append(c)
+
+    def _release_step(self, c: ConnState) -> bool:
+        """Hand back to ready what this step's budget allows of gone ``c``'s reserved jobs, in
+        (pri, id) order once their keys are collected, then stop watching its tubes (freeing
+        those nobody else needs, as beanstalkd does at once); True when nothing is left.
+
+        To every other connection this looks like ``c`` releasing its jobs one by one, most
+        urgent first, before it hung up: each state seen in between is one a live client could
+        have made. Nothing is recorded (a reservation is not durable: after a crash these jobs
+        are ready whether or not they got this far)."""
+        rel = c.release
+        assert rel is not None
+        budget = self._budget
+        held = rel.held
+        keys = rel.keys
+        if held is not None:
+            at = rel.at
+            end = min(len(held), at + budget * KEYS_PER_JOB)
+            for h in held[at:end]:
+                heappush(keys, (h.pri << 64) | h.id)
+            budget += (at - end) // KEYS_PER_JOB  # minus ceil((end - at) / KEYS_PER_JOB)
+            if end < len(held):
+                rel.at = end
+                self._budget = budget
+                return False
+            rel.held = None
+        jobs = self.jobs
+        reserved = c.reserved
+        while budget > 0 and keys:
+            budget -= 1
+            j = jobs.get(heappop(keys) & _ID_MASK)
+            if j is None or j.owner is not c:  # deleted or handed back early
+                continue
+            reserved.remove(j)
+            j.owner = None
+            j.tube.reserved -= 1
+            self._to_ready(j)
+        if reserved:
+            self._budget = budget
+            return False
+        # Its tubes in watch order, as beanstalkd lets them go (list-tubes' order depends on
+        # it). Taken off the list as they go: a freed tube is deallocated in its own step.
+        watch = c.watch
+        k = budget if budget > 0 else 0
+        part = watch[:k]
+        del watch[:k]
+        for t in part:
             t.watching -= 1
             self._maybe_drop_tube(t)
+        self._budget = budget - len(part)
+        if watch:
+            return False
+        c.release = None
+        return True
+
+    def _release_held(self, j: Job) -> None:
+        """A command names a job that a gone connection has not handed back yet: hand it back
+        now (as if the connection had released it first), so the command sees it ready."""
+        self._detach(j)
+        self._to_ready(j)
+
+    def holders(self) -> Iterator[ConnState]:
+        """Every connection whose ``reserved`` may hold jobs: the engine's, then those gone
+        while handing their jobs back (``Release``)."""
+        yield from self.conns.values()
+        for c in self._pending:
+            if c.release is not None:
+                yield c

@@ -7,14 +7,15 @@ records and next deadline leave as one ``Outcome``. Timers are delay expiry and 
 (connection timer heap); ``tick(now)`` is a step with no command.
 
 Work that grows with the number of jobs is done in slices: one step moves at most
-``step_jobs`` jobs in bulk (delays and TTRs expiring, a kick's jobs); what is left stays due
+``step_jobs`` jobs in bulk (delays and TTRs expiring, a kick's jobs, the reserved jobs of a
+connection that hung up); what is left stays due
 and ``next_deadline`` is then ``now``, so the caller ticks again at once, after serving its
 other clients. beanstalkd moves due jobs only between reads too (``prottick``), so a command
 that meets a due job still delayed sees what it would have seen arriving a moment earlier.
 
-Ensures, when a step ends: at most ``step_jobs`` jobs were moved by timers and kicks; no timer
-is due at or before ``now`` unless that budget ran out (then ``next_deadline() <= now``); no
-unpaused tube has both waiters and ready jobs; events at the same instant resolve as timers
+Ensures, when a step ends: at most ``step_jobs`` jobs (or tubes let go) were moved by timers,
+kicks and hang-ups; no timer is due at or before ``now`` unless that budget ran out (then
+``next_deadline() <= now``); no unpaused tube has both waiters and ready jobs; events at the same instant resolve as timers
 first, then waiters served (a job beats a timeout due at the same instant: while jobs are left
 due, no reserve times out and no DEADLINE_SOON is sent), then DEADLINE_SOON / TIMED_OUT for
 those still waiting.
@@ -34,20 +35,21 @@ class Timers(EngineState):
     """The step frame and the timers (mixed into ``Engine``)."""
 
     def tick(self, now: float) -> Outcome:
-        """Run the timers due at ``now`` and one step of a kick in progress, moving at most
-        ``step_jobs`` jobs; ``next_deadline`` says when to call again (``now`` or earlier
-        while work is left)."""
+        """Run the timers due at ``now`` and one step of a kick or a hang-up in progress,
+        moving at most ``step_jobs`` jobs; ``next_deadline`` says when to call again (``now``
+        or earlier while work is left)."""
         self._begin(now, None)
-        if self._kicks:
-            self._kick_more()
+        if self._pending:
+            self._more()
         return self._finish(None)
 
-    def _kick_more(self) -> None:
+    def _more(self) -> None:
         raise NotImplementedError  # Engine's
 
     def behind(self) -> bool:
-        """Whether the last step left work for the next one (a kick, or jobs still due)."""
-        if self._kicks:
+        """Whether the last step left work for the next one (a kick, a hang-up's jobs, or jobs
+        still due)."""
+        if self._pending:
             return True
         now = self._now
         a = self._tube_timers._keys
@@ -56,8 +58,8 @@ class Timers(EngineState):
 
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
-        if self._kicks:
-            return self._now / US  # a kick goes on: call tick again at once
+        if self._pending:
+            return self._now / US  # a kick or a hang-up goes on: call tick again at once
         a = self._tube_timers._keys
         b = self._conn_timers._keys
         if a:
