@@ -196,8 +196,8 @@ class Faults(FileSystem):
 
     def _check(self, op: str, path: str) -> None:
         self.calls[op] = self.calls.get(op, 0) + 1
-        for c_op, match, left, then in self._crashes:
-            if c_op == op and match in path and left[0] > 0:
+        for c_op, c_match, left, then in self._crashes:
+            if c_op == op and c_match in path and left[0] > 0:
                 left[0] -= 1
                 if left[0] == 0:
                     self.crashed = f"{op} {path}"
