@@ -1,6 +1,6 @@
 """This server's role: primary or standby, its epoch, and whether it has been fenced.
 
-The server consults ``refusing`` before running a command that changes state or reserves;
+The server consults ``refuses()`` before running a command that changes state or reserves;
 ``stats`` shows ``role`` and ``epoch``. Every change of the epoch state is saved before it
 takes effect (``epochs.save``), so a restart never forgets a promotion or a fencing.
 """
@@ -33,9 +33,6 @@ class Role:
         self.directory = directory
         self.standby = standby
         self.state = epochs.load(directory) if directory is not None else EpochState()
-        #: whether commands that change state or reserve get NOT_PRIMARY here (an attribute,
-        #: kept by every change below: the server reads it once per command)
-        self.refusing = self._refuses()
 
     @property
     def name(self) -> str:
@@ -43,9 +40,6 @@ class Role:
 
     def refuses(self) -> bool:
         """Whether commands that change state or reserve get NOT_PRIMARY here."""
-        return self.refusing
-
-    def _refuses(self) -> bool:
         return self.standby or not self.state.may_lead
 
     def _set(self, s: EpochState) -> None:
@@ -53,7 +47,6 @@ class Role:
             if self.directory is not None:
                 epochs.save(self.directory, s)
             self.state = s
-            self.refusing = self._refuses()
 
     def saw(self, epoch: int) -> None:
         """A peer follows ``epoch``: a newer one than ours fences this server."""
@@ -72,4 +65,3 @@ class Role:
         """Become primary of a new epoch that starts at log offset ``at_offset``."""
         self._set(epochs.promoted(self.state, at_offset))
         self.standby = False
-        self.refusing = self._refuses()

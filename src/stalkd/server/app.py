@@ -208,7 +208,7 @@ class Server:
 
     def execute(self, c: Connection, cmd: Command) -> None:
         """Run one parsed command for ``c`` and route every reply it produced."""
-        if self.role.refusing and type(cmd) not in _STANDBY_OK:
+        if self.role.refuses() and type(cmd) not in _STANDBY_OK:
             c.send(_NOT_PRIMARY, 0)
             return
         adm = self.admission
