@@ -1,5 +1,6 @@
-"""Child process for the SIGKILL tests: run a seeded history with snapshots, and at the N-th
-time the WAL reaches STEP, save the acknowledged durable state and SIGKILL itself.
+"""Child process for the SIGKILL tests: run a seeded history with snapshots, and just before the
+N-th file call matching STEP (``op:path-fragment``, a ``Faults`` crash point), save the
+acknowledged durable state and SIGKILL itself.
 
 usage: python crash_child.py DIR STEP N SEED
        python crash_child.py DIR --progress OPS SEED
@@ -20,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from tests.engine.walutil import T0, Driver, durable_view, random_step  # noqa: E402
 
 from stalkd.engine.wal import Wal  # noqa: E402
+from stalkd.log.fs import Faults  # noqa: E402
 
 WAL_OPTS = dict(segment_size=4096, compact_min_bytes=1500, chunk_jobs=4)
 
@@ -41,24 +43,20 @@ def main() -> None:
     if sys.argv[2] == "--progress":
         return run_progress(sys.argv[1], int(sys.argv[3]), int(sys.argv[4]))
     directory, step, nth, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    hits = 0
-    holder: dict[str, Driver] = {}
-
-    def fault(name: str) -> None:
-        nonlocal hits
-        if name != step:
-            return
-        hits += 1
-        if hits == nth:
-            with open(os.path.join(directory, "expected.pickle"), "wb") as f:
-                pickle.dump((durable_view(holder["d"].e), holder["d"].now), f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    wal = Wal.open(directory, durability="always", background=False, fault=fault, **WAL_OPTS)  # type: ignore[arg-type]
+    fs = Faults()
+    wal = Wal.open(directory, durability="always", background=False, fs=fs, **WAL_OPTS)  # type: ignore[arg-type]
     e, _ = wal.recover(T0)
-    d = holder["d"] = Driver(wal, e, T0)
+    d = Driver(wal, e, T0)
+
+    def die() -> None:
+        with open(os.path.join(directory, "expected.pickle"), "wb") as f:
+            pickle.dump((durable_view(d.e), d.now), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    op, _, match = step.partition(":")
+    fs.crash_at(op, match, nth, then=die)
     rng = random.Random(seed)
     for _ in range(600):
         random_step(d, rng)

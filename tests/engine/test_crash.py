@@ -1,7 +1,9 @@
 """Crash injection at every step of snapshot and compaction: recovery gives the acknowledged state.
 
-Two ways to crash: an exception raised at the step (in process, then the WAL is abandoned the way
-a dying process leaves it), and SIGKILL of a child process at the step.
+A crash point is a file-system call (``stalkd.log.fs.Faults.crash_at``): the process dies just
+before the ``nth`` call of an operation on a matching path. Two ways to die there: an exception
+(in process, then the WAL is abandoned the way a dying process leaves it), and SIGKILL of a
+child process.
 """
 
 from __future__ import annotations
@@ -20,47 +22,48 @@ from stalkd.engine import Engine
 from stalkd.engine.model import decode
 from stalkd.engine.replay import finish, replay
 from stalkd.engine.wal import Wal, WalError
+from stalkd.log.fs import CrashPoint, Faults
 
 from .walutil import T0, Driver, durable_view, random_step
 
+# (operation, path fragment): every file call a snapshot and the compaction after it make.
 STEPS = [
-    "snapshot-begin", "snapshot-open", "snapshot-chunk", "snapshot-trailer", "snapshot-fsync",
-    "snapshot-rename", "snapshot-dirsync", "compact-retain", "compact-drop-old",
-]  # fmt: skip
+    "open:.snap.tmp",  # the snapshot file is created
+    "write:.snap.tmp",  # its header, each chunk of jobs, its trailer
+    "fsync:.snap.tmp",
+    "replace:.snap.tmp",  # renamed into place
+    "fsync_dir:snapshots",
+    "unlink:seg-",  # WAL segments the snapshot made unnecessary
+    "unlink:.snap",  # older snapshots (from the second snapshot on)
+]
 
 
-class Boom(Exception):
-    pass
+def crash_point(step: str) -> tuple[str, str]:
+    op, _, match = step.partition(":")
+    return op, match
 
 
-def run_until_fault(path: Path, step: str, nth: int, seed: int) -> tuple[Wal, Driver, bool]:
-    hits = 0
-
-    def fault(name: str) -> None:
-        nonlocal hits
-        if name == step:
-            hits += 1
-            if hits == nth:
-                raise Boom(step)
-
+def run_until_fault(path: Path, step: str, nth: int, seed: int) -> tuple[Wal, Driver, Faults, bool]:
+    fs = Faults()
     wal = Wal.open(path, durability="never", segment_size=4096, compact_min_bytes=1500,
-                   chunk_jobs=4, background=False, fault=fault)  # fmt: skip
+                   chunk_jobs=4, background=False, fs=fs)  # fmt: skip
     e, _ = wal.recover(T0)
+    fs.crash_at(*crash_point(step), nth=nth)  # counted from here: recovery's calls are not steps
     d = Driver(wal, e, T0)
     rng = random.Random(seed)
     for _ in range(600):
         random_step(d, rng)
         try:
             wal.maintain(d.e, d.now)
-        except (Boom, WalError):
-            return wal, d, True
-    return wal, d, False
+        except (CrashPoint, WalError):
+            return wal, d, fs, fs.crashed is not None
+    return wal, d, fs, False
 
 
 @pytest.mark.parametrize("nth", [1, 3])
 @pytest.mark.parametrize("step", STEPS)
 def test_exception_at_step_then_crash(tmp_path: Path, step: str, nth: int) -> None:
-    wal, d, fired = run_until_fault(tmp_path, step, nth, seed=nth)
+    wal, d, _, fired = run_until_fault(tmp_path, step, nth, seed=nth)
     assert fired, f"{step} #{nth} never reached"
     expect, now = durable_view(d.e), d.now
     wal.abandon()
@@ -73,9 +76,9 @@ def test_exception_at_step_then_crash(tmp_path: Path, step: str, nth: int) -> No
 @pytest.mark.parametrize("step", STEPS)
 def test_exception_at_step_then_carry_on(tmp_path: Path, step: str) -> None:
     """A failed snapshot is dropped; the server keeps going and later snapshots work."""
-    wal, d, fired = run_until_fault(tmp_path, step, 2, seed=11)
+    wal, d, fs, fired = run_until_fault(tmp_path, step, 2, seed=11)
     assert fired
-    wal._fault = lambda name: None
+    fs.heal()
     rng = random.Random(5)
     before = wal.snapshots_written
     for _ in range(300):

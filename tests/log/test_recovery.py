@@ -1,7 +1,9 @@
-"""Recovery: torn tails at every byte, bit flips, zero fill, stale frames, sealed-segment damage, repair."""
+"""Recovery: torn tails at every byte, bit flips, zero fill, stale frames, sealed-segment damage,
+repair; faults injected while recovery or retention changes files."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -10,6 +12,7 @@ import pytest
 
 from stalkd.log import Log, LogCorruptError, LogReader
 from stalkd.log.frame import frame_size
+from stalkd.log.fs import CrashPoint, Faults
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
 
 PAYLOADS = [b"record-%02d" % i + b"x" * (i * 3) for i in range(12)]
@@ -199,3 +202,97 @@ def test_unknown_segment_version_is_a_clear_error(tmp_path: Path) -> None:
         f.write(b"\x09\x00")
     with pytest.raises(LogCorruptError, match="CRC|version"):
         Log.open(tmp_path)
+
+
+# --- faults through the file-system seam (stalkd.log.fs.Faults) where recovery and retention
+# change files: the torn tail's zeroing, the footer a roll-over crash left unwritten, a repair's
+# quarantine, a segment removal failing part-way. Each fault stops the operation; once the disk
+# heals, the log opens with everything it had acknowledged.
+
+
+def torn_log(d: Path) -> Path:
+    """A closed one-segment log whose last frame is half-overwritten (a crash mid-write)."""
+    start, _ = make_log(d)
+    seg = only_segment(d)
+    with open(seg, "r+b") as f:
+        f.seek(start + 4)
+        f.write(b"\xff" * 8)
+    return seg
+
+
+def test_a_failed_fsync_while_cutting_a_torn_tail_fails_the_open_and_a_retry_cuts_it(tmp_path: Path) -> None:
+    seg = torn_log(tmp_path)
+    fs = Faults()
+    fs.fail("fdatasync", errno.EIO, match=seg.name, times=1)
+    with pytest.raises(OSError, match="injected"):
+        Log.open(tmp_path, durability="never", fs=fs)
+    assert fs.failures == {"fdatasync": 1}
+    with Log.open(tmp_path, durability="never", fs=fs) as log:  # the rule is used up
+        assert log.next_offset == len(PAYLOADS) - 1
+    assert payloads_of(tmp_path) == PAYLOADS[:-1]
+
+
+def test_a_crash_before_the_torn_tail_is_zeroed_leaves_it_for_the_next_open(tmp_path: Path) -> None:
+    seg = torn_log(tmp_path)
+    fs = Faults()
+    fs.crash_at("pwrite", match=seg.name)
+    with pytest.raises(CrashPoint):
+        Log.open(tmp_path, durability="never", fs=fs)
+    assert fs.crashed is not None and seg.name in fs.crashed
+    assert payloads_of(tmp_path) == PAYLOADS[:-1]
+
+
+def test_a_failed_footer_write_after_a_roll_over_crash_is_retried_by_the_next_open(tmp_path: Path) -> None:
+    segs = multi_segment(tmp_path)
+    victim = segs[1]
+    with open(victim, "r+b") as f:  # the footer a crash during the roll-over never wrote
+        f.seek(victim.stat().st_size - FOOTER_SIZE)
+        f.write(bytes(FOOTER_SIZE))
+    fs = Faults()
+    fs.fail("pwrite", errno.EIO, match=victim.name, times=1)
+    with pytest.raises(OSError, match="injected"):
+        Log.open(tmp_path, segment_size=1024, durability="never", fs=fs)
+    with Log.open(tmp_path, segment_size=1024, durability="never", fs=fs) as log:
+        assert log.next_offset == 200
+        assert len(list(log.read(0))) == 200
+
+
+def test_a_failed_quarantine_write_leaves_the_damage_for_a_second_repair(tmp_path: Path) -> None:
+    make_log(tmp_path)
+    seg = only_segment(tmp_path)
+    with open(seg, "r+b") as f:  # a bad frame with a valid one after it: damage, not a torn tail
+        f.seek(HEADER_SIZE + sum(frame_size(len(p)) for p in PAYLOADS[:-2]) + 4)
+        f.write(b"\xff" * 8)
+    fs = Faults()
+    fs.fail("write", errno.ENOSPC, match="dropped", times=1)
+    with pytest.raises(OSError, match="injected"):
+        Log.open(tmp_path, durability="never", repair=True, fs=fs)
+    assert fs.failures == {"write": 1}
+    with Log.open(tmp_path, durability="never", repair=True, fs=fs) as log:
+        rep = log.repair_report
+        assert rep is not None and rep.dropped_files
+        assert log.next_offset == len(PAYLOADS) - 2
+
+
+@pytest.mark.parametrize("archive", [False, True])
+def test_a_segment_removal_failing_part_way_keeps_the_log_dense(tmp_path: Path, archive: bool) -> None:
+    """Retention removes several segments; the second removal fails. The segments not removed
+    stay tracked (a later retain removes them), and the log still opens: before, they were
+    forgotten and left on disk behind a gap in offsets, which the next open refused."""
+    multi_segment(tmp_path)
+    fs = Faults()
+    op = "replace" if archive else "unlink"
+    with Log.open(tmp_path, segment_size=1024, durability="never", archive=archive, fs=fs) as log:
+        first_end = log.segment_bounds()[0][1]
+        assert first_end is not None and first_end < 100
+        fs.crash_at(op, match="seg-", nth=2)
+        with pytest.raises(CrashPoint):
+            log.retain(150)
+        fs.heal()
+        assert log.segment_bounds()[0][0] == first_end  # the first segment went, nothing after it
+        log.append(b"after")
+    with Log.open(tmp_path, segment_size=1024, durability="never", archive=archive) as log:
+        assert log.segment_bounds()[0][0] == first_end
+        assert [f.offset for f in log.read(first_end)] == list(range(first_end, 201))
+        assert log.retain(150)  # the rest go now
+        assert log.segment_bounds()[0][0] > first_end

@@ -18,9 +18,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from stalkd.client import _requests as rq
-from stalkd.client._failover import NOT_PRIMARY
 from stalkd.client._wire import Response
-from stalkd.client.errors import BeanstalkError
+from stalkd.client.errors import BeanstalkError, NotPrimary
 
 __all__ = ["Session", "PutMany", "PutSpec", "Body", "BATCH_JOBS", "BATCH_BYTES"]
 
@@ -149,7 +148,7 @@ class PutMany:
         again: list[rq.Request[int]] = []
         slots: list[int] = []
         for req, resp, slot in zip(batch, replies, self._slots, strict=True):
-            if resp.word == NOT_PRIMARY and self._resend:
+            if resp.word == NotPrimary.word and self._resend:
                 again.append(req)
                 slots.append(slot)
                 continue

@@ -1,5 +1,7 @@
 """Finding the primary among several servers, and what to do with a command after a failover,
-without a socket or a clock (both transports feed it replies and the time).
+without a socket or a clock (both transports feed it replies and the time). The retry loop
+itself is here too, as plans (:func:`call`, :func:`put_batches`): generators that yield the
+steps (:class:`Send` these requests, :data:`LEAVE` this server) which each transport performs.
 
 A server's ``stats`` says ``role: primary`` or ``role: standby`` and ``epoch: N``; a server
 without those lines (beanstalkd, an older stalkd) is a primary of epoch 0. The client probes
@@ -26,11 +28,12 @@ with one address and no timeout the client behaves as a single-server client alw
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address
+from stalkd.client._core import PutMany
 from stalkd.client._wire import Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
@@ -45,6 +48,9 @@ from stalkd.client.errors import (
 
 __all__ = ["Role", "role_of", "Round", "Search", "Failover", "NOT_PRIMARY",
            "DEFAULT_FAILOVER_TIMEOUT", "BACKOFF_FIRST", "BACKOFF_CAP"]
+__all__ += ["Send", "LEAVE", "Plan", "call", "put_batches"]  # the retry loop both transports drive
+
+T = TypeVar("T")
 
 NOT_PRIMARY = NotPrimary.word
 #: how long a client with several addresses keeps looking for a primary after a failure
@@ -253,3 +259,95 @@ class Failover:
         err.__cause__ = exc
         return err
 
+
+
+# --- the retry loop, once for both transports ------------------------------------------------
+
+
+class Send(NamedTuple):
+    """A step of a :func:`call` or :func:`put_batches` plan: write ``requests`` in one go on a
+    connection to the primary (opening one if needed) and send back one ``Response`` each, or
+    throw the ``ClientConnectionError`` that lost them into the plan. ``extra``: seconds a
+    reply may take on top of the client's timeout (``None``: unbounded)."""
+
+    requests: Sequence[rq.Request[Any]]
+    extra: float | None
+
+
+#: A step of a plan: this server is not the primary: leave its connection (no new request goes
+#: to it) and send the next step elsewhere.
+LEAVE = "leave"
+
+#: What a plan yields: the transport performs each step and sends its result back.
+Plan = Generator[Send | str, list[Response] | None, T]
+
+
+def call(fo: Failover, request: rq.Request[Any], extra: float | None, *,
+         clock: Callable[[], float], closed_by_user: Callable[[], bool]) -> Plan[Response]:
+    """The steps of one command with failover on: sent until a primary answers, resent after
+    ``NOT_PRIMARY`` or a lost connection when the rule above allows; returns the reply.
+
+    >>> from stalkd.client._address import parse_addresses
+    >>> fo = Failover(parse_addresses("a:1,b:2"), failover_timeout=5, reconnect=True)
+    >>> plan = call(fo, rq.stats(), 0, clock=lambda: 0.0, closed_by_user=lambda: False)
+    >>> next(plan).requests[0].data
+    b'stats\\r\\n'
+    >>> plan.send([Response("NOT_PRIMARY")]), type(plan.send(None)).__name__
+    ('leave', 'Send')
+    >>> type(plan.throw(ConnectionClosed("gone"))).__name__   # stats is safe: sent again
+    'Send'
+    >>> try: plan.send([Response("OK", ("3",))])
+    ... except StopIteration as done: print(done.value.word, fo.search)
+    OK None
+    """
+    try:
+        while True:
+            try:
+                replies = yield Send((request,), extra)
+            except ClientConnectionError as e:
+                err = fo.after_drop(request, e, now=clock(), closed_by_user=closed_by_user())
+                if err is None:
+                    continue
+                if err is e:
+                    raise
+                raise err from e
+            assert replies is not None
+            (resp,) = replies
+            if resp.word != NOT_PRIMARY:  # the common case, without reading the clock
+                if fo.search is not None:
+                    fo.settled()
+                return resp
+            if not fo.resend_after_reply(request, resp, now=clock()):
+                return resp
+            yield LEAVE
+    except BaseException:  # the next failure starts a search of its own
+        fo.settled()
+        raise
+
+
+def put_batches(fo: Failover, plan: PutMany, *, clock: Callable[[], float],
+                closed_by_user: Callable[[], bool]) -> Plan[list[int]]:
+    """The steps of a ``put_many``: each batch written in one go; the puts answered
+    ``NOT_PRIMARY`` go again to the new primary (never a put lost with its connection);
+    returns the ids. ``PutMany.take``'s ``ProtocolError`` leaves the plan: the transport then
+    drops the connection."""
+    try:
+        for batch in plan.batches():
+            while batch:
+                try:
+                    replies = yield Send(batch, 0)
+                except ClientConnectionError as e:
+                    err = fo.after_drop(batch[0], e, now=clock(), closed_by_user=closed_by_user())
+                    if err is None or err is e:  # (a put is never resent after a drop)
+                        raise
+                    raise err from e
+                assert replies is not None
+                batch = plan.take(batch, replies)
+                if batch:  # NOT_PRIMARY: the new primary gets them
+                    fo.start(clock())
+                    yield LEAVE
+    except BaseException:  # the next failure starts a search of its own
+        fo.settled()
+        raise
+    fo.settled()
+    return plan.result()

@@ -22,12 +22,13 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+from stalkd.client import _failover as failover
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_addresses
 from stalkd.client._aiodial import find_primary, open_wire
 from stalkd.client._aiowire import Wire
 from stalkd.client._core import Body, PutMany, PutSpec, Session
-from stalkd.client._failover import NOT_PRIMARY, Failover
+from stalkd.client._failover import Failover
 from stalkd.client._idle import IdleCheck
 from stalkd.client._wire import Response
 from stalkd.client._yaml import Value
@@ -197,7 +198,9 @@ class AsyncClient:
     async def _call(self, request: rq.Request[T], extra: float | None = 0) -> T:
         wire = self._wire
         if self._failover.enabled:
-            resp = await self._call_failover(request, extra)
+            resp = await self._drive(failover.call(self._failover, request, extra,
+                                                   clock=time.monotonic,
+                                                   closed_by_user=self._user_closed))
         elif wire is None or wire.lost is not None or wire.transport is None:
             (resp,) = await self._exchange((request,), extra)
         else:  # the common case, without the list and loop of a batch (inline: no coroutine)
@@ -217,22 +220,6 @@ class AsyncClient:
             self._drop()  # an answer we cannot place: the stream may be out of step
             raise
 
-    async def _send_one(self, wire: Wire, request: rq.Request[Any], extra: float | None) -> Response:
-        """``_exchange_on`` for one request, without the list and loop of a batch."""
-        if wire.lost is not None:
-            raise wire.lost
-        assert wire.transport is not None
-        limit = None if self.timeout is None or extra is None else self.timeout + extra
-        fut: asyncio.Future[Response] = wire.loop.create_future()
-        wire.expect(fut, limit, request)
-        wire.transport.write(request.data)
-        try:
-            return await fut
-        except BaseException:
-            fut.cancel()
-            self._abandon(wire)
-            raise
-
     def _idle_dead(self, wire: Wire) -> bool:
         """Whether the server closed ``wire`` while it was idle (see ``_idle``)."""
         if wire.waiters or wire.transport is None or self.address.tls is not None:
@@ -245,38 +232,40 @@ class AsyncClient:
             gone = self._gone = (wire, IdleCheck(sock.fileno()))
         return gone[1]()
 
-    async def _call_failover(self, request: rq.Request[Any], extra: float | None) -> Response:
-        """The reply to ``request`` from the primary, resending it when the rule in
-        ``_failover`` says it is safe."""
-        fo = self._failover
+    def _user_closed(self) -> bool:
+        return self._closed_by_user
+
+    async def _drive(self, plan: failover.Plan[T]) -> T:
+        """Perform the steps of a failover plan (``_failover``: what is resent, and when)."""
+        wire: Wire | None = None
         try:
+            step = next(plan)
             while True:
+                if step is failover.LEAVE:
+                    assert wire is not None
+                    if self._wire is wire:
+                        self._wire = None  # no new call goes to a server that is not the primary
+                    if not wire.waiters and wire.transport is not None:
+                        wire.transport.close()
+                    step = plan.send(None)
+                    continue
+                assert isinstance(step, failover.Send)
                 wire = await self._ensure()
                 if self._idle_dead(wire):
                     self._abandon(wire)  # died while idle: reconnect before sending, not after
                     continue
                 try:
-                    resp = await self._send_one(wire, request, extra)
+                    replies = await self._exchange_on(wire, step.requests, step.extra)
                 except ClientConnectionError as e:
-                    err = fo.after_drop(request, e, now=time.monotonic(),
-                                        closed_by_user=self._closed_by_user)
-                    if err is None:
-                        continue
-                    if err is e:
-                        raise
-                    raise err from e
-                again = resp.word == NOT_PRIMARY and fo.resend_after_reply(
-                    request, resp, now=time.monotonic())
-                if not again and fo.search is not None:
-                    fo.settled()
-                if again and self._wire is wire:
-                    self._wire = None  # no new call goes to a server that is not the primary
+                    step = plan.throw(e)
+                    continue
                 if self._wire is not wire and not wire.waiters and wire.transport is not None:
                     wire.transport.close()  # its last call in flight is answered: let it go
-                if not again:
-                    return resp
-        except BaseException:  # the next failure starts a search of its own
-            fo.settled()
+                step = plan.send(replies)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        except BaseException:
+            plan.close()
             raise
 
     # --- producer commands ----------------------------------------------------------------
@@ -305,40 +294,15 @@ class AsyncClient:
         """Pipelined puts, as :meth:`stalkd.client.Client.put_many`."""
         if tube is not None:
             await self.use(tube)
-        fo = self._failover
         plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr,
-                       resend_not_primary=fo.enabled)
+                       resend_not_primary=self._failover.enabled)
         try:
-            for batch in plan.batches():
-                while batch:
-                    wire = await self._ensure()
-                    if self._idle_dead(wire):
-                        self._abandon(wire)
-                        continue
-                    try:
-                        replies = await self._exchange_on(wire, batch, 0)
-                    except ClientConnectionError as e:
-                        err = fo.after_drop(batch[0], e, now=time.monotonic(),
-                                            closed_by_user=self._closed_by_user)
-                        if err is None or err is e:  # (a put is never resent after a drop)
-                            raise
-                        raise err from e
-                    try:
-                        batch = plan.take(batch, replies)
-                    except ProtocolError:
-                        self._drop()  # an answer we cannot place: the stream may be out of step
-                        raise
-                    if batch:  # NOT_PRIMARY: the new primary gets them
-                        fo.start(time.monotonic())
-                        if self._wire is wire:
-                            self._wire = None
-                        if not wire.waiters and wire.transport is not None:
-                            wire.transport.close()
-        except BaseException:  # the next failure starts a search of its own
-            fo.settled()
+            return await self._drive(failover.put_batches(self._failover, plan,
+                                                          clock=time.monotonic,
+                                                          closed_by_user=self._user_closed))
+        except ProtocolError:
+            self._drop()  # an answer we cannot place: the stream may be out of step
             raise
-        fo.settled()
-        return plan.result()
 
     # --- worker commands ------------------------------------------------------------------
 

@@ -24,11 +24,12 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+from stalkd.client import _failover as failover
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_addresses
 from stalkd.client._core import Body, PutMany, PutSpec, Session
 from stalkd.client._dial import find_primary, open_socket, set_wait
-from stalkd.client._failover import NOT_PRIMARY, Failover
+from stalkd.client._failover import Failover
 from stalkd.client._idle import IdleCheck
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client._yaml import Value
@@ -228,40 +229,40 @@ class Client:
         if not fo.enabled:
             (resp,) = self._exchange((request,), self._wait(extra))
         else:
-            resp = self._call_failover(fo, request, extra)
+            resp = self._drive(failover.call(fo, request, extra, clock=time.monotonic,
+                                             closed_by_user=self._user_closed))
         try:
             return rq.interpret(request, resp)
         except ProtocolError:
             self._drop()  # an answer we cannot place: the stream may be out of step
             raise
 
-    def _call_failover(self, fo: Failover, request: rq.Request[Any], extra: float | None) -> Response:
-        """The reply to ``request`` from the primary, resending it when the rule in
-        ``_failover`` says it is safe."""
+    def _user_closed(self) -> bool:
+        return self._closed_by_user
+
+    def _drive(self, plan: failover.Plan[T]) -> T:
+        """Perform the steps of a failover plan (``_failover``: what is resent, and when)."""
         try:
+            step = next(plan)
             while True:
+                if step is failover.LEAVE:
+                    self._drop()
+                    step = plan.send(None)
+                    continue
+                assert isinstance(step, failover.Send)
                 if self._sock is not None and self._gone is not None and self._gone():
                     self._drop()  # died while idle: reconnect before sending, not after
                 self._ensure()
                 try:
-                    (resp,) = self._exchange((request,), self._wait(extra))
+                    replies = self._exchange(step.requests, self._wait(step.extra))
                 except ClientConnectionError as e:
-                    err = fo.after_drop(request, e, now=time.monotonic(),
-                                        closed_by_user=self._closed_by_user)
-                    if err is None:
-                        continue
-                    if err is e:
-                        raise
-                    raise err from e
-                if resp.word != NOT_PRIMARY:  # the common case, without reading the clock
-                    if fo.search is not None:
-                        fo.settled()
-                    return resp
-                if not fo.resend_after_reply(request, resp, now=time.monotonic()):
-                    return resp
-                self._drop()
-        except BaseException:  # the next failure starts a search of its own
-            fo.settled()
+                    step = plan.throw(e)
+                    continue
+                step = plan.send(replies)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        except BaseException:
+            plan.close()
             raise
 
     # --- producer commands ----------------------------------------------------------------
@@ -305,36 +306,14 @@ class Client:
         """
         if tube is not None:
             self.use(tube)
-        fo = self._failover
         plan = PutMany(bodies, priority=priority, delay=delay, ttr=ttr,
-                       resend_not_primary=fo.enabled)
+                       resend_not_primary=self._failover.enabled)
         try:
-            for batch in plan.batches():
-                while batch:
-                    if self._sock is not None and self._gone is not None and self._gone():
-                        self._drop()
-                    self._ensure()
-                    try:
-                        replies = self._exchange(batch, self._wait(0))
-                    except ClientConnectionError as e:
-                        err = fo.after_drop(batch[0], e, now=time.monotonic(),
-                                            closed_by_user=self._closed_by_user)
-                        if err is None or err is e:  # (a put is never resent after a drop)
-                            raise
-                        raise err from e
-                    try:
-                        batch = plan.take(batch, replies)
-                    except ProtocolError:
-                        self._drop()  # an answer we cannot place: the stream may be out of step
-                        raise
-                    if batch:  # NOT_PRIMARY: the new primary gets them
-                        fo.start(time.monotonic())
-                        self._drop()
-        except BaseException:  # the next failure starts a search of its own
-            fo.settled()
+            return self._drive(failover.put_batches(self._failover, plan, clock=time.monotonic,
+                                                    closed_by_user=self._user_closed))
+        except ProtocolError:
+            self._drop()  # an answer we cannot place: the stream may be out of step
             raise
-        fo.settled()
-        return plan.result()
 
     # --- worker commands ------------------------------------------------------------------
 

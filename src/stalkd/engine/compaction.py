@@ -8,7 +8,7 @@ file to a background thread that fsyncs it, renames it into place, fsyncs the di
 (or archives) WAL segments wholly below the snapshot's start offset, and deletes older
 snapshots.
 
-Ensures: at every instant (any crash point of the steps above, each announced to ``_fault``)
+Ensures: at every instant (a crash before any file call of the steps above: tests/engine/test_crash.py)
 the directory holds either the previous complete snapshot with all WAL segments it needs, or
 the new complete snapshot with all WAL segments it needs; a failed snapshot leaves both intact
 and the next ``maintain`` may try again.
@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import threading
 from bisect import bisect_left
-from collections.abc import Callable
 from itertools import accumulate
 from operator import attrgetter
 
@@ -71,7 +70,6 @@ class Compaction:
     snapshots_written: int
     _bytes_since_snapshot: int
     _snap: SnapInProgress | None
-    _fault: Callable[[str], None]
 
     def write(self, records: list[Record]) -> None:
         raise NotImplementedError  # Wal's
@@ -157,13 +155,12 @@ class Compaction:
         if engine.seq != self.last_seq:
             raise WalError(f"snapshot needs every record written first (engine seq {engine.seq}, "
                            f"WAL seq {self.last_seq})")  # fmt: skip
-        self._fault("snapshot-begin")
         engine.expire_results(engine._now)  # noqa: SLF001 - the last step's time
         rewrite = sum(frame_size(RESULT_FIXED + len(body)) for _, _, body in engine.iter_results())
         if rewrite and not self.admit(rewrite):
             raise WalError(f"{self.snap_dir}: no room to write the {len(engine.results)} live results "
                            "again, which a snapshot must do before older WAL segments go")
-        writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset, self._fault,
+        writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset,
                                 reserve=self._snapshot_reserve(), fs=self.log.fs)  # fmt: skip
         self._snap = SnapInProgress(writer, self.log.next_offset, capture_order(engine), self._bytes_since_snapshot)
         self._bytes_since_snapshot = 0
@@ -227,9 +224,7 @@ class Compaction:
             raise
         self.snapshots_written += 1
         self.sync()  # the results rewritten after the start (see _begin)
-        self._fault("compact-retain")
         self.log.retain(s.start_offset)
-        self._fault("compact-drop-old")
         for old in list_snapshots(self.snap_dir):
             if old != final and os.path.basename(old) < os.path.basename(final):
                 self.log.fs.unlink(old)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from stalkd.engine import snap_v1, snap_v2
@@ -107,8 +107,8 @@ def capture_order(e: Engine) -> list[Job]:
 class SnapshotWriter:
     """Write one snapshot: ``add_jobs`` (or ``add``) entries in any number of calls, then ``finish``.
 
-    ``fault`` is called with a step name before each step (crash-injection tests raise there).
-    ``version`` is the format written (older ones only for their tests).
+    Every file call goes through ``fs`` (crash tests stop it at a chosen call with a
+    :class:`~stalkd.log.fs.Faults`). ``version`` is the format written (older ones only for their tests).
 
     >>> import tempfile
     >>> from stalkd.engine.model import Record, Op
@@ -124,7 +124,6 @@ class SnapshotWriter:
         directory: str,
         start_seq: int,
         start_offset: int,
-        fault: Callable[[str], None] | None = None,
         version: int = SNAP_VERSION,
         reserve: str | None = None,
         fs: FileSystem = REAL,
@@ -136,11 +135,9 @@ class SnapshotWriter:
         self.version = version
         self.final = os.path.join(directory, snapshot_name(start_seq))
         self.tmp = self.final + ".tmp"
-        self._fault = fault or (lambda step: None)
         self._head = head_bytes(version, start_seq, start_offset)
         self.count = 0
         self.bytes = 0
-        self._fault("snapshot-open")
         fs.makedirs(directory)
         # ``reserve``: a preallocated file renamed into place, so this snapshot writes into
         # blocks it already owns (a full disk, where no other room is left); cut to size at finish.
@@ -161,7 +158,6 @@ class SnapshotWriter:
     def add(self, records: list[Record]) -> None:
         """Append JOB records (one chunk; a single write). In v2 a RESERVED record is stored as
         READY with deadline 0, and ``time_us`` reads back as ``created_us``."""
-        self._fault("snapshot-chunk")
         if not records:
             return
         if self.version == 1:
@@ -189,7 +185,6 @@ class SnapshotWriter:
         """Append live jobs as entries stamped ``seq`` (the loop-thread hot path: columns are
         gathered straight from the jobs, without a Record per job). Jobs keep their order
         within each (tube, state) block, so ``capture_order``'s heap order reaches the file."""
-        self._fault("snapshot-chunk")
         if not jobs:
             return
         if self.version == 1:
@@ -224,17 +219,13 @@ class SnapshotWriter:
 
     def finish(self, next_id: int, end_seq: int) -> str:
         """Trailer, fsync, atomic rename, directory fsync; returns the final path."""
-        self._fault("snapshot-trailer")
         self._write(trailer_bytes(self._head, self.count, next_id, end_seq))
         if self._reserved:
             os.ftruncate(self._fd, self.bytes)
-        self._fault("snapshot-fsync")
         self.fs.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1
-        self._fault("snapshot-rename")
         self.fs.replace(self.tmp, self.final)
-        self._fault("snapshot-dirsync")
         self.fs.fsync_dir(self.directory)
         return self.final
 
@@ -244,7 +235,7 @@ class SnapshotWriter:
             os.close(self._fd)
             self._fd = -1
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.tmp)
+            self.fs.unlink(self.tmp)
 
 
 @contextlib.contextmanager

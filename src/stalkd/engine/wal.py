@@ -28,7 +28,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
@@ -106,7 +106,6 @@ class Wal(Compaction):
         compact_min_bytes: int,
         chunk_jobs: int,
         background: bool,
-        fault: Callable[[str], None] | None,
     ) -> None:
         self.directory = directory
         self.snap_dir = os.path.join(directory, SNAP_DIR)
@@ -117,7 +116,6 @@ class Wal(Compaction):
         self.compact_min_bytes = compact_min_bytes
         self.chunk_jobs = chunk_jobs
         self.background = background
-        self._fault = fault or (lambda step: None)
         self.last_seq = 0
         self.records_written = 0
         self.records_migrated = 0
@@ -142,7 +140,6 @@ class Wal(Compaction):
         compact_min_bytes: int | None = None,
         chunk_jobs: int = 1024,
         background: bool = True,
-        fault: Callable[[str], None] | None = None,
         repair: bool = False,
         fs: FileSystem = REAL,
     ) -> Wal:
@@ -151,13 +148,11 @@ class Wal(Compaction):
         ``durability`` is the log policy (``always``, ``every:<ms>``, ``never``). Segments are
         4 MiB by default (the log's own default is 64 MiB): recovery reads the WAL from the
         snapshot's start offset, and the log finds that offset by scanning its segment from the
-        first frame, so a smaller segment bounds that scan (~20k frames) on every restart. ``fault`` is
-        called with a step name at each snapshot/compaction step (crash-injection tests; disk
-        faults go through ``fs``). ``archive`` moves retired segments to ``wal/archive/``.
+        first frame, so a smaller segment bounds that scan (~20k frames) on every restart. ``archive`` moves retired segments to ``wal/archive/``.
         ``repair`` cuts a damaged log at its damage (bytes kept in ``wal/dropped/``) and lets
         ``recover`` continue from a snapshot the log no longer reaches, instead of refusing.
-        ``fs`` is the file system every file goes through (tests inject faults with a
-        ``Faults``); a data directory holding a symbolic link is refused.
+        ``fs`` is the file system every file goes through (tests inject faults, and crash
+        points, with a ``Faults``); a data directory holding a symbolic link is refused.
         """
         d = os.fspath(directory)
         fs.makedirs(d)
@@ -168,7 +163,7 @@ class Wal(Compaction):
                        durability=durability, archive=archive, repair=repair, fs=fs)  # fmt: skip
         wal = cls(d, log, durability, segment_size,
                   segment_size if compact_min_bytes is None else compact_min_bytes,
-                  chunk_jobs, background, fault)  # fmt: skip
+                  chunk_jobs, background)  # fmt: skip
         wal.repair = repair
         rep = log.repair_report
         if rep is not None:

@@ -9,19 +9,19 @@ Every system call the log and the engine's WAL make on their directories goes th
   * space is reserved with ``posix_fallocate`` (the one place blocks are taken), a directory is
     fsynced through ``O_DIRECTORY``, and writes loop until every byte is written.
 
-Tests inject faults (a full disk, EIO from fsync, short writes) by passing a :class:`Faults`
-instead of the default :data:`REAL`, never by patching ``os``.
+Tests inject faults (a full disk, EIO from fsync, short writes, a crash at a chosen call) by
+passing a :class:`Faults` instead of the default :data:`REAL`, never by patching ``os``.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .errors import LogError
 
-__all__ = ["DIR_MODE", "FILE_MODE", "REAL", "Faults", "FileSystem", "SymlinkError"]
+__all__ = ["DIR_MODE", "FILE_MODE", "REAL", "CrashPoint", "Faults", "FileSystem", "SymlinkError"]
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -144,12 +144,18 @@ REAL = FileSystem()
 """The file system stalkd uses unless a test passes another."""
 
 
+class CrashPoint(Exception):
+    """Raised by a :class:`Faults` crash point: the process "dies" before that call runs."""
+
+
 class Faults(FileSystem):
     """A real file system whose chosen calls fail, for tests of the fault paths.
 
     ``fail(op, err)`` makes the next ``times`` calls of ``op`` (a method name: ``fdatasync``,
-    ``allocate``, ``pwrite``, ``write``, ``fsync``, ``open``...) on a path containing ``match``
-    raise ``OSError(err)``; ``short_writes(n)`` makes every write put at most ``n`` bytes.
+    ``allocate``, ``pwrite``, ``write``, ``fsync``, ``open``, ``replace``, ``unlink``...) on a
+    path containing ``match`` raise ``OSError(err)``; ``short_writes(n)`` makes every write put
+    at most ``n`` bytes; ``crash_at(op, match, nth)`` stops the program before the ``nth`` such
+    call (``then`` runs first: a crash test's child SIGKILLs itself there).
 
     >>> import errno, tempfile
     >>> fs = Faults()
@@ -163,6 +169,8 @@ class Faults(FileSystem):
 
     def __init__(self) -> None:
         self._rules: list[list[object]] = []  # [op, errno, match, times left or None]
+        self._crashes: list[tuple[str, str, list[int], Callable[[], object] | None]] = []
+        self.crashed: str | None = None  # the call a crash point stopped (op and path)
         self._paths: dict[int, str] = {}
         self._short = 0
         self.calls: dict[str, int] = {}  # calls per op, counted even when they fail
@@ -174,13 +182,28 @@ class Faults(FileSystem):
     def short_writes(self, max_bytes: int) -> None:
         self._short = max_bytes
 
+    def crash_at(self, op: str, match: str = "", nth: int = 1,
+                 then: Callable[[], object] | None = None) -> None:
+        """Before the ``nth`` call of ``op`` on a path containing ``match`` (counted from now)
+        runs: call ``then`` (which may kill the process), then raise :class:`CrashPoint`."""
+        self._crashes.append((op, match, [nth], then))
+
     def heal(self) -> None:
-        """Every call succeeds again (and writes are whole)."""
+        """Every call succeeds again (and writes are whole); crash points are disarmed."""
         self._rules.clear()
+        self._crashes.clear()
         self._short = 0
 
     def _check(self, op: str, path: str) -> None:
         self.calls[op] = self.calls.get(op, 0) + 1
+        for c_op, c_match, left, then in self._crashes:
+            if c_op == op and c_match in path and left[0] > 0:
+                left[0] -= 1
+                if left[0] == 0:
+                    self.crashed = f"{op} {path}"
+                    if then is not None:
+                        then()
+                    raise CrashPoint(f"crash point: {op} {path}")
         for rule in self._rules:
             r_op, err, match, times = rule
             if r_op == op and str(match) in path and times != 0:
@@ -230,4 +253,12 @@ class Faults(FileSystem):
     def fsync_dir(self, path: str) -> None:
         self._check("fsync_dir", path)
         super().fsync_dir(path)
+
+    def replace(self, src: str, dst: str) -> None:
+        self._check("replace", src)
+        super().replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        self._check("unlink", path)
+        super().unlink(path)
 

@@ -113,7 +113,7 @@ class Log:
             for sub in ("", GROUPS_DIR, ARCHIVE_DIR, SPARES_DIR):
                 d = os.path.join(log.path, sub)
                 fs.check_no_symlinks(d)
-            rec = recover(log.path, repair)
+            rec = recover(log.path, repair, fs=fs)
             log.repair_report = rec.repair
             log._commit = GroupCommit(log.path, policy, interval, rec.next_offset)
             log._writer = SegmentWriter(log.path, segment_size, io, policy != "never", fs,

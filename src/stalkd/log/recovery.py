@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .errors import LogCorruptError
-from .fs import REAL
+from .fs import REAL, FileSystem
 from .reader import list_segments
 from .segment import (
     FOOTER_SIZE,
@@ -186,52 +186,52 @@ def _following(views: list[SegmentView], i: int, pos: int, offset: int) -> int:
     return n
 
 
-def _write_footer(path: str, base: int, end: int, data_end: int, epoch: int) -> None:
-    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+def _write_footer(fs: FileSystem, path: str, base: int, end: int, data_end: int, epoch: int) -> None:
+    fd = fs.open(path, os.O_RDWR)
     try:
-        os.pwrite(fd, encode_footer(base, end, data_end, epoch), os.fstat(fd).st_size - FOOTER_SIZE)
-        os.fdatasync(fd)
+        fs.pwrite_all(fd, encode_footer(base, end, data_end, epoch), os.fstat(fd).st_size - FOOTER_SIZE)
+        fs.fdatasync(fd)
     finally:
         os.close(fd)
 
 
-def _zero(path: str, start: int, end: int) -> None:
+def _zero(fs: FileSystem, path: str, start: int, end: int) -> None:
     """Zero bytes ``[start, end)`` of a segment (what a cut drops), durably."""
-    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    fd = fs.open(path, os.O_RDWR)
     try:
         end = min(end, os.fstat(fd).st_size)
         pos = start
         while pos < end:
-            pos += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - pos)], pos)
-        os.fdatasync(fd)
+            n = min(len(_ZEROS), end - pos)
+            fs.pwrite_all(fd, memoryview(_ZEROS)[:n], pos)
+            pos += n
+        fs.fdatasync(fd)
     finally:
         os.close(fd)
 
 
-def _dropped_dir(root: str) -> str:
+def _dropped_dir(fs: FileSystem, root: str) -> str:
     d = os.path.join(root, DROPPED_DIR)
-    os.makedirs(d, mode=0o700, exist_ok=True)
+    fs.makedirs(d)
     return d
 
 
-def _quarantine(root: str, view: SegmentView, start: int, end: int) -> str:
+def _quarantine(fs: FileSystem, root: str, view: SegmentView, start: int, end: int) -> str:
     """Copy bytes ``[start, end)`` of a segment to a new 0600 file in dropped/; its path."""
-    d = _dropped_dir(root)
+    d = _dropped_dir(fs, root)
     name = f"{os.path.basename(view.path)}.from-byte-{start}"
     target = os.path.join(d, name)
     k = 1
     while os.path.lexists(target):
         target = os.path.join(d, f"{name}.{k}")
         k += 1
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd = fs.open(target, os.O_WRONLY | os.O_EXCL, create=True)
     try:
-        data = view.mv[start:end]
-        while data:
-            data = data[os.write(fd, data) :]
-        os.fsync(fd)
+        fs.write_all(fd, view.mv[start:end])
+        fs.fsync(fd)
     finally:
         os.close(fd)
-    REAL.fsync_dir(d)
+    fs.fsync_dir(d)
     return target
 
 
@@ -248,24 +248,24 @@ def _salvage_file(path: str) -> list[tuple[int, bytes]]:
 
 
 def _cut(
-    root: str, files: list[str], views: list[SegmentView], keep: int, cut_view: SegmentView | None,
+    fs: FileSystem, root: str, files: list[str], views: list[SegmentView], keep: int, cut_view: SegmentView | None,
     position: int, offset: int, reason: str,
 ) -> RepairReport:
     """Move files[keep:] to dropped/ (beyond the cut segment); erase the cut segment's footer (the
     tail check that follows quarantines and zeroes the frames beyond the cut)."""
-    dropped_dir = _dropped_dir(root)
+    dropped_dir = _dropped_dir(fs, root)
     moved = []
     for p in files[keep:]:
         for v in views:
             if v.path == p:
                 v.close()
         target = os.path.join(dropped_dir, os.path.basename(p))
-        os.replace(p, target)
+        fs.replace(p, target)
         moved.append(target)
     if cut_view is not None:
-        _zero(cut_view.path, cut_view.size - FOOTER_SIZE, cut_view.size)
+        _zero(fs, cut_view.path, cut_view.size - FOOTER_SIZE, cut_view.size)
         cut_view.footer = None
-    REAL.fsync_dir(root)
+    fs.fsync_dir(root)
     salvaged = [rec for p in moved for rec in _salvage_file(p)]
     where = cut_view.path if cut_view is not None else (files[keep] if keep < len(files) else root)
     return RepairReport(where, position, offset, reason, tuple(moved), tuple(salvaged))
@@ -274,10 +274,12 @@ def _cut(
 Mode = Literal["open", "repair", "check"]
 
 
-def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify: bool = False) -> Recovered:
+def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify: bool = False,
+            fs: FileSystem = REAL) -> Recovered:
     """Inspect ``root`` and decide where the writer continues (``open``, the caller holding the
     lock), cut the log at its first damage (``repair``), or only report (``check``, read-only;
-    ``verify`` also checks every frame of the sealed segments, as a repair does).
+    ``verify`` also checks every frame of the sealed segments, as a repair does). Every change
+    it makes to the directory goes through ``fs``.
 
     Raises LogCorruptError (see ``refusal``) when ``open`` finds damage.
     """
@@ -287,7 +289,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
     if act:
         for name in os.listdir(root):
             if name.startswith("seg-") and name.endswith(".log.tmp"):
-                os.unlink(os.path.join(root, name))  # a segment whose creation a crash interrupted
+                fs.unlink(os.path.join(root, name))  # a segment whose creation a crash interrupted
     segs = list_segments(root, archive=False)
     files = [p for _, p, _ in segs]
     views: list[SegmentView] = []
@@ -309,7 +311,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
             except LogCorruptError as e:
                 prev_end = views[-1].footer[0] if views and views[-1].footer else base
                 if damaged(Damage(p, e.position, prev_end, 0, f"unreadable segment ({e})")):
-                    report = _cut(root, files, views, i, None, 0, prev_end, f"unreadable segment: {e}")
+                    report = _cut(fs, root, files, views, i, None, 0, prev_end, f"unreadable segment: {e}")
                 break
         n = len(views)
         i = 0
@@ -321,7 +323,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                                f"gap in offsets: the footer ends at offset {view.footer[0]} but the next "
                                f"segment starts at {nxt}")  # fmt: skip
                     if damaged(d):
-                        report = _cut(root, files, views, i + 1, None, 0, view.footer[0], "gap in offsets")
+                        report = _cut(fs, root, files, views, i + 1, None, 0, view.footer[0], "gap in offsets")
                     n = i + 1
                     break
                 bad = _verify(view) if verify else None
@@ -329,7 +331,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                     d = Damage(view.path, bad[0], bad[1], _following(views, i, bad[0], bad[1]),
                                "bad frame in a sealed segment")  # fmt: skip
                     if damaged(d):
-                        report = _cut(root, files, views, i + 1, view, bad[0], bad[1], "bad frame in sealed segment")
+                        report = _cut(fs, root, files, views, i + 1, view, bad[0], bad[1], "bad frame in sealed segment")
                     n = i + 1
                     break
                 i += 1
@@ -342,25 +344,25 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                 if act:
                     for v in later:
                         v.close()
-                        os.unlink(v.path)
+                        fs.unlink(v.path)
                     # the footer write the crash interrupted may have left bytes in its room
-                    _zero(view.path, view.size - FOOTER_SIZE, view.size)
+                    _zero(fs, view.path, view.size - FOOTER_SIZE, view.size)
                     with contextlib.suppress(OSError):
-                        REAL.fsync_dir(root)
+                        fs.fsync_dir(root)
                     n = i + 1
                     break
                 n = i + 1
                 break
             if st.offset == nxt and st.status == "end":
                 if act:
-                    _write_footer(view.path, view.base, st.offset, st.pos, view.epoch)
+                    _write_footer(fs, view.path, view.base, st.offset, st.pos, view.epoch)
                     view.footer = (st.offset, st.pos)
                 i += 1
                 continue
             d = Damage(view.path, st.pos, st.offset, _following(views, i, st.pos, st.offset),
                        "bad frame in a sealed segment without a valid footer")  # fmt: skip
             if damaged(d):
-                report = _cut(root, files, views, i + 1, view, st.pos, st.offset, "bad frame in sealed segment")
+                report = _cut(fs, root, files, views, i + 1, view, st.pos, st.offset, "bad frame in sealed segment")
             n = i + 1
             break
         views = views[:n]
@@ -381,8 +383,8 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
         tail = _check_tail(last)
         torn = tail.extent - tail.data_end
         if tail.damage is not None and damaged(tail.damage):
-            q = _quarantine(root, last, tail.data_end, tail.extent) if torn else None
-            _zero(last.path, tail.data_end, tail.extent)
+            q = _quarantine(fs, root, last, tail.data_end, tail.extent) if torn else None
+            _zero(fs, last.path, tail.data_end, tail.extent)
             salvaged = tuple((o, p) for o, _, p in tail.found)
             if report is None:
                 report = RepairReport(last.path, tail.data_end, tail.next_offset, tail.damage.reason,
@@ -392,7 +394,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                                       report.dropped_files + ((q,) if q else ()), report.salvaged + salvaged)  # fmt: skip
             torn = 0
         elif tail.damage is None and torn and act:
-            _zero(last.path, tail.data_end, tail.extent)
+            _zero(fs, last.path, tail.data_end, tail.extent)
             _log.warning("%s: torn tail cut: %d bytes dropped at byte %d (log offset %d), nothing valid "
                          "after them (a write a crash interrupted)", last.path, torn, tail.data_end, tail.next_offset)
         return Recovered(tuple(sealed), tail.next_offset, (last.path, last.base, tail.data_end, last.epoch),

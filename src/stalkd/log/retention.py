@@ -2,7 +2,8 @@
 
 Ensures: a segment goes only when it is sealed and every offset in it is below the floor the
 caller gives and below every consumer group's committed head; the active segment never goes;
-the removal is durable (directory fsynced) when ``retain`` returns.
+the removal is durable (directory fsynced) when ``retain`` returns; a removal that fails leaves
+the segments not yet removed tracked, so the log stays dense in offsets.
 """
 
 from __future__ import annotations
@@ -40,15 +41,19 @@ def retain(
     out = []
     if archive:
         fs.makedirs(os.path.join(root, ARCHIVE_DIR))
-    for _base, _end, p in doomed:
+    for i, (_base, _end, p) in enumerate(doomed):
         forget(p)
-        if archive:
-            target = os.path.join(root, ARCHIVE_DIR, os.path.basename(p))
-            fs.replace(p, target)
-            out.append(target)
-        else:
-            fs.unlink(p)
-            out.append(p)
+        try:
+            if archive:
+                target = os.path.join(root, ARCHIVE_DIR, os.path.basename(p))
+                fs.replace(p, target)
+                out.append(target)
+            else:
+                fs.unlink(p)
+                out.append(p)
+        except BaseException:
+            writer.restore_sealed(doomed[i:])
+            raise
     if archive:
         fs.fsync_dir(os.path.join(root, ARCHIVE_DIR))
     fs.fsync_dir(root)

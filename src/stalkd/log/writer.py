@@ -259,6 +259,14 @@ class SegmentWriter:
                 self._publish()
         return doomed
 
+    def restore_sealed(self, kept: list[tuple[int, int, str]]) -> None:
+        """Segments ``drop_sealed`` returned whose files could not be removed: tracked again (they
+        are below every segment still tracked), so a later retention removes them. Untracked, they
+        would stay behind a gap in offsets that the next open refuses."""
+        with self.lock:
+            self.sealed = kept + self.sealed
+            self._publish()
+
     def close(self) -> None:
         """Close the active segment's file (no footer: it stays the active one)."""
         act = self.active

@@ -225,6 +225,7 @@ class Connection(asyncio.BufferedProtocol):
             execute = server.execute
             limit = self.max_output
             flush_at = self.flush_at
+            policy = self.policy  # set once, when connected
             while not self.waiting and not self.closing:
                 if self.out_bytes >= flush_at:
                     self.flush()  # the transport calls pause_writing past max_output
@@ -241,7 +242,7 @@ class Connection(asyncio.BufferedProtocol):
                 if type(item) is Reply:  # a protocol error found by the parser
                     self.send(item, 0)
                     continue
-                if self.policy is not None and not self.policy.admits(item):
+                if policy is not None and not policy.admits(item):
                     self.send(_DENIED, 0)
                     continue
                 execute(self, item)  # type: ignore[arg-type]
@@ -270,8 +271,17 @@ class Connection(asyncio.BufferedProtocol):
                 self.close_ready = True
             return
         try:
-            # A plain reply line (INSERTED, DELETED, ...) is the common case: no tuple needed.
-            parts = (encode_line(reply),) if type(reply) is Reply else encode_reply_parts(reply)
+            if type(reply) is Reply:
+                # A plain reply line (INSERTED, DELETED, ...) is the common case, and with
+                # nothing held and no barrier (an in-memory server) it goes straight out.
+                line = encode_line(reply)
+                if not barrier and not self.held:
+                    self.out.append(line)
+                    self.out_bytes += len(line)
+                    return
+                parts: tuple[bytes, ...] = (line,)
+            else:
+                parts = encode_reply_parts(reply)
         except Exception:
             # A bug (say a stats key missing): the state change stands; the client gets
             # beanstalkd's error word instead of a malformed reply, and the log says why.
