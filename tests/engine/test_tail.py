@@ -23,10 +23,10 @@ from .walutil import T0, Driver, random_step
 
 
 def _heap_view(h: IndexedHeap[Any]) -> list[tuple[int, int]]:
-    keys = h._keys
+    keys, items = h.keys(), h.items()
     assert all(keys[(i - 1) >> 1] <= keys[i] for i in range(1, len(keys)))  # a valid heap
-    assert all(it.hpos == i for i, it in enumerate(h._items))
-    return sorted(zip(keys, (it.id for it in h._items), strict=True))
+    assert all(it.hpos == i for i, it in enumerate(items))
+    return sorted(zip(keys, (it.id for it in items), strict=True))
 
 
 def full_view(e: Engine) -> tuple[Any, ...]:

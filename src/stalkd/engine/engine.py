@@ -251,9 +251,9 @@ class Engine(Results, JobCommands, Queries):
         best_key = 0
         now = self._now
         for t in c.watch:
-            keys = t.ready._keys
-            if keys and (best is None or keys[0] < best_key) and now >= t.pause_until_us:  # not paused
-                best, best_key = t, keys[0]
+            k = t.ready.peek_key()
+            if k is not None and (best is None or k < best_key) and now >= t.pause_until_us:  # not paused
+                best, best_key = t, k
         if best is not None:
             j = best.ready.pop()
             if j.pri < URGENT_THRESHOLD:

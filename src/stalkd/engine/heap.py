@@ -78,6 +78,14 @@ class IndexedHeap(Generic[T]):
         """
         out += self._items
 
+    def keys(self) -> list[int]:
+        """The keys in heap-array order (a copy; for tests and the differential check)."""
+        return list(self._keys)
+
+    def items(self) -> list[T]:
+        """The items in heap-array order (a copy; ``items()[i].hpos == i``)."""
+        return list(self._items)
+
     def peek(self) -> T | None:
         return self._items[0] if self._items else None
 

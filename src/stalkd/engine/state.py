@@ -77,6 +77,9 @@ class EngineState:
         self._tube_serial = 0
         self._wait_serial = 0
         self._kicks: deque[ConnState] = deque()  # connections whose kick goes on in tick()
+        # The timer heaps are heap.py's (one entry per tube or connection with a timer, never
+        # per job): every command peeks at their key lists inline, cheaper than a method call.
+        # The job heaps, which grow with the queue, are the compiled ones (objects.py).
         self._tube_timers: IndexedHeap[Tube] = IndexedHeap()
         self._conn_timers: IndexedHeap[ConnState] = IndexedHeap()
         # per-step scratch
@@ -126,9 +129,9 @@ class EngineState:
     def _retime_conn(self, c: ConnState) -> None:
         # the common case, ConnState.timer_us() inlined: not waiting, one or more jobs reserved
         if not c.waiting:
-            items = c.reserved._items
-            if items:
-                key = pack(items[0].deadline_us, c.id)
+            top = c.reserved.peek()
+            if top is not None:
+                key = (top.deadline_us << 64) | c.id  # pack(), inlined
                 if c.hpos >= 0:
                     if self._conn_timers._keys[c.hpos] != key:
                         self._conn_timers.update(c, key)
@@ -172,7 +175,7 @@ class EngineState:
         t = j.tube
         j.state = READY
         j.deadline_us = 0
-        t.ready.push(pack(j.pri, j.id), j)
+        t.ready.push((j.pri << 64) | j.id, j)  # pack(), inlined
         if j.pri < URGENT_THRESHOLD:
             t.urgent += 1
         if t.waiting:  # only tubes with waiters can serve anyone
@@ -216,7 +219,7 @@ class EngineState:
         j.owner = c
         j.reserves += 1
         j.deadline_us = self._now + j.ttr * US
-        c.reserved.push(pack(j.deadline_us, j.id), j)
+        c.reserved.push((j.deadline_us << 64) | j.id, j)  # pack(), inlined
         j.tube.reserved += 1
         self._rec(_OP_RESERVE, j.id)
         self._retime_conn(c)

@@ -97,7 +97,7 @@ class Timers(EngineState):
         while tkeys and tkeys[0] >> 64 <= now and budget > 0:
             t = th.pop()
             delayed = t.delayed
-            while delayed and delayed._keys[0] >> 64 <= now and budget > 0:
+            while delayed and delayed.peek_key() >> 64 <= now and budget > 0:  # type: ignore[operator]
                 self._to_ready(delayed.pop())
                 budget -= 1
             if t.pause_until_us and t.pause_until_us <= now:
@@ -114,7 +114,7 @@ class Timers(EngineState):
         while not behind and ckeys and ckeys[0] >> 64 <= now:
             c = ch.pop()
             reserved = c.reserved
-            while reserved and reserved._keys[0] >> 64 <= now:
+            while reserved and reserved.peek_key() >> 64 <= now:  # type: ignore[operator]
                 if budget <= 0:
                     behind = True
                     break
@@ -153,7 +153,8 @@ class Timers(EngineState):
                 if not t.waiting or not t.ready or t.is_paused(now):
                     dirty.discard(t)
                     continue
-                k = t.ready._keys[0]
+                k = t.ready.peek_key()
+                assert k is not None
                 if best is None or k < best_key:
                     best, best_key = t, k
             if best is None:
