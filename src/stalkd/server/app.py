@@ -199,19 +199,17 @@ class Server:
         """``c`` has replies waiting for a barrier."""
         self.barriers.hold(c)
 
-    def begin_step(self) -> None:
-        """A connection starts running the commands it has read."""
-        self.barriers.begin_step()
-
-    def end_step(self) -> None:
-        """A connection ran what it had read (barriers.py decides when its records go out)."""
-        self.barriers.end_step()
+    @property
+    def steps(self) -> Barriers:
+        """Told when a connection starts and ends running the commands it has read
+        (barriers.py decides when their records go out)."""
+        return self.barriers
 
     # --- commands ----------------------------------------------------------------------------
 
     def execute(self, c: Connection, cmd: Command) -> None:
         """Run one parsed command for ``c`` and route every reply it produced."""
-        if self.role.refuses() and type(cmd) not in _STANDBY_OK:
+        if self.role.refusing and type(cmd) not in _STANDBY_OK:
             c.send(_NOT_PRIMARY, 0)
             return
         adm = self.admission
