@@ -50,6 +50,7 @@ _op = st.one_of(
     st.tuples(st.just("key_of"), st.integers(0, 10**6)),
     st.tuples(st.just("add_many"), st.lists(_major, max_size=40)),
     st.tuples(st.just("sorted"), st.none()),
+    st.tuples(st.just("due"), _major),
 )
 
 
@@ -120,6 +121,10 @@ def _run(ops: list[tuple[str, Any]], cls: type, load: list[int] | None) -> None:
             made = [new(m) for m in arg]
             py.add_many([k for k, _, _ in made], [a for _, a, _ in made])
             c.add_many([k for k, _, _ in made], [b for _, _, b in made])
+        elif op == "due":
+            top = py.peek_key()
+            for now in (arg, arg - 1, arg + 1) + (() if top is None else (top >> 64, (top >> 64) - 1)):
+                assert c.due(now) == py.due(now)
         else:
             assert _names(c.sorted_items()) == _names(py.sorted_items())
         assert _state(c) == _state(py)

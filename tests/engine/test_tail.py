@@ -40,7 +40,7 @@ def full_view(e: Engine) -> tuple[Any, ...]:
         (t.name, _heap_view(t.ready), _heap_view(t.delayed), tuple(t.buried), t.urgent, t.hpos >= 0)
         for t in sorted(e.tube_order, key=lambda t: t.name)
     )
-    timers = sorted(k >> 64 for k in e._tube_timers._keys)
+    timers = sorted(k >> 64 for k in e._tube_timers.keys())
     return jobs, tubes, timers, e.seq, e.next_id, e.body_bytes
 
 

@@ -385,6 +385,15 @@ Heap_peek_key(Heap *h, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
+Heap_due(Heap *h, PyObject *now)
+{
+    key_t128 t;
+    if (key_from(now, &t) < 0)
+        return NULL;
+    return PyBool_FromLong(h->n && (h->e[0].key >> 64) <= t);
+}
+
+static PyObject *
 Heap_key_of(Heap *h, PyObject *item)
 {
     Py_ssize_t i = slot_of(h, item);
@@ -722,6 +731,7 @@ static PyMethodDef Heap_methods[] = {
     {"append_items_to", (PyCFunction)Heap_append_items_to, METH_O, NULL},
     {"peek", (PyCFunction)Heap_peek, METH_NOARGS, NULL},
     {"peek_key", (PyCFunction)Heap_peek_key, METH_NOARGS, NULL},
+    {"due", (PyCFunction)Heap_due, METH_O, NULL},
     {"key_of", (PyCFunction)Heap_key_of, METH_O, NULL},
     {"push", (PyCFunction)(void (*)(void))Heap_push, METH_FASTCALL, NULL},
     {"pop", (PyCFunction)Heap_pop, METH_NOARGS, NULL},

@@ -18,7 +18,7 @@ from collections import deque
 from typing import NamedTuple
 
 from stalkd.engine.fastvalues import make_record
-from stalkd.engine.heap import IndexedHeap, pack
+from stalkd.engine.fastheap import IndexedHeap, pack
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, remove_swap_last
 from stalkd.protocol import commands as C
@@ -77,9 +77,6 @@ class EngineState:
         self._tube_serial = 0
         self._wait_serial = 0
         self._kicks: deque[ConnState] = deque()  # connections whose kick goes on in tick()
-        # The timer heaps are heap.py's (one entry per tube or connection with a timer, never
-        # per job): every command peeks at their key lists inline, cheaper than a method call.
-        # The job heaps, which grow with the queue, are the compiled ones (objects.py).
         self._tube_timers: IndexedHeap[Tube] = IndexedHeap()
         self._conn_timers: IndexedHeap[ConnState] = IndexedHeap()
         # per-step scratch
@@ -133,7 +130,7 @@ class EngineState:
             if top is not None:
                 key = (top.deadline_us << 64) | c.id  # pack(), inlined
                 if c.hpos >= 0:
-                    if self._conn_timers._keys[c.hpos] != key:
+                    if self._conn_timers.key_of(c) != key:
                         self._conn_timers.update(c, key)
                 else:
                     self._conn_timers.push(key, c)

@@ -50,23 +50,16 @@ class Timers(EngineState):
         if self._kicks:
             return True
         now = self._now
-        a = self._tube_timers._keys
-        b = self._conn_timers._keys
-        return bool((a and a[0] >> 64 <= now) or (b and b[0] >> 64 <= now))
+        return self._tube_timers.due(now) or self._conn_timers.due(now)
 
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
         if self._kicks:
             return self._now / US  # a kick goes on: call tick again at once
-        a = self._tube_timers._keys
-        b = self._conn_timers._keys
-        if a:
-            k = min(a[0], b[0]) if b else a[0]
-        elif b:
-            k = b[0]
-        else:
-            return None
-        return (k >> 64) / US
+        a = self._tube_timers.peek_key()
+        b = self._conn_timers.peek_key()
+        k = b if a is None else a if b is None else min(a, b)
+        return None if k is None else (k >> 64) / US
 
     # --- step plumbing ------------------------------------------------------------------------
 
@@ -93,11 +86,10 @@ class Timers(EngineState):
         now = self._now
         budget = self._budget
         th = self._tube_timers
-        tkeys = th._keys  # hot path: peek at the heaps' key lists directly
-        while tkeys and tkeys[0] >> 64 <= now and budget > 0:
+        while budget > 0 and th.due(now):
             t = th.pop()
             delayed = t.delayed
-            while delayed and delayed.peek_key() >> 64 <= now and budget > 0:  # type: ignore[operator]
+            while budget > 0 and delayed.due(now):
                 self._to_ready(delayed.pop())
                 budget -= 1
             if t.pause_until_us and t.pause_until_us <= now:
@@ -106,15 +98,13 @@ class Timers(EngineState):
                 if t.waiting:
                     self._dirty.add(t)
             self._retime_tube(t)  # still due when the budget ran out: the next step goes on
-            tkeys = th._keys
-        behind = bool(tkeys) and tkeys[0] >> 64 <= now
+        behind = th.due(now)
         due: list[ConnState] = []
         ch = self._conn_timers
-        ckeys = ch._keys
-        while not behind and ckeys and ckeys[0] >> 64 <= now:
+        while not behind and ch.due(now):
             c = ch.pop()
             reserved = c.reserved
-            while reserved and reserved.peek_key() >> 64 <= now:  # type: ignore[operator]
+            while reserved.due(now):
                 if budget <= 0:
                     behind = True
                     break
@@ -127,7 +117,6 @@ class Timers(EngineState):
                 self._to_ready(j)
                 budget -= 1
             due.append(c)
-            ckeys = ch._keys
         self._budget = budget
         if self._dirty:
             self._serve()
