@@ -25,8 +25,8 @@ class Item:
 
 def _check(h: IndexedHeap[Item], ref: dict[Item, int]) -> None:
     assert len(h) == len(ref)
-    keys = h.keys()
-    for i, it in enumerate(h.items()):
+    keys = h.key_list()
+    for i, it in enumerate(h.item_list()):
         assert it.hpos == i
         assert keys[i] == ref[it]
         if i:
@@ -77,11 +77,11 @@ def test_load_keeps_a_list_already_in_heap_order(impl: type[IndexedHeap[Item]]) 
     donor: IndexedHeap[Item] = impl()
     for k in rnd.sample(range(10**6), 500):
         donor.push(k, Item(k))
-    for keys in (sorted_keys, donor.keys()):
+    for keys in (sorted_keys, donor.key_list()):
         items = [Item(k) for k in keys]
         h: IndexedHeap[Item] = impl()
         h.load(list(keys), list(items))
-        assert h.keys() == keys and h.items() == items  # nothing moved
+        assert h.key_list() == keys and h.item_list() == items  # nothing moved
         _check(h, {it: it.name for it in items})
         assert [h.pop().name for _ in range(len(keys))] == sorted(keys)
 
@@ -93,6 +93,6 @@ def test_load_orders_a_list_that_is_not_a_heap(impl: type[IndexedHeap[Item]]) ->
     items = [Item(k) for k in keys]
     h: IndexedHeap[Item] = impl()
     h.load(list(keys), items)
-    assert h.keys() != keys
+    assert h.key_list() != keys
     _check(h, {it: it.name for it in items})
     assert [h.pop().name for _ in range(500)] == sorted(keys)

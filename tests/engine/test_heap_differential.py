@@ -55,8 +55,8 @@ _op = st.one_of(
 
 
 def _state(h: Any) -> tuple[list[int], list[int], list[int]]:
-    items = h.items()
-    return h.keys(), [it.name for it in items], [it.hpos for it in items]
+    items = h.item_list()
+    return h.key_list(), [it.name for it in items], [it.hpos for it in items]
 
 
 def _names(x: Any) -> Any:
@@ -83,7 +83,7 @@ def _run(ops: list[tuple[str, Any]], cls: type, load: list[int] | None) -> None:
         c.load([k for k, _, _ in made], [b for _, _, b in made])
         assert _state(c) == _state(py)
     for op, arg in ops:
-        live = sorted(it.name for it in py.items())
+        live = sorted(it.name for it in py.item_list())
         if op == "push":
             k, a, b = new(arg)
             py.push(k, a)

@@ -740,8 +740,8 @@ static PyMethodDef Heap_methods[] = {
     {"load", (PyCFunction)(void (*)(void))Heap_load, METH_FASTCALL, NULL},
     {"add_many", (PyCFunction)(void (*)(void))Heap_add_many, METH_FASTCALL, NULL},
     {"sorted_items", (PyCFunction)Heap_sorted_items, METH_NOARGS, NULL},
-    {"keys", (PyCFunction)Heap_keys, METH_NOARGS, NULL},
-    {"items", (PyCFunction)Heap_items, METH_NOARGS, NULL},
+    {"key_list", (PyCFunction)Heap_keys, METH_NOARGS, NULL},
+    {"item_list", (PyCFunction)Heap_items, METH_NOARGS, NULL},
     {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS, NULL},
     {NULL, NULL, 0, NULL},
 };

@@ -78,12 +78,12 @@ class IndexedHeap(Generic[T]):
         """
         out += self._items
 
-    def keys(self) -> list[int]:
+    def key_list(self) -> list[int]:
         """The keys in heap-array order (a copy; for tests and the differential check)."""
         return list(self._keys)
 
-    def items(self) -> list[T]:
-        """The items in heap-array order (a copy; ``items()[i].hpos == i``)."""
+    def item_list(self) -> list[T]:
+        """The items in heap-array order (a copy; ``item_list()[i].hpos == i``)."""
         return list(self._items)
 
     def peek(self) -> T | None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
-from stalkd.engine.fastvalues import make_record
 from stalkd.engine.fastheap import IndexedHeap, pack
+from stalkd.engine.fastvalues import make_record
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, remove_swap_last
 from stalkd.protocol import commands as C
