@@ -44,6 +44,7 @@ ext_modules = [] if _NO_EXT else [
               depends=sorted(glob.glob("src/stalkd/protocol/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-variable"]),
     Extension("stalkd.engine._heap", ["src/stalkd/engine/_heap.c"],
+              depends=sorted(glob.glob("src/stalkd/engine/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall"]),
 ]
 

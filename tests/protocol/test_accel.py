@@ -50,6 +50,7 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     shutil.copytree(ROOT / "src/stalkd/protocol/_cext", tmp_path / "src/stalkd/protocol/_cext")
     (tmp_path / "src/stalkd/engine").mkdir()
     shutil.copy(ROOT / "src/stalkd/engine/_heap.c", tmp_path / "src/stalkd/engine")
+    shutil.copytree(ROOT / "src/stalkd/engine/_cext", tmp_path / "src/stalkd/engine/_cext")
     env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"}
     env["CC"] = str(tmp_path / "no-such-cc")
     r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", "out"],

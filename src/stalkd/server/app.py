@@ -251,9 +251,8 @@ class Server:
         if self.observer is not None:
             self.observer(cmd, out)
         barriers = self.barriers
-        records = out.records
+        reply, records, wakeups, next_deadline = out
         barrier = barriers.add(c, records) if records else 0
-        reply = out.reply
         if c is not None:
             if type(reply) is JobReply:
                 # Never show a job before its own records (put, release, bury, kick) are durable.
@@ -263,8 +262,8 @@ class Server:
             elif type(reply) is YamlDict and reply.kind == "stats":
                 reply = self._full_stats(reply)
             c.send(reply, barrier)
-        if out.wakeups:
-            for cid, wr in out.wakeups:
+        if wakeups:
+            for cid, wr in wakeups:
                 w = self.conns.get(cid)
                 if w is not None:
                     if type(wr) is JobReply:
@@ -272,8 +271,8 @@ class Server:
                         w.wake(wr, b if b > barrier else barrier)
                     else:
                         w.wake(wr, barriers.written)
-        if out.next_deadline is not None:
-            self._schedule_tick(out.next_deadline)
+        if next_deadline is not None:
+            self._schedule_tick(next_deadline)
 
     async def wait_durable(self, timeout: float) -> bool:
         """Wait until everything written so far is durable (used when stopping)."""

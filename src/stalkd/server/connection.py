@@ -325,21 +325,25 @@ class Connection(asyncio.BufferedProtocol):
     def flush(self) -> None:
         """Write everything ready in one call; honour a queued close."""
         self.out_bytes = 0
-        if self.transport is None or self.lost or self.transport.is_closing():
+        out = self.out
+        if not out and not self.close_ready:
+            return
+        t = self.transport
+        if t is None or self.lost or t.is_closing():
             self.out = []
             return
-        out = self.out
         if out:
             self.out = []
-            t = self.transport
+            if len(out) == 1:
+                t.write(out[0])
             # A TLS transport seals each buffer as a record of its own; a client that is behind
             # waits for its replies as one object rather than one per reply.
-            if len(out) > 1 and (self.join_writes or t.get_write_buffer_size()):
+            elif self.join_writes or t.get_write_buffer_size():
                 t.write(b"".join(out))
             else:
                 t.writelines(out)
         if self.close_ready:
-            self.transport.close()  # sends what is buffered, then closes
+            t.close()  # sends what is buffered, then closes
 
     # --- what the server asks of a connection -------------------------------------------------
 
