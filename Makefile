@@ -23,7 +23,7 @@ system-deps:
 # compiler setup.py warns and the pure-Python modules are used; STALKD_NO_EXTENSIONS=1 forces them.
 ext: $(VENV)/.ext
 
-$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h)
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/engine/_heap.c $(wildcard src/stalkd/engine/_cext/*.h)
 	$(PIP) install -e . --no-deps
 	touch $@
 
@@ -40,11 +40,13 @@ DIR  ?= ./data
 run: $(VENV)/.base bytecode
 	$(VENV)/bin/stalkd serve -p $(PORT) --dir $(DIR)
 
-# The whole suite (with the C accelerator when it is built), then the parser and transcript tests
-# again on the pure-Python modules, the reference and fallback (stalkd's side only: the
-# transcripts run against beanstalkd do not involve either). pytest's exit code 5 (no tests
-# collected) is a failure, as is any other non-zero.
-PURE_TESTS := tests/protocol tests/compat
+# The whole suite (with the C accelerators when they are built), then the parser and transcript
+# tests, and the engine tests that move jobs between heaps, again on the pure-Python modules, the
+# reference and fallback (stalkd's side only: the transcripts run against beanstalkd do not
+# involve either). pytest's exit code 5 (no tests collected) is a failure, as is any other non-zero.
+PURE_TESTS := tests/protocol tests/compat tests/engine/test_commands.py tests/engine/test_kick_steps.py \
+	tests/engine/test_step_budget.py tests/engine/test_heap_build.py tests/engine/test_tail.py \
+	tests/engine/test_snapshot_v2.py
 
 test: system-deps $(VENV)/.dev bytecode
 	$(PY) -m pytest -q --durations=15

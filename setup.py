@@ -1,8 +1,10 @@
-"""Build the optional C accelerator (stalkd.protocol._speedups); everything else is in pyproject.toml.
+"""Build the optional C accelerators (stalkd.protocol._speedups, stalkd.engine._heap); everything
+else is in pyproject.toml.
 
-The extension is optional in the way aiohttp's are: without a compiler or the Python headers
+The extensions are optional in the way aiohttp's are: without a compiler or the Python headers
 the build warns and the pure-Python modules are used. ``STALKD_NO_EXTENSIONS=1`` at build time
-skips it; at run time it makes stalkd ignore a built one (``stalkd.protocol.accel``).
+skips them; at run time it makes stalkd ignore built ones (``stalkd.protocol.accel``,
+``stalkd.engine.fastheap``).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ class OptionalBuildExt(build_ext):
 
     @staticmethod
     def _skip(e: BaseException) -> None:
-        print(f"WARNING: stalkd's C accelerator was not built ({e}); the pure-Python "
-              "parser is used", file=sys.stderr)
+        print(f"WARNING: a stalkd C accelerator was not built ({e}); its pure-Python "
+              "module (parser, heap) is used", file=sys.stderr)
 
 
 _NO_EXT = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
@@ -41,6 +43,9 @@ ext_modules = [] if _NO_EXT else [
     Extension("stalkd.protocol._speedups", ["src/stalkd/protocol/_speedups.c"],
               depends=sorted(glob.glob("src/stalkd/protocol/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-variable"]),
+    Extension("stalkd.engine._heap", ["src/stalkd/engine/_heap.c"],
+              depends=sorted(glob.glob("src/stalkd/engine/_cext/*.h")),
+              extra_compile_args=["-O2", "-Wall"]),
 ]
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from stalkd.engine import fastheap
 from stalkd.engine.heap import IndexedHeap
+
+# The reference and, when built, the compiled twin (test_heap_differential.py compares them).
+IMPLS = [IndexedHeap] + ([fastheap.IndexedHeap] if fastheap.IndexedHeap is not IndexedHeap else [])
+impls = pytest.mark.parametrize("impl", IMPLS, ids=lambda c: c.__module__.rsplit(".", 1)[-1])
 
 
 class Item:
@@ -18,17 +25,19 @@ class Item:
 
 def _check(h: IndexedHeap[Item], ref: dict[Item, int]) -> None:
     assert len(h) == len(ref)
-    for i, it in enumerate(h._items):
+    keys = h.key_list()
+    for i, it in enumerate(h.item_list()):
         assert it.hpos == i
-        assert h._keys[i] == ref[it]
+        assert keys[i] == ref[it]
         if i:
-            assert h._keys[(i - 1) >> 1] <= h._keys[i]
+            assert keys[(i - 1) >> 1] <= keys[i]
 
 
-def test_random_operations_match_reference() -> None:
+@impls
+def test_random_operations_match_reference(impl: type[IndexedHeap[Item]]) -> None:
     for seed in range(30):
         rnd = random.Random(seed)
-        h: IndexedHeap[Item] = IndexedHeap()
+        h: IndexedHeap[Item] = impl()
         ref: dict[Item, int] = {}
         serial = 0
         for _ in range(400):
@@ -59,29 +68,31 @@ def test_random_operations_match_reference() -> None:
         assert order == sorted(ref, key=ref.__getitem__)
 
 
-def test_load_keeps_a_list_already_in_heap_order() -> None:
+@impls
+def test_load_keeps_a_list_already_in_heap_order(impl: type[IndexedHeap[Item]]) -> None:
     """A sorted list is a valid heap, and so is any heap array: load() keeps both as they are
     (recovery relies on it to skip reordering), and the result pops in key order."""
     rnd = random.Random(7)
     sorted_keys = sorted(rnd.sample(range(10**6), 500))
-    donor: IndexedHeap[Item] = IndexedHeap()
+    donor: IndexedHeap[Item] = impl()
     for k in rnd.sample(range(10**6), 500):
         donor.push(k, Item(k))
-    for keys in (sorted_keys, list(donor._keys)):
+    for keys in (sorted_keys, donor.key_list()):
         items = [Item(k) for k in keys]
-        h: IndexedHeap[Item] = IndexedHeap()
+        h: IndexedHeap[Item] = impl()
         h.load(list(keys), list(items))
-        assert h._keys == keys and h._items == items  # nothing moved
+        assert h.key_list() == keys and h.item_list() == items  # nothing moved
         _check(h, {it: it.name for it in items})
         assert [h.pop().name for _ in range(len(keys))] == sorted(keys)
 
 
-def test_load_orders_a_list_that_is_not_a_heap() -> None:
+@impls
+def test_load_orders_a_list_that_is_not_a_heap(impl: type[IndexedHeap[Item]]) -> None:
     rnd = random.Random(8)
     keys = rnd.sample(range(10**6), 500)
     items = [Item(k) for k in keys]
-    h: IndexedHeap[Item] = IndexedHeap()
+    h: IndexedHeap[Item] = impl()
     h.load(list(keys), items)
-    assert h._keys != keys
+    assert h.key_list() != keys
     _check(h, {it: it.name for it in items})
     assert [h.pop().name for _ in range(500)] == sorted(keys)

@@ -166,10 +166,10 @@ def test_job_packing_matches_the_record_path(tmp_path: Path) -> None:
 
 
 def _is_heap(h: IndexedHeap[object]) -> bool:
-    keys = h._keys
+    keys = h.key_list()
     return all(keys[(i - 1) >> 1] <= keys[i] for i in range(1, len(keys))) and all(
         it.hpos == i  # type: ignore[attr-defined]
-        for i, it in enumerate(h._items)
+        for i, it in enumerate(h.item_list())
     )
 
 

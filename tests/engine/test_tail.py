@@ -23,10 +23,10 @@ from .walutil import T0, Driver, random_step
 
 
 def _heap_view(h: IndexedHeap[Any]) -> list[tuple[int, int]]:
-    keys = h._keys
+    keys, items = h.key_list(), h.item_list()
     assert all(keys[(i - 1) >> 1] <= keys[i] for i in range(1, len(keys)))  # a valid heap
-    assert all(it.hpos == i for i, it in enumerate(h._items))
-    return sorted(zip(keys, (it.id for it in h._items), strict=True))
+    assert all(it.hpos == i for i, it in enumerate(items))
+    return sorted(zip(keys, (it.id for it in items), strict=True))
 
 
 def full_view(e: Engine) -> tuple[Any, ...]:
@@ -40,7 +40,7 @@ def full_view(e: Engine) -> tuple[Any, ...]:
         (t.name, _heap_view(t.ready), _heap_view(t.delayed), tuple(t.buried), t.urgent, t.hpos >= 0)
         for t in sorted(e.tube_order, key=lambda t: t.name)
     )
-    timers = sorted(k >> 64 for k in e._tube_timers._keys)
+    timers = sorted(k >> 64 for k in e._tube_timers.key_list())
     return jobs, tubes, timers, e.seq, e.next_id, e.body_bytes
 
 

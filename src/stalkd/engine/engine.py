@@ -145,26 +145,24 @@ class Engine(Results, JobCommands, Queries):
             wakes.clear()
         self._caller = c
         self._own = None
-        a = self._tube_timers._keys
-        b = self._conn_timers._keys
-        if self._dirty or (a and a[0] >> 64 <= nowus) or (b and b[0] >> 64 <= nowus):
+        a = self._tube_timers
+        b = self._conn_timers
+        if self._dirty or (a and a.due(nowus)) or (b and b.due(nowus)):
             self._settle()
         reply = handler(c, cmd)
-        a = self._tube_timers._keys
-        b = self._conn_timers._keys
-        if self._dirty or (a and a[0] >> 64 <= nowus) or (b and b[0] >> 64 <= nowus):
+        if self._dirty or (a and a.due(nowus)) or (b and b.due(nowus)):
             self._settle()
-            a = self._tube_timers._keys
-            b = self._conn_timers._keys
         if reply is None:
             reply = self._own
         self._caller = None
         # next_deadline(), inlined
         k: int | None
         if a:
-            k = min(a[0], b[0]) if b else a[0]
+            k = a.peek_key()
+            if b:
+                k = min(k, b.peek_key())  # type: ignore[type-var]
         elif b:
-            k = b[0]
+            k = b.peek_key()
         else:
             k = None
         if recs:
@@ -252,9 +250,9 @@ class Engine(Results, JobCommands, Queries):
         best_key = 0
         now = self._now
         for t in c.watch:
-            keys = t.ready._keys
-            if keys and (best is None or keys[0] < best_key) and now >= t.pause_until_us:  # not paused
-                best, best_key = t, keys[0]
+            k = t.ready.peek_key()
+            if k is not None and (best is None or k < best_key) and now >= t.pause_until_us:  # not paused
+                best, best_key = t, k
         if best is not None:
             j = best.ready.pop()
             if j.pri < URGENT_THRESHOLD:

@@ -78,11 +78,31 @@ class IndexedHeap(Generic[T]):
         """
         out += self._items
 
+    def key_list(self) -> list[int]:
+        """The keys in heap-array order (a copy; for tests and the differential check)."""
+        return list(self._keys)
+
+    def item_list(self) -> list[T]:
+        """The items in heap-array order (a copy; ``item_list()[i].hpos == i``)."""
+        return list(self._items)
+
     def peek(self) -> T | None:
         return self._items[0] if self._items else None
 
     def peek_key(self) -> int | None:
         return self._keys[0] if self._keys else None
+
+    def due(self, now: int) -> bool:
+        """Whether the smallest key's major part (``pack``'s first argument) is <= ``now``: a
+        timer heap's question, asked without building the key.
+
+        >>> class J:
+        ...     hpos = -1
+        >>> h: IndexedHeap[J] = IndexedHeap(); h.push(pack(5, 1), J()); h.due(4), h.due(5)
+        (False, True)
+        """
+        keys = self._keys
+        return bool(keys) and keys[0] >> _SHIFT <= now
 
     def key_of(self, item: T) -> int:
         return self._keys[item.hpos]

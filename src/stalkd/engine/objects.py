@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, TypeVar
 
-from stalkd.engine.heap import IndexedHeap
+from stalkd.engine.fastheap import IndexedHeap
 from stalkd.engine.model import JobState
 
 __all__ = [

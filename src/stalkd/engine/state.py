@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import NamedTuple
 
+from stalkd.engine.fastheap import IndexedHeap, pack
 from stalkd.engine.fastvalues import make_record
-from stalkd.engine.heap import IndexedHeap, pack
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import (
     URGENT_THRESHOLD,
@@ -145,11 +145,11 @@ class EngineState:
     def _retime_conn(self, c: ConnState) -> None:
         # the common case, ConnState.timer_us() inlined: not waiting, one or more jobs reserved
         if not c.waiting:
-            items = c.reserved._items
-            if items:
-                key = pack(items[0].deadline_us, c.id)
+            top = c.reserved.peek()
+            if top is not None:
+                key = (top.deadline_us << 64) | c.id  # pack(), inlined
                 if c.hpos >= 0:
-                    if self._conn_timers._keys[c.hpos] != key:
+                    if self._conn_timers.key_of(c) != key:
                         self._conn_timers.update(c, key)
                 else:
                     self._conn_timers.push(key, c)
@@ -191,7 +191,7 @@ class EngineState:
         t = j.tube
         j.state = READY
         j.deadline_us = 0
-        t.ready.push(pack(j.pri, j.id), j)
+        t.ready.push((j.pri << 64) | j.id, j)  # pack(), inlined
         if j.pri < URGENT_THRESHOLD:
             t.urgent += 1
         if t.waiting:  # only tubes with waiters can serve anyone
@@ -236,7 +236,7 @@ class EngineState:
         j.owner = c
         j.reserves += 1
         j.deadline_us = self._now + j.ttr * US
-        c.reserved.push(pack(j.deadline_us, j.id), j)
+        c.reserved.push((j.deadline_us << 64) | j.id, j)  # pack(), inlined
         j.tube.reserved += 1
         self._rec(_OP_RESERVE, j.id)
         self._retime_conn(c)
@@ -271,8 +271,8 @@ class EngineState:
                 self._maybe_drop_tube(t)
             return
         # More than this step may move: the rest goes on in later steps, the jobs first, most
-        # urgent first, then the tubes it watched. Copying the heap's item list is one C call.
-        c.release = Release(list(reserved._items))
+        # urgent first, then the tubes it watched.
+        c.release = Release(reserved.item_list())
         if not self._release_step(c):
             self._pending.append(c)
 

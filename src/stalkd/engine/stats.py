@@ -83,7 +83,7 @@ def stats_tube(t: Tube, now_us: int) -> YamlDict:
 
 
 _urgent, _reserved, _buried = attrgetter("urgent"), attrgetter("reserved"), attrgetter("buried")
-_ready_keys, _delayed_keys = attrgetter("ready._keys"), attrgetter("delayed._keys")
+_ready, _delayed = attrgetter("ready"), attrgetter("delayed")
 _producer, _worker, _waiting = attrgetter("producer"), attrgetter("worker"), attrgetter("waiting")
 
 
@@ -95,9 +95,9 @@ def stats(e: EngineState) -> YamlDict:
     conns = e.conns.values()
     values: dict[str, int | float | bool | str] = {
         "current-jobs-urgent": sum(map(_urgent, tubes)),
-        "current-jobs-ready": sum(map(len, map(_ready_keys, tubes))),
+        "current-jobs-ready": sum(map(len, map(_ready, tubes))),
         "current-jobs-reserved": sum(map(_reserved, tubes)),
-        "current-jobs-delayed": sum(map(len, map(_delayed_keys, tubes))),
+        "current-jobs-delayed": sum(map(len, map(_delayed, tubes))),
         "current-jobs-buried": sum(map(len, map(_buried, tubes))),
     }
     for k in REPORTED_COUNTERS:

@@ -52,23 +52,16 @@ class Timers(EngineState):
         if self._pending:
             return True
         now = self._now
-        a = self._tube_timers._keys
-        b = self._conn_timers._keys
-        return bool((a and a[0] >> 64 <= now) or (b and b[0] >> 64 <= now))
+        return self._tube_timers.due(now) or self._conn_timers.due(now)
 
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
         if self._pending:
             return self._now / US  # a kick or a hang-up goes on: call tick again at once
-        a = self._tube_timers._keys
-        b = self._conn_timers._keys
-        if a:
-            k = min(a[0], b[0]) if b else a[0]
-        elif b:
-            k = b[0]
-        else:
-            return None
-        return (k >> 64) / US
+        a = self._tube_timers.peek_key()
+        b = self._conn_timers.peek_key()
+        k = b if a is None else a if b is None else min(a, b)
+        return None if k is None else (k >> 64) / US
 
     # --- step plumbing ------------------------------------------------------------------------
 
@@ -95,11 +88,10 @@ class Timers(EngineState):
         now = self._now
         budget = self._budget
         th = self._tube_timers
-        tkeys = th._keys  # hot path: peek at the heaps' key lists directly
-        while tkeys and tkeys[0] >> 64 <= now and budget > 0:
+        while budget > 0 and th.due(now):
             t = th.pop()
             delayed = t.delayed
-            while delayed and delayed._keys[0] >> 64 <= now and budget > 0:
+            while budget > 0 and delayed.due(now):
                 self._to_ready(delayed.pop())
                 budget -= 1
             if t.pause_until_us and t.pause_until_us <= now:
@@ -108,15 +100,13 @@ class Timers(EngineState):
                 if t.waiting:
                     self._dirty.add(t)
             self._retime_tube(t)  # still due when the budget ran out: the next step goes on
-            tkeys = th._keys
-        behind = bool(tkeys) and tkeys[0] >> 64 <= now
+        behind = th.due(now)
         due: list[ConnState] = []
         ch = self._conn_timers
-        ckeys = ch._keys
-        while not behind and ckeys and ckeys[0] >> 64 <= now:
+        while not behind and ch.due(now):
             c = ch.pop()
             reserved = c.reserved
-            while reserved and reserved._keys[0] >> 64 <= now:
+            while reserved.due(now):
                 if budget <= 0:
                     behind = True
                     break
@@ -129,7 +119,6 @@ class Timers(EngineState):
                 self._to_ready(j)
                 budget -= 1
             due.append(c)
-            ckeys = ch._keys
         self._budget = budget
         if self._dirty:
             self._serve()
@@ -155,7 +144,8 @@ class Timers(EngineState):
                 if not t.waiting or not t.ready or t.is_paused(now):
                     dirty.discard(t)
                     continue
-                k = t.ready._keys[0]
+                k = t.ready.peek_key()
+                assert k is not None
                 if best is None or k < best_key:
                     best, best_key = t, k
             if best is None:

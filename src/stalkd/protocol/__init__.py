@@ -15,10 +15,10 @@ Example:
     b'WATCHING 2\\r\\n'
 """
 
-from stalkd.protocol.accel import IMPLEMENTATION, Parser, encode_line
+from stalkd.protocol.accel import IMPLEMENTATION, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.grammar import COMMANDS, DEFAULT_MAX_JOB_SIZE, LINE_MAX, MAX_JOB_SIZE_LIMIT
 from stalkd.protocol.parser import BAD_FORMAT, NEED_DATA, UNKNOWN_COMMAND, Item, NeedData
-from stalkd.protocol.replies import encode_reply, encode_reply_parts
+from stalkd.protocol.replies import encode_reply
 
 __all__ = [
     "Parser", "NEED_DATA", "NeedData", "Item", "encode_reply", "encode_reply_parts", "encode_line",

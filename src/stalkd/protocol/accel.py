@@ -33,7 +33,7 @@ from stalkd.protocol.constructors import plain_fields
 from stalkd.protocol.grammar import COMMANDS, MAX_JOB_SIZE_LIMIT, NAME_CHARS, CommandSpec
 
 __all__ = ["IMPLEMENTATION", "Parser", "PyParser", "CParser", "encode_line", "encode_reply_parts",
-           "speedups"]
+           "extensions_disabled", "speedups"]
 
 _KIND_CODES = {"u32": b"u", "u64": b"U", "timeout": b"t", "count": b"c", "tube": b"T", "name": b"n"}
 _EXACT, _LOOSE, _BODY, _PUT = 1, 2, 4, 8
@@ -61,8 +61,13 @@ def _row(spec: CommandSpec) -> tuple[bytes, bytes, int, object, object, object, 
     return spec.prefix, kinds, flags, None, spec.build, slots, _keywords(spec.build, names)
 
 
+def extensions_disabled() -> bool:
+    """``STALKD_NO_EXTENSIONS=1``: run the pure-Python references of every compiled module."""
+    return os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
+
+
 def _load() -> ModuleType | None:
-    if os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return None
     try:
         _speedups = importlib.import_module("stalkd.protocol._speedups")

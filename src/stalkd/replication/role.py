@@ -31,8 +31,19 @@ class Role:
 
     def __init__(self, directory: str | None, *, standby: bool = False) -> None:
         self.directory = directory
-        self.standby = standby
+        self._standby = standby
         self.state = epochs.load(directory) if directory is not None else EpochState()
+        # refuses(), kept as a plain attribute by every change: the server reads it per command.
+        self.refusing = standby or not self.state.may_lead
+
+    @property
+    def standby(self) -> bool:
+        return self._standby
+
+    @standby.setter
+    def standby(self, on: bool) -> None:
+        self._standby = on
+        self.refusing = on or not self.state.may_lead
 
     @property
     def name(self) -> str:
@@ -40,13 +51,14 @@ class Role:
 
     def refuses(self) -> bool:
         """Whether commands that change state or reserve get NOT_PRIMARY here."""
-        return self.standby or not self.state.may_lead
+        return self.refusing
 
     def _set(self, s: EpochState) -> None:
         if s != self.state:
             if self.directory is not None:
                 epochs.save(self.directory, s)
             self.state = s
+            self.refusing = self._standby or not s.may_lead
 
     def saw(self, epoch: int) -> None:
         """A peer follows ``epoch``: a newer one than ours fences this server."""

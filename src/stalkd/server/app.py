@@ -99,11 +99,6 @@ class Server:
         self.group_commit = persistent and config.durability == "always"
         self.barriers = Barriers(self.storage, group_commit=self.group_commit,
                                  loop=lambda: self._loop, on_fatal=self._fatal)
-        # A connection starts running the commands it has read, and ran them (barriers.py
-        # decides when their records go out): the barriers' own methods, so the per-read path
-        # pays no forwarding call.
-        self.begin_step: Callable[[], None] = self.barriers.begin_step
-        self.end_step: Callable[[], None] = self.barriers.end_step
         # A storage that keeps nothing never runs out of room: the engine asks nobody.
         self.admission = Admission(self.storage, config.data_dir) if persistent else None
         engine.room = self.admission
@@ -204,11 +199,17 @@ class Server:
         """``c`` has replies waiting for a barrier."""
         self.barriers.hold(c)
 
+    @property
+    def steps(self) -> Barriers:
+        """Told when a connection starts and ends running the commands it has read
+        (barriers.py decides when their records go out)."""
+        return self.barriers
+
     # --- commands ----------------------------------------------------------------------------
 
     def execute(self, c: Connection, cmd: Command) -> None:
         """Run one parsed command for ``c`` and route every reply it produced."""
-        if self.role.refuses() and type(cmd) not in _STANDBY_OK:
+        if self.role.refusing and type(cmd) not in _STANDBY_OK:
             c.send(_NOT_PRIMARY, 0)
             return
         adm = self.admission
@@ -250,9 +251,8 @@ class Server:
         if self.observer is not None:
             self.observer(cmd, out)
         barriers = self.barriers
-        records = out.records
+        reply, records, wakeups, next_deadline = out
         barrier = barriers.add(c, records) if records else 0
-        reply = out.reply
         if c is not None:
             if type(reply) is JobReply:
                 # Never show a job before its own records (put, release, bury, kick) are durable.
@@ -262,8 +262,8 @@ class Server:
             elif type(reply) is YamlDict and reply.kind == "stats":
                 reply = self._full_stats(reply)
             c.send(reply, barrier)
-        if out.wakeups:
-            for cid, wr in out.wakeups:
+        if wakeups:
+            for cid, wr in wakeups:
                 w = self.conns.get(cid)
                 if w is not None:
                     if type(wr) is JobReply:
@@ -271,8 +271,8 @@ class Server:
                         w.wake(wr, b if b > barrier else barrier)
                     else:
                         w.wake(wr, barriers.written)
-        if out.next_deadline is not None:
-            self._schedule_tick(out.next_deadline)
+        if next_deadline is not None:
+            self._schedule_tick(next_deadline)
 
     async def wait_durable(self, timeout: float) -> bool:
         """Wait until everything written so far is durable (used when stopping)."""

@@ -40,10 +40,13 @@ def version_text() -> str:
     """``-v``: the dialect first (clients read it), then which parser runs, so a test or a
     person can tell whether the C accelerator was built and is in use (``STALKD_NO_EXTENSIONS``).
     """
-    from stalkd.protocol.accel import IMPLEMENTATION  # only on this exit path: start-up stays light
+    # only on this exit path: start-up stays light
+    from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
+    from stalkd.protocol.accel import IMPLEMENTATION
 
     hot = "C accelerator" if IMPLEMENTATION == "c" else "pure Python"
-    return f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r})\n"
+    return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
+            f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r})\n")
 
 USAGE = """\
 Use: stalkd serve [OPTIONS]      (beanstalkd's flags; also installed as stalkd-server)

@@ -72,11 +72,20 @@ class CommandPolicy(Protocol):
     def may_replicate(self) -> bool: ...
 
 
+class Steps(Protocol):
+    """Told when a connection starts and ends running what it read (``barriers.Barriers``)."""
+
+    def begin_step(self) -> None: ...
+    def end_step(self) -> None: ...
+
+
 class Host(Protocol):
     """What a connection needs from the server it belongs to (``stalkd.server.app.Server``)."""
 
     @property
     def durable(self) -> int: ...
+    @property
+    def steps(self) -> Steps: ...
     @property
     def written(self) -> int: ...
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -85,8 +94,6 @@ class Host(Protocol):
     def retire(self, c: Connection) -> None: ...
     def disconnected(self, c: Connection, exc: Exception | None) -> None: ...
     def hold(self, c: Connection) -> None: ...
-    def begin_step(self) -> None: ...
-    def end_step(self) -> None: ...
     def execute(self, c: Connection, cmd: Command) -> None: ...
     def replicate(self, c: Connection, data: bytes) -> bool: ...
 
@@ -102,6 +109,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def __init__(self, server: Host, conn_id: int, max_job_size: int, max_output: int) -> None:
         self.server = server
+        self.steps = server.steps  # looked up once: called twice per read
         self.id = conn_id
         self.parser = Parser(max_job_size=max_job_size)
         self.max_output = max_output
@@ -219,7 +227,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._running = True
         server = self.server
-        server.begin_step()
+        steps = self.steps
+        steps.begin_step()
         try:
             parser = self.parser
             execute = server.execute
@@ -254,7 +263,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._resume_reading()
         finally:
             self._running = False
-            server.end_step()
+            steps.end_step()
         self.flush()
 
     def send(self, reply: AnyReply | None, barrier: int) -> None:
@@ -287,7 +296,8 @@ class Connection(asyncio.BufferedProtocol):
             # beanstalkd's error word instead of a malformed reply, and the log says why.
             log.exception("conn %d: cannot encode %r; replying INTERNAL_ERROR", self.id, reply)
             parts = (b"INTERNAL_ERROR\r\n",)
-        if not self.held and barrier <= self.server.durable:
+        # barrier 0 (nothing to wait for) is always durable: no need to ask the server
+        if not self.held and (not barrier or barrier <= self.server.durable):
             self.out.extend(parts)
             self.out_bytes += len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
         else:
@@ -325,21 +335,25 @@ class Connection(asyncio.BufferedProtocol):
     def flush(self) -> None:
         """Write everything ready in one call; honour a queued close."""
         self.out_bytes = 0
-        if self.transport is None or self.lost or self.transport.is_closing():
+        out = self.out
+        if not out and not self.close_ready:
+            return
+        t = self.transport
+        if t is None or self.lost or t.is_closing():
             self.out = []
             return
-        out = self.out
         if out:
             self.out = []
-            t = self.transport
+            if len(out) == 1:
+                t.write(out[0])
             # A TLS transport seals each buffer as a record of its own; a client that is behind
             # waits for its replies as one object rather than one per reply.
-            if len(out) > 1 and (self.join_writes or t.get_write_buffer_size()):
+            elif self.join_writes or t.get_write_buffer_size():
                 t.write(b"".join(out))
             else:
                 t.writelines(out)
         if self.close_ready:
-            self.transport.close()  # sends what is buffered, then closes
+            t.close()  # sends what is buffered, then closes
 
     # --- what the server asks of a connection -------------------------------------------------
 
