@@ -56,7 +56,8 @@ def test_uvicorn_serves_puts_through_one_lifespan_client(stalkd: ServerProcess) 
         assert time.monotonic() < deadline, "the app's connection outlived the app"
         time.sleep(0.02)
     assert web.proc.stderr is not None
-    assert "Application shutdown complete" in web.proc.stderr.read().decode()  # lifespan ran
+    with web.proc.stderr:
+        assert "Application shutdown complete" in web.proc.stderr.read().decode()  # lifespan ran
     assert web.proc.returncode in (0, -15)  # uvicorn re-raises the SIGTERM it handled
     c.close()
 
