@@ -74,6 +74,9 @@ class EngineState:
         self.total_jobs = 0
         self.total_connections = 0
         self.body_bytes = 0  # sum of live job bodies (the WAL sizes its compaction by it)
+        # (epoch, first log offset) per promotion this log went through, oldest first: from
+        # EPOCH records and snapshot headers (stalkd.replication reads it for fencing)
+        self.epochs: tuple[tuple[int, int], ...] = ()
         self._tube_serial = 0
         self._wait_serial = 0
         self._kicks: deque[ConnState] = deque()  # connections whose kick goes on in tick()

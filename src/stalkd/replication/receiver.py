@@ -118,8 +118,7 @@ class Receiver:
             raise ResyncNeeded(f"the primary {self.address} answered {r.word} {' '.join(r.args)}".rstrip())
         if r.word != "STREAMING":
             raise EOFError(f"the primary answered {r.word}")
-        epoch = int(r.args[0])
-        self.role.follow(epoch, wire.parse_history(r.args[2]))
+        epoch = int(r.args[0])  # the EPOCH records themselves come with the stream
         self.primary_end = int(r.args[1])
         self.connected = True
         log.info("streaming from %s (epoch %d) at offset %d, %d records behind",

@@ -2,8 +2,8 @@
 
 ``Standby.start`` runs the receiver on the server's loop. ``promote`` (``stalkd promote``, the
 admin endpoint's ``POST /api/v1/promote``, or SIGUSR2) stops following, starts a new epoch at
-the local log's end (saved before anything is written under it), lets the engine write records
-again, and then keeps telling the former primary about the new epoch (``fence``) so that,
+the local log's end (an EPOCH record there, durable before anything is written under it), lets
+the engine write records again, and then keeps telling the former primary about the new epoch (``fence``) so that,
 whenever it is reachable, it stops acting as primary.
 
 Ensures: after ``promote`` returns, the server accepts changes; every record it writes comes
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from stalkd.client._address import Address
 from stalkd.client._tls import connection_kwargs
+from stalkd.engine.handover import epoch_record
 from stalkd.replication import wire
 from stalkd.replication.receiver import Receiver
 from stalkd.replication.role import Role
@@ -68,10 +69,14 @@ class Standby:
             return f"already primary (epoch {self.role.state.epoch})"
         self.receiver.stop()
         at = self.wal.log.next_offset
-        self.role.promote(at)
+        now = time.time()
+        # Durable before any reply under the new epoch; an fsync on the loop, once per promotion.
+        self.wal.write([epoch_record(self.engine, self.role.next_epoch(), at, now)])
+        self.wal.sync()
+        self.role.standby = False
         self.engine.keep_records = True
         self.wal.reset_space(len(self.engine.jobs), self.max_job_size)
-        held = self.receiver.reservations.hold(self.engine, time.time())
+        held = self.receiver.reservations.hold(self.engine, now)
         self.applied()  # schedules the TTR ends of those jobs
         self._spawn(self._fence())
         msg = (f"promoted: primary of epoch {self.role.state.epoch} from log offset {at}; "

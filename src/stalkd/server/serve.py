@@ -143,23 +143,25 @@ def _role(cfg: Config) -> Any:
     from stalkd.replication.role import Role
 
     assert cfg.data_dir is not None
-    role = Role(cfg.data_dir, standby=cfg.standby_of is not None)
     if cfg.standby_of is not None:
         from stalkd.client._address import parse_address
         from stalkd.replication.catchup import CatchUpError, catch_up
 
         try:
             log.info("standby of %s: %s", cfg.standby_of,
-                     catch_up(parse_address(cfg.standby_of), cfg.data_dir, role,
+                     catch_up(parse_address(cfg.standby_of), cfg.data_dir,
                               segment_size=cfg.wal_size or 4 * 2**20))  # fmt: skip
         except CatchUpError as e:
             log.warning("standby of %s: %s; serving the local copy, retrying in the background",
                         cfg.standby_of, e)  # fmt: skip
-    elif not role.state.may_lead:
+    return Role(cfg.data_dir, standby=cfg.standby_of is not None)
+
+
+def _check_fenced(role: Any) -> None:
+    if not role.standby and not role.state.may_lead:
         log.error("this server saw epoch %d, newer than its own %d: it refuses to act as primary "
                   "(NOT_PRIMARY); restart it with --standby-of THE-NEW-PRIMARY", role.state.fenced,
                   role.state.epoch)  # fmt: skip
-    return role
 
 
 def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Callable[[str], None]) -> Any:
@@ -204,6 +206,9 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
         engine, storage, info = _open_storage(cfg, time.time())
     except Exception as e:
         return _describe_wal_error(e)
+    if role is not None:
+        role.attach(engine)  # the epochs are the recovered log's
+        _check_fenced(role)
     wal = storage
     try:
         shipper = _start_shipper(cfg, storage)
