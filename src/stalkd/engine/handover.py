@@ -69,7 +69,7 @@ class Reservations:
         """Reserve, for ``HOLDER``, every job still reserved on the old primary; returns how many."""
         now_us = round(now * US)
         if HOLDER not in e.conns:
-            e.connect(HOLDER, now)
+            e.connect(HOLDER, now, internal=True)
         c = e.conns[HOLDER]
         n = 0
         for jid, end in self.until.items():

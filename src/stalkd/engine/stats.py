@@ -100,7 +100,7 @@ def stats(e: EngineState) -> YamlDict:
             "total-jobs": e.total_jobs,
             "max-job-size": e.max_job_size,
             "current-tubes": len(tubes),
-            "current-connections": len(e.conns),
+            "current-connections": len(e.conns) - e.internal_conns,
             "current-producers": sum(1 for c in conns if c.producer),
             "current-workers": sum(1 for c in conns if c.worker),
             "current-waiting": sum(1 for c in conns if c.waiting),
