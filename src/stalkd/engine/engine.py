@@ -78,6 +78,14 @@ class Engine(Results, JobCommands, Queries):
         }
         self._dispatch: dict[object, tuple[Handler, str | None]] = self._plain
 
+    def clear(self) -> None:
+        """Forget every job, tube, connection and counter, keeping the settings and the room:
+        a standby's copy replaced by its primary's is recovered into this same object, which
+        the server and its hooks hold (``Wal.recover(into=...)``)."""
+        room = self._room
+        type(self).__init__(self, self.max_job_size, self.keep_records, self.step_jobs)
+        self.room = room
+
     @property
     def room(self) -> Room | None:
         """Where durable records get their WAL room; None (the default) never refuses.

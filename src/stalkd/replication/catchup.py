@@ -37,7 +37,7 @@ from stalkd.log.fs import REAL
 from stalkd.replication import wire
 from stalkd.replication.epochs import of_history, scan
 
-__all__ = ["CatchUpError", "catch_up", "connect", "read_line", "QUARANTINE_DIR"]
+__all__ = ["CatchUpError", "catch_up", "connect", "quarantine", "read_line", "QUARANTINE_DIR"]
 
 log = logging.getLogger("stalkd.replication")
 
@@ -81,7 +81,7 @@ def read_line(sock: socket.socket, buf: bytearray) -> bytes:
         buf += chunk
 
 
-def _quarantine(directory: str, why: str, since: int | None) -> str:
+def quarantine(directory: str, why: str, since: int | None) -> str:
     """Move ``wal/`` and ``snapshots/`` aside into ``quarantine/<time>/`` with a note."""
     dest = os.path.join(directory, QUARANTINE_DIR, time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
     REAL.makedirs(dest)
@@ -203,10 +203,10 @@ def catch_up(address: Address, directory: str, *, segment_size: int, timeout: fl
             lg.close()
         if r.word == "DIVERGED":
             cut = int(r.args[0])
-            _quarantine(directory, f"this server's log holds records past offset {cut} that the primary "
+            quarantine(directory, f"this server's log holds records past offset {cut} that the primary "
                         f"{address} never had (written before a failover)", cut)  # fmt: skip
         elif nxt or list_snapshots(os.path.join(directory, "snapshots")):
-            _quarantine(directory, f"the primary {address} no longer keeps the records after this "
+            quarantine(directory, f"the primary {address} no longer keeps the records after this "
                         f"server's log (offset {nxt})", None)  # fmt: skip
         else:
             shutil.rmtree(wal_dir)  # an empty log (no record, no snapshot): nothing to keep

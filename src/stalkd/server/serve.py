@@ -39,7 +39,7 @@ log = logging.getLogger("stalkd.server")
 
 EXIT_LOCKED = 10  # beanstalkd's status when another server holds the binlog lock
 EXIT_FATAL = 1
-EXIT_RESYNC = 3  # a standby whose primary asks for a snapshot copy: restart it (docs/standby.md)
+EXIT_RESYNC = 3  # a standby whose copy was lost (its fsync or a resync failed): restart it (docs/standby.md)
 STOP_GRACE = 0.8  # seconds for in-flight replies and the last sync before exit
 
 
@@ -190,8 +190,12 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
     from stalkd.client._address import parse_address
     from stalkd.replication.standby import Standby
 
-    standby = Standby(parse_address(cfg.standby_of), wal, srv.engine, role,
-                      max_job_size=cfg.max_job_size, applied=srv.applied, on_resync=on_resync)  # fmt: skip
+    def reopened() -> None:  # a resync opened the WAL's log again
+        replicas.log = wal.log
+        wal.log.retention_hold = hold
+
+    standby = Standby(parse_address(cfg.standby_of), wal, srv.engine, role, max_job_size=cfg.max_job_size,
+                      applied=srv.applied, on_resync=on_resync, reopened=reopened)  # fmt: skip
     srv.standby_lag = standby.lag
     srv.promote = standby.promote
     standby.start()
