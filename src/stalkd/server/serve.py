@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import ssl
 import sys
@@ -146,6 +147,10 @@ def _role(cfg: Config) -> Any:
     if cfg.standby_of is not None:
         from stalkd.client._address import parse_address
         from stalkd.replication.catchup import CatchUpError, catch_up
+        from stalkd.replication.standby import RESYNC_DIR
+
+        # a copy a resync was making when the server stopped: the catch-up below makes its own
+        shutil.rmtree(os.path.join(cfg.data_dir, RESYNC_DIR), ignore_errors=True)
 
         try:
             log.info("standby of %s: %s", cfg.standby_of,
