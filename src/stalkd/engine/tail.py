@@ -6,7 +6,7 @@ cost is mostly a Record built per frame and a heap push per job. Here the v1 lay
 TOUCH) are read straight from the frame; a job a record moves is taken out of its container
 once and only its fields follow the later records; at the end every such job is placed where
 its final state says, a tube's heap built in one go when many jobs join it. Other ops (PAUSE,
-JOB, RESULT) and other
+JOB, RESULT, EPOCH) and other
 versions go through ``model.decode`` and ``replay.replay``.
 
 Ensures: the engine after ``replay_tail`` then ``replay.finish`` equals the one ``replay.replay``

@@ -57,8 +57,9 @@ class Role:
         return "standby" if self.standby else "primary"
 
     def refuses(self) -> bool:
-        """Whether commands that change state or reserve get NOT_PRIMARY here."""
-        return self.standby or not self.state.may_lead
+        """Whether commands that change state or reserve get NOT_PRIMARY here (asked per
+        command: the common case, never fenced, builds no state)."""
+        return self.standby or (self.fenced > 0 and not self.state.may_lead)
 
     def next_epoch(self) -> int:
         """The epoch a promotion now would start."""

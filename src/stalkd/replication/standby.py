@@ -119,6 +119,9 @@ class Standby:
         summary = await asyncio.get_running_loop().run_in_executor(None, copy)
         while self.receiver.syncing:  # the local log's last fsync, still on its thread
             await asyncio.sleep(0.005)
+        if not self.role.standby:  # promoted meanwhile: the local copy is the primary's now
+            shutil.rmtree(staging, ignore_errors=True)
+            return
         try:
             self._swap(staging, why, since)
         except BaseException as e:
