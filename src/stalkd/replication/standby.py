@@ -67,7 +67,6 @@ class Standby:
         self.applied = applied
         self.on_resync = on_resync
         self.reopened = reopened
-        self.resyncs = 0
         self.receiver = Receiver(address, wal, engine, role, applied=applied, on_resync=on_resync,
                                  resync=self._resync)  # fmt: skip
         self._tasks: set[asyncio.Task[None]] = set()
@@ -128,7 +127,6 @@ class Standby:
             self.on_resync(f"swapping in the primary's copy from {staging} failed: {e}")
             self.receiver.stop()
             raise
-        self.resyncs += 1
         log.warning("resynced with %s without a restart: %s; the local log now ends at %d", self.address,
                     summary, self.wal.log.next_offset)  # fmt: skip
 
