@@ -78,7 +78,9 @@ crash-campaign: $(VENV)/.dev
 # kill -9 of a --sync-standbys 1 primary under load, then promotion of its standby: nothing
 # acknowledged may be lost (STALKD_FAILOVER_CYCLES=N to change the count).
 failover-campaign: $(VENV)/.dev bytecode
-	STALKD_FAILOVER_CYCLES=$${STALKD_FAILOVER_CYCLES:-300} $(PY) -m pytest -q tests/standby/test_zero_loss.py -k kill9
+	# one test runs every cycle: the per-test timeout (pyproject's 300 s) scales with them
+	STALKD_FAILOVER_CYCLES=$${STALKD_FAILOVER_CYCLES:-300} $(PY) -m pytest -q tests/standby/test_zero_loss.py -k kill9 \
+		--timeout $$(( 60 * $${STALKD_FAILOVER_CYCLES:-300} + 300 ))
 
 fuzz: $(VENV)/.dev
 	$(PIP) install -e '.[fuzz]'

@@ -10,6 +10,9 @@ SIGUSR2 (promotion) to the first put the standby accepts.
 
 Run: ``.venv/bin/python bench/standby_bench.py`` (env as server_bench: BENCH_SECONDS,
 BENCH_ROUNDS, GEN_PROCS). Servers listen on port 0 and the port is read from /proc.
+``BENCH_BASELINE_SRC=DIR`` adds a fourth setup, ``base``: a synchronous pair running the
+stalkd package found in ``DIR`` (the ``src/`` of an earlier checkout, e.g. from ``git archive``),
+so a change is measured against what it replaces in the same run (column ``sync/base``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ import stalkd  # noqa: E402
 from stalkd.client import errors  # noqa: E402
 from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
 
-SETUPS = ("alone", "async", "sync")
+BASELINE = os.environ.get("BENCH_BASELINE_SRC")
+SETUPS = ("alone", "async", "sync", *(("base",) if BASELINE else ()))
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
 
@@ -47,7 +51,8 @@ class Pair:
     def __init__(self, setup: str) -> None:
         self.setup = setup
         self.dirs = [tempfile.mkdtemp(prefix=f"standby-bench-{setup}-", dir="/var/tmp")]
-        flags = ["--sync-standbys", "1"] if setup == "sync" else []
+        flags = ["--sync-standbys", "1"] if setup in ("sync", "base") else []
+        self.env = None if setup != "base" else {**os.environ, "PYTHONPATH": os.path.abspath(BASELINE or "")}
         self.primary = self._start(self.dirs[0], flags)
         self.standby: sb.Server | None = None
         if setup != "alone":
@@ -57,7 +62,7 @@ class Pair:
 
     def _start(self, d: str, flags: list[str]) -> sb.Server:
         args = [*sb.STALKD, "-l", "127.0.0.1", "-p", "0", "--log-level", "warning", "--dir", d, *flags]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
         port = wait_for_listener(proc, 30, "stalkd")
         return sb.Server("stalkd", proc, port, None, "always")
 
@@ -115,21 +120,26 @@ def main() -> int:
     stop = threading.Event()
     sampler = threading.Thread(target=_lag_sampler, args=(pairs["async"], stop, lags), daemon=True)
     ratios: dict[str, list[float]] = {"async": [], "sync": []}
+    if BASELINE:
+        print(f"# base: a synchronous pair running {BASELINE}")
     try:
         sampler.start()
-        print(f"{'work':4} {'depth':>5} | {'alone/s':>9} | {'async/s':>9} {'ratio':>6} | {'sync/s':>9} {'ratio':>6}")
+        print(f"{'work':4} {'depth':>5} | {'alone/s':>9} | {'async/s':>9} {'ratio':>6} | {'sync/s':>9} {'ratio':>6}"
+              + (f" | {'base/s':>9} {'sync/base':>9}" if BASELINE else ""))
         for work, depth in CELLS:
             runs: dict[str, list[tuple[float, float, float]]] = {s: [] for s in SETUPS}
             for r in range(sb.ROUNDS):
-                order = SETUPS[r % 3:] + SETUPS[:r % 3]  # rotate who goes first
+                k = r % len(SETUPS)
+                order = SETUPS[k:] + SETUPS[:k]  # rotate who goes first
                 for setup in order:
                     runs[setup].append(sb.run_cell(pairs[setup].primary, work, 100, CONNS, depth))
             med = {s: sb._median(runs[s])[0] for s in SETUPS}
             ra, rs = med["async"] / med["alone"], med["sync"] / med["alone"]
             ratios["async"].append(ra)
             ratios["sync"].append(rs)
+            base = f" | {med['base']:9.0f} {med['sync'] / med['base']:8.2f}x" if BASELINE else ""
             print(f"{work:4} {depth:5} | {med['alone']:9.0f} | {med['async']:9.0f} {ra:5.2f}x | "
-                  f"{med['sync']:9.0f} {rs:5.2f}x", flush=True)
+                  f"{med['sync']:9.0f} {rs:5.2f}x{base}", flush=True)
         stop.set()
         sampler.join()
         print(f"# async standby lag while loaded: max {max(lags, default=0)} records, "

@@ -29,6 +29,8 @@ def records(draw: st.DrawFn) -> Record:
         base.update(pri=draw(u32))
     elif op is Op.RESULT:
         base.update(deadline_us=draw(i64), body=draw(st.binary(max_size=300)))
+    elif op is Op.EPOCH:
+        base.update(epoch=draw(u64), start_offset=draw(u64))
     elif op is Op.PAUSE:
         base.update(tube=draw(tubes), delay=draw(u32), deadline_us=draw(i64))
     elif op is Op.JOB:
@@ -65,6 +67,17 @@ def test_version_1_result_bytes_are_frozen() -> None:
     frozen = bytes.fromhex(
         "010b" "0900000000000000" "80841e0000000000" "0300000000000000"
         "800bb20300000000" "02000000" "6f6b"
+    )
+    assert encode(r) == frozen
+    assert decode(frozen) == r
+
+
+def test_version_1_epoch_bytes_are_frozen() -> None:
+    # A v1 EPOCH (op 12): a promotion started epoch 2 at log offset 300. Frozen like PUT above.
+    r = Record(Op.EPOCH, seq=5, time_us=3_000_000, epoch=2, start_offset=300)
+    frozen = bytes.fromhex(
+        "010c" "0500000000000000" "c0c62d0000000000" "0000000000000000"
+        "0200000000000000" "2c01000000000000"
     )
     assert encode(r) == frozen
     assert decode(frozen) == r

@@ -16,6 +16,7 @@ from stalkd.engine.replay import durable_record, finish
 from stalkd.engine.snap_v2 import encode_block
 from stalkd.engine.snapfile import block_bytes, head_bytes, trailer_bytes
 from stalkd.engine.snapshot import (
+    SNAP_VERSION,
     SnapshotError,
     SnapshotWriter,
     iter_jobs,
@@ -263,5 +264,5 @@ def test_a_version_1_snapshot_still_recovers(tmp_path: Path) -> None:
     assert durable_view(e2) == expect
     wal.snapshot(e2)
     (newer,) = list_snapshots(str(tmp_path / "snapshots"))
-    assert read_header(newer).version == 2
+    assert read_header(newer).version == SNAP_VERSION
     wal.close()

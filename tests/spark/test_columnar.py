@@ -117,6 +117,15 @@ def test_result_records_show_their_expiry_and_size_in_both_builders(tmp_path: Pa
     assert results == [(3, 3, True), (30, 30, True), (31, 31, True), (9, 0, False)]
 
 
+def test_epoch_records_read_as_epoch_rows_in_both_builders(tmp_path: Path) -> None:
+    payloads = [encode(r) for r in common_records(30)]
+    payloads.insert(12, encode(Record(Op.EPOCH, 500, T0, epoch=2, start_offset=12)))
+    write_log(tmp_path, payloads)
+    assert assert_equal_batches(tmp_path, wal=True, max_rows=16) == len(payloads)
+    rows = [r for c in chunks(tmp_path, 100) if (b := wal_columns_batch(c)) is not None for r in b.to_pylist()]
+    assert [(r["offset"], r["seq"], r["job_id"], r["tube"]) for r in rows if r["op"] == "epoch"] == [(12, 500, 0, None)]
+
+
 def put(tube: bytes = b"t", body: bytes = b"xyz") -> bytes:
     return encode(Record(Op.PUT, 1, T0, 1, tube="t", body=body)).replace(b"\x01\x00t", len(tube).to_bytes(2, "little") + tube)
 

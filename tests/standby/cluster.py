@@ -4,8 +4,11 @@ through the protocol."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -95,3 +98,59 @@ def snapshot(p: ServerProcess, max_id: int) -> dict[int, tuple[str, str, int, by
             state = "ready" if st["state"] == "reserved" else str(st["state"])
             out[jid] = (str(st["tube"]), state, int(st["pri"]), job.body)
     return out
+
+
+class Relay:
+    """A TCP relay on loopback (a port the kernel picks) to ``target``: a network path that
+    ``cut`` breaks (every connection through it reset, new ones refused) and ``heal`` restores."""
+
+    def __init__(self, target: ServerProcess) -> None:
+        self.target = (target.host, target.port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._open = True
+        self._socks: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                up = socket.create_connection(self.target, timeout=5) if self._open else None
+            except OSError:
+                up = None
+            if up is None:
+                down.close()
+                continue
+            up.settimeout(None)
+            with self._lock:
+                self._socks |= {down, up}
+            threading.Thread(target=self._pump, args=(down, up), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, down), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self._open = False
+        with self._lock:
+            socks, self._socks = self._socks, set()
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def heal(self) -> None:
+        self._open = True
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()

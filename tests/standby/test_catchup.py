@@ -1,5 +1,6 @@
 """A standby stopped while its primary compacts past its position copies a snapshot on its
-next start, then streams the rest and holds the same jobs."""
+next start, then streams the rest and holds the same jobs; a running standby cut off from its
+primary meanwhile does the same without a restart."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 import stalkd
 
-from .cluster import caught_up, primary, snapshot, standby, stats, until
+from .cluster import Relay, caught_up, primary, snapshot, standby, stats, until
 
 
 def _churn(address: str, rounds: int, keep_every: int) -> None:
@@ -71,4 +72,44 @@ def test_a_new_standby_of_a_compacted_primary_starts_from_its_snapshot(tmp_path:
     finally:
         if s is not None:
             s.stop()
+        p.stop()
+
+
+@pytest.mark.slow
+def test_a_running_standby_cut_off_while_the_primary_compacts_resyncs_without_a_restart(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p")
+    relay = Relay(p)
+    s = standby(tmp_path / "s", p, via=relay.address)
+    reader = None
+    try:
+        _churn(p.address, 50, 5)
+        until(lambda: caught_up(p, s), "the standby to follow", logs=(p, s))
+        reader = stalkd.Client(s.address, reconnect=False)  # a client of the standby throughout
+        reader.use("kept")
+        reader.watch("kept")
+        relay.cut()
+        until(lambda: stats(p).get("standbys", 0) == 0, "the primary to see the standby go", logs=(p, s))
+        end_at_cut = int(stats(p)["binlog-records-written"])  # a fresh log: its end offset
+        for _ in range(50):  # until the primary keeps nothing the standby would ask for
+            _churn(p.address, 400, 10)
+            if int(stats(p)["binlog-oldest-index"]) > end_at_cut:
+                break
+        else:
+            raise AssertionError(f"the primary never compacted past offset {end_at_cut}:\n{p.log_text()}")
+        relay.heal()
+        _churn(p.address, 30, 3)
+        until(lambda: caught_up(p, s), "the standby to resync on its own", timeout=120, logs=(p, s))
+        assert s.proc.poll() is None and "resynced with" in s.log_text()
+        assert list((tmp_path / "s" / "quarantine").iterdir()), "the stale copy was kept, not deleted"
+        top = int(stats(p)["total-jobs"])
+        want = snapshot(p, top)
+        assert len(want) > 40
+        assert snapshot(s, top) == want
+        # the standby's own client kept its connection and its tubes
+        assert (reader.list_tube_used(), reader.list_tubes_watched()) == ("kept", ["default", "kept"])
+    finally:
+        if reader is not None:
+            reader.close()
+        relay.close()
+        s.stop()
         p.stop()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 import stalkd
 from stalkd.client import AsyncClient
 
@@ -55,6 +57,26 @@ def test_sync_and_async_clients_follow_a_promotion(tmp_path: Path) -> None:
         sync.close()
         loop.run_until_complete(aio.close())
         loop.close()
+    finally:
+        s.stop()
+        p.stop()
+
+
+def test_the_spark_sink_given_every_address_puts_on_the_primary(tmp_path: Path) -> None:
+    # the sink's driver check and per-partition writer, run directly (no Spark session needed)
+    pytest.importorskip("pyspark")
+    from stalkd.spark.sink import JobDefaults, ServerWriter, put_rows
+
+    p = primary(tmp_path / "p")
+    s = standby(tmp_path / "s", p)
+    addresses = f"{s.address},{p.address}"
+    try:
+        ServerWriter(addresses, "payload", ["payload"], JobDefaults(), 8)  # the list is accepted
+        rows = iter([{"payload": b"a"}, {"payload": b"b"}])
+        done = put_rows(addresses, rows, "payload", ["payload"], JobDefaults(tube="emails"))
+        assert done.rows == 2
+        with stalkd.Client(p.address) as c:
+            assert c.stats_tube("emails")["current-jobs-ready"] == 2
     finally:
         s.stop()
         p.stop()

@@ -9,6 +9,9 @@ import threading
 from pathlib import Path
 
 import stalkd
+from stalkd.engine.model import Op, decode
+from stalkd.log import LogReader
+from stalkd.replication import epochs
 
 from .cluster import caught_up, primary, promote_by_signal, snapshot, standby, stats, until
 
@@ -29,6 +32,11 @@ def test_a_running_former_primary_is_fenced_and_stays_fenced(tmp_path: Path) -> 
         until(lambda: caught_up(p, s), "the standby to follow", logs=(p, s))
         promote_by_signal(s)
         assert stats(s)["epoch"] == 1
+        # The epoch is in the log: an EPOCH record where it began, what a restart reads back.
+        ((epoch, start),) = epochs.scan(str(tmp_path / "s"))
+        with LogReader(str(tmp_path / "s" / "wal"), archive=False) as r:
+            rec = decode(next(iter(r.read(start))).payload)
+        assert (epoch, rec.op, rec.epoch, rec.start_offset) == (1, Op.EPOCH, 1, start)
         assert _put_raw(s.address, b"new").startswith(b"INSERTED")
         # The new primary tells the old one about epoch 1 as soon as it can.
         until(lambda: _put_raw(p.address, b"old") == b"NOT_PRIMARY\r\n", "the old primary to be fenced",

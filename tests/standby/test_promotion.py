@@ -24,6 +24,9 @@ def test_reserved_jobs_come_back_when_their_ttr_ends(tmp_path: Path) -> None:
             p.kill9()
         promote_by_signal(s)
         with stalkd.Client(s.address) as c:
+            # The holder of the old primary's reservations is nobody's connection: only this one counts.
+            st, default = c.stats(), c.stats_tube("default")
+            assert (st["current-connections"], default["current-using"], default["current-watching"]) == (1, 1, 1)
             assert c.stats_job(long_)["state"] == "reserved"
             assert c.stats_job(delayed)["state"] == "delayed"
             until(lambda: c.stats_job(short)["state"] == "ready", "the short TTR to end", logs=(s,))

@@ -56,7 +56,7 @@ def server_row(engine: Engine) -> dict[str, Any]:
     return {
         "jobs": len(engine.jobs), "body_bytes": engine.body_bytes,
         "total_jobs": engine.total_jobs, "tubes": len(engine.tube_order),
-        "connections": len(engine.conns), "total_connections": engine.total_connections,
+        "connections": len(engine.conns) - engine.internal_conns, "total_connections": engine.total_connections,
         "producers": sum(1 for c in conns if c.producer),
         "workers": sum(1 for c in conns if c.worker),
         "waiting": sum(1 for c in conns if c.waiting),

@@ -161,7 +161,7 @@ class Compaction:
             raise WalError(f"{self.snap_dir}: no room to write the {len(engine.results)} live results "
                            "again, which a snapshot must do before older WAL segments go")
         writer = SnapshotWriter(self.snap_dir, engine.seq, self.log.next_offset,
-                                reserve=self._snapshot_reserve(), fs=self.log.fs)  # fmt: skip
+                                reserve=self._snapshot_reserve(), fs=self.log.fs, epochs=engine.epochs)  # fmt: skip
         self._snap = SnapInProgress(writer, self.log.next_offset, capture_order(engine), self._bytes_since_snapshot)
         self._bytes_since_snapshot = 0
         # Results are not snapshot entries: written again after the snapshot's start (in room

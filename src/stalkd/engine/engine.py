@@ -78,6 +78,14 @@ class Engine(Results, JobCommands, Queries):
         }
         self._dispatch: dict[object, tuple[Handler, str | None]] = self._plain
 
+    def clear(self) -> None:
+        """Forget every job, tube, connection and counter, keeping the settings and the room:
+        a standby's copy replaced by its primary's is recovered into this same object, which
+        the server and its hooks hold (``Wal.recover(into=...)``)."""
+        room = self._room
+        type(self).__init__(self, self.max_job_size, self.keep_records, self.step_jobs)
+        self.room = room
+
     @property
     def room(self) -> Room | None:
         """Where durable records get their WAL room; None (the default) never refuses.
@@ -108,15 +116,21 @@ class Engine(Results, JobCommands, Queries):
 
     # --- public API ---------------------------------------------------------------------------
 
-    def connect(self, conn_id: int, now: float) -> None:
-        """Register a new connection: it uses and watches ``default``."""
+    def connect(self, conn_id: int, now: float, *, internal: bool = False) -> None:
+        """Register a new connection: it uses and watches ``default``. ``internal``: the
+        server's own holder of jobs, no client (it watches nothing, and no connection count or
+        tube's using/watching count shows it)."""
         if conn_id in self.conns:
             raise EngineError(f"connection {conn_id} is already connected")
         default = self._tube("default")
         c = ConnState(conn_id, default)
+        self.conns[conn_id] = c
+        if internal:
+            c.watch = []
+            self.internal_conns += 1
+            return
         default.using += 1
         default.watching += 1
-        self.conns[conn_id] = c
         self.total_connections += 1
 
     def apply(self, conn_id: int, cmd: C.Command, now: float) -> Outcome:

@@ -29,12 +29,12 @@ _set_jbody = C.JobReply.__dict__["body"].__set__
 
 _RECORD_FIELDS = (
     "op", "seq", "time_us", "job_id", "tube", "pri", "delay", "ttr", "deadline_us", "body", "state",
-    "created_us", "reserves", "timeouts", "releases", "buries", "kicks",
+    "created_us", "reserves", "timeouts", "releases", "buries", "kicks", "epoch", "start_offset",
 )  # fmt: skip
 if tuple(f.name for f in dataclasses.fields(Record)) != _RECORD_FIELDS:  # pragma: no cover
     raise ImportError("model.Record's fields changed: update fastvalues.make_record with them")
 (_s_op, _s_seq, _s_time, _s_job, _s_tube, _s_pri, _s_delay, _s_ttr, _s_deadline, _s_body, _s_state,
- _s_created, _s_reserves, _s_timeouts, _s_releases, _s_buries, _s_kicks) = (
+ _s_created, _s_reserves, _s_timeouts, _s_releases, _s_buries, _s_kicks, _s_epoch, _s_start) = (
     Record.__dict__[f].__set__ for f in _RECORD_FIELDS)  # fmt: skip
 
 
@@ -69,6 +69,8 @@ def make_record(
     _s_releases(r, 0)
     _s_buries(r, 0)
     _s_kicks(r, 0)
+    _s_epoch(r, 0)
+    _s_start(r, 0)
     return r
 
 

@@ -9,6 +9,9 @@ which jobs were held and until when. ``Reservations.see`` follows the records; a
 timer then returns each one to ready (a ``TIMEOUT``, as when a worker goes silent), and until
 then nobody can reserve it twice.
 
+The new epoch itself is one EPOCH record (``epoch_record``), written at the log offset where
+the epoch begins, before anything else the new primary writes.
+
 Ensures: ``hold`` changes only jobs that are ready and whose reservation (as last recorded)
 ends after ``now``; nothing is written to the WAL (the records reach it as the TTRs end).
 """
@@ -19,11 +22,24 @@ from stalkd.engine.engine import Engine
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import US
+from stalkd.engine.replay import note_epoch
 
-__all__ = ["Reservations", "HOLDER"]
+__all__ = ["Reservations", "HOLDER", "epoch_record"]
 
 HOLDER = -1  # the connection id of the old primary's reservations (real ones are positive)
 _ENDS = frozenset({Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.TIMEOUT})
+
+
+def epoch_record(e: Engine, epoch: int, at_offset: int, now: float) -> Record:
+    """The EPOCH record starting ``epoch`` at ``at_offset`` (the log offset it is written at),
+    already noted in ``e.epochs``; the caller writes it before any other record.
+
+    >>> e = Engine(); epoch_record(e, 1, 40, 2.0).start_offset, e.epochs, e.seq
+    (40, ((1, 40),), 1)
+    """
+    e.seq += 1
+    note_epoch(e, epoch, at_offset)
+    return Record(Op.EPOCH, e.seq, round(now * US), epoch=epoch, start_offset=at_offset)
 
 
 class Reservations:
@@ -53,7 +69,7 @@ class Reservations:
         """Reserve, for ``HOLDER``, every job still reserved on the old primary; returns how many."""
         now_us = round(now * US)
         if HOLDER not in e.conns:
-            e.connect(HOLDER, now)
+            e.connect(HOLDER, now, internal=True)
         c = e.conns[HOLDER]
         n = 0
         for jid, end in self.until.items():

@@ -34,6 +34,9 @@ followed by op-specific fields:
   RESULT   i64 deadline_us | u32 len | body
            (a job's stored result, kept until deadline_us; a later one replaces it, and
            deadline_us 0 forgets it)
+  EPOCH    u64 epoch | u64 start_offset      (job_id 0)
+           (a promotion: the log's lineage is ``epoch`` from ``start_offset`` on, the record's
+           own offset; snapshots carry the epochs before their start in their header)
 Times are wall-clock microseconds since the Unix epoch; ``delay`` and ``ttr`` are seconds.
 The layouts are written once, as the field tables below (``HEAD_FIELDS``, ``PUT_FIELDS``...):
 the structs here and every fast reader elsewhere (numpy and Arrow views included) derive from them.
@@ -70,6 +73,8 @@ __all__ = [
     "layout",
     "FORMAT_VERSION",
     "DURABLE_OPS",
+    "EPOCH",
+    "EPOCH_FIELDS",
     "JobState",
     "Op",
     "Record",
@@ -97,11 +102,12 @@ class Op(enum.IntEnum):
     PAUSE = 9  # a tube was paused until deadline_us
     JOB = 10  # a job's full state (snapshots, compaction)
     RESULT = 11  # a job's result stored until deadline_us (stalkd's result-put; not beanstalkd's)
+    EPOCH = 12  # a promotion began a new epoch at start_offset (replication's fencing)
     UNKNOWN = 255  # decoded from an op code this build does not know; skip it
 
 
 # Ops whose loss would change the acknowledged state: the server waits for them to be durable.
-DURABLE_OPS = frozenset({Op.PUT, Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.JOB, Op.RESULT})
+DURABLE_OPS = frozenset({Op.PUT, Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.JOB, Op.RESULT, Op.EPOCH})
 
 
 class JobState(enum.IntEnum):
@@ -132,6 +138,8 @@ class Record:
     releases: int = 0
     buries: int = 0
     kicks: int = 0
+    epoch: int = 0
+    start_offset: int = 0
 
 
 # The version-1 layouts, field by field: (name, struct code), little-endian and packed. Every
@@ -147,6 +155,7 @@ JOB_FIELDS = (
     ("reserves", "I"), ("timeouts", "I"), ("releases", "I"), ("buries", "I"), ("kicks", "I"), ("tube_len", "H"),
 )  # fmt: skip
 RESULT_FIELDS = (("deadline_us", "q"),)
+EPOCH_FIELDS = (("epoch", "Q"), ("start_offset", "Q"))
 BODY_LEN_FIELDS = (("body_len", "I"),)  # before the body of PUT and JOB records
 
 
@@ -166,12 +175,13 @@ BURY = layout(BURY_FIELDS)
 PAUSE = layout(PAUSE_FIELDS)
 JOB = layout(JOB_FIELDS)
 RESULT = layout(RESULT_FIELDS)
+EPOCH = layout(EPOCH_FIELDS)
 HEAD_JOB = layout(HEAD_FIELDS, JOB_FIELDS)  # a JOB record up to its tube name (snapshot v1 rows)
 U32 = layout(BODY_LEN_FIELDS)
 HEADER_SIZE = HEAD.size
 PUT_FIXED = HEADER_SIZE + PUT.size + U32.size  # a PUT record's bytes besides its tube and body
 RESULT_FIXED = HEADER_SIZE + RESULT.size + U32.size  # a RESULT record's bytes besides its body
-SHORT_RECORD = HEADER_SIZE + max(RELEASE.size, BURY.size)  # the largest record without tube or body
+SHORT_RECORD = HEADER_SIZE + max(RELEASE.size, BURY.size, EPOCH.size)  # the largest record without tube or body
 
 
 def encode(r: Record) -> bytes:
@@ -215,6 +225,8 @@ def encode(r: Record) -> bytes:
         return b"".join((head, fixed, tube, U32.pack(len(r.body)), r.body))
     if op is Op.RESULT:
         return b"".join((head, RESULT.pack(r.deadline_us), U32.pack(len(r.body)), r.body))
+    if op is Op.EPOCH:
+        return head + EPOCH.pack(r.epoch, r.start_offset)
     if op is Op.UNKNOWN:
         raise ValueError("Op.UNKNOWN is a decoding result and cannot be encoded")
     return head
@@ -272,6 +284,9 @@ def _decode_v1(buf: memoryview) -> Record:
         if op is Op.RESULT:
             (deadline_us,) = RESULT.unpack_from(buf, pos)
             return Record(op, seq, time_us, job_id, deadline_us=deadline_us, body=_blob(buf, pos + RESULT.size))
+        if op is Op.EPOCH:
+            epoch, start = EPOCH.unpack_from(buf, pos)
+            return Record(op, seq, time_us, job_id, epoch=epoch, start_offset=start)
         return Record(op, seq, time_us, job_id)
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise RecordFormatError(f"corrupt version-1 record: {exc}") from exc

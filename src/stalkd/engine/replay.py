@@ -10,6 +10,7 @@ The durable meaning of each op (what recovery reproduces):
   JOB      the job's whole durable state (snapshots).
   RESULT   the job's result until ``deadline_us`` (0: none); kept whether or not the job
            exists (a result outlives its job); ``tick`` after recovery drops expired ones.
+  EPOCH    ``(epoch, start_offset)`` joins the engine's ``epochs`` (once per epoch).
 Records about unknown jobs are ignored (their PUT may be covered by a snapshot that no longer has
 them); a PUT of a job that already exists means the log is inconsistent and raises.
 
@@ -27,7 +28,7 @@ from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import Job
 
-__all__ = ["ReplayError", "durable_record", "durable_records", "finish", "replay"]
+__all__ = ["ReplayError", "durable_record", "durable_records", "finish", "note_epoch", "replay"]
 
 
 class ReplayError(ValueError):
@@ -53,6 +54,9 @@ def replay(e: Engine, r: Record) -> None:
         return
     if op is Op.RESULT:
         e.store_result(r.job_id, r.deadline_us, r.body)
+        return
+    if op is Op.EPOCH:
+        note_epoch(e, r.epoch, r.start_offset)
         return
     j = e.jobs.get(r.job_id)
     if j is None:
@@ -83,6 +87,17 @@ def replay(e: Engine, r: Record) -> None:
         e._detach(j)
         j.kicks += 1
         e._to_ready(j)
+
+
+def note_epoch(e: Engine, epoch: int, start_offset: int) -> None:
+    """``epoch`` began at ``start_offset`` (a record seen twice, or also in a snapshot's
+    header, counts once).
+
+    >>> e = Engine(); note_epoch(e, 2, 90); note_epoch(e, 1, 40); note_epoch(e, 2, 90); e.epochs
+    ((1, 40), (2, 90))
+    """
+    if all(ep != epoch for ep, _ in e.epochs):
+        e.epochs = tuple(sorted((*e.epochs, (epoch, start_offset))))
 
 
 def finish(e: Engine) -> None:

@@ -1,6 +1,8 @@
 """A snapshot file's frame, shared by every format version: header, CRC'd blocks, trailer.
 
   header   8s magic ``STKSNAP\\0`` | u16 format version | u64 start_seq | u64 start_offset
+           (v3: then u32 n | n x (u64 epoch | u64 first offset), the epochs the log went through
+           before start_offset, so compaction never drops them with the WAL that held them)
   blocks   u32 block length | u32 CRC32C(block) | u32 entry count | block
            (what a block holds depends on the version: ``snap_v1.py``, ``snap_v2.py``)
   trailer  u32 0xFFFFFFFF | u64 entry count | u64 next_id | u64 end_seq | u32 CRC32C(header+trailer fields)
@@ -35,11 +37,13 @@ __all__ = [
 
 MAGIC = b"STKSNAP\0"
 HEAD = struct.Struct("<8sHQQ")
+EPOCHS = struct.Struct("<I")  # v3: how many (epoch, first offset) pairs follow the header
+EPOCH_PAIR = struct.Struct("<QQ")
 BLOCK = struct.Struct("<III")
 TRAIL = struct.Struct("<IQQQI")
 _TRAIL_FIELDS = struct.Struct("<IQQQ")
 END_MARK = 0xFFFFFFFF
-KNOWN_VERSIONS = (1, 2)
+KNOWN_VERSIONS = (1, 2, 3)  # 3: version 2's blocks behind a header with the epochs
 Buf = bytes | mmap.mmap  # a whole snapshot file: read, or mapped read-only
 
 
@@ -58,11 +62,19 @@ class SnapshotHeader:
     next_id: int
     end_seq: int
     version: int = KNOWN_VERSIONS[-1]
+    epochs: tuple[tuple[int, int], ...] = ()  # (epoch, first log offset), oldest first (v3)
+    blocks_at: int = HEAD.size  # where the first block starts
 
 
-def head_bytes(version: int, start_seq: int, start_offset: int) -> bytes:
-    """A file's header (see ``read_header`` for a whole file built from these pieces)."""
-    return HEAD.pack(MAGIC, version, start_seq, start_offset)
+def head_bytes(version: int, start_seq: int, start_offset: int, epochs: tuple[tuple[int, int], ...] = ()) -> bytes:
+    """A file's header (see ``read_header`` for a whole file built from these pieces);
+    ``epochs`` only from version 3 on."""
+    head = HEAD.pack(MAGIC, version, start_seq, start_offset)
+    if version < 3:
+        if epochs:
+            raise ValueError(f"snapshot version {version} cannot hold epochs")
+        return head
+    return head + EPOCHS.pack(len(epochs)) + b"".join(EPOCH_PAIR.pack(e, o) for e, o in epochs)
 
 
 def trailer_bytes(head: bytes, count: int, next_id: int, end_seq: int) -> bytes:
@@ -100,14 +112,23 @@ def read_header(path: str) -> SnapshotHeader:
         if version not in KNOWN_VERSIONS:
             known = ", ".join(map(str, KNOWN_VERSIONS))
             raise SnapshotError(f"{path}: offset 8: snapshot version {version} is unknown (this build reads {known})")
+        epochs: tuple[tuple[int, int], ...] = ()
+        if version >= 3:
+            more = f.read(EPOCHS.size)
+            n = EPOCHS.unpack(more)[0] if len(more) == EPOCHS.size else -1
+            pairs = f.read(n * EPOCH_PAIR.size) if n >= 0 else b""
+            if n < 0 or len(pairs) != n * EPOCH_PAIR.size:
+                raise SnapshotError(f"{path}: offset {HEAD.size}: truncated epoch list in the header")
+            head += more + pairs
+            epochs = tuple((int(e), int(o)) for e, o in EPOCH_PAIR.iter_unpack(pairs))
         size = f.seek(0, os.SEEK_END)
-        if size < HEAD.size + TRAIL.size:
+        if size < len(head) + TRAIL.size:
             raise SnapshotError(f"{path}: {size} bytes: no trailer (incomplete snapshot)")
         f.seek(size - TRAIL.size)
         mark, count, next_id, end_seq, crc = TRAIL.unpack(f.read(TRAIL.size))
     if mark != END_MARK or crc != crc32c(head + _TRAIL_FIELDS.pack(mark, count, next_id, end_seq)):
         raise SnapshotError(f"{path}: offset {size - TRAIL.size}: bad trailer (incomplete or corrupt snapshot)")
-    return SnapshotHeader(path, start_seq, start_offset, count, next_id, end_seq, version)
+    return SnapshotHeader(path, start_seq, start_offset, count, next_id, end_seq, version, epochs, len(head))
 
 
 def _crc(buf: Buf, start: int, end: int) -> int:
@@ -121,7 +142,7 @@ def blocks(buf: Buf, header: SnapshotHeader) -> Iterator[tuple[int, int, int]]:
     """(block start, block end, entry count) of each CRC-checked block of the whole file ``buf``
     (bytes or a read-only mmap)."""
     path = header.path
-    pos = HEAD.size
+    pos = header.blocks_at
     end = len(buf) - TRAIL.size
     n = 0
     while pos < end:

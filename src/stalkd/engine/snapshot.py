@@ -3,7 +3,8 @@
 File ``snap-<start seq, 20 digits>.snap`` (written as ``.tmp``, fsynced, then renamed). The frame
 (header with magic and format version, CRC32C'd blocks, trailer with count, next_id, end_seq) is
 ``snapfile.py``; what a block holds is the format version's: ``snap_v1.py`` (row entries, one
-``model`` JOB record each) and ``snap_v2.py`` (columnar blocks of one tube and state; written).
+``model`` JOB record each) and ``snap_v2.py`` (columnar blocks of one tube and state; versions 2
+and 3, which is written).
 A file without a complete, matching trailer is not a snapshot (a crash mid-write leaves only a
 ``.tmp`` that recovery deletes).
 
@@ -19,6 +20,8 @@ How to change the format (numbered, append to it):
   3. (v2) A version's block codec and loader live in ``snap_vN.py``; ``snapfile.KNOWN_VERSIONS``
      lists the versions read, and ``load_into`` / ``read_snapshot`` / ``iter_jobs`` dispatch on
      the header's version. The writer writes ``SNAP_VERSION`` (``version=`` older ones, for tests).
+  4. (v3) Version 2's blocks behind a header that also lists the log's epochs (``snapfile``):
+     promotions before the snapshot's start survive the compaction of the WAL that recorded them.
 
 Ensures: ``read_snapshot(path)`` either returns every entry written with its trailer, or raises
 SnapshotError naming the file and byte offset; it never returns a partial snapshot.
@@ -56,7 +59,7 @@ __all__ = [
     "snapshot_name",
 ]  # fmt: skip
 
-SNAP_VERSION = 2
+SNAP_VERSION = 3
 _READY, _RESERVED = JobState.READY, JobState.RESERVED
 
 
@@ -116,7 +119,7 @@ class SnapshotWriter:
     >>> w = SnapshotWriter(d, start_seq=5, start_offset=9)
     >>> w.add([Record(Op.JOB, 5, 0, 1, "t", body=b"x")]); p = w.finish(next_id=2, end_seq=5)
     >>> h, recs = read_snapshot(p); (h.count, h.version, [r.job_id for r in recs])
-    (1, 2, [1])
+    (1, 3, [1])
     """
 
     def __init__(
@@ -127,15 +130,16 @@ class SnapshotWriter:
         version: int = SNAP_VERSION,
         reserve: str | None = None,
         fs: FileSystem = REAL,
+        epochs: tuple[tuple[int, int], ...] = (),
     ) -> None:
-        if version not in (1, 2):
-            raise ValueError(f"snapshot version {version} cannot be written (1 or 2)")
+        if version not in (1, 2, 3):
+            raise ValueError(f"snapshot version {version} cannot be written (1, 2 or 3)")
         self.directory = directory
         self.fs = fs
         self.version = version
         self.final = os.path.join(directory, snapshot_name(start_seq))
         self.tmp = self.final + ".tmp"
-        self._head = head_bytes(version, start_seq, start_offset)
+        self._head = head_bytes(version, start_seq, start_offset, epochs)
         self.count = 0
         self.bytes = 0
         fs.makedirs(directory)
@@ -282,6 +286,7 @@ def load_into(e: Engine, h: SnapshotHeader) -> dict[int, int]:
     Returns {job id: copy seq} for jobs copied after the snapshot began: their WAL records up to
     that seq are already in the snapshot. Call ``replay.finish`` after the WAL tail.
     """
+    e.epochs = h.epochs
     with _mapped(h.path) as m:
         if h.version == 1:
             return snap_v1.load_into(e, m, h)

@@ -90,7 +90,11 @@ class EngineState:
         self.job_timeouts = 0
         self.total_jobs = 0
         self.total_connections = 0
+        self.internal_conns = 0  # connections in ``conns`` that are no client's (engine.connect)
         self.body_bytes = 0  # sum of live job bodies (the WAL sizes its compaction by it)
+        # (epoch, first log offset) per promotion this log went through, oldest first: from
+        # EPOCH records and snapshot headers (stalkd.replication reads it for fencing)
+        self.epochs: tuple[tuple[int, int], ...] = ()
         self._tube_serial = 0
         self._wait_serial = 0
         # Work that goes on in tick(): connections with a kick in progress, and connections

@@ -108,7 +108,7 @@ def stats(e: EngineState) -> YamlDict:
             "total-jobs": e.total_jobs,
             "max-job-size": e.max_job_size,
             "current-tubes": len(tubes),
-            "current-connections": len(e.conns),
+            "current-connections": len(e.conns) - e.internal_conns,
             "current-producers": sum(map(_producer, conns)),
             "current-workers": sum(map(_worker, conns)),
             "current-waiting": sum(map(_waiting, conns)),

@@ -6,7 +6,7 @@ cost is mostly a Record built per frame and a heap push per job. Here the v1 lay
 TOUCH) are read straight from the frame; a job a record moves is taken out of its container
 once and only its fields follow the later records; at the end every such job is placed where
 its final state says, a tube's heap built in one go when many jobs join it. Other ops (PAUSE,
-JOB, RESULT) and other
+JOB, RESULT, EPOCH) and other
 versions go through ``model.decode`` and ``replay.replay``.
 
 Ensures: the engine after ``replay_tail`` then ``replay.finish`` equals the one ``replay.replay``
@@ -40,6 +40,7 @@ __all__ = ["TailError", "replay_tail"]
 
 _C_PUT, _C_DELETE, _C_RELEASE, _C_BURY, _C_KICK = int(Op.PUT), int(Op.DELETE), int(Op.RELEASE), int(Op.BURY), int(Op.KICK)
 _C_TOUCH, _C_RESERVE, _C_TIMEOUT = int(Op.TOUCH), int(Op.RESERVE), int(Op.TIMEOUT)
+_GENERAL = frozenset({Op.PAUSE, Op.JOB, Op.RESULT, Op.EPOCH})  # the ops left to decode() and replay()
 _C_RESULT = int(Op.RESULT)  # a result is not part of its job's snapshot entry: never skipped by its stamp
 _NO_EFFECT = frozenset({_C_TOUCH})
 _MOVES = frozenset({_C_RELEASE, _C_BURY, _C_KICK, _C_DELETE})
@@ -151,7 +152,7 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
             stamp = fresh.get(r.job_id)
             if stamp is not None and r.seq <= stamp and r.op is not Op.RESULT:
                 continue
-            if r.op is not Op.PAUSE and r.op is not Op.JOB and r.op is not Op.RESULT:  # pragma: no cover - a fast-path bug
+            if r.op not in _GENERAL:  # pragma: no cover - a fast-path bug
                 raise TailError(f"record at offset {frame.offset}: {r.op.name} was not replayed") from exc
             e.seq, e.next_id = max(e.seq, seq_max), max(e.next_id, next_id)
             replay(e, r)

@@ -127,6 +127,7 @@ class Wal(Compaction):
         self._limit_base = -1
         self._limit = 0
         self.repair = False  # set by open(repair=True): cut damage instead of refusing
+        self.archive = False  # set by open(archive=...): retired segments go to wal/archive/
         self.repair_notes: list[str] = []  # what a repair did, for the operator
 
     @classmethod
@@ -165,6 +166,7 @@ class Wal(Compaction):
                   segment_size if compact_min_bytes is None else compact_min_bytes,
                   chunk_jobs, background)  # fmt: skip
         wal.repair = repair
+        wal.archive = archive
         rep = log.repair_report
         if rep is not None:
             wal.repair_notes.append(
@@ -182,8 +184,22 @@ class Wal(Compaction):
 
     # --- recovery -----------------------------------------------------------------------------
 
-    def recover(self, now: float, *, max_job_size: int = 65535) -> tuple[Engine, RecoveryInfo]:
-        """Rebuild the engine: newest complete snapshot, then every later WAL record."""
+    def reopen(self) -> None:
+        """Close the log and open the directory's again, whose files were replaced meanwhile
+        (a standby's resync swaps in a copy of its primary's); call ``recover`` next."""
+        self.close()
+        self.log = Log.open(os.path.join(self.directory, LOG_DIR), segment_size=self.segment_size,
+                            durability=self.durability, archive=self.archive, fs=self.fs)  # fmt: skip
+        self.space = None
+        self._recovered = False
+        self._limit_base = -1
+        self._bytes_since_snapshot = 0
+        self.last_seq = 0
+
+    def recover(self, now: float, *, max_job_size: int = 65535,
+                into: Engine | None = None) -> tuple[Engine, RecoveryInfo]:
+        """Rebuild the engine: newest complete snapshot, then every later WAL record (``into``:
+        an empty engine to rebuild, rather than a new one)."""
         t0 = time.perf_counter()
         discarded = []
         for name in os.listdir(self.snap_dir):
@@ -218,7 +234,7 @@ class Wal(Compaction):
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            e, replayed, t_snap = self._rebuild(header, need, now, max_job_size)
+            e, replayed, t_snap = self._rebuild(header, need, now, max_job_size, into)
             gc.freeze()
         finally:
             if gc_was_on:
@@ -234,9 +250,9 @@ class Wal(Compaction):
         return e, info
 
     def _rebuild(
-        self, header: SnapshotHeader | None, need: int, now: float, max_job_size: int
+        self, header: SnapshotHeader | None, need: int, now: float, max_job_size: int, into: Engine | None
     ) -> tuple[Engine, int, float]:
-        e = Engine(max_job_size=max_job_size)
+        e = Engine(max_job_size=max_job_size) if into is None else into
         fresh: dict[int, int] = {}
         start_seq = 0
         t_snap = time.perf_counter()

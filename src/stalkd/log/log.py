@@ -272,7 +272,11 @@ class Log:
         self._check_usable()
         nxt = self._writer.next
         stop = nxt if end is None else min(end, nxt)
-        return read_frames(self._listing, self._view, start, stop, resume, make)
+        bounds = self._writer.bounds
+        # From the live segments on, the writer's own list stands for the directory's: a reader
+        # that follows the end (a standby's stream, each batch) lists nothing.
+        segs = [(b, p, False) for b, _, p in bounds] if bounds and start >= bounds[0][0] else None
+        return read_frames(self._listing, self._view, start, stop, resume, make, segs)
 
     def segment_bounds(self) -> list[tuple[int, int | None, str]]:
         """(base, end or None for the active one, path) of the live segments, oldest first."""

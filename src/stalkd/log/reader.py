@@ -62,12 +62,16 @@ def read_frames(
     end: int | None,
     resume: ReadPos | None = None,
     make: Callable[[int, int, memoryview], object] = Frame,
+    segs: list[tuple[int, str, bool]] | None = None,
 ) -> Iterator[Frame]:
     """Frames with ``start <= offset < end`` across segments (an offset below the oldest kept
     segment starts at the oldest). ``resume`` is read as a position hint and updated as frames
-    are yielded, so a consumer can continue without rescanning its segment.
+    are yielded, so a consumer can continue without rescanning its segment. ``segs``: the
+    segments as ``listing`` would give them, known already (``listing`` is still asked when one
+    of them has gone meanwhile).
     """
-    segs = listing()
+    if segs is None:
+        segs = listing()
     if not segs or (end is not None and start >= end):
         return
     idx = 0

@@ -14,7 +14,7 @@ directory): ask the primary to stream from where the local log ends, then
   jobs of those records, and the server starts again from the primary's copy.
 
 Ensures: afterwards the directory holds a prefix of the primary's log (and a snapshot it
-needs), durable, and ``role`` follows the primary's epoch; or ``CatchUpError`` says why not
+needs), durable, its epochs the primary's (EPOCH records, or the copied snapshot's header); or ``CatchUpError`` says why not
 (the primary unreachable, not a primary, or refusing this identity), having changed nothing
 beyond a completed quarantine.
 """
@@ -35,9 +35,9 @@ from stalkd.log import Log, LogReader
 from stalkd.log.active import create_segment
 from stalkd.log.fs import REAL
 from stalkd.replication import wire
-from stalkd.replication.role import Role
+from stalkd.replication.epochs import of_history, scan
 
-__all__ = ["CatchUpError", "catch_up", "connect", "read_line", "QUARANTINE_DIR"]
+__all__ = ["CatchUpError", "catch_up", "connect", "quarantine", "read_line", "QUARANTINE_DIR"]
 
 log = logging.getLogger("stalkd.replication")
 
@@ -81,7 +81,7 @@ def read_line(sock: socket.socket, buf: bytearray) -> bytes:
         buf += chunk
 
 
-def _quarantine(directory: str, why: str, since: int | None) -> str:
+def quarantine(directory: str, why: str, since: int | None) -> str:
     """Move ``wal/`` and ``snapshots/`` aside into ``quarantine/<time>/`` with a note."""
     dest = os.path.join(directory, QUARANTINE_DIR, time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
     REAL.makedirs(dest)
@@ -110,7 +110,7 @@ def _quarantine(directory: str, why: str, since: int | None) -> str:
     return dest
 
 
-def _fetch_snapshot(address: Address, directory: str, role: Role, segment_size: int, timeout: float) -> int:
+def _fetch_snapshot(address: Address, directory: str, segment_size: int, timeout: float) -> int:
     """Copy the primary's newest snapshot; start an empty log at its start offset. Returns it
     (0 when the primary has none: its log still starts at 0)."""
     snap_dir = os.path.join(directory, "snapshots")
@@ -123,8 +123,7 @@ def _fetch_snapshot(address: Address, directory: str, role: Role, segment_size: 
             return 0
         if r.word != "SNAPSHOT":
             raise CatchUpError(f"the primary refused a snapshot copy: {r.word}")
-        start, size = int(r.args[0]), int(r.args[1])
-        role.follow(int(r.args[2]), wire.parse_history(r.args[3]))
+        start, size = int(r.args[0]), int(r.args[1])  # its header carries the epochs before start
         tmp = os.path.join(snap_dir, "copy.snap.tmp")  # recovery deletes a .tmp left behind
         fd = REAL.open(tmp, os.O_WRONLY, create=True, truncate=True)
         try:
@@ -175,7 +174,7 @@ def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int) -> int
     return n
 
 
-def catch_up(address: Address, directory: str, role: Role, *, segment_size: int, timeout: float = 5.0) -> str:
+def catch_up(address: Address, directory: str, *, segment_size: int, timeout: float = 5.0) -> str:
     """Bring ``directory`` up to the primary at ``address`` (see the module doc); a summary."""
     wal_dir = os.path.join(directory, "wal")
     for _ in range(_MAX_ROUNDS):
@@ -187,12 +186,12 @@ def catch_up(address: Address, directory: str, role: Role, *, segment_size: int,
             except (OSError, ValueError) as e:
                 raise CatchUpError(f"cannot reach the primary {address}: {e}") from None
             with sock:
-                sock.sendall(wire.encode_request(nxt, role.state.epoch))
+                # the epoch of the local log as it is now (a quarantine changed it)
+                sock.sendall(wire.encode_request(nxt, of_history(scan(directory)).epoch))
                 buf = bytearray()
                 r = wire.parse_reply(read_line(sock, buf))
                 if r.word == "STREAMING":
                     epoch, target = int(r.args[0]), int(r.args[1])
-                    role.follow(epoch, wire.parse_history(r.args[2]))
                     sock.settimeout(max(timeout, 60.0))
                     n = _stream_to(sock, buf, lg, target)
                     return f"caught up with {address} (epoch {epoch}): {n} records copied, log ends at {lg.next_offset}"
@@ -204,12 +203,12 @@ def catch_up(address: Address, directory: str, role: Role, *, segment_size: int,
             lg.close()
         if r.word == "DIVERGED":
             cut = int(r.args[0])
-            _quarantine(directory, f"this server's log holds records past offset {cut} that the primary "
+            quarantine(directory, f"this server's log holds records past offset {cut} that the primary "
                         f"{address} never had (written before a failover)", cut)  # fmt: skip
         elif nxt or list_snapshots(os.path.join(directory, "snapshots")):
-            _quarantine(directory, f"the primary {address} no longer keeps the records after this "
+            quarantine(directory, f"the primary {address} no longer keeps the records after this "
                         f"server's log (offset {nxt})", None)  # fmt: skip
         else:
             shutil.rmtree(wal_dir)  # an empty log (no record, no snapshot): nothing to keep
-        _fetch_snapshot(address, directory, role, segment_size, timeout)
+        _fetch_snapshot(address, directory, segment_size, timeout)
     raise CatchUpError(f"{address}: could not catch up after {_MAX_ROUNDS} attempts (is it compacting very fast?)")

@@ -12,8 +12,10 @@ Ensures:
   policies, which is what they promise locally too).
 - Records are appended in the primary's offset order with no gap; anything else ends the
   stream (and a reconnection resumes from the local log's end).
-- A standby that needs a snapshot or must cut its log (``SNAPSHOT_NEEDED``/``DIVERGED``)
-  does not guess: ``on_resync`` is told, and the server stops so a restart can run ``catchup``.
+- A standby that needs a snapshot or must cut its log (``SNAPSHOT_NEEDED``/``DIVERGED``), or
+  whose copy a record contradicts, does not guess: ``resync`` replaces its copy with the
+  primary's (``standby.py``), and the stream resumes from the new log's end; a resync that
+  could not copy is tried again after the backoff, the old copy still serving reads.
 - ``stop()`` (promotion) ends the stream; records already received are applied first.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from stalkd.client._address import Address
@@ -31,6 +33,7 @@ from stalkd.engine.handover import Reservations
 from stalkd.engine.model import decode
 from stalkd.engine.replay import ReplayError, replay
 from stalkd.replication import wire
+from stalkd.replication.catchup import CatchUpError
 from stalkd.replication.role import Role
 
 if TYPE_CHECKING:
@@ -46,18 +49,25 @@ RETRY_MIN, RETRY_MAX = 0.05, 2.0
 
 
 class ResyncNeeded(RuntimeError):
-    """The primary cannot stream to this log as it is (a restart copies a snapshot)."""
+    """The primary cannot stream to this log as it is: a copy of its state is needed.
+    ``since``: the offset past which this log was never the primary's (None: it is only behind)."""
+
+    def __init__(self, why: str, since: int | None = None) -> None:
+        super().__init__(why)
+        self.since = since
 
 
 class Receiver:
-    def __init__(self, address: Address, wal: Wal, engine: Engine, role: Role, *,
-                 applied: Callable[[], None], on_resync: Callable[[str], None]) -> None:  # fmt: skip
+    def __init__(self, address: Address, wal: Wal, engine: Engine, role: Role, *, applied: Callable[[], None],
+                 on_resync: Callable[[str], None],
+                 resync: Callable[[str, int | None], Awaitable[None]]) -> None:  # fmt: skip
         self.address = address
         self.wal = wal
         self.engine = engine
         self.role = role
         self.applied = applied
-        self.on_resync = on_resync
+        self.on_resync = on_resync  # fatal: the local copy can no longer be trusted
+        self.resync = resync
         self.fsync = wal.durability == "always"
         self.primary_end = 0  # the primary's log end, as last known
         self.connected = False
@@ -77,26 +87,40 @@ class Receiver:
         if self._writer is not None:
             self._writer.close()
 
+    @property
+    def syncing(self) -> bool:
+        """A group-commit fsync of the local log is running on a thread."""
+        return self._syncing
+
     async def run(self) -> None:
         delay = RETRY_MIN
         while not self._stopped:
             try:
-                await self._session()
+                try:
+                    await self._session()
+                finally:
+                    self.connected = False
+                    if self._writer is not None:
+                        self._writer.close()
+                        self._writer = None
                 delay = RETRY_MIN
             except (ResyncNeeded, ReplayError) as e:
                 # ReplayError: a record contradicts this copy; carrying on would serve a lie.
-                if not self._stopped:
-                    self.on_resync(str(e))
-                return
+                if self._stopped:
+                    return
+                try:
+                    await self.resync(str(e), e.since if isinstance(e, ResyncNeeded) else None)
+                    self.reservations = Reservations()  # the new copy's records say the rest
+                    delay = RETRY_MIN
+                    continue
+                except (OSError, ValueError, CatchUpError) as err:  # the old copy is intact
+                    if not self._stopped:
+                        log.warning("replication from %s: resync failed: %s; retrying in %.2f s",
+                                    self.address, err, delay)  # fmt: skip
             except (OSError, EOFError, ValueError, WalError, asyncio.IncompleteReadError) as e:
                 # (a reconnection resumes from the local log's end, whatever was cut short)
                 if not self._stopped:
                     log.warning("replication from %s: %s; retrying in %.2f s", self.address, e, delay)
-            finally:
-                self.connected = False
-                if self._writer is not None:
-                    self._writer.close()
-                    self._writer = None
             if self._stopped:
                 return
             await asyncio.sleep(delay)
@@ -115,11 +139,11 @@ class Receiver:
         writer.write(wire.encode_request(lg.next_offset, self.role.state.epoch))
         r = wire.parse_reply(await reader.readuntil(b"\r\n"))
         if r.word in ("SNAPSHOT_NEEDED", "DIVERGED"):
-            raise ResyncNeeded(f"the primary {self.address} answered {r.word} {' '.join(r.args)}".rstrip())
+            raise ResyncNeeded(f"the primary {self.address} answered {r.word} {' '.join(r.args)}".rstrip(),
+                               int(r.args[0]) if r.word == "DIVERGED" else None)
         if r.word != "STREAMING":
             raise EOFError(f"the primary answered {r.word}")
-        epoch = int(r.args[0])
-        self.role.follow(epoch, wire.parse_history(r.args[2]))
+        epoch = int(r.args[0])  # the EPOCH records themselves come with the stream
         self.primary_end = int(r.args[1])
         self.connected = True
         log.info("streaming from %s (epoch %d) at offset %d, %d records behind",

@@ -115,7 +115,6 @@ class Sender(asyncio.Protocol):
         self.acked = 0  # the standby's durable end
         self._snap_fd = -1
         self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
-        self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.WriteTransport, transport)
@@ -204,14 +203,14 @@ class Sender(asyncio.Protocol):
             end = lg.next_offset
             if self.next >= end:
                 return
-            payloads: list[bytes] = []
+            payloads: list[memoryview] = []
             size = 0
             expect = self.next
             for f in lg.read(self.next, min(end, self.next + CHUNK_RECORDS), resume=self._pos):
                 if f.offset != expect:
                     self._end(f"offset {expect} was removed by retention; the standby must copy a snapshot")
                     return
-                p = f.bytes()
+                p = f.payload
                 payloads.append(p)
                 size += len(p)
                 expect += 1
@@ -220,7 +219,9 @@ class Sender(asyncio.Protocol):
             if not payloads:
                 self._end(f"offset {self.next} is not readable; the standby must copy a snapshot")
                 return
-            t.writelines(wire.encode_records(self.next, payloads))
+            # One copy out of the segment's mapping per message: the views end with this call,
+            # so nothing the transport keeps pins the mapping (retention may close it).
+            t.write(b"".join(wire.encode_records(self.next, payloads)))
             self.next = expect
 
     def _send_snapshot(self) -> None:

@@ -2,9 +2,17 @@
 
 ``Standby.start`` runs the receiver on the server's loop. ``promote`` (``stalkd promote``, the
 admin endpoint's ``POST /api/v1/promote``, or SIGUSR2) stops following, starts a new epoch at
-the local log's end (saved before anything is written under it), lets the engine write records
-again, and then keeps telling the former primary about the new epoch (``fence``) so that,
+the local log's end (an EPOCH record there, durable before anything is written under it), lets
+the engine write records again, and then keeps telling the former primary about the new epoch (``fence``) so that,
 whenever it is reachable, it stops acting as primary.
+
+When the primary cannot stream to the local log (it compacted past it, or the log holds records
+it never had) the standby resyncs while it runs: ``catchup.catch_up`` copies the primary's
+snapshot and the records after it into ``DIR/resync/`` on a thread, the old copy serving reads
+meanwhile; then, on the loop, the old ``wal/`` and ``snapshots/`` go to ``quarantine/`` (never
+deleted), the copy takes their place, and the engine is recovered from it in place: the same
+object, so the server's hooks hold, with each client's connection and its tubes (use, watch)
+kept.
 
 Ensures: after ``promote`` returns, the server accepts changes; every record it writes comes
 after the replicated ones, at the next offset; reserved jobs of the old primary are ready (the
@@ -17,13 +25,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING
 
 from stalkd.client._address import Address
 from stalkd.client._tls import connection_kwargs
+from stalkd.engine.handover import epoch_record
+from stalkd.log.fs import REAL
+from stalkd.protocol import commands as C
 from stalkd.replication import wire
+from stalkd.replication.catchup import catch_up, quarantine
 from stalkd.replication.receiver import Receiver
 from stalkd.replication.role import Role
 
@@ -31,23 +45,30 @@ if TYPE_CHECKING:
     from stalkd.engine import Engine
     from stalkd.engine.wal import Wal
 
-__all__ = ["Standby", "FENCE_EVERY"]
+__all__ = ["Standby", "FENCE_EVERY", "RESYNC_DIR"]
 
 log = logging.getLogger("stalkd.replication")
 
 FENCE_EVERY = 1.0  # seconds between attempts to tell the former primary about the new epoch
+RESYNC_DIR = "resync"  # in the data directory: the primary's copy while it is made
 
 
 class Standby:
     def __init__(self, address: Address, wal: Wal, engine: Engine, role: Role, *, max_job_size: int,
-                 applied: Callable[[], None], on_resync: Callable[[str], None]) -> None:  # fmt: skip
+                 applied: Callable[[], None], on_resync: Callable[[str], None],
+                 reopened: Callable[[], None]) -> None:  # fmt: skip
+        """``on_resync(why)``: the local copy is lost (the server stops); ``reopened()``: the
+        WAL's log was opened again (whoever holds ``wal.log`` takes the new one)."""
         self.address = address
         self.wal = wal
         self.engine = engine
         self.role = role
         self.max_job_size = max_job_size
         self.applied = applied
-        self.receiver = Receiver(address, wal, engine, role, applied=applied, on_resync=on_resync)
+        self.on_resync = on_resync
+        self.reopened = reopened
+        self.receiver = Receiver(address, wal, engine, role, applied=applied, on_resync=on_resync,
+                                 resync=self._resync)  # fmt: skip
         self._tasks: set[asyncio.Task[None]] = set()
         engine.keep_records = False  # changes come from the primary's records only
 
@@ -68,16 +89,75 @@ class Standby:
             return f"already primary (epoch {self.role.state.epoch})"
         self.receiver.stop()
         at = self.wal.log.next_offset
-        self.role.promote(at)
+        now = time.time()
+        # Durable before any reply under the new epoch; an fsync on the loop, once per promotion.
+        self.wal.write([epoch_record(self.engine, self.role.next_epoch(), at, now)])
+        self.wal.sync()
+        self.role.standby = False
         self.engine.keep_records = True
         self.wal.reset_space(len(self.engine.jobs), self.max_job_size)
-        held = self.receiver.reservations.hold(self.engine, time.time())
+        held = self.receiver.reservations.hold(self.engine, now)
         self.applied()  # schedules the TTR ends of those jobs
         self._spawn(self._fence())
         msg = (f"promoted: primary of epoch {self.role.state.epoch} from log offset {at}; "
                f"{held} jobs reserved on the former primary return when their TTR ends")
         log.warning("%s (the former primary %s is told at every chance)", msg, self.address)
         return msg
+
+    async def _resync(self, why: str, since: int | None) -> None:
+        """Replace the local copy with the primary's (the module doc). A failure to copy raises
+        (CatchUpError, OSError) with the old copy intact; a failure to swap is fatal."""
+        log.warning("%s: copying the primary's state (the local copy serves reads meanwhile)", why)
+        staging = os.path.join(self.wal.directory, RESYNC_DIR)
+
+        def copy() -> str:
+            if os.path.lexists(staging):
+                shutil.rmtree(staging)  # a copy cut short earlier
+            return catch_up(self.address, staging, segment_size=self.wal.segment_size)
+
+        summary = await asyncio.get_running_loop().run_in_executor(None, copy)
+        while self.receiver.syncing:  # the local log's last fsync, still on its thread
+            await asyncio.sleep(0.005)
+        if not self.role.standby:  # promoted meanwhile: the local copy is the primary's now
+            shutil.rmtree(staging, ignore_errors=True)
+            return
+        try:
+            self._swap(staging, why, since)
+        except BaseException as e:
+            self.on_resync(f"swapping in the primary's copy from {staging} failed: {e}")
+            self.receiver.stop()
+            raise
+        log.warning("resynced with %s without a restart: %s; the local log now ends at %d", self.address,
+                    summary, self.wal.log.next_offset)  # fmt: skip
+
+    def _swap(self, staging: str, why: str, since: int | None) -> None:
+        d = self.wal.directory
+        e = self.engine
+        clients = [(cid, c.use.name, [t.name for t in c.watch]) for cid, c in e.conns.items()]
+        cmd, total = dict(e.cmd), e.total_connections
+        self.wal.close()
+        quarantine(d, why, since)
+        for sub in ("wal", "snapshots"):
+            src = os.path.join(staging, sub)
+            if os.path.exists(src):
+                os.rename(src, os.path.join(d, sub))
+        REAL.fsync_dir(d)
+        shutil.rmtree(staging)
+        now = time.time()
+        e.clear()
+        self.wal.reopen()
+        self.wal.recover(now, max_job_size=self.max_job_size, into=e)
+        for cid, use, watch in clients:  # read-only clients carry on, in the tubes they chose
+            e.connect(cid, now)
+            e.apply(cid, C.Use(use), now)
+            for name in watch:
+                e.apply(cid, C.Watch(name), now)
+            if "default" not in watch:
+                e.apply(cid, C.Ignore("default"), now)
+        e.cmd.update(cmd)
+        e.total_connections = total
+        self.reopened()
+        self.applied()
 
     async def _fence(self) -> None:
         """Tell the former primary, whenever it answers, that a newer epoch exists."""

@@ -209,7 +209,10 @@ class Server:
 
     def execute(self, c: Connection, cmd: Command) -> None:
         """Run one parsed command for ``c`` and route every reply it produced."""
-        if self.role.refusing and type(cmd) not in _STANDBY_OK:
+        role = self.role
+        # Two attribute reads in the common case (a primary never fenced): refuses() is asked
+        # only when one of them says it might.
+        if (role.standby or role.fenced) and type(cmd) not in _STANDBY_OK and role.refuses():
             c.send(_NOT_PRIMARY, 0)
             return
         adm = self.admission

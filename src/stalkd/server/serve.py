@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 import signal
 import ssl
 import sys
@@ -38,7 +40,7 @@ log = logging.getLogger("stalkd.server")
 
 EXIT_LOCKED = 10  # beanstalkd's status when another server holds the binlog lock
 EXIT_FATAL = 1
-EXIT_RESYNC = 3  # a standby whose primary asks for a snapshot copy: restart it (docs/standby.md)
+EXIT_RESYNC = 3  # a standby whose copy was lost (its fsync or a resync failed): restart it (docs/standby.md)
 STOP_GRACE = 0.8  # seconds for in-flight replies and the last sync before exit
 
 
@@ -140,23 +142,29 @@ def _role(cfg: Config) -> Any:
     from stalkd.replication.role import Role
 
     assert cfg.data_dir is not None
-    role = Role(cfg.data_dir, standby=cfg.standby_of is not None)
     if cfg.standby_of is not None:
         from stalkd.client._address import parse_address
         from stalkd.replication.catchup import CatchUpError, catch_up
+        from stalkd.replication.standby import RESYNC_DIR
+
+        # a copy a resync was making when the server stopped: the catch-up below makes its own
+        shutil.rmtree(os.path.join(cfg.data_dir, RESYNC_DIR), ignore_errors=True)
 
         try:
             log.info("standby of %s: %s", cfg.standby_of,
-                     catch_up(parse_address(cfg.standby_of), cfg.data_dir, role,
+                     catch_up(parse_address(cfg.standby_of), cfg.data_dir,
                               segment_size=cfg.wal_size or 4 * 2**20))  # fmt: skip
         except CatchUpError as e:
             log.warning("standby of %s: %s; serving the local copy, retrying in the background",
                         cfg.standby_of, e)  # fmt: skip
-    elif not role.state.may_lead:
+    return Role(cfg.data_dir, standby=cfg.standby_of is not None)
+
+
+def _check_fenced(role: Any) -> None:
+    if not role.standby and not role.state.may_lead:
         log.error("this server saw epoch %d, newer than its own %d: it refuses to act as primary "
                   "(NOT_PRIMARY); restart it with --standby-of THE-NEW-PRIMARY", role.state.fenced,
                   role.state.epoch)  # fmt: skip
-    return role
 
 
 def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Callable[[str], None]) -> Any:
@@ -185,8 +193,12 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
     from stalkd.client._address import parse_address
     from stalkd.replication.standby import Standby
 
-    standby = Standby(parse_address(cfg.standby_of), wal, srv.engine, role,
-                      max_job_size=cfg.max_job_size, applied=srv.applied, on_resync=on_resync)  # fmt: skip
+    def reopened() -> None:  # a resync opened the WAL's log again
+        replicas.log = wal.log
+        wal.log.retention_hold = hold
+
+    standby = Standby(parse_address(cfg.standby_of), wal, srv.engine, role, max_job_size=cfg.max_job_size,
+                      applied=srv.applied, on_resync=on_resync, reopened=reopened)  # fmt: skip
     srv.standby_lag = standby.lag
     srv.promote = standby.promote
     standby.start()
@@ -201,6 +213,9 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
         engine, storage, info = _open_storage(cfg, time.time())
     except Exception as e:
         return _describe_wal_error(e)
+    if role is not None:
+        role.attach(engine)  # the epochs are the recovered log's
+        _check_fenced(role)
     wal = storage
     try:
         shipper = _start_shipper(cfg, storage)

@@ -1,8 +1,10 @@
 """Writing DataFrames with ``format("stalkd")``: rows as jobs on a server, or frames in a log.
 
 ``.option("server", "host:port")`` (or ``unix:/path``, or ``tls://host:port?ca=FILE`` with
-``cert=``/``key=`` for a client certificate): each partition opens one connection and puts its rows as
-jobs, pipelined (``putWindow`` puts in flight). Tube, priority, delay and ttr come from columns
+``cert=``/``key=`` for a client certificate; several joined by commas, a primary and its
+standbys, as for every stalkd client): each partition opens one connection to the primary and
+puts its rows as jobs, pipelined (``putWindow`` puts in flight). A failover during a task fails
+the task; Spark's retry finds the new primary. Tube, priority, delay and ttr come from columns
 of those names when present, else from options of those names (defaults: ``default``, 2**31,
 0, 120). Puts cannot be taken back, so this mode is at-least-once: a retried task puts its rows
 again, and ``abort`` cannot retract jobs already inserted.
@@ -45,7 +47,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import StructType
 
 from stalkd.client import Client, PutSpec, errors
-from stalkd.client._address import Address, parse_address
+from stalkd.client._address import AddressList, parse_addresses
 from stalkd.log.fs import REAL
 
 # A marker frame's payload starts with this; the rest is JSON {"batch": id, "rows": n}.
@@ -312,11 +314,12 @@ class JobDefaults:
     ttr: int = DEFAULT_TTR
 
 
-def _addr(server: str) -> Address:
+def _addr(server: str) -> AddressList:
     """``server`` in the address grammar every stalkd client reads (``host:port``,
-    ``unix:/path``, ``tls://host:port?ca=...&cert=...&key=...``), checked on the driver."""
+    ``unix:/path``, ``tls://host:port?ca=...&cert=...&key=...``, several joined by commas),
+    checked on the driver."""
     try:
-        return parse_address(server)
+        return parse_addresses(server)
     except ValueError as e:
         raise SinkError(f"option server={server!r}: {e}") from None
 
