@@ -154,12 +154,12 @@ def _start_durable(kind: str, sleep_ms: float) -> sb.Server:
     elif kind == "stalkd always":
         srv = sb.start("stalkd", "always")
     elif kind in ("floor fsync", "floor unwritten"):
-        srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir="/var/tmp"), unwritten=kind == "floor unwritten")
+        srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir=sb.DATA_DIR), unwritten=kind == "floor unwritten")
     elif kind == "floor sleep":
-        srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir="/var/tmp"), sleep_ms)
+        srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir=sb.DATA_DIR), sleep_ms)
     else:  # stalkd always, fdatasync -> sleep
         port = sb._free_port()
-        data = tempfile.mkdtemp(prefix="bench-stalkd-", dir="/var/tmp")
+        data = tempfile.mkdtemp(prefix="bench-stalkd-", dir=sb.DATA_DIR)
         code = _SLEEPING_STALKD.format(sleep=sleep_ms / 1000)
         proc = subprocess.Popen([sys.executable, "-c", code, "-l", "127.0.0.1", "-p", str(port), "-b", data,
                                  "--log-level", "warning"], stdout=subprocess.DEVNULL)
