@@ -13,7 +13,10 @@ for server_bench.py). ``--serve PORT`` runs only the trivial server.
 
 ``--durable`` measures the fsync-bound cell instead (put 100 B, 1 connection, depth 1): server
 CPU per job of beanstalkd ``-f 0``, the fsync floor (the trivial server writing each put into a
-preallocated file and fdatasyncing it before INSERTED), stalkd ``always`` and ``never``, and two
+preallocated file and fdatasyncing it before INSERTED; its file is zero-filled, as beanstalkd's
+binlog is, and ``floor unwritten`` is the same server on a file only ``posix_fallocate``'d, whose
+unwritten extents make an fdatasync wait for a journal commit whenever a write reaches a new
+block), stalkd ``always`` and ``never``, and two
 controls that block as long without any I/O: the floor and stalkd ``always`` with the fdatasync
 replaced by a ``--sleep-ms`` sleep. CPU is read from /proc/PID/task/*/schedstat (nanoseconds).
 Whatever a control costs beyond its non-blocking counterpart is the price of being descheduled
@@ -89,11 +92,16 @@ class _FloorSync(_Floor):
 
     def store(self, record: bytes) -> None:
         cls = _FloorSync
+        if cls.pos + len(record) > _FLOOR_FILE:
+            cls.pos = 0
         cls.pos += os.pwrite(cls.fd, record, cls.pos)
         if cls.sleep:
             time.sleep(cls.sleep)
         else:
             os.fdatasync(cls.fd)
+
+
+_FLOOR_FILE = 64 << 20
 
 
 async def _serve(port: int, proto: type[_Floor]) -> None:
@@ -102,9 +110,10 @@ async def _serve(port: int, proto: type[_Floor]) -> None:
     await asyncio.Event().wait()
 
 
-def _start_floor(sync_dir: str | None = None, sleep_ms: float = 0.0) -> sb.Server:
+def _start_floor(sync_dir: str | None = None, sleep_ms: float = 0.0, unwritten: bool = False) -> sb.Server:
     port = sb._free_port()
     extra = [] if sync_dir is None else ["--sync-dir", sync_dir, "--sleep-ms", str(sleep_ms)]
+    extra += ["--unwritten"] if unwritten else []
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), *extra])
     sb._wait_port(port, proc)
     return sb.Server("floor", proc, port, sync_dir, "memory" if sync_dir is None else "always")
@@ -144,13 +153,13 @@ def _start_durable(kind: str, sleep_ms: float) -> sb.Server:
         srv = sb.start("stalkd", "never")
     elif kind == "stalkd always":
         srv = sb.start("stalkd", "always")
-    elif kind == "floor fsync":
-        srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir="/var/tmp"))
+    elif kind in ("floor fsync", "floor unwritten"):
+        srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir=sb.DATA_DIR), unwritten=kind == "floor unwritten")
     elif kind == "floor sleep":
-        srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir="/var/tmp"), sleep_ms)
+        srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir=sb.DATA_DIR), sleep_ms)
     else:  # stalkd always, fdatasync -> sleep
         port = sb._free_port()
-        data = tempfile.mkdtemp(prefix="bench-stalkd-", dir="/var/tmp")
+        data = tempfile.mkdtemp(prefix="bench-stalkd-", dir=sb.DATA_DIR)
         code = _SLEEPING_STALKD.format(sleep=sleep_ms / 1000)
         proc = subprocess.Popen([sys.executable, "-c", code, "-l", "127.0.0.1", "-p", str(port), "-b", data,
                                  "--log-level", "warning"], stdout=subprocess.DEVNULL)
@@ -161,7 +170,7 @@ def _start_durable(kind: str, sleep_ms: float) -> sb.Server:
 
 def durable(sleep_ms: float) -> int:
     """The fsync-bound cell: put 100 B, 1 conn, depth 1; server CPU us per job, same run."""
-    kinds = ["beanstalkd", "floor fsync", "floor sleep", "stalkd always", "stalkd sleep", "stalkd never"]
+    kinds = ["beanstalkd", "floor fsync", "floor unwritten", "floor sleep", "stalkd always", "stalkd sleep", "stalkd never"]
     servers = {k: _start_durable(k, sleep_ms) for k in kinds}
     print(f"# floor_bench --durable: put 100 B, 1 conn, depth 1, {sb.SECONDS} s per run, {sb.ROUNDS} rounds "
           f"alternating, medians; sleep controls block {sleep_ms} ms per job; load {os.getloadavg()[0]:.1f}")
@@ -182,6 +191,8 @@ def durable(sleep_ms: float) -> int:
               f"stalkd sleep - never: {med['stalkd sleep'] - med['stalkd never']:.0f} us/job "
               f"(blocking alone); stalkd/beanstalkd {med['stalkd always'] / med['beanstalkd']:.2f}x, "
               f"floor fsync/beanstalkd {med['floor fsync'] / med['beanstalkd']:.2f}x")
+        print("jobs/s ratios to beanstalkd: " + ", ".join(
+            f"{k} {statistics.median(rate[k]) / statistics.median(rate['beanstalkd']):.2f}x" for k in kinds[1:]))
     finally:
         for srv in servers.values():
             srv.stop()
@@ -195,6 +206,8 @@ def main() -> int:
     ap.add_argument("--sleep-ms", type=float, default=2.0,
                     help="block this long instead of fdatasync (the durable floor with --serve, "
                          "the sleep controls with --durable; default 2)")
+    ap.add_argument("--unwritten", action="store_true",
+                    help="with --sync-dir: only posix_fallocate the file (no zeros written over it)")
     ap.add_argument("--durable", action="store_true", help="the fsync-bound cell (see above)")
     args = ap.parse_args()
     if args.serve:
@@ -204,7 +217,11 @@ def main() -> int:
         if args.sync_dir:
             proto = _FloorSync
             _FloorSync.fd = os.open(os.path.join(args.sync_dir, "log"), os.O_RDWR | os.O_CREAT, 0o600)
-            os.posix_fallocate(_FloorSync.fd, 0, 256 << 20)  # like beanstalkd's and stalkd's files
+            os.posix_fallocate(_FloorSync.fd, 0, _FLOOR_FILE)
+            if not args.unwritten:  # zeros over the whole file, as beanstalkd writes its binlog
+                for at in range(0, _FLOOR_FILE, 1 << 20):
+                    os.pwrite(_FloorSync.fd, bytes(1 << 20), at)
+                os.fsync(_FloorSync.fd)
             _FloorSync.sleep = args.sleep_ms / 1000
         uvloop.run(_serve(args.serve, proto))
         return 0

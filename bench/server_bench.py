@@ -18,7 +18,7 @@ and the medians are printed: the machine this was written on is shared and noisy
 
 Run: ``.venv/bin/python bench/server_bench.py`` (env: BENCH_SECONDS per run, default 0.5;
 BENCH_ROUNDS, default 3; BENCH_CLASSES=always,never,memory; BENCH_QUICK=1 for a 4-cell smoke
-run; GEN_PROCS=2; BENCH_SERVER_LOG=FILE keeps the servers' stderr, and with BENCH_LOG_LEVEL=info
+run; GEN_PROCS=2; BENCH_DATA_DIR, default /var/tmp, holds the servers' data directories; BENCH_SERVER_LOG=FILE keeps the servers' stderr, and with BENCH_LOG_LEVEL=info
 stalkd's stop line reports records per fsync). A subset while iterating, e.g.
 ``bench/server_bench.py --class memory --work put --size 100 --conns 1 --depth 1 --no-latency``
 (each option may be repeated). ``--peer-src DIR`` replaces beanstalkd by the stalkd of another
@@ -58,6 +58,9 @@ STALKD = [sys.executable, "-m", "stalkd.server.cli"]
 TICKS = os.sysconf("SC_CLK_TCK")
 # BENCH_LOG_LEVEL=info with BENCH_SERVER_LOG=FILE: stalkd logs records per fsync when it stops.
 SERVER_LOG_LEVEL = os.environ.get("BENCH_LOG_LEVEL", "warning")
+# Where the servers' data directories go. A file system of the benchmark's own (say a loop-mounted
+# ext4 image) keeps other processes' metadata out of the journal commits the fsyncs wait for.
+DATA_DIR = os.environ.get("BENCH_DATA_DIR", "/var/tmp")
 
 
 # --- servers --------------------------------------------------------------------------------
@@ -119,7 +122,7 @@ PEER_SRC: str | None = None  # --peer-src: the "beanstalkd" column runs this sta
 def start(kind: str, klass: str, extra: tuple[str, ...] = ()) -> Server:
     """A server of ``kind`` in durability ``klass``; ``extra`` flags go to stalkd only."""
     port = _free_port()
-    data_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir="/var/tmp") if klass != "memory" else None
+    data_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir=DATA_DIR) if klass != "memory" else None
     env = None
     if kind == "beanstalkd" and PEER_SRC is not None:
         kind, env = "stalkd", {**os.environ, "PYTHONPATH": PEER_SRC}

@@ -1,7 +1,8 @@
 """SIGKILL crash test: a child appends and is killed at random moments; after each kill, every
 append that returned is in the log once, in order, and nothing else is. Each cycle picks the
 durability policy at random: all three promise to survive kill -9 (only ``always`` also
-promises power loss, which a test cannot cut).
+promises power loss, which a test cannot cut). A 4 MiB segment is larger than the stretch
+``always`` zeroes ahead of the data (active.ZERO_AHEAD), so kills also land mid-stretch.
 
 STALKD_CRASH_CYCLES sets the number of kills (default 50; `make crash-campaign` runs 1000).
 """
@@ -43,7 +44,7 @@ def test_sigkill_at_random_moments(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     for cycle in range(CYCLES):
         proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(log_dir), str(rng.randrange(2**31)), str(rng.choice((4096, 16384))),
+            [sys.executable, str(CHILD), str(log_dir), str(rng.randrange(2**31)), str(rng.choice((4096, 16384, 4 << 20))),
              rng.choice(("always", "always", "every:2", "never"))],
             stdout=subprocess.PIPE, env=env,
         )

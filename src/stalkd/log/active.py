@@ -24,19 +24,41 @@ __all__ = ["ActiveSegment", "SPARES_DIR", "create_segment", "drop_spare", "make_
 SPARES_DIR = "spares"
 _SPARE_PREFIX = "spare-"
 
-
+# How far ahead of the data zeros are written (``ActiveSegment.zero_ahead``, under ``always``).
+# posix_fallocate leaves *unwritten* extents (ext4, xfs): the first write into one converts it,
+# a metadata change, so the fdatasync after it must wait for a journal commit instead of just
+# the data and a cache flush. Zeroing a stretch ahead in one write pays that conversion once per
+# stretch instead of at every fdatasync that reaches a new block (beanstalkd writes zeros over its
+# whole binlog file for the same reason). bench/floor_bench.py --durable measures both.
+ZERO_AHEAD = 1 << 20
+_ZEROS = memoryview(bytes(ZERO_AHEAD))
 
 
 class ActiveSegment:
     """The segment being appended to (pwrite, or stores into a shared writable mapping).
 
     ``users``/``retired`` let a sync running in another thread keep the descriptor open while
-    the writer seals the segment and moves on.
+    the writer seals the segment and moves on. With ``zero_ahead``, bytes past the data are
+    zeroed in stretches of that size before data reaches them (``zeroed`` is where the written
+    zeros end); what lies past the data is never log content, so this changes no byte a reader
+    or recovery can tell apart.
     """
 
-    __slots__ = ("path", "fd", "base", "pos", "limit", "size", "epoch", "users", "retired", "mm", "mm_batches", "fs")
+    __slots__ = ("path", "fd", "base", "pos", "limit", "size", "epoch", "users", "retired", "mm", "mm_batches", "fs",
+                 "zero_ahead", "zeroed")  # fmt: skip
 
-    def __init__(self, path: str, fd: int, base: int, pos: int, size: int, epoch: int, io: str, fs: FileSystem) -> None:
+    def __init__(
+        self,
+        path: str,
+        fd: int,
+        base: int,
+        pos: int,
+        size: int,
+        epoch: int,
+        io: str,
+        fs: FileSystem,
+        zero_ahead: int = 0,
+    ) -> None:
         self.path, self.fd, self.base, self.pos = path, fd, base, pos
         self.size = size
         self.limit = size - FOOTER_SIZE  # the footer's room is reserved from the start
@@ -44,13 +66,27 @@ class ActiveSegment:
         self.users = 0
         self.retired = False
         self.fs = fs
+        self.zero_ahead = min(zero_ahead, ZERO_AHEAD)
+        self.zeroed = pos
         # The blocks are reserved (fallocate) before the mapping is written, so a store into it
         # cannot hit a full disk on ext4/xfs/tmpfs (copy-on-write file systems: use io="pwrite").
         self.mm = mmap.mmap(fd, size) if io != "pwrite" else None
         self.mm_batches = io == "mmap"
 
+    def zero_to(self, end: int) -> None:
+        """Before data up to byte ``end`` is written: zero the next stretch past it if the
+        zeros written so far end before ``end`` (a no-op without ``zero_ahead``)."""
+        if end <= self.zeroed or not self.zero_ahead:
+            return
+        start = max(self.zeroed, end)
+        stop = min(self.limit, (end + self.zero_ahead) & ~4095)  # whole pages: no partial page left
+        if stop > start:
+            self.fs.pwrite_all(self.fd, _ZEROS[: stop - start], start)
+        self.zeroed = max(stop, end)
+
     def write(self, data: bytes, pos: int) -> None:
         """Write ``data`` at byte ``pos`` (pwrite unless io="mmap")."""
+        self.zero_to(pos + len(data))
         if self.mm_batches and self.mm is not None:
             self.mm[pos : pos + len(data)] = data
             return
@@ -122,7 +158,9 @@ def _take_spare(root: str, size: int, tmp: str, fs: FileSystem) -> int | None:
     return None
 
 
-def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: bool, fs: FileSystem) -> ActiveSegment:
+def create_segment(
+    root: str, base: int, size: int, epoch: int, io: str, fsync: bool, fs: FileSystem, zero_ahead: int = 0
+) -> ActiveSegment:
     """A new, fully allocated segment file with its header; LogFullError if there is no room.
 
     Built under a temporary name and renamed into place, so a crash mid-creation leaves no
@@ -152,7 +190,7 @@ def create_segment(root: str, base: int, size: int, epoch: int, io: str, fsync: 
         raise LogError(f"{path}: cannot create segment: {e}") from e
     if fsync:
         fs.fsync_dir(root)
-    return ActiveSegment(path, fd, base, HEADER_SIZE, size, epoch, io, fs)
+    return ActiveSegment(path, fd, base, HEADER_SIZE, size, epoch, io, fs, zero_ahead)
 
 
 def write_footer(fs: FileSystem, fd: int, size: int, base: int, end: int, data_end: int, epoch: int) -> None:

@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
 
-from .active import SPARES_DIR
+from .active import SPARES_DIR, ZERO_AHEAD
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
 from .errors import LogError, LogLockedError
@@ -117,7 +117,8 @@ class Log:
             log.repair_report = rec.repair
             log._commit = GroupCommit(log.path, policy, interval, rec.next_offset)
             log._writer = SegmentWriter(log.path, segment_size, io, policy != "never", fs,
-                                        log._commit.fail, log._commit.sealed)  # fmt: skip
+                                        log._commit.fail, log._commit.sealed,
+                                        ZERO_AHEAD if policy == "always" else 0)  # fmt: skip
             log._writer.resume(rec)
             log._load_groups()
         except BaseException:

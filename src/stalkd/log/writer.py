@@ -48,8 +48,10 @@ class SegmentWriter:
         fs: FileSystem,
         on_fatal: Callable[[BaseException], None],
         on_sealed: Callable[[int], None],
+        zero_ahead: int = 0,
     ) -> None:
         self.path = path
+        self.zero_ahead = zero_ahead  # see active.ZERO_AHEAD
         self.segment_size = segment_size
         self.io = io
         self.fs = fs
@@ -98,10 +100,10 @@ class SegmentWriter:
         except OSError:
             os.close(fd)
             raise
-        self._set_active(ActiveSegment(path, fd, base, pos, size, epoch + 1, self.io, fs))
+        self._set_active(ActiveSegment(path, fd, base, pos, size, epoch + 1, self.io, fs, self.zero_ahead))
 
     def _create(self, base: int, size: int) -> ActiveSegment:
-        return create_segment(self.path, base, size, 1, self.io, self.fsync_new, self.fs)
+        return create_segment(self.path, base, size, 1, self.io, self.fsync_new, self.fs, self.zero_ahead)
 
     def _set_active(self, seg: ActiveSegment) -> None:
         self.active = seg
@@ -128,6 +130,8 @@ class SegmentWriter:
             frame = encode_data_frame(payload, off - act.base, time.time_ns() // 1000, act.epoch)
             mm = act.mm
             if mm is not None:
+                if pos + size > act.zeroed:
+                    self._zero_checked(act, pos + size)
                 mm[pos : pos + size] = frame  # no system call per record (bench/log_bench.py: mmap vs pwrite)
             else:
                 self._write_checked(act, frame, pos)
@@ -194,6 +198,14 @@ class SegmentWriter:
             self.next = offset + hi
             if k + 1 < len(plan):
                 self._seal(seg, plan[k + 1][0])
+
+    def _zero_checked(self, seg: ActiveSegment, end: int) -> None:
+        try:
+            seg.zero_to(end)
+        except OSError as e:  # only zeros past the data were written: nothing to undo
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):  # a copy-on-write file system
+                raise LogFullError(f"{seg.path}: no space zeroing past byte {seg.pos}: {e.strerror}") from e
+            raise LogError(f"{seg.path}: write failed zeroing past byte {seg.pos}: {e}") from e
 
     def _write_checked(self, seg: ActiveSegment, data: bytes, pos: int) -> None:
         try:
