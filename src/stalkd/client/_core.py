@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from stalkd.client import _requests as rq
 from stalkd.client._failover import NOT_PRIMARY
 from stalkd.client._wire import Response
-from stalkd.client.errors import BeanstalkError, DeadlineSoon, NotFound, TimedOut
+from stalkd.client.errors import BeanstalkError, DeadlineSoon, NotFound, ProtocolError, TimedOut
 from stalkd.client.job import Job, JobLike
 
 __all__ = ["Session", "PutMany", "PutSpec", "Body", "BATCH_JOBS", "BATCH_BYTES", "Finish",
@@ -191,8 +191,10 @@ class Finish:
     """A reserved job's last commands, written at once: its result (``result-put``, stalkd's
     own command, optional), its acknowledgement (``delete``, ``release`` or ``bury``), and the
     next ``reserve-with-timeout`` (optional). beanstalkd answers commands in order and runs the
-    reserve only after the acknowledgement, so this is the plain protocol, one round trip
-    instead of three; on stalkd the result and the acknowledgement also share one fsync.
+    reserve only after the acknowledgement, so without a result this is the plain protocol: one
+    round trip instead of two. On stalkd the result and the acknowledgement also share one
+    fsync. (beanstalkd reads a ``result-put``'s body as a command of its own: ``take`` raises
+    ``ProtocolError`` then, and the transport drops the connection.)
 
     >>> f = Finish("delete", 7, result=(7, 60, b"1"), reserve=True, timeout=1)
     >>> [r.data for r in f.requests]
@@ -235,6 +237,11 @@ class Finish:
         """The outcome of each command; errors other than the expected ones raise."""
         result_error = None
         if self._result is not None:
+            if replies[0].word == "UNKNOWN_COMMAND":
+                # beanstalkd: it took the result's body for a command too, one reply more
+                raise ProtocolError("the server does not know result-put (beanstalkd?): its "
+                                    "replies are out of step with the commands; keep results "
+                                    "elsewhere there")
             result_error = rq.failure(self._result, replies[0])
         try:
             rq.interpret(self.requests[self.ack_index], replies[self.ack_index])

@@ -394,8 +394,8 @@ class Client:
                on_acked: Callable[[bool], None] | None = None) -> Finished:
         """A worker's last word on a reserved job, in one round trip: ``result`` (job id, ttl,
         body; the id may be another job's, e.g. a chain's first) is kept with ``result-put``
-        (stalkd only: beanstalkd's ``UNKNOWN_COMMAND`` comes back as
-        ``Finished.result_error``, the rest still runs), then the job is deleted, released
+        (stalkd only: beanstalkd gets out of step, so ``ProtocolError`` drops the connection;
+        a refusal such as ``NOT_FOUND`` is ``Finished.result_error``), then the job is deleted, released
         or buried (``how``), then, with ``reserve``, the next job is reserved (waiting up to
         ``timeout`` s). All leave in one write; the server answers in order (see
         ``_core.Finish``). ``on_acked(acted_on)`` runs once the acknowledgement's reply is in, before

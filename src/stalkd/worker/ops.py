@@ -34,13 +34,8 @@ def _on_server(result: Result | None) -> tuple[int, int, bytes] | None:
 
 def _finished(result: Result | None, error: Exception | None) -> None:
     """Log a result the server refused (the job is acknowledged all the same)."""
-    if result is None or error is None:
-        return
-    backend = result[0]
-    if isinstance(error, errors.UnknownCommand) and isinstance(backend, ServerResults):
-        error = ResultsUnsupported(NO_RESULT_SERVER.format(address=backend.address,
-                                                           command="result-put"))
-    result_not_stored(result[1], error)
+    if result is not None and error is not None:
+        result_not_stored(result[1], error)
 
 
 def result_not_stored(job_id: int, exc: Exception) -> bool:
