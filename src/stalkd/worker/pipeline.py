@@ -219,7 +219,8 @@ class _SyncRun:
         self.caller = caller
         self.threaded = False
         self.handler: int | None = None  # the handler thread's id once started
-        self.woken = threading.Event()   # the handler ended, or the limit fired
+        self.woken: threading.Event | None = None  # the handler ended, or the limit fired
+        # (made by in_thread only: most jobs have no time limit, and an Event is a Condition)
         self.fired = False
         self.finished = False  # the handler thread is past the handler: never raise in it then
         self._lock = threading.Lock()     # (its id may be reused once it has exited)
@@ -233,10 +234,12 @@ class _SyncRun:
             self.fired = True
             if self.handler is not None and not self.finished:
                 _raise_in(self.handler, TimeLimitExceeded)
+        assert self.woken is not None
         self.woken.set()
 
     def in_thread(self, ctx: JobContext) -> Any:
         outcome: list[Any] = []
+        woken = self.woken = threading.Event()
 
         def target() -> None:
             try:
@@ -247,7 +250,7 @@ class _SyncRun:
                         self.finished = True
             except BaseException as exc:  # handed to the waiting caller
                 outcome.append((False, exc))
-            self.woken.set()
+            woken.set()
 
         t = threading.Thread(target=target, name=f"stalkd-handler-{ctx.job_id}", daemon=True)
         self.threaded = True
@@ -256,7 +259,7 @@ class _SyncRun:
             self.handler = t.ident
             if self.fired and not self.finished:  # fired before the id was known
                 _raise_in(self.handler or 0, TimeLimitExceeded)
-        self.woken.wait()
+        woken.wait()
         if not outcome:  # the limit fired first: abandon the thread
             raise TimeLimitExceeded()
         ok, value = outcome[0]
