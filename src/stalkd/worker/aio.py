@@ -47,10 +47,11 @@ async def drive_async(steps: Generator[Step, Any, Delivered], ops: AsyncServerOp
             result: Delivered = done.value
             return result
         if isinstance(step, Call):
-            method = last if step.last and last is not None else getattr(ops, step.op)
+            if step.last and last is not None:
+                return await _last(steps, step, last, lock)
             try:
                 async with lock:
-                    reply = await method(*step.args)
+                    reply = await getattr(ops, step.op)(*step.args)
             except OSError as exc:
                 pipeline.call_failed(step, exc)
                 raise
@@ -61,6 +62,29 @@ async def drive_async(steps: Generator[Step, Any, Delivered], ops: AsyncServerOp
             else:
                 await _in_daemon_thread(pipeline.run_sync, app, step.ctx)
             reply = None
+
+
+async def _last(steps: Generator[Step, Any, Delivered], step: Call,
+                last: Callable[..., Awaitable[Any]], lock: asyncio.Lock) -> Delivered:
+    """``runner._last``, awaited."""
+    done: list[Delivered] = []
+
+    def acked(ok: bool) -> None:
+        try:
+            steps.send((ok, None))
+        except StopIteration as end:
+            done.append(end.value)
+            return
+        raise RuntimeError(f"the delivery made a server call after its last one ({step.op})")
+
+    try:
+        async with lock:
+            await last(*step.args, on_acked=acked)
+    except OSError as exc:
+        if not done:
+            pipeline.call_failed(step, exc)
+        raise
+    return done[0]
 
 
 async def run_async(app: Registry, ctx: JobContext) -> None:
@@ -140,24 +164,24 @@ class AsyncWorker(WorkerBase):
 
         acked: list[bool] = []
 
-        def idle(ok: bool) -> None:  # the acknowledgement is in: a stop may cancel the reserve
-            acked.append(ok)
-            self._reserving.add(me)
-
-        async def last(how: str, job_id: int, priority: int, delay: int,
-                       result: Any) -> tuple[bool, None]:
+        async def last(how: str, job_id: int, priority: int, delay: int, result: Any, *,
+                       on_acked: Callable[[bool], None]) -> None:
             nonlocal got
+
+            def idle(ok: bool) -> None:  # the acknowledgement is in: a stop may cancel the reserve
+                acked.append(ok)
+                on_acked(ok)
+                self._reserving.add(me)
+
             try:
-                ok, got = await conn.finish(how, job_id, priority, delay, result, reserve=True,
-                                            timeout=self.reserve_timeout, on_acked=idle)
+                _, got = await conn.finish(how, job_id, priority, delay, result, reserve=True,
+                                           timeout=self.reserve_timeout, on_acked=idle)
             except asyncio.CancelledError:
                 if not acked or not self.stopping.is_set():
                     raise
-                me.uncancel()  # the stop woke the reserve, not the delivery: it ends as acked
-                ok = acked[0]
+                me.uncancel()  # the stop woke the reserve, not the delivery: it ended as acked
             finally:
                 self._reserving.discard(me)
-            return ok, None
 
         await drive_async(pipeline.deliver(self.app, job_id, body), conn, self.app, lock,
                           touch, last)

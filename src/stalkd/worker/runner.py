@@ -50,7 +50,9 @@ def drive(steps: Generator[Step, Any, Delivered], ops: Any, app: Registry,
             result: Delivered = done.value
             return result
         if isinstance(step, Call):
-            method = last if step.last and last is not None else getattr(ops, step.op)
+            if step.last and last is not None:
+                return _last(steps, step, last, lock)
+            method = getattr(ops, step.op)
             try:
                 if lock is None:
                     reply = method(*step.args)
@@ -65,6 +67,34 @@ def drive(steps: Generator[Step, Any, Delivered], ops: Any, app: Registry,
                 step.ctx.touch = touch
             pipeline.run_sync(app, step.ctx)
             reply = None
+
+
+def _last(steps: Generator[Step, Any, Delivered], step: Call, last: Callable[..., Any],
+          lock: threading.Lock | None) -> Delivered:
+    """The delivery's last call through ``last`` (which reserves the next job with it); the
+    rest of the delivery (the hooks told of the acknowledgement) runs as soon as the
+    acknowledgement is in, not once the reserve has returned."""
+    done: list[Delivered] = []
+
+    def acked(ok: bool) -> None:
+        try:
+            steps.send((ok, None))
+        except StopIteration as end:
+            done.append(end.value)
+            return
+        raise RuntimeError(f"the delivery made a server call after its last one ({step.op})")
+
+    try:
+        if lock is None:
+            last(*step.args, on_acked=acked)
+        else:
+            with lock:
+                last(*step.args, on_acked=acked)
+    except OSError as exc:
+        if not done:
+            pipeline.call_failed(step, exc)
+        raise
+    return done[0]
 
 
 class WorkerBase:
@@ -128,13 +158,15 @@ class ThreadWorker(WorkerBase):
                 self._idle.discard(conn)
 
     def _finish_and_reserve(self, conn: ServerOps, how: str, job_id: int, priority: int,
-                            delay: int, result: Any) -> tuple[bool, Reserved | None]:
+                            delay: int, result: Any,
+                            on_acked: Callable[[bool], None]) -> tuple[bool, Reserved | None]:
         """The delivery's last call with the next reserve in the same write (one round trip
         per job, not two). Once the acknowledgement is in, the slot counts as waiting in
         reserve: ``stop()`` may then close its connection (``run`` keeps waking such slots
         until they are gone), which hands a job reserved meanwhile back to the server."""
 
         def idle(acked: bool) -> None:
+            on_acked(acked)
             with self._conns_lock:
                 self._idle.add(conn)
 
@@ -168,11 +200,11 @@ class ThreadWorker(WorkerBase):
                     with lock:
                         ops.touch(job_id)
 
-                def last(how: str, job_id: int, priority: int, delay: int, result: Any,
-                         ops: ServerOps = ops) -> tuple[bool, Reserved | None]:
+                def last(how: str, job_id: int, priority: int, delay: int, result: Any, *,
+                         on_acked: Callable[[bool], None], ops: ServerOps = ops) -> None:
                     nonlocal got
-                    ok, got = self._finish_and_reserve(ops, how, job_id, priority, delay, result)
-                    return ok, None
+                    _, got = self._finish_and_reserve(ops, how, job_id, priority, delay, result,
+                                                      on_acked)
 
                 drive(pipeline.deliver(app, job_id, body), conn, app, lock, touch, last)
                 self._counted()
