@@ -249,3 +249,55 @@ def test_the_tube_in_use_is_remembered_so_use_is_sent_once(client: Any) -> None:
     client.put(b"d", tube="sms")
     assert client.stats()["cmd-use"] == sent + 1
     assert client.using == "sms" and client.list_tube_used() == "sms"
+
+
+def test_finish_acknowledges_and_reserves_the_next_job_in_one_call(client: Any) -> None:
+    # Given two ready jobs, the first reserved
+    first, second = client.put(b"one"), client.put(b"two")
+    job = client.reserve(timeout=0)
+    seen: list[bool] = []
+    # When the first is finished with the next reserve in the same write
+    done = client.finish(job, "delete", reserve=True, timeout=0, on_acked=seen.append)
+    # Then it is deleted, the second comes back reserved, and on_acked saw the delete first
+    assert done.acked and done.reserved == Job(second, b"two") and seen == [True]
+    assert done.result_error is None
+    with pytest.raises(errors.NotFound):
+        client.peek(first)
+    assert client.stats_job(second)["state"] == "reserved"
+    # And a release with nothing left to reserve reports no job (TIMED_OUT is not an error)
+    done = client.finish(second, "release", priority=7, delay=60, reserve=True, timeout=0)
+    assert done.acked and done.reserved is None
+    assert client.stats_job(second)["state"] == "delayed"
+
+
+def test_finish_of_a_job_not_reserved_here_says_so_and_still_reserves(client: Any) -> None:
+    # Given a ready job nobody reserved
+    jid = client.put(b"x")
+    # When a finish buries it (only the reserving connection may), with a reserve behind
+    done = client.finish(jid, "bury", reserve=True, timeout=0)
+    # Then the bury is refused (not acked) and the reserve still ran, taking that job
+    assert not done.acked and done.reserved == Job(jid, b"x")
+    with pytest.raises(ValueError, match="how must be one of"):
+        client.finish(jid, "kick")
+
+
+def test_finish_keeps_the_result_on_stalkd_and_beanstalkd_drops_the_connection(
+        client: Any, server_kind: str) -> None:
+    # Given a reserved job
+    client.put(b"x")
+    job = client.reserve(timeout=0)
+    if server_kind == "stalkd":
+        # When it is finished with a result to keep, Then stalkd keeps it and deletes the job
+        done = client.finish(job, "delete", result=(job.id, 60, b"42"))
+        assert done.acked and done.reserved is None and done.result_error is None
+        assert client.result_get(job.id) == b"42"
+        # And a result for a job never put is refused while the acknowledgement stands
+        other = client.put(b"y")
+        client.reserve(timeout=0)
+        done = client.finish(other, "delete", result=(10**9, 60, b"1"))
+        assert done.acked and isinstance(done.result_error, errors.NotFound)
+    else:
+        # beanstalkd takes the result's body for a command: the replies are out of step
+        with pytest.raises(errors.ProtocolError, match="result-put"):
+            client.finish(job, "delete", result=(job.id, 60, b"42"))
+        assert not client.connected

@@ -266,6 +266,69 @@ def test_every_mode_runs_every_job_once(server: Any, probe: Probe, mode: str,
     assert (probe.tube("m") or {}).get("current-jobs-buried", 0) == 0
 
 
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_a_drain_stop_hands_back_the_jobs_reserved_with_the_last_acknowledgements(
+        server: Any, probe: Probe, mode: str) -> None:
+    # Given a queue of quick jobs and a worker whose slots reserve the next job in the write
+    # that deletes the last one
+    from stalkd.worker import make_worker
+
+    app = App(server.address, middleware=[Retries()])
+    ran: list[int] = []
+    n = 60
+
+    @app.task(tube="d")
+    def quick(p: int) -> None:
+        ran.append(p)
+        if len(ran) == 10:
+            worker.stop()  # When a drain stop comes in the middle of the queue
+
+    for i in range(n):
+        quick.put(i)
+    worker = make_worker(app, mode=mode, concurrency=3, reserve_timeout=1)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert not t.is_alive(), "worker did not stop"
+    # Then every job that ran is deleted, and every other one is ready again, none held
+    wait_for(lambda: probe.count("d", "reserved") == 0, what="reserved jobs handed back")
+    assert 10 <= len(ran) < n and len(set(ran)) == len(ran)
+    assert probe.count("d", "ready") == n - len(ran)
+
+
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_done_hooks_run_once_the_delete_is_in_not_when_the_next_reserve_returns(
+        server: Any, probe: Probe, mode: str) -> None:
+    # Given a worker whose slot waits up to 60 s for its next job, in the write that deletes
+    # the last one
+    from stalkd.worker import make_worker
+
+    done: list[int] = []
+
+    class Done(Middleware):
+        def on_done(self, ctx: JobContext) -> None:
+            done.append(ctx.job_id)
+
+    app = App(server.address, middleware=[Done()])
+
+    @app.task(tube="h")
+    def one(p: int) -> None:
+        return None
+
+    jid = one.put(1)
+    worker = make_worker(app, mode=mode, concurrency=1, reserve_timeout=60)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        # Then the job's done hook runs while that reserve still waits on an empty queue
+        wait_for(lambda: done == [jid], timeout=20, what="on_done of the only job")
+        assert probe.job(jid) is None
+    finally:
+        worker.stop()
+        t.join(timeout=20)
+    assert not t.is_alive(), "worker did not stop"
+
+
 def test_retry_fresh_requeues_a_copy_with_fresh_attempts(server: Any, probe: Probe,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     app = App(server.address, middleware=[Retries()])

@@ -14,14 +14,24 @@ back to be sent again to the new primary.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from stalkd.client import _requests as rq
 from stalkd.client._wire import Response
-from stalkd.client.errors import BeanstalkError, NotPrimary
+from stalkd.client.errors import (
+    BeanstalkError,
+    DeadlineSoon,
+    NotFound,
+    NotPrimary,
+    ProtocolError,
+    TimedOut,
+)
+from stalkd.client.job import Job, JobLike
 
-__all__ = ["Session", "PutMany", "PutSpec", "Body", "BATCH_JOBS", "BATCH_BYTES"]
+__all__ = ["Session", "PutMany", "PutSpec", "Body", "BATCH_JOBS", "BATCH_BYTES", "Finish",
+           "Finished", "FINISH_HOW"]
 
 Body = bytes | bytearray | memoryview | str
 
@@ -168,3 +178,84 @@ class PutMany:
             self.first.batch_ids = tuple(self.ids)
             raise self.first
         return [i for i in self.ids if i is not None]
+
+
+FINISH_HOW = ("delete", "release", "bury")
+
+
+class Finished(NamedTuple):
+    """What ``finish`` got: the result's failure (``None``: stored, or none was sent), whether
+    the job was acted on (False: ``NOT_FOUND``, it was no longer reserved by this connection),
+    and the job reserved next (``None``: none was asked for, none came, or ``DEADLINE_SOON``)."""
+
+    result_error: BeanstalkError | None
+    acked: bool
+    reserved: Job | None
+
+
+class Finish:
+    """A reserved job's last commands, written at once: its result (``result-put``, stalkd's
+    own command, optional), its acknowledgement (``delete``, ``release`` or ``bury``), and the
+    next ``reserve-with-timeout`` (optional). beanstalkd answers commands in order and runs the
+    reserve only after the acknowledgement, so without a result this is the plain protocol: one
+    round trip instead of two. On stalkd the result and the acknowledgement also share one
+    fsync. (beanstalkd reads a ``result-put``'s body as a command of its own: ``take`` raises
+    ``ProtocolError`` then, and the transport drops the connection.)
+
+    >>> f = Finish("delete", 7, result=(7, 60, b"1"), reserve=True, timeout=1)
+    >>> [r.data for r in f.requests]
+    [b'result-put 7 60 1\\r\\n1\\r\\n', b'delete 7\\r\\n', b'reserve-with-timeout 1\\r\\n']
+    >>> f.ack_index
+    1
+    >>> f.take([Response("STORED"), Response("NOT_FOUND"), Response("TIMED_OUT")])
+    Finished(result_error=None, acked=False, reserved=None)
+    """
+
+    __slots__ = ("requests", "ack_index", "_result", "_reserve")
+
+    def __init__(self, how: str, job: JobLike, *, priority: int = rq.DEFAULT_PRIORITY,
+                 delay: float = 0, result: tuple[JobLike, float, bytes] | None = None,
+                 reserve: bool = False, timeout: float | None = None) -> None:
+        if how == "delete":
+            ack: rq.Request[None] = rq.delete(job)
+        elif how == "release":
+            ack = rq.release(job, priority, delay)
+        elif how == "bury":
+            ack = rq.bury(job, priority)
+        else:
+            raise ValueError(f"how must be one of {', '.join(FINISH_HOW)}, not {how!r}")
+        requests: list[rq.Request[Any]] = []
+        self._result = None if result is None else rq.result_put(*result)
+        if self._result is not None:
+            requests.append(self._result)
+        self.ack_index = len(requests)
+        requests.append(ack)
+        self._reserve = rq.reserve(timeout) if reserve else None
+        if self._reserve is not None:
+            requests.append(self._reserve)
+        self.requests = requests
+
+    def acked(self, reply: Response) -> bool:
+        """Whether the acknowledgement's ``reply`` says the job was acted on."""
+        return reply.word == self.requests[self.ack_index].expect
+
+    def take(self, replies: list[Response]) -> Finished:
+        """The outcome of each command; errors other than the expected ones raise."""
+        result_error = None
+        if self._result is not None:
+            if replies[0].word == "UNKNOWN_COMMAND":
+                # beanstalkd: it took the result's body for a command too, one reply more
+                raise ProtocolError("the server does not know result-put (beanstalkd?): its "
+                                    "replies are out of step with the commands; keep results "
+                                    "elsewhere there")
+            result_error = rq.failure(self._result, replies[0])
+        try:
+            rq.interpret(self.requests[self.ack_index], replies[self.ack_index])
+            acked = True
+        except NotFound:
+            acked = False
+        reserved = None
+        if self._reserve is not None:
+            with contextlib.suppress(TimedOut, DeadlineSoon):
+                reserved = rq.interpret(self._reserve, replies[-1])
+        return Finished(result_error, acked, reserved)

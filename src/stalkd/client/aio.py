@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -27,7 +27,7 @@ from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_addresses
 from stalkd.client._aiodial import find_primary, open_wire
 from stalkd.client._aiowire import Wire
-from stalkd.client._core import Body, PutMany, PutSpec, Session
+from stalkd.client._core import Body, Finish, Finished, PutMany, PutSpec, Session
 from stalkd.client._failover import Failover
 from stalkd.client._idle import IdleCheck
 from stalkd.client._wire import Response
@@ -162,12 +162,15 @@ class AsyncClient:
         if wire is not None:
             wire.fail(ConnectionClosed(f"connection to {self.address} was dropped by the client"))
 
-    async def _exchange(self, requests: Sequence[rq.Request[Any]], extra: float | None) -> list[Response]:
-        return await self._exchange_on(await self._ensure(), requests, extra)
+    async def _exchange(self, requests: Sequence[rq.Request[Any]], extra: float | None,
+                        after: tuple[int, Callable[[Response], None]] | None = None) -> list[Response]:
+        return await self._exchange_on(await self._ensure(), requests, extra, after)
 
     async def _exchange_on(self, wire: Wire, requests: Sequence[rq.Request[Any]],
-                           extra: float | None) -> list[Response]:
-        """Write all requests at once and await one reply each; on any failure drop ``wire``."""
+                           extra: float | None,
+                           after: tuple[int, Callable[[Response], None]] | None = None) -> list[Response]:
+        """Write all requests at once and await one reply each; on any failure drop ``wire``.
+        ``after`` (index, callback) is called once the reply of ``requests[index]`` is in."""
         if wire.lost is not None:
             raise wire.lost
         assert wire.transport is not None
@@ -181,7 +184,14 @@ class AsyncClient:
         wire.transport.write(requests[0].data if len(requests) == 1
                              else b"".join(r.data for r in requests))
         try:
-            return [await f for f in futs]
+            if after is None:
+                return [await f for f in futs]
+            out = []
+            for f in futs:
+                out.append(await f)
+                if len(out) == after[0] + 1:
+                    after[1](out[-1])
+            return out
         except BaseException:
             for f in futs:
                 f.cancel()  # nobody will await these now
@@ -339,6 +349,35 @@ class AsyncClient:
 
     async def touch(self, job: JobLike) -> None:
         await self._call(rq.touch(job))
+
+    async def finish(self, job: JobLike, how: str = "delete", *,
+                     priority: int = rq.DEFAULT_PRIORITY, delay: float = 0,
+                     result: tuple[JobLike, float, bytes] | None = None, reserve: bool = False,
+                     timeout: float | None = None,
+                     on_acked: Callable[[bool], None] | None = None) -> Finished:
+        """``Client.finish``, awaited (cancelling it while it waits for the reserve drops the
+        connection, so the server releases what it reserved)."""
+        plan = Finish(how, job, priority=priority, delay=delay, result=result,
+                      reserve=reserve, timeout=timeout)
+        # a reserve waits for its timeout on top of the reply timeout (None: unbounded)
+        extra = 0 if not reserve else None if timeout is None else math.ceil(timeout)
+        if not self._failover.enabled:
+            after = None if on_acked is None else (plan.ack_index, lambda r: on_acked(plan.acked(r)))
+            replies = await self._exchange(plan.requests, extra, after)
+        else:
+            replies = []
+            for i, req in enumerate(plan.requests):
+                last = i == len(plan.requests) - 1
+                replies.append(await self._drive(failover.call(self._failover, req, extra if last else 0,
+                                                              clock=time.monotonic,
+                                                              closed_by_user=self._user_closed)))
+                if on_acked is not None and i == plan.ack_index:
+                    on_acked(plan.acked(replies[-1]))
+        try:
+            return plan.take(replies)
+        except ProtocolError:
+            self._drop()
+            raise
 
     # --- inspection and admin -------------------------------------------------------------
 

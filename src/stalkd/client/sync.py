@@ -20,14 +20,14 @@ import contextlib
 import math
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 from stalkd.client import _failover as failover
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address, parse_addresses
-from stalkd.client._core import Body, PutMany, PutSpec, Session
+from stalkd.client._core import Body, Finish, Finished, PutMany, PutSpec, Session
 from stalkd.client._dial import find_primary, open_socket, set_wait
 from stalkd.client._failover import Failover
 from stalkd.client._idle import IdleCheck
@@ -182,8 +182,10 @@ class Client:
             return None
         return self.timeout + extra
 
-    def _exchange(self, requests: Sequence[rq.Request[Any]], wait: float | None) -> list[Response]:
-        """Send all requests in one write and read exactly one reply per request."""
+    def _exchange(self, requests: Sequence[rq.Request[Any]], wait: float | None,
+                  after: tuple[int, Callable[[Response], None]] | None = None) -> list[Response]:
+        """Send all requests in one write and read exactly one reply per request; ``after``
+        (index, callback) is called once the reply of ``requests[index]`` is in."""
         sock = self._ensure()
         if self._busy:  # a diagnostic, not a lock: interleaved replies would be mismatched
             raise RuntimeError(f"{self!r} is already waiting for a reply: a Client serves one "
@@ -209,6 +211,8 @@ class Client:
                         raise ConnectionClosed(f"server at {self.address} closed the connection")
                     reader.feed(chunk)
                 out.append(resp)
+                if after is not None and len(out) == after[0] + 1:
+                    after[1](out[-1])
             ok = True
             return out
         except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
@@ -362,6 +366,42 @@ class Client:
     def touch(self, job: JobLike) -> None:
         """Restart the TTR of a job this connection reserved."""
         self._call(rq.touch(job))
+
+    def finish(self, job: JobLike, how: str = "delete", *, priority: int = rq.DEFAULT_PRIORITY,
+               delay: float = 0, result: tuple[JobLike, float, bytes] | None = None,
+               reserve: bool = False, timeout: float | None = None,
+               on_acked: Callable[[bool], None] | None = None) -> Finished:
+        """A worker's last word on a reserved job, in one round trip: ``result`` (job id, ttl,
+        body; the id may be another job's, e.g. a chain's first) is kept with ``result-put``
+        (stalkd only: beanstalkd gets out of step, so ``ProtocolError`` drops the connection;
+        a refusal such as ``NOT_FOUND`` is ``Finished.result_error``), then the job is deleted, released
+        or buried (``how``), then, with ``reserve``, the next job is reserved (waiting up to
+        ``timeout`` s). All leave in one write; the server answers in order (see
+        ``_core.Finish``). ``on_acked(acted_on)`` runs once the acknowledgement's reply is in, before
+        the wait for the reserve: it must not call this client (another thread may
+        ``abort()`` it, which ends the wait). With several addresses (failover) the commands
+        go one by one."""
+        plan = Finish(how, job, priority=priority, delay=delay, result=result,
+                      reserve=reserve, timeout=timeout)
+        # a reserve waits for its timeout on top of the reply timeout (None: unbounded)
+        extra = 0 if not reserve else None if timeout is None else math.ceil(timeout)
+        if not self._failover.enabled:
+            after = None if on_acked is None else (plan.ack_index, lambda r: on_acked(plan.acked(r)))
+            replies = self._exchange(plan.requests, self._wait(extra), after)
+        else:
+            replies = []
+            for i, req in enumerate(plan.requests):
+                last = i == len(plan.requests) - 1
+                replies.append(self._drive(failover.call(self._failover, req, extra if last else 0,
+                                                        clock=time.monotonic,
+                                                        closed_by_user=self._user_closed)))
+                if on_acked is not None and i == plan.ack_index:
+                    on_acked(plan.acked(replies[-1]))
+        try:
+            return plan.take(replies)
+        except ProtocolError:
+            self._drop()
+            raise
 
     # --- inspection and admin -------------------------------------------------------------
 

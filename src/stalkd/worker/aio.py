@@ -17,14 +17,14 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from stalkd.worker import pipeline
 from stalkd.worker.cancel import JobCancelled, current
 from stalkd.worker.context import JobContext
 from stalkd.worker.errors import TimeLimitExceeded
-from stalkd.worker.ops import AsyncServerOps
+from stalkd.worker.ops import AsyncServerOps, Reserved
 from stalkd.worker.pipeline import Call, Delivered, Step
 from stalkd.worker.registry import Registry
 from stalkd.worker.runner import WorkerBase
@@ -35,9 +35,10 @@ __all__ = ["AsyncWorker", "drive_async", "run_async"]
 
 
 async def drive_async(steps: Generator[Step, Any, Delivered], ops: AsyncServerOps,
-                      app: Registry, lock: asyncio.Lock, touch: Callable[[], None]) -> Delivered:
+                      app: Registry, lock: asyncio.Lock, touch: Callable[[], None],
+                      last: Callable[..., Awaitable[Any]] | None = None) -> Delivered:
     """Carry out a delivery's steps on ``ops`` (under ``lock``, shared with heartbeats);
-    ``touch`` is the job's thread-safe heartbeat."""
+    ``touch`` is the job's thread-safe heartbeat; ``last`` as in ``runner.drive``."""
     reply: Any = None
     while True:
         try:
@@ -46,6 +47,8 @@ async def drive_async(steps: Generator[Step, Any, Delivered], ops: AsyncServerOp
             result: Delivered = done.value
             return result
         if isinstance(step, Call):
+            if step.last and last is not None:
+                return await _last(steps, step, last, lock)
             try:
                 async with lock:
                     reply = await getattr(ops, step.op)(*step.args)
@@ -59,6 +62,29 @@ async def drive_async(steps: Generator[Step, Any, Delivered], ops: AsyncServerOp
             else:
                 await _in_daemon_thread(pipeline.run_sync, app, step.ctx)
             reply = None
+
+
+async def _last(steps: Generator[Step, Any, Delivered], step: Call,
+                last: Callable[..., Awaitable[Any]], lock: asyncio.Lock) -> Delivered:
+    """``runner._last``, awaited."""
+    done: list[Delivered] = []
+
+    def acked(ok: bool) -> None:
+        try:
+            steps.send((ok, None))
+        except StopIteration as end:
+            done.append(end.value)
+            return
+        raise RuntimeError(f"the delivery made a server call after its last one ({step.op})")
+
+    try:
+        async with lock:
+            await last(*step.args, on_acked=acked)
+    except OSError as exc:
+        if not done:
+            pipeline.call_failed(step, exc)
+        raise
+    return done[0]
 
 
 async def run_async(app: Registry, ctx: JobContext) -> None:
@@ -122,8 +148,12 @@ class AsyncWorker(WorkerBase):
     """Runs slots as asyncio tasks; ``run()`` owns its event loop."""
 
     async def _process(self, conn: AsyncServerOps, lock: asyncio.Lock, job_id: int,
-                       body: bytes) -> None:
+                       body: bytes) -> Reserved | None:
+        """Deliver one job; returns the job its last call reserved (see ``runner``)."""
         loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        assert me is not None
+        got: Reserved | None = None
 
         async def touch_async() -> None:
             async with lock:
@@ -132,11 +162,35 @@ class AsyncWorker(WorkerBase):
         def touch() -> None:
             asyncio.run_coroutine_threadsafe(touch_async(), loop).result(timeout=10)
 
-        await drive_async(pipeline.deliver(self.app, job_id, body), conn, self.app, lock, touch)
+        acked: list[bool] = []
+
+        async def last(how: str, job_id: int, priority: int, delay: int, result: Any, *,
+                       on_acked: Callable[[bool], None]) -> None:
+            nonlocal got
+
+            def idle(ok: bool) -> None:  # the acknowledgement is in: a stop may cancel the reserve
+                acked.append(ok)
+                on_acked(ok)
+                self._reserving.add(me)
+
+            try:
+                _, got = await conn.finish(how, job_id, priority, delay, result, reserve=True,
+                                           timeout=self.reserve_timeout, on_acked=idle)
+            except asyncio.CancelledError:
+                if not acked or not self.stopping.is_set():
+                    raise
+                me.uncancel()  # the stop woke the reserve, not the delivery: it ended as acked
+            finally:
+                self._reserving.discard(me)
+
+        await drive_async(pipeline.deliver(self.app, job_id, body), conn, self.app, lock,
+                          touch, last)
+        return got
 
     async def _slot(self, conns: list[AsyncServerOps]) -> None:
         conn: AsyncServerOps | None = None
         lock = asyncio.Lock()
+        got: Reserved | None = None  # the job the last delivery's finish reserved
         while not self.stopping.is_set():
             try:
                 if conn is None:
@@ -144,22 +198,25 @@ class AsyncWorker(WorkerBase):
                                                      timeout=self.app.client_timeout)
                     await conn.watch_only(self.tubes)
                     conns.append(conn)
-                me = asyncio.current_task()
-                assert me is not None
-                self._reserving.add(me)
-                try:
-                    got = await conn.reserve(timeout=self.reserve_timeout)
-                finally:
-                    self._reserving.discard(me)
                 if got is None:
-                    continue
-                await self._process(conn, lock, got[0], got[1])
+                    me = asyncio.current_task()
+                    assert me is not None
+                    self._reserving.add(me)
+                    try:
+                        got = await conn.reserve(timeout=self.reserve_timeout)
+                    finally:
+                        self._reserving.discard(me)
+                    if got is None:
+                        continue
+                job, got = got, None
+                got = await self._process(conn, lock, job[0], job[1])
                 self._counted()
             except asyncio.CancelledError:
                 if not self.stopping.is_set():
                     raise
                 break  # woken from reserve by the stop: the server releases what it had
             except Exception as exc:
+                got = None  # reserved on the connection closed below: the server releases it
                 if self.stopping.is_set() and isinstance(exc, OSError):
                     break
                 if isinstance(exc, OSError):

@@ -100,6 +100,17 @@ class MemoryServer:
         backend.store(job_id, data, ttl)
         return True
 
+    def finish(self, how: str, job_id: int, priority: int, delay: int,
+               result: tuple[Any, int, bytes, float] | None) -> tuple[bool, None]:
+        """``ServerOps.finish`` without the reserve (``app.testing()`` delivers job by job)."""
+        if result is not None:
+            self.store_result(*result)
+        if how == "delete":
+            return self.delete(job_id), None
+        if how == "release":
+            return self.release(job_id, priority, delay), None
+        return self.bury(job_id, priority), None
+
     def stats_job(self, job_id: int) -> dict[str, Any] | None:
         job = self.jobs.get(job_id)
         if job is None:

@@ -9,16 +9,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from collections.abc import Callable
 from typing import Any
 
 from stalkd.client import AsyncClient, Client, errors
 from stalkd.worker.results import NO_RESULT_SERVER, ResultBackend, ResultsUnsupported, ServerResults
 
-__all__ = ["ServerOps", "AsyncServerOps", "Reserved", "result_not_stored"]
+__all__ = ["ServerOps", "AsyncServerOps", "Reserved", "Result", "result_not_stored"]
 
 log = logging.getLogger("stalkd.worker")
 
 Reserved = tuple[int, bytes]
+Result = tuple[ResultBackend, int, bytes, float]  # backend, the job id it is kept by, data, ttl
+
+
+def _on_server(result: Result | None) -> tuple[int, int, bytes] | None:
+    """``result`` as ``Client.finish`` sends it when its backend is the server, else None."""
+    if result is None or not isinstance(result[0], ServerResults):
+        return None
+    _, job_id, data, ttl = result
+    return job_id, max(1, math.ceil(ttl)), data
+
+
+def _finished(result: Result | None, error: Exception | None) -> None:
+    """Log a result the server refused (the job is acknowledged all the same)."""
+    if result is not None and error is not None:
+        result_not_stored(result[1], error)
 
 
 def result_not_stored(job_id: int, exc: Exception) -> bool:
@@ -86,6 +103,38 @@ class ServerOps:
 
     def touch(self, job_id: int) -> None:
         self.client.touch(job_id)
+
+    def finish(self, how: str, job_id: int, priority: int, delay: int, result: Result | None, *,
+               reserve: bool = False, timeout: float | None = None,
+               on_acked: Callable[[bool], None] | None = None) -> tuple[bool, Reserved | None]:
+        """A delivery's last calls: keep ``result``, then delete/release/bury the job (``how``),
+        then (``reserve``) reserve the next one: one round trip with the server's results,
+        which share the acknowledgement's fsync (another backend stores first, on its own).
+        Returns whether the job was acted on and the job reserved next. ``on_acked(acted_on)``
+        runs once the acknowledgement is in; a connection lost after that only loses the reserve (the
+        server releases what it reserved for a closed connection), so it is not raised."""
+        on_server = _on_server(result)
+        if result is not None and on_server is None:
+            self.store_result(*result)
+        acked: list[bool] = []
+
+        def ack(ok: bool) -> None:
+            acked.append(ok)
+            if on_acked is not None:
+                on_acked(ok)
+
+        try:
+            done = self.client.finish(job_id, how, priority=priority, delay=delay,
+                                      result=on_server, reserve=reserve,
+                                      timeout=None if timeout is None else int(timeout),
+                                      on_acked=ack)
+        except OSError:
+            if not acked:
+                raise
+            return acked[0], None
+        _finished(result, done.result_error)
+        job = done.reserved
+        return done.acked, None if job is None else (job.id, bytes(job.body))
 
     def fetch_results(self, backend: ResultBackend, job_ids: tuple[int, ...]) -> list[bytes | None]:
         """The outcomes stored for ``job_ids`` (None for each missing one)."""
@@ -203,6 +252,34 @@ class AsyncServerOps:
 
     async def touch(self, job_id: int) -> None:
         await self.client.touch(job_id)
+
+    async def finish(self, how: str, job_id: int, priority: int, delay: int,
+                     result: Result | None, *, reserve: bool = False,
+                     timeout: float | None = None,
+                     on_acked: Callable[[bool], None] | None = None) -> tuple[bool, Reserved | None]:
+        """``ServerOps.finish``, awaited."""
+        on_server = _on_server(result)
+        if result is not None and on_server is None:
+            await self.store_result(*result)
+        acked: list[bool] = []
+
+        def ack(ok: bool) -> None:
+            acked.append(ok)
+            if on_acked is not None:
+                on_acked(ok)
+
+        try:
+            done = await self.client.finish(job_id, how, priority=priority, delay=delay,
+                                            result=on_server, reserve=reserve,
+                                            timeout=None if timeout is None else int(timeout),
+                                            on_acked=ack)
+        except OSError:
+            if not acked:
+                raise
+            return acked[0], None
+        _finished(result, done.result_error)
+        job = done.reserved
+        return done.acked, None if job is None else (job.id, bytes(job.body))
 
     async def fetch_results(self, backend: ResultBackend, job_ids: tuple[int, ...]) -> list[bytes | None]:
         """``ServerOps.fetch_results``."""

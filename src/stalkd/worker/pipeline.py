@@ -55,10 +55,14 @@ RECORD_TTR = 120
 
 
 class Call(NamedTuple):
-    """A server operation on the job's connection: ``ops.<op>(*args)`` (see ``ops.ServerOps``)."""
+    """A server operation on the job's connection: ``ops.<op>(*args)`` (see ``ops.ServerOps``).
+    ``last``: the delivery makes no server call after this one (a ``finish``), so a driver may
+    send its next reserve in the same write (``ops.finish(..., reserve=True)``, whose reply
+    carries the next job beside the acknowledgement)."""
 
     op: str
     args: tuple[Any, ...]
+    last: bool = False
 
 
 class RunHandler(NamedTuple):
@@ -134,9 +138,10 @@ def call_failed(step: Call, exc: BaseException) -> None:
     """A driver's call raised (the connection broke): say so when it was a job's
     acknowledgement, whose fate is then unknown to us (the server hands the job out again
     once it sees the connection close, unless the acknowledgement got there)."""
-    if step.op in _ACKS:
+    op, args = (step.args[0], step.args[1:]) if step.op == "finish" else (step.op, step.args)
+    if op in _ACKS:
         log.warning("job %s: acknowledgement (%s) lost with the connection: %s; the job may "
-                    "run again", step.args[0], step.op, exc)
+                    "run again", args[0], op, exc)
 
 
 def _begin(app: Registry, job_id: int, body: bytes, tube: str | None) -> JobContext:
@@ -214,7 +219,8 @@ class _SyncRun:
         self.caller = caller
         self.threaded = False
         self.handler: int | None = None  # the handler thread's id once started
-        self.woken = threading.Event()   # the handler ended, or the limit fired
+        self.woken: threading.Event | None = None  # the handler ended, or the limit fired
+        # (made by in_thread only: most jobs have no time limit, and an Event is a Condition)
         self.fired = False
         self.finished = False  # the handler thread is past the handler: never raise in it then
         self._lock = threading.Lock()     # (its id may be reused once it has exited)
@@ -228,10 +234,12 @@ class _SyncRun:
             self.fired = True
             if self.handler is not None and not self.finished:
                 _raise_in(self.handler, TimeLimitExceeded)
+        assert self.woken is not None
         self.woken.set()
 
     def in_thread(self, ctx: JobContext) -> Any:
         outcome: list[Any] = []
+        woken = self.woken = threading.Event()
 
         def target() -> None:
             try:
@@ -242,7 +250,7 @@ class _SyncRun:
                         self.finished = True
             except BaseException as exc:  # handed to the waiting caller
                 outcome.append((False, exc))
-            self.woken.set()
+            woken.set()
 
         t = threading.Thread(target=target, name=f"stalkd-handler-{ctx.job_id}", daemon=True)
         self.threaded = True
@@ -251,7 +259,7 @@ class _SyncRun:
             self.handler = t.ident
             if self.fired and not self.finished:  # fired before the id was known
                 _raise_in(self.handler or 0, TimeLimitExceeded)
-        self.woken.wait()
+        woken.wait()
         if not outcome:  # the limit fired first: abandon the thread
             raise TimeLimitExceeded()
         ok, value = outcome[0]
@@ -287,27 +295,30 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
     """The server calls that carry out ``action``; False when the server no longer had the job
     reserved for us (its TTR ran out, so it may be running elsewhere: at-least-once)."""
     keep = None if ctx is None else _result_ttl(ctx)
+    result = None
     if (ctx is not None and keep is not None and isinstance(action, (Complete, GiveUp))
             and not ctx.extras.get("copy_of_finished")):
-        yield Call("store_result", (app.results, ctx.header.origin or job_id, _outcome(app, ctx, action), keep))
+        result = (app.results, ctx.header.origin or job_id, _outcome(app, ctx, action), keep)
+    # "finish" keeps the result and acknowledges in one round trip (see ops.ServerOps.finish)
     if isinstance(action, Complete):
-        ok = yield Call("delete", (job_id,))
-        if ok and ctx is not None and ctx.header.marker is not None:
-            yield Call("delete", (ctx.header.marker,))  # frees the unique key
+        marker = None if ctx is None else ctx.header.marker
+        ok, _ = yield Call("finish", ("delete", job_id, 0, 0, result), last=marker is None)
+        if ok and marker is not None:
+            yield Call("delete", (marker,))  # frees the unique key
     elif isinstance(action, RetryLater):
-        ok = yield Call("release", (job_id, action.priority, action.delay))
+        ok, _ = yield Call("finish", ("release", job_id, action.priority, action.delay, None),
+                           last=True)
     elif isinstance(action, GiveUp):
         yield Call("put", (app.failed_tube, action.record.to_json(), RECORD_PRIORITY, 0, RECORD_TTR))
-        ok = yield Call("bury", (job_id, action.priority))
+        ok, _ = yield Call("finish", ("bury", job_id, action.priority, 0, result), last=True)
     else:
         assert ctx is not None
         origin = ctx.header.origin or job_id  # the copy's result is kept by the first id
         body = ctx.body if keep is None else encode_envelope(replace(ctx.header, origin=origin),
                                                              decode_envelope(ctx.body, job_id=job_id)[1])
         copy = yield Call("put", (ctx.tube, body, ctx.task.priority, action.delay, ctx.ttr))
-        if keep is not None:
-            yield Call("store_result", (app.results, origin, waiting(app.serializer, copy), keep))
-        ok = yield Call("delete", (job_id,))
+        waits = None if keep is None else (app.results, origin, waiting(app.serializer, copy), keep)
+        ok, _ = yield Call("finish", ("delete", job_id, 0, 0, waits), last=True)
     if not ok:
         log.warning("job %d: acknowledgement lost: no longer reserved by this worker when acting "
                     "on it (%s); its TTR ran out, so it may run again elsewhere", job_id,
