@@ -282,6 +282,8 @@ def bulk_stall() -> None:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        raise SystemExit(__doc__)
     parts = sys.argv[1:] or ["loop", "scrape", "bulk"]  # e.g. `admin_bench.py bulk`
     if "loop" in parts:
         scrape_loop_time()

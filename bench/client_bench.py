@@ -58,6 +58,9 @@ def measure(fn: Callable[[], object], n: int) -> tuple[float, float]:
 
 
 def main() -> None:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
     proc, port = start_beanstalkd()
     addr = f"127.0.0.1:{port}"

@@ -62,6 +62,9 @@ def parse_all(data: bytes, chunk: int, parser: type[Parser] = Parser) -> int:
 
 
 def main() -> None:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        return
     quick = "--quick" in sys.argv
     n = 20_000 if quick else 100_000
     repeat = 3 if quick else 5

@@ -17,6 +17,7 @@ so a change is measured against what it replaces in the same run (column ``sync/
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -113,6 +114,8 @@ def promote_to_put(pair: Pair) -> float:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     print(f"# standby_bench: {CONNS} connections, {sb.SECONDS:.1f} s per cell, {sb.ROUNDS} rounds, "
           f"{sb.GEN_PROCS} generator processes, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     pairs = {s: Pair(s) for s in SETUPS}

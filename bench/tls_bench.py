@@ -15,6 +15,7 @@ BENCH_ROUNDS, default 3; GEN_PROCS, default 2).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import multiprocessing as mp
@@ -259,6 +260,8 @@ def sealing_cost(cert: str, key: str, replies: int = 64, flushes: int = 3000) ->
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     if shutil.which("openssl") is None:
         print("tls_bench: openssl is not installed (scripts/system-deps.sh)")
         return 1

@@ -324,6 +324,9 @@ def peers(quick: bool, rounds: int) -> int:
 
 
 def main() -> int:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        return 0
     if "--case" in sys.argv:
         i = sys.argv.index("--case")
         kind, address, n = sys.argv[i + 1], sys.argv[i + 2], int(sys.argv[i + 3])
