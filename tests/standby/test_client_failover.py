@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import stalkd
-from stalkd.client import AsyncClient
+from stalkd.client import AsyncClient, errors
 
 from .cluster import caught_up, primary, promote_by_signal, standby, until
 
@@ -77,6 +77,39 @@ def test_the_spark_sink_given_every_address_puts_on_the_primary(tmp_path: Path) 
         assert done.rows == 2
         with stalkd.Client(p.address) as c:
             assert c.stats_tube("emails")["current-jobs-ready"] == 2
+    finally:
+        s.stop()
+        p.stop()
+
+
+def test_finish_through_failover_acknowledges_then_reserves_on_the_primary(tmp_path: Path) -> None:
+    # With several addresses, finish's commands go one by one through the failover driver:
+    # the acknowledgement is reported once it is in, and the next job comes back reserved.
+    p = primary(tmp_path / "p")
+    s = standby(tmp_path / "s", p)
+    addresses = f"{s.address},{p.address}"
+    try:
+        with stalkd.Client(addresses, failover_timeout=30) as c:
+            for body in (b"a", b"b", b"c"):
+                c.put(body)
+            job = c.reserve(timeout=0)
+            seen: list[bool] = []
+            done = c.finish(job, "delete", reserve=True, timeout=0, on_acked=seen.append)
+            assert seen == [True] and done.acked
+            assert done.reserved is not None and done.reserved.body == b"b"
+            gone = job.id
+
+        async def finish_async() -> tuple[bool, bytes | None]:
+            async with AsyncClient(addresses, failover_timeout=30) as a:
+                nxt = await a.reserve(timeout=0)
+                out = await a.finish(nxt, "delete", reserve=True, timeout=0)
+                return out.acked, None if out.reserved is None else out.reserved.body
+
+        acked, body = asyncio.run(finish_async())
+        # The sync client's reserved "b" went back to ready when its connection closed.
+        assert acked and body in (b"b", b"c")
+        with stalkd.Client(p.address) as c, pytest.raises(errors.NotFound):
+            c.stats_job(gone)
     finally:
         s.stop()
         p.stop()

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from stalkd.client import errors
 from stalkd.client._address import Address, TlsParams, parse_address
-from stalkd.client._core import PutSpec
+from stalkd.client._core import Finished, PutSpec
 from stalkd.client.errors import BeanstalkError
 from stalkd.client.job import Job
 from stalkd.client.sync import Client
@@ -32,8 +32,8 @@ from stalkd.client.sync import Client
 if TYPE_CHECKING:
     from stalkd.client.aio import AsyncClient
 
-__all__ = ["Client", "AsyncClient", "Job", "PutSpec", "BeanstalkError", "errors", "Address",
-           "TlsParams", "parse_address"]
+__all__ = ["Client", "AsyncClient", "Job", "PutSpec", "Finished", "BeanstalkError", "errors",
+           "Address", "TlsParams", "parse_address"]
 
 
 def __getattr__(name: str) -> Any:

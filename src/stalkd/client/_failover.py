@@ -48,7 +48,7 @@ from stalkd.client.errors import (
 
 __all__ = ["Role", "role_of", "Round", "Search", "Failover", "NOT_PRIMARY",
            "DEFAULT_FAILOVER_TIMEOUT", "BACKOFF_FIRST", "BACKOFF_CAP"]
-__all__ += ["Send", "LEAVE", "Plan", "call", "put_batches"]  # the retry loop both transports drive
+__all__ += ["Send", "LEAVE", "Plan", "call", "calls", "put_batches"]  # the retry loop both transports drive
 
 T = TypeVar("T")
 
@@ -323,6 +323,23 @@ def call(fo: Failover, request: rq.Request[Any], extra: float | None, *,
     except BaseException:  # the next failure starts a search of its own
         fo.settled()
         raise
+
+
+def calls(fo: Failover, requests: Sequence[rq.Request[Any]], extra: float | None, *,
+          clock: Callable[[], float], closed_by_user: Callable[[], bool],
+          on_reply: Callable[[int, Response], None] | None = None) -> Plan[list[Response]]:
+    """``call`` for each of ``requests`` in turn, each once the one before it is answered (so
+    each goes to whichever server is primary by then); the last waits ``extra`` more.
+    ``on_reply(i, reply)`` runs as each reply comes."""
+    replies: list[Response] = []
+    for i, request in enumerate(requests):
+        last = i == len(requests) - 1
+        resp = yield from call(fo, request, extra if last else 0, clock=clock,
+                               closed_by_user=closed_by_user)
+        if on_reply is not None:
+            on_reply(i, resp)
+        replies.append(resp)
+    return replies
 
 
 def put_batches(fo: Failover, plan: PutMany, *, clock: Callable[[], float],

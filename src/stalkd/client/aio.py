@@ -365,14 +365,14 @@ class AsyncClient:
             after = None if on_acked is None else (plan.ack_index, lambda r: on_acked(plan.acked(r)))
             replies = await self._exchange(plan.requests, extra, after)
         else:
-            replies = []
-            for i, req in enumerate(plan.requests):
-                last = i == len(plan.requests) - 1
-                replies.append(await self._drive(failover.call(self._failover, req, extra if last else 0,
-                                                              clock=time.monotonic,
-                                                              closed_by_user=self._user_closed)))
+            def reply(i: int, resp: Response) -> None:
                 if on_acked is not None and i == plan.ack_index:
-                    on_acked(plan.acked(replies[-1]))
+                    on_acked(plan.acked(resp))
+
+            replies = await self._drive(failover.calls(self._failover, plan.requests, extra,
+                                                   clock=time.monotonic,
+                                                   closed_by_user=self._user_closed,
+                                                   on_reply=reply))
         try:
             return plan.take(replies)
         except ProtocolError:

@@ -67,24 +67,14 @@ async def drive_async(steps: Generator[Step, Any, Delivered], ops: AsyncServerOp
 async def _last(steps: Generator[Step, Any, Delivered], step: Call,
                 last: Callable[..., Awaitable[Any]], lock: asyncio.Lock) -> Delivered:
     """``runner._last``, awaited."""
-    done: list[Delivered] = []
-
-    def acked(ok: bool) -> None:
-        try:
-            steps.send((ok, None))
-        except StopIteration as end:
-            done.append(end.value)
-            return
-        raise RuntimeError(f"the delivery made a server call after its last one ({step.op})")
-
+    acked = pipeline.LastAck(steps, step)
     try:
         async with lock:
             await last(*step.args, on_acked=acked)
     except OSError as exc:
-        if not done:
-            pipeline.call_failed(step, exc)
+        acked.failed(exc)
         raise
-    return done[0]
+    return acked.done[0]
 
 
 async def run_async(app: Registry, ctx: JobContext) -> None:

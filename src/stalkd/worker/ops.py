@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from stalkd.client import AsyncClient, Client, errors
+from stalkd.client import AsyncClient, Client, Finished, errors
 from stalkd.worker.results import NO_RESULT_SERVER, ResultBackend, ResultsUnsupported, ServerResults
 
 __all__ = ["ServerOps", "AsyncServerOps", "Reserved", "Result", "result_not_stored"]
@@ -36,6 +36,34 @@ def _finished(result: Result | None, error: Exception | None) -> None:
     """Log a result the server refused (the job is acknowledged all the same)."""
     if result is not None and error is not None:
         result_not_stored(result[1], error)
+
+
+class _Acks:
+    """``on_acked`` for ``Client.finish``: remembers the acknowledgement, since a connection
+    lost after it only loses the reserve, and passes it on."""
+
+    __slots__ = ("acked", "then")
+
+    def __init__(self, then: Callable[[bool], None] | None) -> None:
+        self.acked: list[bool] = []
+        self.then = then
+
+    def __call__(self, ok: bool) -> None:
+        self.acked.append(ok)
+        if self.then is not None:
+            self.then(ok)
+
+    def after_loss(self, exc: OSError) -> tuple[bool, None]:
+        """The connection broke: raise unless the acknowledgement was already in."""
+        if not self.acked:
+            raise exc
+        return self.acked[0], None
+
+
+def _outcome(result: Result | None, done: Finished) -> tuple[bool, Reserved | None]:
+    _finished(result, done.result_error)
+    job = done.reserved
+    return done.acked, None if job is None else (job.id, bytes(job.body))
 
 
 def result_not_stored(job_id: int, exc: Exception) -> bool:
@@ -116,25 +144,15 @@ class ServerOps:
         on_server = _on_server(result)
         if result is not None and on_server is None:
             self.store_result(*result)
-        acked: list[bool] = []
-
-        def ack(ok: bool) -> None:
-            acked.append(ok)
-            if on_acked is not None:
-                on_acked(ok)
-
+        ack = _Acks(on_acked)
         try:
             done = self.client.finish(job_id, how, priority=priority, delay=delay,
                                       result=on_server, reserve=reserve,
                                       timeout=None if timeout is None else int(timeout),
                                       on_acked=ack)
-        except OSError:
-            if not acked:
-                raise
-            return acked[0], None
-        _finished(result, done.result_error)
-        job = done.reserved
-        return done.acked, None if job is None else (job.id, bytes(job.body))
+        except OSError as exc:
+            return ack.after_loss(exc)
+        return _outcome(result, done)
 
     def fetch_results(self, backend: ResultBackend, job_ids: tuple[int, ...]) -> list[bytes | None]:
         """The outcomes stored for ``job_ids`` (None for each missing one)."""
@@ -261,25 +279,15 @@ class AsyncServerOps:
         on_server = _on_server(result)
         if result is not None and on_server is None:
             await self.store_result(*result)
-        acked: list[bool] = []
-
-        def ack(ok: bool) -> None:
-            acked.append(ok)
-            if on_acked is not None:
-                on_acked(ok)
-
+        ack = _Acks(on_acked)
         try:
             done = await self.client.finish(job_id, how, priority=priority, delay=delay,
                                             result=on_server, reserve=reserve,
                                             timeout=None if timeout is None else int(timeout),
                                             on_acked=ack)
-        except OSError:
-            if not acked:
-                raise
-            return acked[0], None
-        _finished(result, done.result_error)
-        job = done.reserved
-        return done.acked, None if job is None else (job.id, bytes(job.body))
+        except OSError as exc:
+            return ack.after_loss(exc)
+        return _outcome(result, done)
 
     async def fetch_results(self, backend: ResultBackend, job_ids: tuple[int, ...]) -> list[bytes | None]:
         """``ServerOps.fetch_results``."""

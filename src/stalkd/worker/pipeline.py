@@ -48,7 +48,7 @@ from stalkd.worker.serializer import Header, decode_envelope, encode_envelope
 log = logging.getLogger("stalkd.worker")
 
 __all__ = ["Call", "RunHandler", "Step", "Delivered", "deliver", "run_sync", "handler_started",
-           "handler_ended", "call_failed", "RECORD_PRIORITY", "RECORD_TTR"]
+           "handler_ended", "call_failed", "LastAck", "RECORD_PRIORITY", "RECORD_TTR"]
 
 RECORD_PRIORITY = 2**31   # dead-letter records in the failed tube
 RECORD_TTR = 120
@@ -142,6 +142,32 @@ def call_failed(step: Call, exc: BaseException) -> None:
     if op in _ACKS:
         log.warning("job %s: acknowledgement (%s) lost with the connection: %s; the job may "
                     "run again", args[0], op, exc)
+
+
+class LastAck:
+    """The ``on_acked`` a driver gives a delivery's last call (which reserves the next job with
+    it): the acknowledgement goes to the delivery as soon as it is in, so the hooks told of it
+    run before the reserve returns. ``done`` holds what the delivery returned."""
+
+    __slots__ = ("steps", "step", "done")
+
+    def __init__(self, steps: Generator[Step, Any, Delivered], step: Call) -> None:
+        self.steps = steps
+        self.step = step
+        self.done: list[Delivered] = []
+
+    def __call__(self, ok: bool) -> None:
+        try:
+            self.steps.send((ok, None))
+        except StopIteration as end:
+            self.done.append(end.value)
+            return
+        raise RuntimeError(f"the delivery made a server call after its last one ({self.step.op})")
+
+    def failed(self, exc: BaseException) -> None:
+        """The last call raised: an acknowledgement not yet in is lost with the connection."""
+        if not self.done:
+            call_failed(self.step, exc)
 
 
 def _begin(app: Registry, job_id: int, body: bytes, tube: str | None) -> JobContext:

@@ -74,16 +74,7 @@ def _last(steps: Generator[Step, Any, Delivered], step: Call, last: Callable[...
     """The delivery's last call through ``last`` (which reserves the next job with it); the
     rest of the delivery (the hooks told of the acknowledgement) runs as soon as the
     acknowledgement is in, not once the reserve has returned."""
-    done: list[Delivered] = []
-
-    def acked(ok: bool) -> None:
-        try:
-            steps.send((ok, None))
-        except StopIteration as end:
-            done.append(end.value)
-            return
-        raise RuntimeError(f"the delivery made a server call after its last one ({step.op})")
-
+    acked = pipeline.LastAck(steps, step)
     try:
         if lock is None:
             last(*step.args, on_acked=acked)
@@ -91,10 +82,9 @@ def _last(steps: Generator[Step, Any, Delivered], step: Call, last: Callable[...
             with lock:
                 last(*step.args, on_acked=acked)
     except OSError as exc:
-        if not done:
-            pipeline.call_failed(step, exc)
+        acked.failed(exc)
         raise
-    return done[0]
+    return acked.done[0]
 
 
 class WorkerBase:
