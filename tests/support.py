@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -57,6 +58,24 @@ def listening_ports(pid: int) -> list[int]:
         if target.startswith("socket:[") and target[8:-1] in listening:
             ports.append(listening[target[8:-1]])
     return ports
+
+
+def stop_process(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and return once every one of its threads is stopped. kill() returns
+    before that: the thread the kernel picks must run to stop the others, and meanwhile a
+    thread already running goes on (a worker's handler can finish a job)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+                states.append(task.joinpath("stat").read_text().rsplit(")", 1)[1].split()[0])
+        if states and all(st in ("T", "t") for st in states):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} not stopped after {timeout} s: thread states {states}")
+        time.sleep(0.001)
 
 
 def wait_for_listener(proc: subprocess.Popen[bytes], timeout: float = 10.0, what: str = "server") -> int:

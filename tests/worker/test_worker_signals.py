@@ -16,6 +16,7 @@ import pytest
 from worker_probe import Probe, queue_server, wait_for
 
 from stalkd.worker import App
+from support import stop_process
 
 _FIXTURES = (queue_server,)  # the parametrised `server` fixture (beanstalkd, stalkd)
 
@@ -124,7 +125,7 @@ def test_a_frozen_worker_loses_its_job_after_one_ttr(env: dict[str, str], server
     try:
         wait_for(lambda: started(env, 2), what="job started")
         # When the worker hangs (SIGSTOP: its connection stays open, its heartbeat stops)
-        frozen.send_signal(signal.SIGSTOP)
+        stop_process(frozen.pid)
         Path(env["STATE_DIR"], "go").touch()
         second = start_worker(env)
         # Then after the TTR the server times the job out and the other worker does it
