@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["_address", "_core", "_failover", "_format", "_idle", "_requests", "_wire", "_yaml",
+MODULES = ["_address", "_core", "_failover", "_format", "_idle", "_primary", "_requests", "_wire", "_yaml",
            "errors", "job", "options"]
 
 

@@ -11,15 +11,8 @@ from stalkd.client import _requests as rq
 from stalkd.client import errors
 from stalkd.client._address import Address, AddressList, TlsParams, parse_addresses
 from stalkd.client._core import PutMany
-from stalkd.client._failover import (
-    BACKOFF_CAP,
-    DEFAULT_FAILOVER_TIMEOUT,
-    Failover,
-    Role,
-    Round,
-    Search,
-    role_of,
-)
+from stalkd.client._failover import DEFAULT_FAILOVER_TIMEOUT, Failover, Probe, find_primary
+from stalkd.client._primary import BACKOFF_CAP, Role, Round, Search, role_of
 from stalkd.client._wire import Response
 from stalkd.client.options import add_server_options, server_address, server_addresses
 
@@ -120,6 +113,67 @@ def test_rounds_back_off_doubling_up_to_the_cap_and_stop_at_the_deadline() -> No
     err = s.error()
     assert isinstance(err, errors.NoPrimary) and isinstance(err, errors.ConnectionFailed)
     assert "a:1: refused" in str(err) and "promote" in str(err)
+
+
+# --- the search's steps (what both transports' find_primary carry out) -------------------
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_search_probes_every_address_each_round_backs_off_and_returns_the_primary() -> None:
+    fo = Failover([A, B, C], failover_timeout=10, reconnect=True)
+    clock = Clock()
+    plan = find_primary(fo, clock=clock)
+    step = next(plan)
+    assert step == Probe(0.0, (A, B, C))  # the first round at once, every address
+    step = plan.send(["connection refused", {"role": "standby", "epoch": 2}, {"role": "standby"}])
+    assert step == Probe(0.05, (A, B, C))  # nothing primary: again, after a backoff
+    clock.now = 0.05
+    assert fo.search is not None and fo.search.rounds == 2  # the search goes on
+    with pytest.raises(StopIteration) as done:
+        plan.send([{"role": "primary", "epoch": 1}, "timed out", {"role": "primary", "epoch": 3}])
+    assert done.value.value == C  # the highest epoch, not the first address
+    assert fo.search is None  # found: the next failure searches afresh
+
+
+def test_a_search_gives_up_at_its_deadline_naming_what_each_server_said() -> None:
+    fo = Failover([A, B], failover_timeout=1, reconnect=True)
+    clock = Clock()
+    plan = find_primary(fo, clock=clock)
+    step = next(plan)
+    waits = []
+    with pytest.raises(errors.NoPrimary, match=r"a:1: refused; b:2: standby \(epoch 4\)"):
+        while True:
+            waits.append(step.wait)
+            clock.now += step.wait
+            step = plan.send(["refused", {"role": "standby", "epoch": 4}])
+    assert waits[:4] == [0.0, 0.05, 0.1, 0.2]
+    assert sum(waits) == pytest.approx(1.0)  # the last wait is cut to the deadline
+    assert fo.search is None
+
+
+def test_a_search_joins_the_one_a_failed_command_started_and_leaves_it_to_that_command() -> None:
+    fo = Failover([A, B], failover_timeout=5, reconnect=True)
+    started = fo.start(0.0)  # a command got NOT_PRIMARY; its resend reconnects
+    plan = find_primary(fo, clock=Clock())
+    next(plan)
+    with pytest.raises(StopIteration):
+        plan.send([{"role": "standby"}, {}])
+    assert fo.search is started  # ends when the command is answered, one deadline for both
+    fresh = Failover([A, B], failover_timeout=5, reconnect=True)
+    plan = find_primary(fresh, clock=Clock())
+    next(plan)
+    assert fresh.search is not None
+    plan.close()  # the transport failed mid-round (an interrupt, a bad TLS file)
+    assert fresh.search is None  # no search left half done
 
 
 # --- the resend rule --------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Opening the asyncio transport's connection: to one address, or to the primary among
-several (all probed with ``stats`` at once, in the rounds ``_failover.Search`` decides); the
+several (all probed with ``stats`` at once, in the rounds ``_failover.find_primary`` decides); the
 twin of ``_dial`` for ``AsyncClient``.
 
 Ensures: every connection opened here is either returned or closed.
@@ -11,6 +11,7 @@ import asyncio
 import socket
 import time
 
+from stalkd.client import _failover as failover
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address
 from stalkd.client._aiowire import Wire
@@ -71,36 +72,33 @@ async def probe(address: Address, timeout: float | None) -> tuple[Wire | None, d
 
 
 async def find_primary(fo: Failover, timeout: float | None) -> tuple[Wire, Address]:
-    """Probe every address at once, in rounds, and return the open connection to the primary
-    chosen; ``errors.NoPrimary`` when the search ends."""
-    fresh = fo.search is None
-    search = fo.start(time.monotonic())
-    while True:
-        wait = search.next_wait(time.monotonic())
-        if wait is None:
-            raise fo.give_up()
-        found = search.round()
-        try:
-            if wait:
-                await asyncio.sleep(wait)  # the backoff between rounds
-            probes = await asyncio.gather(*(probe(a, timeout) for a in found.addresses))
-        except BaseException:  # a bad TLS file, a cancel: no search left half done
-            if fresh:
-                fo.settled()
-            raise
-        opened: dict[Address, Wire] = {}
-        for address, (wire, seen) in zip(found.addresses, probes, strict=True):
-            if isinstance(seen, str):
-                found.failed(address, seen)
-            else:
-                found.answered(address, seen)
-            if wire is not None:
-                opened[address] = wire
-        chosen = found.choice()
-        for address, wire in opened.items():
-            if address != chosen and wire.transport is not None:
-                wire.transport.close()
-        if chosen is not None:
-            if fresh:
-                fo.settled()
-            return opened[chosen], chosen
+    """Carry out ``_failover.find_primary``'s rounds, probing every address of a round at
+    once; the open connection to the primary chosen, or ``errors.NoPrimary``."""
+    plan = failover.find_primary(fo, clock=time.monotonic)
+    opened: dict[Address, Wire] = {}
+    try:
+        step = next(plan)
+        while True:
+            for wire in opened.values():  # the last round's, which found no primary
+                _close(wire)
+            opened = {}
+            if step.wait:
+                await asyncio.sleep(step.wait)  # the backoff between rounds
+            probes = await asyncio.gather(*(probe(a, timeout) for a in step.addresses))
+            opened = {a: wire for a, (wire, _) in zip(step.addresses, probes, strict=True)
+                      if wire is not None}
+            step = plan.send([seen for _, seen in probes])
+    except StopIteration as done:
+        chosen: Address = done.value
+        return opened.pop(chosen), chosen
+    except BaseException:
+        plan.close()  # (settles a search it started)
+        raise
+    finally:
+        for wire in opened.values():
+            _close(wire)
+
+
+def _close(wire: Wire) -> None:
+    if wire.transport is not None:
+        wire.transport.close()

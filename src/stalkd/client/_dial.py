@@ -1,5 +1,6 @@
 """Opening the blocking transport's connection: to one address, or to the primary among
-several (probing each with ``stats`` in the rounds ``_failover.Search`` decides).
+several (probing each with ``stats``, one after another, in the rounds
+``_failover.find_primary`` decides).
 
 Ensures: every socket opened here is either returned or closed, whatever is raised.
 """
@@ -10,6 +11,7 @@ import socket
 import struct
 import time
 
+from stalkd.client import _failover as failover
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address
 from stalkd.client._failover import Failover
@@ -72,43 +74,37 @@ def open_socket(address: Address, timeout: float | None) -> socket.socket:
 
 
 def find_primary(fo: Failover, timeout: float | None) -> tuple[socket.socket, Address]:
-    """Probe every address with ``stats`` in rounds (``_failover.Search``) and return the
-    open connection to the primary chosen; ``errors.NoPrimary`` when the search ends."""
-    fresh = fo.search is None
-    search = fo.start(time.monotonic())
-    while True:
-        wait = search.next_wait(time.monotonic())
-        if wait is None:
-            raise fo.give_up()
-        if wait:
-            time.sleep(wait)  # the backoff between rounds
-        found = search.round()
-        opened: dict[Address, socket.socket] = {}
-        chosen = None
-        try:
-            for address in found.addresses:
-                sock = None
+    """Carry out ``_failover.find_primary``'s rounds, probing one address after another;
+    the open connection to the primary chosen, or ``errors.NoPrimary``."""
+    plan = failover.find_primary(fo, clock=time.monotonic)
+    opened: dict[Address, socket.socket] = {}
+    try:
+        step = next(plan)
+        while True:
+            for sock in opened.values():  # the last round's, which found no primary
+                sock.close()
+            opened = {}
+            if step.wait:
+                time.sleep(step.wait)  # the backoff between rounds
+            seen: list[failover.Seen] = []
+            for address in step.addresses:
                 try:
-                    sock = open_socket(address, timeout)
-                    found.answered(address, probe(sock, address, timeout))
-                    opened[address] = sock
+                    opened[address] = open_socket(address, timeout)
+                    seen.append(probe(opened[address], address, timeout))
                 except (ClientConnectionError, BeanstalkError) as e:
-                    found.failed(address, str(e.__cause__ or e))
-                    if sock is not None:
-                        sock.close()
-            chosen = found.choice()
-        except BaseException:  # a bad TLS file, an interrupt: no search left half done
-            if fresh:
-                fo.settled()
-            raise
-        finally:
-            for address, sock in opened.items():
-                if address != chosen:
-                    sock.close()
-        if chosen is not None:
-            if fresh:
-                fo.settled()
-            return opened[chosen], chosen
+                    seen.append(str(e.__cause__ or e))
+                    if address in opened:
+                        opened.pop(address).close()
+            step = plan.send(seen)
+    except StopIteration as done:
+        chosen: Address = done.value
+        return opened.pop(chosen), chosen
+    except BaseException:
+        plan.close()  # (settles a search it started)
+        raise
+    finally:
+        for sock in opened.values():
+            sock.close()
 
 
 def probe(sock: socket.socket, address: Address, timeout: float | None) -> dict[str, Value]:
