@@ -11,7 +11,9 @@ bad value names the flag and the value. Deliberate differences from beanstalkd: 
 listen address is 127.0.0.1 (not 0.0.0.0), and with ``-b`` the default policy is ``always``
 (beanstalkd's is fsync at most every 50 ms, which loses acknowledged jobs on power loss).
 
-This module imports nothing heavy: it runs before the listening socket is bound.
+This module imports nothing heavy: it runs before the listening socket is bound. The parse's
+result, :class:`Config`, is defined in ``settings``, the help and version text in ``usage``;
+both are re-exported here, where callers import them from.
 
 Example:
     >>> parse_args(["-l", "127.0.0.1", "-p11301", "-b", "/tmp/q", "-f0"]).durability
@@ -24,228 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence  # collections.abc is imported at start-up anyway
 
+from stalkd.server.settings import DEFAULT_PORT, Config, Exit
+from stalkd.server.usage import BEANSTALKD_VERSION, USAGE, VERSION_TEXT, version_text
+
 __all__ = [
     "Config", "Exit", "parse_args", "USAGE", "VERSION_TEXT", "version_text", "DEFAULT_PORT",
-    "MAX_JOB_SIZE_LIMIT", "LOG_LEVELS", "is_loopback",
+    "MAX_JOB_SIZE_LIMIT", "LOG_LEVELS", "is_loopback", "BEANSTALKD_VERSION",
 ]  # fmt: skip
 
-DEFAULT_PORT = 11300
 MAX_JOB_SIZE_LIMIT = 1 << 30  # beanstalkd clamps -z to 1 GiB with a warning
 LOG_LEVELS = ("debug", "info", "warning", "error")
-BEANSTALKD_VERSION = "1.13"  # the protocol dialect we speak; clients gate features on it
-VERSION_TEXT = f"beanstalkd {BEANSTALKD_VERSION} (stalkd 0.1.0)\n"
-
-
-def version_text() -> str:
-    """``-v``: the dialect first (clients read it), then which parser runs, so a test or a
-    person can tell whether the C accelerator was built and is in use (``STALKD_NO_EXTENSIONS``).
-    """
-    # only on this exit path: start-up stays light
-    from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
-    from stalkd.protocol.accel import IMPLEMENTATION
-
-    hot = "C accelerator" if IMPLEMENTATION == "c" else "pure Python"
-    return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
-            f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r})\n")
-
-USAGE = """\
-Use: stalkd serve [OPTIONS]      (beanstalkd's flags; also installed as stalkd-server)
-
-Options:
- -b DIR   --dir DIR           write-ahead log directory (without it: in memory only)
- -f MS    --fsync MS          fsync at most once every MS milliseconds;
-                              use -f0 for "always fsync" (the default with -b)
- -F       --no-fsync          never fsync (survives kill -9, not power loss)
-          --durability P      always | never | every:MS (same as -f0 / -F / -f MS)
- -l ADDR  --listen ADDR       listen on address (default is 127.0.0.1); unix:PATH for a
-                              UNIX socket (a stale socket file is replaced)
- -p PORT  --port PORT         listen on port (default is 11300)
- -u USER  --user USER         become user and group
- -z BYTES --max-job-size N    set the maximum job size in bytes (default is 65535);
-                              max allowed is 1073741824 bytes
- -s BYTES --wal-size N        set the size of each write-ahead log file
-                              (default is 4194304); rounded up to a multiple of 4096
-          --archive           keep WAL segments compaction retires: move them to
-                              DIR/wal/archive/ instead of deleting them, so
-                              `stalkd analyze DIR` sees the whole history (disk use grows)
-          --archive URL       ship every sealed WAL segment and snapshot to URL (a
-                              directory, s3://BUCKET/PREFIX, gs://, hdfs://) with a
-                              manifest; `stalkd analyze URL` reads it. Segments are
-                              deleted locally only once shipped. S3 settings come from
-                              AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...
-          --repair            if the WAL is damaged, cut it at the damage (the bytes cut
-                              off are kept in DIR/wal/dropped/) instead of refusing to
-                              start; same as running `stalkd log repair DIR` first
-          --max-connections N refuse connections beyond N (default 10000)
-          --max-output N      per-connection buffered reply bytes before the server stops
-                              reading that connection (default 4194304)
-          --log-level LEVEL   debug | info | warning | error (default info)
-
-          --admin ADDR:PORT   serve the admin HTTP endpoint (metrics, health, JSON API,
-                              dashboard) there, e.g. 127.0.0.1:11301 (port 0: any free
-                              port, logged); off by default
-          --admin-token-file FILE
-                              clients of the admin endpoint must send this bearer token
-                              (required when ADDR is not a loopback address)
-          --admin-tls         serve the admin endpoint over HTTPS with --tls-cert/--tls-key
-                              (with --tls-client-ca, clients need a certificate, and with
-                              --acl only identities with admin = true may use the API)
-
-Replication (see docs/standby.md):
-          --standby-of ADDR   run as a hot standby of the primary at ADDR (host:port,
-                              tls://host:port?ca=&cert=&key=, unix:PATH): copy its WAL,
-                              answer reads, refuse changes with NOT_PRIMARY until
-                              promoted (`stalkd promote`, or SIGUSR2); needs --dir
-          --sync-standbys N   as primary, send INSERTED/DELETED/... only once N standbys
-                              hold the change on disk (default 0: ship asynchronously)
-
-Listeners (several may run at once; each has its own policy):
-          --unix PATH         also listen on a UNIX socket (file permissions decide who
-                              may connect; repeatable); removed when the server stops
-          --socket-mode MODE  permissions of UNIX socket files, octal (default 0660)
-          --tls-listen ADDR:PORT  also listen with TLS 1.2+ on ADDR:PORT (repeatable)
-          --tls-cert FILE     server certificate (chain) in PEM, for --tls-listen
-          --tls-key FILE      its private key (default: in --tls-cert's file)
-          --tls-client-ca FILE  require a client certificate signed by these CAs; its
-                              subject is the connection's identity (in the logs, the ACL)
-          --acl FILE          per-identity rules for TLS clients (TOML: which tubes each
-                              may put to and watch, whether it may kick and pause);
-                              refused commands get PERMISSION_DENIED
-          --no-plain          no plain -l/-p listener (only --unix and --tls-listen ones)
-          --plain-network-ok  do not warn that the plain listener is on a network address
-          (SIGHUP reloads the TLS certificate, key, client CAs and the ACL file)
- -c, -n                       accepted and ignored, as in beanstalkd
- -v       --version           show version information
- -V       --verbose           increase verbosity
- -h       --help              show this help
-"""
-
-
-class Config:
-    """Everything ``stalkd serve`` needs to start. Values are already validated; immutable
-    (a plain slotted class, not a dataclass: ``dataclasses`` would add tens of ms to the time
-    before the server listens).
-
-    >>> Config().address
-    '127.0.0.1:11300'
-    >>> Config().replace(port=11301).port
-    11301
-    """
-
-    __slots__ = ("listen", "port", "data_dir", "durability", "wal_size", "max_job_size", "user",
-                 "verbosity", "log_level", "max_connections", "max_output", "warnings", "archive",
-                 "unix", "socket_mode", "tls_listen", "tls_cert", "tls_key", "tls_client_ca",
-                 "acl", "no_plain", "plain_network_ok",
-                 "admin", "admin_token_file", "admin_tls",
-                 "repair", "archive_url", "standby_of", "sync_standbys")  # fmt: skip
-    listen: str  # host, or "unix:PATH"
-    port: int
-    data_dir: str | None  # None: in memory only, like beanstalkd without -b
-    durability: str  # "always" | "never" | "every:<ms>"; unused without data_dir
-    wal_size: int | None  # bytes per WAL segment; None: the WAL's default
-    max_job_size: int
-    user: str | None
-    verbosity: int
-    log_level: str
-    max_connections: int
-    max_output: int  # per-connection buffered reply bytes before it stops being read
-    warnings: tuple[str, ...]  # things the parse accepted but the operator should know
-    archive: bool  # retired WAL segments go to DIR/wal/archive/ instead of being deleted
-    unix: tuple[str, ...]  # extra UNIX socket listeners (paths)
-    socket_mode: int  # permission bits of every UNIX socket file we create
-    tls_listen: tuple[tuple[str, int], ...]  # TLS listeners (host, port)
-    tls_cert: str | None
-    tls_key: str | None  # None: the key is in tls_cert's file
-    tls_client_ca: str | None  # set: TLS clients must present a certificate these CAs signed
-    acl: str | None  # TOML rules per client identity, for TLS listeners
-    no_plain: bool  # no plain -l/-p listener
-    plain_network_ok: bool  # the operator knows the plain listener is reachable from a network
-    admin: tuple[str, int] | None  # (host, port) of the admin HTTP endpoint; None: off
-    admin_token_file: str | None  # bearer token the admin endpoint requires
-    admin_tls: bool  # the admin endpoint serves HTTPS with the TLS listeners' certificate
-    repair: bool  # cut a damaged WAL at its damage instead of refusing to start
-    archive_url: str | None  # sealed segments and snapshots are shipped there (stalkd.archive)
-    standby_of: str | None  # the primary's address: run as its standby (stalkd.replication)
-    sync_standbys: int  # standbys that must hold a change before its reply (0: asynchronous)
-
-    def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
-                 data_dir: str | None = None, durability: str = "always",
-                 wal_size: int | None = None, max_job_size: int = 65535,
-                 user: str | None = None, verbosity: int = 0, log_level: str = "info",
-                 max_connections: int = 10_000, max_output: int = 4 * 2**20,
-                 warnings: tuple[str, ...] = (), archive: bool = False,
-                 unix: tuple[str, ...] = (), socket_mode: int = 0o660,
-                 tls_listen: tuple[tuple[str, int], ...] = (), tls_cert: str | None = None,
-                 tls_key: str | None = None, tls_client_ca: str | None = None,
-                 acl: str | None = None, no_plain: bool = False,
-                 plain_network_ok: bool = False,
-                 admin: tuple[str, int] | None = None,
-                 admin_token_file: str | None = None, admin_tls: bool = False,
-                 repair: bool = False, archive_url: str | None = None,
-                 standby_of: str | None = None, sync_standbys: int = 0) -> None:  # fmt: skip
-        values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
-                  log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
-                  tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,
-                  plain_network_ok, admin, admin_token_file, admin_tls, repair, archive_url,
-                  standby_of, sync_standbys)  # fmt: skip
-        for k, v in zip(self.__slots__, values, strict=True):
-            object.__setattr__(self, k, v)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"Config is immutable; use .replace({name}=...)")
-
-    def replace(self, **changes: object) -> Config:
-        """A copy with some fields changed (names are checked)."""
-        unknown = set(changes) - set(self.__slots__)
-        if unknown:
-            raise TypeError(f"unknown Config fields: {sorted(unknown)}")
-        new = object.__new__(Config)
-        for k in self.__slots__:
-            object.__setattr__(new, k, changes.get(k, getattr(self, k)))
-        return new
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Config):
-            return NotImplemented
-        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
-
-    def __hash__(self) -> int:
-        return hash(tuple(getattr(self, k) for k in self.__slots__))
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
-        return f"Config({inner})"
-
-    @property
-    def unix_path(self) -> str | None:
-        return self.listen[5:] if self.listen.startswith("unix:") else None
-
-    @property
-    def address(self) -> str:
-        path = self.unix_path
-        if path is not None:
-            return f"unix:{path}"
-        host = f"[{self.listen}]" if ":" in self.listen else self.listen
-        return f"{host}:{self.port}"
-
-    @property
-    def effective_log_level(self) -> str:
-        # -V raises verbosity like beanstalkd's; it never lowers an explicit --log-level.
-        return "debug" if self.verbosity > 0 and self.log_level == "info" else self.log_level
-
-
-class Exit:
-    """Do not start: print ``stdout``/``stderr`` and exit with ``code``."""
-
-    __slots__ = ("code", "stdout", "stderr")
-
-    def __init__(self, code: int, stdout: str = "", stderr: str = "") -> None:
-        self.code = code
-        self.stdout = stdout
-        self.stderr = stderr
-
-    def __repr__(self) -> str:
-        return f"Exit(code={self.code!r}, stdout={self.stdout!r}, stderr={self.stderr!r})"
 
 
 class _Bad(Exception):

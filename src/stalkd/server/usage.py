@@ -1,0 +1,98 @@
+"""What ``stalkd serve`` prints instead of starting: its help (``-h``) and its version (``-v``).
+
+Only the version's second line imports anything, and only when asked: this module is loaded
+before the listening socket is bound.
+"""
+
+from __future__ import annotations
+
+__all__ = ["USAGE", "VERSION_TEXT", "BEANSTALKD_VERSION", "version_text"]
+
+BEANSTALKD_VERSION = "1.13"  # the protocol dialect we speak; clients gate features on it
+VERSION_TEXT = f"beanstalkd {BEANSTALKD_VERSION} (stalkd 0.1.0)\n"
+
+
+def version_text() -> str:
+    """``-v``: the dialect first (clients read it), then which parser runs, so a test or a
+    person can tell whether the C accelerator was built and is in use (``STALKD_NO_EXTENSIONS``).
+    """
+    # only on this exit path: start-up stays light
+    from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
+    from stalkd.protocol.accel import IMPLEMENTATION
+
+    hot = "C accelerator" if IMPLEMENTATION == "c" else "pure Python"
+    return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
+            f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r})\n")
+
+
+USAGE = """\
+Use: stalkd serve [OPTIONS]      (beanstalkd's flags; also installed as stalkd-server)
+
+Options:
+ -b DIR   --dir DIR           write-ahead log directory (without it: in memory only)
+ -f MS    --fsync MS          fsync at most once every MS milliseconds;
+                              use -f0 for "always fsync" (the default with -b)
+ -F       --no-fsync          never fsync (survives kill -9, not power loss)
+          --durability P      always | never | every:MS (same as -f0 / -F / -f MS)
+ -l ADDR  --listen ADDR       listen on address (default is 127.0.0.1); unix:PATH for a
+                              UNIX socket (a stale socket file is replaced)
+ -p PORT  --port PORT         listen on port (default is 11300)
+ -u USER  --user USER         become user and group
+ -z BYTES --max-job-size N    set the maximum job size in bytes (default is 65535);
+                              max allowed is 1073741824 bytes
+ -s BYTES --wal-size N        set the size of each write-ahead log file
+                              (default is 4194304); rounded up to a multiple of 4096
+          --archive           keep WAL segments compaction retires: move them to
+                              DIR/wal/archive/ instead of deleting them, so
+                              `stalkd analyze DIR` sees the whole history (disk use grows)
+          --archive URL       ship every sealed WAL segment and snapshot to URL (a
+                              directory, s3://BUCKET/PREFIX, gs://, hdfs://) with a
+                              manifest; `stalkd analyze URL` reads it. Segments are
+                              deleted locally only once shipped. S3 settings come from
+                              AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID, ...
+          --repair            if the WAL is damaged, cut it at the damage (the bytes cut
+                              off are kept in DIR/wal/dropped/) instead of refusing to
+                              start; same as running `stalkd log repair DIR` first
+          --max-connections N refuse connections beyond N (default 10000)
+          --max-output N      per-connection buffered reply bytes before the server stops
+                              reading that connection (default 4194304)
+          --log-level LEVEL   debug | info | warning | error (default info)
+
+          --admin ADDR:PORT   serve the admin HTTP endpoint (metrics, health, JSON API,
+                              dashboard) there, e.g. 127.0.0.1:11301 (port 0: any free
+                              port, logged); off by default
+          --admin-token-file FILE
+                              clients of the admin endpoint must send this bearer token
+                              (required when ADDR is not a loopback address)
+          --admin-tls         serve the admin endpoint over HTTPS with --tls-cert/--tls-key
+                              (with --tls-client-ca, clients need a certificate, and with
+                              --acl only identities with admin = true may use the API)
+
+Replication (see docs/standby.md):
+          --standby-of ADDR   run as a hot standby of the primary at ADDR (host:port,
+                              tls://host:port?ca=&cert=&key=, unix:PATH): copy its WAL,
+                              answer reads, refuse changes with NOT_PRIMARY until
+                              promoted (`stalkd promote`, or SIGUSR2); needs --dir
+          --sync-standbys N   as primary, send INSERTED/DELETED/... only once N standbys
+                              hold the change on disk (default 0: ship asynchronously)
+
+Listeners (several may run at once; each has its own policy):
+          --unix PATH         also listen on a UNIX socket (file permissions decide who
+                              may connect; repeatable); removed when the server stops
+          --socket-mode MODE  permissions of UNIX socket files, octal (default 0660)
+          --tls-listen ADDR:PORT  also listen with TLS 1.2+ on ADDR:PORT (repeatable)
+          --tls-cert FILE     server certificate (chain) in PEM, for --tls-listen
+          --tls-key FILE      its private key (default: in --tls-cert's file)
+          --tls-client-ca FILE  require a client certificate signed by these CAs; its
+                              subject is the connection's identity (in the logs, the ACL)
+          --acl FILE          per-identity rules for TLS clients (TOML: which tubes each
+                              may put to and watch, whether it may kick and pause);
+                              refused commands get PERMISSION_DENIED
+          --no-plain          no plain -l/-p listener (only --unix and --tls-listen ones)
+          --plain-network-ok  do not warn that the plain listener is on a network address
+          (SIGHUP reloads the TLS certificate, key, client CAs and the ACL file)
+ -c, -n                       accepted and ignored, as in beanstalkd
+ -v       --version           show version information
+ -V       --verbose           increase verbosity
+ -h       --help              show this help
+"""
