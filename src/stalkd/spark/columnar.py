@@ -34,8 +34,8 @@ from stalkd.engine.model import HEAD_FIELDS, PUT_FIELDS, RELEASE_FIELDS, RESULT_
 from stalkd.log import frame
 from stalkd.log.columns import FrameColumns
 from stalkd.spark.batches import wal_batch
+from stalkd.spark.markers import MARKER_MAGIC
 from stalkd.spark.schema import OP_NAMES, RAW_ARROW, WAL_ARROW
-from stalkd.spark.sink import MARKER_MAGIC
 
 __all__ = ["raw_columns_batch", "wal_columns_batch", "ranges_binary", "split_by_span", "MAX_BATCH_SPAN"]
 
