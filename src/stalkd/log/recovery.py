@@ -16,6 +16,8 @@ quarantine file in ``dropped/`` (mode 0600) and later segments are moved there, 
 the report lists the records still readable in what was dropped. ``mode="check"`` (``stalkd log
 inspect --verify``) runs the same decisions read-only and returns the damage found.
 
+What a cut changes on disk (zeroing, footers, ``dropped/``) is in ``repairs``.
+
 Ensures: the result describes a prefix of the directory's frames that is dense in offsets and
 CRC-valid; ``open`` changes nothing but a torn tail's bytes, empty segments and a missing footer
 left by a crash during a roll-over; a log that lost acknowledged records is never opened silently.
@@ -32,21 +34,19 @@ from typing import Literal
 from .errors import LogCorruptError
 from .fs import REAL, FileSystem
 from .reader import list_segments
+from .repairs import DROPPED_DIR, ZEROS, RepairReport, cut, quarantine, write_footer, zero
 from .segment import (
     FOOTER_SIZE,
     HEADER_SIZE,
     ScanState,
     SegmentView,
-    encode_footer,
     scan,
     segment_name,
 )
 
 __all__ = ["DROPPED_DIR", "Damage", "Recovered", "RepairReport", "recover", "refusal"]
 
-DROPPED_DIR = "dropped"
 _log = logging.getLogger("stalkd.log.recovery")
-_ZEROS = bytes(1 << 20)
 
 
 @dataclass(frozen=True)
@@ -79,25 +79,6 @@ def refusal(d: Damage, root: str) -> LogCorruptError:
         f"stalkd log repair {root}   (or start the server with --repair)",
         path=d.path, position=d.position, offset=d.offset,
     )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class RepairReport:
-    """What a repair cut: the log now ends at ``offset``.
-
-    ``dropped_files`` were moved to or written in ``<dir>/dropped/`` (a repair deletes nothing);
-    ``salvaged`` holds (offset, payload) of the valid records found in what was dropped.
-
-    >>> RepairReport("d/seg-00000000000000000000.log", 4160, 65, "bad frame", ()).offset
-    65
-    """
-
-    path: str
-    position: int
-    offset: int
-    reason: str
-    dropped_files: tuple[str, ...]
-    salvaged: tuple[tuple[int, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,11 +118,11 @@ def _last_nonzero(view: SegmentView, start: int, stop: int) -> int:
     """End of the non-zero bytes in ``[start, stop)`` (``start`` if all are zero)."""
     end = stop
     while end > start:
-        lo = max(start, end - len(_ZEROS))
+        lo = max(start, end - len(ZEROS))
         chunk = bytes(view.mv[lo:end])
         # Compared whole first (a memcmp): rstrip tests each byte against its argument, far
         # slower, and opening a torn active segment scans all of its empty preallocated rest
-        if chunk != _ZEROS[: end - lo]:
+        if chunk != ZEROS[: end - lo]:
             return lo + len(chunk.rstrip(b"\0"))
         end = lo
     return start
@@ -188,91 +169,6 @@ def _following(views: list[SegmentView], i: int, pos: int, offset: int) -> int:
     return n
 
 
-def _write_footer(fs: FileSystem, path: str, base: int, end: int, data_end: int, epoch: int) -> None:
-    fd = fs.open(path, os.O_RDWR)
-    try:
-        fs.pwrite_all(fd, encode_footer(base, end, data_end, epoch), os.fstat(fd).st_size - FOOTER_SIZE)
-        fs.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
-def _zero(fs: FileSystem, path: str, start: int, end: int) -> None:
-    """Zero bytes ``[start, end)`` of a segment (what a cut drops), durably."""
-    fd = fs.open(path, os.O_RDWR)
-    try:
-        end = min(end, os.fstat(fd).st_size)
-        pos = start
-        while pos < end:
-            n = min(len(_ZEROS), end - pos)
-            fs.pwrite_all(fd, memoryview(_ZEROS)[:n], pos)
-            pos += n
-        fs.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
-def _dropped_dir(fs: FileSystem, root: str) -> str:
-    d = os.path.join(root, DROPPED_DIR)
-    fs.makedirs(d)
-    return d
-
-
-def _quarantine(fs: FileSystem, root: str, view: SegmentView, start: int, end: int) -> str:
-    """Copy bytes ``[start, end)`` of a segment to a new 0600 file in dropped/; its path."""
-    d = _dropped_dir(fs, root)
-    name = f"{os.path.basename(view.path)}.from-byte-{start}"
-    target = os.path.join(d, name)
-    k = 1
-    while os.path.lexists(target):
-        target = os.path.join(d, f"{name}.{k}")
-        k += 1
-    fd = fs.open(target, os.O_WRONLY | os.O_EXCL, create=True)
-    try:
-        fs.write_all(fd, view.mv[start:end])
-        fs.fsync(fd)
-    finally:
-        os.close(fd)
-    fs.fsync_dir(d)
-    return target
-
-
-def _salvage_file(path: str) -> list[tuple[int, bytes]]:
-    """Valid records in a segment file moved aside by a repair (none if it is unreadable)."""
-    try:
-        v = SegmentView(path)
-    except (LogCorruptError, OSError):
-        return []
-    try:
-        return [(o, p) for o, _, p in v.find_frames(HEADER_SIZE, v.size, v.base)]
-    finally:
-        v.close()
-
-
-def _cut(
-    fs: FileSystem, root: str, files: list[str], views: list[SegmentView], keep: int, cut_view: SegmentView | None,
-    position: int, offset: int, reason: str,
-) -> RepairReport:
-    """Move files[keep:] to dropped/ (beyond the cut segment); erase the cut segment's footer (the
-    tail check that follows quarantines and zeroes the frames beyond the cut)."""
-    dropped_dir = _dropped_dir(fs, root)
-    moved = []
-    for p in files[keep:]:
-        for v in views:
-            if v.path == p:
-                v.close()
-        target = os.path.join(dropped_dir, os.path.basename(p))
-        fs.replace(p, target)
-        moved.append(target)
-    if cut_view is not None:
-        _zero(fs, cut_view.path, cut_view.size - FOOTER_SIZE, cut_view.size)
-        cut_view.footer = None
-    fs.fsync_dir(root)
-    salvaged = [rec for p in moved for rec in _salvage_file(p)]
-    where = cut_view.path if cut_view is not None else (files[keep] if keep < len(files) else root)
-    return RepairReport(where, position, offset, reason, tuple(moved), tuple(salvaged))
-
-
 Mode = Literal["open", "repair", "check"]
 
 
@@ -313,7 +209,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
             except LogCorruptError as e:
                 prev_end = views[-1].footer[0] if views and views[-1].footer else base
                 if damaged(Damage(p, e.position, prev_end, 0, f"unreadable segment ({e})")):
-                    report = _cut(fs, root, files, views, i, None, 0, prev_end, f"unreadable segment: {e}")
+                    report = cut(fs, root, files, views, i, None, 0, prev_end, f"unreadable segment: {e}")
                 break
         n = len(views)
         i = 0
@@ -325,7 +221,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                                f"gap in offsets: the footer ends at offset {view.footer[0]} but the next "
                                f"segment starts at {nxt}")  # fmt: skip
                     if damaged(d):
-                        report = _cut(fs, root, files, views, i + 1, None, 0, view.footer[0], "gap in offsets")
+                        report = cut(fs, root, files, views, i + 1, None, 0, view.footer[0], "gap in offsets")
                     n = i + 1
                     break
                 bad = _verify(view) if verify else None
@@ -333,7 +229,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                     d = Damage(view.path, bad[0], bad[1], _following(views, i, bad[0], bad[1]),
                                "bad frame in a sealed segment")  # fmt: skip
                     if damaged(d):
-                        report = _cut(fs, root, files, views, i + 1, view, bad[0], bad[1], "bad frame in sealed segment")
+                        report = cut(fs, root, files, views, i + 1, view, bad[0], bad[1], "bad frame in sealed segment")
                     n = i + 1
                     break
                 i += 1
@@ -348,7 +244,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                         v.close()
                         fs.unlink(v.path)
                     # the footer write the crash interrupted may have left bytes in its room
-                    _zero(fs, view.path, view.size - FOOTER_SIZE, view.size)
+                    zero(fs, view.path, view.size - FOOTER_SIZE, view.size)
                     with contextlib.suppress(OSError):
                         fs.fsync_dir(root)
                     n = i + 1
@@ -357,14 +253,14 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                 break
             if st.offset == nxt and st.status == "end":
                 if act:
-                    _write_footer(fs, view.path, view.base, st.offset, st.pos, view.epoch)
+                    write_footer(fs, view.path, view.base, st.offset, st.pos, view.epoch)
                     view.footer = (st.offset, st.pos)
                 i += 1
                 continue
             d = Damage(view.path, st.pos, st.offset, _following(views, i, st.pos, st.offset),
                        "bad frame in a sealed segment without a valid footer")  # fmt: skip
             if damaged(d):
-                report = _cut(fs, root, files, views, i + 1, view, st.pos, st.offset, "bad frame in sealed segment")
+                report = cut(fs, root, files, views, i + 1, view, st.pos, st.offset, "bad frame in sealed segment")
             n = i + 1
             break
         views = views[:n]
@@ -385,8 +281,8 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
         tail = _check_tail(last)
         torn = tail.extent - tail.data_end
         if tail.damage is not None and damaged(tail.damage):
-            q = _quarantine(fs, root, last, tail.data_end, tail.extent) if torn else None
-            _zero(fs, last.path, tail.data_end, tail.extent)
+            q = quarantine(fs, root, last, tail.data_end, tail.extent) if torn else None
+            zero(fs, last.path, tail.data_end, tail.extent)
             salvaged = tuple((o, p) for o, _, p in tail.found)
             if report is None:
                 report = RepairReport(last.path, tail.data_end, tail.next_offset, tail.damage.reason,
@@ -396,7 +292,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                                       report.dropped_files + ((q,) if q else ()), report.salvaged + salvaged)  # fmt: skip
             torn = 0
         elif tail.damage is None and torn and act:
-            _zero(fs, last.path, tail.data_end, tail.extent)
+            zero(fs, last.path, tail.data_end, tail.extent)
             _log.warning("%s: torn tail cut: %d bytes dropped at byte %d (log offset %d), nothing valid "
                          "after them (a write a crash interrupted)", last.path, torn, tail.data_end, tail.next_offset)
         return Recovered(tuple(sealed), tail.next_offset, (last.path, last.base, tail.data_end, last.epoch),

@@ -1,0 +1,127 @@
+"""What recovery changes in a log directory, each change durable before the next: a footer a
+crash left unwritten, bytes zeroed (a torn tail, a cut), bytes or whole segments moved aside
+into ``dropped/`` (0600; a repair deletes nothing), and the :class:`RepairReport` of a cut,
+with the records still readable in what was dropped. ``recovery`` decides where; every change
+goes through the file-system seam (``fs``), where tests inject their faults.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import LogCorruptError
+from .fs import FileSystem
+from .segment import FOOTER_SIZE, HEADER_SIZE, SegmentView, encode_footer
+
+__all__ = ["DROPPED_DIR", "ZEROS", "RepairReport", "write_footer", "zero", "dropped_dir",
+           "quarantine", "salvage_file", "cut"]
+
+DROPPED_DIR = "dropped"
+ZEROS = bytes(1 << 20)
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What a repair cut: the log now ends at ``offset``.
+
+    ``dropped_files`` were moved to or written in ``<dir>/dropped/`` (a repair deletes nothing);
+    ``salvaged`` holds (offset, payload) of the valid records found in what was dropped.
+
+    >>> RepairReport("d/seg-00000000000000000000.log", 4160, 65, "bad frame", ()).offset
+    65
+    """
+
+    path: str
+    position: int
+    offset: int
+    reason: str
+    dropped_files: tuple[str, ...]
+    salvaged: tuple[tuple[int, bytes], ...] = ()
+
+
+def write_footer(fs: FileSystem, path: str, base: int, end: int, data_end: int, epoch: int) -> None:
+    """Seal a segment a crash left without its footer (its frames all valid), durably."""
+    fd = fs.open(path, os.O_RDWR)
+    try:
+        fs.pwrite_all(fd, encode_footer(base, end, data_end, epoch), os.fstat(fd).st_size - FOOTER_SIZE)
+        fs.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def zero(fs: FileSystem, path: str, start: int, end: int) -> None:
+    """Zero bytes ``[start, end)`` of a segment (what a cut drops), durably."""
+    fd = fs.open(path, os.O_RDWR)
+    try:
+        end = min(end, os.fstat(fd).st_size)
+        pos = start
+        while pos < end:
+            n = min(len(ZEROS), end - pos)
+            fs.pwrite_all(fd, memoryview(ZEROS)[:n], pos)
+            pos += n
+        fs.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def dropped_dir(fs: FileSystem, root: str) -> str:
+    """``root/dropped/``, created if needed."""
+    d = os.path.join(root, DROPPED_DIR)
+    fs.makedirs(d)
+    return d
+
+
+def quarantine(fs: FileSystem, root: str, view: SegmentView, start: int, end: int) -> str:
+    """Copy bytes ``[start, end)`` of a segment to a new 0600 file in dropped/; its path."""
+    d = dropped_dir(fs, root)
+    name = f"{os.path.basename(view.path)}.from-byte-{start}"
+    target = os.path.join(d, name)
+    k = 1
+    while os.path.lexists(target):
+        target = os.path.join(d, f"{name}.{k}")
+        k += 1
+    fd = fs.open(target, os.O_WRONLY | os.O_EXCL, create=True)
+    try:
+        fs.write_all(fd, view.mv[start:end])
+        fs.fsync(fd)
+    finally:
+        os.close(fd)
+    fs.fsync_dir(d)
+    return target
+
+
+def salvage_file(path: str) -> list[tuple[int, bytes]]:
+    """Valid records in a segment file moved aside by a repair (none if it is unreadable)."""
+    try:
+        v = SegmentView(path)
+    except (LogCorruptError, OSError):
+        return []
+    try:
+        return [(o, p) for o, _, p in v.find_frames(HEADER_SIZE, v.size, v.base)]
+    finally:
+        v.close()
+
+
+def cut(
+    fs: FileSystem, root: str, files: list[str], views: list[SegmentView], keep: int, cut_view: SegmentView | None,
+    position: int, offset: int, reason: str,
+) -> RepairReport:
+    """Move files[keep:] to dropped/ (beyond the cut segment); erase the cut segment's footer (the
+    tail check that follows quarantines and zeroes the frames beyond the cut)."""
+    into = dropped_dir(fs, root)
+    moved = []
+    for p in files[keep:]:
+        for v in views:
+            if v.path == p:
+                v.close()
+        target = os.path.join(into, os.path.basename(p))
+        fs.replace(p, target)
+        moved.append(target)
+    if cut_view is not None:
+        zero(fs, cut_view.path, cut_view.size - FOOTER_SIZE, cut_view.size)
+        cut_view.footer = None
+    fs.fsync_dir(root)
+    salvaged = [rec for p in moved for rec in salvage_file(p)]
+    where = cut_view.path if cut_view is not None else (files[keep] if keep < len(files) else root)
+    return RepairReport(where, position, offset, reason, tuple(moved), tuple(salvaged))
