@@ -33,7 +33,8 @@ from .errors import LogCorruptError, LogError, LogLockedError, NotALogError
 from .fs import REAL
 from .group import GROUPS_DIR
 from .layout import resolve_log_dir
-from .log import LOCK_NAME, Log
+from .lock import LOCK_NAME
+from .log import Log
 from .reader import LogReader, list_segments
 from .recovery import recover
 

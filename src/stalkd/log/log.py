@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
@@ -28,20 +27,20 @@ from typing import Literal
 from .active import SPARES_DIR, ZERO_AHEAD
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
-from .errors import LogError, LogLockedError
+from .errors import LogError
 from .frame import Frame
 from .fs import REAL, FileSystem
 from .group import GROUPS_DIR, ConsumerGroup
-from .reader import ARCHIVE_DIR, ReadPos, list_segments, read_frames
+from .lock import lock_dir, unlock_dir
+from .reader import ARCHIVE_DIR, ReadPos, SegmentViews, list_segments, read_frames
 from .recovery import RepairReport, recover
 from .retention import retain
-from .segment import FOOTER_SIZE, HEADER_SIZE, SegmentView
+from .segment import FOOTER_SIZE, HEADER_SIZE
 from .ticket import Ticket
 from .writer import SegmentWriter
 
 __all__ = ["Log", "RepairReport", "parse_durability"]
 
-LOCK_NAME = "LOCK"
 Payload = bytes | bytearray | memoryview
 
 
@@ -62,7 +61,7 @@ class Log:
         self.repair_report: RepairReport | None = None
         self._groups: dict[str, ConsumerGroup] = {}
         self._refusers: list[ConsumerGroup] = []  # groups whose lag limit refuses appends
-        self._views: dict[str, SegmentView] = {}
+        self._views = SegmentViews()
         self._cursor_syncer: CursorSyncer | None = None
         self._policy = "always"
         self._durability = "always"
@@ -108,7 +107,7 @@ class Log:
         log._archive = archive
         log.fs = fs
         fs.makedirs(log.path)
-        log._lock_dir()
+        log._lockfd = lock_dir(fs, log.path)
         try:
             for sub in ("", GROUPS_DIR, ARCHIVE_DIR, SPARES_DIR):
                 d = os.path.join(log.path, sub)
@@ -126,21 +125,6 @@ class Log:
             raise
         log._commit.start(log._writer)
         return log
-
-    def _lock_dir(self) -> None:
-        fd = self.fs.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR, create=True)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise LogLockedError(
-                f"{self.path}: log is already open for writing (lock held by pid {holder}); "
-                "one writer per directory, readers use LogReader"
-            ) from None
-        os.ftruncate(fd, 0)
-        self.fs.pwrite_all(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lockfd = fd
 
     # ---------------------------------------------------------------- writing
 
@@ -246,13 +230,6 @@ class Log:
 
     # ---------------------------------------------------------------- reading
 
-    def _view(self, base: int, path: str, archived: bool) -> SegmentView:
-        view = self._views.get(path)
-        if view is None:
-            view = SegmentView(path, archived)
-            self._views[path] = view
-        return view
-
     def _listing(self) -> list[tuple[int, str, bool]]:
         return list_segments(self.path, archive=True)
 
@@ -277,7 +254,7 @@ class Log:
         # From the live segments on, the writer's own list stands for the directory's: a reader
         # that follows the end (a standby's stream, each batch) lists nothing.
         segs = [(b, p, False) for b, _, p in bounds] if bounds and start >= bounds[0][0] else None
-        return read_frames(self._listing, self._view, start, stop, resume, make, segs)
+        return read_frames(self._listing, self._views.get, start, stop, resume, make, segs)
 
     def segment_bounds(self) -> list[tuple[int, int | None, str]]:
         """(base, end or None for the active one, path) of the live segments, oldest first."""
@@ -362,12 +339,7 @@ class Log:
         self._check_usable()
         if self.retention_hold is not None:
             floor = min(floor, self.retention_hold())
-        return retain(self._writer, floor, self._groups.values(), self._archive, self._forget_view)
-
-    def _forget_view(self, path: str) -> None:
-        view = self._views.pop(path, None)
-        if view is not None:
-            view.close()
+        return retain(self._writer, floor, self._groups.values(), self._archive, self._views.forget)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -408,18 +380,13 @@ class Log:
         c = getattr(self, "_commit", None)
         if c is not None:
             c.release()
-        for view in self._views.values():
-            view.close()
-        self._views.clear()
+        self._views.close()
         w = getattr(self, "_writer", None)
         if w is not None:
             w.close()
-        fd = self._lockfd
+        fd, self._lockfd = self._lockfd, None
         if fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)  # no stale pid for `stalkd log inspect` to report
-            os.close(fd)
-            self._lockfd = None
+            unlock_dir(fd)
 
     def __enter__(self) -> Log:
         return self

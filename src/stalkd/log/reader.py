@@ -18,7 +18,7 @@ from .errors import LogError
 from .frame import Frame
 from .segment import HEADER_SIZE, ScanState, SegmentInfo, SegmentView, parse_segment_name
 
-__all__ = ["LogReader", "ReadPos", "list_segments", "read_frames"]
+__all__ = ["LogReader", "ReadPos", "SegmentViews", "list_segments", "read_frames"]
 
 ARCHIVE_DIR = "archive"
 
@@ -53,6 +53,39 @@ def list_segments(path: str, archive: bool | Literal["only"] = True) -> list[tup
 
 
 ViewGetter = Callable[[int, str, bool], SegmentView]
+
+
+class SegmentViews:
+    """The open mappings of one reader's (or the writer's) segment files, by path: each file
+    is mapped once, and unmapped when it is forgotten (retired) or the cache is closed."""
+
+    __slots__ = ("_views",)
+
+    def __init__(self) -> None:
+        self._views: dict[str, SegmentView] = {}
+
+    def get(self, base: int, path: str, archived: bool) -> SegmentView:
+        """The mapping of ``path`` (a :data:`ViewGetter`), opened on first use."""
+        view = self._views.get(path)
+        if view is None:
+            view = SegmentView(path, archived)
+            self._views[path] = view
+        return view
+
+    def forget(self, path: str) -> None:
+        view = self._views.pop(path, None)
+        if view is not None:
+            view.close()
+
+    def keep_only(self, live: set[str]) -> None:
+        """Forget every mapping of a file not in ``live`` (retired meanwhile)."""
+        for gone in [p for p in self._views if p not in live]:
+            self.forget(gone)
+
+    def close(self) -> None:
+        for view in self._views.values():
+            view.close()
+        self._views.clear()
 
 
 def read_frames(
@@ -124,22 +157,14 @@ class LogReader:
         if not os.path.isdir(self.path):
             raise LogError(f"{self.path}: not a log directory")
         self.archive = archive
-        self._views: dict[str, SegmentView] = {}
-
-    def _view(self, base: int, path: str, archived: bool) -> SegmentView:
-        view = self._views.get(path)
-        if view is None:
-            view = SegmentView(path, archived)
-            self._views[path] = view
-        return view
+        self._views = SegmentViews()
+        self._view = self._views.get
 
     def segments(self) -> list[SegmentInfo]:
         """The segments, oldest first; ``end_offset`` is None for the active (unsealed) one."""
         out = []
         listing = list_segments(self.path, self.archive)
-        live = {p for _, p, _ in listing}
-        for gone in [p for p in self._views if p not in live]:  # retired by retention meanwhile
-            self._views.pop(gone).close()
+        self._views.keep_only({p for _, p, _ in listing})  # retired by retention meanwhile
         for base, path, archived in listing:
             view = self._view(base, path, archived)
             end = view.footer[0] if view.footer else None
@@ -168,9 +193,7 @@ class LogReader:
 
     def close(self) -> None:
         """Drop the cached mappings."""
-        for view in self._views.values():
-            view.close()
-        self._views.clear()
+        self._views.close()
 
     def __enter__(self) -> LogReader:
         return self
