@@ -24,11 +24,10 @@ from typing import Any, Self, TypeVar
 
 from stalkd.client import _failover as failover
 from stalkd.client import _requests as rq
-from stalkd.client._address import Address, parse_addresses
+from stalkd.client._address import Address
 from stalkd.client._aiodial import find_primary, open_wire
 from stalkd.client._aiowire import Wire
-from stalkd.client._core import Session
-from stalkd.client._failover import Failover
+from stalkd.client._endpoint import Endpoint
 from stalkd.client._idle import IdleCheck
 from stalkd.client._wire import Response
 from stalkd.client.errors import ClientConnectionError, ConnectionClosed, ProtocolError
@@ -38,7 +37,7 @@ __all__ = ["AsyncTransport"]
 T = TypeVar("T")
 
 
-class AsyncTransport:
+class AsyncTransport(Endpoint):
     """The connection under an :class:`~stalkd.client.AsyncClient` (its docstring: the
     arguments)."""
 
@@ -46,19 +45,11 @@ class AsyncTransport:
                  host: str | None = None, port: int | None = None,
                  timeout: float | None = 10.0, reconnect: bool = True,
                  failover_timeout: float | None = None) -> None:
-        self.addresses = parse_addresses(address, host, port)
-        #: the server connected to (or to be tried first)
-        self.address: Address = self.addresses[0]
-        self.timeout = timeout
-        self.reconnect_enabled = reconnect
-        self._failover = Failover(self.addresses, failover_timeout=failover_timeout,
-                                  reconnect=reconnect)
-        self._closed_by_user = False
+        super().__init__(address, host=host, port=port, timeout=timeout, reconnect=reconnect,
+                         failover_timeout=failover_timeout)
         self._gone: tuple[Wire, IdleCheck] | None = None  # with failover: the idle check
         self._wire: Wire | None = None
         self._connecting: asyncio.Lock | None = None
-        self._session = Session()
-        self._ever_connected = False
 
     # --- connection ---------------------------------------------------------------------
 
@@ -76,8 +67,7 @@ class AsyncTransport:
             wire = self._wire
             if wire is not None and wire.lost is None:
                 return wire
-            if self._ever_connected and not self.reconnect_enabled:
-                raise ConnectionClosed(f"connection to {self.address} was closed (reconnect=False)")
+            self._may_connect()
             wire = await self._open()
             self._wire = wire
             return wire
@@ -87,8 +77,7 @@ class AsyncTransport:
             wire, self.address = await find_primary(self._failover, self.timeout)
         else:
             wire = await open_wire(self.address, self.timeout)
-        self._ever_connected = True
-        self._closed_by_user = False
+        self._opened()
         requests = self._session.restore()
         if requests:
             for req, resp in zip(requests, await self._exchange_on(wire, requests, 0), strict=True):
@@ -217,9 +206,6 @@ class AsyncTransport:
                 return False
             gone = self._gone = (wire, IdleCheck(sock.fileno()))
         return gone[1]()
-
-    def _user_closed(self) -> bool:
-        return self._closed_by_user
 
     async def _drive(self, plan: failover.Plan[T]) -> T:
         """Perform the steps of a failover plan (``_failover``: what is resent, and when)."""

@@ -20,10 +20,9 @@ from typing import Any, Self, TypeVar
 
 from stalkd.client import _failover as failover
 from stalkd.client import _requests as rq
-from stalkd.client._address import Address, parse_addresses
-from stalkd.client._core import Session
+from stalkd.client._address import Address
 from stalkd.client._dial import find_primary, open_socket, set_wait
-from stalkd.client._failover import Failover
+from stalkd.client._endpoint import Endpoint
 from stalkd.client._idle import IdleCheck
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client.errors import (
@@ -39,28 +38,20 @@ T = TypeVar("T")
 WAIT_SLACK = 2.0  # seconds a reply timeout may fire late rather than cost a socket option change
 
 
-class BlockingTransport:
+class BlockingTransport(Endpoint):
     """The connection under a :class:`~stalkd.client.Client` (its docstring: the arguments)."""
 
     def __init__(self, address: str | Address | Sequence[str | Address] | None = None, *,
                  host: str | None = None, port: int | None = None,
                  timeout: float | None = 10.0, reconnect: bool = True, connect: bool = True,
                  failover_timeout: float | None = None) -> None:
-        self.addresses = parse_addresses(address, host, port)
-        #: the server connected to (or to be tried first)
-        self.address: Address = self.addresses[0]
-        self.timeout = timeout
-        self.reconnect_enabled = reconnect
-        self._failover = Failover(self.addresses, failover_timeout=failover_timeout,
-                                  reconnect=reconnect)
-        self._closed_by_user = False
+        super().__init__(address, host=host, port=port, timeout=timeout, reconnect=reconnect,
+                         failover_timeout=failover_timeout)
         self._gone: IdleCheck | None = None  # with failover: is the idle connection dead?
         self._sock: socket.socket | None = None
         self._sock_timeout: float | None = None
         self._busy = False
         self._reader = ReplyReader()
-        self._session = Session()
-        self._ever_connected = False
         if connect:
             self.connect()
 
@@ -78,8 +69,7 @@ class BlockingTransport:
         self._sock = sock
         self._sock_timeout = self.timeout
         self._reader = ReplyReader()
-        self._ever_connected = True
-        self._closed_by_user = False
+        self._opened()
         self._gone = (IdleCheck(sock.fileno()) if self._failover.enabled and self.address.tls is None
                       else None)
         self._restore()
@@ -142,8 +132,7 @@ class BlockingTransport:
 
     def _ensure(self) -> socket.socket:
         if self._sock is None:
-            if self._ever_connected and not self.reconnect_enabled:
-                raise ConnectionClosed(f"connection to {self.address} was closed (reconnect=False)")
+            self._may_connect()
             self.connect()
         assert self._sock is not None
         return self._sock
@@ -213,9 +202,6 @@ class BlockingTransport:
         except ProtocolError:
             self._drop()  # an answer we cannot place: the stream may be out of step
             raise
-
-    def _user_closed(self) -> bool:
-        return self._closed_by_user
 
     def _drive(self, plan: failover.Plan[T]) -> T:
         """Perform the steps of a failover plan (``_failover``: what is resent, and when)."""
