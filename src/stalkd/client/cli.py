@@ -113,6 +113,24 @@ def _emit(ns: argparse.Namespace, value: Any, text: str) -> None:
         print(text)
 
 
+def _each_job(ns: argparse.Namespace, ids: Sequence[int], act: Callable[[int], None], cmd: str,
+              done: str, why_missing: str) -> int:
+    """``act`` on each job id; prints (or emits as JSON) the ids done and those not found."""
+    acted, missing = [], []
+    for jid in ids:
+        try:
+            act(jid)
+            acted.append(jid)
+        except errors.NotFound:
+            missing.append(jid)
+    _emit(ns, {done: acted, "not_found": missing}, "\n".join(f"{done} {j}" for j in acted))
+    if missing:
+        print(f"stalkd {cmd}: not found ({why_missing}): {' '.join(map(str, missing))}",
+              file=sys.stderr)
+        return NOT_FOUND
+    return OK
+
+
 def _add_tube(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("-t", "--tube", default="default", help=f"{what} (default: default)")
 
@@ -213,20 +231,8 @@ def delete(argv: Sequence[str]) -> int:
     p.add_argument("ids", nargs="+", type=int, metavar="ID", help="job ids")
 
     def body(c: Client, ns: argparse.Namespace) -> int:
-        deleted, missing = [], []
-        for jid in ns.ids:
-            try:
-                c.delete(jid)
-                deleted.append(jid)
-            except errors.NotFound:
-                missing.append(jid)
-        _emit(ns, {"deleted": deleted, "not_found": missing},
-              "\n".join(f"deleted {j}" for j in deleted))
-        if missing:
-            print(f"stalkd delete: not found (no such job, or reserved by a worker): "
-                  f"{' '.join(map(str, missing))}", file=sys.stderr)
-            return NOT_FOUND
-        return OK
+        return _each_job(ns, ns.ids, c.delete, "delete", "deleted",
+                         "no such job, or reserved by a worker")
 
     return _run("delete", p, argv, body)
 
@@ -255,20 +261,8 @@ def kick(argv: Sequence[str]) -> int:
 
     def body(c: Client, ns: argparse.Namespace) -> int:
         if ns.jobs:
-            kicked, missing = [], []
-            for jid in ns.jobs:
-                try:
-                    c.kick_job(jid)
-                    kicked.append(jid)
-                except errors.NotFound:
-                    missing.append(jid)
-            _emit(ns, {"kicked": kicked, "not_found": missing},
-                  "\n".join(f"kicked {j}" for j in kicked))
-            if missing:
-                print(f"stalkd kick: not found (no such job, or neither buried nor delayed): "
-                      f"{' '.join(map(str, missing))}", file=sys.stderr)
-                return NOT_FOUND
-            return OK
+            return _each_job(ns, ns.jobs, c.kick_job, "kick", "kicked",
+                             "no such job, or neither buried nor delayed")
         try:  # before `use`, which would create the tube
             c.stats_tube(ns.tube)
         except errors.NotFound:
