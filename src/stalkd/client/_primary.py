@@ -1,6 +1,6 @@
 """Which server is the primary, without a socket or a clock: a server's role read from its
 ``stats``, one round of probes and its choice, and the rounds of one search with their backoff
-and deadline (times are the caller's). The search's steps (:func:`._failover.find_primary`)
+and deadline (times are the caller's). The search's steps (``_failover.find_primary``)
 and both transports' drivers (``_dial``, ``_aiodial``) are built on these.
 
 A server's ``stats`` says ``role: primary`` or ``role: standby`` and ``epoch: N``; a server
