@@ -48,7 +48,7 @@ from stalkd.replication.role import Role
 from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.config import BEANSTALKD_VERSION, Config
-from stalkd.server.connection import Connection
+from stalkd.server.connection import Connection, new_connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
 
@@ -158,7 +158,7 @@ class Server:
     def new_connection(self) -> Connection:
         """Protocol factory for ``loop.create_server``."""
         self.loop()
-        return Connection(self, self.conns.next_id(), self.config.max_job_size, self.config.max_output)
+        return new_connection(self, self.conns.next_id(), self.config.max_job_size, self.config.max_output)
 
     def connected(self, c: Connection) -> None:
         if self.stopping or self.failed is not None:
@@ -200,10 +200,10 @@ class Server:
         self.barriers.hold(c)
 
     @property
-    def steps(self) -> Barriers:
+    def steps(self) -> Barriers | None:
         """Told when a connection starts and ends running the commands it has read
-        (barriers.py decides when their records go out)."""
-        return self.barriers
+        (barriers.py decides when their records go out); None when nothing is ever written."""
+        return self.barriers if self.storage.persistent else None
 
     # --- commands ----------------------------------------------------------------------------
 
@@ -224,8 +224,14 @@ class Server:
                 adm.settle(())
             c.send(_INTERNAL_ERROR, 0)
             return
-        if adm is not None and (adm.promised or out.records):
-            adm.settle(out.records)
+        reply, records, wakeups, next_deadline = out
+        if adm is not None and (adm.promised or records):
+            adm.settle(records)
+        if type(reply) is Reply and not records and not wakeups and self.observer is None:
+            c.send(reply, 0)  # _handle's common case (put or delete in memory, use, watch)
+            if next_deadline is not None:
+                self._schedule_tick(next_deadline)
+            return
         self._handle(c, out, cmd)
 
     def replicate(self, c: Connection, data: bytes) -> bool:

@@ -37,7 +37,8 @@ from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
 
-__all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX"]
+__all__ = ["Connection", "BufferedConnection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX",
+           "new_connection"]
 
 log = logging.getLogger("stalkd.server")
 _DENIED = Reply("PERMISSION_DENIED")
@@ -85,7 +86,7 @@ class Host(Protocol):
     @property
     def durable(self) -> int: ...
     @property
-    def steps(self) -> Steps: ...
+    def steps(self) -> Steps | None: ...
     @property
     def written(self) -> int: ...
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -98,8 +99,15 @@ class Host(Protocol):
     def replicate(self, c: Connection, data: bytes) -> bool: ...
 
 
+def new_connection(server: Host, conn_id: int, max_job_size: int, max_output: int) -> Connection:
+    """The protocol object for one accepted socket: a plain ``Connection`` when its reads may be
+    as large as the loop's own (the default ``max_output``), else a ``BufferedConnection``."""
+    if min(READ_MAX, max(4096, max(1, max_output // 4))) < READ_MAX:
+        return BufferedConnection(server, conn_id, max_job_size, max_output)
+    return Connection(server, conn_id, max_job_size, max_output)
 
-class Connection(asyncio.BufferedProtocol):
+
+class Connection(asyncio.Protocol):
     """The protocol object asyncio creates per accepted socket (``Server.new_connection``).
 
     Example (what the server does with it)::
@@ -109,14 +117,13 @@ class Connection(asyncio.BufferedProtocol):
 
     def __init__(self, server: Host, conn_id: int, max_job_size: int, max_output: int) -> None:
         self.server = server
-        self.steps = server.steps  # looked up once: called twice per read
+        self.steps = server.steps  # looked up once: called twice per read (None: nothing to batch)
         self.id = conn_id
         self.parser = Parser(max_job_size=max_job_size)
         self.max_output = max_output
         quarter = max(1, max_output // 4)
         self.flush_at = min(FLUSH_AT, quarter)
         self.read_size = min(READ_MAX, max(4096, quarter))
-        self._rbuf: memoryview | None = None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.out: list[bytes] = []  # ready to write at the end of this step
@@ -148,7 +155,6 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         # Replies gathered here (up to flush_at) and in the transport share max_output.
         transport.set_write_buffer_limits(high=self.max_output - self.flush_at)
-        self._rbuf = _read_buffer(self.read_size)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -167,16 +173,6 @@ class Connection(asyncio.BufferedProtocol):
                 self.identity = identity(ssl_object.getpeercert())
             self.policy = self.admit(self)
         self.server.connected(self)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        rbuf = self._rbuf
-        if rbuf is None:
-            rbuf = self._rbuf = _read_buffer(self.read_size)
-        return rbuf
-
-    def buffer_updated(self, nbytes: int) -> None:
-        assert self._rbuf is not None
-        self.data_received(self._rbuf[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
         if self.fresh:
@@ -228,7 +224,8 @@ class Connection(asyncio.BufferedProtocol):
         self._running = True
         server = self.server
         steps = self.steps
-        steps.begin_step()
+        if steps is not None:
+            steps.begin_step()
         try:
             parser = self.parser
             execute = server.execute
@@ -263,7 +260,8 @@ class Connection(asyncio.BufferedProtocol):
                 self._resume_reading()
         finally:
             self._running = False
-            steps.end_step()
+            if steps is not None:
+                steps.end_step()
         self.flush()
 
     def send(self, reply: AnyReply | None, barrier: int) -> None:
@@ -399,3 +397,20 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.send(Close(), self.server.written)
         self.flush()
+
+
+class BufferedConnection(Connection, asyncio.BufferedProtocol):
+    """A connection whose reads are smaller than the loop's (a ``max_output`` under 1 MiB): the
+    loop reads into a buffer shared by the thread's connections, at most ``read_size`` at once."""
+
+    _rbuf: memoryview | None = None
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        rbuf = self._rbuf
+        if rbuf is None:
+            rbuf = self._rbuf = _read_buffer(self.read_size)
+        return rbuf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        assert self._rbuf is not None
+        self.data_received(self._rbuf[:nbytes].tobytes())
