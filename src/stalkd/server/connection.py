@@ -19,7 +19,7 @@ Ensures:
   replies pass ``max_output`` (a client that does not read), the connection runs no further
   command and stops reading until the client has read enough. Reads are at most a quarter of
   ``max_output`` (at most ``READ_MAX``; the loop's own reads are 256 KiB), so the input left
-  unparsed when reading stops is bounded too; a blocked connection that has buffered
+  unparsed when reading stops is bounded too (``readbuf.py``); a blocked connection that has buffered
   ``max_output`` of input stops reading. Replies queued for a client that is behind are
   joined into one buffer (not one object per reply, which costs more than a short reply).
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -37,8 +36,7 @@ from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
 
-__all__ = ["Connection", "BufferedConnection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX",
-           "new_connection"]
+__all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX", "read_size"]
 
 log = logging.getLogger("stalkd.server")
 _DENIED = Reply("PERMISSION_DENIED")
@@ -51,19 +49,9 @@ READ_MAX = 256 * 1024
 """Largest read (what asyncio and uvloop read at once); a connection reads at most a quarter
 of its ``max_output``, so what it has read and not yet run stays within its budget."""
 
-_buffers = threading.local()  # one read buffer per size, per event loop thread
-
-
-def _read_buffer(size: int) -> memoryview:
-    """A buffer the transport reads into, shared by the connections of this thread: the loop
-    hands it to ``buffer_updated`` straight after the read, which copies what it needs."""
-    by_size: dict[int, memoryview] | None = getattr(_buffers, "by_size", None)
-    if by_size is None:
-        by_size = _buffers.by_size = {}
-    buf = by_size.get(size)
-    if buf is None:
-        buf = by_size[size] = memoryview(bytearray(size))
-    return buf
+def read_size(max_output: int) -> int:
+    """The most a connection with this ``max_output`` reads at once."""
+    return min(READ_MAX, max(4096, max(1, max_output // 4)))
 
 
 class CommandPolicy(Protocol):
@@ -99,14 +87,6 @@ class Host(Protocol):
     def replicate(self, c: Connection, data: bytes) -> bool: ...
 
 
-def new_connection(server: Host, conn_id: int, max_job_size: int, max_output: int) -> Connection:
-    """The protocol object for one accepted socket: a plain ``Connection`` when its reads may be
-    as large as the loop's own (the default ``max_output``), else a ``BufferedConnection``."""
-    if min(READ_MAX, max(4096, max(1, max_output // 4))) < READ_MAX:
-        return BufferedConnection(server, conn_id, max_job_size, max_output)
-    return Connection(server, conn_id, max_job_size, max_output)
-
-
 class Connection(asyncio.Protocol):
     """The protocol object asyncio creates per accepted socket (``Server.new_connection``).
 
@@ -123,7 +103,7 @@ class Connection(asyncio.Protocol):
         self.max_output = max_output
         quarter = max(1, max_output // 4)
         self.flush_at = min(FLUSH_AT, quarter)
-        self.read_size = min(READ_MAX, max(4096, quarter))
+        self.read_size = read_size(max_output)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.out: list[bytes] = []  # ready to write at the end of this step
@@ -398,19 +378,3 @@ class Connection(asyncio.Protocol):
         self.send(Close(), self.server.written)
         self.flush()
 
-
-class BufferedConnection(Connection, asyncio.BufferedProtocol):
-    """A connection whose reads are smaller than the loop's (a ``max_output`` under 1 MiB): the
-    loop reads into a buffer shared by the thread's connections, at most ``read_size`` at once."""
-
-    _rbuf: memoryview | None = None
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        rbuf = self._rbuf
-        if rbuf is None:
-            rbuf = self._rbuf = _read_buffer(self.read_size)
-        return rbuf
-
-    def buffer_updated(self, nbytes: int) -> None:
-        assert self._rbuf is not None
-        self.data_received(self._rbuf[:nbytes].tobytes())
