@@ -7,13 +7,13 @@ import asyncio
 import socket
 
 import pytest
+from tests.server.test_conn import RecordingTransport
 
 from stalkd.engine import Engine
 from stalkd.server.app import Server
 from stalkd.server.config import Config
 from stalkd.server.connection import READ_MAX
 from stalkd.server.storage import MemoryStorage
-from tests.server.test_conn import RecordingTransport
 
 STREAM = b"use t\r\nwatch t\r\nput 0 0 60 3\r\nabc\r\nreserve-with-timeout 0\r\ndelete 1\r\nlist-tube-used\r\n"
 REPLIES = b"USING t\r\nWATCHING 2\r\nINSERTED 1\r\nRESERVED 1 3\r\nabc\r\nDELETED\r\nUSING t\r\n"
