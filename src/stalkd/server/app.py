@@ -49,6 +49,7 @@ from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection
+from stalkd.server.readbuf import new_connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
 
@@ -95,7 +96,8 @@ class Server:
         self.conns: Registry[Connection] = Registry(config.max_connections)
         self.started = clock()
         self._loop: asyncio.AbstractEventLoop | None = None  # see loop()
-        persistent = self.storage.persistent
+        # False in memory: no records, so no reply ever waits for a barrier.
+        self.persistent = persistent = self.storage.persistent
         self.group_commit = persistent and config.durability == "always"
         self.barriers = Barriers(self.storage, group_commit=self.group_commit,
                                  loop=lambda: self._loop, on_fatal=self._fatal)
@@ -158,7 +160,7 @@ class Server:
     def new_connection(self) -> Connection:
         """Protocol factory for ``loop.create_server``."""
         self.loop()
-        return Connection(self, self.conns.next_id(), self.config.max_job_size, self.config.max_output)
+        return new_connection(self, self.conns.next_id(), self.config.max_job_size, self.config.max_output)
 
     def connected(self, c: Connection) -> None:
         if self.stopping or self.failed is not None:
@@ -200,10 +202,10 @@ class Server:
         self.barriers.hold(c)
 
     @property
-    def steps(self) -> Barriers:
+    def steps(self) -> Barriers | None:
         """Told when a connection starts and ends running the commands it has read
-        (barriers.py decides when their records go out)."""
-        return self.barriers
+        (barriers.py decides when their records go out); None when nothing is ever written."""
+        return self.barriers if self.persistent else None
 
     # --- commands ----------------------------------------------------------------------------
 
@@ -224,8 +226,14 @@ class Server:
                 adm.settle(())
             c.send(_INTERNAL_ERROR, 0)
             return
-        if adm is not None and (adm.promised or out.records):
-            adm.settle(out.records)
+        reply, records, wakeups, next_deadline = out
+        if adm is not None and (adm.promised or records):
+            adm.settle(records)
+        if type(reply) is Reply and not records and not wakeups and self.observer is None:
+            c.send(reply, 0)  # _handle's common case (put or delete in memory, use, watch)
+            if next_deadline is not None and (self._timer_at is None or next_deadline < self._timer_at):
+                self._schedule_tick(next_deadline)
+            return
         self._handle(c, out, cmd)
 
     def replicate(self, c: Connection, data: bytes) -> bool:
@@ -257,7 +265,7 @@ class Server:
         reply, records, wakeups, next_deadline = out
         barrier = barriers.add(c, records) if records else 0
         if c is not None:
-            if type(reply) is JobReply:
+            if type(reply) is JobReply and self.persistent:
                 # Never show a job before its own records (put, release, bury, kick) are durable.
                 b = barriers.job_barrier(reply.id)
                 if b > barrier:
@@ -274,7 +282,7 @@ class Server:
                         w.wake(wr, b if b > barrier else barrier)
                     else:
                         w.wake(wr, barriers.written)
-        if next_deadline is not None:
+        if next_deadline is not None and (self._timer_at is None or next_deadline < self._timer_at):
             self._schedule_tick(next_deadline)
 
     async def wait_durable(self, timeout: float) -> bool:
@@ -295,8 +303,7 @@ class Server:
     # --- timers ------------------------------------------------------------------------------
 
     def _schedule_tick(self, deadline: float) -> None:
-        if self._timer_at is not None and self._timer_at <= deadline:
-            return
+        """Move the loop timer to ``deadline``; callers ask only when it is earlier (or none)."""
         if self._timer is not None:
             self._timer.cancel()
         delay = deadline - self.clock()

@@ -19,7 +19,7 @@ Ensures:
   replies pass ``max_output`` (a client that does not read), the connection runs no further
   command and stops reading until the client has read enough. Reads are at most a quarter of
   ``max_output`` (at most ``READ_MAX``; the loop's own reads are 256 KiB), so the input left
-  unparsed when reading stops is bounded too; a blocked connection that has buffered
+  unparsed when reading stops is bounded too (``readbuf.py``); a blocked connection that has buffered
   ``max_output`` of input stops reading. Replies queued for a client that is behind are
   joined into one buffer (not one object per reply, which costs more than a short reply).
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -37,7 +36,7 @@ from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
 
-__all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX"]
+__all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX", "read_size"]
 
 log = logging.getLogger("stalkd.server")
 _DENIED = Reply("PERMISSION_DENIED")
@@ -50,19 +49,9 @@ READ_MAX = 256 * 1024
 """Largest read (what asyncio and uvloop read at once); a connection reads at most a quarter
 of its ``max_output``, so what it has read and not yet run stays within its budget."""
 
-_buffers = threading.local()  # one read buffer per size, per event loop thread
-
-
-def _read_buffer(size: int) -> memoryview:
-    """A buffer the transport reads into, shared by the connections of this thread: the loop
-    hands it to ``buffer_updated`` straight after the read, which copies what it needs."""
-    by_size: dict[int, memoryview] | None = getattr(_buffers, "by_size", None)
-    if by_size is None:
-        by_size = _buffers.by_size = {}
-    buf = by_size.get(size)
-    if buf is None:
-        buf = by_size[size] = memoryview(bytearray(size))
-    return buf
+def read_size(max_output: int) -> int:
+    """The most a connection with this ``max_output`` reads at once."""
+    return min(READ_MAX, max(4096, max(1, max_output // 4)))
 
 
 class CommandPolicy(Protocol):
@@ -85,7 +74,7 @@ class Host(Protocol):
     @property
     def durable(self) -> int: ...
     @property
-    def steps(self) -> Steps: ...
+    def steps(self) -> Steps | None: ...
     @property
     def written(self) -> int: ...
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -98,8 +87,7 @@ class Host(Protocol):
     def replicate(self, c: Connection, data: bytes) -> bool: ...
 
 
-
-class Connection(asyncio.BufferedProtocol):
+class Connection(asyncio.Protocol):
     """The protocol object asyncio creates per accepted socket (``Server.new_connection``).
 
     Example (what the server does with it)::
@@ -109,14 +97,13 @@ class Connection(asyncio.BufferedProtocol):
 
     def __init__(self, server: Host, conn_id: int, max_job_size: int, max_output: int) -> None:
         self.server = server
-        self.steps = server.steps  # looked up once: called twice per read
+        self.steps = server.steps  # looked up once: called twice per read (None: nothing to batch)
         self.id = conn_id
         self.parser = Parser(max_job_size=max_job_size)
         self.max_output = max_output
         quarter = max(1, max_output // 4)
         self.flush_at = min(FLUSH_AT, quarter)
-        self.read_size = min(READ_MAX, max(4096, quarter))
-        self._rbuf: memoryview | None = None
+        self.read_size = read_size(max_output)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.out: list[bytes] = []  # ready to write at the end of this step
@@ -148,7 +135,6 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         # Replies gathered here (up to flush_at) and in the transport share max_output.
         transport.set_write_buffer_limits(high=self.max_output - self.flush_at)
-        self._rbuf = _read_buffer(self.read_size)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -167,16 +153,6 @@ class Connection(asyncio.BufferedProtocol):
                 self.identity = identity(ssl_object.getpeercert())
             self.policy = self.admit(self)
         self.server.connected(self)
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        rbuf = self._rbuf
-        if rbuf is None:
-            rbuf = self._rbuf = _read_buffer(self.read_size)
-        return rbuf
-
-    def buffer_updated(self, nbytes: int) -> None:
-        assert self._rbuf is not None
-        self.data_received(self._rbuf[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
         if self.fresh:
@@ -228,7 +204,8 @@ class Connection(asyncio.BufferedProtocol):
         self._running = True
         server = self.server
         steps = self.steps
-        steps.begin_step()
+        if steps is not None:
+            steps.begin_step()
         try:
             parser = self.parser
             execute = server.execute
@@ -263,7 +240,8 @@ class Connection(asyncio.BufferedProtocol):
                 self._resume_reading()
         finally:
             self._running = False
-            steps.end_step()
+            if steps is not None:
+                steps.end_step()
         self.flush()
 
     def send(self, reply: AnyReply | None, barrier: int) -> None:
@@ -399,3 +377,4 @@ class Connection(asyncio.BufferedProtocol):
             return
         self.send(Close(), self.server.written)
         self.flush()
+
