@@ -161,24 +161,24 @@ class Engine(Results, JobCommands, Queries):
         self._own = None
         a = self._tube_timers
         b = self._conn_timers
-        if self._dirty or (a and a.due(nowus)) or (b and b.due(nowus)):
+        # Each heap is asked once before the handler and once after it (its smallest key
+        # serves both the due check and the next deadline): with the reference heap every
+        # question is a Python call.
+        if self._dirty or a.due(nowus) or b.due(nowus):
             self._settle()
         reply = handler(c, cmd)
-        if self._dirty or (a and a.due(nowus)) or (b and b.due(nowus)):
+        ka = a.peek_key()
+        kb = b.peek_key()
+        if (self._dirty or (ka is not None and ka >> 64 <= nowus)
+                or (kb is not None and kb >> 64 <= nowus)):
             self._settle()
+            ka = a.peek_key()
+            kb = b.peek_key()
         if reply is None:
             reply = self._own
         self._caller = None
         # next_deadline(), inlined
-        k: int | None
-        if a:
-            k = a.peek_key()
-            if b:
-                k = min(k, b.peek_key())  # type: ignore[type-var]
-        elif b:
-            k = b.peek_key()
-        else:
-            k = None
+        k = ka if kb is None or (ka is not None and ka < kb) else kb
         if recs:
             rt: tuple[Record, ...] = tuple(recs)
             recs.clear()
