@@ -12,8 +12,8 @@ import json
 import traceback as tb
 from dataclasses import dataclass
 
-__all__ = ["Complete", "RetryLater", "GiveUp", "WaitForDeps", "WorkerAction", "DeadLetter",
-           "dead_letter"]
+__all__ = ["Complete", "RetryLater", "GiveUp", "WaitForDeps", "Recheck", "WorkerAction",
+           "DeadLetter", "dead_letter"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,16 @@ class WaitForDeps:
     delay: int
 
 
-WorkerAction = Complete | RetryLater | GiveUp | WaitForDeps
+@dataclass(frozen=True)
+class Recheck:
+    """Another copy of this waiting job may be the one to run (``copies``): release this one
+    and look again after ``delay`` seconds. Rare (a crash, or a copy woken before the delete of
+    what it copies landed); it counts as one release in the job's stats."""
+
+    delay: int
+
+
+WorkerAction = Complete | RetryLater | GiveUp | WaitForDeps | Recheck
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,11 @@ from collections.abc import Generator
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from stalkd.worker import unique
+from stalkd.worker import copies, unique
 from stalkd.worker.actions import (
     Complete,
     GiveUp,
+    Recheck,
     RetryLater,
     WaitForDeps,
     WorkerAction,
@@ -42,7 +43,7 @@ from stalkd.worker.context import JobContext
 from stalkd.worker.errors import TimeLimitExceeded
 from stalkd.worker.middleware.base import Middleware
 from stalkd.worker.registry import Registry
-from stalkd.worker.results import InputMissing, encode_outcome, finished, gathered, waiting
+from stalkd.worker.results import InputMissing, decode_outcome, encode_outcome, gathered, waiting
 from stalkd.worker.serializer import Header, decode_envelope, encode_envelope
 
 log = logging.getLogger("stalkd.worker")
@@ -97,16 +98,17 @@ def deliver(app: Registry, job_id: int, body: bytes,
         return Delivered(job_id, action, acked, None, exc)
     if ctx.header.origin is not None or ctx.header.inputs:
         # A job of a group or chain, or a copy re-put while it waited: a crash between a copy's
-        # put and the delete of what it copies leaves two; the one that runs second finds the
-        # first one's outcome and only deletes itself.
-        (prior,) = yield Call("fetch_results", (app.results, (ctx.header.origin or job_id,)))
-        if finished(app.serializer, prior):
-            log.info("job %d: job %d already ran (this is a copy of it): deleted", job_id,
-                     ctx.header.origin or job_id)
-            ctx.extras["copy_of_finished"] = True
-            action = Complete()
-            acked = yield from _act(app, job_id, ctx, action)
-            return Delivered(job_id, action, acked, ctx, None)
+        # put and the delete of what it copies leaves two, which may be reserved at once; only
+        # the one the stored record names may run (see ``copies``).
+        origin = ctx.header.origin or job_id
+        (prior,) = yield Call("fetch_results", (app.results, (origin,)))
+        record = None if prior is None else decode_outcome(app.serializer, prior)
+        verdict = copies.verdict(job_id, ctx.header.prev, record)
+        if verdict == "check-prev":
+            there = (yield Call("stats_job", (ctx.header.prev,))) is not None
+            verdict = copies.verdict(job_id, ctx.header.prev, record, prev_exists=there)
+        if verdict != "run":
+            return (yield from _not_run(app, job_id, ctx, origin, verdict))
     for key in ctx.header.deps:
         if unique.is_pending((yield Call("stats_tube", (unique.key_tube(key),)))):
             action = WaitForDeps(ctx.task.options.depends_poll)
@@ -129,6 +131,25 @@ def deliver(app: Registry, job_id: int, body: bytes,
     acked = yield from _act(app, job_id, ctx, action)
     _notify(app, ctx, action, acked)
     return Delivered(job_id, action, acked, ctx, ctx.exception)
+
+
+def _not_run(app: Registry, job_id: int, ctx: JobContext, origin: int,
+             verdict: copies.Verdict) -> Generator[Step, Any, Delivered]:
+    """A copy that must not run its handler: it goes away, or is looked at again later."""
+    action: WorkerAction
+    if verdict == "recheck":
+        log.info("job %d: job %d, which it copies, is still there: looking again later", job_id,
+                 ctx.header.prev)
+        action = Recheck(max(1, ctx.task.options.depends_poll))
+    else:
+        log.info("job %d: a copy of job %d that is %s: deleted", job_id, origin,
+                 "done already" if verdict == "finished" else "not the one to run")
+        ctx.extras["copy_of_finished" if verdict == "finished" else "stale_copy"] = True
+        action = Complete()
+    acked = yield from _act(app, job_id, ctx, action)
+    if isinstance(action, Recheck):
+        _notify(app, ctx, action, acked)
+    return Delivered(job_id, action, acked, ctx, None)
 
 
 _ACKS = frozenset({"delete", "release", "bury"})
@@ -323,16 +344,27 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
     keep = None if ctx is None else _result_ttl(ctx)
     result = None
     if (ctx is not None and keep is not None and isinstance(action, (Complete, GiveUp))
-            and not ctx.extras.get("copy_of_finished")):
+            and not ctx.extras.get("copy_of_finished") and not ctx.extras.get("stale_copy")):
         result = (app.results, ctx.header.origin or job_id, _outcome(app, ctx, action), keep)
     # "finish" keeps the result and acknowledges in one round trip (see ops.ServerOps.finish)
     if isinstance(action, Complete):
-        marker = None if ctx is None else ctx.header.marker
-        ok, _ = yield Call("finish", ("delete", job_id, 0, 0, result), last=marker is None)
-        if ok and marker is not None:
-            yield Call("delete", (marker,))  # frees the unique key
+        # a stale copy's key is held for the current copy, not by this one
+        marker = None if ctx is None or ctx.extras.get("stale_copy") else ctx.header.marker
+        if marker is not None:
+            # The key is freed before the job's delete: a crash in between runs the job again
+            # (at-least-once), where the other order held the key for ever and its dependents
+            # waited for ever. The result goes first: whoever sees the key free reads it.
+            if result is not None:
+                yield Call("store_result", result)
+                result = None
+            yield Call("delete", (marker,))
+        ok, _ = yield Call("finish", ("delete", job_id, 0, 0, result), last=True)
     elif isinstance(action, RetryLater):
         ok, _ = yield Call("finish", ("release", job_id, action.priority, action.delay, None),
+                           last=True)
+    elif isinstance(action, Recheck):
+        assert ctx is not None
+        ok, _ = yield Call("finish", ("release", job_id, ctx.task.priority, action.delay, None),
                            last=True)
     elif isinstance(action, GiveUp):
         yield Call("put", (app.failed_tube, action.record.to_json(), RECORD_PRIORITY, 0, RECORD_TTR))
@@ -340,7 +372,7 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
     else:
         assert ctx is not None
         origin = ctx.header.origin or job_id  # the copy's result is kept by the first id
-        body = ctx.body if keep is None else encode_envelope(replace(ctx.header, origin=origin),
+        body = ctx.body if keep is None else encode_envelope(replace(ctx.header, origin=origin, prev=job_id),
                                                              decode_envelope(ctx.body, job_id=job_id)[1])
         copy = yield Call("put", (ctx.tube, body, ctx.task.priority, action.delay, ctx.ttr))
         waits = None if keep is None else (app.results, origin, waiting(app.serializer, copy), keep)

@@ -12,8 +12,9 @@ those tubes, so markers stay ready; they are records, not work.
   (whose envelope names the marker id); every other claimant deletes its marker and its put is a
   no-op (returns None). Two racing producers cannot both win, because ids are unique and
   increasing and a marker is deleted only by its loser or by the job's completion.
-* Release: when the job completes (is deleted by the worker), the worker deletes the marker, so
-  ``K`` can be used again. A dead-lettered job keeps its key until it is retried and succeeds or
+* Release: when the job completes, the worker deletes the marker (after storing the job's
+  result, if kept, and before deleting the job: a crash in between runs the job again rather
+  than holding ``K`` for ever), so ``K`` can be used again. A dead-lettered job keeps its key until it is retried and succeeds or
   deleted by hand (then delete the marker too: ``stalkd.key.*`` tube, ``peek-ready``).
 * Dependencies (``depends_on=[K1, ...]``): before running a job, the worker checks each key's
   tube with ``stats-tube``; NOT_FOUND or no ready marker means that job has completed. While one
