@@ -71,6 +71,11 @@ def reserve(app: App, server: MemoryServer, job_id: int) -> Steps:
     return pipeline.deliver(app, job.id, job.body, tube=job.tube)
 
 
+def newest(server: MemoryServer, tube: str) -> int:
+    """The id of the job put last into ``tube`` (a waiting job's copy)."""
+    return max(j.id for j in server.jobs.values() if j.tube == tube)
+
+
 @pytest.fixture
 def app() -> App:
     return App(middleware=[])
@@ -83,7 +88,7 @@ def crashed_while_waiting(app: App, server: MemoryServer, callback: int) -> int:
     step = advance(steps, server, until="finish")
     assert isinstance(step, Call) and step.op == "finish"  # the copy is put; its delete is not
     server.jobs[callback].state = "ready"  # the worker died: its reserved job comes back
-    copy = max(server.jobs)
+    copy = newest(server, server.jobs[callback].tube)
     header, _ = decode_envelope(server.jobs[copy].body, job_id=copy)
     assert header is not None and header.origin == callback and header.prev == callback
     return copy
@@ -147,7 +152,7 @@ def test_a_copy_named_by_the_record_runs_and_the_job_it_copies_goes_away(app: Ap
         _how, _job, _pri, _delay, waits = step.args
         t.server.store_result(*waits)  # the record landed; the delete did not
         t.server.jobs[int(h)].state = "ready"
-        copy = max(t.server.jobs)
+        copy = newest(t.server, "total")
         for member in [j.id for j in t.server.jobs.values() if j.tube == "square"]:
             finish(reserve(app, t.server, member), None, t.server, app)
         first, second = reserve(app, t.server, int(h)), reserve(app, t.server, copy)
@@ -179,7 +184,7 @@ def test_a_copy_woken_before_the_delete_of_what_it_copies_is_kept(app: App) -> N
         h = group(square.s(1)).then(total.s()).put()
         steps = reserve(app, t.server, int(h))
         step = advance(steps, t.server, until="finish")
-        copy = max(t.server.jobs)
+        copy = newest(t.server, "total")
         early = advance(reserve(app, t.server, copy), t.server, until="run")
         assert isinstance(early, Delivered) and isinstance(early.action, Recheck)
         assert copy in t.server.jobs
@@ -241,3 +246,61 @@ def test_a_member_killed_at_any_point_of_its_acknowledgement_leaves_its_key_cons
             # Then a held key has a job that will free it, and a free one has its result
             assert (int(member) in t.server.jobs) if held else (member.result(timeout=0) == 9)
         crash_points += 1
+
+
+def _waiter(key: str, job_id: int) -> Generator[unique.OpCall, Any, None]:
+    freed = yield from unique.wait_steps(key, job_id)
+    if freed is not None:
+        yield from unique.woken_steps(job_id, freed)
+
+
+def _finisher(key: str, marker: int) -> Generator[unique.OpCall, Any, None]:
+    yield ("delete", (marker,))
+    yield from unique.wake_steps(key)
+
+
+def _interleave(schedule: tuple[int, ...]) -> tuple[MemoryServer, int, str] | None:
+    """Run a waiter and a key's finisher, one server call at a time, in the order of
+    ``schedule`` (0: the waiter's next call, 1: the finisher's); None if it does not fit."""
+    server = MemoryServer()
+    key = "k"
+    marker = unique.claim(server, key, now=0.0)
+    assert marker is not None
+    job = server.put("t", b"copy", 0, 3600, 60)
+    runs = [_waiter(key, job), _finisher(key, marker)]
+    replies: list[Any] = [None, None]
+    done = [False, False]
+    for who in schedule:
+        if done[who]:
+            return None
+        try:
+            op, args = runs[who].send(replies[who])
+        except StopIteration:
+            done[who] = True
+            continue
+        replies[who] = getattr(server, op)(*args)
+    for who in (0, 1):  # the rest, in turn
+        while not done[who]:
+            try:
+                op, args = runs[who].send(replies[who])
+            except StopIteration:
+                done[who] = True
+                continue
+            replies[who] = getattr(server, op)(*args)
+    return server, job, unique.wait_tube(key)
+
+
+def test_a_waiter_is_woken_and_removed_whatever_the_interleaving_with_its_key_being_freed() -> None:
+    import itertools
+
+    tried = 0
+    for n in range(12):
+        for schedule in itertools.product((0, 1), repeat=n):
+            got = _interleave(schedule)
+            if got is None:
+                continue
+            server, job, wait_tube = got
+            tried += 1
+            assert server.jobs[job].state == "ready", schedule  # woken, not left delayed
+            assert server.in_tube(wait_tube, "ready") == [], schedule  # no waiter left behind
+    assert tried > 100

@@ -39,10 +39,13 @@ class GiveUp:
 
 @dataclass(frozen=True)
 class WaitForDeps:
-    """A dependency is still pending: re-put a copy after ``delay`` seconds, delete this one.
-    (A re-put rather than a release, so waiting does not use up attempts.)"""
+    """The dependency ``key`` is still pending: re-put a copy delayed ``delay`` seconds, delete
+    this one, and register the copy to be woken as soon as ``key`` is freed (``unique``); the
+    delay only bounds the wait should that wake be lost. (A re-put rather than a release, so
+    waiting does not use up attempts.)"""
 
     delay: int
+    key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -318,6 +318,21 @@ class AsyncServerOps:
         except Exception as exc:  # noqa: BLE001 - as in ServerOps
             return result_not_stored(job_id, exc)
 
+    async def kick_job(self, job_id: int) -> bool:
+        try:
+            await self.client.kick_job(job_id)
+            return True
+        except errors.NotFound:
+            return False
+
+    async def peek_ready(self, tube: str) -> Reserved | None:
+        await self.client.use(tube)
+        try:
+            job = await self.client.peek_ready()
+        except errors.NotFound:
+            return None
+        return job.id, bytes(job.body)
+
     async def stats_job(self, job_id: int) -> dict[str, Any] | None:
         try:
             return dict(await self.client.stats_job(job_id))

@@ -111,7 +111,7 @@ def deliver(app: Registry, job_id: int, body: bytes,
             return (yield from _not_run(app, job_id, ctx, origin, verdict))
     for key in ctx.header.deps:
         if unique.is_pending((yield Call("stats_tube", (unique.key_tube(key),)))):
-            action = WaitForDeps(ctx.task.options.depends_poll)
+            action = WaitForDeps(ctx.task.options.depends_poll, key)
             acked = yield from _act(app, job_id, ctx, action)
             _notify(app, ctx, action, acked)
             return Delivered(job_id, action, acked, ctx, None)
@@ -140,7 +140,7 @@ def _not_run(app: Registry, job_id: int, ctx: JobContext, origin: int,
     if verdict == "recheck":
         log.info("job %d: job %d, which it copies, is still there: looking again later", job_id,
                  ctx.header.prev)
-        action = Recheck(max(1, ctx.task.options.depends_poll))
+        action = Recheck(1)  # that job is about to be deleted, or back after a crash
     else:
         log.info("job %d: a copy of job %d that is %s: deleted", job_id, origin,
                  "done already" if verdict == "finished" else "not the one to run")
@@ -358,6 +358,8 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
                 yield Call("store_result", result)
                 result = None
             yield Call("delete", (marker,))
+            if ctx is not None and ctx.header.key is not None:
+                yield from _calls(unique.wake_steps(ctx.header.key))
         ok, _ = yield Call("finish", ("delete", job_id, 0, 0, result), last=True)
     elif isinstance(action, RetryLater):
         ok, _ = yield Call("finish", ("release", job_id, action.priority, action.delay, None),
@@ -376,12 +378,29 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
                                                              decode_envelope(ctx.body, job_id=job_id)[1])
         copy = yield Call("put", (ctx.tube, body, ctx.task.priority, action.delay, ctx.ttr))
         waits = None if keep is None else (app.results, origin, waiting(app.serializer, copy), keep)
-        ok, _ = yield Call("finish", ("delete", job_id, 0, 0, waits), last=True)
+        # The waiter goes in before this job's delete, so a crash between them cannot lose the
+        # wake-up. A wake that beats the delete finds this job still there: the copy looks
+        # again a second later (``copies``).
+        freed = None if action.key is None else (yield from _calls(unique.wait_steps(action.key, copy)))
+        ok, _ = yield Call("finish", ("delete", job_id, 0, 0, waits), last=freed is None)
+        if freed is not None:
+            yield from _calls(unique.woken_steps(copy, freed))
     if not ok:
         log.warning("job %d: acknowledgement lost: no longer reserved by this worker when acting "
                     "on it (%s); its TTR ran out, so it may run again elsewhere", job_id,
                     type(action).__name__)
     return bool(ok)
+
+
+def _calls(steps: Generator[unique.OpCall, Any, Any]) -> Generator[Step, Any, Any]:
+    """``unique``'s server calls as this delivery's steps."""
+    reply: Any = None
+    while True:
+        try:
+            op, args = steps.send(reply)
+        except StopIteration as end:
+            return end.value
+        reply = yield Call(op, args)
 
 
 def _result_ttl(ctx: JobContext) -> float | None:
