@@ -195,6 +195,9 @@ class ServerOps:
         except errors.NotFound:
             return None
 
+    def list_tubes(self) -> list[str]:
+        return list(self.client.list_tubes())
+
     def peek(self, job_id: int) -> Reserved | None:
         try:
             job = self.client.peek(job_id)
