@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from stalkd.worker import App, pipeline, unique
+from stalkd.worker import App, pipeline, syncrun, unique
 from stalkd.worker.actions import Complete, Recheck, WaitForDeps
 from stalkd.worker.canvas import group
 from stalkd.worker.copies import verdict
@@ -50,7 +50,7 @@ def run_step(step: Step, server: MemoryServer) -> Any:
 def finish(steps: Steps, step: Any, server: MemoryServer, app: App) -> Delivered:
     """Run the handler (if ``step`` is it) and the rest of the delivery."""
     if isinstance(step, RunHandler):
-        pipeline.run_sync(app, step.ctx)
+        syncrun.run_sync(app, step.ctx)
     reply = run_step(step, server) if isinstance(step, Call) else None
     while True:
         try:
@@ -58,7 +58,7 @@ def finish(steps: Steps, step: Any, server: MemoryServer, app: App) -> Delivered
         except StopIteration as end:
             return end.value  # type: ignore[no-any-return]
         if isinstance(step, RunHandler):
-            pipeline.run_sync(app, step.ctx)
+            syncrun.run_sync(app, step.ctx)
             reply = None
         else:
             reply = run_step(step, server)
@@ -231,7 +231,7 @@ def test_a_member_killed_at_any_point_of_its_acknowledgement_leaves_its_key_cons
             steps = reserve(app, t.server, int(member))
             step = advance(steps, t.server, until="run")
             assert isinstance(step, RunHandler)
-            pipeline.run_sync(app, step.ctx)
+            syncrun.run_sync(app, step.ctx)
             reply: Any = None
             for _ in range(crash_points):  # the calls that got through before the crash
                 try:
