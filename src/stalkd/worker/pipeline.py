@@ -280,13 +280,15 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
                                                              decode_envelope(ctx.body, job_id=job_id)[1])
         copy = yield Call("put", (ctx.tube, body, ctx.task.priority, action.delay, ctx.ttr))
         waits = None if keep is None else (app.results, origin, waiting(app.serializer, copy), keep)
-        # The waiter goes in before this job's delete, so a crash between them cannot lose the
-        # wake-up. A wake that beats the delete finds this job still there: the copy looks
-        # again a second later (``copies``).
-        freed = None if action.key is None else (yield from _calls(unique.wait_steps(action.key, copy)))
-        ok, _ = yield Call("finish", ("delete", job_id, 0, 0, waits), last=freed is None)
-        if freed is not None:
-            yield from _calls(unique.woken_steps(copy, freed))
+        # The waiter goes in before this job's delete, and a key freed meanwhile wakes the copy
+        # here, also before the delete: a crash before the delete runs this job again, one
+        # after it leaves nothing to do. A wake that beats the delete finds this job still
+        # there: the copy looks again a second later (``copies``).
+        if action.key is not None:
+            freed = yield from _calls(unique.wait_steps(action.key, copy))
+            if freed is not None:
+                yield from _calls(unique.woken_steps(copy, freed))
+        ok, _ = yield Call("finish", ("delete", job_id, 0, 0, waits), last=True)
     if not ok:
         log.warning("job %d: acknowledgement lost: no longer reserved by this worker when acting "
                     "on it (%s); its TTR ran out, so it may run again elsewhere", job_id,
