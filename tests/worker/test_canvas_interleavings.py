@@ -304,3 +304,40 @@ def test_a_waiter_is_woken_and_removed_whatever_the_interleaving_with_its_key_be
             assert server.jobs[job].state == "ready", schedule  # woken, not left delayed
             assert server.in_tube(wait_tube, "ready") == [], schedule  # no waiter left behind
     assert tried > 100
+
+
+def test_a_copy_that_sees_the_job_it_copies_go_while_it_decides_still_runs(app: App) -> None:
+    """The job copied is deleted (with the record naming the copy) between the copy's first and
+    second server calls: the copy must run, not take itself for a stale one."""
+    ran: list[int] = []
+
+    @app.task
+    def square(n: int) -> int:
+        return n * n
+
+    @app.task
+    def total(ns: list[int]) -> int:
+        ran.append(sum(ns))
+        return sum(ns)
+
+    with app.testing() as t:
+        h = group(square.s(4)).then(total.s()).put()
+        # the callback waited once already: the record names its first copy
+        first = advance(reserve(app, t.server, int(h)), t.server, until="run")
+        assert isinstance(first, Delivered) and isinstance(first.action, WaitForDeps)
+        waiting = reserve(app, t.server, newest(t.server, "total"))
+        finish_step = advance(waiting, t.server, until="finish")
+        copy = newest(t.server, "total")
+        for member in [j.id for j in t.server.jobs.values() if j.tube == "square"]:
+            finish(reserve(app, t.server, member), None, t.server, app)
+        woken = reserve(app, t.server, copy)
+        step = woken.send(None)  # the copy's first look
+        reply = run_step(step, t.server)
+        finish(waiting, finish_step, t.server, app)  # the job copied goes, naming the copy
+        again = step = woken.send(reply)
+        while isinstance(step, Call):
+            step = woken.send(run_step(step, t.server))
+        assert isinstance(step, RunHandler), again
+        finish(woken, step, t.server, app)
+        assert h.result(timeout=0) == 16
+    assert ran == [16]

@@ -12,7 +12,10 @@ current one) from a write still on its way (the copy was woken before the delete
 while the job it copies still exists it neither runs nor goes away: it is released and looks
 again (``recheck``). Once that job is gone, the record is final: a copy it names runs, any other
 is ``stale`` and deletes itself (without storing an outcome or freeing the key, which belong to
-the current copy). Two jobs can therefore run the handler at once only if each thinks itself
+the current copy). The job copied is looked at *before* the record is read: its delete and the
+record naming the copy leave in one write, in that order, so a record read after the job was
+seen gone is the one its delete wrote (read the other way round, an older record and a job
+gone meanwhile made the current copy delete itself). Two jobs can therefore run the handler at once only if each thinks itself
 current, and that needs the record to name both.
 
 >>> from stalkd.worker.results import Outcome

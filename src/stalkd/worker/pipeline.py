@@ -99,12 +99,13 @@ def deliver(app: Registry, job_id: int, body: bytes,
         # put and the delete of what it copies leaves two, which may be reserved at once; only
         # the one the stored record names may run (see ``copies``).
         origin = ctx.header.origin or job_id
+        # the job copied first, the record second: a record read after that job was seen gone
+        # includes what its delete wrote (the reverse order could read an older record)
+        there = None if ctx.header.prev is None else (
+            (yield Call("stats_job", (ctx.header.prev,))) is not None)
         (prior,) = yield Call("fetch_results", (app.results, (origin,)))
         record = None if prior is None else decode_outcome(app.serializer, prior)
-        verdict = copies.verdict(job_id, ctx.header.prev, record)
-        if verdict == "check-prev":
-            there = (yield Call("stats_job", (ctx.header.prev,))) is not None
-            verdict = copies.verdict(job_id, ctx.header.prev, record, prev_exists=there)
+        verdict = copies.verdict(job_id, ctx.header.prev, record, prev_exists=there)
         if verdict != "run":
             return (yield from _not_run(app, job_id, ctx, origin, verdict))
     for key in ctx.header.deps:
