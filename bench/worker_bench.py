@@ -43,46 +43,6 @@ def noop(payload: str) -> None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 15
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited ({proc.returncode}) before listening on {port}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
-
-
-@contextmanager
-def server(cmd: list[str], port: int) -> Iterator[str]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port, proc)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def stalkd_server() -> tuple[list[str], int]:
-    port = free_port()
-    return [sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", str(port)], port
-
-
 # --- stalkd worker ----------------------------------------------------------------------------
 
 def stalkd_case(address: str, mode: str, concurrency: int, n: int) -> float:
@@ -147,9 +107,11 @@ def _case_in_process(kind: str, address: str, n: int) -> float:
 def ab(peer_src: str, n: int, rounds: int) -> int:
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
     trees = {"this": os.path.abspath(here), "peer": os.path.abspath(peer_src)}
-    cmd, port = stalkd_server()
     best: dict[tuple[str, str], float] = {}
-    with server(cmd, port) as address:
+    # a UNIX socket in a directory of our own: no port to pick, nothing else can take it
+    with tempfile.TemporaryDirectory(prefix="bench-ab-") as workdir, \
+            unix_server("stalkd", "memory", workdir) as (server_env, _pid):
+        address = server_env["BENCH_STALKD"]
         for _ in range(rounds):
             for kind in ("put", "put_many", "drain", "drain-cpu"):
                 for tree, src in trees.items():
@@ -160,7 +122,7 @@ def ab(peer_src: str, n: int, rounds: int) -> int:
                     rate = float(out.strip().splitlines()[-1])
                     best[kind, tree] = max(best.get((kind, tree), 0.0), rate)
     print(f"producer and worker, this tree vs {trees['peer']}: {n} jobs per case, best of "
-          f"{rounds}, one stalkd server (memory); {os.cpu_count()} CPUs")
+          f"{rounds}, one stalkd server (memory, at {address}); {os.cpu_count()} CPUs")
     print(f"{'case':<28} {'this jobs/s':>12} {'peer jobs/s':>12}  ratio")
     labels = {"put": "task.put (one at a time)", "put_many": "bulk put", "drain": "drain threads x4",
               "drain-cpu": "drain, jobs per CPU s"}

@@ -71,6 +71,50 @@ def test_a_running_job_asked_to_stop_stops_and_is_deleted(server: Any, tmp_path:
         probe.close()
 
 
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_a_request_reaches_a_job_that_started_while_the_cancel_thread_waited(
+        server: Any, mode: str) -> None:
+    """The cancel thread waits in ``reserve`` for an hour here, so only the request's wake-up
+    can bring the new job into its watch list in time."""
+    app = App(server.address, middleware=[Cancellation(wait=3600)])
+    started = threading.Event()
+    saw: list[bool] = []
+
+    @app.task
+    def first(p: None) -> None:
+        return None
+
+    @app.task
+    def long(p: None) -> None:
+        started.set()
+        deadline = time.monotonic() + 120
+        while not cancelled() and time.monotonic() < deadline:
+            time.sleep(0.01)  # a long job's unit of work, checking its flag
+        saw.append(cancelled())
+        raise_if_cancelled()
+
+    probe = Probe(server.address)
+    try:
+        with running(app, mode):
+            # Given the cancel thread started (by a first job) and waiting in reserve
+            first.put(None)
+            wait_for(lambda: probe.count("first", "ready") + probe.count("first", "reserved") == 0
+                     and int((probe.tube("stalkd.cancel.idle") or {}).get("current-waiting", 0)) == 1,
+                     what="the cancel thread waiting in reserve")
+            # When a job starts after that and is asked to stop
+            job_id = long.put(None)
+            assert job_id is not None
+            assert started.wait(30)
+            assert app.cancel(job_id, running=True, wait=30)
+            # Then its handler saw the flag and the job is gone, with nothing left behind
+            assert probe.job(job_id) is None
+        assert saw == [True]
+        assert [t for t in probe.c.tubes() if (t.startswith("stalkd.cancel.wake.") or t == cancel_tube(job_id))
+                and probe.count(t, "ready")] == []
+    finally:
+        probe.close()
+
+
 def test_cancel_without_running_leaves_a_running_job_alone(server: Any, tmp_path: Path) -> None:
     app = App(server.address, middleware=[Cancellation()])
     started, gate = tmp_path / "started", threading.Event()

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker_probe import start_server, wait_for
+from worker_probe import running, start_server, wait_for
 
 from stalkd.client import Client
-from stalkd.worker import App
+from stalkd.worker import App, JobContext, Middleware
 from stalkd.worker.canvas import chain, group
 from stalkd.worker.results import TaskFailed
 
@@ -28,7 +28,7 @@ from stalkd.worker import App
 app = App(os.environ["STALKD_ADDRESS"])
 STATE = pathlib.Path(os.environ["STATE_DIR"])
 
-@app.task(tube="square", ttr=2, max_attempts=1)
+@app.task(tube="square", ttr=2, max_attempts=1, depends_poll=3600)
 def square(n):
     (STATE / f"ran-square-{n}-{os.getpid()}").touch()
     if n == 3:  # the slow member: runs until the test says "go"
@@ -38,12 +38,12 @@ def square(n):
         raise ValueError(f"negative {n}")
     return n * n
 
-@app.task(tube="total")
+@app.task(tube="total", depends_poll=3600)
 def total(ns):
     (STATE / f"ran-total-{os.getpid()}-{time.monotonic_ns()}").touch()
     return sum(ns)
 
-@app.task(tube="inc")
+@app.task(tube="inc", depends_poll=3600)
 def inc(n):
     return n + 1
 '''
@@ -148,3 +148,40 @@ def test_a_member_that_failed_for_good_reads_as_failed_with_its_error(env: dict[
             stop(w)
     with pytest.raises(TaskFailed, match="ValueError: negative -5"):
         members[0].result(timeout=5)
+
+
+class Waits(Middleware):
+    """Counts the deliveries deferred because a dependency was pending, and the links run."""
+
+    def __init__(self) -> None:
+        self.waits = 0
+        self.ran: list[int] = []
+
+    def on_deferred(self, ctx: JobContext, delay: int) -> None:
+        self.waits += delay == NEVER  # not a copy looking again a second later (Recheck)
+
+    def after_process(self, ctx: JobContext) -> None:
+        self.ran.append(ctx.payload)
+
+
+NEVER = 3600  # a waiting link's delay: it only starts in time if the step before wakes it
+
+
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_each_chain_step_wakes_the_next_without_polling(env: dict[str, str], mode: str) -> None:
+    waits = Waits()
+    app = App(env["STALKD_ADDRESS"], middleware=[waits])
+
+    @app.task(tube="step", depends_poll=NEVER)
+    def step(n: int) -> int:
+        return n + 1
+
+    # Given five links reserved by five slots at once (four of them must wait)
+    h = chain(step.s(0), step.s(), step.s(), step.s(), step.s()).put()
+    with running(app, mode=mode, concurrency=5):
+        # Then each completion wakes the next link: none waits out its delay
+        assert h.result(timeout=60) == 5
+    assert waits.waits <= 4  # each link waited at most once, for the link before it
+    assert waits.ran == [0, 1, 2, 3, 4]
+    with Client(env["STALKD_ADDRESS"]) as c:  # nothing left behind: no waiter, no marker
+        assert [t for t in c.list_tubes() if t.startswith(("stalkd.wait.", "stalkd.key."))] == []

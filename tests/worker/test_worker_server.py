@@ -230,7 +230,7 @@ def test_a_dependent_job_waits_for_its_dependency(server: Any, probe: Probe) -> 
         gate.wait(30)
         order.append("a")
 
-    @app.task(tube="b", depends_poll=1)
+    @app.task(tube="b", depends_poll=3600)  # only a's completion can wake it in time
     def b(p: None) -> None:
         order.append("b")
 

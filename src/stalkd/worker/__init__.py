@@ -45,6 +45,7 @@ from stalkd.worker.actions import (
     Complete,
     DeadLetter,
     GiveUp,
+    Recheck,
     RetryLater,
     WaitForDeps,
     WorkerAction,
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "App", "Task", "TaskOptions", "Backoff", "compute_backoff", "DeadLetter", "JobContext",
-    "WorkerAction", "Complete", "RetryLater", "GiveUp", "WaitForDeps",
+    "WorkerAction", "Complete", "RetryLater", "GiveUp", "WaitForDeps", "Recheck",
     "NonRetryable", "Retry", "TimeLimitExceeded", "ValidationError", "EnvelopeError",
     "UnknownTask", "Middleware", "JsonSerializer", "Serializer", "make_worker",
     "JobCancelled", "cancelled", "raise_if_cancelled",

@@ -12,8 +12,8 @@ import json
 import traceback as tb
 from dataclasses import dataclass
 
-__all__ = ["Complete", "RetryLater", "GiveUp", "WaitForDeps", "WorkerAction", "DeadLetter",
-           "dead_letter"]
+__all__ = ["Complete", "RetryLater", "GiveUp", "WaitForDeps", "Recheck", "WorkerAction",
+           "DeadLetter", "dead_letter"]
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,25 @@ class GiveUp:
 
 @dataclass(frozen=True)
 class WaitForDeps:
-    """A dependency is still pending: re-put a copy after ``delay`` seconds, delete this one.
-    (A re-put rather than a release, so waiting does not use up attempts.)"""
+    """The dependency ``key`` is still pending: re-put a copy delayed ``delay`` seconds, delete
+    this one, and register the copy to be woken as soon as ``key`` is freed (``unique``); the
+    delay only bounds the wait should that wake be lost. (A re-put rather than a release, so
+    waiting does not use up attempts.)"""
+
+    delay: int
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """Another copy of this waiting job may be the one to run (``copies``): release this one
+    and look again after ``delay`` seconds. Rare (a crash, or a copy woken before the delete of
+    what it copies landed); it counts as one release in the job's stats."""
 
     delay: int
 
 
-WorkerAction = Complete | RetryLater | GiveUp | WaitForDeps
+WorkerAction = Complete | RetryLater | GiveUp | WaitForDeps | Recheck
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ with its own connection.
 
 Async handlers run as a task of their own (the time limit cancels it); sync handlers run in a
 daemon thread each, so they cannot stall the other slots nor a shutdown, with the same hooks in
-the same order as in threads mode (``pipeline.run_sync``). Heartbeat touches come from the
+the same order as in threads mode (``syncrun.run_sync``). Heartbeat touches come from the
 heartbeat thread and are handed to the loop.
 
 Ensures: the same as ``runner``: every reserved job is acted on by its slot or released by
@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
-from stalkd.worker import pipeline
+from stalkd.worker import pipeline, syncrun
 from stalkd.worker.cancel import JobCancelled, current
 from stalkd.worker.context import JobContext
 from stalkd.worker.errors import TimeLimitExceeded
@@ -60,7 +60,7 @@ async def drive_async(steps: Generator[Step, Any, Delivered], ops: AsyncServerOp
             if step.ctx.task.is_async:
                 await run_async(app, step.ctx)
             else:
-                await _in_daemon_thread(pipeline.run_sync, app, step.ctx)
+                await _in_daemon_thread(syncrun.run_sync, app, step.ctx)
             reply = None
 
 
@@ -78,7 +78,7 @@ async def _last(steps: Generator[Step, Any, Delivered], step: Call,
 
 
 async def run_async(app: Registry, ctx: JobContext) -> None:
-    """Run an async handler as its own task, hooks in the order ``pipeline.run_sync`` keeps."""
+    """Run an async handler as its own task, hooks in the order ``syncrun.run_sync`` keeps."""
     loop = asyncio.get_running_loop()
     pipeline.handler_started(app, ctx)
     token = current.set(ctx)  # copied into the handler's task: what cancelled() reads

@@ -73,7 +73,7 @@ class App:
              tube: str | None = None, priority: int = DEFAULT_PRIORITY, ttr: int = 120,
              max_attempts: int = 5, backoff: Backoff | None = None,
              time_limit: float | None = None, validate: Callable[[Any], None] | None = None,
-             depends_poll: int = 1, result_ttl: float | None = None,
+             depends_poll: int = 60, result_ttl: float | None = None,
              ) -> Task[Any] | Callable[[Callable[[Any], Any]], Task[Any]]:
         """Register a function as a task (``@app.task`` or ``@app.task(tube=..., ...)``).
 

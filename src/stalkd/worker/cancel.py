@@ -6,14 +6,21 @@ beanstalkd does not say which connection holds a reserved job, so the request is
 job id: ``request_stop`` puts a marker job into the tube ``stalkd.cancel.<job id>``. Each worker
 process has one extra connection (``middleware.cancellation``) that *watches* the cancel tubes
 of the jobs it is running and waits in ``reserve``: a request arrives as soon as it is put
-(push, no polling per job). The watch list is brought up to date between reserves (at most a
-second apart), so a job is reachable from about a second after it started; jobs shorter than
-that finish before anyone could stop them, and cost nothing.
+(push, no polling per job). A connection waiting in ``reserve`` cannot change what it watches,
+so that thread also watches a tube of its own, ``stalkd.cancel.wake.<token>``, and
+``request_stop`` puts a wake-up there for every worker process listening (``list-tubes``, then
+``current-watching``): the thread takes it, brings its watch list up to date and waits again,
+now for the new job's request too. So a request reaches a job as soon as its handler has
+started, at the cost of one put per worker process per request and nothing per job. (Between
+reserves the list is also brought up to date every ``wait`` seconds, a second by default.)
+A request made while the job is reserved but its handler has not started yet is seen at that
+next round.
 
 The marker is durable like any job: a request made while the worker is briefly disconnected is
-seen when it reconnects. The worker deletes a marker it acted on; a marker for a job that had
-finished meanwhile is deleted by ``request_stop``, which waits (``wait`` seconds) for the job to
-leave the reserved state and then cleans up.
+seen when it reconnects. The worker deletes a marker it acted on, and a wake-up it took; a
+marker for a job that had finished meanwhile, and wake-ups nobody took, are deleted by
+``request_stop``, which waits (``wait`` seconds) for the job to leave the reserved state and
+then cleans up.
 
 What the handler sees
 ---------------------
@@ -41,9 +48,11 @@ if TYPE_CHECKING:
     from stalkd.worker.context import JobContext
 
 __all__ = ["JobCancelled", "cancelled", "raise_if_cancelled", "cancel_tube", "request_stop",
-           "CANCEL_PREFIX", "current", "main"]
+           "CANCEL_PREFIX", "WAKE_PREFIX", "WAKE_BODY", "current", "main"]
 
 CANCEL_PREFIX = "stalkd.cancel."
+WAKE_PREFIX = CANCEL_PREFIX + "wake."  # + a worker process's token: that process's wake-ups
+WAKE_BODY = b"wake "  # + the job id; a request's marker body is the bare job id
 
 #: the delivery whose handler runs in this thread or task (set by the pipeline)
 current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
@@ -91,15 +100,31 @@ def request_stop(conn: Any, job_id: int, *, wait: float = 5.0,
         return "deleted" if conn.delete(job_id) else "not found"
     tube = cancel_tube(job_id)
     marker = conn.put(tube, str(job_id).encode(), 0, 0, 60)
-    deadline = clock() + wait
-    while (info := conn.stats_job(job_id)) is not None and info.get("state") == "reserved":
-        if clock() >= deadline:
-            return "requested"
-        pause(0.05)  # polling the server's state with a deadline
-    conn.delete(marker)  # not consumed if the job ended first: leave nothing behind
-    if info is not None and conn.delete(job_id):  # released (a retry) before it saw the request
-        return "deleted"
-    return "stopped"
+    wakes = [conn.put(t, WAKE_BODY + str(job_id).encode(), 0, 0, 60) for t in _listening(conn)]
+    try:
+        deadline = clock() + wait
+        while (info := conn.stats_job(job_id)) is not None and info.get("state") == "reserved":
+            if clock() >= deadline:
+                return "requested"
+            pause(0.05)  # polling the server's state with a deadline
+        conn.delete(marker)  # not consumed if the job ended first: leave nothing behind
+        if info is not None and conn.delete(job_id):  # released (a retry) before it saw the request
+            return "deleted"
+        return "stopped"
+    finally:
+        for w in wakes:  # taken ones are gone already; a worker that died leaves its own
+            conn.delete(w)
+
+
+def _listening(conn: Any) -> list[str]:
+    """The wake-up tubes of the worker processes whose cancel thread is connected now."""
+    out = []
+    for t in conn.list_tubes():
+        if t.startswith(WAKE_PREFIX):
+            stats = conn.stats_tube(t)
+            if stats is not None and int(str(stats.get("current-watching", 0))) > 0:
+                out.append(t)
+    return out
 
 
 def main(argv: Sequence[str]) -> int:

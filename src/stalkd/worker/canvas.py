@@ -26,8 +26,9 @@ the callback (or next link) depends on those keys and names its inputs' job ids,
 only once they completed, and then reads their stored results as its payload. A worker that
 crashes anywhere only makes a job run again (at-least-once, as for any job); no callback can be
 lost, because none is put after the fact. A job waiting for its inputs is re-put before its
-delete (as any ``depends_on`` job); should a crash leave two copies, the one that runs second
-finds the first one's stored outcome and only deletes itself. A member that fails for good keeps its
+delete (as any ``depends_on`` job); should a crash leave two copies, only the one its stored
+``waiting`` record names runs, even when two slots hold both at once (``copies``), and a copy
+delivered after the job ran finds its outcome and only deletes itself. A member that fails for good keeps its
 key (it is buried, not completed), so the callback waits until it is retried and succeeds
 (``stalkd retry``) or is deleted by hand, and then fails with ``InputMissing``.
 

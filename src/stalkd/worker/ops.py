@@ -195,6 +195,9 @@ class ServerOps:
         except errors.NotFound:
             return None
 
+    def list_tubes(self) -> list[str]:
+        return list(self.client.list_tubes())
+
     def peek(self, job_id: int) -> Reserved | None:
         try:
             job = self.client.peek(job_id)
@@ -317,6 +320,21 @@ class AsyncServerOps:
             raise
         except Exception as exc:  # noqa: BLE001 - as in ServerOps
             return result_not_stored(job_id, exc)
+
+    async def kick_job(self, job_id: int) -> bool:
+        try:
+            await self.client.kick_job(job_id)
+            return True
+        except errors.NotFound:
+            return False
+
+    async def peek_ready(self, tube: str) -> Reserved | None:
+        await self.client.use(tube)
+        try:
+            job = await self.client.peek_ready()
+        except errors.NotFound:
+            return None
+        return job.id, bytes(job.body)
 
     async def stats_job(self, job_id: int) -> dict[str, Any] | None:
         try:

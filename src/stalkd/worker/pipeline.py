@@ -18,37 +18,36 @@ a task's stored outcome (``result_ttl``) before the delete or bury that ends it.
 
 from __future__ import annotations
 
-import asyncio
-import ctypes
 import logging
-import threading
 import time
 import traceback
 from collections.abc import Generator
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from stalkd.worker import unique
+from stalkd.worker import copies, unique
 from stalkd.worker.actions import (
     Complete,
     GiveUp,
+    Recheck,
     RetryLater,
     WaitForDeps,
     WorkerAction,
     dead_letter,
 )
-from stalkd.worker.cancel import JobCancelled, current
+from stalkd.worker.cancel import JobCancelled
 from stalkd.worker.context import JobContext
 from stalkd.worker.errors import TimeLimitExceeded
 from stalkd.worker.middleware.base import Middleware
 from stalkd.worker.registry import Registry
-from stalkd.worker.results import InputMissing, encode_outcome, finished, gathered, waiting
+from stalkd.worker.results import InputMissing, decode_outcome, encode_outcome, gathered, waiting
 from stalkd.worker.serializer import Header, decode_envelope, encode_envelope
 
 log = logging.getLogger("stalkd.worker")
 
-__all__ = ["Call", "RunHandler", "Step", "Delivered", "deliver", "run_sync", "handler_started",
-           "handler_ended", "call_failed", "LastAck", "RECORD_PRIORITY", "RECORD_TTR"]
+__all__ = ["Call", "RunHandler", "Step", "Delivered", "deliver", "handler_started",
+           "handler_ended", "handler_failed", "call_failed", "LastAck", "RECORD_PRIORITY",
+           "RECORD_TTR"]
 
 RECORD_PRIORITY = 2**31   # dead-letter records in the failed tube
 RECORD_TTR = 120
@@ -97,19 +96,21 @@ def deliver(app: Registry, job_id: int, body: bytes,
         return Delivered(job_id, action, acked, None, exc)
     if ctx.header.origin is not None or ctx.header.inputs:
         # A job of a group or chain, or a copy re-put while it waited: a crash between a copy's
-        # put and the delete of what it copies leaves two; the one that runs second finds the
-        # first one's outcome and only deletes itself.
-        (prior,) = yield Call("fetch_results", (app.results, (ctx.header.origin or job_id,)))
-        if finished(app.serializer, prior):
-            log.info("job %d: job %d already ran (this is a copy of it): deleted", job_id,
-                     ctx.header.origin or job_id)
-            ctx.extras["copy_of_finished"] = True
-            action = Complete()
-            acked = yield from _act(app, job_id, ctx, action)
-            return Delivered(job_id, action, acked, ctx, None)
+        # put and the delete of what it copies leaves two, which may be reserved at once; only
+        # the one the stored record names may run (see ``copies``).
+        origin = ctx.header.origin or job_id
+        # the job copied first, the record second: a record read after that job was seen gone
+        # includes what its delete wrote (the reverse order could read an older record)
+        there = None if ctx.header.prev is None else (
+            (yield Call("stats_job", (ctx.header.prev,))) is not None)
+        (prior,) = yield Call("fetch_results", (app.results, (origin,)))
+        record = None if prior is None else decode_outcome(app.serializer, prior)
+        verdict = copies.verdict(job_id, ctx.header.prev, record, prev_exists=there)
+        if verdict != "run":
+            return (yield from _not_run(app, job_id, ctx, origin, verdict))
     for key in ctx.header.deps:
         if unique.is_pending((yield Call("stats_tube", (unique.key_tube(key),)))):
-            action = WaitForDeps(ctx.task.options.depends_poll)
+            action = WaitForDeps(ctx.task.options.depends_poll, key)
             acked = yield from _act(app, job_id, ctx, action)
             _notify(app, ctx, action, acked)
             return Delivered(job_id, action, acked, ctx, None)
@@ -129,6 +130,25 @@ def deliver(app: Registry, job_id: int, body: bytes,
     acked = yield from _act(app, job_id, ctx, action)
     _notify(app, ctx, action, acked)
     return Delivered(job_id, action, acked, ctx, ctx.exception)
+
+
+def _not_run(app: Registry, job_id: int, ctx: JobContext, origin: int,
+             verdict: copies.Verdict) -> Generator[Step, Any, Delivered]:
+    """A copy that must not run its handler: it goes away, or is looked at again later."""
+    action: WorkerAction
+    if verdict == "recheck":
+        log.info("job %d: job %d, which it copies, is still there: looking again later", job_id,
+                 ctx.header.prev)
+        action = Recheck(1)  # that job is about to be deleted, or back after a crash
+    else:
+        log.info("job %d: a copy of job %d that is %s: deleted", job_id, origin,
+                 "done already" if verdict == "finished" else "not the one to run")
+        ctx.extras["copy_of_finished" if verdict == "finished" else "stale_copy"] = True
+        action = Complete()
+    acked = yield from _act(app, job_id, ctx, action)
+    if isinstance(action, Recheck):
+        _notify(app, ctx, action, acked)
+    return Delivered(job_id, action, acked, ctx, None)
 
 
 _ACKS = frozenset({"delete", "release", "bury"})
@@ -202,102 +222,6 @@ def handler_failed(ctx: JobContext, exc: BaseException) -> None:
     ctx.traceback = "".join(traceback.format_exception(exc))
 
 
-def run_sync(app: Registry, ctx: JobContext) -> None:
-    """Run a sync handler (or an async one on a private loop) on the calling thread, or, when
-    the job has a time limit, on a thread of its own that the caller abandons at the limit."""
-    run = _SyncRun(threading.get_ident())
-    ctx.interrupt = run.interrupt
-    handler_started(app, ctx)
-    try:
-        try:
-            ctx.result = _call(ctx) if ctx.time_limit is None else run.in_thread(ctx)
-        finally:
-            handler_ended(app, ctx)
-    except Exception as exc:
-        handler_failed(ctx, exc)
-
-
-def _call(ctx: JobContext) -> Any:
-    token = current.set(ctx)  # what stalkd.worker.cancelled() reads
-    try:
-        result = ctx.task.fn(ctx.payload)
-        if asyncio.iscoroutine(result):
-            result = asyncio.run(result)
-        return result
-    finally:
-        current.reset(token)
-
-
-class _SyncRun:
-    """How ``ctx.interrupt`` stops a sync handler.
-
-    An exception raised asynchronously in a thread (``PyThreadState_SetAsyncExc``) lands only
-    at its next bytecode, so a handler blocked in a C call (``time.sleep``, a socket ``recv``,
-    a lock) would overrun its limit by as long as that call lasts. So a job with a time limit
-    runs on a handler thread while the calling thread waits: at the limit the caller stops
-    waiting and fails the attempt at once, and the abandoned thread gets the exception too, so
-    it stops at its next bytecode (a thread cannot be killed: until then its side effects go
-    on, which at-least-once handlers must tolerate anyway). Signals are no alternative: only a
-    process's main thread receives them, and slots are threads in every mode. A job without a
-    limit keeps running on the calling thread (no thread start per job)."""
-
-    def __init__(self, caller: int) -> None:
-        self.caller = caller
-        self.threaded = False
-        self.handler: int | None = None  # the handler thread's id once started
-        self.woken: threading.Event | None = None  # the handler ended, or the limit fired
-        # (made by in_thread only: most jobs have no time limit, and an Event is a Condition)
-        self.fired = False
-        self.finished = False  # the handler thread is past the handler: never raise in it then
-        self._lock = threading.Lock()     # (its id may be reused once it has exited)
-
-    def interrupt(self) -> None:
-        if not self.threaded:
-            self.fired = True
-            _raise_in(self.caller, TimeLimitExceeded)
-            return
-        with self._lock:
-            self.fired = True
-            if self.handler is not None and not self.finished:
-                _raise_in(self.handler, TimeLimitExceeded)
-        assert self.woken is not None
-        self.woken.set()
-
-    def in_thread(self, ctx: JobContext) -> Any:
-        outcome: list[Any] = []
-        woken = self.woken = threading.Event()
-
-        def target() -> None:
-            try:
-                try:
-                    outcome.append((True, _call(ctx)))
-                finally:
-                    with self._lock:
-                        self.finished = True
-            except BaseException as exc:  # handed to the waiting caller
-                outcome.append((False, exc))
-            woken.set()
-
-        t = threading.Thread(target=target, name=f"stalkd-handler-{ctx.job_id}", daemon=True)
-        self.threaded = True
-        t.start()
-        with self._lock:
-            self.handler = t.ident
-            if self.fired and not self.finished:  # fired before the id was known
-                _raise_in(self.handler or 0, TimeLimitExceeded)
-        woken.wait()
-        if not outcome:  # the limit fired first: abandon the thread
-            raise TimeLimitExceeded()
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
-
-
-def _raise_in(thread_id: int, exc: type[BaseException]) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc))
-
-
 def _finish(app: Registry, ctx: JobContext) -> WorkerAction:
     """Run the after-hooks (in reverse order) and return the action for this delivery."""
     ctx.duration = time.monotonic() - ctx.started
@@ -323,16 +247,29 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
     keep = None if ctx is None else _result_ttl(ctx)
     result = None
     if (ctx is not None and keep is not None and isinstance(action, (Complete, GiveUp))
-            and not ctx.extras.get("copy_of_finished")):
+            and not ctx.extras.get("copy_of_finished") and not ctx.extras.get("stale_copy")):
         result = (app.results, ctx.header.origin or job_id, _outcome(app, ctx, action), keep)
     # "finish" keeps the result and acknowledges in one round trip (see ops.ServerOps.finish)
     if isinstance(action, Complete):
-        marker = None if ctx is None else ctx.header.marker
-        ok, _ = yield Call("finish", ("delete", job_id, 0, 0, result), last=marker is None)
-        if ok and marker is not None:
-            yield Call("delete", (marker,))  # frees the unique key
+        # a stale copy's key is held for the current copy, not by this one
+        marker = None if ctx is None or ctx.extras.get("stale_copy") else ctx.header.marker
+        if marker is not None:
+            # The key is freed before the job's delete: a crash in between runs the job again
+            # (at-least-once), where the other order held the key for ever and its dependents
+            # waited for ever. The result goes first: whoever sees the key free reads it.
+            if result is not None:
+                yield Call("store_result", result)
+                result = None
+            yield Call("delete", (marker,))
+            if ctx is not None and ctx.header.key is not None:
+                yield from _calls(unique.wake_steps(ctx.header.key))
+        ok, _ = yield Call("finish", ("delete", job_id, 0, 0, result), last=True)
     elif isinstance(action, RetryLater):
         ok, _ = yield Call("finish", ("release", job_id, action.priority, action.delay, None),
+                           last=True)
+    elif isinstance(action, Recheck):
+        assert ctx is not None
+        ok, _ = yield Call("finish", ("release", job_id, ctx.task.priority, action.delay, None),
                            last=True)
     elif isinstance(action, GiveUp):
         yield Call("put", (app.failed_tube, action.record.to_json(), RECORD_PRIORITY, 0, RECORD_TTR))
@@ -340,16 +277,35 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
     else:
         assert ctx is not None
         origin = ctx.header.origin or job_id  # the copy's result is kept by the first id
-        body = ctx.body if keep is None else encode_envelope(replace(ctx.header, origin=origin),
+        body = ctx.body if keep is None else encode_envelope(replace(ctx.header, origin=origin, prev=job_id),
                                                              decode_envelope(ctx.body, job_id=job_id)[1])
         copy = yield Call("put", (ctx.tube, body, ctx.task.priority, action.delay, ctx.ttr))
         waits = None if keep is None else (app.results, origin, waiting(app.serializer, copy), keep)
+        # The waiter goes in before this job's delete, and a key freed meanwhile wakes the copy
+        # here, also before the delete: a crash before the delete runs this job again, one
+        # after it leaves nothing to do. A wake that beats the delete finds this job still
+        # there: the copy looks again a second later (``copies``).
+        if action.key is not None:
+            freed = yield from _calls(unique.wait_steps(action.key, copy))
+            if freed is not None:
+                yield from _calls(unique.woken_steps(copy, freed))
         ok, _ = yield Call("finish", ("delete", job_id, 0, 0, waits), last=True)
     if not ok:
         log.warning("job %d: acknowledgement lost: no longer reserved by this worker when acting "
                     "on it (%s); its TTR ran out, so it may run again elsewhere", job_id,
                     type(action).__name__)
     return bool(ok)
+
+
+def _calls(steps: Generator[unique.OpCall, Any, Any]) -> Generator[Step, Any, Any]:
+    """``unique``'s server calls as this delivery's steps."""
+    reply: Any = None
+    while True:
+        try:
+            op, args = steps.send(reply)
+        except StopIteration as end:
+            return end.value
+        reply = yield Call(op, args)
 
 
 def _result_ttl(ctx: JobContext) -> float | None:

@@ -94,6 +94,8 @@ class ServerProducer:
             return True  # not a stalkd envelope: nothing else to free
         if header is not None and header.marker is not None:
             conn.delete(header.marker)
+            if header.key is not None:
+                unique.drive(conn, unique.wake_steps(header.key))  # its waiting dependents look again
         return True
 
     def job_state(self, job_id: int) -> str | None:

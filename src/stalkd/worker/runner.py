@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from stalkd.worker import pipeline
+from stalkd.worker import pipeline, syncrun
 from stalkd.worker.ops import Reserved, ServerOps
 from stalkd.worker.pipeline import Call, Delivered, Step
 from stalkd.worker.registry import Registry
@@ -65,7 +65,7 @@ def drive(steps: Generator[Step, Any, Delivered], ops: Any, app: Registry,
         else:
             if touch is not None:
                 step.ctx.touch = touch
-            pipeline.run_sync(app, step.ctx)
+            syncrun.run_sync(app, step.ctx)
             reply = None
 
 

@@ -93,6 +93,9 @@ class Header:
     gather: bool = False
     result_ttl: float | None = None
     origin: int | None = None
+    # a copy re-put while it waited: the id of the job it copies (which may still be there
+    # after a crash; see ``copies``)
+    prev: int | None = None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -122,6 +125,8 @@ def encode_envelope(header: Header, payload: bytes) -> bytes:
         fields["s"] = header.result_ttl
     if header.origin is not None:
         fields["o"] = header.origin
+    if header.prev is not None:
+        fields["p"] = header.prev
     return PREFIX + json.dumps(fields, separators=(",", ":")).encode() + b"\n" + payload
 
 
@@ -150,8 +155,10 @@ def _parse_header(text: bytes) -> Header:
     ttr = fields.get("r")
     keep = fields.get("s")
     origin = fields.get("o")
+    prev = fields.get("p")
     return Header(task=task, key=fields.get("k"), marker=fields.get("m"),
                   deps=tuple(fields.get("d", ())), ttr=None if ttr is None else int(ttr),
                   inputs=tuple(int(i) for i in fields.get("i", ())), gather=bool(fields.get("g")),
                   result_ttl=None if keep is None else float(keep),
-                  origin=None if origin is None else int(origin))
+                  origin=None if origin is None else int(origin),
+                  prev=None if prev is None else int(prev))

@@ -99,7 +99,7 @@ class TaskOptions:
     max_attempts: int = 5
     backoff: Backoff = Backoff()
     time_limit: float | None = None
-    depends_poll: int = 1        # seconds between checks of a pending dependency
+    depends_poll: int = 60       # at most this long a waiting job sleeps should its wake-up be lost
     result_ttl: float | None = None  # seconds an outcome is kept (None: not stored)
 
 

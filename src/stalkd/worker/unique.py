@@ -12,14 +12,29 @@ those tubes, so markers stay ready; they are records, not work.
   (whose envelope names the marker id); every other claimant deletes its marker and its put is a
   no-op (returns None). Two racing producers cannot both win, because ids are unique and
   increasing and a marker is deleted only by its loser or by the job's completion.
-* Release: when the job completes (is deleted by the worker), the worker deletes the marker, so
-  ``K`` can be used again. A dead-lettered job keeps its key until it is retried and succeeds or
+* Release: when the job completes, the worker deletes the marker (after storing the job's
+  result, if kept, and before deleting the job: a crash in between runs the job again rather
+  than holding ``K`` for ever), so ``K`` can be used again. A dead-lettered job keeps its key until it is retried and succeeds or
   deleted by hand (then delete the marker too: ``stalkd.key.*`` tube, ``peek-ready``).
 * Dependencies (``depends_on=[K1, ...]``): before running a job, the worker checks each key's
   tube with ``stats-tube``; NOT_FOUND or no ready marker means that job has completed. While one
-  is pending, the job is re-put with ``depends_poll`` seconds of delay and the delivered copy is
-  deleted (re-put, not release, so waiting uses up no attempts; the copy has a new job id, which
-  is why dependencies name keys and not ids).
+  is pending, the job is re-put delayed and the delivered copy is deleted (re-put, not release,
+  so waiting uses up no attempts; the copy has a new job id, which is why dependencies name keys
+  and not ids).
+* Wake-up: the copy is registered against the pending key ``K``, before the delivered job is
+  deleted: a *waiter* job in the tube ``stalkd.wait.<sha1(K)>`` whose body is the copy's id
+  (:func:`wait_steps`). Whoever frees ``K`` (the worker completing its job, or a cancel) then
+  kicks every registered copy (delayed to ready) and deletes its waiter (:func:`wake_steps`).
+  Because the waiter registers *before* looking at ``K`` once more, and the marker is deleted
+  *before* the wait tube is read, either the finisher sees the waiter or the waiter sees ``K``
+  free and kicks its copy itself (both may kick: a second ``kick-job`` is a NOT_FOUND). Cleanup:
+  a waiter is deleted by whoever kicked its copy. A worker frees ``K`` and wakes its waiters
+  *before* deleting its job, so one that dies in between has its job run again, and that run
+  wakes them. Only a ``stalkd cancel`` that dies between freeing ``K`` and waking loses a
+  wake-up: the copies then wake at the end of their delay (``depends_poll``, the bound on a
+  lost wake-up), and the waiters go with the next freeing of the same key (a kick of a gone
+  id is a harmless NOT_FOUND). Waiters, like markers, are records in unwatched tubes, all
+  durable: a worker restart loses none.
 
 Known limits (what a server extension would fix)
 ------------------------------------------------
@@ -29,8 +44,9 @@ Known limits (what a server extension would fix)
   would close this window and save two round trips.
 * A job waits for as long as its dependency is pending, including while that one sits
   dead-lettered (it has not completed); retrying or deleting the dependency releases it.
-* Dependency checks poll. A server-side ``put ... after <key>`` holding the job delayed until the
-  key's job is deleted would make it push-based.
+* Wake-ups cost a few round trips per wait (a waiter put, a check, a kick and a delete); a
+  server-side ``put ... after <key>`` holding the job until the key's job is deleted would do it
+  in one.
 * The marker tubes show in ``list-tubes`` (``stalkd tubes``, ``top`` and the dashboard hide
   them, as every ``stalkd.`` tube: ``stalkd.tubes``); a generic worker that watches *every* tube would
   reserve markers (stalkd workers watch only their tasks' tubes).
@@ -40,11 +56,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Protocol
+from collections.abc import Generator
+from typing import Any, Protocol
 
-from stalkd.tubes import KEY_TUBE_PREFIX
+from stalkd.tubes import KEY_TUBE_PREFIX, WAIT_TUBE_PREFIX
 
-__all__ = ["key_tube", "claim", "pending", "is_pending", "MARKER_PREFIX"]
+__all__ = ["key_tube", "wait_tube", "claim", "pending", "is_pending", "wait_steps", "woken_steps",
+           "wake_steps",
+           "drive", "OpCall", "MARKER_PREFIX"]
 
 MARKER_PREFIX = KEY_TUBE_PREFIX
 
@@ -63,6 +82,70 @@ def key_tube(key: str) -> str:
     'stalkd.key.a6ccc1f4cdcfcbb62a2e79dbc38253c2403b584d'
     """
     return MARKER_PREFIX + hashlib.sha1(key.encode()).hexdigest()
+
+
+def wait_tube(key: str) -> str:
+    """The tube holding the waiters registered against ``key`` (see the module docstring).
+
+    >>> wait_tube("order-17")
+    'stalkd.wait.a6ccc1f4cdcfcbb62a2e79dbc38253c2403b584d'
+    """
+    return WAIT_TUBE_PREFIX + hashlib.sha1(key.encode()).hexdigest()
+
+
+OpCall = tuple[str, tuple[Any, ...]]
+"""A server call as a step: a method name of ``ops.ServerOps`` and its arguments."""
+
+WAITER_TTR = 60
+_MAX_WAKES = 10_000  # waiters read per freeing: bounds the loop should deletes keep failing
+
+
+def wait_steps(key: str, job_id: int) -> Generator[OpCall, Any, int | None]:
+    """Register the delayed job ``job_id`` to be woken once ``key`` is freed. Returns None, or,
+    when ``key`` was freed meanwhile, the waiter's id: the caller then wakes the job itself
+    (:func:`woken_steps`), its finisher having perhaps read the wait tube before the waiter
+    was in it."""
+    waiter: int = yield ("put", (wait_tube(key), str(job_id).encode(), 0, 0, WAITER_TTR))
+    if is_pending((yield ("stats_tube", (key_tube(key),)))):
+        return None
+    return waiter
+
+
+def woken_steps(job_id: int, waiter: int) -> Generator[OpCall, Any, None]:
+    """Wake ``job_id`` and remove its waiter."""
+    yield ("kick_job", (job_id,))
+    yield ("delete", (waiter,))
+
+
+def wake_steps(key: str) -> Generator[OpCall, Any, int]:
+    """After ``key``'s marker is deleted: kick every job registered against it and delete the
+    registrations; how many jobs were woken."""
+    tube = wait_tube(key)
+    woken = 0
+    for _ in range(_MAX_WAKES):
+        got = yield ("peek_ready", (tube,))
+        if got is None:
+            break
+        waiter, body = got
+        try:
+            job_id = int(body)
+        except ValueError:
+            job_id = None  # not a waiter of ours: removed all the same
+        if job_id is not None:
+            woken += bool((yield ("kick_job", (job_id,))))
+        yield ("delete", (waiter,))
+    return woken
+
+
+def drive(conn: Any, steps: Generator[OpCall, Any, Any]) -> Any:
+    """Carry out ``steps`` on a blocking connection (``ops.ServerOps``); what they return."""
+    reply: Any = None
+    while True:
+        try:
+            op, args = steps.send(reply)
+        except StopIteration as end:
+            return end.value
+        reply = getattr(conn, op)(*args)
 
 
 def claim(conn: _Ops, key: str, *, now: float, stale_after: float | None = None) -> int | None:

@@ -2,13 +2,15 @@
 handler running that job. The design is in ``stalkd.worker.cancel``; this is the worker's end.
 
 One daemon thread per worker process, started with the first job and holding one connection of
-its own, watches ``stalkd.cancel.<id>`` for each job running in this process and waits in
-``reserve`` (one second at most, then brings its watch list up to date). A marker reserved
-there sets ``ctx.cancel_requested`` (what ``cancelled()`` reads) and cancels an async handler's
-task, and is deleted. Nothing runs in ``app.testing()``, which starts no worker.
+its own, watches ``stalkd.cancel.<id>`` for each job running in this process, and this
+process's wake-up tube, and waits in ``reserve`` (``wait`` seconds at most, then brings its
+watch list up to date). A marker reserved there sets ``ctx.cancel_requested`` (what
+``cancelled()`` reads) and cancels an async handler's task, and is deleted; a wake-up (put by
+``request_stop``) is deleted and the watch list brought up to date at once. Nothing runs in
+``app.testing()``, which starts no worker.
 
-Ensures: a request for a job that runs in this process at least one watch round after it
-started reaches it while it runs; a job is never flagged after ``on_handler_exit``.
+Ensures: a request for a job whose handler runs in this process reaches it while it runs; a
+job is never flagged after ``on_handler_exit``.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import uuid
 from typing import Any
 
-from stalkd.worker.cancel import CANCEL_PREFIX, cancel_tube
+from stalkd.worker.cancel import CANCEL_PREFIX, WAKE_BODY, WAKE_PREFIX, cancel_tube
 from stalkd.worker.context import JobContext
 from stalkd.worker.middleware.base import Middleware, RunningWorker
 
@@ -44,6 +47,8 @@ class Cancellation(Middleware):
         self._lock = threading.Lock()
         self._started = False
         self._stop = threading.Event()
+        # this process's own (a forked child gets a new one: it runs other jobs)
+        self._wake_tube = WAKE_PREFIX + uuid.uuid4().hex
 
     def on_worker_start(self, worker: RunningWorker) -> None:
         app: Any = getattr(worker, "app", None)
@@ -82,7 +87,7 @@ class Cancellation(Middleware):
                 if conn is None:
                     assert self._address is not None
                     conn = ServerOps(self._address, timeout=self._timeout + self.wait)
-                    conn.watch_only([_IDLE_TUBE])
+                    conn.watch_only([_IDLE_TUBE, self._wake_tube])
                     watched = set()
                 with self._lock:
                     running = set(self._running)
@@ -107,6 +112,9 @@ class Cancellation(Middleware):
                 conn.close()
 
     def _deliver(self, conn: Any, marker: int, body: bytes) -> None:
+        if body.startswith(WAKE_BODY):
+            conn.delete(marker)  # the loop brings the watch list up to date next
+            return
         try:
             job_id = int(body)
         except ValueError:

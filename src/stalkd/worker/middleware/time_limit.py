@@ -6,7 +6,7 @@ the handler runs: an async handler has its task cancelled; a sync handler with a
 on a handler thread of its own, which the slot stops waiting for at the limit (the attempt fails
 at once, even while the handler is blocked in a C call such as ``time.sleep`` or a socket
 ``recv``) and which gets the exception raised asynchronously, so it stops at its next bytecode
-(``pipeline._SyncRun`` says why not signals). The failure's message names the job, the task and
+(``syncrun._SyncRun`` says why not signals). The failure's message names the job, the task and
 the limit.
 """
 
