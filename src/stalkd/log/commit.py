@@ -78,7 +78,7 @@ class GroupCommit:
         self.failed: BaseException | None = None
         self.closed = False
         self.ok = True  # not failed and not closed: the writer's fast path reads one flag
-        lock = threading.Lock()
+        self._lock = lock = threading.Lock()  # taken directly on the per-record path (no Python-level __enter__)
         self.cond = threading.Condition(lock)  # durable progress, appends, tickets
         # The committer/flusher thread waits here, on the same lock: notifying ``cond`` at
         # every sync woke it for nothing (two futex wake-ups and a GIL fight per sync).
@@ -120,7 +120,7 @@ class GroupCommit:
         A caller joins the open batch (the one whose end is not pinned yet) and, unless it
         leads, blocks on that batch's gate alone: it is woken once, when its batch is resolved
         or handed to it to lead, never by another batch's sync and never to fight for the lock."""
-        with self.cond:
+        with self._lock:
             if upto is None:
                 upto = self._end()
             if self.durable >= upto:
@@ -160,7 +160,7 @@ class GroupCommit:
                     self._gather_locked()
                 if self.failed is not None:  # failed while gathering: nothing to sync any more
                     raise LogError(f"{self.path}: log failed earlier ({self.failed})")
-            with self.cond:  # close b: its members all wrote before joining; later callers open the next
+            with self._lock:  # close b: its members all wrote before joining; later callers open the next
                 if self._open is b:
                     self._open = None
             pinner = self._pinner
@@ -188,7 +188,7 @@ class GroupCommit:
             b.error = LogError(f"{self.path}: group commit interrupted ({e!r})")
             raise
         finally:
-            with self.cond:
+            with self._lock:
                 if self._open is b:
                     self._open = None
                 b.done = True
