@@ -130,3 +130,30 @@ def test_a_failed_fsync_fails_every_appender_and_none_returns_a_record_that_is_n
     finally:
         fs.heal()
         log.abandon()
+
+
+def test_a_sync_ahead_of_the_writes_returns_only_once_they_are_written_and_durable(tmp_path: Path) -> None:
+    # Given a caller syncing to an end two records ahead of what is written
+    commit, pinner = _commit(tmp_path, gather_share=0)
+    try:
+        pinner.write(b"a;")
+        done = threading.Event()
+        got: list[int] = []
+
+        def sync_ahead() -> None:
+            got.append(commit.sync_to(3))
+            done.set()
+
+        t = threading.Thread(target=sync_ahead, daemon=True)
+        t.start()
+        # When the records are written one by one, each synced by another caller
+        for _ in range(2):
+            assert not done.is_set()
+            end = pinner.write(b"b;")
+            commit.sync_to(end)
+        # Then it returns, and with everything below its end durable
+        assert done.wait(60)
+        assert got[0] >= 3 and commit.durable >= 3
+    finally:
+        commit.close()
+        pinner.seg.close()

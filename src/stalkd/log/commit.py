@@ -120,34 +120,44 @@ class GroupCommit:
         A caller joins the open batch (the one whose end is not pinned yet) and, unless it
         leads, blocks on that batch's gate alone: it is woken once, when its batch is resolved
         or handed to it to lead, never by another batch's sync and never to fight for the lock."""
-        with self._lock:
-            if upto is None:
+        if upto is None:
+            with self._lock:
                 upto = self._end()
-            if self.durable >= upto:
-                return self.durable
-            if self.failed is not None:
-                raise LogError(f"{self.path}: log failed earlier ({self.failed})")
-            b = self._open
-            if b is None:
-                b = self._open = _Batch()
-            b.members += 1
-            lead = not self._syncing
+        while True:
+            with self._lock:
+                if self.durable >= upto:
+                    return self.durable
+                if self.failed is not None:
+                    raise LogError(f"{self.path}: log failed earlier ({self.failed})")
+                b = self._open
+                if b is None:
+                    b = self._open = _Batch()
+                b.members += 1
+                lead = not self._syncing
+                if lead:
+                    self._syncing = True
+                self._arrived += 1
+                if self._gathering and self._arrived >= self._expect:
+                    self._gather_cond.notify()
             if lead:
-                self._syncing = True
-            self._arrived += 1
-            if self._gathering and self._arrived >= self._expect:
-                self._gather_cond.notify()
-        if not lead:
-            b.gate.acquire()  # released once to hand over the lead, then chained when resolved
-            if b.done:
-                b.gate.release()  # wake the next member
+                self._lead(b)  # holds the gate until the batch is resolved
                 if b.error is not None:
-                    raise LogError(str(b.error))  # an instance of its own: tracebacks are per raise
-                return self.durable
-        self._lead(b)  # holds the gate until the batch is resolved
-        if b.error is not None:
-            raise b.error
-        return self.durable
+                    raise b.error
+            else:
+                b.gate.acquire()  # released once to hand over the lead, then chained when resolved
+                if not b.done:
+                    self._lead(b)
+                    if b.error is not None:
+                        raise b.error
+                else:
+                    b.gate.release()  # wake the next member
+                    if b.error is not None:
+                        raise LogError(str(b.error))  # an instance of its own: tracebacks are per raise
+            durable = self.durable  # only grows: reading it unlocked can only understate it
+            if durable >= upto:
+                return durable
+            # Covered unless ``upto`` lies past what was written when the batch was pinned (a
+            # caller syncing ahead of the writes): then join the next batch.
 
     def _lead(self, b: _Batch) -> None:
         """Gather, pin the end, fsync, resolve ``b`` and hand the next open batch its lead."""
