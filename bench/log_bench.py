@@ -68,11 +68,67 @@ def timed(n: int, budget: float, step: Callable[[int], None]) -> tuple[int, floa
     return i, time.perf_counter() - t0
 
 
+class FloorLog:
+    """The least a Python group commit can do per record, as the ceiling of stalkd's ratio on
+    this machine: a 32 B pwrite under a lock, and one leader fsyncing for everyone who wrote
+    before it started, the others blocked on one lock per batch (no frames, no CRC, no
+    gathering, no tickets)."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.pwrite(self.fd, bytes(1 << 20), 0)  # written blocks: no extent conversion per fsync
+        os.fsync(self.fd)
+        self.lock = threading.Lock()
+        self.pos = self.next = self.durable = self.syncs = 0
+        self.leading = False
+        self.batch: list[threading.Lock] | None = None  # [gate] of the callers waiting for the next fsync
+
+    def append(self, data: bytes) -> None:
+        with self.lock:
+            os.pwrite(self.fd, data, self.pos % (1 << 20))
+            self.pos += len(data)
+            self.next += 1
+            end = self.next
+        while True:
+            with self.lock:
+                if self.durable >= end:
+                    return
+                if not self.leading:
+                    self.leading = True
+                    gate = None
+                else:
+                    if self.batch is None:
+                        g = threading.Lock()
+                        g.acquire()
+                        self.batch = [g]
+                    gate = self.batch[0]
+            if gate is not None:
+                gate.acquire()  # released by the leader when it is done, then passed on
+                gate.release()
+                continue
+            with self.lock:
+                target, waiting, self.batch = self.next, self.batch, None
+            os.fdatasync(self.fd)
+            with self.lock:
+                self.durable = max(self.durable, target)
+                self.syncs += 1
+                self.leading = False
+                later, self.batch = self.batch, None  # they wrote after the pin: one of them leads next
+            for b in (waiting, later):
+                if b is not None:
+                    b[0].release()
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class Bench:
     def __init__(self, n: int, n_slow: int, budget: float, reps: int = 3) -> None:
         self.n, self.n_slow, self.budget, self.reps = n, n_slow, budget, reps
         self.per_fsync: dict[int, float] = {}  # threads -> records per fsync, last stalkd_threads run
         self.cpu_per_record: dict[int, float] = {}  # threads -> process CPU us per record, same run
+        self.floor_cpu: dict[int, float] = {}  # the same for FloorLog
+        self.floor_per_fsync: dict[int, float] = {}
         self.root = tempfile.mkdtemp(prefix="stalkd-logbench-", dir=os.environ.get("STALKD_BENCH_DIR"))
 
     def fresh(self, name: str) -> str:
@@ -133,6 +189,28 @@ class Bench:
             self.cpu_per_record[threads] = (time.process_time() - c0) * 1e6 / (per * threads)
             self.per_fsync[threads] = per * threads / max(1, log.syncs)
             return rate(per * threads, secs)
+
+    def floor_threads(self, threads: int) -> float:
+        """msgs/s of ``threads`` threads appending to :class:`FloorLog`; CPU per record and
+        records per fsync go to ``floor_cpu``/``floor_per_fsync``."""
+        per = max(50, self.n_slow * 3 // threads)
+        log = FloorLog(os.path.join(self.root, "floor"))
+
+        def work() -> None:
+            for _ in range(per):
+                log.append(P32)
+
+        ts = [threading.Thread(target=work) for _ in range(threads)]
+        c0, t0 = time.process_time(), time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        secs = time.perf_counter() - t0
+        self.floor_cpu[threads] = (time.process_time() - c0) * 1e6 / (per * threads)
+        self.floor_per_fsync[threads] = per * threads / max(1, log.syncs)
+        log.close()
+        return rate(per * threads, secs)
 
     def batched_cpu(self, payload: bytes, batch: int) -> tuple[float, float]:
         """(wall msgs/s, msgs per CPU-second of this process) for batched ``never`` appends:
@@ -251,14 +329,17 @@ class Bench:
 
 
 def group_commit(b: Bench, reps: int) -> tuple[float, float, float]:
-    """The group-commit section: 1 vs 8 ``always`` appender threads in interleaved pairs;
-    (best 1-thread rate, best 8-thread rate, median pair ratio)."""
+    """The group-commit section: 1 vs 8 ``always`` appender threads in interleaved pairs, and
+    the same for :class:`FloorLog` in the same rounds; (best 1-thread rate, best 8-thread rate,
+    median pair ratio) of stalkd."""
     print("\n== group commit: durability always, 32 B appends (msgs/s)")
-    pairs, counts, cpus = [], [], []
+    pairs, counts, cpus, floors, fcpus = [], [], [], [], []
     for _ in range(max(3, reps)):  # interleaved
         pairs.append((b.stalkd_threads(1), b.stalkd_threads(8)))
         cpus.append((b.cpu_per_record[1], b.cpu_per_record[8]))
         counts.append(b.per_fsync[8])
+        floors.append((b.floor_threads(1), b.floor_threads(8)))
+        fcpus.append((b.floor_cpu[1], b.floor_cpu[8], b.floor_per_fsync[8]))
     one, eight = max(p[0] for p in pairs), max(p[1] for p in pairs)
     ratios = sorted(e / o for o, e in pairs)
     med = ratios[len(ratios) // 2]
@@ -270,6 +351,12 @@ def group_commit(b: Bench, reps: int) -> tuple[float, float, float]:
     # 1-thread rate by the fsync, so their quotient bounds the ratio where load is low.
     print("process CPU us per record, 1 thread / 8 threads: "
           + ", ".join(f"{c1:.0f}/{c8:.0f}" for c1, c8 in cpus))
+    f_ratios = sorted(e / o for o, e in floors)
+    print(f"floor (pwrite + fdatasync, the least Python group commit): median pair {f_ratios[len(f_ratios) // 2]:.1f}x "
+          f"(runs: {', '.join(f'{x:.1f}' for x in f_ratios)}); 8 threads / floor's 8 threads "
+          f"{eight / max(p[1] for p in floors):.2f}x")
+    print("floor CPU us per record 1 / 8 threads, records per fsync: "
+          + ", ".join(f"{c1:.0f}/{c8:.0f} {k:.2f}" for c1, c8, k in fcpus))
     return one, eight, med
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
 
+from stalkd.log import Log, LogError
 from stalkd.log.active import ActiveSegment, create_segment
 from stalkd.log.commit import GroupCommit
-from stalkd.log.fs import REAL
+from stalkd.log.fs import REAL, Faults
 
 
 class FilePinner:
@@ -87,6 +89,71 @@ def test_a_lone_appender_never_waits_to_gather(tmp_path: Path) -> None:
         _appenders(commit, pinner, threads=1, rounds=30)
         # Then it never waited for anyone (the test would hang), one fsync per record
         assert (commit.durable, pinner.syncs) == (30, 30)
+    finally:
+        commit.close()
+        pinner.seg.close()
+
+
+def test_a_failed_fsync_fails_every_appender_and_none_returns_a_record_that_is_not_durable(tmp_path: Path) -> None:
+    # Given 8 threads appending with always, and an fsync that starts failing once 200 records
+    # have been appended (whoever leads the batch then, the others wait on it or on the next)
+    fs = Faults()
+    log = Log.open(tmp_path / "log", durability="always", fs=fs)
+    returned: list[int] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        try:
+            for _ in range(1000):
+                off = log.append(b"r")
+                with lock:
+                    returned.append(off)
+                    if len(returned) == 200:
+                        fs.fail("fdatasync", errno.EIO)
+        except LogError as e:
+            with lock:
+                errors.append(e)
+
+    ts = [threading.Thread(target=work, daemon=True) for _ in range(8)]  # a hung one must not hang pytest
+    try:
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=120)
+        # Then every thread stopped on the error (none waits for ever on a batch that failed),
+        # and every record whose append returned is below the durable end
+        assert not any(t.is_alive() for t in ts)
+        assert len(errors) == 8, errors
+        assert max(returned) < log.durable_offset
+        assert fs.failures["fdatasync"] >= 1
+    finally:
+        fs.heal()
+        log.abandon()
+
+
+def test_a_sync_ahead_of_the_writes_returns_only_once_they_are_written_and_durable(tmp_path: Path) -> None:
+    # Given a caller syncing to an end two records ahead of what is written
+    commit, pinner = _commit(tmp_path, gather_share=0)
+    try:
+        pinner.write(b"a;")
+        done = threading.Event()
+        got: list[int] = []
+
+        def sync_ahead() -> None:
+            got.append(commit.sync_to(3))
+            done.set()
+
+        t = threading.Thread(target=sync_ahead, daemon=True)
+        t.start()
+        # When the records are written one by one, each synced by another caller
+        for _ in range(2):
+            assert not done.is_set()
+            end = pinner.write(b"b;")
+            commit.sync_to(end)
+        # Then it returns, and with everything below its end durable
+        assert done.wait(60)
+        assert got[0] >= 3 and commit.durable >= 3
     finally:
         commit.close()
         pinner.seg.close()

@@ -26,29 +26,12 @@ from typing import Protocol
 
 from .active import ActiveSegment
 from .errors import LogError
+from .policy import parse_durability
 from .ticket import Ticket
 
 __all__ = ["GroupCommit", "parse_durability"]
 
 Callbacks = list[tuple[Ticket, Callable[[Ticket], object]]]
-
-
-def parse_durability(spec: str) -> tuple[str, float]:
-    """("always"|"every"|"never", interval in seconds) from a policy string.
-
-    >>> parse_durability("every:5")
-    ('every', 0.005)
-    """
-    if spec in ("always", "never"):
-        return spec, 0.0
-    if spec.startswith("every:"):
-        try:
-            ms = float(spec[6:])
-        except ValueError:
-            ms = -1.0
-        if ms > 0:
-            return "every", ms / 1000.0
-    raise ValueError(f"durability must be 'always', 'never' or 'every:<ms>' (ms > 0), not {spec!r}")
 
 
 class Pinner(Protocol):
@@ -78,16 +61,15 @@ class GroupCommit:
         self.failed: BaseException | None = None
         self.closed = False
         self.ok = True  # not failed and not closed: the writer's fast path reads one flag
-        lock = threading.Lock()
+        self._lock = lock = threading.Lock()  # taken directly on the per-record path (no Python-level __enter__)
         self.cond = threading.Condition(lock)  # durable progress, appends, tickets
         # The committer/flusher thread waits here, on the same lock: notifying ``cond`` at
         # every sync woke it for nothing (two futex wake-ups and a GIL fight per sync).
         self._bg_cond = threading.Condition(lock)
-        self._syncing = False  # a leader is fsyncing (guarded by cond)
-        # Gathering (see _gather_locked): the ends callers inside sync_to wait for, how many
-        # callers the last sync released, and how many came back since; the leader waits on its
-        # own condition for the last arrival.
-        self._uptos: list[int] = []
+        self._syncing = False  # a batch has a leader (guarded by cond)
+        self._open: _Batch | None = None  # the batch callers join: its end is not pinned yet
+        # Gathering (see _gather_locked): how many callers the last sync released, and how many
+        # came back since; the leader waits on its own condition for the last arrival.
         self._expect = 0
         self._arrived = 0
         self._gathering = False
@@ -116,37 +98,64 @@ class GroupCommit:
 
     def sync_to(self, upto: int | None) -> int:
         """Group commit: return once everything below ``upto`` (None: what is written now) is
-        durable, fsyncing it if no other caller is already doing so."""
-        with self.cond:
-            if upto is None:
+        durable, fsyncing it if no other caller is already doing so.
+
+        A caller joins the open batch (the one whose end is not pinned yet) and, unless it
+        leads, blocks on that batch's gate alone: it is woken once, when its batch is resolved
+        or handed to it to lead, never by another batch's sync and never to fight for the lock."""
+        if upto is None:
+            with self._lock:
                 upto = self._end()
-            if self.durable >= upto:
-                return self.durable
-            self._uptos.append(upto)
-            self._arrived += 1
-            if self._gathering and self._arrived >= self._expect:
-                self._gather_cond.notify()
-            try:
-                while True:
-                    if self.durable >= upto:
-                        self._uptos.remove(upto)
-                        return self.durable
-                    if self.failed is not None:
-                        raise LogError(f"{self.path}: log failed earlier ({self.failed})")
-                    if not self._syncing:
-                        self._syncing = True
-                        break
-                    self.cond.wait()
-            except BaseException:
-                self._uptos.remove(upto)
-                raise
+        while True:
+            with self._lock:
+                if self.durable >= upto:
+                    return self.durable
+                if self.failed is not None:
+                    raise LogError(f"{self.path}: log failed earlier ({self.failed})")
+                b = self._open
+                if b is None:
+                    b = self._open = _Batch()
+                b.members += 1
+                lead = not self._syncing
+                if lead:
+                    self._syncing = True
+                self._arrived += 1
+                if self._gathering and self._arrived >= self._expect:
+                    self._gather_cond.notify()
+            if lead:
+                self._lead(b)  # holds the gate until the batch is resolved
+                if b.error is not None:
+                    raise b.error
+            else:
+                b.gate.acquire()  # released once to hand over the lead, then chained when resolved
+                if not b.done:
+                    self._lead(b)
+                    if b.error is not None:
+                        raise b.error
+                else:
+                    b.gate.release()  # wake the next member
+                    if b.error is not None:
+                        raise LogError(str(b.error))  # an instance of its own: tracebacks are per raise
+            durable = self.durable  # only grows: reading it unlocked can only understate it
+            if durable >= upto:
+                return durable
+            # Covered unless ``upto`` lies past what was written when the batch was pinned (a
+            # caller syncing ahead of the writes): then join the next batch.
+
+    def _lead(self, b: _Batch) -> None:
+        """Gather, pin the end, fsync, resolve ``b`` and hand the next open batch its lead."""
         target = -1
         try:
+            if self.failed is not None:
+                raise LogError(f"{self.path}: log failed earlier ({self.failed})")
             if self._arrived < self._expect:
                 with self.cond:
                     self._gather_locked()
                 if self.failed is not None:  # failed while gathering: nothing to sync any more
                     raise LogError(f"{self.path}: log failed earlier ({self.failed})")
+            with self._lock:  # close b: its members all wrote before joining; later callers open the next
+                if self._open is b:
+                    self._open = None
             pinner = self._pinner
             if pinner is None:
                 raise LogError(f"{self.path}: log is closed")
@@ -166,18 +175,28 @@ class GroupCommit:
                 ) from e
             finally:
                 pinner.unpin(seg)
+        except LogError as e:
+            b.error = e
+        except BaseException as e:
+            b.error = LogError(f"{self.path}: group commit interrupted ({e!r})")
+            raise
         finally:
-            with self.cond:
-                self._syncing = False
-                self._uptos.remove(upto)
-                # Callers this sync releases (the leader too) are about to write again.
-                self._expect = 1 + sum(u <= target for u in self._uptos)
+            with self._lock:
+                if self._open is b:
+                    self._open = None
+                b.done = True
+                # Everyone this sync releases (the leader too) is about to write again.
+                self._expect = b.members
                 self._arrived = 0
                 callbacks = self._advance_locked(target) if target >= 0 else []
-                self.cond.notify_all()
-        for t, fn in callbacks:
-            fn(t)
-        return self.durable
+                nxt = self._open
+                handoff = nxt is not None and nxt.members > 0
+                self._syncing = handoff
+            if handoff:
+                nxt.gate.release()  # type: ignore[union-attr]  # one member of the next batch leads it
+            b.gate.release()
+            for t, fn in callbacks:
+                fn(t)
 
     def _gather_locked(self) -> None:
         """The leader, before pinning the end: wait briefly for the callers the last sync
@@ -365,6 +384,21 @@ class GroupCommit:
             self.cond.notify_all()
             self._bg_cond.notify_all()
             self._gather_cond.notify_all()
+
+
+class _Batch:
+    """Callers one fsync covers. ``gate`` is held from creation: by the leader while it syncs,
+    released once to hand the lead to a waiting member, and once resolved each member passes it
+    on to the next (one futex wake per member, by the thread that has the GIL anyway)."""
+
+    __slots__ = ("gate", "members", "done", "error")
+
+    def __init__(self) -> None:
+        self.gate = threading.Lock()
+        self.gate.acquire()
+        self.members = 0
+        self.done = False
+        self.error: LogError | None = None
 
 
 def _set_future(fut: asyncio.Future[None]) -> None:

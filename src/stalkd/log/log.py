@@ -137,7 +137,10 @@ class Log:
             off = self.write_many((payload,))[0]
         elif self._commit.waiters or self._commit.async_waiters:
             self._commit.notify_append()
-        self._after_write(off + 1)
+        if self._policy == "always":  # straight to the group commit, which checks failure itself
+            self._commit.sync_to(off + 1)
+        else:
+            self._after_write(off + 1)
         return off
 
     def append_many(self, payloads: Iterable[Payload]) -> tuple[int, int]:
