@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from stalkd.client import Client, errors
-from support import ServerProcess, reserved_port, spawn_server
+from support import ServerProcess, reserved_port, spawn_server, stop_process
 
 from .conftest import server_command
 
@@ -271,7 +271,7 @@ def test_a_put_cut_off_mid_flight_is_not_resent_and_says_so(stalkd: Any, connect
     first, second = stalkd(), stalkd()
     c = connect(f"{first.address},{second.address}")
     c.use("t")
-    os.kill(first.proc.pid, signal.SIGSTOP)
+    stop_process(first.proc.pid)
     # When the server dies once the put has reached it, before it could answer
     def killer() -> None:
         wait_until(lambda: received_but_unread(first) > 0, "the put to arrive")
