@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from stalkd.client import AsyncClient, Client
-from support import ServerProcess, require_binary, spawn_server
+from support import ServerProcess, require_binary, spawn_server, wait_serving
 
 
 def server_command(kind: str, *flags: str) -> list[str]:
@@ -31,8 +31,15 @@ def server_command(kind: str, *flags: str) -> list[str]:
 
 
 def _start_tcp(kind: str, *flags: str, port: int = 0) -> ServerProcess:
-    return spawn_server(server_command(kind, "-l", "127.0.0.1", "-p", str(port), *flags),
-                        what=kind, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """A server of ``kind``, returned once it answers (not merely listens: see wait_serving)."""
+    server = spawn_server(server_command(kind, "-l", "127.0.0.1", "-p", str(port), *flags),
+                          what=kind, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_serving(server.host, server.port)
+    except BaseException:
+        server.stop()
+        raise
+    return server
 
 
 def start_unix(kind: str, path: str) -> subprocess.Popen[bytes]:
