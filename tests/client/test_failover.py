@@ -25,14 +25,13 @@ from typing import Any
 import pytest
 
 from stalkd.client import Client, errors
-from support import ServerProcess, reserved_port, spawn_server, stop_process
+from support import ServerProcess, reserved_port, stop_process
 
-from .conftest import server_command
+from .conftest import start_tcp
 
 
 def _stalkd() -> ServerProcess:
-    return spawn_server(server_command("stalkd", "-l", "127.0.0.1", "-p", "0"), what="stalkd",
-                        stdout=open(os.devnull, "wb"), stderr=open(os.devnull, "wb"))
+    return start_tcp("stalkd")  # returned once it serves
 
 
 @pytest.fixture
