@@ -165,6 +165,24 @@ def wait_for_port(host: str, port: int, timeout: float = 10.0, proc: subprocess.
             time.sleep(0.01)
 
 
+def wait_serving(host: str, port: int, timeout: float = 60.0) -> None:
+    """Block until the beanstalkd-protocol server on host:port answers a command. stalkd
+    listens before it imports its engine and recovers (server/cli.py), so "listening" is not
+    "serving": under load the first reply can be seconds away, and a test whose client has a
+    short reply timeout would time out on the server's start-up rather than on what it
+    tests. ``timeout`` is only a safety bound on that wait."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(b"list-tube-used\r\n")
+        reply = b""
+        while not reply.endswith(b"\r\n"):
+            chunk = s.recv(64)
+            if not chunk:
+                raise RuntimeError(f"server on {host}:{port} hung up before answering")
+            reply += chunk
+    if not reply.startswith(b"USING "):
+        raise RuntimeError(f"server on {host}:{port} answered {reply!r} to list-tube-used")
+
+
 @dataclass
 class ServerProcess:
     host: str

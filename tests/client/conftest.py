@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from stalkd.client import AsyncClient, Client
-from support import ServerProcess, require_binary, spawn_server
+from support import ServerProcess, require_binary, spawn_server, wait_serving
 
 
 def server_command(kind: str, *flags: str) -> list[str]:
@@ -30,9 +30,16 @@ def server_command(kind: str, *flags: str) -> list[str]:
     return [sys.executable, "-m", "stalkd.cli", "serve", *flags]
 
 
-def _start_tcp(kind: str, *flags: str, port: int = 0) -> ServerProcess:
-    return spawn_server(server_command(kind, "-l", "127.0.0.1", "-p", str(port), *flags),
-                        what=kind, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start_tcp(kind: str, *flags: str, port: int = 0) -> ServerProcess:
+    """A server of ``kind``, returned once it answers (not merely listens: see wait_serving)."""
+    server = spawn_server(server_command(kind, "-l", "127.0.0.1", "-p", str(port), *flags),
+                          what=kind, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_serving(server.host, server.port)
+    except BaseException:
+        server.stop()
+        raise
+    return server
 
 
 def start_unix(kind: str, path: str) -> subprocess.Popen[bytes]:
@@ -67,7 +74,7 @@ def start_server(server_kind: str) -> Iterator[Callable[..., ServerProcess]]:
     started: list[ServerProcess] = []
 
     def start(*flags: str, port: int = 0) -> ServerProcess:
-        s = _start_tcp(server_kind, *flags, port=port)
+        s = start_tcp(server_kind, *flags, port=port)
         started.append(s)
         return s
 

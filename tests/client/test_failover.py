@@ -25,14 +25,13 @@ from typing import Any
 import pytest
 
 from stalkd.client import Client, errors
-from support import ServerProcess, reserved_port, spawn_server
+from support import ServerProcess, reserved_port, stop_process
 
-from .conftest import server_command
+from .conftest import start_tcp
 
 
 def _stalkd() -> ServerProcess:
-    return spawn_server(server_command("stalkd", "-l", "127.0.0.1", "-p", "0"), what="stalkd",
-                        stdout=open(os.devnull, "wb"), stderr=open(os.devnull, "wb"))
+    return start_tcp("stalkd")  # returned once it serves
 
 
 @pytest.fixture
@@ -271,7 +270,7 @@ def test_a_put_cut_off_mid_flight_is_not_resent_and_says_so(stalkd: Any, connect
     first, second = stalkd(), stalkd()
     c = connect(f"{first.address},{second.address}")
     c.use("t")
-    os.kill(first.proc.pid, signal.SIGSTOP)
+    stop_process(first.proc.pid)
     # When the server dies once the put has reached it, before it could answer
     def killer() -> None:
         wait_until(lambda: received_but_unread(first) > 0, "the put to arrive")

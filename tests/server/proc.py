@@ -7,9 +7,11 @@ Its log goes to a temporary file so a failing test can show what the server said
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
 
 from support import ServerProcess, spawn_server  # tests/support.py
 
@@ -37,8 +39,9 @@ class StalkdProcess(ServerProcess):
 
 def start_stalkd(*flags: str, port: int = 0, wait: bool = True) -> StalkdProcess:
     """``stalkd-server -l 127.0.0.1 -p PORT FLAGS...`` (beanstalkd's flags), returned once it
-    listens; PORT 0 (the default) lets the kernel choose. ``wait=False`` returns at once, for a
-    server the test expects to exit (its ``port`` is then the one asked for, 0 if none)."""
+    serves (or has exited: see _wait_serving); PORT 0 (the default) lets the kernel choose.
+    ``wait=False`` returns at once, for a server the test expects to exit (its ``port`` is
+    then the one asked for, 0 if none)."""
     fd, log_path = tempfile.mkstemp(prefix="stalkd-test-", suffix=".log")
     cmd = [*SERVER_CMD, "-l", "127.0.0.1", "-p", str(port), *flags]
     with os.fdopen(fd, "wb") as log:
@@ -53,4 +56,23 @@ def start_stalkd(*flags: str, port: int = 0, wait: bool = True) -> StalkdProcess
                     raise RuntimeError(f"stalkd did not start:\n{f.read()}") from None
     server = StalkdProcess(started.host, started.port, started.proc)
     server.log_path = log_path
+    if wait:
+        _wait_serving(server)
     return server
+
+
+_SERVING = re.compile(r"serving \d+ ms after start")  # serve.py's line once it serves
+
+
+def _wait_serving(server: StalkdProcess, timeout: float = 120.0) -> None:
+    """Until the server says it serves (or exits, which the test may expect). It listens before
+    it imports its engine and recovers (server/cli.py): under load its first reply came many
+    seconds after the port opened, past the reply timeouts of the tests (the transcripts' 5 s).
+    The log, not a probe connection, so the server's connection counts stay the test's own;
+    ``timeout`` is only a safety bound."""
+    deadline = time.monotonic() + timeout
+    while not _SERVING.search(server.log_text()) and server.proc.poll() is None:
+        if time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"stalkd listened but did not serve within {timeout}s:\n{server.log_text()}")
+        time.sleep(0.01)

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from support import stop_process
+
 from .proc import StalkdProcess, start_stalkd
 from .wire import Wire, stats
 
@@ -45,7 +47,7 @@ def test_delays_ending_at_one_instant_are_moved_in_slices(srv: StalkdProcess) ->
         # Given n jobs whose delays all end while the server is stopped (one instant, as it sees it)
         _put_many(a, n, delay=1)
         last_put = time.monotonic()
-        srv.proc.send_signal(signal.SIGSTOP)
+        stop_process(srv.proc.pid)
         try:
             # Waiting for the delays to pass is what is under test, not a stand-in for a sync.
             time.sleep(max(0.0, last_put + 1.3 - time.monotonic()))
@@ -98,7 +100,7 @@ def _ready_reserved(reply: bytes) -> tuple[int, int]:
 def _hang_up_while_stopped(srv: StalkdProcess, a: Wire, b: Wire) -> tuple[int, int]:
     """Close ``a`` and send b's stats-tube while the server is stopped, so it finds both at
     once; the counts b's first answer shows."""
-    srv.proc.send_signal(signal.SIGSTOP)
+    stop_process(srv.proc.pid)
     try:
         a.close()
         b.send(b"stats-tube t\r\n")

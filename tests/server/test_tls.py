@@ -20,6 +20,7 @@ import pytest
 
 from server.tlsutil import Certs, Stalkd, issue, make_certs, start
 from stalkd.client import AsyncClient, Client, errors
+from support import stop_process
 
 ACL = """
 [identity."CN=producer,O=stalkd tests"]
@@ -290,7 +291,7 @@ def test_a_tls_client_times_out_on_a_stalled_server(mtls: Stalkd, certs: Certs) 
     # still give up after its timeout and drop the connection
     c = Client(addr(mtls, certs), timeout=0.3)
     c.stats()
-    mtls.proc.send_signal(signal.SIGSTOP)
+    stop_process(mtls.proc.pid)
     try:
         with pytest.raises(errors.ReplyTimeout):
             c.stats()

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,35 @@ pyspark = pytest.importorskip("pyspark", reason="the [spark] extra is not instal
 
 
 @pytest.fixture(scope="session")
-def spark(s3_server: Any) -> Iterator[Any]:
+def spark_home(tmp_path_factory: Any) -> Iterator[Path]:
+    """A SPARK_HOME for every JVM the tests start: pyspark's own, without ``python/lib``.
+
+    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path, and
+    pip's pyspark ships that zip as sources only, so each worker compiles pyspark before it
+    can do anything (three to four times the CPU of importing the installed, compiled pyspark).
+    The workers started outside the forking daemon (data-source planning, the streaming source
+    runner) must connect back to the JVM within a fixed 10 s (PythonWorkerFactory, not a
+    setting): on a loaded 2-core machine the compiling pushed them past it ("Python worker
+    failed to connect back"). Without the zip the workers import the pyspark installed for
+    ``sys.executable`` (spark.pyspark.python), the very same version."""
+    real = Path(pyspark.__file__).parent
+    home = tmp_path_factory.mktemp("spark-home")
+    for entry in real.iterdir():
+        if entry.name != "python":
+            (home / entry.name).symlink_to(entry)
+    saved = os.environ.get("SPARK_HOME")
+    os.environ["SPARK_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        if saved is None:
+            os.environ.pop("SPARK_HOME", None)
+        else:
+            os.environ["SPARK_HOME"] = saved
+
+
+@pytest.fixture(scope="session")
+def spark(s3_server: Any, spark_home: Path) -> Iterator[Any]:
     # After s3_server: the JVM and its Python workers inherit the AWS variables pointing at it.
     require_binary("java")
     from stalkd.spark.session import build_session
@@ -68,7 +97,7 @@ def s3_server(tmp_path_factory: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: Any, s3_server: Any) -> Iterator[Any]:
+def spark_cluster(tmp_path_factory: Any, s3_server: Any, spark_home: Path) -> Iterator[Any]:
     """A standalone master and two one-core workers (separate JVMs) on loopback."""
     require_binary("java")
     from cluster import start_spark_cluster
