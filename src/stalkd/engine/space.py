@@ -155,10 +155,13 @@ class SpaceBudget:
         spends its own frame and keeps its delete's share)."""
         self.promised = max(0, self.promised - spent)
 
-    def before_write(self, frames: list[int]) -> None:
-        """Count the spares the log will rename into place for the segments these frames start."""
+    def before_write(self, frames: list[int], total: int) -> None:
+        """Count the spares the log will rename into place for the segments these frames
+        (``total`` bytes together) start."""
         base, pos = self._end()
         limit = self._active_limit(base)
+        if pos + total <= limit:
+            return  # the common case: all in the active segment
         new = 0
         for n in frames:
             if pos + n > limit:

@@ -61,7 +61,6 @@ SNAP_RESERVE = "reserve.spare"  # in snapshots/: room for a snapshot on a full d
 _log = logging.getLogger("stalkd.engine.wal")
 _PUT = Op.PUT
 _RESULT = Op.RESULT
-_FRAME_OVERHEAD = 32  # approximate bytes a log frame adds to a payload (header, CRC, padding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,38 +339,40 @@ class Wal(Compaction):
         recs = records if isinstance(records, (list, tuple)) else list(records)
         if not recs:
             return
-        last_seq = recs[-1].seq
-        payloads = [encode(r) for r in recs]
+        # One pass per record: its payload, its frame's size, and what the budget spends on it.
+        payloads = []
+        sizes = []
+        spent = extra = total = 0
+        for r in recs:
+            p = encode(r)
+            payloads.append(p)
+            n = (_FRAME_HEADER + len(p) + 7) & ~7  # frame_size, inlined: once per record
+            sizes.append(n)
+            total += n
+            op = r.op
+            if op is _PUT or op is _RESULT:
+                spent += n
+            elif op in DURABLE_OPS:
+                spent += SHORT_FRAME
+            else:
+                extra += n
         sp = self.space
-        spent = 0
         if sp is not None:
-            extra = 0
-            sizes = []
-            for r, p in zip(recs, payloads, strict=True):
-                n = (_FRAME_HEADER + len(p) + 7) & ~7  # frame_size, inlined: once per record
-                sizes.append(n)
-                op = r.op
-                if op is _PUT or op is _RESULT:
-                    spent += n
-                elif op in DURABLE_OPS:
-                    spent += SHORT_FRAME
-                else:
-                    extra += n
             if extra and not sp.fits(extra):
                 keep = [i for i, r in enumerate(recs) if r.op in DURABLE_OPS]
                 sp.dropped += len(recs) - len(keep)
-                recs = [recs[i] for i in keep]
                 payloads = [payloads[i] for i in keep]
                 sizes = [sizes[i] for i in keep]
+                total = sum(sizes)
             if payloads:
-                sp.before_write(sizes)
+                sp.before_write(sizes, total)
         if payloads:
             self._write_payloads(payloads)
             if sp is not None:
                 sp.written(spent)
         self.records_written += len(payloads)
-        self._bytes_since_snapshot += sum(map(len, payloads)) + _FRAME_OVERHEAD * len(payloads)
-        self.last_seq = last_seq
+        self._bytes_since_snapshot += total
+        self.last_seq = recs[-1].seq
 
     def _write_payloads(self, payloads: list[bytes]) -> None:
         while True:
@@ -389,11 +390,12 @@ class Wal(Compaction):
         if first != self.log.next_offset:
             raise WalError(f"{self.log.path}: replicated records start at offset {first}, the log at "
                            f"{self.log.next_offset}")  # fmt: skip
+        sizes = [(_FRAME_HEADER + len(p) + 7) & ~7 for p in payloads]
         if self.space is not None:
-            self.space.before_write([(_FRAME_HEADER + len(p) + 7) & ~7 for p in payloads])
+            self.space.before_write(sizes, sum(sizes))
         self._write_payloads(payloads)
         self.records_written += len(payloads)
-        self._bytes_since_snapshot += sum(map(len, payloads)) + _FRAME_OVERHEAD * len(payloads)
+        self._bytes_since_snapshot += sum(sizes)
 
     def sync(self) -> None:
         """Make everything written durable under the policy (thread-safe; group commit)."""

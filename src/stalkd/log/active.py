@@ -86,7 +86,9 @@ class ActiveSegment:
 
     def write(self, data: bytes, pos: int) -> None:
         """Write ``data`` at byte ``pos`` (pwrite unless io="mmap")."""
-        self.zero_to(pos + len(data))
+        end = pos + len(data)
+        if end > self.zeroed and self.zero_ahead:
+            self.zero_to(end)
         if self.mm_batches and self.mm is not None:
             self.mm[pos : pos + len(data)] = data
             return

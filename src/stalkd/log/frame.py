@@ -127,17 +127,16 @@ def encode_data_frames(
     u32 = _pack_u32
     crc = crc32c
     pads = _PADS
-    parts: list[bytes | bytearray | memoryview] = []
-    extend = parts.extend
+    join = b"".join
+    parts: list[bytes] = []
+    append = parts.append
     delta = first_delta
     for p in payloads:
         n = len(p)
-        rest = pack(MAGIC, _DATA_FLAGS, epoch, n, delta, timestamp_us)
-        pad = pads[-(FRAME_HEADER_SIZE + n) & 7]
-        if pad:
-            extend((u32(crc(pad, crc(p, crc(rest)))), rest, p, pad))
-        else:
-            extend((u32(crc(p, crc(rest))), rest, p))
+        # Joined first: one CRC call over the frame's rest (fewer calls than one per piece).
+        rest = join((pack(MAGIC, _DATA_FLAGS, epoch, n, delta, timestamp_us), p, pads[-(FRAME_HEADER_SIZE + n) & 7]))
+        append(u32(crc(rest)))
+        append(rest)
         delta += 1
     return b"".join(parts)
 

@@ -84,7 +84,14 @@ class FileSystem:
 
     def pwrite_all(self, fd: int, data: bytes | memoryview, pos: int) -> None:
         """Write all of ``data`` at ``pos``, however many calls it takes."""
-        view = memoryview(data)
+        n = len(data)
+        if not n:
+            return
+        done = self.pwrite(fd, data, pos)
+        if done == n:  # the common case: no view over the data, no slicing
+            return
+        view = memoryview(data)[done:]
+        pos += done
         while view:
             n = self.pwrite(fd, view, pos)
             view = view[n:]

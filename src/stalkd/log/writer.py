@@ -149,11 +149,12 @@ class SegmentWriter:
             if act is None:
                 raise LogError(f"{self.path}: log is closed")
             first = self.next
-            if max(map(len, items)) > MAX_PAYLOAD:
-                raise ValueError(f"{self.path}: a payload is larger than {MAX_PAYLOAD} bytes, the frame limit")
             total = 0
             for p in items:
-                total += (FRAME_HEADER_SIZE + len(p) + 7) & ~7
+                n = len(p)
+                if n > MAX_PAYLOAD:
+                    raise ValueError(f"{self.path}: a payload is larger than {MAX_PAYLOAD} bytes, the frame limit")
+                total += (FRAME_HEADER_SIZE + n + 7) & ~7
             if act.pos + total <= act.limit:
                 data = encode_data_frames(items, first - act.base, time.time_ns() // 1000, act.epoch)
                 self._write_checked(act, data, act.pos)

@@ -8,9 +8,11 @@ per batch runs on the sync thread (``Syncer``) while the loop keeps reading and 
 commands. Only one sync runs at a time, so batches grow with load (group commit).
 
 Deliberate exception: when one connection alone has written the last ``INLINE_AFTER`` batches,
-its batch is written at the end of its step and fsynced inline on the loop thread: that client
-waits for the fsync and nobody else is writing, so the thread hand-off would only add latency.
-Readers on other connections wait at most one fsync; a second writer ends it at once.
+its batch is written at the end of its step (under any policy: no other connection's records
+could join it, so the loop callback would only add work) and, with ``always``, fsynced inline on
+the loop thread: that client waits for the fsync and nobody else is writing, so the thread
+hand-off would only add latency. Readers on other connections wait at most one fsync; a second
+writer ends it at once.
 
 Second exception, for several writers: ``SyncPolicy`` (syncpolicy.py) measures the thread's
 hand-off and the fsync, and runs the fsync inline while it costs no more than the hand-off and
@@ -137,16 +139,16 @@ class Barriers:
         self._steps += 1
 
     def end_step(self) -> None:
-        """A connection ran what it had read. A lone ``always`` writer's records are written
-        (and fsynced inline) now: nobody else's can join its batch, and this saves a loop
-        iteration before its replies leave. Otherwise at the start of the next iteration, so
+        """A connection ran what it had read. A lone writer's records are written (and under
+        ``always`` fsynced inline) now: nobody else's can join its batch, and this saves a loop
+        callback before its replies leave. Otherwise at the start of the next iteration, so
         every connection read in this one shares one WAL write (each ``Wal.write`` call has a
         fixed cost) and, with ``always``, one fsync."""
         self._steps -= 1
         if self._steps or not self._step_records:
             return
         self._step_records = False
-        if self.group_commit and self.written - self._mixed >= INLINE_AFTER:
+        if self.written - self._mixed >= INLINE_AFTER:
             self._close_batch()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
