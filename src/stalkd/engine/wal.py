@@ -23,61 +23,33 @@ ids continue).
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import os
 import stat
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
-from stalkd.engine.replay import finish
-from stalkd.engine.snapshot import (
-    SnapshotError,
-    SnapshotHeader,
-    list_snapshots,
-    load_into,
-    read_header,
-    snapshot_gap,
-)
-from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
-from stalkd.engine.tail import TailError, replay_tail
+from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space
+from stalkd.engine.walrecovery import RecoveryInfo, rebuild
+from stalkd.engine.walspace import WalSpace
 from stalkd.log import Log, LogFullError
 from stalkd.log.active import SPARES_DIR
 from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
 from stalkd.log.fs import REAL, FileSystem
-from stalkd.log.segment import FOOTER_SIZE
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
 
-
 LOG_DIR = "wal"
 SNAP_DIR = "snapshots"
-SPARE_FILE = "wal-spare"  # spare segments of earlier versions (now wal/spares/, space.py)
-SNAP_RESERVE = "reserve.spare"  # in snapshots/: room for a snapshot on a full disk
 _log = logging.getLogger("stalkd.engine.wal")
 _PUT = Op.PUT
 _RESULT = Op.RESULT
 
 
-@dataclass(frozen=True, slots=True)
-class RecoveryInfo:
-    """What ``recover`` did: ``jobs`` live jobs; ``records_replayed`` WAL records applied after the
-    snapshot (``snapshot`` path or None); ``discarded`` incomplete snapshot files removed."""
-
-    jobs: int
-    snapshot: str | None
-    snapshot_jobs: int
-    records_replayed: int
-    seconds: float
-    discarded: tuple[str, ...]
-    snapshot_seconds: float = 0.0  # part of ``seconds`` spent loading the snapshot
-
-
-class Wal(Compaction):
+class Wal(WalSpace, Compaction):
     """Persistence for one engine.
 
     >>> import tempfile
@@ -200,134 +172,23 @@ class Wal(Compaction):
         """Rebuild the engine: newest complete snapshot, then every later WAL record (``into``:
         an empty engine to rebuild, rather than a new one)."""
         t0 = time.perf_counter()
-        discarded = []
-        for name in os.listdir(self.snap_dir):
-            if name.endswith(".tmp"):
-                os.unlink(os.path.join(self.snap_dir, name))
-                discarded.append(name)
-        header: SnapshotHeader | None = None
-        for path in list_snapshots(self.snap_dir):
-            try:
-                header = read_header(path)
-                break
-            except SnapshotError:
-                discarded.append(path)  # kept on disk for a human; an older snapshot may serve
-        bounds = self.log.segment_bounds()
-        oldest = bounds[0][0] if bounds else 0
-        need = header.start_offset if header else 0
-        gap = snapshot_gap(header, oldest, self.log.next_offset, self.log.path)
-        resnapshot = False
-        if gap is not None and oldest > need:
-            raise WalError(f"{gap}; restore the missing snapshot or segments (see discarded: "
-                           + ", ".join(discarded) + ")")  # fmt: skip
-        if gap is not None:
-            if not self.repair:
-                raise WalError(f"{gap}. To continue from the snapshot (the missing records are lost), run: "
-                               f"stalkd log repair {self.directory}   (or start the server with --repair)")  # fmt: skip
-            resnapshot = True  # the snapshot holds the jobs; a new one starts at the log's end
-            self.repair_notes.append(f"{gap}; continuing from the snapshot, re-taken at offset "
-                                     f"{self.log.next_offset}")  # fmt: skip
-        # A million new objects would trigger full collections over a heap that only grows here;
-        # the collector stays off for the rebuild, then everything recovered is frozen out of
-        # its sight (it lives until deleted), so later collections do not walk it either.
-        gc_was_on = gc.isenabled()
-        gc.disable()
-        try:
-            e, replayed, t_snap = self._rebuild(header, need, now, max_job_size, into)
-            gc.freeze()
-        finally:
-            if gc_was_on:
-                gc.enable()
+        r = rebuild(self.directory, self.snap_dir, self.log, now, max_job_size=max_job_size,
+                    into=into, repair=self.repair)  # fmt: skip
+        if r.note is not None:
+            self.repair_notes.append(r.note)
+        e = r.engine
         self.last_seq = e.seq
         self._recovered = True
         self._open_space(len(e.jobs), max_job_size)
         self._keep_snapshot_reserve()
-        if resnapshot:
+        if r.resnapshot:
             self.snapshot(e)
-        info = RecoveryInfo(len(e.jobs), header.path if header else None, header.count if header else 0,
-                            replayed, time.perf_counter() - t0, tuple(discarded), t_snap)  # fmt: skip
+        h = r.header
+        info = RecoveryInfo(len(e.jobs), h.path if h else None, h.count if h else 0, r.replayed,
+                            time.perf_counter() - t0, r.discarded, r.snapshot_seconds)  # fmt: skip
         return e, info
 
-    def _rebuild(
-        self, header: SnapshotHeader | None, need: int, now: float, max_job_size: int, into: Engine | None
-    ) -> tuple[Engine, int, float]:
-        e = Engine(max_job_size=max_job_size) if into is None else into
-        fresh: dict[int, int] = {}
-        start_seq = 0
-        t_snap = time.perf_counter()
-        if header is not None:
-            try:
-                fresh = load_into(e, header)
-            except SnapshotError as exc:
-                raise WalError(f"{exc}; move the file away to fall back to an older snapshot") from exc
-            start_seq = header.start_seq
-            e.seq = max(e.seq, header.end_seq)
-            e.next_id = max(e.next_id, header.next_id)
-        t_snap = time.perf_counter() - t_snap
-        try:
-            replayed = replay_tail(e, self.log.read(need), start_seq, fresh)
-        except TailError as exc:
-            raise WalError(f"{self.log.path}: {exc}") from exc
-        finish(e)
-        e.tick(now)
-        while e.behind():  # nobody to serve yet: every job due at start-up moves now
-            e.tick(now)
-        return e, replayed, t_snap
-
     # --- space ------------------------------------------------------------------------------
-
-    def _open_space(self, live_jobs: int, max_job_size: int) -> None:
-        if self.space is not None:
-            self.space.close()
-        # The waste bound per segment tail is the largest frame, capped at an eighth of a segment:
-        # with segments under 8x the largest put, big puts may be promised slightly too little
-        # room (a put bigger than a segment gets an oversize segment of its own anyway).
-        waste = min(put_frame(max_job_size), max(SHORT_FRAME, self.segment_size // 8))
-        old = os.path.join(self.directory, SPARE_FILE)
-        if os.path.lexists(old):  # the single spare file of earlier versions: its room is freed
-            os.unlink(old)
-        sp = SpaceBudget(self.log.path, self.segment_size, waste,
-                         self.log.position_of_end, self._active_limit, self.fs)  # fmt: skip
-        self.space = sp
-        # Every live job may be deleted: that room is promised from the start.
-        if not sp.admit(live_jobs * SHORT_FRAME):
-            sp.promised += live_jobs * SHORT_FRAME
-            _log.warning("%s: no room to reserve the deletes of %d recovered jobs; puts are refused "
-                        "until space is freed", self.directory, live_jobs)  # fmt: skip
-
-    def reset_space(self, live_jobs: int, max_job_size: int) -> None:
-        """Promise room again from scratch (a standby becoming primary: its puts were the
-        primary's, promised there)."""
-        self._open_space(live_jobs, max_job_size)
-
-    def _active_limit(self, base: int) -> int:
-        if base != self._limit_base:
-            path = self.log.segment_bounds()[-1][2]
-            self._limit = os.stat(path).st_size - FOOTER_SIZE
-            self._limit_base = base
-        return self._limit
-
-    def admit(self, cost: int) -> bool:
-        """Promise room for ``cost`` bytes of records before the engine runs a command; False:
-        the disk is full, refuse the command (nothing was changed or promised).
-
-        True without a budget (before ``recover``)."""
-        sp = self.space
-        return sp is None or sp.admit(cost)
-
-    def admit_upto(self, n: int, unit: int) -> int:
-        """Promise room for as many of ``n`` records of ``unit`` bytes as fit; returns how many."""
-        sp = self.space
-        if sp is None or n <= 0 or sp.admit(n * unit):
-            return max(n, 0)
-        k = max(0, (sp.room() - sp.promised) // unit)
-        return k if k and sp.admit(k * unit) else 0
-
-    def settle(self, admitted: int, records: Sequence[Record]) -> None:
-        """After the engine ran a command ``admit`` let through: promise exactly what its
-        records need (returns what a refused put did not use)."""
-        if self.space is not None:
-            self.space.settle(admitted, records)
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -401,42 +262,6 @@ class Wal(Compaction):
         """Make everything written durable under the policy (thread-safe; group commit)."""
         if self.durability == "always":
             self.log.sync()
-
-    # --- compaction while the disk is full ------------------------------------------------------
-
-    def space_short(self) -> bool:
-        return self.space is not None and self.space.short
-
-    def _snapshot_done(self) -> None:
-        if self.space is not None:
-            self.space.short = False
-        self._keep_snapshot_reserve()
-
-    def _snapshot_reserve(self) -> str | None:
-        # Only while the disk is short: a snapshot then may find no other room at all.
-        return os.path.join(self.snap_dir, SNAP_RESERVE) if self.space_short() else None
-
-    def _keep_snapshot_reserve(self) -> None:
-        """Preallocate the room a snapshot needs when the disk is full (a quarter segment,
-        4 KiB to 4 MiB: when the dead WAL fills the disk, the live jobs are few). Best effort:
-        without room now, the next completed snapshot tries again."""
-        path = os.path.join(self.snap_dir, SNAP_RESERVE)
-        if os.path.exists(path):
-            return
-        size = min(4 * 2**20, max(4096, self.segment_size // 4))
-        tmp = path + ".tmp"  # recovery deletes a .tmp left in the snapshot directory
-        fs = self.fs
-        fd = fs.open(tmp, os.O_WRONLY, create=True, truncate=True)
-        try:
-            fs.allocate(fd, 0, size)
-            fs.replace(tmp, path)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                fs.unlink(tmp)
-            if not no_space(e):
-                raise
-        finally:
-            os.close(fd)
 
     def maintain(self, engine: Engine, now: float, *, force: bool = False) -> bool:
         """``Compaction.maintain``; when a snapshot fails for lack of space, the spare segments no

@@ -1,0 +1,128 @@
+"""The WAL's disk room: what ``Wal`` promises before the engine runs a command, and a snapshot's reserve.
+
+A mixin of ``Wal`` (``Wal.__init__`` sets the state). Room is promised (``admit``) before the engine
+applies a change and settled after it, over ``space.SpaceBudget`` and its spare segments, so a full
+disk refuses puts but never a delete; while the disk is short, a preallocated file in
+``snapshots/`` keeps the room the snapshot that frees the dead WAL needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+
+from stalkd.engine.model import Record
+from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
+from stalkd.log import Log
+from stalkd.log.fs import FileSystem
+from stalkd.log.segment import FOOTER_SIZE
+
+__all__ = ["SNAP_RESERVE", "SPARE_FILE", "WalSpace"]
+
+SPARE_FILE = "wal-spare"  # spare segments of earlier versions (now wal/spares/, space.py)
+SNAP_RESERVE = "reserve.spare"  # in snapshots/: room for a snapshot on a full disk
+_log = logging.getLogger("stalkd.engine.wal")
+
+
+class WalSpace:
+    """The room-keeping steps of ``Wal``."""
+
+    directory: str
+    snap_dir: str
+    log: Log
+    fs: FileSystem
+    segment_size: int
+    space: SpaceBudget | None
+    _limit_base: int
+    _limit: int
+
+    def _open_space(self, live_jobs: int, max_job_size: int) -> None:
+        if self.space is not None:
+            self.space.close()
+        # The waste bound per segment tail is the largest frame, capped at an eighth of a segment:
+        # with segments under 8x the largest put, big puts may be promised slightly too little
+        # room (a put bigger than a segment gets an oversize segment of its own anyway).
+        waste = min(put_frame(max_job_size), max(SHORT_FRAME, self.segment_size // 8))
+        old = os.path.join(self.directory, SPARE_FILE)
+        if os.path.lexists(old):  # the single spare file of earlier versions: its room is freed
+            os.unlink(old)
+        sp = SpaceBudget(self.log.path, self.segment_size, waste,
+                         self.log.position_of_end, self._active_limit, self.fs)  # fmt: skip
+        self.space = sp
+        # Every live job may be deleted: that room is promised from the start.
+        if not sp.admit(live_jobs * SHORT_FRAME):
+            sp.promised += live_jobs * SHORT_FRAME
+            _log.warning("%s: no room to reserve the deletes of %d recovered jobs; puts are refused "
+                        "until space is freed", self.directory, live_jobs)  # fmt: skip
+
+    def reset_space(self, live_jobs: int, max_job_size: int) -> None:
+        """Promise room again from scratch (a standby becoming primary: its puts were the
+        primary's, promised there)."""
+        self._open_space(live_jobs, max_job_size)
+
+    def _active_limit(self, base: int) -> int:
+        if base != self._limit_base:
+            path = self.log.segment_bounds()[-1][2]
+            self._limit = os.stat(path).st_size - FOOTER_SIZE
+            self._limit_base = base
+        return self._limit
+
+    def admit(self, cost: int) -> bool:
+        """Promise room for ``cost`` bytes of records before the engine runs a command; False:
+        the disk is full, refuse the command (nothing was changed or promised).
+
+        True without a budget (before ``recover``)."""
+        sp = self.space
+        return sp is None or sp.admit(cost)
+
+    def admit_upto(self, n: int, unit: int) -> int:
+        """Promise room for as many of ``n`` records of ``unit`` bytes as fit; returns how many."""
+        sp = self.space
+        if sp is None or n <= 0 or sp.admit(n * unit):
+            return max(n, 0)
+        k = max(0, (sp.room() - sp.promised) // unit)
+        return k if k and sp.admit(k * unit) else 0
+
+    def settle(self, admitted: int, records: Sequence[Record]) -> None:
+        """After the engine ran a command ``admit`` let through: promise exactly what its
+        records need (returns what a refused put did not use)."""
+        if self.space is not None:
+            self.space.settle(admitted, records)
+
+    # --- compaction while the disk is full ------------------------------------------------------
+
+    def space_short(self) -> bool:
+        return self.space is not None and self.space.short
+
+    def _snapshot_done(self) -> None:
+        if self.space is not None:
+            self.space.short = False
+        self._keep_snapshot_reserve()
+
+    def _snapshot_reserve(self) -> str | None:
+        # Only while the disk is short: a snapshot then may find no other room at all.
+        return os.path.join(self.snap_dir, SNAP_RESERVE) if self.space_short() else None
+
+    def _keep_snapshot_reserve(self) -> None:
+        """Preallocate the room a snapshot needs when the disk is full (a quarter segment,
+        4 KiB to 4 MiB: when the dead WAL fills the disk, the live jobs are few). Best effort:
+        without room now, the next completed snapshot tries again."""
+        path = os.path.join(self.snap_dir, SNAP_RESERVE)
+        if os.path.exists(path):
+            return
+        size = min(4 * 2**20, max(4096, self.segment_size // 4))
+        tmp = path + ".tmp"  # recovery deletes a .tmp left in the snapshot directory
+        fs = self.fs
+        fd = fs.open(tmp, os.O_WRONLY, create=True, truncate=True)
+        try:
+            fs.allocate(fd, 0, size)
+            fs.replace(tmp, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                fs.unlink(tmp)
+            if not no_space(e):
+                raise
+        finally:
+            os.close(fd)
