@@ -122,6 +122,23 @@ class FloorLog:
         os.close(self.fd)
 
 
+def appenders(append: Callable[[bytes], object], threads: int, per: int) -> tuple[float, float]:
+    """``threads`` threads each calling ``append`` ``per`` times at once: seconds of wall clock,
+    and process CPU in µs per record."""
+
+    def work() -> None:
+        for _ in range(per):
+            append(P32)
+
+    ts = [threading.Thread(target=work) for _ in range(threads)]
+    c0, t0 = time.process_time(), time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return time.perf_counter() - t0, (time.process_time() - c0) * 1e6 / (per * threads)
+
+
 class Bench:
     def __init__(self, n: int, n_slow: int, budget: float, reps: int = 3) -> None:
         self.n, self.n_slow, self.budget, self.reps = n, n_slow, budget, reps
@@ -175,18 +192,7 @@ class Bench:
         ``self.per_fsync`` (a count, which load on a shared machine cannot distort)."""
         per = max(50, self.n_slow * 3 // threads)
         with Log.open(self.fresh("t"), durability="always") as log:
-            def work() -> None:
-                for _ in range(per):
-                    log.append(P32)
-
-            ts = [threading.Thread(target=work) for _ in range(threads)]
-            c0, t0 = time.process_time(), time.perf_counter()
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-            secs = time.perf_counter() - t0
-            self.cpu_per_record[threads] = (time.process_time() - c0) * 1e6 / (per * threads)
+            secs, self.cpu_per_record[threads] = appenders(log.append, threads, per)
             self.per_fsync[threads] = per * threads / max(1, log.syncs)
             return rate(per * threads, secs)
 
@@ -195,19 +201,7 @@ class Bench:
         records per fsync go to ``floor_cpu``/``floor_per_fsync``."""
         per = max(50, self.n_slow * 3 // threads)
         log = FloorLog(os.path.join(self.root, "floor"))
-
-        def work() -> None:
-            for _ in range(per):
-                log.append(P32)
-
-        ts = [threading.Thread(target=work) for _ in range(threads)]
-        c0, t0 = time.process_time(), time.perf_counter()
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        secs = time.perf_counter() - t0
-        self.floor_cpu[threads] = (time.process_time() - c0) * 1e6 / (per * threads)
+        secs, self.floor_cpu[threads] = appenders(log.append, threads, per)
         self.floor_per_fsync[threads] = per * threads / max(1, log.syncs)
         log.close()
         return rate(per * threads, secs)
