@@ -9,6 +9,7 @@ and free only once its result is stored."""
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from stalkd.worker.memory import MemoryServer
 from stalkd.worker.pipeline import Call, Delivered, RunHandler, Step
 from stalkd.worker.results import Outcome
 from stalkd.worker.serializer import decode_envelope
+from stalkd.worker.task import Task
 
 Steps = Generator[Step, Any, Delivered]
 
@@ -81,6 +83,32 @@ def app() -> App:
     return App(middleware=[])
 
 
+@dataclass
+class Canvas:
+    """The tasks of these tests: ``square`` the members, ``total`` the callback; ``ran`` the
+    inputs each run of the callback's handler got."""
+
+    square: Task[int]
+    total: Task[list[int]]
+    ran: list[list[int]]
+
+
+@pytest.fixture
+def tasks(app: App) -> Canvas:
+    ran: list[list[int]] = []
+
+    @app.task
+    def square(n: int) -> int:
+        return n * n
+
+    @app.task
+    def total(ns: list[int]) -> int:
+        ran.append(ns)
+        return sum(ns)
+
+    return Canvas(square, total, ran)
+
+
 def crashed_while_waiting(app: App, server: MemoryServer, callback: int) -> int:
     """Deliver the callback while its input is pending, up to its re-put, and lose the delete
     with the worker (the callback goes back to ready); the copy's id."""
@@ -94,18 +122,8 @@ def crashed_while_waiting(app: App, server: MemoryServer, callback: int) -> int:
     return copy
 
 
-def test_two_copies_reserved_at_once_run_the_callback_once(app: App) -> None:
-    ran: list[list[int]] = []
-
-    @app.task
-    def square(n: int) -> int:
-        return n * n
-
-    @app.task
-    def total(ns: list[int]) -> int:
-        ran.append(ns)
-        return sum(ns)
-
+def test_two_copies_reserved_at_once_run_the_callback_once(app: App, tasks: Canvas) -> None:
+    square, total, ran = tasks.square, tasks.total, tasks.ran
     with app.testing() as t:
         h = group(square.s(2), square.s(3)).then(total.s()).put()
         copy = crashed_while_waiting(app, t.server, int(h))
@@ -131,19 +149,9 @@ def test_two_copies_reserved_at_once_run_the_callback_once(app: App) -> None:
     assert not [j for j in t.server.jobs.values() if j.tube == "total"]
 
 
-def test_a_copy_named_by_the_record_runs_and_the_job_it_copies_goes_away(app: App) -> None:
+def test_a_copy_named_by_the_record_runs_and_the_job_it_copies_goes_away(app: App, tasks: Canvas) -> None:
+    square, total, ran = tasks.square, tasks.total, tasks.ran
     """The crash came after the waiting record was stored but before the delete."""
-    ran: list[int] = []
-
-    @app.task
-    def square(n: int) -> int:
-        return n * n
-
-    @app.task
-    def total(ns: list[int]) -> int:
-        ran.append(sum(ns))
-        return sum(ns)
-
     with app.testing() as t:
         h = group(square.s(5)).then(total.s()).put()
         steps = reserve(app, t.server, int(h))
@@ -163,23 +171,13 @@ def test_a_copy_named_by_the_record_runs_and_the_job_it_copies_goes_away(app: Ap
         assert isinstance(b, RunHandler)
         finish(second, b, t.server, app)
         assert h.result(timeout=0) == 25
-    assert ran == [25]
+    assert ran == [[25]]
 
 
-def test_a_copy_woken_before_the_delete_of_what_it_copies_is_kept(app: App) -> None:
+def test_a_copy_woken_before_the_delete_of_what_it_copies_is_kept(app: App, tasks: Canvas) -> None:
+    square, total, ran = tasks.square, tasks.total, tasks.ran
     """The copy became ready while the job it copies was still being deleted: it must not go
     away (that delete is about to make it the one to run)."""
-    ran: list[int] = []
-
-    @app.task
-    def square(n: int) -> int:
-        return n * n
-
-    @app.task
-    def total(ns: list[int]) -> int:
-        ran.append(sum(ns))
-        return sum(ns)
-
     with app.testing() as t:
         h = group(square.s(1)).then(total.s()).put()
         steps = reserve(app, t.server, int(h))
@@ -192,7 +190,7 @@ def test_a_copy_woken_before_the_delete_of_what_it_copies_is_kept(app: App) -> N
         assert isinstance(done.action, WaitForDeps) and int(h) not in t.server.jobs
         t.drain()
         assert h.result(timeout=0) == 1
-    assert ran == [1]
+    assert ran == [[1]]
 
 
 @pytest.mark.parametrize(("job", "prev", "record", "exists", "expected"), [
@@ -213,15 +211,8 @@ def test_which_copy_runs(job: int, prev: int | None, record: Outcome | None, exi
     assert verdict(job, prev, record, prev_exists=exists) == expected
 
 
-def test_a_member_killed_at_any_point_of_its_acknowledgement_leaves_its_key_consistent(app: App) -> None:
-    @app.task
-    def square(n: int) -> int:
-        return n * n
-
-    @app.task
-    def total(ns: list[int]) -> int:
-        return sum(ns)
-
+def test_a_member_killed_at_any_point_of_its_acknowledgement_leaves_its_key_consistent(app: App, tasks: Canvas) -> None:
+    square = tasks.square
     crash_points = 0
     while True:
         with app.testing() as t:
@@ -306,20 +297,10 @@ def test_a_waiter_is_woken_and_removed_whatever_the_interleaving_with_its_key_be
     assert tried > 100
 
 
-def test_a_copy_that_sees_the_job_it_copies_go_while_it_decides_still_runs(app: App) -> None:
+def test_a_copy_that_sees_the_job_it_copies_go_while_it_decides_still_runs(app: App, tasks: Canvas) -> None:
+    square, total, ran = tasks.square, tasks.total, tasks.ran
     """The job copied is deleted (with the record naming the copy) between the copy's first and
     second server calls: the copy must run, not take itself for a stale one."""
-    ran: list[int] = []
-
-    @app.task
-    def square(n: int) -> int:
-        return n * n
-
-    @app.task
-    def total(ns: list[int]) -> int:
-        ran.append(sum(ns))
-        return sum(ns)
-
     with app.testing() as t:
         h = group(square.s(4)).then(total.s()).put()
         # the callback waited once already: the record names its first copy
@@ -340,4 +321,4 @@ def test_a_copy_that_sees_the_job_it_copies_go_while_it_decides_still_runs(app: 
         assert isinstance(step, RunHandler), again
         finish(woken, step, t.server, app)
         assert h.result(timeout=0) == 16
-    assert ran == [16]
+    assert ran == [[16]]
