@@ -38,6 +38,7 @@ from stalkd.engine.walspace import WalSpace
 from stalkd.log import Log, LogFullError
 from stalkd.log.active import SPARES_DIR
 from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
+from stalkd.log.frame import frame_size
 from stalkd.log.fs import REAL, FileSystem
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
@@ -251,12 +252,13 @@ class Wal(WalSpace, Compaction):
         if first != self.log.next_offset:
             raise WalError(f"{self.log.path}: replicated records start at offset {first}, the log at "
                            f"{self.log.next_offset}")  # fmt: skip
-        sizes = [(_FRAME_HEADER + len(p) + 7) & ~7 for p in payloads]
+        sizes = [frame_size(len(p)) for p in payloads]
+        total = sum(sizes)
         if self.space is not None:
-            self.space.before_write(sizes, sum(sizes))
+            self.space.before_write(sizes, total)
         self._write_payloads(payloads)
         self.records_written += len(payloads)
-        self._bytes_since_snapshot += sum(sizes)
+        self._bytes_since_snapshot += total
 
     def sync(self) -> None:
         """Make everything written durable under the policy (thread-safe; group commit)."""
