@@ -411,7 +411,7 @@ def _progress(msg: str) -> None:
 
 
 def _ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:6.2f}x" if a is not None and b else "      -"
+    return f"{a / b:7.2f}x" if a is not None and b else "       -"
 
 
 def _fmt(v: float | None, meter: str) -> str:
@@ -431,8 +431,9 @@ def report(res: Results, kinds: list[str], cells: list[Cell]) -> None:
             continue
         shown = [k for k in kinds if meter != "pycalls" or k in PYTHON_KINDS]
         print(f"\n## {title}")
-        print(f"{'cell':16} " + " ".join(f"{k:>13}" for k in shown)
-              + "  st/floor  st/bs  py/floor  py/bs")
+        peers = ("floor",) if meter == "pycalls" else ("floor", "beanstalkd")  # beanstalkd is in C
+        print(f"{'cell':16} " + " ".join(f"{k:>13}" for k in shown) + "  "
+              + " ".join(f"{s + '/' + p.replace('beanstalkd', 'bs'):>8}" for s in ("st", "py") for p in peers))
         key = "calls" if meter == "pycalls" else None
         for cell in cells:
             v = {k: res.total(meter, cell, k, key) for k in KINDS}
@@ -442,9 +443,8 @@ def report(res: Results, kinds: list[str], cells: list[Cell]) -> None:
                 if meter == "pycalls" and v[k] is not None:
                     text += f"/{res.total(meter, cell, k, 'c calls'):.0f}"
                 row.append(f"{text:>13}")
-            print(f"{cell.name:16} " + " ".join(row)
-                  + f"  {_ratio(v['stalkd'], v['floor'])} {_ratio(v['stalkd'], v['beanstalkd'])}"
-                  + f"   {_ratio(v['stalkd-py'], v['floor'])} {_ratio(v['stalkd-py'], v['beanstalkd'])}")
+            print(f"{cell.name:16} " + " ".join(row) + "  "
+                  + " ".join(_ratio(v[s], v[p]) for s in ("stalkd", "stalkd-py") for p in peers))
     if "strace" in res.per_job:
         print("\n## system calls per job by name (>= 0.05 per job)")
         for cell in cells:
