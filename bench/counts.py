@@ -17,7 +17,12 @@ The load is lockstep: each round sends one command on every connection, then rea
 so a run does the same work whatever the server's speed (valgrind slows a server 50-100x). At 16
 connections a server's reads and wake-ups depend on how many requests arrive together, so its
 syscalls per job there describe this driver as much as the server. reserve+delete cells preload
-their jobs before the meter starts, so their figures are the reserve and the delete only.
+their jobs before the meter starts, so their figures are the reserve and the delete only. What a
+server does per second rather than per job (a maintenance timer) does not cancel: under valgrind
+a run lasts seconds, so LARGE - SMALL should be hundreds of jobs, not tens. stalkd ``always``
+chooses between an inline fdatasync and its sync thread by measured cost, so a server slowed by
+valgrind may take the other path than at full speed; the strace figures (fdatasync, futex) say
+which one it took there.
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ the floor (put cells; its durable variant in never/always) and beanstalkd, with 
 stalkd/floor and stalkd/beanstalkd per cell. Cells: memory put and reserve+delete at 1 and 16
 connections, never and always put and reserve+delete at 1; all at depth 1, 100 B. Each figure is
 the difference of two runs (``--jobs SMALL LARGE``, default 200 1000) over the extra jobs, so
-start-up and per-run set-up cancel. About 10 minutes on 2 cores with the defaults; progress goes
-to stderr; ``--cell``, ``--server``, ``--meter`` pick a subset, ``--json FILE`` keeps the
-numbers. valgrind and strace come from scripts/system-deps.sh.
+start-up and per-run set-up cancel. About 15 minutes on 2 busy cores with the defaults;
+progress goes to stderr; ``--cell``, ``--server``, ``--meter`` pick a subset, ``--json FILE``
+keeps the numbers. valgrind and strace come from scripts/system-deps.sh.
 """
 
 from __future__ import annotations

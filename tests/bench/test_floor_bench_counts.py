@@ -58,17 +58,16 @@ def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
     assert "## user-space instructions" not in stdout
 
 
-@pytest.mark.slow
 def test_instructions_per_job_under_callgrind(tmp_path: Path) -> None:
     require_binary("valgrind")
     require_binary("beanstalkd")
-    # the floor starts fastest of the Python servers under valgrind; the meter is the same for all
-    stdout, per_job = _counts(tmp_path, 10, 30, "--meter", "callgrind", "--server", "floor",
-                              "--server", "beanstalkd", "--cell", "memory:put:1", "--cell", "memory:rd:1")
-    put = {k: v["instructions"] for k, v in per_job["callgrind"]["memory:put:1"].items()}
-    rd = {k: v["instructions"] for k, v in per_job["callgrind"]["memory:rd:1"].items()}
-    assert set(put) == {"floor", "beanstalkd"} and set(rd) == {"beanstalkd"}
-    assert all(n > 500 for n in put.values()), put  # a put is never free: the difference held
-    assert rd["beanstalkd"] > put["beanstalkd"], (rd, put)  # two commands per job against one
+    # beanstalkd starts at once under valgrind (a Python server takes tens of seconds there);
+    # the meter is the same for every server
+    stdout, per_job = _counts(tmp_path, 10, 30, "--meter", "callgrind", "--server", "beanstalkd",
+                              "--cell", "memory:put:1", "--cell", "memory:rd:1")
+    put = per_job["callgrind"]["memory:put:1"]["beanstalkd"]["instructions"]
+    rd = per_job["callgrind"]["memory:rd:1"]["beanstalkd"]["instructions"]
+    assert put > 500, put  # a put is never free: the difference held
+    assert rd > put, (rd, put)  # two commands per job against one
     row = next(line for line in stdout.splitlines() if line.startswith("memory:put:1"))
-    assert f"{put['floor']:,.0f}" in row and f"{put['beanstalkd']:,.0f}" in row
+    assert f"{put:,.0f}" in row
