@@ -262,7 +262,7 @@ def measure(meters: list[str], kinds: list[str], cells: list[Cell], small: int, 
                                 drive(port, cell.work, tubes, rounds)
                                 ends.append((rounds * cell.conns, m.end()))
                             (j1, c1), (j2, c2) = ends
-                            results.put(meter, cell, kind, {k: (c2[k] - c1[k]) / (j2 - j1) for k in c1 | c2})
+                            results.put(meter, cell, kind, {k: (c2[k] - c1[k]) / (j2 - j1) for k in set(c1) | set(c2)})
                             _progress(f"{meter}: {kind} {cell.name} done in {time.monotonic() - t1:.1f} s")
                     _progress(f"{meter}: {kind} ({klass}) done in {time.monotonic() - t0:.1f} s")
     return results
@@ -287,7 +287,7 @@ TITLES = {"callgrind": "user-space instructions per job (callgrind, the server p
           "pycalls": "Python function calls per job (sys.setprofile 'call' events; C calls from Python after the /)"}
 
 
-def report(res: Results, kinds: list[str], cells: list[Cell]) -> None:
+def report(res: Results, kinds: list[str], cells: list[Cell], functions: bool = False) -> None:
     for meter, title in TITLES.items():
         if meter not in res.per_job:
             continue
@@ -307,6 +307,16 @@ def report(res: Results, kinds: list[str], cells: list[Cell]) -> None:
                 row.append(f"{text:>13}")
             print(f"{cell.name:16} " + " ".join(row) + "  "
                   + " ".join(_ratio(v[s], v[p]) for s in ("stalkd", "stalkd-py") for p in peers))
+    if functions and "pycalls" in res.per_job:
+        print("\n## Python calls per job by function (>= 0.5 per job; py: Python functions, c: C functions)")
+        for cell in cells:
+            for k in PYTHON_KINDS:
+                counts = res.per_job["pycalls"].get(cell.name, {}).get(k)
+                if counts is None or k not in kinds:
+                    continue
+                top = sorted(((n, f) for f, n in counts.items() if f not in ("calls", "c calls") and n >= 0.5),
+                             key=lambda x: (-x[0], x[1]))
+                _wrapped(f"{cell.name:16} {k:11} ", [f"{f} {n:.1f}" for n, f in top])
     if "strace" in res.per_job:
         print("\n## system calls per job by name (>= 0.05 per job)")
         for cell in cells:
@@ -318,13 +328,25 @@ def report(res: Results, kinds: list[str], cells: list[Cell]) -> None:
                 print(f"{cell.name:16} {k:11} {names}")
 
 
+def _wrapped(head: str, items: list[str], width: int = 100) -> None:
+    """``items`` after ``head``, comma-separated, in lines of about ``width``, never split."""
+    line = head
+    for i, item in enumerate(items):
+        text = item + ("," if i < len(items) - 1 else "")
+        if len(line) + len(text) > width and line.strip():
+            print(line.rstrip())
+            line = " " * len(head)
+        line += text + " "
+    print(line.rstrip())
+
+
 def missing_tools(meters: list[str]) -> list[str]:
     need = {"callgrind": ["valgrind", "callgrind_control"], "strace": ["strace"], "pycalls": []}
     return [tool for m in meters for tool in need[m] if shutil.which(tool) is None]
 
 
 def main(meters: list[str], kinds: list[str], cells: list[Cell], small: int, large: int,
-         json_path: str | None) -> int:
+         json_path: str | None, functions: bool = False) -> int:
     if large <= small:
         print("--jobs: LARGE must be more than SMALL", file=sys.stderr)
         return 2
@@ -339,7 +361,7 @@ def main(meters: list[str], kinds: list[str], cells: list[Cell], small: int, lar
           f"floor in never/always: its durable variant (-F / fdatasync per put); beanstalkd "
           f"-F / -f 0; load {os.getloadavg()[0]:.1f}", flush=True)
     res = measure(meters, kinds, cells, small, large)
-    report(res, kinds, cells)
+    report(res, kinds, cells, functions)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"small": small, "large": large, "per_job": res.per_job}, f, indent=1)

@@ -31,7 +31,8 @@ connections, never and always put and reserve+delete at 1; all at depth 1, 100 B
 the difference of two runs (``--jobs SMALL LARGE``, default 200 1000) over the extra jobs, so
 start-up and per-run set-up cancel. About 15 minutes on 2 busy cores with the defaults;
 progress goes to stderr; ``--cell``, ``--server``, ``--meter`` pick a subset, ``--json FILE``
-keeps the numbers. valgrind and strace come from scripts/system-deps.sh.
+keeps the numbers, ``--functions`` lists the functions behind the Python calls. valgrind and
+strace come from scripts/system-deps.sh.
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ def _options() -> argparse.Namespace:
     counts.add_argument("--meter", action="append", choices=counts_mod.METERS,
                         help="only this meter (repeatable; default all)")
     counts.add_argument("--json", metavar="FILE", help="also write the per-job counts to FILE")
+    counts.add_argument("--functions", action="store_true",
+                        help="also list the Python and C functions the Python servers call per job")
     return ap.parse_args()
 
 
@@ -163,7 +166,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, sb._interrupt)
     if args.counts:
         return counts_mod.main(args.meter or list(counts_mod.METERS), args.server or list(counts_mod.KINDS),
-                               args.cell or list(counts_mod.CELLS), *args.jobs, args.json)
+                               args.cell or list(counts_mod.CELLS), *args.jobs, args.json,
+                               args.functions)
     if args.durable:
         return durable(args.sleep_ms)
     from stalkd.protocol import accel

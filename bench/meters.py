@@ -4,6 +4,7 @@ sys.setprofile), on a server started for it (counts.metered starts it)."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -97,22 +98,31 @@ class Strace:
             self.proc.wait()
 
 
-# Run a Python server (a module with -m, or a script) counting its function calls; each line
-# read on stdin is answered on the original stdout with "calls c_calls" so far.
+# Run a Python server (a module with -m, or a script) counting its function calls by function;
+# each line read on stdin is answered on the original stdout with the counts so far, as JSON:
+# "calls" and "c calls" in all, "py FILE:FUNCTION" and "c MODULE.FUNCTION" one by one.
 PYCALLS = """
-import os, runpy, sys, threading
-counts = [0, 0]
+import collections, json, os, runpy, sys, threading
+py, c = collections.Counter(), collections.Counter()
 def profile(frame, event, arg):
     if event == "call":
-        counts[0] += 1
+        py[frame.f_code] += 1
     elif event == "c_call":
-        counts[1] += 1
+        c[(getattr(arg, "__module__", None), getattr(arg, "__qualname__", type(arg).__name__))] += 1
+def where(code):
+    path = code.co_filename
+    return path[path.rfind("/stalkd/") + 1:] if "/stalkd/" in path else os.path.basename(path)
 out = os.fdopen(os.dup(1), "w")
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
 def answer():
     sys.setprofile(None)  # its own calls are not the server's
     for _ in sys.stdin:
-        out.write(f"{counts[0]} {counts[1]}\\n")
+        counts = collections.Counter({"calls": sum(py.values()), "c calls": sum(c.values())})
+        for code, n in list(py.items()):
+            counts[f"py {where(code)}:{code.co_qualname}"] += n
+        for (module, name), n in list(c.items()):
+            counts[f"c {module + '.' if module else ''}{name}"] += n
+        out.write(json.dumps(counts) + "\\n")
         out.flush()
 threading.Thread(target=answer, daemon=True).start()
 what = sys.argv[1]
@@ -128,25 +138,26 @@ else:
 
 
 class PyCalls:
-    """Python function calls ("call") and calls of C functions from Python ("c_call")."""
+    """Python function calls ("call") and calls of C functions from Python ("c_call"), in all
+    and by function."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
-        self.start = (0, 0)
+        self.start: Counter[str] = Counter()
 
-    def _read(self) -> tuple[int, int]:
+    def _read(self) -> Counter[str]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(b"\n")
         self.proc.stdin.flush()
-        calls, c_calls = self.proc.stdout.readline().split()
-        return int(calls), int(c_calls)
+        return Counter(json.loads(self.proc.stdout.readline()))
 
     def begin(self) -> None:
         self.start = self._read()
 
     def end(self) -> Counter[str]:
-        calls, c_calls = self._read()
-        return Counter({"calls": calls - self.start[0], "c calls": c_calls - self.start[1]})
+        now = self._read()
+        now.subtract(self.start)
+        return Counter({k: n for k, n in now.items() if n})
 
     def close(self) -> None:
         pass

@@ -39,7 +39,7 @@ def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
     require_binary("strace")
     require_binary("beanstalkd")
     # 200 extra jobs: what a run does once (a wake-up, a timer) stays below 0.05 per job
-    stdout, per_job = _counts(tmp_path, 50, 250, "--meter", "strace", "--meter", "pycalls",
+    stdout, per_job = _counts(tmp_path, 50, 250, "--meter", "strace", "--meter", "pycalls", "--functions",
                               "--server", "stalkd", "--server", "floor", "--server", "beanstalkd",
                               "--cell", "memory:put:1", "--cell", "always:put:1", "--cell", "memory:rd:1")
     assert set(per_job["strace"]["memory:put:1"]) == {"stalkd", "floor", "beanstalkd"}
@@ -50,12 +50,18 @@ def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
         assert calls.get("fdatasync", 0) + calls.get("fsync", 0) >= 0.9, (kind, calls)
     assert "beanstalkd" not in per_job["pycalls"]["memory:put:1"]
     # the floor's one Python call per put is its data_received: the difference method is exact
-    assert per_job["pycalls"]["memory:put:1"]["floor"]["calls"] == pytest.approx(1.0, abs=0.05)
+    floor = per_job["pycalls"]["memory:put:1"]["floor"]
+    assert floor["calls"] == pytest.approx(1.0, abs=0.05)
+    assert floor["py floor_server.py:Floor.data_received"] == pytest.approx(1.0, abs=0.05)
+    durable = per_job["pycalls"]["always:put:1"]["floor"]
+    assert durable["py floor_server.py:FloorSync.store"] == pytest.approx(1.0, abs=0.05)
+    assert durable["c posix.fdatasync"] == pytest.approx(1.0, abs=0.05)
     assert per_job["pycalls"]["memory:put:1"]["stalkd"]["calls"] > 1
     assert per_job["pycalls"]["memory:rd:1"]["stalkd"]["calls"] > 1
     assert "## system calls per job (strace" in stdout
     assert "## Python function calls per job" in stdout
     assert "## user-space instructions" not in stdout
+    assert "py floor_server.py:Floor.data_received 1.0" in stdout  # --functions lists them
 
 
 def test_instructions_per_job_under_callgrind(tmp_path: Path) -> None:
