@@ -187,7 +187,12 @@ def metered(meter: str, kind: str, klass: str, scratch: Path) -> Iterator[tuple[
     elif meter == "pycalls":
         args = [args[0], "-c", PYCALLS, *args[1:]]  # python -m MODULE ... or python SCRIPT ...
         popen = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
-    srv = sb.launch(kind, args, klass, data_dir, env, timeout, **popen)
+    try:
+        srv = sb.launch(kind, args, klass, data_dir, env, timeout, **popen)
+    except BaseException:
+        if data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        raise
     m: Meter
     if meter == "callgrind":
         m = Callgrind(srv.proc.pid, scratch / "cg.out")
