@@ -12,7 +12,7 @@ import pytest
 
 from support import listening_ports, require_binary
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))  # after the rest: no shadowing
 import server_bench as sb  # noqa: E402  (bench/server_bench.py)
 
 
