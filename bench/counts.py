@@ -27,6 +27,7 @@ which one it took there.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -73,7 +74,7 @@ def parse_cell(text: str) -> Cell:
     for cell in CELLS:
         if cell.name == text:
             return cell
-    raise ValueError(f"unknown cell {text!r}; cells: {', '.join(c.name for c in CELLS)}")
+    raise argparse.ArgumentTypeError(f"unknown cell {text!r}; the cells: {', '.join(c.name for c in CELLS)}")
 
 
 # --- the lockstep load ------------------------------------------------------------------------
