@@ -1,0 +1,617 @@
+/* The commands the compiled path runs: put, reserve (with or without a timeout), delete and
+ * release, each the common case of its Python handler (jobcommands.py, engine.py, state.py)
+ * step for step. Every function first checks that its case is the common one and answers
+ * DECLINE when it is not, having changed nothing; Engine.apply's Python body then runs.
+ * Included by _engine.c after engineslots.c.h. */
+
+/* Answer "not handled here" (never a real object: compared by address only). */
+static PyObject decline_marker;
+#define DECLINE (&decline_marker)
+
+/* --- ints in slots and dicts --------------------------------------------------------------- */
+
+/* An exact int that fits in a long long; 0 if not (no exception left set). */
+static int
+as_ll(PyObject *v, long long *out)
+{
+    if (v == NULL || !PyLong_CheckExact(v))
+        return 0;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+static int
+set_slot_ll(PyObject *o, Py_ssize_t off, long long x)
+{
+    PyObject *v = PyLong_FromLongLong(x);
+    if (v == NULL)
+        return -1;
+    set_slot(o, off, v);
+    return 0;
+}
+
+static int
+set_attr_ll(PyObject *d, PyObject *name, long long x)
+{
+    PyObject *v = PyLong_FromLongLong(x);
+    if (v == NULL)
+        return -1;
+    int r = PyDict_SetItem(d, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* ``major << 64 | minor`` (heap.pack) for a non-negative minor below 2**63 */
+static inline key_t128
+pack2(long long major, long long minor)
+{
+    return (key_t128)major * ((key_t128)1 << 64) + minor;
+}
+
+/* --- one step's context -------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject *d;        /* the engine's __dict__ */
+    PyObject *c;        /* the calling ConnState (borrowed from conns) */
+    long long cid;      /* its id */
+    Heap *tt, *ct;      /* the tube and connection timer heaps */
+    long long now;      /* the step's time, microseconds */
+    PyObject *room;     /* Engine.room: None or the WAL room */
+    int keep;           /* keep_records */
+    long long seq;      /* the engine's seq, written back by finish() */
+} Step;
+
+/* A heap slot that is not a compiled heap, or an item whose hpos does not point at itself in
+ * ``h``, means a state the path does not know: decline. */
+static inline Heap *
+heap_of(PyObject *o)
+{
+    return Py_IS_TYPE(o, HeapType) ? (Heap *)o : NULL;
+}
+
+/* Where ``item`` is in ``h`` (hpos, checked), or -1. */
+static Py_ssize_t
+where(Heap *h, PyObject *item, Py_ssize_t hpos_off)
+{
+    long long i;
+    if (!as_ll(SLOT(item, hpos_off), &i) || i < 0 || i >= h->n || h->e[i].item != item)
+        return -1;
+    return (Py_ssize_t)i;
+}
+
+/* Remove slot i; the heap's reference is dropped (the caller holds its own). */
+static int
+drop_at(Heap *h, Py_ssize_t i)
+{
+    PyObject *gone = take(h, i);
+    if (gone == NULL)
+        return -1;
+    Py_DECREF(gone);
+    return 0;
+}
+
+/* state.py's _retime_conn for a connection not waiting in reserve (the path never runs for
+ * one that is): its timer is its soonest TTR, or none. */
+static int
+retime_conn(Step *s, Heap *reserved)
+{
+    PyObject *c = s->c;
+    long long hpos;
+    if (!as_ll(SLOT(c, conn_off[C_HPOS]), &hpos))
+        return -1;
+    if (reserved->n) {
+        long long dl;
+        if (!as_ll(SLOT(reserved->e[0].item, job_off[J_DEADLINE]), &dl)) {
+            PyErr_SetString(PyExc_OverflowError, "deadline_us");
+            return -1;
+        }
+        key_t128 key = pack2(dl, s->cid);
+        if (hpos < 0)
+            return push_entry(s->ct, key, c);
+        Py_ssize_t i = slot_of(s->ct, c);
+        if (i < 0)
+            return -1;
+        key_t128 old = s->ct->e[i].key;
+        if (old == key)
+            return 0;
+        s->ct->e[i].key = key;
+        return key < old ? up(s->ct, i) : down(s->ct, i);
+    }
+    if (hpos < 0)
+        return 0;
+    Py_ssize_t i = slot_of(s->ct, c);
+    return i < 0 ? -1 : drop_at(s->ct, i);
+}
+
+/* --- values the commands hand out ---------------------------------------------------------- */
+
+/* fastvalues.make_record: a Record built slot by slot. Every argument is borrowed. */
+static PyObject *
+record(Step *s, PyObject *op, PyObject *job_id, PyObject *tube, PyObject *pri, PyObject *delay,
+       PyObject *ttr, PyObject *deadline, PyObject *body, PyObject *created)
+{
+    PyObject *r = RecordType->tp_alloc(RecordType, 0);
+    if (r == NULL)
+        return NULL;
+    PyObject *seq = PyLong_FromLongLong(s->seq);
+    PyObject *now = PyLong_FromLongLong(s->now);
+    if (seq == NULL || now == NULL) {
+        Py_XDECREF(seq);
+        Py_XDECREF(now);
+        Py_DECREF(r);
+        return NULL;
+    }
+    PyObject *v[R_N] = {op, seq, now, job_id, tube, pri, delay, ttr, deadline, body, st_ready,
+                        created, zero, zero, zero, zero, zero, zero, zero};
+    for (int i = 0; i < R_N; i++) {
+        Py_INCREF(v[i]);
+        SLOT(r, record_off[i]) = v[i];
+    }
+    Py_DECREF(seq);
+    Py_DECREF(now);
+    return r;
+}
+
+static PyObject *
+reply2(PyObject *word, PyObject *arg)
+{
+    PyObject *args = PyTuple_Pack(1, arg);
+    if (args == NULL)
+        return NULL;
+    PyObject *r = ReplyType->tp_alloc(ReplyType, 0);
+    if (r == NULL) {
+        Py_DECREF(args);
+        return NULL;
+    }
+    Py_INCREF(word);
+    SLOT(r, reply_off[RP_WORD]) = word;
+    SLOT(r, reply_off[RP_ARGS]) = args;
+    return r;
+}
+
+static PyObject *
+job_reply(PyObject *word, PyObject *j)
+{
+    PyObject *r = JobReplyType->tp_alloc(JobReplyType, 0);
+    if (r == NULL)
+        return NULL;
+    PyObject *id = SLOT(j, job_off[J_ID]), *body = SLOT(j, job_off[J_BODY]);
+    Py_INCREF(word);
+    Py_INCREF(id);
+    Py_INCREF(body);
+    SLOT(r, jobreply_off[JR_WORD]) = word;
+    SLOT(r, jobreply_off[JR_ID]) = id;
+    SLOT(r, jobreply_off[JR_BODY]) = body;
+    return r;
+}
+
+/* A tube with no waiting connection (a ready job there needs no serving) and a compiled ready
+ * heap: what the path requires of a tube it puts a job in. */
+static Heap *
+quiet_ready(PyObject *t)
+{
+    if (!Py_IS_TYPE(t, TubeType))
+        return NULL;
+    PyObject *w = SLOT(t, tube_off[T_WAITING]);
+    if (w == NULL || !PyDict_Check(w) || PyDict_GET_SIZE(w))
+        return NULL;
+    return heap_of(SLOT(t, tube_off[T_READY]));
+}
+
+/* state.py's _to_ready for a job whose pri is ``pri`` and tube ``t`` has no waiters. */
+static int
+to_ready(PyObject *j, PyObject *t, Heap *ready, long long pri, long long jid)
+{
+    Py_INCREF(st_ready);
+    set_slot(j, job_off[J_STATE], st_ready);
+    Py_INCREF(zero);
+    set_slot(j, job_off[J_DEADLINE], zero);
+    if (push_entry(ready, pack2(pri, jid), j) < 0)
+        return -1;
+    if (pri < 1024) {
+        long long u;
+        if (!as_ll(SLOT(t, tube_off[T_URGENT]), &u) || set_slot_ll(t, tube_off[T_URGENT], u + 1) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Add ``by`` to an int slot known to hold an exact int that fits. */
+static int
+bump(PyObject *o, Py_ssize_t off, long long by)
+{
+    long long v;
+    if (!as_ll(SLOT(o, off), &v)) {
+        PyErr_SetString(PyExc_OverflowError, "counter");
+        return -1;
+    }
+    return set_slot_ll(o, off, v + by);
+}
+
+/* --- the step frame ------------------------------------------------------------------------ */
+
+/* What Engine.apply does before the handler, once the path has decided to run: count the
+ * command, set the step's time and budget, leave the scratch lists empty. */
+static int
+begin(Step *s, PyObject *counter)
+{
+    PyObject *d = s->d;
+    PyObject *cmd = PyDict_GetItemWithError(d, a_cmd);
+    PyObject *n = cmd == NULL ? NULL : PyDict_GetItemWithError(cmd, counter);
+    long long v;
+    if (n == NULL || !as_ll(n, &v)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "engine counters");
+        return -1;
+    }
+    PyObject *nv = PyLong_FromLongLong(v + 1);
+    if (nv == NULL || PyDict_SetItem(cmd, counter, nv) < 0) {
+        Py_XDECREF(nv);
+        return -1;
+    }
+    Py_DECREF(nv);
+    PyObject *budget = PyDict_GetItemWithError(d, a_step_jobs);
+    if (budget == NULL || set_attr_ll(d, a_now, s->now) < 0 || PyDict_SetItem(d, a_budget, budget) < 0)
+        return -1;
+    PyObject *lists[2] = {PyDict_GetItemWithError(d, a_records), PyDict_GetItemWithError(d, a_wakeups)};
+    for (int i = 0; i < 2; i++)
+        if (lists[i] != NULL && PyList_Check(lists[i]) && PyList_GET_SIZE(lists[i])
+                && PyList_SetSlice(lists[i], 0, PyList_GET_SIZE(lists[i]), NULL) < 0)
+            return -1;
+    PyObject *own = PyDict_GetItemWithError(d, a_own);
+    if (own != Py_None && PyDict_SetItem(d, a_own, Py_None) < 0)
+        return -1;
+    PyObject *caller = PyDict_GetItemWithError(d, a_caller);
+    if (caller != Py_None && PyDict_SetItem(d, a_caller, Py_None) < 0)
+        return -1;
+    return 0;
+}
+
+static int
+next_seq(Step *s)
+{
+    s->seq++;
+    return set_attr_ll(s->d, a_seq, s->seq);
+}
+
+/* A call into the room raised: Engine.apply leaves its caller set, as the Python path would. */
+static PyObject *
+room_failed(Step *s)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyDict_SetItem(s->d, a_caller, s->c);
+    PyErr_Restore(t, v, tb);
+    return NULL;
+}
+
+/* --- put ----------------------------------------------------------------------------------- */
+
+static PyObject *
+do_put(Step *s, PyObject *cmd, PyObject **rec)
+{
+    PyObject *d = s->d, *c = s->c;
+    PyObject *body = SLOT(cmd, put_off[P_BODY]);
+    PyObject *pri_o = SLOT(cmd, put_off[P_PRI]), *ttr_o = SLOT(cmd, put_off[P_TTR]);
+    long long max, pri, delay, ttr, next_id, total, bytes, tube_total;
+    if (SLOT(cmd, put_off[P_ERROR]) != Py_None || body == NULL || !PyBytes_CheckExact(body)
+            || !as_ll(PyDict_GetItemWithError(d, a_max_job_size), &max)
+            || PyBytes_GET_SIZE(body) > max
+            || PyDict_GetItemWithError(d, a_draining) != Py_False
+            || !as_ll(SLOT(cmd, put_off[P_DELAY]), &delay) || delay != 0
+            || !as_ll(pri_o, &pri) || pri < 0 || pri > 0xffffffffLL
+            || !as_ll(ttr_o, &ttr)
+            || !as_ll(PyDict_GetItemWithError(d, a_next_id), &next_id) || next_id < 0
+            || next_id == LLONG_MAX
+            || !as_ll(PyDict_GetItemWithError(d, a_total_jobs), &total)
+            || !as_ll(PyDict_GetItemWithError(d, a_body_bytes), &bytes))
+        return DECLINE;
+    PyObject *t = SLOT(c, conn_off[C_USE]);
+    Heap *ready = quiet_ready(t);
+    if (ready == NULL || !as_ll(SLOT(t, tube_off[T_TOTAL]), &tube_total))
+        return DECLINE;
+    PyObject *jobs = PyDict_GetItemWithError(d, a_jobs);
+    if (jobs == NULL || !PyDict_CheckExact(jobs))
+        return DECLINE;
+
+    if (begin(s, ctr_put) < 0)
+        return NULL;
+    Py_ssize_t blen = PyBytes_GET_SIZE(body);
+    if (s->room != Py_None) { /* room.py's guarded put */
+        PyObject *n = PyLong_FromSsize_t(blen);
+        PyObject *ok = n == NULL ? NULL : PyObject_CallMethodOneArg(s->room, m_put, n);
+        Py_XDECREF(n);
+        int yes = ok == NULL ? -1 : PyObject_IsTrue(ok);
+        Py_XDECREF(ok);
+        if (yes < 0)
+            return room_failed(s);
+        if (!yes)
+            return Py_NewRef(reply_out_of_memory);
+    }
+    Py_INCREF(Py_True);
+    set_slot(c, conn_off[C_PRODUCER], Py_True);
+    PyObject *jid = PyLong_FromLongLong(next_id); /* the engine's next_id, as an int */
+    PyObject *j = jid == NULL ? NULL : JobType->tp_alloc(JobType, 0);
+    if (j == NULL) {
+        Py_XDECREF(jid);
+        return NULL;
+    }
+    PyObject *ttr_v = ttr > 1 ? Py_NewRef(ttr_o) : PyLong_FromLong(1);
+    PyObject *now = PyLong_FromLongLong(s->now);
+    if (ttr_v == NULL || now == NULL) {
+        Py_XDECREF(ttr_v);
+        Py_XDECREF(now);
+        Py_DECREF(jid);
+        Py_DECREF(j);
+        return NULL;
+    }
+    PyObject *v[J_N] = {jid, t, pri_o, zero, ttr_v, body, st_ready, now, zero,
+                        zero, zero, zero, zero, zero, minus_one, Py_None};
+    v[J_DELAY] = SLOT(cmd, put_off[P_DELAY]);
+    for (int i = 0; i < J_N; i++) {
+        Py_INCREF(v[i]);
+        SLOT(j, job_off[i]) = v[i];
+    }
+    Py_DECREF(ttr_v);
+    Py_DECREF(now);
+    PyObject *reply = NULL;
+    if (set_attr_ll(d, a_next_id, next_id + 1) < 0 || PyDict_SetItem(jobs, jid, j) < 0
+            || set_attr_ll(d, a_body_bytes, bytes + blen) < 0
+            || set_slot_ll(t, tube_off[T_TOTAL], tube_total + 1) < 0
+            || set_attr_ll(d, a_total_jobs, total + 1) < 0
+            || to_ready(j, t, ready, pri, next_id) < 0 || next_seq(s) < 0)
+        goto done;
+    if (s->keep) {
+        *rec = record(s, op_put, jid, SLOT(t, tube_off[T_NAME]), pri_o, SLOT(j, job_off[J_DELAY]),
+                      SLOT(j, job_off[J_TTR]), zero, body, SLOT(j, job_off[J_CREATED]));
+        if (*rec == NULL)
+            goto done;
+    }
+    reply = reply2(word_inserted, jid);
+done:
+    Py_DECREF(j);
+    Py_DECREF(jid);
+    return reply;
+}
+
+/* --- reserve, reserve-with-timeout (a job at hand) ----------------------------------------- */
+
+/* _give's checks: what reserving ``j`` for the caller reads. */
+static int
+can_give(Step *s, PyObject *j, Heap **reserved, long long *ttr, long long *jid)
+{
+    PyObject *c = s->c;
+    long long hpos, n;
+    if (!Py_IS_TYPE(j, JobType) || !as_ll(SLOT(j, job_off[J_TTR]), ttr) || *ttr < 0
+            || *ttr > (1LL << 40) || !as_ll(SLOT(j, job_off[J_ID]), jid) || *jid < 0
+            || !as_ll(SLOT(j, job_off[J_RESERVES]), &n)
+            || !Py_IS_TYPE(SLOT(j, job_off[J_TUBE]), TubeType)
+            || !as_ll(SLOT(SLOT(j, job_off[J_TUBE]), tube_off[T_RESERVED]), &n)
+            || (*reserved = heap_of(SLOT(c, conn_off[C_RESERVED]))) == NULL
+            || !as_ll(SLOT(c, conn_off[C_HPOS]), &hpos)
+            || (hpos >= 0 && where(s->ct, c, conn_off[C_HPOS]) < 0))
+        return 0;
+    for (Py_ssize_t i = 0; i < (*reserved)->n; i++) /* the soonest is read by retime_conn */
+        if (!Py_IS_TYPE((*reserved)->e[i].item, JobType))
+            return 0;
+    return 1;
+}
+
+/* state.py's _give; *rec gets its RESERVE record. */
+static int
+give(Step *s, PyObject *j, Heap *reserved, long long ttr, long long jid, PyObject **rec)
+{
+    PyObject *c = s->c;
+    long long dl = s->now + ttr * 1000000LL;
+    Py_INCREF(st_reserved);
+    set_slot(j, job_off[J_STATE], st_reserved);
+    Py_INCREF(c);
+    set_slot(j, job_off[J_OWNER], c);
+    if (bump(j, job_off[J_RESERVES], 1) < 0 || set_slot_ll(j, job_off[J_DEADLINE], dl) < 0
+            || push_entry(reserved, pack2(dl, jid), j) < 0
+            || bump(SLOT(j, job_off[J_TUBE]), tube_off[T_RESERVED], 1) < 0 || next_seq(s) < 0)
+        return -1;
+    if (s->keep && (*rec = record(s, op_reserve, SLOT(j, job_off[J_ID]), empty_str, zero, zero,
+                                  zero, zero, empty_bytes, zero)) == NULL)
+        return -1;
+    return retime_conn(s, reserved);
+}
+
+static PyObject *
+do_reserve(Step *s, PyObject *counter, PyObject **rec)
+{
+    PyObject *c = s->c;
+    PyObject *watch = SLOT(c, conn_off[C_WATCH]);
+    if (watch == NULL || !PyList_CheckExact(watch))
+        return DECLINE;
+    PyObject *best = NULL;
+    Heap *best_ready = NULL;
+    key_t128 best_key = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(watch); i++) {
+        PyObject *t = PyList_GET_ITEM(watch, i);
+        Heap *ready;
+        long long pause;
+        if (!Py_IS_TYPE(t, TubeType) || (ready = heap_of(SLOT(t, tube_off[T_READY]))) == NULL)
+            return DECLINE;
+        if (!ready->n || (best != NULL && !(ready->e[0].key < best_key)))
+            continue;
+        if (!as_ll(SLOT(t, tube_off[T_PAUSE]), &pause))
+            return DECLINE;
+        if (s->now >= pause) {
+            best = t;
+            best_ready = ready;
+            best_key = ready->e[0].key;
+        }
+    }
+    if (best == NULL)
+        return DECLINE; /* it waits: the Python path */
+    PyObject *j = best_ready->e[0].item;
+    Heap *reserved;
+    long long ttr, jid, pri, urgent;
+    if (!can_give(s, j, &reserved, &ttr, &jid) || !as_ll(SLOT(j, job_off[J_PRI]), &pri)
+            || !as_ll(SLOT(best, tube_off[T_URGENT]), &urgent))
+        return DECLINE;
+
+    if (begin(s, counter) < 0)
+        return NULL;
+    Py_INCREF(Py_True);
+    set_slot(c, conn_off[C_WORKER], Py_True);
+    j = pop_top(best_ready);
+    if (j == NULL)
+        return NULL;
+    PyObject *reply = NULL;
+    if ((pri >= 1024 || set_slot_ll(best, tube_off[T_URGENT], urgent - 1) == 0)
+            && give(s, j, reserved, ttr, jid, rec) == 0)
+        reply = job_reply(word_reserved, j);
+    Py_DECREF(j);
+    return reply;
+}
+
+/* --- delete, release ----------------------------------------------------------------------- */
+
+/* The caller's reserved job ``j``: its slot in the caller's reserved heap, or -1. */
+static Py_ssize_t
+held_slot(Step *s, PyObject *j, Heap **reserved)
+{
+    PyObject *c = s->c;
+    long long hpos;
+    if (SLOT(j, job_off[J_STATE]) != st_reserved || SLOT(j, job_off[J_OWNER]) != c
+            || SLOT(c, conn_off[C_RELEASE]) != Py_None
+            || (*reserved = heap_of(SLOT(c, conn_off[C_RESERVED]))) == NULL
+            || !as_ll(SLOT(c, conn_off[C_HPOS]), &hpos)
+            || (hpos >= 0 && where(s->ct, c, conn_off[C_HPOS]) < 0))
+        return -1;
+    for (Py_ssize_t i = 0; i < (*reserved)->n; i++)
+        if (!Py_IS_TYPE((*reserved)->e[i].item, JobType))
+            return -1;
+    return where(*reserved, j, job_off[J_HPOS]);
+}
+
+/* _detach of the caller's reserved job (its slot found by held_slot). */
+static int
+detach_held(Step *s, PyObject *j, PyObject *t, Heap *reserved, Py_ssize_t at)
+{
+    if (drop_at(reserved, at) < 0)
+        return -1;
+    Py_INCREF(Py_None);
+    set_slot(j, job_off[J_OWNER], Py_None);
+    if (bump(t, tube_off[T_RESERVED], -1) < 0)
+        return -1;
+    return retime_conn(s, reserved);
+}
+
+static PyObject *
+do_delete(Step *s, PyObject *cmd, PyObject **rec)
+{
+    PyObject *d = s->d;
+    PyObject *jobs = PyDict_GetItemWithError(d, a_jobs);
+    if (jobs == NULL || !PyDict_CheckExact(jobs))
+        return DECLINE;
+    PyObject *j = PyDict_GetItemWithError(jobs, SLOT(cmd, delete_off[D_ID]));
+    if (j == NULL || !Py_IS_TYPE(j, JobType)) {
+        PyErr_Clear();
+        return DECLINE; /* NOT_FOUND and the rest: the Python path */
+    }
+    PyObject *t = SLOT(j, job_off[J_TUBE]), *body = SLOT(j, job_off[J_BODY]);
+    long long using, watching, bytes, pri, n;
+    if (!Py_IS_TYPE(t, TubeType) || !as_ll(SLOT(t, tube_off[T_USING]), &using)
+            || !as_ll(SLOT(t, tube_off[T_WATCHING]), &watching) || (!using && !watching)
+            || !PyBytes_CheckExact(body) || !as_ll(PyDict_GetItemWithError(d, a_body_bytes), &bytes)
+            || !as_ll(SLOT(j, job_off[J_PRI]), &pri)
+            || !as_ll(SLOT(t, tube_off[T_CMD_DELETE]), &n) || !as_ll(SLOT(t, tube_off[T_URGENT]), &n)
+            || !as_ll(SLOT(t, tube_off[T_RESERVED]), &n))
+        return DECLINE;
+    Heap *from;
+    Py_ssize_t at;
+    PyObject *st = SLOT(j, job_off[J_STATE]);
+    if (st == st_ready) {
+        if ((from = heap_of(SLOT(t, tube_off[T_READY]))) == NULL
+                || (at = where(from, j, job_off[J_HPOS])) < 0)
+            return DECLINE;
+    } else if ((at = held_slot(s, j, &from)) < 0) {
+        return DECLINE; /* delayed, buried, another's: the Python path */
+    }
+
+    if (begin(s, ctr_delete) < 0)
+        return NULL;
+    Py_INCREF(j);
+    PyObject *reply = NULL;
+    if (st == st_ready) {
+        if (drop_at(from, at) < 0 || (pri < 1024 && bump(t, tube_off[T_URGENT], -1) < 0))
+            goto done;
+    } else if (detach_held(s, j, t, from, at) < 0) {
+        goto done;
+    }
+    if (PyDict_DelItem(jobs, SLOT(j, job_off[J_ID])) < 0
+            || set_attr_ll(d, a_body_bytes, bytes - PyBytes_GET_SIZE(body)) < 0
+            || bump(t, tube_off[T_CMD_DELETE], 1) < 0 || next_seq(s) < 0)
+        goto done;
+    if (s->keep && (*rec = record(s, op_delete, SLOT(j, job_off[J_ID]), empty_str, zero, zero, zero,
+                                  zero, empty_bytes, zero)) == NULL)
+        goto done;
+    reply = Py_NewRef(reply_deleted);
+done:
+    Py_DECREF(j);
+    return reply;
+}
+
+static PyObject *
+do_release(Step *s, PyObject *cmd, PyObject **rec)
+{
+    PyObject *d = s->d;
+    PyObject *jobs = PyDict_GetItemWithError(d, a_jobs);
+    if (jobs == NULL || !PyDict_CheckExact(jobs))
+        return DECLINE;
+    PyObject *j = PyDict_GetItemWithError(jobs, SLOT(cmd, release_off[RL_ID]));
+    if (j == NULL || !Py_IS_TYPE(j, JobType)) {
+        PyErr_Clear();
+        return DECLINE;
+    }
+    PyObject *t = SLOT(j, job_off[J_TUBE]);
+    PyObject *pri_o = SLOT(cmd, release_off[RL_PRI]), *delay_o = SLOT(cmd, release_off[RL_DELAY]);
+    long long pri, delay, jid, n;
+    Heap *reserved, *ready;
+    Py_ssize_t at;
+    if (!as_ll(pri_o, &pri) || pri < 0 || pri > 0xffffffffLL || !as_ll(delay_o, &delay) || delay
+            || !as_ll(SLOT(j, job_off[J_ID]), &jid) || jid < 0
+            || !as_ll(SLOT(j, job_off[J_RELEASES]), &n) || (ready = quiet_ready(t)) == NULL
+            || !as_ll(SLOT(t, tube_off[T_URGENT]), &n) || !as_ll(SLOT(t, tube_off[T_RESERVED]), &n)
+            || (at = held_slot(s, j, &reserved)) < 0)
+        return DECLINE;
+
+    if (begin(s, ctr_release) < 0)
+        return NULL;
+    int logged = 1;
+    if (s->room != Py_None) { /* room.py's guarded update: without room, released unlogged */
+        PyObject *one = PyLong_FromLong(1);
+        PyObject *ok = one == NULL ? NULL : PyObject_CallMethodOneArg(s->room, m_updates, one);
+        Py_XDECREF(one);
+        logged = ok == NULL ? -1 : PyObject_IsTrue(ok);
+        Py_XDECREF(ok);
+        if (logged < 0)
+            return room_failed(s);
+    }
+    Py_INCREF(j);
+    PyObject *reply = NULL;
+    if (detach_held(s, j, t, reserved, at) < 0)
+        goto done;
+    Py_INCREF(pri_o);
+    set_slot(j, job_off[J_PRI], pri_o);
+    Py_INCREF(delay_o);
+    set_slot(j, job_off[J_DELAY], delay_o);
+    if (bump(j, job_off[J_RELEASES], 1) < 0 || to_ready(j, t, ready, pri, jid) < 0 || next_seq(s) < 0)
+        goto done;
+    if (s->keep && logged && (*rec = record(s, op_release, SLOT(j, job_off[J_ID]), empty_str, pri_o,
+                                            delay_o, zero, zero, empty_bytes, zero)) == NULL)
+        goto done;
+    reply = Py_NewRef(reply_released);
+done:
+    Py_DECREF(j);
+    return reply;
+}
