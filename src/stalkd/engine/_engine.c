@@ -91,26 +91,22 @@ fast_apply(PyObject *self, PyObject *conn_id, PyObject *cmd, PyObject *now)
             && kind != ReleaseType)
         return DECLINE;
     Step s;
-    PyObject *d = PyObject_GenericGetDict(self, NULL);
-    if (d == NULL) {
-        PyErr_Clear();
-        return DECLINE;
-    }
+    PyObject *d = self;
     PyObject *out = DECLINE;
-    PyObject *conns = PyDict_GetItemWithError(d, a_conns);
+    PyObject *conns = ESLOT(d, E_CONNS);
     PyObject *c = conns != NULL && PyDict_CheckExact(conns) ? PyDict_GetItemWithError(conns, conn_id) : NULL;
-    PyObject *dirty = PyDict_GetItemWithError(d, a_dirty);
-    PyObject *pending = PyDict_GetItemWithError(d, a_pending);
-    PyObject *keep = PyDict_GetItemWithError(d, a_keep_records);
-    PyObject *tt = PyDict_GetItemWithError(d, a_tube_timers), *ct = PyDict_GetItemWithError(d, a_conn_timers);
-    s.room = PyDict_GetItemWithError(d, a_room);
+    PyObject *dirty = ESLOT(d, E_DIRTY);
+    PyObject *pending = ESLOT(d, E_PENDING);
+    PyObject *keep = ESLOT(d, E_KEEP_RECORDS);
+    PyObject *tt = ESLOT(d, E_TUBE_TIMERS), *ct = ESLOT(d, E_CONN_TIMERS);
+    s.room = ESLOT(d, E_ROOM);
     if (c == NULL || !Py_IS_TYPE(c, ConnType) || SLOT(c, conn_off[C_WAITING]) != Py_False
             || SLOT(c, conn_off[C_KICK]) != Py_None || !as_ll(SLOT(c, conn_off[C_ID]), &s.cid)
             || s.cid < 0 || dirty == NULL || !PySet_CheckExact(dirty) || PySet_GET_SIZE(dirty)
             || pending == NULL || PyObject_Length(pending) != 0 || (keep != Py_True && keep != Py_False)
             || tt == NULL || ct == NULL || (s.tt = heap_of(tt)) == NULL || (s.ct = heap_of(ct)) == NULL
             || s.room == NULL || !now_us(now, &s.now) || due(s.tt, s.now) || due(s.ct, s.now)
-            || !as_ll(PyDict_GetItemWithError(d, a_seq), &s.seq) || s.seq == LLONG_MAX) {
+            || !as_ll(ESLOT(d, E_SEQ), &s.seq) || s.seq == LLONG_MAX) {
         PyErr_Clear();
         goto done;
     }
@@ -147,7 +143,6 @@ fast_apply(PyObject *self, PyObject *conn_id, PyObject *cmd, PyObject *now)
     }
     Py_XDECREF(rec);
 done:
-    Py_DECREF(d);
     if (out == DECLINE) {
         PyErr_Clear();
         n_declined++;

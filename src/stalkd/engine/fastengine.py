@@ -30,7 +30,7 @@ from stalkd.engine.objects import ConnState, Job, Tube
 from stalkd.engine.state import Outcome
 from stalkd.protocol import commands as C
 from stalkd.protocol.accel import extensions_disabled
-from stalkd.protocol.grammar import SPECS_BY_NAME
+from stalkd.protocol.grammar import COUNTERS, SPECS_BY_NAME
 
 __all__ = ["IMPLEMENTATION", "accelerated"]
 
@@ -57,8 +57,9 @@ def accelerated(engine: type, reference: Callable[..., Outcome]) -> Callable[...
     if mod is None:
         IMPLEMENTATION = "python"
         return reference
-    # the counter keys, as the command table names them (the C code reads the table's strings)
-    counters = {c: c for c in (SPECS_BY_NAME[name].counter for name in _COUNTED) if c is not None}
+    # the very key objects of the engine's counter dict (COUNTERS), so a look-up is one compare
+    wanted = {SPECS_BY_NAME[name].counter for name in _COUNTED}
+    counters = {c: c for c in COUNTERS if c in wanted}
     config = {
         "Engine": engine, "IndexedHeap": fastheap.IndexedHeap, "Job": Job, "Tube": Tube,
         "ConnState": ConnState, "Record": Record, "Reply": C.Reply, "JobReply": C.JobReply,

@@ -36,15 +36,13 @@ set_slot_ll(PyObject *o, Py_ssize_t off, long long x)
     return 0;
 }
 
-static int
-set_attr_ll(PyObject *d, PyObject *name, long long x)
+/* Store v (borrowed) in one of the engine's slots. */
+static inline int
+set_eslot(PyObject *e, int i, PyObject *v)
 {
-    PyObject *v = PyLong_FromLongLong(x);
-    if (v == NULL)
-        return -1;
-    int r = PyDict_SetItem(d, name, v);
-    Py_DECREF(v);
-    return r;
+    Py_INCREF(v);
+    set_slot(e, eng_off[i], v);
+    return 0;
 }
 
 /* ``major << 64 | minor`` (heap.pack) for a non-negative minor below 2**63 */
@@ -57,7 +55,7 @@ pack2(long long major, long long minor)
 /* --- one step's context -------------------------------------------------------------------- */
 
 typedef struct {
-    PyObject *d;        /* the engine's __dict__ */
+    PyObject *d;        /* the engine */
     PyObject *c;        /* the calling ConnState (borrowed from conns) */
     long long cid;      /* its id */
     Heap *tt, *ct;      /* the tube and connection timer heaps */
@@ -106,9 +104,10 @@ retime_conn(Step *s, Heap *reserved)
     if (!as_ll(SLOT(c, conn_off[C_HPOS]), &hpos))
         return -1;
     if (reserved->n) {
+        PyObject *top = reserved->e[0].item;
         long long dl;
-        if (!as_ll(SLOT(reserved->e[0].item, job_off[J_DEADLINE]), &dl)) {
-            PyErr_SetString(PyExc_OverflowError, "deadline_us");
+        if (!Py_IS_TYPE(top, JobType) || !as_ll(SLOT(top, job_off[J_DEADLINE]), &dl)) {
+            PyErr_SetString(PyExc_TypeError, "a reserved heap holds a job without an int deadline");
             return -1;
         }
         key_t128 key = pack2(dl, s->cid);
@@ -242,7 +241,7 @@ static int
 begin(Step *s, PyObject *counter)
 {
     PyObject *d = s->d;
-    PyObject *cmd = PyDict_GetItemWithError(d, a_cmd);
+    PyObject *cmd = ESLOT(d, E_CMD);
     PyObject *n = cmd == NULL ? NULL : PyDict_GetItemWithError(cmd, counter);
     long long v;
     if (n == NULL || !as_ll(n, &v)) {
@@ -256,19 +255,21 @@ begin(Step *s, PyObject *counter)
         return -1;
     }
     Py_DECREF(nv);
-    PyObject *budget = PyDict_GetItemWithError(d, a_step_jobs);
-    if (budget == NULL || set_attr_ll(d, a_now, s->now) < 0 || PyDict_SetItem(d, a_budget, budget) < 0)
+    PyObject *budget = ESLOT(d, E_STEP_JOBS);
+    if (budget == NULL || set_slot_ll(d, eng_off[E_NOW], s->now) < 0)
         return -1;
-    PyObject *lists[2] = {PyDict_GetItemWithError(d, a_records), PyDict_GetItemWithError(d, a_wakeups)};
+    if (ESLOT(d, E_BUDGET) != budget && set_eslot(d, E_BUDGET, budget) < 0)
+        return -1; /* most steps leave it untouched: no store */
+    PyObject *lists[2] = {ESLOT(d, E_RECORDS), ESLOT(d, E_WAKEUPS)};
     for (int i = 0; i < 2; i++)
         if (lists[i] != NULL && PyList_Check(lists[i]) && PyList_GET_SIZE(lists[i])
                 && PyList_SetSlice(lists[i], 0, PyList_GET_SIZE(lists[i]), NULL) < 0)
             return -1;
-    PyObject *own = PyDict_GetItemWithError(d, a_own);
-    if (own != Py_None && PyDict_SetItem(d, a_own, Py_None) < 0)
+    PyObject *own = ESLOT(d, E_OWN);
+    if (own != Py_None && set_eslot(d, E_OWN, Py_None) < 0)
         return -1;
-    PyObject *caller = PyDict_GetItemWithError(d, a_caller);
-    if (caller != Py_None && PyDict_SetItem(d, a_caller, Py_None) < 0)
+    PyObject *caller = ESLOT(d, E_CALLER);
+    if (caller != Py_None && set_eslot(d, E_CALLER, Py_None) < 0)
         return -1;
     return 0;
 }
@@ -277,7 +278,7 @@ static int
 next_seq(Step *s)
 {
     s->seq++;
-    return set_attr_ll(s->d, a_seq, s->seq);
+    return set_slot_ll(s->d, eng_off[E_SEQ], s->seq);
 }
 
 /* A call into the room raised: Engine.apply leaves its caller set, as the Python path would. */
@@ -286,7 +287,7 @@ room_failed(Step *s)
 {
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
-    PyDict_SetItem(s->d, a_caller, s->c);
+    set_eslot(s->d, E_CALLER, s->c);
     PyErr_Restore(t, v, tb);
     return NULL;
 }
@@ -301,22 +302,22 @@ do_put(Step *s, PyObject *cmd, PyObject **rec)
     PyObject *pri_o = SLOT(cmd, put_off[P_PRI]), *ttr_o = SLOT(cmd, put_off[P_TTR]);
     long long max, pri, delay, ttr, next_id, total, bytes, tube_total;
     if (SLOT(cmd, put_off[P_ERROR]) != Py_None || body == NULL || !PyBytes_CheckExact(body)
-            || !as_ll(PyDict_GetItemWithError(d, a_max_job_size), &max)
+            || !as_ll(ESLOT(d, E_MAX_JOB_SIZE), &max)
             || PyBytes_GET_SIZE(body) > max
-            || PyDict_GetItemWithError(d, a_draining) != Py_False
+            || ESLOT(d, E_DRAINING) != Py_False
             || !as_ll(SLOT(cmd, put_off[P_DELAY]), &delay) || delay != 0
             || !as_ll(pri_o, &pri) || pri < 0 || pri > 0xffffffffLL
             || !as_ll(ttr_o, &ttr)
-            || !as_ll(PyDict_GetItemWithError(d, a_next_id), &next_id) || next_id < 0
+            || !as_ll(ESLOT(d, E_NEXT_ID), &next_id) || next_id < 0
             || next_id == LLONG_MAX
-            || !as_ll(PyDict_GetItemWithError(d, a_total_jobs), &total)
-            || !as_ll(PyDict_GetItemWithError(d, a_body_bytes), &bytes))
+            || !as_ll(ESLOT(d, E_TOTAL_JOBS), &total)
+            || !as_ll(ESLOT(d, E_BODY_BYTES), &bytes))
         return DECLINE;
     PyObject *t = SLOT(c, conn_off[C_USE]);
     Heap *ready = quiet_ready(t);
     if (ready == NULL || !as_ll(SLOT(t, tube_off[T_TOTAL]), &tube_total))
         return DECLINE;
-    PyObject *jobs = PyDict_GetItemWithError(d, a_jobs);
+    PyObject *jobs = ESLOT(d, E_JOBS);
     if (jobs == NULL || !PyDict_CheckExact(jobs))
         return DECLINE;
 
@@ -361,10 +362,10 @@ do_put(Step *s, PyObject *cmd, PyObject **rec)
     Py_DECREF(ttr_v);
     Py_DECREF(now);
     PyObject *reply = NULL;
-    if (set_attr_ll(d, a_next_id, next_id + 1) < 0 || PyDict_SetItem(jobs, jid, j) < 0
-            || set_attr_ll(d, a_body_bytes, bytes + blen) < 0
+    if (set_slot_ll(d, eng_off[E_NEXT_ID], next_id + 1) < 0 || PyDict_SetItem(jobs, jid, j) < 0
+            || set_slot_ll(d, eng_off[E_BODY_BYTES], bytes + blen) < 0
             || set_slot_ll(t, tube_off[T_TOTAL], tube_total + 1) < 0
-            || set_attr_ll(d, a_total_jobs, total + 1) < 0
+            || set_slot_ll(d, eng_off[E_TOTAL_JOBS], total + 1) < 0
             || to_ready(j, t, ready, pri, next_id) < 0 || next_seq(s) < 0)
         goto done;
     if (s->keep) {
@@ -397,9 +398,6 @@ can_give(Step *s, PyObject *j, Heap **reserved, long long *ttr, long long *jid)
             || !as_ll(SLOT(c, conn_off[C_HPOS]), &hpos)
             || (hpos >= 0 && where(s->ct, c, conn_off[C_HPOS]) < 0))
         return 0;
-    for (Py_ssize_t i = 0; i < (*reserved)->n; i++) /* the soonest is read by retime_conn */
-        if (!Py_IS_TYPE((*reserved)->e[i].item, JobType))
-            return 0;
     return 1;
 }
 
@@ -487,9 +485,6 @@ held_slot(Step *s, PyObject *j, Heap **reserved)
             || !as_ll(SLOT(c, conn_off[C_HPOS]), &hpos)
             || (hpos >= 0 && where(s->ct, c, conn_off[C_HPOS]) < 0))
         return -1;
-    for (Py_ssize_t i = 0; i < (*reserved)->n; i++)
-        if (!Py_IS_TYPE((*reserved)->e[i].item, JobType))
-            return -1;
     return where(*reserved, j, job_off[J_HPOS]);
 }
 
@@ -510,7 +505,7 @@ static PyObject *
 do_delete(Step *s, PyObject *cmd, PyObject **rec)
 {
     PyObject *d = s->d;
-    PyObject *jobs = PyDict_GetItemWithError(d, a_jobs);
+    PyObject *jobs = ESLOT(d, E_JOBS);
     if (jobs == NULL || !PyDict_CheckExact(jobs))
         return DECLINE;
     PyObject *j = PyDict_GetItemWithError(jobs, SLOT(cmd, delete_off[D_ID]));
@@ -522,7 +517,7 @@ do_delete(Step *s, PyObject *cmd, PyObject **rec)
     long long using, watching, bytes, pri, n;
     if (!Py_IS_TYPE(t, TubeType) || !as_ll(SLOT(t, tube_off[T_USING]), &using)
             || !as_ll(SLOT(t, tube_off[T_WATCHING]), &watching) || (!using && !watching)
-            || !PyBytes_CheckExact(body) || !as_ll(PyDict_GetItemWithError(d, a_body_bytes), &bytes)
+            || !PyBytes_CheckExact(body) || !as_ll(ESLOT(d, E_BODY_BYTES), &bytes)
             || !as_ll(SLOT(j, job_off[J_PRI]), &pri)
             || !as_ll(SLOT(t, tube_off[T_CMD_DELETE]), &n) || !as_ll(SLOT(t, tube_off[T_URGENT]), &n)
             || !as_ll(SLOT(t, tube_off[T_RESERVED]), &n))
@@ -549,7 +544,7 @@ do_delete(Step *s, PyObject *cmd, PyObject **rec)
         goto done;
     }
     if (PyDict_DelItem(jobs, SLOT(j, job_off[J_ID])) < 0
-            || set_attr_ll(d, a_body_bytes, bytes - PyBytes_GET_SIZE(body)) < 0
+            || set_slot_ll(d, eng_off[E_BODY_BYTES], bytes - PyBytes_GET_SIZE(body)) < 0
             || bump(t, tube_off[T_CMD_DELETE], 1) < 0 || next_seq(s) < 0)
         goto done;
     if (s->keep && (*rec = record(s, op_delete, SLOT(j, job_off[J_ID]), empty_str, zero, zero, zero,
@@ -565,7 +560,7 @@ static PyObject *
 do_release(Step *s, PyObject *cmd, PyObject **rec)
 {
     PyObject *d = s->d;
-    PyObject *jobs = PyDict_GetItemWithError(d, a_jobs);
+    PyObject *jobs = ESLOT(d, E_JOBS);
     if (jobs == NULL || !PyDict_CheckExact(jobs))
         return DECLINE;
     PyObject *j = PyDict_GetItemWithError(jobs, SLOT(cmd, release_off[RL_ID]));

@@ -1,7 +1,7 @@
 /* The Python objects the compiled engine path reads and writes, found once by configure():
  * each class's slot offsets (objects.py's Job, Tube and ConnState, the command and reply
- * values, model.Record), the enum members and reply constants it hands out, and the engine's
- * attribute names. Included by _engine.c.
+ * values, model.Record, and the engine's own hot attributes, state.py's EngineState), the
+ * enum members and reply constants it hands out. Included by _engine.c.
  *
  * A slot is read or written through its offset, as a member descriptor does; configure()
  * refuses a class whose slot is not a plain object member, and a class the path creates
@@ -9,6 +9,8 @@
  * so a field added in Python turns the compiled path off rather than leaving it unset. */
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+#define ESLOT(e, i) SLOT(e, eng_off[i])
 
 /* Store v (a new reference) in a slot, dropping what was there. */
 static inline void
@@ -20,6 +22,15 @@ set_slot(PyObject *o, Py_ssize_t off, PyObject *v)
 }
 
 /* --- slot tables: the names, in the order of their enum ---------------------------------- */
+
+/* state.py's EngineState.__slots__: what every command reads or writes */
+enum { E_MAX_JOB_SIZE, E_STEP_JOBS, E_KEEP_RECORDS, E_JOBS, E_CONNS, E_NEXT_ID, E_SEQ, E_DRAINING,
+       E_CMD, E_TOTAL_JOBS, E_BODY_BYTES, E_PENDING, E_TUBE_TIMERS, E_CONN_TIMERS, E_BUDGET, E_NOW,
+       E_RECORDS, E_WAKEUPS, E_DIRTY, E_CALLER, E_OWN, E_ROOM, E_N };
+static const char *const engine_names[] = {
+    "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
+    "cmd", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget", "_now",
+    "_records", "_wakeups", "_dirty", "_caller", "_own", "_room"};
 
 enum { J_ID, J_TUBE, J_PRI, J_DELAY, J_TTR, J_BODY, J_STATE, J_CREATED, J_DEADLINE, J_RESERVES,
        J_TIMEOUTS, J_RELEASES, J_BURIES, J_KICKS, J_HPOS, J_OWNER, J_N };
@@ -56,7 +67,7 @@ static const char *const delete_names[] = {"id"};
 enum { RL_ID, RL_PRI, RL_DELAY, RL_N };
 static const char *const release_names[] = {"id", "pri", "delay"};
 
-static Py_ssize_t job_off[J_N], tube_off[T_N], conn_off[C_N], record_off[R_N], reply_off[RP_N],
+static Py_ssize_t eng_off[E_N], job_off[J_N], tube_off[T_N], conn_off[C_N], record_off[R_N], reply_off[RP_N],
     jobreply_off[JR_N], put_off[P_N], delete_off[D_N], release_off[RL_N];
 
 /* --- what configure() was given (strong references, kept for the process) ----------------- */
@@ -71,24 +82,13 @@ static PyObject *word_inserted, *word_reserved;
 static PyObject *ctr_put, *ctr_reserve, *ctr_reserve_timeout, *ctr_delete, *ctr_release;
 static PyObject *empty_str, *empty_bytes, *zero, *minus_one;
 
-/* the engine's attributes (instance __dict__ keys) and the room's methods */
-static PyObject *a_conns, *a_jobs, *a_next_id, *a_seq, *a_total_jobs, *a_body_bytes, *a_cmd,
-    *a_now, *a_budget, *a_step_jobs, *a_records, *a_wakeups, *a_dirty, *a_caller, *a_own,
-    *a_tube_timers, *a_conn_timers, *a_pending, *a_room, *a_keep_records, *a_draining,
-    *a_max_job_size, *m_put, *m_updates;
+static PyObject *m_put, *m_updates; /* the room's methods */
 
 static int
 intern_all(void)
 {
     struct { PyObject **p; const char *s; } names[] = {
-        {&a_conns, "conns"}, {&a_jobs, "jobs"}, {&a_next_id, "next_id"}, {&a_seq, "seq"},
-        {&a_total_jobs, "total_jobs"}, {&a_body_bytes, "body_bytes"}, {&a_cmd, "cmd"},
-        {&a_now, "_now"}, {&a_budget, "_budget"}, {&a_step_jobs, "step_jobs"},
-        {&a_records, "_records"}, {&a_wakeups, "_wakeups"}, {&a_dirty, "_dirty"},
-        {&a_caller, "_caller"}, {&a_own, "_own"}, {&a_tube_timers, "_tube_timers"},
-        {&a_conn_timers, "_conn_timers"}, {&a_pending, "_pending"}, {&a_room, "_room"},
-        {&a_keep_records, "keep_records"}, {&a_draining, "draining"},
-        {&a_max_job_size, "max_job_size"}, {&m_put, "put"}, {&m_updates, "updates"},
+        {&m_put, "put"}, {&m_updates, "updates"},
         {&word_inserted, "INSERTED"}, {&word_reserved, "RESERVED"}, {&empty_str, ""},
         {&str_hpos, "hpos"},
     };
@@ -180,7 +180,8 @@ configure(PyObject *mod, PyObject *cfg)
             || get_obj(cfg, "cmd-reserve-with-timeout", &ctr_reserve_timeout)
             || get_obj(cfg, "cmd-delete", &ctr_delete) || get_obj(cfg, "cmd-release", &ctr_release))
         return NULL;
-    if (find_slots(JobType, job_names, J_N, job_off, 1)
+    if (find_slots(EngineType, engine_names, E_N, eng_off, 0)
+            || find_slots(JobType, job_names, J_N, job_off, 1)
             || find_slots(TubeType, tube_names, T_N, tube_off, 0)
             || find_slots(ConnType, conn_names, C_N, conn_off, 0)
             || find_slots(RecordType, record_names, R_N, record_off, 1)
