@@ -219,3 +219,18 @@ def test_apply_is_the_compiled_descriptor_and_falls_back() -> None:
     assert e.apply(conn_id=1, cmd=C.Delete(1), now=6.0).reply == C.Reply("DELETED")
     with pytest.raises(Exception, match="not connected"):
         e.apply(2, C.Put(0, 0, 60, b"x"), 0.0)
+
+
+def test_the_common_commands_run_compiled_and_the_others_are_handed_over() -> None:
+    e = Engine(records=False)
+    e.connect(1, 0.0)
+    ran0, declined0 = fastengine.counts()
+    e.apply(1, C.Put(0, 0, 60, b"x"), 0.0)
+    e.apply(1, C.ReserveWithTimeout(0), 0.0)
+    e.apply(1, C.Release(1, 5, 0), 0.0)
+    e.apply(1, C.Reserve(), 0.0)
+    e.apply(1, C.Delete(1), 0.0)
+    assert fastengine.counts() == (ran0 + 5, declined0)
+    e.apply(1, C.ReserveWithTimeout(0), 0.0)  # no job: it times out, in Python
+    e.apply(1, C.Delete(1), 0.0)  # NOT_FOUND, in Python
+    assert fastengine.counts() == (ran0 + 5, declined0 + 2)
