@@ -14,7 +14,9 @@
  *
  * Translation unit: _cext/heapcore.c.h (the compiled heap's layout and moves, shared with
  * _heap.c), _cext/engineslots.c.h (the slot offsets and objects configure() finds),
- * _cext/enginecmds.c.h (the commands), and here the step frame, the descriptor and the module.
+ * _cext/enginestep.c.h (the moves and values the commands share, the step's begin),
+ * _cext/enginecmds.c.h (the commands), and here the step's checks and Outcome, the descriptor
+ * and the module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,6 +29,7 @@
 
 #include "_cext/heapcore.c.h"
 #include "_cext/engineslots.c.h"
+#include "_cext/enginestep.c.h"
 #include "_cext/enginecmds.c.h"
 
 static unsigned long long n_ran, n_declined;

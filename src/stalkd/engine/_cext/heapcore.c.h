@@ -1,5 +1,6 @@
 /* The compiled heap's state and its single-entry moves: keys as 128-bit integers, the
- * items' hpos slot, and the sifts (heap.py's _up, _down and _take). Included by _heap.c. */
+ * items' hpos slot, the sifts (heap.py's _up, _down and _take), push and pop. Included by
+ * _heap.c, and by _engine.c, which moves jobs in these heaps directly. */
 
 typedef __int128 key_t128;
 
