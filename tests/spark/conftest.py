@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from support import ServerProcess, require_binary, spawn_server
+from support import ServerProcess, require_binary, spawn_serving
 
 pyspark = pytest.importorskip("pyspark", reason="the [spark] extra is not installed")
 
@@ -63,13 +63,13 @@ def spark(s3_server: Any, spark_home: Path) -> Iterator[Any]:
 
 @pytest.fixture(params=["beanstalkd", "stalkd"])
 def queue_server(request: Any) -> Iterator[ServerProcess]:
-    """Debian's beanstalkd, then stalkd's own server (in memory), each on port 0."""
+    """Debian's beanstalkd, then stalkd's own server (in memory), each on port 0, once it answers."""
     if request.param == "beanstalkd":
         server = request.getfixturevalue("beanstalkd")
         yield server
         return
-    own = spawn_server([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0"],
-                       what="stalkd", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    own = spawn_serving([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0"],
+                        what="stalkd", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         yield own
     finally:
