@@ -78,6 +78,18 @@ def stop_process(pid: int, timeout: float = 10.0) -> None:
         time.sleep(0.001)
 
 
+def has_exited(pid: int) -> bool:
+    """Whether process ``pid`` has exited: it is gone, or a zombie its parent has not reaped
+    yet. A daemon the tests did not start as a child (PostgreSQL's postmaster, reparented to
+    PID 1) is reaped whenever PID 1 gets to it, seconds later under load, and ``kill(pid, 0)``
+    succeeds on a zombie: waiting for that waits for the reaper, not for the process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 def wait_for_listener(proc: subprocess.Popen[bytes], timeout: float = 10.0, what: str = "server") -> int:
     """The port ``proc`` (started with port 0) listens on, once it listens; polls ``/proc``
     every millisecond rather than sleeping blindly. The first listener opened wins."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support import listening_ports, reserved_port, spawn_serving, wait_serving
+from support import has_exited, listening_ports, reserved_port, spawn_serving, wait_serving
 
 
 def test_listening_ports_lists_listeners_in_fd_order_and_nothing_else() -> None:
@@ -79,3 +79,16 @@ def test_wait_serving_fails_at_once_when_the_server_exits(tmp_path: Path) -> Non
     proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     with pytest.raises(RuntimeError, match="exited with 3"):
         wait_serving(f"unix:{tmp_path / 'none.sock'}", timeout=60, proc=proc)
+
+
+def test_has_exited_counts_a_zombie_as_exited() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                            stdin=subprocess.PIPE)
+    try:
+        assert not has_exited(proc.pid)
+        assert proc.stdin is not None
+        proc.stdin.close()  # it exits; not reaped until wait(), so a zombie meanwhile
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        assert has_exited(proc.pid)
+    finally:
+        proc.wait()

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from support import has_exited
+
 
 def _pg_bin() -> str:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
@@ -58,12 +60,9 @@ def postgres_cluster() -> Iterator[str]:
     finally:
         os.kill(pid, signal.SIGINT)  # "fast" shutdown
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+        while not has_exited(pid):  # a zombie has exited: its reaper is PID 1, not us
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
                 break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
         shutil.rmtree(root, ignore_errors=True)
