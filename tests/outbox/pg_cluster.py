@@ -1,6 +1,7 @@
-"""A throwaway PostgreSQL 15 cluster for the outbox tests: initdb in a temp dir, listening only on
-a UNIX socket in that dir (no TCP port to pick, so none to race for), stopped by the
-postmaster's PID at the end of the session.
+"""A throwaway PostgreSQL 15 cluster for the tests (the outbox, the SQL results backend, the
+Django recipe), one per session (tests/conftest.py loads this module as a plugin): initdb in a
+temp dir, listening only on a UNIX socket in that dir (no TCP port to pick, so none to race
+for), stopped by the postmaster's PID at the end of the session.
 
 Running as root (CI containers), the cluster runs as the ``postgres`` system user, since
 PostgreSQL refuses to run as root. Missing binaries skip locally and fail under CI.
