@@ -10,6 +10,11 @@ from hypothesis import HealthCheck, settings
 
 from support import ServerProcess, reserved_port, start_beanstalkd
 
+# The session's one PostgreSQL cluster (`postgres_url`), for every directory that uses it. A
+# test module importing the fixture got a session fixture of its own: one cluster per module,
+# each started and stopped.
+pytest_plugins = ["outbox.pg_cluster"]
+
 # No per-example deadline: these machines are shared and noisy, and a slow example is not a bug.
 # Under CI the examples are also derandomized, so a landing is judged on the same examples every
 # time; local runs stay random, which is where new counterexamples are found.

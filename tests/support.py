@@ -78,6 +78,18 @@ def stop_process(pid: int, timeout: float = 10.0) -> None:
         time.sleep(0.001)
 
 
+def has_exited(pid: int) -> bool:
+    """Whether process ``pid`` has exited: it is gone, or a zombie its parent has not reaped
+    yet. A daemon the tests did not start as a child (PostgreSQL's postmaster, reparented to
+    PID 1) is reaped whenever PID 1 gets to it, seconds later under load, and ``kill(pid, 0)``
+    succeeds on a zombie: waiting for that waits for the reaper, not for the process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
 def wait_for_listener(proc: subprocess.Popen[bytes], timeout: float = 10.0, what: str = "server") -> int:
     """The port ``proc`` (started with port 0) listens on, once it listens; polls ``/proc``
     every millisecond rather than sleeping blindly. The first listener opened wins."""
@@ -165,13 +177,30 @@ def wait_for_port(host: str, port: int, timeout: float = 10.0, proc: subprocess.
             time.sleep(0.01)
 
 
-def wait_serving(host: str, port: int, timeout: float = 60.0) -> None:
-    """Block until the beanstalkd-protocol server on host:port answers a command. stalkd
-    listens before it imports its engine and recovers (server/cli.py), so "listening" is not
-    "serving": under load the first reply can be seconds away, and a test whose client has a
-    short reply timeout would time out on the server's start-up rather than on what it
-    tests. ``timeout`` is only a safety bound on that wait."""
-    with socket.create_connection((host, port), timeout=timeout) as s:
+def wait_serving(host: str, port: int = 0, timeout: float = 60.0,
+                 proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Block until the beanstalkd-protocol server on host:port (or ``unix:PATH`` as host)
+    answers a command. stalkd listens before it imports its engine and recovers
+    (server/cli.py), so "listening" is not "serving": under load the first reply can be seconds
+    away, and a test whose client has a short reply timeout would time out on the server's
+    start-up rather than on what it tests. Connecting is retried while nothing listens yet (a
+    UNIX socket's file appears only when it listens), failing at once if ``proc`` exits.
+
+    The probe hangs up and waits for the server to close its side, so the server has counted
+    the connection gone before this returns: tests asserting ``current-connections`` see only
+    their own. ``timeout`` is only a safety bound on the wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            s = _connect(host, port, timeout)
+            break
+        except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode} before serving") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing accepted on {host}:{port} after {timeout}s") from None
+            time.sleep(0.01)
+    with s:
         s.sendall(b"list-tube-used\r\n")
         reply = b""
         while not reply.endswith(b"\r\n"):
@@ -179,8 +208,37 @@ def wait_serving(host: str, port: int, timeout: float = 60.0) -> None:
             if not chunk:
                 raise RuntimeError(f"server on {host}:{port} hung up before answering")
             reply += chunk
+        s.shutdown(socket.SHUT_WR)
+        while s.recv(64):
+            pass
     if not reply.startswith(b"USING "):
         raise RuntimeError(f"server on {host}:{port} answered {reply!r} to list-tube-used")
+
+
+def _connect(host: str, port: int, timeout: float) -> socket.socket:
+    if not host.startswith("unix:"):
+        return socket.create_connection((host, port), timeout=timeout)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect(host[len("unix:"):])
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def spawn_serving(cmd: list[str], host: str = "127.0.0.1", *, what: str = "server",
+                  **popen: Any) -> ServerProcess:
+    """``spawn_server``, returned once the server answers (see wait_serving), not merely
+    listens. Stopped if it does not get that far."""
+    server = spawn_server(cmd, host, what=what, **popen)
+    try:
+        wait_serving(server.host, server.port, proc=server.proc)
+    except BaseException:
+        server.stop()
+        raise
+    return server
 
 
 @dataclass

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from support import listening_ports, reserved_port
+from support import has_exited, listening_ports, reserved_port, spawn_serving, wait_serving
 
 
 def test_listening_ports_lists_listeners_in_fd_order_and_nothing_else() -> None:
@@ -38,3 +41,54 @@ def test_a_reserved_port_refuses_connections_and_lets_a_reuseaddr_server_bind() 
             server.bind(("127.0.0.1", port))
             server.listen()
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+@pytest.mark.parametrize("over", ["tcp", "unix"])
+def test_wait_serving_returns_once_stalkd_answers_and_leaves_no_connection_behind(
+        over: str, tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "stalkd.cli", "serve"]
+    if over == "tcp":
+        server = spawn_serving([*cmd, "-l", "127.0.0.1", "-p", "0"], what="stalkd",
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc, address = server.proc, ("127.0.0.1", server.port)
+    else:
+        address = str(tmp_path / "q.sock")
+        proc = subprocess.Popen([*cmd, "-l", f"unix:{address}"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        wait_serving(f"unix:{address}", proc=proc)
+    try:
+        family = socket.AF_INET if over == "tcp" else socket.AF_UNIX
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(address)
+            # The first command is answered at once, and the probe's connection is already gone
+            s.sendall(b"stats\r\n")
+            reply = b""
+            while b"\n---" not in reply or not reply.endswith(b"\r\n"):
+                chunk = s.recv(65536)
+                assert chunk
+                reply += chunk
+        assert b"\ncurrent-connections: 1\n" in reply
+        assert b"\ncmd-list-tube-used: 1\n" in reply
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_wait_serving_fails_at_once_when_the_server_exits(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    with pytest.raises(RuntimeError, match="exited with 3"):
+        wait_serving(f"unix:{tmp_path / 'none.sock'}", timeout=60, proc=proc)
+
+
+def test_has_exited_counts_a_zombie_as_exited() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                            stdin=subprocess.PIPE)
+    try:
+        assert not has_exited(proc.pid)
+        assert proc.stdin is not None
+        proc.stdin.close()  # it exits; not reaped until wait(), so a zombie meanwhile
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        assert has_exited(proc.pid)
+    finally:
+        proc.wait()

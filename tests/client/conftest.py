@@ -10,17 +10,15 @@ against both servers.
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from stalkd.client import AsyncClient, Client
-from support import ServerProcess, require_binary, spawn_server, wait_serving
+from support import ServerProcess, require_binary, spawn_serving, wait_serving
 
 
 def server_command(kind: str, *flags: str) -> list[str]:
@@ -32,33 +30,21 @@ def server_command(kind: str, *flags: str) -> list[str]:
 
 def start_tcp(kind: str, *flags: str, port: int = 0) -> ServerProcess:
     """A server of ``kind``, returned once it answers (not merely listens: see wait_serving)."""
-    server = spawn_server(server_command(kind, "-l", "127.0.0.1", "-p", str(port), *flags),
-                          what=kind, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_serving(server.host, server.port)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    return spawn_serving(server_command(kind, "-l", "127.0.0.1", "-p", str(port), *flags),
+                         what=kind, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def start_unix(kind: str, path: str) -> subprocess.Popen[bytes]:
-    """A server of ``kind`` listening on the UNIX socket ``path``; the caller stops it."""
+    """A server of ``kind`` on the UNIX socket ``path``, once it answers; the caller stops it."""
     proc = subprocess.Popen(server_command(kind, "-l", f"unix:{path}"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while True:
-        with socket.socket(socket.AF_UNIX) as s:
-            try:
-                s.connect(path)
-                return proc
-            except OSError:
-                pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            raise RuntimeError(f"{kind} did not listen on unix:{path} (exit {proc.returncode})")
-        time.sleep(0.01)
+    try:
+        wait_serving(f"unix:{path}", proc=proc)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
 
 
 

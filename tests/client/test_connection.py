@@ -99,6 +99,30 @@ def test_bad_peers_give_connection_errors_and_drop_the_socket(
     assert isinstance(exc(), errors.ClientConnectionError)
 
 
+def times_out_once(conn: socket.socket) -> None:
+    conn.recv(100)
+    conn.sendall(b"TIMED_OUT\r\n")  # the first request (a reserve) answered, then silence
+
+
+def test_an_async_reply_timeout_after_a_longer_one_fires_on_its_own_deadline(fake: Any) -> None:
+    server = fake(times_out_once)
+
+    async def main() -> None:
+        c = AsyncClient(server.address, timeout=0.2)
+        try:
+            # Given a reserve whose reply was due within 600.2 s, answered at once
+            with pytest.raises(errors.TimedOut):
+                await c.reserve(timeout=600)
+            # When the next call, due within 0.2 s, gets no reply
+            # Then it times out on its own deadline, long before the reserve's would have come
+            with pytest.raises(errors.ReplyTimeout, match="within 0.2s"):
+                await asyncio.wait_for(c.stats(), 30)
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+
+
 def test_reserve_waits_its_own_timeout_beyond_the_client_timeout(server: ServerProcess,
                                                                   connect: Any) -> None:
     # Given a client whose reply timeout is shorter than the reserve timeout

@@ -101,8 +101,13 @@ class StandIn:
         self.role = "standby"
 
     def close(self) -> None:
-        self.sock.close()  # wakes accept() with an error
+        # shutdown() wakes the thread blocked in accept() with an error; close() alone does
+        # not on Linux, and the join then waited out its whole timeout after every test
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
         self.thread.join(5)
+        assert not self.thread.is_alive(), "the stand-in's accept thread did not stop"
         for c in self.conns:
             with contextlib.suppress(OSError):
                 c.close()

@@ -1,6 +1,7 @@
-"""A throwaway PostgreSQL 15 cluster for the outbox tests: initdb in a temp dir, listening only on
-a UNIX socket in that dir (no TCP port to pick, so none to race for), stopped by the
-postmaster's PID at the end of the session.
+"""A throwaway PostgreSQL 15 cluster for the tests (the outbox, the SQL results backend, the
+Django recipe), one per session (tests/conftest.py loads this module as a plugin): initdb in a
+temp dir, listening only on a UNIX socket in that dir (no TCP port to pick, so none to race
+for), stopped by the postmaster's PID at the end of the session.
 
 Running as root (CI containers), the cluster runs as the ``postgres`` system user, since
 PostgreSQL refuses to run as root. Missing binaries skip locally and fail under CI.
@@ -18,6 +19,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
+from support import has_exited
 
 
 def _pg_bin() -> str:
@@ -58,12 +61,9 @@ def postgres_cluster() -> Iterator[str]:
     finally:
         os.kill(pid, signal.SIGINT)  # "fast" shutdown
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+        while not has_exited(pid):  # a zombie has exited: its reaper is PID 1, not us
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
                 break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
         shutil.rmtree(root, ignore_errors=True)

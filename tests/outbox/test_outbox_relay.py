@@ -16,11 +16,8 @@ from typing import Any
 import greenstalk
 import pytest
 import sqlalchemy as sa
-from pg_cluster import postgres_cluster
 
 from stalkd.outbox import Outbox, Relay
-
-_FIXTURES = (postgres_cluster,)  # the session-wide `postgres_url` fixture
 
 pytestmark = pytest.mark.beanstalkd
 

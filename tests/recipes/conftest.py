@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from support import ServerProcess, spawn_server
+from support import ServerProcess, spawn_serving
 
 
 @pytest.fixture
 def stalkd() -> Iterator[ServerProcess]:
-    s = spawn_server([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0"],
-                     what="stalkd", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    s = spawn_serving([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0"],
+                      what="stalkd", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield s
     finally:

@@ -17,12 +17,10 @@ import greenstalk
 import pytest
 import sqlalchemy as sa
 
-from outbox.pg_cluster import postgres_cluster
 from support import ServerProcess
 
 pytest.importorskip("django")
 
-_FIXTURES = (postgres_cluster,)  # the session-wide `postgres_url` fixture
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "django_shop"
 
 

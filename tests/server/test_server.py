@@ -16,7 +16,7 @@ import pytest
 
 from server.proc import SERVER_CMD, StalkdProcess, start_stalkd
 from server.wire import Wire, stats
-from support import wait_for_listener, wait_for_port
+from support import wait_for_listener, wait_for_port, wait_serving
 
 
 @pytest.fixture
@@ -171,16 +171,10 @@ def _start_unix(path: str, *flags: str) -> subprocess.Popen[bytes]:
 
 
 def _wait_unix(path: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
-        try:
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(path)
-                return
-        except OSError:
-            assert time.monotonic() < deadline, "unix socket never accepted"
-            time.sleep(0.01)
+    try:
+        wait_serving(f"unix:{path}", proc=proc)
+    except RuntimeError:
+        raise AssertionError(proc.stderr.read() if proc.stderr else b"") from None
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -15,32 +15,25 @@ from typing import Any
 
 import pytest
 
-from support import ServerProcess, require_binary, spawn_server
+from support import ServerProcess, require_binary, spawn_serving
 
 pyspark = pytest.importorskip("pyspark", reason="the [spark] extra is not installed")
 
 
 @pytest.fixture(scope="session")
 def spark_home(tmp_path_factory: Any) -> Iterator[Path]:
-    """A SPARK_HOME for every JVM the tests start: pyspark's own, without ``python/lib``.
+    """The SPARK_HOME ``build_session`` gives a pip-installed pyspark (stalkd.spark.sparkhome:
+    pyspark's own without its sources-only ``python/lib/pyspark.zip``, which every Python
+    worker compiled, missing Spark's fixed 10 s to connect back on a loaded machine), made in a
+    temporary directory rather than the user's cache, and set before any JVM starts (the
+    standalone cluster's too)."""
+    from stalkd.spark.sparkhome import use_lean_spark_home
 
-    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path, and
-    pip's pyspark ships that zip as sources only, so each worker compiles pyspark before it
-    can do anything (three to four times the CPU of importing the installed, compiled pyspark).
-    The workers started outside the forking daemon (data-source planning, the streaming source
-    runner) must connect back to the JVM within a fixed 10 s (PythonWorkerFactory, not a
-    setting): on a loaded 2-core machine the compiling pushed them past it ("Python worker
-    failed to connect back"). Without the zip the workers import the pyspark installed for
-    ``sys.executable`` (spark.pyspark.python), the very same version."""
-    real = Path(pyspark.__file__).parent
-    home = tmp_path_factory.mktemp("spark-home")
-    for entry in real.iterdir():
-        if entry.name != "python":
-            (home / entry.name).symlink_to(entry)
-    saved = os.environ.get("SPARK_HOME")
-    os.environ["SPARK_HOME"] = str(home)
+    saved = os.environ.pop("SPARK_HOME", None)
+    home = use_lean_spark_home(Path(pyspark.__file__).parent, cache=tmp_path_factory.mktemp("cache"))
+    assert home is not None, "pip's pyspark ships python/lib/pyspark.zip"
     try:
-        yield home
+        yield Path(home)
     finally:
         if saved is None:
             os.environ.pop("SPARK_HOME", None)
@@ -63,13 +56,13 @@ def spark(s3_server: Any, spark_home: Path) -> Iterator[Any]:
 
 @pytest.fixture(params=["beanstalkd", "stalkd"])
 def queue_server(request: Any) -> Iterator[ServerProcess]:
-    """Debian's beanstalkd, then stalkd's own server (in memory), each on port 0."""
+    """Debian's beanstalkd, then stalkd's own server (in memory), each on port 0, once it answers."""
     if request.param == "beanstalkd":
         server = request.getfixturevalue("beanstalkd")
         yield server
         return
-    own = spawn_server([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0"],
-                       what="stalkd", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    own = spawn_serving([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0"],
+                        what="stalkd", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         yield own
     finally:

@@ -12,10 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from outbox.pg_cluster import postgres_cluster
 from stalkd.worker.sqlresults import PURGE_EVERY, SqlResults
-
-_FIXTURES = (postgres_cluster,)  # the session-wide `postgres_url` fixture
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

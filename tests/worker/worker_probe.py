@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import greenstalk
 import pytest
 
-from support import ServerProcess, require_binary, spawn_server
+from support import ServerProcess, require_binary, spawn_serving
 
 T = TypeVar("T")
 
@@ -64,15 +64,16 @@ class Probe:
 
 def start_server(kind: str, *extra: str, port: int = 0) -> ServerProcess:
     """``kind`` ("beanstalkd" or "stalkd") on 127.0.0.1:``port`` (0, the default, lets the
-    kernel choose) with beanstalkd's flags ``extra`` (e.g. ``-b DIR``), once it listens."""
+    kernel choose) with beanstalkd's flags ``extra`` (e.g. ``-b DIR``), once it answers (not
+    merely listens: the workers' reply timeouts would run out on stalkd's start-up)."""
     if kind == "beanstalkd":
         cmd = [require_binary("beanstalkd")]
     else:
         if importlib.util.find_spec("stalkd.server.cli") is None:
             pytest.skip("stalkd serve is not built yet (no stalkd.server.cli)")
         cmd = [sys.executable, "-m", "stalkd.cli", "serve"]
-    return spawn_server([*cmd, "-l", "127.0.0.1", "-p", str(port), *extra], what=kind,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return spawn_serving([*cmd, "-l", "127.0.0.1", "-p", str(port), *extra], what=kind,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @pytest.fixture(name="server",

@@ -52,9 +52,17 @@ class Wire(asyncio.Protocol):
         self.waiters.append((fut, limit, req))
 
     def _due(self, limit: float | None) -> None:
-        self.head_deadline = None if limit is None else self.loop.time() + limit
-        if self.timer is None and self.head_deadline is not None:
-            self.timer = self.loop.call_at(self.head_deadline, self._check)
+        self.head_deadline = deadline = None if limit is None else self.loop.time() + limit
+        if deadline is None:
+            return
+        # A timer left from an earlier head is kept if it fires before this deadline (``_check``
+        # then re-arms it: no timer churn per call), and moved forward if it would fire after
+        # it: a later call with a shorter limit would otherwise time out late.
+        if self.timer is not None and self.timer.when() > deadline:
+            self.timer.cancel()
+            self.timer = None
+        if self.timer is None:
+            self.timer = self.loop.call_at(deadline, self._check)
 
     def _check(self) -> None:
         self.timer = None

@@ -1,8 +1,9 @@
 """Building a SparkSession that behaves the same on a laptop, in CI and on a cluster.
 
-Ensures: Python workers run this interpreter (so they can import ``stalkd``), the JVM logs
-errors only, timestamps are shown in UTC, and Python filter pushdown is enabled so the
-``stalkd`` source can prune segments by offset.
+Ensures: Python workers run this interpreter (so they can import ``stalkd``) and, with a
+pip-installed pyspark, import its compiled modules rather than the sources zip (see
+``sparkhome``), the JVM logs errors only, timestamps are shown in UTC, and Python filter
+pushdown is enabled so the ``stalkd`` source can prune segments by offset.
 
 Example::
 
@@ -15,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from stalkd.spark.sparkhome import use_lean_spark_home
 
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 AWS_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
@@ -51,7 +54,11 @@ def build_session(master: str | None = "local[2]", *, app: str = "stalkd", tests
     # Python workers with PYSPARK_PYTHON, not the driver's interpreter).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    import pyspark
     from pyspark.sql import SparkSession
+
+    # Before the JVM starts: it and the Python workers it starts take SPARK_HOME from here.
+    use_lean_spark_home(Path(pyspark.__file__).parent)
 
     builder = SparkSession.builder.appName(app)
     if master:
