@@ -19,11 +19,11 @@ $(VENV)/.dev: pyproject.toml
 system-deps:
 	bash scripts/system-deps.sh
 
-# The C accelerator (stalkd.protocol._speedups), rebuilt when its source changes. Without a
+# The C accelerators (stalkd.protocol._speedups, stalkd.server._conn, ...), rebuilt when its source changes. Without a
 # compiler setup.py warns and the pure-Python modules are used; STALKD_NO_EXTENSIONS=1 forces them.
 ext: $(VENV)/.ext
 
-$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/engine/_heap.c $(wildcard src/stalkd/engine/_cext/*.h)
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c src/stalkd/engine/_heap.c $(wildcard src/stalkd/engine/_cext/*.h)
 	$(PIP) install -e . --no-deps
 	touch $@
 
@@ -92,4 +92,4 @@ dashboard-screenshot: $(VENV)/.dev bytecode
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
-	find src -name "_speedups*.so" -delete
+	find src -name "_speedups*.so" -delete -o -name "_conn*.so" -delete

@@ -49,7 +49,7 @@ from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection
-from stalkd.server.readbuf import new_connection
+from stalkd.server.fastconn import new_connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
 
