@@ -5,7 +5,9 @@ The same seeded scripts run against two servers that differ only in the connecti
 clients send pipelines of valid and malformed commands (split at random points by the fake
 socket), read their replies late or not at all (a small ``--max-output`` puts the output limit,
 pause/resume writing and reading to work), block in reserve, quit and half-close; some over a
-TLS transport (replies joined into one buffer), some under an ACL that refuses deletes. Every
+TLS transport (replies joined into one buffer), some under an ACL that refuses deletes, some
+with an observer or an engine that fails (Server.execute's other paths, the compiled core
+having its own twin of the common one). Every
 transport call (each write with its buffers, pause/resume reading, close), every reply byte and
 the engine's state at the end must be the same. The socket is the boundary: a fake transport
 stands in for it, with asyncio's flow-control rules (high-water mark, a quarter of it as the
@@ -23,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from stalkd.engine import Engine
+from stalkd.engine import Engine, Outcome
 from stalkd.engine.stats import stats
 from stalkd.engine.wal import Wal
-from stalkd.protocol.commands import Delete
+from stalkd.protocol.commands import Command, Delete, PeekBuried
 from stalkd.server import fastconn
 from stalkd.server.app import Server
 from stalkd.server.config import Config
@@ -48,12 +50,19 @@ def _reference(server: Server, conn_id: int, max_job_size: int, max_output: int)
     return small(server, conn_id, max_job_size, max_output)
 
 
+class NoCertificate:
+    """A TLS transport's ssl_object, for a client that showed no certificate."""
+
+    def getpeercert(self) -> None:
+        return None
+
+
 class FakeTransport:
     """A socket's transport as asyncio's behaves, recording every call the connection makes."""
 
     def __init__(self, proto: Connection, chunk_rng: random.Random, tls: bool) -> None:
         self.proto = proto
-        self.ssl_object = object() if tls else None
+        self.ssl_object = NoCertificate() if tls else None
         self.rng = chunk_rng
         self.log: list[tuple[Any, ...]] = []
         self.inbound = bytearray()  # sent by the client, not yet delivered
@@ -215,12 +224,15 @@ async def _settle() -> None:
 
 def _run(factory: Factory, script: list[tuple[Any, ...]], conns: int, max_output: int, seed: int,
          storage: Callable[[], tuple[Engine, Storage, str | None]], tls: bool = False,
-         policy: bool = False) -> tuple[object, ...]:  # fmt: skip
+         policy: bool = False, observe: bool = False) -> tuple[object, ...]:  # fmt: skip
     async def main() -> tuple[object, ...]:
         engine, store, data_dir = storage()
         cfg = Config(max_output=max_output, max_job_size=MAX_JOB, data_dir=data_dir, durability="never")
         srv = Server(cfg, engine, store, clock=lambda: T0)
         srv.loop()
+        seen: list[tuple[str, str]] = []  # what an observer (the admin endpoint's) is shown
+        if observe:
+            srv.observer = lambda cmd, out: seen.append((repr(cmd), repr(out.reply)))
         ts: list[FakeTransport] = []
         for k in range(conns):
             c = factory(srv, srv.conns.next_id(), MAX_JOB, max_output)
@@ -244,6 +256,7 @@ def _run(factory: Factory, script: list[tuple[Any, ...]], conns: int, max_output
             pump()
             await _settle()
             pump()
+            seen.append(("timer", repr(srv._timer_at)))  # the engine's next deadline, scheduled
         for _ in range(50):  # the clients read everything and hang up
             for t in ts:
                 t.client_reads(1 << 30)
@@ -259,7 +272,7 @@ def _run(factory: Factory, script: list[tuple[Any, ...]], conns: int, max_output
         state = _engine_state(engine)
         if isinstance(store, Wal):
             store.close()
-        return tuple((t.log, bytes(t.received)) for t in ts) + (state,)
+        return tuple((t.log, bytes(t.received)) for t in ts) + (seen, state)
 
     return asyncio.run(main())
 
@@ -268,18 +281,33 @@ def _memory() -> tuple[Engine, Storage, str | None]:
     return Engine(max_job_size=MAX_JOB, records=False), MemoryStorage(), None
 
 
+class FaultyEngine(Engine):
+    """An engine with a bug: ``peek-buried`` raises (the server answers INTERNAL_ERROR)."""
+
+    def apply(self, conn_id: int, cmd: Command, now: float) -> Outcome:
+        if type(cmd) is PeekBuried:
+            raise RuntimeError("a bug in the engine")
+        return super().apply(conn_id, cmd, now)
+
+
+def _faulty() -> tuple[Engine, Storage, str | None]:
+    return FaultyEngine(max_job_size=MAX_JOB, records=False), MemoryStorage(), None
+
+
 def _compare(seed: int, storage_of: Callable[[str], Callable[[], tuple[Engine, Storage, str | None]]]) -> None:
     rng = random.Random(seed)
     conns = rng.choice([1, 2, 3])
     max_output = rng.choice([16 * 1024, 40 * 1024, 4 * 2**20])
     script = _script(rng, conns)
     tls, policy = rng.random() < 0.3, rng.random() < 0.3  # joined writes; an ACL
-    ref = _run(_reference, script, conns, max_output, seed, storage_of("ref"), tls, policy)
-    fast = _run(fastconn.new_connection, script, conns, max_output, seed, storage_of("c"), tls, policy)
+    observe = rng.random() < 0.2  # then Server.execute runs in Python for both
+    ref = _run(_reference, script, conns, max_output, seed, storage_of("ref"), tls, policy, observe)
+    fast = _run(fastconn.new_connection, script, conns, max_output, seed, storage_of("c"), tls, policy, observe)
     for k in range(conns):
         (rlog, rbytes), (flog, fbytes) = ref[k], fast[k]
         assert fbytes == rbytes, f"seed {seed}: conn {k} got other reply bytes"
         assert flog == rlog, f"seed {seed}: conn {k}: other transport calls"
+    assert fast[-2] == ref[-2], f"seed {seed}: other timers, or the observer saw other steps"
     assert fast[-1] == ref[-1], f"seed {seed}: other engine state"
 
 
@@ -288,7 +316,12 @@ def test_the_compiled_connection_behaves_as_the_reference_in_memory(seed: int) -
     _compare(seed, lambda name: _memory)
 
 
-@pytest.mark.parametrize("seed", range(SEEDS, SEEDS + 8))
+@pytest.mark.parametrize("seed", range(SEEDS, SEEDS + 6))
+def test_the_compiled_connection_behaves_as_the_reference_when_the_engine_fails(seed: int) -> None:
+    _compare(seed, lambda name: _faulty)
+
+
+@pytest.mark.parametrize("seed", range(SEEDS + 6, SEEDS + 14))
 def test_the_compiled_connection_behaves_as_the_reference_with_a_wal(seed: int, tmp_path: Path) -> None:
     # Replies wait for their records here: held replies, barriers and the step hooks.
     def storage_of(name: str) -> Callable[[], tuple[Engine, Storage, str | None]]:
@@ -314,3 +347,5 @@ def test_the_scripts_reach_the_paths_that_matter() -> None:
         for conn_log, _ in _run(_reference, script, conns, max_output, seed, _memory, tls, policy)[:conns]:  # type: ignore[misc]
             seen.update(e[0] for e in conn_log)
     assert {"write", "writelines", "pause_reading", "resume_reading", "close", "eof"} <= seen
+    ref = _run(_reference, _script(random.Random(SEEDS), 2), 2, 4 * 2**20, SEEDS, _faulty)
+    assert b"INTERNAL_ERROR" in ref[0][1] + ref[1][1]  # type: ignore[index,operator]

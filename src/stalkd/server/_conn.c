@@ -3,9 +3,11 @@
  * server/connection.py's Connection is the reference. ConnectionCore keeps, as slots the
  * reference's Python methods read and write too, the state the hot path touches, and runs
  * data_received, process, send and flush in C: a read in the common state goes parse ->
- * Server.execute -> encode -> write without a Python frame of the connection's own. The parser
- * and the encoders are _speedups' (through its C API, protocol/_cext/capi.h); the transport's
- * methods and the server's are called as Python methods.
+ * engine -> encode -> write without a Python frame of the connection's own, nor, for a server
+ * without a WAL in its common state, of Server.execute (its common case is written here too,
+ * its other paths are app.py's). The parser and the encoders are _speedups' (through its C
+ * API, protocol/_cext/capi.h); the transport's methods and the server's are called as Python
+ * methods.
  *
  * Only the common case is written twice: a reply that is not queued at once (a barrier, replies
  * already held, a close) goes to the reference's send, and every other method (wake,
@@ -21,7 +23,7 @@
 
 typedef struct {
     PyObject_HEAD
-    PyObject *server, *steps, *parser, *transport, *policy, *out, *held;
+    PyObject *id, *server, *steps, *parser, *transport, *policy, *out, *held;
     Py_ssize_t out_bytes, held_bytes, max_output, flush_at;
     char close_ready, waiting, write_paused, join_writes, read_paused, eof, closing, lost;
     char running, fresh;
@@ -35,7 +37,8 @@ static PyObject *replicate = NULL;   /* replication.wire.REPLICATE */
 static PyObject *ZERO, *EMPTY;
 static PyObject *S_write, *S_writelines, *S_close, *S_is_closing, *S_get_write_buffer_size,
     *S_pause_reading, *S_resume_reading, *S_begin_step, *S_end_step, *S_execute, *S_retire,
-    *S_replicate, *S_admits, *S_join;
+    *S_replicate, *S_admits, *S_join, *S_role, *S_standby, *S_fenced, *S_admission, *S_observer,
+    *S_engine, *S_clock, *S_apply, *S_apply_failed, *S_handle, *S_timer_at, *S_schedule_tick;
 
 /* --- helpers ---------------------------------------------------------------------------- */
 
@@ -68,7 +71,7 @@ ready(Core *self)
         PyErr_SetString(PyExc_RuntimeError, "stalkd.server._conn.configure() was not called");
         return -1;
     }
-    if (self->server == NULL || self->parser == NULL || self->out == NULL || self->held == NULL
+    if (self->id == NULL || self->server == NULL || self->parser == NULL || self->out == NULL || self->held == NULL
             || self->steps == NULL || self->policy == NULL || self->transport == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the connection is not initialised");
         return -1;
@@ -246,6 +249,117 @@ done:
     return rc;
 }
 
+/* --- the server's execute ---------------------------------------------------------------- */
+
+static int
+call_result(PyObject *r)
+{
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* server.<name> is truthy (attr) or not None (!attr); -1 with an exception */
+static int
+attr_set(PyObject *obj, PyObject *name, int truth)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int r = truth ? PyObject_IsTrue(v) : v != Py_None;
+    Py_DECREF(v);
+    return r;
+}
+
+/* Server.execute (app.py) for a server in its common state: a primary never fenced, nothing
+ * to admit (no WAL) and no observer. It runs the command through the engine and, for the
+ * common outcome (a plain reply, no records, no wakeups), queues the reply and moves the timer
+ * itself; any other outcome goes to Server._handle, an engine error to Server._apply_failed,
+ * and a server in any other state to Server.execute, so app.py stays the rule. */
+static int
+execute(Core *self, PyObject *server, PyObject *cmd)
+{
+    int other = 0, r;
+    PyObject *role = PyObject_GetAttr(server, S_role);
+    if (role == NULL)
+        return -1;
+    r = attr_set(role, S_standby, 1);
+    if (r == 0)
+        r = attr_set(role, S_fenced, 1);
+    Py_DECREF(role);
+    other = r;
+    if (other == 0)
+        other = attr_set(server, S_admission, 0);
+    if (other == 0)
+        other = attr_set(server, S_observer, 0);
+    if (other < 0)
+        return -1;
+    if (other) {
+        PyObject *args[3] = {server, (PyObject *)self, cmd};
+        return call_result(PyObject_VectorcallMethod(S_execute, args, 3, NULL));
+    }
+    PyObject *engine = PyObject_GetAttr(server, S_engine);
+    if (engine == NULL)
+        return -1;
+    PyObject *clock = PyObject_GetAttr(server, S_clock);
+    PyObject *now = clock == NULL ? NULL : PyObject_CallNoArgs(clock);
+    Py_XDECREF(clock);
+    if (now == NULL) {
+        Py_DECREF(engine);
+        return -1;
+    }
+    PyObject *args[4] = {engine, self->id, cmd, now};
+    PyObject *out = PyObject_VectorcallMethod(S_apply, args, 4, NULL);
+    Py_DECREF(engine);
+    Py_DECREF(now);
+    if (out == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyObject *et, *exc, *tb;
+        PyErr_Fetch(&et, &exc, &tb);
+        PyErr_NormalizeException(&et, &exc, &tb);
+        if (tb != NULL)
+            PyException_SetTraceback(exc, tb);
+        Py_XDECREF(et);
+        Py_XDECREF(tb);
+        PyObject *fargs[4] = {server, (PyObject *)self, cmd, exc};
+        r = call_result(PyObject_VectorcallMethod(S_apply_failed, fargs, 4, NULL));
+        Py_DECREF(exc);
+        return r;
+    }
+    int common = 0;
+    if (PyTuple_Check(out) && PyTuple_GET_SIZE(out) == 4
+            && (PyObject *)Py_TYPE(PyTuple_GET_ITEM(out, 0)) == api->reply_type) {
+        common = PyObject_Not(PyTuple_GET_ITEM(out, 1));
+        if (common > 0)
+            common = PyObject_Not(PyTuple_GET_ITEM(out, 2));
+        if (common < 0) {
+            Py_DECREF(out);
+            return -1;
+        }
+    }
+    if (!common) {
+        PyObject *hargs[4] = {server, (PyObject *)self, out, cmd};
+        r = call_result(PyObject_VectorcallMethod(S_handle, hargs, 4, NULL));
+        Py_DECREF(out);
+        return r;
+    }
+    r = core_send(self, PyTuple_GET_ITEM(out, 0), ZERO);
+    PyObject *deadline = PyTuple_GET_ITEM(out, 3);
+    if (r == 0 && deadline != Py_None) {
+        PyObject *at = PyObject_GetAttr(server, S_timer_at);
+        int earlier = at == NULL ? -1 : at == Py_None ? 1 : PyObject_RichCompareBool(deadline, at, Py_LT);
+        Py_XDECREF(at);
+        if (earlier > 0)
+            r = call_result(PyObject_CallMethodOneArg(server, S_schedule_tick, deadline));
+        else if (earlier < 0)
+            r = -1;
+    }
+    Py_DECREF(out);
+    return r;
+}
+
 /* --- process ---------------------------------------------------------------------------- */
 
 /* Connection.process: run buffered commands until input runs out, a reserve blocks, or output
@@ -319,12 +433,10 @@ core_process(Core *self)
                 continue;
             }
         }
-        PyObject *args[3] = {server, (PyObject *)self, item};
-        PyObject *res = PyObject_VectorcallMethod(S_execute, args, 3, NULL);
+        r = execute(self, server, item);
         Py_DECREF(item);
-        if (res == NULL)
+        if (r < 0)
             goto error;
-        Py_DECREF(res);
     }
     if (!broke && self->waiting && api->buffered(parser) > limit && pause_reading(self) < 0)
         goto error;
@@ -424,6 +536,7 @@ Core_flush(Core *self, PyObject *Py_UNUSED(ignored))
 static int
 Core_traverse(Core *self, visitproc visit, void *arg)
 {
+    Py_VISIT(self->id);
     Py_VISIT(self->server);
     Py_VISIT(self->steps);
     Py_VISIT(self->parser);
@@ -437,6 +550,7 @@ Core_traverse(Core *self, visitproc visit, void *arg)
 static int
 Core_clear(Core *self)
 {
+    Py_CLEAR(self->id);
     Py_CLEAR(self->server);
     Py_CLEAR(self->steps);
     Py_CLEAR(self->parser);
@@ -460,6 +574,7 @@ Core_dealloc(Core *self)
 #define FLAG(name, field) {name, T_BOOL, offsetof(Core, field), 0, NULL}
 
 static PyMemberDef Core_members[] = {
+    OBJ(id, "The connection's number (the engine's name for it)."),
     OBJ(server, "The Host (Server) this connection belongs to."),
     OBJ(steps, "Told when a step starts and ends (None: nothing to batch)."),
     OBJ(parser, "The connection's (compiled) Parser."),
@@ -557,6 +672,18 @@ PyInit__conn(void)
     INTERN(S_replicate, "replicate");
     INTERN(S_admits, "admits");
     INTERN(S_join, "join");
+    INTERN(S_role, "role");
+    INTERN(S_standby, "standby");
+    INTERN(S_fenced, "fenced");
+    INTERN(S_admission, "admission");
+    INTERN(S_observer, "observer");
+    INTERN(S_engine, "engine");
+    INTERN(S_clock, "clock");
+    INTERN(S_apply, "apply");
+    INTERN(S_apply_failed, "_apply_failed");
+    INTERN(S_handle, "_handle");
+    INTERN(S_timer_at, "_timer_at");
+    INTERN(S_schedule_tick, "_schedule_tick");
     if ((ZERO = PyLong_FromLong(0)) == NULL || (EMPTY = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
         return NULL;
     if (PyType_Ready(&CoreType) < 0)

@@ -4,7 +4,7 @@
 ``ConnectionCore``: the state a read touches, as slots, and ``data_received``, ``process``,
 ``send`` and ``flush`` in C, so a read in the common state (no reply held for a barrier, the
 replies plain or ready at once) runs its commands without a Python frame of the connection's
-own. The classes here put it before ``Connection`` (and ``BufferedConnection``), so every other
+own, nor of ``Server.execute`` in memory (the core runs its common case, the rest is app.py's). The classes here put it before ``Connection`` (and ``BufferedConnection``), so every other
 method, and every reply that is not queued at once, is the reference's (connection.py).
 ``STALKD_NO_EXTENSIONS=1``, a missing build or the pure-Python parser selects the reference;
 tests/server/test_conn_differential.py holds both to the same bytes and engine states.
