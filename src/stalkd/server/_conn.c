@@ -32,6 +32,7 @@ typedef struct {
 static StalkdProtocolAPI *api = NULL;
 static PyObject *py_send = NULL;     /* Connection.send, the reference */
 static PyObject *close_type = NULL;  /* commands.Close */
+static PyObject *job_reply = NULL;   /* commands.JobReply */
 static PyObject *denied = NULL;      /* Reply("PERMISSION_DENIED") */
 static PyObject *replicate = NULL;   /* replication.wire.REPLICATE */
 static PyObject *ZERO, *EMPTY;
@@ -71,13 +72,15 @@ ready(Core *self)
         PyErr_SetString(PyExc_RuntimeError, "stalkd.server._conn.configure() was not called");
         return -1;
     }
-    if (self->id == NULL || self->server == NULL || self->parser == NULL || self->out == NULL || self->held == NULL
-            || self->steps == NULL || self->policy == NULL || self->transport == NULL) {
+    if (self->id == NULL || self->server == NULL || self->parser == NULL || self->out == NULL
+            || self->held == NULL || self->steps == NULL || self->policy == NULL
+            || self->transport == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the connection is not initialised");
         return -1;
     }
     if (Py_TYPE(self->parser) != api->parser_type || !PyList_CheckExact(self->out)) {
-        PyErr_SetString(PyExc_TypeError, "a compiled connection needs the compiled Parser and a list");
+        PyErr_SetString(PyExc_TypeError,
+                        "a compiled connection needs the compiled Parser and a list");
         return -1;
     }
     return 0;
@@ -274,9 +277,10 @@ attr_set(PyObject *obj, PyObject *name, int truth)
 
 /* Server.execute (app.py) for a server in its common state: a primary never fenced, nothing
  * to admit (no WAL) and no observer. It runs the command through the engine and, for the
- * common outcome (a plain reply, no records, no wakeups), queues the reply and moves the timer
- * itself; any other outcome goes to Server._handle, an engine error to Server._apply_failed,
- * and a server in any other state to Server.execute, so app.py stays the rule. */
+ * common outcome (a plain or job reply, no records, no wakeups), queues the reply and moves
+ * the timer itself; any other outcome goes to Server._handle, an engine error to
+ * Server._apply_failed, and a server in any other state to Server.execute, so app.py stays
+ * the rule. */
 static int
 execute(Core *self, PyObject *server, PyObject *cmd)
 {
@@ -328,9 +332,11 @@ execute(Core *self, PyObject *server, PyObject *cmd)
         Py_DECREF(exc);
         return r;
     }
+    /* A job shown to a reserver waits for no barrier either: without a WAL nothing is written. */
     int common = 0;
-    if (PyTuple_Check(out) && PyTuple_GET_SIZE(out) == 4
-            && (PyObject *)Py_TYPE(PyTuple_GET_ITEM(out, 0)) == api->reply_type) {
+    PyObject *rt = PyTuple_Check(out) && PyTuple_GET_SIZE(out) == 4
+                   ? (PyObject *)Py_TYPE(PyTuple_GET_ITEM(out, 0)) : NULL;
+    if (rt != NULL && (rt == api->reply_type || rt == job_reply)) {
         common = PyObject_Not(PyTuple_GET_ITEM(out, 1));
         if (common > 0)
             common = PyObject_Not(PyTuple_GET_ITEM(out, 2));
@@ -349,7 +355,8 @@ execute(Core *self, PyObject *server, PyObject *cmd)
     PyObject *deadline = PyTuple_GET_ITEM(out, 3);
     if (r == 0 && deadline != Py_None) {
         PyObject *at = PyObject_GetAttr(server, S_timer_at);
-        int earlier = at == NULL ? -1 : at == Py_None ? 1 : PyObject_RichCompareBool(deadline, at, Py_LT);
+        int earlier = at == NULL ? -1
+                      : at == Py_None ? 1 : PyObject_RichCompareBool(deadline, at, Py_LT);
         Py_XDECREF(at);
         if (earlier > 0)
             r = call_result(PyObject_CallMethodOneArg(server, S_schedule_tick, deadline));
@@ -486,7 +493,8 @@ Core_data_received(Core *self, PyObject *data)
         Py_ssize_t k = PyBytes_GET_SIZE(replicate);
         if (view.len >= k && memcmp(view.buf, PyBytes_AS_STRING(replicate), (size_t)k) == 0) {
             PyObject *server = Py_NewRef(self->server);
-            PyObject *r = PyObject_CallMethodObjArgs(server, S_replicate, (PyObject *)self, data, NULL);
+            PyObject *r = PyObject_CallMethodObjArgs(server, S_replicate, (PyObject *)self, data,
+                                                     NULL);
             Py_DECREF(server);
             int taken = r == NULL ? -1 : PyObject_IsTrue(r);
             Py_XDECREF(r);
@@ -621,9 +629,9 @@ static PyTypeObject CoreType = {
 static PyObject *
 configure(PyObject *mod, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"send", "close", "denied", "replicate", NULL};
-    PyObject *send, *close, *den, *rep;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO!", kwlist, &send, &close, &den,
+    static char *kwlist[] = {"send", "close", "job_reply", "denied", "replicate", NULL};
+    PyObject *send, *close, *job, *den, *rep;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!", kwlist, &send, &close, &job, &den,
                                      &PyBytes_Type, &rep))
         return NULL;
     StalkdProtocolAPI *a = PyCapsule_Import(STALKD_PROTOCOL_API_NAME, 0);
@@ -636,6 +644,7 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     }
     Py_XSETREF(py_send, Py_NewRef(send));
     Py_XSETREF(close_type, Py_NewRef(close));
+    Py_XSETREF(job_reply, Py_NewRef(job));
     Py_XSETREF(denied, Py_NewRef(den));
     Py_XSETREF(replicate, Py_NewRef(rep));
     api = a;

@@ -213,7 +213,7 @@ class Server:
         """Run one parsed command for ``c`` and route every reply it produced.
 
         The compiled connection (``_conn.c``) runs a twin of this method's common case itself
-        (a primary never fenced, no WAL, no observer; a plain reply with no records or wakeups)
+        (a primary never fenced, no WAL, no observer; a plain or job reply, no records or wakeups)
         and calls it for anything else; ``_apply_failed`` and ``_handle`` are shared."""
         role = self.role
         # Two attribute reads in the common case (a primary never fenced): refuses() is asked

@@ -22,7 +22,7 @@ import importlib
 from typing import Literal
 
 from stalkd.protocol import accel
-from stalkd.protocol.commands import Close
+from stalkd.protocol.commands import Close, JobReply
 from stalkd.replication.wire import REPLICATE
 from stalkd.server.connection import _DENIED, READ_MAX, Connection, Host, read_size
 from stalkd.server.readbuf import BufferedConnection
@@ -37,7 +37,8 @@ def _compiled() -> tuple[type[Connection], type[BufferedConnection]] | None:
         mod = importlib.import_module("stalkd.server._conn")
     except ImportError:
         return None
-    mod.configure(send=Connection.send, close=Close, denied=_DENIED, replicate=REPLICATE)
+    mod.configure(send=Connection.send, close=Close, job_reply=JobReply, denied=_DENIED,
+                  replicate=REPLICATE)
     core = mod.ConnectionCore
     conn: type[Connection] = type("CConnection", (core, Connection), {
         "__doc__": Connection.__doc__, "__module__": __name__})
