@@ -52,6 +52,7 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     shutil.copy(ROOT / "src/stalkd/engine/_heap.c", tmp_path / "src/stalkd/engine")
     (tmp_path / "src/stalkd/server").mkdir()
     shutil.copy(ROOT / "src/stalkd/server/_conn.c", tmp_path / "src/stalkd/server")
+    shutil.copytree(ROOT / "src/stalkd/server/_cext", tmp_path / "src/stalkd/server/_cext")
     shutil.copytree(ROOT / "src/stalkd/engine/_cext", tmp_path / "src/stalkd/engine/_cext")
     env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"}
     env["CC"] = str(tmp_path / "no-such-cc")
