@@ -14,8 +14,8 @@ Run: .venv/bin/python bench/client_bench.py [N]   (default N=5000 jobs per workl
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +26,9 @@ import uvloop
 
 from stalkd.client import AsyncClient, Client, errors
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
+
 BODY = b"x" * 100
 
 
@@ -33,20 +36,12 @@ def start_beanstalkd() -> tuple[subprocess.Popen[bytes], int]:
     exe = shutil.which("beanstalkd")
     if exe is None:
         sys.exit("beanstalkd is not installed (scripts/system-deps.sh installs it)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([exe, "-l", "127.0.0.1", "-p", str(port)])
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, port
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                sys.exit("beanstalkd did not start")
-            time.sleep(0.01)
+    proc = subprocess.Popen([exe, "-l", "127.0.0.1", "-p", "0"])
+    try:
+        return proc, wait_for_listener(proc, 10, "beanstalkd")
+    except (RuntimeError, TimeoutError) as e:
+        proc.kill()
+        sys.exit(f"beanstalkd did not start: {e}")
 
 
 def measure(fn: Callable[[], object], n: int) -> tuple[float, float]:

@@ -34,6 +34,9 @@ from stalkd.engine import Engine
 from stalkd.engine.wal import Wal
 from stalkd.protocol.commands import Delete, Put, Release, Reserve, ReserveJob
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
+
 BODY = b"x" * 100
 T0 = 1_700_000_000.0
 
@@ -68,28 +71,17 @@ def engine_cycles(n: int, records: bool = True) -> tuple[float, float]:
 # --- beanstalkd peer ----------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_beanstalkd() -> tuple[subprocess.Popen[bytes], socket.socket] | None:
     exe = shutil.which("beanstalkd") or ("/usr/bin/beanstalkd" if os.path.exists("/usr/bin/beanstalkd") else None)
     if exe is None:
         return None
-    port = free_port()
-    proc = subprocess.Popen([exe, "-l", "127.0.0.1", "-p", str(port), "-z", "65535"])
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-            return proc, sock
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise
-            time.sleep(0.02)
+    proc = subprocess.Popen([exe, "-l", "127.0.0.1", "-p", "0", "-z", "65535"])
+    try:
+        return proc, socket.create_connection(("127.0.0.1", wait_for_listener(proc, 10, "beanstalkd")), timeout=30)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def _drain_lines(sock: socket.socket, want: int, buf: bytearray) -> bytearray:

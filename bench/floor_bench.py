@@ -1,7 +1,7 @@
 """The ceiling for a Python server: a trivial uvloop server vs stalkd vs beanstalkd, same run.
 
-The "floor" server parses only what a put needs and answers ``INSERTED n``: no engine, no
-records, no stats. Whatever it cannot reach, no Python server on uvloop reaches on this machine
+The "floor" server (bench/floor_server.py) parses only what a put needs and answers
+``INSERTED n``: no engine, no records, no stats. Whatever it cannot reach, no Python server on uvloop reaches on this machine
 either, so its ratio to beanstalkd is the bound for stalkd's in-memory put cells, and the gap
 between stalkd and the floor is stalkd's own per-command cost (parser, engine, server glue).
 
@@ -9,7 +9,7 @@ between stalkd and the floor is stalkd's own per-command cost (parser, engine, s
 to the default one with the C accelerator, so the accelerator's share of the gap shows.
 
 Run: ``.venv/bin/python bench/floor_bench.py`` (about 40 s; BENCH_SECONDS, BENCH_ROUNDS as
-for server_bench.py). ``--serve PORT`` runs only the trivial server.
+for server_bench.py). ``bench/floor_server.py`` runs only the trivial server.
 
 ``--durable`` measures the fsync-bound cell instead (put 100 B, 1 connection, depth 1): server
 CPU per job of beanstalkd ``-f 0``, the fsync floor (the trivial server writing each put into a
@@ -21,102 +21,42 @@ controls that block as long without any I/O: the floor and stalkd ``always`` wit
 replaced by a ``--sleep-ms`` sleep. CPU is read from /proc/PID/task/*/schedstat (nanoseconds).
 Whatever a control costs beyond its non-blocking counterpart is the price of being descheduled
 and resumed per job (caches refilled), not of the fsync's work.
+
+``--counts`` counts instead of timing (bench/counts.py says how): per job, in the server
+process, the instructions executed (valgrind's callgrind), the system calls by name (strace)
+and, for the servers in Python, the function calls (sys.setprofile), for stalkd, stalkd-py,
+the floor (put cells; its durable variant in never/always) and beanstalkd, with the ratios
+stalkd/floor and stalkd/beanstalkd per cell. Cells: memory put and reserve+delete at 1 and 16
+connections, never and always put and reserve+delete at 1; all at depth 1, 100 B. Each figure is
+the difference of two runs (``--jobs SMALL LARGE``, default 200 1000) over the extra jobs, so
+start-up and per-run set-up cancel. About 15 minutes on 2 busy cores with the defaults;
+progress goes to stderr; ``--cell``, ``--server``, ``--meter`` pick a subset, ``--json FILE``
+keeps the numbers, ``--functions`` lists the functions behind the Python calls. valgrind and
+strace come from scripts/system-deps.sh.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import glob
 import os
+import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 
+import counts as counts_mod
 import server_bench as sb
 
-
-class _Floor(asyncio.Protocol):
-    """put -> INSERTED n; use/watch/other lines get a fixed short reply."""
-
-    durable = False  # the durable floor stores each put before replying (one loop for both)
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.buf = b""
-        self.n = 0
-
-    def store(self, record: bytes) -> None:
-        pass
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf + data if self.buf else data
-        out = []
-        pos = 0
-        while True:
-            i = buf.find(b"\r\n", pos)
-            if i < 0:
-                break
-            line = buf[pos:i]
-            if line.startswith(b"put "):
-                end = i + 2 + int(line.rsplit(b" ", 1)[1]) + 2
-                if len(buf) < end:
-                    break
-                if self.durable:
-                    self.store(buf[pos:end])
-                pos = end
-                self.n += 1
-                out.append(b"INSERTED %d\r\n" % self.n)
-            else:
-                pos = i + 2
-                out.append(b"USING x\r\n" if line.startswith(b"use ") else b"WATCHING 2\r\n")
-        self.buf = buf[pos:]
-        if out and self.transport is not None:
-            self.transport.writelines(out)
-
-
-class _FloorSync(_Floor):
-    """The floor, durable: each put's bytes go into a preallocated file (pwrite), then
-    fdatasync (or, as a control, a sleep) before its INSERTED; what beanstalkd -f 0 does."""
-
-    durable = True
-    fd = -1
-    pos = 0
-    sleep = 0.0
-
-    def store(self, record: bytes) -> None:
-        cls = _FloorSync
-        if cls.pos + len(record) > _FLOOR_FILE:
-            cls.pos = 0
-        cls.pos += os.pwrite(cls.fd, record, cls.pos)
-        if cls.sleep:
-            time.sleep(cls.sleep)
-        else:
-            os.fdatasync(cls.fd)
-
-
-_FLOOR_FILE = 64 << 20
-
-
-async def _serve(port: int, proto: type[_Floor]) -> None:
-    loop = asyncio.get_running_loop()
-    await loop.create_server(proto, "127.0.0.1", port)
-    await asyncio.Event().wait()
+FLOOR = os.path.join(sb.HERE, "floor_server.py")
 
 
 def _start_floor(sync_dir: str | None = None, sleep_ms: float = 0.0, unwritten: bool = False) -> sb.Server:
-    port = sb._free_port()
     extra = [] if sync_dir is None else ["--sync-dir", sync_dir, "--sleep-ms", str(sleep_ms)]
     extra += ["--unwritten"] if unwritten else []
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), *extra])
-    sb._wait_port(port, proc)
-    return sb.Server("floor", proc, port, sync_dir, "memory" if sync_dir is None else "always")
+    return sb.launch("floor", [sys.executable, FLOOR, *extra], "memory" if sync_dir is None else "always",
+                     sync_dir, stdout=None, stderr=None)
 
 
 # stalkd `always` with every fdatasync of its log replaced by a sleep: the blocking control.
@@ -158,13 +98,10 @@ def _start_durable(kind: str, sleep_ms: float) -> sb.Server:
     elif kind == "floor sleep":
         srv = _start_floor(tempfile.mkdtemp(prefix="bench-floor-", dir=sb.DATA_DIR), sleep_ms)
     else:  # stalkd always, fdatasync -> sleep
-        port = sb._free_port()
         data = tempfile.mkdtemp(prefix="bench-stalkd-", dir=sb.DATA_DIR)
         code = _SLEEPING_STALKD.format(sleep=sleep_ms / 1000)
-        proc = subprocess.Popen([sys.executable, "-c", code, "-l", "127.0.0.1", "-p", str(port), "-b", data,
-                                 "--log-level", "warning"], stdout=subprocess.DEVNULL)
-        sb._wait_port(port, proc)
-        srv = sb.Server(kind, proc, port, data, "always")
+        srv = sb.launch(kind, [sys.executable, "-c", code, "-l", "127.0.0.1", "-p", "0", "-b", data,
+                               "--log-level", "warning"], "always", data, stderr=None)
     return _Precise(kind, srv.proc, srv.port, srv.data_dir, srv.durability)
 
 
@@ -199,32 +136,38 @@ def durable(sleep_ms: float) -> int:
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--serve", type=int, metavar="PORT", help="run only the trivial server")
-    ap.add_argument("--sync-dir", help="with --serve: durable floor writing into DIR")
+def _options() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="modes: timed put cells (the default), --durable (the fsync-bound cell), --counts\n"
+               "(per-job counts); the floor server alone: bench/floor_server.py")
+    ap.add_argument("--durable", action="store_true", help="the fsync-bound cell: server CPU per job, same run")
     ap.add_argument("--sleep-ms", type=float, default=2.0,
-                    help="block this long instead of fdatasync (the durable floor with --serve, "
-                         "the sleep controls with --durable; default 2)")
-    ap.add_argument("--unwritten", action="store_true",
-                    help="with --sync-dir: only posix_fallocate the file (no zeros written over it)")
-    ap.add_argument("--durable", action="store_true", help="the fsync-bound cell (see above)")
-    args = ap.parse_args()
-    if args.serve:
-        import uvloop
+                    help="with --durable: how long the sleep controls block per job (default 2)")
+    counts = ap.add_argument_group("--counts", "instructions, system calls and Python calls per job, by\n"
+                                   "difference of two run sizes (needs valgrind and strace)")
+    counts.add_argument("--counts", action="store_true", help="count per job instead of timing")
+    counts.add_argument("--jobs", type=int, nargs=2, metavar=("SMALL", "LARGE"), default=[200, 1000],
+                        help="jobs in the two runs of each cell (default 200 1000)")
+    counts.add_argument("--cell", action="append", type=counts_mod.parse_cell, metavar="CLASS:WORK:CONNS",
+                        help="only this cell (repeatable): " + ", ".join(c.name for c in counts_mod.CELLS))
+    counts.add_argument("--server", action="append", choices=counts_mod.KINDS,
+                        help="only this server (repeatable; default all)")
+    counts.add_argument("--meter", action="append", choices=counts_mod.METERS,
+                        help="only this meter (repeatable; default all)")
+    counts.add_argument("--json", metavar="FILE", help="also write the per-job counts to FILE")
+    counts.add_argument("--functions", action="store_true",
+                        help="also list the Python and C functions the Python servers call per job")
+    return ap.parse_args()
 
-        proto: type[_Floor] = _Floor
-        if args.sync_dir:
-            proto = _FloorSync
-            _FloorSync.fd = os.open(os.path.join(args.sync_dir, "log"), os.O_RDWR | os.O_CREAT, 0o600)
-            os.posix_fallocate(_FloorSync.fd, 0, _FLOOR_FILE)
-            if not args.unwritten:  # zeros over the whole file, as beanstalkd writes its binlog
-                for at in range(0, _FLOOR_FILE, 1 << 20):
-                    os.pwrite(_FloorSync.fd, bytes(1 << 20), at)
-                os.fsync(_FloorSync.fd)
-            _FloorSync.sleep = args.sleep_ms / 1000
-        uvloop.run(_serve(args.serve, proto))
-        return 0
+
+def main() -> int:
+    args = _options()
+    signal.signal(signal.SIGTERM, sb._interrupt)
+    if args.counts:
+        return counts_mod.main(args.meter or list(counts_mod.METERS), args.server or list(counts_mod.KINDS),
+                               args.cell or list(counts_mod.CELLS), *args.jobs, args.json,
+                               args.functions)
     if args.durable:
         return durable(args.sleep_ms)
     from stalkd.protocol import accel

@@ -23,7 +23,6 @@ import argparse
 import json
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,35 +30,26 @@ import time
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
+
 TUBES = {"emails": 0.5, "images": 0.25, "reports": 0.15, "webhooks": 0.10}
 TTR = 1  # seconds: slow jobs overrun it
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(data: Path, port: int, wal_size: int) -> subprocess.Popen[bytes]:
+def start_server(data: Path, wal_size: int) -> tuple[subprocess.Popen[bytes], int]:
+    """stalkd on port 0 and the port the kernel gave it (read from /proc)."""
     # Big WAL segments: the server compacts (drops) WAL segments once it has written more than
     # a segment's worth since its last snapshot, and dropped segments leave the history.
     cmd = [sys.executable, "-m", "stalkd.cli", "serve", "-b", str(data), "-F", "-l", "127.0.0.1",
-           "-p", str(port), "-s", str(wal_size), "--log-level", "warning"]
+           "-p", "0", "-s", str(wal_size), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 30
-    while True:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            raise RuntimeError(f"stalkd serve exited with {proc.returncode}: {err}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise TimeoutError(f"stalkd serve did not listen on port {port}") from None
-            time.sleep(0.05)
+    try:
+        return proc, wait_for_listener(proc, 30, "stalkd serve")
+    except (RuntimeError, TimeoutError) as e:
+        proc.kill()
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        raise RuntimeError(f"{e}: {err}") from None
 
 
 class Tally:
@@ -177,9 +167,8 @@ def main() -> int:
     args = ap.parse_args()
     data = Path(args.dir)
     data.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    proc, port = start_server(data, args.wal_size)
     address = f"127.0.0.1:{port}"
-    proc = start_server(data, port, args.wal_size)
     tally = Tally(args.jobs)
     started = time.monotonic()
     try:

@@ -54,6 +54,9 @@ GEN_PROCS = int(os.environ.get("GEN_PROCS", "2"))
 CLASSES = os.environ.get("BENCH_CLASSES", "always,never,memory").split(",")
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+from support import listening_ports, wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
+
 STALKD = [sys.executable, "-m", "stalkd.server.cli"]
 TICKS = os.sysconf("SC_CLK_TCK")
 # BENCH_LOG_LEVEL=info with BENCH_SERVER_LOG=FILE: stalkd logs records per fsync when it stops.
@@ -91,25 +94,24 @@ class Server:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def wait_ready(proc: subprocess.Popen[bytes], timeout: float = 60.0, what: str = "server") -> int:
+    """The port ``proc`` (started on port 0) listens on, once it answers a command there.
 
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    """Until the server answers a command. stalkd binds its port before it recovers (and, with
-    --archive, before it loads pyarrow), so an accepted connection alone would let a run's first
-    command wait out the rest of the start-up and count it as that run's longest wait."""
-    deadline = time.monotonic() + 60
+    The port comes from /proc (tests/support.py), so no port is picked here and bound later.
+    stalkd binds before it recovers (and, with --archive, before it loads pyarrow), so an
+    accepted connection alone would let a run's first command wait out the rest of the start-up
+    and count it as that run's longest wait; a server under valgrind takes seconds to get there.
+    """
+    deadline = time.monotonic() + timeout
+    port = wait_for_listener(proc, timeout, what)
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            with socket.create_connection(("127.0.0.1", port), timeout=max(0.1, deadline - time.monotonic())) as s:
                 s.sendall(b"list-tube-used\r\n")
                 if s.recv(64):  # any reply line (the floor server's are fixed)
-                    return
+                    return port
         except OSError:
             if time.monotonic() > deadline:
                 raise
@@ -119,30 +121,48 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
 PEER_SRC: str | None = None  # --peer-src: the "beanstalkd" column runs this stalkd tree instead
 
 
-def start(kind: str, klass: str, extra: tuple[str, ...] = ()) -> Server:
-    """A server of ``kind`` in durability ``klass``; ``extra`` flags go to stalkd only."""
-    port = _free_port()
-    data_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir=DATA_DIR) if klass != "memory" else None
+def command(kind: str, klass: str, data_dir: str | None,
+            extra: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str] | None]:
+    """(argv, environment or None) of a server of ``kind`` in durability ``klass`` on port 0;
+    ``extra`` flags go to stalkd only."""
     env = None
     if kind == "beanstalkd" and PEER_SRC is not None:
         kind, env = "stalkd", {**os.environ, "PYTHONPATH": PEER_SRC}
     if kind == "stalkd-py":
         kind, env = "stalkd", {**os.environ, "STALKD_NO_EXTENSIONS": "1"}
     if kind == "stalkd":
-        args = [*STALKD, "-l", "127.0.0.1", "-p", str(port), "--log-level", SERVER_LOG_LEVEL]
+        args = [*STALKD, "-l", "127.0.0.1", "-p", "0", "--log-level", SERVER_LOG_LEVEL]
         if data_dir:
             args += ["-b", data_dir] + (["-F"] if klass == "never" else [])
-        args += list(extra)
-    else:
-        args = ["beanstalkd", "-l", "127.0.0.1", "-p", str(port)]
-        if data_dir:
-            args += ["-b", data_dir] + (["-F"] if klass == "never" else ["-f", "0"])
+        return args + list(extra), env
+    args = ["beanstalkd", "-l", "127.0.0.1", "-p", "0"]
+    if data_dir:
+        args += ["-b", data_dir] + (["-F"] if klass == "never" else ["-f", "0"])
+    return args, env
+
+
+def launch(name: str, args: list[str], klass: str, data_dir: str | None, env: dict[str, str] | None = None,
+           timeout: float = 60.0, **popen: object) -> Server:
+    """Run ``args`` (a server listening on port 0) and return it once it answers."""
     # BENCH_SERVER_LOG=FILE keeps the servers' stderr (a server that dies mid-run says why there).
     log_path = os.environ.get("BENCH_SERVER_LOG")
     err = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - child keeps it
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, env=env)
-    _wait_port(port, proc)
-    return Server(kind, proc, port, data_dir, klass)
+    popen = {"stdout": subprocess.DEVNULL, "stderr": err, **popen}
+    proc = subprocess.Popen(args, env=env, **popen)  # type: ignore[call-overload]
+    try:
+        port = wait_ready(proc, timeout, name)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return Server(name, proc, port, data_dir, klass)
+
+
+def start(kind: str, klass: str, extra: tuple[str, ...] = ()) -> Server:
+    """A server of ``kind`` in durability ``klass``; ``extra`` flags go to stalkd only."""
+    data_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir=DATA_DIR) if klass != "memory" else None
+    args, env = command(kind, klass, data_dir, extra)
+    return launch(kind, args, klass, data_dir, env)
 
 
 # --- load generator (runs in child processes) -----------------------------------------------
@@ -373,23 +393,20 @@ def latency(srv: Server, samples: int = 300) -> tuple[float, float]:
 
 
 def startup(kind: str, runs: int = 7) -> tuple[float, float]:
-    """Median ms from exec to (a) the port accepting, (b) the first reply (in memory)."""
+    """Median ms from exec to (a) the port listening (seen in /proc), (b) the first reply (in memory)."""
     listen, first = [], []
     for _ in range(runs):
-        port = _free_port()
         args = ([*STALKD, "--log-level", "warning"] if kind == "stalkd" else ["beanstalkd"])
         t0 = time.monotonic()
-        proc = subprocess.Popen([*args, "-l", "127.0.0.1", "-p", str(port)],
+        proc = subprocess.Popen([*args, "-l", "127.0.0.1", "-p", "0"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            while True:
-                try:
-                    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-                    break
-                except OSError:
-                    time.sleep(0.0005)
+            while not (ports := listening_ports(proc.pid)):
+                if proc.poll() is not None or time.monotonic() - t0 > 30:
+                    raise RuntimeError(f"{kind} did not listen (exit status {proc.poll()})")
+                time.sleep(0.0005)
             listen.append(time.monotonic() - t0)
-            with s:
+            with socket.create_connection(("127.0.0.1", ports[0]), timeout=30) as s:
                 s.sendall(b"list-tube-used\r\n")
                 s.recv(100)
             first.append(time.monotonic() - t0)

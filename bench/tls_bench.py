@@ -31,6 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
+
 SECONDS = float(os.environ.get("BENCH_SECONDS", "1.0"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 GEN_PROCS = int(os.environ.get("GEN_PROCS", "2"))
@@ -72,38 +75,26 @@ def start_stalkd(cert: str, key: str, log: Path) -> tuple[subprocess.Popen[bytes
     raise RuntimeError(f"stalkd did not start:\n{log.read_text()}")
 
 
-def _free_port() -> int:
-    # stunnel and beanstalkd cannot report a port they chose; a bench may take this small race.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(port: int) -> None:
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
-
-
 def start_stunnel_beanstalkd(cert: str, key: str, d: Path) -> tuple[list[subprocess.Popen[bytes]], int, int] | None:
+    """beanstalkd and stunnel in front of it, both on port 0 (the ports read from /proc)."""
     bs, st = shutil.which("beanstalkd"), shutil.which("stunnel4") or shutil.which("stunnel")
     if bs is None or st is None:
         return None
-    plain, tls = _free_port(), _free_port()
-    b = subprocess.Popen([bs, "-l", "127.0.0.1", "-p", str(plain)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    conf = d / "stunnel.conf"
-    conf.write_text(f"foreground = yes\npid =\n[beanstalkd]\naccept = 127.0.0.1:{tls}\n"
-                    f"connect = 127.0.0.1:{plain}\ncert = {cert}\nkey = {key}\n")
-    s = subprocess.Popen([st, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_port(plain)
-    _wait_port(tls)
-    return [b, s], plain, tls
+    b = subprocess.Popen([bs, "-l", "127.0.0.1", "-p", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = [b]
+    try:
+        plain = wait_for_listener(b, 10, "beanstalkd")
+        conf = d / "stunnel.conf"
+        conf.write_text(f"foreground = yes\npid =\n[beanstalkd]\naccept = 127.0.0.1:0\n"
+                        f"connect = 127.0.0.1:{plain}\ncert = {cert}\nkey = {key}\n")
+        procs.append(subprocess.Popen([st, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        tls = wait_for_listener(procs[1], 10, "stunnel")
+    except BaseException:
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise
+    return procs, plain, tls
 
 
 # --- load generator ------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 # Debian's beanstalkd (compatibility transcripts, benchmarks), a Java 17 runtime (PySpark),
 # PostgreSQL (outbox tests), Redis (the RQ peer in the worker benchmark), Chromium (report check,
 # dashboard tests through Playwright), tmux (`stalkd top` tests), openssl (the TLS tests make
-# their certificates with it), stunnel4 (beanstalkd behind TLS, the peer in bench/tls_bench.py).
+# their certificates with it), stunnel4 (beanstalkd behind TLS, the peer in bench/tls_bench.py),
+# valgrind and strace (bench/floor_bench.py --counts: instructions and system calls per job).
 # Needs root for apt-get; without it, prints what is missing and lets the tests skip locally.
 set -euo pipefail
 
@@ -16,6 +17,8 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 
 if ((${#missing[@]} == 0)); then
     exit 0

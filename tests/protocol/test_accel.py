@@ -50,6 +50,7 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     shutil.copytree(ROOT / "src/stalkd/protocol/_cext", tmp_path / "src/stalkd/protocol/_cext")
     (tmp_path / "src/stalkd/engine").mkdir()
     shutil.copy(ROOT / "src/stalkd/engine/_heap.c", tmp_path / "src/stalkd/engine")
+    shutil.copy(ROOT / "src/stalkd/engine/_engine.c", tmp_path / "src/stalkd/engine")
     (tmp_path / "src/stalkd/server").mkdir()
     shutil.copy(ROOT / "src/stalkd/server/_conn.c", tmp_path / "src/stalkd/server")
     shutil.copytree(ROOT / "src/stalkd/server/_cext", tmp_path / "src/stalkd/server/_cext")
@@ -61,6 +62,7 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     assert r.returncode == 0, r.stderr
     assert "C accelerator was not built" in r.stderr
     assert not list(tmp_path.glob("out/**/_speedups*")) and not list(tmp_path.glob("out/**/_heap*"))
+    assert not list(tmp_path.glob("out/**/_engine*"))
     assert not list(tmp_path.glob("out/**/_conn*"))
 
 

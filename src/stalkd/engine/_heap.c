@@ -174,13 +174,7 @@ Heap_push(Heap *h, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     key_t128 k;
-    if (key_from(args[0], &k) < 0 || grow(h, h->n + 1) < 0)
-        return NULL;
-    Py_INCREF(args[1]);
-    h->e[h->n].key = k;
-    h->e[h->n].item = args[1];
-    h->n++;
-    if (up(h, h->n - 1) < 0)
+    if (key_from(args[0], &k) < 0 || push_entry(h, k, args[1]) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -192,46 +186,7 @@ Heap_pop(Heap *h, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_IndexError, "pop from an empty heap");
         return NULL;
     }
-    Entry *e = h->e;
-    PyObject *top = e[0].item;
-    if (set_hpos(h, top, -1) < 0)
-        return NULL;
-    Entry last = e[--h->n];
-    Py_ssize_t n = h->n;
-    if (!n)
-        return top;
-    /* Floyd's variant, as heap.py: the hole walks down to a leaf, then the last entry
-     * fills it and sifts up. */
-    Py_ssize_t i = 0, c = 1;
-    while (c < n) {
-        Py_ssize_t r = c + 1;
-        if (r < n && e[r].key < e[c].key)
-            c = r;
-        e[i] = e[c];
-        if (set_hpos(h, e[i].item, i) < 0)
-            goto fail;
-        i = c;
-        c = 2 * i + 1;
-    }
-    while (i > 0) {
-        Py_ssize_t p = (i - 1) >> 1;
-        if (e[p].key <= last.key)
-            break;
-        e[i] = e[p];
-        if (set_hpos(h, e[i].item, i) < 0)
-            goto fail;
-        i = p;
-    }
-    e[i] = last;
-    if (set_hpos(h, last.item, i) < 0) {
-        Py_DECREF(top);
-        return NULL;
-    }
-    return top;
-fail:
-    e[i] = last;
-    Py_DECREF(top);
-    return NULL;
+    return pop_top(h);
 }
 
 static PyObject *

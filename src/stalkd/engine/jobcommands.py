@@ -17,7 +17,7 @@ from stalkd.engine.fastvalues import make_record
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op
 from stalkd.engine.objects import US, ConnState, Job
-from stalkd.engine.room import Room, find_deletable, find_held, find_kickable, find_unreserved
+from stalkd.engine.room import find_deletable, find_held, find_kickable, find_unreserved
 from stalkd.engine.timers import Timers
 from stalkd.protocol import commands as C
 
@@ -33,8 +33,6 @@ _OP_PUT, _OP_DELETE = Op.PUT, Op.DELETE
 
 class JobCommands(Timers):
     """The job-changing commands (mixed into ``Engine``)."""
-
-    _room: Room | None = None  # Engine.room: where durable records get their WAL room
 
     def _put(self, c: ConnState, cmd: C.Put) -> C.AnyReply:
         err = cmd.error

@@ -1,5 +1,6 @@
 /* The compiled heap's state and its single-entry moves: keys as 128-bit integers, the
- * items' hpos slot, and the sifts (heap.py's _up, _down and _take). Included by _heap.c. */
+ * items' hpos slot, the sifts (heap.py's _up, _down and _take), push and pop. Included by
+ * _heap.c, and by _engine.c, which moves jobs in these heaps directly. */
 
 typedef __int128 key_t128;
 
@@ -240,3 +241,63 @@ fail:
     Py_DECREF(gone);
     return NULL;
 }
+
+/* Add an entry (the heap takes its own reference to item). */
+static int
+push_entry(Heap *h, key_t128 k, PyObject *item)
+{
+    if (grow(h, h->n + 1) < 0)
+        return -1;
+    Py_INCREF(item);
+    h->e[h->n].key = k;
+    h->e[h->n].item = item;
+    h->n++;
+    return up(h, h->n - 1);
+}
+
+/* Remove the top of a non-empty heap; its reference goes to the caller. */
+static PyObject *
+pop_top(Heap *h)
+{
+    Entry *e = h->e;
+    PyObject *top = e[0].item;
+    if (set_hpos(h, top, -1) < 0)
+        return NULL;
+    Entry last = e[--h->n];
+    Py_ssize_t n = h->n;
+    if (!n)
+        return top;
+    /* Floyd's variant, as heap.py: the hole walks down to a leaf, then the last entry
+     * fills it and sifts up. */
+    Py_ssize_t i = 0, c = 1;
+    while (c < n) {
+        Py_ssize_t r = c + 1;
+        if (r < n && e[r].key < e[c].key)
+            c = r;
+        e[i] = e[c];
+        if (set_hpos(h, e[i].item, i) < 0)
+            goto fail;
+        i = c;
+        c = 2 * i + 1;
+    }
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) >> 1;
+        if (e[p].key <= last.key)
+            break;
+        e[i] = e[p];
+        if (set_hpos(h, e[i].item, i) < 0)
+            goto fail;
+        i = p;
+    }
+    e[i] = last;
+    if (set_hpos(h, last.item, i) < 0) {
+        Py_DECREF(top);
+        return NULL;
+    }
+    return top;
+fail:
+    e[i] = last;
+    Py_DECREF(top);
+    return NULL;
+}
+

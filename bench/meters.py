@@ -1,0 +1,163 @@
+"""The meters of bench/counts.py: each counts one thing a running server does between ``begin``
+and ``end`` (instructions under callgrind, system calls under strace, Python calls under
+sys.setprofile), on a server started for it (counts.metered starts it)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Protocol
+
+
+class Meter(Protocol):
+    def begin(self) -> None: ...
+
+    def end(self) -> Counter[str]: ...
+
+    def close(self) -> None: ...
+
+
+class Callgrind:
+    """Instructions ("Ir") between begin and end: each is a callgrind_control dump, and a
+    dump holds the counts since the one before."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        self.pid, self.out, self.dumps = pid, out, 0
+
+    def _dump(self) -> int:
+        self.dumps += 1
+        path = Path(f"{self.out}.{self.dumps}")
+        done = subprocess.run(["callgrind_control", "-d", str(self.pid)], capture_output=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"callgrind_control -d {self.pid}: {done.stderr.decode().strip()}")
+        deadline = time.monotonic() + 120
+        while not (path.exists() and (m := re.search(rb"^totals: (\d+)", path.read_bytes(), re.M))):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"callgrind wrote no dump {path}")
+            time.sleep(0.01)
+        path.unlink()
+        return int(m.group(1))
+
+    def begin(self) -> None:
+        self._dump()
+
+    def end(self) -> Counter[str]:
+        return Counter({"instructions": self._dump()})
+
+    def close(self) -> None:
+        pass
+
+
+class Strace:
+    """System calls between begin and end: strace attaches to every thread at begin and
+    detaches at end, when it writes its per-name summary."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        self.pid, self.out = pid, out
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def begin(self) -> None:
+        self.proc = subprocess.Popen(["strace", "-f", "-c", "-o", str(self.out), "-p", str(self.pid)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not self._attached():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"strace did not attach to {self.pid} (ptrace allowed?)")
+            time.sleep(0.001)
+
+    def _attached(self) -> bool:
+        assert self.proc is not None
+        want = f"TracerPid:\t{self.proc.pid}\n"
+        try:
+            tasks = [(t / "status").read_text() for t in Path(f"/proc/{self.pid}/task").iterdir()]
+        except FileNotFoundError:  # a thread that just ended: look again
+            return False
+        return bool(tasks) and all(want in t for t in tasks)
+
+    def end(self) -> Counter[str]:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(60)
+        self.proc = None
+        calls: Counter[str] = Counter()
+        # "% time  seconds  usecs/call  calls  [errors]  syscall" rows between dashed rules
+        for row in self.out.read_text().splitlines():
+            fields = row.split()
+            if len(fields) >= 5 and fields[3].isdigit() and fields[-1] != "total":
+                calls[fields[-1]] += int(fields[3])
+        return calls
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# Run a Python server (a module with -m, or a script) counting its function calls by function;
+# each line read on stdin is answered on the original stdout with the counts so far, as JSON:
+# "calls" and "c calls" in all, "py FILE:FUNCTION" and "c MODULE.FUNCTION" one by one.
+PYCALLS = """
+import collections, json, os, runpy, sys, threading
+py, c = collections.Counter(), collections.Counter()
+def profile(frame, event, arg):
+    if event == "call":
+        py[frame.f_code] += 1
+    elif event == "c_call":
+        c[(getattr(arg, "__module__", None), getattr(arg, "__qualname__", type(arg).__name__))] += 1
+def where(code):
+    path = code.co_filename
+    return path[path.rfind("/stalkd/") + 1:] if "/stalkd/" in path else os.path.basename(path)
+out = os.fdopen(os.dup(1), "w")
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+def answer():
+    sys.setprofile(None)  # its own calls are not the server's
+    for _ in sys.stdin:
+        counts = collections.Counter({"calls": sum(py.values()), "c calls": sum(c.values())})
+        for code, n in list(py.items()):
+            counts[f"py {where(code)}:{code.co_qualname}"] += n
+        for (module, name), n in list(c.items()):
+            counts[f"c {module + '.' if module else ''}{name}"] += n
+        out.write(json.dumps(counts) + "\\n")
+        out.flush()
+threading.Thread(target=answer, daemon=True).start()
+what = sys.argv[1]
+del sys.argv[0]
+threading.setprofile(profile)
+sys.setprofile(profile)
+if what == "-m":
+    del sys.argv[0]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    runpy.run_path(what, run_name="__main__")
+"""
+
+
+class PyCalls:
+    """Python function calls ("call") and calls of C functions from Python ("c_call"), in all
+    and by function."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.start: Counter[str] = Counter()
+
+    def _read(self) -> Counter[str]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(b"\n")
+        self.proc.stdin.flush()
+        return Counter(json.loads(self.proc.stdout.readline()))
+
+    def begin(self) -> None:
+        self.start = self._read()
+
+    def end(self) -> Counter[str]:
+        now = self._read()
+        now.subtract(self.start)
+        return Counter({k: n for k, n in now.items() if n})
+
+    def close(self) -> None:
+        pass

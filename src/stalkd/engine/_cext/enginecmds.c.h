@@ -1,0 +1,324 @@
+/* The commands the compiled path runs: put, reserve (with or without a timeout), delete and
+ * release, each the common case of its Python handler (jobcommands.py, engine.py, state.py)
+ * step for step. Every function first checks that its case is the common one and answers
+ * DECLINE when it is not, having changed nothing; Engine.apply's Python body then runs.
+ * Included by _engine.c after enginestep.c.h. */
+
+/* --- put ----------------------------------------------------------------------------------- */
+
+static PyObject *
+do_put(Step *s, PyObject *cmd, PyObject **rec)
+{
+    PyObject *d = s->d, *c = s->c;
+    PyObject *body = SLOT(cmd, put_off[P_BODY]);
+    PyObject *pri_o = SLOT(cmd, put_off[P_PRI]), *ttr_o = SLOT(cmd, put_off[P_TTR]);
+    long long max, pri, delay, ttr, next_id, total, bytes, tube_total;
+    if (SLOT(cmd, put_off[P_ERROR]) != Py_None || body == NULL || !PyBytes_CheckExact(body)
+            || !as_ll(ESLOT(d, E_MAX_JOB_SIZE), &max)
+            || PyBytes_GET_SIZE(body) > max
+            || ESLOT(d, E_DRAINING) != Py_False
+            || !as_ll(SLOT(cmd, put_off[P_DELAY]), &delay) || delay != 0
+            || !as_ll(pri_o, &pri) || pri < 0 || pri > 0xffffffffLL
+            || !as_ll(ttr_o, &ttr)
+            || !as_ll(ESLOT(d, E_NEXT_ID), &next_id) || next_id < 0
+            || next_id == LLONG_MAX
+            || !as_ll(ESLOT(d, E_TOTAL_JOBS), &total)
+            || !as_ll(ESLOT(d, E_BODY_BYTES), &bytes))
+        return DECLINE;
+    PyObject *t = SLOT(c, conn_off[C_USE]);
+    Heap *ready = quiet_ready(t);
+    if (ready == NULL || !as_ll(SLOT(t, tube_off[T_TOTAL]), &tube_total))
+        return DECLINE;
+    PyObject *jobs = ESLOT(d, E_JOBS);
+    if (jobs == NULL || !PyDict_CheckExact(jobs))
+        return DECLINE;
+
+    if (begin(s, ctr_put) < 0)
+        return NULL;
+    Py_ssize_t blen = PyBytes_GET_SIZE(body);
+    if (s->room != Py_None) { /* room.py's guarded put */
+        PyObject *n = PyLong_FromSsize_t(blen);
+        PyObject *ok = n == NULL ? NULL : PyObject_CallMethodOneArg(s->room, m_put, n);
+        Py_XDECREF(n);
+        int yes = ok == NULL ? -1 : PyObject_IsTrue(ok);
+        Py_XDECREF(ok);
+        if (yes < 0)
+            return room_failed(s);
+        if (!yes)
+            return Py_NewRef(reply_out_of_memory);
+    }
+    Py_INCREF(Py_True);
+    set_slot(c, conn_off[C_PRODUCER], Py_True);
+    PyObject *jid = PyLong_FromLongLong(next_id); /* the engine's next_id, as an int */
+    PyObject *j = jid == NULL ? NULL : JobType->tp_alloc(JobType, 0);
+    if (j == NULL) {
+        Py_XDECREF(jid);
+        return NULL;
+    }
+    PyObject *ttr_v = ttr > 1 ? Py_NewRef(ttr_o) : PyLong_FromLong(1);
+    PyObject *now = PyLong_FromLongLong(s->now);
+    if (ttr_v == NULL || now == NULL) {
+        Py_XDECREF(ttr_v);
+        Py_XDECREF(now);
+        Py_DECREF(jid);
+        Py_DECREF(j);
+        return NULL;
+    }
+    PyObject *v[J_N] = {jid, t, pri_o, zero, ttr_v, body, st_ready, now, zero,
+                        zero, zero, zero, zero, zero, minus_one, Py_None};
+    v[J_DELAY] = SLOT(cmd, put_off[P_DELAY]);
+    for (int i = 0; i < J_N; i++) {
+        Py_INCREF(v[i]);
+        SLOT(j, job_off[i]) = v[i];
+    }
+    Py_DECREF(ttr_v);
+    Py_DECREF(now);
+    PyObject *reply = NULL;
+    if (set_slot_ll(d, eng_off[E_NEXT_ID], next_id + 1) < 0 || PyDict_SetItem(jobs, jid, j) < 0
+            || set_slot_ll(d, eng_off[E_BODY_BYTES], bytes + blen) < 0
+            || set_slot_ll(t, tube_off[T_TOTAL], tube_total + 1) < 0
+            || set_slot_ll(d, eng_off[E_TOTAL_JOBS], total + 1) < 0
+            || to_ready(j, t, ready, pri, next_id) < 0 || next_seq(s) < 0)
+        goto done;
+    if (s->keep) {
+        *rec = record(s, op_put, jid, SLOT(t, tube_off[T_NAME]), pri_o, SLOT(j, job_off[J_DELAY]),
+                      SLOT(j, job_off[J_TTR]), zero, body, SLOT(j, job_off[J_CREATED]));
+        if (*rec == NULL)
+            goto done;
+    }
+    reply = reply2(word_inserted, jid);
+done:
+    Py_DECREF(j);
+    Py_DECREF(jid);
+    return reply;
+}
+
+/* --- reserve, reserve-with-timeout (a job at hand) ----------------------------------------- */
+
+/* _give's checks: what reserving ``j`` for the caller reads. */
+static int
+can_give(Step *s, PyObject *j, Heap **reserved, long long *ttr, long long *jid)
+{
+    PyObject *c = s->c;
+    long long hpos, n;
+    if (!Py_IS_TYPE(j, JobType) || !as_ll(SLOT(j, job_off[J_TTR]), ttr) || *ttr < 0
+            || *ttr > (1LL << 40) || !as_ll(SLOT(j, job_off[J_ID]), jid) || *jid < 0
+            || !as_ll(SLOT(j, job_off[J_RESERVES]), &n)
+            || !Py_IS_TYPE(SLOT(j, job_off[J_TUBE]), TubeType)
+            || !as_ll(SLOT(SLOT(j, job_off[J_TUBE]), tube_off[T_RESERVED]), &n)
+            || (*reserved = heap_of(SLOT(c, conn_off[C_RESERVED]))) == NULL
+            || !as_ll(SLOT(c, conn_off[C_HPOS]), &hpos)
+            || (hpos >= 0 && where(s->ct, c, conn_off[C_HPOS]) < 0))
+        return 0;
+    return 1;
+}
+
+/* state.py's _give; *rec gets its RESERVE record. */
+static int
+give(Step *s, PyObject *j, Heap *reserved, long long ttr, long long jid, PyObject **rec)
+{
+    PyObject *c = s->c;
+    long long dl = s->now + ttr * 1000000LL;
+    Py_INCREF(st_reserved);
+    set_slot(j, job_off[J_STATE], st_reserved);
+    Py_INCREF(c);
+    set_slot(j, job_off[J_OWNER], c);
+    if (bump(j, job_off[J_RESERVES], 1) < 0 || set_slot_ll(j, job_off[J_DEADLINE], dl) < 0
+            || push_entry(reserved, pack2(dl, jid), j) < 0
+            || bump(SLOT(j, job_off[J_TUBE]), tube_off[T_RESERVED], 1) < 0 || next_seq(s) < 0)
+        return -1;
+    if (s->keep && (*rec = record(s, op_reserve, SLOT(j, job_off[J_ID]), empty_str, zero, zero,
+                                  zero, zero, empty_bytes, zero)) == NULL)
+        return -1;
+    return retime_conn(s, reserved);
+}
+
+static PyObject *
+do_reserve(Step *s, PyObject *counter, PyObject **rec)
+{
+    PyObject *c = s->c;
+    PyObject *watch = SLOT(c, conn_off[C_WATCH]);
+    if (watch == NULL || !PyList_CheckExact(watch))
+        return DECLINE;
+    PyObject *best = NULL;
+    Heap *best_ready = NULL;
+    key_t128 best_key = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(watch); i++) {
+        PyObject *t = PyList_GET_ITEM(watch, i);
+        Heap *ready;
+        long long pause;
+        if (!Py_IS_TYPE(t, TubeType) || (ready = heap_of(SLOT(t, tube_off[T_READY]))) == NULL)
+            return DECLINE;
+        if (!ready->n || (best != NULL && !(ready->e[0].key < best_key)))
+            continue;
+        if (!as_ll(SLOT(t, tube_off[T_PAUSE]), &pause))
+            return DECLINE;
+        if (s->now >= pause) {
+            best = t;
+            best_ready = ready;
+            best_key = ready->e[0].key;
+        }
+    }
+    if (best == NULL)
+        return DECLINE; /* it waits: the Python path */
+    PyObject *j = best_ready->e[0].item;
+    Heap *reserved;
+    long long ttr, jid, pri, urgent;
+    if (!can_give(s, j, &reserved, &ttr, &jid) || !as_ll(SLOT(j, job_off[J_PRI]), &pri)
+            || !as_ll(SLOT(best, tube_off[T_URGENT]), &urgent))
+        return DECLINE;
+
+    if (begin(s, counter) < 0)
+        return NULL;
+    Py_INCREF(Py_True);
+    set_slot(c, conn_off[C_WORKER], Py_True);
+    j = pop_top(best_ready);
+    if (j == NULL)
+        return NULL;
+    PyObject *reply = NULL;
+    if ((pri >= 1024 || set_slot_ll(best, tube_off[T_URGENT], urgent - 1) == 0)
+            && give(s, j, reserved, ttr, jid, rec) == 0)
+        reply = job_reply(word_reserved, j);
+    Py_DECREF(j);
+    return reply;
+}
+
+/* --- delete, release ----------------------------------------------------------------------- */
+
+/* The caller's reserved job ``j``: its slot in the caller's reserved heap, or -1. */
+static Py_ssize_t
+held_slot(Step *s, PyObject *j, Heap **reserved)
+{
+    PyObject *c = s->c;
+    long long hpos;
+    if (SLOT(j, job_off[J_STATE]) != st_reserved || SLOT(j, job_off[J_OWNER]) != c
+            || SLOT(c, conn_off[C_RELEASE]) != Py_None
+            || (*reserved = heap_of(SLOT(c, conn_off[C_RESERVED]))) == NULL
+            || !as_ll(SLOT(c, conn_off[C_HPOS]), &hpos)
+            || (hpos >= 0 && where(s->ct, c, conn_off[C_HPOS]) < 0))
+        return -1;
+    return where(*reserved, j, job_off[J_HPOS]);
+}
+
+/* _detach of the caller's reserved job (its slot found by held_slot). */
+static int
+detach_held(Step *s, PyObject *j, PyObject *t, Heap *reserved, Py_ssize_t at)
+{
+    if (drop_at(reserved, at) < 0)
+        return -1;
+    Py_INCREF(Py_None);
+    set_slot(j, job_off[J_OWNER], Py_None);
+    if (bump(t, tube_off[T_RESERVED], -1) < 0)
+        return -1;
+    return retime_conn(s, reserved);
+}
+
+static PyObject *
+do_delete(Step *s, PyObject *cmd, PyObject **rec)
+{
+    PyObject *d = s->d;
+    PyObject *jobs = ESLOT(d, E_JOBS);
+    if (jobs == NULL || !PyDict_CheckExact(jobs))
+        return DECLINE;
+    PyObject *j = PyDict_GetItemWithError(jobs, SLOT(cmd, delete_off[D_ID]));
+    if (j == NULL || !Py_IS_TYPE(j, JobType)) {
+        PyErr_Clear();
+        return DECLINE; /* NOT_FOUND and the rest: the Python path */
+    }
+    PyObject *t = SLOT(j, job_off[J_TUBE]), *body = SLOT(j, job_off[J_BODY]);
+    long long using, watching, bytes, pri, n;
+    if (!Py_IS_TYPE(t, TubeType) || !as_ll(SLOT(t, tube_off[T_USING]), &using)
+            || !as_ll(SLOT(t, tube_off[T_WATCHING]), &watching) || (!using && !watching)
+            || !PyBytes_CheckExact(body) || !as_ll(ESLOT(d, E_BODY_BYTES), &bytes)
+            || !as_ll(SLOT(j, job_off[J_PRI]), &pri)
+            || !as_ll(SLOT(t, tube_off[T_CMD_DELETE]), &n) || !as_ll(SLOT(t, tube_off[T_URGENT]), &n)
+            || !as_ll(SLOT(t, tube_off[T_RESERVED]), &n))
+        return DECLINE;
+    Heap *from;
+    Py_ssize_t at;
+    PyObject *st = SLOT(j, job_off[J_STATE]);
+    if (st == st_ready) {
+        if ((from = heap_of(SLOT(t, tube_off[T_READY]))) == NULL
+                || (at = where(from, j, job_off[J_HPOS])) < 0)
+            return DECLINE;
+    } else if ((at = held_slot(s, j, &from)) < 0) {
+        return DECLINE; /* delayed, buried, another's: the Python path */
+    }
+
+    if (begin(s, ctr_delete) < 0)
+        return NULL;
+    Py_INCREF(j);
+    PyObject *reply = NULL;
+    if (st == st_ready) {
+        if (drop_at(from, at) < 0 || (pri < 1024 && bump(t, tube_off[T_URGENT], -1) < 0))
+            goto done;
+    } else if (detach_held(s, j, t, from, at) < 0) {
+        goto done;
+    }
+    if (PyDict_DelItem(jobs, SLOT(j, job_off[J_ID])) < 0
+            || set_slot_ll(d, eng_off[E_BODY_BYTES], bytes - PyBytes_GET_SIZE(body)) < 0
+            || bump(t, tube_off[T_CMD_DELETE], 1) < 0 || next_seq(s) < 0)
+        goto done;
+    if (s->keep && (*rec = record(s, op_delete, SLOT(j, job_off[J_ID]), empty_str, zero, zero, zero,
+                                  zero, empty_bytes, zero)) == NULL)
+        goto done;
+    reply = Py_NewRef(reply_deleted);
+done:
+    Py_DECREF(j);
+    return reply;
+}
+
+static PyObject *
+do_release(Step *s, PyObject *cmd, PyObject **rec)
+{
+    PyObject *d = s->d;
+    PyObject *jobs = ESLOT(d, E_JOBS);
+    if (jobs == NULL || !PyDict_CheckExact(jobs))
+        return DECLINE;
+    PyObject *j = PyDict_GetItemWithError(jobs, SLOT(cmd, release_off[RL_ID]));
+    if (j == NULL || !Py_IS_TYPE(j, JobType)) {
+        PyErr_Clear();
+        return DECLINE;
+    }
+    PyObject *t = SLOT(j, job_off[J_TUBE]);
+    PyObject *pri_o = SLOT(cmd, release_off[RL_PRI]), *delay_o = SLOT(cmd, release_off[RL_DELAY]);
+    long long pri, delay, jid, n;
+    Heap *reserved, *ready;
+    Py_ssize_t at;
+    if (!as_ll(pri_o, &pri) || pri < 0 || pri > 0xffffffffLL || !as_ll(delay_o, &delay) || delay
+            || !as_ll(SLOT(j, job_off[J_ID]), &jid) || jid < 0
+            || !as_ll(SLOT(j, job_off[J_RELEASES]), &n) || (ready = quiet_ready(t)) == NULL
+            || !as_ll(SLOT(t, tube_off[T_URGENT]), &n) || !as_ll(SLOT(t, tube_off[T_RESERVED]), &n)
+            || (at = held_slot(s, j, &reserved)) < 0)
+        return DECLINE;
+
+    if (begin(s, ctr_release) < 0)
+        return NULL;
+    int logged = 1;
+    if (s->room != Py_None) { /* room.py's guarded update: without room, released unlogged */
+        PyObject *one = PyLong_FromLong(1);
+        PyObject *ok = one == NULL ? NULL : PyObject_CallMethodOneArg(s->room, m_updates, one);
+        Py_XDECREF(one);
+        logged = ok == NULL ? -1 : PyObject_IsTrue(ok);
+        Py_XDECREF(ok);
+        if (logged < 0)
+            return room_failed(s);
+    }
+    Py_INCREF(j);
+    PyObject *reply = NULL;
+    if (detach_held(s, j, t, reserved, at) < 0)
+        goto done;
+    Py_INCREF(pri_o);
+    set_slot(j, job_off[J_PRI], pri_o);
+    Py_INCREF(delay_o);
+    set_slot(j, job_off[J_DELAY], delay_o);
+    if (bump(j, job_off[J_RELEASES], 1) < 0 || to_ready(j, t, ready, pri, jid) < 0 || next_seq(s) < 0)
+        goto done;
+    if (s->keep && logged && (*rec = record(s, op_release, SLOT(j, job_off[J_ID]), empty_str, pri_o,
+                                            delay_o, zero, zero, empty_bytes, zero)) == NULL)
+        goto done;
+    reply = Py_NewRef(reply_released);
+done:
+    Py_DECREF(j);
+    return reply;
+}

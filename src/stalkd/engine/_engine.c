@@ -1,0 +1,295 @@
+/* stalkd.engine._engine: Engine.apply's common commands as one C call.
+ *
+ * engine.py's Engine.apply is the reference. ``FastApply(reference)`` is a method descriptor
+ * that stands in for it on the Engine class (fastengine.py installs it): for put, reserve,
+ * reserve-with-timeout and delete, and release to ready, in the common case, it changes the
+ * engine's objects exactly as the Python handlers do and returns the same Outcome; for
+ * anything else it calls the reference, having changed nothing. Common means: no timer due,
+ * no tube to serve, no kick or hang-up in progress, the objects of the classes it was
+ * configured with, and per command: a put to ready of a well-formed job while not draining;
+ * a reserve that finds a ready job; a delete of a ready job or one the caller holds; a release
+ * to ready of one the caller holds; and none of them into a tube with waiting connections.
+ * With a WAL room (Engine.room) it asks the room as room.py's guarded handlers do.
+ * tests/engine/test_engine_differential.py holds both paths to the same outcomes and states.
+ *
+ * Translation unit: _cext/heapcore.c.h (the compiled heap's layout and moves, shared with
+ * _heap.c), _cext/engineslots.c.h (the slot offsets and objects configure() finds),
+ * _cext/enginestep.c.h (the moves and values the commands share, the step's begin),
+ * _cext/enginecmds.c.h (the commands), and here the step's checks and Outcome, the descriptor
+ * and the module.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <math.h>
+
+#ifndef __SIZEOF_INT128__
+#error "stalkd.engine._engine needs a compiler with __int128 (engine.py is used instead)"
+#endif
+
+#include "_cext/heapcore.c.h"
+#include "_cext/engineslots.c.h"
+#include "_cext/enginestep.c.h"
+#include "_cext/enginecmds.c.h"
+
+static unsigned long long n_ran, n_declined;
+
+/* round(now * US) as engine.py computes it (a float or an int ``now``); 0 if out of range. */
+static int
+now_us(PyObject *now, long long *out)
+{
+    if (PyFloat_CheckExact(now)) {
+        double x = PyFloat_AS_DOUBLE(now) * 1000000.0;
+        if (!isfinite(x) || fabs(x) > 4e18)
+            return 0;
+        double r = round(x); /* float.__round__: half to even */
+        if (fabs(x - r) == 0.5)
+            r = 2.0 * round(x / 2.0);
+        *out = (long long)r;
+        return 1;
+    }
+    long long v;
+    if (!as_ll(now, &v) || v > 4000000000000LL || v < -4000000000000LL)
+        return 0;
+    *out = v * 1000000LL;
+    return 1;
+}
+
+/* next_deadline(): the sooner timer heap top in seconds, or None */
+static PyObject *
+deadline_of(Step *s)
+{
+    Heap *a = s->tt, *b = s->ct;
+    key_t128 k;
+    if (a->n && (!b->n || a->e[0].key < b->e[0].key))
+        k = a->e[0].key;
+    else if (b->n)
+        k = b->e[0].key;
+    else
+        Py_RETURN_NONE;
+    key_t128 us = k >> 64;
+    if (us > -(1LL << 53) && us < (1LL << 53)) /* int / int is then one correctly rounded division */
+        return PyFloat_FromDouble((double)(long long)us / 1000000.0);
+    PyObject *n = PyLong_FromLongLong((long long)us), *m = PyLong_FromLong(1000000);
+    PyObject *r = n && m ? PyNumber_TrueDivide(n, m) : NULL;
+    Py_XDECREF(n);
+    Py_XDECREF(m);
+    return r;
+}
+
+static inline int
+due(Heap *h, long long now)
+{
+    return h->n && (h->e[0].key >> 64) <= now;
+}
+
+/* Engine.apply's common case, or DECLINE. */
+static PyObject *
+fast_apply(PyObject *self, PyObject *conn_id, PyObject *cmd, PyObject *now)
+{
+    if (!configured || !Py_IS_TYPE(self, EngineType))
+        return DECLINE;
+    PyTypeObject *kind = Py_TYPE(cmd);
+    if (kind != PutType && kind != ReserveType && kind != ReserveTimeoutType && kind != DeleteType
+            && kind != ReleaseType)
+        return DECLINE;
+    Step s;
+    PyObject *d = self;
+    PyObject *out = DECLINE;
+    PyObject *conns = ESLOT(d, E_CONNS);
+    PyObject *c = conns != NULL && PyDict_CheckExact(conns) ? PyDict_GetItemWithError(conns, conn_id) : NULL;
+    PyObject *dirty = ESLOT(d, E_DIRTY);
+    PyObject *pending = ESLOT(d, E_PENDING);
+    PyObject *keep = ESLOT(d, E_KEEP_RECORDS);
+    PyObject *tt = ESLOT(d, E_TUBE_TIMERS), *ct = ESLOT(d, E_CONN_TIMERS);
+    s.room = ESLOT(d, E_ROOM);
+    if (c == NULL || !Py_IS_TYPE(c, ConnType) || SLOT(c, conn_off[C_WAITING]) != Py_False
+            || SLOT(c, conn_off[C_KICK]) != Py_None || !as_ll(SLOT(c, conn_off[C_ID]), &s.cid)
+            || s.cid < 0 || dirty == NULL || !PySet_CheckExact(dirty) || PySet_GET_SIZE(dirty)
+            || pending == NULL || PyObject_Length(pending) != 0 || (keep != Py_True && keep != Py_False)
+            || tt == NULL || ct == NULL || (s.tt = heap_of(tt)) == NULL || (s.ct = heap_of(ct)) == NULL
+            || s.room == NULL || !now_us(now, &s.now) || due(s.tt, s.now) || due(s.ct, s.now)
+            || !as_ll(ESLOT(d, E_SEQ), &s.seq) || s.seq == LLONG_MAX) {
+        PyErr_Clear();
+        goto done;
+    }
+    s.d = d;
+    s.c = c;
+    s.keep = keep == Py_True;
+    PyObject *rec = NULL;
+    PyObject *reply;
+    if (kind == PutType)
+        reply = do_put(&s, cmd, &rec);
+    else if (kind == DeleteType)
+        reply = do_delete(&s, cmd, &rec);
+    else if (kind == ReleaseType)
+        reply = do_release(&s, cmd, &rec);
+    else
+        reply = do_reserve(&s, kind == ReserveType ? ctr_reserve : ctr_reserve_timeout, &rec);
+    if (reply == DECLINE || reply == NULL) {
+        out = reply;
+        goto done;
+    }
+    PyObject *recs = rec == NULL ? PyTuple_New(0) : PyTuple_Pack(1, rec);
+    PyObject *wakes = PyTuple_New(0);
+    PyObject *nd = deadline_of(&s);
+    out = recs && wakes && nd ? OutcomeType->tp_alloc(OutcomeType, 4) : NULL;
+    if (out != NULL) {
+        PyObject *items[4] = {reply, recs, wakes, nd};
+        for (int i = 0; i < 4; i++)
+            PyTuple_SET_ITEM(out, i, items[i]);
+    } else {
+        Py_DECREF(reply);
+        Py_XDECREF(recs);
+        Py_XDECREF(wakes);
+        Py_XDECREF(nd);
+    }
+    Py_XDECREF(rec);
+done:
+    if (out == DECLINE) {
+        PyErr_Clear();
+        n_declined++;
+    }
+    else if (out != NULL)
+        n_ran++;
+    return out;
+}
+
+/* --- the descriptor ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *reference; /* engine.py's apply */
+    vectorcallfunc vectorcall;
+} FastApply;
+
+static PyObject *
+FastApply_vectorcall(FastApply *fa, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (kwnames == NULL && PyVectorcall_NARGS(nargsf) == 4) {
+        PyObject *r = fast_apply(args[0], args[1], args[2], args[3]);
+        if (r != DECLINE)
+            return r;
+    }
+    return PyObject_Vectorcall(fa->reference, args, nargsf, kwnames);
+}
+
+static PyObject *
+FastApply_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *ref;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "FastApply(reference)");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O:FastApply", &ref))
+        return NULL;
+    FastApply *fa = (FastApply *)type->tp_alloc(type, 0);
+    if (fa == NULL)
+        return NULL;
+    fa->reference = Py_NewRef(ref);
+    fa->vectorcall = (vectorcallfunc)FastApply_vectorcall;
+    return (PyObject *)fa;
+}
+
+static int
+FastApply_traverse(FastApply *fa, visitproc visit, void *arg)
+{
+    Py_VISIT(fa->reference);
+    return 0;
+}
+
+static int
+FastApply_clear(FastApply *fa)
+{
+    Py_CLEAR(fa->reference);
+    return 0;
+}
+
+static void
+FastApply_dealloc(FastApply *fa)
+{
+    PyObject_GC_UnTrack(fa);
+    FastApply_clear(fa);
+    Py_TYPE(fa)->tp_free((PyObject *)fa);
+}
+
+static PyObject *
+FastApply_get(PyObject *fa, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(fa);
+    return PyMethod_New(fa, obj);
+}
+
+static PyObject *
+FastApply_getattro(FastApply *fa, PyObject *name)
+{
+    /* __doc__, __name__, __wrapped__ ...: the reference's, so help() reads engine.py */
+    PyObject *r = PyObject_GenericGetAttr((PyObject *)fa, name);
+    if (r != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return r;
+    PyErr_Clear();
+    return PyObject_GetAttr(fa->reference, name);
+}
+
+static PyMemberDef FastApply_members[] = {
+    {"reference", T_OBJECT, offsetof(FastApply, reference), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject FastApplyType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stalkd.engine._engine.FastApply",
+    .tp_basicsize = sizeof(FastApply),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+                | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(FastApply, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = FastApply_new,
+    .tp_dealloc = (destructor)FastApply_dealloc,
+    .tp_traverse = (traverseproc)FastApply_traverse,
+    .tp_clear = (inquiry)FastApply_clear,
+    .tp_descr_get = FastApply_get,
+    .tp_getattro = (getattrofunc)FastApply_getattro,
+    .tp_members = FastApply_members,
+};
+
+/* --- the module -------------------------------------------------------------------------- */
+
+static PyObject *
+counts(PyObject *mod, PyObject *Py_UNUSED(ignored))
+{
+    return Py_BuildValue("(KK)", n_ran, n_declined);
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", (PyCFunction)configure, METH_O,
+     "configure(dict): the classes, enum members and constants the compiled path uses."},
+    {"counts", (PyCFunction)counts, METH_NOARGS,
+     "(commands run here, commands handed to the reference) since the process started."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef enginemodule = {
+    PyModuleDef_HEAD_INIT, "stalkd.engine._engine",
+    "Engine.apply's common commands in C (stalkd.engine.engine is the reference).", -1,
+    module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__engine(void)
+{
+    if (intern_all() < 0 || PyType_Ready(&FastApplyType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&enginemodule);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&FastApplyType);
+    if (PyModule_AddObject(m, "FastApply", (PyObject *)&FastApplyType) < 0) {
+        Py_DECREF(&FastApplyType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,79 @@
+"""bench/floor_bench.py --counts on a tiny size: every meter gives per-job figures that match
+what a depth-1 lockstep load must cost, so a broken difference (a meter not reset between runs,
+strace missing a thread, a dump read too early) shows here rather than in a report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import require_binary
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+READS = ("read", "recvfrom", "recvmsg", "readv")
+WRITES = ("write", "writev", "sendto", "sendmsg")
+
+
+def _counts(tmp_path: Path, small: int, large: int, *args: str) -> tuple[str, dict[str, dict[str, dict[str, dict[str, float]]]]]:
+    out = tmp_path / "counts.json"
+    done = subprocess.run([sys.executable, str(BENCH / "floor_bench.py"), "--counts", "--jobs", str(small), str(large),
+                           "--json", str(out), *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, json.loads(out.read_text())["per_job"]
+
+
+def _check_syscalls(per_job: dict[str, dict[str, dict[str, float]]]) -> None:
+    for cell, servers in per_job.items():
+        for kind, calls in servers.items():
+            # each job's request is read and its reply written, at least once, by every server
+            assert sum(calls.get(n, 0) for n in READS) >= 0.9, (cell, kind, calls)
+            assert sum(calls.get(n, 0) for n in WRITES) >= 0.9, (cell, kind, calls)
+            assert sum(calls.values()) < 50, (cell, kind, calls)
+
+
+def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
+    require_binary("strace")
+    require_binary("beanstalkd")
+    # 200 extra jobs: what a run does once (a wake-up, a timer) stays below 0.05 per job
+    stdout, per_job = _counts(tmp_path, 50, 250, "--meter", "strace", "--meter", "pycalls", "--functions",
+                              "--server", "stalkd", "--server", "floor", "--server", "beanstalkd",
+                              "--cell", "memory:put:1", "--cell", "always:put:1", "--cell", "memory:rd:1")
+    assert set(per_job["strace"]["memory:put:1"]) == {"stalkd", "floor", "beanstalkd"}
+    assert set(per_job["strace"]["memory:rd:1"]) == {"stalkd", "beanstalkd"}  # the floor only puts
+    _check_syscalls(per_job["strace"])
+    for kind in ("stalkd", "floor", "beanstalkd"):  # durable: each acknowledged put is synced
+        calls = per_job["strace"]["always:put:1"][kind]
+        assert calls.get("fdatasync", 0) + calls.get("fsync", 0) >= 0.9, (kind, calls)
+    assert "beanstalkd" not in per_job["pycalls"]["memory:put:1"]
+    # the floor's one Python call per put is its data_received: the difference method is exact
+    floor = per_job["pycalls"]["memory:put:1"]["floor"]
+    assert floor["calls"] == pytest.approx(1.0, abs=0.05)
+    assert floor["py floor_server.py:Floor.data_received"] == pytest.approx(1.0, abs=0.05)
+    durable = per_job["pycalls"]["always:put:1"]["floor"]
+    assert durable["py floor_server.py:FloorSync.store"] == pytest.approx(1.0, abs=0.05)
+    assert durable["c posix.fdatasync"] == pytest.approx(1.0, abs=0.05)
+    assert per_job["pycalls"]["memory:put:1"]["stalkd"]["calls"] > 1
+    assert per_job["pycalls"]["memory:rd:1"]["stalkd"]["calls"] > 1
+    assert "## system calls per job (strace" in stdout
+    assert "## Python function calls per job" in stdout
+    assert "## user-space instructions" not in stdout
+    assert "py floor_server.py:Floor.data_received 1.0" in stdout  # --functions lists them
+
+
+def test_instructions_per_job_under_callgrind(tmp_path: Path) -> None:
+    require_binary("valgrind")
+    require_binary("beanstalkd")
+    # beanstalkd starts at once under valgrind (a Python server takes tens of seconds there);
+    # the meter is the same for every server
+    stdout, per_job = _counts(tmp_path, 10, 30, "--meter", "callgrind", "--server", "beanstalkd",
+                              "--cell", "memory:put:1", "--cell", "memory:rd:1")
+    put = per_job["callgrind"]["memory:put:1"]["beanstalkd"]["instructions"]
+    rd = per_job["callgrind"]["memory:rd:1"]["beanstalkd"]["instructions"]
+    assert put > 500, put  # a put is never free: the difference held
+    assert rd > put, (rd, put)  # two commands per job against one
+    row = next(line for line in stdout.splitlines() if line.startswith("memory:put:1"))
+    assert f"{put:,.0f}" in row
