@@ -19,11 +19,11 @@ $(VENV)/.dev: pyproject.toml
 system-deps:
 	bash scripts/system-deps.sh
 
-# The C accelerator (stalkd.protocol._speedups), rebuilt when its source changes. Without a
+# The C accelerators (stalkd.protocol._speedups, stalkd.server._conn, ...), rebuilt when its source changes. Without a
 # compiler setup.py warns and the pure-Python modules are used; STALKD_NO_EXTENSIONS=1 forces them.
 ext: $(VENV)/.ext
 
-$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h)
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c $(wildcard src/stalkd/server/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h)
 	$(PIP) install -e . --no-deps
 	touch $@
 
@@ -41,14 +41,17 @@ run: $(VENV)/.base bytecode
 	$(VENV)/bin/stalkd serve -p $(PORT) --dir $(DIR)
 
 # The whole suite (with the C accelerators when they are built), then the parser and transcript
-# tests, and the engine tests that move jobs between heaps, again on the pure-Python modules, the
-# reference and fallback (stalkd's side only: the transcripts run against beanstalkd do not
+# tests, the connection's (its queues, limits, reads and ACL, over real sockets too), and the
+# engine tests that move jobs between heaps, again on the pure-Python modules, the reference and
+# fallback (stalkd's side only: the transcripts run against beanstalkd do not
 # involve either). Not rerun there: the transcripts against stalkd+tls, whose plain listener runs
 # the same parser and encoders as plain stalkd's (the TLS and ACL setup is what they add, and it
 # does not change with the switch), and the build test, which compiles the extension in a
 # subprocess that ignores the switch. pytest's exit code 5 (no tests collected) is a failure, as
 # is any other non-zero.
-PURE_TESTS := tests/protocol tests/compat tests/engine/test_commands.py tests/engine/test_kick_steps.py \
+PURE_TESTS := tests/protocol tests/compat tests/server/test_conn.py tests/server/test_readbuf.py \
+	tests/server/test_output_limit.py tests/server/test_input_limit.py tests/server/test_wire.py \
+	tests/server/test_server.py tests/server/test_acl.py tests/engine/test_commands.py tests/engine/test_kick_steps.py \
 	tests/engine/test_step_budget.py tests/engine/test_heap_build.py tests/engine/test_tail.py \
 	tests/engine/test_snapshot_v2.py
 PURE_SKIP  := not stalkd+tls and not test_a_missing_compiler_is_a_warning_not_a_failed_build
@@ -92,4 +95,4 @@ dashboard-screenshot: $(VENV)/.dev bytecode
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
-	find src -name "_speedups*.so" -delete
+	find src -name "_speedups*.so" -delete -o -name "_conn*.so" -delete

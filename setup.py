@@ -1,10 +1,10 @@
-"""Build the optional C accelerators (stalkd.protocol._speedups, stalkd.engine._heap,
-stalkd.engine._engine); everything else is in pyproject.toml.
+"""Build the optional C accelerators (stalkd.protocol._speedups, stalkd.server._conn,
+stalkd.engine._heap, stalkd.engine._engine); everything else is in pyproject.toml.
 
 The extensions are optional in the way aiohttp's are: without a compiler or the Python headers
 the build warns and the pure-Python modules are used. ``STALKD_NO_EXTENSIONS=1`` at build time
 skips them; at run time it makes stalkd ignore built ones (``stalkd.protocol.accel``,
-``stalkd.engine.fastheap``, ``stalkd.engine.fastengine``).
+``stalkd.server.fastconn``, ``stalkd.engine.fastheap``, ``stalkd.engine.fastengine``).
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ ext_modules = [] if _NO_EXT else [
     Extension("stalkd.protocol._speedups", ["src/stalkd/protocol/_speedups.c"],
               depends=sorted(glob.glob("src/stalkd/protocol/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-variable"]),
+    Extension("stalkd.server._conn", ["src/stalkd/server/_conn.c"],
+              depends=["src/stalkd/protocol/_cext/capi.h",
+                       *sorted(glob.glob("src/stalkd/server/_cext/*.h"))],
+              extra_compile_args=["-O2", "-Wall"]),
     Extension("stalkd.engine._heap", ["src/stalkd/engine/_heap.c"],
               depends=sorted(glob.glob("src/stalkd/engine/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall"]),

@@ -51,6 +51,9 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     (tmp_path / "src/stalkd/engine").mkdir()
     shutil.copy(ROOT / "src/stalkd/engine/_heap.c", tmp_path / "src/stalkd/engine")
     shutil.copy(ROOT / "src/stalkd/engine/_engine.c", tmp_path / "src/stalkd/engine")
+    (tmp_path / "src/stalkd/server").mkdir()
+    shutil.copy(ROOT / "src/stalkd/server/_conn.c", tmp_path / "src/stalkd/server")
+    shutil.copytree(ROOT / "src/stalkd/server/_cext", tmp_path / "src/stalkd/server/_cext")
     shutil.copytree(ROOT / "src/stalkd/engine/_cext", tmp_path / "src/stalkd/engine/_cext")
     env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"}
     env["CC"] = str(tmp_path / "no-such-cc")
@@ -60,6 +63,7 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     assert "C accelerator was not built" in r.stderr
     assert not list(tmp_path.glob("out/**/_speedups*")) and not list(tmp_path.glob("out/**/_heap*"))
     assert not list(tmp_path.glob("out/**/_engine*"))
+    assert not list(tmp_path.glob("out/**/_conn*"))
 
 
 def test_a_module_from_older_sources_falls_back_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import socket
 
 import pytest
@@ -27,6 +28,25 @@ def test_the_default_reads_as_much_as_the_loop_and_a_small_limit_reads_less() ->
         small = Server(Config(max_output=64 * 1024), Engine()).new_connection()
         assert isinstance(small, asyncio.BufferedProtocol)
         assert len(small.get_buffer(-1)) == small.read_size == 16 * 1024
+
+    asyncio.run(main())
+
+
+def test_the_compiled_connection_follows_the_build_and_the_switch() -> None:
+    from stalkd.protocol import accel
+    from stalkd.server import fastconn
+    from stalkd.server.connection import Connection
+    from stalkd.server.readbuf import BufferedConnection
+
+    built = importlib.util.find_spec("stalkd.server._conn") is not None
+    expected = "c" if built and accel.IMPLEMENTATION == "c" else "python"
+    assert expected == fastconn.IMPLEMENTATION
+
+    async def main() -> None:
+        big = Server(Config(), Engine()).new_connection()
+        small = Server(Config(max_output=64 * 1024), Engine()).new_connection()
+        assert (type(big) is Connection) == (type(small) is BufferedConnection) == (expected == "python")
+        assert isinstance(big, Connection) and isinstance(small, BufferedConnection)
 
     asyncio.run(main())
 

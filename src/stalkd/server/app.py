@@ -49,7 +49,7 @@ from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection
-from stalkd.server.readbuf import new_connection
+from stalkd.server.fastconn import new_connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
 
@@ -210,7 +210,11 @@ class Server:
     # --- commands ----------------------------------------------------------------------------
 
     def execute(self, c: Connection, cmd: Command) -> None:
-        """Run one parsed command for ``c`` and route every reply it produced."""
+        """Run one parsed command for ``c`` and route every reply it produced.
+
+        The compiled connection (``_conn.c``) runs a twin of this method's common case itself
+        (a primary never fenced, no WAL, no observer; a plain or job reply, no records or wakeups)
+        and calls it for anything else; ``_apply_failed`` and ``_handle`` are shared."""
         role = self.role
         # Two attribute reads in the common case (a primary never fenced): refuses() is asked
         # only when one of them says it might.
@@ -220,11 +224,8 @@ class Server:
         adm = self.admission
         try:
             out = self.engine.apply(c.id, cmd, self.clock())
-        except Exception:
-            log.exception("conn %d: engine failed on %r; replying INTERNAL_ERROR", c.id, cmd)
-            if adm is not None:
-                adm.settle(())
-            c.send(_INTERNAL_ERROR, 0)
+        except Exception as e:
+            self._apply_failed(c, cmd, e)
             return
         reply, records, wakeups, next_deadline = out
         if adm is not None and (adm.promised or records):
@@ -235,6 +236,13 @@ class Server:
                 self._schedule_tick(next_deadline)
             return
         self._handle(c, out, cmd)
+
+    def _apply_failed(self, c: Connection, cmd: Command, e: Exception) -> None:
+        """The engine raised on ``cmd`` (a bug): ``c`` gets INTERNAL_ERROR, the log says why."""
+        log.error("conn %d: engine failed on %r; replying INTERNAL_ERROR", c.id, cmd, exc_info=e)
+        if self.admission is not None:
+            self.admission.settle(())
+        c.send(_INTERNAL_ERROR, 0)
 
     def replicate(self, c: Connection, data: bytes) -> bool:
         """``c``'s first bytes ask for the WAL (a standby): hand its socket to ``replicas``.

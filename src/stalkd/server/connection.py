@@ -3,6 +3,9 @@
 Bytes go into a sans-I/O ``Parser``; each complete command goes to ``Server.execute``; replies
 come back through :meth:`Connection.send` tagged with a durability *barrier* (the server's
 write-batch number their records belong to, 0 when nothing needs to be on disk first).
+This class is the reference: ``fastconn`` serves sockets with a subclass whose compiled core
+(``_conn.c``) runs a read's common case in C and leaves the rest to the methods here; what is
+ensured below holds for both (tests/server/test_conn_differential.py).
 
 Ensures:
 - Replies leave in command order. A reply whose barrier is not yet durable is held, and every

@@ -5,6 +5,7 @@ With the default ``--max-output`` a connection may read as much at once as the l
 ``data_received`` (one Python call per read). Under a smaller limit its reads must be smaller
 too, so the loop reads into a buffer of ``read_size`` shared by the thread's connections
 (``BufferedConnection``: ``get_buffer`` and ``buffer_updated``, two calls and a copy per read).
+Which class serves a socket (with the compiled core or not) is ``fastconn.new_connection``'s choice.
 """
 
 from __future__ import annotations
@@ -12,15 +13,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from stalkd.server.connection import READ_MAX, Connection, Host, read_size
+from stalkd.server.connection import Connection
 
-__all__ = ["BufferedConnection", "new_connection"]
-
-
-def new_connection(server: Host, conn_id: int, max_job_size: int, max_output: int) -> Connection:
-    """The protocol object for one accepted socket."""
-    cls = Connection if read_size(max_output) >= READ_MAX else BufferedConnection
-    return cls(server, conn_id, max_job_size, max_output)
+__all__ = ["BufferedConnection"]
 
 
 _buffers = threading.local()  # one read buffer per size, per event loop thread

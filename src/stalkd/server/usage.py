@@ -19,9 +19,11 @@ def version_text() -> str:
     # only on this exit path: start-up stays light
     from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
     from stalkd.protocol.accel import IMPLEMENTATION
+    from stalkd.server.fastconn import IMPLEMENTATION as CONN
 
     hot = "C accelerator" if IMPLEMENTATION == "c" else "pure Python"
     return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
+            f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
             f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r})\n")
 
 

@@ -287,14 +287,10 @@ reserve(ParserObject *self, Py_ssize_t n)
     return 0;
 }
 
-static PyObject *
-Parser_feed(ParserObject *self, PyObject *data)
+/* Add n bytes at s (Parser.feed without the buffer protocol); -1 with an exception. */
+static int
+parser_feed_bytes(ParserObject *self, const char *s, Py_ssize_t n)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    const char *s = view.buf;
-    Py_ssize_t n = view.len;
     if (n && self->skip) {
         if ((unsigned long long)n <= self->skip) {
             self->skip -= (unsigned long long)n;
@@ -306,20 +302,30 @@ Parser_feed(ParserObject *self, PyObject *data)
         }
     }
     if (n) {
-        if (reserve(self, n) < 0) {
-            PyBuffer_Release(&view);
-            return NULL;
-        }
+        if (reserve(self, n) < 0)
+            return -1;
         memcpy(self->buf + self->end, s, (size_t)n);
         self->end += n;
     }
-    PyBuffer_Release(&view);
     /* A large body read once leaves a large buffer: give it back once it is empty. */
     if (self->start == self->end && self->cap > (1 << 20)) {
         PyMem_Free(self->buf);
         self->buf = NULL;
         self->cap = self->start = self->end = 0;
     }
+    return 0;
+}
+
+static PyObject *
+Parser_feed(ParserObject *self, PyObject *data)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int rc = parser_feed_bytes(self, view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (rc < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 

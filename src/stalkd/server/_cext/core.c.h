@@ -1,0 +1,87 @@
+/* The connection's state as C holds it (the slots the reference's methods share), the module's
+ * configuration, and small helpers. Included once, by _conn.c. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *id, *server, *steps, *parser, *transport, *policy, *out, *held;
+    Py_ssize_t out_bytes, held_bytes, max_output, flush_at;
+    char close_ready, waiting, write_paused, join_writes, read_paused, eof, closing, lost;
+    char running, fresh;
+} Core;
+
+static StalkdProtocolAPI *api = NULL;
+static PyObject *py_send = NULL;     /* Connection.send, the reference */
+static PyObject *close_type = NULL;  /* commands.Close */
+static PyObject *job_reply = NULL;   /* commands.JobReply */
+static PyObject *denied = NULL;      /* Reply("PERMISSION_DENIED") */
+static PyObject *replicate = NULL;   /* replication.wire.REPLICATE */
+static PyObject *ZERO, *EMPTY;
+static PyObject *S_write, *S_writelines, *S_close, *S_is_closing, *S_get_write_buffer_size,
+    *S_pause_reading, *S_resume_reading, *S_begin_step, *S_end_step, *S_execute, *S_retire,
+    *S_replicate, *S_admits, *S_join, *S_role, *S_standby, *S_fenced, *S_admission, *S_observer,
+    *S_engine, *S_clock, *S_apply, *S_apply_failed, *S_handle, *S_timer_at, *S_schedule_tick;
+
+/* --- helpers ---------------------------------------------------------------------------- */
+
+static int
+call_method0(PyObject *obj, PyObject *name)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* obj.name() as a truth value; -1 with an exception */
+static int
+method_truth(PyObject *obj, PyObject *name)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
+    if (r == NULL)
+        return -1;
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+static int
+ready(Core *self)
+{
+    if (api == NULL || py_send == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "stalkd.server._conn.configure() was not called");
+        return -1;
+    }
+    if (self->id == NULL || self->server == NULL || self->parser == NULL || self->out == NULL
+            || self->held == NULL || self->steps == NULL || self->policy == NULL
+            || self->transport == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the connection is not initialised");
+        return -1;
+    }
+    if (Py_TYPE(self->parser) != api->parser_type || !PyList_CheckExact(self->out)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a compiled connection needs the compiled Parser and a list");
+        return -1;
+    }
+    return 0;
+}
+
+static int
+pause_reading(Core *self)
+{
+    if (!self->read_paused && self->transport != Py_None && !self->lost) {
+        self->read_paused = 1;
+        return call_method0(self->transport, S_pause_reading);
+    }
+    return 0;
+}
+
+static int
+resume_reading(Core *self)
+{
+    if (self->read_paused && self->transport != Py_None && !self->lost && !self->eof) {
+        self->read_paused = 0;
+        return call_method0(self->transport, S_resume_reading);
+    }
+    return 0;
+}

@@ -1,0 +1,369 @@
+/* stalkd.server._conn: the compiled core of a client connection.
+ *
+ * server/connection.py's Connection is the reference. ConnectionCore keeps, as slots the
+ * reference's Python methods read and write too, the state the hot path touches, and runs
+ * data_received, process, send and flush in C: a read in the common state goes parse ->
+ * engine -> encode -> write without a Python frame of the connection's own, nor, for a server
+ * without a WAL in its common state, of Server.execute (its common case is written here too,
+ * its other paths are app.py's). The parser and the encoders are _speedups' (through its C
+ * API, protocol/_cext/capi.h); the transport's methods and the server's are called as Python
+ * methods.
+ *
+ * Only the common case is written twice: a reply that is not queued at once (a barrier, replies
+ * already held, a close) goes to the reference's send, and every other method (wake,
+ * release_held, pause/resume_writing, eof, connection_lost, ...) is the reference's, inherited
+ * by the class server/fastconn.py builds (ConnectionCore first, then Connection).
+ * tests/server/test_conn_differential.py holds both to the same bytes and engine states.
+ *
+ * One translation unit: _cext/core (the state, the configuration, helpers), _cext/output (send
+ * and flush), _cext/execute (Server.execute's common case); here process, the methods, the
+ * type and the module.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "../protocol/_cext/capi.h"
+#include "_cext/core.c.h"
+#include "_cext/output.c.h"
+#include "_cext/execute.c.h"
+
+/* --- process ---------------------------------------------------------------------------- */
+
+/* Connection.process: run buffered commands until input runs out, a reserve blocks, or output
+ * backs up; the same steps in the same order as the reference. */
+static int
+core_process(Core *self)
+{
+    if (self->running || self->lost)
+        return 0;
+    if (ready(self) < 0)
+        return -1;
+    self->running = 1;
+    PyObject *steps = self->steps == Py_None ? NULL : Py_NewRef(self->steps);
+    if (steps != NULL && call_method0(steps, S_begin_step) < 0) {
+        Py_DECREF(steps);
+        return -1;  /* before the reference's try: it stays "running" too */
+    }
+    PyObject *parser = Py_NewRef(self->parser);
+    PyObject *server = Py_NewRef(self->server);
+    PyObject *policy = Py_NewRef(self->policy);
+    Py_ssize_t limit = self->max_output, flush_at = self->flush_at;
+    int rc = 0, broke = 0;
+    while (!self->waiting && !self->closing) {
+        if (self->out_bytes >= flush_at && core_flush(self) < 0)
+            goto error;
+        if (self->write_paused || self->held_bytes > limit) {
+            if (pause_reading(self) < 0)
+                goto error;
+            broke = 1;
+            break;
+        }
+        PyObject *item = api->next(parser);
+        if (item == NULL)
+            goto error;
+        if (item == api->need_data) {
+            Py_DECREF(item);
+            if (self->eof) {
+                /* nothing more will come: close after the replies, release jobs now */
+                PyObject *c = PyObject_CallNoArgs(close_type);
+                if (c == NULL)
+                    goto error;
+                int r = core_send(self, c, ZERO);
+                Py_DECREF(c);
+                if (r < 0)
+                    goto error;
+                PyObject *res = PyObject_CallMethodOneArg(server, S_retire, (PyObject *)self);
+                if (res == NULL)
+                    goto error;
+                Py_DECREF(res);
+            }
+            broke = 1;
+            break;
+        }
+        int r;
+        if ((PyObject *)Py_TYPE(item) == api->reply_type) {  /* a protocol error */
+            r = core_send(self, item, ZERO);
+            Py_DECREF(item);
+            if (r < 0)
+                goto error;
+            continue;
+        }
+        if (policy != Py_None) {
+            PyObject *ok = PyObject_CallMethodOneArg(policy, S_admits, item);
+            int admitted = ok == NULL ? -1 : PyObject_IsTrue(ok);
+            Py_XDECREF(ok);
+            if (admitted <= 0) {
+                r = admitted < 0 ? -1 : core_send(self, denied, ZERO);
+                Py_DECREF(item);
+                if (r < 0)
+                    goto error;
+                continue;
+            }
+        }
+        r = execute(self, server, item);
+        Py_DECREF(item);
+        if (r < 0)
+            goto error;
+    }
+    if (!broke && self->waiting && api->buffered(parser) > limit && pause_reading(self) < 0)
+        goto error;
+    if (self->read_paused && !self->closing && !self->write_paused && self->held_bytes <= limit
+            && (!self->waiting || api->buffered(parser) <= limit) && resume_reading(self) < 0)
+        goto error;
+    goto finally;
+error:
+    rc = -1;
+finally:
+    self->running = 0;
+    if (steps != NULL) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (call_method0(steps, S_end_step) < 0) {
+            /* the reference's finally raises its own error instead */
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            rc = -1;
+        } else {
+            PyErr_Restore(et, ev, tb);
+        }
+        Py_DECREF(steps);
+    }
+    Py_DECREF(parser);
+    Py_DECREF(server);
+    Py_DECREF(policy);
+    if (rc == 0)
+        rc = core_flush(self);
+    return rc;
+}
+
+/* --- methods ---------------------------------------------------------------------------- */
+
+static PyObject *
+Core_data_received(Core *self, PyObject *data)
+{
+    if (ready(self) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (self->fresh) {
+        self->fresh = 0;
+        /* a standby's stream (stalkd.replication.wire) leaves the beanstalkd protocol here */
+        Py_ssize_t k = PyBytes_GET_SIZE(replicate);
+        if (view.len >= k && memcmp(view.buf, PyBytes_AS_STRING(replicate), (size_t)k) == 0) {
+            PyObject *server = Py_NewRef(self->server);
+            PyObject *r = PyObject_CallMethodObjArgs(server, S_replicate, (PyObject *)self, data,
+                                                     NULL);
+            Py_DECREF(server);
+            int taken = r == NULL ? -1 : PyObject_IsTrue(r);
+            Py_XDECREF(r);
+            if (taken != 0) {
+                PyBuffer_Release(&view);
+                if (taken < 0)
+                    return NULL;
+                Py_RETURN_NONE;
+            }
+        }
+    }
+    int rc = api->feed(self->parser, view.buf, view.len);
+    PyBuffer_Release(&view);
+    if (rc < 0 || core_process(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Core_process(Core *self, PyObject *Py_UNUSED(ignored))
+{
+    if (core_process(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Core_send(Core *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "send(reply, barrier)");
+        return NULL;
+    }
+    if (ready(self) < 0 || core_send(self, args[0], args[1]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Core_flush(Core *self, PyObject *Py_UNUSED(ignored))
+{
+    if (ready(self) < 0 || core_flush(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int
+Core_traverse(Core *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->id);
+    Py_VISIT(self->server);
+    Py_VISIT(self->steps);
+    Py_VISIT(self->parser);
+    Py_VISIT(self->transport);
+    Py_VISIT(self->policy);
+    Py_VISIT(self->out);
+    Py_VISIT(self->held);
+    return 0;
+}
+
+static int
+Core_clear(Core *self)
+{
+    Py_CLEAR(self->id);
+    Py_CLEAR(self->server);
+    Py_CLEAR(self->steps);
+    Py_CLEAR(self->parser);
+    Py_CLEAR(self->transport);
+    Py_CLEAR(self->policy);
+    Py_CLEAR(self->out);
+    Py_CLEAR(self->held);
+    return 0;
+}
+
+static void
+Core_dealloc(Core *self)
+{
+    PyObject_GC_UnTrack(self);
+    Core_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+#define OBJ(name, doc) {#name, T_OBJECT_EX, offsetof(Core, name), 0, doc}
+#define SIZE(name) {#name, T_PYSSIZET, offsetof(Core, name), 0, NULL}
+#define FLAG(name, field) {name, T_BOOL, offsetof(Core, field), 0, NULL}
+
+static PyMemberDef Core_members[] = {
+    OBJ(id, "The connection's number (the engine's name for it)."),
+    OBJ(server, "The Host (Server) this connection belongs to."),
+    OBJ(steps, "Told when a step starts and ends (None: nothing to batch)."),
+    OBJ(parser, "The connection's (compiled) Parser."),
+    OBJ(transport, "The asyncio transport, None before connection_made."),
+    OBJ(policy, "A CommandPolicy, or None: every command runs."),
+    OBJ(out, "Reply buffers ready to write at the end of this step (a list)."),
+    OBJ(held, "Replies waiting for their barrier (a deque)."),
+    SIZE(out_bytes), SIZE(held_bytes), SIZE(max_output), SIZE(flush_at),
+    FLAG("close_ready", close_ready), FLAG("waiting", waiting),
+    FLAG("write_paused", write_paused), FLAG("join_writes", join_writes),
+    FLAG("read_paused", read_paused), FLAG("eof", eof), FLAG("closing", closing),
+    FLAG("lost", lost), FLAG("_running", running), FLAG("fresh", fresh),
+    {NULL},
+};
+
+static PyMethodDef Core_methods[] = {
+    {"data_received", (PyCFunction)Core_data_received, METH_O,
+     "Feed a read to the parser and run what it completes (Connection.data_received)."},
+    {"process", (PyCFunction)Core_process, METH_NOARGS,
+     "Run buffered commands until input runs out, a reserve blocks, or output backs up."},
+    {"send", (PyCFunction)(void (*)(void))Core_send, METH_FASTCALL,
+     "Queue the reply to this connection's latest command (None: it now blocks)."},
+    {"flush", (PyCFunction)Core_flush, METH_NOARGS,
+     "Write everything ready in one call; honour a queued close."},
+    {NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stalkd.server._conn.ConnectionCore",
+    .tp_doc = "The compiled hot path of stalkd.server.connection.Connection (a base class).",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = (traverseproc)Core_traverse,
+    .tp_clear = (inquiry)Core_clear,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_methods = Core_methods,
+    .tp_members = Core_members,
+};
+
+/* --- module ----------------------------------------------------------------------------- */
+
+static PyObject *
+configure(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"send", "close", "job_reply", "denied", "replicate", NULL};
+    PyObject *send, *close, *job, *den, *rep;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!", kwlist, &send, &close, &job, &den,
+                                     &PyBytes_Type, &rep))
+        return NULL;
+    StalkdProtocolAPI *a = PyCapsule_Import(STALKD_PROTOCOL_API_NAME, 0);
+    if (a == NULL)
+        return NULL;
+    if (a->version != STALKD_PROTOCOL_API_VERSION || a->need_data == NULL) {
+        PyErr_SetString(PyExc_ValueError, "stalkd.protocol._speedups is not configured or is "
+                        "from another version");
+        return NULL;
+    }
+    Py_XSETREF(py_send, Py_NewRef(send));
+    Py_XSETREF(close_type, Py_NewRef(close));
+    Py_XSETREF(job_reply, Py_NewRef(job));
+    Py_XSETREF(denied, Py_NewRef(den));
+    Py_XSETREF(replicate, Py_NewRef(rep));
+    api = a;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "Hand over the reference's send and the protocol values (server/fastconn.py, once)."},
+    {NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_conn",
+    "The compiled core of a client connection; see stalkd.server.fastconn.", -1, module_methods,
+};
+
+#define INTERN(var, s) if ((var = PyUnicode_InternFromString(s)) == NULL) return NULL
+
+PyMODINIT_FUNC
+PyInit__conn(void)
+{
+    INTERN(S_write, "write");
+    INTERN(S_writelines, "writelines");
+    INTERN(S_close, "close");
+    INTERN(S_is_closing, "is_closing");
+    INTERN(S_get_write_buffer_size, "get_write_buffer_size");
+    INTERN(S_pause_reading, "pause_reading");
+    INTERN(S_resume_reading, "resume_reading");
+    INTERN(S_begin_step, "begin_step");
+    INTERN(S_end_step, "end_step");
+    INTERN(S_execute, "execute");
+    INTERN(S_retire, "retire");
+    INTERN(S_replicate, "replicate");
+    INTERN(S_admits, "admits");
+    INTERN(S_join, "join");
+    INTERN(S_role, "role");
+    INTERN(S_standby, "standby");
+    INTERN(S_fenced, "fenced");
+    INTERN(S_admission, "admission");
+    INTERN(S_observer, "observer");
+    INTERN(S_engine, "engine");
+    INTERN(S_clock, "clock");
+    INTERN(S_apply, "apply");
+    INTERN(S_apply_failed, "_apply_failed");
+    INTERN(S_handle, "_handle");
+    INTERN(S_timer_at, "_timer_at");
+    INTERN(S_schedule_tick, "_schedule_tick");
+    if ((ZERO = PyLong_FromLong(0)) == NULL || (EMPTY = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
+        return NULL;
+    if (PyType_Ready(&CoreType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "ConnectionCore", (PyObject *)&CoreType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

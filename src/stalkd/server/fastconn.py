@@ -1,0 +1,61 @@
+"""Which connection class serves a socket: the one with a compiled core, or the reference.
+
+``stalkd.server._conn`` (built from ``_conn.c`` with the other accelerators, ``make ext``) holds
+``ConnectionCore``: the state a read touches, as slots, and ``data_received``, ``process``,
+``send`` and ``flush`` in C, so a read in the common state (no reply held for a barrier, the
+replies plain or ready at once) runs its commands without a Python frame of the connection's
+own, nor of ``Server.execute`` in memory (the core runs its common case, the rest is app.py's). The classes here put it before ``Connection`` (and ``BufferedConnection``), so every other
+method, and every reply that is not queued at once, is the reference's (connection.py).
+``STALKD_NO_EXTENSIONS=1``, a missing build or the pure-Python parser selects the reference;
+tests/server/test_conn_differential.py holds both to the same bytes and engine states.
+
+Example:
+    >>> IMPLEMENTATION in ("c", "python")
+    True
+    >>> issubclass(CONNECTION, Connection) and issubclass(BUFFERED, BufferedConnection)
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Literal
+
+from stalkd.protocol import accel
+from stalkd.protocol.commands import Close, JobReply
+from stalkd.replication.wire import REPLICATE
+from stalkd.server.connection import _DENIED, READ_MAX, Connection, Host, read_size
+from stalkd.server.readbuf import BufferedConnection
+
+__all__ = ["IMPLEMENTATION", "CONNECTION", "BUFFERED", "new_connection"]
+
+
+def _compiled() -> tuple[type[Connection], type[BufferedConnection]] | None:
+    if accel.speedups is None:  # STALKD_NO_EXTENSIONS=1, or the reference parser runs
+        return None
+    try:
+        mod = importlib.import_module("stalkd.server._conn")
+    except ImportError:
+        return None
+    mod.configure(send=Connection.send, close=Close, job_reply=JobReply, denied=_DENIED,
+                  replicate=REPLICATE)
+    core = mod.ConnectionCore
+    conn: type[Connection] = type("CConnection", (core, Connection), {
+        "__doc__": Connection.__doc__, "__module__": __name__})
+    buffered: type[BufferedConnection] = type("CBufferedConnection", (conn, BufferedConnection), {
+        "__doc__": BufferedConnection.__doc__, "__module__": __name__})
+    return conn, buffered
+
+
+_classes = _compiled()
+CONNECTION: type[Connection] = Connection if _classes is None else _classes[0]
+"""The class of a connection that reads as much as the loop does."""
+BUFFERED: type[BufferedConnection] = BufferedConnection if _classes is None else _classes[1]
+"""The class of a connection that reads into the shared buffer (a small ``max_output``)."""
+IMPLEMENTATION: Literal["c", "python"] = "python" if _classes is None else "c"
+
+
+def new_connection(server: Host, conn_id: int, max_job_size: int, max_output: int) -> Connection:
+    """The protocol object for one accepted socket."""
+    cls = CONNECTION if read_size(max_output) >= READ_MAX else BUFFERED
+    return cls(server, conn_id, max_job_size, max_output)
