@@ -95,4 +95,4 @@ dashboard-screenshot: $(VENV)/.dev bytecode
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
-	find src -name "_speedups*.so" -delete -o -name "_conn*.so" -delete
+	find src -name "*.so" -delete

@@ -17,6 +17,7 @@ def version_text() -> str:
     person can tell whether the C accelerator was built and is in use (``STALKD_NO_EXTENSIONS``).
     """
     # only on this exit path: start-up stays light
+    from stalkd.engine.fastengine import IMPLEMENTATION as ENGINE
     from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
     from stalkd.protocol.accel import IMPLEMENTATION
     from stalkd.server.fastconn import IMPLEMENTATION as CONN
@@ -24,7 +25,8 @@ def version_text() -> str:
     hot = "C accelerator" if IMPLEMENTATION == "c" else "pure Python"
     return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
             f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
-            f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r})\n")
+            f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
+            f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r})\n")
 
 
 USAGE = """\
