@@ -23,7 +23,8 @@ system-deps:
 # compiler setup.py warns and the pure-Python modules are used; STALKD_NO_EXTENSIONS=1 forces them.
 ext: $(VENV)/.ext
 
-$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/engine/_heap.c $(wildcard src/stalkd/engine/_cext/*.h)
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/engine/_heap.c $(wildcard src/stalkd/engine/_cext/*.h) \
+		src/stalkd/engine/_records.c src/stalkd/log/_frames.c
 	$(PIP) install -e . --no-deps
 	touch $@
 

@@ -1,10 +1,11 @@
-"""Build the optional C accelerators (stalkd.protocol._speedups, stalkd.engine._heap); everything
+"""Build the optional C accelerators (stalkd.protocol._speedups, stalkd.engine._heap, the WAL's
+encoders stalkd.engine._records and stalkd.log._frames); everything
 else is in pyproject.toml.
 
 The extensions are optional in the way aiohttp's are: without a compiler or the Python headers
 the build warns and the pure-Python modules are used. ``STALKD_NO_EXTENSIONS=1`` at build time
 skips them; at run time it makes stalkd ignore built ones (``stalkd.protocol.accel``,
-``stalkd.engine.fastheap``).
+``stalkd.engine.fastheap``, ``stalkd.engine.fastrecords``, ``stalkd.log.fastframe``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class OptionalBuildExt(build_ext):
     @staticmethod
     def _skip(e: BaseException) -> None:
         print(f"WARNING: a stalkd C accelerator was not built ({e}); its pure-Python "
-              "module (parser, heap) is used", file=sys.stderr)
+              "module (parser, heap, WAL encoders) is used", file=sys.stderr)
 
 
 _NO_EXT = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
@@ -45,6 +46,10 @@ ext_modules = [] if _NO_EXT else [
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-variable"]),
     Extension("stalkd.engine._heap", ["src/stalkd/engine/_heap.c"],
               depends=sorted(glob.glob("src/stalkd/engine/_cext/*.h")),
+              extra_compile_args=["-O2", "-Wall"]),
+    Extension("stalkd.engine._records", ["src/stalkd/engine/_records.c"],
+              extra_compile_args=["-O2", "-Wall"]),
+    Extension("stalkd.log._frames", ["src/stalkd/log/_frames.c"],
               extra_compile_args=["-O2", "-Wall"]),
 ]
 

@@ -159,8 +159,11 @@ class Log:
         if not items:
             self._check_usable()
             return self._writer.next, self._writer.next - 1
-        first, last = self._writer.write_many(items, self._admit)
         c = self._commit
+        # Usable and no lag limit to check (the common case): nothing for the writer to ask
+        # under its lock. ``ok`` read unlocked, as ``append`` does: a failure that lands
+        # meanwhile fails the next write or sync.
+        first, last = self._writer.write_many(items, None if c.ok and not self._refusers else self._admit)
         c.run_deferred()
         if c.waiters or c.async_waiters:
             c.notify_append()
@@ -262,6 +265,14 @@ class Log:
     def segment_bounds(self) -> list[tuple[int, int | None, str]]:
         """(base, end or None for the active one, path) of the live segments, oldest first."""
         return list(self._writer.bounds)
+
+    def active_span(self) -> tuple[int, int]:
+        """(byte position where the next frame goes, last byte frames may use) in the active
+        segment: the room a write fits in without starting a segment."""
+        act = self._writer.active
+        if act is None:
+            raise LogError(f"{self.path}: log is closed")
+        return act.pos, act.limit
 
     def position_of_end(self) -> tuple[int, int]:
         """(active segment base, byte position) where the next frame goes."""
