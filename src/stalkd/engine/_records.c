@@ -72,7 +72,15 @@ get_int(Reader *r, int f, int is_signed, uint64_t max, uint64_t *out)
         *out = (uint64_t)x;
         return 0;
     }
-    unsigned long long x = PyLong_AsUnsignedLongLong(v);
+    /* The signed conversion first: it is the fast one for the small values most fields hold. */
+    long long s = PyLong_AsLongLong(v);
+    unsigned long long x;
+    if (s >= 0)
+        x = (unsigned long long)s;
+    else {
+        PyErr_Clear();
+        x = PyLong_AsUnsignedLongLong(v); /* from 2**63 on, or negative (an error) */
+    }
     Py_DECREF(v);
     if (x == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();

@@ -158,7 +158,8 @@ class SpaceBudget:
     def written(self, spent: int) -> None:
         """Durable records reached the log: ``spent`` bytes promised for them are used (a put
         spends its own frame and keeps its delete's share)."""
-        self.promised = max(0, self.promised - spent)
+        left = self.promised - spent
+        self.promised = left if left > 0 else 0  # not max(): a builtin parsing keywords, per write
 
     def before_write(self, frames: list[int], total: int) -> None:
         """Count the spares the log will rename into place for the segments these frames

@@ -192,7 +192,10 @@ class Log:
 
     def sync(self) -> int:
         """fsync everything written so far; returns the durable end offset. Thread-safe."""
-        return self.sync_to(None)
+        c = self._commit
+        if c.failed is not None:
+            self._check_usable(closing_ok=True)  # raises, saying how to recover
+        return c.sync_to(None)
 
     def sync_to(self, upto: int | None) -> int:
         """Return once every offset below ``upto`` (None: everything written) is durable."""

@@ -18,11 +18,14 @@ def version_text() -> str:
     """
     # only on this exit path: start-up stays light
     from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
+    from stalkd.engine.fastrecords import IMPLEMENTATION as RECORDS
+    from stalkd.log.fastframe import IMPLEMENTATION as FRAMES
     from stalkd.protocol.accel import IMPLEMENTATION
 
     hot = "C accelerator" if IMPLEMENTATION == "c" else "pure Python"
     return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
-            f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r})\n")
+            f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
+            f"stalkd.engine.fastrecords.IMPLEMENTATION={RECORDS!r}, stalkd.log.fastframe.IMPLEMENTATION={FRAMES!r})\n")
 
 
 USAGE = """\
