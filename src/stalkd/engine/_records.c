@@ -61,21 +61,21 @@ get_int(Reader *r, int f, int is_signed, uint64_t max, uint64_t *out)
         r->off = 1;
         return -1;
     }
+    /* AndOverflow: it reads the digits itself, where PyLong_AsLongLong goes through a byte array. */
+    int overflow = 0;
+    long long s = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (is_signed) {
-        long long x = PyLong_AsLongLong(v);
         Py_DECREF(v);
-        if (x == -1 && PyErr_Occurred()) {
+        if (overflow || (s == -1 && PyErr_Occurred())) {
             PyErr_Clear();
             r->off = 1;
             return -1;
         }
-        *out = (uint64_t)x;
+        *out = (uint64_t)s;
         return 0;
     }
-    /* The signed conversion first: it is the fast one for the small values most fields hold. */
-    long long s = PyLong_AsLongLong(v);
     unsigned long long x;
-    if (s >= 0)
+    if (!overflow && s >= 0)
         x = (unsigned long long)s;
     else {
         PyErr_Clear();

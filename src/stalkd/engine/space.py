@@ -29,7 +29,7 @@ from stalkd.log.frame import FRAME_HEADER_SIZE, frame_size
 from stalkd.log.fs import REAL, FileSystem
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
 
-__all__ = ["SHORT_FRAME", "SpaceBudget", "no_space", "put_frame"]
+__all__ = ["COSTLESS_OPS", "SHORT_FRAME", "SpaceBudget", "no_space", "put_frame"]
 
 log = logging.getLogger("stalkd.engine.space")
 
@@ -68,6 +68,11 @@ def put_frame(body_len: int, tube_len: int = MAX_TUBE) -> int:
     return (_PUT_FRAME + tube_len + body_len) & ~7  # frame_size, inlined: once per put
 
 
+# Ops whose records are promised nothing at settle (``record_cost`` 0 or not durable): a delete
+# spends the room its put promised.
+COSTLESS_OPS = frozenset(Op) - DURABLE_OPS | {Op.DELETE}
+
+
 def record_cost(r: Record) -> int:
     """Bytes promised for a durable record: its own frame, plus a delete's room for a put (so
     a delete itself needs nothing more)."""
@@ -83,12 +88,13 @@ class SpaceBudget:
     """Room the WAL can write into without allocating, and the bytes already promised from it.
 
     ``log_dir`` is the log whose ``spares/`` this budget keeps; ``span`` returns the active
-    segment's (position of the end, last usable byte) (``Log.active_span``).
+    segment's (base offset, position of the end, last usable byte) (``Log.active_span``): a new
+    base means the log started segments, renaming spares into place, so they are counted again.
     ``fs`` is the file system spares are made (allocated) and dropped through; tests inject a
     full disk there.
 
     >>> import tempfile
-    >>> b = SpaceBudget(tempfile.mkdtemp(), 1 << 16, 1024, lambda: (64, 1 << 15))
+    >>> b = SpaceBudget(tempfile.mkdtemp(), 1 << 16, 1024, lambda: (0, 64, 1 << 15))
     >>> b.admit(100), b.promised
     (True, 100)
     """
@@ -98,7 +104,7 @@ class SpaceBudget:
         log_dir: str,
         segment_size: int,
         max_frame: int,
-        span: Callable[[], tuple[int, int]],
+        span: Callable[[], tuple[int, int, int]],
         fs: FileSystem = REAL,
     ) -> None:
         self.log_dir = log_dir
@@ -108,6 +114,7 @@ class SpaceBudget:
         # of one largest frame (never less than one short record).
         self.per_spare = max(SHORT_FRAME, segment_size - HEADER_SIZE - FOOTER_SIZE - max_frame)
         self._span = span
+        self._base = -1  # the active segment's base when the spares were last counted
         self._fs = fs
         self.promised = 0
         self.refused = 0  # admissions refused (stats, tests)
@@ -117,14 +124,18 @@ class SpaceBudget:
 
     def room(self) -> int:
         """Bytes that can surely be written: the active segment's rest plus the spares'."""
-        pos, limit = self._span()
+        base, pos, limit = self._span()
+        if base != self._base:
+            self._new_segment(base)
         active = limit - pos - self.max_frame
         return (active if active > 0 else 0) + self.spares * self.per_spare
 
     def admit(self, cost: int) -> bool:
         """Promise ``cost`` more bytes, adding spare segments if needed; False (nothing
         promised) when the file system has no room for them."""
-        pos, limit = self._span()  # room(), inlined: once per command
+        base, pos, limit = self._span()  # room(), inlined: once per command
+        if base != self._base:
+            self._new_segment(base)
         active = limit - pos - self.max_frame
         if (active if active > 0 else 0) + self.spares * self.per_spare - self.promised >= cost:
             self.promised += cost
@@ -161,22 +172,12 @@ class SpaceBudget:
         left = self.promised - spent
         self.promised = left if left > 0 else 0  # not max(): a builtin parsing keywords, per write
 
-    def before_write(self, frames: list[int], total: int) -> None:
-        """Count the spares the log will rename into place for the segments these frames
-        (``total`` bytes together) start."""
-        pos, limit = self._span()
-        if pos + total <= limit:
-            return  # the common case: all in the active segment
-        new = 0
-        for n in frames:
-            if pos + n > limit:
-                new += 1
-                limit = max(self.segment_size, HEADER_SIZE + n + FOOTER_SIZE) - FOOTER_SIZE
-                pos = HEADER_SIZE
-            pos += n
-        if new:
-            self.spares = len(spares(self.log_dir, self.segment_size)) - new
-            self.spares = max(0, self.spares)
+    def _new_segment(self, base: int) -> None:
+        """The log's active segment is another since the spares were counted: the segments it
+        started took spares (a segment larger than a spare took none), so count them again."""
+        if self._base >= 0:
+            self.spares = len(spares(self.log_dir, self.segment_size))
+        self._base = base
 
     def release(self, n: int) -> bool:
         """Give up to ``n`` spares' room back to the file system; False if there was none."""

@@ -201,13 +201,11 @@ class Wal(WalSpace, Compaction):
             return
         # One pass per record: its payload, its frame's size, and what the budget spends on it.
         payloads = []
-        sizes = []
         spent = extra = total = 0
         for r in recs:
             p = encode(r)
             payloads.append(p)
             n = (_FRAME_HEADER + len(p) + 7) & ~7  # frame_size, inlined: once per record
-            sizes.append(n)
             total += n
             op = r.op
             if op is _PUT or op is _RESULT:
@@ -217,17 +215,11 @@ class Wal(WalSpace, Compaction):
             else:
                 extra += n
         sp = self.space
-        if sp is not None:
-            if extra and not sp.fits(extra):
-                keep = [i for i, r in enumerate(recs) if r.op in DURABLE_OPS]
-                sp.dropped += len(recs) - len(keep)
-                payloads = [payloads[i] for i in keep]
-                sizes = [sizes[i] for i in keep]
-                total = sum(sizes)
-            if payloads:
-                pos, limit = self.log.active_span()
-                if pos + total > limit:  # the batch starts segments: count the spares they take
-                    sp.before_write(sizes, total)
+        if sp is not None and extra and not sp.fits(extra):
+            keep = [i for i, r in enumerate(recs) if r.op in DURABLE_OPS]
+            sp.dropped += len(recs) - len(keep)
+            payloads = [payloads[i] for i in keep]
+            total = sum(frame_size(len(p)) for p in payloads)
         if payloads:
             try:
                 self.log.write_many(payloads)
@@ -262,10 +254,7 @@ class Wal(WalSpace, Compaction):
         if first != self.log.next_offset:
             raise WalError(f"{self.log.path}: replicated records start at offset {first}, the log at "
                            f"{self.log.next_offset}")  # fmt: skip
-        sizes = [frame_size(len(p)) for p in payloads]
-        total = sum(sizes)
-        if self.space is not None:
-            self.space.before_write(sizes, total)
+        total = sum(frame_size(len(p)) for p in payloads)
         self._write_payloads(payloads)
         self.records_written += len(payloads)
         self._bytes_since_snapshot += total

@@ -269,13 +269,13 @@ class Log:
         """(base, end or None for the active one, path) of the live segments, oldest first."""
         return list(self._writer.bounds)
 
-    def active_span(self) -> tuple[int, int]:
-        """(byte position where the next frame goes, last byte frames may use) in the active
-        segment: the room a write fits in without starting a segment."""
+    def active_span(self) -> tuple[int, int, int]:
+        """The active segment's (base offset, byte position where the next frame goes, last
+        byte frames may use): the room a write fits in without starting a segment."""
         act = self._writer.active
         if act is None:
             raise LogError(f"{self.path}: log is closed")
-        return act.pos, act.limit
+        return act.base, act.pos, act.limit
 
     def position_of_end(self) -> tuple[int, int]:
         """(active segment base, byte position) where the next frame goes."""
