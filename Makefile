@@ -42,8 +42,8 @@ run: $(VENV)/.base bytecode
 	$(VENV)/bin/stalkd serve -p $(PORT) --dir $(DIR)
 
 # The whole suite (with the C accelerators when they are built), then the parser and transcript
-# tests, and the engine tests that move jobs between heaps, again on the pure-Python modules, the
-# reference and fallback (stalkd's side only: the transcripts run against beanstalkd do not
+# tests, the engine tests that move jobs between heaps and the WAL's tests (its record and frame
+# encoders), again on the pure-Python modules, the reference and fallback (stalkd's side only: the transcripts run against beanstalkd do not
 # involve either). Not rerun there: the transcripts against stalkd+tls, whose plain listener runs
 # the same parser and encoders as plain stalkd's (the TLS and ACL setup is what they add, and it
 # does not change with the switch), and the build test, which compiles the extension in a
@@ -51,7 +51,7 @@ run: $(VENV)/.base bytecode
 # is any other non-zero.
 PURE_TESTS := tests/protocol tests/compat tests/engine/test_commands.py tests/engine/test_kick_steps.py \
 	tests/engine/test_step_budget.py tests/engine/test_heap_build.py tests/engine/test_tail.py \
-	tests/engine/test_snapshot_v2.py
+	tests/engine/test_snapshot_v2.py tests/engine/test_wal_encoders_build.py tests/engine/test_wal.py
 PURE_SKIP  := not stalkd+tls and not test_a_missing_compiler_is_a_warning_not_a_failed_build
 
 test: system-deps $(VENV)/.dev bytecode
