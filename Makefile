@@ -23,7 +23,8 @@ system-deps:
 # compiler setup.py warns and the pure-Python modules are used; STALKD_NO_EXTENSIONS=1 forces them.
 ext: $(VENV)/.ext
 
-$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c $(wildcard src/stalkd/server/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h)
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c $(wildcard src/stalkd/server/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h) \
+		src/stalkd/engine/_records.c src/stalkd/log/_frames.c
 	$(PIP) install -e . --no-deps
 	touch $@
 
@@ -41,9 +42,10 @@ run: $(VENV)/.base bytecode
 	$(VENV)/bin/stalkd serve -p $(PORT) --dir $(DIR)
 
 # The whole suite (with the C accelerators when they are built), then the parser and transcript
-# tests, the connection's (its queues, limits, reads and ACL, over real sockets too), and the
-# engine tests that move jobs between heaps, again on the pure-Python modules, the reference and
-# fallback (stalkd's side only: the transcripts run against beanstalkd do not
+# tests, the connection's (its queues, limits, reads and ACL, over real sockets too), the
+# engine tests that move jobs between heaps and the WAL's tests (its record and frame encoders),
+# again on the pure-Python modules, the reference and fallback (stalkd's side only: the
+# transcripts run against beanstalkd do not
 # involve either). Not rerun there: the transcripts against stalkd+tls, whose plain listener runs
 # the same parser and encoders as plain stalkd's (the TLS and ACL setup is what they add, and it
 # does not change with the switch), and the build test, which compiles the extension in a
@@ -53,7 +55,7 @@ PURE_TESTS := tests/protocol tests/compat tests/server/test_conn.py tests/server
 	tests/server/test_output_limit.py tests/server/test_input_limit.py tests/server/test_wire.py \
 	tests/server/test_server.py tests/server/test_acl.py tests/engine/test_commands.py tests/engine/test_kick_steps.py \
 	tests/engine/test_step_budget.py tests/engine/test_heap_build.py tests/engine/test_tail.py \
-	tests/engine/test_snapshot_v2.py
+	tests/engine/test_snapshot_v2.py tests/engine/test_wal_encoders_build.py tests/engine/test_wal.py
 PURE_SKIP  := not stalkd+tls and not test_a_missing_compiler_is_a_warning_not_a_failed_build
 
 test: system-deps $(VENV)/.dev bytecode

@@ -1,10 +1,12 @@
 """Build the optional C accelerators (stalkd.protocol._speedups, stalkd.server._conn,
-stalkd.engine._heap, stalkd.engine._engine); everything else is in pyproject.toml.
+stalkd.engine._heap, stalkd.engine._engine, and the WAL's encoders stalkd.engine._records and
+stalkd.log._frames); everything else is in pyproject.toml.
 
 The extensions are optional in the way aiohttp's are: without a compiler or the Python headers
 the build warns and the pure-Python modules are used. ``STALKD_NO_EXTENSIONS=1`` at build time
 skips them; at run time it makes stalkd ignore built ones (``stalkd.protocol.accel``,
-``stalkd.server.fastconn``, ``stalkd.engine.fastheap``, ``stalkd.engine.fastengine``).
+``stalkd.server.fastconn``, ``stalkd.engine.fastheap``, ``stalkd.engine.fastengine``,
+``stalkd.engine.fastrecords``, ``stalkd.log.fastframe``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class OptionalBuildExt(build_ext):
     @staticmethod
     def _skip(e: BaseException) -> None:
         print(f"WARNING: a stalkd C accelerator was not built ({e}); its pure-Python "
-              "module (parser, heap, engine) is used", file=sys.stderr)
+              "module (parser, connection, heap, engine, WAL encoders) is used", file=sys.stderr)
 
 
 _NO_EXT = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
@@ -53,6 +55,10 @@ ext_modules = [] if _NO_EXT else [
     Extension("stalkd.engine._engine", ["src/stalkd/engine/_engine.c"],
               depends=sorted(glob.glob("src/stalkd/engine/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"]),  # heapcore's key I/O
+    Extension("stalkd.engine._records", ["src/stalkd/engine/_records.c"],
+              extra_compile_args=["-O2", "-Wall"]),
+    Extension("stalkd.log._frames", ["src/stalkd/log/_frames.c"],
+              extra_compile_args=["-O2", "-Wall"]),
 ]
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

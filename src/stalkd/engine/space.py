@@ -25,17 +25,19 @@ from collections.abc import Callable, Sequence
 
 from stalkd.engine.model import DURABLE_OPS, PUT_FIXED, RESULT_FIXED, SHORT_RECORD, Op, Record
 from stalkd.log.active import drop_spare, make_spare, spares
-from stalkd.log.frame import frame_size
+from stalkd.log.frame import FRAME_HEADER_SIZE, frame_size
 from stalkd.log.fs import REAL, FileSystem
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
 
-__all__ = ["SHORT_FRAME", "SpaceBudget", "no_space", "put_frame"]
+__all__ = ["COSTLESS_OPS", "SHORT_FRAME", "SpaceBudget", "no_space", "put_frame"]
 
 log = logging.getLogger("stalkd.engine.space")
 
 # Largest frame of any op without tube or body (a RELEASE).
 SHORT_FRAME = frame_size(SHORT_RECORD)
-_PUT_FIXED = PUT_FIXED
+# A put's frame is (_PUT_FRAME + tube + body) & ~7: frame_size's rule with the fixed part added.
+_PUT_FRAME = FRAME_HEADER_SIZE + PUT_FIXED + 7
+_PUT, _RESULT, _DELETE = Op.PUT, Op.RESULT, Op.DELETE
 MAX_TUBE = 200  # beanstalkd's longest tube name
 
 
@@ -60,10 +62,15 @@ def no_space(e: BaseException | None, also: tuple[type[BaseException], ...] = ()
 def put_frame(body_len: int, tube_len: int = MAX_TUBE) -> int:
     """On-disk bytes of a put record (``tube_len`` defaults to the longest tube name).
 
-    >>> put_frame(0, 7) == frame_size(52 + 7)
-    True
+    >>> put_frame(0, 7) == frame_size(52 + 7), put_frame(9) == frame_size(52 + MAX_TUBE + 9)
+    (True, True)
     """
-    return frame_size(_PUT_FIXED + tube_len + body_len)
+    return (_PUT_FRAME + tube_len + body_len) & ~7  # frame_size, inlined: once per put
+
+
+# Ops whose records are promised nothing at settle (``record_cost`` 0 or not durable): a delete
+# spends the room its put promised.
+COSTLESS_OPS = frozenset(Op) - DURABLE_OPS | {Op.DELETE}
 
 
 def record_cost(r: Record) -> int:
@@ -80,13 +87,14 @@ def record_cost(r: Record) -> int:
 class SpaceBudget:
     """Room the WAL can write into without allocating, and the bytes already promised from it.
 
-    ``log_dir`` is the log whose ``spares/`` this budget keeps; ``end`` returns the log's
-    (active base, position); ``active_limit(base)`` the active segment's last usable byte.
+    ``log_dir`` is the log whose ``spares/`` this budget keeps; ``span`` returns the active
+    segment's (base offset, position of the end, last usable byte) (``Log.active_span``): a new
+    base means the log started segments, renaming spares into place, so they are counted again.
     ``fs`` is the file system spares are made (allocated) and dropped through; tests inject a
     full disk there.
 
     >>> import tempfile
-    >>> b = SpaceBudget(tempfile.mkdtemp(), 1 << 16, 1024, lambda: (0, 64), lambda base: 1 << 15)
+    >>> b = SpaceBudget(tempfile.mkdtemp(), 1 << 16, 1024, lambda: (0, 64, 1 << 15))
     >>> b.admit(100), b.promised
     (True, 100)
     """
@@ -96,8 +104,7 @@ class SpaceBudget:
         log_dir: str,
         segment_size: int,
         max_frame: int,
-        end: Callable[[], tuple[int, int]],
-        active_limit: Callable[[int], int],
+        span: Callable[[], tuple[int, int, int]],
         fs: FileSystem = REAL,
     ) -> None:
         self.log_dir = log_dir
@@ -106,8 +113,8 @@ class SpaceBudget:
         # A segment's tail shorter than the next frame is wasted, so count a spare's room net
         # of one largest frame (never less than one short record).
         self.per_spare = max(SHORT_FRAME, segment_size - HEADER_SIZE - FOOTER_SIZE - max_frame)
-        self._end = end
-        self._active_limit = active_limit
+        self._span = span
+        self._base = -1  # the active segment's base when the spares were last counted
         self._fs = fs
         self.promised = 0
         self.refused = 0  # admissions refused (stats, tests)
@@ -117,14 +124,20 @@ class SpaceBudget:
 
     def room(self) -> int:
         """Bytes that can surely be written: the active segment's rest plus the spares'."""
-        base, pos = self._end()
-        active = self._active_limit(base) - pos - self.max_frame
+        base, pos, limit = self._span()
+        if base != self._base:
+            self._new_segment(base)
+        active = limit - pos - self.max_frame
         return (active if active > 0 else 0) + self.spares * self.per_spare
 
     def admit(self, cost: int) -> bool:
         """Promise ``cost`` more bytes, adding spare segments if needed; False (nothing
         promised) when the file system has no room for them."""
-        if self.room() - self.promised >= cost:
+        base, pos, limit = self._span()  # room(), inlined: once per command
+        if base != self._base:
+            self._new_segment(base)
+        active = limit - pos - self.max_frame
+        if (active if active > 0 else 0) + self.spares * self.per_spare - self.promised >= cost:
             self.promised += cost
             return True
         while self.room() - self.promised < cost:
@@ -146,32 +159,25 @@ class SpaceBudget:
         """After the engine ran an admitted command: promise exactly what its records need."""
         need = 0
         for r in records:
-            if r.op in DURABLE_OPS:
+            op = r.op
+            if op is _PUT:  # record_cost, inlined: once per put
+                need += ((_PUT_FRAME + len(r.tube) + len(r.body)) & ~7) + SHORT_FRAME
+            elif op is not _DELETE and op in DURABLE_OPS:
                 need += record_cost(r)
         self.promised += need - admitted
 
     def written(self, spent: int) -> None:
         """Durable records reached the log: ``spent`` bytes promised for them are used (a put
         spends its own frame and keeps its delete's share)."""
-        self.promised = max(0, self.promised - spent)
+        left = self.promised - spent
+        self.promised = left if left > 0 else 0  # not max(): a builtin parsing keywords, per write
 
-    def before_write(self, frames: list[int], total: int) -> None:
-        """Count the spares the log will rename into place for the segments these frames
-        (``total`` bytes together) start."""
-        base, pos = self._end()
-        limit = self._active_limit(base)
-        if pos + total <= limit:
-            return  # the common case: all in the active segment
-        new = 0
-        for n in frames:
-            if pos + n > limit:
-                new += 1
-                limit = max(self.segment_size, HEADER_SIZE + n + FOOTER_SIZE) - FOOTER_SIZE
-                pos = HEADER_SIZE
-            pos += n
-        if new:
-            self.spares = len(spares(self.log_dir, self.segment_size)) - new
-            self.spares = max(0, self.spares)
+    def _new_segment(self, base: int) -> None:
+        """The log's active segment is another since the spares were counted: the segments it
+        started took spares (a segment larger than a spare took none), so count them again."""
+        if self._base >= 0:
+            self.spares = len(spares(self.log_dir, self.segment_size))
+        self._base = base
 
     def release(self, n: int) -> bool:
         """Give up to ``n`` spares' room back to the file system; False if there was none."""

@@ -31,7 +31,8 @@ from collections.abc import Iterable
 
 from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
 from stalkd.engine.engine import Engine
-from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
+from stalkd.engine.fastrecords import encode
+from stalkd.engine.model import DURABLE_OPS, Op, Record
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space
 from stalkd.engine.walrecovery import RecoveryInfo, rebuild
 from stalkd.engine.walspace import WalSpace
@@ -96,8 +97,6 @@ class Wal(WalSpace, Compaction):
         self._snap: SnapInProgress | None = None
         self._recovered = False
         self.space: SpaceBudget | None = None  # made by recover (needs the max job size)
-        self._limit_base = -1
-        self._limit = 0
         self.repair = False  # set by open(repair=True): cut damage instead of refusing
         self.archive = False  # set by open(archive=...): retired segments go to wal/archive/
         self.repair_notes: list[str] = []  # what a repair did, for the operator
@@ -164,7 +163,6 @@ class Wal(WalSpace, Compaction):
                             durability=self.durability, archive=self.archive, fs=self.fs)  # fmt: skip
         self.space = None
         self._recovered = False
-        self._limit_base = -1
         self._bytes_since_snapshot = 0
         self.last_seq = 0
 
@@ -203,13 +201,11 @@ class Wal(WalSpace, Compaction):
             return
         # One pass per record: its payload, its frame's size, and what the budget spends on it.
         payloads = []
-        sizes = []
         spent = extra = total = 0
         for r in recs:
             p = encode(r)
             payloads.append(p)
             n = (_FRAME_HEADER + len(p) + 7) & ~7  # frame_size, inlined: once per record
-            sizes.append(n)
             total += n
             op = r.op
             if op is _PUT or op is _RESULT:
@@ -219,17 +215,16 @@ class Wal(WalSpace, Compaction):
             else:
                 extra += n
         sp = self.space
-        if sp is not None:
-            if extra and not sp.fits(extra):
-                keep = [i for i, r in enumerate(recs) if r.op in DURABLE_OPS]
-                sp.dropped += len(recs) - len(keep)
-                payloads = [payloads[i] for i in keep]
-                sizes = [sizes[i] for i in keep]
-                total = sum(sizes)
-            if payloads:
-                sp.before_write(sizes, total)
+        if sp is not None and extra and not sp.fits(extra):
+            keep = [i for i, r in enumerate(recs) if r.op in DURABLE_OPS]
+            sp.dropped += len(recs) - len(keep)
+            payloads = [payloads[i] for i in keep]
+            total = sum(frame_size(len(p)) for p in payloads)
         if payloads:
-            self._write_payloads(payloads)
+            try:
+                self.log.write_many(payloads)
+            except LogFullError as e:
+                self._retry_full(payloads, e)
             if sp is not None:
                 sp.written(spent)
         self.records_written += len(payloads)
@@ -237,14 +232,21 @@ class Wal(WalSpace, Compaction):
         self.last_seq = recs[-1].seq
 
     def _write_payloads(self, payloads: list[bytes]) -> None:
-        while True:
+        try:
+            self.log.write_many(payloads)
+        except LogFullError as e:
+            self._retry_full(payloads, e)
+
+    def _retry_full(self, payloads: list[bytes], e: LogFullError) -> None:
+        """The log refused ``payloads`` with ``e``: no spare of the right size was left (an
+        oversize segment). Free a spare and retry while there is one to free."""
+        while self.space is not None and self.space.release(1):
             try:
                 self.log.write_many(payloads)
                 return
-            except LogFullError:
-                # No spare of the right size was left (an oversize segment): free one, retry.
-                if self.space is None or not self.space.release(1):
-                    raise
+            except LogFullError as again:
+                e = again
+        raise e
 
     def append_replicated(self, first: int, payloads: list[bytes]) -> None:
         """A standby's write: the primary's record payloads at offsets ``first``... exactly
@@ -252,10 +254,7 @@ class Wal(WalSpace, Compaction):
         if first != self.log.next_offset:
             raise WalError(f"{self.log.path}: replicated records start at offset {first}, the log at "
                            f"{self.log.next_offset}")  # fmt: skip
-        sizes = [frame_size(len(p)) for p in payloads]
-        total = sum(sizes)
-        if self.space is not None:
-            self.space.before_write(sizes, total)
+        total = sum(frame_size(len(p)) for p in payloads)
         self._write_payloads(payloads)
         self.records_written += len(payloads)
         self._bytes_since_snapshot += total

@@ -17,7 +17,6 @@ from stalkd.engine.model import Record
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
 from stalkd.log import Log
 from stalkd.log.fs import FileSystem
-from stalkd.log.segment import FOOTER_SIZE
 
 __all__ = ["SNAP_RESERVE", "SPARE_FILE", "WalSpace"]
 
@@ -35,8 +34,6 @@ class WalSpace:
     fs: FileSystem
     segment_size: int
     space: SpaceBudget | None
-    _limit_base: int
-    _limit: int
 
     def _open_space(self, live_jobs: int, max_job_size: int) -> None:
         if self.space is not None:
@@ -48,8 +45,7 @@ class WalSpace:
         old = os.path.join(self.directory, SPARE_FILE)
         if os.path.lexists(old):  # the single spare file of earlier versions: its room is freed
             os.unlink(old)
-        sp = SpaceBudget(self.log.path, self.segment_size, waste,
-                         self.log.position_of_end, self._active_limit, self.fs)  # fmt: skip
+        sp = SpaceBudget(self.log.path, self.segment_size, waste, self.log.active_span, self.fs)
         self.space = sp
         # Every live job may be deleted: that room is promised from the start.
         if not sp.admit(live_jobs * SHORT_FRAME):
@@ -61,13 +57,6 @@ class WalSpace:
         """Promise room again from scratch (a standby becoming primary: its puts were the
         primary's, promised there)."""
         self._open_space(live_jobs, max_job_size)
-
-    def _active_limit(self, base: int) -> int:
-        if base != self._limit_base:
-            path = self.log.segment_bounds()[-1][2]
-            self._limit = os.stat(path).st_size - FOOTER_SIZE
-            self._limit_base = base
-        return self._limit
 
     def admit(self, cost: int) -> bool:
         """Promise room for ``cost`` bytes of records before the engine runs a command; False:

@@ -102,27 +102,26 @@ class GroupCommit:
 
         A caller joins the open batch (the one whose end is not pinned yet) and, unless it
         leads, blocks on that batch's gate alone: it is woken once, when its batch is resolved
-        or handed to it to lead, never by another batch's sync and never to fight for the lock."""
-        if upto is None:
-            with self._lock:
-                upto = self._end()
+        or handed to it to lead, never by another batch's sync and never to fight for the lock.
+        A caller alone (nobody syncing, waiting or expected back) fsyncs without a batch."""
         while True:
             with self._lock:
+                if upto is None:
+                    upto = self._end()
                 if self.durable >= upto:
                     return self.durable
                 if self.failed is not None:
                     raise LogError(f"{self.path}: log failed earlier ({self.failed})")
-                b = self._open
-                if b is None:
-                    b = self._open = _Batch()
-                b.members += 1
-                lead = not self._syncing
-                if lead:
+                # Alone (nobody syncing, waiting or expected back: a lone writer's every sync):
+                # no batch to form, gather or hand over.
+                alone = not self._syncing and self._arrived + 1 >= self._expect
+                if alone:
                     self._syncing = True
-                self._arrived += 1
-                if self._gathering and self._arrived >= self._expect:
-                    self._gather_cond.notify()
-            if lead:
+                else:
+                    b, lead = self._join_locked()
+            if alone:
+                self._sync_alone()
+            elif lead:
                 self._lead(b)  # holds the gate until the batch is resolved
                 if b.error is not None:
                     raise b.error
@@ -142,6 +141,20 @@ class GroupCommit:
             # Covered unless ``upto`` lies past what was written when the batch was pinned (a
             # caller syncing ahead of the writes): then join the next batch.
 
+    def _join_locked(self) -> tuple[_Batch, bool]:
+        """Join the open batch (opening one); whether this caller leads it."""
+        b = self._open
+        if b is None:
+            b = self._open = _Batch()
+        b.members += 1
+        lead = not self._syncing
+        if lead:
+            self._syncing = True
+        self._arrived += 1
+        if self._gathering and self._arrived >= self._expect:
+            self._gather_cond.notify()
+        return b, lead
+
     def _lead(self, b: _Batch) -> None:
         """Gather, pin the end, fsync, resolve ``b`` and hand the next open batch its lead."""
         target = -1
@@ -156,25 +169,7 @@ class GroupCommit:
             with self._lock:  # close b: its members all wrote before joining; later callers open the next
                 if self._open is b:
                     self._open = None
-            pinner = self._pinner
-            if pinner is None:
-                raise LogError(f"{self.path}: log is closed")
-            target, seg = pinner.pin_end()
-            try:
-                t0 = time.monotonic()
-                pinner.fdatasync(seg.fd)
-                self._last_sync = now = time.monotonic()
-                self._fsync_avg += 0.25 * (now - t0 - self._fsync_avg)
-                self.syncs += 1
-            except OSError as e:
-                target = -1
-                self.fail(e)
-                raise LogError(
-                    f"{self.path}: fsync of {seg.path} failed ({e}); the log is now failed: records from "
-                    f"offset {self.durable} on may be lost; reopen it to recover what is on disk"
-                ) from e
-            finally:
-                pinner.unpin(seg)
+            target = self._fsync_end()
         except LogError as e:
             b.error = e
         except BaseException as e:
@@ -185,18 +180,61 @@ class GroupCommit:
                 if self._open is b:
                     self._open = None
                 b.done = True
-                # Everyone this sync releases (the leader too) is about to write again.
-                self._expect = b.members
-                self._arrived = 0
-                callbacks = self._advance_locked(target) if target >= 0 else []
-                nxt = self._open
-                handoff = nxt is not None and nxt.members > 0
-                self._syncing = handoff
-            if handoff:
-                nxt.gate.release()  # type: ignore[union-attr]  # one member of the next batch leads it
+                callbacks, nxt = self._synced_locked(b.members, target)
+            if nxt is not None:
+                nxt.gate.release()  # one member of the next batch leads it
             b.gate.release()
             for t, fn in callbacks:
                 fn(t)
+
+    def _sync_alone(self) -> None:
+        """``sync_to`` when no other caller syncs, waits or is expected back: the fsync without
+        a batch to form, gather or resolve (callers arriving meanwhile open the next one, which
+        is handed its lead as in ``_lead``)."""
+        target = -1
+        try:
+            target = self._fsync_end()
+        finally:
+            with self._lock:
+                callbacks, nxt = self._synced_locked(1, target)
+            if nxt is not None:
+                nxt.gate.release()
+            for t, fn in callbacks:
+                fn(t)
+
+    def _fsync_end(self) -> int:
+        """Pin the end written so far, fsync it; the end. LogError (the log failed) if the fsync fails."""
+        pinner = self._pinner
+        if pinner is None:
+            raise LogError(f"{self.path}: log is closed")
+        target, seg = pinner.pin_end()
+        try:
+            t0 = time.monotonic()
+            pinner.fdatasync(seg.fd)
+            self._last_sync = now = time.monotonic()
+            self._fsync_avg += 0.25 * (now - t0 - self._fsync_avg)
+            self.syncs += 1
+        except OSError as e:
+            self.fail(e)
+            raise LogError(
+                f"{self.path}: fsync of {seg.path} failed ({e}); the log is now failed: records from "
+                f"offset {self.durable} on may be lost; reopen it to recover what is on disk"
+            ) from e
+        finally:
+            pinner.unpin(seg)
+        return target
+
+    def _synced_locked(self, members: int, target: int) -> tuple[Callbacks, _Batch | None]:
+        """A sync of ``members`` callers ended at ``target`` (-1: failed): advance, and whether
+        the next open batch has members to hand the lead to (the caller releases its gate)."""
+        # Everyone this sync releases (the leader too) is about to write again.
+        self._expect = members
+        self._arrived = 0
+        callbacks = self._advance_locked(target) if target >= 0 else []
+        nxt = self._open
+        handoff = nxt is not None and nxt.members > 0
+        self._syncing = handoff
+        return callbacks, nxt if handoff else None
 
     def _gather_locked(self) -> None:
         """The leader, before pinning the end: wait briefly for the callers the last sync
@@ -238,10 +276,14 @@ class GroupCommit:
         out: Callbacks = []
         if target > self.durable:
             self.durable = target
+            resolved = False
             while self._tickets and self._tickets[0].last < target:
                 t = self._tickets.popleft()
                 out.extend((t, fn) for fn in t._resolve(None))
-            self.cond.notify_all()
+                resolved = True
+            # Who waits on ``cond`` for progress: tickets (resolved just now) and wait_visible.
+            if resolved or self.waiters:
+                self.cond.notify_all()
             if self.async_waiters:
                 self._wake_async()
         return out

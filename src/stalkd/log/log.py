@@ -159,8 +159,11 @@ class Log:
         if not items:
             self._check_usable()
             return self._writer.next, self._writer.next - 1
-        first, last = self._writer.write_many(items, self._admit)
         c = self._commit
+        # Usable and no lag limit to check (the common case): nothing for the writer to ask
+        # under its lock. ``ok`` read unlocked, as ``append`` does: a failure that lands
+        # meanwhile fails the next write or sync.
+        first, last = self._writer.write_many(items, None if c.ok and not self._refusers else self._admit)
         c.run_deferred()
         if c.waiters or c.async_waiters:
             c.notify_append()
@@ -189,7 +192,10 @@ class Log:
 
     def sync(self) -> int:
         """fsync everything written so far; returns the durable end offset. Thread-safe."""
-        return self.sync_to(None)
+        c = self._commit
+        if c.failed is not None:
+            self._check_usable(closing_ok=True)  # raises, saying how to recover
+        return c.sync_to(None)
 
     def sync_to(self, upto: int | None) -> int:
         """Return once every offset below ``upto`` (None: everything written) is durable."""
@@ -262,6 +268,14 @@ class Log:
     def segment_bounds(self) -> list[tuple[int, int | None, str]]:
         """(base, end or None for the active one, path) of the live segments, oldest first."""
         return list(self._writer.bounds)
+
+    def active_span(self) -> tuple[int, int, int]:
+        """The active segment's (base offset, byte position where the next frame goes, last
+        byte frames may use): the room a write fits in without starting a segment."""
+        act = self._writer.active
+        if act is None:
+            raise LogError(f"{self.path}: log is closed")
+        return act.base, act.pos, act.limit
 
     def position_of_end(self) -> tuple[int, int]:
         """(active segment base, byte position) where the next frame goes."""

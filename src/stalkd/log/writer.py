@@ -18,10 +18,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from .active import ActiveSegment, create_segment, write_footer
 from .errors import LogError, LogFullError
-from .frame import FRAME_HEADER_SIZE, MAX_PAYLOAD, encode_data_frame, encode_data_frames, frame_size
+from .fastframe import encode_data_frames
+from .frame import FRAME_HEADER_SIZE, MAX_PAYLOAD, encode_data_frame, frame_size
 from .fs import FileSystem
 from .recovery import Recovered
 from .segment import FOOTER_SIZE, HEADER_SIZE, MAX_EPOCH, encode_footer, encode_header
@@ -139,12 +141,15 @@ class SegmentWriter:
             self.next = off + 1
         return off
 
-    def write_many(self, items: Sequence[Payload], admit: Callable[[Sequence[Payload]], None]) -> tuple[int, int]:
+    def write_many(
+        self, items: Sequence[Payload], admit: Callable[[Sequence[Payload]], None] | None
+    ) -> tuple[int, int]:
         """Write ``items`` (not empty) as consecutive records; (first, last) offsets.
 
-        ``admit(items)`` runs first, under the lock (it may refuse by raising)."""
+        ``admit(items)`` runs first, under the lock (it may refuse by raising); None: nothing to ask."""
         with self.lock:
-            admit(items)
+            if admit is not None:
+                admit(items)
             act = self.active
             if act is None:
                 raise LogError(f"{self.path}: log is closed")
@@ -155,10 +160,14 @@ class SegmentWriter:
                 if n > MAX_PAYLOAD:
                     raise ValueError(f"{self.path}: a payload is larger than {MAX_PAYLOAD} bytes, the frame limit")
                 total += (FRAME_HEADER_SIZE + n + 7) & ~7
-            if act.pos + total <= act.limit:
+            pos = act.pos
+            if pos + total <= act.limit:
                 data = encode_data_frames(items, first - act.base, time.time_ns() // 1000, act.epoch)
-                self._write_checked(act, data, act.pos)
-                act.pos += len(data)
+                try:
+                    act.write(data, pos)
+                except OSError as e:
+                    self._write_failed(act, data, pos, e)
+                act.pos = pos + total
                 self.next = first + len(items)
             else:
                 self._write_rolling(items)
@@ -212,15 +221,19 @@ class SegmentWriter:
         try:
             seg.write(data, pos)
         except OSError as e:
-            # Zero what may have landed, so a crash cannot make the refused frames reappear.
-            try:
-                seg.write(bytes(len(data)), pos)
-            except OSError as e2:
-                self._on_fatal(e2)
-                raise LogError(f"{seg.path}: write failed at byte {pos} and could not be undone: {e2}") from e
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise LogFullError(f"{seg.path}: no space writing at byte {pos}: {e.strerror}") from e
-            raise LogError(f"{seg.path}: write failed at byte {pos}: {e}") from e
+            self._write_failed(seg, data, pos, e)
+
+    def _write_failed(self, seg: ActiveSegment, data: bytes, pos: int, e: OSError) -> NoReturn:
+        """Writing ``data`` at ``pos`` raised ``e``: zero what may have landed, so a crash cannot
+        make the refused frames reappear, and refuse the write."""
+        try:
+            seg.write(bytes(len(data)), pos)
+        except OSError as e2:
+            self._on_fatal(e2)
+            raise LogError(f"{seg.path}: write failed at byte {pos} and could not be undone: {e2}") from e
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise LogFullError(f"{seg.path}: no space writing at byte {pos}: {e.strerror}") from e
+        raise LogError(f"{seg.path}: write failed at byte {pos}: {e}") from e
 
     def _seal(self, old: ActiveSegment, new: ActiveSegment) -> None:
         """Footer on ``old`` (fsynced, whatever the policy: it orders the roll-over), then switch."""

@@ -39,9 +39,10 @@ class Admission:
     ) -> None:  # fmt: skip
         # Imported here: the log package costs ~0.1 s to import, which an in-memory server
         # does not need before it listens.
-        from stalkd.engine.space import SHORT_FRAME, put_frame
+        from stalkd.engine.space import COSTLESS_OPS, SHORT_FRAME, put_frame
 
         self._storage = storage
+        self._costless = COSTLESS_OPS
         self._short = SHORT_FRAME
         self._put_cost = put_frame
         self._data_dir = data_dir
@@ -71,6 +72,8 @@ class Admission:
 
     def settle(self, records: Sequence[Record]) -> None:
         """The command ran (or failed): promise exactly what ``records`` need."""
+        if not self.promised and len(records) == 1 and records[0].op in self._costless:
+            return  # a delete: its room was promised with its put, nothing to settle
         if self.promised or records:
             self._storage.settle(self.promised, records)
             self.promised = 0

@@ -170,7 +170,14 @@ class Barriers:
         for r in records:
             if r.op in DURABLE_OPS:
                 if not barrier:
-                    barrier = self._batch(c)
+                    # The batch this loop iteration's durable records (``c``'s) belong to.
+                    if not self._batch_open:
+                        self._batch_open = True
+                        self.written += 1
+                    if c is not self._writer:
+                        self._writer = c
+                        self._mixed = self.written
+                    barrier = self.written
                 jid = r.job_id
                 if jid:
                     job_batch[jid] = barrier
@@ -182,16 +189,6 @@ class Barriers:
         return self._job_batch.get(job_id, 0)
 
     # --- group commit ------------------------------------------------------------------------
-
-    def _batch(self, c: object | None) -> int:
-        """The batch number this loop iteration's durable records (``c``'s) belong to."""
-        if not self._batch_open:
-            self._batch_open = True
-            self.written += 1
-        if c is not self._writer:
-            self._writer = c
-            self._mixed = self.written
-        return self.written
 
     def _close_batch(self) -> None:
         """Next loop iteration: one WAL write for every record of the last one, then (``always``)
@@ -233,7 +230,7 @@ class Barriers:
             # switches back to the thread at once (its first batch). Or several write and the
             # policy measured the hand-off dearer than the fsync (see SyncPolicy).
             target = self.written
-            t0 = time.perf_counter()
+            t0 = 0.0 if lone else time.perf_counter()
             try:
                 self.storage.sync()
             except Exception as e:
@@ -272,7 +269,12 @@ class Barriers:
             if target <= self.durable:
                 return
         self.durable = target
-        self._forget_durable()
+        # Drop the job barriers of batches now durable (they no longer hold anything back).
+        queue, job_batch = self._job_batches, self._job_batch
+        while queue and queue[0][0] <= target:
+            b, jid = queue.popleft()
+            if job_batch.get(jid) == b:
+                del job_batch[jid]
         self.release_held()
 
     def replicated(self) -> None:
@@ -283,14 +285,6 @@ class Barriers:
     def _fail(self, e: BaseException) -> None:
         self.failed = True
         self._on_fatal(e)
-
-    def _forget_durable(self) -> None:
-        """Drop the job barriers of batches now durable (they no longer hold anything back)."""
-        durable, queue, job_batch = self.durable, self._job_batches, self._job_batch
-        while queue and queue[0][0] <= durable:
-            b, jid = queue.popleft()
-            if job_batch.get(jid) == b:
-                del job_batch[jid]
 
     def release_held(self) -> None:
         """Send every held reply whose batch is durable; let those connections run again."""

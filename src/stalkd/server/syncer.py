@@ -56,23 +56,20 @@ class Syncer:
         self._go = threading.Lock()
         self._go.acquire()
         self._target = 0
-        self._busy = False
+        # A sync was requested and its ``done`` has not run yet (read per batch by the
+        # barriers: an attribute, not a property).
+        self.busy = False
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="stalkd-sync", daemon=True)
         self._thread.start()
 
-    @property
-    def busy(self) -> bool:
-        """A sync was requested and its ``done`` has not run yet."""
-        return self._busy
-
     def request(self, target: int) -> None:
         """Sync everything written so far; ``done(target, exc)`` follows on the loop thread."""
-        if self._busy:
+        if self.busy:
             raise RuntimeError("a sync is already running")
         if self._stopping:
             raise RuntimeError("the syncer is stopped")
-        self._busy = True
+        self.busy = True
         self._target = target
         self._requested = self._clock()
         self._go.release()
@@ -98,7 +95,7 @@ class Syncer:
                 return
 
     def _report(self, target: int, exc: BaseException | None) -> None:
-        self._busy = False
+        self.busy = False
         if self._timing is not None and exc is None:
             started, ended = self._started, self._ended
             self._timing(started - self._requested + self._clock() - ended, ended - started)

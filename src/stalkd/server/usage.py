@@ -19,6 +19,8 @@ def version_text() -> str:
     # only on this exit path: start-up stays light
     from stalkd.engine.fastengine import IMPLEMENTATION as ENGINE
     from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
+    from stalkd.engine.fastrecords import IMPLEMENTATION as RECORDS
+    from stalkd.log.fastframe import IMPLEMENTATION as FRAMES
     from stalkd.protocol.accel import IMPLEMENTATION
     from stalkd.server.fastconn import IMPLEMENTATION as CONN
 
@@ -26,7 +28,8 @@ def version_text() -> str:
     return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
             f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
             f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
-            f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r})\n")
+            f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r}, "
+            f"stalkd.engine.fastrecords.IMPLEMENTATION={RECORDS!r}, stalkd.log.fastframe.IMPLEMENTATION={FRAMES!r})\n")
 
 
 USAGE = """\

@@ -1,0 +1,221 @@
+/* stalkd.log._frames: the compiled twin of log/frame.py's encode_data_frames.
+ *
+ * frame.py is the reference and holds the layout; this writes the same bytes (a 24-byte header,
+ * the payload, zero padding to 8 bytes, one CRC32C over everything after the CRC) into one
+ * buffer with one allocation, instead of a pack, a join and a CRC call per frame. Any input the
+ * fast path does not take as it is (a value out of its field's range, a payload without a
+ * contiguous buffer) goes to the reference, given once by ``set_reference``, so errors are the
+ * reference's own. tests/log/test_frames_differential.py requires identical bytes.
+ *
+ * CRC32C (Castagnoli, reflected, the crc32c package's): the SSE 4.2 instruction where the CPU
+ * has it, else a byte-wise table.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define HEADER 24
+#define MAGIC 0xA7
+#define DATA_FLAGS 0x80 /* FLAG_COMMITTED | KIND_DATA */
+
+static PyObject *reference = NULL; /* frame.py's encode_data_frames */
+
+/* --- CRC32C ------------------------------------------------------------------------------- */
+
+static uint32_t crc_table[256];
+static int have_sse42 = 0;
+
+static void
+crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[i] = c;
+    }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t
+crc_soft(uint32_t c, const unsigned char *p, size_t n)
+{
+    while (n--)
+        c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("sse4.2"))) static uint32_t
+crc_hw(uint32_t c, const unsigned char *p, size_t n)
+{
+    uint64_t c64 = c;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, v);
+        p += 8;
+        n -= 8;
+    }
+    c = (uint32_t)c64;
+    while (n--)
+        c = __builtin_ia32_crc32qi(c, *p++);
+    return c;
+}
+#endif
+
+/* The raw update (no inversions), over ``n`` bytes. */
+static uint32_t
+crc_update(uint32_t c, const unsigned char *p, size_t n)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (have_sse42)
+        return crc_hw(c, p, n);
+#endif
+    return crc_soft(c, p, n);
+}
+
+/* --- frames ------------------------------------------------------------------------------- */
+
+static void
+put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static PyObject *
+call_reference(PyObject *const *args, Py_ssize_t nargs)
+{
+    if (reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "stalkd.log._frames: set_reference was not called");
+        return NULL;
+    }
+    return PyObject_Vectorcall(reference, args, nargs, NULL);
+}
+
+/* encode_data_frames(payloads, first_delta, timestamp_us, epoch) -> bytes */
+static PyObject *
+encode_data_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "encode_data_frames takes 4 arguments");
+        return NULL;
+    }
+    PyObject *seq = args[0];
+    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq))
+        return call_reference(args, nargs);
+    unsigned long long first, epoch;
+    long long ts;
+    first = PyLong_Check(args[1]) ? PyLong_AsUnsignedLongLong(args[1]) : (unsigned long long)-1;
+    ts = PyLong_Check(args[2]) ? PyLong_AsLongLong(args[2]) : -1;
+    epoch = PyLong_Check(args[3]) ? PyLong_AsUnsignedLongLong(args[3]) : (unsigned long long)-1;
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return call_reference(args, nargs);
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (epoch > 0xFFFF || (count && first + (unsigned long long)(count - 1) > 0xFFFFFFFFull)
+        || !PyLong_Check(args[2]))
+        return call_reference(args, nargs);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *p = items[i];
+        Py_ssize_t n;
+        if (PyBytes_CheckExact(p))
+            n = PyBytes_GET_SIZE(p);
+        else if (PyByteArray_CheckExact(p))
+            n = PyByteArray_GET_SIZE(p);
+        else
+            return call_reference(args, nargs); /* memoryview and others: the reference */
+        if ((unsigned long long)n > 0xFFFFFFFFull)
+            return call_reference(args, nargs);
+        total += (HEADER + n + 7) & ~(Py_ssize_t)7;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *p = items[i];
+        const unsigned char *data;
+        Py_ssize_t n;
+        if (PyBytes_CheckExact(p)) {
+            data = (const unsigned char *)PyBytes_AS_STRING(p);
+            n = PyBytes_GET_SIZE(p);
+        } else {
+            data = (const unsigned char *)PyByteArray_AS_STRING(p);
+            n = PyByteArray_GET_SIZE(p);
+        }
+        Py_ssize_t size = (HEADER + n + 7) & ~(Py_ssize_t)7;
+        w[4] = MAGIC;
+        w[5] = DATA_FLAGS;
+        put_le(w + 6, epoch, 2);
+        put_le(w + 8, (uint64_t)n, 4);
+        put_le(w + 12, first + (unsigned long long)i, 4);
+        put_le(w + 16, (uint64_t)ts, 8);
+        memcpy(w + HEADER, data, (size_t)n);
+        memset(w + HEADER + n, 0, (size_t)(size - HEADER - n));
+        uint32_t c = ~crc_update(0xFFFFFFFFu, w + 4, (size_t)(size - 4));
+        put_le(w, c, 4);
+        w += size;
+    }
+    return out;
+}
+
+/* crc32c(data, value=0, table=False) -> int: the checksum the frames carry, by the instruction
+ * when there is one or by the table (for the differential test, which checks both). */
+static PyObject *
+crc32c(PyObject *self, PyObject *args)
+{
+    Py_buffer b;
+    unsigned int value = 0;
+    int table = 0;
+    if (!PyArg_ParseTuple(args, "y*|Ip", &b, &value, &table))
+        return NULL;
+    const unsigned char *p = (const unsigned char *)b.buf;
+    uint32_t c = ~(table ? crc_soft(~(uint32_t)value, p, (size_t)b.len)
+                         : crc_update(~(uint32_t)value, p, (size_t)b.len));
+    PyBuffer_Release(&b);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *
+set_reference(PyObject *self, PyObject *fn)
+{
+    Py_INCREF(fn);
+    Py_XSETREF(reference, fn);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+hardware_crc(PyObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(have_sse42);
+}
+
+static PyMethodDef methods[] = {
+    {"encode_data_frames", (PyCFunction)(void (*)(void))encode_data_frames, METH_FASTCALL,
+     "Consecutive data frames in one buffer (frame.encode_data_frames)."},
+    {"crc32c", crc32c, METH_VARARGS, "CRC32C of data, continuing from value (table: without the instruction)."},
+    {"set_reference", set_reference, METH_O, "The reference encoder, for inputs off the fast path."},
+    {"hardware_crc", hardware_crc, METH_NOARGS, "Whether the CRC uses the SSE 4.2 instruction."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef framesmodule = {
+    PyModuleDef_HEAD_INIT, "stalkd.log._frames",
+    "The compiled data-frame encoder (stalkd.log.frame is the reference).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__frames(void)
+{
+    crc_init();
+    return PyModule_Create(&framesmodule);
+}
