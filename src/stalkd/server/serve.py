@@ -62,7 +62,18 @@ def preload(cfg: Config) -> None:
     _loop_factory()
     if cfg.data_dir is not None:
         import stalkd.engine.space
-        import stalkd.engine.wal  # noqa: F401
+        import stalkd.engine.wal
+        import stalkd.replication.role
+        import stalkd.replication.sender  # noqa: F401  (every data directory ships its WAL)
+
+        if cfg.standby_of is not None:
+            import stalkd.client._address
+            import stalkd.replication.catchup
+            import stalkd.replication.standby  # noqa: F401
+        if cfg.archive_url is not None:
+            import stalkd.archive.note
+            import stalkd.archive.shipper
+            import stalkd.archive.store  # noqa: F401
     if cfg.admin is not None:
         import aiohttp.web  # noqa: F401
 
