@@ -213,18 +213,30 @@ detach_held(Step *s, PyObject *j, PyObject *t, Heap *reserved, Py_ssize_t at)
     return retime_conn(s, reserved);
 }
 
+/* The job a command names (borrowed), or NULL with no error set when the Python path must look
+ * it up: a job table that is not a plain dict, an unknown id (NOT_FOUND), or not a Job. */
+static PyObject *
+named_job(Step *s, PyObject *id)
+{
+    PyObject *jobs = ESLOT(s->d, E_JOBS);
+    if (jobs == NULL || !PyDict_CheckExact(jobs))
+        return NULL;
+    PyObject *j = PyDict_GetItemWithError(jobs, id);
+    if (j == NULL || !Py_IS_TYPE(j, JobType)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return j;
+}
+
 static PyObject *
 do_delete(Step *s, PyObject *cmd, PyObject **rec)
 {
     PyObject *d = s->d;
-    PyObject *jobs = ESLOT(d, E_JOBS);
-    if (jobs == NULL || !PyDict_CheckExact(jobs))
-        return DECLINE;
-    PyObject *j = PyDict_GetItemWithError(jobs, SLOT(cmd, delete_off[D_ID]));
-    if (j == NULL || !Py_IS_TYPE(j, JobType)) {
-        PyErr_Clear();
+    PyObject *j = named_job(s, SLOT(cmd, delete_off[D_ID]));
+    if (j == NULL)
         return DECLINE; /* NOT_FOUND and the rest: the Python path */
-    }
+    PyObject *jobs = ESLOT(d, E_JOBS);
     PyObject *t = SLOT(j, job_off[J_TUBE]), *body = SLOT(j, job_off[J_BODY]);
     long long using, watching, bytes, pri, n;
     if (!Py_IS_TYPE(t, TubeType) || !as_ll(SLOT(t, tube_off[T_USING]), &using)
@@ -271,15 +283,9 @@ done:
 static PyObject *
 do_release(Step *s, PyObject *cmd, PyObject **rec)
 {
-    PyObject *d = s->d;
-    PyObject *jobs = ESLOT(d, E_JOBS);
-    if (jobs == NULL || !PyDict_CheckExact(jobs))
+    PyObject *j = named_job(s, SLOT(cmd, release_off[RL_ID]));
+    if (j == NULL)
         return DECLINE;
-    PyObject *j = PyDict_GetItemWithError(jobs, SLOT(cmd, release_off[RL_ID]));
-    if (j == NULL || !Py_IS_TYPE(j, JobType)) {
-        PyErr_Clear();
-        return DECLINE;
-    }
     PyObject *t = SLOT(j, job_off[J_TUBE]);
     PyObject *pri_o = SLOT(cmd, release_off[RL_PRI]), *delay_o = SLOT(cmd, release_off[RL_DELAY]);
     long long pri, delay, jid, n;
