@@ -4,7 +4,7 @@
 compiled twin of ``frame.encode_data_frames`` with its own CRC32C: the same payloads give the
 same bytes (tests/log/test_frames_differential.py); it is given the reference and hands it
 every input off its fast path, so errors are the reference's. ``STALKD_NO_EXTENSIONS=1`` (the
-switch ``stalkd.protocol.accel.extensions_disabled`` reads; the log imports nothing above it)
+switch ``stalkd.extensions`` reads, below every layer)
 or a missing build selects ``frame.encode_data_frames``, the reference.
 
 Example:
@@ -15,9 +15,10 @@ Example:
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Sequence
 from typing import Literal
+
+from stalkd.extensions import extensions_disabled
 
 from . import frame
 
@@ -27,7 +28,7 @@ Encoder = Callable[[Sequence[bytes | bytearray | memoryview], int, int, int], by
 
 
 def _compiled() -> Encoder | None:
-    if os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0"):
+    if extensions_disabled():
         return None
     try:
         mod = importlib.import_module("stalkd.log._frames")

@@ -22,12 +22,12 @@ Example:
 from __future__ import annotations
 
 import importlib
-import os
 import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
 
+from stalkd.extensions import extensions_disabled
 from stalkd.protocol import commands, lines, parser, replies
 from stalkd.protocol.constructors import plain_fields
 from stalkd.protocol.grammar import COMMANDS, MAX_JOB_SIZE_LIMIT, NAME_CHARS, CommandSpec
@@ -59,11 +59,6 @@ def _row(spec: CommandSpec) -> tuple[bytes, bytes, int, object, object, object, 
     names = tuple(a.field for a in spec.args)
     slots = names if plain_fields(spec.build) == names else None
     return spec.prefix, kinds, flags, None, spec.build, slots, _keywords(spec.build, names)
-
-
-def extensions_disabled() -> bool:
-    """``STALKD_NO_EXTENSIONS=1``: run the pure-Python references of every compiled module."""
-    return os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 
 
 def _load() -> ModuleType | None:
