@@ -122,12 +122,20 @@ def reason(row: Row, target: float, gen_procs: int, cpus: int) -> str:
             why += f" (CPU alone allows {b.us_per_job / s.us_per_job:.2f}x)"
     elif state.startswith(("generator", "machine")):
         why = f"stalkd {state}: the cell measures the load, not the server"
-    elif c.klass == "always":
-        why = (f"stalkd {state}: it waits on fdatasync, and its CPU per job "
-               f"(+{s.us_per_job - b.us_per_job:.1f} us over beanstalkd) adds to every wait")
     else:
-        why = (f"stalkd {state}: each connection has one request in flight, so its CPU per job "
-               f"(+{s.us_per_job - b.us_per_job:.1f} us over beanstalkd) adds to every round trip")
+        extra = s.us_per_job - b.us_per_job
+        if c.klass == "always":
+            why = (f"stalkd {state}: it waits on fdatasync, and its CPU per job "
+                   f"({extra:+.1f} us vs beanstalkd) adds to every wait")
+        else:
+            why = (f"stalkd {state}: each connection has one request in flight, so its CPU per job "
+                   f"({extra:+.1f} us vs beanstalkd) adds to every round trip")
+        if c.conns * c.depth == 1 and b.rate:
+            # One job at a time: a job's time is beanstalkd's round trip plus stalkd's extra CPU,
+            # if that were all; what the ratio falls short of this is stalkd waiting longer.
+            model = 1 / (1 + b.rate * extra / 1e6)
+            why += (f"; that CPU alone would give {model:.2f}x, the rest is time stalkd waits"
+                    + (" (on the disk)" if c.klass == "always" else " (wake-ups, the generator)"))
     parts = [why, cpu]
     if f is not None and f.rate and b.rate:
         floor = f"stalkd/floor {s.rate / f.rate:.2f}x, floor/beanstalkd {f.rate / b.rate:.2f}x"

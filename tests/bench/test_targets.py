@@ -74,7 +74,9 @@ def test_an_idle_server_at_depth_1_is_set_by_the_round_trip_and_the_floor_can_mi
     why = _section([row])["never put 1 x 1"][1]
     assert "stalkd idle (srv 40%)" in why
     assert "one request in flight" in why
-    assert "+35.0 us over beanstalkd" in why  # 80 us/job against 45
+    assert "+35.0 us vs beanstalkd" in why  # 80 us/job against 45
+    # one job at a time: 1 / 8,000 s per job plus 35 us is 0.78x of beanstalkd's rate
+    assert "that CPU alone would give 0.78x, the rest is time stalkd waits (wake-ups" in why
     assert "floor/beanstalkd 0.80x (the floor misses it too" in why
 
 
@@ -82,7 +84,8 @@ def test_an_idle_durable_server_waits_on_the_disk() -> None:
     row = _row("always", "put", 1, 1, Measure(1_000, 20, 10), Measure(2_000, 10, 15), Measure(1_900, 8, 14))
     why = _section([row])["always put 1 x 1"][1]
     assert "stalkd idle (srv 20%): it waits on fdatasync" in why
-    assert "+150.0 us over beanstalkd" in why  # 200 us/job against 50
+    assert "+150.0 us vs beanstalkd" in why  # 200 us/job against 50
+    assert "that CPU alone would give 0.77x, the rest is time stalkd waits (on the disk)" in why
 
 
 def test_a_saturated_generator_or_machine_is_named_instead_of_the_server() -> None:
@@ -90,6 +93,7 @@ def test_a_saturated_generator_or_machine_is_named_instead_of_the_server() -> No
     why = _section([gen])["memory reserve+delete 16 x 1"][1]
     assert "generator-bound (gen 190% of 2 processes, srv 60%)" in why
     assert "no floor (it only puts)" in why
+    assert "would give" not in why  # 16 connections: jobs overlap, no serial model
     # one connection: one generator process, 90 % of it is saturated
     one = _row("memory", "rd", 1, 1, Measure(8_000, 50, 90), Measure(10_000, 45, 92))
     assert "generator-bound (gen 90% of 1 processes" in _section([one])["memory reserve+delete 1 x 1"][1]
@@ -118,3 +122,11 @@ def test_pipelined_and_concurrent_cells_are_listed_without_a_target() -> None:
     assert "3.000x  no target: concurrent/pipelined: the server issue's >= 5x" in lines["always put 16 x 1"][0]
     assert "not measured" in lines["memory put 1 x 1"][0]  # the 4 KiB cell is not the target's
     assert not any("NOT met" in line or " met" in line for ls in lines.values() for line in ls)
+
+
+def test_a_miss_with_less_cpu_than_beanstalkd_blames_the_waiting() -> None:
+    # stalkd spends less CPU per job (30 us against 40) and still misses: it waits longer
+    row = _row("memory", "rd", 1, 1, Measure(5_000, 15, 60), Measure(7_000, 28, 60))
+    why = _section([row])["memory reserve+delete 1 x 1"][1]
+    assert "(-10.0 us vs beanstalkd)" in why
+    assert "that CPU alone would give 1.08x" in why
