@@ -136,7 +136,8 @@ def reason(row: Row, target: float, gen_procs: int, cpus: int) -> str:
             model = 1 / (1 + b.rate * extra / 1e6)
             why += (f"; that CPU alone would give {model:.2f}x, the rest is time stalkd waits"
                     + (" (on the disk)" if c.klass == "always" else " (wake-ups, the generator)"))
-    parts = [why, cpu]
+    # A generator-bound beanstalkd run is a lower bound of beanstalkd, not its rate.
+    parts = [why, cpu, f"beanstalkd {bound(b, c.conns, gen_procs, cpus)}"]
     if f is not None and f.rate and b.rate:
         floor = f"stalkd/floor {s.rate / f.rate:.2f}x, floor/beanstalkd {f.rate / b.rate:.2f}x"
         floor += (" (the floor reaches the target: the gap is stalkd's own per-request cost)"

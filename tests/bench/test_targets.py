@@ -61,6 +61,7 @@ def test_a_cpu_bound_miss_names_the_cpu_per_job_of_all_three_servers() -> None:
                Measure(25_000, 100, 160))
     why = _section([row])["memory put 16 x 1"][1]
     assert "stalkd CPU-bound (srv 100%)" in why
+    assert "beanstalkd CPU-bound (srv 100%)" in why
     assert "server CPU 100.0 us/job vs beanstalkd 50.0 vs floor 40.0" in why
     assert "CPU alone allows 0.50x" in why
     assert "stalkd/floor 0.40x, floor/beanstalkd 1.25x" in why
@@ -73,6 +74,7 @@ def test_an_idle_server_at_depth_1_is_set_by_the_round_trip_and_the_floor_can_mi
     row = _row("never", "put", 1, 1, Measure(5_000, 40, 60), Measure(8_000, 36, 70), Measure(6_400, 30, 65))
     why = _section([row])["never put 1 x 1"][1]
     assert "stalkd idle (srv 40%)" in why
+    assert "beanstalkd idle (srv 36%)" in why
     assert "one request in flight" in why
     assert "+35.0 us vs beanstalkd" in why  # 80 us/job against 45
     # one job at a time: 1 / 8,000 s per job plus 35 us is 0.78x of beanstalkd's rate
@@ -91,7 +93,8 @@ def test_an_idle_durable_server_waits_on_the_disk() -> None:
 def test_a_saturated_generator_or_machine_is_named_instead_of_the_server() -> None:
     gen = _row("memory", "rd", 16, 1, Measure(20_000, 60, 190), Measure(30_000, 50, 195))
     why = _section([gen])["memory reserve+delete 16 x 1"][1]
-    assert "generator-bound (gen 190% of 2 processes, srv 60%)" in why
+    assert "stalkd generator-bound (gen 190% of 2 processes, srv 60%)" in why
+    assert "beanstalkd generator-bound (gen 195% of 2 processes, srv 50%)" in why
     assert "no floor (it only puts)" in why
     assert "would give" not in why  # 16 connections: jobs overlap, no serial model
     # one connection: one generator process, 90 % of it is saturated
