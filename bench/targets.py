@@ -12,7 +12,7 @@ fall below what they were; they are listed with that note and their ratio.
 
 A missed target gets the reason the same run measured: server CPU per job of stalkd, beanstalkd
 and the floor server (which only puts: bench/floor_server.py), whether stalkd's server was
-CPU-bound or mostly idle (then the round trip, the generator or the disk set the rate), and
+CPU-bound or not (then the round trip, the generator or the disk set the rate), and
 stalkd/floor, the share of the gap a trivial Python server on uvloop closes.
 """
 
@@ -107,15 +107,16 @@ def bound(m: Measure, conns: int, gen_procs: int, cpus: int) -> str:
         return f"generator-bound (gen {m.gen:.0f}% of {procs} processes, srv {m.srv:.0f}%)"
     if m.srv + m.gen >= BUSY * cpus:
         return f"machine-bound (srv {m.srv:.0f}% + gen {m.gen:.0f}% of {cpus} CPUs)"
-    return f"idle (srv {m.srv:.0f}%)"
+    return f"not CPU-bound (srv {m.srv:.0f}%)"
 
 
-def reason(row: Row, target: float, gen_procs: int, cpus: int) -> str:
-    """Why ``row`` fell short of ``target``, in the run's own figures."""
+def reason(row: Row, target: float, gen_procs: int, cpus: int) -> list[str]:
+    """Why ``row`` fell short of ``target``, in the run's own figures (one clause per item)."""
     s, b, f, c = row.stalkd, row.peer, row.floor, row.cell
     cpu = f"server CPU {s.us_per_job:.1f} us/job vs beanstalkd {b.us_per_job:.1f}"
     cpu += f" vs floor {f.us_per_job:.1f}" if f else ""
     state = bound(s, c.conns, gen_procs, cpus)
+    model = ""
     if state.startswith("CPU-bound"):
         why = f"stalkd {state}: its CPU per job sets the rate"
         if s.us_per_job and b.us_per_job:
@@ -133,11 +134,11 @@ def reason(row: Row, target: float, gen_procs: int, cpus: int) -> str:
         if c.conns * c.depth == 1 and b.rate:
             # One job at a time: a job's time is beanstalkd's round trip plus stalkd's extra CPU,
             # if that were all; what the ratio falls short of this is stalkd waiting longer.
-            model = 1 / (1 + b.rate * extra / 1e6)
-            why += (f"; that CPU alone would give {model:.2f}x, the rest is time stalkd waits"
-                    + (" (on the disk)" if c.klass == "always" else " (wake-ups, the generator)"))
+            alone = 1 / (1 + b.rate * extra / 1e6)
+            model = (f"that CPU alone would give {alone:.2f}x, the rest is time stalkd waits"
+                     + (" (on the disk)" if c.klass == "always" else " (wake-ups, the generator)"))
     # A generator-bound beanstalkd run is a lower bound of beanstalkd, not its rate.
-    parts = [why, cpu, f"beanstalkd {bound(b, c.conns, gen_procs, cpus)}"]
+    parts = [why] + ([model] if model else []) + [cpu, f"beanstalkd {bound(b, c.conns, gen_procs, cpus)}"]
     if f is not None and f.rate and b.rate:
         floor = f"stalkd/floor {s.rate / f.rate:.2f}x, floor/beanstalkd {f.rate / b.rate:.2f}x"
         floor += (" (the floor reaches the target: the gap is stalkd's own per-request cost)"
@@ -145,7 +146,7 @@ def reason(row: Row, target: float, gen_procs: int, cpus: int) -> str:
         parts.append(floor)
     elif c.work == "rd":
         parts.append("no floor (it only puts)")
-    return "; ".join(parts)
+    return parts
 
 
 def _line(t: Target, row: Row | None, width: int, gen_procs: int, cpus: int) -> list[str]:
@@ -159,7 +160,9 @@ def _line(t: Target, row: Row | None, width: int, gen_procs: int, cpus: int) -> 
     met = row.ratio >= t.minimum
     lines = [f"{head} {row.ratio:7.3f}x  target >= {t.minimum:.1f}x  {'met' if met else 'NOT met'}{floor}"]
     if not met:
-        lines.append(f"  {'':{width}}   why: {reason(row, t.minimum, gen_procs, cpus)}")
+        why = reason(row, t.minimum, gen_procs, cpus)
+        lines.append(f"      why: {why[0]}")
+        lines += [f"           {clause}" for clause in why[1:]]
     return lines
 
 

@@ -19,12 +19,16 @@ def _row(klass: str, work: str, conns: int, depth: int, stalkd: Measure, peer: M
 
 
 def _section(rows: list[Row]) -> dict[str, list[str]]:
-    """The section's lines by cell name: a cell's own line, then its "why:" line if any."""
+    """The section's lines by cell name: a cell's own line, then its reason's clauses joined
+    into one "why:" line if it has one."""
     out: dict[str, list[str]] = {}
     name = ""
     for line in tg.judge(rows, GEN_PROCS, CPUS)[1:]:
-        if line.lstrip().startswith("why:"):
+        if line.startswith("      why: "):
             out[name].append(line.strip())
+            continue
+        if line.startswith("           "):  # the reason's next clause
+            out[name][-1] += "; " + line.strip()
             continue
         name = next(n for n in _names(rows) if line.startswith(f"  {n} "))
         out[name] = [line]
@@ -69,12 +73,12 @@ def test_a_cpu_bound_miss_names_the_cpu_per_job_of_all_three_servers() -> None:
     assert "(stalkd/floor 0.40x)" in _section([row])["memory put 16 x 1"][0]
 
 
-def test_an_idle_server_at_depth_1_is_set_by_the_round_trip_and_the_floor_can_miss_too() -> None:
+def test_an_unsaturated_server_at_depth_1_is_set_by_the_round_trip_and_the_floor_can_miss_too() -> None:
     # stalkd busy 40 % of the time: the rate is one request per round trip, not its CPU
     row = _row("never", "put", 1, 1, Measure(5_000, 40, 60), Measure(8_000, 36, 70), Measure(6_400, 30, 65))
     why = _section([row])["never put 1 x 1"][1]
-    assert "stalkd idle (srv 40%)" in why
-    assert "beanstalkd idle (srv 36%)" in why
+    assert "stalkd not CPU-bound (srv 40%)" in why
+    assert "beanstalkd not CPU-bound (srv 36%)" in why
     assert "one request in flight" in why
     assert "+35.0 us vs beanstalkd" in why  # 80 us/job against 45
     # one job at a time: 1 / 8,000 s per job plus 35 us is 0.78x of beanstalkd's rate
@@ -82,10 +86,10 @@ def test_an_idle_server_at_depth_1_is_set_by_the_round_trip_and_the_floor_can_mi
     assert "floor/beanstalkd 0.80x (the floor misses it too" in why
 
 
-def test_an_idle_durable_server_waits_on_the_disk() -> None:
+def test_an_unsaturated_durable_server_waits_on_the_disk() -> None:
     row = _row("always", "put", 1, 1, Measure(1_000, 20, 10), Measure(2_000, 10, 15), Measure(1_900, 8, 14))
     why = _section([row])["always put 1 x 1"][1]
-    assert "stalkd idle (srv 20%): it waits on fdatasync" in why
+    assert "stalkd not CPU-bound (srv 20%): it waits on fdatasync" in why
     assert "+150.0 us vs beanstalkd" in why  # 200 us/job against 50
     assert "that CPU alone would give 0.77x, the rest is time stalkd waits (on the disk)" in why
 
