@@ -33,7 +33,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from server_bench import _generate  # noqa: E402  (the same load generator as the server bench)
+from loadgen import generate  # noqa: E402  (the same load generator as the server bench)
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "2"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -84,7 +84,7 @@ def put_rate(srv: Server, serial: int) -> float:
     q: mp.Queue[tuple[int, float, float]] = mp.Queue()
     t_start = time.time() + 0.3
     t_end = t_start + SECONDS
-    procs = [mp.Process(target=_generate, args=(srv.port, tubes[k::GEN_PROCS], b"x" * 100, 1, "put",
+    procs = [mp.Process(target=generate, args=(srv.port, tubes[k::GEN_PROCS], b"x" * 100, 1, "put",
                                                 t_start, t_end, q)) for k in range(GEN_PROCS)]
     for p in procs:
         p.start()

@@ -44,7 +44,6 @@ from pathlib import Path
 import server_bench as sb
 from meters import PYCALLS, Callgrind, Meter, PyCalls, Strace
 
-HERE = Path(__file__).resolve().parent
 BODY = b"x" * 100
 KINDS = ("stalkd", "stalkd-py", "floor", "beanstalkd")
 METERS = ("callgrind", "strace", "pycalls")
@@ -164,13 +163,7 @@ def drive(port: int, work: str, tubes: list[bytes], rounds: int) -> None:
 
 
 def _command(kind: str, klass: str, data_dir: str | None) -> tuple[list[str], dict[str, str]]:
-    if kind == "floor":
-        args = [sys.executable, str(HERE / "floor_server.py")]
-        if data_dir:
-            args += ["--sync-dir", data_dir] + (["--no-fsync"] if klass == "never" else [])
-        env = None
-    else:
-        args, env = sb.command(kind, klass, data_dir)
+    args, env = sb.command(kind, klass, data_dir)  # the floor's durable variant in never/always
     # one hash seed: a Python server's dict and set work is the same from run to run
     return args, {**(env or os.environ), "PYTHONHASHSEED": "0"}
 

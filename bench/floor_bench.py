@@ -49,14 +49,13 @@ from dataclasses import dataclass
 import counts as counts_mod
 import server_bench as sb
 
-FLOOR = os.path.join(sb.HERE, "floor_server.py")
-
 
 def _start_floor(sync_dir: str | None = None, sleep_ms: float = 0.0, unwritten: bool = False) -> sb.Server:
-    extra = [] if sync_dir is None else ["--sync-dir", sync_dir, "--sleep-ms", str(sleep_ms)]
-    extra += ["--unwritten"] if unwritten else []
-    return sb.launch("floor", [sys.executable, FLOOR, *extra], "memory" if sync_dir is None else "always",
-                     sync_dir, stdout=None, stderr=None)
+    """The floor in memory, or durable in ``sync_dir`` (fdatasync per put, or a sleep as a control)."""
+    klass = "memory" if sync_dir is None else "always"
+    extra = ([] if sync_dir is None else ["--sleep-ms", str(sleep_ms)]) + (["--unwritten"] if unwritten else [])
+    args, env = sb.command("floor", klass, sync_dir, tuple(extra))
+    return sb.launch("floor", args, klass, sync_dir, env, stdout=None, stderr=None)
 
 
 # stalkd `always` with every fdatasync of its log replaced by a sleep: the blocking control.

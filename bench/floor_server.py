@@ -1,4 +1,4 @@
-"""The "floor" server of bench/floor_bench.py: the least a Python server on uvloop does per put.
+"""The "floor" server of bench/floor_bench.py and server_bench.py: the least a Python server on uvloop does per put.
 
 It parses only what a put needs and answers ``INSERTED n``: no engine, no records, no stats
 (``use``/``watch`` and any other line get a fixed short reply). With ``--sync-dir`` it is the

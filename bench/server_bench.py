@@ -7,7 +7,7 @@ x pipeline depth {1, 64}, in three durability classes:
   memory  stalkd (no dir)                                     vs  beanstalkd (no -b)
 plus end-to-end put -> reserve latency (p50/p99) and server CPU microseconds per job.
 
-The load generator is Python: ``GEN_PROCS`` processes, each driving its share of the
+The load generator (loadgen.py) is Python: ``GEN_PROCS`` processes, each driving its share of the
 connections over raw non-blocking sockets with pipelining. To show it is not the bottleneck,
 every cell prints the server's CPU use (from /proc, % of one core) next to the generator's:
 a server near 100 % is saturated; a generator near 100 % x GEN_PROCS with an idle server
@@ -28,16 +28,22 @@ source tree (say a ``git worktree`` of the last commit): an A/B run of a change,
 stalkd runs twice per cell when its C accelerator is built: ``stalkd`` (the default, with it)
 and ``stalkd-py`` (``STALKD_NO_EXTENSIONS=1``, the pure-Python modules), in the same
 alternation, so each line shows both against beanstalkd and ``C/py``; ``--no-pure`` skips the
-second one.
+second one. Put cells also run the floor server (bench/floor_server.py: parses a put, answers
+INSERTED; in ``never`` it writes each put to a file, in ``always`` it fdatasyncs it too), in the
+same alternation, for ``st/fl``: stalkd's rate over what a trivial Python server reaches;
+``--no-floor`` skips it.
+
+After the matrix, "targets (issue 12)" judges the cells the issue sets targets for (targets.py):
+the ratio, the target, met or NOT met and, for a miss, the reason in this run's figures;
+target cells the run did not measure are listed with the options that measure them.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import os
-import resource
-import selectors
 import shutil
 import signal
 import socket
@@ -47,6 +53,9 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+
+import targets
+from loadgen import generate, preload
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "0.5"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))  # alternating rounds per cell; medians reported
@@ -58,6 +67,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 from support import listening_ports, wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
 
 STALKD = [sys.executable, "-m", "stalkd.server.cli"]
+FLOOR = [sys.executable, os.path.join(HERE, "floor_server.py")]
 TICKS = os.sysconf("SC_CLK_TCK")
 # BENCH_LOG_LEVEL=info with BENCH_SERVER_LOG=FILE: stalkd logs records per fsync when it stops.
 SERVER_LOG_LEVEL = os.environ.get("BENCH_LOG_LEVEL", "warning")
@@ -124,7 +134,7 @@ PEER_SRC: str | None = None  # --peer-src: the "beanstalkd" column runs this sta
 def command(kind: str, klass: str, data_dir: str | None,
             extra: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str] | None]:
     """(argv, environment or None) of a server of ``kind`` in durability ``klass`` on port 0;
-    ``extra`` flags go to stalkd only."""
+    ``extra`` flags go to stalkd and the floor, not to beanstalkd."""
     env = None
     if kind == "beanstalkd" and PEER_SRC is not None:
         kind, env = "stalkd", {**os.environ, "PYTHONPATH": PEER_SRC}
@@ -134,6 +144,11 @@ def command(kind: str, klass: str, data_dir: str | None,
         args = [*STALKD, "-l", "127.0.0.1", "-p", "0", "--log-level", SERVER_LOG_LEVEL]
         if data_dir:
             args += ["-b", data_dir] + (["-F"] if klass == "never" else [])
+        return args + list(extra), env
+    if kind == "floor":  # durable: a write per put, and in `always` an fdatasync before INSERTED
+        args = list(FLOOR)
+        if data_dir:
+            args += ["--sync-dir", data_dir] + (["--no-fsync"] if klass == "never" else [])
         return args + list(extra), env
     args = ["beanstalkd", "-l", "127.0.0.1", "-p", "0"]
     if data_dir:
@@ -159,165 +174,11 @@ def launch(name: str, args: list[str], klass: str, data_dir: str | None, env: di
 
 
 def start(kind: str, klass: str, extra: tuple[str, ...] = ()) -> Server:
-    """A server of ``kind`` in durability ``klass``; ``extra`` flags go to stalkd only."""
+    """A server of ``kind`` (stalkd, stalkd-py, floor, beanstalkd) in durability ``klass``;
+    ``extra`` flags go to stalkd and the floor."""
     data_dir = tempfile.mkdtemp(prefix=f"bench-{kind}-", dir=DATA_DIR) if klass != "memory" else None
     args, env = command(kind, klass, data_dir, extra)
     return launch(kind, args, klass, data_dir, env)
-
-
-# --- load generator (runs in child processes) -----------------------------------------------
-
-
-class _Conn:
-    """One pipelined connection's state machine: send a batch, count its replies."""
-
-    def __init__(self, port: int, tube: bytes, body: bytes, depth: int, work: str) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sync(b"use %s\r\nwatch %s\r\nignore default\r\n" % (tube, tube), 3)
-        self.sock.setblocking(False)
-        self.depth = depth
-        self.work = work
-        self.put_batch = b"put 0 0 120 %d\r\n%s\r\n" % (len(body), body) * depth
-        self.res_batch = b"reserve-with-timeout 0\r\n" * depth
-        self.buf = bytearray()
-        self.pending = 0  # replies still expected
-        self.phase = ""
-        self.ids: list[bytes] = []
-        self.done = 0
-        self.out = b""
-        self.exhausted = False
-
-    def _sync(self, data: bytes, replies: int) -> None:
-        self.sock.sendall(data)
-        got = b""
-        while got.count(b"\r\n") < replies:
-            got += self.sock.recv(65536)
-
-    def begin(self) -> None:
-        if self.work == "put":
-            self.phase, self.out, self.pending = "put", self.put_batch, self.depth
-        else:
-            self.phase, self.out, self.pending = "res", self.res_batch, self.depth
-
-    def flush(self) -> None:
-        while self.out:
-            try:
-                n = self.sock.send(self.out)
-            except BlockingIOError:
-                return
-            self.out = self.out[n:]
-
-    def readable(self) -> bool:
-        """Consume replies; True when the batch is complete."""
-        try:
-            chunk = self.sock.recv(1 << 20)
-        except BlockingIOError:
-            return False
-        if not chunk:
-            raise ConnectionError("server closed the connection")
-        self.buf += chunk
-        if self.phase in ("put", "del"):
-            n = self.buf.count(b"\r\n")
-            self.pending -= n
-            if n:
-                del self.buf[: self.buf.rfind(b"\r\n") + 2]
-            if self.pending == 0:
-                if self.phase == "put":
-                    self.done += self.depth
-                else:
-                    self.done += len(self.ids)
-                return True
-            return False
-        # reserve phase: RESERVED <id> <bytes>\r\n<body>\r\n or TIMED_OUT\r\n
-        buf = self.buf
-        pos = 0
-        while self.pending:
-            i = buf.find(b"\r\n", pos)
-            if i < 0:
-                break
-            line = bytes(buf[pos:i])
-            if line.startswith(b"RESERVED"):
-                _, jid, size = line.split()
-                end = i + 2 + int(size) + 2
-                if end > len(buf):
-                    break
-                self.ids.append(jid)
-                pos = end
-            else:
-                pos = i + 2
-            self.pending -= 1
-        del buf[:pos]
-        if self.pending:
-            return False
-        if not self.ids:
-            self.exhausted = True  # the preloaded jobs are used up: this connection is done
-            return True
-        self.phase = "del"
-        self.out = b"".join(b"delete %s\r\n" % j for j in self.ids)
-        self.pending = len(self.ids)
-        return False
-
-
-def _generate(port: int, tubes: list[bytes], body: bytes, depth: int, work: str,
-              t_start: float, t_end: float, q: mp.Queue[tuple[int, float, float]]) -> None:
-    conns = [_Conn(port, t, body, depth, work) for t in tubes]
-    sel = selectors.DefaultSelector()
-    for c in conns:
-        sel.register(c.sock, selectors.EVENT_READ, c)
-    while time.time() < t_start:
-        time.sleep(0.001)
-    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-    rw = selectors.EVENT_READ | selectors.EVENT_WRITE
-
-    def push(c: _Conn) -> None:
-        # Write what the socket takes; ask for writability only while something is left.
-        c.flush()
-        sel.modify(c.sock, rw if c.out else selectors.EVENT_READ, c)
-
-    for c in conns:
-        c.begin()
-        push(c)
-    active = len(conns)
-    last = time.time()
-    while active:
-        for key, mask in sel.select(1.0):
-            c = key.data
-            if mask & selectors.EVENT_WRITE:
-                push(c)
-            if not mask & selectors.EVENT_READ:
-                continue
-            if c.readable():
-                last = time.time()
-                if last < t_end and not c.exhausted:
-                    c.ids = []
-                    c.begin()
-                    push(c)
-                else:
-                    active -= 1
-                    sel.unregister(c.sock)
-            elif c.out:
-                push(c)
-    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    q.put((sum(c.done for c in conns), cpu, last))
-
-
-def _preload(port: int, tubes: list[bytes], body: bytes, per_tube: int) -> None:
-    """Put ``per_tube`` jobs into each tube (not timed), pipelined in chunks."""
-    for t in tubes:
-        with socket.create_connection(("127.0.0.1", port)) as s:
-            s.sendall(b"use %s\r\n" % t)
-            left = per_tube
-            got = b""
-            expect = 1
-            while left:
-                n = min(left, 512)
-                s.sendall(b"put 0 0 120 %d\r\n%s\r\n" % (len(body), body) * n)
-                left -= n
-                expect += n
-            while got.count(b"\r\n") < expect:
-                got += s.recv(1 << 20)
 
 
 _cell_serial = 0
@@ -333,7 +194,7 @@ def run_cell(srv: Server, work: str, size: int, n_conns: int, depth: int) -> tup
         # A fixed stock (a connection that runs out stops; the rate counts until the last one
         # stopped). Small for `always`, where beanstalkd -f 0 preloads at one fsync per put.
         stock = 3000 if srv.durability == "always" else 20000
-        _preload(srv.port, tubes, body, max(64, stock // n_conns))
+        preload(srv.port, tubes, body, max(64, stock // n_conns))
     procs = max(1, min(GEN_PROCS, n_conns))
     q: mp.Queue[tuple[int, float, float]] = mp.Queue()
     t_start = time.time() + 0.3
@@ -341,7 +202,7 @@ def run_cell(srv: Server, work: str, size: int, n_conns: int, depth: int) -> tup
     children = []
     for k in range(procs):
         share = tubes[k::procs]
-        p = mp.Process(target=_generate, args=(srv.port, share, body, depth, work, t_start, t_end, q))
+        p = mp.Process(target=generate, args=(srv.port, share, body, depth, work, t_start, t_end, q))
         p.start()
         children.append(p)
     while time.time() < t_start:
@@ -428,20 +289,75 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt  # run the finally blocks: servers stopped, data dirs removed
 
 
+def _cell(servers: dict[str, Server], kinds: list[str], work: str, size: int, n: int,
+          depth: int) -> dict[str, targets.Measure]:
+    """Each server's median run of one cell, ROUNDS rounds, who goes first alternating."""
+    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
+    for r in range(ROUNDS):
+        for kind in kinds if r % 2 == 0 else kinds[::-1]:
+            runs[kind].append(run_cell(servers[kind], work, size, n, depth))
+    return {k: targets.Measure(*_median(v)) for k, v in runs.items()}
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("inf")
+
+
+def _header(pure: bool, floor: bool) -> str:
+    return (f"{'class':6} {'work':4} {'size':>5} {'conns':>5} {'depth':>5} | "
+            f"{'stalkd/s':>9} {'srv%':>4} {'gen%':>4} {'us/job':>6} | "
+            + (f"{'stalkd-py/s':>11} {'us/job':>6} | " if pure else "")
+            + f"{'beanstalkd/s':>12} {'srv%':>4} {'gen%':>4} {'us/job':>6} | "
+            + (f"{'floor/s':>9} {'srv%':>4} {'us/job':>6} | " if floor else "")
+            + f"{'ratio':>6}"
+            + (f" {'py/bs':>6} {'C/py':>6}" if pure else "")
+            + (f" {'st/fl':>6}" if floor else ""))
+
+
+def _line(row: targets.Row, py: targets.Measure | None, floor: bool) -> str:
+    """One cell's line under ``_header`` (stalkd-py's columns when ``py`` is given)."""
+    c, s, b, f = row.cell, row.stalkd, row.peer, row.floor
+    text = (f"{c.klass:6} {c.work:4} {c.size:5} {c.conns:5} {c.depth:5} | "
+            f"{s.rate:9.0f} {s.srv:4.0f} {s.gen:4.0f} {s.us_per_job:6.1f} | ")
+    if py is not None:
+        text += f"{py.rate:11.0f} {py.us_per_job:6.1f} | "
+    text += f"{b.rate:12.0f} {b.srv:4.0f} {b.gen:4.0f} {b.us_per_job:6.1f} | "
+    if floor:  # the floor only puts: dashes in reserve+delete cells
+        text += f"{f.rate:9.0f} {f.srv:4.0f} {f.us_per_job:6.1f} | " if f else f"{'-':>9} {'-':>4} {'-':>6} | "
+    text += f"{row.ratio:6.2f}x"
+    if py is not None:
+        text += f" {_ratio(py.rate, b.rate):5.2f}x {_ratio(s.rate, py.rate):5.2f}x"
+    if floor:
+        text += f" {_ratio(s.rate, f.rate):5.2f}x" if f else f" {'-':>6}"
+    return text
+
+
 def _options() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--class", dest="classes", action="append", choices=["always", "never", "memory"])
-    ap.add_argument("--work", action="append", choices=["put", "rd"])
-    ap.add_argument("--size", action="append", type=int)
-    ap.add_argument("--conns", action="append", type=int)
-    ap.add_argument("--depth", action="append", type=int)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n", 1)[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Each cell option may be repeated; without it, every value shown in its help runs.\n"
+               "Environment: BENCH_SECONDS (per run, default 0.5), BENCH_ROUNDS (3), GEN_PROCS (2),\n"
+               "BENCH_CLASSES, BENCH_QUICK=1, BENCH_DATA_DIR (/var/tmp), BENCH_SERVER_LOG=FILE.\n"
+               "The targets section judges issue 12's cells (100 B, depth 1): --size 100 --depth 1\n"
+               "measures every one of them; cells left out are listed with the options that run them.")
+    cells = ap.add_argument_group("cells")
+    cells.add_argument("--class", dest="classes", action="append", choices=["always", "never", "memory"],
+                       help="durability class (default: all three)")
+    cells.add_argument("--work", action="append", choices=["put", "rd"], help="put, or rd = reserve+delete (default both)")
+    cells.add_argument("--size", action="append", type=int, metavar="BYTES", help="job body (default 100 and 4096)")
+    cells.add_argument("--conns", action="append", type=int, metavar="N", help="connections (default 1 and 16)")
+    cells.add_argument("--depth", action="append", type=int, metavar="N",
+                       help="commands in flight per connection (default 1 and 64)")
     ap.add_argument("--no-latency", action="store_true", help="skip the put->reserve latency runs")
     ap.add_argument("--no-startup", action="store_true", help="skip the start-up timings")
-    ap.add_argument("--peer-src", help="compare with the stalkd in this src/ directory, not beanstalkd")
-    ap.add_argument("--tls", action="store_true",
-                    help="TLS listener vs plain listener, and beanstalkd behind stunnel (tls_bench.py)")
     ap.add_argument("--no-pure", action="store_true",
                     help="do not also run stalkd on its pure-Python modules (STALKD_NO_EXTENSIONS=1)")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="do not run the floor server (bench/floor_server.py) in put cells")
+    ap.add_argument("--peer-src", metavar="DIR",
+                    help="compare with the stalkd in this src/ directory, not beanstalkd (no targets then)")
+    ap.add_argument("--tls", action="store_true",
+                    help="TLS listener vs plain listener, and beanstalkd behind stunnel (tls_bench.py)")
     return ap.parse_args()
 
 
@@ -477,47 +393,33 @@ def main() -> int:
     from stalkd.protocol import accel
 
     pure = not opts.no_pure and accel.IMPLEMENTATION == "c"
+    floor = not opts.no_floor
     print(f"# stalkd's hot path: {accel.IMPLEMENTATION}"
           + ("; stalkd-py: the same tree with STALKD_NO_EXTENSIONS=1" if pure else ""))
-    kinds = ("stalkd", "stalkd-py", "beanstalkd") if pure else ("stalkd", "beanstalkd")
-    header = (f"{'class':6} {'work':4} {'size':>5} {'conns':>5} {'depth':>5} | "
-              f"{'stalkd/s':>9} {'srv%':>4} {'gen%':>4} {'us/job':>6} | "
-              + (f"{'stalkd-py/s':>11} {'us/job':>6} | " if pure else "")
-              + f"{'beanstalkd/s':>12} {'srv%':>4} {'gen%':>4} {'us/job':>6} | {'ratio':>6}"
-              + (f" {'py/bs':>6} {'C/py':>6}" if pure else ""))
+    if floor:
+        print("# floor: bench/floor_server.py in put cells (memory: answers only; never: writes each put;"
+              " always: writes and fdatasyncs each put); st/fl = stalkd/floor")
+    kinds = ["stalkd"] + (["stalkd-py"] if pure else []) + ["beanstalkd"] + (["floor"] if floor else [])
     summary: dict[str, list[float]] = {}
+    rows: list[targets.Row] = []
     for klass in classes:
         print()
-        print(header)
+        print(_header(pure, floor))
         servers = {kind: start(kind, klass) for kind in kinds}
         try:
-            for work in works:
-                for size in sizes:
-                    for n in conns:
-                        for depth in depths:
-                            runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
-                            for r in range(ROUNDS):
-                                order = kinds if r % 2 == 0 else kinds[::-1]
-                                for kind in order:  # alternate who goes first
-                                    runs[kind].append(run_cell(servers[kind], work, size, n, depth))
-                            s, b = _median(runs["stalkd"]), _median(runs["beanstalkd"])
-                            ratio = s[0] / b[0] if b[0] else float("inf")
-                            summary.setdefault(klass, []).append(ratio)
-                            us_s = 1e4 * s[1] / s[0] if s[0] else 0
-                            us_b = 1e4 * b[1] / b[0] if b[0] else 0
-                            py_cols = py_ratios = ""
-                            if pure:
-                                p = _median(runs["stalkd-py"])
-                                us_p = 1e4 * p[1] / p[0] if p[0] else 0
-                                py_cols = f"{p[0]:11.0f} {us_p:6.1f} | "
-                                py_ratios = (f" {p[0] / b[0] if b[0] else float('inf'):5.2f}x"
-                                             f" {s[0] / p[0] if p[0] else float('inf'):5.2f}x")
-                                summary.setdefault(klass + " py", []).append(p[0] / b[0] if b[0] else float("inf"))
-                            print(f"{klass:6} {work:4} {size:5} {n:5} {depth:5} | "
-                                  f"{s[0]:9.0f} {s[1]:4.0f} {s[2]:4.0f} {us_s:6.1f} | {py_cols}"
-                                  f"{b[0]:12.0f} {b[1]:4.0f} {b[2]:4.0f} {us_b:6.1f} | {ratio:6.2f}x{py_ratios}",
-                                  flush=True)
+            for work, size, n, depth in itertools.product(works, sizes, conns, depths):
+                here = [k for k in kinds if k != "floor" or work == "put"]  # the floor only puts
+                med = _cell(servers, here, work, size, n, depth)
+                row = targets.Row(targets.Cell(klass, work, size, n, depth), med["stalkd"],
+                                  med["beanstalkd"], med.get("floor"))
+                rows.append(row)
+                summary.setdefault(klass, []).append(row.ratio)
+                if pure:
+                    summary.setdefault(klass + " py", []).append(_ratio(med["stalkd-py"].rate, row.peer.rate))
+                print(_line(row, med.get("stalkd-py"), floor), flush=True)
             for kind, srv in () if opts.no_latency else servers.items():
+                if kind == "floor":
+                    continue  # it answers puts only, never a reserve
                 p50, p99 = latency(srv)
                 print(f"{klass:6} latency put->reserve {kind:10}: p50 {p50:7.3f} ms  p99 {p99:7.3f} ms")
         finally:
@@ -527,6 +429,11 @@ def main() -> int:
     for klass, ratios in summary.items():
         print(f"{klass:9}: ratio stalkd/beanstalkd geometric mean {statistics.geometric_mean(ratios):.2f}x, "
               f"min {min(ratios):.2f}x, max {max(ratios):.2f}x over {len(ratios)} cells")
+    print()
+    if PEER_SRC is not None:
+        print("targets (issue 12): not judged: with --peer-src the beanstalkd column is another stalkd")
+    else:
+        print("\n".join(targets.judge(rows, GEN_PROCS, os.cpu_count() or 1)))
     return 0
 
 

@@ -39,13 +39,20 @@ def test_a_bench_server_reports_the_port_it_listens_on(kind: str, klass: str) ->
     assert data_dir is None or not os.path.exists(data_dir)  # stop() removes it
 
 
-def test_the_floor_server_listens_on_port_0_and_answers_puts() -> None:
-    srv = sb.launch("floor", [sys.executable, str(Path(sb.HERE) / "floor_server.py")], "memory", None)
+@pytest.mark.parametrize("klass", ["memory", "never", "always"])
+def test_the_floor_server_listens_on_port_0_and_answers_puts(klass: str) -> None:
+    srv = sb.start("floor", klass)
     try:
         assert listening_ports(srv.proc.pid) == [srv.port]
-        assert _ask(srv.port, b"put 0 0 60 2\r\nhi\r\n") == b"INSERTED 1\r\n"
+        assert _ask(srv.port, b"put 0 0 60 7\r\nhi-put!\r\n") == b"INSERTED 1\r\n"
+        data_dir = srv.data_dir
+        assert (data_dir is None) == (klass == "memory")
+        if data_dir is not None:  # the durable floor wrote the put before answering
+            with open(os.path.join(data_dir, "log"), "rb") as f:
+                assert f.read(64).startswith(b"put 0 0 60 7\r\nhi-put!\r\n")
     finally:
         srv.stop()
+    assert data_dir is None or not os.path.exists(data_dir)
 
 
 def test_a_server_that_exits_before_answering_is_reported() -> None:
