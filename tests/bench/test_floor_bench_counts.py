@@ -64,8 +64,16 @@ def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
     # reserve+delete without one Python frame; the reference runs several per command.
     compiled = fastconn.IMPLEMENTATION == "c" and fastengine.IMPLEMENTATION == "c"
     for cell in ("memory:put:1", "memory:rd:1"):
-        calls = pycalls[cell]["stalkd"]["calls"]
-        assert (abs(calls) < 0.3) if compiled else (calls > 1), (cell, calls)
+        per_fn = pycalls[cell]["stalkd"]
+        calls = per_fn["calls"]
+        if compiled:
+            # Calls that do not scale with jobs (timers, the loop's own wake-ups) differ between
+            # the two runs by wall time, up to about 0.3 per job on a busy machine: so no
+            # function may run once per job, and the total stays far below the reference's 10+.
+            per_job_fns = {k: v for k, v in per_fn.items() if k != "calls" and v >= 0.9}
+            assert not per_job_fns and abs(calls) < 1.5, (cell, calls, per_job_fns)
+        else:
+            assert calls > 5, (cell, calls)
     assert "## system calls per job (strace" in stdout
     assert "## Python function calls per job" in stdout
     assert "## user-space instructions" not in stdout
