@@ -25,6 +25,7 @@
 
 #include "../protocol/_cext/capi.h"
 #include "_cext/core.c.h"
+#include "_cext/barriers.c.h"
 #include "_cext/output.c.h"
 #include "_cext/execute.c.h"
 
@@ -41,7 +42,10 @@ core_process(Core *self)
         return -1;
     self->running = 1;
     PyObject *steps = self->steps == Py_None ? NULL : Py_NewRef(self->steps);
-    if (steps != NULL && call_method0(steps, S_begin_step) < 0) {
+    Bar *bar = as_bar(steps);
+    if (bar != NULL) {
+        bar_begin(bar);
+    } else if (steps != NULL && call_method0(steps, S_begin_step) < 0) {
         Py_DECREF(steps);
         return -1;  /* before the reference's try: it stays "running" too */
     }
@@ -119,7 +123,7 @@ finally:
     if (steps != NULL) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
-        if (call_method0(steps, S_end_step) < 0) {
+        if ((bar != NULL ? bar_end(bar) : call_method0(steps, S_end_step)) < 0) {
             /* the reference's finally raises its own error instead */
             Py_XDECREF(et);
             Py_XDECREF(ev);
@@ -195,6 +199,18 @@ Core_send(Core *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
+Core_release_held(Core *self, PyObject *durable)
+{
+    Py_ssize_t d = PyLong_AsSsize_t(durable);
+    if (d == -1 && PyErr_Occurred())
+        return NULL;
+    int left = ready(self) < 0 ? -1 : core_release_held(self, d);
+    if (left < 0)
+        return NULL;
+    return PyBool_FromLong(left);
+}
+
+static PyObject *
 Core_flush(Core *self, PyObject *Py_UNUSED(ignored))
 {
     if (ready(self) < 0 || core_flush(self) < 0)
@@ -266,6 +282,8 @@ static PyMethodDef Core_methods[] = {
      "Run buffered commands until input runs out, a reserve blocks, or output backs up."},
     {"send", (PyCFunction)(void (*)(void))Core_send, METH_FASTCALL,
      "Queue the reply to this connection's latest command (None: it now blocks)."},
+    {"release_held", (PyCFunction)Core_release_held, METH_O,
+     "Move held replies whose barrier is durable to the output; True if some are left."},
     {"flush", (PyCFunction)Core_flush, METH_NOARGS,
      "Write everything ready in one call; honour a queued close."},
     {NULL},
@@ -290,10 +308,12 @@ static PyTypeObject CoreType = {
 static PyObject *
 configure(PyObject *mod, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"send", "close", "job_reply", "denied", "replicate", NULL};
-    PyObject *send, *close, *job, *den, *rep;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!", kwlist, &send, &close, &job, &den,
-                                     &PyBytes_Type, &rep))
+    static char *kwlist[] = {"send", "close", "job_reply", "denied", "replicate", "durable_ops",
+                             "inline_after", NULL};
+    PyObject *send, *close, *job, *den, *rep, *dops;
+    Py_ssize_t inl;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!O!n", kwlist, &send, &close, &job, &den,
+                                     &PyBytes_Type, &rep, &PyFrozenSet_Type, &dops, &inl))
         return NULL;
     StalkdProtocolAPI *a = PyCapsule_Import(STALKD_PROTOCOL_API_NAME, 0);
     if (a == NULL)
@@ -308,6 +328,8 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     Py_XSETREF(job_reply, Py_NewRef(job));
     Py_XSETREF(denied, Py_NewRef(den));
     Py_XSETREF(replicate, Py_NewRef(rep));
+    Py_XSETREF(durable_ops, Py_NewRef(dops));
+    inline_after = inl;
     api = a;
     Py_RETURN_NONE;
 }
@@ -354,14 +376,25 @@ PyInit__conn(void)
     INTERN(S_handle, "_handle");
     INTERN(S_timer_at, "_timer_at");
     INTERN(S_schedule_tick, "_schedule_tick");
+    INTERN(S_close_batch, "_close_batch");
+    INTERN(S_soon, "_soon");
+    INTERN(S_op, "op");
+    INTERN(S_job_id, "job_id");
+    INTERN(S_append, "append");
+    INTERN(S_popleft, "popleft");
+    INTERN(S_promised, "promised");
+    INTERN(S_costless, "_costless");
+    INTERN(S_settle, "settle");
+    INTERN(S_id, "id");
     if ((ZERO = PyLong_FromLong(0)) == NULL || (EMPTY = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
         return NULL;
-    if (PyType_Ready(&CoreType) < 0)
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&BarType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "ConnectionCore", (PyObject *)&CoreType) < 0) {
+    if (PyModule_AddObjectRef(m, "ConnectionCore", (PyObject *)&CoreType) < 0
+            || PyModule_AddObjectRef(m, "BarriersCore", (PyObject *)&BarType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

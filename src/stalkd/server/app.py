@@ -49,7 +49,7 @@ from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection
-from stalkd.server.fastconn import new_connection
+from stalkd.server.fastconn import BARRIERS, new_connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
 
@@ -99,7 +99,7 @@ class Server:
         # False in memory: no records, so no reply ever waits for a barrier.
         self.persistent = persistent = self.storage.persistent
         self.group_commit = persistent and config.durability == "always"
-        self.barriers = Barriers(self.storage, group_commit=self.group_commit,
+        self.barriers: Barriers = BARRIERS(self.storage, group_commit=self.group_commit,
                                  loop=lambda: self._loop, on_fatal=self._fatal)
         # A storage that keeps nothing never runs out of room: the engine asks nobody.
         self.admission = Admission(self.storage, config.data_dir) if persistent else None

@@ -84,6 +84,7 @@ class Barriers:
         on_fatal: Callable[[BaseException], None],
     ) -> None:
         self.storage = storage
+        self.keeps = storage.persistent  # False: records are dropped, replies never wait
         self.group_commit = group_commit
         self._loop = loop
         self._on_fatal = on_fatal
@@ -157,7 +158,7 @@ class Barriers:
     def add(self, c: object | None, records: Sequence[Record]) -> int:
         """Queue one command's records (``c``'s, None for a timer); the barrier its replies
         wait for (0: nothing durable among them)."""
-        if not self.storage.persistent:
+        if not self.keeps:
             return 0
         self.pending.extend(records)
         if self._steps and not self._releasing:

@@ -22,15 +22,17 @@ import importlib
 from typing import Literal
 
 from stalkd.protocol import accel
+from stalkd.engine.model import DURABLE_OPS
 from stalkd.protocol.commands import Close, JobReply
 from stalkd.replication.wire import REPLICATE
+from stalkd.server.barriers import INLINE_AFTER, Barriers
 from stalkd.server.connection import _DENIED, READ_MAX, Connection, Host, read_size
 from stalkd.server.readbuf import BufferedConnection
 
-__all__ = ["IMPLEMENTATION", "CONNECTION", "BUFFERED", "new_connection"]
+__all__ = ["IMPLEMENTATION", "CONNECTION", "BUFFERED", "BARRIERS", "new_connection"]
 
 
-def _compiled() -> tuple[type[Connection], type[BufferedConnection]] | None:
+def _compiled() -> tuple[type[Connection], type[BufferedConnection], type[Barriers]] | None:
     if accel.speedups is None:  # STALKD_NO_EXTENSIONS=1, or the reference parser runs
         return None
     try:
@@ -38,13 +40,15 @@ def _compiled() -> tuple[type[Connection], type[BufferedConnection]] | None:
     except ImportError:
         return None
     mod.configure(send=Connection.send, close=Close, job_reply=JobReply, denied=_DENIED,
-                  replicate=REPLICATE)
+                  replicate=REPLICATE, durable_ops=DURABLE_OPS, inline_after=INLINE_AFTER)
     core = mod.ConnectionCore
     conn: type[Connection] = type("CConnection", (core, Connection), {
         "__doc__": Connection.__doc__, "__module__": __name__})
     buffered: type[BufferedConnection] = type("CBufferedConnection", (conn, BufferedConnection), {
         "__doc__": BufferedConnection.__doc__, "__module__": __name__})
-    return conn, buffered
+    barriers: type[Barriers] = type("CBarriers", (mod.BarriersCore, Barriers), {
+        "__doc__": Barriers.__doc__, "__module__": __name__})
+    return conn, buffered, barriers
 
 
 _classes = _compiled()
@@ -52,6 +56,8 @@ CONNECTION: type[Connection] = Connection if _classes is None else _classes[0]
 """The class of a connection that reads as much as the loop does."""
 BUFFERED: type[BufferedConnection] = BufferedConnection if _classes is None else _classes[1]
 """The class of a connection that reads into the shared buffer (a small ``max_output``)."""
+BARRIERS: type[Barriers] = Barriers if _classes is None else _classes[2]
+"""The class of a server's barriers (its step hooks and per-command bookkeeping)."""
 IMPLEMENTATION: Literal["c", "python"] = "python" if _classes is None else "c"
 
 
