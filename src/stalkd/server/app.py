@@ -87,7 +87,9 @@ class Server:
         *,
         clock: Callable[[], float] = time.time,
         on_fatal: Callable[[BaseException], None] | None = None,
+        barriers: type[Barriers] = BARRIERS,
     ) -> None:
+        """``barriers``: the compiled bookkeeping (fastconn's) or the reference (barriers.py)."""
         self.config = config
         self.engine = engine
         self.storage: Storage = storage if storage is not None else MemoryStorage()
@@ -99,7 +101,7 @@ class Server:
         # False in memory: no records, so no reply ever waits for a barrier.
         self.persistent = persistent = self.storage.persistent
         self.group_commit = persistent and config.durability == "always"
-        self.barriers: Barriers = BARRIERS(self.storage, group_commit=self.group_commit,
+        self.barriers = barriers(self.storage, group_commit=self.group_commit,
                                  loop=lambda: self._loop, on_fatal=self._fatal)
         # A storage that keeps nothing never runs out of room: the engine asks nobody.
         self.admission = Admission(self.storage, config.data_dir) if persistent else None

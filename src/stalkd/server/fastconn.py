@@ -21,8 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import Literal
 
-from stalkd.protocol import accel
 from stalkd.engine.model import DURABLE_OPS
+from stalkd.protocol import accel
 from stalkd.protocol.commands import Close, JobReply
 from stalkd.replication.wire import REPLICATE
 from stalkd.server.barriers import INLINE_AFTER, Barriers
