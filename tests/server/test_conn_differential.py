@@ -217,6 +217,11 @@ def _script(rng: random.Random, conns: int) -> list[tuple[Any, ...]]:
                 head = (b"put 1 0 60 2\r\nhi\r\n" if j == 0 else b"reserve-with-timeout 0\r\n") if handoff else b""
                 acts.append(("queue", j, head + b"".join(_command(rng) for _ in range(rng.choice([1, 2, 5])))))
             acts.append(("run",))
+        elif r < 0.57:
+            # Job bodies held behind their batch past the output limit: the client stops being
+            # read until the batch is durable, then runs the rest (the barriers resume it).
+            big = b"put 0 0 60 %d\r\n%s\r\n" % (MAX_JOB, b"z" * MAX_JOB)
+            acts.append(("send", k, big * 8 + b"reserve-with-timeout 0\r\n" * 8 + b"stats-tube default\r\n"))
         elif r < 0.6:
             for _ in range(12):
                 acts.append(("send", k, b"put 0 0 60 3\r\nabc\r\n" + rng.choice([b"", b"reserve\r\n"])))
@@ -319,7 +324,9 @@ def _run(factory: Factory, script: list[tuple[Any, ...]], conns: int, max_output
         for t in ts:
             t.client_reads(1 << 30)
         state = _engine_state(engine)
-        seen.append(("batches", repr((srv.written, srv.durable, srv.syncs, type(srv.failed).__name__))))
+        b = srv.barriers  # what the barriers still keep: pruned job barriers, no released connection
+        seen.append(("batches", repr((srv.written, srv.durable, srv.syncs, type(srv.failed).__name__,
+                                      len(b._job_batch), len(b._job_batches), len(b._held)))))
         if isinstance(store, Wal):
             space = store.space
             seen.append(("wal", repr((store.records_written, store.last_seq,

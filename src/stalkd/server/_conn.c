@@ -142,6 +142,8 @@ finally:
     return rc;
 }
 
+#include "_cext/barrier_io.c.h"
+
 /* --- methods ---------------------------------------------------------------------------- */
 
 static PyObject *
@@ -208,6 +210,14 @@ Core_release_held(Core *self, PyObject *durable)
     if (left < 0)
         return NULL;
     return PyBool_FromLong(left);
+}
+
+static PyObject *
+Core_resume(Core *self, PyObject *Py_UNUSED(ignored))
+{
+    if (core_resume(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -284,6 +294,8 @@ static PyMethodDef Core_methods[] = {
      "Queue the reply to this connection's latest command (None: it now blocks)."},
     {"release_held", (PyCFunction)Core_release_held, METH_O,
      "Move held replies whose barrier is durable to the output; True if some are left."},
+    {"resume", (PyCFunction)Core_resume, METH_NOARGS,
+     "Held replies left: run what was read if the connection had stopped for them."},
     {"flush", (PyCFunction)Core_flush, METH_NOARGS,
      "Write everything ready in one call; honour a queued close."},
     {NULL},
@@ -309,11 +321,12 @@ static PyObject *
 configure(PyObject *mod, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"send", "close", "job_reply", "denied", "replicate", "durable_ops",
-                             "inline_after", NULL};
-    PyObject *send, *close, *job, *den, *rep, *dops;
+                             "inline_after", "reached", NULL};
+    PyObject *send, *close, *job, *den, *rep, *dops, *reached;
     Py_ssize_t inl;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!O!n", kwlist, &send, &close, &job, &den,
-                                     &PyBytes_Type, &rep, &PyFrozenSet_Type, &dops, &inl))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!O!nO", kwlist, &send, &close, &job, &den,
+                                     &PyBytes_Type, &rep, &PyFrozenSet_Type, &dops, &inl,
+                                     &reached))
         return NULL;
     StalkdProtocolAPI *a = PyCapsule_Import(STALKD_PROTOCOL_API_NAME, 0);
     if (a == NULL)
@@ -330,6 +343,7 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     Py_XSETREF(replicate, Py_NewRef(rep));
     Py_XSETREF(durable_ops, Py_NewRef(dops));
     inline_after = inl;
+    Py_XSETREF(py_reached, Py_NewRef(reached));
     api = a;
     Py_RETURN_NONE;
 }
@@ -386,6 +400,12 @@ PyInit__conn(void)
     INTERN(S_costless, "_costless");
     INTERN(S_settle, "settle");
     INTERN(S_id, "id");
+    INTERN(S_storage_write, "write");
+    INTERN(S_write_failed, "_write_failed");
+    INTERN(S_batch_written, "_batch_written");
+    INTERN(S_release_held, "release_held");
+    INTERN(S_flush, "flush");
+    INTERN(S_resume, "resume");
     if ((ZERO = PyLong_FromLong(0)) == NULL || (EMPTY = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
         return NULL;
     if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&BarType) < 0)

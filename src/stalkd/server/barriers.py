@@ -201,17 +201,24 @@ class Barriers:
             try:
                 self.storage.write(records)
             except Exception as e:
-                # The engine already applied these changes and memory now runs ahead of the
-                # WAL: nothing of the batch is acknowledged and the server stops rather than
-                # diverge further. (A full disk fails single commands before this, see
-                # admission.py; this is an I/O error.)
-                self._fail(FatalStorageError(f"WAL write failed: {e}"))
+                self._write_failed(e)
                 return
             if self.after_write is not None:
                 self.after_write()
         if not self._batch_open:
             return
         self._batch_open = False
+        self._batch_written()
+
+    def _write_failed(self, e: Exception) -> None:
+        # The engine already applied these changes and memory now runs ahead of the WAL:
+        # nothing of the batch is acknowledged and the server stops rather than diverge
+        # further. (A full disk fails single commands before this, see admission.py; this is
+        # an I/O error.)
+        self._fail(FatalStorageError(f"WAL write failed: {e}"))
+
+    def _batch_written(self) -> None:
+        """The batch is in the log: tell the gate, then sync it or (no fsync) release it."""
         if self.gate is not None:
             self.gate.note(self.written, self.end_offset())
         if self.group_commit:

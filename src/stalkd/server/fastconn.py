@@ -40,7 +40,8 @@ def _compiled() -> tuple[type[Connection], type[BufferedConnection], type[Barrie
     except ImportError:
         return None
     mod.configure(send=Connection.send, close=Close, job_reply=JobReply, denied=_DENIED,
-                  replicate=REPLICATE, durable_ops=DURABLE_OPS, inline_after=INLINE_AFTER)
+                  replicate=REPLICATE, durable_ops=DURABLE_OPS, inline_after=INLINE_AFTER,
+                  reached=Barriers._reached)
     core = mod.ConnectionCore
     conn: type[Connection] = type("CConnection", (core, Connection), {
         "__doc__": Connection.__doc__, "__module__": __name__})

@@ -5,14 +5,16 @@
  * command touches (the batch counters, the step counters, the pending records, the job
  * barriers, the held connections), and runs begin_step, end_step, add, job_barrier and hold in
  * C; fastconn.py puts it before Barriers. A compiled connection whose steps object is one
- * calls these functions directly. Writing a batch (_close_batch), the syncs and releasing held
- * replies stay the reference's. */
+ * calls these functions directly. Its _close_batch, _reached and release_held (barrier_io.c.h)
+ * run the batch's write and release without a gate; the syncs, the gate and failures stay the
+ * reference's. */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *pending, *writer, *held_set, *job_batch, *job_batches;
-    Py_ssize_t written, durable, mixed, steps;
-    char batch_open, step_records, releasing, flush_scheduled, keeps;
+    PyObject *pending, *writer, *held_set, *job_batch, *job_batches, *storage, *gate,
+        *after_write;
+    Py_ssize_t written, durable, mixed, steps, local_durable;
+    char batch_open, step_records, releasing, flush_scheduled, keeps, failed, group_commit;
 } Bar;
 
 static PyTypeObject BarType;
@@ -30,7 +32,8 @@ static int
 bar_ready(Bar *b)
 {
     if (b->pending == NULL || b->held_set == NULL || b->job_batch == NULL
-            || b->job_batches == NULL || b->writer == NULL || durable_ops == NULL) {
+            || b->job_batches == NULL || b->writer == NULL || durable_ops == NULL
+            || b->storage == NULL || b->gate == NULL || b->after_write == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the barriers are not initialised");
         return -1;
     }
@@ -226,6 +229,9 @@ Bar_traverse(Bar *self, visitproc visit, void *arg)
     Py_VISIT(self->held_set);
     Py_VISIT(self->job_batch);
     Py_VISIT(self->job_batches);
+    Py_VISIT(self->storage);
+    Py_VISIT(self->gate);
+    Py_VISIT(self->after_write);
     return 0;
 }
 
@@ -237,6 +243,9 @@ Bar_clear(Bar *self)
     Py_CLEAR(self->held_set);
     Py_CLEAR(self->job_batch);
     Py_CLEAR(self->job_batches);
+    Py_CLEAR(self->storage);
+    Py_CLEAR(self->gate);
+    Py_CLEAR(self->after_write);
     return 0;
 }
 
@@ -255,6 +264,9 @@ Bar_dealloc(Bar *self)
 static PyMemberDef Bar_members[] = {
     BOBJ("pending", pending), BOBJ("_writer", writer), BOBJ("_held", held_set),
     BOBJ("_job_batch", job_batch), BOBJ("_job_batches", job_batches),
+    BOBJ("storage", storage), BOBJ("gate", gate), BOBJ("after_write", after_write),
+    BSIZE("local_durable", local_durable),
+    BFLAG("failed", failed), BFLAG("group_commit", group_commit),
     BSIZE("written", written), BSIZE("durable", durable), BSIZE("_mixed", mixed),
     BSIZE("_steps", steps),
     BFLAG("_batch_open", batch_open), BFLAG("_step_records", step_records),
@@ -263,7 +275,14 @@ static PyMemberDef Bar_members[] = {
     {NULL},
 };
 
+static PyObject *Bar_close_batch(Bar *self, PyObject *Py_UNUSED(ignored));
+static PyObject *Bar_reached(Bar *self, PyObject *target);
+static PyObject *Bar_release_held(Bar *self, PyObject *Py_UNUSED(ignored));
+
 static PyMethodDef Bar_methods[] = {
+    {"_close_batch", (PyCFunction)Bar_close_batch, METH_NOARGS, "Barriers._close_batch"},
+    {"_reached", (PyCFunction)Bar_reached, METH_O, "Barriers._reached"},
+    {"release_held", (PyCFunction)Bar_release_held, METH_NOARGS, "Barriers.release_held"},
     {"begin_step", (PyCFunction)Bar_begin_step, METH_NOARGS, "Barriers.begin_step"},
     {"end_step", (PyCFunction)Bar_end_step, METH_NOARGS, "Barriers.end_step"},
     {"hold", (PyCFunction)Bar_hold, METH_O, "Barriers.hold"},

@@ -9,6 +9,7 @@ typedef struct {
     char running, fresh;
 } Core;
 
+static PyTypeObject CoreType;
 static StalkdProtocolAPI *api = NULL;
 static PyObject *py_send = NULL;     /* Connection.send, the reference */
 static PyObject *close_type = NULL;  /* commands.Close */
