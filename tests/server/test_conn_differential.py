@@ -30,10 +30,10 @@ from stalkd.engine import Engine, Outcome
 from stalkd.engine.stats import stats
 from stalkd.engine.wal import Wal
 from stalkd.log.fs import Faults
-from stalkd.protocol.commands import Command, Delete, PeekBuried
+from stalkd.protocol.commands import Command, Delete, PeekBuried, Put
 from stalkd.server import fastconn
+from stalkd.server.admission import Admission
 from stalkd.server.app import Server
-from stalkd.server.barriers import Barriers
 from stalkd.server.config import Config
 from stalkd.server.connection import Connection
 from stalkd.server.readbuf import BufferedConnection
@@ -263,8 +263,7 @@ def _run(factory: Factory, script: list[tuple[Any, ...]], conns: int, max_output
         engine, store, data_dir = storage()
         cfg = Config(max_output=max_output, max_job_size=MAX_JOB, data_dir=data_dir, durability=durability)
         # The reference's barriers with the reference connection, the compiled with the compiled.
-        srv = Server(cfg, engine, store, clock=lambda: T0,
-                     barriers=fastconn.BARRIERS if factory is fastconn.new_connection else Barriers)
+        srv = Server(cfg, engine, store, clock=lambda: T0, reference=factory is not fastconn.new_connection)
         srv.barriers.sync_policy = InlineSyncs()
         srv.loop()
         seen: list[tuple[str, str]] = []  # what an observer (the admin endpoint's) is shown
@@ -431,3 +430,31 @@ def test_the_scripts_reach_the_paths_that_matter() -> None:
     assert {"write", "writelines", "pause_reading", "resume_reading", "close", "eof"} <= seen
     ref = _run(_reference, _script(random.Random(SEEDS), 2), 2, 4 * 2**20, SEEDS, _faulty)
     assert b"INTERNAL_ERROR" in ref[0][1] + ref[1][1]  # type: ignore[index,operator]
+
+
+def _fill(tmp_path: Path, admission: type[Admission]) -> list[tuple[object, ...]]:
+    """Puts of growing bodies into a small WAL on a disk with no room for another segment,
+    settled as the server does, until one is refused: what was promised at each step."""
+    fs = Faults()
+    fs.fail("allocate", errno.ENOSPC, match="spare")
+    wal = Wal.open(str(tmp_path), durability="never", segment_size=8192, fs=fs)
+    engine, _ = wal.recover(T0, max_job_size=MAX_JOB)
+    room = engine.room = admission(wal, str(tmp_path))
+    engine.connect(1, T0)
+    steps: list[tuple[object, ...]] = []
+    for n in range(0, 4000, 37):
+        out = engine.apply(1, Put(0, 0, 60, b"q" * n), T0)
+        promised = room.promised
+        room.settle(out.records)
+        wal.write(out.records)
+        steps.append((n, repr(out.reply), promised, room.promised, room.refused, wal.space and wal.space.promised))
+        if room.refused:
+            break
+    wal.close()
+    return steps
+
+
+def test_the_compiled_admission_promises_as_the_reference(tmp_path: Path) -> None:
+    ref = _fill(tmp_path / "ref", Admission)
+    assert ref[-1][4] == 1  # the disk filled up: a put was refused
+    assert _fill(tmp_path / "c", fastconn.ADMISSION) == ref

@@ -27,6 +27,7 @@
 #include "_cext/core.c.h"
 #include "_cext/barriers.c.h"
 #include "_cext/output.c.h"
+#include "_cext/admission.c.h"
 #include "_cext/execute.c.h"
 
 /* --- process ---------------------------------------------------------------------------- */
@@ -406,15 +407,19 @@ PyInit__conn(void)
     INTERN(S_release_held, "release_held");
     INTERN(S_flush, "flush");
     INTERN(S_resume, "resume");
+    INTERN(S_admit, "admit");
+    INTERN(S_refused, "_refused");
+    INTERN(S_put_word, "put");
     if ((ZERO = PyLong_FromLong(0)) == NULL || (EMPTY = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
         return NULL;
-    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&BarType) < 0)
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&BarType) < 0 || PyType_Ready(&AdmType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "ConnectionCore", (PyObject *)&CoreType) < 0
-            || PyModule_AddObjectRef(m, "BarriersCore", (PyObject *)&BarType) < 0) {
+            || PyModule_AddObjectRef(m, "BarriersCore", (PyObject *)&BarType) < 0
+            || PyModule_AddObjectRef(m, "AdmissionCore", (PyObject *)&AdmType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

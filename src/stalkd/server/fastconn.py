@@ -25,14 +25,15 @@ from stalkd.engine.model import DURABLE_OPS
 from stalkd.protocol import accel
 from stalkd.protocol.commands import Close, JobReply
 from stalkd.replication.wire import REPLICATE
+from stalkd.server.admission import Admission
 from stalkd.server.barriers import INLINE_AFTER, Barriers
 from stalkd.server.connection import _DENIED, READ_MAX, Connection, Host, read_size
 from stalkd.server.readbuf import BufferedConnection
 
-__all__ = ["IMPLEMENTATION", "CONNECTION", "BUFFERED", "BARRIERS", "new_connection"]
+__all__ = ["IMPLEMENTATION", "CONNECTION", "BUFFERED", "BARRIERS", "ADMISSION", "new_connection"]
 
 
-def _compiled() -> tuple[type[Connection], type[BufferedConnection], type[Barriers]] | None:
+def _compiled() -> tuple[type[Connection], type[BufferedConnection], type[Barriers], type[Admission]] | None:
     if accel.speedups is None:  # STALKD_NO_EXTENSIONS=1, or the reference parser runs
         return None
     try:
@@ -49,7 +50,9 @@ def _compiled() -> tuple[type[Connection], type[BufferedConnection], type[Barrie
         "__doc__": BufferedConnection.__doc__, "__module__": __name__})
     barriers: type[Barriers] = type("CBarriers", (mod.BarriersCore, Barriers), {
         "__doc__": Barriers.__doc__, "__module__": __name__})
-    return conn, buffered, barriers
+    admission: type[Admission] = type("CAdmission", (mod.AdmissionCore, Admission), {
+        "__doc__": Admission.__doc__, "__module__": __name__})
+    return conn, buffered, barriers, admission
 
 
 _classes = _compiled()
@@ -59,6 +62,8 @@ BUFFERED: type[BufferedConnection] = BufferedConnection if _classes is None else
 """The class of a connection that reads into the shared buffer (a small ``max_output``)."""
 BARRIERS: type[Barriers] = Barriers if _classes is None else _classes[2]
 """The class of a server's barriers (its step hooks and per-command bookkeeping)."""
+ADMISSION: type[Admission] = Admission if _classes is None else _classes[3]
+"""The class of a durable server's WAL admission."""
 IMPLEMENTATION: Literal["c", "python"] = "python" if _classes is None else "c"
 
 

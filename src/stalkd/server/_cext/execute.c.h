@@ -28,6 +28,9 @@ attr_set(PyObject *obj, PyObject *name, int truth)
 static int
 settle(PyObject *adm, PyObject *records)
 {
+    Adm *a = as_adm(adm);
+    if (a != NULL)
+        return adm_settle(a, records);
     PyObject *promised = PyObject_GetAttr(adm, S_promised);
     int p = promised == NULL ? -1 : PyObject_IsTrue(promised);
     Py_XDECREF(promised);
