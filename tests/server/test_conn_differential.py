@@ -324,7 +324,8 @@ def _run(factory: Factory, script: list[tuple[Any, ...]], conns: int, max_output
             t.client_reads(1 << 30)
         state = _engine_state(engine)
         b = srv.barriers  # what the barriers still keep: pruned job barriers, no released connection
-        seen.append(("batches", repr((srv.written, srv.durable, srv.syncs, type(srv.failed).__name__,
+        seen.append(("batches", repr((srv.written, srv.durable, srv.syncs, srv.inline_syncs,
+                                      b.sync_policy._inline_run, type(srv.failed).__name__,
                                       len(b._job_batch), len(b._job_batches), len(b._held)))))
         if isinstance(store, Wal):
             space = store.space

@@ -407,6 +407,10 @@ PyInit__conn(void)
     INTERN(S_release_held, "release_held");
     INTERN(S_flush, "flush");
     INTERN(S_resume, "resume");
+    INTERN(S_sync, "sync");
+    INTERN(S_synced, "_synced");
+    INTERN(S_start_sync, "_start_sync");
+    INTERN(S_busy, "busy");
     INTERN(S_admit, "admit");
     INTERN(S_refused, "_refused");
     INTERN(S_put_word, "put");

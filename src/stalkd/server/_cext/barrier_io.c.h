@@ -1,12 +1,13 @@
-/* A batch written and what it held released: Barriers._close_batch, _reached and release_held
- * (server/barriers.py is the rule) for barriers without a gate, and Connection.resume.
+/* A batch written and what it held released: Barriers._close_batch (with a lone writer's
+ * inline fsync), _reached and release_held (server/barriers.py is the rule) for barriers
+ * without a gate, and Connection.resume.
  * Included once, by _conn.c, after process: a connection released from its held replies runs
  * what it had read. A write failure, the syncs of ``always`` and a gate are the reference's
- * (_write_failed, _batch_written, Barriers._reached). */
+ * (_write_failed, _batch_written, _start_sync, _synced, Barriers._reached). */
 
 static PyObject *py_reached = NULL;  /* Barriers._reached, the reference */
 static PyObject *S_storage_write, *S_write_failed, *S_batch_written, *S_release_held, *S_flush,
-    *S_resume;
+    *S_resume, *S_sync, *S_synced, *S_start_sync, *S_busy;
 
 /* Connection.resume: held replies left; run what was read if the connection had stopped */
 static int
@@ -126,6 +127,54 @@ bar_reached(Bar *b, Py_ssize_t target)
     }
 }
 
+/* Barriers._start_sync's first case under ``always`` without a gate: one connection alone has
+ * written the last INLINE_AFTER batches, so its batch is fsynced here on the loop thread, and
+ * Barriers._synced after it. 1: done; 0: not that case (the caller runs the reference's). */
+static int
+bar_lone_sync(Bar *b)
+{
+    if ((b->gate != NULL && b->gate != Py_None) || !b->group_commit || b->failed
+            || b->written - b->mixed < inline_after || b->local_durable >= b->written)
+        return 0;
+    if (b->syncer != Py_None) {
+        PyObject *busy = PyObject_GetAttr(b->syncer, S_busy);
+        int t = busy == NULL ? -1 : PyObject_IsTrue(busy);
+        Py_XDECREF(busy);
+        if (t != 0)
+            return t < 0 ? -1 : 0;
+    }
+    Py_ssize_t target = b->written;
+    PyObject *r = PyObject_CallMethodNoArgs(b->storage, S_sync);
+    if (r == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyObject *et, *exc, *tb;
+        PyErr_Fetch(&et, &exc, &tb);
+        PyErr_NormalizeException(&et, &exc, &tb);
+        if (tb != NULL)
+            PyException_SetTraceback(exc, tb);
+        Py_XDECREF(et);
+        Py_XDECREF(tb);
+        PyObject *t = PyLong_FromSsize_t(target);
+        PyObject *args[3] = {(PyObject *)b, t, exc};
+        int rc = t == NULL ? -1
+                 : call_result(PyObject_VectorcallMethod(S_synced, args, 3, NULL));
+        Py_XDECREF(t);
+        Py_DECREF(exc);
+        return rc < 0 ? -1 : 1;
+    }
+    Py_DECREF(r);
+    b->inline_syncs++;
+    /* Barriers._synced(target, None) */
+    b->syncs++;
+    if (bar_reached(b, target) < 0)
+        return -1;
+    if (b->written > b->local_durable && !b->batch_open
+            && call_method0((PyObject *)b, S_start_sync) < 0)
+        return -1;
+    return 1;
+}
+
 /* Barriers._close_batch: one WAL write for every record of the last loop iteration, then
  * (no fsync, no gate) release what waited for it; otherwise the reference's _batch_written. */
 static int
@@ -166,10 +215,15 @@ bar_close_batch(Bar *b)
     if (!b->batch_open)
         goto done;
     b->batch_open = 0;
-    if ((b->gate != NULL && b->gate != Py_None) || b->group_commit)
-        rc = call_method0((PyObject *)b, S_batch_written);
-    else
+    if ((b->gate != NULL && b->gate != Py_None) || b->group_commit) {
+        rc = bar_lone_sync(b);
+        if (rc == 0)
+            rc = call_method0((PyObject *)b, S_batch_written);
+        else if (rc > 0)
+            rc = 0;
+    } else {
         rc = bar_reached(b, b->written);
+    }
 done:
     Py_DECREF(records);
     return rc;
