@@ -390,7 +390,9 @@ def _wal_at(tmp_path: Path, fs: dict[str, Faults] | None = None,
     def storage_of(name: str) -> Callable[[], tuple[Engine, Storage, str | None]]:
         def open_wal() -> tuple[Engine, Storage, str | None]:
             d = str(tmp_path / name)
-            wal = Wal.open(d, durability=durability, fs=fs[name] if fs is not None else Faults())
+            # Small segments: each preallocates its size on disk, and the scripts write little.
+            wal = Wal.open(d, durability=durability, segment_size=1 << 16,
+                           fs=fs[name] if fs is not None else Faults())
             engine, _ = wal.recover(T0, max_job_size=MAX_JOB)
             return engine, wal, d
         return open_wal
