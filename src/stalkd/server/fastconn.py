@@ -1,18 +1,24 @@
-"""Which connection class serves a socket: the one with a compiled core, or the reference.
+"""Which classes serve a socket and its server: those with a compiled core, or the reference.
 
 ``stalkd.server._conn`` (built from ``_conn.c`` with the other accelerators, ``make ext``) holds
 ``ConnectionCore``: the state a read touches, as slots, and ``data_received``, ``process``,
-``send`` and ``flush`` in C, so a read in the common state (no reply held for a barrier, the
-replies plain or ready at once) runs its commands without a Python frame of the connection's
-own, nor of ``Server.execute`` in memory (the core runs its common case, the rest is app.py's). The classes here put it before ``Connection`` (and ``BufferedConnection``), so every other
-method, and every reply that is not queued at once, is the reference's (connection.py).
-``STALKD_NO_EXTENSIONS=1``, a missing build or the pure-Python parser selects the reference;
+``send``, ``flush``, ``release_held`` and ``resume`` in C, so a read in the common state runs its
+commands without a Python frame of the connection's own, nor of ``Server.execute`` (the core
+runs its common case, with or without a WAL; the rest is app.py's). With a WAL the server's
+``BarriersCore`` and ``AdmissionCore`` do the same for the barriers' per-command bookkeeping, a
+lone writer's write and fsync, the release of held replies, and WAL room (the syncs on the
+thread, the standbys' gate and failures stay barriers.py's). The classes here put each core
+before its reference (``Connection``, ``BufferedConnection``, ``Barriers``, ``Admission``), so
+every other method, and every case a core does not take, is the reference's.
+``STALKD_NO_EXTENSIONS=1``, a missing build or the pure-Python parser selects the references;
 tests/server/test_conn_differential.py holds both to the same bytes and engine states.
 
 Example:
     >>> IMPLEMENTATION in ("c", "python")
     True
     >>> issubclass(CONNECTION, Connection) and issubclass(BUFFERED, BufferedConnection)
+    True
+    >>> issubclass(BARRIERS, Barriers) and issubclass(ADMISSION, Admission)
     True
 """
 
