@@ -29,7 +29,7 @@ from stalkd.log.frame import FRAME_HEADER_SIZE, frame_size
 from stalkd.log.fs import REAL, FileSystem
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
 
-__all__ = ["COSTLESS_OPS", "SHORT_FRAME", "SpaceBudget", "no_space", "put_frame"]
+__all__ = ["COSTLESS_OPS", "PUT_FRAME_BASE", "SHORT_FRAME", "SpaceBudget", "no_space", "put_frame"]
 
 log = logging.getLogger("stalkd.engine.space")
 
@@ -39,6 +39,8 @@ SHORT_FRAME = frame_size(SHORT_RECORD)
 _PUT_FRAME = FRAME_HEADER_SIZE + PUT_FIXED + 7
 _PUT, _RESULT, _DELETE = Op.PUT, Op.RESULT, Op.DELETE
 MAX_TUBE = 200  # beanstalkd's longest tube name
+# put_frame(n) == (PUT_FRAME_BASE + n) & ~7: the compiled admission's rule (server/_conn.c).
+PUT_FRAME_BASE = _PUT_FRAME + MAX_TUBE
 
 
 def no_space(e: BaseException | None, also: tuple[type[BaseException], ...] = ()) -> bool:

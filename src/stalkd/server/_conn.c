@@ -1,23 +1,34 @@
-/* stalkd.server._conn: the compiled core of a client connection.
+/* stalkd.server._conn: the compiled core of a client connection, and of the server parts a
+ * command's common case touches.
  *
  * server/connection.py's Connection is the reference. ConnectionCore keeps, as slots the
  * reference's Python methods read and write too, the state the hot path touches, and runs
- * data_received, process, send and flush in C: a read in the common state goes parse ->
- * engine -> encode -> write without a Python frame of the connection's own, nor, for a server
- * without a WAL in its common state, of Server.execute (its common case is written here too,
- * its other paths are app.py's). The parser and the encoders are _speedups' (through its C
- * API, protocol/_cext/capi.h); the transport's methods and the server's are called as Python
+ * data_received, process, send, flush, release_held and resume in C: a read in the common
+ * state goes parse -> engine -> encode -> write without a Python frame of the connection's
+ * own, nor of Server.execute (its common case is written here too, with or without a WAL; its
+ * other paths are app.py's). The parser and the encoders are _speedups' (through its C API,
+ * protocol/_cext/capi.h); the transport's methods and the server's are called as Python
  * methods.
  *
- * Only the common case is written twice: a reply that is not queued at once (a barrier, replies
- * already held, a close) goes to the reference's send, and every other method (wake,
- * release_held, pause/resume_writing, eof, connection_lost, ...) is the reference's, inherited
- * by the class server/fastconn.py builds (ConnectionCore first, then Connection).
- * tests/server/test_conn_differential.py holds both to the same bytes and engine states.
+ * With a WAL, BarriersCore (server/barriers.py's Barriers is the rule) and AdmissionCore
+ * (server/admission.py's Admission) keep their per-command state as slots too: a command's
+ * records join the batch, its reply waits behind the batch's barrier, the step's end writes a
+ * lone writer's batch (and under ``always`` fsyncs it) and releases what it held, all in C;
+ * the storage's write and sync are called as Python methods, and the thread syncs, the
+ * standbys' gate and failures are the reference's.
  *
- * One translation unit: _cext/core (the state, the configuration, helpers), _cext/output (send
- * and flush), _cext/execute (Server.execute's common case); here process, the methods, the
- * type and the module.
+ * Only the common case is written twice: a reply that is not queued here (a close, a reply the
+ * encoders refuse) goes to the reference's send, and every other method (wake, pause/
+ * resume_writing, eof, connection_lost, ...) is the reference's, inherited by the classes
+ * server/fastconn.py builds (each core first, then its reference).
+ * tests/server/test_conn_differential.py holds both to the same bytes, moments, WAL writes and
+ * fsyncs, and engine states.
+ *
+ * One translation unit: _cext/core (the state, the configuration, helpers), _cext/barriers
+ * (the barriers' bookkeeping), _cext/output (send, flush, release of held replies),
+ * _cext/admission (WAL room), _cext/execute (Server.execute's common case), _cext/barrier_io
+ * (a batch written, synced and released), _cext/conntype (the connection's type); here process
+ * and the module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,7 +36,9 @@
 
 #include "../protocol/_cext/capi.h"
 #include "_cext/core.c.h"
+#include "_cext/barriers.c.h"
 #include "_cext/output.c.h"
+#include "_cext/admission.c.h"
 #include "_cext/execute.c.h"
 
 /* --- process ---------------------------------------------------------------------------- */
@@ -41,7 +54,10 @@ core_process(Core *self)
         return -1;
     self->running = 1;
     PyObject *steps = self->steps == Py_None ? NULL : Py_NewRef(self->steps);
-    if (steps != NULL && call_method0(steps, S_begin_step) < 0) {
+    Bar *bar = as_bar(steps);
+    if (bar != NULL) {
+        bar_begin(bar);
+    } else if (steps != NULL && call_method0(steps, S_begin_step) < 0) {
         Py_DECREF(steps);
         return -1;  /* before the reference's try: it stays "running" too */
     }
@@ -119,7 +135,7 @@ finally:
     if (steps != NULL) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
-        if (call_method0(steps, S_end_step) < 0) {
+        if ((bar != NULL ? bar_end(bar) : call_method0(steps, S_end_step)) < 0) {
             /* the reference's finally raises its own error instead */
             Py_XDECREF(et);
             Py_XDECREF(ev);
@@ -138,162 +154,22 @@ finally:
     return rc;
 }
 
-/* --- methods ---------------------------------------------------------------------------- */
+#include "_cext/barrier_io.c.h"
 
-static PyObject *
-Core_data_received(Core *self, PyObject *data)
-{
-    if (ready(self) < 0)
-        return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (self->fresh) {
-        self->fresh = 0;
-        /* a standby's stream (stalkd.replication.wire) leaves the beanstalkd protocol here */
-        Py_ssize_t k = PyBytes_GET_SIZE(replicate);
-        if (view.len >= k && memcmp(view.buf, PyBytes_AS_STRING(replicate), (size_t)k) == 0) {
-            PyObject *server = Py_NewRef(self->server);
-            PyObject *r = PyObject_CallMethodObjArgs(server, S_replicate, (PyObject *)self, data,
-                                                     NULL);
-            Py_DECREF(server);
-            int taken = r == NULL ? -1 : PyObject_IsTrue(r);
-            Py_XDECREF(r);
-            if (taken != 0) {
-                PyBuffer_Release(&view);
-                if (taken < 0)
-                    return NULL;
-                Py_RETURN_NONE;
-            }
-        }
-    }
-    int rc = api->feed(self->parser, view.buf, view.len);
-    PyBuffer_Release(&view);
-    if (rc < 0 || core_process(self) < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-Core_process(Core *self, PyObject *Py_UNUSED(ignored))
-{
-    if (core_process(self) < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-Core_send(Core *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "send(reply, barrier)");
-        return NULL;
-    }
-    if (ready(self) < 0 || core_send(self, args[0], args[1]) < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-Core_flush(Core *self, PyObject *Py_UNUSED(ignored))
-{
-    if (ready(self) < 0 || core_flush(self) < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-static int
-Core_traverse(Core *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->id);
-    Py_VISIT(self->server);
-    Py_VISIT(self->steps);
-    Py_VISIT(self->parser);
-    Py_VISIT(self->transport);
-    Py_VISIT(self->policy);
-    Py_VISIT(self->out);
-    Py_VISIT(self->held);
-    return 0;
-}
-
-static int
-Core_clear(Core *self)
-{
-    Py_CLEAR(self->id);
-    Py_CLEAR(self->server);
-    Py_CLEAR(self->steps);
-    Py_CLEAR(self->parser);
-    Py_CLEAR(self->transport);
-    Py_CLEAR(self->policy);
-    Py_CLEAR(self->out);
-    Py_CLEAR(self->held);
-    return 0;
-}
-
-static void
-Core_dealloc(Core *self)
-{
-    PyObject_GC_UnTrack(self);
-    Core_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-#define OBJ(name, doc) {#name, T_OBJECT_EX, offsetof(Core, name), 0, doc}
-#define SIZE(name) {#name, T_PYSSIZET, offsetof(Core, name), 0, NULL}
-#define FLAG(name, field) {name, T_BOOL, offsetof(Core, field), 0, NULL}
-
-static PyMemberDef Core_members[] = {
-    OBJ(id, "The connection's number (the engine's name for it)."),
-    OBJ(server, "The Host (Server) this connection belongs to."),
-    OBJ(steps, "Told when a step starts and ends (None: nothing to batch)."),
-    OBJ(parser, "The connection's (compiled) Parser."),
-    OBJ(transport, "The asyncio transport, None before connection_made."),
-    OBJ(policy, "A CommandPolicy, or None: every command runs."),
-    OBJ(out, "Reply buffers ready to write at the end of this step (a list)."),
-    OBJ(held, "Replies waiting for their barrier (a deque)."),
-    SIZE(out_bytes), SIZE(held_bytes), SIZE(max_output), SIZE(flush_at),
-    FLAG("close_ready", close_ready), FLAG("waiting", waiting),
-    FLAG("write_paused", write_paused), FLAG("join_writes", join_writes),
-    FLAG("read_paused", read_paused), FLAG("eof", eof), FLAG("closing", closing),
-    FLAG("lost", lost), FLAG("_running", running), FLAG("fresh", fresh),
-    {NULL},
-};
-
-static PyMethodDef Core_methods[] = {
-    {"data_received", (PyCFunction)Core_data_received, METH_O,
-     "Feed a read to the parser and run what it completes (Connection.data_received)."},
-    {"process", (PyCFunction)Core_process, METH_NOARGS,
-     "Run buffered commands until input runs out, a reserve blocks, or output backs up."},
-    {"send", (PyCFunction)(void (*)(void))Core_send, METH_FASTCALL,
-     "Queue the reply to this connection's latest command (None: it now blocks)."},
-    {"flush", (PyCFunction)Core_flush, METH_NOARGS,
-     "Write everything ready in one call; honour a queued close."},
-    {NULL},
-};
-
-static PyTypeObject CoreType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "stalkd.server._conn.ConnectionCore",
-    .tp_doc = "The compiled hot path of stalkd.server.connection.Connection (a base class).",
-    .tp_basicsize = sizeof(Core),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_traverse = (traverseproc)Core_traverse,
-    .tp_clear = (inquiry)Core_clear,
-    .tp_dealloc = (destructor)Core_dealloc,
-    .tp_methods = Core_methods,
-    .tp_members = Core_members,
-};
+#include "_cext/conntype.c.h"
 
 /* --- module ----------------------------------------------------------------------------- */
 
 static PyObject *
 configure(PyObject *mod, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"send", "close", "job_reply", "denied", "replicate", NULL};
-    PyObject *send, *close, *job, *den, *rep;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!", kwlist, &send, &close, &job, &den,
-                                     &PyBytes_Type, &rep))
+    static char *kwlist[] = {"send", "close", "job_reply", "denied", "replicate", "durable_ops",
+                             "inline_after", "reached", NULL};
+    PyObject *send, *close, *job, *den, *rep, *dops, *reached;
+    Py_ssize_t inl;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!O!nO", kwlist, &send, &close, &job, &den,
+                                     &PyBytes_Type, &rep, &PyFrozenSet_Type, &dops, &inl,
+                                     &reached))
         return NULL;
     StalkdProtocolAPI *a = PyCapsule_Import(STALKD_PROTOCOL_API_NAME, 0);
     if (a == NULL)
@@ -308,6 +184,9 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     Py_XSETREF(job_reply, Py_NewRef(job));
     Py_XSETREF(denied, Py_NewRef(den));
     Py_XSETREF(replicate, Py_NewRef(rep));
+    Py_XSETREF(durable_ops, Py_NewRef(dops));
+    inline_after = inl;
+    Py_XSETREF(py_reached, Py_NewRef(reached));
     api = a;
     Py_RETURN_NONE;
 }
@@ -354,14 +233,39 @@ PyInit__conn(void)
     INTERN(S_handle, "_handle");
     INTERN(S_timer_at, "_timer_at");
     INTERN(S_schedule_tick, "_schedule_tick");
+    INTERN(S_close_batch, "_close_batch");
+    INTERN(S_soon, "_soon");
+    INTERN(S_op, "op");
+    INTERN(S_job_id, "job_id");
+    INTERN(S_append, "append");
+    INTERN(S_popleft, "popleft");
+    INTERN(S_promised, "promised");
+    INTERN(S_costless, "_costless");
+    INTERN(S_settle, "settle");
+    INTERN(S_id, "id");
+    INTERN(S_storage_write, "write");
+    INTERN(S_write_failed, "_write_failed");
+    INTERN(S_batch_written, "_batch_written");
+    INTERN(S_release_held, "release_held");
+    INTERN(S_flush, "flush");
+    INTERN(S_resume, "resume");
+    INTERN(S_sync, "sync");
+    INTERN(S_synced, "_synced");
+    INTERN(S_start_sync, "_start_sync");
+    INTERN(S_busy, "busy");
+    INTERN(S_admit, "admit");
+    INTERN(S_refused, "_refused");
+    INTERN(S_put_word, "put");
     if ((ZERO = PyLong_FromLong(0)) == NULL || (EMPTY = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
         return NULL;
-    if (PyType_Ready(&CoreType) < 0)
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&BarType) < 0 || PyType_Ready(&AdmType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "ConnectionCore", (PyObject *)&CoreType) < 0) {
+    if (PyModule_AddObjectRef(m, "ConnectionCore", (PyObject *)&CoreType) < 0
+            || PyModule_AddObjectRef(m, "BarriersCore", (PyObject *)&BarType) < 0
+            || PyModule_AddObjectRef(m, "AdmissionCore", (PyObject *)&AdmType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -49,7 +49,7 @@ from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection
-from stalkd.server.fastconn import new_connection
+from stalkd.server.fastconn import ADMISSION, BARRIERS, new_connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
 
@@ -87,7 +87,10 @@ class Server:
         *,
         clock: Callable[[], float] = time.time,
         on_fatal: Callable[[BaseException], None] | None = None,
+        reference: bool = False,
     ) -> None:
+        """``reference``: the pure-Python barriers and admission even where fastconn has
+        compiled ones (the differential test's reference server)."""
         self.config = config
         self.engine = engine
         self.storage: Storage = storage if storage is not None else MemoryStorage()
@@ -99,10 +102,11 @@ class Server:
         # False in memory: no records, so no reply ever waits for a barrier.
         self.persistent = persistent = self.storage.persistent
         self.group_commit = persistent and config.durability == "always"
-        self.barriers = Barriers(self.storage, group_commit=self.group_commit,
+        self.barriers = (Barriers if reference else BARRIERS)(self.storage, group_commit=self.group_commit,
                                  loop=lambda: self._loop, on_fatal=self._fatal)
         # A storage that keeps nothing never runs out of room: the engine asks nobody.
-        self.admission = Admission(self.storage, config.data_dir) if persistent else None
+        adm = Admission if reference else ADMISSION
+        self.admission = adm(self.storage, config.data_dir) if persistent else None
         engine.room = self.admission
         # Called with (command or None, outcome) for every engine step when set (the admin
         # endpoint's latency histograms); one attribute test per step when not.

@@ -84,6 +84,7 @@ class Barriers:
         on_fatal: Callable[[BaseException], None],
     ) -> None:
         self.storage = storage
+        self.keeps = storage.persistent  # False: records are dropped, replies never wait
         self.group_commit = group_commit
         self._loop = loop
         self._on_fatal = on_fatal
@@ -157,7 +158,7 @@ class Barriers:
     def add(self, c: object | None, records: Sequence[Record]) -> int:
         """Queue one command's records (``c``'s, None for a timer); the barrier its replies
         wait for (0: nothing durable among them)."""
-        if not self.storage.persistent:
+        if not self.keeps:
             return 0
         self.pending.extend(records)
         if self._steps and not self._releasing:
@@ -200,17 +201,24 @@ class Barriers:
             try:
                 self.storage.write(records)
             except Exception as e:
-                # The engine already applied these changes and memory now runs ahead of the
-                # WAL: nothing of the batch is acknowledged and the server stops rather than
-                # diverge further. (A full disk fails single commands before this, see
-                # admission.py; this is an I/O error.)
-                self._fail(FatalStorageError(f"WAL write failed: {e}"))
+                self._write_failed(e)
                 return
             if self.after_write is not None:
                 self.after_write()
         if not self._batch_open:
             return
         self._batch_open = False
+        self._batch_written()
+
+    def _write_failed(self, e: Exception) -> None:
+        # The engine already applied these changes and memory now runs ahead of the WAL:
+        # nothing of the batch is acknowledged and the server stops rather than diverge
+        # further. (A full disk fails single commands before this, see admission.py; this is
+        # an I/O error.)
+        self._fail(FatalStorageError(f"WAL write failed: {e}"))
+
+    def _batch_written(self) -> None:
+        """The batch is in the log: tell the gate, then sync it or (no fsync) release it."""
         if self.gate is not None:
             self.gate.note(self.written, self.end_offset())
         if self.group_commit:

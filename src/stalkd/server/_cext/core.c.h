@@ -9,6 +9,7 @@ typedef struct {
     char running, fresh;
 } Core;
 
+static PyTypeObject CoreType;
 static StalkdProtocolAPI *api = NULL;
 static PyObject *py_send = NULL;     /* Connection.send, the reference */
 static PyObject *close_type = NULL;  /* commands.Close */
@@ -19,7 +20,8 @@ static PyObject *ZERO, *EMPTY;
 static PyObject *S_write, *S_writelines, *S_close, *S_is_closing, *S_get_write_buffer_size,
     *S_pause_reading, *S_resume_reading, *S_begin_step, *S_end_step, *S_execute, *S_retire,
     *S_replicate, *S_admits, *S_join, *S_role, *S_standby, *S_fenced, *S_admission, *S_observer,
-    *S_engine, *S_clock, *S_apply, *S_apply_failed, *S_handle, *S_timer_at, *S_schedule_tick;
+    *S_engine, *S_clock, *S_apply, *S_apply_failed, *S_handle, *S_timer_at, *S_schedule_tick,
+    *S_popleft, *S_promised, *S_costless, *S_settle, *S_id;
 
 /* --- helpers ---------------------------------------------------------------------------- */
 

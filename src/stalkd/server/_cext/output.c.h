@@ -23,9 +23,45 @@ out_add(Core *self, PyObject *b)
     return 0;
 }
 
-/* Connection.send: a reply with nothing held before it and no barrier is encoded and queued
- * here; anything else is the reference's. An encoder's error is left to the reference too,
- * which meets it again and answers INTERNAL_ERROR (and logs why). */
+static Py_ssize_t
+parts_len(PyObject *parts)
+{
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(parts); i++) {
+        PyObject *p = PyTuple_GET_ITEM(parts, i);
+        Py_ssize_t k = PyBytes_CheckExact(p) ? PyBytes_GET_SIZE(p) : PyObject_Length(p);
+        if (k < 0)
+            return -1;
+        n += k;
+    }
+    return n;
+}
+
+/* The reply's buffers as the reference's send makes them (a tuple); NULL with no exception
+ * when the reference must encode it (an encoder's error, which it logs and answers). */
+static PyObject *
+encode_parts(PyObject *reply)
+{
+    PyObject *parts;
+    if ((PyObject *)Py_TYPE(reply) == api->reply_type) {
+        PyObject *line = api->encode_line(reply);
+        parts = line == NULL ? NULL : PyTuple_Pack(1, line);
+        Py_XDECREF(line);
+    } else {
+        parts = api->encode_parts(reply);
+        if (parts != NULL && !PyTuple_CheckExact(parts))
+            Py_CLEAR(parts);
+    }
+    if (parts == NULL && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
+        PyErr_Clear();
+    return parts;
+}
+
+/* Connection.send: a reply with nothing held before it whose barrier is durable (0, or no
+ * later than the compiled barriers' durable batch) is encoded and queued here, and with
+ * compiled barriers a reply behind a barrier is held here too; anything else is the
+ * reference's. An encoder's error is left to the reference too, which meets it again and
+ * answers INTERNAL_ERROR (and logs why). */
 static int
 core_send(Core *self, PyObject *reply, PyObject *barrier)
 {
@@ -33,16 +69,36 @@ core_send(Core *self, PyObject *reply, PyObject *barrier)
         self->waiting = 1;
         return 0;
     }
-    if ((PyObject *)Py_TYPE(reply) == close_type)
+    if ((PyObject *)Py_TYPE(reply) == close_type || !PyList_CheckExact(self->out)
+            || !PyLong_CheckExact(barrier))
         return send_slow(self, reply, barrier);
     int held = PyObject_IsTrue(self->held);
     if (held < 0)
         return -1;
-    int b = PyObject_IsTrue(barrier);
-    if (b < 0)
+    Py_ssize_t b = PyLong_AsSsize_t(barrier);
+    if (b == -1 && PyErr_Occurred())
         return -1;
-    if (held || b || !PyList_CheckExact(self->out))
+    Bar *bar = as_bar(self->steps);
+    if (b && bar == NULL)
         return send_slow(self, reply, barrier);
+    if (held || (b && b > bar->durable)) {
+        if (bar == NULL)
+            return send_slow(self, reply, barrier);
+        PyObject *parts = encode_parts(reply);
+        if (parts == NULL)
+            return PyErr_Occurred() ? -1 : send_slow(self, reply, barrier);
+        Py_ssize_t n = parts_len(parts);
+        PyObject *entry = n < 0 ? NULL : PyTuple_Pack(2, barrier, parts);
+        Py_DECREF(parts);
+        PyObject *r = entry == NULL ? NULL
+                      : PyObject_CallMethodOneArg(self->held, S_append, entry);
+        Py_XDECREF(entry);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+        self->held_bytes += n;
+        return bar_hold(bar, (PyObject *)self);
+    }
     if ((PyObject *)Py_TYPE(reply) == api->reply_type) {
         PyObject *line = api->encode_line(reply);
         if (line == NULL)
@@ -70,6 +126,58 @@ encode_failed:
         return -1;
     PyErr_Clear();
     return send_slow(self, reply, barrier);
+}
+
+/* Connection.release_held: held replies whose barrier is durable move to the output; whether
+ * some are left (-1 with an exception). */
+static int
+core_release_held(Core *self, Py_ssize_t durable)
+{
+    PyObject *held = self->held;
+    for (;;) {
+        Py_ssize_t k = PyObject_Length(held);
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            return 0;
+        PyObject *first = PySequence_GetItem(held, 0);
+        if (first == NULL)
+            return -1;
+        Py_ssize_t b = PyTuple_Check(first) && PyTuple_GET_SIZE(first) == 2
+                       ? PyLong_AsSsize_t(PyTuple_GET_ITEM(first, 0)) : -2;
+        if (b == -2 && !PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "held entries are (barrier, parts)");
+        if (b < 0 && PyErr_Occurred()) {
+            Py_DECREF(first);
+            return -1;
+        }
+        if (b > durable) {
+            Py_DECREF(first);
+            return 1;
+        }
+        PyObject *r = PyObject_CallMethodNoArgs(held, S_popleft);
+        Py_XDECREF(r);
+        PyObject *parts = PyTuple_GET_ITEM(first, 1);
+        int rc = r == NULL ? -1 : 0;
+        if (rc == 0 && parts == Py_None) {
+            self->close_ready = 1;
+        } else if (rc == 0) {
+            Py_ssize_t n = PyTuple_Check(parts) ? parts_len(parts) : -1;
+            if (n < 0) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "held parts must be a tuple");
+                rc = -1;
+            } else {
+                self->held_bytes -= n;
+                self->out_bytes += n;
+                Py_ssize_t m = PyList_GET_SIZE(self->out);
+                rc = PyList_SetSlice(self->out, m, m, parts);
+            }
+        }
+        Py_DECREF(first);
+        if (rc < 0)
+            return -1;
+    }
 }
 
 /* --- flush ------------------------------------------------------------------------------ */
