@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from stalkd.pids import pid_alive
+
 
 def listening_ports(pid: int) -> list[int]:
     """TCP ports process ``pid`` listens on, in the order of its file descriptors (so the
@@ -83,11 +85,7 @@ def has_exited(pid: int) -> bool:
     yet. A daemon the tests did not start as a child (PostgreSQL's postmaster, reparented to
     PID 1) is reaped whenever PID 1 gets to it, seconds later under load, and ``kill(pid, 0)``
     succeeds on a zombie: waiting for that waits for the reaper, not for the process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+    return not pid_alive(pid)
 
 
 def wait_for_listener(proc: subprocess.Popen[bytes], timeout: float = 10.0, what: str = "server") -> int:
