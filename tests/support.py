@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from stalkd.pids import pid_alive
+
 
 def listening_ports(pid: int) -> list[int]:
     """TCP ports process ``pid`` listens on, in the order of its file descriptors (so the
@@ -83,11 +85,7 @@ def has_exited(pid: int) -> bool:
     yet. A daemon the tests did not start as a child (PostgreSQL's postmaster, reparented to
     PID 1) is reaped whenever PID 1 gets to it, seconds later under load, and ``kill(pid, 0)``
     succeeds on a zombie: waiting for that waits for the reaper, not for the process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+    return not pid_alive(pid)
 
 
 def wait_for_listener(proc: subprocess.Popen[bytes], timeout: float = 10.0, what: str = "server") -> int:
@@ -106,17 +104,40 @@ def wait_for_listener(proc: subprocess.Popen[bytes], timeout: float = 10.0, what
 
 
 def spawn_server(cmd: list[str], host: str = "127.0.0.1", *, what: str = "server",
-                 timeout: float = 10.0, **popen: Any) -> ServerProcess:
+                 timeout: float = 10.0, log: Path | None = None, **popen: Any) -> ServerProcess:
     """Start ``cmd`` (which listens on ``host`` port 0) and return it once it listens, with the
-    port the kernel gave it. Killed and reaped if it does not get that far."""
-    proc = subprocess.Popen(cmd, **popen)
+    port the kernel gave it. Killed and reaped if it does not get that far.
+
+    ``log``: a file (in the test's tmp dir) that gets the server's stdout and stderr, and whose
+    text the error shows when the server does not come up. Never a pipe nobody reads: a server
+    that writes more than the pipe holds blocks, and what it said is lost."""
+    if log is not None:
+        with open(log, "ab") as out:  # the child keeps its own descriptor
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, **popen)
+    else:
+        proc = subprocess.Popen(cmd, **popen)
     try:
-        port = wait_for_listener(proc, timeout, what)
+        with _showing_output(log, what):
+            port = wait_for_listener(proc, timeout, what)
     except BaseException:
         proc.kill()
         proc.wait()
         raise
     return ServerProcess(host, port, proc)
+
+
+@contextlib.contextmanager
+def _showing_output(log: Path | None, what: str) -> Iterator[None]:
+    """A server's start-up failure, re-raised with the end of ``log`` (its output) appended."""
+    try:
+        yield
+    except (RuntimeError, TimeoutError) as exc:
+        if log is None:
+            raise
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
+            text = f.read().decode("utf-8", "replace")
+        raise type(exc)(f"{exc}\n--- {what}'s output ({log}), its end ---\n{text}") from exc
 
 
 @contextlib.contextmanager
@@ -229,12 +250,13 @@ def _connect(host: str, port: int, timeout: float) -> socket.socket:
 
 
 def spawn_serving(cmd: list[str], host: str = "127.0.0.1", *, what: str = "server",
-                  **popen: Any) -> ServerProcess:
+                  log: Path | None = None, **popen: Any) -> ServerProcess:
     """``spawn_server``, returned once the server answers (see wait_serving), not merely
-    listens. Stopped if it does not get that far."""
-    server = spawn_server(cmd, host, what=what, **popen)
+    listens. Stopped if it does not get that far (with ``log``'s text in the error)."""
+    server = spawn_server(cmd, host, what=what, log=log, **popen)
     try:
-        wait_serving(server.host, server.port, proc=server.proc)
+        with _showing_output(log, what):
+            wait_serving(server.host, server.port, proc=server.proc)
     except BaseException:
         server.stop()
         raise

@@ -7,10 +7,18 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from support import has_exited, listening_ports, reserved_port, spawn_serving, wait_serving
+from support import (
+    has_exited,
+    listening_ports,
+    reserved_port,
+    spawn_server,
+    spawn_serving,
+    wait_serving,
+)
 
 
 def test_listening_ports_lists_listeners_in_fd_order_and_nothing_else() -> None:
@@ -92,3 +100,33 @@ def test_has_exited_counts_a_zombie_as_exited() -> None:
         assert has_exited(proc.pid)
     finally:
         proc.wait()
+
+
+def test_a_server_given_a_log_file_can_write_more_than_a_pipe_holds_before_listening(
+        tmp_path: Path) -> None:
+    # Given a server that writes 1 MiB (a pipe holds 64 KiB) before it listens
+    chatty = ("import socket, sys\n"
+              "sys.stderr.write('x' * (1 << 20)); sys.stderr.flush()\n"
+              "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+              "print('listening', flush=True); sys.stdin.read()\n")
+    log = tmp_path / "chatty.log"
+    server = spawn_server([sys.executable, "-c", chatty], what="chatty", log=log,
+                          stdin=subprocess.PIPE, timeout=60)
+    try:
+        # Then it comes up, and everything it wrote is in the file
+        assert server.port > 0
+        assert log.read_bytes() == b"x" * (1 << 20) + b"listening\n"
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("spawn", [spawn_server, spawn_serving])
+def test_a_server_that_does_not_come_up_shows_its_output_in_the_error(
+        spawn: Any, tmp_path: Path) -> None:
+    failing = "import sys; print('starting'); sys.exit('cannot open /nonexistent/wal: denied')"
+    with pytest.raises(RuntimeError) as raised:
+        spawn([sys.executable, "-c", failing], what="broken", log=tmp_path / "broken.log")
+    message = str(raised.value)
+    assert "exited with 1" in message
+    assert "starting\ncannot open /nonexistent/wal: denied" in message
+    assert str(tmp_path / "broken.log") in message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,25 @@ def test_inspect_of_a_directory_without_a_log_says_so_and_exits_2(tmp_path: Path
     assert r.returncode == 2
     assert "no stalkd log here" in r.stderr and "seg-*.log" in r.stderr
     assert r.stdout == ""
+
+
+def test_inspect_names_no_writer_when_the_process_in_lock_has_exited_unreaped(tmp_path: Path) -> None:
+    from stalkd.log.cli import inspect
+
+    # Given a writer that took the lock and exited, and that nobody has reaped yet (a zombie)
+    writer = subprocess.Popen([sys.executable, "-c",
+                               "import sys; from stalkd.log import Log; "
+                               "log = Log.open(sys.argv[1], durability='never'); "
+                               "print('open', flush=True); sys.stdin.read()", str(tmp_path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert writer.stdout is not None and writer.stdin is not None
+        assert writer.stdout.readline() == b"open\n"
+        # While it runs, inspect names it
+        assert inspect(str(tmp_path))["writer"] == f"pid {writer.pid}"
+        writer.stdin.close()
+        os.waitid(os.P_PID, writer.pid, os.WEXITED | os.WNOWAIT)
+        # Then inspect says it is gone, not that it still writes
+        assert inspect(str(tmp_path))["writer"] == f"none (last: pid {writer.pid})"
+    finally:
+        writer.wait()

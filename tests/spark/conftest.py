@@ -7,7 +7,6 @@ one would only slow the suite down.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,14 +54,15 @@ def spark(s3_server: Any, spark_home: Path) -> Iterator[Any]:
 
 
 @pytest.fixture(params=["beanstalkd", "stalkd"])
-def queue_server(request: Any) -> Iterator[ServerProcess]:
-    """Debian's beanstalkd, then stalkd's own server (in memory), each on port 0, once it answers."""
+def queue_server(request: Any, tmp_path: Path) -> Iterator[ServerProcess]:
+    """Debian's beanstalkd, then stalkd's own server (in memory), each on port 0, once it answers;
+    stalkd's output goes to ``stalkd.log`` in the test's tmp dir (shown if it does not come up)."""
     if request.param == "beanstalkd":
         server = request.getfixturevalue("beanstalkd")
         yield server
         return
     own = spawn_serving([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0"],
-                        what="stalkd", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                        what="stalkd", log=tmp_path / "stalkd.log")
     try:
         yield own
     finally:

@@ -19,7 +19,8 @@ from worker_probe import running as _running
 
 from stalkd.worker import App, cancelled, raise_if_cancelled
 from stalkd.worker.cancel import cancel_tube
-from stalkd.worker.middleware import Cancellation, Retries
+from stalkd.worker.context import JobContext
+from stalkd.worker.middleware import Cancellation, Middleware, Retries
 
 _FIXTURES = (queue_server,)
 
@@ -113,6 +114,112 @@ def test_a_request_reaches_a_job_that_started_while_the_cancel_thread_waited(
                 and probe.count(t, "ready")] == []
     finally:
         probe.close()
+
+
+class Gate(Middleware):
+    """Holds each delivery of task ``name`` after its reserve, before the hooks after this one
+    and its handler run, until ``go`` is set: the window between reserve and handler start."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.held = threading.Event()
+        self.go = threading.Event()
+
+    def before_process(self, ctx: JobContext) -> None:
+        if ctx.task.name == self.name:
+            self.held.set()
+            self.go.wait(60)
+
+
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_a_request_made_between_reserve_and_handler_start_reaches_the_handler(
+        server: Any, mode: str) -> None:
+    """The cancel thread waits in ``reserve`` for an hour: it takes the request's wake-up while
+    the job is not running yet, so only a prompt second look (not its next round) reaches it."""
+    gate = Gate("long")
+    cancellation = Cancellation(wait=3600)
+    app = App(server.address, middleware=[Retries(), gate, cancellation])
+    saw: list[bool] = []
+
+    @app.task
+    def first(p: None) -> None:
+        return None
+
+    if mode == "asyncio":
+        @app.task(max_attempts=3)
+        async def long(p: None) -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                saw.append(True)
+                raise
+    else:
+        @app.task(max_attempts=3)
+        def long(p: None) -> None:
+            deadline = time.monotonic() + 30  # a bound only: the flag ends the loop
+            while not cancelled() and time.monotonic() < deadline:
+                time.sleep(0.01)  # a long job's unit of work, checking its flag
+            saw.append(cancelled())
+            raise_if_cancelled()
+
+    probe = Probe(server.address)
+    outcome: list[bool] = []
+    try:
+        with running(app, mode):
+            # Given the cancel thread started (by a first job) and waiting in reserve
+            first.put(None)
+            wake_tube = cancellation._wake_tube
+            wait_for(lambda: int((probe.tube(wake_tube) or {}).get("current-waiting", 0)) == 1
+                     and probe.count("first", "ready") + probe.count("first", "reserved") == 0,
+                     what="the cancel thread waiting in reserve")
+            # and a job reserved whose handler has not started
+            job_id = long.put(None)
+            assert job_id is not None
+            assert gate.held.wait(30)
+            # When it is asked to stop, and the cancel thread has taken the wake-up meanwhile
+            asking = threading.Thread(
+                target=lambda: outcome.append(app.cancel(job_id, running=True, wait=30)))
+            asking.start()
+            wait_for(lambda: probe.count(cancel_tube(job_id), "ready") == 1
+                     and int((probe.tube(wake_tube) or {}).get("cmd-delete", 0)) == 1
+                     and probe.count(wake_tube, "ready") + probe.count(wake_tube, "reserved") == 0,
+                     what="the request made and its wake-up taken")
+            gate.go.set()
+            asking.join(90)
+            # Then the handler saw the request, and the job is gone, with nothing left behind
+            assert outcome == [True]
+            assert probe.job(job_id) is None
+        assert saw == [True]
+        assert probe.count(cancel_tube(job_id), "ready") == 0
+        assert probe.count(wake_tube, "ready") == 0
+        assert probe.count("stalkd.failed", "ready") == 0
+    finally:
+        gate.go.set()
+        probe.close()
+
+
+def test_an_async_handler_flagged_before_its_task_exists_is_cancelled() -> None:
+    """The cancel thread can flag a job while ``before_process`` runs (the request made
+    between reserve and handler start), before there is a task to cancel."""
+    from stalkd.worker.aio import run_async
+    from stalkd.worker.cancel import JobCancelled
+    from stalkd.worker.serializer import Header
+
+    class FlaggedOnStart(Middleware):  # what the cancel thread does, at that moment
+        def before_process(self, ctx: JobContext) -> None:
+            ctx.cancel_requested = True
+            ctx.on_cancel()
+
+    app = App(middleware=[FlaggedOnStart()])
+
+    @app.task
+    async def long(p: None) -> None:
+        await asyncio.sleep(3600)
+
+    ctx = JobContext(job_id=7, body=b"", task=long, header=Header(task="long"), payload=None,
+                     started=0.0)
+    asyncio.run(asyncio.wait_for(run_async(app, ctx), 60))  # a bound only: it ends at once
+    assert isinstance(ctx.exception, JobCancelled)
 
 
 def test_cancel_without_running_leaves_a_running_job_alone(server: Any, tmp_path: Path) -> None:

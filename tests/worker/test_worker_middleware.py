@@ -3,6 +3,7 @@ structured log lines, and that a broken hook cannot decide a job's fate."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import pytest
@@ -149,3 +150,51 @@ def test_metrics_are_served_over_http_on_loopback(caplog: pytest.LogCaptureFixtu
         assert 'stalkd_worker_jobs_total{outcome="done",task="scraped"} 1.0' in text
     finally:
         m.close()
+
+
+def test_a_forked_childs_gauge_stops_counting_once_it_exits_even_unreaped() -> None:
+    import os
+
+    registry = CollectorRegistry()
+    m = Metrics(registry=registry)
+    m.before_fork(None)  # type: ignore[arg-type]  # (the worker: unused by Metrics)
+    to_child_r, to_child_w = os.pipe()
+    from_child_r, from_child_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one job in progress, one done, written to its file
+        code = 1
+        try:
+            os.close(to_child_w)
+            m.after_fork()
+            m.in_progress.labels(task="t").inc()
+            m.jobs.labels(task="t", outcome="done").inc()
+            m.on_worker_stop(None)  # type: ignore[arg-type]
+            os.write(from_child_w, b"k")
+            os.read(to_child_r, 1)  # until the parent closes its end
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(to_child_r)
+    os.close(from_child_w)
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    try:
+        assert os.read(from_child_r, 1) == b"k"
+        # While the child runs, its gauge and its counter count
+        assert value("stalkd_worker_jobs_in_progress", task="t") == 1.0
+        assert value("stalkd_worker_jobs_total", task="t", outcome="done") == 1.0
+        # When it has exited, but is not reaped yet (a zombie)
+        os.close(to_child_w)
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        # Then its gauge no longer counts, and its counter still does
+        assert value("stalkd_worker_jobs_in_progress", task="t") in (None, 0.0)
+        assert value("stalkd_worker_jobs_total", task="t", outcome="done") == 1.0
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(to_child_w)
+        os.close(from_child_r)
+        _, status = os.waitpid(pid, 0)
+        m.close()
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -28,6 +28,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from stalkd.pids import pid_alive
+
 from .cursor import read_cursor
 from .errors import LogCorruptError, LogError, LogLockedError, NotALogError
 from .fs import REAL
@@ -61,13 +63,7 @@ def _writer(path: str) -> str:
         return "none"
     if pid <= 0:
         return "none"
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return f"none (last: pid {pid})"
-    except PermissionError:
-        pass
-    return f"pid {pid}"
+    return f"pid {pid}" if pid_alive(pid) else f"none (last: pid {pid})"
 
 
 def inspect(path: str, verify: bool = False, hooks: DataDirHooks | None = None) -> dict[str, Any]:

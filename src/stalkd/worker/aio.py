@@ -91,6 +91,8 @@ async def run_async(app: Registry, ctx: JobContext) -> None:
         loop.call_soon_threadsafe(task.cancel)
 
     ctx.interrupt = ctx.on_cancel = interrupt
+    if ctx.cancel_requested:  # asked while before_process ran, before there was a task to cancel
+        interrupt()
     try:
         try:
             ctx.result = await asyncio.shield(task)

@@ -13,8 +13,9 @@ so that thread also watches a tube of its own, ``stalkd.cancel.wake.<token>``, a
 now for the new job's request too. So a request reaches a job as soon as its handler has
 started, at the cost of one put per worker process per request and nothing per job. (Between
 reserves the list is also brought up to date every ``wait`` seconds, a second by default.)
-A request made while the job is reserved but its handler has not started yet is seen at that
-next round.
+A request made while the job is reserved but its handler has not started yet names a job the
+thread does not watch yet: it remembers the id, and the job's start puts one more wake-up, so
+the request reaches the handler as it starts rather than at that next round.
 
 The marker is durable like any job: a request made while the worker is briefly disconnected is
 seen when it reconnects. The worker deletes a marker it acted on, and a wake-up it took; a

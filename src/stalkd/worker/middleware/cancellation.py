@@ -9,8 +9,16 @@ watch list up to date). A marker reserved there sets ``ctx.cancel_requested`` (w
 ``request_stop``) is deleted and the watch list brought up to date at once. Nothing runs in
 ``app.testing()``, which starts no worker.
 
-Ensures: a request for a job whose handler runs in this process reaches it while it runs; a
-job is never flagged after ``on_handler_exit``.
+A wake-up can come while its job is reserved here but its handler has not started (it names
+the job, which is not in the watch list yet): the job id is remembered, and when that job's
+``before_process`` comes it puts a wake-up of its own into this process's tube (on a second
+connection, opened the first time it is needed), so the thread looks again at once rather than
+at its next round. The request itself is still the marker: a remembered id whose marker is gone
+(the job ran elsewhere) costs one look and flags nothing.
+
+Ensures: a request for a job whose handler runs in this process reaches it while it runs, also
+one made between the job's reserve and its handler's start; a job is never flagged after
+``on_handler_exit``.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ log = logging.getLogger("stalkd.worker")
 __all__ = ["Cancellation"]
 
 _IDLE_TUBE = CANCEL_PREFIX + "idle"  # watched always: beanstalkd refuses to ignore the last tube
+_REMEMBERED = 1024  # wake-ups for jobs not running here (most run elsewhere): the newest kept
 
 
 class Cancellation(Middleware):
@@ -44,7 +53,11 @@ class Cancellation(Middleware):
         self._address: str | None = None
         self._timeout = 10.0
         self._running: dict[int, JobContext] = {}
+        self._woken: dict[int, None] = {}  # wake-ups taken before their job ran here, oldest first
         self._lock = threading.Lock()
+        self._waker: Any = None  # the connection before_process wakes the thread through
+        self._waker_lock = threading.Lock()
+        self._sent: set[int] = set()  # its wake-ups, less those the thread saw taken
         self._started = False
         self._stop = threading.Event()
         # this process's own (a forked child gets a new one: it runs other jobs)
@@ -63,15 +76,50 @@ class Cancellation(Middleware):
 
     def on_worker_stop(self, worker: RunningWorker) -> None:
         self._stop.set()
+        with self._waker_lock:
+            waker, self._waker = self._waker, None
+            if waker is not None:
+                with self._lock:
+                    untaken, self._sent = list(self._sent), set()
+                with contextlib.suppress(OSError):
+                    for wake in untaken:  # nobody else takes them: leave nothing behind
+                        waker.delete(wake)
+                    waker.close()
 
     def before_process(self, ctx: JobContext) -> None:
         if self._address is None:
             return
         with self._lock:
             self._running[ctx.job_id] = ctx
+            requested = ctx.job_id in self._woken
+            if requested:
+                del self._woken[ctx.job_id]
             if not self._started:
                 self._started = True
                 threading.Thread(target=self._loop, name="stalkd-cancel", daemon=True).start()
+        if requested and not self._stop.is_set():
+            self._wake(ctx.job_id)
+
+    def _wake(self, job_id: int) -> None:
+        """Have the thread bring its watch list up to date now (it took this job's wake-up
+        before the job ran here; the marker may be waiting)."""
+        from stalkd.worker.ops import ServerOps
+
+        with self._waker_lock:
+            try:
+                if self._waker is None:
+                    assert self._address is not None
+                    self._waker = ServerOps(self._address, timeout=self._timeout)
+                wake = self._waker.put(self._wake_tube, WAKE_BODY + str(job_id).encode(), 0, 0, 60)
+                with self._lock:
+                    self._sent.add(wake)
+            except OSError as exc:
+                if self._waker is not None:
+                    with contextlib.suppress(OSError):
+                        self._waker.abort()
+                    self._waker = None
+                log.warning("cancellation: could not wake the cancel thread (%s); a request "
+                            "for job %d is seen at its next round", exc, job_id)
 
     def on_handler_exit(self, ctx: JobContext) -> None:
         with self._lock:
@@ -113,6 +161,10 @@ class Cancellation(Middleware):
 
     def _deliver(self, conn: Any, marker: int, body: bytes) -> None:
         if body.startswith(WAKE_BODY):
+            with contextlib.suppress(ValueError):
+                self._remember(int(body[len(WAKE_BODY):]))
+            with self._lock:
+                self._sent.discard(marker)
             conn.delete(marker)  # the loop brings the watch list up to date next
             return
         try:
@@ -132,3 +184,14 @@ class Cancellation(Middleware):
         conn.delete(marker)
         self.requests += 1
         log.info("job %d: asked to stop (cancel requested)", job_id)
+
+    def _remember(self, job_id: int) -> None:
+        """A wake-up for ``job_id``: if the job is not running here, it may be reserved here
+        with its handler still to start (or run elsewhere): ``before_process`` looks."""
+        with self._lock:
+            if job_id in self._running:
+                return  # the loop's next watch round covers it
+            self._woken.pop(job_id, None)
+            self._woken[job_id] = None
+            while len(self._woken) > _REMEMBERED:
+                del self._woken[next(iter(self._woken))]

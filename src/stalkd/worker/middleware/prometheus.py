@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from stalkd.pids import pid_alive
 from stalkd.worker.actions import GiveUp, RetryLater
 from stalkd.worker.context import JobContext
 from stalkd.worker.middleware.base import Middleware
@@ -185,7 +186,7 @@ class Metrics(Middleware):
                     data = json.load(f)
             except (OSError, ValueError):
                 continue  # removed by close() meanwhile
-            alive = _alive(int(data["pid"]))
+            alive = pid_alive(int(data["pid"]))
             for fam, kind, sample, labels, value in data["samples"]:
                 if kind != "gauge" or alive:
                     yield fam, kind, sample, labels, float(value)
@@ -217,13 +218,3 @@ class _Merged(Collector):
             for (sample, labels_t), value in values.items():
                 out.add_sample(sample, dict(labels_t), value)
             yield out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process now holds the pid: err towards counting it
-    return True
