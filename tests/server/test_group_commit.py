@@ -17,6 +17,7 @@ from stalkd.engine.wal import Wal
 from stalkd.server.app import Server
 from stalkd.server.config import Config
 from stalkd.server.listen import bind_listener
+from stalkd.server.syncpolicy import SyncPolicy
 
 
 class GatedWal:
@@ -83,6 +84,9 @@ def _run(tmp: str, scenario: object) -> None:
         gated = GatedWal(wal)
         fatal: list[BaseException] = []
         srv = Server(Config(data_dir=tmp), engine, gated, on_fatal=fatal.append)
+        # These scenarios hold a sync on the sync thread while the loop serves; on a disk whose
+        # fsync is near-instant (tmpfs) the policy would move it inline and block the loop.
+        srv.barriers.sync_policy = SyncPolicy(max_inline=0.0)
         sock = bind_listener("127.0.0.1", 0)
         port = sock.getsockname()[1]
         server = await asyncio.get_running_loop().create_server(srv.new_connection, sock=sock)
