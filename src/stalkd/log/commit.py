@@ -26,6 +26,7 @@ from typing import Protocol
 
 from .active import ActiveSegment
 from .errors import LogError
+from .gate import new_gate
 from .policy import parse_durability
 from .ticket import Ticket
 
@@ -122,17 +123,15 @@ class GroupCommit:
             if alone:
                 self._sync_alone()
             elif lead:
-                self._lead(b)  # holds the gate until the batch is resolved
+                self._lead(b)  # opens the gate once the batch is resolved
                 if b.error is not None:
                     raise b.error
             else:
-                b.gate.acquire()  # released once to hand over the lead, then chained when resolved
-                if not b.done:
+                if not b.gate.wait():  # handed the lead; else resolved (and the next member woken)
                     self._lead(b)
                     if b.error is not None:
                         raise b.error
                 else:
-                    b.gate.release()  # wake the next member
                     if b.error is not None:
                         raise LogError(str(b.error))  # an instance of its own: tracebacks are per raise
             durable = self.durable  # only grows: reading it unlocked can only understate it
@@ -182,8 +181,8 @@ class GroupCommit:
                 b.done = True
                 callbacks, nxt = self._synced_locked(b.members, target)
             if nxt is not None:
-                nxt.gate.release()  # one member of the next batch leads it
-            b.gate.release()
+                nxt.gate.hand()  # one member of the next batch leads it
+            b.gate.open()
             for t, fn in callbacks:
                 fn(t)
 
@@ -198,7 +197,7 @@ class GroupCommit:
             with self._lock:
                 callbacks, nxt = self._synced_locked(1, target)
             if nxt is not None:
-                nxt.gate.release()
+                nxt.gate.hand()
             for t, fn in callbacks:
                 fn(t)
 
@@ -429,15 +428,13 @@ class GroupCommit:
 
 
 class _Batch:
-    """Callers one fsync covers. ``gate`` is held from creation: by the leader while it syncs,
-    released once to hand the lead to a waiting member, and once resolved each member passes it
-    on to the next (one futex wake per member, by the thread that has the GIL anyway)."""
+    """Callers one fsync covers. Its members wait on ``gate`` (see gate.py): handed to one of
+    them to lead when the previous batch resolves while it has members, opened once resolved."""
 
     __slots__ = ("gate", "members", "done", "error")
 
     def __init__(self) -> None:
-        self.gate = threading.Lock()
-        self.gate.acquire()
+        self.gate = new_gate()
         self.members = 0
         self.done = False
         self.error: LogError | None = None

@@ -1,0 +1,128 @@
+/* stalkd.log._gate: the compiled twin of log/gate.py's Gate, the wake-up of one group-commit batch.
+ *
+ * gate.py is the reference and says what a gate promises. What this changes is where the
+ * wake-ups happen: a member woken from ``wait`` passes the gate on to the next member before it
+ * takes the GIL back, so the futex wake that chains the members costs no GIL-holding time (the
+ * reference's Lock.release runs it with the GIL held), and neither does the wait itself.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <semaphore.h>
+
+typedef struct {
+    PyObject_HEAD
+    sem_t sem;
+    int done; /* written before the post that wakes a reader: sem_post/sem_wait order it */
+} Gate;
+
+static PyObject *
+gate_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "Gate() takes no arguments");
+        return NULL;
+    }
+    Gate *g = (Gate *)type->tp_alloc(type, 0);
+    if (g == NULL)
+        return NULL;
+    if (sem_init(&g->sem, 0, 0) != 0) {
+        Py_DECREF(g);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    g->done = 0;
+    return (PyObject *)g;
+}
+
+static void
+gate_dealloc(Gate *g)
+{
+    sem_destroy(&g->sem);
+    Py_TYPE(g)->tp_free((PyObject *)g);
+}
+
+/* wait() -> bool: block (GIL released) until opened or handed over; True if opened (the gate
+ * is passed on to the next waiter first), False if handed the lead. */
+static PyObject *
+gate_wait(Gate *g, PyObject *unused)
+{
+    int done;
+    Py_BEGIN_ALLOW_THREADS
+    while (sem_wait(&g->sem) != 0 && errno == EINTR)
+        ;
+    done = g->done;
+    if (done)
+        sem_post(&g->sem);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(done);
+}
+
+/* open(): resolved; wakes one waiter, who passes it on. */
+static PyObject *
+gate_open(Gate *g, PyObject *unused)
+{
+    g->done = 1;
+    sem_post(&g->sem);
+    Py_RETURN_NONE;
+}
+
+/* hand(): wake one waiter to lead (the gate stays closed). */
+static PyObject *
+gate_hand(Gate *g, PyObject *unused)
+{
+    sem_post(&g->sem);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+gate_get_done(Gate *g, void *closure)
+{
+    return PyBool_FromLong(g->done);
+}
+
+static PyMethodDef gate_methods[] = {
+    {"wait", (PyCFunction)gate_wait, METH_NOARGS,
+     "Block until opened (True; passed on to the next waiter) or handed the lead (False)."},
+    {"open", (PyCFunction)gate_open, METH_NOARGS, "Resolved: wake the waiters, one passing it to the next."},
+    {"hand", (PyCFunction)gate_hand, METH_NOARGS, "Wake one waiter to lead; the gate stays closed."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef gate_getset[] = {
+    {"done", (getter)gate_get_done, NULL, "Whether open() was called.", NULL},
+    {NULL},
+};
+
+static PyTypeObject GateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stalkd.log._gate.Gate",
+    .tp_basicsize = sizeof(Gate),
+    .tp_dealloc = (destructor)gate_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One batch's wake-up: wait() until open() (passed on waiter to waiter) or hand().",
+    .tp_methods = gate_methods,
+    .tp_getset = gate_getset,
+    .tp_new = gate_new,
+};
+
+static struct PyModuleDef gatemodule = {
+    PyModuleDef_HEAD_INIT, "stalkd.log._gate",
+    "The compiled batch gate (stalkd.log.gate is the reference).", -1, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__gate(void)
+{
+    if (PyType_Ready(&GateType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&gatemodule);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&GateType);
+    if (PyModule_AddObject(m, "Gate", (PyObject *)&GateType) < 0) {
+        Py_DECREF(&GateType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
