@@ -9,6 +9,7 @@
 #include <Python.h>
 #include <errno.h>
 #include <semaphore.h>
+#include <time.h>
 
 typedef struct {
     PyObject_HEAD
@@ -41,19 +42,48 @@ gate_dealloc(Gate *g)
     Py_TYPE(g)->tp_free((PyObject *)g);
 }
 
-/* wait() -> bool: block (GIL released) until opened or handed over; True if opened (the gate
- * is passed on to the next waiter first), False if handed the lead. */
+/* wait(timeout=None) -> bool | None: block (GIL released) until opened or handed over, or for
+ * at most ``timeout`` seconds; True if opened (the gate is passed on to the next waiter first),
+ * False if handed the lead, None if the time ran out. */
 static PyObject *
-gate_wait(Gate *g, PyObject *unused)
+gate_wait(Gate *g, PyObject *const *args, Py_ssize_t nargs)
 {
-    int done;
+    double timeout = -1.0;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "wait takes at most 1 argument");
+        return NULL;
+    }
+    if (nargs == 1 && args[0] != Py_None) {
+        timeout = PyFloat_AsDouble(args[0]);
+        if (timeout == -1.0 && PyErr_Occurred())
+            return NULL;
+        if (timeout < 0)
+            timeout = 0;
+    }
+    int done, got;
     Py_BEGIN_ALLOW_THREADS
-    while (sem_wait(&g->sem) != 0 && errno == EINTR)
-        ;
+    if (timeout < 0) {
+        while ((got = sem_wait(&g->sem)) != 0 && errno == EINTR)
+            ;
+    } else {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double whole = (double)(long long)timeout;
+        t.tv_sec += (time_t)whole;
+        t.tv_nsec += (long)((timeout - whole) * 1e9);
+        if (t.tv_nsec >= 1000000000L) {
+            t.tv_sec += 1;
+            t.tv_nsec -= 1000000000L;
+        }
+        while ((got = sem_clockwait(&g->sem, CLOCK_MONOTONIC, &t)) != 0 && errno == EINTR)
+            ;
+    }
     done = g->done;
-    if (done)
+    if (got == 0 && done)
         sem_post(&g->sem);
     Py_END_ALLOW_THREADS
+    if (got != 0)
+        Py_RETURN_NONE;
     return PyBool_FromLong(done);
 }
 
@@ -81,8 +111,8 @@ gate_get_done(Gate *g, void *closure)
 }
 
 static PyMethodDef gate_methods[] = {
-    {"wait", (PyCFunction)gate_wait, METH_NOARGS,
-     "Block until opened (True; passed on to the next waiter) or handed the lead (False)."},
+    {"wait", (PyCFunction)(void (*)(void))gate_wait, METH_FASTCALL,
+     "Block until opened (True; passed on to the next waiter), handed the lead (False) or timeout (None)."},
     {"open", (PyCFunction)gate_open, METH_NOARGS, "Resolved: wake the waiters, one passing it to the next."},
     {"hand", (PyCFunction)gate_hand, METH_NOARGS, "Wake one waiter to lead; the gate stays closed."},
     {NULL, NULL, 0, NULL},

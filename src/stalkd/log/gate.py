@@ -2,7 +2,8 @@
 
 Ensures: ``wait`` returns True only after ``open`` (the batch is resolved), and every member
 waiting then returns (each wakes the next: one wake-up per member, no herd); ``hand`` wakes
-exactly one waiter, who gets False (it leads the batch) while the gate stays closed to the others.
+exactly one waiter, who gets False (it leads the batch) while the gate stays closed to the
+others; a wait with a timeout returns None when it runs out, having taken nothing.
 
 ``stalkd.log._gate`` (built from ``_gate.c`` with the other accelerators) is the compiled twin:
 the same calls, with the wait and the wake of the next member done without the GIL.
@@ -33,7 +34,7 @@ class Gate(Protocol):
     @property
     def done(self) -> bool: ...
 
-    def wait(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> bool | None: ...
 
     def open(self) -> None: ...
 
@@ -50,9 +51,11 @@ class PyGate:
         self._lock.acquire()
         self.done = False
 
-    def wait(self) -> bool:
-        """Block until opened (True: the next waiter is woken) or handed the lead (False)."""
-        self._lock.acquire()
+    def wait(self, timeout: float | None = None) -> bool | None:
+        """Block until opened (True: the next waiter is woken), handed the lead (False), or for
+        at most ``timeout`` seconds (None: the time ran out)."""
+        if not self._lock.acquire(True, -1 if timeout is None else max(0.0, timeout)):
+            return None
         if self.done:
             self._lock.release()
             return True
