@@ -76,6 +76,29 @@ def test_hand_releases_exactly_one_waiter_to_lead(make: Callable[[], gate.Gate])
     assert got == [False, True, True, True]
 
 
+@pytest.mark.parametrize("make", IMPLS, ids=lambda m: getattr(m, "__module__", "?"))
+def test_a_timed_wait_returns_none_when_the_time_runs_out_having_taken_nothing(make: Callable[[], gate.Gate]) -> None:
+    g = make()
+    assert g.wait(0.01) is None
+    assert g.wait(0) is None and g.wait(-1) is None and g.wait(float("nan")) is None
+    g.hand()
+    assert g.wait(0.01) is False  # the hand is still there for one waiter
+    assert g.wait(0.01) is None
+    g.open()
+    assert g.wait(1e300) is True and g.wait(30) is True  # passed on: still open
+
+
+@pytest.mark.parametrize("make", IMPLS, ids=lambda m: getattr(m, "__module__", "?"))
+def test_a_timed_waiter_is_woken_by_open(make: Callable[[], gate.Gate]) -> None:
+    g = make()
+    got: list[bool | None] = []
+    t = threading.Thread(target=lambda: got.append(g.wait(600)), daemon=True)
+    t.start()
+    g.open()
+    t.join(30)
+    assert got == [True]
+
+
 def test_the_compiled_gate_takes_no_arguments() -> None:
     if gate.IMPLEMENTATION != "c":
         pytest.skip("the compiled gate is not active")

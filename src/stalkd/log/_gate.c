@@ -57,8 +57,10 @@ gate_wait(Gate *g, PyObject *const *args, Py_ssize_t nargs)
         timeout = PyFloat_AsDouble(args[0]);
         if (timeout == -1.0 && PyErr_Occurred())
             return NULL;
-        if (timeout < 0)
+        if (!(timeout >= 0)) /* negative or NaN: no time at all */
             timeout = 0;
+        else if (timeout > 1e9) /* past any deadline a timespec takes: as good as none */
+            timeout = -1.0;
     }
     int done, got;
     Py_BEGIN_ALLOW_THREADS

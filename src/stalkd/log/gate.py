@@ -54,7 +54,8 @@ class PyGate:
     def wait(self, timeout: float | None = None) -> bool | None:
         """Block until opened (True: the next waiter is woken), handed the lead (False), or for
         at most ``timeout`` seconds (None: the time ran out)."""
-        if not self._lock.acquire(True, -1 if timeout is None else max(0.0, timeout)):
+        t = -1.0 if timeout is None or timeout > threading.TIMEOUT_MAX else max(0.0, timeout)
+        if not self._lock.acquire(True, t):
             return None
         if self.done:
             self._lock.release()
