@@ -12,12 +12,12 @@ Ensures:
   * a ticket resolves once: done when the durable end passes its last offset, failed when an
     fsync fails; after that failure every later sync refuses (the page cache may have dropped
     the data, so pretending otherwise would lie about durability);
-  * waiters for appends (threads and asyncio futures) are woken when what they may see grows.
+  * waiters for appends (``visibility``: threads and asyncio futures) are woken when the durable
+    end grows.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import deque
@@ -29,6 +29,7 @@ from .errors import LogError
 from .gate import new_gate
 from .policy import parse_durability
 from .ticket import Ticket
+from .visibility import Visibility
 
 __all__ = ["GroupCommit", "parse_durability"]
 
@@ -48,7 +49,7 @@ class Pinner(Protocol):
 
 
 class GroupCommit:
-    """The durable end of one log, its tickets and waiters, and its committer/flusher thread.
+    """The durable end of one log, its tickets, and its committer/flusher thread.
 
     ``policy`` is ``always`` (a committer thread resolves tickets), ``every`` (a flusher fsyncs
     at most ``interval`` seconds after a write) or ``never``.
@@ -84,8 +85,7 @@ class GroupCommit:
         self.syncs = 0  # fsyncs done (records per fsync: a count the benchmarks report)
         self._tickets: deque[Ticket] = deque()
         self._deferred: Callbacks = []
-        self.waiters = 0  # threads blocked in wait_visible
-        self.async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.visibility = Visibility(self.cond, lambda: self.closed or self.failed is not None)
         self._last_sync = time.monotonic()
         self._flush_due = False
         self._threads: list[threading.Thread] = []
@@ -319,10 +319,11 @@ class GroupCommit:
                 out.extend((t, fn) for fn in t._resolve(None))
                 resolved = True
             # Who waits on ``cond`` for progress: tickets (resolved just now) and wait_visible.
-            if resolved or self.waiters:
+            v = self.visibility
+            if resolved or v.waiters:
                 self.cond.notify_all()
-            if self.async_waiters:
-                self._wake_async()
+            if v.async_waiters:
+                v.wake_async_locked()
         return out
 
     def fail(self, exc: BaseException) -> None:
@@ -363,46 +364,6 @@ class GroupCommit:
             with self.cond:
                 self._flush_due = True
                 self._bg_cond.notify()
-
-    # ---------------------------------------------------------------- waiting for appends
-
-    def notify_append(self) -> None:
-        """Something was written: wake threads and futures waiting to see it."""
-        with self.cond:
-            self.cond.notify_all()
-            if self.async_waiters:
-                self._wake_async()
-
-    def _wake_async(self) -> None:
-        waiters, self.async_waiters = self.async_waiters, []
-        for loop, fut in waiters:
-            loop.call_soon_threadsafe(_set_future, fut)
-
-    def wait_visible(self, offset: int, timeout: float, visible_end: Callable[[], int]) -> bool:
-        """Block until ``visible_end() > offset``, the log stops, or timeout; True if visible."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            self.waiters += 1
-            try:
-                while visible_end() <= offset and not self.closed and self.failed is None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    self.cond.wait(left)
-            finally:
-                self.waiters -= 1
-        return visible_end() > offset
-
-    def future_visible(self, offset: int, visible_end: Callable[[], int]) -> asyncio.Future[None]:
-        """A future of the running loop, done once ``visible_end() > offset`` (maybe at once)."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        with self.cond:
-            if visible_end() <= offset:
-                self.async_waiters.append((loop, fut))
-            else:
-                fut.set_result(None)
-        return fut
 
     # ---------------------------------------------------------------- threads and closing
 
@@ -476,8 +437,3 @@ class _Batch:
         self.members = 0
         self.done = False
         self.error: LogError | None = None
-
-
-def _set_future(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
