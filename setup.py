@@ -59,6 +59,8 @@ ext_modules = [] if _NO_EXT else [
               extra_compile_args=["-O2", "-Wall"]),
     Extension("stalkd.log._frames", ["src/stalkd/log/_frames.c"],
               extra_compile_args=["-O2", "-Wall"]),
+    Extension("stalkd.log._gate", ["src/stalkd/log/_gate.c"],
+              extra_compile_args=["-O2", "-Wall"]),
 ]
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import tempfile
 import threading
@@ -122,21 +123,25 @@ class FloorLog:
         os.close(self.fd)
 
 
-def appenders(append: Callable[[bytes], object], threads: int, per: int) -> tuple[float, float]:
+def appenders(append: Callable[[bytes], object], threads: int, per: int) -> tuple[float, float, float]:
     """``threads`` threads each calling ``append`` ``per`` times at once: seconds of wall clock,
-    and process CPU in µs per record."""
+    process CPU in µs per record, and voluntary context switches per record (each a sleep: on
+    a batch, the GIL or the fsync; a count other load on the machine barely moves)."""
 
     def work() -> None:
         for _ in range(per):
             append(P32)
 
     ts = [threading.Thread(target=work) for _ in range(threads)]
+    r0 = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
     c0, t0 = time.process_time(), time.perf_counter()
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    return time.perf_counter() - t0, (time.process_time() - c0) * 1e6 / (per * threads)
+    n = per * threads
+    switches = (resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - r0) / n
+    return time.perf_counter() - t0, (time.process_time() - c0) * 1e6 / n, switches
 
 
 class Bench:
@@ -144,6 +149,7 @@ class Bench:
         self.n, self.n_slow, self.budget, self.reps = n, n_slow, budget, reps
         self.per_fsync: dict[int, float] = {}  # threads -> records per fsync, last stalkd_threads run
         self.cpu_per_record: dict[int, float] = {}  # threads -> process CPU us per record, same run
+        self.switches: dict[int, float] = {}  # threads -> voluntary context switches per record, same run
         self.floor_cpu: dict[int, float] = {}  # the same for FloorLog
         self.floor_per_fsync: dict[int, float] = {}
         self.root = tempfile.mkdtemp(prefix="stalkd-logbench-", dir=os.environ.get("STALKD_BENCH_DIR"))
@@ -192,7 +198,7 @@ class Bench:
         ``self.per_fsync`` (a count, which load on a shared machine cannot distort)."""
         per = max(50, self.n_slow * 3 // threads)
         with Log.open(self.fresh("t"), durability="always") as log:
-            secs, self.cpu_per_record[threads] = appenders(log.append, threads, per)
+            secs, self.cpu_per_record[threads], self.switches[threads] = appenders(log.append, threads, per)
             self.per_fsync[threads] = per * threads / max(1, log.syncs)
             return rate(per * threads, secs)
 
@@ -201,7 +207,7 @@ class Bench:
         records per fsync go to ``floor_cpu``/``floor_per_fsync``."""
         per = max(50, self.n_slow * 3 // threads)
         log = FloorLog(os.path.join(self.root, "floor"))
-        secs, self.floor_cpu[threads] = appenders(log.append, threads, per)
+        secs, self.floor_cpu[threads], _ = appenders(log.append, threads, per)
         self.floor_per_fsync[threads] = per * threads / max(1, log.syncs)
         log.close()
         return rate(per * threads, secs)
@@ -330,7 +336,7 @@ def group_commit(b: Bench, reps: int) -> tuple[float, float, float]:
     pairs, counts, cpus, floors, fcpus = [], [], [], [], []
     for _ in range(max(3, reps)):  # interleaved
         pairs.append((b.stalkd_threads(1), b.stalkd_threads(8)))
-        cpus.append((b.cpu_per_record[1], b.cpu_per_record[8]))
+        cpus.append((b.cpu_per_record[1], b.cpu_per_record[8], b.switches[8]))
         counts.append(b.per_fsync[8])
         floors.append((b.floor_threads(1), b.floor_threads(8)))
         fcpus.append((b.floor_cpu[1], b.floor_cpu[8], b.floor_per_fsync[8]))
@@ -344,7 +350,9 @@ def group_commit(b: Bench, reps: int) -> tuple[float, float, float]:
     # Process CPU per record: with a fast disk the 8-thread rate is bound by it (one GIL), the
     # 1-thread rate by the fsync, so their quotient bounds the ratio where load is low.
     print("process CPU us per record, 1 thread / 8 threads: "
-          + ", ".join(f"{c1:.0f}/{c8:.0f}" for c1, c8 in cpus))
+          + ", ".join(f"{c1:.0f}/{c8:.0f}" for c1, c8, _ in cpus))
+    print("8 threads: voluntary context switches per record (1 is the sleep on its batch) "
+          + ", ".join(f"{s8:.2f}" for _, _, s8 in cpus))
     f_ratios = sorted(e / o for o, e in floors)
     print(f"floor (pwrite + fdatasync, the least Python group commit): median pair {f_ratios[len(f_ratios) // 2]:.1f}x "
           f"(runs: {', '.join(f'{x:.1f}' for x in f_ratios)}); 8 threads / floor's 8 threads "

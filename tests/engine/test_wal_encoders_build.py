@@ -10,7 +10,7 @@ from pathlib import Path
 
 from stalkd.engine import fastrecords, model, wal
 from stalkd.engine.model import Op, Record
-from stalkd.log import fastframe, frame, writer
+from stalkd.log import fastframe, frame, gate, writer
 
 _DISABLED = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 
@@ -24,11 +24,15 @@ def test_the_active_encoders_follow_the_build_and_the_switch() -> None:
     assert (fastrecords.encode is model.encode) == (fastrecords.IMPLEMENTATION == "python")
     assert _expected("stalkd.log._frames") == fastframe.IMPLEMENTATION
     assert (fastframe.encode_data_frames is frame.encode_data_frames) == (fastframe.IMPLEMENTATION == "python")
+    assert (fastframe.put_data_frame is frame.put_data_frame) == (fastframe.IMPLEMENTATION == "python")
+    assert _expected("stalkd.log._gate") == gate.IMPLEMENTATION
+    assert (gate.new_gate is gate.PyGate) == (gate.IMPLEMENTATION == "python")
 
 
 def test_the_wal_writes_with_the_active_encoders(tmp_path: Path) -> None:
     assert wal.encode is fastrecords.encode
     assert writer.encode_data_frames is fastframe.encode_data_frames
+    assert writer.put_data_frame is fastframe.put_data_frame
     recs = [Record(Op.PUT, 1, 10, 1, "default", 5, 0, 60, 0, b"body", created_us=10),
             Record(Op.RELEASE, 2, 11, 1, pri=7, delay=3, deadline_us=99), Record(Op.DELETE, 3, 12, 1)]  # fmt: skip
     with wal.Wal.open(tmp_path, durability="never") as w:

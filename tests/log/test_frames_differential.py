@@ -57,3 +57,33 @@ def test_crc_is_crc32c(data: bytes, value: int, table: bool) -> None:
     from stalkd.log import _frames  # type: ignore[attr-defined]
 
     assert _frames.crc32c(data, value, table) == crc32c(data, value)
+
+
+def put_outcome(put: Any, size: int, *args: object) -> tuple[str, object, bytes]:
+    buf = bytearray(b"\xee" * size)
+    try:
+        return "end", put(buf, *args), bytes(buf)
+    except Exception as e:
+        return type(e).__name__, str(e), bytes(buf)
+
+
+@SETTINGS
+@given(st.integers(0, 400), st.integers(-8, 300), st.integers(-8, 400), payloads, ints, ints, ints)
+def test_put_same_end_and_bytes_or_same_error(size: int, pos: int, room: int, payload: Any, delta: int, ts: int,
+                                              epoch: int) -> None:  # fmt: skip
+    """Into a buffer of ``size`` bytes: the same end (or -1) and the same bytes written, or the same error."""
+    args = (pos, room, payload, delta, ts, epoch)
+    assert put_outcome(fastframe.put_data_frame, size, *args) == put_outcome(frame.put_data_frame, size, *args)
+
+
+def test_put_writes_through_a_mapping() -> None:
+    """The writer's case: the frame lands in a shared mapping, byte for byte the encoder's."""
+    import mmap
+
+    m = mmap.mmap(-1, 4096)
+    try:
+        assert fastframe.put_data_frame(m, 64, 4096, b"payload", 7, 123, 3) == 64 + frame.frame_size(7)
+        assert m[64 : 64 + frame.frame_size(7)] == frame.encode_data_frame(b"payload", 7, 123, 3)
+        assert fastframe.put_data_frame(m, 4090, 4096, b"", 0, 0, 0) == -1
+    finally:
+        m.close()

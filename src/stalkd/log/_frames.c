@@ -7,6 +7,9 @@
  * contiguous buffer) goes to the reference, given once by ``set_reference``, so errors are the
  * reference's own. tests/log/test_frames_differential.py requires identical bytes.
  *
+ * put_data_frame is the same for one frame written straight into a buffer (the mapping of the
+ * active segment), against frame.put_data_frame.
+ *
  * CRC32C (Castagnoli, reflected, the crc32c package's): the SSE 4.2 instruction where the CPU
  * has it, else a byte-wise table.
  */
@@ -19,7 +22,8 @@
 #define MAGIC 0xA7
 #define DATA_FLAGS 0x80 /* FLAG_COMMITTED | KIND_DATA */
 
-static PyObject *reference = NULL; /* frame.py's encode_data_frames */
+static PyObject *reference = NULL;     /* frame.py's encode_data_frames */
+static PyObject *put_reference = NULL; /* frame.py's put_data_frame */
 
 /* --- CRC32C ------------------------------------------------------------------------------- */
 
@@ -88,6 +92,22 @@ put_le(unsigned char *p, uint64_t v, int n)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* One data frame (header, payload, padding, CRC) written at ``w``, ``size`` bytes in all. */
+static void
+write_frame(unsigned char *w, Py_ssize_t size, const unsigned char *data, Py_ssize_t n, unsigned long long delta,
+            long long ts, unsigned long long epoch)
+{
+    w[4] = MAGIC;
+    w[5] = DATA_FLAGS;
+    put_le(w + 6, epoch, 2);
+    put_le(w + 8, (uint64_t)n, 4);
+    put_le(w + 12, delta, 4);
+    put_le(w + 16, (uint64_t)ts, 8);
+    memcpy(w + HEADER, data, (size_t)n);
+    memset(w + HEADER + n, 0, (size_t)(size - HEADER - n));
+    put_le(w, ~crc_update(0xFFFFFFFFu, w + 4, (size_t)(size - 4)), 4);
+}
+
 static PyObject *
 call_reference(PyObject *const *args, Py_ssize_t nargs)
 {
@@ -153,19 +173,72 @@ encode_data_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             n = PyByteArray_GET_SIZE(p);
         }
         Py_ssize_t size = (HEADER + n + 7) & ~(Py_ssize_t)7;
-        w[4] = MAGIC;
-        w[5] = DATA_FLAGS;
-        put_le(w + 6, epoch, 2);
-        put_le(w + 8, (uint64_t)n, 4);
-        put_le(w + 12, first + (unsigned long long)i, 4);
-        put_le(w + 16, (uint64_t)ts, 8);
-        memcpy(w + HEADER, data, (size_t)n);
-        memset(w + HEADER + n, 0, (size_t)(size - HEADER - n));
-        uint32_t c = ~crc_update(0xFFFFFFFFu, w + 4, (size_t)(size - 4));
-        put_le(w, c, 4);
+        write_frame(w, size, data, n, first + (unsigned long long)i, ts, epoch);
         w += size;
     }
     return out;
+}
+
+static PyObject *
+call_put_reference(PyObject *const *args, Py_ssize_t nargs)
+{
+    if (put_reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "stalkd.log._frames: set_reference was not called");
+        return NULL;
+    }
+    return PyObject_Vectorcall(put_reference, args, nargs, NULL);
+}
+
+/* put_data_frame(buf, pos, room, payload, delta, timestamp_us, epoch) -> int: the frame written
+ * into buf at pos if it ends by room (its end), else -1; one call and no bytes object per
+ * record, where the reference encodes, joins and stores through a slice. */
+static PyObject *
+put_data_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7)
+        return call_put_reference(args, nargs);
+    PyObject *p = args[3];
+    const unsigned char *data;
+    Py_ssize_t n;
+    if (PyBytes_CheckExact(p)) {
+        data = (const unsigned char *)PyBytes_AS_STRING(p);
+        n = PyBytes_GET_SIZE(p);
+    } else if (PyByteArray_CheckExact(p)) {
+        data = (const unsigned char *)PyByteArray_AS_STRING(p);
+        n = PyByteArray_GET_SIZE(p);
+    } else
+        return call_put_reference(args, nargs);
+    if (!PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[4])
+        || !PyLong_CheckExact(args[5]) || !PyLong_CheckExact(args[6]))
+        return call_put_reference(args, nargs);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t room = PyLong_AsSsize_t(args[2]);
+    unsigned long long delta = PyLong_AsUnsignedLongLong(args[4]);
+    long long ts = PyLong_AsLongLong(args[5]);
+    unsigned long long epoch = PyLong_AsUnsignedLongLong(args[6]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return call_put_reference(args, nargs);
+    }
+    Py_ssize_t size = (HEADER + n + 7) & ~(Py_ssize_t)7;
+    if (pos < 0 || (unsigned long long)n > 0xFFFFFFFFull || pos > PY_SSIZE_T_MAX - size)
+        return call_put_reference(args, nargs);
+    if (pos + size > room)
+        return PyLong_FromLong(-1);
+    if (delta > 0xFFFFFFFFull || epoch > 0xFFFF)
+        return call_put_reference(args, nargs);
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_WRITABLE) != 0) {
+        PyErr_Clear();
+        return call_put_reference(args, nargs);
+    }
+    if (pos + size > b.len) {
+        PyBuffer_Release(&b);
+        return call_put_reference(args, nargs);
+    }
+    write_frame((unsigned char *)b.buf + pos, size, data, n, delta, ts, epoch);
+    PyBuffer_Release(&b);
+    return PyLong_FromSsize_t(pos + size);
 }
 
 /* crc32c(data, value=0, table=False) -> int: the checksum the frames carry, by the instruction
@@ -185,11 +258,19 @@ crc32c(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(c);
 }
 
+/* set_reference(encode_data_frames, put_data_frame=None) */
 static PyObject *
-set_reference(PyObject *self, PyObject *fn)
+set_reference(PyObject *self, PyObject *args)
 {
+    PyObject *fn, *put = NULL;
+    if (!PyArg_ParseTuple(args, "O|O", &fn, &put))
+        return NULL;
     Py_INCREF(fn);
     Py_XSETREF(reference, fn);
+    if (put != NULL) {
+        Py_INCREF(put);
+        Py_XSETREF(put_reference, put);
+    }
     Py_RETURN_NONE;
 }
 
@@ -203,7 +284,9 @@ static PyMethodDef methods[] = {
     {"encode_data_frames", (PyCFunction)(void (*)(void))encode_data_frames, METH_FASTCALL,
      "Consecutive data frames in one buffer (frame.encode_data_frames)."},
     {"crc32c", crc32c, METH_VARARGS, "CRC32C of data, continuing from value (table: without the instruction)."},
-    {"set_reference", set_reference, METH_O, "The reference encoder, for inputs off the fast path."},
+    {"put_data_frame", (PyCFunction)(void (*)(void))put_data_frame, METH_FASTCALL,
+     "One data frame written into a buffer if it fits (frame.put_data_frame)."},
+    {"set_reference", set_reference, METH_VARARGS, "The reference encoders, for inputs off the fast path."},
     {"hardware_crc", hardware_crc, METH_NOARGS, "Whether the CRC uses the SSE 4.2 instruction."},
     {NULL, NULL, 0, NULL},
 };

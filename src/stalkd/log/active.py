@@ -45,7 +45,7 @@ class ActiveSegment:
     """
 
     __slots__ = ("path", "fd", "base", "pos", "limit", "size", "epoch", "users", "retired", "mm", "mm_batches", "fs",
-                 "zero_ahead", "zeroed")  # fmt: skip
+                 "zero_ahead", "zeroed", "room")  # fmt: skip
 
     def __init__(
         self,
@@ -68,6 +68,9 @@ class ActiveSegment:
         self.fs = fs
         self.zero_ahead = min(zero_ahead, ZERO_AHEAD)
         self.zeroed = pos
+        # Where a frame stored straight into the mapping must end: the limit, or with
+        # ``zero_ahead`` the zeros written so far (past them, zero_to first).
+        self.room = min(pos, self.limit) if self.zero_ahead else self.limit
         # The blocks are reserved (fallocate) before the mapping is written, so a store into it
         # cannot hit a full disk on ext4/xfs/tmpfs (copy-on-write file systems: use io="pwrite").
         self.mm = mmap.mmap(fd, size) if io != "pwrite" else None
@@ -83,6 +86,7 @@ class ActiveSegment:
         if stop > start:
             self.fs.pwrite_all(self.fd, _ZEROS[: stop - start], start)
         self.zeroed = max(stop, end)
+        self.room = min(self.zeroed, self.limit)
 
     def write(self, data: bytes, pos: int) -> None:
         """Write ``data`` at byte ``pos`` (pwrite unless io="mmap")."""

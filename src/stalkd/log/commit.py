@@ -7,17 +7,17 @@ Ensures:
     the others wait and return as soon as the durable end covers them, so concurrent
     ``always`` appenders share fsyncs;
   * a leader waits before its fsync only for callers the previous sync just released (they are
-    about to write again), and at most ``gather_share`` of an average fsync: a lone caller
-    never waits;
+    about to write again; the last of them to arrive fsyncs in its place), and at most
+    ``gather_share`` of an average fsync: a lone caller never waits;
   * a ticket resolves once: done when the durable end passes its last offset, failed when an
     fsync fails; after that failure every later sync refuses (the page cache may have dropped
     the data, so pretending otherwise would lie about durability);
-  * waiters for appends (threads and asyncio futures) are woken when what they may see grows.
+  * waiters for appends (``visibility``: threads and asyncio futures) are woken when the durable
+    end grows.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import deque
@@ -26,8 +26,10 @@ from typing import Protocol
 
 from .active import ActiveSegment
 from .errors import LogError
+from .gate import new_gate
 from .policy import parse_durability
 from .ticket import Ticket
+from .visibility import Visibility
 
 __all__ = ["GroupCommit", "parse_durability"]
 
@@ -47,7 +49,7 @@ class Pinner(Protocol):
 
 
 class GroupCommit:
-    """The durable end of one log, its tickets and waiters, and its committer/flusher thread.
+    """The durable end of one log, its tickets, and its committer/flusher thread.
 
     ``policy`` is ``always`` (a committer thread resolves tickets), ``every`` (a flusher fsyncs
     at most ``interval`` seconds after a write) or ``never``.
@@ -68,19 +70,22 @@ class GroupCommit:
         self._bg_cond = threading.Condition(lock)
         self._syncing = False  # a batch has a leader (guarded by cond)
         self._open: _Batch | None = None  # the batch callers join: its end is not pinned yet
-        # Gathering (see _gather_locked): how many callers the last sync released, and how many
-        # came back since; the leader waits on its own condition for the last arrival.
+        # Gathering (see _gather): how many callers the last sync released, and how many came
+        # back since; the batch whose leader waits for them on its gate (the last one leads it).
         self._expect = 0
         self._arrived = 0
-        self._gathering = False
-        self._gather_cond = threading.Condition(lock)
+        # Which sync released whom: the last sync's token (its batch, or a token of the lone
+        # caller's), and in each thread the token of the sync it last joined. Only callers the
+        # last sync released count as arrivals: a newcomer does not stand in for one of them.
+        self._released: object = None
+        self._mine = threading.local()
+        self._gathering: _Batch | None = None
         self.gather_share = gather_share
         self._fsync_avg = 0.0  # seconds, moving average
         self.syncs = 0  # fsyncs done (records per fsync: a count the benchmarks report)
         self._tickets: deque[Ticket] = deque()
         self._deferred: Callbacks = []
-        self.waiters = 0  # threads blocked in wait_visible
-        self.async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.visibility = Visibility(self.cond, lambda: self.closed or self.failed is not None)
         self._last_sync = time.monotonic()
         self._flush_due = False
         self._threads: list[threading.Thread] = []
@@ -112,27 +117,31 @@ class GroupCommit:
                     return self.durable
                 if self.failed is not None:
                     raise LogError(f"{self.path}: log failed earlier ({self.failed})")
+                mine = self._mine
+                back = getattr(mine, "sync", None) is self._released  # released by the last sync
                 # Alone (nobody syncing, waiting or expected back: a lone writer's every sync):
                 # no batch to form, gather or hand over.
-                alone = not self._syncing and self._arrived + 1 >= self._expect
+                alone = not self._syncing and self._arrived + back >= self._expect
                 if alone:
                     self._syncing = True
+                    mine.sync = token = object()
                 else:
-                    b, lead = self._join_locked()
+                    b, lead = self._join_locked(back)
+                    mine.sync = b
             if alone:
-                self._sync_alone()
+                self._sync_alone(token)
             elif lead:
-                self._lead(b)  # holds the gate until the batch is resolved
-                if b.error is not None:
+                if self._lead(b) and b.error is not None:  # opens the gate once the batch is resolved
                     raise b.error
+                if b.error is not None:  # gathered, then led by the last arrival
+                    raise LogError(str(b.error))
             else:
-                b.gate.acquire()  # released once to hand over the lead, then chained when resolved
-                if not b.done:
-                    self._lead(b)
-                    if b.error is not None:
+                if not b.gate.wait():  # handed the lead; else resolved (and the next member woken)
+                    if self._lead(b) and b.error is not None:
                         raise b.error
+                    if b.error is not None:
+                        raise LogError(str(b.error))
                 else:
-                    b.gate.release()  # wake the next member
                     if b.error is not None:
                         raise LogError(str(b.error))  # an instance of its own: tracebacks are per raise
             durable = self.durable  # only grows: reading it unlocked can only understate it
@@ -141,8 +150,9 @@ class GroupCommit:
             # Covered unless ``upto`` lies past what was written when the batch was pinned (a
             # caller syncing ahead of the writes): then join the next batch.
 
-    def _join_locked(self) -> tuple[_Batch, bool]:
-        """Join the open batch (opening one); whether this caller leads it."""
+    def _join_locked(self, back: bool) -> tuple[_Batch, bool]:
+        """Join the open batch (opening one), ``back`` if the last sync released this caller;
+        whether this caller leads it."""
         b = self._open
         if b is None:
             b = self._open = _Batch()
@@ -150,22 +160,28 @@ class GroupCommit:
         lead = not self._syncing
         if lead:
             self._syncing = True
-        self._arrived += 1
-        if self._gathering and self._arrived >= self._expect:
-            self._gather_cond.notify()
+        self._arrived += back
+        if back and self._gathering is b and self._arrived >= self._expect:
+            # The leader waits for the callers it expects on b's gate, as a member: the last of
+            # them leads b at once instead of waking it (one wake-up and GIL hand-off less).
+            self._gathering = None
+            lead = True
         return b, lead
 
-    def _lead(self, b: _Batch) -> None:
-        """Gather, pin the end, fsync, resolve ``b`` and hand the next open batch its lead."""
+    def _lead(self, b: _Batch) -> bool:
+        """Gather, pin the end, fsync, resolve ``b`` and hand the next open batch its lead; True.
+        False if the last caller gathered led ``b`` instead (returned once it is resolved)."""
+        interrupted: BaseException | None = None
+        if self._arrived < self._expect:
+            still, interrupted = self._gather(b)
+            if not still:
+                return False
         target = -1
         try:
+            if interrupted is not None:
+                raise interrupted
             if self.failed is not None:
                 raise LogError(f"{self.path}: log failed earlier ({self.failed})")
-            if self._arrived < self._expect:
-                with self.cond:
-                    self._gather_locked()
-                if self.failed is not None:  # failed while gathering: nothing to sync any more
-                    raise LogError(f"{self.path}: log failed earlier ({self.failed})")
             with self._lock:  # close b: its members all wrote before joining; later callers open the next
                 if self._open is b:
                     self._open = None
@@ -180,14 +196,15 @@ class GroupCommit:
                 if self._open is b:
                     self._open = None
                 b.done = True
-                callbacks, nxt = self._synced_locked(b.members, target)
+                callbacks, nxt = self._synced_locked(b.members, target, b)
             if nxt is not None:
-                nxt.gate.release()  # one member of the next batch leads it
-            b.gate.release()
+                nxt.gate.hand()  # one member of the next batch leads it
+            b.gate.open()
             for t, fn in callbacks:
                 fn(t)
+        return True
 
-    def _sync_alone(self) -> None:
+    def _sync_alone(self, token: object) -> None:
         """``sync_to`` when no other caller syncs, waits or is expected back: the fsync without
         a batch to form, gather or resolve (callers arriving meanwhile open the next one, which
         is handed its lead as in ``_lead``)."""
@@ -196,9 +213,9 @@ class GroupCommit:
             target = self._fsync_end()
         finally:
             with self._lock:
-                callbacks, nxt = self._synced_locked(1, target)
+                callbacks, nxt = self._synced_locked(1, target, token)
             if nxt is not None:
-                nxt.gate.release()
+                nxt.gate.hand()
             for t, fn in callbacks:
                 fn(t)
 
@@ -224,39 +241,59 @@ class GroupCommit:
             pinner.unpin(seg)
         return target
 
-    def _synced_locked(self, members: int, target: int) -> tuple[Callbacks, _Batch | None]:
+    def _synced_locked(self, members: int, target: int, token: object) -> tuple[Callbacks, _Batch | None]:
         """A sync of ``members`` callers ended at ``target`` (-1: failed): advance, and whether
         the next open batch has members to hand the lead to (the caller releases its gate)."""
         # Everyone this sync releases (the leader too) is about to write again.
         self._expect = members
         self._arrived = 0
+        self._released = token
         callbacks = self._advance_locked(target) if target >= 0 else []
         nxt = self._open
         handoff = nxt is not None and nxt.members > 0
         self._syncing = handoff
         return callbacks, nxt if handoff else None
 
-    def _gather_locked(self) -> None:
-        """The leader, before pinning the end: wait briefly for the callers the last sync
-        released, so this fsync covers their next records too.
+    def _gather(self, b: _Batch) -> tuple[bool, BaseException | None]:
+        """The leader of ``b``, before pinning the end: wait briefly for the callers the last
+        sync released, so this fsync covers their next records too. (Whether this caller still
+        leads ``b``, and what interrupted its wait if anything.)
 
         Without this, the released leader writes again and starts the next fsync alone before
         the threads it woke have had the GIL back; they then share the fsync after that, and
-        N concurrent appenders settle into alternating batches of 1 and N-1. The wait ends at
-        the last expected arrival, at close or failure, or after ``gather_share`` of an average
-        fsync (a caller that stopped appending costs one such wait, and is not expected again)."""
-        if self._arrived >= self._expect or self.gather_share <= 0:
-            return
-        deadline = time.monotonic() + self.gather_share * self._fsync_avg
-        self._gathering = True
+        N concurrent appenders settle into alternating batches of 1 and N-1. The leader waits
+        on ``b``'s gate: the last expected arrival leads ``b`` itself (see _join_locked) and the
+        gate wakes this caller as a member once ``b`` is resolved. After ``gather_share`` of an
+        average fsync (a caller that stopped appending costs one such wait, and is not expected
+        again) this caller leads, unless the lead was taken meanwhile."""
+        with self._lock:
+            if self._arrived >= self._expect or self.gather_share <= 0 or self.closed or self.failed is not None:
+                return True, None
+            self._gathering = b
+        got: bool | None = None
+        interrupted: BaseException | None = None
         try:
-            while self._arrived < self._expect and not self.closed and self.failed is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                self._gather_cond.wait(left)
-        finally:
-            self._gathering = False
+            got = b.gate.wait(self.gather_share * self._fsync_avg)
+        except BaseException as e:
+            interrupted = e
+        with self._lock:
+            still = self._gathering is b
+            if still:
+                self._gathering = None
+        if still or got is False:  # the time ran out, or handed the lead (close or failure: _stop_gathering)
+            return True, interrupted
+        if interrupted is not None:  # the last arrival leads b: it is resolved without this caller
+            raise interrupted
+        if got is None and b.gate.wait() is False:  # the time ran out as the lead was taken
+            return True, None
+        return False, None
+
+    def _stop_gathering_locked(self) -> None:
+        """Closed or failed: the callers a leader gathers for may never come, so whoever waits
+        on that batch's gate first leads it now (and finds the log closed or failed)."""
+        b, self._gathering = self._gathering, None
+        if b is not None:
+            b.gate.hand()
 
     def sealed(self, end: int) -> None:
         """A segment's footer was fsynced: everything below ``end`` is durable. Called under
@@ -282,10 +319,11 @@ class GroupCommit:
                 out.extend((t, fn) for fn in t._resolve(None))
                 resolved = True
             # Who waits on ``cond`` for progress: tickets (resolved just now) and wait_visible.
-            if resolved or self.waiters:
+            v = self.visibility
+            if resolved or v.waiters:
                 self.cond.notify_all()
-            if self.async_waiters:
-                self._wake_async()
+            if v.async_waiters:
+                v.wake_async_locked()
         return out
 
     def fail(self, exc: BaseException) -> None:
@@ -300,7 +338,7 @@ class GroupCommit:
                 t = self._tickets.popleft()
                 callbacks.extend((t, fn) for fn in t._resolve(err))
             self.cond.notify_all()
-            self._gather_cond.notify_all()
+            self._stop_gathering_locked()
         for t, fn in callbacks:
             fn(t)
 
@@ -326,46 +364,6 @@ class GroupCommit:
             with self.cond:
                 self._flush_due = True
                 self._bg_cond.notify()
-
-    # ---------------------------------------------------------------- waiting for appends
-
-    def notify_append(self) -> None:
-        """Something was written: wake threads and futures waiting to see it."""
-        with self.cond:
-            self.cond.notify_all()
-            if self.async_waiters:
-                self._wake_async()
-
-    def _wake_async(self) -> None:
-        waiters, self.async_waiters = self.async_waiters, []
-        for loop, fut in waiters:
-            loop.call_soon_threadsafe(_set_future, fut)
-
-    def wait_visible(self, offset: int, timeout: float, visible_end: Callable[[], int]) -> bool:
-        """Block until ``visible_end() > offset``, the log stops, or timeout; True if visible."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            self.waiters += 1
-            try:
-                while visible_end() <= offset and not self.closed and self.failed is None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    self.cond.wait(left)
-            finally:
-                self.waiters -= 1
-        return visible_end() > offset
-
-    def future_visible(self, offset: int, visible_end: Callable[[], int]) -> asyncio.Future[None]:
-        """A future of the running loop, done once ``visible_end() > offset`` (maybe at once)."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        with self.cond:
-            if visible_end() <= offset:
-                self.async_waiters.append((loop, fut))
-            else:
-                fut.set_result(None)
-        return fut
 
     # ---------------------------------------------------------------- threads and closing
 
@@ -411,7 +409,7 @@ class GroupCommit:
             self.ok = False
             self.cond.notify_all()
             self._bg_cond.notify_all()
-            self._gather_cond.notify_all()
+            self._stop_gathering_locked()
         for th in self._threads:
             if th is not threading.current_thread():
                 th.join()
@@ -425,24 +423,17 @@ class GroupCommit:
             self._pinner = None
             self.cond.notify_all()
             self._bg_cond.notify_all()
-            self._gather_cond.notify_all()
+            self._stop_gathering_locked()
 
 
 class _Batch:
-    """Callers one fsync covers. ``gate`` is held from creation: by the leader while it syncs,
-    released once to hand the lead to a waiting member, and once resolved each member passes it
-    on to the next (one futex wake per member, by the thread that has the GIL anyway)."""
+    """Callers one fsync covers. Its members wait on ``gate`` (see gate.py): handed to one of
+    them to lead when the previous batch resolves while it has members, opened once resolved."""
 
     __slots__ = ("gate", "members", "done", "error")
 
     def __init__(self) -> None:
-        self.gate = threading.Lock()
-        self.gate.acquire()
+        self.gate = new_gate()
         self.members = 0
         self.done = False
         self.error: LogError | None = None
-
-
-def _set_future(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)

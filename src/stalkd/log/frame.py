@@ -25,6 +25,7 @@ first frame that is torn, fails its CRC, has the wrong delta or a stale epoch.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, TypeVar
@@ -43,6 +44,7 @@ __all__ = [
     "encode_frame",
     "encode_data_frame",
     "encode_data_frames",
+    "put_data_frame",
     "HEAD",
     "HEAD_FIELDS",
     "LENGTH_AT",
@@ -113,6 +115,31 @@ def encode_data_frame(payload: bytes | bytearray | memoryview, delta: int, times
     pad = _PADS[-(FRAME_HEADER_SIZE + n) & 7]
     c = crc32c(payload, crc32c(rest))
     return b"".join((_pack_u32(crc32c(pad, c) if pad else c), rest, payload, pad))
+
+
+def put_data_frame(
+    buf: bytearray | memoryview | mmap.mmap,
+    pos: int,
+    room: int,
+    payload: bytes | bytearray | memoryview,
+    delta: int,
+    timestamp_us: int,
+    epoch: int,
+) -> int:
+    """Write ``encode_data_frame(payload, delta, timestamp_us, epoch)`` into ``buf`` at ``pos``
+    if it ends by ``room``: its end, or -1 (nothing written) if it does not fit.
+
+    >>> buf = bytearray(64)
+    >>> put_data_frame(buf, 8, 64, b"abc", 4, 9, 2), bytes(buf[8:40]) == encode_data_frame(b"abc", 4, 9, 2)
+    (40, True)
+    >>> put_data_frame(buf, 40, 64, b"abc", 4, 9, 2)
+    -1
+    """
+    end = pos + ((FRAME_HEADER_SIZE + len(payload) + 7) & ~7)
+    if end > room:
+        return -1
+    buf[pos:end] = encode_data_frame(payload, delta, timestamp_us, epoch)
+    return end
 
 
 def encode_data_frames(

@@ -135,8 +135,8 @@ class Log:
             off = self._writer.append(payload)
         if off < 0:
             off = self.write_many((payload,))[0]
-        elif self._commit.waiters or self._commit.async_waiters:
-            self._commit.notify_append()
+        elif (v := self._commit.visibility).waiters or v.async_waiters:
+            v.notify()
         if self._policy == "always":  # straight to the group commit, which checks failure itself
             self._commit.sync_to(off + 1)
         else:
@@ -165,8 +165,8 @@ class Log:
         # meanwhile fails the next write or sync.
         first, last = self._writer.write_many(items, None if c.ok and not self._refusers else self._admit)
         c.run_deferred()
-        if c.waiters or c.async_waiters:
-            c.notify_append()
+        if (v := c.visibility).waiters or v.async_waiters:
+            v.notify()
         return first, last
 
     def _admit(self, items: Sequence[Payload]) -> None:
@@ -230,12 +230,12 @@ class Log:
     def wait_visible(self, offset: int, timeout: float) -> bool:
         """Block until a record at or after ``offset`` is visible (woken by appends), the log
         closes, or ``timeout`` seconds pass; True if one is visible."""
-        return self._commit.wait_visible(offset, timeout, self.visible_end)
+        return self._commit.visibility.wait(offset, timeout, self.visible_end)
 
     def future_visible(self, offset: int) -> asyncio.Future[None]:
         """A future of the running event loop, done once a record at or after ``offset`` is
         visible (at once if one already is)."""
-        return self._commit.future_visible(offset, self.visible_end)
+        return self._commit.visibility.future(offset, self.visible_end)
 
     # ---------------------------------------------------------------- reading
 

@@ -22,7 +22,7 @@ from typing import NoReturn
 
 from .active import ActiveSegment, create_segment, write_footer
 from .errors import LogError, LogFullError
-from .fastframe import encode_data_frames
+from .fastframe import encode_data_frames, put_data_frame
 from .frame import FRAME_HEADER_SIZE, MAX_PAYLOAD, encode_data_frame, frame_size
 from .fs import FileSystem
 from .recovery import Recovered
@@ -121,25 +121,36 @@ class SegmentWriter:
     def append(self, payload: Payload) -> int:
         """The fast path of one record: its offset, or -1 when it does not fit the active
         segment (the caller then goes through :meth:`write_many`)."""
-        n = len(payload)
-        size = (FRAME_HEADER_SIZE + n + 7) & ~7
         with self.lock:
             act = self.active
-            if act is None or act.pos + size > act.limit:
+            if act is None:
                 return -1
-            pos = act.pos
             off = self.next
-            frame = encode_data_frame(payload, off - act.base, time.time_ns() // 1000, act.epoch)
             mm = act.mm
-            if mm is not None:
-                if pos + size > act.zeroed:
-                    self._zero_checked(act, pos + size)
-                mm[pos : pos + size] = frame  # no system call per record (bench/log_bench.py: mmap vs pwrite)
+            if mm is not None:  # no system call per record (bench/log_bench.py: mmap vs pwrite)
+                end = put_data_frame(mm, act.pos, act.room, payload, off - act.base, time.time_ns() // 1000, act.epoch)
+                if end < 0:
+                    end = self._append_zeroing(act, payload, off)
+                    if end < 0:
+                        return -1
             else:
-                self._write_checked(act, frame, pos)
-            act.pos = pos + size
+                pos = act.pos
+                end = pos + frame_size(len(payload))
+                if end > act.limit:
+                    return -1
+                self._write_checked(act, encode_data_frame(payload, off - act.base, time.time_ns() // 1000, act.epoch),
+                                    pos)  # fmt: skip
+            act.pos = end
             self.next = off + 1
         return off
+
+    def _append_zeroing(self, act: ActiveSegment, payload: Payload, off: int) -> int:
+        """``append`` of a frame that ends past the zeros written so far: zero the next stretch
+        and store it; -1 if it does not fit the segment."""
+        if act.pos + frame_size(len(payload)) > act.limit:
+            return -1
+        self._zero_checked(act, act.pos + frame_size(len(payload)))
+        return put_data_frame(act.mm, act.pos, act.room, payload, off - act.base, time.time_ns() // 1000, act.epoch)
 
     def write_many(
         self, items: Sequence[Payload], admit: Callable[[Sequence[Payload]], None] | None
