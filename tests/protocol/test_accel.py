@@ -38,6 +38,10 @@ def _version(env_extra: dict[str, str]) -> str:
 def test_version_names_the_hot_path() -> None:
     off = _version({"STALKD_NO_EXTENSIONS": "1"})
     assert off.startswith("beanstalkd 1.13") and "hot path: pure Python" in off
+    # every compiled twin is named, and the switch turns each of them off
+    for name in ("protocol.accel", "server.fastconn", "engine.fastheap", "engine.fastengine",
+                 "engine.fastrecords", "log.fastframe", "log.gate"):
+        assert f"stalkd.{name}.IMPLEMENTATION='python'" in off, name
     on = _version({})
     assert ("hot path: C accelerator" in on) == _BUILT
 

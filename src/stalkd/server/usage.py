@@ -21,6 +21,7 @@ def version_text() -> str:
     from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
     from stalkd.engine.fastrecords import IMPLEMENTATION as RECORDS
     from stalkd.log.fastframe import IMPLEMENTATION as FRAMES
+    from stalkd.log.gate import IMPLEMENTATION as GATE
     from stalkd.protocol.accel import IMPLEMENTATION
     from stalkd.server.fastconn import IMPLEMENTATION as CONN
 
@@ -29,7 +30,8 @@ def version_text() -> str:
             f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
             f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
             f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r}, "
-            f"stalkd.engine.fastrecords.IMPLEMENTATION={RECORDS!r}, stalkd.log.fastframe.IMPLEMENTATION={FRAMES!r})\n")
+            f"stalkd.engine.fastrecords.IMPLEMENTATION={RECORDS!r}, stalkd.log.fastframe.IMPLEMENTATION={FRAMES!r}, "
+            f"stalkd.log.gate.IMPLEMENTATION={GATE!r})\n")
 
 
 USAGE = """\
