@@ -60,9 +60,6 @@ class Cell:
     def name(self) -> str:
         return f"{self.klass}:{self.work}:{self.conns}"
 
-    def runs_on(self, kind: str) -> bool:
-        return kind != "floor" or self.work == "put"  # the floor only answers puts
-
 
 CELLS = (Cell("memory", "put", 1), Cell("memory", "put", 16), Cell("memory", "rd", 1), Cell("memory", "rd", 16),
          Cell("never", "put", 1), Cell("always", "put", 1), Cell("never", "rd", 1), Cell("always", "rd", 1))
@@ -242,9 +239,7 @@ def measure(meters: list[str], kinds: list[str], cells: list[Cell], small: int, 
                 if meter == "pycalls" and kind not in PYTHON_KINDS:
                     continue
                 for klass in dict.fromkeys(c.klass for c in cells):
-                    todo = [c for c in cells if c.klass == klass and c.runs_on(kind)]
-                    if not todo:
-                        continue
+                    todo = [c for c in cells if c.klass == klass]
                     t0 = time.monotonic()
                     _progress(f"{meter}: starting {kind} ({klass})")
                     with metered(meter, kind, klass, scratch) as (port, m):
@@ -357,7 +352,7 @@ def main(meters: list[str], kinds: list[str], cells: list[Cell], small: int, lar
 
     print(f"# floor_bench --counts: 100 B jobs, lockstep depth 1, {large} - {small} jobs per figure; "
           f"stalkd's hot path: {accel.IMPLEMENTATION}, stalkd-py: STALKD_NO_EXTENSIONS=1; "
-          f"floor in never/always: its durable variant (-F / fdatasync per put); beanstalkd "
+          f"floor in never/always: its durable variant (-F / fdatasync per put and delete); beanstalkd "
           f"-F / -f 0; load {os.getloadavg()[0]:.1f}", flush=True)
     res = measure(meters, kinds, cells, small, large)
     report(res, kinds, cells, functions)

@@ -1,8 +1,8 @@
 """The ceiling for a Python server: a trivial uvloop server vs stalkd vs beanstalkd, same run.
 
-The "floor" server (bench/floor_server.py) parses only what a put needs and answers
-``INSERTED n``: no engine, no records, no stats. Whatever it cannot reach, no Python server on uvloop reaches on this machine
-either, so its ratio to beanstalkd is the bound for stalkd's in-memory put cells, and the gap
+The "floor" server (bench/floor_server.py) parses only what a put, a reserve and a delete need
+and keeps the jobs in a queue per tube: no engine, no records, no stats. Whatever it cannot reach, no Python server on uvloop reaches on this machine
+either, so its ratio to beanstalkd is the bound for stalkd's in-memory cells, and the gap
 between stalkd and the floor is stalkd's own per-command cost (parser, engine, server glue).
 
 ``stalkd-py`` is the same stalkd on its pure-Python modules (``STALKD_NO_EXTENSIONS=1``), next
@@ -25,7 +25,7 @@ and resumed per job (caches refilled), not of the fsync's work.
 ``--counts`` counts instead of timing (bench/counts.py says how): per job, in the server
 process, the instructions executed (valgrind's callgrind), the system calls by name (strace)
 and, for the servers in Python, the function calls (sys.setprofile), for stalkd, stalkd-py,
-the floor (put cells; its durable variant in never/always) and beanstalkd, with the ratios
+the floor (its durable variant in never/always: a write per put and delete) and beanstalkd, with the ratios
 stalkd/floor and stalkd/beanstalkd per cell. Cells: memory put and reserve+delete at 1 and 16
 connections, never and always put and reserve+delete at 1; all at depth 1, 100 B. Each figure is
 the difference of two runs (``--jobs SMALL LARGE``, default 200 1000) over the extra jobs, so

@@ -1,10 +1,15 @@
-"""The "floor" server of bench/floor_bench.py and server_bench.py: the least a Python server on uvloop does per put.
+"""The "floor" server of bench/floor_bench.py and server_bench.py: the least a Python server on uvloop does per job.
 
-It parses only what a put needs and answers ``INSERTED n``: no engine, no records, no stats
-(``use``/``watch`` and any other line get a fixed short reply). With ``--sync-dir`` it is the
-durable floor: each put's bytes go into a preallocated file (pwrite), then fdatasync before its
-INSERTED, what beanstalkd ``-f 0`` does; ``--no-fsync`` leaves out the fdatasync (beanstalkd
-``-F``) and ``--sleep-ms`` blocks that long instead of it (a control that blocks without I/O).
+It parses only what a put, a reserve and a delete need: no engine, no priorities, no stats. A
+put appends its body to its tube's queue (the tube of the connection's last ``use``) and answers
+``INSERTED id``; ``reserve`` (or ``reserve-with-timeout``) takes the oldest body of the tube the
+connection last watched into a table of reserved jobs and answers ``RESERVED id n`` with it, or
+``TIMED_OUT`` at once when that queue is empty (it never blocks); ``delete id`` drops a reserved
+job (``DELETED``, else ``NOT_FOUND``). Any other line gets a fixed short reply. With ``--sync-dir`` it is the
+durable floor: each put's bytes and each delete's line go into a preallocated file (pwrite),
+then fdatasync before the reply, what beanstalkd ``-f 0`` does (its binlog gets a record per put
+and per delete, none per reserve); ``--no-fsync`` leaves out the fdatasync (beanstalkd ``-F``)
+and ``--sleep-ms`` blocks that long instead of it (a control that blocks without I/O).
 
 Run: ``.venv/bin/python bench/floor_server.py [--port 0] [--sync-dir DIR ...]``; it listens on
 127.0.0.1 (port 0 by default: the kernel picks, and the benches read the port from /proc).
@@ -14,20 +19,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import sys
 import time
 
 
 class Floor(asyncio.Protocol):
-    """put -> INSERTED n; use/watch/other lines get a fixed short reply."""
+    """put -> INSERTED id, reserve -> RESERVED id n, delete id -> DELETED; use/watch/other lines
+    get a fixed short reply."""
 
-    durable = False  # the durable floor stores each put before replying (one loop for both)
+    durable = False  # the durable floor stores each put and delete before replying (one loop for both)
+    # The server's jobs, shared by its connections as beanstalkd's are: ids count puts.
+    last_id = 0
+    tubes: collections.defaultdict[bytes, collections.deque[tuple[int, bytes]]] = (
+        collections.defaultdict(collections.deque))
+    reserved: dict[int, bytes] = {}
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.buf = b""
-        self.n = 0
+        self.using = self.watching = Floor.tubes[b"default"]
 
     def store(self, record: bytes) -> None:
         pass
@@ -50,20 +62,43 @@ class Floor(asyncio.Protocol):
                     break
                 if self.durable:
                     self.store(buf[pos:end])
+                Floor.last_id += 1
+                self.using.append((Floor.last_id, buf[i + 2:end - 2]))
                 pos = end
-                self.n += 1
-                out.append(b"INSERTED %d\r\n" % self.n)
+                out.append(b"INSERTED %d\r\n" % Floor.last_id)
+            elif line.startswith(b"reserve"):
+                pos = i + 2
+                if self.watching:
+                    jid, body = self.watching.popleft()
+                    Floor.reserved[jid] = body
+                    out += (b"RESERVED %d %d\r\n" % (jid, len(body)), body, b"\r\n")
+                else:
+                    out.append(b"TIMED_OUT\r\n")
+            elif line.startswith(b"delete "):
+                pos = i + 2
+                if Floor.reserved.pop(int(line[7:]), None) is None:
+                    out.append(b"NOT_FOUND\r\n")
+                else:
+                    if self.durable:  # beanstalkd's binlog records a delete (a reserve: nothing)
+                        self.store(buf[i - len(line):pos])
+                    out.append(b"DELETED\r\n")
+            elif line.startswith(b"use "):
+                pos = i + 2
+                self.using = Floor.tubes[line[4:]]
+                out.append(b"USING %s\r\n" % line[4:])
             else:
                 pos = i + 2
-                out.append(b"USING x\r\n" if line.startswith(b"use ") else b"WATCHING 2\r\n")
+                if line.startswith(b"watch "):
+                    self.watching = Floor.tubes[line[6:]]
+                out.append(b"WATCHING 2\r\n")
         self.buf = buf[pos:]
         if out and self.transport is not None:
             self.transport.writelines(out)
 
 
 class FloorSync(Floor):
-    """The floor, durable: each put's bytes go into a preallocated file (pwrite), then
-    fdatasync (or, as a control, a sleep; or nothing, as -F) before its INSERTED."""
+    """The floor, durable: each put's bytes and each delete's line go into a preallocated file
+    (pwrite), then fdatasync (or, as a control, a sleep; or nothing, as -F) before the reply."""
 
     durable = True
     fd = -1

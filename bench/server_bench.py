@@ -28,10 +28,10 @@ source tree (say a ``git worktree`` of the last commit): an A/B run of a change,
 stalkd runs twice per cell when its C accelerator is built: ``stalkd`` (the default, with it)
 and ``stalkd-py`` (``STALKD_NO_EXTENSIONS=1``, the pure-Python modules), in the same
 alternation, so each line shows both against beanstalkd and ``C/py``; ``--no-pure`` skips the
-second one. Put cells also run the floor server (bench/floor_server.py: parses a put, answers
-INSERTED; in ``never`` it writes each put to a file, in ``always`` it fdatasyncs it too), in the
-same alternation, for ``st/fl``: stalkd's rate over what a trivial Python server reaches;
-``--no-floor`` skips it.
+second one. Every cell also runs the floor server (bench/floor_server.py: parses a put, a
+reserve and a delete, keeps the jobs in a queue; in ``never`` it writes each put and delete to a
+file, in ``always`` it fdatasyncs them too), in the same alternation, for ``st/fl``: stalkd's
+rate over what a trivial Python server reaches; ``--no-floor`` skips it.
 
 After the matrix, "targets (issue 12)" judges the cells the issue sets targets for (targets.py):
 the ratio, the target, met or NOT met and, for a miss, the reason in this run's figures;
@@ -145,7 +145,7 @@ def command(kind: str, klass: str, data_dir: str | None,
         if data_dir:
             args += ["-b", data_dir] + (["-F"] if klass == "never" else [])
         return args + list(extra), env
-    if kind == "floor":  # durable: a write per put, and in `always` an fdatasync before INSERTED
+    if kind == "floor":  # durable: a write per put and delete, and in `always` an fdatasync before the reply
         args = list(FLOOR)
         if data_dir:
             args += ["--sync-dir", data_dir] + (["--no-fsync"] if klass == "never" else [])
@@ -322,7 +322,7 @@ def _line(row: targets.Row, py: targets.Measure | None, floor: bool) -> str:
     if py is not None:
         text += f"{py.rate:11.0f} {py.us_per_job:6.1f} | "
     text += f"{b.rate:12.0f} {b.srv:4.0f} {b.gen:4.0f} {b.us_per_job:6.1f} | "
-    if floor:  # the floor only puts: dashes in reserve+delete cells
+    if floor:  # dashes where it did not run
         text += f"{f.rate:9.0f} {f.srv:4.0f} {f.us_per_job:6.1f} | " if f else f"{'-':>9} {'-':>4} {'-':>6} | "
     text += f"{row.ratio:6.2f}x"
     if py is not None:
@@ -353,7 +353,7 @@ def _options() -> argparse.Namespace:
     ap.add_argument("--no-pure", action="store_true",
                     help="do not also run stalkd on its pure-Python modules (STALKD_NO_EXTENSIONS=1)")
     ap.add_argument("--no-floor", action="store_true",
-                    help="do not run the floor server (bench/floor_server.py) in put cells")
+                    help="do not run the floor server (bench/floor_server.py)")
     ap.add_argument("--peer-src", metavar="DIR",
                     help="compare with the stalkd in this src/ directory, not beanstalkd (no targets then)")
     ap.add_argument("--tls", action="store_true",
@@ -397,8 +397,8 @@ def main() -> int:
     print(f"# stalkd's hot path: {accel.IMPLEMENTATION}"
           + ("; stalkd-py: the same tree with STALKD_NO_EXTENSIONS=1" if pure else ""))
     if floor:
-        print("# floor: bench/floor_server.py in put cells (memory: answers only; never: writes each put;"
-              " always: writes and fdatasyncs each put); st/fl = stalkd/floor")
+        print("# floor: bench/floor_server.py (memory: a queue of bodies; never: writes each put and delete;"
+              " always: writes and fdatasyncs each); st/fl = stalkd/floor")
     kinds = ["stalkd"] + (["stalkd-py"] if pure else []) + ["beanstalkd"] + (["floor"] if floor else [])
     summary: dict[str, list[float]] = {}
     rows: list[targets.Row] = []
@@ -408,8 +408,7 @@ def main() -> int:
         servers = {kind: start(kind, klass) for kind in kinds}
         try:
             for work, size, n, depth in itertools.product(works, sizes, conns, depths):
-                here = [k for k in kinds if k != "floor" or work == "put"]  # the floor only puts
-                med = _cell(servers, here, work, size, n, depth)
+                med = _cell(servers, kinds, work, size, n, depth)
                 row = targets.Row(targets.Cell(klass, work, size, n, depth), med["stalkd"],
                                   med["beanstalkd"], med.get("floor"))
                 rows.append(row)
@@ -419,7 +418,7 @@ def main() -> int:
                 print(_line(row, med.get("stalkd-py"), floor), flush=True)
             for kind, srv in () if opts.no_latency else servers.items():
                 if kind == "floor":
-                    continue  # it answers puts only, never a reserve
+                    continue  # its reserve never blocks: a put -> waiting reserve has no meaning there
                 p50, p99 = latency(srv)
                 print(f"{klass:6} latency put->reserve {kind:10}: p50 {p50:7.3f} ms  p99 {p99:7.3f} ms")
         finally:

@@ -11,7 +11,7 @@ had the server issue's >= 5x (measured 1.6-7.7x), and issue 12 asks pipelined ce
 fall below what they were; they are listed with that note and their ratio.
 
 A missed target gets the reason the same run measured: server CPU per job of stalkd, beanstalkd
-and the floor server (which only puts: bench/floor_server.py), whether stalkd's server was
+and the floor server (bench/floor_server.py), whether stalkd's server was
 CPU-bound or not (then the round trip, the generator or the disk set the rate), and
 stalkd/floor, the share of the gap a trivial Python server on uvloop closes.
 """
@@ -56,7 +56,7 @@ class Cell:
 
 @dataclass(frozen=True)
 class Row:
-    """A cell as the run measured it: stalkd, beanstalkd and, for put cells, the floor."""
+    """A cell as the run measured it: stalkd, beanstalkd and the floor, if it ran."""
 
     cell: Cell
     stalkd: Measure
@@ -144,8 +144,6 @@ def reason(row: Row, target: float, gen_procs: int, cpus: int) -> list[str]:
         floor += (" (the floor reaches the target: the gap is stalkd's own per-request cost)"
                   if f.rate / b.rate >= target else " (the floor misses it too: beyond a Python server on uvloop here)")
         parts.append(floor)
-    elif c.work == "rd":
-        parts.append("no floor (it only puts)")
     return parts
 
 

@@ -55,6 +55,41 @@ def test_the_floor_server_listens_on_port_0_and_answers_puts(klass: str) -> None
     assert data_dir is None or not os.path.exists(data_dir)
 
 
+def _exchange(s: socket.socket, send: bytes, replies: int) -> bytes:
+    """Send ``send`` and read until ``replies`` lines (a RESERVED's body line counts) came back."""
+    s.sendall(send)
+    got = b""
+    while got.count(b"\r\n") < replies:
+        chunk = s.recv(4096)
+        assert chunk, got
+        got += chunk
+    return got
+
+
+@pytest.mark.parametrize("klass", ["memory", "never", "always"])
+def test_the_floor_reserves_and_deletes_the_jobs_it_was_given(klass: str) -> None:
+    srv = sb.start("floor", klass)
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as a, \
+                socket.create_connection(("127.0.0.1", srv.port), timeout=10) as b:
+            assert _exchange(a, b"use t\r\nput 0 0 60 3\r\none\r\nput 0 0 60 5\r\ntwo!!\r\n", 3) == (
+                b"USING t\r\nINSERTED 1\r\nINSERTED 2\r\n")
+            # another connection, watching the tube: the oldest job first, then the next, then none
+            assert _exchange(b, b"watch t\r\nignore default\r\n", 2) == b"WATCHING 2\r\nWATCHING 2\r\n"
+            assert _exchange(b, b"reserve\r\n", 2) == b"RESERVED 1 3\r\none\r\n"
+            assert _exchange(b, b"reserve-with-timeout 0\r\n", 2) == b"RESERVED 2 5\r\ntwo!!\r\n"
+            assert _exchange(b, b"reserve-with-timeout 0\r\n", 1) == b"TIMED_OUT\r\n"
+            assert _exchange(a, b"reserve-with-timeout 0\r\n", 1) == b"TIMED_OUT\r\n"  # a watches default
+            assert _exchange(b, b"delete 2\r\n", 1) == b"DELETED\r\n"
+            if srv.data_dir is not None:  # the durable floor wrote the delete before answering it
+                with open(os.path.join(srv.data_dir, "log"), "rb") as f:
+                    assert f.read(64).startswith(b"put 0 0 60 3\r\none\r\nput 0 0 60 5\r\ntwo!!\r\ndelete 2\r\n")
+            assert _exchange(b, b"delete 2\r\ndelete 7\r\ndelete 1\r\n", 3) == (
+                b"NOT_FOUND\r\nNOT_FOUND\r\nDELETED\r\n")
+    finally:
+        srv.stop()
+
+
 def test_a_server_that_exits_before_answering_is_reported() -> None:
     with pytest.raises(RuntimeError, match="exited"):
         sb.launch("stalkd", [*sb.STALKD, "--no-such-flag"], "memory", None)

@@ -45,7 +45,7 @@ def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
                               "--server", "stalkd", "--server", "floor", "--server", "beanstalkd",
                               "--cell", "memory:put:1", "--cell", "always:put:1", "--cell", "memory:rd:1")
     assert set(per_job["strace"]["memory:put:1"]) == {"stalkd", "floor", "beanstalkd"}
-    assert set(per_job["strace"]["memory:rd:1"]) == {"stalkd", "beanstalkd"}  # the floor only puts
+    assert set(per_job["strace"]["memory:rd:1"]) == {"stalkd", "floor", "beanstalkd"}
     _check_syscalls(per_job["strace"])
     for kind in ("stalkd", "floor", "beanstalkd"):  # durable: each acknowledged put is synced
         calls = per_job["strace"]["always:put:1"][kind]
@@ -55,6 +55,9 @@ def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
     floor = per_job["pycalls"]["memory:put:1"]["floor"]
     assert floor["calls"] == pytest.approx(1.0, abs=0.05)
     assert floor["py floor_server.py:Floor.data_received"] == pytest.approx(1.0, abs=0.05)
+    # reserve+delete: two commands per job, each in a data_received of its own (lockstep)
+    rd = per_job["pycalls"]["memory:rd:1"]["floor"]
+    assert rd["py floor_server.py:Floor.data_received"] == pytest.approx(2.0, abs=0.05)
     durable = per_job["pycalls"]["always:put:1"]["floor"]
     assert durable["py floor_server.py:FloorSync.store"] == pytest.approx(1.0, abs=0.05)
     assert durable["c posix.fdatasync"] == pytest.approx(1.0, abs=0.05)

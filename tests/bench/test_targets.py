@@ -99,7 +99,7 @@ def test_a_saturated_generator_or_machine_is_named_instead_of_the_server() -> No
     why = _section([gen])["memory reserve+delete 16 x 1"][1]
     assert "stalkd generator-bound (gen 190% of 2 processes, srv 60%)" in why
     assert "beanstalkd generator-bound (gen 195% of 2 processes, srv 50%)" in why
-    assert "no floor (it only puts)" in why
+    assert "floor" not in why  # no floor ran in this row: no floor clause
     assert "would give" not in why  # 16 connections: jobs overlap, no serial model
     # one connection: one generator process, 90 % of it is saturated
     one = _row("memory", "rd", 1, 1, Measure(8_000, 50, 90), Measure(10_000, 45, 92))
@@ -137,3 +137,13 @@ def test_a_miss_with_less_cpu_than_beanstalkd_blames_the_waiting() -> None:
     why = _section([row])["memory reserve+delete 1 x 1"][1]
     assert "(-10.0 us vs beanstalkd)" in why
     assert "that CPU alone would give 1.08x" in why
+
+
+def test_a_reserve_delete_miss_is_weighed_against_the_floor_too() -> None:
+    # stalkd 60 us/job saturated, beanstalkd 25, the floor 50: the floor misses 0.9x as well
+    row = _row("memory", "rd", 16, 1, Measure(15_000, 90, 120), Measure(36_000, 90, 150),
+               Measure(18_000, 90, 130))
+    lines = _section([row])["memory reserve+delete 16 x 1"]
+    assert "0.417x  target >= 0.9x  NOT met  (stalkd/floor 0.83x)" in lines[0]
+    assert "server CPU 60.0 us/job vs beanstalkd 25.0 vs floor 50.0" in lines[1]
+    assert "stalkd/floor 0.83x, floor/beanstalkd 0.50x (the floor misses it too" in lines[1]
