@@ -55,7 +55,8 @@ PURE_TESTS := tests/protocol tests/compat tests/server/test_conn.py tests/server
 	tests/server/test_output_limit.py tests/server/test_input_limit.py tests/server/test_wire.py \
 	tests/server/test_server.py tests/server/test_acl.py tests/engine/test_commands.py tests/engine/test_kick_steps.py \
 	tests/engine/test_step_budget.py tests/engine/test_heap_build.py tests/engine/test_tail.py \
-	tests/engine/test_snapshot_v2.py tests/engine/test_wal_encoders_build.py tests/engine/test_wal.py
+	tests/engine/test_snapshot_v2.py tests/engine/test_wal_encoders_build.py tests/engine/test_wal.py \
+	tests/log/test_group_commit.py tests/log/test_log_basic.py tests/server/test_group_commit.py tests/server/test_lone_writer.py
 PURE_SKIP  := not stalkd+tls and not test_a_missing_compiler_is_a_warning_not_a_failed_build
 
 test: system-deps $(VENV)/.dev bytecode
