@@ -146,15 +146,9 @@ bar_lone_sync(Bar *b)
     Py_ssize_t target = b->written;
     PyObject *r = PyObject_CallMethodNoArgs(b->storage, S_sync);
     if (r == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
+        PyObject *exc = take_exception();
+        if (exc == NULL)
             return -1;
-        PyObject *et, *exc, *tb;
-        PyErr_Fetch(&et, &exc, &tb);
-        PyErr_NormalizeException(&et, &exc, &tb);
-        if (tb != NULL)
-            PyException_SetTraceback(exc, tb);
-        Py_XDECREF(et);
-        Py_XDECREF(tb);
         PyObject *t = PyLong_FromSsize_t(target);
         PyObject *args[3] = {(PyObject *)b, t, exc};
         int rc = t == NULL ? -1
@@ -192,17 +186,11 @@ bar_close_batch(Bar *b)
     if (PyList_GET_SIZE(records) && !b->failed) {
         PyObject *r = PyObject_CallMethodOneArg(b->storage, S_storage_write, records);
         if (r == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+            PyObject *exc = take_exception();
+            if (exc == NULL) {
                 rc = -1;
                 goto done;
             }
-            PyObject *et, *exc, *tb;
-            PyErr_Fetch(&et, &exc, &tb);
-            PyErr_NormalizeException(&et, &exc, &tb);
-            if (tb != NULL)
-                PyException_SetTraceback(exc, tb);
-            Py_XDECREF(et);
-            Py_XDECREF(tb);
             rc = call_result(PyObject_CallMethodOneArg((PyObject *)b, S_write_failed, exc));
             Py_DECREF(exc);
             goto done;

@@ -25,6 +25,24 @@ static PyObject *S_write, *S_writelines, *S_close, *S_is_closing, *S_get_write_b
 
 /* --- helpers ---------------------------------------------------------------------------- */
 
+/* The pending exception, if it is an Exception, taken as one normalized object with its
+ * traceback (what the reference's ``except Exception as e`` hands on); NULL with the error
+ * still set for anything else (KeyboardInterrupt, SystemExit), which the caller propagates. */
+static PyObject *
+take_exception(void)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;
+    PyObject *et, *exc, *tb;
+    PyErr_Fetch(&et, &exc, &tb);
+    PyErr_NormalizeException(&et, &exc, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(exc, tb);
+    Py_XDECREF(et);
+    Py_XDECREF(tb);
+    return exc;
+}
+
 static int
 call_method0(PyObject *obj, PyObject *name)
 {

@@ -106,15 +106,9 @@ execute(Core *self, PyObject *server, PyObject *cmd)
     Py_DECREF(now);
     if (out == NULL) {
         Py_XDECREF(adm);
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
+        PyObject *exc = take_exception();
+        if (exc == NULL)
             return -1;
-        PyObject *et, *exc, *tb;
-        PyErr_Fetch(&et, &exc, &tb);
-        PyErr_NormalizeException(&et, &exc, &tb);
-        if (tb != NULL)
-            PyException_SetTraceback(exc, tb);
-        Py_XDECREF(et);
-        Py_XDECREF(tb);
         PyObject *fargs[4] = {server, (PyObject *)self, cmd, exc};
         r = call_result(PyObject_VectorcallMethod(S_apply_failed, fargs, 4, NULL));
         Py_DECREF(exc);
