@@ -63,6 +63,8 @@ typedef struct {
     PyObject *room;     /* Engine.room: None or the WAL room */
     int keep;           /* keep_records */
     long long seq;      /* the engine's seq, written back by finish() */
+    PyObject *served;   /* the RESERVE record of a waiter the step served, or NULL */
+    PyObject *wake;     /* (waiter id, its RESERVED reply) for Outcome.wakeups, or NULL */
 } Step;
 
 /* A heap slot that is not a compiled heap, or an item whose hpos does not point at itself in
@@ -94,38 +96,116 @@ drop_at(Heap *h, Py_ssize_t i)
     return 0;
 }
 
-/* state.py's _retime_conn for a connection not waiting in reserve (the path never runs for
- * one that is): its timer is its soonest TTR, or none. */
+/* heap.py's update: slot i gets ``key`` and sifts the way the key moved. */
 static int
-retime_conn(Step *s, Heap *reserved)
+rekey(Heap *h, Py_ssize_t i, key_t128 key)
 {
-    PyObject *c = s->c;
-    long long hpos;
+    key_t128 old = h->e[i].key;
+    h->e[i].key = key;
+    return key < old ? up(h, i) : down(h, i);
+}
+
+#define MARGIN_US 1000000LL /* objects.py's SAFETY_MARGIN_US */
+
+/* state.py's _retime_conn for ``c`` (the caller, or a waiter the step serves): its timer is
+ * ConnState.timer_us(), its soonest TTR, or while it waits the start of that TTR's safety
+ * margin or its reserve timeout, whichever is sooner. */
+static int
+retime_conn_of(Step *s, PyObject *c, long long cid, Heap *reserved)
+{
+    long long hpos, when = 0, w;
+    int has = 0;
     if (!as_ll(SLOT(c, conn_off[C_HPOS]), &hpos))
         return -1;
     if (reserved->n) {
         PyObject *top = reserved->e[0].item;
-        long long dl;
-        if (!Py_IS_TYPE(top, JobType) || !as_ll(SLOT(top, job_off[J_DEADLINE]), &dl)) {
+        if (!Py_IS_TYPE(top, JobType) || !as_ll(SLOT(top, job_off[J_DEADLINE]), &when)) {
             PyErr_SetString(PyExc_TypeError, "a reserved heap holds a job without an int deadline");
             return -1;
         }
-        key_t128 key = pack2(dl, s->cid);
-        if (hpos < 0)
-            return push_entry(s->ct, key, c);
-        Py_ssize_t i = slot_of(s->ct, c);
-        if (i < 0)
-            return -1;
-        key_t128 old = s->ct->e[i].key;
-        if (old == key)
-            return 0;
-        s->ct->e[i].key = key;
-        return key < old ? up(s->ct, i) : down(s->ct, i);
+        has = 1;
     }
+    if (SLOT(c, conn_off[C_WAITING]) == Py_True) {
+        if (has)
+            when -= MARGIN_US;
+        PyObject *until = SLOT(c, conn_off[C_WAIT_UNTIL]);
+        if (until != Py_None) {
+            if (!as_ll(until, &w)) {
+                PyErr_SetString(PyExc_TypeError, "wait_until_us");
+                return -1;
+            }
+            if (!has || w < when)
+                when = w;
+            has = 1;
+        }
+    }
+    if (!has) {
+        if (hpos < 0)
+            return 0;
+        Py_ssize_t i = slot_of(s->ct, c);
+        return i < 0 ? -1 : drop_at(s->ct, i);
+    }
+    key_t128 key = pack2(when, cid);
     if (hpos < 0)
-        return 0;
+        return push_entry(s->ct, key, c);
     Py_ssize_t i = slot_of(s->ct, c);
-    return i < 0 ? -1 : drop_at(s->ct, i);
+    if (i < 0)
+        return -1;
+    return s->ct->e[i].key == key ? 0 : rekey(s->ct, i, key);
+}
+
+static inline int
+retime_conn(Step *s, Heap *reserved)
+{
+    return retime_conn_of(s, s->c, s->cid, reserved);
+}
+
+/* What retime_tube reads of ``t``, checked before the step changes anything. */
+static int
+tube_timer_ok(Step *s, PyObject *t)
+{
+    long long hpos, serial, pause;
+    Heap *delayed = heap_of(SLOT(t, tube_off[T_DELAYED]));
+    return delayed != NULL && as_ll(SLOT(t, tube_off[T_HPOS]), &hpos) && as_ll(SLOT(t, tube_off[T_SERIAL]), &serial)
+           && serial >= 0 && as_ll(SLOT(t, tube_off[T_PAUSE]), &pause)
+           && (hpos < 0 || where(s->tt, t, tube_off[T_HPOS]) >= 0);
+}
+
+/* state.py's _retime_tube: its timer is its soonest delay deadline or its pause's end. */
+static int
+retime_tube(Step *s, PyObject *t)
+{
+    long long hpos, serial, pause, when = 0;
+    int has = 0;
+    Heap *delayed = heap_of(SLOT(t, tube_off[T_DELAYED]));
+    if (delayed == NULL || !as_ll(SLOT(t, tube_off[T_HPOS]), &hpos)
+            || !as_ll(SLOT(t, tube_off[T_SERIAL]), &serial) || !as_ll(SLOT(t, tube_off[T_PAUSE]), &pause)) {
+        PyErr_SetString(PyExc_TypeError, "a tube's timer fields");
+        return -1;
+    }
+    if (delayed->n) {
+        PyObject *top = delayed->e[0].item;
+        if (!Py_IS_TYPE(top, JobType) || !as_ll(SLOT(top, job_off[J_DEADLINE]), &when)) {
+            PyErr_SetString(PyExc_TypeError, "a delay heap holds a job without an int deadline");
+            return -1;
+        }
+        has = 1;
+    }
+    if (pause && (!has || pause < when)) {
+        when = pause;
+        has = 1;
+    }
+    if (!has) {
+        if (hpos < 0)
+            return 0;
+        Py_ssize_t i = slot_of(s->tt, t);
+        return i < 0 ? -1 : drop_at(s->tt, i);
+    }
+    key_t128 key = pack2(when, serial);
+    if (hpos < 0)
+        return push_entry(s->tt, key, t);
+    Py_ssize_t i = slot_of(s->tt, t);
+    return i < 0 ? -1 : rekey(s->tt, i, key); /* heap.py's update, even for the same key */
 }
 
 /* --- values the commands hand out ---------------------------------------------------------- */
@@ -190,20 +270,8 @@ job_reply(PyObject *word, PyObject *j)
     return r;
 }
 
-/* A tube with no waiting connection (a ready job there needs no serving) and a compiled ready
- * heap: what the path requires of a tube it puts a job in. */
-static Heap *
-quiet_ready(PyObject *t)
-{
-    if (!Py_IS_TYPE(t, TubeType))
-        return NULL;
-    PyObject *w = SLOT(t, tube_off[T_WAITING]);
-    if (w == NULL || !PyDict_Check(w) || PyDict_GET_SIZE(w))
-        return NULL;
-    return heap_of(SLOT(t, tube_off[T_READY]));
-}
-
-/* state.py's _to_ready for a job whose pri is ``pri`` and tube ``t`` has no waiters. */
+/* state.py's _to_ready for a job whose pri is ``pri``: a tube with waiters is served after it
+ * (enginewait.c.h's serve_top), so its _dirty is never left with the tube. */
 static int
 to_ready(PyObject *j, PyObject *t, Heap *ready, long long pri, long long jid)
 {
@@ -219,6 +287,18 @@ to_ready(PyObject *j, PyObject *t, Heap *ready, long long pri, long long jid)
             return -1;
     }
     return 0;
+}
+
+/* state.py's _to_delayed for a job of tube ``t`` (its delay heap ``delayed``). */
+static int
+to_delayed(Step *s, PyObject *j, PyObject *t, Heap *delayed, long long delay, long long jid)
+{
+    long long dl = s->now + delay * 1000000LL;
+    Py_INCREF(st_delayed);
+    set_slot(j, job_off[J_STATE], st_delayed);
+    if (set_slot_ll(j, job_off[J_DEADLINE], dl) < 0 || push_entry(delayed, pack2(dl, jid), j) < 0)
+        return -1;
+    return retime_tube(s, t);
 }
 
 /* Add ``by`` to an int slot known to hold an exact int that fits. */
@@ -292,3 +372,16 @@ room_failed(Step *s)
     return NULL;
 }
 
+/* The room's answer to one update record (room.py's guarded update): 1 yes, 0 no, -1 raised. */
+static int
+room_update(Step *s)
+{
+    if (s->room == Py_None)
+        return 1;
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *ok = one == NULL ? NULL : PyObject_CallMethodOneArg(s->room, m_updates, one);
+    Py_XDECREF(one);
+    int yes = ok == NULL ? -1 : PyObject_IsTrue(ok);
+    Py_XDECREF(ok);
+    return yes;
+}
