@@ -10,12 +10,25 @@ static PyObject decline_marker;
 
 /* --- ints in slots and dicts --------------------------------------------------------------- */
 
-/* An exact int that fits in a long long; 0 if not (no exception left set). */
+/* An exact int that fits in a long long; 0 if not (no exception left set). A reserve and a
+ * delete read about thirty of them, nearly all of one digit: those are read in place. */
 static int
 as_ll(PyObject *v, long long *out)
 {
     if (v == NULL || !PyLong_CheckExact(v))
         return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)v)) {
+        *out = (long long)PyUnstable_Long_CompactValue((PyLongObject *)v);
+        return 1;
+    }
+#else
+    Py_ssize_t size = Py_SIZE(v); /* the digit count, negative for a negative int */
+    if (size >= -1 && size <= 1) {
+        *out = size ? (long long)size * (long long)((PyLongObject *)v)->ob_digit[0] : 0;
+        return 1;
+    }
+#endif
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow || (x == -1 && PyErr_Occurred())) {
