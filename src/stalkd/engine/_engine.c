@@ -18,7 +18,7 @@
  * Translation unit: _cext/heapcore.c.h (the compiled heap's layout and moves, shared with
  * _heap.c), _cext/engineslots.c.h (the slot offsets and objects configure() finds),
  * _cext/enginestep.c.h (the moves and values the commands share, the step's begin),
- * _cext/enginewait.c.h (reserving: a job given, a reserve that waits, a waiter served),
+ * _cext/enginetimers.c.h (the timer heaps kept in step), _cext/enginewait.c.h (reserving: a job given, a reserve that waits, a waiter served),
  * _cext/enginecmds.c.h (put, reserve, delete, release), _cext/engineheld.c.h (bury, touch),
  * and here the step's checks and Outcome, the descriptor and the module.
  */
@@ -34,6 +34,7 @@
 #include "_cext/heapcore.c.h"
 #include "_cext/engineslots.c.h"
 #include "_cext/enginestep.c.h"
+#include "_cext/enginetimers.c.h"
 #include "_cext/enginewait.c.h"
 #include "_cext/enginecmds.c.h"
 #include "_cext/engineheld.c.h"
