@@ -18,9 +18,10 @@
  * Translation unit: _cext/heapcore.c.h (the compiled heap's layout and moves, shared with
  * _heap.c), _cext/engineslots.c.h (the slot offsets and objects configure() finds),
  * _cext/enginestep.c.h (the moves and values the commands share, the step's begin),
- * _cext/enginetimers.c.h (the timer heaps kept in step), _cext/enginewait.c.h (reserving: a job given, a reserve that waits, a waiter served),
- * _cext/enginecmds.c.h (put, reserve, delete, release), _cext/engineheld.c.h (bury, touch),
- * and here the step's checks and Outcome, the descriptor and the module.
+ * _cext/enginetimers.c.h (the timer heaps kept in step), _cext/enginewait.c.h (reserving: a
+ * job given, a reserve that waits, a waiter served), _cext/enginecmds.c.h (put, reserve,
+ * delete, release), _cext/engineheld.c.h (bury, touch), and here the step's checks and
+ * Outcome, the descriptor and the module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -26,10 +26,10 @@ do_put(Step *s, PyObject *cmd, PyObject **rec)
             || !as_ll(ESLOT(d, E_BODY_BYTES), &bytes))
         return DECLINE;
     PyObject *t = SLOT(c, conn_off[C_USE]), *waiter;
-    long long wcid;
+    long long wcid, reserved_n; /* a waiter served: what _give reads of the tube */
     Heap *ready = ready_target(s, t, &waiter, &wcid);
     if (ready == NULL || !as_ll(SLOT(t, tube_off[T_TOTAL]), &tube_total)
-            || (waiter != NULL && (ttr > (1LL << 40) || !as_ll(SLOT(t, tube_off[T_RESERVED]), &max))))
+            || (waiter != NULL && (ttr > (1LL << 40) || !as_ll(SLOT(t, tube_off[T_RESERVED]), &reserved_n))))
         return DECLINE;
     PyObject *jobs = ESLOT(d, E_JOBS);
     if (jobs == NULL || !PyDict_CheckExact(jobs))
