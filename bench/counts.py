@@ -13,16 +13,20 @@ choosing tubes, hanging up) cancels, and the server's start-up is never counted.
   pycalls    Python function calls ("call" events) and calls of C functions from Python
              ("c_call") under sys.setprofile, for the servers written in Python
 
-The load is lockstep: each round sends one command on every connection, then reads every reply,
-so a run does the same work whatever the server's speed (valgrind slows a server 50-100x). At 16
-connections a server's reads and wake-ups depend on how many requests arrive together, so its
-syscalls per job there describe this driver as much as the server. reserve+delete cells preload
-their jobs before the meter starts, so their figures are the reserve and the delete only. What a
-server does per second rather than per job (a maintenance timer) does not cancel: under valgrind
-a run lasts seconds, so LARGE - SMALL should be hundreds of jobs, not tens. stalkd ``always``
-chooses between an inline fdatasync and its sync thread by measured cost, so a server slowed by
-valgrind may take the other path than at full speed; the strace figures (fdatasync, futex) say
-which one it took there.
+The load is lockstep (bench/lockstep.py): each round sends one command on every connection, then
+reads every reply, so a run does the same work whatever the server's speed (valgrind slows a
+server 50-100x). At 16 connections a server's reads and wake-ups depend on how many requests
+arrive together, so its syscalls per job there describe this driver as much as the server.
+reserve+delete cells preload their jobs before the meter starts, so their figures are the
+reserve and the delete only. A wake cell is a worker's life at depth 1 when jobs come one at a
+time: each worker connection sends ``reserve`` and waits, a producer connection per worker puts
+the job that wakes it, and the worker deletes it (the floor never blocks in reserve: it has no
+wake cells). ``peer`` is stalkd from another source tree (``--peer-src``), for a before/after in
+one run. What a server does per second rather than per job (a maintenance timer) does not
+cancel: under valgrind a run lasts seconds, so LARGE - SMALL should be hundreds of jobs, not
+tens. stalkd ``always`` chooses between an inline fdatasync and its sync thread by measured
+cost, so a server slowed by valgrind may take the other path than at full speed; the strace
+figures (fdatasync, futex) say which one it took there.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,18 +45,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import server_bench as sb
+from lockstep import drive, preload
 from meters import PYCALLS, Callgrind, Meter, PyCalls, Strace
 
-BODY = b"x" * 100
-KINDS = ("stalkd", "stalkd-py", "floor", "beanstalkd")
+KINDS = ("stalkd", "stalkd-py", "floor", "beanstalkd", "peer")
 METERS = ("callgrind", "strace", "pycalls")
-PYTHON_KINDS = ("stalkd", "stalkd-py", "floor")
+PYTHON_KINDS = ("stalkd", "stalkd-py", "floor", "peer")
+PEER_SRC: str | None = None  # --peer-src: the src/ directory whose stalkd the "peer" column runs
 
 
 @dataclass(frozen=True)
 class Cell:
     klass: str  # memory | never | always
-    work: str  # put | rd (reserve+delete)
+    work: str  # put | rd (reserve+delete) | wake (reserve waits, a put wakes it, delete)
     conns: int
 
     @property
@@ -62,7 +66,8 @@ class Cell:
 
 
 CELLS = (Cell("memory", "put", 1), Cell("memory", "put", 16), Cell("memory", "rd", 1), Cell("memory", "rd", 16),
-         Cell("never", "put", 1), Cell("always", "put", 1), Cell("never", "rd", 1), Cell("always", "rd", 1))
+         Cell("never", "put", 1), Cell("always", "put", 1), Cell("never", "rd", 1), Cell("always", "rd", 1),
+         Cell("memory", "wake", 1))
 
 
 def parse_cell(text: str) -> Cell:
@@ -73,93 +78,15 @@ def parse_cell(text: str) -> Cell:
     raise argparse.ArgumentTypeError(f"unknown cell {text!r}; the cells: {', '.join(c.name for c in CELLS)}")
 
 
-# --- the lockstep load ------------------------------------------------------------------------
-
-
-class _Reader:
-    """Reply lines (and RESERVED bodies) from a blocking socket."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-
-    def line(self) -> bytes:
-        while (i := self.buf.find(b"\r\n")) < 0:
-            self._more()
-        line, self.buf = self.buf[:i], self.buf[i + 2:]
-        return line
-
-    def skip(self, n: int) -> None:
-        while len(self.buf) < n:
-            self._more()
-        self.buf = self.buf[n:]
-
-    def _more(self) -> None:
-        chunk = self.sock.recv(1 << 16)
-        if not chunk:
-            raise ConnectionError("the server closed the connection")
-        self.buf += chunk
-
-
-def _expect(line: bytes, prefix: bytes) -> None:
-    if not line.startswith(prefix):
-        raise RuntimeError(f"expected {prefix.decode()}..., got {line!r}")
-
-
-def preload(port: int, tubes: list[bytes], per_tube: int) -> None:
-    put = b"put 0 0 120 %d\r\n%s\r\n" % (len(BODY), BODY)
-    for tube in tubes:
-        with socket.create_connection(("127.0.0.1", port)) as s:
-            r = _Reader(s)
-            s.sendall(b"use %s\r\n" % tube)
-            r.line()
-            for left in range(per_tube, 0, -512):
-                n = min(left, 512)
-                s.sendall(put * n)
-                for _ in range(n):
-                    _expect(r.line(), b"INSERTED")
-
-
-def drive(port: int, work: str, tubes: list[bytes], rounds: int) -> None:
-    """``rounds`` lockstep rounds, one job per connection (one per tube) each."""
-    socks = [socket.create_connection(("127.0.0.1", port)) for _ in tubes]
-    try:
-        readers = [_Reader(s) for s in socks]
-        for s, r, tube in zip(socks, readers, tubes, strict=True):
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            s.sendall(b"use %s\r\nwatch %s\r\nignore default\r\n" % (tube, tube))
-            for _ in range(3):
-                r.line()
-        put = b"put 0 0 120 %d\r\n%s\r\n" % (len(BODY), BODY)
-        for _ in range(rounds):
-            if work == "put":
-                for s in socks:
-                    s.sendall(put)
-                for r in readers:
-                    _expect(r.line(), b"INSERTED")
-                continue
-            for s in socks:
-                s.sendall(b"reserve-with-timeout 0\r\n")
-            ids = []
-            for r in readers:
-                line = r.line()
-                _expect(line, b"RESERVED")
-                _, jid, size = line.split()
-                r.skip(int(size) + 2)
-                ids.append(jid)
-            for s, jid in zip(socks, ids, strict=True):
-                s.sendall(b"delete %s\r\n" % jid)
-            for r in readers:
-                _expect(r.line(), b"DELETED")
-    finally:
-        for s in socks:
-            s.close()
-
-
 # --- servers under a meter --------------------------------------------------------------------
 
 
 def _command(kind: str, klass: str, data_dir: str | None) -> tuple[list[str], dict[str, str]]:
+    if kind == "peer":
+        if PEER_SRC is None:
+            raise ValueError("the peer server needs --peer-src")
+        args, _ = sb.command("stalkd", klass, data_dir)
+        return args, {**os.environ, "PYTHONPATH": PEER_SRC, "PYTHONHASHSEED": "0"}
     args, env = sb.command(kind, klass, data_dir)  # the floor's durable variant in never/always
     # one hash seed: a Python server's dict and set work is the same from run to run
     return args, {**(env or os.environ), "PYTHONHASHSEED": "0"}
@@ -239,7 +166,10 @@ def measure(meters: list[str], kinds: list[str], cells: list[Cell], small: int, 
                 if meter == "pycalls" and kind not in PYTHON_KINDS:
                     continue
                 for klass in dict.fromkeys(c.klass for c in cells):
-                    todo = [c for c in cells if c.klass == klass]
+                    # the floor answers a reserve with no job TIMED_OUT at once: no wake cells
+                    todo = [c for c in cells if c.klass == klass and not (kind == "floor" and c.work == "wake")]
+                    if not todo:
+                        continue
                     t0 = time.monotonic()
                     _progress(f"{meter}: starting {kind} ({klass})")
                     with metered(meter, kind, klass, scratch) as (port, m):
@@ -287,7 +217,8 @@ def report(res: Results, kinds: list[str], cells: list[Cell], functions: bool = 
             continue
         shown = [k for k in kinds if meter != "pycalls" or k in PYTHON_KINDS]
         print(f"\n## {title}")
-        peers = ("floor",) if meter == "pycalls" else ("floor", "beanstalkd")  # beanstalkd is in C
+        # beanstalkd is in C; peer: stalkd from --peer-src
+        peers = [p for p in ("floor", "beanstalkd", "peer") if p in kinds and (meter != "pycalls" or p in PYTHON_KINDS)]
         print(f"{'cell':16} " + " ".join(f"{k:>13}" for k in shown) + "  "
               + " ".join(f"{s + '/' + p.replace('beanstalkd', 'bs'):>8}" for s in ("st", "py") for p in peers))
         key = "calls" if meter == "pycalls" else None
@@ -344,6 +275,9 @@ def main(meters: list[str], kinds: list[str], cells: list[Cell], small: int, lar
     if large <= small:
         print("--jobs: LARGE must be more than SMALL", file=sys.stderr)
         return 2
+    if "peer" in kinds and PEER_SRC is None:
+        print("--server peer: name its source tree with --peer-src DIR", file=sys.stderr)
+        return 2
     if (missing := missing_tools(meters)) or ("beanstalkd" in kinds and shutil.which("beanstalkd") is None):
         print(f"not installed: {', '.join(missing or ['beanstalkd'])} (run scripts/system-deps.sh as root)",
               file=sys.stderr)
@@ -353,7 +287,8 @@ def main(meters: list[str], kinds: list[str], cells: list[Cell], small: int, lar
     print(f"# floor_bench --counts: 100 B jobs, lockstep depth 1, {large} - {small} jobs per figure; "
           f"stalkd's hot path: {accel.IMPLEMENTATION}, stalkd-py: STALKD_NO_EXTENSIONS=1; "
           f"floor in never/always: its durable variant (-F / fdatasync per put and delete); beanstalkd "
-          f"-F / -f 0; load {os.getloadavg()[0]:.1f}", flush=True)
+          f"-F / -f 0; load {os.getloadavg()[0]:.1f}"
+          + (f"; peer: stalkd from {PEER_SRC}" if "peer" in kinds else ""), flush=True)
     res = measure(meters, kinds, cells, small, large)
     report(res, kinds, cells, functions)
     if json_path:

@@ -27,11 +27,13 @@ process, the instructions executed (valgrind's callgrind), the system calls by n
 and, for the servers in Python, the function calls (sys.setprofile), for stalkd, stalkd-py,
 the floor (its durable variant in never/always: a write per put and delete) and beanstalkd, with the ratios
 stalkd/floor and stalkd/beanstalkd per cell. Cells: memory put and reserve+delete at 1 and 16
-connections, never and always put and reserve+delete at 1; all at depth 1, 100 B. Each figure is
+connections, never and always put and reserve+delete at 1, and memory wake at 1 (a worker waiting
+in reserve, woken by a producer's put, then deleting); all at depth 1, 100 B. Each figure is
 the difference of two runs (``--jobs SMALL LARGE``, default 200 1000) over the extra jobs, so
 start-up and per-run set-up cancel. About 15 minutes on 2 busy cores with the defaults;
 progress goes to stderr; ``--cell``, ``--server``, ``--meter`` pick a subset, ``--json FILE``
-keeps the numbers, ``--functions`` lists the functions behind the Python calls. valgrind and
+keeps the numbers, ``--functions`` lists the functions behind the Python calls, ``--peer-src DIR``
+adds a column for the stalkd of another source tree (before/after in one run). valgrind and
 strace come from scripts/system-deps.sh.
 """
 
@@ -155,6 +157,10 @@ def _options() -> argparse.Namespace:
     counts.add_argument("--meter", action="append", choices=counts_mod.METERS,
                         help="only this meter (repeatable; default all)")
     counts.add_argument("--json", metavar="FILE", help="also write the per-job counts to FILE")
+    counts.add_argument("--peer-src", metavar="DIR",
+                        help="also count the stalkd in this src/ directory (column 'peer'; build its "
+                             "extensions there first: setup.py build_ext --inplace), e.g. main's, "
+                             "for a before/after in one run")
     counts.add_argument("--functions", action="store_true",
                         help="also list the Python and C functions the Python servers call per job")
     return ap.parse_args()
@@ -164,7 +170,10 @@ def main() -> int:
     args = _options()
     signal.signal(signal.SIGTERM, sb._interrupt)
     if args.counts:
-        return counts_mod.main(args.meter or list(counts_mod.METERS), args.server or list(counts_mod.KINDS),
+        if args.peer_src:
+            counts_mod.PEER_SRC = os.path.abspath(args.peer_src)
+        kinds = args.server or [k for k in counts_mod.KINDS if k != "peer" or args.peer_src]
+        return counts_mod.main(args.meter or list(counts_mod.METERS), kinds,
                                args.cell or list(counts_mod.CELLS), *args.jobs, args.json,
                                args.functions)
     if args.durable:

@@ -96,3 +96,24 @@ def test_instructions_per_job_under_callgrind(tmp_path: Path) -> None:
     assert rd > put, (rd, put)  # two commands per job against one
     row = next(line for line in stdout.splitlines() if line.startswith("memory:put:1"))
     assert f"{put:,.0f}" in row
+
+
+def test_the_wake_cell_and_a_peer_tree(tmp_path: Path) -> None:
+    # The peer column is this very tree here: what is checked is that it runs and is counted.
+    src = Path(__file__).resolve().parents[2] / "src"
+    stdout, per_job = _counts(tmp_path, 20, 80, "--meter", "pycalls", "--functions", "--cell", "memory:wake:1",
+                              "--server", "stalkd", "--server", "floor", "--server", "peer", "--peer-src", str(src))
+    wake = per_job["pycalls"]["memory:wake:1"]
+    assert set(wake) == {"stalkd", "peer"}  # the floor never blocks in reserve: no wake cell
+    assert "st/peer" in stdout and f"peer: stalkd from {src}" in stdout
+    if fastengine.IMPLEMENTATION == "c":
+        # the waiting reserve, the put that hands it the job and the delete: no engine frame
+        for kind in ("stalkd", "peer"):
+            engine = {k: v for k, v in wake[kind].items() if k.startswith("py stalkd/engine/") and v >= 0.9}
+            assert not engine, (kind, engine)
+
+
+def test_a_peer_column_needs_its_tree(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(BENCH / "floor_bench.py"), "--counts", "--server", "peer",
+                           "--meter", "pycalls"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--peer-src" in done.stderr

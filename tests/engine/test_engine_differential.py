@@ -122,8 +122,10 @@ def queries(e: Engine, now: float) -> list[Outcome]:
 
 
 def random_command(rng: random.Random, e: Engine, cid: int) -> C.Command:
-    """A command for connection ``cid``, biased to the ones the compiled path runs and to ids
-    that exist (held by ``cid`` for release, bury and touch)."""
+    """A command for connection ``cid``, biased to the ones the compiled path runs (put,
+    reserve with and without a timeout, delete, release to ready and delayed, bury, touch) and
+    to ids that exist (held by ``cid`` for release, bury and touch). Reserves that find no job
+    leave their connection waiting, so later puts and releases find waiters to serve."""
     ids = list(e.jobs) or [1]
     held = [j.id for j in e.conns[cid].reserved.item_list()] or ids
     jid = rng.choice(ids) if rng.random() < 0.85 else rng.randint(1, e.next_id + 1)
@@ -136,10 +138,12 @@ def random_command(rng: random.Random, e: Engine, cid: int) -> C.Command:
         return C.Put(rng.choice(PRIS), delay, rng.choice((0, 1, 2, 5, 60)), body, err)
     if r < 0.45:
         return C.Reserve() if rng.random() < 0.3 else C.ReserveWithTimeout(rng.choice((0, 0, 1, 5)))
-    if r < 0.60:
+    if r < 0.58:
         return C.Delete(own if rng.random() < 0.6 else jid)
-    if r < 0.70:
-        return C.Release(own if rng.random() < 0.8 else jid, rng.choice(PRIS), rng.choice((0, 0, 0, 1)))
+    if r < 0.68:
+        return C.Release(own if rng.random() < 0.8 else jid, rng.choice(PRIS), rng.choice((0, 0, 0, 1, 3)))
+    if r < 0.76:
+        return C.Bury(own, rng.choice(PRIS)) if rng.random() < 0.5 else C.Touch(own)
     choices: list[C.Command] = [
         C.Bury(own, rng.choice(PRIS)), C.Touch(own), C.Kick(rng.choice((1, 2, 10))), C.KickJob(jid),
         C.ReserveJob(jid), C.Use(rng.choice(TUBES)), C.Watch(rng.choice(TUBES)),
@@ -222,15 +226,31 @@ def test_apply_is_the_compiled_descriptor_and_falls_back() -> None:
 
 
 def test_the_common_commands_run_compiled_and_the_others_are_handed_over() -> None:
-    e = Engine(records=False)
-    e.connect(1, 0.0)
+    e, ref = Engine(records=False), PyEngine(records=False)
+    for cid in (1, 2):
+        e.connect(cid, 0.0)
+        ref.connect(cid, 0.0)
     ran0, declined0 = fastengine.counts()
-    e.apply(1, C.Put(0, 0, 60, b"x"), 0.0)
-    e.apply(1, C.ReserveWithTimeout(0), 0.0)
-    e.apply(1, C.Release(1, 5, 0), 0.0)
-    e.apply(1, C.Reserve(), 0.0)
-    e.apply(1, C.Delete(1), 0.0)
-    assert fastengine.counts() == (ran0 + 5, declined0)
-    e.apply(1, C.ReserveWithTimeout(0), 0.0)  # no job: it times out, in Python
-    e.apply(1, C.Delete(1), 0.0)  # NOT_FOUND, in Python
-    assert fastengine.counts() == (ran0 + 5, declined0 + 2)
+    job1, job2 = C.JobReply("RESERVED", 1, b"x"), C.JobReply("RESERVED", 2, b"y")
+    compiled: list[tuple[int, C.Command, float, Outcome]] = [
+        (1, C.Put(0, 0, 60, b"x"), 0.0, Outcome(C.Reply("INSERTED", (1,)), (), (), None)),
+        (1, C.ReserveWithTimeout(0), 0.0, Outcome(job1, (), (), 60.0)),
+        (1, C.Touch(1), 10.0, Outcome(C.Reply("TOUCHED"), (), (), 70.0)),
+        (1, C.Release(1, 5, 0), 10.0, Outcome(C.Reply("RELEASED"), (), (), None)),
+        (1, C.Reserve(), 10.0, Outcome(job1, (), (), 70.0)),
+        (1, C.Release(1, 5, 3), 10.0, Outcome(C.Reply("RELEASED"), (), (), 13.0)),  # delayed
+        (1, C.ReserveWithTimeout(0), 11.0, Outcome(C.Reply("TIMED_OUT"), (), (), 13.0)),  # no job yet
+        (2, C.ReserveWithTimeout(5), 11.0, Outcome(None, (), (), 13.0)),  # waits
+        (1, C.Put(0, 0, 60, b"y"), 11.0, Outcome(C.Reply("INSERTED", (2,)), (), ((2, job2),), 13.0)),
+        (1, C.Reserve(), 11.0, Outcome(None, (), (), 13.0)),  # waits, for ever
+        (2, C.Release(2, 0, 0), 11.0, Outcome(C.Reply("RELEASED"), (), ((1, job2),), 13.0)),
+        (1, C.Bury(2, 7), 12.0, Outcome(C.Reply("BURIED"), (), (), 13.0)),
+    ]
+    for cid, cmd, now, want in compiled:
+        assert e.apply(cid, cmd, now) == want == ref.apply(cid, cmd, now), cmd
+    assert fastengine.counts() == (ran0 + len(compiled), declined0)
+    assert e.jobs[2].state.name == "BURIED" and e.jobs[1].state.name == "DELAYED"
+    assert state(e) == state(ref)
+    e.apply(1, C.Release(1, 0, 0), 12.0)  # delayed, not held: NOT_FOUND, in Python
+    e.apply(1, C.Delete(9), 12.0)  # NOT_FOUND, in Python
+    assert fastengine.counts() == (ran0 + len(compiled), declined0 + 2)

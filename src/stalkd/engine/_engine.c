@@ -2,21 +2,26 @@
  *
  * engine.py's Engine.apply is the reference. ``FastApply(reference)`` is a method descriptor
  * that stands in for it on the Engine class (fastengine.py installs it): for put, reserve,
- * reserve-with-timeout and delete, and release to ready, in the common case, it changes the
+ * reserve-with-timeout, delete, release, bury and touch, in the common case, it changes the
  * engine's objects exactly as the Python handlers do and returns the same Outcome; for
  * anything else it calls the reference, having changed nothing. Common means: no timer due,
- * no tube to serve, no kick or hang-up in progress, the objects of the classes it was
+ * no tube left to serve, no kick or hang-up in progress, the objects of the classes it was
  * configured with, and per command: a put to ready of a well-formed job while not draining;
- * a reserve that finds a ready job; a delete of a ready job or one the caller holds; a release
- * to ready of one the caller holds; and none of them into a tube with waiting connections.
- * With a WAL room (Engine.room) it asks the room as room.py's guarded handlers do.
- * tests/engine/test_engine_differential.py holds both paths to the same outcomes and states.
+ * a reserve that finds a ready job, or finds none and waits (or with a timeout of 0 times
+ * out, or answers DEADLINE_SOON); a delete of a ready job or one the caller holds; a release
+ * to ready or delayed, a bury or a touch of one the caller holds. A put or a release to ready
+ * in an unpaused tube with waiting connections hands the job to the first of them in the same
+ * step, as timers.py's _serve does. With a WAL room (Engine.room) it asks the room as room.py's
+ * guarded handlers do. tests/engine/test_engine_differential.py holds both paths to the same
+ * outcomes and states.
  *
  * Translation unit: _cext/heapcore.c.h (the compiled heap's layout and moves, shared with
  * _heap.c), _cext/engineslots.c.h (the slot offsets and objects configure() finds),
  * _cext/enginestep.c.h (the moves and values the commands share, the step's begin),
- * _cext/enginecmds.c.h (the commands), and here the step's checks and Outcome, the descriptor
- * and the module.
+ * _cext/enginetimers.c.h (the timer heaps kept in step), _cext/enginewait.c.h (reserving: a
+ * job given, a reserve that waits, a waiter served), _cext/enginecmds.c.h (put, reserve,
+ * delete, release), _cext/engineheld.c.h (bury, touch), and here the step's checks and
+ * Outcome, the descriptor and the module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,7 +35,10 @@
 #include "_cext/heapcore.c.h"
 #include "_cext/engineslots.c.h"
 #include "_cext/enginestep.c.h"
+#include "_cext/enginetimers.c.h"
+#include "_cext/enginewait.c.h"
 #include "_cext/enginecmds.c.h"
+#include "_cext/engineheld.c.h"
 
 static unsigned long long n_ran, n_declined;
 
@@ -91,7 +99,7 @@ fast_apply(PyObject *self, PyObject *conn_id, PyObject *cmd, PyObject *now)
         return DECLINE;
     PyTypeObject *kind = Py_TYPE(cmd);
     if (kind != PutType && kind != ReserveType && kind != ReserveTimeoutType && kind != DeleteType
-            && kind != ReleaseType)
+            && kind != ReleaseType && kind != BuryType && kind != TouchType)
         return DECLINE;
     Step s;
     PyObject *d = self;
@@ -116,6 +124,7 @@ fast_apply(PyObject *self, PyObject *conn_id, PyObject *cmd, PyObject *now)
     s.d = d;
     s.c = c;
     s.keep = keep == Py_True;
+    s.served = s.wake = NULL;
     PyObject *rec = NULL;
     PyObject *reply;
     if (kind == PutType)
@@ -124,14 +133,23 @@ fast_apply(PyObject *self, PyObject *conn_id, PyObject *cmd, PyObject *now)
         reply = do_delete(&s, cmd, &rec);
     else if (kind == ReleaseType)
         reply = do_release(&s, cmd, &rec);
+    else if (kind == BuryType)
+        reply = do_bury(&s, cmd, &rec);
+    else if (kind == TouchType)
+        reply = do_touch(&s, cmd, &rec);
     else
-        reply = do_reserve(&s, kind == ReserveType ? ctr_reserve : ctr_reserve_timeout, &rec);
+        reply = do_reserve(&s, cmd, kind == ReserveType ? ctr_reserve : ctr_reserve_timeout, &rec);
     if (reply == DECLINE || reply == NULL) {
+        Py_XDECREF(rec);
+        Py_XDECREF(s.served);
+        Py_XDECREF(s.wake);
         out = reply;
         goto done;
     }
-    PyObject *recs = rec == NULL ? PyTuple_New(0) : PyTuple_Pack(1, rec);
-    PyObject *wakes = PyTuple_New(0);
+    /* the command's record, then the RESERVE of a waiter it served (the order _settle makes) */
+    PyObject *recs = rec == NULL ? (s.served == NULL ? PyTuple_New(0) : PyTuple_Pack(1, s.served))
+                     : s.served == NULL ? PyTuple_Pack(1, rec) : PyTuple_Pack(2, rec, s.served);
+    PyObject *wakes = s.wake == NULL ? PyTuple_New(0) : PyTuple_Pack(1, s.wake);
     PyObject *nd = deadline_of(&s);
     out = recs && wakes && nd ? OutcomeType->tp_alloc(OutcomeType, 4) : NULL;
     if (out != NULL) {
@@ -145,6 +163,8 @@ fast_apply(PyObject *self, PyObject *conn_id, PyObject *cmd, PyObject *now)
         Py_XDECREF(nd);
     }
     Py_XDECREF(rec);
+    Py_XDECREF(s.served);
+    Py_XDECREF(s.wake);
 done:
     if (out == DECLINE) {
         PyErr_Clear();

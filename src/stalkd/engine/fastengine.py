@@ -1,9 +1,10 @@
 """Which ``Engine.apply`` runs: the compiled twin of its common commands, or the reference alone.
 
 ``stalkd.engine._engine`` (built from ``_engine.c`` with the other accelerators, ``make ext``)
-runs put, reserve, reserve-with-timeout, delete and release to ready in one C call when the
-command meets the common case (no timer due, no waiting connection to serve, a ready job at
-hand...), changing the engine's objects as the Python handlers do; anything else goes to the
+runs put, reserve, reserve-with-timeout, delete, release, bury and touch in one C call when
+the command meets the common case (no timer due, a job the caller holds, a reserve that finds
+a job or waits, a job handed to the first connection waiting for it...), changing the engine's
+objects as the Python handlers do; anything else goes to the
 reference ``Engine.apply`` unchanged (tests/engine/test_engine_differential.py holds both to
 the same outcomes and states). At depth 1 each command's Python frames are most of what the
 engine costs, which is what this saves.
@@ -37,7 +38,7 @@ __all__ = ["IMPLEMENTATION", "accelerated"]
 IMPLEMENTATION: Literal["c", "python"] = "python"
 """Whether the last ``accelerated`` call installed the compiled path."""
 
-_COUNTED = ("put", "reserve", "reserve-with-timeout", "delete", "release")
+_COUNTED = ("put", "reserve", "reserve-with-timeout", "delete", "release", "bury", "touch")
 
 
 def _module() -> Any:
@@ -65,10 +66,14 @@ def accelerated(engine: type, reference: Callable[..., Outcome]) -> Callable[...
         "ConnState": ConnState, "Record": Record, "Reply": C.Reply, "JobReply": C.JobReply,
         "Outcome": Outcome, "Put": C.Put, "Reserve": C.Reserve,
         "ReserveWithTimeout": C.ReserveWithTimeout, "Delete": C.Delete, "Release": C.Release,
-        "READY": JobState.READY, "RESERVED": JobState.RESERVED, "OP_PUT": Op.PUT,
-        "OP_DELETE": Op.DELETE, "OP_RESERVE": Op.RESERVE, "OP_RELEASE": Op.RELEASE,
+        "Bury": C.Bury, "Touch": C.Touch,
+        "READY": JobState.READY, "RESERVED": JobState.RESERVED, "DELAYED": JobState.DELAYED,
+        "BURIED": JobState.BURIED, "OP_PUT": Op.PUT, "OP_DELETE": Op.DELETE,
+        "OP_RESERVE": Op.RESERVE, "OP_RELEASE": Op.RELEASE, "OP_BURY": Op.BURY, "OP_TOUCH": Op.TOUCH,
         "DELETED": C.Reply("DELETED"), "RELEASED": C.Reply("RELEASED"),
-        "OUT_OF_MEMORY": C.Reply("OUT_OF_MEMORY"), **counters,
+        "OUT_OF_MEMORY": C.Reply("OUT_OF_MEMORY"), "BURIED_REPLY": C.Reply("BURIED"),
+        "TOUCHED": C.Reply("TOUCHED"), "TIMED_OUT": C.Reply("TIMED_OUT"),
+        "DEADLINE_SOON": C.Reply("DEADLINE_SOON"), **counters,
     }  # fmt: skip
     try:
         mod.configure(config)

@@ -80,7 +80,8 @@ class EngineState:
     __slots__ = (
         "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
         "cmd", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
-        "_now", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "__dict__", "__weakref__",
+        "_now", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
+        "__weakref__",
     )  # fmt: skip
 
     def __init__(self, max_job_size: int = 65535, records: bool = True, step_jobs: int = STEP_JOBS) -> None:

@@ -2,7 +2,7 @@
  * release, each the common case of its Python handler (jobcommands.py, engine.py, state.py)
  * step for step. Every function first checks that its case is the common one and answers
  * DECLINE when it is not, having changed nothing; Engine.apply's Python body then runs.
- * Included by _engine.c after enginestep.c.h. */
+ * Included by _engine.c after enginewait.c.h (a job for a waiter, a reserve that waits). */
 
 /* --- put ----------------------------------------------------------------------------------- */
 
@@ -25,9 +25,11 @@ do_put(Step *s, PyObject *cmd, PyObject **rec)
             || !as_ll(ESLOT(d, E_TOTAL_JOBS), &total)
             || !as_ll(ESLOT(d, E_BODY_BYTES), &bytes))
         return DECLINE;
-    PyObject *t = SLOT(c, conn_off[C_USE]);
-    Heap *ready = quiet_ready(t);
-    if (ready == NULL || !as_ll(SLOT(t, tube_off[T_TOTAL]), &tube_total))
+    PyObject *t = SLOT(c, conn_off[C_USE]), *waiter;
+    long long wcid, reserved_n; /* a waiter served: what _give reads of the tube */
+    Heap *ready = ready_target(s, t, &waiter, &wcid);
+    if (ready == NULL || !as_ll(SLOT(t, tube_off[T_TOTAL]), &tube_total)
+            || (waiter != NULL && (ttr > (1LL << 40) || !as_ll(SLOT(t, tube_off[T_RESERVED]), &reserved_n))))
         return DECLINE;
     PyObject *jobs = ESLOT(d, E_JOBS);
     if (jobs == NULL || !PyDict_CheckExact(jobs))
@@ -86,6 +88,8 @@ do_put(Step *s, PyObject *cmd, PyObject **rec)
         if (*rec == NULL)
             goto done;
     }
+    if (waiter != NULL && serve_top(s, t, ready, waiter, wcid) < 0)
+        goto done;
     reply = reply2(word_inserted, jid);
 done:
     Py_DECREF(j);
@@ -95,46 +99,8 @@ done:
 
 /* --- reserve, reserve-with-timeout (a job at hand) ----------------------------------------- */
 
-/* _give's checks: what reserving ``j`` for the caller reads. */
-static int
-can_give(Step *s, PyObject *j, Heap **reserved, long long *ttr, long long *jid)
-{
-    PyObject *c = s->c;
-    long long hpos, n;
-    if (!Py_IS_TYPE(j, JobType) || !as_ll(SLOT(j, job_off[J_TTR]), ttr) || *ttr < 0
-            || *ttr > (1LL << 40) || !as_ll(SLOT(j, job_off[J_ID]), jid) || *jid < 0
-            || !as_ll(SLOT(j, job_off[J_RESERVES]), &n)
-            || !Py_IS_TYPE(SLOT(j, job_off[J_TUBE]), TubeType)
-            || !as_ll(SLOT(SLOT(j, job_off[J_TUBE]), tube_off[T_RESERVED]), &n)
-            || (*reserved = heap_of(SLOT(c, conn_off[C_RESERVED]))) == NULL
-            || !as_ll(SLOT(c, conn_off[C_HPOS]), &hpos)
-            || (hpos >= 0 && where(s->ct, c, conn_off[C_HPOS]) < 0))
-        return 0;
-    return 1;
-}
-
-/* state.py's _give; *rec gets its RESERVE record. */
-static int
-give(Step *s, PyObject *j, Heap *reserved, long long ttr, long long jid, PyObject **rec)
-{
-    PyObject *c = s->c;
-    long long dl = s->now + ttr * 1000000LL;
-    Py_INCREF(st_reserved);
-    set_slot(j, job_off[J_STATE], st_reserved);
-    Py_INCREF(c);
-    set_slot(j, job_off[J_OWNER], c);
-    if (bump(j, job_off[J_RESERVES], 1) < 0 || set_slot_ll(j, job_off[J_DEADLINE], dl) < 0
-            || push_entry(reserved, pack2(dl, jid), j) < 0
-            || bump(SLOT(j, job_off[J_TUBE]), tube_off[T_RESERVED], 1) < 0 || next_seq(s) < 0)
-        return -1;
-    if (s->keep && (*rec = record(s, op_reserve, SLOT(j, job_off[J_ID]), empty_str, zero, zero,
-                                  zero, zero, empty_bytes, zero)) == NULL)
-        return -1;
-    return retime_conn(s, reserved);
-}
-
 static PyObject *
-do_reserve(Step *s, PyObject *counter, PyObject **rec)
+do_reserve(Step *s, PyObject *cmd, PyObject *counter, PyObject **rec)
 {
     PyObject *c = s->c;
     PyObject *watch = SLOT(c, conn_off[C_WATCH]);
@@ -160,11 +126,11 @@ do_reserve(Step *s, PyObject *counter, PyObject **rec)
         }
     }
     if (best == NULL)
-        return DECLINE; /* it waits: the Python path */
+        return wait_reserve(s, cmd, counter);
     PyObject *j = best_ready->e[0].item;
     Heap *reserved;
     long long ttr, jid, pri, urgent;
-    if (!can_give(s, j, &reserved, &ttr, &jid) || !as_ll(SLOT(j, job_off[J_PRI]), &pri)
+    if (!can_give(s, c, j, &reserved, &ttr, &jid) || !as_ll(SLOT(j, job_off[J_PRI]), &pri)
             || !as_ll(SLOT(best, tube_off[T_URGENT]), &urgent))
         return DECLINE;
 
@@ -177,7 +143,7 @@ do_reserve(Step *s, PyObject *counter, PyObject **rec)
         return NULL;
     PyObject *reply = NULL;
     if ((pri >= 1024 || set_slot_ll(best, tube_off[T_URGENT], urgent - 1) == 0)
-            && give(s, j, reserved, ttr, jid, rec) == 0)
+            && give_to(s, c, s->cid, j, reserved, ttr, jid, rec) == 0)
         reply = job_reply(word_reserved, j);
     Py_DECREF(j);
     return reply;
@@ -286,30 +252,28 @@ do_release(Step *s, PyObject *cmd, PyObject **rec)
     PyObject *j = named_job(s, SLOT(cmd, release_off[RL_ID]));
     if (j == NULL)
         return DECLINE;
-    PyObject *t = SLOT(j, job_off[J_TUBE]);
+    PyObject *t = SLOT(j, job_off[J_TUBE]), *waiter = NULL;
     PyObject *pri_o = SLOT(cmd, release_off[RL_PRI]), *delay_o = SLOT(cmd, release_off[RL_DELAY]);
-    long long pri, delay, jid, n;
-    Heap *reserved, *ready;
+    long long pri, delay, jid, n, wcid;
+    Heap *reserved, *ready = NULL, *delayed = NULL;
     Py_ssize_t at;
-    if (!as_ll(pri_o, &pri) || pri < 0 || pri > 0xffffffffLL || !as_ll(delay_o, &delay) || delay
-            || !as_ll(SLOT(j, job_off[J_ID]), &jid) || jid < 0
-            || !as_ll(SLOT(j, job_off[J_RELEASES]), &n) || (ready = quiet_ready(t)) == NULL
+    if (!as_ll(pri_o, &pri) || pri < 0 || pri > 0xffffffffLL || !as_ll(delay_o, &delay) || delay < 0
+            || delay > 0xffffffffLL || !as_ll(SLOT(j, job_off[J_ID]), &jid) || jid < 0
+            || !as_ll(SLOT(j, job_off[J_RELEASES]), &n) || !Py_IS_TYPE(t, TubeType)
             || !as_ll(SLOT(t, tube_off[T_URGENT]), &n) || !as_ll(SLOT(t, tube_off[T_RESERVED]), &n)
             || (at = held_slot(s, j, &reserved)) < 0)
+        return DECLINE;
+    if (delay ? !tube_timer_ok(s, t) || (delayed = heap_of(SLOT(t, tube_off[T_DELAYED]))) == NULL
+              : (ready = ready_target(s, t, &waiter, &wcid)) == NULL || (waiter != NULL && !servable(j)))
         return DECLINE;
 
     if (begin(s, ctr_release) < 0)
         return NULL;
-    int logged = 1;
-    if (s->room != Py_None) { /* room.py's guarded update: without room, released unlogged */
-        PyObject *one = PyLong_FromLong(1);
-        PyObject *ok = one == NULL ? NULL : PyObject_CallMethodOneArg(s->room, m_updates, one);
-        Py_XDECREF(one);
-        logged = ok == NULL ? -1 : PyObject_IsTrue(ok);
-        Py_XDECREF(ok);
-        if (logged < 0)
-            return room_failed(s);
-    }
+    int logged = room_update(s); /* without room: released to ready unlogged */
+    if (logged < 0)
+        return room_failed(s);
+    if (!logged && delay)
+        return Py_NewRef(reply_out_of_memory); /* a delayed release is refused unchanged */
     Py_INCREF(j);
     PyObject *reply = NULL;
     if (detach_held(s, j, t, reserved, at) < 0)
@@ -318,10 +282,15 @@ do_release(Step *s, PyObject *cmd, PyObject **rec)
     set_slot(j, job_off[J_PRI], pri_o);
     Py_INCREF(delay_o);
     set_slot(j, job_off[J_DELAY], delay_o);
-    if (bump(j, job_off[J_RELEASES], 1) < 0 || to_ready(j, t, ready, pri, jid) < 0 || next_seq(s) < 0)
+    if (bump(j, job_off[J_RELEASES], 1) < 0
+            || (delay ? to_delayed(s, j, t, delayed, delay, jid) : to_ready(j, t, ready, pri, jid)) < 0
+            || next_seq(s) < 0)
         goto done;
     if (s->keep && logged && (*rec = record(s, op_release, SLOT(j, job_off[J_ID]), empty_str, pri_o,
-                                            delay_o, zero, zero, empty_bytes, zero)) == NULL)
+                                            delay_o, zero, SLOT(j, job_off[J_DEADLINE]), empty_bytes,
+                                            zero)) == NULL)
+        goto done;
+    if (waiter != NULL && serve_top(s, t, ready, waiter, wcid) < 0)
         goto done;
     reply = Py_NewRef(reply_released);
 done:

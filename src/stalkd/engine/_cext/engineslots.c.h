@@ -26,11 +26,11 @@ set_slot(PyObject *o, Py_ssize_t off, PyObject *v)
 /* state.py's EngineState.__slots__: what every command reads or writes */
 enum { E_MAX_JOB_SIZE, E_STEP_JOBS, E_KEEP_RECORDS, E_JOBS, E_CONNS, E_NEXT_ID, E_SEQ, E_DRAINING,
        E_CMD, E_TOTAL_JOBS, E_BODY_BYTES, E_PENDING, E_TUBE_TIMERS, E_CONN_TIMERS, E_BUDGET, E_NOW,
-       E_RECORDS, E_WAKEUPS, E_DIRTY, E_CALLER, E_OWN, E_ROOM, E_N };
+       E_RECORDS, E_WAKEUPS, E_DIRTY, E_CALLER, E_OWN, E_ROOM, E_WAIT_SERIAL, E_N };
 static const char *const engine_names[] = {
     "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
     "cmd", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget", "_now",
-    "_records", "_wakeups", "_dirty", "_caller", "_own", "_room"};
+    "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial"};
 
 enum { J_ID, J_TUBE, J_PRI, J_DELAY, J_TTR, J_BODY, J_STATE, J_CREATED, J_DEADLINE, J_RESERVES,
        J_TIMEOUTS, J_RELEASES, J_BURIES, J_KICKS, J_HPOS, J_OWNER, J_N };
@@ -39,15 +39,16 @@ static const char *const job_names[] = {
     "timeouts", "releases", "buries", "kicks", "hpos", "owner"};
 
 enum { T_NAME, T_READY, T_WAITING, T_PAUSE, T_USING, T_WATCHING, T_TOTAL, T_CMD_DELETE, T_URGENT,
-       T_RESERVED, T_N };
+       T_RESERVED, T_DELAYED, T_BURIED, T_SERIAL, T_HPOS, T_N };
 static const char *const tube_names[] = {
     "name", "ready", "waiting", "pause_until_us", "using", "watching", "total_jobs", "cmd_delete",
-    "urgent", "reserved"};
+    "urgent", "reserved", "delayed", "buried", "serial", "hpos"};
 
 enum { C_ID, C_USE, C_WATCH, C_RESERVED, C_WAITING, C_PRODUCER, C_WORKER, C_HPOS, C_KICK,
-       C_RELEASE, C_N };
+       C_RELEASE, C_WAIT_UNTIL, C_WAIT_SEQ, C_HALF_CLOSED, C_N };
 static const char *const conn_names[] = {
-    "id", "use", "watch", "reserved", "waiting", "producer", "worker", "hpos", "kick", "release"};
+    "id", "use", "watch", "reserved", "waiting", "producer", "worker", "hpos", "kick", "release",
+    "wait_until_us", "wait_seq", "half_closed"};
 
 enum { R_OP, R_SEQ, R_TIME, R_JOB, R_TUBE, R_PRI, R_DELAY, R_TTR, R_DEADLINE, R_BODY, R_STATE,
        R_CREATED, R_RESERVES, R_TIMEOUTS, R_RELEASES, R_BURIES, R_KICKS, R_EPOCH, R_START, R_N };
@@ -66,20 +67,29 @@ enum { D_ID, D_N };
 static const char *const delete_names[] = {"id"};
 enum { RL_ID, RL_PRI, RL_DELAY, RL_N };
 static const char *const release_names[] = {"id", "pri", "delay"};
+enum { B_ID, B_PRI, B_N };
+static const char *const bury_names[] = {"id", "pri"};
+enum { TO_ID, TO_N };
+static const char *const touch_names[] = {"id"};
+enum { RT_TIMEOUT, RT_N };
+static const char *const rwt_names[] = {"timeout"};
 
 static Py_ssize_t eng_off[E_N], job_off[J_N], tube_off[T_N], conn_off[C_N], record_off[R_N], reply_off[RP_N],
-    jobreply_off[JR_N], put_off[P_N], delete_off[D_N], release_off[RL_N];
+    jobreply_off[JR_N], put_off[P_N], delete_off[D_N], release_off[RL_N], bury_off[B_N], touch_off[TO_N],
+    rwt_off[RT_N];
 
 /* --- what configure() was given (strong references, kept for the process) ----------------- */
 
 static PyTypeObject *EngineType, *HeapType, *JobType, *TubeType, *ConnType, *RecordType,
     *ReplyType, *JobReplyType, *OutcomeType, *PutType, *ReserveType, *ReserveTimeoutType,
-    *DeleteType, *ReleaseType;
-static PyObject *st_ready, *st_reserved;                       /* JobState members */
-static PyObject *op_put, *op_delete, *op_reserve, *op_release; /* Op members */
-static PyObject *reply_deleted, *reply_released, *reply_out_of_memory;
+    *DeleteType, *ReleaseType, *BuryType, *TouchType;
+static PyObject *st_ready, *st_reserved, *st_delayed, *st_buried; /* JobState members */
+static PyObject *op_put, *op_delete, *op_reserve, *op_release, *op_bury, *op_touch; /* Op members */
+static PyObject *reply_deleted, *reply_released, *reply_out_of_memory, *reply_buried, *reply_touched,
+    *reply_timed_out, *reply_deadline_soon;
 static PyObject *word_inserted, *word_reserved;
-static PyObject *ctr_put, *ctr_reserve, *ctr_reserve_timeout, *ctr_delete, *ctr_release;
+static PyObject *ctr_put, *ctr_reserve, *ctr_reserve_timeout, *ctr_delete, *ctr_release, *ctr_bury,
+    *ctr_touch;
 static PyObject *empty_str, *empty_bytes, *zero, *minus_one;
 
 static PyObject *m_put, *m_updates; /* the room's methods */
@@ -171,14 +181,21 @@ configure(PyObject *mod, PyObject *cfg)
             || get_type(cfg, "Reserve", &ReserveType)
             || get_type(cfg, "ReserveWithTimeout", &ReserveTimeoutType)
             || get_type(cfg, "Delete", &DeleteType) || get_type(cfg, "Release", &ReleaseType)
+            || get_type(cfg, "Bury", &BuryType) || get_type(cfg, "Touch", &TouchType)
             || get_obj(cfg, "READY", &st_ready) || get_obj(cfg, "RESERVED", &st_reserved)
+            || get_obj(cfg, "DELAYED", &st_delayed) || get_obj(cfg, "BURIED", &st_buried)
             || get_obj(cfg, "OP_PUT", &op_put) || get_obj(cfg, "OP_DELETE", &op_delete)
             || get_obj(cfg, "OP_RESERVE", &op_reserve) || get_obj(cfg, "OP_RELEASE", &op_release)
+            || get_obj(cfg, "OP_BURY", &op_bury) || get_obj(cfg, "OP_TOUCH", &op_touch)
             || get_obj(cfg, "DELETED", &reply_deleted) || get_obj(cfg, "RELEASED", &reply_released)
             || get_obj(cfg, "OUT_OF_MEMORY", &reply_out_of_memory)
+            || get_obj(cfg, "BURIED_REPLY", &reply_buried) || get_obj(cfg, "TOUCHED", &reply_touched)
+            || get_obj(cfg, "TIMED_OUT", &reply_timed_out)
+            || get_obj(cfg, "DEADLINE_SOON", &reply_deadline_soon)
             || get_obj(cfg, "cmd-put", &ctr_put) || get_obj(cfg, "cmd-reserve", &ctr_reserve)
             || get_obj(cfg, "cmd-reserve-with-timeout", &ctr_reserve_timeout)
-            || get_obj(cfg, "cmd-delete", &ctr_delete) || get_obj(cfg, "cmd-release", &ctr_release))
+            || get_obj(cfg, "cmd-delete", &ctr_delete) || get_obj(cfg, "cmd-release", &ctr_release)
+            || get_obj(cfg, "cmd-bury", &ctr_bury) || get_obj(cfg, "cmd-touch", &ctr_touch))
         return NULL;
     if (find_slots(EngineType, engine_names, E_N, eng_off, 0)
             || find_slots(JobType, job_names, J_N, job_off, 1)
@@ -189,7 +206,10 @@ configure(PyObject *mod, PyObject *cfg)
             || find_slots(JobReplyType, jobreply_names, JR_N, jobreply_off, 1)
             || find_slots(PutType, put_names, P_N, put_off, 0)
             || find_slots(DeleteType, delete_names, D_N, delete_off, 0)
-            || find_slots(ReleaseType, release_names, RL_N, release_off, 0))
+            || find_slots(ReleaseType, release_names, RL_N, release_off, 0)
+            || find_slots(BuryType, bury_names, B_N, bury_off, 0)
+            || find_slots(TouchType, touch_names, TO_N, touch_off, 0)
+            || find_slots(ReserveTimeoutType, rwt_names, RT_N, rwt_off, 0))
         return NULL;
     if (!PyType_IsSubtype(OutcomeType, &PyTuple_Type)
             || OutcomeType->tp_basicsize != PyTuple_Type.tp_basicsize) {

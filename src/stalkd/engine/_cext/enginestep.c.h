@@ -1,8 +1,8 @@
 /* What the compiled engine's commands share: the DECLINE answer, ints in slots, one step's
- * context, the checks a command makes before it decides (heaps, hpos, a tube without
- * waiters), the moves it makes after (the caller's timer, state.py's _retime_conn; _to_ready),
- * the values it hands out (records and replies, as fastvalues.py builds them) and the start
- * of the step Engine.apply runs around a handler. Included by _engine.c after engineslots.c.h. */
+ * context, the checks a command makes before it decides (heaps, hpos), the values it hands out
+ * (records and replies, as fastvalues.py builds them), _to_ready, the room's answers and the
+ * start of the step Engine.apply runs around a handler. Included by _engine.c after
+ * engineslots.c.h; the timer heaps' moves are enginetimers.c.h. */
 
 /* Answer "not handled here" (never a real object: compared by address only). */
 static PyObject decline_marker;
@@ -10,12 +10,25 @@ static PyObject decline_marker;
 
 /* --- ints in slots and dicts --------------------------------------------------------------- */
 
-/* An exact int that fits in a long long; 0 if not (no exception left set). */
+/* An exact int that fits in a long long; 0 if not (no exception left set). A reserve and a
+ * delete read about thirty of them, nearly all of one digit: those are read in place. */
 static int
 as_ll(PyObject *v, long long *out)
 {
     if (v == NULL || !PyLong_CheckExact(v))
         return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)v)) {
+        *out = (long long)PyUnstable_Long_CompactValue((PyLongObject *)v);
+        return 1;
+    }
+#else
+    Py_ssize_t size = Py_SIZE(v); /* the digit count, negative for a negative int */
+    if (size >= -1 && size <= 1) {
+        *out = size ? (long long)size * (long long)((PyLongObject *)v)->ob_digit[0] : 0;
+        return 1;
+    }
+#endif
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow || (x == -1 && PyErr_Occurred())) {
@@ -63,6 +76,8 @@ typedef struct {
     PyObject *room;     /* Engine.room: None or the WAL room */
     int keep;           /* keep_records */
     long long seq;      /* the engine's seq, written back by finish() */
+    PyObject *served;   /* the RESERVE record of a waiter the step served, or NULL */
+    PyObject *wake;     /* (waiter id, its RESERVED reply) for Outcome.wakeups, or NULL */
 } Step;
 
 /* A heap slot that is not a compiled heap, or an item whose hpos does not point at itself in
@@ -92,40 +107,6 @@ drop_at(Heap *h, Py_ssize_t i)
         return -1;
     Py_DECREF(gone);
     return 0;
-}
-
-/* state.py's _retime_conn for a connection not waiting in reserve (the path never runs for
- * one that is): its timer is its soonest TTR, or none. */
-static int
-retime_conn(Step *s, Heap *reserved)
-{
-    PyObject *c = s->c;
-    long long hpos;
-    if (!as_ll(SLOT(c, conn_off[C_HPOS]), &hpos))
-        return -1;
-    if (reserved->n) {
-        PyObject *top = reserved->e[0].item;
-        long long dl;
-        if (!Py_IS_TYPE(top, JobType) || !as_ll(SLOT(top, job_off[J_DEADLINE]), &dl)) {
-            PyErr_SetString(PyExc_TypeError, "a reserved heap holds a job without an int deadline");
-            return -1;
-        }
-        key_t128 key = pack2(dl, s->cid);
-        if (hpos < 0)
-            return push_entry(s->ct, key, c);
-        Py_ssize_t i = slot_of(s->ct, c);
-        if (i < 0)
-            return -1;
-        key_t128 old = s->ct->e[i].key;
-        if (old == key)
-            return 0;
-        s->ct->e[i].key = key;
-        return key < old ? up(s->ct, i) : down(s->ct, i);
-    }
-    if (hpos < 0)
-        return 0;
-    Py_ssize_t i = slot_of(s->ct, c);
-    return i < 0 ? -1 : drop_at(s->ct, i);
 }
 
 /* --- values the commands hand out ---------------------------------------------------------- */
@@ -190,20 +171,8 @@ job_reply(PyObject *word, PyObject *j)
     return r;
 }
 
-/* A tube with no waiting connection (a ready job there needs no serving) and a compiled ready
- * heap: what the path requires of a tube it puts a job in. */
-static Heap *
-quiet_ready(PyObject *t)
-{
-    if (!Py_IS_TYPE(t, TubeType))
-        return NULL;
-    PyObject *w = SLOT(t, tube_off[T_WAITING]);
-    if (w == NULL || !PyDict_Check(w) || PyDict_GET_SIZE(w))
-        return NULL;
-    return heap_of(SLOT(t, tube_off[T_READY]));
-}
-
-/* state.py's _to_ready for a job whose pri is ``pri`` and tube ``t`` has no waiters. */
+/* state.py's _to_ready for a job whose pri is ``pri``: a tube with waiters is served after it
+ * (enginewait.c.h's serve_top), so its _dirty is never left with the tube. */
 static int
 to_ready(PyObject *j, PyObject *t, Heap *ready, long long pri, long long jid)
 {
@@ -292,3 +261,16 @@ room_failed(Step *s)
     return NULL;
 }
 
+/* The room's answer to one update record (room.py's guarded update): 1 yes, 0 no, -1 raised. */
+static int
+room_update(Step *s)
+{
+    if (s->room == Py_None)
+        return 1;
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *ok = one == NULL ? NULL : PyObject_CallMethodOneArg(s->room, m_updates, one);
+    Py_XDECREF(one);
+    int yes = ok == NULL ? -1 : PyObject_IsTrue(ok);
+    Py_XDECREF(ok);
+    return yes;
+}

@@ -1,0 +1,129 @@
+"""The lockstep load of bench/counts.py (floor_bench.py --counts): each round sends one command
+on every connection, then reads every reply, so a run does the same work whatever the server's
+speed (valgrind slows a server 50-100x). The cells' works: put, rd (reserve+delete of jobs
+preloaded before the meter starts) and wake (a worker's reserve waits, a producer's put wakes
+it, the worker deletes the job)."""
+
+from __future__ import annotations
+
+import socket
+
+BODY = b"x" * 100
+
+
+class _Reader:
+    """Reply lines (and RESERVED bodies) from a blocking socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def line(self) -> bytes:
+        while (i := self.buf.find(b"\r\n")) < 0:
+            self._more()
+        line, self.buf = self.buf[:i], self.buf[i + 2:]
+        return line
+
+    def skip(self, n: int) -> None:
+        while len(self.buf) < n:
+            self._more()
+        self.buf = self.buf[n:]
+
+    def _more(self) -> None:
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("the server closed the connection")
+        self.buf += chunk
+
+
+def _expect(line: bytes, prefix: bytes) -> None:
+    if not line.startswith(prefix):
+        raise RuntimeError(f"expected {prefix.decode()}..., got {line!r}")
+
+
+def preload(port: int, tubes: list[bytes], per_tube: int) -> None:
+    put = b"put 0 0 120 %d\r\n%s\r\n" % (len(BODY), BODY)
+    for tube in tubes:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            r = _Reader(s)
+            s.sendall(b"use %s\r\n" % tube)
+            r.line()
+            for left in range(per_tube, 0, -512):
+                n = min(left, 512)
+                s.sendall(put * n)
+                for _ in range(n):
+                    _expect(r.line(), b"INSERTED")
+
+
+def drive(port: int, work: str, tubes: list[bytes], rounds: int) -> None:
+    """``rounds`` lockstep rounds, one job per connection (one per tube) each."""
+    if work == "wake":
+        return _drive_wake(port, tubes, rounds)
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in tubes]
+    try:
+        readers = [_Reader(s) for s in socks]
+        for s, r, tube in zip(socks, readers, tubes, strict=True):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(b"use %s\r\nwatch %s\r\nignore default\r\n" % (tube, tube))
+            for _ in range(3):
+                r.line()
+        put = b"put 0 0 120 %d\r\n%s\r\n" % (len(BODY), BODY)
+        for _ in range(rounds):
+            if work == "put":
+                for s in socks:
+                    s.sendall(put)
+                for r in readers:
+                    _expect(r.line(), b"INSERTED")
+                continue
+            for s in socks:
+                s.sendall(b"reserve-with-timeout 0\r\n")
+            ids = []
+            for r in readers:
+                line = r.line()
+                _expect(line, b"RESERVED")
+                _, jid, size = line.split()
+                r.skip(int(size) + 2)
+                ids.append(jid)
+            for s, jid in zip(socks, ids, strict=True):
+                s.sendall(b"delete %s\r\n" % jid)
+            for r in readers:
+                _expect(r.line(), b"DELETED")
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _drive_wake(port: int, tubes: list[bytes], rounds: int) -> None:
+    """Per round and tube: the worker's ``reserve`` goes first and waits, then the producer's
+    put, whose job the worker gets; then the worker's delete."""
+    workers = [socket.create_connection(("127.0.0.1", port)) for _ in tubes]
+    producers = [socket.create_connection(("127.0.0.1", port)) for _ in tubes]
+    try:
+        wr, pr = [_Reader(s) for s in workers], [_Reader(s) for s in producers]
+        for s, r, tube in zip(workers + producers, wr + pr, tubes + tubes, strict=True):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(b"use %s\r\nwatch %s\r\nignore default\r\n" % (tube, tube))
+            for _ in range(3):
+                r.line()
+        put = b"put 0 0 120 %d\r\n%s\r\n" % (len(BODY), BODY)
+        for _ in range(rounds):
+            for s in workers:
+                s.sendall(b"reserve\r\n")
+            for s in producers:
+                s.sendall(put)
+            for r in pr:
+                _expect(r.line(), b"INSERTED")
+            ids = []
+            for r in wr:
+                line = r.line()
+                _expect(line, b"RESERVED")
+                _, jid, size = line.split()
+                r.skip(int(size) + 2)
+                ids.append(jid)
+            for s, jid in zip(workers, ids, strict=True):
+                s.sendall(b"delete %s\r\n" % jid)
+            for r in wr:
+                _expect(r.line(), b"DELETED")
+    finally:
+        for s in workers + producers:
+            s.close()
