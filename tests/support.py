@@ -12,15 +12,18 @@ so a broken install step can never pass as green.
 from __future__ import annotations
 
 import contextlib
+import doctest
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -289,3 +292,17 @@ def start_beanstalkd(*extra: str, port: int = 0) -> ServerProcess:
     exe = require_binary("beanstalkd")
     return spawn_server([exe, "-l", "127.0.0.1", "-p", str(port), *extra], what="beanstalkd",
                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def run_doctests(module: ModuleType, **testmod: Any) -> doctest.TestResults:
+    """``doctest.testmod(module, **testmod)`` with ``tempfile``'s directory a fresh one that is
+    removed afterwards. Examples make their directories with ``tempfile.mkdtemp()`` (a log
+    preallocates a 64 MiB segment in each); run as they are written, every test run would
+    leave them all in the real temporary directory."""
+    saved = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="stalkd-doctest-") as scratch:
+        tempfile.tempdir = scratch
+        try:
+            return doctest.testmod(module, **testmod)
+        finally:
+            tempfile.tempdir = saved

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import doctest
 import os
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ from support import (
     has_exited,
     listening_ports,
     reserved_port,
+    run_doctests,
     spawn_server,
     spawn_serving,
     wait_serving,
@@ -130,3 +134,40 @@ def test_a_server_that_does_not_come_up_shows_its_output_in_the_error(
     assert "exited with 1" in message
     assert "starting\ncannot open /nonexistent/wal: denied" in message
     assert str(tmp_path / "broken.log") in message
+
+
+def test_doctests_leave_no_directory_in_the_temp_dir(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given examples that open logs in tempfile.mkdtemp() directories, and a temp dir watched
+    import stalkd.log.layout
+    import stalkd.log.log
+
+    real = tmp_path / "tmp"
+    real.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(real))
+    made: list[str] = []
+    monkeypatch.setattr(tempfile, "mkdtemp", _recording(tempfile.mkdtemp, made))
+    # When they run as doctests
+    for module in (stalkd.log.log, stalkd.log.layout):
+        result = run_doctests(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0
+    # Then the directories they made are gone, and the temp dir is as it was
+    assert len(made) > 2 and not any(os.path.exists(d) for d in made)
+    assert list(real.iterdir()) == []
+    assert tempfile.tempdir == str(real)
+
+
+def _recording(mkdtemp: Any, made: list[str]) -> Any:
+    def record(*args: Any, **kw: Any) -> str:
+        d: str = mkdtemp(*args, **kw)
+        made.append(d)
+        return d
+
+    return record
+
+
+def test_every_doctest_run_goes_through_run_doctests() -> None:
+    tests = Path(__file__).parent
+    direct = [str(p.relative_to(tests)) for p in sorted(tests.rglob("*.py"))
+              if p.name != "support.py" and re.search(r"\btestmod\(", p.read_text())]
+    assert direct == []

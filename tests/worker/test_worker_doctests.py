@@ -7,6 +7,8 @@ import importlib
 
 import pytest
 
+from support import run_doctests
+
 MODULES = [
     "stalkd.worker", "stalkd.worker.app", "stalkd.worker.backoff", "stalkd.worker.serializer",
     "stalkd.worker.errors", "stalkd.worker.context", "stalkd.worker.unique",
@@ -20,5 +22,5 @@ MODULES = [
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    result = run_doctests(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
