@@ -17,10 +17,13 @@ import pytest
 from support import (
     has_exited,
     listening_ports,
+    log_tail,
+    popen_logged,
     reserved_port,
     run_doctests,
     spawn_server,
     spawn_serving,
+    start_beanstalkd,
     wait_serving,
 )
 
@@ -171,3 +174,29 @@ def test_every_doctest_run_goes_through_run_doctests() -> None:
     direct = [str(p.relative_to(tests)) for p in sorted(tests.rglob("*.py"))
               if p.name != "support.py" and re.search(r"\btestmod\(", p.read_text())]
     assert direct == []
+
+
+def test_a_child_started_with_popen_logged_can_write_more_than_a_pipe_holds(tmp_path: Path) -> None:
+    # Given a child that writes 2 MiB to stderr (a pipe holds 64 KiB) and then exits
+    chatty = "import sys; sys.stderr.write('x' * (2 << 20)); print('end')"
+    log = tmp_path / "chatty.log"
+    proc = popen_logged([sys.executable, "-c", chatty], log)
+    # Then it exits (nothing has to read it), and its output is in the log
+    try:
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert log.stat().st_size == (2 << 20) + len("end\n")
+    assert log_tail(log, 6) == "xxend\n"
+
+
+@pytest.mark.beanstalkd
+def test_start_beanstalkd_gives_its_output_to_no_pipe(tmp_path: Path) -> None:
+    for log in (None, tmp_path / "beanstalkd.log"):
+        server = start_beanstalkd(log=log)
+        try:
+            outputs = [os.readlink(f"/proc/{server.proc.pid}/fd/{fd}") for fd in (1, 2)]
+        finally:
+            server.stop()
+        assert not any(o.startswith("pipe:") for o in outputs), outputs

@@ -6,9 +6,9 @@ PID. To run the transcripts against another server, register a factory here, e.g
 
     def _start_stalkd(*flags: str) -> ServerProcess:
         return spawn_server([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1",
-                             "-p", "0", *flags], stderr=subprocess.PIPE)
+                             "-p", "0", *flags], stdout=subprocess.DEVNULL)
 
-    register("stalkd", "1.13", _start_stalkd)
+    register("stalkd", "1.13", _start_stalkd)  # its stderr is the test's: pytest shows it
 
 ``dialect`` selects which expectations apply where beanstalkd versions differ ("1.12" is
 Debian's beanstalkd, "1.13" is stalkd and beanstalkd 1.13).
