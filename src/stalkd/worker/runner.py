@@ -30,6 +30,7 @@ from stalkd.worker import pipeline, syncrun
 from stalkd.worker.ops import Reserved, ServerOps
 from stalkd.worker.pipeline import Call, Delivered, Step
 from stalkd.worker.registry import Registry
+from stalkd.worker.stopflag import StopFlag
 
 log = logging.getLogger("stalkd.worker")
 
@@ -102,8 +103,9 @@ class WorkerBase:
             raise ValueError("the app has no tasks, so there is no tube to watch")
         self.grace = grace
         self.reserve_timeout = reserve_timeout
-        self.stopping = threading.Event()
-        self.stop_now = threading.Event()
+        # Set by signal handlers (SIGTERM, and a process worker's children): not threading.Event
+        self.stopping = StopFlag()
+        self.stop_now = StopFlag()
         self.processed = 0
         self._count_lock = threading.Lock()
 
