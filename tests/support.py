@@ -125,6 +125,20 @@ def spawn_server(cmd: list[str], host: str = "127.0.0.1", *, what: str = "server
     return ServerProcess(host, port, proc)
 
 
+_SESSION_DIR: list[str] = []
+
+
+def session_file(prefix: str, suffix: str = "") -> tuple[int, str]:
+    """``tempfile.mkstemp`` in a directory of this test process's own, removed when it exits:
+    a server's log that a failing test shows, without a file left in /tmp by every server."""
+    if not _SESSION_DIR:
+        import atexit
+
+        _SESSION_DIR.append(tempfile.mkdtemp(prefix="stalkd-tests-"))
+        atexit.register(shutil.rmtree, _SESSION_DIR[0], True)
+    return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=_SESSION_DIR[0])
+
+
 def popen_logged(cmd: list[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
     """Start ``cmd`` with its stdout and stderr appended to the file ``log`` (in the test's tmp
     dir), to show when the test fails (``log_tail``). Never ``stderr=PIPE`` for a child nobody

@@ -200,3 +200,13 @@ def test_start_beanstalkd_gives_its_output_to_no_pipe(tmp_path: Path) -> None:
         finally:
             server.stop()
         assert not any(o.startswith("pipe:") for o in outputs), outputs
+
+
+def test_session_files_are_removed_when_the_test_process_exits(tmp_path: Path) -> None:
+    made = subprocess.run(
+        [sys.executable, "-c", "from support import session_file; import os; fd, p = "
+         "session_file('x-', '.log'); os.write(fd, b'said'); print(p)"],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent), "TMPDIR": str(tmp_path)},
+        capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    assert Path(made).is_relative_to(tmp_path)
+    assert list(tmp_path.iterdir()) == []
