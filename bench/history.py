@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
+from support import log_tail, popen_logged, wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
 
 TUBES = {"emails": 0.5, "images": 0.25, "reports": 0.15, "webhooks": 0.10}
 TTR = 1  # seconds: slow jobs overrun it
@@ -43,13 +43,13 @@ def start_server(data: Path, wal_size: int) -> tuple[subprocess.Popen[bytes], in
     # a segment's worth since its last snapshot, and dropped segments leave the history.
     cmd = [sys.executable, "-m", "stalkd.cli", "serve", "-b", str(data), "-F", "-l", "127.0.0.1",
            "-p", "0", "-s", str(wal_size), "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = data / "serve.log"  # never a pipe: nobody reads it while the server runs
+    proc = popen_logged(cmd, log)
     try:
         return proc, wait_for_listener(proc, 30, "stalkd serve")
     except (RuntimeError, TimeoutError) as e:
         proc.kill()
-        err = proc.stderr.read().decode() if proc.stderr else ""
-        raise RuntimeError(f"{e}: {err}") from None
+        raise RuntimeError(f"{e}: {log_tail(log)}") from None
 
 
 class Tally:

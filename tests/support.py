@@ -12,15 +12,18 @@ so a broken install step can never pass as green.
 from __future__ import annotations
 
 import contextlib
+import doctest
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -111,11 +114,7 @@ def spawn_server(cmd: list[str], host: str = "127.0.0.1", *, what: str = "server
     ``log``: a file (in the test's tmp dir) that gets the server's stdout and stderr, and whose
     text the error shows when the server does not come up. Never a pipe nobody reads: a server
     that writes more than the pipe holds blocks, and what it said is lost."""
-    if log is not None:
-        with open(log, "ab") as out:  # the child keeps its own descriptor
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, **popen)
-    else:
-        proc = subprocess.Popen(cmd, **popen)
+    proc = popen_logged(cmd, log, **popen) if log is not None else subprocess.Popen(cmd, **popen)
     try:
         with _showing_output(log, what):
             port = wait_for_listener(proc, timeout, what)
@@ -126,6 +125,38 @@ def spawn_server(cmd: list[str], host: str = "127.0.0.1", *, what: str = "server
     return ServerProcess(host, port, proc)
 
 
+_SESSION_DIR: list[str] = []
+
+
+def session_file(prefix: str, suffix: str = "") -> tuple[int, str]:
+    """``tempfile.mkstemp`` in a directory of this test process's own, removed when it exits:
+    a server's log that a failing test shows, without a file left in /tmp by every server."""
+    if not _SESSION_DIR:
+        import atexit
+
+        _SESSION_DIR.append(tempfile.mkdtemp(prefix="stalkd-tests-"))
+        atexit.register(shutil.rmtree, _SESSION_DIR[0], True)
+    return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=_SESSION_DIR[0])
+
+
+def popen_logged(cmd: list[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` with its stdout and stderr appended to the file ``log`` (in the test's tmp
+    dir), to show when the test fails (``log_tail``). Never ``stderr=PIPE`` for a child nobody
+    reads while it runs: once it has written what a pipe holds (64 KiB) it blocks for ever."""
+    with open(log, "ab") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, **popen)
+
+
+def log_tail(log: Path, size: int = 16384) -> str:
+    """The last ``size`` bytes of ``log``, as text (what a failed assertion shows)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
 @contextlib.contextmanager
 def _showing_output(log: Path | None, what: str) -> Iterator[None]:
     """A server's start-up failure, re-raised with the end of ``log`` (its output) appended."""
@@ -134,10 +165,7 @@ def _showing_output(log: Path | None, what: str) -> Iterator[None]:
     except (RuntimeError, TimeoutError) as exc:
         if log is None:
             raise
-        with open(log, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
-            text = f.read().decode("utf-8", "replace")
-        raise type(exc)(f"{exc}\n--- {what}'s output ({log}), its end ---\n{text}") from exc
+        raise type(exc)(f"{exc}\n--- {what}'s output ({log}), its end ---\n{log_tail(log)}") from exc
 
 
 @contextlib.contextmanager
@@ -283,9 +311,26 @@ class ServerProcess:
                 self.proc.wait()
 
 
-def start_beanstalkd(*extra: str, port: int = 0) -> ServerProcess:
+def start_beanstalkd(*extra: str, port: int = 0, log: Path | None = None) -> ServerProcess:
     """Start Debian's beanstalkd on loopback (in memory unless -b is passed), on an ephemeral
-    port unless ``port`` is given."""
+    port unless ``port`` is given. Its output goes to ``log`` if given; else its stderr is the
+    test's own (pytest captures it, and shows it with the test's failure)."""
     exe = require_binary("beanstalkd")
-    return spawn_server([exe, "-l", "127.0.0.1", "-p", str(port), *extra], what="beanstalkd",
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cmd = [exe, "-l", "127.0.0.1", "-p", str(port), *extra]
+    if log is not None:
+        return spawn_server(cmd, what="beanstalkd", log=log)
+    return spawn_server(cmd, what="beanstalkd", stdout=subprocess.DEVNULL)
+
+
+def run_doctests(module: ModuleType, **testmod: Any) -> doctest.TestResults:
+    """``doctest.testmod(module, **testmod)`` with ``tempfile``'s directory a fresh one that is
+    removed afterwards. Examples make their directories with ``tempfile.mkdtemp()`` (a log
+    preallocates a 64 MiB segment in each); run as they are written, every test run would
+    leave them all in the real temporary directory."""
+    saved = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="stalkd-doctest-") as scratch:
+        tempfile.tempdir = scratch
+        try:
+            return doctest.testmod(module, **testmod)
+        finally:
+            tempfile.tempdir = saved

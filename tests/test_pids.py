@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from stalkd.pids import pid_alive
+from support import run_doctests
 
 
 @pytest.fixture
@@ -50,8 +51,6 @@ def test_a_reaped_process_and_non_process_ids_are_not_alive(
 
 
 def test_docstring_examples() -> None:
-    import doctest
-
     import stalkd.pids
 
-    assert doctest.testmod(stalkd.pids).failed == 0
+    assert run_doctests(stalkd.pids).failed == 0

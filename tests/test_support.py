@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import doctest
 import os
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +17,13 @@ import pytest
 from support import (
     has_exited,
     listening_ports,
+    log_tail,
+    popen_logged,
     reserved_port,
+    run_doctests,
     spawn_server,
     spawn_serving,
+    start_beanstalkd,
     wait_serving,
 )
 
@@ -130,3 +137,76 @@ def test_a_server_that_does_not_come_up_shows_its_output_in_the_error(
     assert "exited with 1" in message
     assert "starting\ncannot open /nonexistent/wal: denied" in message
     assert str(tmp_path / "broken.log") in message
+
+
+def test_doctests_leave_no_directory_in_the_temp_dir(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given examples that open logs in tempfile.mkdtemp() directories, and a temp dir watched
+    import stalkd.log.layout
+    import stalkd.log.log
+
+    real = tmp_path / "tmp"
+    real.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(real))
+    made: list[str] = []
+    monkeypatch.setattr(tempfile, "mkdtemp", _recording(tempfile.mkdtemp, made))
+    # When they run as doctests
+    for module in (stalkd.log.log, stalkd.log.layout):
+        result = run_doctests(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0
+    # Then the directories they made are gone, and the temp dir is as it was
+    assert len(made) > 2 and not any(os.path.exists(d) for d in made)
+    assert list(real.iterdir()) == []
+    assert tempfile.tempdir == str(real)
+
+
+def _recording(mkdtemp: Any, made: list[str]) -> Any:
+    def record(*args: Any, **kw: Any) -> str:
+        d: str = mkdtemp(*args, **kw)
+        made.append(d)
+        return d
+
+    return record
+
+
+def test_every_doctest_run_goes_through_run_doctests() -> None:
+    tests = Path(__file__).parent
+    direct = [str(p.relative_to(tests)) for p in sorted(tests.rglob("*.py"))
+              if p.name != "support.py" and re.search(r"\btestmod\(", p.read_text())]
+    assert direct == []
+
+
+def test_a_child_started_with_popen_logged_can_write_more_than_a_pipe_holds(tmp_path: Path) -> None:
+    # Given a child that writes 2 MiB to stderr (a pipe holds 64 KiB) and then exits
+    chatty = "import sys; sys.stderr.write('x' * (2 << 20)); print('end')"
+    log = tmp_path / "chatty.log"
+    proc = popen_logged([sys.executable, "-c", chatty], log)
+    # Then it exits (nothing has to read it), and its output is in the log
+    try:
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert log.stat().st_size == (2 << 20) + len("end\n")
+    assert log_tail(log, 6) == "xxend\n"
+
+
+@pytest.mark.beanstalkd
+def test_start_beanstalkd_gives_its_output_to_no_pipe(tmp_path: Path) -> None:
+    for log in (None, tmp_path / "beanstalkd.log"):
+        server = start_beanstalkd(log=log)
+        try:
+            outputs = [os.readlink(f"/proc/{server.proc.pid}/fd/{fd}") for fd in (1, 2)]
+        finally:
+            server.stop()
+        assert not any(o.startswith("pipe:") for o in outputs), outputs
+
+
+def test_session_files_are_removed_when_the_test_process_exits(tmp_path: Path) -> None:
+    made = subprocess.run(
+        [sys.executable, "-c", "from support import session_file; import os; fd, p = "
+         "session_file('x-', '.log'); os.write(fd, b'said'); print(p)"],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent), "TMPDIR": str(tmp_path)},
+        capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    assert Path(made).is_relative_to(tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -11,12 +11,13 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+
+from support import session_file  # tests/support.py
 
 SERVER_CMD = [sys.executable, "-m", "stalkd.cli", "serve"]
 
@@ -82,7 +83,7 @@ class AdminServer:
 def start_admin_server(*flags: str, admin: str = "127.0.0.1:0", token: str | None = None,
                        timeout: float = 30.0) -> AdminServer:
     """Start the server and wait (reading its log, not sleeping blindly) until both listen."""
-    fd, log_path = tempfile.mkstemp(prefix="stalkd-admin-", suffix=".log")
+    fd, log_path = session_file("stalkd-admin-", ".log")
     args = [*SERVER_CMD, "-l", "127.0.0.1", "-p", "0", "--admin", admin, *flags]
     with os.fdopen(fd, "wb") as log:
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import doctest
 import importlib
 
 import pytest
+
+from support import run_doctests
 
 MODULES = ["_address", "_core", "_failover", "_format", "_idle", "_primary", "_requests", "_wire", "_yaml",
            "errors", "job", "options"]
@@ -14,5 +15,5 @@ MODULES = ["_address", "_core", "_failover", "_format", "_idle", "_primary", "_r
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
     module = importlib.import_module(f"stalkd.client.{name}")
-    result = doctest.testmod(module)
+    result = run_doctests(module)
     assert result.attempted > 0 and result.failed == 0

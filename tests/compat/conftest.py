@@ -6,9 +6,9 @@ PID. To run the transcripts against another server, register a factory here, e.g
 
     def _start_stalkd(*flags: str) -> ServerProcess:
         return spawn_server([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1",
-                             "-p", "0", *flags], stderr=subprocess.PIPE)
+                             "-p", "0", *flags], stdout=subprocess.DEVNULL)
 
-    register("stalkd", "1.13", _start_stalkd)
+    register("stalkd", "1.13", _start_stalkd)  # its stderr is the test's: pytest shows it
 
 ``dialect`` selects which expectations apply where beanstalkd versions differ ("1.12" is
 Debian's beanstalkd, "1.13" is stalkd and beanstalkd 1.13).
@@ -20,10 +20,14 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
 from support import ServerProcess, start_beanstalkd  # tests/support.py
+
+if TYPE_CHECKING:
+    from server.proc import StalkdProcess
 
 
 @dataclass(frozen=True)
@@ -55,10 +59,20 @@ def _beanstalkd_dialect() -> str:
 register("beanstalkd", _beanstalkd_dialect(), start_beanstalkd, (pytest.mark.beanstalkd,))
 
 
+def _serving(server: StalkdProcess) -> StalkdProcess:
+    """``start_stalkd`` also returns a server that exited after it listened (tests of start-up
+    errors expect that); a transcript needs one that serves. Raised here with the server's
+    log, such an exit was a "connection refused" at the transcript's first step."""
+    code = server.proc.poll()
+    if code is not None:
+        raise RuntimeError(f"stalkd exited with {code} before serving:\n{server.log_text()}")
+    return server
+
+
 def _start_stalkd(*flags: str) -> ServerProcess:
     from server.proc import start_stalkd  # tests/server/proc.py (server engineer)
 
-    return start_stalkd(*flags)
+    return _serving(start_stalkd(*flags))
 
 
 register("stalkd", "1.13", _start_stalkd)
@@ -70,7 +84,7 @@ def _start_stalkd_secured(*flags: str) -> ServerProcess:
     from server.proc import start_stalkd
     from server.tlsutil import secured_flags
 
-    return start_stalkd(*flags, *secured_flags())
+    return _serving(start_stalkd(*flags, *secured_flags()))
 
 
 register("stalkd+tls", "1.13", _start_stalkd_secured)

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from stalkd.pids import pid_alive
+
 Pattern = re.Pattern[bytes]
 Reply = bytes | Pattern
 ReplySpec = Reply | Callable[[str], Reply]
@@ -202,10 +204,24 @@ def run_transcript(t: Transcript, host: str, port: int, dialect: str, pid: int |
                 raise TranscriptError(f"{where}: {e}") from None
             except (TimeoutError, EOFError, OSError) as e:
                 sent = last_sent.get(step.conn, b"")[-200:]
-                raise TranscriptError(f"{where}: {type(e).__name__}: {e} (last sent {sent!r})") from None
+                gone = f"; the server (pid {pid}) has exited" if _exited(pid) else ""
+                raise TranscriptError(f"{where}: {type(e).__name__}: {e} (last sent {sent!r}){gone}") from None
     finally:
         for c in conns.values():
             c.close()
+
+
+def _exited(pid: int | None, within: float = 2.0) -> bool:
+    """Whether the server has exited, or does within ``within`` s: a connection it dropped as
+    it died fails a moment before its process is gone."""
+    if pid is None:
+        return False
+    deadline = time.monotonic() + within
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)  # polling a condition with a deadline
+    return True
 
 
 def _run_step(

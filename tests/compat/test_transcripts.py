@@ -63,3 +63,36 @@ def test_transcripts_are_well_formed() -> None:
                 assert _framed(reply), (t.name, reply)
                 checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("kind", ["stalkd", "stalkd+tls"])
+def test_a_stalkd_that_exits_after_listening_is_an_error_with_its_log(kind: str,
+                                                                     tmp_path: Path) -> None:
+    # Given a data directory that is a file: stalkd listens, then cannot open it and exits
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    # Then starting it for a transcript fails there, saying why, not at the first connection
+    from .conftest import SERVERS
+
+    with pytest.raises(RuntimeError, match="exited with") as raised:
+        SERVERS[kind].start("-b", str(not_a_dir))
+    assert str(not_a_dir) in str(raised.value)
+
+
+def test_a_step_that_fails_because_the_server_died_says_so() -> None:
+    import signal
+
+    from .conftest import SERVERS
+    from .runner import Expect, Send, Signal, TranscriptError, run_transcript
+
+    # Given a transcript whose server is killed while a reply is awaited
+    dies = Transcript("dies", (Send("a", b"list-tube-used\r\n"), Signal("a", signal.SIGKILL),
+                               Expect("a", b"USING default\r\n"), Expect("a", b"never\r\n")))
+    server = SERVERS["stalkd"].start()
+    try:
+        with pytest.raises(TranscriptError) as raised:
+            run_transcript(dies, server.host, server.port, "1.13", pid=server.proc.pid)
+    finally:
+        server.stop()
+    # Then the error says the server is gone, beside what the connection saw
+    assert f"the server (pid {server.proc.pid}) has exited" in str(raised.value)

@@ -23,6 +23,7 @@ from stalkd.engine.model import decode
 from stalkd.engine.replay import finish, replay
 from stalkd.engine.wal import Wal, WalError
 from stalkd.log.fs import CrashPoint, Faults
+from support import log_tail, popen_logged
 
 from .walutil import T0, Driver, durable_view, random_step
 
@@ -147,8 +148,8 @@ def test_sigkill_at_a_random_moment_with_background_snapshots(tmp_path: Path, se
     work = tmp_path / "data"
     work.mkdir()
     target = random.Random(seed).randint(300, 1500)
-    proc = subprocess.Popen([sys.executable, CHILD, str(work), "--progress", "4000", str(seed)],
-                            stderr=subprocess.PIPE)  # fmt: skip
+    log = tmp_path / "child.log"
+    proc = popen_logged([sys.executable, CHILD, str(work), "--progress", "4000", str(seed)], log)
     progress = work / "progress"
     deadline = time.monotonic() + 120
     try:
@@ -161,7 +162,7 @@ def test_sigkill_at_a_random_moment_with_background_snapshots(tmp_path: Path, se
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+    assert proc.returncode == -signal.SIGKILL, log_tail(log, 2000)
     acked = int.from_bytes(progress.read_bytes()[:8], "little")
     candidates = candidate_views(seed, acked, tmp_path / "replay")
     wal = Wal.open(work)

@@ -9,6 +9,7 @@ import pkgutil
 import pytest
 
 import stalkd.engine
+from support import run_doctests
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(stalkd.engine.__path__, "stalkd.engine."))
 
@@ -19,5 +20,5 @@ def test_every_module_is_found() -> None:
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    result = run_doctests(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0

@@ -289,9 +289,11 @@ def test_relay_process_delivers_and_stops_on_sigterm(beanstalkd: Any, tmp_path: 
     engine, outbox, _ = setup(db, "stalkd_outbox")
     with engine.begin() as conn:
         outbox.put(conn, "proc", b"from the relay process")
-    proc = subprocess.Popen([sys.executable, "-m", "stalkd.outbox", "--db", db,
-                             "--address", beanstalkd.address, "--idle-wait", "0.05"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    from support import popen_logged
+
+    log = tmp_path / "relay.log"
+    proc = popen_logged([sys.executable, "-m", "stalkd.outbox", "--db", db,
+                         "--address", beanstalkd.address, "--idle-wait", "0.05"], log)
     try:
         for _ in range(400):
             with engine.connect() as conn:
@@ -305,4 +307,4 @@ def test_relay_process_delivers_and_stops_on_sigterm(beanstalkd: Any, tmp_path: 
             proc.kill()
             proc.wait()
     assert [b for _, b in drain(beanstalkd.address, "proc")] == [b"from the relay process"]
-    assert proc.stderr is not None and b"relay stopped after sending 1 rows" in proc.stderr.read()
+    assert "relay stopped after sending 1 rows" in log.read_text()

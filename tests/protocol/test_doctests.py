@@ -7,6 +7,8 @@ import importlib
 
 import pytest
 
+from support import run_doctests
+
 MODULES = ["stalkd.protocol", "stalkd.protocol.grammar", "stalkd.protocol.parser",
            "stalkd.protocol.lines", "stalkd.protocol.constructors", "stalkd.protocol.accel",
            "stalkd.protocol.replies", "stalkd.protocol.stats"]  # fmt: skip
@@ -14,6 +16,6 @@ MODULES = ["stalkd.protocol", "stalkd.protocol.grammar", "stalkd.protocol.parser
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    result = run_doctests(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0, f"{name} has no examples"
     assert result.failed == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,12 +30,13 @@ def _connections(c: greenstalk.Client) -> int:
     return int(c.stats()["current-connections"])
 
 
-def test_uvicorn_serves_puts_through_one_lifespan_client(stalkd: ServerProcess) -> None:
+def test_uvicorn_serves_puts_through_one_lifespan_client(stalkd: ServerProcess,
+                                                         tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STALKD_")}
     env["STALKD_ADDR"] = stalkd.address
+    log = tmp_path / "uvicorn.log"
     web = spawn_server([sys.executable, "-m", "uvicorn", "receipts_api:api", "--host",
-                        "127.0.0.1", "--port", "0"], what="uvicorn",
-                       cwd=EXAMPLE, env=env, stderr=subprocess.PIPE)
+                        "127.0.0.1", "--port", "0"], what="uvicorn", log=log, cwd=EXAMPLE, env=env)
     c = _queue(stalkd)
     try:
         with httpx.Client(base_url=f"http://{web.address}") as http:
@@ -55,9 +55,8 @@ def test_uvicorn_serves_puts_through_one_lifespan_client(stalkd: ServerProcess) 
     while _connections(c) != 1:
         assert time.monotonic() < deadline, "the app's connection outlived the app"
         time.sleep(0.02)
-    assert web.proc.stderr is not None
-    with web.proc.stderr:
-        assert "Application shutdown complete" in web.proc.stderr.read().decode()  # lifespan ran
+    web.proc.wait()
+    assert "Application shutdown complete" in log.read_text()  # lifespan ran
     assert web.proc.returncode in (0, -15)  # uvicorn re-raises the SIGTERM it handled
     c.close()
 

@@ -1,7 +1,8 @@
 """Start stalkd as a real process on 127.0.0.1 port 0 (stopped by PID by the test); the port
 the kernel gave it is read from ``/proc`` once it listens.
 
-Its log goes to a temporary file so a failing test can show what the server said.
+Its log goes to a temporary file (removed when the test process exits) so a failing test can
+show what the server said.
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
-from support import ServerProcess, spawn_server  # tests/support.py
+from support import ServerProcess, session_file, spawn_server  # tests/support.py
 
 SERVER_CMD = [sys.executable, "-m", "stalkd.server.cli"]
 
@@ -42,7 +42,7 @@ def start_stalkd(*flags: str, port: int = 0, wait: bool = True) -> StalkdProcess
     serves (or has exited: see _wait_serving); PORT 0 (the default) lets the kernel choose.
     ``wait=False`` returns at once, for a server the test expects to exit (its ``port`` is
     then the one asked for, 0 if none)."""
-    fd, log_path = tempfile.mkstemp(prefix="stalkd-test-", suffix=".log")
+    fd, log_path = session_file("stalkd-test-", ".log")
     cmd = [*SERVER_CMD, "-l", "127.0.0.1", "-p", str(port), *flags]
     with os.fdopen(fd, "wb") as log:
         if not wait:

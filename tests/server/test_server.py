@@ -11,12 +11,13 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from server.proc import SERVER_CMD, StalkdProcess, start_stalkd
 from server.wire import Wire, stats
-from support import wait_for_listener, wait_for_port, wait_serving
+from support import log_tail, popen_logged, wait_for_listener, wait_for_port, wait_serving
 
 
 @pytest.fixture
@@ -166,15 +167,19 @@ def test_max_connections_refuses_the_extra_connection() -> None:
 
 
 def _start_unix(path: str, *flags: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([*SERVER_CMD, "-l", f"unix:{path}", *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    """stalkd listening on ``path``, its output in ``path + ".out"`` (``_output``)."""
+    return popen_logged([*SERVER_CMD, "-l", f"unix:{path}", *flags], Path(path + ".out"))
+
+
+def _output(path: str) -> str:
+    return log_tail(Path(path + ".out"))
 
 
 def _wait_unix(path: str, proc: subprocess.Popen[bytes]) -> None:
     try:
         wait_serving(f"unix:{path}", proc=proc)
     except RuntimeError:
-        raise AssertionError(proc.stderr.read() if proc.stderr else b"") from None
+        raise AssertionError(_output(path)) from None
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -209,7 +214,7 @@ def test_unix_socket_never_removes_a_regular_file(tmp_path: os.PathLike[str]) ->
     proc = _start_unix(path)
     try:
         assert proc.wait(10) == 111  # beanstalkd's status when it cannot listen
-        assert proc.stderr is not None and b"not a socket" in proc.stderr.read()
+        assert "not a socket" in _output(path)
         with open(path) as f:
             assert f.read() == "precious"
     finally:

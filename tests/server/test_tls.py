@@ -20,7 +20,7 @@ import pytest
 
 from server.tlsutil import Certs, Stalkd, issue, make_certs, start
 from stalkd.client import AsyncClient, Client, errors
-from support import stop_process
+from support import log_tail, popen_logged, stop_process
 
 ACL = """
 [identity."CN=producer,O=stalkd tests"]
@@ -263,15 +263,16 @@ def test_worker_and_producer_over_mutual_tls(mtls: Stalkd, certs: Certs, tmp_pat
                          timeout=60)
     assert put.returncode == 0, put.stderr
     # When a worker runs with a tls:// address and the TLS flags
-    proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "worker", "tlsapp:app",
-                             "-a", f"tls://{mtls.tls}", "--tls-ca", certs.ca.cert,
-                             "--tls-cert", certs.ops.cert, "--tls-key", certs.ops.key],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = tmp_path / "worker.log"
+    proc = popen_logged([sys.executable, "-m", "stalkd.cli", "worker", "tlsapp:app",
+                         "-a", f"tls://{mtls.tls}", "--tls-ca", certs.ca.cert,
+                         "--tls-cert", certs.ops.cert, "--tls-key", certs.ops.key],
+                        log, cwd=tmp_path, env=env)
     try:
         # Then the task runs (its file appears) and the connection was a TLS one as ops
         mtls.wait_log(r"over TLS on .* as CN=ops,O=stalkd tests")
         wait_for(lambda: (tmp_path / "done-1").exists() or proc.poll() is not None)
-        assert (tmp_path / "done-1").exists(), proc.stderr.read() if proc.stderr else ""
+        assert (tmp_path / "done-1").exists(), log_tail(log)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

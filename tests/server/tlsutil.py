@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support import ServerProcess, require_binary  # tests/support.py
+from support import ServerProcess, require_binary, session_file  # tests/support.py
 
 SERVER_CMD = [sys.executable, "-m", "stalkd.server.cli"]
 
@@ -101,7 +101,7 @@ class Stalkd(ServerProcess):
 
 
 def start(*flags: str, plain: tuple[str, ...] = ("-l", "127.0.0.1", "-p", "0")) -> Stalkd:
-    fd, log_path = tempfile.mkstemp(prefix="stalkd-tls-", suffix=".log")
+    fd, log_path = session_file("stalkd-tls-", ".log")
     with os.fdopen(fd, "wb") as log:
         proc = subprocess.Popen([*SERVER_CMD, *plain, *flags], stdout=subprocess.DEVNULL, stderr=log)
     s = Stalkd("127.0.0.1", 0, proc)

@@ -7,6 +7,8 @@ import importlib
 
 import pytest
 
+from support import run_doctests
+
 MODULES = [
     "stalkd.worker", "stalkd.worker.app", "stalkd.worker.backoff", "stalkd.worker.serializer",
     "stalkd.worker.errors", "stalkd.worker.context", "stalkd.worker.unique",
@@ -14,11 +16,12 @@ MODULES = [
     "stalkd.worker.middleware.base", "stalkd.worker.middleware.heartbeat",
     "stalkd.worker.middleware.retries", "stalkd.worker.middleware.prometheus",
     "stalkd.worker.schedule", "stalkd.worker.cancel", "stalkd.worker.limits",
+    "stalkd.worker.stopflag",
     "stalkd.outbox", "stalkd.outbox.table", "stalkd.outbox.relay",
 ]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name: str) -> None:
-    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    result = run_doctests(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0

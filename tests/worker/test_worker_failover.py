@@ -19,7 +19,7 @@ from worker_probe import Probe, start_server, wait_for
 from stalkd.client import Client, errors
 from stalkd.worker import App, make_worker
 from stalkd.worker.middleware import Retries
-from support import ServerProcess
+from support import ServerProcess, log_tail, popen_logged
 
 
 @pytest.fixture
@@ -90,9 +90,9 @@ def test_stalkd_worker_with_two_addresses_survives_a_failover(
     (tmp_path / "failover_app.py").write_text(textwrap.dedent(APP.format(out=str(out))))
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     addresses = f"{first.address},{second.address}"
-    proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "worker", "failover_app:app",
-                             "-a", first.address, "-a", second.address],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = tmp_path / "worker.log"
+    proc = popen_logged([sys.executable, "-m", "stalkd.cli", "worker", "failover_app:app",
+                         "-a", first.address, "-a", second.address], log, env=env)
     try:
         sys.path.insert(0, str(tmp_path))
         try:
@@ -109,9 +109,10 @@ def test_stalkd_worker_with_two_addresses_survives_a_failover(
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            _, err = proc.communicate(timeout=30)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-            _, err = proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    assert f"server={addresses}" in err.decode()
+            proc.wait()
+    err = log.read_text(errors="replace")
+    assert proc.returncode == 0, log_tail(log)
+    assert f"server={addresses}" in err

@@ -12,9 +12,9 @@ Ensures: a reserved job is always acted on by its slot, or released by closing t
 connection (``stop(now=True)``, grace expiry, or process death), never dropped; after
 ``stop()`` a slot reserves only in the write that acknowledges its job in flight, and closes
 that connection without running what it got; a slot waiting in ``reserve`` when ``stop()`` is
-called is woken at once by closing its connection (a job reserved in that instant goes back to
-ready, its attempts untouched), and a connection is never closed so while the acknowledgement
-it carries is unanswered.
+called is woken at once by closing its connection (a job reserved in that instant is not run:
+it goes back to ready, its attempts untouched), and a connection is never closed so while the
+acknowledgement it carries is unanswered.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from stalkd.worker import pipeline, syncrun
 from stalkd.worker.ops import Reserved, ServerOps
 from stalkd.worker.pipeline import Call, Delivered, Step
 from stalkd.worker.registry import Registry
+from stalkd.worker.stopflag import StopFlag
 
 log = logging.getLogger("stalkd.worker")
 
@@ -102,8 +103,9 @@ class WorkerBase:
             raise ValueError("the app has no tasks, so there is no tube to watch")
         self.grace = grace
         self.reserve_timeout = reserve_timeout
-        self.stopping = threading.Event()
-        self.stop_now = threading.Event()
+        # Set by signal handlers (SIGTERM, and a process worker's children): not threading.Event
+        self.stopping = StopFlag()
+        self.stop_now = StopFlag()
         self.processed = 0
         self._count_lock = threading.Lock()
 
@@ -142,10 +144,21 @@ class ThreadWorker(WorkerBase):
                 return None
             self._idle.add(conn)
         try:
-            return conn.reserve(timeout=self.reserve_timeout)
+            got = conn.reserve(timeout=self.reserve_timeout)
         finally:
-            with self._conns_lock:
-                self._idle.discard(conn)
+            stopped = self._left_reserve(conn)
+        return None if stopped else got
+
+    def _left_reserve(self, conn: ServerOps) -> bool:
+        """The slot of ``conn`` leaves its reserve; True if a stop came first. A stop closes
+        the connections of slots waiting in reserve (``_wake_idle``), so the server may
+        already have given the job just reserved back: running it could run it twice. Such a
+        job is left alone, and goes back (untouched) when the slot closes its connection. Taken
+        under the lock ``_wake_idle`` lists idle slots with, so a slot that finds no stop here
+        is not closed by that stop."""
+        with self._conns_lock:
+            self._idle.discard(conn)
+            return self.stopping.is_set()
 
     def _finish_and_reserve(self, conn: ServerOps, how: str, job_id: int, priority: int,
                             delay: int, result: Any,
@@ -161,11 +174,11 @@ class ThreadWorker(WorkerBase):
                 self._idle.add(conn)
 
         try:
-            return conn.finish(how, job_id, priority, delay, result, reserve=True,
-                               timeout=self.reserve_timeout, on_acked=idle)
+            acked, got = conn.finish(how, job_id, priority, delay, result, reserve=True,
+                                     timeout=self.reserve_timeout, on_acked=idle)
         finally:
-            with self._conns_lock:
-                self._idle.discard(conn)
+            stopped = self._left_reserve(conn)
+        return acked, None if stopped else got
 
     def _slot(self) -> None:
         conn: ServerOps | None = None

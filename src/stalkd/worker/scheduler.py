@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from stalkd.worker.middleware.base import Middleware, RunningWorker
 from stalkd.worker.schedule import Schedule, decide
+from stalkd.worker.stopflag import StopFlag
 
 log = logging.getLogger("stalkd.scheduler")
 
@@ -106,7 +107,7 @@ class Scheduler:
         self._conn: Any = None
         self.started = int(clock())
         self.fired = 0
-        self.stopping = threading.Event()
+        self.stopping = StopFlag()  # set by the CLI's SIGTERM/SIGINT handlers
 
     def _ops(self) -> Any:
         if self._conn is None:
