@@ -288,8 +288,9 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
             log.error("admin endpoint: cannot listen on %s:%d: %s", admin.host, admin.port, e)
             stop.set()
             code = EXIT_FATAL
-    log.info("serving %.0f ms after start", (time.monotonic() - t_exec) * 1000)
 
+    # The handlers go in before the ready line: whoever waits for that line may signal at once,
+    # and SIGTERM's default action would kill the server instead of stopping it.
     def on_term(signame: str) -> None:
         if not stop.is_set():
             log.info("%s: stopping (no new connections, finishing replies)", signame)
@@ -308,6 +309,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
         task.add_done_callback(reloads.discard)
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
+    log.info("serving %.0f ms after start", (time.monotonic() - t_exec) * 1000)
     srv.start_maintenance()
     gc_policy = GcPolicy(now=loop.time())
     gc_policy.start()
