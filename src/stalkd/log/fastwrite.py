@@ -1,0 +1,76 @@
+"""Which ``Log.write_many`` runs: the compiled twin of its common case, or the reference alone.
+
+``stalkd.log._write`` (built from ``_write.c`` with the other accelerators, ``make ext``) writes a
+batch that fits the active segment in one C call: frames built and pwritten under the writer's
+lock, offsets advanced, waiters told, as ``Log.write_many`` over ``SegmentWriter.write_many``,
+``ActiveSegment.write`` and ``FileSystem.pwrite`` do; each of those is one Python frame per
+batch otherwise, which is most of what a WAL write costs at depth 1. Anything else (a roll-over,
+zeros to write first, io="mmap", a failed or closed log, lag limits, a file system other than
+``fs.REAL`` with its own methods, as a test's ``Faults``) is the reference's, unchanged, so
+faults injected through the seam still fire. ``STALKD_NO_EXTENSIONS=1`` or a missing build
+selects the reference; ``set_compiled(False)`` does for a while (a test comparing both).
+
+Example:
+    >>> IMPLEMENTATION in ("c", "python")
+    True
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Literal
+
+from stalkd.extensions import extensions_disabled
+
+from .active import ActiveSegment
+from .frame import MAX_PAYLOAD
+from .fs import REAL, FileSystem
+from .writer import SegmentWriter
+
+__all__ = ["IMPLEMENTATION", "accelerated", "counts", "set_compiled"]
+
+IMPLEMENTATION: Literal["c", "python"] = "python"
+"""Whether ``accelerated`` installed the compiled path."""
+
+
+def _module() -> Any:
+    if extensions_disabled():
+        return None
+    try:
+        return importlib.import_module("stalkd.log._write")
+    except ImportError:
+        return None
+
+
+def accelerated(log: type, reference: Callable[..., tuple[int, int]]) -> Callable[..., tuple[int, int]]:
+    """``reference`` (``log``'s ``write_many``), or the compiled descriptor that stands in for
+    it on ``log`` (instances of subclasses get the reference's behaviour)."""
+    global IMPLEMENTATION
+    mod = _module()
+    if mod is None:
+        return reference
+    # What the path does in one call: if a test or a bench replaces one of these (a fault, a
+    # sleep), the call is the reference's.
+    originals = tuple((cls, name, cls.__dict__[name]) for cls, name in (
+        (SegmentWriter, "write_many"), (SegmentWriter, "_write_failed"), (ActiveSegment, "write"),
+        (FileSystem, "pwrite"), (FileSystem, "pwrite_all")))  # fmt: skip
+    mod.configure({"Log": log, "SegmentWriter": SegmentWriter, "ActiveSegment": ActiveSegment,
+                   "FileSystem": FileSystem, "REAL": REAL, "MAX_PAYLOAD": MAX_PAYLOAD,
+                   "originals": originals})  # fmt: skip
+    IMPLEMENTATION = "c"
+    return mod.FastMethod("write_many", reference)  # type: ignore[no-any-return]
+
+
+def set_compiled(on: bool) -> None:
+    """False: every call goes to the reference until ``set_compiled(True)`` (tests)."""
+    mod = _module()
+    if mod is not None:
+        mod.set_enabled(on)
+
+
+def counts() -> tuple[int, int]:
+    """(batches the compiled path wrote, batches it handed to the reference) in this process;
+    (0, 0) without it."""
+    mod = _module()
+    return (0, 0) if mod is None else mod.counts()  # type: ignore[no-any-return]
