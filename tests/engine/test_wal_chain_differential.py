@@ -1,0 +1,216 @@
+"""Differential test of the WAL's write chain: the compiled one (stalkd.engine._wal's Wal.write
+over stalkd.log._write's Log.write_many) against the references (wal.py, log.py, writer.py,
+active.py, fs.py), each into a real WAL directory of its own.
+
+The same seeded engine mutations, batched as the server batches them, go through both chains
+with the same clock; the segment files must be identical byte for byte and recover to the same
+state. With faults injected through the file-system seam (stalkd/log/fs.py: ENOSPC and EIO on a
+write, EIO on fdatasync, short writes) the compiled chain must hand every call to the reference
+(so the faults fire) and both must give the same outcome: the same refusals, and after a
+restart every acknowledged change still there. A real failing descriptor (EBADF, no seam
+involved) checks the compiled path's own error handling against the reference's. Skipped when
+the compiled chain is not built (the Makefile's pure rerun runs the references' own tests).
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stalkd.engine import Engine, fastwal
+from stalkd.engine.model import Record
+from stalkd.engine.wal import Wal
+from stalkd.log import fastwrite
+from stalkd.log.fs import REAL, Faults, FileSystem
+from stalkd.protocol import commands as C
+
+from .walutil import T0, durable_view
+
+pytestmark = pytest.mark.skipif(fastwal.IMPLEMENTATION != "c" or fastwrite.IMPLEMENTATION != "c",
+                                reason="the compiled WAL chain is not built (or STALKD_NO_EXTENSIONS=1)")
+
+
+@contextmanager
+def chain(compiled: bool) -> Iterator[None]:
+    fastwal.set_compiled(compiled)
+    fastwrite.set_compiled(compiled)
+    try:
+        yield
+    finally:
+        fastwal.set_compiled(True)
+        fastwrite.set_compiled(True)
+
+
+def clock() -> Callable[[], int]:
+    """Nanoseconds that step by 1 µs per call: two chains asking as often get the same stamps."""
+    return itertools.count(1_700_000_000_000_000_000, 1000).__next__
+
+
+def batches(seed: int, n: int) -> Iterator[list[Any]]:
+    """Lists of (connection, command) run as one loop iteration: puts of sizes that cross
+    segment and zeroing boundaries, reserves (analytics records), deletes, releases, buries, kicks."""
+    rng = random.Random(seed)
+    for _ in range(n):
+        batch: list[Any] = []
+        for _ in range(rng.choice([1, 1, 1, 2, 5])):
+            cid = rng.randint(1, 3)
+            k = rng.random()
+            if k < 0.4:
+                batch.append((cid, C.Put(rng.choice([0, 7]), 0, 60, rng.randbytes(rng.choice([0, 9, 100, 3000])))))
+            elif k < 0.6:
+                batch.append((cid, C.ReserveWithTimeout(0)))
+            elif k < 0.8:
+                batch.append((cid, "delete"))
+            elif k < 0.88:
+                batch.append((cid, "release"))
+            elif k < 0.95:
+                batch.append((cid, "bury"))
+            else:
+                batch.append((cid, C.Kick(2)))
+        yield batch
+
+
+HELD: dict[tuple[int, int], list[int]] = {}  # (engine, connection): ids it reserved
+
+
+def run(engine: Engine, wal: Wal, batch: list[Any], now: float) -> tuple[list[Record], Any]:
+    """Apply one batch's commands; write (and sync) their records as the server does; the
+    records and the write's outcome (None, or the error's type)."""
+    records: list[Record] = []
+    for cid, cmd in batch:
+        if cid not in engine.conns:
+            engine.connect(cid, now)
+        held = HELD.setdefault((id(engine), cid), [])
+        if isinstance(cmd, str):  # on a job this connection reserved (if its TTR has not run out)
+            if not held:
+                continue
+            cmd = {"delete": C.Delete, "release": lambda j: C.Release(j, 3, 0), "bury": lambda j: C.Bury(j, 5)}[cmd](
+                held.pop(0))  # fmt: skip
+        out = engine.apply(cid, cmd, now)
+        if isinstance(out.reply, C.JobReply):
+            held.append(out.reply.id)
+        records.extend(out.records)
+    try:
+        wal.write(records)
+        wal.sync()
+    except Exception as e:
+        return records, type(e).__name__
+    return records, None
+
+
+def files(d: Path) -> dict[str, bytes]:
+    wal = d / "wal"
+    return {p.name: p.read_bytes() for p in sorted(wal.iterdir()) if p.is_file() and p.name != "LOCK"}
+
+
+def drive(d: Path, compiled: bool, seed: int, n: int, durability: str, fs: FileSystem = REAL,
+          fault: Callable[[Faults], None] | None = None, at: int = -1) -> list[Any]:
+    """``n`` batches into a WAL in ``d`` through one chain (a fault armed before batch ``at``);
+    each batch's outcome."""
+    outcomes = []
+    HELD.clear()
+    with chain(compiled):
+        w = Wal.open(d, durability=durability, segment_size=64 * 1024, fs=fs, clock=clock())
+        engine, _ = w.recover(now=T0)
+        try:
+            for i, batch in enumerate(batches(seed, n)):
+                if i == at and fault is not None:
+                    assert isinstance(fs, Faults)
+                    fault(fs)
+                _, out = run(engine, w, batch, T0 + i)
+                outcomes.append(out)
+                if out is not None:  # the server stops at a failed write or sync
+                    break
+        finally:
+            w.abandon()  # what a crash leaves: no final snapshot, nothing flushed
+    return outcomes
+
+
+def recovered(d: Path) -> Any:
+    with Wal.open(d, durability="never") as w:
+        engine, _ = w.recover(now=T0 + 10_000)
+        return durable_view(engine)
+
+
+@pytest.mark.parametrize("durability", ["always", "never"])
+@pytest.mark.parametrize("seed", range(6))
+def test_same_segment_bytes_and_recovery(tmp_path: Path, seed: int, durability: str) -> None:
+    ran, declined = fastwal.counts(), fastwrite.counts()
+    assert drive(tmp_path / "c", True, seed, 300, durability) == [None] * 300
+    c_ran = fastwal.counts()[0] - ran[0], fastwrite.counts()[0] - declined[0]
+    assert drive(tmp_path / "py", False, seed, 300, durability) == [None] * 300
+    assert c_ran[0] > 200 and c_ran[1] > 200, c_ran  # the compiled chain did write (most batches)
+    assert fastwal.counts()[0] - ran[0] == c_ran[0]  # and the reference run did not use it
+    c, py = files(tmp_path / "c"), files(tmp_path / "py")
+    assert len(c) >= 3  # roll-overs (the reference's) happened on the way
+    assert c.keys() == py.keys()
+    for name in c:
+        assert c[name] == py[name], name
+    assert recovered(tmp_path / "c") == recovered(tmp_path / "py")
+
+
+FAULTS: dict[str, Callable[[Faults], None]] = {
+    "enospc-write": lambda fs: fs.fail("pwrite", errno.ENOSPC, ".log", times=1),
+    "eio-write": lambda fs: fs.fail("pwrite", errno.EIO, ".log", times=1),
+    "eio-fdatasync": lambda fs: fs.fail("fdatasync", errno.EIO, ".log", times=1),
+    "short-writes": lambda fs: fs.short_writes(7),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_faults_through_the_seam_same_outcome(tmp_path: Path, fault: str) -> None:
+    """The compiled chain declines a Faults seam, so the fault fires in both; the same batch is
+    refused (or, short writes, every batch lands), the bytes and the recovery are the same, and
+    every batch acknowledged before the fault survives the restart."""
+    ran = fastwal.counts()[0], fastwrite.counts()[0]
+    out_c = drive(tmp_path / "c", True, 7, 120, "always", Faults(), FAULTS[fault], at=60)
+    assert fastwrite.counts()[0] == ran[1]  # not one batch written around the seam
+    out_py = drive(tmp_path / "py", False, 7, 120, "always", Faults(), FAULTS[fault], at=60)
+    assert out_c == out_py
+    if fault == "short-writes":
+        assert out_c == [None] * 120
+    else:
+        assert out_c[-1] is not None and len(out_c) <= 61  # refused at (or right after) the fault
+    assert files(tmp_path / "c") == files(tmp_path / "py")
+    assert recovered(tmp_path / "c") == recovered(tmp_path / "py")
+    # Nothing acknowledged lost: the state after the acknowledged batches, replayed without
+    # faults. A refused write was undone; a batch whose fdatasync failed was written (it may
+    # survive, unacknowledged: the page cache still had it).
+    acked = len(out_c) - (out_c[-1] is not None)
+    drive(tmp_path / "ack", False, 7, acked, "always")
+    drive(tmp_path / "ack1", False, 7, acked + 1, "always")
+    after = recovered(tmp_path / "c")
+    assert after == recovered(tmp_path / "ack") or (
+        fault == "eio-fdatasync" and after == recovered(tmp_path / "ack1"))
+
+
+def test_a_real_write_error_same_outcome(tmp_path: Path) -> None:
+    """A descriptor that fails for real (read-only, EBADF on pwrite): the compiled path's error
+    goes to the reference's _write_failed, as the reference's own does: the same refusal."""
+    outcomes = []
+    for name, compiled in (("c", True), ("py", False)):
+        with chain(compiled):
+            w = Wal.open(tmp_path / name, durability="never", clock=clock())
+            engine, _ = w.recover(now=T0)
+            engine.connect(1, T0)
+            w.write(engine.apply(1, C.Put(0, 0, 60, b"first"), T0).records)
+            fd = w.log._writer.active.fd
+            ro = os.open(os.path.join(w.log.path, os.listdir(w.log.path)[0]), os.O_RDONLY)
+            os.dup2(ro, fd)  # the segment's descriptor now refuses writes
+            os.close(ro)
+            try:
+                w.write(engine.apply(1, C.Put(0, 0, 60, b"second"), T0).records)
+            except Exception as e:
+                outcomes.append((type(e).__name__, str(e).replace(str(tmp_path / name), "DIR")))
+            finally:
+                w.abandon()
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] == "LogError" and "could not be undone" in outcomes[0][1]
