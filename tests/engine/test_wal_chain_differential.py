@@ -143,12 +143,15 @@ def recovered(d: Path) -> Any:
 @pytest.mark.parametrize("durability", ["always", "never"])
 @pytest.mark.parametrize("seed", range(6))
 def test_same_segment_bytes_and_recovery(tmp_path: Path, seed: int, durability: str) -> None:
-    ran, declined = fastwal.counts(), fastwrite.counts()
+    before = fastwal.counts()[0], *fastwrite.counts()
     assert drive(tmp_path / "c", True, seed, 300, durability) == [None] * 300
-    c_ran = fastwal.counts()[0] - ran[0], fastwrite.counts()[0] - declined[0]
+    mid = fastwal.counts()[0], *fastwrite.counts()
     assert drive(tmp_path / "py", False, seed, 300, durability) == [None] * 300
-    assert c_ran[0] > 200 and c_ran[1] > 200, c_ran  # the compiled chain did write (most batches)
-    assert fastwal.counts()[0] - ran[0] == c_ran[0]  # and the reference run did not use it
+    wal_writes, log_writes, syncs = mid[0] - before[0], mid[1] - before[1], mid[3] - before[3]
+    assert wal_writes > 200 and log_writes > 200  # the compiled chain did write (most batches)
+    assert (syncs > 200) == (durability == "always")  # and synced (all but batches already durable)
+    after = fastwal.counts()[0], *fastwrite.counts()
+    assert [after[i] for i in (0, 1, 3)] == [mid[i] for i in (0, 1, 3)]  # the reference run did not use it
     c, py = files(tmp_path / "c"), files(tmp_path / "py")
     assert len(c) >= 3  # roll-overs (the reference's) happened on the way
     assert c.keys() == py.keys()
@@ -170,9 +173,10 @@ def test_faults_through_the_seam_same_outcome(tmp_path: Path, fault: str) -> Non
     """The compiled chain declines a Faults seam, so the fault fires in both; the same batch is
     refused (or, short writes, every batch lands), the bytes and the recovery are the same, and
     every batch acknowledged before the fault survives the restart."""
-    ran = fastwal.counts()[0], fastwrite.counts()[0]
+    ran = fastwrite.counts()
     out_c = drive(tmp_path / "c", True, 7, 120, "always", Faults(), FAULTS[fault], at=60)
-    assert fastwrite.counts()[0] == ran[1]  # not one batch written around the seam
+    now = fastwrite.counts()
+    assert (now[0], now[2]) == (ran[0], ran[2])  # not one batch written, nor synced, around the seam
     out_py = drive(tmp_path / "py", False, 7, 120, "always", Faults(), FAULTS[fault], at=60)
     assert out_c == out_py
     if fault == "short-writes":
@@ -214,3 +218,38 @@ def test_a_real_write_error_same_outcome(tmp_path: Path) -> None:
                 w.abandon()
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] == "LogError" and "could not be undone" in outcomes[0][1]
+
+
+def test_a_real_fdatasync_error_same_outcome(tmp_path: Path) -> None:
+    """A descriptor whose fdatasync fails for real (a pipe's: EINVAL): the compiled sync fails
+    the log and refuses as the reference does, with the same words, and the log stays failed."""
+    outcomes = []
+    for name, compiled in (("c", True), ("py", False)):
+        with chain(compiled):
+            w = Wal.open(tmp_path / name, durability="always", clock=clock())
+            engine, _ = w.recover(now=T0)
+            engine.connect(1, T0)
+            w.write(engine.apply(1, C.Put(0, 0, 60, b"first"), T0).records)
+            w.sync()
+            w.write(engine.apply(1, C.Put(0, 0, 60, b"second"), T0).records)
+            fd = w.log._writer.active.fd
+            saved = os.dup(fd)
+            r, wr = os.pipe()
+            os.dup2(r, fd)  # fdatasync on a pipe: EINVAL
+            got = []
+            for _ in range(2):  # the failure, then the failed log's refusal
+                try:
+                    w.sync()
+                    got.append(None)
+                except Exception as e:
+                    got.append((type(e).__name__, str(e).replace(str(tmp_path / name), "DIR")))
+            os.dup2(saved, fd)
+            for x in (saved, r, wr):
+                os.close(x)
+            outcomes.append((got, w.log.durable_offset, w.log.syncs))
+            w.abandon()
+    assert outcomes[0] == outcomes[1]
+    (first, again), durable, syncs = outcomes[0]
+    assert first is not None and first[0] == "LogError" and "the log is now failed" in first[1]
+    assert again is not None and "log failed" in again[1]
+    assert (durable, syncs) == (1, 1)

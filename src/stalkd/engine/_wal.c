@@ -1,4 +1,4 @@
-/* stalkd.engine._wal: Wal.write as one C call.
+/* stalkd.engine._wal: Wal.write (and Wal.sync, a step to the log's) as one C call each.
  *
  * wal.py's Wal.write is the reference (with space.py's SpaceBudget.written). ``FastMethod("write",
  * reference)`` is a method descriptor that stands in for it on the Wal class (fastwal.py
@@ -204,10 +204,39 @@ done:
     return out;
 }
 
+static PyObject *S_durability, *S_always, *S_sync;
+
+/* Wal.sync(): under ``always`` the log's sync (stalkd.log._write's, when built), else nothing. */
+static PyObject *
+fast_sync(PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !enabled || Py_TYPE(args[0]) != wal_type)
+        return DECLINE;
+    PyObject *d = PyObject_GetAttr(args[0], S_durability);
+    if (d == NULL || !PyUnicode_CheckExact(d)) {
+        Py_XDECREF(d);
+        PyErr_Clear();
+        return DECLINE;
+    }
+    int always = PyUnicode_Compare(d, S_always) == 0;
+    Py_DECREF(d);
+    if (!always)
+        Py_RETURN_NONE;
+    PyObject *log = PyObject_GetAttr(args[0], S_log);
+    if (log == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallMethodNoArgs(log, S_sync);
+    Py_DECREF(log);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
 static fastfunc
 find_fast(const char *name)
 {
-    return strcmp(name, "write") == 0 ? fast_write : NULL;
+    return strcmp(name, "write") == 0 ? fast_write : strcmp(name, "sync") == 0 ? fast_sync : NULL;
 }
 
 static int
@@ -324,6 +353,7 @@ PyInit__wal(void)
     INTERN(S_dropped, "dropped"); INTERN(S_log, "log"); INTERN(S_write_many, "write_many");
     INTERN(S_retry_full, "_retry_full"); INTERN(S_promised, "promised");
     INTERN(S_records_written, "records_written"); INTERN(S_bytes_since, "_bytes_since_snapshot");
-    INTERN(S_last_seq, "last_seq");
+    INTERN(S_last_seq, "last_seq"); INTERN(S_durability, "durability"); INTERN(S_always, "always");
+    INTERN(S_sync, "sync");
     return descriptor_module(&module);
 }

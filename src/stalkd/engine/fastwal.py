@@ -5,7 +5,7 @@
 (``SpaceBudget.written`` inlined), handed to the log's ``write_many`` (``stalkd.log.fastwrite``'s
 compiled one when built), counters moved; ``Wal.write`` and ``SpaceBudget.written`` are two Python
 frames per batch otherwise, and with the log's twin the whole server batch reaches ``pwrite``
-without one. Anything else (a record the encoder refuses, a subclass, a replaced method) is the
+without one; ``Wal.sync`` is one C step to the log's (compiled) sync. Anything else (a record the encoder refuses, a subclass, a replaced method) is the
 reference's, unchanged; a full log still goes through ``Wal._retry_full``.
 ``STALKD_NO_EXTENSIONS=1`` or a missing build selects the reference; ``set_compiled(False)``
 does for a while (tests/engine/test_wal_chain_differential.py compares both).
@@ -34,6 +34,7 @@ IMPLEMENTATION: Literal["c", "python"] = "python"
 """Whether ``accelerated`` installed the compiled path."""
 
 Write = Callable[[Any, Sequence[Record]], None]
+Sync = Callable[[Any], None]
 
 
 def _module() -> Any:
@@ -45,20 +46,20 @@ def _module() -> Any:
         return None
 
 
-def accelerated(wal: type, reference: Write) -> Write:
-    """``reference`` (``wal``'s ``write``), or the compiled descriptor that stands in for it on
-    ``wal`` (instances of subclasses get the reference's behaviour)."""
+def accelerated(wal: type, write: Write, sync: Sync) -> tuple[Write, Sync]:
+    """``wal``'s ``write`` and ``sync`` (the references), or the compiled descriptors that stand
+    in for them on ``wal`` (instances of subclasses get the references' behaviour)."""
     global IMPLEMENTATION
     mod = _module()
     if mod is None:
-        return reference
+        return write, sync
     originals = ((SpaceBudget, "written", SpaceBudget.__dict__["written"]),)
     mod.configure({"Wal": wal, "SpaceBudget": SpaceBudget, "Op": Op, "PUT": Op.PUT, "RESULT": Op.RESULT,
                    "DURABLE_OPS": DURABLE_OPS, "encode": encode, "SHORT_FRAME": SHORT_FRAME,
                    "FRAME_HEADER_SIZE": FRAME_HEADER_SIZE, "LogFullError": LogFullError,
                    "originals": originals})  # fmt: skip
     IMPLEMENTATION = "c"
-    return mod.FastMethod("write", reference)  # type: ignore[no-any-return]
+    return mod.FastMethod("write", write), mod.FastMethod("sync", sync)
 
 
 def set_compiled(on: bool) -> None:

@@ -351,6 +351,8 @@ class Wal(WalSpace, Compaction):
         self.log.abandon()
 
 
-# The compiled twin of write, when built (fastwal.py): installed on the class, so the server's
-# batch is one C call down to the log's pwrite.
-setattr(Wal, "write", accelerated(Wal, Wal.write))  # noqa: B010 - mypy: no method assignment
+# The compiled twins of write and sync, when built (fastwal.py): installed on the class, so the
+# server's batch is one C call down to the log's pwrite, and its inline sync to the fdatasync.
+_write, _sync = accelerated(Wal, Wal.write, Wal.sync)
+setattr(Wal, "write", _write)  # noqa: B010 - mypy: no method assignment
+setattr(Wal, "sync", _sync)  # noqa: B010

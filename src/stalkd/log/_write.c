@@ -1,4 +1,4 @@
-/* stalkd.log._write: Log.write_many's common case as one C call.
+/* stalkd.log._write: Log.write_many's and Log.sync's common cases, each one C call.
  *
  * log.py's Log.write_many (over writer.py's SegmentWriter.write_many, active.py's
  * ActiveSegment.write and fs.py's FileSystem.pwrite) is the reference. ``FastMethod("write_many", reference)``
@@ -10,6 +10,7 @@
  * payloads that are not bytes, and any file system but fs.REAL with FileSystem's own methods
  * (a test's Faults, or a patched method: faults keep going through the seam). A write that
  * fails here goes to the reference's SegmentWriter._write_failed (zero what landed, refuse).
+ * ``FastMethod("sync", reference)`` does the same for Log.sync (_cext/commitsync.c.h).
  * tests/engine/test_wal_chain_differential.py holds both to the same segment bytes.
  */
 #define PY_SSIZE_T_CLEAN
@@ -17,6 +18,7 @@
 #include <structmember.h>
 #include <errno.h>
 #include <unistd.h>
+#include <time.h>
 
 #include "_cext/framecore.c.h"
 
@@ -257,10 +259,12 @@ done:
     return out;
 }
 
+#include "_cext/commitsync.c.h"
+
 static fastfunc
 find_fast(const char *name)
 {
-    return strcmp(name, "write_many") == 0 ? fast_write_many : NULL;
+    return strcmp(name, "write_many") == 0 ? fast_write_many : strcmp(name, "sync") == 0 ? fast_sync : NULL;
 }
 
 /* configure(dict): the classes the path serves, fs.REAL, frame.MAX_PAYLOAD and the methods
@@ -268,13 +272,13 @@ find_fast(const char *name)
 static PyObject *
 configure(PyObject *mod, PyObject *cfg)
 {
-    static const char *types[] = {"Log", "SegmentWriter", "ActiveSegment", "FileSystem"};
-    PyTypeObject **slots[] = {&log_type, &writer_type, &active_type, &fs_type};
+    static const char *types[] = {"Log", "SegmentWriter", "ActiveSegment", "FileSystem", "GroupCommit"};
+    PyTypeObject **slots[] = {&log_type, &writer_type, &active_type, &fs_type, &commit_type};
     if (!PyDict_Check(cfg)) {
         PyErr_SetString(PyExc_TypeError, "configure(dict)");
         return NULL;
     }
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         PyObject *t = PyDict_GetItemString(cfg, types[i]);
         if (t == NULL || !PyType_Check(t)) {
             PyErr_Format(PyExc_TypeError, "configure: %s must be a class", types[i]);
@@ -283,7 +287,13 @@ configure(PyObject *mod, PyObject *cfg)
         Py_INCREF(t);
         Py_XSETREF(*slots[i], (PyTypeObject *)t);
     }
-    PyObject *real = PyDict_GetItemString(cfg, "REAL");
+    PyObject *real = PyDict_GetItemString(cfg, "REAL"), *le = PyDict_GetItemString(cfg, "LogError");
+    if (le == NULL || !PyExceptionClass_Check(le)) {
+        PyErr_SetString(PyExc_TypeError, "configure: LogError must be an exception class");
+        return NULL;
+    }
+    Py_INCREF(le);
+    Py_XSETREF(log_error, le);
     PyObject *orig = PyDict_GetItemString(cfg, "originals");
     PyObject *mp = PyDict_GetItemString(cfg, "MAX_PAYLOAD");
     if (real == NULL || mp == NULL || !PyLong_Check(mp)) {
@@ -311,7 +321,7 @@ set_enabled(PyObject *mod, PyObject *flag)
 static PyObject *
 counts(PyObject *mod, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("(KK)", n_ran, n_declined);
+    return Py_BuildValue("(KKKK)", n_ran, n_declined, n_synced, n_sync_declined);
 }
 
 static PyMethodDef module_methods[] = {
@@ -320,7 +330,7 @@ static PyMethodDef module_methods[] = {
     {"set_enabled", (PyCFunction)set_enabled, METH_O,
      "set_enabled(flag): False sends every call to the reference (tests compare both)."},
     {"counts", (PyCFunction)counts, METH_NOARGS,
-     "(batches written here, batches handed to the reference) since the process started."},
+     "(batches written here, batches handed to the reference, syncs here, syncs handed over) since start."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -344,5 +354,14 @@ PyInit__write(void)
     INTERN(S_fd, "fd"); INTERN(S_write_failed, "_write_failed"); INTERN(S_deferred, "_deferred");
     INTERN(S_run_deferred, "run_deferred"); INTERN(S_visibility, "visibility");
     INTERN(S_waiters, "waiters"); INTERN(S_async_waiters, "async_waiters"); INTERN(S_notify, "notify");
+    INTERN(S_lock_, "_lock"); INTERN(S_pinner, "_pinner"); INTERN(S_durable, "durable");
+    INTERN(S_failed, "failed"); INTERN(S_mine, "_mine"); INTERN(S_sync, "sync");
+    INTERN(S_released, "_released"); INTERN(S_syncing, "_syncing"); INTERN(S_arrived, "_arrived");
+    INTERN(S_expect, "_expect"); INTERN(S_fdlock, "_fdlock"); INTERN(S_users, "users");
+    INTERN(S_retired, "retired"); INTERN(S_close, "close"); INTERN(S_path, "path");
+    INTERN(S_last_sync, "_last_sync"); INTERN(S_fsync_avg, "_fsync_avg"); INTERN(S_syncs, "syncs");
+    INTERN(S_fail, "fail"); INTERN(S_tickets, "_tickets"); INTERN(S_advance_locked, "_advance_locked");
+    INTERN(S_cond, "cond"); INTERN(S_notify_all, "notify_all"); INTERN(S_wake_async, "wake_async_locked");
+    INTERN(S_open, "_open"); INTERN(S_members, "members"); INTERN(S_gate, "gate"); INTERN(S_hand, "hand");
     return descriptor_module(&module);
 }

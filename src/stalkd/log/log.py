@@ -421,6 +421,9 @@ class Log:
         return f"Log({self.path!r}, next={self.next_offset}, durable={durable}, {self._durability})"
 
 
-# The compiled twin of write_many's common case, when built (fastwrite.py): installed on the
-# class, so a WAL batch that fits the active segment is one C call.
-setattr(Log, "write_many", accelerated(Log, Log.write_many))  # noqa: B010 - mypy: no method assignment
+# The compiled twins of write_many's and sync's common cases, when built (fastwrite.py):
+# installed on the class, so a WAL batch that fits the active segment, and a lone writer's
+# fsync, are one C call each.
+_write_many, _sync = accelerated(Log, Log.write_many, Log.sync)
+setattr(Log, "write_many", _write_many)  # noqa: B010 - mypy: no method assignment
+setattr(Log, "sync", _sync)  # noqa: B010
