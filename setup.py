@@ -60,7 +60,7 @@ ext_modules = [] if _NO_EXT else [
     Extension("stalkd.engine._records", ["src/stalkd/engine/_records.c"],
               extra_compile_args=["-O2", "-Wall"]),
     Extension("stalkd.engine._wal", ["src/stalkd/engine/_wal.c"],
-              depends=["src/stalkd/log/_cext/descriptor.c.h"],
+              depends=["src/stalkd/log/_cext/descriptor.c.h", "src/stalkd/engine/_cext/walroom.c.h"],
               extra_compile_args=["-O2", "-Wall"]),
     Extension("stalkd.log._frames", ["src/stalkd/log/_frames.c"],
               depends=["src/stalkd/log/_cext/framecore.c.h"],

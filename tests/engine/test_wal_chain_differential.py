@@ -3,8 +3,9 @@ over stalkd.log._write's Log.write_many) against the references (wal.py, log.py,
 active.py, fs.py), each into a real WAL directory of its own.
 
 The same seeded engine mutations, batched as the server batches them, go through both chains
-with the same clock; the segment files must be identical byte for byte and recover to the same
-state. With faults injected through the file-system seam (stalkd/log/fs.py: ENOSPC and EIO on a
+with the same clock, room promised for each command and settled after it (Wal.admit and
+Wal.settle, compiled too); the room promised must be the same after every command, the segment
+files identical byte for byte, and they must recover to the same state. With faults injected through the file-system seam (stalkd/log/fs.py: ENOSPC and EIO on a
 write, EIO on fdatasync, short writes) the compiled chain must hand every call to the reference
 (so the faults fire) and both must give the same outcome: the same refusals, and after a
 restart every acknowledged change still there. A real failing descriptor (EBADF, no seam
@@ -27,6 +28,7 @@ import pytest
 
 from stalkd.engine import Engine, fastwal
 from stalkd.engine.model import Record
+from stalkd.engine.space import SHORT_FRAME, put_frame
 from stalkd.engine.wal import Wal
 from stalkd.log import fastwrite
 from stalkd.log.fs import REAL, Faults, FileSystem
@@ -79,6 +81,7 @@ def batches(seed: int, n: int) -> Iterator[list[Any]]:
 
 
 HELD: dict[tuple[int, int], list[int]] = {}  # (engine, connection): ids it reserved
+LEDGER: list[Any] = []  # each admission's answer and the room promised after it and its settle
 
 
 def run(engine: Engine, wal: Wal, batch: list[Any], now: float) -> tuple[list[Record], Any]:
@@ -94,7 +97,15 @@ def run(engine: Engine, wal: Wal, batch: list[Any], now: float) -> tuple[list[Re
                 continue
             cmd = {"delete": C.Delete, "release": lambda j: C.Release(j, 3, 0), "bury": lambda j: C.Bury(j, 5)}[cmd](
                 held.pop(0))  # fmt: skip
+        # room promised first and settled after, as the server's admission does
+        cost = put_frame(len(cmd.body)) + SHORT_FRAME if isinstance(cmd, C.Put) else 0
+        ok = wal.admit(cost)
+        LEDGER.append((ok, wal.space.promised if wal.space else None))
+        if not ok:
+            continue
         out = engine.apply(cid, cmd, now)
+        wal.settle(cost, out.records)
+        LEDGER.append(wal.space.promised if wal.space else None)
         if isinstance(out.reply, C.JobReply):
             held.append(out.reply.id)
         records.extend(out.records)
@@ -117,6 +128,7 @@ def drive(d: Path, compiled: bool, seed: int, n: int, durability: str, fs: FileS
     each batch's outcome."""
     outcomes = []
     HELD.clear()
+    LEDGER.clear()
     with chain(compiled):
         w = Wal.open(d, durability=durability, segment_size=64 * 1024, fs=fs, clock=clock())
         engine, _ = w.recover(now=T0)
@@ -146,7 +158,9 @@ def test_same_segment_bytes_and_recovery(tmp_path: Path, seed: int, durability: 
     before = fastwal.counts()[0], *fastwrite.counts()
     assert drive(tmp_path / "c", True, seed, 300, durability) == [None] * 300
     mid = fastwal.counts()[0], *fastwrite.counts()
+    ledger = list(LEDGER)
     assert drive(tmp_path / "py", False, seed, 300, durability) == [None] * 300
+    assert ledger == LEDGER and len(ledger) > 300  # the same room promised, command by command
     wal_writes, log_writes, syncs = mid[0] - before[0], mid[1] - before[1], mid[3] - before[3]
     assert wal_writes > 200 and log_writes > 200  # the compiled chain did write (most batches)
     assert (syncs > 200) == (durability == "always")  # and synced (all but batches already durable)
@@ -177,8 +191,9 @@ def test_faults_through_the_seam_same_outcome(tmp_path: Path, fault: str) -> Non
     out_c = drive(tmp_path / "c", True, 7, 120, "always", Faults(), FAULTS[fault], at=60)
     now = fastwrite.counts()
     assert (now[0], now[2]) == (ran[0], ran[2])  # not one batch written, nor synced, around the seam
+    ledger = list(LEDGER)
     out_py = drive(tmp_path / "py", False, 7, 120, "always", Faults(), FAULTS[fault], at=60)
-    assert out_c == out_py
+    assert out_c == out_py and ledger == LEDGER
     if fault == "short-writes":
         assert out_c == [None] * 120
     else:

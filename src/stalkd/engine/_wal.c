@@ -1,4 +1,5 @@
-/* stalkd.engine._wal: Wal.write (and Wal.sync, a step to the log's) as one C call each.
+/* stalkd.engine._wal: Wal.write (and Wal.sync, a step to the log's) as one C call each, and
+ * the room the server asks for per command, Wal.admit and Wal.settle (_cext/walroom.c.h).
  *
  * wal.py's Wal.write is the reference (with space.py's SpaceBudget.written). ``FastMethod("write",
  * reference)`` is a method descriptor that stands in for it on the Wal class (fastwal.py
@@ -44,6 +45,8 @@ add_size(PyObject *o, PyObject *name, Py_ssize_t d)
     }
     return set_size(o, name, v + d);
 }
+
+#include "_cext/walroom.c.h"
 
 /* payloads[i] for the i whose keep[i] is set: a new list. */
 static PyObject *
@@ -108,14 +111,10 @@ write_payloads(PyObject *self, PyObject *recs, PyObject *payloads, const char *k
     Py_ssize_t count = PyList_GET_SIZE(payloads);
     Py_INCREF(payloads);
     if (sp != Py_None && extra) {
-        PyObject *n = PyLong_FromSsize_t(extra);
-        PyObject *f = n == NULL ? NULL : PyObject_CallMethodOneArg(sp, S_fits, n);
-        int fits = f == NULL ? -1 : PyObject_IsTrue(f);
-        Py_XDECREF(n);
-        Py_XDECREF(f);
-        if (fits < 0)
+        int fit = fits(sp, extra);
+        if (fit < 0)
             goto fail;
-        if (!fits) {  /* analytics records would eat room promised to others: left out */
+        if (!fit) {  /* analytics records would eat room promised to others: left out */
             PyObject *k = kept(payloads, keep, &total);
             if (k == NULL || add_size(sp, S_dropped, count - PyList_GET_SIZE(k)) < 0) {
                 Py_XDECREF(k);
@@ -236,7 +235,14 @@ fast_sync(PyObject *const *args, Py_ssize_t nargs)
 static fastfunc
 find_fast(const char *name)
 {
-    return strcmp(name, "write") == 0 ? fast_write : strcmp(name, "sync") == 0 ? fast_sync : NULL;
+    static const struct {
+        const char *name;
+        fastfunc fn;
+    } table[] = {{"write", fast_write}, {"sync", fast_sync}, {"admit", fast_admit}, {"settle", fast_settle}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(name, table[i].name) == 0)
+            return table[i].fn;
+    return NULL;
 }
 
 static int
@@ -275,7 +281,16 @@ configure(PyObject *mod, PyObject *cfg)
         return NULL;
     }
     PyObject *ops, *sf, *fh;
-    if (take_type(cfg, "Wal", &wal_type) < 0 || take_type(cfg, "SpaceBudget", &budget_type) < 0
+    PyObject *pf = PyDict_GetItemString(cfg, "PUT_FRAME"), *rf = PyDict_GetItemString(cfg, "RESULT_FIXED");
+    if (pf == NULL || rf == NULL || (put_frame_base = PyLong_AsSsize_t(pf)) < 0
+            || (result_fixed = PyLong_AsSsize_t(rf)) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "configure: PUT_FRAME and RESULT_FIXED (ints)");
+        return NULL;
+    }
+    if (take_type(cfg, "Log", &log_type) < 0 || take_obj(cfg, "active_span", &active_span) < 0
+            || take_obj(cfg, "DELETE", &op_delete) < 0
+            || take_type(cfg, "Wal", &wal_type) < 0 || take_type(cfg, "SpaceBudget", &budget_type) < 0
             || take_type(cfg, "Op", &op_type) < 0 || take_obj(cfg, "PUT", &op_put) < 0
             || take_obj(cfg, "RESULT", &op_result) < 0 || take_obj(cfg, "encode", &encode) < 0
             || take_obj(cfg, "LogFullError", &log_full_error) < 0
@@ -354,6 +369,9 @@ PyInit__wal(void)
     INTERN(S_retry_full, "_retry_full"); INTERN(S_promised, "promised");
     INTERN(S_records_written, "records_written"); INTERN(S_bytes_since, "_bytes_since_snapshot");
     INTERN(S_last_seq, "last_seq"); INTERN(S_durability, "durability"); INTERN(S_always, "always");
-    INTERN(S_sync, "sync");
+    INTERN(S_sync, "sync"); INTERN(S_span, "_span"); INTERN(S_base_, "_base");
+    INTERN(S_max_frame, "max_frame"); INTERN(S_spares, "spares"); INTERN(S_per_spare, "per_spare");
+    INTERN(S_writer, "_writer"); INTERN(S_active, "active"); INTERN(S_base, "base"); INTERN(S_pos, "pos");
+    INTERN(S_limit, "limit"); INTERN(S_tube, "tube"); INTERN(S_body, "body");
     return descriptor_module(&module);
 }

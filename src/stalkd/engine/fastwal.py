@@ -5,7 +5,10 @@
 (``SpaceBudget.written`` inlined), handed to the log's ``write_many`` (``stalkd.log.fastwrite``'s
 compiled one when built), counters moved; ``Wal.write`` and ``SpaceBudget.written`` are two Python
 frames per batch otherwise, and with the log's twin the whole server batch reaches ``pwrite``
-without one; ``Wal.sync`` is one C step to the log's (compiled) sync. Anything else (a record the encoder refuses, a subclass, a replaced method) is the
+without one; ``Wal.sync`` is one C step to the log's (compiled) sync; ``Wal.admit`` and
+``Wal.settle``, the room the server promises per command, are one C call each while the room is
+there (``WalSpace``'s and ``SpaceBudget``'s frames, and the log's ``active_span``, otherwise).
+Anything else (a record the encoder refuses, a subclass, a replaced method) is the
 reference's, unchanged; a full log still goes through ``Wal._retry_full``.
 ``STALKD_NO_EXTENSIONS=1`` or a missing build selects the reference; ``set_compiled(False)``
 does for a while (tests/engine/test_wal_chain_differential.py compares both).
@@ -18,14 +21,14 @@ Example:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Literal
 
 from stalkd.engine.fastrecords import encode
-from stalkd.engine.model import DURABLE_OPS, Op, Record
+from stalkd.engine.model import DURABLE_OPS, PUT_FIXED, RESULT_FIXED, Op
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget
 from stalkd.extensions import extensions_disabled
-from stalkd.log import LogFullError
+from stalkd.log import Log, LogFullError
 from stalkd.log.frame import FRAME_HEADER_SIZE
 
 __all__ = ["IMPLEMENTATION", "accelerated", "counts", "set_compiled"]
@@ -33,8 +36,6 @@ __all__ = ["IMPLEMENTATION", "accelerated", "counts", "set_compiled"]
 IMPLEMENTATION: Literal["c", "python"] = "python"
 """Whether ``accelerated`` installed the compiled path."""
 
-Write = Callable[[Any, Sequence[Record]], None]
-Sync = Callable[[Any], None]
 
 
 def _module() -> Any:
@@ -46,20 +47,25 @@ def _module() -> Any:
         return None
 
 
-def accelerated(wal: type, write: Write, sync: Sync) -> tuple[Write, Sync]:
-    """``wal``'s ``write`` and ``sync`` (the references), or the compiled descriptors that stand
-    in for them on ``wal`` (instances of subclasses get the references' behaviour)."""
+def accelerated(wal: type, methods: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    """``wal``'s ``write``, ``sync``, ``admit`` and ``settle`` (the references, by name), or the
+    compiled descriptors that stand in for them on ``wal`` (instances of subclasses get the
+    references' behaviour)."""
     global IMPLEMENTATION
     mod = _module()
     if mod is None:
-        return write, sync
-    originals = ((SpaceBudget, "written", SpaceBudget.__dict__["written"]),)
+        return methods
+    # What the path does in one call: if a test replaces one of these, the call is the reference's.
+    originals = tuple((SpaceBudget, name, SpaceBudget.__dict__[name]) for name in (
+        "written", "admit", "settle", "fits", "room"))  # fmt: skip
     mod.configure({"Wal": wal, "SpaceBudget": SpaceBudget, "Op": Op, "PUT": Op.PUT, "RESULT": Op.RESULT,
-                   "DURABLE_OPS": DURABLE_OPS, "encode": encode, "SHORT_FRAME": SHORT_FRAME,
-                   "FRAME_HEADER_SIZE": FRAME_HEADER_SIZE, "LogFullError": LogFullError,
+                   "DELETE": Op.DELETE, "DURABLE_OPS": DURABLE_OPS, "encode": encode, "SHORT_FRAME": SHORT_FRAME,
+                   "FRAME_HEADER_SIZE": FRAME_HEADER_SIZE, "LogFullError": LogFullError, "Log": Log,
+                   "active_span": Log.__dict__["active_span"], "RESULT_FIXED": RESULT_FIXED,
+                   "PUT_FRAME": FRAME_HEADER_SIZE + PUT_FIXED + 7,  # space.put_frame's rule
                    "originals": originals})  # fmt: skip
     IMPLEMENTATION = "c"
-    return mod.FastMethod("write", write), mod.FastMethod("sync", sync)
+    return {name: mod.FastMethod(name, ref) for name, ref in methods.items()}
 
 
 def set_compiled(on: bool) -> None:

@@ -353,6 +353,7 @@ class Wal(WalSpace, Compaction):
 
 # The compiled twins of write and sync, when built (fastwal.py): installed on the class, so the
 # server's batch is one C call down to the log's pwrite, and its inline sync to the fdatasync.
-_write, _sync = accelerated(Wal, Wal.write, Wal.sync)
-setattr(Wal, "write", _write)  # noqa: B010 - mypy: no method assignment
-setattr(Wal, "sync", _sync)  # noqa: B010
+# The room the server asks for per command (admit, settle) likewise.
+for _name, _method in accelerated(Wal, {"write": Wal.write, "sync": Wal.sync, "admit": Wal.admit,
+                                        "settle": Wal.settle}).items():  # fmt: skip
+    setattr(Wal, _name, _method)
