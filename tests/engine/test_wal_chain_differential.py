@@ -268,3 +268,41 @@ def test_a_real_fdatasync_error_same_outcome(tmp_path: Path) -> None:
     assert first is not None and first[0] == "LogError" and "the log is now failed" in first[1]
     assert again is not None and "log failed" in again[1]
     assert (durable, syncs) == (1, 1)
+
+
+def test_a_replaced_method_takes_the_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/floor_bench.py's blocking control replaces SegmentWriter.fdatasync (a sleep): the
+    compiled sync must then run it, as must a write whose seam method was replaced, and the
+    compiled path resumes once the class is restored."""
+    from stalkd.log.writer import SegmentWriter
+
+    seen: list[str] = []
+    real_fdatasync, real_write = SegmentWriter.fdatasync, SegmentWriter.write_many
+
+    def fdatasync(self: SegmentWriter, fd: int) -> None:
+        seen.append("fdatasync")
+        real_fdatasync(self, fd)
+
+    def write_many(self: SegmentWriter, items: Any, admit: Any) -> tuple[int, int]:
+        seen.append("write_many")
+        return real_write(self, items, admit)
+
+    with Wal.open(tmp_path, durability="always", clock=clock()) as w:
+        engine, _ = w.recover(now=T0)
+        engine.connect(1, T0)
+        records = engine.apply(1, C.Put(0, 0, 60, b"x"), T0).records
+        w.write(records)  # the first write zeroes a stretch ahead (the reference's)
+        w.sync()
+        before = fastwrite.counts()
+        w.write(records)
+        w.sync()
+        assert seen == [] and fastwrite.counts()[0] == before[0] + 1 and fastwrite.counts()[2] == before[2] + 1
+        monkeypatch.setattr(SegmentWriter, "fdatasync", fdatasync)
+        monkeypatch.setattr(SegmentWriter, "write_many", write_many)
+        w.write(records)
+        w.sync()
+        assert seen == ["write_many", "fdatasync"]
+        monkeypatch.undo()
+        w.write(records)
+        w.sync()
+        assert seen == ["write_many", "fdatasync"] and fastwrite.counts()[0] == before[0] + 2

@@ -139,11 +139,20 @@ descriptor_module(struct PyModuleDef *def)
 /* --- helpers ----------------------------------------------------------------------------- */
 
 /* Whether every method the path stands in for is still the class's own (a test or a bench
- * that replaces one, e.g. to inject a fault or a sleep, gets the reference). */
+ * that replaces one, e.g. to inject a fault or a sleep, gets the reference). Checked by the
+ * classes' version tags, which CPython changes whenever a class (or a base) is assigned to, as
+ * its own attribute caches do: the methods are looked up again only after such a change (a
+ * look-up per method per call cost more than the rest of a write). */
 static PyObject *originals; /* ((class, name, function), ...) set by configure */
+#define MAX_CLASSES 8
+static struct {
+    PyTypeObject *cls;
+    unsigned int tag; /* 0: look the methods up at the next call */
+} seen[MAX_CLASSES];
+static int n_seen;
 
 static int
-unchanged(void)
+unchanged_slow(void)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(originals);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -154,6 +163,22 @@ unchanged(void)
             PyErr_Clear();
             return 0;
         }
+    }
+    for (int i = 0; i < n_seen; i++) {
+        PyTypeObject *cls = seen[i].cls;
+        seen[i].tag = cls->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG ? cls->tp_version_tag : 0;
+    }
+    return 1;
+}
+
+static inline int
+unchanged(void)
+{
+    for (int i = 0; i < n_seen; i++) {
+        PyTypeObject *cls = seen[i].cls;
+        if (seen[i].tag == 0 || !(cls->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
+                || cls->tp_version_tag != seen[i].tag)
+            return unchanged_slow();
     }
     return 1;
 }
@@ -173,6 +198,21 @@ set_originals(PyObject *orig)
             PyErr_SetString(PyExc_TypeError, "configure: originals are (class, name, function)");
             return -1;
         }
+    }
+    n_seen = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(orig); i++) {
+        PyTypeObject *cls = (PyTypeObject *)PyTuple_GET_ITEM(PyTuple_GET_ITEM(orig, i), 0);
+        int known = 0;
+        for (int k = 0; k < n_seen; k++)
+            known |= seen[k].cls == cls;
+        if (known)
+            continue;
+        if (n_seen == MAX_CLASSES) {
+            PyErr_SetString(PyExc_TypeError, "configure: originals of too many classes");
+            return -1;
+        }
+        seen[n_seen].cls = cls;  /* kept alive by ``originals`` */
+        seen[n_seen++].tag = 0;
     }
     Py_INCREF(orig);
     Py_XSETREF(originals, orig);
