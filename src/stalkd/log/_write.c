@@ -34,8 +34,7 @@ static int enabled = 1;
 static unsigned long long n_ran, n_declined;
 
 static PyObject *S_commit, *S_ok, *S_refusers, *S_writer, *S_fs, *S_clock, *S_lock, *S_acquire,
-    *S_release, *S_active, *S_next, *S_pos, *S_limit, *S_zero_ahead, *S_zeroed, *S_mm_batches,
-    *S_base, *S_epoch, *S_fd, *S_write_failed, *S_deferred, *S_run_deferred, *S_visibility,
+    *S_release, *S_active, *S_next, *S_write_failed, *S_deferred, *S_run_deferred, *S_visibility,
     *S_waiters, *S_async_waiters, *S_notify;
 
 /* pwrite all of data at pos, the GIL released as os.pwrite does; on EINTR the signal handlers
@@ -69,6 +68,8 @@ pwrite_all(int fd, const char *data, Py_ssize_t n, Py_ssize_t pos)
     return 0;
 }
 
+#include "_cext/activeslots.c.h"
+
 /* The batch in the active segment under the writer's lock (held by the caller): its first
  * offset, -1 with an exception, -2 declined (nothing changed). */
 static long long
@@ -79,14 +80,12 @@ write_locked(PyObject *writer, PyObject *items, Py_ssize_t count)
     if (act == NULL || Py_TYPE(act) != active_type)
         goto done;
     Py_ssize_t first, pos, limit, zero_ahead, zeroed, base, epoch, fd;
-    if (get_size(writer, S_next, &first) < 0 || get_size(act, S_pos, &pos) < 0
-            || get_size(act, S_limit, &limit) < 0 || get_size(act, S_zero_ahead, &zero_ahead) < 0
-            || get_size(act, S_zeroed, &zeroed) < 0 || get_size(act, S_base, &base) < 0
-            || get_size(act, S_epoch, &epoch) < 0 || get_size(act, S_fd, &fd) < 0)
+    if (get_size(writer, S_next, &first) < 0 || slot_size(act, A_POS, &pos) < 0
+            || slot_size(act, A_LIMIT, &limit) < 0 || slot_size(act, A_ZERO_AHEAD, &zero_ahead) < 0
+            || slot_size(act, A_ZEROED, &zeroed) < 0 || slot_size(act, A_BASE, &base) < 0
+            || slot_size(act, A_EPOCH, &epoch) < 0 || slot_size(act, A_FD, &fd) < 0)
         goto done;
-    PyObject *mmb = PyObject_GetAttr(act, S_mm_batches);
-    Py_XDECREF(mmb);
-    if (mmb != Py_False)  /* io="mmap": stores into the mapping are the reference's */
+    if (SLOT(act, A_MM_BATCHES) != Py_False)  /* io="mmap": stores into the mapping are the reference's */
         goto done;
     PyObject **it = PySequence_Fast_ITEMS(items);
     Py_ssize_t total = 0;
@@ -157,7 +156,7 @@ write_locked(PyObject *writer, PyObject *items, Py_ssize_t count)
         Py_XDECREF(exc);
         goto done;
     }
-    if (set_size(act, S_pos, end) < 0 || set_size(writer, S_next, first + count) < 0)
+    if (set_slot_size(act, A_POS, end) < 0 || set_size(writer, S_next, first + count) < 0)
         goto done;
     rc = first;
 done:
@@ -303,6 +302,8 @@ configure(PyObject *mod, PyObject *cfg)
     max_payload = PyLong_AsSsize_t(mp);
     if ((max_payload == -1 && PyErr_Occurred()) || set_originals(orig) < 0)
         return NULL;
+    if (find_slots(active_type) < 0)
+        return NULL;
     Py_INCREF(real);
     Py_XSETREF(real_fs, real);
     Py_RETURN_NONE;
@@ -348,17 +349,14 @@ PyInit__write(void)
     INTERN(S_commit, "_commit"); INTERN(S_ok, "ok"); INTERN(S_refusers, "_refusers");
     INTERN(S_writer, "_writer"); INTERN(S_fs, "fs"); INTERN(S_clock, "clock");
     INTERN(S_lock, "lock"); INTERN(S_acquire, "acquire"); INTERN(S_release, "release");
-    INTERN(S_active, "active"); INTERN(S_next, "next"); INTERN(S_pos, "pos");
-    INTERN(S_limit, "limit"); INTERN(S_zero_ahead, "zero_ahead"); INTERN(S_zeroed, "zeroed");
-    INTERN(S_mm_batches, "mm_batches"); INTERN(S_base, "base"); INTERN(S_epoch, "epoch");
-    INTERN(S_fd, "fd"); INTERN(S_write_failed, "_write_failed"); INTERN(S_deferred, "_deferred");
+    INTERN(S_active, "active"); INTERN(S_next, "next");
+    INTERN(S_write_failed, "_write_failed"); INTERN(S_deferred, "_deferred");
     INTERN(S_run_deferred, "run_deferred"); INTERN(S_visibility, "visibility");
     INTERN(S_waiters, "waiters"); INTERN(S_async_waiters, "async_waiters"); INTERN(S_notify, "notify");
     INTERN(S_lock_, "_lock"); INTERN(S_pinner, "_pinner"); INTERN(S_durable, "durable");
     INTERN(S_failed, "failed"); INTERN(S_mine, "_mine"); INTERN(S_sync, "sync");
     INTERN(S_released, "_released"); INTERN(S_syncing, "_syncing"); INTERN(S_arrived, "_arrived");
-    INTERN(S_expect, "_expect"); INTERN(S_fdlock, "_fdlock"); INTERN(S_users, "users");
-    INTERN(S_retired, "retired"); INTERN(S_close, "close"); INTERN(S_path, "path");
+    INTERN(S_expect, "_expect"); INTERN(S_fdlock, "_fdlock"); INTERN(S_close, "close"); INTERN(S_path, "path");
     INTERN(S_last_sync, "_last_sync"); INTERN(S_fsync_avg, "_fsync_avg"); INTERN(S_syncs, "syncs");
     INTERN(S_fail, "fail"); INTERN(S_tickets, "_tickets"); INTERN(S_advance_locked, "_advance_locked");
     INTERN(S_cond, "cond"); INTERN(S_notify_all, "notify_all"); INTERN(S_wake_async, "wake_async_locked");

@@ -10,7 +10,7 @@
 static PyTypeObject *commit_type;
 static PyObject *log_error; /* errors.LogError */
 static PyObject *S_lock_, *S_pinner, *S_durable, *S_failed, *S_mine, *S_sync, *S_released, *S_syncing,
-    *S_arrived, *S_expect, *S_fdlock, *S_users, *S_retired, *S_close, *S_path, *S_last_sync, *S_fsync_avg,
+    *S_arrived, *S_expect, *S_fdlock, *S_close, *S_path, *S_last_sync, *S_fsync_avg,
     *S_syncs, *S_fail, *S_tickets, *S_advance_locked, *S_cond, *S_notify_all, *S_wake_async, *S_open,
     *S_members, *S_gate, *S_hand;
 
@@ -58,8 +58,10 @@ unpin(PyObject *writer, PyObject *seg)
         return -1;
     }
     Py_ssize_t users = 0;
-    int rc = get_size(seg, S_users, &users) < 0 || set_size(seg, S_users, users - 1) < 0 ? -1 : 0;
-    int retired = rc < 0 ? 0 : flag(seg, S_retired);
+    int rc = slot_size(seg, A_USERS, &users) < 0 || set_slot_size(seg, A_USERS, users - 1) < 0 ? -1 : 0;
+    if (rc < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "ActiveSegment.users is not an int");
+    int retired = rc < 0 || SLOT(seg, A_RETIRED) == NULL ? 0 : PyObject_IsTrue(SLOT(seg, A_RETIRED));
     if (retired < 0 || (retired && users - 1 == 0 && call0(seg, S_close) < 0))
         rc = -1;
     PyObject *et, *ev, *tb;
@@ -94,11 +96,12 @@ fsync_end(PyObject *c, PyObject *writer)
     fdlock = seg == NULL ? NULL : PyObject_GetAttr(writer, S_fdlock);
     int ok = fdlock != NULL && call0(fdlock, S_acquire) == 0;
     if (ok) {
-        ok = get_size(seg, S_users, &users) == 0 && set_size(seg, S_users, users + 1) == 0;
+        ok = Py_TYPE(seg) == active_type && slot_size(seg, A_USERS, &users) == 0
+             && set_slot_size(seg, A_USERS, users + 1) == 0;
         if (call0(fdlock, S_release) < 0)
             ok = 0;
     }
-    ok = ok && get_size(writer, S_next, &target) == 0 && get_size(seg, S_fd, &fd) == 0;
+    ok = ok && get_size(writer, S_next, &target) == 0 && slot_size(seg, A_FD, &fd) == 0;
     if (ok && (fd < 0 || fd > INT_MAX)) {
         PyErr_SetString(PyExc_ValueError, "a segment's descriptor out of range");
         ok = 0;
