@@ -24,7 +24,8 @@ system-deps:
 ext: $(VENV)/.ext
 
 $(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c $(wildcard src/stalkd/server/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h) \
-		src/stalkd/engine/_records.c src/stalkd/log/_frames.c src/stalkd/log/_gate.c
+		src/stalkd/engine/_records.c src/stalkd/engine/_wal.c src/stalkd/log/_frames.c src/stalkd/log/_gate.c \
+		src/stalkd/log/_write.c $(wildcard src/stalkd/log/_cext/*.h)
 	$(PIP) install -e . --no-deps
 	touch $@
 
@@ -43,7 +44,9 @@ run: $(VENV)/.base bytecode
 
 # The whole suite (with the C accelerators when they are built), then the parser and transcript
 # tests, the connection's (its queues, limits, reads and ACL, over real sockets too), the
-# engine tests that move jobs between heaps and the WAL's tests (its record and frame encoders),
+# engine tests that move jobs between heaps and the WAL's tests (its record and frame encoders,
+# its write, sync and room, whose compiled twins tests/engine/test_wal_chain_differential.py
+# holds to the references in the first run),
 # again on the pure-Python modules, the reference and fallback (stalkd's side only: the
 # transcripts run against beanstalkd do not
 # involve either). Not rerun there: the transcripts against stalkd+tls, whose plain listener runs
@@ -56,7 +59,9 @@ PURE_TESTS := tests/protocol tests/compat tests/server/test_conn.py tests/server
 	tests/server/test_server.py tests/server/test_acl.py tests/engine/test_commands.py tests/engine/test_kick_steps.py \
 	tests/engine/test_step_budget.py tests/engine/test_heap_build.py tests/engine/test_tail.py \
 	tests/engine/test_snapshot_v2.py tests/engine/test_wal_encoders_build.py tests/engine/test_wal.py \
-	tests/log/test_group_commit.py tests/log/test_log_basic.py tests/server/test_group_commit.py tests/server/test_lone_writer.py
+	tests/log/test_group_commit.py tests/log/test_log_basic.py tests/server/test_group_commit.py tests/server/test_lone_writer.py \
+	tests/engine/test_room.py tests/engine/test_space_short.py tests/engine/test_spare_files.py tests/engine/test_wal_files.py \
+	tests/log/test_zero_ahead.py
 PURE_SKIP  := not stalkd+tls and not test_a_missing_compiler_is_a_warning_not_a_failed_build
 
 test: system-deps $(VENV)/.dev bytecode

@@ -1,12 +1,14 @@
 """Build the optional C accelerators (stalkd.protocol._speedups, stalkd.server._conn,
-stalkd.engine._heap, stalkd.engine._engine, and the WAL's encoders stalkd.engine._records and
-stalkd.log._frames); everything else is in pyproject.toml.
+stalkd.engine._heap, stalkd.engine._engine, the WAL's encoders stalkd.engine._records and
+stalkd.log._frames, its write chain stalkd.engine._wal and stalkd.log._write, and the group
+commit's gate stalkd.log._gate); everything else is in pyproject.toml.
 
 The extensions are optional in the way aiohttp's are: without a compiler or the Python headers
 the build warns and the pure-Python modules are used. ``STALKD_NO_EXTENSIONS=1`` at build time
 skips them; at run time it makes stalkd ignore built ones (``stalkd.protocol.accel``,
 ``stalkd.server.fastconn``, ``stalkd.engine.fastheap``, ``stalkd.engine.fastengine``,
-``stalkd.engine.fastrecords``, ``stalkd.log.fastframe``).
+``stalkd.engine.fastrecords``, ``stalkd.engine.fastwal``, ``stalkd.log.fastframe``,
+``stalkd.log.fastwrite``, ``stalkd.log.gate``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class OptionalBuildExt(build_ext):
     @staticmethod
     def _skip(e: BaseException) -> None:
         print(f"WARNING: a stalkd C accelerator was not built ({e}); its pure-Python "
-              "module (parser, connection, heap, engine, WAL encoders) is used", file=sys.stderr)
+              "module (parser, connection, heap, engine, WAL encoders and writes) is used", file=sys.stderr)
 
 
 _NO_EXT = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
@@ -57,7 +59,14 @@ ext_modules = [] if _NO_EXT else [
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"]),  # heapcore's key I/O
     Extension("stalkd.engine._records", ["src/stalkd/engine/_records.c"],
               extra_compile_args=["-O2", "-Wall"]),
+    Extension("stalkd.engine._wal", ["src/stalkd/engine/_wal.c"],
+              depends=["src/stalkd/log/_cext/descriptor.c.h", "src/stalkd/engine/_cext/walroom.c.h"],
+              extra_compile_args=["-O2", "-Wall"]),
     Extension("stalkd.log._frames", ["src/stalkd/log/_frames.c"],
+              depends=["src/stalkd/log/_cext/framecore.c.h"],
+              extra_compile_args=["-O2", "-Wall"]),
+    Extension("stalkd.log._write", ["src/stalkd/log/_write.c"],
+              depends=sorted(glob.glob("src/stalkd/log/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall"]),
     Extension("stalkd.log._gate", ["src/stalkd/log/_gate.c"],
               extra_compile_args=["-O2", "-Wall"]),

@@ -8,9 +8,9 @@ import importlib.util
 import os
 from pathlib import Path
 
-from stalkd.engine import fastrecords, model, wal
+from stalkd.engine import fastrecords, fastwal, model, wal
 from stalkd.engine.model import Op, Record
-from stalkd.log import fastframe, frame, gate, writer
+from stalkd.log import fastframe, fastwrite, frame, gate, log, writer
 
 _DISABLED = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 
@@ -27,6 +27,11 @@ def test_the_active_encoders_follow_the_build_and_the_switch() -> None:
     assert (fastframe.put_data_frame is frame.put_data_frame) == (fastframe.IMPLEMENTATION == "python")
     assert _expected("stalkd.log._gate") == gate.IMPLEMENTATION
     assert (gate.new_gate is gate.PyGate) == (gate.IMPLEMENTATION == "python")
+    # the write chain's twins stand in for the methods on their classes, or are absent
+    assert _expected("stalkd.log._write") == fastwrite.IMPLEMENTATION
+    assert hasattr(log.Log.write_many, "reference") == (fastwrite.IMPLEMENTATION == "c")
+    assert _expected("stalkd.engine._wal") == fastwal.IMPLEMENTATION
+    assert hasattr(wal.Wal.write, "reference") == (fastwal.IMPLEMENTATION == "c")
 
 
 def test_the_wal_writes_with_the_active_encoders(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ def test_version_names_the_hot_path() -> None:
     assert off.startswith("beanstalkd 1.13") and "hot path: pure Python" in off
     # every compiled twin is named, and the switch turns each of them off
     for name in ("protocol.accel", "server.fastconn", "engine.fastheap", "engine.fastengine",
-                 "engine.fastrecords", "log.fastframe", "log.gate"):
+                 "engine.fastrecords", "log.fastframe", "log.gate", "engine.fastwal", "log.fastwrite"):
         assert f"stalkd.{name}.IMPLEMENTATION='python'" in off, name
     on = _version({})
     assert ("hot path: C accelerator" in on) == _BUILT

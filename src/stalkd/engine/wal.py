@@ -27,11 +27,12 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
 from stalkd.engine.engine import Engine
 from stalkd.engine.fastrecords import encode
+from stalkd.engine.fastwal import accelerated
 from stalkd.engine.model import DURABLE_OPS, Op, Record
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space
 from stalkd.engine.walrecovery import RecoveryInfo, rebuild
@@ -114,6 +115,7 @@ class Wal(WalSpace, Compaction):
         background: bool = True,
         repair: bool = False,
         fs: FileSystem = REAL,
+        clock: Callable[[], int] = time.time_ns,
     ) -> Wal:
         """Open (creating) the WAL in ``directory``; call ``recover`` next.
 
@@ -125,6 +127,7 @@ class Wal(WalSpace, Compaction):
         ``recover`` continue from a snapshot the log no longer reaches, instead of refusing.
         ``fs`` is the file system every file goes through (tests inject faults, and crash
         points, with a ``Faults``); a data directory holding a symbolic link is refused.
+        ``clock`` (nanoseconds) stamps the log's frames (the log's own, ``Log.open``).
         """
         d = os.fspath(directory)
         fs.makedirs(d)
@@ -132,7 +135,7 @@ class Wal(WalSpace, Compaction):
         fs.makedirs(os.path.join(d, SNAP_DIR))
         fs.check_no_symlinks(os.path.join(d, SNAP_DIR))
         log = Log.open(os.path.join(d, LOG_DIR), segment_size=segment_size,
-                       durability=durability, archive=archive, repair=repair, fs=fs)  # fmt: skip
+                       durability=durability, archive=archive, repair=repair, fs=fs, clock=clock)  # fmt: skip
         wal = cls(d, log, durability, segment_size,
                   segment_size if compact_min_bytes is None else compact_min_bytes,
                   chunk_jobs, background)  # fmt: skip
@@ -160,7 +163,8 @@ class Wal(WalSpace, Compaction):
         (a standby's resync swaps in a copy of its primary's); call ``recover`` next."""
         self.close()
         self.log = Log.open(os.path.join(self.directory, LOG_DIR), segment_size=self.segment_size,
-                            durability=self.durability, archive=self.archive, fs=self.fs)  # fmt: skip
+                            durability=self.durability, archive=self.archive, fs=self.fs,
+                            clock=self.log._writer.clock)  # fmt: skip
         self.space = None
         self._recovered = False
         self._bytes_since_snapshot = 0
@@ -345,3 +349,11 @@ class Wal(WalSpace, Compaction):
                 os.close(s.writer._fd)
         self._snap = None
         self.log.abandon()
+
+
+# The compiled twins of write and sync, when built (fastwal.py): installed on the class, so the
+# server's batch is one C call down to the log's pwrite, and its inline sync to the fdatasync.
+# The room the server asks for per command (admit, settle) likewise.
+for _name, _method in accelerated(Wal, {"write": Wal.write, "sync": Wal.sync, "admit": Wal.admit,
+                                        "settle": Wal.settle}).items():  # fmt: skip
+    setattr(Wal, _name, _method)

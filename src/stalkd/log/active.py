@@ -11,6 +11,7 @@ import errno
 import mmap
 import os
 import time
+from collections.abc import Callable
 
 from .errors import LogError, LogFullError
 from .fs import REAL, FileSystem
@@ -168,13 +169,15 @@ def _take_spare(root: str, size: int, tmp: str, fs: FileSystem) -> int | None:
 
 
 def create_segment(
-    root: str, base: int, size: int, epoch: int, io: str, fsync: bool, fs: FileSystem, zero_ahead: int = 0
+    root: str, base: int, size: int, epoch: int, io: str, fsync: bool, fs: FileSystem, zero_ahead: int = 0,
+    clock: Callable[[], int] = time.time_ns,
 ) -> ActiveSegment:
     """A new, fully allocated segment file with its header; LogFullError if there is no room.
 
     Built under a temporary name and renamed into place, so a crash mid-creation leaves no
     half-made segment (recovery deletes stray ``.tmp`` files). A spare of the same size is
     used when there is one (its blocks are already this process's: no allocation can fail).
+    ``clock`` gives the header's creation time in nanoseconds (the writer's, see writer.py).
     """
     path = os.path.join(root, segment_name(base))
     tmp = path + ".tmp"
@@ -183,7 +186,7 @@ def create_segment(
     try:
         if spare is None:
             fs.allocate(fd, 0, size)
-        fs.pwrite_all(fd, encode_header(base, epoch, time.time_ns() // 1000), 0)
+        fs.pwrite_all(fd, encode_header(base, epoch, clock() // 1000), 0)
         if fsync:
             fs.fdatasync(fd)
         fs.replace(tmp, path)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
 
@@ -28,6 +29,7 @@ from .active import SPARES_DIR, ZERO_AHEAD
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
 from .errors import LogError
+from .fastwrite import accelerated
 from .frame import Frame
 from .fs import REAL, FileSystem
 from .group import GROUPS_DIR, ConsumerGroup
@@ -86,6 +88,7 @@ class Log:
         repair: bool = False,
         io: Literal["auto", "pwrite", "mmap"] = "auto",
         fs: FileSystem = REAL,
+        clock: Callable[[], int] = time.time_ns,
     ) -> Log:
         """Open (creating if needed) the log in directory ``path`` for writing.
 
@@ -94,6 +97,7 @@ class Log:
         ``repair=True`` truncates at the first bad frame anywhere instead of refusing to open.
         ``fs`` is the file system (tests pass a :class:`stalkd.log.fs.Faults`). A directory
         holding a symbolic link among its files is refused (:class:`stalkd.log.fs.SymlinkError`).
+        ``clock`` (nanoseconds) stamps frames and segment headers (tests comparing bytes fix it).
         """
         if segment_size < HEADER_SIZE + FOOTER_SIZE + 64:
             raise ValueError(f"segment_size {segment_size} is too small (minimum {HEADER_SIZE + FOOTER_SIZE + 64})")
@@ -117,7 +121,7 @@ class Log:
             log._commit = GroupCommit(log.path, policy, interval, rec.next_offset)
             log._writer = SegmentWriter(log.path, segment_size, io, policy != "never", fs,
                                         log._commit.fail, log._commit.sealed,
-                                        ZERO_AHEAD if policy == "always" else 0)  # fmt: skip
+                                        ZERO_AHEAD if policy == "always" else 0, clock)  # fmt: skip
             log._writer.resume(rec)
             log._load_groups()
         except BaseException:
@@ -415,3 +419,11 @@ class Log:
         c = getattr(self, "_commit", None)
         durable = c.durable if c is not None else 0
         return f"Log({self.path!r}, next={self.next_offset}, durable={durable}, {self._durability})"
+
+
+# The compiled twins of write_many's and sync's common cases, when built (fastwrite.py):
+# installed on the class, so a WAL batch that fits the active segment, and a lone writer's
+# fsync, are one C call each.
+_write_many, _sync = accelerated(Log, Log.write_many, Log.sync)
+setattr(Log, "write_many", _write_many)  # noqa: B010 - mypy: no method assignment
+setattr(Log, "sync", _sync)  # noqa: B010

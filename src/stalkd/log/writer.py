@@ -39,6 +39,8 @@ class SegmentWriter:
 
     ``on_fatal(exc)`` is told when a failed write could not be undone (the log must stop);
     ``on_sealed(end)`` when a segment's footer made everything below ``end`` durable.
+    ``clock`` (nanoseconds, ``time.time_ns``) stamps frames and segment headers: a test that
+    compares two logs byte for byte gives both the same clock.
     """
 
     def __init__(
@@ -51,8 +53,10 @@ class SegmentWriter:
         on_fatal: Callable[[BaseException], None],
         on_sealed: Callable[[int], None],
         zero_ahead: int = 0,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.path = path
+        self.clock = clock
         self.zero_ahead = zero_ahead  # see active.ZERO_AHEAD
         self.segment_size = segment_size
         self.io = io
@@ -97,7 +101,7 @@ class SegmentWriter:
         # Raise the epoch before writing anything: frames left past the cut carry an older
         # epoch, and a scan rejects them once a newer frame precedes them.
         try:
-            fs.pwrite_all(fd, encode_header(base, epoch + 1, time.time_ns() // 1000), 0)
+            fs.pwrite_all(fd, encode_header(base, epoch + 1, self.clock() // 1000), 0)
             fs.fdatasync(fd)
         except OSError:
             os.close(fd)
@@ -105,7 +109,8 @@ class SegmentWriter:
         self._set_active(ActiveSegment(path, fd, base, pos, size, epoch + 1, self.io, fs, self.zero_ahead))
 
     def _create(self, base: int, size: int) -> ActiveSegment:
-        return create_segment(self.path, base, size, 1, self.io, self.fsync_new, self.fs, self.zero_ahead)
+        return create_segment(self.path, base, size, 1, self.io, self.fsync_new, self.fs, self.zero_ahead,
+                              self.clock)  # fmt: skip
 
     def _set_active(self, seg: ActiveSegment) -> None:
         self.active = seg
@@ -128,7 +133,7 @@ class SegmentWriter:
             off = self.next
             mm = act.mm
             if mm is not None:  # no system call per record (bench/log_bench.py: mmap vs pwrite)
-                end = put_data_frame(mm, act.pos, act.room, payload, off - act.base, time.time_ns() // 1000, act.epoch)
+                end = put_data_frame(mm, act.pos, act.room, payload, off - act.base, self.clock() // 1000, act.epoch)
                 if end < 0:
                     end = self._append_zeroing(act, payload, off)
                     if end < 0:
@@ -138,7 +143,7 @@ class SegmentWriter:
                 end = pos + frame_size(len(payload))
                 if end > act.limit:
                     return -1
-                self._write_checked(act, encode_data_frame(payload, off - act.base, time.time_ns() // 1000, act.epoch),
+                self._write_checked(act, encode_data_frame(payload, off - act.base, self.clock() // 1000, act.epoch),
                                     pos)  # fmt: skip
             act.pos = end
             self.next = off + 1
@@ -150,7 +155,7 @@ class SegmentWriter:
         if act.pos + frame_size(len(payload)) > act.limit:
             return -1
         self._zero_checked(act, act.pos + frame_size(len(payload)))
-        return put_data_frame(act.mm, act.pos, act.room, payload, off - act.base, time.time_ns() // 1000, act.epoch)
+        return put_data_frame(act.mm, act.pos, act.room, payload, off - act.base, self.clock() // 1000, act.epoch)
 
     def write_many(
         self, items: Sequence[Payload], admit: Callable[[Sequence[Payload]], None] | None
@@ -173,7 +178,7 @@ class SegmentWriter:
                 total += (FRAME_HEADER_SIZE + n + 7) & ~7
             pos = act.pos
             if pos + total <= act.limit:
-                data = encode_data_frames(items, first - act.base, time.time_ns() // 1000, act.epoch)
+                data = encode_data_frames(items, first - act.base, self.clock() // 1000, act.epoch)
                 try:
                     act.write(data, pos)
                 except OSError as e:
@@ -210,7 +215,7 @@ class SegmentWriter:
                 with contextlib.suppress(OSError):
                     self.fs.unlink(seg.path)
             raise
-        ts = time.time_ns() // 1000
+        ts = self.clock() // 1000
         for k, (seg, lo, hi) in enumerate(plan):
             if lo < hi:
                 data = encode_data_frames(items[lo:hi], offset + lo - seg.base, ts, seg.epoch)

@@ -35,7 +35,7 @@ import asyncio
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from typing import Protocol
 
 from stalkd.engine.model import DURABLE_OPS, Record
@@ -99,6 +99,9 @@ class Barriers:
         self.gate: ReplicaGate | None = None
         self.end_offset: Callable[[], int] = lambda: 0
         self.after_write: Callable[[], None] | None = None  # records reached the log (shipping)
+        # after_write runs only while this is non-empty (None: always): the standbys connected,
+        # so a primary without one pays no call per batch.
+        self.after_write_while: Sized | None = None
         self._batch_open = False  # records of this loop iteration go into batch ``written``
         self.pending: list[Record] = []  # records of this loop iteration, not yet written
         self._flush_scheduled = False
@@ -203,7 +206,7 @@ class Barriers:
             except Exception as e:
                 self._write_failed(e)
                 return
-            if self.after_write is not None:
+            if self.after_write is not None and (self.after_write_while is None or self.after_write_while):
                 self.after_write()
         if not self._batch_open:
             return

@@ -188,6 +188,7 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
     srv.role = role
     srv.replicas = replicas
     barriers.after_write = replicas.written
+    barriers.after_write_while = replicas.senders  # Replicas.written streams to these alone
     if replicas.gate is not None:
         barriers.gate = replicas.gate
         barriers.end_offset = lambda: wal.log.next_offset

@@ -17,10 +17,13 @@ def version_text() -> str:
     person can tell whether the C accelerator was built and is in use (``STALKD_NO_EXTENSIONS``).
     """
     # only on this exit path: start-up stays light
+    from stalkd.engine import wal  # noqa: F401 - installs the WAL's compiled paths (fastwal, fastwrite)
     from stalkd.engine.fastengine import IMPLEMENTATION as ENGINE
     from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
     from stalkd.engine.fastrecords import IMPLEMENTATION as RECORDS
+    from stalkd.engine.fastwal import IMPLEMENTATION as WAL
     from stalkd.log.fastframe import IMPLEMENTATION as FRAMES
+    from stalkd.log.fastwrite import IMPLEMENTATION as WRITE
     from stalkd.log.gate import IMPLEMENTATION as GATE
     from stalkd.protocol.accel import IMPLEMENTATION
     from stalkd.server.fastconn import IMPLEMENTATION as CONN
@@ -31,6 +34,7 @@ def version_text() -> str:
             f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
             f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r}, "
             f"stalkd.engine.fastrecords.IMPLEMENTATION={RECORDS!r}, stalkd.log.fastframe.IMPLEMENTATION={FRAMES!r}, "
+            f"stalkd.engine.fastwal.IMPLEMENTATION={WAL!r}, stalkd.log.fastwrite.IMPLEMENTATION={WRITE!r}, "
             f"stalkd.log.gate.IMPLEMENTATION={GATE!r})\n")
 
 

@@ -196,9 +196,14 @@ bar_close_batch(Bar *b)
             goto done;
         }
         Py_DECREF(r);
-        if (b->after_write != Py_None
-                && (rc = call_result(PyObject_CallNoArgs(b->after_write))) < 0)
-            goto done;
+        if (b->after_write != Py_None) {
+            /* only while someone listens (Barriers.after_write_while: the standbys connected) */
+            int go = b->after_write_while == Py_None ? 1 : PyObject_IsTrue(b->after_write_while);
+            if (go < 0 || (go && (rc = call_result(PyObject_CallNoArgs(b->after_write))) < 0)) {
+                rc = -1;
+                goto done;
+            }
+        }
     }
     if (!b->batch_open)
         goto done;

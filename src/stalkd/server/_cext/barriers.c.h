@@ -12,7 +12,7 @@
 typedef struct {
     PyObject_HEAD
     PyObject *pending, *writer, *held_set, *job_batch, *job_batches, *storage, *gate,
-        *after_write, *syncer;
+        *after_write, *after_write_while, *syncer;
     Py_ssize_t written, durable, mixed, steps, local_durable, syncs, inline_syncs;
     char batch_open, step_records, releasing, flush_scheduled, keeps, failed, group_commit;
 } Bar;
@@ -34,6 +34,7 @@ bar_ready(Bar *b)
     if (b->pending == NULL || b->held_set == NULL || b->job_batch == NULL
             || b->job_batches == NULL || b->writer == NULL || durable_ops == NULL
             || b->storage == NULL || b->gate == NULL || b->after_write == NULL
+            || b->after_write_while == NULL
             || b->syncer == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the barriers are not initialised");
         return -1;
@@ -233,6 +234,7 @@ Bar_traverse(Bar *self, visitproc visit, void *arg)
     Py_VISIT(self->storage);
     Py_VISIT(self->gate);
     Py_VISIT(self->after_write);
+    Py_VISIT(self->after_write_while);
     Py_VISIT(self->syncer);
     return 0;
 }
@@ -248,6 +250,7 @@ Bar_clear(Bar *self)
     Py_CLEAR(self->storage);
     Py_CLEAR(self->gate);
     Py_CLEAR(self->after_write);
+    Py_CLEAR(self->after_write_while);
     Py_CLEAR(self->syncer);
     return 0;
 }
@@ -268,6 +271,7 @@ static PyMemberDef Bar_members[] = {
     BOBJ("pending", pending), BOBJ("_writer", writer), BOBJ("_held", held_set),
     BOBJ("_job_batch", job_batch), BOBJ("_job_batches", job_batches),
     BOBJ("storage", storage), BOBJ("gate", gate), BOBJ("after_write", after_write),
+    BOBJ("after_write_while", after_write_while),
     BOBJ("_syncer", syncer), BSIZE("syncs", syncs), BSIZE("inline_syncs", inline_syncs),
     BSIZE("local_durable", local_durable),
     BFLAG("failed", failed), BFLAG("group_commit", group_commit),
