@@ -41,6 +41,21 @@ def _expect(line: bytes, prefix: bytes) -> None:
         raise RuntimeError(f"expected {prefix.decode()}..., got {line!r}")
 
 
+def _delete_reserved(socks: list[socket.socket], readers: list[_Reader]) -> None:
+    """Each connection's RESERVED reply read, then its job deleted (one round in lockstep)."""
+    ids = []
+    for r in readers:
+        line = r.line()
+        _expect(line, b"RESERVED")
+        _, jid, size = line.split()
+        r.skip(int(size) + 2)
+        ids.append(jid)
+    for s, jid in zip(socks, ids, strict=True):
+        s.sendall(b"delete %s\r\n" % jid)
+    for r in readers:
+        _expect(r.line(), b"DELETED")
+
+
 def preload(port: int, tubes: list[bytes], per_tube: int) -> None:
     put = b"put 0 0 120 %d\r\n%s\r\n" % (len(BODY), BODY)
     for tube in tubes:
@@ -77,17 +92,7 @@ def drive(port: int, work: str, tubes: list[bytes], rounds: int) -> None:
                 continue
             for s in socks:
                 s.sendall(b"reserve-with-timeout 0\r\n")
-            ids = []
-            for r in readers:
-                line = r.line()
-                _expect(line, b"RESERVED")
-                _, jid, size = line.split()
-                r.skip(int(size) + 2)
-                ids.append(jid)
-            for s, jid in zip(socks, ids, strict=True):
-                s.sendall(b"delete %s\r\n" % jid)
-            for r in readers:
-                _expect(r.line(), b"DELETED")
+            _delete_reserved(socks, readers)
     finally:
         for s in socks:
             s.close()
@@ -113,17 +118,7 @@ def _drive_wake(port: int, tubes: list[bytes], rounds: int) -> None:
                 s.sendall(put)
             for r in pr:
                 _expect(r.line(), b"INSERTED")
-            ids = []
-            for r in wr:
-                line = r.line()
-                _expect(line, b"RESERVED")
-                _, jid, size = line.split()
-                r.skip(int(size) + 2)
-                ids.append(jid)
-            for s, jid in zip(workers, ids, strict=True):
-                s.sendall(b"delete %s\r\n" % jid)
-            for r in wr:
-                _expect(r.line(), b"DELETED")
+            _delete_reserved(workers, wr)
     finally:
         for s in workers + producers:
             s.close()
