@@ -216,7 +216,7 @@ def test_the_compiled_path_matches_the_reference(records: bool, with_room: bool)
 def test_apply_is_the_compiled_descriptor_and_falls_back() -> None:
     e = Engine()
     e.connect(1, 0.0)
-    assert type(Engine.__dict__["apply"]).__name__ == "FastApply"
+    assert type(Engine.__dict__["apply"]).__name__ == "FastMethod"
     out = e.apply(1, C.Put(0, 5, 60, b"x"), 0.0)  # delayed: the reference runs it
     assert out.reply == C.Reply("INSERTED", (1,)) and out.next_deadline == 5.0
     assert e.apply(1, C.Reserve(), 5.0).reply == C.JobReply("RESERVED", 1, b"x")

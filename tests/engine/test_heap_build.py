@@ -30,7 +30,7 @@ def test_the_engine_holds_its_jobs_in_the_active_heap() -> None:
 def test_the_engine_runs_the_compiled_apply_when_built_and_not_disabled() -> None:
     expected = "c" if _BUILT and _ENGINE_BUILT and not _DISABLED else "python"
     assert expected == fastengine.IMPLEMENTATION
-    assert (type(Engine.__dict__["apply"]).__name__ == "FastApply") == (expected == "c")
+    assert (type(Engine.__dict__["apply"]).__name__ == "FastMethod") == (expected == "c")
 
 
 def test_a_module_that_does_not_match_the_classes_falls_back_with_a_warning(

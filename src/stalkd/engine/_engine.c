@@ -1,6 +1,6 @@
 /* stalkd.engine._engine: Engine.apply's common commands as one C call.
  *
- * engine.py's Engine.apply is the reference. ``FastApply(reference)`` is a method descriptor
+ * engine.py's Engine.apply is the reference. ``FastMethod("apply", reference)`` is a method descriptor
  * that stands in for it on the Engine class (fastengine.py installs it): for put, reserve,
  * reserve-with-timeout, delete, release, bury and touch, in the common case, it changes the
  * engine's objects exactly as the Python handlers do and returns the same Outcome; for
@@ -21,7 +21,7 @@
  * _cext/enginetimers.c.h (the timer heaps kept in step), _cext/enginewait.c.h (reserving: a
  * job given, a reserve that waits, a waiter served), _cext/enginecmds.c.h (put, reserve,
  * delete, release), _cext/engineheld.c.h (bury, touch), and here the step's checks and
- * Outcome, the descriptor and the module.
+ * Outcome, the descriptor (../log/_cext/descriptor.c.h, shared with the write chain) and the module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -177,103 +177,20 @@ done:
 
 /* --- the descriptor ---------------------------------------------------------------------- */
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *reference; /* engine.py's apply */
-    vectorcallfunc vectorcall;
-} FastApply;
+#define FAST_TYPE_NAME "stalkd.engine._engine.FastMethod"
+#include "../log/_cext/descriptor.c.h"
 
 static PyObject *
-FastApply_vectorcall(FastApply *fa, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+apply_args(PyObject *const *args, Py_ssize_t nargs)
 {
-    if (kwnames == NULL && PyVectorcall_NARGS(nargsf) == 4) {
-        PyObject *r = fast_apply(args[0], args[1], args[2], args[3]);
-        if (r != DECLINE)
-            return r;
-    }
-    return PyObject_Vectorcall(fa->reference, args, nargsf, kwnames);
+    return nargs == 4 ? fast_apply(args[0], args[1], args[2], args[3]) : DECLINE;
 }
 
-static PyObject *
-FastApply_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+static fastfunc
+find_fast(const char *name)
 {
-    PyObject *ref;
-    if (kwds != NULL && PyDict_GET_SIZE(kwds)) {
-        PyErr_SetString(PyExc_TypeError, "FastApply(reference)");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "O:FastApply", &ref))
-        return NULL;
-    FastApply *fa = (FastApply *)type->tp_alloc(type, 0);
-    if (fa == NULL)
-        return NULL;
-    fa->reference = Py_NewRef(ref);
-    fa->vectorcall = (vectorcallfunc)FastApply_vectorcall;
-    return (PyObject *)fa;
+    return strcmp(name, "apply") == 0 ? apply_args : NULL;
 }
-
-static int
-FastApply_traverse(FastApply *fa, visitproc visit, void *arg)
-{
-    Py_VISIT(fa->reference);
-    return 0;
-}
-
-static int
-FastApply_clear(FastApply *fa)
-{
-    Py_CLEAR(fa->reference);
-    return 0;
-}
-
-static void
-FastApply_dealloc(FastApply *fa)
-{
-    PyObject_GC_UnTrack(fa);
-    FastApply_clear(fa);
-    Py_TYPE(fa)->tp_free((PyObject *)fa);
-}
-
-static PyObject *
-FastApply_get(PyObject *fa, PyObject *obj, PyObject *type)
-{
-    if (obj == NULL || obj == Py_None)
-        return Py_NewRef(fa);
-    return PyMethod_New(fa, obj);
-}
-
-static PyObject *
-FastApply_getattro(FastApply *fa, PyObject *name)
-{
-    /* __doc__, __name__, __wrapped__ ...: the reference's, so help() reads engine.py */
-    PyObject *r = PyObject_GenericGetAttr((PyObject *)fa, name);
-    if (r != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
-        return r;
-    PyErr_Clear();
-    return PyObject_GetAttr(fa->reference, name);
-}
-
-static PyMemberDef FastApply_members[] = {
-    {"reference", T_OBJECT, offsetof(FastApply, reference), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject FastApplyType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "stalkd.engine._engine.FastApply",
-    .tp_basicsize = sizeof(FastApply),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
-                | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_vectorcall_offset = offsetof(FastApply, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_new = FastApply_new,
-    .tp_dealloc = (destructor)FastApply_dealloc,
-    .tp_traverse = (traverseproc)FastApply_traverse,
-    .tp_clear = (inquiry)FastApply_clear,
-    .tp_descr_get = FastApply_get,
-    .tp_getattro = (getattrofunc)FastApply_getattro,
-    .tp_members = FastApply_members,
-};
 
 /* --- the module -------------------------------------------------------------------------- */
 
@@ -300,16 +217,7 @@ static struct PyModuleDef enginemodule = {
 PyMODINIT_FUNC
 PyInit__engine(void)
 {
-    if (intern_all() < 0 || PyType_Ready(&FastApplyType) < 0)
+    if (intern_all() < 0)
         return NULL;
-    PyObject *m = PyModule_Create(&enginemodule);
-    if (m == NULL)
-        return NULL;
-    Py_INCREF(&FastApplyType);
-    if (PyModule_AddObject(m, "FastApply", (PyObject *)&FastApplyType) < 0) {
-        Py_DECREF(&FastApplyType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return descriptor_module(&enginemodule);
 }

@@ -20,6 +20,7 @@ static PyObject DECLINE_OBJ; /* a sentinel: only its address is used */
 #define DECLINE (&DECLINE_OBJ)
 #define FAST_TYPE_NAME "stalkd.engine._wal.FastMethod"
 #include "../log/_cext/descriptor.c.h"
+#include "../log/_cext/methodguard.c.h"
 
 #define FRAME_HEADER 24 /* log/frame.py's FRAME_HEADER_SIZE, checked by configure */
 

@@ -83,7 +83,7 @@ def accelerated(engine: type, reference: Callable[..., Outcome]) -> Callable[...
         IMPLEMENTATION = "python"
         return reference
     IMPLEMENTATION = "c"
-    return mod.FastApply(reference)  # type: ignore[no-any-return]
+    return mod.FastMethod("apply", reference)  # type: ignore[no-any-return]
 
 
 def counts() -> tuple[int, int]:

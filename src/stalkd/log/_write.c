@@ -26,6 +26,7 @@ static PyObject DECLINE_OBJ; /* a sentinel: only its address is used */
 #define DECLINE (&DECLINE_OBJ)
 #define FAST_TYPE_NAME "stalkd.log._write.FastMethod"
 #include "_cext/descriptor.c.h"
+#include "_cext/methodguard.c.h"
 
 static PyTypeObject *log_type, *writer_type, *active_type, *fs_type;
 static PyObject *real_fs;        /* fs.REAL */
