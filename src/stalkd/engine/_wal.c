@@ -30,7 +30,6 @@ static PyObject *op_put, *op_result;
 static PyObject *log_full_error;    /* stalkd.log.LogFullError */
 static char durable[256];           /* by op value: model.DURABLE_OPS */
 static Py_ssize_t short_frame;      /* space.SHORT_FRAME */
-static int enabled = 1;
 static unsigned long long n_ran, n_declined;
 
 static PyObject *S_op, *S_seq, *S_space, *S_fits, *S_dropped, *S_log, *S_write_many, *S_retry_full,
@@ -247,19 +246,6 @@ find_fast(const char *name)
 }
 
 static int
-take_type(PyObject *cfg, const char *key, PyTypeObject **slot)
-{
-    PyObject *t = PyDict_GetItemString(cfg, key);
-    if (t == NULL || !PyType_Check(t)) {
-        PyErr_Format(PyExc_TypeError, "configure: %s must be a class", key);
-        return -1;
-    }
-    Py_INCREF(t);
-    Py_XSETREF(*slot, (PyTypeObject *)t);
-    return 0;
-}
-
-static int
 take_obj(PyObject *cfg, const char *key, PyObject **slot)
 {
     PyObject *v = PyDict_GetItemString(cfg, key);
@@ -326,16 +312,6 @@ configure(PyObject *mod, PyObject *cfg)
     Py_DECREF(iter);
     if (PyErr_Occurred())
         return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-set_enabled(PyObject *mod, PyObject *flag)
-{
-    int on = PyObject_IsTrue(flag);
-    if (on < 0)
-        return NULL;
-    enabled = on;
     Py_RETURN_NONE;
 }
 

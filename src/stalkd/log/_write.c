@@ -31,7 +31,6 @@ static PyObject DECLINE_OBJ; /* a sentinel: only its address is used */
 static PyTypeObject *log_type, *writer_type, *active_type, *fs_type;
 static PyObject *real_fs;        /* fs.REAL */
 static Py_ssize_t max_payload;   /* frame.MAX_PAYLOAD */
-static int enabled = 1;
 static unsigned long long n_ran, n_declined;
 
 static PyObject *S_commit, *S_ok, *S_refusers, *S_writer, *S_fs, *S_clock, *S_lock, *S_acquire,
@@ -272,21 +271,14 @@ find_fast(const char *name)
 static PyObject *
 configure(PyObject *mod, PyObject *cfg)
 {
-    static const char *types[] = {"Log", "SegmentWriter", "ActiveSegment", "FileSystem", "GroupCommit"};
-    PyTypeObject **slots[] = {&log_type, &writer_type, &active_type, &fs_type, &commit_type};
     if (!PyDict_Check(cfg)) {
         PyErr_SetString(PyExc_TypeError, "configure(dict)");
         return NULL;
     }
-    for (int i = 0; i < 5; i++) {
-        PyObject *t = PyDict_GetItemString(cfg, types[i]);
-        if (t == NULL || !PyType_Check(t)) {
-            PyErr_Format(PyExc_TypeError, "configure: %s must be a class", types[i]);
-            return NULL;
-        }
-        Py_INCREF(t);
-        Py_XSETREF(*slots[i], (PyTypeObject *)t);
-    }
+    if (take_type(cfg, "Log", &log_type) < 0 || take_type(cfg, "SegmentWriter", &writer_type) < 0
+            || take_type(cfg, "ActiveSegment", &active_type) < 0 || take_type(cfg, "FileSystem", &fs_type) < 0
+            || take_type(cfg, "GroupCommit", &commit_type) < 0)
+        return NULL;
     PyObject *real = PyDict_GetItemString(cfg, "REAL"), *le = PyDict_GetItemString(cfg, "LogError");
     if (le == NULL || !PyExceptionClass_Check(le)) {
         PyErr_SetString(PyExc_TypeError, "configure: LogError must be an exception class");
@@ -307,16 +299,6 @@ configure(PyObject *mod, PyObject *cfg)
         return NULL;
     Py_INCREF(real);
     Py_XSETREF(real_fs, real);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
-set_enabled(PyObject *mod, PyObject *flag)
-{
-    int on = PyObject_IsTrue(flag);
-    if (on < 0)
-        return NULL;
-    enabled = on;
     Py_RETURN_NONE;
 }
 

@@ -1,6 +1,32 @@
 /* What the compiled write chain (log/_write.c, engine/_wal.c) shares besides its descriptor
- * (descriptor.c.h): the guard that sends a call to the reference once a test or a bench has
- * replaced a method the path stands in for, and the int attribute reader. */
+ * (descriptor.c.h): the switch and the guard that send a call to the reference (set_enabled,
+ * for the tests that compare both; a method a test or a bench replaced), configure's reader of
+ * a class, and the int attribute reader. */
+
+static int enabled = 1; /* set_enabled(False): every call goes to the reference */
+
+static PyObject *
+set_enabled(PyObject *mod, PyObject *flag)
+{
+    int on = PyObject_IsTrue(flag);
+    if (on < 0)
+        return NULL;
+    enabled = on;
+    Py_RETURN_NONE;
+}
+
+static int
+take_type(PyObject *cfg, const char *key, PyTypeObject **slot)
+{
+    PyObject *t = PyDict_GetItemString(cfg, key);
+    if (t == NULL || !PyType_Check(t)) {
+        PyErr_Format(PyExc_TypeError, "configure: %s must be a class", key);
+        return -1;
+    }
+    Py_INCREF(t);
+    Py_XSETREF(*slot, (PyTypeObject *)t);
+    return 0;
+}
 
 /* Whether every method the path stands in for is still the class's own (a test or a bench
  * that replaces one, e.g. to inject a fault or a sleep, gets the reference). Checked by the
