@@ -211,15 +211,21 @@ def test_faults_through_the_seam_same_outcome(tmp_path: Path, fault: str) -> Non
         fault == "eio-fdatasync" and after == recovered(tmp_path / "ack1"))
 
 
+def opened(d: Path, durability: str) -> tuple[Wal, Engine]:
+    """A WAL in ``d`` on the tests' clock, recovered, with connection 1."""
+    w = Wal.open(d, durability=durability, clock=clock())
+    engine, _ = w.recover(now=T0)
+    engine.connect(1, T0)
+    return w, engine
+
+
 def test_a_real_write_error_same_outcome(tmp_path: Path) -> None:
     """A descriptor that fails for real (read-only, EBADF on pwrite): the compiled path's error
     goes to the reference's _write_failed, as the reference's own does: the same refusal."""
     outcomes = []
     for name, compiled in (("c", True), ("py", False)):
         with chain(compiled):
-            w = Wal.open(tmp_path / name, durability="never", clock=clock())
-            engine, _ = w.recover(now=T0)
-            engine.connect(1, T0)
+            w, engine = opened(tmp_path / name, "never")
             w.write(engine.apply(1, C.Put(0, 0, 60, b"first"), T0).records)
             fd = w.log._writer.active.fd
             ro = os.open(os.path.join(w.log.path, os.listdir(w.log.path)[0]), os.O_RDONLY)
@@ -241,9 +247,7 @@ def test_a_real_fdatasync_error_same_outcome(tmp_path: Path) -> None:
     outcomes = []
     for name, compiled in (("c", True), ("py", False)):
         with chain(compiled):
-            w = Wal.open(tmp_path / name, durability="always", clock=clock())
-            engine, _ = w.recover(now=T0)
-            engine.connect(1, T0)
+            w, engine = opened(tmp_path / name, "always")
             w.write(engine.apply(1, C.Put(0, 0, 60, b"first"), T0).records)
             w.sync()
             w.write(engine.apply(1, C.Put(0, 0, 60, b"second"), T0).records)
@@ -287,9 +291,8 @@ def test_a_replaced_method_takes_the_reference(tmp_path: Path, monkeypatch: pyte
         seen.append("write_many")
         return real_write(self, items, admit)
 
-    with Wal.open(tmp_path, durability="always", clock=clock()) as w:
-        engine, _ = w.recover(now=T0)
-        engine.connect(1, T0)
+    w, engine = opened(tmp_path, "always")
+    with w:
         records = engine.apply(1, C.Put(0, 0, 60, b"x"), T0).records
         w.write(records)  # the first write zeroes a stretch ahead (the reference's)
         w.sync()
