@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 
 BODY = b"x" * 100
+PUT = b"put 0 0 120 %d\r\n%s\r\n" % (len(BODY), BODY)
 
 
 class _Reader:
@@ -41,6 +42,17 @@ def _expect(line: bytes, prefix: bytes) -> None:
         raise RuntimeError(f"expected {prefix.decode()}..., got {line!r}")
 
 
+def _on_tube(port: int, tube: bytes) -> socket.socket:
+    """A connection (no Nagle delay) that uses and watches ``tube`` alone, its replies read."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(b"use %s\r\nwatch %s\r\nignore default\r\n" % (tube, tube))
+    r = _Reader(s)
+    for _ in range(3):
+        r.line()
+    return s
+
+
 def _delete_reserved(socks: list[socket.socket], readers: list[_Reader]) -> None:
     """Each connection's RESERVED reply read, then its job deleted (one round in lockstep)."""
     ids = []
@@ -57,7 +69,6 @@ def _delete_reserved(socks: list[socket.socket], readers: list[_Reader]) -> None
 
 
 def preload(port: int, tubes: list[bytes], per_tube: int) -> None:
-    put = b"put 0 0 120 %d\r\n%s\r\n" % (len(BODY), BODY)
     for tube in tubes:
         with socket.create_connection(("127.0.0.1", port)) as s:
             r = _Reader(s)
@@ -65,7 +76,7 @@ def preload(port: int, tubes: list[bytes], per_tube: int) -> None:
             r.line()
             for left in range(per_tube, 0, -512):
                 n = min(left, 512)
-                s.sendall(put * n)
+                s.sendall(PUT * n)
                 for _ in range(n):
                     _expect(r.line(), b"INSERTED")
 
@@ -74,19 +85,13 @@ def drive(port: int, work: str, tubes: list[bytes], rounds: int) -> None:
     """``rounds`` lockstep rounds, one job per connection (one per tube) each."""
     if work == "wake":
         return _drive_wake(port, tubes, rounds)
-    socks = [socket.create_connection(("127.0.0.1", port)) for _ in tubes]
+    socks = [_on_tube(port, tube) for tube in tubes]
     try:
         readers = [_Reader(s) for s in socks]
-        for s, r, tube in zip(socks, readers, tubes, strict=True):
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            s.sendall(b"use %s\r\nwatch %s\r\nignore default\r\n" % (tube, tube))
-            for _ in range(3):
-                r.line()
-        put = b"put 0 0 120 %d\r\n%s\r\n" % (len(BODY), BODY)
         for _ in range(rounds):
             if work == "put":
                 for s in socks:
-                    s.sendall(put)
+                    s.sendall(PUT)
                 for r in readers:
                     _expect(r.line(), b"INSERTED")
                 continue
@@ -101,21 +106,15 @@ def drive(port: int, work: str, tubes: list[bytes], rounds: int) -> None:
 def _drive_wake(port: int, tubes: list[bytes], rounds: int) -> None:
     """Per round and tube: the worker's ``reserve`` goes first and waits, then the producer's
     put, whose job the worker gets; then the worker's delete."""
-    workers = [socket.create_connection(("127.0.0.1", port)) for _ in tubes]
-    producers = [socket.create_connection(("127.0.0.1", port)) for _ in tubes]
+    workers = [_on_tube(port, tube) for tube in tubes]
+    producers = [_on_tube(port, tube) for tube in tubes]
     try:
         wr, pr = [_Reader(s) for s in workers], [_Reader(s) for s in producers]
-        for s, r, tube in zip(workers + producers, wr + pr, tubes + tubes, strict=True):
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            s.sendall(b"use %s\r\nwatch %s\r\nignore default\r\n" % (tube, tube))
-            for _ in range(3):
-                r.line()
-        put = b"put 0 0 120 %d\r\n%s\r\n" % (len(BODY), BODY)
         for _ in range(rounds):
             for s in workers:
                 s.sendall(b"reserve\r\n")
             for s in producers:
-                s.sendall(put)
+                s.sendall(PUT)
             for r in pr:
                 _expect(r.line(), b"INSERTED")
             _delete_reserved(workers, wr)
