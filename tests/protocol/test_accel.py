@@ -80,6 +80,6 @@ def test_a_module_from_older_sources_falls_back_with_a_warning(monkeypatch: pyte
 
     stale.configure = configure  # type: ignore[attr-defined]
     monkeypatch.delenv("STALKD_NO_EXTENSIONS", raising=False)
-    monkeypatch.setattr(accel.importlib, "import_module", lambda name: stale)
+    monkeypatch.setattr(accel, "compiled_module", lambda name: stale)
     with pytest.warns(RuntimeWarning, match="make ext"):
         assert accel._load() is None

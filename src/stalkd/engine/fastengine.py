@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal
@@ -29,8 +28,8 @@ from stalkd.engine import fastheap
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import ConnState, Job, Tube
 from stalkd.engine.state import Outcome
+from stalkd.extensions import compiled_module
 from stalkd.protocol import commands as C
-from stalkd.protocol.accel import extensions_disabled
 from stalkd.protocol.grammar import COUNTERS, SPECS_BY_NAME
 
 __all__ = ["IMPLEMENTATION", "accelerated"]
@@ -42,12 +41,7 @@ _COUNTED = ("put", "reserve", "reserve-with-timeout", "delete", "release", "bury
 
 
 def _module() -> Any:
-    if extensions_disabled() or fastheap.IMPLEMENTATION != "c":
-        return None
-    try:
-        return importlib.import_module("stalkd.engine._engine")
-    except ImportError:
-        return None
+    return compiled_module("stalkd.engine._engine") if fastheap.IMPLEMENTATION == "c" else None
 
 
 def accelerated(engine: type, reference: Callable[..., Outcome]) -> Callable[..., Outcome]:

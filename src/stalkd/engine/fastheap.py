@@ -17,12 +17,11 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Literal
 
 from stalkd.engine import heap
 from stalkd.engine.heap import pack
-from stalkd.protocol.accel import extensions_disabled
+from stalkd.extensions import compiled_module
 
 __all__ = ["IMPLEMENTATION", "IndexedHeap", "PyIndexedHeap", "pack"]
 
@@ -30,12 +29,8 @@ PyIndexedHeap = heap.IndexedHeap
 
 
 def _compiled() -> type | None:
-    if extensions_disabled():
-        return None
-    try:
-        return importlib.import_module("stalkd.engine._heap").IndexedHeap  # type: ignore[no-any-return]
-    except ImportError:
-        return None
+    mod = compiled_module("stalkd.engine._heap")
+    return None if mod is None else mod.IndexedHeap
 
 
 if TYPE_CHECKING:

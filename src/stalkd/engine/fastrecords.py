@@ -15,22 +15,18 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Literal
 
 from stalkd.engine import model
-from stalkd.protocol.accel import extensions_disabled
+from stalkd.extensions import compiled_module
 
 __all__ = ["IMPLEMENTATION", "encode"]
 
 
 def _compiled() -> Callable[[model.Record], bytes] | None:
-    if extensions_disabled():
-        return None
-    try:
-        mod = importlib.import_module("stalkd.engine._records")
-    except ImportError:
+    mod = compiled_module("stalkd.engine._records")
+    if mod is None:
         return None
     mod.set_reference(model.encode, model.Op)
     return mod.encode  # type: ignore[no-any-return]

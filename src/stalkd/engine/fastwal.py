@@ -20,14 +20,13 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any, Literal
 
 from stalkd.engine.fastrecords import encode
 from stalkd.engine.model import DURABLE_OPS, PUT_FIXED, RESULT_FIXED, Op
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget
-from stalkd.extensions import extensions_disabled
+from stalkd.extensions import compiled_module
 from stalkd.log import Log, LogFullError
 from stalkd.log.frame import FRAME_HEADER_SIZE
 
@@ -39,12 +38,7 @@ IMPLEMENTATION: Literal["c", "python"] = "python"
 
 
 def _module() -> Any:
-    if extensions_disabled():
-        return None
-    try:
-        return importlib.import_module("stalkd.engine._wal")
-    except ImportError:
-        return None
+    return compiled_module("stalkd.engine._wal")
 
 
 def accelerated(wal: type, methods: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:

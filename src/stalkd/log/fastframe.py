@@ -14,11 +14,10 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from stalkd.extensions import extensions_disabled
+from stalkd.extensions import compiled_module
 
 from . import frame
 
@@ -29,11 +28,8 @@ Putter = Callable[[Any, int, int, bytes | bytearray | memoryview, int, int, int]
 
 
 def _compiled() -> tuple[Encoder, Putter] | None:
-    if extensions_disabled():
-        return None
-    try:
-        mod = importlib.import_module("stalkd.log._frames")
-    except ImportError:
+    mod = compiled_module("stalkd.log._frames")
+    if mod is None:
         return None
     mod.set_reference(frame.encode_data_frames, frame.put_data_frame)
     return mod.encode_data_frames, mod.put_data_frame

@@ -20,11 +20,10 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any, Literal
 
-from stalkd.extensions import extensions_disabled
+from stalkd.extensions import compiled_module
 
 from .active import ActiveSegment
 from .commit import GroupCommit
@@ -43,12 +42,7 @@ IMPLEMENTATION: Literal["c", "python"] = "python"
 
 
 def _module() -> Any:
-    if extensions_disabled():
-        return None
-    try:
-        return importlib.import_module("stalkd.log._write")
-    except ImportError:
-        return None
+    return compiled_module("stalkd.log._write")
 
 
 def accelerated(log: type, write_many: WriteMany, sync: Sync) -> tuple[WriteMany, Sync]:

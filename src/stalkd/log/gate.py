@@ -19,11 +19,10 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import threading
 from typing import Literal, Protocol
 
-from stalkd.extensions import extensions_disabled
+from stalkd.extensions import compiled_module
 
 __all__ = ["IMPLEMENTATION", "Gate", "PyGate", "new_gate"]
 
@@ -73,13 +72,8 @@ class PyGate:
 
 
 def _compiled() -> type[Gate] | None:
-    if extensions_disabled():
-        return None
-    try:
-        mod = importlib.import_module("stalkd.log._gate")
-    except ImportError:
-        return None
-    return mod.Gate  # type: ignore[no-any-return]
+    mod = compiled_module("stalkd.log._gate")
+    return None if mod is None else mod.Gate
 
 
 new_gate: type[Gate] = _compiled() or PyGate

@@ -21,13 +21,12 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
 
-from stalkd.extensions import extensions_disabled
+from stalkd.extensions import compiled_module, extensions_disabled
 from stalkd.protocol import commands, lines, parser, replies
 from stalkd.protocol.constructors import plain_fields
 from stalkd.protocol.grammar import COMMANDS, MAX_JOB_SIZE_LIMIT, NAME_CHARS, CommandSpec
@@ -62,11 +61,8 @@ def _row(spec: CommandSpec) -> tuple[bytes, bytes, int, object, object, object, 
 
 
 def _load() -> ModuleType | None:
-    if extensions_disabled():
-        return None
-    try:
-        _speedups = importlib.import_module("stalkd.protocol._speedups")
-    except ImportError:
+    _speedups = compiled_module("stalkd.protocol._speedups")
+    if _speedups is None:
         return None
     put_slots = plain_fields(commands.Put)
     try:

@@ -24,10 +24,10 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from typing import Literal
 
 from stalkd.engine.model import DURABLE_OPS
+from stalkd.extensions import compiled_module
 from stalkd.protocol import accel
 from stalkd.protocol.commands import Close, JobReply
 from stalkd.replication.wire import REPLICATE
@@ -42,9 +42,8 @@ __all__ = ["IMPLEMENTATION", "CONNECTION", "BUFFERED", "BARRIERS", "ADMISSION", 
 def _compiled() -> tuple[type[Connection], type[BufferedConnection], type[Barriers], type[Admission]] | None:
     if accel.speedups is None:  # STALKD_NO_EXTENSIONS=1, or the reference parser runs
         return None
-    try:
-        mod = importlib.import_module("stalkd.server._conn")
-    except ImportError:
+    mod = compiled_module("stalkd.server._conn")
+    if mod is None:
         return None
     mod.configure(send=Connection.send, close=Close, job_reply=JobReply, denied=_DENIED,
                   replicate=REPLICATE, durable_ops=DURABLE_OPS, inline_after=INLINE_AFTER,
