@@ -11,8 +11,10 @@ so a broken install step can never pass as green.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import doctest
+import functools
 import os
 import shutil
 import signal
@@ -125,18 +127,17 @@ def spawn_server(cmd: list[str], host: str = "127.0.0.1", *, what: str = "server
     return ServerProcess(host, port, proc)
 
 
-_SESSION_DIR: list[str] = []
+@functools.cache
+def _session_dir() -> str:
+    d = tempfile.mkdtemp(prefix="stalkd-tests-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def session_file(prefix: str, suffix: str = "") -> tuple[int, str]:
     """``tempfile.mkstemp`` in a directory of this test process's own, removed when it exits:
     a server's log that a failing test shows, without a file left in /tmp by every server."""
-    if not _SESSION_DIR:
-        import atexit
-
-        _SESSION_DIR.append(tempfile.mkdtemp(prefix="stalkd-tests-"))
-        atexit.register(shutil.rmtree, _SESSION_DIR[0], True)
-    return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=_SESSION_DIR[0])
+    return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=_session_dir())
 
 
 def popen_logged(cmd: list[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
