@@ -4,7 +4,9 @@
 # PostgreSQL (outbox tests), Redis (the RQ peer in the worker benchmark), Chromium (report check,
 # dashboard tests through Playwright), tmux (`stalkd top` tests), openssl (the TLS tests make
 # their certificates with it), stunnel4 (beanstalkd behind TLS, the peer in bench/tls_bench.py),
-# valgrind and strace (bench/floor_bench.py --counts: instructions and system calls per job).
+# valgrind and strace (bench/floor_bench.py --counts: instructions and system calls per job),
+# etcd (automatic failover's lease store), fuse3 and its headers (the power-loss file system of the
+# fault campaign), iproute2 and nftables (network namespaces and partitions), faketime (clock jumps).
 # Needs root for apt-get; without it, prints what is missing and lets the tests skip locally.
 set -euo pipefail
 
@@ -19,6 +21,14 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
+[[ -e /usr/include/fuse3/fuse.h ]] || missing+=(libfuse3-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
+command -v faketime >/dev/null 2>&1 || missing+=(faketime)
 
 if ((${#missing[@]} == 0)); then
     exit 0
@@ -32,7 +42,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts services it installs; the tests start their own instances on ephemeral ports.
-for svc in beanstalkd redis-server postgresql stunnel4; do
+for svc in beanstalkd redis-server postgresql stunnel4 etcd; do
     (command -v systemctl >/dev/null && systemctl stop "$svc") >/dev/null 2>&1 || true
     (command -v service >/dev/null && service "$svc" stop) >/dev/null 2>&1 || true
 done
