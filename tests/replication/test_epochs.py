@@ -69,7 +69,7 @@ def test_saw_an_older_epoch_changes_nothing() -> None:
 def test_a_damaged_state_file_is_refused_by_name(tmp_path: Path) -> None:
     (tmp_path / epochs.STATE_FILE).write_text("{not json")
     with pytest.raises(ValueError, match=epochs.STATE_FILE):
-        epochs.load_fenced(str(tmp_path))
+        epochs.load_state(str(tmp_path))
 
 
 def test_gate_needs_n_standbys_and_forgets_those_that_leave() -> None:
@@ -85,3 +85,17 @@ def test_gate_needs_n_standbys_and_forgets_those_that_leave() -> None:
     assert g.replicated == 2
     g.ack("a", 40)  # lower than before: ignored
     assert g.quorum() == 30
+
+
+def test_a_claim_of_a_newer_epoch_fences_only_when_its_history_continues_ours() -> None:
+    mine = EpochState(1, ((1, 100),))
+    ok = ((1, 100), (2, 250))
+    assert epochs.verify_claim(mine, 300, 2, ok) is None
+    assert epochs.verify_claim(mine, 300, 2, ()) is not None  # a bare number
+    assert epochs.verify_claim(mine, 300, 2, ((1, 90), (2, 250))) is not None  # not our epoch 1
+    assert epochs.verify_claim(mine, 240, 2, ok) is not None  # forked past our end
+    assert epochs.verify_claim(mine, 300, 2, ((1, 100), (2, 50))) is not None  # out of order
+    assert epochs.verify_claim(mine, 300, 1, ((1, 100),)) is not None  # not newer
+    r = Role(None)
+    r.attach(Engine())
+    assert r.claim(7, (), 0) is not None and not r.refuses() and r.name == "primary"

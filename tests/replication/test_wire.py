@@ -46,12 +46,41 @@ def test_acks_give_the_latest(values: list[int], step: int) -> None:
 def test_a_bad_message_is_refused_before_it_is_buffered() -> None:
     with pytest.raises(wire.WireError):
         wire.RecordDecoder().feed(b"X" + b"\0" * 12)
-    huge = wire._MSG.pack(ord("R"), wire.MAX_MESSAGE + 1)
+    huge = wire._MSG.pack(ord("R"), wire.MAX_MESSAGE + 1, 0)
     with pytest.raises(wire.WireError):
         wire.RecordDecoder().feed(huge)
 
 
-@pytest.mark.parametrize("line", [b"replicate\r\n", b"replicate 1\r\n", b"replicate -1 0\r\n", b"replicate 1 x\r\n"])
+@given(payloads, st.data())
+def test_a_flipped_bit_anywhere_in_a_message_is_refused(batch: list[bytes], data: st.DataObject) -> None:
+    msg = bytearray(b"".join(bytes(p) for p in wire.encode_records(9, batch)))
+    bit = data.draw(st.integers(0, len(msg) * 8 - 1))
+    msg[bit // 8] ^= 1 << (bit % 8)
+    dec = wire.RecordDecoder()
+    try:
+        got = dec.feed(bytes(msg))
+    except wire.WireError:
+        return
+    assert got == [], "a damaged message was handed on"  # (a length made longer: still waiting)
+
+
+def test_heartbeats_carry_the_primary_end_between_records() -> None:
+    dec = wire.RecordDecoder()
+    got = dec.feed(wire.encode_heartbeat(5) + b"".join(wire.encode_records(5, [b"a"])) + wire.encode_heartbeat(6))
+    assert (got, dec.primary_end) == ([(5, [b"a"])], 6)
+
+
+def test_a_proof_is_bound_to_its_nonce_and_request() -> None:
+    secret, req = "k" * 20, wire.encode_request(0, 0)
+    n1, n2 = wire.new_nonce(), wire.new_nonce()
+    good = wire.encode_auth(secret, n1, req)
+    assert wire.check_auth(secret, n1, req, good)
+    assert not wire.check_auth(secret, n2, req, good)  # a recorded answer, another connection
+    assert not wire.check_auth(secret, n1, wire.encode_request(5, 0), good)
+
+
+@pytest.mark.parametrize("line", [b"replicate\r\n", b"replicate 1\r\n", b"replicate -1 0\r\n", b"replicate 1 x\r\n",
+                                  b"replicate 1 2 x:y\r\n", b"replicate 99999999999999999999 0\r\n"])
 def test_bad_requests(line: bytes) -> None:
     with pytest.raises(wire.WireError):
         wire.parse_request(line)

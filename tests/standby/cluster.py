@@ -10,7 +10,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,23 @@ from support import ServerProcess, listening_ports
 WAL_SIZE = "65536"  # small segments: compaction and retention happen within a test's writes
 
 
+def secret_file(d: Path) -> str:
+    """The replication secret the servers of one test share (beside their data directories)."""
+    path = d.parent / "replication.secret"
+    if not path.exists():
+        path.write_text(os.urandom(24).hex() + "\n")
+        path.chmod(0o600)
+    return str(path)
+
+
 def primary(d: Path, *flags: str) -> StalkdProcess:
-    return start_stalkd("--dir", str(d), "-s", WAL_SIZE, *flags)
+    return start_stalkd("--dir", str(d), "-s", WAL_SIZE, "--replication-secret", secret_file(d), *flags)
 
 
 def standby(d: Path, of: ServerProcess, *flags: str, via: str | None = None) -> StalkdProcess:
     """A standby of ``of`` (through the address ``via`` when given: say, its TLS listener)."""
-    return start_stalkd("--dir", str(d), "-s", WAL_SIZE, "--standby-of", via or of.address, *flags)
+    return start_stalkd("--dir", str(d), "-s", WAL_SIZE, "--replication-secret", secret_file(d),
+                        "--standby-of", via or of.address, *flags)
 
 
 def admin_port(p: StalkdProcess, timeout: float = 60.0) -> int:
@@ -84,12 +94,12 @@ def promote_by_signal(s: StalkdProcess) -> None:
     until(promoted, "the standby's promotion", logs=(s,))
 
 
-def snapshot(p: ServerProcess, max_id: int) -> dict[int, tuple[str, str, int, bytes]]:
-    """Every job with an id up to ``max_id``: (tube, state, priority, body), read by peek and
-    stats-job; a reserved job counts as ready (a standby and a restart both see it so)."""
+def snapshot(p: ServerProcess, ids: int | Iterable[int]) -> dict[int, tuple[str, str, int, bytes]]:
+    """Every job among ``ids`` (an int: 1 to it): (tube, state, priority, body), read by peek
+    and stats-job; a reserved job counts as ready (a standby and a restart both see it so)."""
     out = {}
     with stalkd.Client(p.address) as c:
-        for jid in range(1, max_id + 1):
+        for jid in range(1, ids + 1) if isinstance(ids, int) else ids:
             try:
                 job = c.peek(jid)
                 st = c.stats_job(jid)

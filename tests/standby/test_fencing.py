@@ -76,9 +76,10 @@ def test_former_primary_cuts_its_unreplicated_tail_and_follows(tmp_path: Path) -
             until(lambda: caught_up(s, old), "the former primary to follow the new one", logs=(s, old))
             st = stats(old)
             assert (st["role"], st["epoch"]) == ("standby", 1)
-            top = max(after, kept) + 1
-            jobs = snapshot(old, top)
-            assert jobs == snapshot(s, top)
+            assert after > kept  # the new epoch's ids (its band) follow the old ones
+            ids = [*range(1, kept + 2), after]
+            jobs = snapshot(old, ids)
+            assert jobs == snapshot(s, ids)
             bodies = sorted(j[3] for j in jobs.values())
             assert bodies == [b"acknowledged", b"after failover"]
             notes = list((tmp_path / "p" / "quarantine").glob("*/NOTE"))

@@ -9,12 +9,11 @@ when the server stops. The endpoint runs on the server's event loop: no thread, 
 from __future__ import annotations
 
 import logging
-import os
 import ssl
-import stat
 from typing import TYPE_CHECKING
 
 from stalkd.admin.metrics import Instruments, TimedStorage
+from stalkd.secretfile import read_secret
 from stalkd.server.config import is_loopback
 
 if TYPE_CHECKING:
@@ -29,17 +28,9 @@ log = logging.getLogger("stalkd.admin")
 
 
 def read_token(path: str) -> str:
-    """The bearer token in ``path`` (surrounding whitespace ignored). A token readable by other
-    users is refused: anyone who can read it can empty the server."""
-    st = os.stat(path)
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ValueError(f"{path}: the token file must not be readable by group or others "
-                         f"(chmod 600 {path})")
-    with open(path, encoding="utf-8") as f:
-        token = f.read().strip()
-    if len(token) < 16:
-        raise ValueError(f"{path}: the token must be at least 16 characters")
-    return token
+    """The bearer token in ``path`` (``stalkd.secretfile``: a file others may read is refused:
+    anyone who can read it can empty the server)."""
+    return read_secret(path, "token")
 
 
 class AdminEndpoint:

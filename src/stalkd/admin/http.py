@@ -93,11 +93,13 @@ def _error(status: int, message: str) -> web.Response:
 def replication_state(server: Server) -> dict[str, Any]:
     """What ``GET /api/v1/replication`` answers (and an orchestrator's health check reads)."""
     lags = server.replicas.lags() if server.replicas is not None else []
+    st = server.replication.stats()
     return {
         "role": server.role.name, "epoch": server.role.state.epoch,
-        "may_lead": server.role.state.may_lead,
-        "standbys": [{"peer": p, "lag": lag} for p, lag in lags],
-        "primary_lag": server.standby_lag() if server.standby_lag is not None else None,
+        "may_lead": server.role.state.may_lead, "fenced_by_epoch": st.get("fenced-by-epoch"),
+        "standbys": [{"peer": p, "lag": lag, "lag_seconds": sec} for p, lag, sec in lags],
+        "primary_lag": st.get("primary-lag"), "primary_lag_seconds": st.get("primary-lag-seconds"),
+        "in_sync": st.get("in-sync"), "problems": server.replication.problems(),
     }  # fmt: skip
 
 
@@ -129,6 +131,7 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
             why.append("stopping")
         if storage is not None and time.monotonic() - storage.last_refusal < DISK_FULL_WINDOW:
             why.append("disk full: the WAL refused a command for lack of space")
+        why.extend(server.replication.problems())  # fenced, waiting for standbys, not in sync
         return why
 
     async def healthz(request: web.Request) -> web.Response:

@@ -207,7 +207,10 @@ class Reading:
         self.standby = server.role.standby
         self.epoch = server.role.state.epoch
         self.standby_lags = server.replicas.lags() if server.replicas is not None else []
-        self.primary_lag = server.standby_lag() if server.standby_lag is not None else None
+        self.replication = server.replication.stats()
+        self.primary_lag = self.replication.get("primary-lag")
+        self.refused_replication = server.replicas.refused if server.replicas is not None else 0
+        self.sync_waiting = server.replicas is not None and server.replicas.waiting() is not None
 
 
 def families(r: Reading) -> Iterator[Metric]:
@@ -259,12 +262,27 @@ def families(r: Reading) -> Iterator[Metric]:
     yield GaugeMetricFamily("stalkd_epoch", "Replication epoch (promotions so far)", value=r.epoch)
     lag = GaugeMetricFamily("stalkd_standby_lag_records",
                             "Records a connected standby has not acknowledged", labels=["standby"])
-    for peer, n in r.standby_lags:
+    lag_s = GaugeMetricFamily("stalkd_standby_lag_seconds",
+                              "Seconds since a connected standby last held the whole log", labels=["standby"])
+    for peer, n, sec in r.standby_lags:
         lag.add_metric([peer], n)
+        lag_s.add_metric([peer], sec)
     yield lag
+    yield lag_s
+    yield CounterMetricFamily("stalkd_replication_refused", "Replication attempts refused (not authenticated)",
+                              value=r.refused_replication)
+    yield GaugeMetricFamily("stalkd_sync_waiting", "1 while replies wait for --sync-standbys standbys",
+                            value=int(r.sync_waiting))
+    yield GaugeMetricFamily("stalkd_fenced", "1 on a former primary that learnt of a newer epoch",
+                            value=int("fenced-by-epoch" in r.replication))
     if r.primary_lag is not None:
         yield GaugeMetricFamily("stalkd_primary_lag_records",
                                 "Records the primary has that this standby has not", value=r.primary_lag)
+        yield GaugeMetricFamily("stalkd_primary_lag_seconds",
+                                "Seconds since this standby last held the primary's whole log",
+                                value=r.replication.get("primary-lag-seconds", 0.0))
+        yield GaugeMetricFamily("stalkd_standby_in_sync", "1 while this standby holds what its primary sends",
+                                value=int(bool(r.replication.get("in-sync"))))
 
 
 class _Frozen:

@@ -28,7 +28,7 @@ from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import Job
 
-__all__ = ["ReplayError", "durable_record", "durable_records", "finish", "note_epoch", "replay"]
+__all__ = ["ReplayError", "durable_record", "durable_records", "finish", "ID_BAND", "note_epoch", "replay"]
 
 
 class ReplayError(ValueError):
@@ -89,15 +89,26 @@ def replay(e: Engine, r: Record) -> None:
         e._to_ready(j)
 
 
+ID_BAND = 1 << 43
+"""Job ids per epoch: from the start of epoch ``e`` ids are at least ``e * ID_BAND``, so a
+promoted standby never hands out an id its former primary could have handed out (the old
+primary's are below the band, whatever the standby had received). 1,024 epochs fit below 2**53,
+the largest integer a JavaScript client reads exactly; 8.8e12 ids fit in each."""
+
+
 def note_epoch(e: Engine, epoch: int, start_offset: int) -> None:
     """``epoch`` began at ``start_offset`` (a record seen twice, or also in a snapshot's
-    header, counts once).
+    header, counts once); ids from now on are in its band (``ID_BAND``).
 
     >>> e = Engine(); note_epoch(e, 2, 90); note_epoch(e, 1, 40); note_epoch(e, 2, 90); e.epochs
     ((1, 40), (2, 90))
+    >>> e.next_id == 2 * ID_BAND
+    True
     """
     if all(ep != epoch for ep, _ in e.epochs):
         e.epochs = tuple(sorted((*e.epochs, (epoch, start_offset))))
+    if e.next_id < epoch * ID_BAND:
+        e.next_id = epoch * ID_BAND
 
 
 def finish(e: Engine) -> None:

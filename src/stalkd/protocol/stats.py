@@ -52,10 +52,12 @@ STATS_KEYS: tuple[str, ...] = (
     "role", "epoch",
 )  # fmt: skip
 OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {
-    "stats": ("standbys", "standby-lag", "primary-lag"),
+    "stats": ("fenced-by-epoch", "standbys", "standby-lag", "standby-lag-seconds", "primary-lag",
+              "primary-lag-seconds", "in-sync"),
 }
-"""Keys written after the others when present: a primary's standbys (count, largest lag in
-records) while any follow it or ``--sync-standbys`` is set; a standby's lag behind its primary."""
+"""Keys written after the others when present: the epoch that fenced a former primary; a
+primary's standbys (count, largest lag in records and in seconds) while any follow it or
+``--sync-standbys`` is set; a standby's lag behind its primary and whether it is in sync."""
 
 KEYS: dict[str, tuple[str, ...]] = {
     "stats": STATS_KEYS,

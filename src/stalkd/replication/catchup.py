@@ -13,6 +13,10 @@ directory): ask the primary to stream from where the local log ends, then
   last acknowledgement): the directory is quarantined the same way, with a note naming the
   jobs of those records, and the server starts again from the primary's copy.
 
+Every records message is checked (``wire``: length, CRC; ``frames``: offsets, record format,
+epochs) before it is written: a bad stream is a ``CatchUpError`` and the local log keeps only
+what came before it (the server then serves that copy and retries in the background).
+
 Ensures: afterwards the directory holds a prefix of the primary's log (and a snapshot it
 needs), durable, its epochs the primary's (EPOCH records, or the copied snapshot's header); or ``CatchUpError`` says why not
 (the primary unreachable, not a primary, or refusing this identity), having changed nothing
@@ -30,14 +34,17 @@ import time
 from stalkd.client._address import Address
 from stalkd.client._tls import wrap_socket
 from stalkd.engine.datadir import job_id_ranges
+from stalkd.engine.model import Op
 from stalkd.engine.snapshot import list_snapshots, read_header, snapshot_name
 from stalkd.log import Log, LogReader
 from stalkd.log.active import create_segment
+from stalkd.log.errors import LogError
 from stalkd.log.fs import REAL
 from stalkd.replication import wire
 from stalkd.replication.epochs import of_history, scan
+from stalkd.replication.frames import check_records
 
-__all__ = ["CatchUpError", "catch_up", "connect", "quarantine", "read_line", "QUARANTINE_DIR"]
+__all__ = ["CatchUpError", "catch_up", "connect", "quarantine", "read_line", "ask", "QUARANTINE_DIR"]
 
 log = logging.getLogger("stalkd.replication")
 
@@ -81,6 +88,18 @@ def read_line(sock: socket.socket, buf: bytearray) -> bytes:
         buf += chunk
 
 
+def ask(sock: socket.socket, buf: bytearray, request: bytes, secret: str | None) -> wire.Reply:
+    """Send ``request`` and read the primary's answer, proving ``secret`` when challenged."""
+    sock.sendall(request)
+    r = wire.parse_reply(read_line(sock, buf))
+    if r.word == "CHALLENGE":
+        if secret is None:
+            raise CatchUpError("the primary asks for the replication secret: give --replication-secret FILE")
+        sock.sendall(wire.encode_auth(secret, r.args[0].encode(), request))
+        r = wire.parse_reply(read_line(sock, buf))
+    return r
+
+
 def quarantine(directory: str, why: str, since: int | None) -> str:
     """Move ``wal/`` and ``snapshots/`` aside into ``quarantine/<time>/`` with a note."""
     dest = os.path.join(directory, QUARANTINE_DIR, time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
@@ -110,15 +129,14 @@ def quarantine(directory: str, why: str, since: int | None) -> str:
     return dest
 
 
-def _fetch_snapshot(address: Address, directory: str, segment_size: int, timeout: float) -> int:
+def _fetch_snapshot(address: Address, directory: str, segment_size: int, timeout: float, secret: str | None) -> int:
     """Copy the primary's newest snapshot; start an empty log at its start offset. Returns it
     (0 when the primary has none: its log still starts at 0)."""
     snap_dir = os.path.join(directory, "snapshots")
     REAL.makedirs(snap_dir)
     with connect(address, timeout) as sock:
-        sock.sendall(wire.REPLICATE_SNAPSHOT)
         buf = bytearray()
-        r = wire.parse_reply(read_line(sock, buf))
+        r = ask(sock, buf, wire.REPLICATE_SNAPSHOT, secret)
         if r.word == "SNAPSHOT_NEEDED":
             return 0
         if r.word != "SNAPSHOT":
@@ -154,15 +172,17 @@ def _fetch_snapshot(address: Address, directory: str, segment_size: int, timeout
     return start
 
 
-def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int) -> int:
-    """Append the streamed records to ``lg`` until it reaches ``target``; fsync. Returns count."""
+def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int, epoch: int) -> int:
+    """Append the streamed records to ``lg`` until it reaches ``target``, each message checked
+    before it is written; fsync. Returns count."""
     dec = wire.RecordDecoder()
     n = 0
     data = bytes(buf)
     while lg.next_offset < target:
         for first, payloads in dec.feed(data):
-            if first != lg.next_offset:
-                raise CatchUpError(f"the primary sent offset {first}, expected {lg.next_offset}")
+            for r in check_records(first, payloads, lg.next_offset, epoch):
+                if r.op is Op.EPOCH:
+                    epoch = r.epoch
             lg.write_many(payloads)
             n += len(payloads)
         if lg.next_offset >= target:
@@ -174,8 +194,18 @@ def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int) -> int
     return n
 
 
-def catch_up(address: Address, directory: str, *, segment_size: int, timeout: float = 5.0) -> str:
+def catch_up(address: Address, directory: str, *, segment_size: int, timeout: float = 5.0,
+             secret: str | None = None) -> str:
     """Bring ``directory`` up to the primary at ``address`` (see the module doc); a summary."""
+    try:
+        return _catch_up(address, directory, segment_size, timeout, secret)
+    except wire.WireError as e:  # nothing of the bad message was written
+        raise CatchUpError(f"{address} sent a bad stream: {e}") from None
+    except (OSError, LogError) as e:  # the network, or this disk (full, failing)
+        raise CatchUpError(f"catching up with {address}: {type(e).__name__}: {e}") from None
+
+
+def _catch_up(address: Address, directory: str, segment_size: int, timeout: float, secret: str | None) -> str:
     wal_dir = os.path.join(directory, "wal")
     for _ in range(_MAX_ROUNDS):
         lg = Log.open(wal_dir, segment_size=segment_size, durability="always")
@@ -186,19 +216,20 @@ def catch_up(address: Address, directory: str, *, segment_size: int, timeout: fl
             except (OSError, ValueError) as e:
                 raise CatchUpError(f"cannot reach the primary {address}: {e}") from None
             with sock:
-                # the epoch of the local log as it is now (a quarantine changed it)
-                sock.sendall(wire.encode_request(nxt, of_history(scan(directory)).epoch))
+                # the epochs of the local log as it is now (a quarantine changed them)
+                mine = of_history(scan(directory))
                 buf = bytearray()
-                r = wire.parse_reply(read_line(sock, buf))
+                r = ask(sock, buf, wire.encode_request(nxt, mine.epoch, mine.history), secret)
                 if r.word == "STREAMING":
                     epoch, target = int(r.args[0]), int(r.args[1])
                     sock.settimeout(max(timeout, 60.0))
-                    n = _stream_to(sock, buf, lg, target)
+                    n = _stream_to(sock, buf, lg, target, mine.epoch)
                     return f"caught up with {address} (epoch {epoch}): {n} records copied, log ends at {lg.next_offset}"
                 if r.word in ("NOT_PRIMARY", "PERMISSION_DENIED"):
                     raise CatchUpError(f"{address} answered {r.word}: "
                                        + ("it is not a primary" if r.word == "NOT_PRIMARY"
-                                          else "its ACL needs `replicate = true` for this standby's identity"))
+                                          else "it refuses this standby: the same --replication-secret on "
+                                          "both, or an ACL identity with `replicate = true`"))
         finally:
             lg.close()
         if r.word == "DIVERGED":
@@ -210,5 +241,5 @@ def catch_up(address: Address, directory: str, *, segment_size: int, timeout: fl
                         f"server's log (offset {nxt})", None)  # fmt: skip
         else:
             shutil.rmtree(wal_dir)  # an empty log (no record, no snapshot): nothing to keep
-        _fetch_snapshot(address, directory, segment_size, timeout)
+        _fetch_snapshot(address, directory, segment_size, timeout, secret)
     raise CatchUpError(f"{address}: could not catch up after {_MAX_ROUNDS} attempts (is it compacting very fast?)")

@@ -6,7 +6,10 @@ their header, so the history is the log's own: ``history`` lists ``(epoch, first
 each epoch the log went through, oldest first (a log never promoted has epoch 0 and no
 history). A standby receives the records through the ordinary stream. What the log cannot say
 is that a *peer* follows a newer epoch (``fenced``): that observation is this server's alone
-and is kept in ``DIR/replication.json``, replaced whole (write, fsync, rename).
+and is kept in ``DIR/replication.json``, replaced whole (write, fsync, rename), with two more
+facts of this directory's (``Saved``): that a standby once streamed from it (``had_standbys``:
+a restart then checks for a newer epoch before acknowledging) and the epoch it was promoted to
+(``promoted``: it stays primary across restarts whatever its command line says).
 
 Ensures (the rules, pure functions of the state):
 - ``diverged_at``: a standby that followed ``epoch`` and holds the log up to ``offset`` shares
@@ -15,6 +18,10 @@ Ensures (the rules, pure functions of the state):
 - A server that has seen a newer epoch than its log's (``fenced``) never acts as primary again
   until its log reaches that epoch (as a standby of the newer lineage); ``fenced`` survives a
   restart.
+- ``verify_claim``: a peer's claim of a newer epoch fences this server only when the claimed
+  history is a continuation of this server's own: the same epochs up to ours, then newer
+  ones forking at an offset this log holds (a promotion of one of our standbys). A bare
+  number proves nothing.
 - ``scan`` gives the history a recovery of the directory would give, without recovering it.
 """
 
@@ -25,15 +32,17 @@ import os
 from dataclasses import dataclass, field, replace
 
 from stalkd.engine.model import Op, decode
+from stalkd.engine.replay import ID_BAND
 from stalkd.engine.snapshot import SnapshotError, list_snapshots, read_header
 from stalkd.log import LogReader
 from stalkd.log.fs import REAL, FileSystem
 
-__all__ = ["EpochState", "STATE_FILE", "load_fenced", "save_fenced", "diverged_at", "next_epoch", "of_history",
-           "saw_epoch", "scan"]  # fmt: skip
+__all__ = ["EpochState", "STATE_FILE", "Saved", "load_state", "save_state", "diverged_at", "next_epoch",
+           "of_history", "saw_epoch", "scan", "verify_claim", "MAX_EPOCH"]  # fmt: skip
 
 STATE_FILE = "replication.json"
 _EPOCH = int(Op.EPOCH)
+MAX_EPOCH = (1 << 53) // ID_BAND - 1  # job ids stay below 2**53 (replay.ID_BAND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +96,39 @@ def next_epoch(s: EpochState) -> int:
     return max(s.epoch, s.fenced) + 1
 
 
+def verify_claim(mine: EpochState, my_next: int, epoch: int, history: tuple[tuple[int, int], ...]) -> str | None:
+    """None when a peer following ``epoch`` with ``history`` proves a lineage newer than this
+    server's (which must then stop acting as primary); else why the claim does not.
+
+    >>> s = EpochState(1, ((1, 100),))
+    >>> verify_claim(s, 300, 2, ((1, 100), (2, 250))) is None
+    True
+    >>> verify_claim(s, 300, 4242, ())
+    'epoch 4242 comes with no history'
+    >>> verify_claim(s, 300, 2, ((2, 250),))
+    'its history lacks our epoch 1 from offset 100'
+    >>> verify_claim(s, 200, 2, ((1, 100), (2, 250)))
+    'it forked at offset 250, past the end of our log (200)'
+    """
+    if epoch <= max(mine.epoch, mine.fenced):
+        return f"epoch {epoch} is not newer than ours"
+    if not history or history[-1][0] != epoch:
+        return f"epoch {epoch} comes with no history" if not history else \
+            f"its history ends at epoch {history[-1][0]}, not {epoch}"
+    if any(b[0] <= a[0] or b[1] < a[1] for a, b in zip(history, history[1:], strict=False)):
+        return "its history is not in order"
+    theirs = dict(history)
+    for e, start in mine.history:
+        if theirs.get(e) != start:
+            return f"its history lacks our epoch {e} from offset {start}"
+    fork = next(start for e, start in history if e > mine.epoch)
+    if fork > my_next:
+        return f"it forked at offset {fork}, past the end of our log ({my_next})"
+    if mine.history and fork < mine.history[-1][1]:
+        return f"it forked at offset {fork}, before our epoch {mine.epoch} began"
+    return None
+
+
 def saw_epoch(s: EpochState, epoch: int) -> EpochState:
     """``epoch`` was seen somewhere (a peer's handshake): newer than ours fences us."""
     return replace(s, fenced=epoch) if epoch > max(s.epoch, s.fenced) else s
@@ -118,26 +160,37 @@ def scan(directory: str) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(history.items()))
 
 
-def load_fenced(directory: str) -> int:
-    """The newer epoch this server was told of (0: none). A state file of an earlier build also
-    held the epoch and its history, now read from the log: only ``fenced`` is taken from it."""
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """What ``DIR/replication.json`` keeps: a newer epoch seen (``fenced``), whether a standby
+    ever streamed from this directory, and the epoch a promotion of it started (0: never)."""
+
+    fenced: int = 0
+    had_standbys: bool = False
+    promoted: int = 0
+
+
+def load_state(directory: str) -> Saved:
+    """The saved state (all defaults without a file). A state file of an earlier build also
+    held the epoch and its history, now read from the log: they are ignored."""
     path = os.path.join(directory, STATE_FILE)
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-        return int(doc.get("fenced", 0))
+        return Saved(int(doc.get("fenced", 0)), bool(doc.get("had_standbys", False)), int(doc.get("promoted", 0)))
     except FileNotFoundError:
-        return 0
+        return Saved()
     except (OSError, ValueError, AttributeError, TypeError) as e:
         raise ValueError(f"{path}: unreadable replication state ({e}); move it away only if this "
                          "server never took part in a failover") from None
 
 
-def save_fenced(directory: str, fenced: int, fs: FileSystem = REAL) -> None:
+def save_state(directory: str, saved: Saved, fs: FileSystem = REAL) -> None:
     """Replace the state file durably (temporary file, fsync, rename, directory fsync)."""
     path = os.path.join(directory, STATE_FILE)
     tmp = path + ".tmp"
-    data = json.dumps({"fenced": fenced}).encode() + b"\n"
+    data = json.dumps({"fenced": saved.fenced, "had_standbys": saved.had_standbys,
+                       "promoted": saved.promoted}).encode() + b"\n"  # fmt: skip
     fd = fs.open(tmp, os.O_WRONLY, create=True, truncate=True)
     try:
         fs.pwrite_all(fd, data, 0)

@@ -56,6 +56,10 @@ class SyncGate:
             return -1
         return sorted(self._acks.values(), reverse=True)[self.need - 1]
 
+    def waiting(self) -> bool:
+        """Whether some written batch is not yet held by ``need`` standbys."""
+        return bool(self._batches)
+
     def _advance(self) -> None:
         q = self.quorum()
         batches = self._batches

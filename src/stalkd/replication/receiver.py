@@ -10,8 +10,16 @@ primary's ``--sync-standbys`` waits for.
 Ensures:
 - An acknowledged offset is durable here (fsynced under ``always``; written under the other
   policies, which is what they promise locally too).
-- Records are appended in the primary's offset order with no gap; anything else ends the
-  stream (and a reconnection resumes from the local log's end).
+- Records are appended in the primary's offset order with no gap, and only once checked
+  (``wire``: length and CRC; ``frames``: offsets, record format, epochs); anything else ends
+  the stream before it touches the disk, and a reconnection resumes from the local log's end.
+- A standby that cannot write (disk full, an I/O error) or gets a bad stream is *not in sync*
+  (``problem`` says why; ``/readyz`` shows it), retries with a backoff and resumes by itself
+  once the cause clears. What it has appended is applied (the copy serves what its disk holds).
+- ``lag`` and ``lag_seconds`` are true: the primary's end comes with every heartbeat, and the
+  seconds count from the last moment this disk held the whole of the primary's log.
+- A primary silent for ``wire.SILENT_AFTER`` seconds is taken for gone: the stream is dropped
+  and opened again.
 - A standby that needs a snapshot or must cut its log (``SNAPSHOT_NEEDED``/``DIVERGED``), or
   whose copy a record contradicts, does not guess: ``resync`` replaces its copy with the
   primary's (``standby.py``), and the stream resumes from the new log's end; a resync that
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -30,17 +39,19 @@ from stalkd.client._address import Address
 from stalkd.client._tls import connection_kwargs
 from stalkd.engine.compaction import WalError
 from stalkd.engine.handover import Reservations
-from stalkd.engine.model import decode
+from stalkd.engine.model import Record
 from stalkd.engine.replay import ReplayError, replay
+from stalkd.log.errors import LogError
 from stalkd.replication import wire
 from stalkd.replication.catchup import CatchUpError
+from stalkd.replication.frames import check_records
 from stalkd.replication.role import Role
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
     from stalkd.engine.wal import Wal
 
-__all__ = ["Receiver", "ResyncNeeded"]
+__all__ = ["Receiver", "ResyncNeeded", "ask"]
 
 log = logging.getLogger("stalkd.replication")
 
@@ -57,11 +68,33 @@ class ResyncNeeded(RuntimeError):
         self.since = since
 
 
+async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes,
+              secret: str | None) -> wire.Reply:
+    """Send ``request`` and read the primary's answer, proving ``secret`` when challenged."""
+    writer.write(request)
+    r = wire.parse_reply(await asyncio.wait_for(reader.readuntil(b"\r\n"), wire.SILENT_AFTER * 4))
+    if r.word == "CHALLENGE":
+        if secret is None:
+            raise EOFError("the primary asks for the replication secret: give --replication-secret FILE")
+        writer.write(wire.encode_auth(secret, r.args[0].encode(), request))
+        r = wire.parse_reply(await asyncio.wait_for(reader.readuntil(b"\r\n"), wire.SILENT_AFTER * 4))
+    if r.word == "PERMISSION_DENIED":
+        raise EOFError("the primary refused this standby (PERMISSION_DENIED): the same "
+                       "--replication-secret on both, or an ACL identity with replicate = true")
+    return r
+
+
 class Receiver:
     def __init__(self, address: Address, wal: Wal, engine: Engine, role: Role, *, applied: Callable[[], None],
                  on_resync: Callable[[str], None],
-                 resync: Callable[[str, int | None], Awaitable[None]]) -> None:  # fmt: skip
+                 resync: Callable[[str, int | None], Awaitable[None]],
+                 secret: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.address = address
+        self.secret = secret
+        self.clock = clock
+        self.problem: str | None = "not yet streaming from the primary"  # None: in sync
+        self.caught_up_at = clock()  # the last time this disk held the primary's whole log
+        self.durable_end = 0  # acknowledged to the primary
         self.wal = wal
         self.engine = engine
         self.role = role
@@ -79,8 +112,19 @@ class Receiver:
 
     @property
     def lag(self) -> int:
-        """Records the primary had written that this standby has not (as last known)."""
+        """Records the primary had written that this standby does not hold (as last known)."""
         return max(0, self.primary_end - self.wal.log.next_offset)
+
+    @property
+    def lag_seconds(self) -> float:
+        """Seconds since this standby last held the primary's whole log (0: it does now)."""
+        if self.connected and self.problem is None and self.lag == 0:
+            return 0.0
+        return self.clock() - self.caught_up_at
+
+    def _fail(self, why: str) -> None:
+        if why != self.problem:
+            self.problem = why
 
     def stop(self) -> None:
         self._stopped = True
@@ -108,6 +152,7 @@ class Receiver:
                 # ReplayError: a record contradicts this copy; carrying on would serve a lie.
                 if self._stopped:
                     return
+                self._fail(f"resyncing: {e}")
                 try:
                     await self.resync(str(e), e.since if isinstance(e, ResyncNeeded) else None)
                     self.reservations = Reservations()  # the new copy's records say the rest
@@ -115,12 +160,16 @@ class Receiver:
                     continue
                 except (OSError, ValueError, CatchUpError) as err:  # the old copy is intact
                     if not self._stopped:
+                        self._fail(f"resync failed: {err}")
                         log.warning("replication from %s: resync failed: %s; retrying in %.2f s",
                                     self.address, err, delay)  # fmt: skip
-            except (OSError, EOFError, ValueError, WalError, asyncio.IncompleteReadError) as e:
+            except (TimeoutError, OSError, EOFError, ValueError, WalError, LogError, asyncio.IncompleteReadError) as e:  # fmt: skip
                 # (a reconnection resumes from the local log's end, whatever was cut short)
                 if not self._stopped:
-                    log.warning("replication from %s: %s; retrying in %.2f s", self.address, e, delay)
+                    why = str(e) or type(e).__name__
+                    self._fail(f"{'cannot write: ' if isinstance(e, (LogError, WalError)) else ''}{why}")
+                    log.warning("replication from %s: not in sync: %s; retrying in %.2f s", self.address,
+                                self.problem, delay)  # fmt: skip
             if self._stopped:
                 return
             await asyncio.sleep(delay)
@@ -133,11 +182,11 @@ class Receiver:
         return await asyncio.open_connection(a.host, a.port, **connection_kwargs(a))
 
     async def _session(self) -> None:
-        reader, writer = await self._open()
+        reader, writer = await asyncio.wait_for(self._open(), wire.SILENT_AFTER * 4)
         self._writer = writer
         lg = self.wal.log
-        writer.write(wire.encode_request(lg.next_offset, self.role.state.epoch))
-        r = wire.parse_reply(await reader.readuntil(b"\r\n"))
+        st = self.role.state
+        r = await ask(reader, writer, wire.encode_request(lg.next_offset, st.epoch, st.history), self.secret)
         if r.word in ("SNAPSHOT_NEEDED", "DIVERGED"):
             raise ResyncNeeded(f"the primary {self.address} answered {r.word} {' '.join(r.args)}".rstrip(),
                                int(r.args[0]) if r.word == "DIVERGED" else None)
@@ -146,24 +195,50 @@ class Receiver:
         epoch = int(r.args[0])  # the EPOCH records themselves come with the stream
         self.primary_end = int(r.args[1])
         self.connected = True
+        self.durable_end = lg.next_offset
         log.info("streaming from %s (epoch %d) at offset %d, %d records behind",
                  self.address, epoch, lg.next_offset, self.lag)  # fmt: skip
         dec = wire.RecordDecoder()
         self._syncing = False
+        beats = -1
         while not self._stopped:
-            data = await reader.read(READ_BYTES)
+            data = await asyncio.wait_for(reader.read(READ_BYTES), wire.SILENT_AFTER)
             if not data:
                 raise EOFError("the primary closed the stream")
             msgs = dec.feed(data)
+            if dec.primary_end != beats:  # a heartbeat: the primary's end, and we answer
+                beats = dec.primary_end
+                self.primary_end = max(self.primary_end, beats)
+                writer.write(wire.encode_ack(self.durable_end))
+                self._in_sync()
             if not msgs:
                 continue
-            for first, payloads in msgs:
-                self.wal.append_replicated(first, payloads)
+            try:
+                for first, payloads in msgs:
+                    records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
+                    try:
+                        self.wal.append_replicated(first, payloads)
+                    except BaseException:
+                        self._apply(first, records[:lg.next_offset - first])  # what it holds
+                        raise
+                    self._apply(first, records)
+            finally:
+                self.wal.last_seq = self.engine.seq
+                self.applied()
             if not self.fsync:
+                self.durable_end = lg.next_offset
                 writer.write(wire.encode_ack(lg.next_offset))
+                self._in_sync()
             elif not self._syncing:
                 self._sync(writer)
-            self._apply(msgs)  # while the fsync runs on its thread
+
+    def _in_sync(self) -> None:
+        """Whether this disk now holds the primary's whole log (as last heard)."""
+        if self.durable_end >= self.primary_end:
+            self.caught_up_at = self.clock()
+            if self.problem is not None:
+                log.info("replication from %s: in sync again at offset %d", self.address, self.durable_end)
+                self.problem = None
 
     def _sync(self, writer: asyncio.StreamWriter) -> None:
         """Group commit, as on a primary: one fsync at a time on a thread, covering everything
@@ -182,25 +257,22 @@ class Receiver:
                 return
             if writer.is_closing():
                 return
+            self.durable_end = end
             writer.write(wire.encode_ack(end))
+            self._in_sync()
             if lg.next_offset > end:
                 self._sync(writer)
 
         asyncio.get_running_loop().run_in_executor(None, lg.sync).add_done_callback(done)
 
-    def _apply(self, msgs: list[tuple[int, list[bytes]]]) -> None:
+    def _apply(self, first: int, records: list[Record]) -> None:
         """Apply appended records to the engine, on the loop thread, between client commands."""
         e = self.engine
-        wal = self.wal
-        for first, payloads in msgs:
-            seen = self.reservations.see
-            for p in payloads:
-                r = decode(p)
-                replay(e, r)
-                seen(r, e)
-            self.records += len(payloads)
-            end = first + len(payloads)
-            if end > self.primary_end:
-                self.primary_end = end
-        wal.last_seq = e.seq
-        self.applied()
+        seen = self.reservations.see
+        for r in records:
+            replay(e, r)
+            seen(r, e)
+        self.records += len(records)
+        end = first + len(records)
+        if end > self.primary_end:
+            self.primary_end = end

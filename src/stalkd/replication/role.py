@@ -1,19 +1,23 @@
-"""This server's role: primary or standby, its epoch, and whether it has been fenced.
+"""This server's role: primary, standby or fenced, its epoch, and what its directory remembers.
 
 The server consults ``refuses()`` before running a command that changes state or reserves;
-``stats`` shows ``role`` and ``epoch``. The epoch and its history are the log's (``attach``
-the recovered engine: its ``epochs`` follow EPOCH records, replayed or replicated; before that,
-epoch 0). A newer epoch seen on a peer is saved
-(``epochs.save_fenced``) before it takes effect, so a restart never forgets a fencing.
+``stats`` shows ``role`` (``primary``, ``standby``, or ``fenced``: a former primary that learnt
+of a newer epoch) and ``epoch``. The epoch and its history are the log's (``attach`` the
+recovered engine: its ``epochs`` follow EPOCH records, replayed or replicated; before that,
+epoch 0). A newer epoch a peer proves (``claim``, checked by ``epochs.verify_claim``) is saved
+(``epochs.save_state``) before it takes effect, so a restart never forgets a fencing; so are
+the first standby that streams from this directory and a promotion.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from stalkd.replication import epochs
-from stalkd.replication.epochs import EpochState
+from stalkd.replication.epochs import EpochState, Saved
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
@@ -24,7 +28,7 @@ log = logging.getLogger("stalkd.replication")
 
 
 class Role:
-    """``standby``: following a primary; ``directory``: where ``fenced`` is kept (None: a
+    """``standby``: following a primary; ``directory``: where ``Saved`` is kept (None: a
     server without a data directory, which keeps it in memory).
 
     >>> from stalkd.engine import Engine
@@ -34,14 +38,18 @@ class Role:
     >>> _ = epoch_record(e, r.next_epoch(), 7, 0.0); r.standby = False
     >>> r.refuses(), r.name, r.state.epoch
     (False, 'primary', 1)
-    >>> r.saw(3); r.refuses()
-    True
+    >>> r.claim(4242, (), 100)
+    'epoch 4242 comes with no history'
+    >>> r.refuses(), r.claim(3, ((1, 7), (3, 50)), 100), r.refuses(), r.name
+    (False, None, True, 'fenced')
     """
 
     def __init__(self, directory: str | None, *, standby: bool = False) -> None:
         self.directory = directory
         self.standby = standby
-        self.fenced = epochs.load_fenced(directory) if directory is not None else 0
+        self.saved = epochs.load_state(directory) if directory is not None else Saved()
+        self.fenced = self.saved.fenced  # read per command by the server (and _conn.c)
+        self.on_fenced: Callable[[int], None] | None = None  # the server lets go of what it held
         self._engine: Engine | None = None
 
     def attach(self, engine: Engine) -> None:
@@ -54,7 +62,9 @@ class Role:
 
     @property
     def name(self) -> str:
-        return "standby" if self.standby else "primary"
+        if self.standby:
+            return "standby"
+        return "fenced" if self.fenced and not self.state.may_lead else "primary"
 
     def refuses(self) -> bool:
         """Whether commands that change state or reserve get NOT_PRIMARY here (asked per
@@ -65,16 +75,45 @@ class Role:
         """The epoch a promotion now would start."""
         return epochs.next_epoch(self.state)
 
+    def claim(self, epoch: int, history: tuple[tuple[int, int], ...], log_end: int) -> str | None:
+        """An authenticated peer says it follows ``epoch`` (``history``): fenced when the claim
+        checks out against this log (which ends at ``log_end``); else why it does not."""
+        why = epochs.verify_claim(self.state, log_end, epoch, history)
+        if why is None:
+            self.saw(epoch)
+        return why
+
     def saw(self, epoch: int) -> None:
-        """A peer follows ``epoch``: a newer one than ours fences this server."""
+        """A newer epoch than ours is known to exist (verified): this server stops leading."""
         before = self.state
         s = epochs.saw_epoch(before, epoch)
         if s is before:
             return
         if not self.standby:
-            log.error("a peer follows epoch %d, newer than this server's %d: refusing to act as "
-                      "primary (NOT_PRIMARY); restart it with --standby-of the new primary",
+            log.error("fenced: a peer proved epoch %d, newer than this server's %d: refusing to act "
+                      "as primary (NOT_PRIMARY); restart it with --standby-of the new primary",
                       epoch, before.epoch)  # fmt: skip
-        if self.directory is not None:
-            epochs.save_fenced(self.directory, s.fenced)
+        self._save(replace(self.saved, fenced=s.fenced))
         self.fenced = s.fenced
+        if not self.standby and self.on_fenced is not None:
+            self.on_fenced(epoch)
+
+    def note_standby(self) -> None:
+        """A standby streams from this directory: a restart checks before acknowledging."""
+        if not self.saved.had_standbys:
+            self._save(replace(self.saved, had_standbys=True))
+
+    def note_promoted(self) -> None:
+        """This server was promoted to its current epoch: it stays primary across restarts."""
+        self._save(replace(self.saved, promoted=self.state.epoch))
+
+    @property
+    def promoted(self) -> bool:
+        """This directory was promoted to the epoch its log follows and was not fenced since."""
+        st = self.state
+        return self.saved.promoted > 0 and self.saved.promoted == st.epoch and st.may_lead
+
+    def _save(self, saved: Saved) -> None:
+        if self.directory is not None:
+            epochs.save_state(self.directory, saved)
+        self.saved = saved

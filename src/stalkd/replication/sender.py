@@ -6,6 +6,14 @@ is in the page cache), so a standby that is behind and one that is current take 
 and nothing is buffered per standby beyond what its socket holds: while the transport's buffer
 is above its limit the sender stops reading the log.
 
+Only an authenticated peer streams (``wire``: an ACL grant on a TLS listener, or the shared
+secret's challenge); a refusal is counted (``refused``) and logged at most once per
+``REFUSAL_LOG_EVERY`` seconds. A claim of a newer epoch in a request fences this server only
+when ``Role.claim`` verifies it. Every ``wire.HEARTBEAT`` seconds each stream gets a heartbeat
+(the log's end), and a standby silent for ``wire.SILENT_AFTER`` seconds is dropped; the same
+tick notices a ``--sync-standbys`` primary whose replies wait for standbys (``waiting``),
+logged at most once per ``WAIT_LOG_EVERY`` seconds.
+
 Ensures:
 - Records reach a standby in offset order, without gaps: if retention removed an offset the
   standby still needs, the stream ends (the standby then copies a snapshot).
@@ -20,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
@@ -40,30 +49,66 @@ log = logging.getLogger("stalkd.replication")
 CHUNK_BYTES = 1 << 20  # payload bytes per records message
 CHUNK_RECORDS = 8192
 _WRITE_LIMIT = 4 << 20  # transport buffer above which the sender pauses
+REFUSAL_LOG_EVERY = 10.0  # seconds between log lines about refused replication attempts
+WAIT_LOG_EVERY = 5.0  # seconds between log lines while replies wait for standbys
+WAIT_REPORT_AFTER = 0.5  # seconds replies wait for standbys before it is reported
 
 
 class Replicas:
     """The standbys of this primary.
 
     ``on_replicated`` is called when the gate moved (the server releases held replies);
-    ``may_replicate(identity)`` is the ACL check (None: everyone may)."""
+    ``secret``: the shared replication secret (None: only ACL grants admit a standby);
+    ``on_follower(epoch)``: an authenticated standby streams, following ``epoch``."""
 
     def __init__(self, log_: Log, snap_dir: str, role: Role, sync_standbys: int,
-                 on_replicated: Callable[[], None]) -> None:  # fmt: skip
+                 on_replicated: Callable[[], None], *, secret: str | None = None,
+                 on_follower: Callable[[int], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.log = log_
         self.snap_dir = snap_dir
         self.role = role
         self.gate = SyncGate(sync_standbys) if sync_standbys else None
         self.on_replicated = on_replicated
+        self.secret = secret
+        self.on_follower = on_follower
+        self.clock = clock
         self.senders: set[Sender] = set()
+        self.refused = 0  # replication attempts refused (not authenticated), since start
+        self._refusal_logged = -REFUSAL_LOG_EVERY
+        self._refused_logged = 0
+        self.waiting_since: float | None = None  # replies wait for standbys since then
+        self._wait_logged = -WAIT_LOG_EVERY
+        self._tick: asyncio.TimerHandle | None = None
 
-    def take_over(self, transport: asyncio.BaseTransport, data: bytes, allowed: bool) -> None:
+    def start(self) -> None:
+        """Heartbeats, silent standbys and the waiting report, every ``wire.HEARTBEAT`` s."""
+        loop = asyncio.get_running_loop()
+
+        def tick() -> None:
+            self.heartbeat()
+            self._tick = loop.call_later(wire.HEARTBEAT, tick)
+
+        self._tick = loop.call_later(wire.HEARTBEAT, tick)
+
+    def take_over(self, transport: asyncio.BaseTransport, data: bytes, granted: bool) -> None:
         """A listener's connection whose first bytes ``data`` start a replication request;
-        ``allowed``: the listener's ACL (if any) lets this identity replicate."""
-        s = Sender(self, allowed, None)
+        ``granted``: the listener's ACL lets this identity replicate (no secret needed)."""
+        s = Sender(self, granted, None)
         transport.set_protocol(s)
         s.connection_made(transport)
         s.data_received(data)
+
+    def refuse(self, peer: str, why: str) -> None:
+        """Count a refused replication attempt; log it at a bounded rate."""
+        self.refused += 1
+        now = self.clock()
+        if now - self._refusal_logged >= REFUSAL_LOG_EVERY:
+            more = self.refused - self._refused_logged - 1
+            log.warning("refused replication to %s: %s%s", peer, why,
+                        f" ({more} more refused since the last such line)" if more > 0 else "")  # fmt: skip
+            self._refusal_logged = now
+            self._refused_logged = self.refused
 
     def written(self) -> None:
         """New records were written to the log: stream them."""
@@ -88,12 +133,49 @@ class Replicas:
         needs = [s.acked for s in tuple(self.senders)]
         return min(needs) if needs else None
 
-    def lags(self) -> list[tuple[str, int]]:
-        """``(peer, records not yet acknowledged)`` per connected standby."""
+    def lags(self) -> list[tuple[str, int, float]]:
+        """``(peer, records not yet acknowledged, seconds since it last held the whole log)``
+        per connected standby."""
         end = self.log.next_offset
-        return sorted((s.peer, end - s.acked) for s in self.senders)
+        now = self.clock()
+        return sorted((s.peer, end - s.acked, 0.0 if s.acked >= end else now - s.caught_up_at)
+                      for s in self.senders)  # fmt: skip
+
+    def heartbeat(self) -> None:
+        """Beat every stream, drop the silent ones, notice replies waiting for standbys."""
+        now = self.clock()
+        end = self.log.next_offset
+        beat = wire.encode_heartbeat(end)
+        for s in list(self.senders):
+            if now - s.heard > wire.SILENT_AFTER:
+                s._end(f"nothing heard for {now - s.heard:.1f} s (the network or the standby is down)")
+            elif s.transport is not None and not s.paused:
+                s.transport.write(beat)
+        gate = self.gate
+        if gate is None or not gate.waiting():
+            if self.waiting_since is not None:
+                log.info("replies no longer wait for standbys (%d of %d acknowledge)",
+                         len(self.senders), gate.need if gate else 0)  # fmt: skip
+            self.waiting_since = None
+            return
+        if self.waiting_since is None:
+            self.waiting_since = now
+        if now - self.waiting_since >= WAIT_REPORT_AFTER and now - self._wait_logged >= WAIT_LOG_EVERY:
+            self._wait_logged = now
+            log.warning("%s", self.waiting())
+
+    def waiting(self) -> str | None:
+        """Why replies wait for standbys, once they have for ``WAIT_REPORT_AFTER`` s (None: not)."""
+        since, gate = self.waiting_since, self.gate
+        if since is None or gate is None or self.clock() - since < WAIT_REPORT_AFTER:
+            return None
+        return (f"waiting for standbys: --sync-standbys {gate.need} and {len(self.senders)} connected; "
+                f"replies held for {self.clock() - since:.1f} s (they go out once {gate.need} "
+                f"standby(s) hold the writes)")
 
     def close(self) -> None:
+        if self._tick is not None:
+            self._tick.cancel()
         for s in list(self.senders):
             s.close()
 
@@ -101,9 +183,9 @@ class Replicas:
 class Sender(asyncio.Protocol):
     """One standby's connection, after the listener handed it over."""
 
-    def __init__(self, replicas: Replicas, allowed: bool, identity: str | None) -> None:
+    def __init__(self, replicas: Replicas, granted: bool, identity: str | None) -> None:
         self.replicas = replicas
-        self.allowed = allowed
+        self.granted = granted
         self.identity = identity
         self.transport: asyncio.WriteTransport | None = None
         self.peer = "?"
@@ -115,6 +197,9 @@ class Sender(asyncio.Protocol):
         self.acked = 0  # the standby's durable end
         self._snap_fd = -1
         self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
+        self._challenge: tuple[bytes, bytes, wire.Request | None] | None = None  # nonce, line, request
+        self.heard = replicas.clock()  # the last bytes from the standby
+        self.caught_up_at = self.heard  # the last time its acknowledgement covered the log
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.WriteTransport, transport)
@@ -124,6 +209,7 @@ class Sender(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.streaming:
+            self.heard = now = self.replicas.clock()
             try:
                 ack = self._acks.feed(data)
             except wire.WireError as e:
@@ -132,6 +218,8 @@ class Sender(asyncio.Protocol):
             if ack is not None and ack > self.next:
                 self._end(f"acknowledged offset {ack}, beyond the {self.next} it was sent")
                 return
+            if ack is not None and ack >= self.replicas.log.next_offset:
+                self.caught_up_at = now
             if ack is not None and ack > self.acked:
                 self.acked = ack
                 self.replicas.acked(self, ack)
@@ -157,25 +245,52 @@ class Sender(asyncio.Protocol):
             self.transport.close()
 
     def _request(self, line: bytes) -> None:
-        if not self.allowed:
-            self._reply(b"PERMISSION_DENIED\r\n")
+        challenge = self._challenge
+        if challenge is not None:  # ``line`` answers it
+            self._challenge = None
+            nonce, request_line, req = challenge
+            if wire.check_auth(self.replicas.secret, nonce, request_line, line):
+                self._serve(req)
+            else:
+                self._refuse("a wrong answer to the secret's challenge")
             return
         try:
             req = wire.parse_request(line)
         except wire.WireError as e:
-            self._end(str(e))
+            self._refuse(str(e))
             return
+        if self.granted:
+            self._serve(req)
+        elif self.replicas.secret is None:
+            self._refuse("not authenticated (no ACL grant on this listener, and this server has no "
+                         "--replication-secret)")
+        else:
+            nonce = wire.new_nonce()
+            self._challenge = (nonce, line, req)
+            self._reply(wire.encode_challenge(nonce), close=False)
+
+    def _refuse(self, why: str) -> None:
+        self.replicas.refuse(self.peer, why)
+        self._reply(b"PERMISSION_DENIED\r\n")
+
+    def _serve(self, req: wire.Request | None) -> None:
+        """An authenticated request: stream, send the snapshot, or say why not."""
         role = self.replicas.role
-        if req is not None:
-            role.saw(req[1])
+        lg = self.replicas.log
+        if req is not None and req.epoch > max(role.state.epoch, role.fenced):
+            why = role.claim(req.epoch, req.history, lg.next_offset)
+            if why is not None:
+                log.warning("standby %s claims epoch %d, newer than ours (%d): not verified (%s); "
+                            "ignored", self.peer, req.epoch, role.state.epoch, why)  # fmt: skip
+                self.close()
+                return
         if role.refuses():  # a standby's or a fenced primary's copy is nobody's to follow
             self._reply(b"NOT_PRIMARY\r\n")
             return
         if req is None:
             self._send_snapshot()
             return
-        offset, epoch = req
-        lg = self.replicas.log
+        offset, epoch = req.offset, req.epoch
         cut = diverged_at(role.state, lg.next_offset, epoch, offset)
         if cut is not None:
             self._reply(b"DIVERGED %d\r\n" % cut)
@@ -189,7 +304,11 @@ class Sender(asyncio.Protocol):
                  f" ({self.identity})" if self.identity else "", offset)  # fmt: skip
         self.next = self.acked = offset
         self.streaming = True
+        self.heard = self.replicas.clock()
         self.replicas.senders.add(self)
+        role.note_standby()
+        if self.replicas.on_follower is not None:
+            self.replicas.on_follower(epoch)
         self.replicas.acked(self, offset)  # it holds everything below ``offset`` already
         self.pump()
 

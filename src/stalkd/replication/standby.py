@@ -38,7 +38,8 @@ from stalkd.log.fs import REAL
 from stalkd.protocol import commands as C
 from stalkd.replication import wire
 from stalkd.replication.catchup import catch_up, quarantine
-from stalkd.replication.receiver import Receiver
+from stalkd.replication.epochs import MAX_EPOCH
+from stalkd.replication.receiver import Receiver, ask
 from stalkd.replication.role import Role
 
 if TYPE_CHECKING:
@@ -56,9 +57,10 @@ RESYNC_DIR = "resync"  # in the data directory: the primary's copy while it is m
 class Standby:
     def __init__(self, address: Address, wal: Wal, engine: Engine, role: Role, *, max_job_size: int,
                  applied: Callable[[], None], on_resync: Callable[[str], None],
-                 reopened: Callable[[], None]) -> None:  # fmt: skip
+                 reopened: Callable[[], None], secret: str | None = None) -> None:  # fmt: skip
         """``on_resync(why)``: the local copy is lost (the server stops); ``reopened()``: the
-        WAL's log was opened again (whoever holds ``wal.log`` takes the new one)."""
+        WAL's log was opened again (whoever holds ``wal.log`` takes the new one); ``secret``:
+        the replication secret this standby proves to its primary."""
         self.address = address
         self.wal = wal
         self.engine = engine
@@ -67,8 +69,9 @@ class Standby:
         self.applied = applied
         self.on_resync = on_resync
         self.reopened = reopened
+        self.secret = secret
         self.receiver = Receiver(address, wal, engine, role, applied=applied, on_resync=on_resync,
-                                 resync=self._resync)  # fmt: skip
+                                 resync=self._resync, secret=secret)  # fmt: skip
         self._tasks: set[asyncio.Task[None]] = set()
         engine.keep_records = False  # changes come from the primary's records only
 
@@ -87,6 +90,10 @@ class Standby:
         """Become the primary of a new epoch; returns what happened, for the operator."""
         if not self.role.standby:
             return f"already primary (epoch {self.role.state.epoch})"
+        if self.role.next_epoch() > MAX_EPOCH:
+            msg = f"cannot promote: epoch {self.role.next_epoch()} would take job ids past 2**53"
+            log.error("%s", msg)
+            return msg
         self.receiver.stop()
         at = self.wal.log.next_offset
         now = time.time()
@@ -94,12 +101,14 @@ class Standby:
         self.wal.write([epoch_record(self.engine, self.role.next_epoch(), at, now)])
         self.wal.sync()
         self.role.standby = False
+        self.role.note_promoted()
         self.engine.keep_records = True
         self.wal.reset_space(len(self.engine.jobs), self.max_job_size)
         held = self.receiver.reservations.hold(self.engine, now)
         self.applied()  # schedules the TTR ends of those jobs
-        self._spawn(self._fence())
-        msg = (f"promoted: primary of epoch {self.role.state.epoch} from log offset {at}; "
+        self.start_fencing()
+        msg = (f"promoted: primary of epoch {self.role.state.epoch} from log offset {at} (job ids "
+               f"from {self.engine.next_id}); "
                f"{held} jobs reserved on the former primary return when their TTR ends")
         log.warning("%s (the former primary %s is told at every chance)", msg, self.address)
         return msg
@@ -113,7 +122,7 @@ class Standby:
         def copy() -> str:
             if os.path.lexists(staging):
                 shutil.rmtree(staging)  # a copy cut short earlier
-            return catch_up(self.address, staging, segment_size=self.wal.segment_size)
+            return catch_up(self.address, staging, segment_size=self.wal.segment_size, secret=self.secret)
 
         summary = await asyncio.get_running_loop().run_in_executor(None, copy)
         while self.receiver.syncing:  # the local log's last fsync, still on its thread
@@ -159,29 +168,34 @@ class Standby:
         self.reopened()
         self.applied()
 
-    async def _fence(self) -> None:
-        """Tell the former primary, whenever it answers, that a newer epoch exists."""
-        a = self.address
-        told = False
-        while not told:
-            with contextlib.suppress(OSError, ValueError, EOFError, asyncio.IncompleteReadError,
-                                     asyncio.TimeoutError):  # fmt: skip
-                if a.path is not None:
-                    reader, writer = await asyncio.open_unix_connection(a.path)
-                else:
-                    reader, writer = await asyncio.open_connection(a.host, a.port, **connection_kwargs(a))
-                try:
-                    writer.write(wire.encode_request(self.wal.log.next_offset, self.role.state.epoch))
-                    r = wire.parse_reply(await asyncio.wait_for(reader.readuntil(b"\r\n"), 5.0))
-                    told = r.word == "NOT_PRIMARY"
-                finally:
-                    writer.close()
-            if told:
-                log.info("the former primary %s now refuses to act as primary", a)
-                return
-            await asyncio.sleep(FENCE_EVERY)
+    def start_fencing(self) -> None:
+        """Keep telling the former primary (the ``--standby-of`` address) about this epoch."""
+        self._spawn(fence(self.address, self.wal, self.role, self.secret))
 
     def close(self) -> None:
         self.receiver.stop()
         for t in list(self._tasks):
             t.cancel()
+
+
+async def fence(a: Address, wal: Wal, role: Role, secret: str | None) -> None:
+    """Tell the former primary at ``a``, whenever it answers, that a newer epoch exists: a
+    request with this log's epochs, which it checks (``Role.claim``) before it steps down."""
+    told = False
+    while not told:
+        with contextlib.suppress(OSError, ValueError, EOFError, asyncio.IncompleteReadError,
+                                 asyncio.TimeoutError):  # fmt: skip
+            if a.path is not None:
+                reader, writer = await asyncio.open_unix_connection(a.path)
+            else:
+                reader, writer = await asyncio.open_connection(a.host, a.port, **connection_kwargs(a))
+            try:
+                st = role.state
+                r = await ask(reader, writer, wire.encode_request(wal.log.next_offset, st.epoch, st.history), secret)
+                told = r.word == "NOT_PRIMARY"
+            finally:
+                writer.close()
+        if told:
+            log.info("the former primary %s now refuses to act as primary", a)
+            return
+        await asyncio.sleep(FENCE_EVERY)

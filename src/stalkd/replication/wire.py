@@ -1,28 +1,40 @@
 """The replication protocol between a primary and its standbys: written here and nowhere else.
 
 A standby opens an ordinary connection to one of the primary's listeners and sends, as its
-first line, an off-protocol command (beanstalkd clients never send it; a TLS listener with an
-ACL admits it only for identities with ``replicate = true``)::
+first line, an off-protocol command (beanstalkd clients never send it)::
 
-    replicate <offset> <epoch>\\r\\n        stream the log from <offset>; I follow <epoch>
-    replicate-snapshot\\r\\n                send me your newest snapshot
+    replicate <offset> <epoch> <history>\r\n   stream the log from <offset>; I follow <epoch>
+    replicate-snapshot\r\n                      send me your newest snapshot
 
-The primary answers with one line:
+Only a peer the primary can authenticate may replicate: an identity its ACL grants
+``replicate = true`` on a TLS listener, or a holder of the shared secret
+(``--replication-secret FILE``). Otherwise the primary first answers
 
-    STREAMING <epoch> <next-offset> <history>\\r\\n   then messages follow, below
-    SNAPSHOT <start-offset> <bytes> <epoch> <history>\\r\\n<bytes>   a snapshot file, then
+    CHALLENGE <nonce>\r\n   prove you hold the secret
+
+and the standby sends ``auth <proof>\r\n``, ``proof`` being the hex HMAC-SHA256, keyed with
+the secret, of the nonce and the request line (``proof``): the secret never crosses the
+network, and a recorded proof is worth nothing on another connection. Then the primary answers
+with one line:
+
+    STREAMING <epoch> <next-offset> <history>\r\n   then messages follow, below
+    SNAPSHOT <start-offset> <bytes> <epoch> <history>\r\n<bytes>   a snapshot file, then
                              the connection closes
-    SNAPSHOT_NEEDED\\r\\n     <offset> is no longer kept (or there is no snapshot): copy one first
-    DIVERGED <offset>\\r\\n   your log past <offset> was never this primary's: cut it there
-    NOT_PRIMARY\\r\\n         this server is a standby, or has seen a newer epoch
-    PERMISSION_DENIED\\r\\n   the ACL does not let this identity replicate
+    SNAPSHOT_NEEDED\r\n     <offset> is no longer kept (or there is no snapshot): copy one first
+    DIVERGED <offset>\r\n   your log past <offset> was never this primary's: cut it there
+    NOT_PRIMARY\r\n         this server is a standby, or has seen a newer epoch
+    PERMISSION_DENIED\r\n   not authenticated (no ACL grant, no secret, or a wrong proof)
 
-``<history>`` is the primary's epochs as ``epoch:start-offset`` pairs joined by ``,`` (``-``
-for none). After ``STREAMING`` the primary sends messages, each ``u8 kind | u32 length |
-body``: kind ``R`` (records) is ``u64 first offset`` then ``u32 length | payload`` per record,
-the payloads of consecutive log frames exactly as the primary's log holds them. The standby
-sends back, whenever it has made more of the log durable, ``u64 durable end offset`` (every
-record below it is fsynced on the standby's disk).
+``<history>`` is a log's epochs as ``epoch:start-offset`` pairs joined by ``,`` (``-`` for
+none): the request's is the standby's own, so that a claim of a newer epoch can be checked
+against it (``epochs.verify_claim``) before it fences anyone. After ``STREAMING`` the primary
+sends messages, each ``u8 kind | u32 length | u32 CRC-32 of the body | body``: kind ``R``
+(records) is ``u64 first offset`` then ``u32 length | payload`` per record, the payloads of
+consecutive log frames exactly as the primary's log holds them; kind ``H`` (heartbeat, sent
+every ``HEARTBEAT`` seconds) is ``u64 the primary's log end``. The standby sends back, whenever
+it has made more of the log durable and at every heartbeat, ``u64 durable end offset`` (every
+record below it is fsynced on the standby's disk). Either side that hears nothing for
+``SILENT_AFTER`` seconds drops the connection (the standby then reconnects).
 
 Why payloads and not the frames' bytes: a frame carries the writer epoch of the segment it
 sits in (so bytes behind a torn tail never reappear), which is the standby's own; the
@@ -30,18 +42,25 @@ standby frames the same payloads at the same offsets.
 
 Ensures: ``RecordDecoder`` and ``AckDecoder`` give back exactly what ``encode_records`` and
 ``encode_ack`` made, whatever the chunking of the bytes fed to them; a message longer than
-``MAX_MESSAGE`` is refused (``WireError``) before it is buffered.
+``MAX_MESSAGE`` is refused (``WireError``) before it is buffered, and one whose CRC does not
+match its body is refused before any of it is handed on.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 import struct
+import zlib
 from collections.abc import Sequence
 
 __all__ = [
     "REPLICATE", "REPLICATE_SNAPSHOT", "MAX_MESSAGE", "MAX_LINE", "WireError", "Reply",
     "encode_request", "parse_request", "encode_streaming", "encode_snapshot", "parse_reply", "encode_records",
-    "RecordDecoder", "encode_ack", "AckDecoder", "format_history", "parse_history",
+    "RecordDecoder", "encode_ack", "AckDecoder", "format_history", "parse_history", "Request",
+    "encode_challenge", "new_nonce", "proof", "encode_auth", "check_auth", "encode_heartbeat",
+    "HEARTBEAT", "SILENT_AFTER",
 ]  # fmt: skip
 
 REPLICATE = b"replicate"
@@ -49,38 +68,93 @@ REPLICATE = b"replicate"
 REPLICATE_SNAPSHOT = b"replicate-snapshot\r\n"
 MAX_MESSAGE = 64 * 2**20  # a records message; the sender cuts batches far below this
 MAX_LINE = 4096
-_MSG = struct.Struct("<BI")
+HEARTBEAT = 0.25  # seconds between heartbeats on an idle stream (both ways)
+SILENT_AFTER = 1.5  # seconds without a byte from the peer after which a stream is dropped
+_MSG = struct.Struct("<BII")
 _FIRST = struct.Struct("<Q")
 _LEN = struct.Struct("<I")
 _ACK = struct.Struct("<Q")
 _KIND_RECORDS = ord("R")
+_KIND_HEARTBEAT = ord("H")
 
 
 class WireError(ValueError):
     """The peer sent something this protocol does not allow."""
 
 
-def encode_request(offset: int, epoch: int) -> bytes:
+def encode_request(offset: int, epoch: int, history: Sequence[tuple[int, int]] = ()) -> bytes:
     """Example:
 
-    >>> encode_request(12, 0)
-    b'replicate 12 0\\r\\n'
+    >>> encode_request(12, 0), encode_request(40, 2, [(1, 10), (2, 30)])
+    (b'replicate 12 0 -\\r\\n', b'replicate 40 2 1:10,2:30\\r\\n')
     """
-    return b"replicate %d %d\r\n" % (offset, epoch)
+    return b"replicate %d %d %s\r\n" % (offset, epoch, format_history(history).encode())
 
 
-def parse_request(line: bytes) -> tuple[int, int] | None:
-    """``(offset, epoch)`` of a stream request, None for a snapshot request; WireError else.
+class Request:
+    """A stream request: the standby's log end, its epoch and that epoch's history."""
 
-    >>> parse_request(b"replicate 12 3\\r\\n"), parse_request(b"replicate-snapshot\\r\\n")
-    ((12, 3), None)
+    __slots__ = ("offset", "epoch", "history")
+
+    def __init__(self, offset: int, epoch: int, history: tuple[tuple[int, int], ...]) -> None:
+        self.offset = offset
+        self.epoch = epoch
+        self.history = history
+
+    def __repr__(self) -> str:
+        return f"Request({self.offset}, {self.epoch}, {self.history!r})"
+
+
+def parse_request(line: bytes) -> Request | None:
+    """The stream request in ``line``, None for a snapshot request; WireError else (a
+    request without a history, from an earlier build, has none).
+
+    >>> parse_request(b"replicate 12 3 1:4,3:9\\r\\n"), parse_request(b"replicate-snapshot\\r\\n")
+    (Request(12, 3, ((1, 4), (3, 9))), None)
     """
     if line == REPLICATE_SNAPSHOT:
         return None
     parts = line.rstrip(b"\r\n").split(b" ")
-    if len(parts) != 3 or parts[0] != REPLICATE or not all(p.isdigit() for p in parts[1:]):
+    if (len(parts) not in (3, 4) or parts[0] != REPLICATE or not all(p.isdigit() for p in parts[1:3])
+            or max(len(p) for p in parts[1:3]) > 19):
         raise WireError(f"bad replication request {line[:80]!r}")
-    return int(parts[1]), int(parts[2])
+    history = parse_history(parts[3].decode("ascii", "replace")) if len(parts) == 4 else ()
+    return Request(int(parts[1]), int(parts[2]), history)
+
+
+def new_nonce() -> bytes:
+    return os.urandom(16).hex().encode()
+
+
+def encode_challenge(nonce: bytes) -> bytes:
+    return b"CHALLENGE %s\r\n" % nonce
+
+
+def proof(secret: str, nonce: bytes, request: bytes) -> bytes:
+    """What a holder of ``secret`` answers to ``nonce`` for ``request`` (its line, as sent).
+
+    >>> proof("s" * 16, b"ab", b"replicate 0 0 -\\r\\n") == proof("s" * 16, b"ab", b"replicate 0 0 -\\r\\n")
+    True
+    """
+    return hmac.new(secret.encode(), nonce + b" " + request, hashlib.sha256).hexdigest().encode()
+
+
+def encode_auth(secret: str, nonce: bytes, request: bytes) -> bytes:
+    return b"auth %s\r\n" % proof(secret, nonce, request)
+
+
+def check_auth(secret: str | None, nonce: bytes, request: bytes, line: bytes) -> bool:
+    """Whether ``line`` proves ``secret`` for this nonce and request (constant time).
+
+    >>> s, n, r = "s" * 16, b"ab", b"replicate 0 0 -\\r\\n"
+    >>> check_auth(s, n, r, encode_auth(s, n, r)), check_auth(s, n, r, encode_auth("t" * 16, n, r))
+    (True, False)
+    >>> check_auth(None, n, r, encode_auth(s, n, r))
+    False
+    """
+    if secret is None or not line.startswith(b"auth "):
+        return False
+    return hmac.compare_digest(line[5:].rstrip(b"\r\n"), proof(secret, nonce, request))
 
 
 def format_history(history: Sequence[tuple[int, int]]) -> str:
@@ -129,7 +203,7 @@ class Reply:
 
 
 _ARITY = {"STREAMING": 3, "SNAPSHOT": 4, "SNAPSHOT_NEEDED": 0, "DIVERGED": 1, "NOT_PRIMARY": 0,
-          "PERMISSION_DENIED": 0}  # fmt: skip
+          "PERMISSION_DENIED": 0, "CHALLENGE": 1}  # fmt: skip
 
 
 def parse_reply(line: bytes) -> Reply:
@@ -151,45 +225,85 @@ def encode_records(first: int, payloads: Sequence[bytes | memoryview]) -> list[b
     >>> d = RecordDecoder(); d.feed(b"".join(encode_records(5, [b"a", b"bc"])))
     [(5, [b'a', b'bc'])]
     """
-    parts: list[bytes | memoryview] = [b"", _FIRST.pack(first)]
+    head = _FIRST.pack(first)
+    parts: list[bytes | memoryview] = [b"", head]
     size = _FIRST.size
+    crc = zlib.crc32(head)
     pack = _LEN.pack
     for p in payloads:
         n = len(p)
-        parts.append(pack(n))
+        ln = pack(n)
+        parts.append(ln)
         parts.append(p)
+        crc = zlib.crc32(p, zlib.crc32(ln, crc))
         size += 4 + n
-    parts[0] = _MSG.pack(_KIND_RECORDS, size)
+    parts[0] = _MSG.pack(_KIND_RECORDS, size, crc)
     return parts
 
 
+def encode_heartbeat(end_offset: int) -> bytes:
+    """The primary's heartbeat: its log's end.
+
+    >>> d = RecordDecoder(); d.feed(encode_heartbeat(42)), d.primary_end
+    ([], 42)
+    """
+    body = _FIRST.pack(end_offset)
+    return _MSG.pack(_KIND_HEARTBEAT, len(body), zlib.crc32(body)) + body
+
+
 class RecordDecoder:
-    """Bytes from the primary -> ``(first offset, [payloads])`` per complete message."""
+    """Bytes from the primary -> ``(first offset, [payloads])`` per complete records message;
+    a heartbeat sets ``primary_end``. Every message's length is checked before it is buffered
+    and its CRC before any of it is returned (WireError)."""
 
     def __init__(self) -> None:
         self._buf = bytearray()
+        self.primary_end = -1  # the last heartbeat's (-1: none yet)
 
     @property
     def buffered(self) -> int:
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[tuple[int, list[bytes]]]:
+        """Example: a claim beyond the limit is refused at once, a wrong CRC when complete.
+
+        >>> RecordDecoder().feed(_MSG.pack(_KIND_RECORDS, 2**32 - 1, 0))
+        Traceback (most recent call last):
+        ...
+        stalkd.replication.wire.WireError: bad message from the primary (kind 82, 4294967295 bytes)
+        >>> m = bytearray(b"".join(encode_records(5, [b"abc"]))); m[-1] ^= 1
+        >>> RecordDecoder().feed(bytes(m))
+        Traceback (most recent call last):
+        ...
+        stalkd.replication.wire.WireError: a message from the primary fails its CRC (offset 5): damaged in transit
+        """
         buf = self._buf
         buf += data
         out: list[tuple[int, list[bytes]]] = []
         pos = 0
         while len(buf) - pos >= _MSG.size:
-            kind, size = _MSG.unpack_from(buf, pos)
-            if kind != _KIND_RECORDS or size > MAX_MESSAGE or size < _FIRST.size:
+            kind, size, crc = _MSG.unpack_from(buf, pos)
+            if kind not in (_KIND_RECORDS, _KIND_HEARTBEAT) or size > MAX_MESSAGE or size < _FIRST.size:
                 raise WireError(f"bad message from the primary (kind {kind}, {size} bytes)")
             start = pos + _MSG.size
             end = start + size
             if len(buf) < end:
                 break
-            (first,) = _FIRST.unpack_from(buf, start)
+            body = memoryview(buf)[start:end]
+            (first,) = _FIRST.unpack_from(body, 0)
+            if zlib.crc32(body) != crc:
+                body.release()
+                raise WireError(f"a message from the primary fails its CRC (offset {first}): damaged in transit")
+            body.release()
+            pos = end
+            if kind == _KIND_HEARTBEAT:
+                self.primary_end = first
+                continue
             p = start + _FIRST.size
             payloads = []
             while p < end:
+                if p + 4 > end:
+                    raise WireError("a record length runs past the end of its message")
                 (n,) = _LEN.unpack_from(buf, p)
                 p += 4
                 if p + n > end:
@@ -197,7 +311,6 @@ class RecordDecoder:
                 payloads.append(bytes(buf[p:p + n]))
                 p += n
             out.append((first, payloads))
-            pos = end
         if pos:
             del buf[:pos]
         return out

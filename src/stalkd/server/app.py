@@ -45,6 +45,7 @@ from stalkd.engine import Engine, Outcome
 from stalkd.protocol.commands import Command, JobReply, Reply, YamlDict
 from stalkd.protocol.grammar import NOT_PRIMARY, SPECS_BY_NAME, STANDBY_COMMANDS
 from stalkd.replication.role import Role
+from stalkd.replication.status import Status
 from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.config import BEANSTALKD_VERSION, Config
@@ -121,6 +122,7 @@ class Server:
         self.replicas: Replicas | None = None  # the standbys following this server's WAL
         self.standby_lag: Callable[[], int] | None = None  # a standby: records behind its primary
         self.promote: Callable[[], str] | None = None  # a standby: become primary (new epoch)
+        self.replication = Status(self.role)  # what stats and /readyz say (serve.py sets its parts)
         self._uname = os.uname()
 
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -254,13 +256,13 @@ class Server:
         replicas = self.replicas
         if replicas is None or c.transport is None:
             return False
-        policy = c.policy
-        allowed = policy is None or policy.may_replicate()
+        policy = c.policy  # only a TLS listener's ACL grants replication; else the secret decides
+        granted = policy is not None and c.identity is not None and policy.may_replicate()
         self.barriers.forget(c)
         if self.conns.remove(c.id) is not None:
             self._handle(None, self.engine.disconnect(c.id, self.clock()))
         c.lost = c.closing = True  # the connection object is done; the transport lives on
-        replicas.take_over(c.transport, data, allowed)
+        replicas.take_over(c.transport, data, granted)
         return True
 
     def applied(self) -> None:
@@ -282,6 +284,8 @@ class Server:
                 b = barriers.job_barrier(reply.id)
                 if b > barrier:
                     barrier = b
+                    if self.role.fenced and self.role.refuses():
+                        reply, barrier = _NOT_PRIMARY, 0  # never durable here: no silence
             elif type(reply) is YamlDict and reply.kind == "stats":
                 reply = self._full_stats(reply)
             c.send(reply, barrier)
@@ -372,15 +376,7 @@ class Server:
         binlog = self.storage.stats()
         for k in _BINLOG_KEYS:
             values[k] = int(binlog.get(k, 0))
-        role = self.role
-        values["role"] = role.name
-        values["epoch"] = role.state.epoch
-        if self.replicas is not None and (self.replicas.senders or self.replicas.gate is not None):
-            lags = self.replicas.lags()
-            values["standbys"] = len(lags)
-            values["standby-lag"] = max((lag for _, lag in lags), default=0)
-        if self.standby_lag is not None:
-            values["primary-lag"] = self.standby_lag()
+        values.update(self.replication.stats())
         values.update({
             "id": self._host_id,
             "hostname": self._uname.nodename,

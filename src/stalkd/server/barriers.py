@@ -54,6 +54,7 @@ class HeldReplies(Protocol):
     """A connection holding replies behind a barrier, as the barriers see it."""
 
     def release_held(self, durable: int) -> bool: ...
+    def replace_held(self, parts: tuple[bytes, ...]) -> None: ...
     def flush(self) -> None: ...
     def resume(self) -> None: ...
 
@@ -315,6 +316,14 @@ class Barriers:
             if not self._flush_scheduled:
                 self._flush_scheduled = True
                 self._soon(self._close_batch)
+
+    def abandon(self, parts: tuple[bytes, ...]) -> None:
+        """This server may no longer acknowledge (a newer epoch fenced it): every held reply
+        becomes ``parts`` and goes out now. The caller has frozen the gate, so nothing written
+        later is acknowledged either."""
+        for c in list(self._held):
+            c.replace_held(parts)
+        self.release_held()
 
     async def wait_durable(self, timeout: float) -> bool:
         """Wait until everything written so far is durable (used when stopping)."""

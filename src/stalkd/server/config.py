@@ -179,6 +179,8 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
     if key == "sync-standbys":
         n = _size(flag, value)
         return cfg.replace(sync_standbys=n)
+    if key == "replication-secret":
+        return cfg.replace(replication_secret=_file(flag, value))
     if key == "admin-token-file":
         if not value:
             raise _Bad(f"empty file name for {flag}")
@@ -192,7 +194,7 @@ _SHORT_VALUED = {"l": "listen", "p": "port", "b": "dir", "f": "fsync", "u": "use
 _LONG_VALUED = {"listen", "port", "dir", "fsync", "durability", "user", "max-job-size",
                 "wal-size", "max-connections", "max-output", "log-level", "unix", "socket-mode",
                 "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "acl",
-                "admin", "admin-token-file", "standby-of", "sync-standbys"}  # fmt: skip
+                "admin", "admin-token-file", "standby-of", "sync-standbys", "replication-secret"}  # fmt: skip
 _REMOVED = "-{} flag was removed. binlog is always compacted."
 
 
@@ -296,8 +298,8 @@ def _parse(argv: Sequence[str]) -> Config | Exit:
                    "delete every job; give --admin-token-file FILE (a bearer token) as well")
     if cfg.admin_token_file is not None and cfg.admin is None:
         raise _Bad("--admin-token-file needs --admin ADDR:PORT")
-    if (cfg.standby_of is not None or cfg.sync_standbys) and cfg.data_dir is None:
-        raise _Bad("--standby-of and --sync-standbys need a data directory (--dir DIR): "
+    if (cfg.standby_of is not None or cfg.sync_standbys or cfg.replication_secret) and cfg.data_dir is None:
+        raise _Bad("--standby-of, --sync-standbys and --replication-secret need a data directory (--dir DIR): "
                    "replication ships the WAL")
     return cfg
 

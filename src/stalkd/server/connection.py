@@ -313,6 +313,14 @@ class Connection(asyncio.Protocol):
             self.out.extend(parts)
         return bool(held)
 
+    def replace_held(self, parts: tuple[bytes, ...]) -> None:
+        """Every held reply becomes ``parts``, due at once (a fenced primary's NOT_PRIMARY:
+        nothing it held will ever be acknowledged)."""
+        held = [(0, None if p is None else parts) for _, p in self.held]
+        self.held.clear()
+        self.held.extend(held)
+        self.held_bytes = sum(len(parts[0]) for _, p in held if p is not None)
+
     def flush(self) -> None:
         """Write everything ready in one call; honour a queued close."""
         self.out_bytes = 0

@@ -148,12 +148,31 @@ def _describe_wal_error(e: BaseException) -> int:
     return EXIT_FATAL
 
 
-def _role(cfg: Config) -> Any:
+def _stays_primary(cfg: Config) -> bool:
+    """A directory promoted to the epoch its log follows (and not fenced since) stays primary
+    whatever its command line says: its ``--standby-of`` names the former primary."""
+    from stalkd.replication.epochs import load_state, of_history, scan
+
+    assert cfg.data_dir is not None
+    saved = load_state(cfg.data_dir)
+    if cfg.standby_of is None or not saved.promoted:
+        return False
+    st = of_history(scan(cfg.data_dir), saved.fenced)
+    if st.epoch != saved.promoted or not st.may_lead:
+        return False
+    log.warning("this data directory was promoted to primary of epoch %d: it stays primary; "
+                "--standby-of %s is overridden (it names the former primary, which is told of the "
+                "new epoch)", st.epoch, cfg.standby_of)  # fmt: skip
+    return True
+
+
+def _role(cfg: Config, secret: str | None, standby: bool) -> Any:
     """The data directory's replication role; a standby first catches up with its primary."""
     from stalkd.replication.role import Role
 
     assert cfg.data_dir is not None
-    if cfg.standby_of is not None:
+    if standby:
+        assert cfg.standby_of is not None
         from stalkd.client._address import parse_address
         from stalkd.replication.catchup import CatchUpError, catch_up
         from stalkd.replication.standby import RESYNC_DIR
@@ -164,11 +183,11 @@ def _role(cfg: Config) -> Any:
         try:
             log.info("standby of %s: %s", cfg.standby_of,
                      catch_up(parse_address(cfg.standby_of), cfg.data_dir,
-                              segment_size=cfg.wal_size or 4 * 2**20))  # fmt: skip
+                              segment_size=cfg.wal_size or 4 * 2**20, secret=secret))  # fmt: skip
         except CatchUpError as e:
             log.warning("standby of %s: %s; serving the local copy, retrying in the background",
                         cfg.standby_of, e)  # fmt: skip
-    return Role(cfg.data_dir, standby=cfg.standby_of is not None)
+    return Role(cfg.data_dir, standby=standby)
 
 
 def _check_fenced(role: Any) -> None:
@@ -178,20 +197,39 @@ def _check_fenced(role: Any) -> None:
                   role.state.epoch)  # fmt: skip
 
 
-def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Callable[[str], None]) -> Any:
+def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Callable[[str], None],
+                 secret: str | None, standby_mode: bool) -> Any:  # fmt: skip
     """Ship this server's WAL to standbys; for a standby, follow the primary. Returns the
     running standby (None for a primary)."""
+    from stalkd.protocol.grammar import NOT_PRIMARY
+    from stalkd.replication.authority import CHECK_WAIT, Authority
     from stalkd.replication.sender import Replicas
+    from stalkd.replication.status import Status
 
     barriers = srv.barriers
-    replicas = Replicas(wal.log, wal.snap_dir, role, cfg.sync_standbys, barriers.replicated)
+    authority: Authority | None = None
+
+    def follower(epoch: int) -> None:  # a standby of ours streams: no newer epoch it knows of
+        if authority is not None:
+            authority.allow(f"a standby follows epoch {epoch}, no newer than ours")
+
+    replicas = Replicas(wal.log, wal.snap_dir, role, cfg.sync_standbys, barriers.replicated,
+                        secret=secret, on_follower=follower)  # fmt: skip
     srv.role = role
     srv.replicas = replicas
     barriers.after_write = replicas.written
     barriers.after_write_while = replicas.senders  # Replicas.written streams to these alone
-    if replicas.gate is not None:
-        barriers.gate = replicas.gate
-        barriers.end_offset = lambda: wal.log.next_offset
+    barriers.end_offset = lambda: wal.log.next_offset
+    authority = Authority(barriers, replicas.gate, NOT_PRIMARY.encode() + b"\r\n")
+    role.on_fenced = lambda epoch: authority.fence(f"epoch {epoch} began elsewhere")
+    if not role.standby and not role.state.may_lead:
+        authority.fence(f"epoch {role.fenced} began elsewhere")
+    elif not standby_mode and role.saved.had_standbys:
+        authority.withhold(f"this directory had standbys: checking that no newer epoch exists "
+                           f"(until one of them streams, or {CHECK_WAIT:.0f} s pass)")
+        asyncio.get_running_loop().call_later(
+            CHECK_WAIT, authority.allow, f"no peer claimed a newer epoch within {CHECK_WAIT:.0f} s")
+    replicas.start()
     held = wal.log.retention_hold
 
     def hold() -> int:  # keep what connected standbys still need (and what archiving holds)
@@ -200,6 +238,7 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
         return min(floors) if floors else 2**63
 
     wal.log.retention_hold = hold
+    srv.replication = Status(role, replicas, None, authority)
     if cfg.standby_of is None:
         return None
     from stalkd.client._address import parse_address
@@ -210,9 +249,13 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
         wal.log.retention_hold = hold
 
     standby = Standby(parse_address(cfg.standby_of), wal, srv.engine, role, max_job_size=cfg.max_job_size,
-                      applied=srv.applied, on_resync=on_resync, reopened=reopened)  # fmt: skip
+                      applied=srv.applied, on_resync=on_resync, reopened=reopened, secret=secret)  # fmt: skip
+    if not standby_mode:  # promoted before this start: keep telling the former primary
+        standby.start_fencing()
+        return standby
     srv.standby_lag = standby.lag
     srv.promote = standby.promote
+    srv.replication = Status(role, replicas, standby.receiver, authority)
     standby.start()
     return standby
 
@@ -220,8 +263,18 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
 async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     loop = asyncio.get_running_loop()
     t0 = time.monotonic()
+    secret = None
+    if cfg.replication_secret is not None:
+        from stalkd.secretfile import read_secret
+
+        try:
+            secret = read_secret(cfg.replication_secret, "replication secret")
+        except ValueError as e:
+            log.error("--replication-secret: %s", e)
+            return EXIT_FATAL
     try:
-        role = _role(cfg) if cfg.data_dir is not None else None
+        standby_mode = cfg.standby_of is not None and not _stays_primary(cfg) if cfg.data_dir is not None else False
+        role = _role(cfg, secret, standby_mode) if cfg.data_dir is not None else None
         engine, storage, info = _open_storage(cfg, time.time())
     except Exception as e:
         return _describe_wal_error(e)
@@ -264,7 +317,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
         code = EXIT_RESYNC
         stop.set()
 
-    standby = _replication(cfg, srv, wal, role, resync) if role is not None else None
+    standby = _replication(cfg, srv, wal, role, resync, secret, standby_mode) if role is not None else None
     for w in (*cfg.warnings, *endpoints.warnings()):
         log.warning("%s", w)
     where = endpoints.describe()
@@ -300,8 +353,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     loop.add_signal_handler(signal.SIGTERM, on_term, "SIGTERM")
     loop.add_signal_handler(signal.SIGINT, on_term, "SIGINT")
     loop.add_signal_handler(signal.SIGUSR1, srv.drain)
-    if standby is not None:
-        loop.add_signal_handler(signal.SIGUSR2, standby.promote)
+    if srv.promote is not None:
+        loop.add_signal_handler(signal.SIGUSR2, srv.promote)
     reloads: set[asyncio.Task[bool]] = set()
 
     def on_hup() -> None:

@@ -88,6 +88,11 @@ Replication (see docs/standby.md):
                               promoted (`stalkd promote`, or SIGUSR2); needs --dir
           --sync-standbys N   as primary, send INSERTED/DELETED/... only once N standbys
                               hold the change on disk (default 0: ship asynchronously)
+          --replication-secret FILE
+                              a secret (16+ characters, file mode 0600) a standby must
+                              prove to replicate; the same file on the primary and its
+                              standbys. Without it only a TLS listener's ACL identities
+                              with replicate = true may replicate
 
 Listeners (several may run at once; each has its own policy):
           --unix PATH         also listen on a UNIX socket (file permissions decide who

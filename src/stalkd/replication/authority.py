@@ -1,0 +1,129 @@
+"""Whether this primary may acknowledge a write now: the one place that decides.
+
+A primary sends ``INSERTED``, ``DELETED``... once the write is durable (and, with
+``--sync-standbys N``, held by N standbys). It must also still be *the* primary: a reply sent
+after a newer epoch began is a promise the new primary does not keep. ``Authority`` holds that
+decision and applies it to the server's barriers through one gate (``barriers.gate``):
+
+- ``leading``: acknowledgements flow (the ``--sync-standbys`` gate alone decides);
+- ``checking``: a restarted server whose directory had standbys acknowledges nothing until a
+  peer has shown that no newer epoch exists (a standby of ours streams, following an epoch no
+  newer than ours), or ``CHECK_WAIT`` seconds pass without anyone claiming one; replies wait
+  meanwhile (the writes stay in the WAL) and go out when it ends;
+- ``fenced``: a newer epoch was proven (``Role.claim``): every reply held and every later one
+  that would acknowledge a write is ``NOT_PRIMARY`` at once (``Barriers.abandon``), for good.
+
+A lease (automatic failover) plugs in here: ``withhold(why)`` when it lapses, ``allow(why)``
+when it is held, ``fence()`` when another holder is proven.
+
+Ensures: ``may_acknowledge()`` is False from ``withhold``/``fence`` until ``allow`` (never after
+``fence``); while False no reply waiting for a write made after that moment is released; the
+state and its reason are what ``problems()`` reports (``/readyz``) and the log says.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from stalkd.replication.gate import SyncGate
+
+__all__ = ["Authority", "CHECK_WAIT"]
+
+log = logging.getLogger("stalkd.replication")
+
+CHECK_WAIT = 5.0  # seconds a restarted primary that had standbys waits to hear of a newer epoch
+_ALL = 2**62
+
+
+class Gate(Protocol):
+    """What the barriers ask of a gate (``server.barriers.ReplicaGate``)."""
+
+    replicated: int
+
+    def note(self, batch: int, end_offset: int) -> None: ...
+
+
+class Withholding(Protocol):
+    """The server's barriers, as the authority sees them (``server.barriers.Barriers``)."""
+
+    durable: int
+    gate: Gate | None
+
+    def replicated(self) -> None: ...
+    def abandon(self, parts: tuple[bytes, ...]) -> None: ...
+
+
+class AckGate:
+    """``barriers.gate`` while acknowledgements may be withheld: the ``--sync-standbys`` gate's
+    batch, frozen where withholding began."""
+
+    def __init__(self, inner: SyncGate | None) -> None:
+        self.inner = inner
+        self.frozen: int | None = None
+
+    @property
+    def replicated(self) -> int:
+        if self.frozen is not None:
+            return self.frozen
+        return self.inner.replicated if self.inner is not None else _ALL
+
+    @replicated.setter
+    def replicated(self, value: int) -> None:  # pragma: no cover - the barriers only read it
+        raise AttributeError("the acknowledgement gate moves through its authority")
+
+    def note(self, batch: int, end_offset: int) -> None:
+        if self.inner is not None:
+            self.inner.note(batch, end_offset)
+
+
+class Authority:
+    def __init__(self, barriers: Withholding, sync_gate: SyncGate | None, refusal: bytes) -> None:
+        """``refusal``: the reply line every held reply becomes when fenced (NOT_PRIMARY)."""
+        self.barriers = barriers
+        self.refusal = (refusal,)
+        self.gate = AckGate(sync_gate)
+        self.state = "leading"
+        self.reason = ""
+        self._install()
+
+    def may_acknowledge(self) -> bool:
+        return self.state == "leading"
+
+    def _install(self) -> None:
+        # Without a sync gate and while leading the barriers need no gate at all (their
+        # compiled path runs only then).
+        held = self.gate.inner is not None or self.gate.frozen is not None
+        self.barriers.gate = self.gate if held else None
+
+    def withhold(self, why: str) -> None:
+        if self.state != "leading":
+            return
+        self.state, self.reason = "checking", why
+        self.gate.frozen = self.barriers.durable
+        self._install()
+        log.warning("not acknowledging writes yet: %s", why)
+
+    def allow(self, why: str) -> None:
+        if self.state != "checking":
+            return
+        self.state, self.reason = "leading", ""
+        self.gate.frozen = None
+        self._install()
+        log.info("acknowledging writes: %s", why)
+        self.barriers.replicated()
+
+    def fence(self, why: str) -> None:
+        if self.state == "fenced":
+            return
+        self.state, self.reason = "fenced", why
+        self.gate.frozen = self.barriers.durable
+        self._install()
+        self.barriers.abandon(self.refusal)
+
+    def problems(self) -> list[str]:
+        if self.state == "checking":
+            return [f"not acknowledging writes: {self.reason}"]
+        if self.state == "fenced":
+            return [f"fenced: {self.reason}"]
+        return []
