@@ -104,3 +104,140 @@ def test_2_a_fake_standby_cannot_stand_in_for_a_synchronous_one(tmp_path: Path) 
         if s is not None:
             s.stop()
         p.stop()
+
+
+def _fill(mnt: Path, leave: int) -> Path:
+    """A file taking all of ``mnt``'s free space but ``leave`` bytes."""
+    import os
+
+    filler = mnt / "filler"
+    st = os.statvfs(mnt)
+    free = st.f_bavail * st.f_frsize
+    with open(filler, "wb") as f:
+        f.truncate(0)
+        chunk = b"\0" * (1 << 20)
+        left = max(0, free - leave)
+        while left > 0:
+            f.write(chunk[:min(left, len(chunk))])
+            left -= min(left, len(chunk))
+    return filler
+
+
+def test_3_a_standby_whose_disk_fills_says_so_and_heals(tmp_path: Path) -> None:
+    from support import small_tmpfs
+
+    with small_tmpfs(tmp_path, "8m") as mnt:
+        p = primary(tmp_path / "p")
+        s = standby(mnt / "s", p, "--admin", "127.0.0.1:0")
+        try:
+            adm = admin_port(s)
+            with stalkd.Client(p.address) as c:
+                c.put(b"first")
+            until(lambda: caught_up(p, s), "the standby to follow", logs=(p, s))
+            filler = _fill(mnt, 64 * 1024)
+            body = b"x" * 1000
+            with stalkd.Client(p.address) as c:
+                ids = [c.put(body) for _ in range(1500)]
+            # It cannot keep up, and says so: lag true in stats, /readyz 503 with the reason.
+            until(lambda: _http(adm, "/readyz")[0] == 503 and "cannot write" in _http(adm, "/readyz")[1],
+                  "the standby to say it cannot write", logs=(s,))
+            st = stats(s)
+            assert st["in-sync"] is False and st["primary-lag"] > 0, st
+            assert _metric(adm, "stalkd_standby_in_sync") == 0
+            assert s.proc.poll() is None
+            filler.unlink()  # the cause clears: it resumes by itself
+            until(lambda: caught_up(p, s), "the standby to resume and catch up", timeout=60, logs=(p, s))
+            until(lambda: _http(adm, "/readyz")[0] == 200, "/readyz to be ready again", logs=(s,))
+            assert stats(s)["in-sync"] is True
+            with stalkd.Client(s.address) as c:
+                assert c.peek(ids[-1]).body == body and c.peek(ids[0]).body == body
+            assert "in sync again" in s.log_text()
+        finally:
+            s.stop()
+            p.stop()
+
+
+class LyingRelay:
+    """A relay to a primary that, for its first connections, answers a stream request with a
+    bad stream after the ``STREAMING`` line (one of ``lies``, in turn), then relays honestly."""
+
+    def __init__(self, target: str, lies: list[bytes]) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.lies = list(lies)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(down,), daemon=True).start()
+
+    def _serve(self, down: socket.socket) -> None:
+        import contextlib
+
+        with contextlib.suppress(OSError), down, socket.create_connection(self.target, timeout=30) as up:
+            up.settimeout(None)
+            threading.Thread(target=self._copy, args=(down, up), daemon=True).start()
+            buf = b""
+            while True:  # the primary's lines, up to its answer to the request
+                data = up.recv(1 << 16)
+                if not data:
+                    return
+                buf += data
+                if b"STREAMING" in buf or b"SNAPSHOT" in buf or b"NOT_PRIMARY" in buf or b"DENIED" in buf:
+                    break
+                down.sendall(buf)
+                buf = b""
+            if b"STREAMING" in buf and self.lies:
+                lie = self.lies.pop(0)
+                down.sendall(buf[:buf.index(b"\r\n", buf.index(b"STREAMING")) + 2] + lie)
+                return  # and hang up
+            down.sendall(buf)
+            self._copy(up, down)
+
+    @staticmethod
+    def _copy(src: socket.socket, dst: socket.socket) -> None:
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_5_catch_up_checks_what_it_receives_before_it_writes_it(tmp_path: Path) -> None:
+    from stalkd.replication import wire
+
+    garbage = b"".join(wire.encode_records(0, [b"\x01" + bytes(range(7, 47)), b"\x01" * 60]))  # CRC right
+    damaged = bytearray(b"".join(wire.encode_records(0, [b"\x01" * 40])))
+    damaged[-1] ^= 0xFF  # CRC wrong
+    huge = wire._MSG.pack(ord("R"), 2**32 - 1, 0) + b"\0" * 64  # claims 4 GiB
+    p = primary(tmp_path / "p")
+    with stalkd.Client(p.address) as c:
+        ids = [c.put(b"job %d" % i) for i in range(50)]
+    relay = LyingRelay(p.address, [garbage, bytes(damaged), huge, garbage])
+    s = standby(tmp_path / "s", p, via=relay.address)
+    try:
+        until(lambda: caught_up(p, s), "the standby to catch up past the lies", logs=(p, s))
+        assert not relay.lies, "every lie was told"
+        text = s.log_text()
+        assert "CRC" in text and "bad message" in text and "corrupt" in text, text
+        with stalkd.Client(s.address) as c:
+            assert [c.peek(i).body for i in ids] == [b"job %d" % i for i in range(50)]
+        s.stop()
+        s = standby(tmp_path / "s", p, via=relay.address)  # no repair needed: nothing bad was written
+        until(lambda: caught_up(p, s), "the restarted standby to follow", logs=(p, s))
+        assert "repair" not in s.log_text()
+    finally:
+        s.stop()
+        relay.close()
+        p.stop()
