@@ -29,6 +29,7 @@ def secret_file(d: Path) -> str:
             return str(up / "replication.secret")
     path = d.parent / "replication.secret"
     if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(os.urandom(24).hex() + "\n")
         path.chmod(0o600)
     return str(path)
@@ -122,6 +123,7 @@ class Relay:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self._open = True
+        self._silent = False  # connections stay up, nothing goes through (a black hole)
         self._socks: set[socket.socket] = set()
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -132,6 +134,10 @@ class Relay:
                 down, _ = self._listener.accept()
             except OSError:
                 return  # closed
+            if self._silent:
+                with self._lock:
+                    self._socks.add(down)  # accepted, never answered
+                continue
             try:
                 up = socket.create_connection(self.target, timeout=5) if self._open else None
             except OSError:
@@ -148,7 +154,10 @@ class Relay:
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := src.recv(1 << 16):
-                dst.sendall(data)
+                if not self._silent:
+                    dst.sendall(data)
+        if self._silent:
+            return  # not even the hang-up goes through
         for sock in (src, dst):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -161,8 +170,13 @@ class Relay:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
+    def silence(self) -> None:
+        """Every byte is dropped from now on, without a reset: only a heartbeat notices."""
+        self._silent = True
+
     def heal(self) -> None:
         self._open = True
+        self._silent = False
 
     def close(self) -> None:
         self.cut()

@@ -241,3 +241,144 @@ def test_5_catch_up_checks_what_it_receives_before_it_writes_it(tmp_path: Path) 
         s.stop()
         relay.close()
         p.stop()
+
+
+def _raw(address: str) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def test_4_a_fenced_primary_lets_go_of_its_clients_at_once(tmp_path: Path) -> None:
+    from .cluster import Relay, promote_by_signal
+
+    p = primary(tmp_path / "p", "--sync-standbys", "1", "--admin", "127.0.0.1:0")
+    relay = Relay(p)
+    s = standby(tmp_path / "s", p, via=relay.address)
+    held = None
+    try:
+        adm = admin_port(p)
+        with stalkd.Client(p.address) as c:
+            last = c.put(b"acknowledged")
+        until(lambda: caught_up(p, s), "the standby to follow", logs=(p, s))
+        relay.cut()
+        until(lambda: stats(p)["standbys"] == 0, "the primary to lose its standby", logs=(p,))
+        # A pipelined connection: a put the primary holds, then a peek of that very job.
+        held = _raw(p.address)
+        held.sendall(b"put 0 0 60 4\r\nheld\r\npeek %d\r\n" % (last + 1))
+        until(lambda: int(stats(p)["binlog-records-written"]) > 0 and stats(p)["current-jobs-ready"] == 2,
+              "the held put to be applied", logs=(p,))
+        promote_by_signal(s)
+        relay.heal()  # the new primary's fence reaches the old one
+        assert _line(held) == b"NOT_PRIMARY\r\n"  # the held put
+        assert _line(held) in (b"NOT_PRIMARY\r\n", b"NOT_FOUND\r\n")  # the peek behind it: no silence
+        with _raw(p.address) as other:  # a new peek of the held job, and a new put
+            other.sendall(b"peek %d\r\nput 0 0 60 1\r\nx\r\n" % (last + 1))
+            assert _line(other) in (b"NOT_PRIMARY\r\n", b"NOT_FOUND\r\n")
+            assert _line(other) == b"NOT_PRIMARY\r\n"
+        st = stats(p)
+        assert (st["role"], st["fenced-by-epoch"]) == ("fenced", 1)
+        code, text = _http(adm, "/readyz")
+        assert code == 503 and "fenced" in text
+        assert _metric(adm, "stalkd_fenced") == 1
+        assert "fenced: a peer proved epoch 1" in p.log_text()
+    finally:
+        if held is not None:
+            held.close()
+        relay.close()
+        s.stop()
+        p.stop()
+
+
+def test_4_a_silent_network_is_noticed_by_heartbeats(tmp_path: Path) -> None:
+    from .cluster import Relay
+
+    p = primary(tmp_path / "p")
+    relay = Relay(p)
+    s = standby(tmp_path / "s", p, via=relay.address)
+    try:
+        with stalkd.Client(p.address) as c:
+            c.put(b"one")
+        until(lambda: caught_up(p, s), "the standby to follow", logs=(p, s))
+        relay.silence()  # no reset, no FIN: TCP alone would wait for ever on an idle stream
+        until(lambda: stats(p).get("standbys", 0) == 0, "the primary to drop its silent standby", logs=(p, s))
+        until(lambda: stats(s)["in-sync"] is False, "the standby to say it is not in sync", logs=(p, s))
+        until(lambda: "nothing heard" in p.log_text() and "nothing heard" in s.log_text(),
+              "both sides to say why", logs=(p, s))
+        relay.heal()
+        with stalkd.Client(p.address) as c:
+            c.put(b"two")
+        until(lambda: caught_up(p, s), "the standby to reconnect and catch up", logs=(p, s))
+    finally:
+        relay.close()
+        s.stop()
+        p.stop()
+
+
+def test_7_a_restarted_former_primary_checks_before_it_acknowledges(tmp_path: Path) -> None:
+    from .cluster import Relay, promote_by_signal, snapshot
+
+    p = primary(tmp_path / "p")  # --sync-standbys 0
+    relay = Relay(p)  # the primary's address: the same after its restart
+    s = standby(tmp_path / "s", p, via=relay.address)
+    old = None
+    try:
+        with stalkd.Client(p.address) as c:
+            kept = c.put(b"replicated")
+        until(lambda: caught_up(p, s), "the standby to follow", logs=(p, s))
+        p.kill9()
+        promote_by_signal(s)
+        p = primary(tmp_path / "p")  # restarted by hand, as it was first started
+        relay.target = (p.host, p.port)
+        replies = []
+        with _raw(p.address) as c:  # writes at once: none may be acknowledged
+            for i in range(20):
+                c.sendall(b"put 0 0 60 2\r\nw%d\r\n" % (i % 10))
+            replies = [_line(c) for _ in range(20)]
+        assert set(replies) == {b"NOT_PRIMARY\r\n"}, replies
+        assert "not acknowledging writes yet" in p.log_text()
+        assert stats(p)["role"] == "fenced"
+        p.stop()
+        # ... and rejoined as a standby of the new primary, nothing of those writes is anywhere.
+        old = standby(tmp_path / "p", s)
+        until(lambda: caught_up(s, old), "the former primary to follow", logs=(s, old))
+        assert [j[3] for j in snapshot(s, kept + 30).values()] == [b"replicated"]
+        # The promoted server, restarted with its first command line, stays primary.
+        s.stop()
+        s = standby(tmp_path / "s", p, via=relay.address)
+        st = stats(s)
+        assert (st["role"], st["epoch"]) == ("primary", 1)
+        assert "--standby-of" in s.log_text() and "overridden" in s.log_text()
+        with stalkd.Client(s.address) as c:
+            assert c.put(b"after restart") > kept
+    finally:
+        if old is not None:
+            old.stop()
+        relay.close()
+        s.stop()
+        p.stop()
+
+
+def test_6_ids_never_come_back_after_a_failover(tmp_path: Path) -> None:
+    from .cluster import Relay, promote_by_signal
+
+    p = primary(tmp_path / "p")  # --sync-standbys 0: the standby may miss the last puts
+    relay = Relay(p)
+    s = standby(tmp_path / "s", p, via=relay.address)
+    try:
+        with stalkd.Client(p.address) as c:
+            for i in range(100):
+                c.put(b"%d" % i)
+        until(lambda: caught_up(p, s), "the standby to follow", logs=(p, s))
+        relay.cut()
+        with stalkd.Client(p.address) as c:  # acknowledged, never replicated
+            lost = {c.put(b"lost %d" % i) for i in range(5)}
+        p.kill9()
+        promote_by_signal(s)
+        with stalkd.Client(s.address) as c:
+            new = [c.put(b"new %d" % i) for i in range(5)]
+        assert not lost & set(new), (lost, new)
+        assert max(lost) < min(new) < 2**53 and new == list(range(new[0], new[0] + 5))
+    finally:
+        relay.close()
+        s.stop()
+        p.stop()

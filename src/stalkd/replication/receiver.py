@@ -166,7 +166,7 @@ class Receiver:
             except (TimeoutError, OSError, EOFError, ValueError, WalError, LogError, asyncio.IncompleteReadError) as e:  # fmt: skip
                 # (a reconnection resumes from the local log's end, whatever was cut short)
                 if not self._stopped:
-                    why = str(e) or type(e).__name__
+                    why = str(e) or f"{type(e).__name__} (no answer)"
                     self._fail(f"{'cannot write: ' if isinstance(e, (LogError, WalError)) else ''}{why}")
                     log.warning("replication from %s: not in sync: %s; retrying in %.2f s", self.address,
                                 self.problem, delay)  # fmt: skip
@@ -202,7 +202,11 @@ class Receiver:
         self._syncing = False
         beats = -1
         while not self._stopped:
-            data = await asyncio.wait_for(reader.read(READ_BYTES), wire.SILENT_AFTER)
+            try:
+                data = await asyncio.wait_for(reader.read(READ_BYTES), wire.SILENT_AFTER)
+            except TimeoutError:
+                raise EOFError(f"nothing heard from the primary for {wire.SILENT_AFTER} s (the network "
+                               "or the primary is down)") from None
             if not data:
                 raise EOFError("the primary closed the stream")
             msgs = dec.feed(data)
