@@ -10,9 +10,12 @@ SIGUSR2 (promotion) to the first put the standby accepts.
 
 Run: ``.venv/bin/python bench/standby_bench.py`` (env as server_bench: BENCH_SECONDS,
 BENCH_ROUNDS, GEN_PROCS). Servers listen on port 0 and the port is read from /proc.
-``BENCH_BASELINE_SRC=DIR`` adds a fourth setup, ``base``: a synchronous pair running the
-stalkd package found in ``DIR`` (the ``src/`` of an earlier checkout, e.g. from ``git archive``),
-so a change is measured against what it replaces in the same run (column ``sync/base``).
+``--peer-src DIR`` (or ``BENCH_BASELINE_SRC=DIR``) adds two setups, ``base-async`` and
+``base``: an asynchronous and a synchronous pair running the stalkd package found in ``DIR``
+(the ``src/`` of an earlier checkout, e.g. from ``git archive``), so a change is measured
+against what it replaces in the same run (columns ``async/base``, ``sync/base``). The pairs of
+this checkout authenticate their standby (``--replication-secret``); a peer of a build without
+that flag runs without it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from stalkd.client import errors  # noqa: E402
 from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
 
 BASELINE = os.environ.get("BENCH_BASELINE_SRC")
-SETUPS = ("alone", "async", "sync", *(("base",) if BASELINE else ()))
+SETUPS: tuple[str, ...] = ("alone", "async", "sync")
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
 
@@ -53,12 +56,20 @@ class Pair:
         self.setup = setup
         self.dirs = [tempfile.mkdtemp(prefix=f"standby-bench-{setup}-", dir="/var/tmp")]
         flags = ["--sync-standbys", "1"] if setup in ("sync", "base") else []
-        self.env = None if setup != "base" else {**os.environ, "PYTHONPATH": os.path.abspath(BASELINE or "")}
-        self.primary = self._start(self.dirs[0], flags)
+        peer = setup.startswith("base")
+        self.env = None if not peer else {**os.environ, "PYTHONPATH": os.path.abspath(BASELINE or "")}
+        secret: list[str] = []
+        if not peer:  # this checkout's standbys prove a secret (a peer build may not know the flag)
+            self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-secret-", dir="/var/tmp"))
+            path = os.path.join(self.dirs[-1], "replication.secret")
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                f.write(os.urandom(24).hex())
+            secret = ["--replication-secret", path]
+        self.primary = self._start(self.dirs[0], [*flags, *secret])
         self.standby: sb.Server | None = None
         if setup != "alone":
             self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-s-", dir="/var/tmp"))
-            self.standby = self._start(self.dirs[1], ["--standby-of", f"127.0.0.1:{self.primary.port}"])
+            self.standby = self._start(self.dirs[-1], ["--standby-of", f"127.0.0.1:{self.primary.port}", *secret])
             self.wait_following()
 
     def _start(self, d: str, flags: list[str]) -> sb.Server:
@@ -114,8 +125,13 @@ def promote_to_put(pair: Pair) -> float:
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    global BASELINE, SETUPS
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--peer-src", metavar="DIR", default=BASELINE,
+                    help="the src/ of an earlier checkout: also run its async and sync pairs")
+    BASELINE = ap.parse_args().peer_src
+    if BASELINE:
+        SETUPS = (*SETUPS, "base-async", "base")
     print(f"# standby_bench: {CONNS} connections, {sb.SECONDS:.1f} s per cell, {sb.ROUNDS} rounds, "
           f"{sb.GEN_PROCS} generator processes, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     pairs = {s: Pair(s) for s in SETUPS}
@@ -124,11 +140,11 @@ def main() -> int:
     sampler = threading.Thread(target=_lag_sampler, args=(pairs["async"], stop, lags), daemon=True)
     ratios: dict[str, list[float]] = {"async": [], "sync": []}
     if BASELINE:
-        print(f"# base: a synchronous pair running {BASELINE}")
+        print(f"# base-async, base: an asynchronous and a synchronous pair running {BASELINE}")
     try:
         sampler.start()
         print(f"{'work':4} {'depth':>5} | {'alone/s':>9} | {'async/s':>9} {'ratio':>6} | {'sync/s':>9} {'ratio':>6}"
-              + (f" | {'base/s':>9} {'sync/base':>9}" if BASELINE else ""))
+              + (f" | {'b-async/s':>9} {'async/base':>10} | {'base/s':>9} {'sync/base':>9}" if BASELINE else ""))
         for work, depth in CELLS:
             runs: dict[str, list[tuple[float, float, float]]] = {s: [] for s in SETUPS}
             for r in range(sb.ROUNDS):
@@ -140,7 +156,8 @@ def main() -> int:
             ra, rs = med["async"] / med["alone"], med["sync"] / med["alone"]
             ratios["async"].append(ra)
             ratios["sync"].append(rs)
-            base = f" | {med['base']:9.0f} {med['sync'] / med['base']:8.2f}x" if BASELINE else ""
+            base = (f" | {med['base-async']:9.0f} {med['async'] / med['base-async']:9.2f}x"
+                    f" | {med['base']:9.0f} {med['sync'] / med['base']:8.2f}x") if BASELINE else ""
             print(f"{work:4} {depth:5} | {med['alone']:9.0f} | {med['async']:9.0f} {ra:5.2f}x | "
                   f"{med['sync']:9.0f} {rs:5.2f}x{base}", flush=True)
         stop.set()

@@ -74,6 +74,17 @@ def until(cond: Callable[[], bool], what: str, timeout: float = 30.0, logs: tupl
         time.sleep(0.02)
 
 
+def read_line(sock: socket.socket) -> bytes:
+    """One reply line (or what came before the peer hung up)."""
+    got = b""
+    while not got.endswith(b"\r\n"):
+        chunk = sock.recv(1)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
 def stats(p: ServerProcess) -> dict[str, Any]:
     with stalkd.Client(p.address) as c:
         return dict(c.stats())
@@ -148,8 +159,12 @@ class Relay:
             up.settimeout(None)
             with self._lock:
                 self._socks |= {down, up}
-            threading.Thread(target=self._pump, args=(down, up), daemon=True).start()
-            threading.Thread(target=self._pump, args=(up, down), daemon=True).start()
+            self._relay(down, up)
+
+    def _relay(self, down: socket.socket, up: socket.socket) -> None:
+        """Copy both ways (a subclass may tamper with what goes down)."""
+        threading.Thread(target=self._pump, args=(down, up), daemon=True).start()
+        threading.Thread(target=self._pump, args=(up, down), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         with contextlib.suppress(OSError):

@@ -12,7 +12,7 @@ import pytest
 
 import stalkd
 
-from .cluster import caught_up, primary, snapshot, standby, stats, until
+from .cluster import caught_up, primary, read_line, snapshot, standby, stats, until
 
 TUBES = ("default", "emails", "reports")
 
@@ -76,13 +76,7 @@ def _raw(address: str, line: bytes) -> bytes:
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(line)
-        got = b""
-        while not got.endswith(b"\r\n"):
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            got += chunk
-        return got
+        return read_line(sock)
 
 
 def test_standby_refuses_changes_and_answers_reads(tmp_path: Path) -> None:

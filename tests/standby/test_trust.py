@@ -8,6 +8,8 @@ acknowledges, and a promoted server stays primary."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import threading
 import urllib.error
@@ -15,18 +17,21 @@ import urllib.request
 from pathlib import Path
 
 import stalkd
+from stalkd.replication import wire
+from support import ServerProcess, small_tmpfs
 
-from .cluster import admin_port, caught_up, primary, standby, stats, until
-
-
-def _line(sock: socket.socket) -> bytes:
-    buf = b""
-    while not buf.endswith(b"\r\n"):
-        chunk = sock.recv(1)
-        if not chunk:
-            break
-        buf += chunk
-    return buf
+from .cluster import (
+    Relay,
+    admin_port,
+    caught_up,
+    primary,
+    promote_by_signal,
+    read_line,
+    snapshot,
+    standby,
+    stats,
+    until,
+)
 
 
 def _handshake(address: str, request: bytes, auth: bytes | None = b"auth 00\r\n") -> list[bytes]:
@@ -34,11 +39,11 @@ def _handshake(address: str, request: bytes, auth: bytes | None = b"auth 00\r\n"
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(request)
-        first = _line(sock)
+        first = read_line(sock)
         if not first.startswith(b"CHALLENGE") or auth is None:
             return [first]
         sock.sendall(auth)
-        return [first, _line(sock)]
+        return [first, read_line(sock)]
 
 
 def _http(port: int, path: str) -> tuple[int, str]:
@@ -108,8 +113,6 @@ def test_2_a_fake_standby_cannot_stand_in_for_a_synchronous_one(tmp_path: Path) 
 
 def _fill(mnt: Path, leave: int) -> Path:
     """A file taking all of ``mnt``'s free space but ``leave`` bytes."""
-    import os
-
     filler = mnt / "filler"
     st = os.statvfs(mnt)
     free = st.f_bavail * st.f_frsize
@@ -124,8 +127,6 @@ def _fill(mnt: Path, leave: int) -> Path:
 
 
 def test_3_a_standby_whose_disk_fills_says_so_and_heals(tmp_path: Path) -> None:
-    from support import small_tmpfs
-
     with small_tmpfs(tmp_path, "8m") as mnt:
         p = primary(tmp_path / "p")
         s = standby(mnt / "s", p, "--admin", "127.0.0.1:0")
@@ -157,66 +158,41 @@ def test_3_a_standby_whose_disk_fills_says_so_and_heals(tmp_path: Path) -> None:
             p.stop()
 
 
-class LyingRelay:
+class LyingRelay(Relay):
     """A relay to a primary that, for its first connections, answers a stream request with a
     bad stream after the ``STREAMING`` line (one of ``lies``, in turn), then relays honestly."""
 
-    def __init__(self, target: str, lies: list[bytes]) -> None:
-        host, port = target.rsplit(":", 1)
-        self.target = (host, int(port))
+    def __init__(self, target: ServerProcess, lies: list[bytes]) -> None:
         self.lies = list(lies)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(target)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                down, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(down,), daemon=True).start()
+    def _relay(self, down: socket.socket, up: socket.socket) -> None:
+        threading.Thread(target=self._lie, args=(down, up), daemon=True).start()
 
-    def _serve(self, down: socket.socket) -> None:
-        import contextlib
-
-        with contextlib.suppress(OSError), down, socket.create_connection(self.target, timeout=30) as up:
-            up.settimeout(None)
-            threading.Thread(target=self._copy, args=(down, up), daemon=True).start()
+    def _lie(self, down: socket.socket, up: socket.socket) -> None:
+        threading.Thread(target=self._pump, args=(down, up), daemon=True).start()
+        with contextlib.suppress(OSError):
             buf = b""
             while True:  # the primary's lines, up to its answer to the request
                 data = up.recv(1 << 16)
                 if not data:
                     return
                 buf += data
-                if b"STREAMING" in buf or b"SNAPSHOT" in buf or b"NOT_PRIMARY" in buf or b"DENIED" in buf:
+                if any(w in buf for w in (b"STREAMING", b"SNAPSHOT", b"NOT_PRIMARY", b"DENIED")):
                     break
                 down.sendall(buf)
                 buf = b""
             if b"STREAMING" in buf and self.lies:
                 lie = self.lies.pop(0)
                 down.sendall(buf[:buf.index(b"\r\n", buf.index(b"STREAMING")) + 2] + lie)
-                return  # and hang up
+                for sock in (down, up):  # and hang up
+                    sock.shutdown(socket.SHUT_RDWR)
+                return
             down.sendall(buf)
-            self._copy(up, down)
-
-    @staticmethod
-    def _copy(src: socket.socket, dst: socket.socket) -> None:
-        import contextlib
-
-        with contextlib.suppress(OSError):
-            while data := src.recv(1 << 16):
-                dst.sendall(data)
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self._listener.close()
+        self._pump(up, down)
 
 
 def test_5_catch_up_checks_what_it_receives_before_it_writes_it(tmp_path: Path) -> None:
-    from stalkd.replication import wire
-
     garbage = b"".join(wire.encode_records(0, [b"\x01" + bytes(range(7, 47)), b"\x01" * 60]))  # CRC right
     damaged = bytearray(b"".join(wire.encode_records(0, [b"\x01" * 40])))
     damaged[-1] ^= 0xFF  # CRC wrong
@@ -224,7 +200,7 @@ def test_5_catch_up_checks_what_it_receives_before_it_writes_it(tmp_path: Path) 
     p = primary(tmp_path / "p")
     with stalkd.Client(p.address) as c:
         ids = [c.put(b"job %d" % i) for i in range(50)]
-    relay = LyingRelay(p.address, [garbage, bytes(damaged), huge, garbage])
+    relay = LyingRelay(p, [garbage, bytes(damaged), huge, garbage])
     s = standby(tmp_path / "s", p, via=relay.address)
     try:
         until(lambda: caught_up(p, s), "the standby to catch up past the lies", logs=(p, s))
@@ -249,8 +225,6 @@ def _raw(address: str) -> socket.socket:
 
 
 def test_4_a_fenced_primary_lets_go_of_its_clients_at_once(tmp_path: Path) -> None:
-    from .cluster import Relay, promote_by_signal
-
     p = primary(tmp_path / "p", "--sync-standbys", "1", "--admin", "127.0.0.1:0")
     relay = Relay(p)
     s = standby(tmp_path / "s", p, via=relay.address)
@@ -269,12 +243,12 @@ def test_4_a_fenced_primary_lets_go_of_its_clients_at_once(tmp_path: Path) -> No
               "the held put to be applied", logs=(p,))
         promote_by_signal(s)
         relay.heal()  # the new primary's fence reaches the old one
-        assert _line(held) == b"NOT_PRIMARY\r\n"  # the held put
-        assert _line(held) in (b"NOT_PRIMARY\r\n", b"NOT_FOUND\r\n")  # the peek behind it: no silence
+        assert read_line(held) == b"NOT_PRIMARY\r\n"  # the held put
+        assert read_line(held) in (b"NOT_PRIMARY\r\n", b"NOT_FOUND\r\n")  # the peek behind it: no silence
         with _raw(p.address) as other:  # a new peek of the held job, and a new put
             other.sendall(b"peek %d\r\nput 0 0 60 1\r\nx\r\n" % (last + 1))
-            assert _line(other) in (b"NOT_PRIMARY\r\n", b"NOT_FOUND\r\n")
-            assert _line(other) == b"NOT_PRIMARY\r\n"
+            assert read_line(other) in (b"NOT_PRIMARY\r\n", b"NOT_FOUND\r\n")
+            assert read_line(other) == b"NOT_PRIMARY\r\n"
         st = stats(p)
         assert (st["role"], st["fenced-by-epoch"]) == ("fenced", 1)
         code, text = _http(adm, "/readyz")
@@ -290,7 +264,6 @@ def test_4_a_fenced_primary_lets_go_of_its_clients_at_once(tmp_path: Path) -> No
 
 
 def test_4_a_silent_network_is_noticed_by_heartbeats(tmp_path: Path) -> None:
-    from .cluster import Relay
 
     p = primary(tmp_path / "p")
     relay = Relay(p)
@@ -315,8 +288,6 @@ def test_4_a_silent_network_is_noticed_by_heartbeats(tmp_path: Path) -> None:
 
 
 def test_7_a_restarted_former_primary_checks_before_it_acknowledges(tmp_path: Path) -> None:
-    from .cluster import Relay, promote_by_signal, snapshot
-
     p = primary(tmp_path / "p")  # --sync-standbys 0
     relay = Relay(p)  # the primary's address: the same after its restart
     s = standby(tmp_path / "s", p, via=relay.address)
@@ -333,7 +304,7 @@ def test_7_a_restarted_former_primary_checks_before_it_acknowledges(tmp_path: Pa
         with _raw(p.address) as c:  # writes at once: none may be acknowledged
             for i in range(20):
                 c.sendall(b"put 0 0 60 2\r\nw%d\r\n" % (i % 10))
-            replies = [_line(c) for _ in range(20)]
+            replies = [read_line(c) for _ in range(20)]
         assert set(replies) == {b"NOT_PRIMARY\r\n"}, replies
         assert "not acknowledging writes yet" in p.log_text()
         assert stats(p)["role"] == "fenced"
@@ -359,8 +330,6 @@ def test_7_a_restarted_former_primary_checks_before_it_acknowledges(tmp_path: Pa
 
 
 def test_6_ids_never_come_back_after_a_failover(tmp_path: Path) -> None:
-    from .cluster import Relay, promote_by_signal
-
     p = primary(tmp_path / "p")  # --sync-standbys 0: the standby may miss the last puts
     relay = Relay(p)
     s = standby(tmp_path / "s", p, via=relay.address)

@@ -152,7 +152,10 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
 
     async def overview(request: web.Request) -> web.Response:
         data = ops.overview()
-        data["ready"] = not ready()
+        why = ready()
+        data["ready"] = not why
+        data["why"] = why
+        data["replication"] = replication_state(server)
         if storage is not None:
             data["disk"] = storage.disk_usage()
             f = ins.fsync

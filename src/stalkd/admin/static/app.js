@@ -107,7 +107,12 @@ function spark(arr) {
 
 function render(ov) {
   const s = ov.server;
+  // role (a fenced former primary says so) and, when not ready, why (docs/standby.md)
+  const rep = ov.replication || {};
+  $("#server-role").textContent = rep.role ? `${rep.role}, epoch ${rep.epoch}` : "";
   $("#server-state").textContent = ov.ready ? "ready" : "not ready";
+  $("#server-state").title = (ov.why || []).join("; ");
+  $("#server-why").textContent = ov.ready ? "" : (ov.why || []).join("; ");
   $("#server-state").style.color = ov.ready ? "#5fd38d" : "#ff7a6b";
   $("#updated").textContent = "updated " + new Date(ov.time * 1000).toLocaleTimeString();
   const tubes = shown(ov.tubes);
