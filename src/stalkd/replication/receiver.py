@@ -200,15 +200,38 @@ class Receiver:
                  self.address, epoch, lg.next_offset, self.lag)  # fmt: skip
         dec = wire.RecordDecoder()
         self._syncing = False
+        heard = [self.clock()]
+        watchdog = asyncio.get_running_loop().create_task(self._watch(heard, writer))
+        try:
+            await self._stream(reader, writer, dec, heard)
+        except (OSError, EOFError):
+            if heard[0] >= 0:
+                raise
+        finally:
+            watchdog.cancel()
+        if heard[0] < 0:
+            raise EOFError(f"nothing heard from the primary for {wire.SILENT_AFTER} s (the network "
+                           "or the primary is down)")
+
+    async def _watch(self, heard: list[float], writer: asyncio.StreamWriter) -> None:
+        """Cut a stream the primary has been silent on for ``wire.SILENT_AFTER`` s (a timer per
+        stream, not per read: the stream's reads stay one call each)."""
+        while True:
+            await asyncio.sleep(wire.HEARTBEAT)
+            if self.clock() - heard[0] > wire.SILENT_AFTER:
+                heard[0] = -1.0
+                writer.transport.abort()
+                return
+
+    async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dec: wire.RecordDecoder,
+                      heard: list[float]) -> None:  # fmt: skip
+        lg = self.wal.log
         beats = -1
         while not self._stopped:
-            try:
-                data = await asyncio.wait_for(reader.read(READ_BYTES), wire.SILENT_AFTER)
-            except TimeoutError:
-                raise EOFError(f"nothing heard from the primary for {wire.SILENT_AFTER} s (the network "
-                               "or the primary is down)") from None
+            data = await reader.read(READ_BYTES)
             if not data:
                 raise EOFError("the primary closed the stream")
+            heard[0] = self.clock()
             msgs = dec.feed(data)
             if dec.primary_end != beats:  # a heartbeat: the primary's end, and we answer
                 beats = dec.primary_end
