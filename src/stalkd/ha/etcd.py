@@ -1,0 +1,206 @@
+"""A small client for etcd's v3 API, through the JSON gateway etcd serves on its client port.
+
+Only what leadership needs: leases (grant, keep alive, revoke), a key created only if absent
+(a transaction comparing its create revision with 0), reads, puts and conditional deletes.
+The gateway needs no dependency beyond the standard library, and every call is one short
+HTTP request, so a call's time bound is the socket timeout. Keys and values are bytes on the
+wire (base64 in the JSON), strings and bytes here.
+
+Ensures: a call either returns etcd's answer or raises: ``EtcdUnavailable`` when no member
+answered (each is tried in turn, the last one that answered first), ``EtcdError`` when a member
+answered with an error. Nothing is retried behind the caller's back, so a caller that holds a
+lease knows how old its last renewal is.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from stalkd.ha.address import ClusterAddress, EtcdEndpoint
+
+__all__ = ["Etcd", "EtcdError", "EtcdUnavailable", "KeyValue"]
+
+
+class EtcdError(Exception):
+    """An etcd member answered with an error."""
+
+
+class EtcdUnavailable(EtcdError):
+    """No etcd member could be reached in time."""
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    """A key as etcd keeps it: ``create_revision`` is the cluster revision that created it (a
+    fencing token: a later holder's key has a larger one); ``lease`` 0 for none."""
+
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+
+def _b64(data: str | bytes) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def _kv(raw: dict[str, Any]) -> KeyValue:
+    return KeyValue(base64.b64decode(raw["key"]).decode(), base64.b64decode(raw.get("value", "")),
+                    int(raw.get("create_revision", 0)), int(raw.get("mod_revision", 0)),
+                    int(raw.get("lease", 0)))
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(self._path)
+        except OSError:
+            s.close()
+            raise
+        self.sock = s
+
+
+class Etcd:
+    """etcd's members ``endpoints``; each request gives up after ``timeout`` seconds per member.
+    ``tls`` is the context for ``https`` members (client certificates go in it).
+
+    Not thread-safe: one thread (the lease keeper's) uses one instance.
+    """
+
+    def __init__(self, endpoints: tuple[EtcdEndpoint, ...] | ClusterAddress, *, timeout: float = 1.0,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.endpoints = endpoints.endpoints if isinstance(endpoints, ClusterAddress) else endpoints
+        if not self.endpoints:
+            raise ValueError("no etcd endpoint")
+        self.timeout = timeout
+        self._tls = tls
+        self._first = 0  # the member that answered last: asked first next time
+
+    def _connection(self, ep: EtcdEndpoint) -> http.client.HTTPConnection:
+        if ep.scheme == "unix":
+            return _UnixConnection(ep.path, self.timeout)
+        if ep.scheme == "https":
+            return http.client.HTTPSConnection(ep.host, ep.port, timeout=self.timeout,
+                                               context=self._tls or ssl.create_default_context())
+        return http.client.HTTPConnection(ep.host, ep.port, timeout=self.timeout)
+
+    def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` to ``/v3/<path>`` on the first member that answers; its JSON answer."""
+        n = len(self.endpoints)
+        errors = []
+        for i in range(n):
+            k = (self._first + i) % n
+            ep = self.endpoints[k]
+            conn = self._connection(ep)
+            try:
+                conn.request("POST", f"/v3/{path}", json.dumps(body),
+                             {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                data = resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                errors.append(f"{ep}: {e or type(e).__name__}")
+                continue
+            finally:
+                conn.close()
+            self._first = k
+            try:
+                answer: dict[str, Any] = json.loads(data)
+            except ValueError:
+                raise EtcdError(f"{ep} /v3/{path}: not JSON (HTTP {resp.status})") from None
+            if resp.status != 200 or "error" in answer:
+                msg = answer.get("message") or answer.get("error") or f"HTTP {resp.status}"
+                if answer.get("code") == 14:  # UNAVAILABLE: this member has no quorum
+                    errors.append(f"{ep}: {msg}")
+                    continue
+                raise EtcdError(f"{ep} /v3/{path}: {msg}")
+            return answer
+        raise EtcdUnavailable("no etcd member answered: " + "; ".join(errors))
+
+    # --- leases ------------------------------------------------------------------------------
+
+    def grant(self, ttl: int) -> tuple[int, int]:
+        """A new lease of ``ttl`` seconds: (its id, the TTL etcd granted)."""
+        r = self.call("lease/grant", {"TTL": ttl})
+        return int(r["ID"]), int(r["TTL"])
+
+    def keepalive(self, lease: int) -> int:
+        """Renew ``lease``; the TTL it has again, 0 when it has expired (or never existed)."""
+        r = self.call("lease/keepalive", {"ID": str(lease)})
+        return int(r.get("result", {}).get("TTL", 0))
+
+    def revoke(self, lease: int) -> None:
+        """End ``lease`` now: the keys attached to it are deleted."""
+        try:
+            self.call("lease/revoke", {"ID": str(lease)})
+        except EtcdError as e:
+            if "not found" not in str(e):
+                raise
+
+    # --- keys --------------------------------------------------------------------------------
+
+    def get(self, key: str) -> KeyValue | None:
+        r = self.call("kv/range", {"key": _b64(key)})
+        kvs = r.get("kvs") or []
+        return _kv(kvs[0]) if kvs else None
+
+    def get_prefix(self, prefix: str) -> list[KeyValue]:
+        """Every key under ``prefix`` (ends with ``/``), in key order."""
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        r = self.call("kv/range", {"key": _b64(prefix), "range_end": _b64(end)})
+        return [_kv(raw) for raw in r.get("kvs") or []]
+
+    def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        """Set ``key``; the revision that did it."""
+        body: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
+        if lease:
+            body["lease"] = str(lease)
+        return int(self.call("kv/put", body)["header"]["revision"])
+
+    def create(self, key: str, value: bytes, lease: int = 0) -> tuple[bool, KeyValue | None]:
+        """Set ``key`` only if it does not exist. (True, the new key) when this call created it,
+        else (False, the key as it is; None if it vanished meanwhile)."""
+        put: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
+        if lease:
+            put["lease"] = str(lease)
+        r = self.call("kv/txn", {
+            "compare": [{"key": _b64(key), "target": "CREATE", "create_revision": "0"}],
+            "success": [{"request_put": put}],
+            "failure": [{"request_range": {"key": _b64(key)}}],
+        })
+        if r.get("succeeded"):
+            rev = int(r["header"]["revision"])
+            return True, KeyValue(key, value, rev, rev, lease)
+        kvs = (r.get("responses") or [{}])[0].get("response_range", {}).get("kvs") or []
+        return False, (_kv(kvs[0]) if kvs else None)
+
+    def delete_if(self, key: str, create_revision: int) -> bool:
+        """Delete ``key`` if it is still the one created at ``create_revision`` (ours)."""
+        r = self.call("kv/txn", {
+            "compare": [{"key": _b64(key), "target": "CREATE", "create_revision": str(create_revision)}],
+            "success": [{"request_delete_range": {"key": _b64(key)}}],
+        })
+        return bool(r.get("succeeded"))
+
+    def put_if(self, key: str, value: bytes, create_revision: int, lease: int = 0) -> bool:
+        """Replace ``key``'s value if it is still the one created at ``create_revision``."""
+        put: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
+        if lease:
+            put["lease"] = str(lease)
+        r = self.call("kv/txn", {
+            "compare": [{"key": _b64(key), "target": "CREATE", "create_revision": str(create_revision)}],
+            "success": [{"request_put": put}],
+        })
+        return bool(r.get("succeeded"))
