@@ -131,3 +131,26 @@ def test_bad_cluster_addresses_say_what_to_write(text: str, message: str) -> Non
 def test_ipv6_members_and_default_port() -> None:
     a = parse_cluster("etcds://[::1]:2379,h2/stalkd/c")
     assert [(e.scheme, e.host, e.port) for e in a.endpoints] == [("https", "::1", 2379), ("https", "h2", 2379)]
+
+
+def test_only_the_leader_of_an_epoch_writes_the_sync_set(etcd: EtcdProcess) -> None:
+    from stalkd.ha.decide import eligible
+    from stalkd.ha.syncset import SyncSet, read_sync, write_sync
+
+    addr = parse_cluster(etcd.cluster("syncset"))
+    a, b = keeper(etcd, "syncset", "a"), keeper(etcd, "syncset", "b")
+    a.step()
+    assert a.leader is not None
+    epoch = a.leader.epoch
+    client = Etcd(addr)
+    assert read_sync(client, addr.key("sync")) is None
+    assert write_sync(client, addr.key("sync"), SyncSet("a", epoch, ("a", "b")), leader_key=addr.key("leader"))
+    got = read_sync(client, addr.key("sync"))
+    assert got == SyncSet("a", epoch, ("a", "b"))
+    assert eligible("b", got.members, 1) and not eligible("c", got.members, 1)
+    # a's lease gone: a write under its old epoch is refused
+    a.resign()
+    b.step()
+    assert not write_sync(client, addr.key("sync"), SyncSet("a", epoch, ("a",)), leader_key=addr.key("leader"))
+    assert read_sync(client, addr.key("sync")) == got
+    b.resign()

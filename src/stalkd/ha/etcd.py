@@ -194,13 +194,14 @@ class Etcd:
         })
         return bool(r.get("succeeded"))
 
-    def put_if(self, key: str, value: bytes, create_revision: int, lease: int = 0) -> bool:
-        """Replace ``key``'s value if it is still the one created at ``create_revision``."""
+    def put_if(self, key: str, value: bytes, *, guard: str, guard_revision: int, lease: int = 0) -> bool:
+        """Set ``key`` only while ``guard`` is still the key created at ``guard_revision`` (only
+        the leader of that epoch may write what depends on its leadership)."""
         put: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
         if lease:
             put["lease"] = str(lease)
         r = self.call("kv/txn", {
-            "compare": [{"key": _b64(key), "target": "CREATE", "create_revision": str(create_revision)}],
+            "compare": [{"key": _b64(guard), "target": "CREATE", "create_revision": str(guard_revision)}],
             "success": [{"request_put": put}],
         })
         return bool(r.get("succeeded"))
