@@ -33,7 +33,7 @@ log = logging.getLogger("stalkd.ha")
 class Leadership:
     """The key's holder as etcd has it: the node's ``name``, what it published (``info``: its
     addresses), the ``epoch`` (the key's create revision, a fencing token that only grows) and
-    whether that is this node (``mine``)."""
+    whether this node holds it under its own lease (``mine``)."""
 
     name: str
     info: dict[str, Any]
@@ -41,13 +41,13 @@ class Leadership:
     mine: bool
 
 
-def _decode(kv: KeyValue, me: str) -> Leadership:
+def _decode(kv: KeyValue, hold: LeaseHold | None) -> Leadership:
     try:
         info = json.loads(kv.value)
         name = str(info.get("name", "?"))
     except (ValueError, AttributeError):
         info, name = {}, "?"
-    return Leadership(name, info, kv.create_revision, name == me)
+    return Leadership(name, info, kv.create_revision, hold is not None and kv.lease == hold.lease)
 
 
 class LeaseKeeper:
@@ -137,7 +137,11 @@ class LeaseKeeper:
             log.warning("cannot read the leader key %s: %s", self.key, e)
             return self.poll
         self.last_error = None
-        self._see(None if current is None else _decode(current, self.name))
+        leader = None if current is None else _decode(current, self._hold)
+        if leader is not None and leader.name == self.name and not leader.mine:
+            # This node's key from before a restart: its lease is not ours, it ends on its own.
+            leader = None
+        self._see(leader)
         return self.poll
 
     def _campaign(self) -> KeyValue | None:

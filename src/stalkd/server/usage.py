@@ -88,6 +88,15 @@ Replication (see docs/standby.md):
                               promoted (`stalkd promote`, or SIGUSR2); needs --dir
           --sync-standbys N   as primary, send INSERTED/DELETED/... only once N standbys
                               hold the change on disk (default 0: ship asynchronously)
+          --ha etcd://HOST:PORT,.../stalkd/CLUSTER
+                              a node of an automatic-failover cluster: the node holding
+                              the leader lease in etcd is the primary, the others follow
+                              it (needs --dir and --name; docs/standby.md, "Clusters")
+          --name NODE         this node's name in the cluster
+          --ha-ttl SECONDS    the leader lease (default 5): a dead primary is replaced
+                              within about this, and stops acknowledging before it ends
+          --advertise ADDR    where the other nodes reach this server, as --standby-of
+                              takes it (default: the plain listener's address)
 
 Listeners (several may run at once; each has its own policy):
           --unix PATH         also listen on a UNIX socket (file permissions decide who
