@@ -8,9 +8,12 @@ another test's server the way a chosen port could.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,3 +79,78 @@ def start_etcd(directory: Path, timeout: float = 30.0) -> EtcdProcess:
                 server.stop()
                 raise AssertionError(f"etcd did not answer ({e}):\n{log_tail(log)}") from None
         time.sleep(0.05)
+
+
+class UnixProxy:
+    """A UNIX-socket forwarder to ``target`` that a test can cut and heal: one node's way to
+    etcd, so that node alone is partitioned from it (the others reach etcd directly)."""
+
+    def __init__(self, path: Path, target: str) -> None:
+        self.path = path
+        self.target = target
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        self.heal()
+
+    def address(self, prefix: str = "/stalkd/test") -> str:
+        return f"etcd+unix://{quote(str(self.path), safe='')}{prefix}"
+
+    def heal(self) -> None:
+        with self._lock:
+            if self._listener is not None:
+                return
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            s.bind(str(self.path))
+            s.listen(64)
+            self._listener = s
+        threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def cut(self) -> None:
+        """No new connection gets through (the socket file is gone), and open ones end."""
+        with self._lock:
+            s, self._listener = self._listener, None
+            conns, self._conns = self._conns, []
+        if s is not None:
+            s.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+            c.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(self.target)
+            except OSError:
+                client.close()
+                upstream.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:
+                    client.close()
+                    upstream.close()
+                    return
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)

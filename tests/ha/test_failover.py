@@ -10,6 +10,7 @@ standbys, so every acknowledged record is on every standby and any of them may t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -150,3 +151,44 @@ def test_a_paused_primary_acknowledges_nothing_after_it_wakes(etcd: EtcdProcess,
         b.stop()
         a.stop()
 
+
+
+def test_a_primary_cut_off_from_etcd_stops_acknowledging_before_the_new_one_starts(
+        etcd: EtcdProcess, tmp_path: Path) -> None:
+    from etcdserver import UnixProxy
+
+    proxy = UnixProxy(tmp_path / "a-to-etcd", etcd.socket)
+    a = start_stalkd("--dir", str(tmp_path / "a"), "-s", WAL_SIZE, "--ha", proxy.address(),
+                     "--name", "a", "--ha-ttl", TTL)
+    b = node(etcd, tmp_path / "b", "b")
+    try:
+        until(lambda: role(a) == "primary" and caught_up(a, b), "b to follow a", logs=(a, b))
+        acks_a: list[float] = []
+        stop = threading.Event()
+
+        def load_a() -> None:  # a's clients still reach it: only its way to etcd is cut
+            i = 0
+            with (contextlib.suppress(errors.BeanstalkError, errors.ClientConnectionError, OSError),
+                  stalkd.Client(a.address, timeout=30) as c):
+                while not stop.is_set():
+                    c.put(f"a-{i}".encode())
+                    acks_a.append(time.monotonic())
+                    i += 1
+
+        t = threading.Thread(target=load_a)
+        t.start()
+        until(lambda: len(acks_a) > 50, "load on a", logs=(a,))
+        proxy.cut()
+        until(lambda: accepts_put(b), "b to take over", timeout=60, logs=(a, b))
+        first_b = time.monotonic()
+        stop.set()
+        t.join()
+        # a's last acknowledgement came before b's first: never two primaries acknowledging
+        assert acks_a and acks_a[-1] < first_b
+        print(f"a's last ack {first_b - acks_a[-1]:.2f} s before b's first")
+        proxy.heal()
+        until(lambda: role(a) == "standby" and caught_up(b, a), "a to rejoin b", timeout=60, logs=(a, b))
+    finally:
+        proxy.cut()
+        b.stop()
+        a.stop()
