@@ -23,28 +23,56 @@ from collections.abc import Callable
 from typing import Any
 
 from stalkd.engine.handover import epoch_record
-from stalkd.ha import Etcd, Leadership, LeaseKeeper, parse_cluster
+from stalkd.ha import Etcd, EtcdError, Leadership, LeaseKeeper, parse_cluster
+from stalkd.ha.cluster import clear_switchover, publish_member, switchover_target
 from stalkd.ha.decide import Fence, Follow, NodeState, Promote, decide
 from stalkd.ha.gate import LeaseGate
 from stalkd.server.settings import Config
 
 __all__ = ["start_keeper", "learn_role", "HaNode", "reexec"]
 
+SWITCHOVER_POLL = 0.5  # seconds between the primary's looks at the switchover key
+SWITCHOVER_WAIT = 10.0  # seconds a switchover waits for the standbys before it is given up
+
+
+def _target(value: bytes) -> str | None:
+    import json
+
+    try:
+        return str(json.loads(value)["to"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
 log = logging.getLogger("stalkd.ha")
 
 
 def start_keeper(cfg: Config, advertise: str) -> LeaseKeeper:
+    """The node's lease keeper. While a switchover is asked, only its target campaigns."""
     assert cfg.ha is not None and cfg.name is not None
     addr = parse_cluster(cfg.ha)
-    return LeaseKeeper(Etcd(addr), addr.key("leader"), cfg.name,
-                       {"replication": advertise, "client": advertise}, ttl=cfg.ha_ttl)
+    etcd = Etcd(addr)
+    me = cfg.name
+
+    def eligible() -> bool:
+        to = switchover_target(etcd, addr)
+        return to is None or to == me
+
+    return LeaseKeeper(etcd, addr.key("leader"), me, {"replication": advertise, "client": advertise},
+                       ttl=cfg.ha_ttl, eligible=eligible)
 
 
 def learn_role(cfg: Config, keeper: LeaseKeeper) -> Config:
     """Block until the cluster has a leader (this node, if it wins); ``cfg`` with
     ``standby_of`` set when another node leads. Logs while etcd cannot be reached."""
     last_log = 0.0
+    published = False
     while True:
+        if not published:
+            try:
+                publish_member(keeper.etcd, parse_cluster(str(cfg.ha)), keeper.name, keeper.info)
+                published = True
+            except EtcdError as e:
+                keeper.last_error = str(e)
         delay = keeper.step()
         leader = keeper.leader
         if leader is not None and leader.mine:
@@ -67,7 +95,10 @@ class HaNode:
     ``rejoin(why)`` stops the server for a new start."""
 
     def __init__(self, keeper: LeaseKeeper, role: Any, standby: Any, wal: Any, engine: Any,
-                 rejoin: Callable[[str], None], *, following: str | None) -> None:
+                 rejoin: Callable[[str], None], *, following: str | None,
+                 caught_up: Callable[[], bool] = lambda: True) -> None:
+        self.caught_up = caught_up  # every connected standby holds the whole log (switchover)
+        self._task: asyncio.Task[None] | None = None
         self.keeper = keeper
         self.following = following  # the leader's published address this standby follows
         self.role = role
@@ -96,6 +127,47 @@ class HaNode:
         self.keeper.on_change = self._changed
         self.keeper.start()
         self._changed(self.keeper.leader)  # what happened between learn_role and now
+        self._task = self._loop.create_task(self._watch_switchover())
+
+    async def _watch_switchover(self) -> None:
+        """On the primary: a planned switchover asked in etcd (``stalkd cluster switchover``)."""
+        loop = asyncio.get_running_loop()
+        etcd = Etcd(self.keeper.etcd.endpoints, timeout=self.keeper.etcd.timeout)  # its own: not thread-safe
+        addr_key = self.keeper.key.rsplit("/", 1)[0]
+        while True:
+            await asyncio.sleep(SWITCHOVER_POLL)
+            if self.fenced or self.role.standby or not self.keeper.may_acknowledge():
+                continue
+            try:
+                kv = await loop.run_in_executor(None, etcd.get, f"{addr_key}/switchover")
+            except EtcdError:
+                continue
+            to = None if kv is None else _target(kv.value)
+            if to is None or to == self.keeper.name:
+                continue
+            await self._hand_over(to)
+            return
+
+    async def _hand_over(self, to: str) -> None:
+        """Refuse new changes, let every held reply out once the standbys hold it, then give the
+        lease up so that ``to`` (the only node allowed to campaign now) takes it."""
+        log.warning("switchover to %s asked: refusing new changes, handing over once the standbys "
+                    "hold everything", to)  # fmt: skip
+        # New changes get NOT_PRIMARY (not persisted: an abandoned switchover lifts it).
+        self.role.fenced = self.role.state.epoch + 1
+        deadline = time.monotonic() + SWITCHOVER_WAIT
+        while not self.caught_up() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if not self.caught_up():
+            log.error("switchover to %s: the standbys did not catch up in %.0f s; staying primary",
+                      to, SWITCHOVER_WAIT)  # fmt: skip
+            self.role.fenced = 0
+            return
+        self.fenced = True
+        self.role.fenced = 0
+        self.role.saw(self.role.state.epoch + 1)
+        await asyncio.get_running_loop().run_in_executor(None, self.keeper.resign)
+        self.rejoin(f"switched over to {to}")
 
     def _changed(self, leader: Leadership | None) -> None:  # the keeper's thread
         loop = self._loop
@@ -128,8 +200,25 @@ class HaNode:
                 return
             log.warning("won the leader key at epoch %d: promoting", action.epoch)
             self.standby.promote(epoch=action.epoch)
+            self._loop_run(self._clear_switchover)
         elif isinstance(action, Follow):
             self.rejoin(f"the leader is now at {action.address} (epoch {action.epoch})")
+
+    def _loop_run(self, fn: Callable[[], None]) -> None:
+        loop = self._loop
+        if loop is not None:
+            loop.run_in_executor(None, fn)
+
+    def _clear_switchover(self) -> None:
+        """A switchover that brought this node here is done (run on a thread: etcd blocks)."""
+        try:
+            etcd = Etcd(self.keeper.etcd.endpoints, timeout=self.keeper.etcd.timeout)
+            from stalkd.ha.address import ClusterAddress
+
+            prefix = self.keeper.key.rsplit("/", 1)[0]
+            clear_switchover(etcd, ClusterAddress(etcd.endpoints, prefix, prefix))
+        except EtcdError as e:
+            log.warning("could not clear the switchover key: %s", e)
 
     def stop(self) -> None:
         """Stop renewing; a primary gives the key up at once (its replies are out by now), so

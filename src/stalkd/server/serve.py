@@ -288,7 +288,12 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
             stop.set()
 
         assert role is not None  # --ha needs --dir
-        ha_node = HaNode(keeper, role, standby, wal, engine, rejoin, following=cfg.standby_of)
+        def standbys_caught_up() -> bool:
+            lags = srv.replicas.lags() if srv.replicas is not None else []
+            return bool(lags) and all(lag == 0 for _, lag in lags)
+
+        ha_node = HaNode(keeper, role, standby, wal, engine, rejoin, following=cfg.standby_of,
+                         caught_up=standbys_caught_up)
         ha_node.install(srv.barriers, srv.replicas)
         if not role.standby:
             ha_node.lead()
