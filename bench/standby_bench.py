@@ -114,8 +114,13 @@ def promote_to_put(pair: Pair) -> float:
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ha", action="store_true", help="automatic failover instead (bench/ha_bench.py): "
+                    "the lease's cost and kill -9 -> first put on the new primary")
+    if ap.parse_args().ha:
+        import ha_bench
+
+        return ha_bench.main()
     print(f"# standby_bench: {CONNS} connections, {sb.SECONDS:.1f} s per cell, {sb.ROUNDS} rounds, "
           f"{sb.GEN_PROCS} generator processes, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     pairs = {s: Pair(s) for s in SETUPS}
