@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from server.proc import StalkdProcess, start_stalkd
 from stalkd.client import errors
 from standby.cluster import caught_up, stats, until
 from standby.test_zero_loss import Ledger, _load, check
+from support import listening_ports
 
 WAL_SIZE = "65536"
 TTL = "2"
@@ -192,3 +194,55 @@ def test_a_primary_cut_off_from_etcd_stops_acknowledging_before_the_new_one_star
         proxy.cut()
         b.stop()
         a.stop()
+
+
+def test_a_node_that_missed_a_term_never_takes_the_lease(etcd: EtcdProcess, tmp_path: Path) -> None:
+    # Given c follows a, then is stopped; a dies and b leads a new term without c
+    a = node(etcd, tmp_path / "a", "a")
+    b = node(etcd, tmp_path / "b", "b")
+    c = node(etcd, tmp_path / "c", "c")
+    procs = [a, b, c]
+    try:
+        until(lambda: stats(a).get("standbys", 0) >= 2, "b and c to follow a", logs=(a, b, c))
+        c.stop()
+        a.kill9()
+        until(lambda: accepts_put(b), "b to take over", timeout=60, logs=(b,))
+        b.kill9()
+        # When c starts again with nobody leading, it does not campaign: its log is of a's epoch
+        c2 = node_nowait(etcd, tmp_path / "c", "c")
+        procs.append(c2)
+        until(lambda: "not campaigning for the lease" in c2.log_text(), "c to decline", timeout=60,
+              logs=(c2,))
+        # Then b, which has the newest term, leads again and c follows it
+        b2 = node(etcd, tmp_path / "b", "b")
+        procs.append(b2)
+        until(lambda: role(b2) == "primary", "b to lead again", timeout=60, logs=(b2, c2))
+        until(lambda: _serving(c2) and role(c2) == "standby" and caught_up(b2, c2), "c to follow b",
+              timeout=60, logs=(b2, c2))
+        assert "won the leader key" not in c2.log_text()
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def node_nowait(etcd: EtcdProcess, d: Path, name: str) -> StalkdProcess:
+    """A node started without waiting for it to serve (it may wait for a leader first)."""
+    from server.proc import SERVER_CMD, session_file
+
+    fd, log_path = session_file("stalkd-test-", ".log")
+    with os.fdopen(fd, "wb") as log:
+        proc = subprocess.Popen([*SERVER_CMD, "-l", "127.0.0.1", "-p", "0", "--dir", str(d), "-s", WAL_SIZE,
+                                 "--ha", etcd.cluster(), "--name", name, "--ha-ttl", TTL],
+                                stdout=subprocess.DEVNULL, stderr=log)
+    p = StalkdProcess("127.0.0.1", 0, proc)
+    p.log_path = log_path
+    return p
+
+
+def _serving(p: StalkdProcess) -> bool:
+    if p.port == 0:
+        ports = listening_ports(p.proc.pid)
+        if not ports:
+            return False
+        p.port = ports[0]
+    return "serving" in p.log_text()

@@ -2,6 +2,9 @@
 
 ``<prefix>/members/<name>``: each node's published addresses, written at each start (no lease:
 ``stalkd cluster status`` shows a node that is down as down, not as absent).
+``<prefix>/epoch``: the epoch of the newest leader, written by it once it has won (guarded by its
+leader key). A node whose log is of an older epoch missed a whole term and never campaigns: it
+would bring back a past state and set aside everything since.
 ``<prefix>/switchover``: a planned switchover asked by ``stalkd cluster switchover --to NODE``;
 while it is there only that node may campaign, and the primary hands over once its standbys
 hold everything it acknowledged. The new leader removes it.
@@ -16,7 +19,7 @@ from stalkd.ha.address import ClusterAddress
 from stalkd.ha.etcd import Etcd
 
 __all__ = ["publish_member", "members", "switchover_target", "ask_switchover", "clear_switchover",
-           "lease_time_left"]
+           "lease_time_left", "publish_epoch", "latest_epoch"]
 
 
 def publish_member(etcd: Etcd, addr: ClusterAddress, name: str, info: dict[str, Any]) -> None:
@@ -66,3 +69,18 @@ def _b64(s: str) -> str:
     import base64
 
     return base64.b64encode(s.encode()).decode()
+
+
+def publish_epoch(etcd: Etcd, addr: ClusterAddress, epoch: int) -> bool:
+    """The leader of ``epoch`` (its leader key's create revision) records it; False if that
+    leader no longer holds the key."""
+    return etcd.put_if(addr.key("epoch"), str(epoch).encode(), guard=addr.key("leader"),
+                       guard_revision=epoch)
+
+
+def latest_epoch(etcd: Etcd, addr: ClusterAddress) -> int:
+    kv = etcd.get(addr.key("epoch"))
+    try:
+        return int(kv.value) if kv is not None else 0
+    except ValueError:
+        return 0

@@ -24,7 +24,14 @@ from typing import Any
 
 from stalkd.engine.handover import epoch_record
 from stalkd.ha import Etcd, EtcdError, Leadership, LeaseKeeper, parse_cluster
-from stalkd.ha.cluster import clear_switchover, publish_member, switchover_target
+from stalkd.ha.cluster import (
+    clear_switchover,
+    latest_epoch,
+    members,
+    publish_epoch,
+    publish_member,
+    switchover_target,
+)
 from stalkd.ha.decide import Fence, Follow, NodeState, Promote, decide
 from stalkd.ha.gate import LeaseGate
 from stalkd.server.settings import Config
@@ -46,16 +53,29 @@ def _target(value: bytes) -> str | None:
 log = logging.getLogger("stalkd.ha")
 
 
-def start_keeper(cfg: Config, advertise: str) -> LeaseKeeper:
-    """The node's lease keeper. While a switchover is asked, only its target campaigns."""
+def start_keeper(cfg: Config, advertise: str, my_epoch: Callable[[], int]) -> LeaseKeeper:
+    """The node's lease keeper. It campaigns only when its log is of the cluster's newest epoch
+    (``my_epoch()``: a node that missed a term never leads) and, while a switchover is asked,
+    only if it is the switchover's target."""
     assert cfg.ha is not None and cfg.name is not None
     addr = parse_cluster(cfg.ha)
     etcd = Etcd(addr)
     me = cfg.name
+    said = [0.0]
 
     def eligible() -> bool:
         to = switchover_target(etcd, addr)
-        return to is None or to == me
+        if to is not None and to != me:
+            return False
+        newest, mine = latest_epoch(etcd, addr), my_epoch()
+        if mine < newest:
+            if time.monotonic() - said[0] > 30:
+                said[0] = time.monotonic()
+                log.warning("not campaigning for the lease: this node's log is of epoch %d, the "
+                            "cluster's newest is %d (it missed a term; it follows a node that "
+                            "has it)", mine, newest)  # fmt: skip
+            return False
+        return True
 
     return LeaseKeeper(etcd, addr.key("leader"), me, {"replication": advertise, "client": advertise},
                        ttl=cfg.ha_ttl, eligible=eligible)
@@ -69,8 +89,14 @@ def learn_role(cfg: Config, keeper: LeaseKeeper) -> Config:
     while True:
         if not published:
             try:
-                publish_member(keeper.etcd, parse_cluster(str(cfg.ha)), keeper.name, keeper.info)
+                addr = parse_cluster(str(cfg.ha))
+                publish_member(keeper.etcd, addr, keeper.name, keeper.info)
                 published = True
+                others = len(members(keeper.etcd, addr)) - 1
+                if 0 < cfg.sync_standbys < others:
+                    log.warning("--sync-standbys %d with %d other nodes: a standby that did not "
+                                "acknowledge a change may take over and lose it; use %d (docs/cluster.md)",
+                                cfg.sync_standbys, others, others)  # fmt: skip
             except EtcdError as e:
                 keeper.last_error = str(e)
         delay = keeper.step()
@@ -121,6 +147,18 @@ class HaNode:
         if self.role.state.epoch < leader.epoch:
             self.wal.write([epoch_record(self.engine, leader.epoch, self.wal.log.next_offset, time.time())])
             self.wal.sync()
+        self._publish_epoch(leader.epoch)
+
+    def _publish_epoch(self, epoch: int) -> None:
+        """Record in etcd that the cluster's newest epoch is ours (stale nodes then wait)."""
+        try:
+            etcd = Etcd(self.keeper.etcd.endpoints, timeout=self.keeper.etcd.timeout)
+            prefix = self.keeper.key.rsplit("/", 1)[0]
+            from stalkd.ha.address import ClusterAddress
+
+            publish_epoch(etcd, ClusterAddress(etcd.endpoints, prefix, prefix), epoch)
+        except EtcdError as e:
+            log.warning("could not record epoch %d in etcd: %s", epoch, e)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -201,6 +239,7 @@ class HaNode:
             log.warning("won the leader key at epoch %d: promoting", action.epoch)
             self.standby.promote(epoch=action.epoch)
             self._loop_run(self._clear_switchover)
+            self._loop_run(lambda: self._publish_epoch(action.epoch))
         elif isinstance(action, Follow):
             self.rejoin(f"the leader is now at {action.address} (epoch {action.epoch})")
 

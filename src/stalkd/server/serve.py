@@ -229,7 +229,13 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         if advertise is None:
             log.error("--ha: no plain listener to publish; give --advertise ADDR")
             return EXIT_FATAL
-        keeper = start_keeper(cfg, advertise)
+        from stalkd.replication.epochs import scan
+
+        assert cfg.data_dir is not None
+        on_disk = scan(cfg.data_dir)  # before recovery: the epochs the log holds
+        disk_epoch = on_disk[-1][0] if on_disk else 0
+        epoch_of: list[Callable[[], int]] = [lambda: disk_epoch]
+        keeper = start_keeper(cfg, advertise, lambda: epoch_of[0]())
         cfg = await loop.run_in_executor(None, learn_role, cfg, keeper)
     t0 = time.monotonic()
     try:
@@ -295,6 +301,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         ha_node = HaNode(keeper, role, standby, wal, engine, rejoin, following=cfg.standby_of,
                          caught_up=standbys_caught_up)
         ha_node.install(srv.barriers, srv.replicas)
+        # from now on the epoch is the running log's (replicated EPOCH records move it)
+        epoch_of[0] = lambda: role.state.epoch
         if not role.standby:
             ha_node.lead()
     for w in (*cfg.warnings, *endpoints.warnings()):
