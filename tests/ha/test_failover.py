@@ -25,7 +25,7 @@ import stalkd
 from etcdserver import EtcdProcess, start_etcd
 from server.proc import StalkdProcess, start_stalkd
 from stalkd.client import errors
-from standby.cluster import caught_up, stats, until
+from standby.cluster import admin_port, caught_up, stats, until
 from standby.test_zero_loss import Ledger, _load, check
 from support import listening_ports
 
@@ -68,7 +68,7 @@ def accepts_put(p: StalkdProcess, ledger: Ledger | None = None) -> bool:
 
 
 def test_first_node_leads_and_the_next_follows_it(etcd: EtcdProcess, tmp_path: Path) -> None:
-    a = node(etcd, tmp_path / "a", "a")
+    a = node(etcd, tmp_path / "a", "a", "--admin", "127.0.0.1:0")
     b = node(etcd, tmp_path / "b", "b")
     try:
         assert role(a) == "primary" and role(b) == "standby"
@@ -77,8 +77,19 @@ def test_first_node_leads_and_the_next_follows_it(etcd: EtcdProcess, tmp_path: P
         until(lambda: caught_up(a, b), "b to follow a", logs=(a, b))
         with stalkd.Client(b.address) as c:
             assert c.peek(jid).body == b"hello"
-        # the epoch is the leader key's revision (a fencing token), not 0
-        assert int(stats(a)["epoch"]) > 0
+        # the epoch is the leader key's revision (a fencing token), not 0; stats say who leads
+        sa, sb = stats(a), stats(b)
+        assert int(sa["epoch"]) > 0
+        assert sa["cluster-leader"] == sb["cluster-leader"] == "a" and sa["cluster-node"] == "a"
+        assert int(sa["lease-left-ms"]) > 0 and int(sb["lease-left-ms"]) == -1
+        # and /metrics: the lease's time left and the leader as a label
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin_port(a)}/metrics", timeout=30) as r:
+            text = r.read().decode()
+        left = [ln for ln in text.splitlines() if ln.startswith("stalkd_lease_seconds_left ")]
+        assert left and float(left[0].split()[1]) > 0
+        assert 'stalkd_cluster_info{epoch="' in text and 'leader="a"' in text
     finally:
         b.stop()
         a.stop()

@@ -28,6 +28,7 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
     Metric,
 )
 from prometheus_client.exposition import generate_latest
@@ -208,6 +209,7 @@ class Reading:
         self.epoch = server.role.state.epoch
         self.standby_lags = server.replicas.lags() if server.replicas is not None else []
         self.primary_lag = server.standby_lag() if server.standby_lag is not None else None
+        self.cluster = server.cluster() if server.cluster is not None else None
 
 
 def families(r: Reading) -> Iterator[Metric]:
@@ -265,6 +267,17 @@ def families(r: Reading) -> Iterator[Metric]:
     if r.primary_lag is not None:
         yield GaugeMetricFamily("stalkd_primary_lag_records",
                                 "Records the primary has that this standby has not", value=r.primary_lag)
+    if r.cluster is not None:  # --ha
+        lease = int(r.cluster["lease-left-ms"])
+        yield GaugeMetricFamily("stalkd_lease_seconds_left",
+                                "Seconds before this node must stop acknowledging as primary "
+                                "(-1: it does not hold the leader lease)",
+                                value=lease / 1000 if lease >= 0 else -1)
+        leader = InfoMetricFamily("stalkd_cluster", "The cluster's leader as this node sees it")
+        leader.add_metric([], {"node": str(r.cluster["cluster-node"]),
+                               "leader": str(r.cluster["cluster-leader"]),
+                               "epoch": str(r.cluster["cluster-epoch"])})
+        yield leader
 
 
 class _Frozen:

@@ -52,10 +52,13 @@ STATS_KEYS: tuple[str, ...] = (
     "role", "epoch",
 )  # fmt: skip
 OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {
-    "stats": ("standbys", "standby-lag", "primary-lag"),
+    "stats": ("standbys", "standby-lag", "primary-lag", "cluster-node", "cluster-leader",
+              "cluster-epoch", "lease-left-ms"),
 }
 """Keys written after the others when present: a primary's standbys (count, largest lag in
-records) while any follow it or ``--sync-standbys`` is set; a standby's lag behind its primary."""
+records) while any follow it or ``--sync-standbys`` is set; a standby's lag behind its primary;
+under ``--ha``, this node's name, the leader it sees, that leader's epoch, and the ms before
+this node must stop acknowledging as primary (-1: it does not hold the lease)."""
 
 KEYS: dict[str, tuple[str, ...]] = {
     "stats": STATS_KEYS,
@@ -65,7 +68,7 @@ KEYS: dict[str, tuple[str, ...]] = {
 """Key order per ``YamlDict.kind``."""
 
 QUOTED: dict[str, frozenset[str]] = {
-    "stats": frozenset({"version", "hostname", "os", "platform"}),
+    "stats": frozenset({"version", "hostname", "os", "platform", "cluster-node", "cluster-leader"}),
     "stats-job": frozenset({"tube"}),
     "stats-tube": frozenset({"name"}),
 }

@@ -121,6 +121,7 @@ class Server:
         self.replicas: Replicas | None = None  # the standbys following this server's WAL
         self.standby_lag: Callable[[], int] | None = None  # a standby: records behind its primary
         self.promote: Callable[[], str] | None = None  # a standby: become primary (new epoch)
+        self.cluster: Callable[[], dict[str, int | float | str]] | None = None  # --ha: leader, lease
         self._uname = os.uname()
 
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -381,6 +382,8 @@ class Server:
             values["standby-lag"] = max((lag for _, lag in lags), default=0)
         if self.standby_lag is not None:
             values["primary-lag"] = self.standby_lag()
+        if self.cluster is not None:
+            values.update(self.cluster())
         values.update({
             "id": self._host_id,
             "hostname": self._uname.nodename,

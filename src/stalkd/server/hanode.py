@@ -140,6 +140,15 @@ class HaNode:
         barriers.gate = LeaseGate(self.keeper.may_acknowledge, replicas.gate)
         barriers.end_offset = lambda: self.wal.log.next_offset
 
+    def status(self) -> dict[str, int | float | str]:
+        """``stats`` fields: the cluster's leader as this node sees it, and its own lease."""
+        leader = self.keeper.leader
+        left = self.keeper.time_left()
+        return {"cluster-node": self.keeper.name,
+                "cluster-leader": leader.name if leader is not None else "",
+                "cluster-epoch": leader.epoch if leader is not None else 0,
+                "lease-left-ms": -1 if left is None else int(left * 1000)}
+
     def lead(self) -> None:
         """At start as the leader: the log's epoch becomes the key's (a fencing token)."""
         leader = self.keeper.leader

@@ -301,6 +301,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         ha_node = HaNode(keeper, role, standby, wal, engine, rejoin, following=cfg.standby_of,
                          caught_up=standbys_caught_up)
         ha_node.install(srv.barriers, srv.replicas)
+        srv.cluster = ha_node.status
         # from now on the epoch is the running log's (replicated EPOCH records move it)
         epoch_of[0] = lambda: role.state.epoch
         if not role.standby:
