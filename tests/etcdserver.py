@@ -27,14 +27,19 @@ class EtcdProcess:
     proc: subprocess.Popen[bytes]
     directory: Path
     log: Path
+    ca: str | None = None  # TLS: the CA of etcd's certificate (and of its clients')
 
     @property
     def socket(self) -> str:
         return str(self.directory / "client:1")
 
-    def cluster(self, name: str = "test") -> str:
-        """The stalkd cluster address of this etcd with the prefix ``/stalkd/<name>``."""
-        return f"etcd+unix://{quote(self.socket, safe='')}/stalkd/{name}"
+    def cluster(self, name: str = "test", *, cert: str | None = None, key: str | None = None) -> str:
+        """The stalkd cluster address of this etcd with the prefix ``/stalkd/<name>`` (over TLS,
+        presenting ``cert``/``key``, when etcd was started with TLS)."""
+        if self.ca is None:
+            return f"etcd+unix://{quote(self.socket, safe='')}/stalkd/{name}"
+        query = "&".join(f"{k}={v}" for k, v in (("ca", self.ca), ("cert", cert), ("key", key)) if v)
+        return f"etcds+unix://{quote(self.socket, safe='')}/stalkd/{name}?{query}"
 
     def pause(self) -> None:
         os.kill(self.proc.pid, signal.SIGSTOP)
@@ -53,22 +58,30 @@ class EtcdProcess:
                 self.proc.wait()
 
 
-def start_etcd(directory: Path, timeout: float = 30.0) -> EtcdProcess:
-    """Start a one-member etcd whose files are all in ``directory``; returns once it answers."""
+def start_etcd(directory: Path, timeout: float = 30.0, *, tls: tuple[str, str, str] | None = None,
+               probe_cert: tuple[str, str] | None = None) -> EtcdProcess:
+    """Start a one-member etcd whose files are all in ``directory``; returns once it answers.
+    ``tls``: (CA, certificate, key): TLS on the client socket, client certificates of that CA
+    required (the readiness probe presents ``probe_cert``)."""
     exe = require_binary("etcd")
     directory.mkdir(parents=True, exist_ok=True)
     log = directory / "etcd.log"
+    client = "unixs://client:1" if tls else "unix://client:1"
     # etcd names a UNIX socket HOST:PORT in its working directory.
     cmd = [exe, "--data-dir", "data", "--name", "one",
-           "--listen-client-urls", "unix://client:1", "--advertise-client-urls", "unix://client:1",
+           "--listen-client-urls", client, "--advertise-client-urls", client,
            "--listen-peer-urls", "unix://peer:2", "--initial-advertise-peer-urls", "unix://peer:2",
            "--initial-cluster", "one=unix://peer:2", "--log-level", "warn", "--logger", "zap"]
+    if tls:
+        cmd += ["--trusted-ca-file", tls[0], "--cert-file", tls[1], "--key-file", tls[2],
+                "--client-cert-auth"]
     proc = popen_logged(cmd, log, cwd=directory)
-    server = EtcdProcess(proc, directory, log)
+    server = EtcdProcess(proc, directory, log, tls[0] if tls else None)
     from stalkd.ha.address import parse_cluster
     from stalkd.ha.etcd import Etcd, EtcdError
 
-    client = Etcd(parse_cluster(server.cluster()), timeout=1.0)
+    cert, key = probe_cert or (None, None)
+    client = Etcd(parse_cluster(server.cluster(cert=cert, key=key)), timeout=1.0)
     deadline = time.monotonic() + timeout
     while True:
         try:

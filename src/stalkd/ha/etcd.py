@@ -22,9 +22,9 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
-from stalkd.ha.address import ClusterAddress, EtcdEndpoint
+from stalkd.ha.address import ClusterAddress, EtcdEndpoint, EtcdTls
 
-__all__ = ["Etcd", "EtcdError", "EtcdUnavailable", "KeyValue"]
+__all__ = ["Etcd", "EtcdError", "EtcdUnavailable", "KeyValue", "tls_context"]
 
 
 class EtcdError(Exception):
@@ -58,19 +58,45 @@ def _kv(raw: dict[str, Any]) -> KeyValue:
 
 
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
+    def __init__(self, path: str, timeout: float, tls: ssl.SSLContext | None = None,
+                 name: str = "localhost") -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path
+        self._tls = tls
+        self._name = name
 
     def connect(self) -> None:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(self.timeout)
         try:
             s.connect(self._path)
+            if self._tls is not None:
+                s = self._tls.wrap_socket(s, server_hostname=self._name)
         except OSError:
             s.close()
             raise
         self.sock = s
+
+
+def tls_context(tls: EtcdTls | None) -> ssl.SSLContext:
+    """The context for TLS to etcd: its certificate verified (``ca``, or the system's trust
+    store), TLS 1.2 or newer, this node's certificate when given. A file that cannot be used
+    is a ValueError naming it, before any connection."""
+    tls = tls or EtcdTls()
+    try:
+        ctx = ssl.create_default_context(cafile=tls.ca)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"etcd TLS: cannot load CA certificates from {tls.ca}: {e}") from None
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if tls.cert is not None:
+        try:
+            ctx.load_cert_chain(tls.cert, tls.key)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError(f"etcd TLS: cannot load the certificate {tls.cert} "
+                             f"(key {tls.key or 'in the same file'}): {e}") from None
+    elif tls.key is not None:
+        raise ValueError(f"etcd TLS: a key ({tls.key}) without the certificate it belongs to")
+    return ctx
 
 
 class Etcd:
@@ -86,15 +112,20 @@ class Etcd:
         if not self.endpoints:
             raise ValueError("no etcd endpoint")
         self.timeout = timeout
+        settings = endpoints.tls if isinstance(endpoints, ClusterAddress) else None
+        self._name = settings.name if settings is not None else None
+        if tls is None and any(ep.scheme in ("https", "unixs") for ep in self.endpoints):
+            tls = tls_context(settings)
         self._tls = tls
         self._first = 0  # the member that answered last: asked first next time
 
     def _connection(self, ep: EtcdEndpoint) -> http.client.HTTPConnection:
-        if ep.scheme == "unix":
-            return _UnixConnection(ep.path, self.timeout)
+        if ep.scheme in ("unix", "unixs"):
+            return _UnixConnection(ep.path, self.timeout, self._tls if ep.scheme == "unixs" else None,
+                                   self._name or "localhost")
         if ep.scheme == "https":
-            return http.client.HTTPSConnection(ep.host, ep.port, timeout=self.timeout,
-                                               context=self._tls or ssl.create_default_context())
+            assert self._tls is not None
+            return http.client.HTTPSConnection(ep.host, ep.port, timeout=self.timeout, context=self._tls)
         return http.client.HTTPConnection(ep.host, ep.port, timeout=self.timeout)
 
     def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -110,6 +141,9 @@ class Etcd:
                              {"Content-Type": "application/json"})
                 resp = conn.getresponse()
                 data = resp.read()
+            except ssl.SSLError as e:  # say why: a refused certificate is not an outage
+                errors.append(f"{ep}: TLS: {e.reason or e}")
+                continue
             except (OSError, http.client.HTTPException) as e:
                 errors.append(f"{ep}: {e or type(e).__name__}")
                 continue

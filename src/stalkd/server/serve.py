@@ -235,7 +235,11 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         on_disk = scan(cfg.data_dir)  # before recovery: the epochs the log holds
         disk_epoch = on_disk[-1][0] if on_disk else 0
         epoch_of: list[Callable[[], int]] = [lambda: disk_epoch]
-        keeper = start_keeper(cfg, advertise, lambda: epoch_of[0]())
+        try:
+            keeper = start_keeper(cfg, advertise, lambda: epoch_of[0]())
+        except ValueError as e:  # a TLS file for etcd that cannot be used
+            log.error("--ha: %s", e)
+            return EXIT_FATAL
         cfg = await loop.run_in_executor(None, learn_role, cfg, keeper)
     t0 = time.monotonic()
     try:
