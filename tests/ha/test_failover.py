@@ -77,9 +77,9 @@ def test_first_node_leads_and_the_next_follows_it(etcd: EtcdProcess, tmp_path: P
         until(lambda: caught_up(a, b), "b to follow a", logs=(a, b))
         with stalkd.Client(b.address) as c:
             assert c.peek(jid).body == b"hello"
-        # the epoch is the leader key's revision (a fencing token), not 0; stats say who leads
+        # the epoch is the one allocated with the leader key (1: the first), stats say who leads
         sa, sb = stats(a), stats(b)
-        assert int(sa["epoch"]) > 0
+        assert int(sa["epoch"]) == 1
         assert sa["cluster-leader"] == sb["cluster-leader"] == "a" and sa["cluster-node"] == "a"
         assert int(sa["lease-left-ms"]) > 0 and int(sb["lease-left-ms"]) == -1
         # and /metrics: the lease's time left and the leader as a label

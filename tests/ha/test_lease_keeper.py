@@ -61,7 +61,7 @@ def test_a_holder_that_stops_renewing_stops_acknowledging_before_another_wins(et
     # Then a had stopped acknowledging before b won, and b's epoch is larger
     assert not a.may_acknowledge()
     assert a.time_left() == 0.0
-    assert b.leader is not None and b.leader.mine and b.leader.epoch > first_epoch
+    assert b.leader is not None and b.leader.mine and b.leader.epoch == first_epoch + 1
     hold = a._hold
     assert hold is not None and hold.until < won_at
     # and a, turning its loop again, sees that it lost and follows b
@@ -141,16 +141,17 @@ def test_only_the_leader_of_an_epoch_writes_the_sync_set(etcd: EtcdProcess) -> N
     a, b = keeper(etcd, "syncset", "a"), keeper(etcd, "syncset", "b")
     a.step()
     assert a.leader is not None
-    epoch = a.leader.epoch
+    epoch, rev = a.leader.epoch, a.leader.revision
     client = Etcd(addr)
     assert read_sync(client, addr.key("sync")) is None
-    assert write_sync(client, addr.key("sync"), SyncSet("a", epoch, ("a", "b")), leader_key=addr.key("leader"))
+    assert write_sync(client, addr.key("sync"), SyncSet("a", epoch, ("a", "b"), rev),
+                      leader_key=addr.key("leader"))
     got = read_sync(client, addr.key("sync"))
     assert got == SyncSet("a", epoch, ("a", "b"))
     assert eligible("b", got.members, 1) and not eligible("c", got.members, 1)
     # a's lease gone: a write under its old epoch is refused
     a.resign()
     b.step()
-    assert not write_sync(client, addr.key("sync"), SyncSet("a", epoch, ("a",)), leader_key=addr.key("leader"))
+    assert not write_sync(client, addr.key("sync"), SyncSet("a", epoch, ("a",), rev), leader_key=addr.key("leader"))
     assert read_sync(client, addr.key("sync")) == got
     b.resign()

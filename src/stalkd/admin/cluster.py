@@ -47,7 +47,7 @@ def status(cluster: str, *, timeout: float = 2.0) -> dict[str, Any]:
     leader: dict[str, Any] | None = None
     if leader_kv is not None:
         info = json.loads(leader_kv.value)
-        leader = {"name": info.get("name"), "epoch": leader_kv.create_revision,
+        leader = {"name": info.get("name"), "epoch": info.get("epoch"),
                   "lease_left_s": lease_time_left(etcd, leader_kv.lease)}
     nodes = {}
     for name, info in sorted(members(etcd, addr).items()):
@@ -128,8 +128,9 @@ def _switchover(cluster: str, to: str, wait: float) -> int:
     try:
         while time.monotonic() - t0 < wait:
             kv = etcd.get(addr.key("leader"))
-            if kv is not None and json.loads(kv.value).get("name") == to:
-                print(f"switched over: {to} is the primary (epoch {kv.create_revision}) "
+            doc = json.loads(kv.value) if kv is not None else {}
+            if doc.get("name") == to:
+                print(f"switched over: {to} is the primary (epoch {doc.get('epoch')}) "
                       f"after {time.monotonic() - t0:.1f} s")
                 return 0
             time.sleep(0.1)

@@ -2,8 +2,10 @@
 
 ``<prefix>/members/<name>``: each node's published addresses, written at each start (no lease:
 ``stalkd cluster status`` shows a node that is down as down, not as absent).
-``<prefix>/epoch``: the epoch of the newest leader, written by it once it has won (guarded by its
-leader key). A node whose log is of an older epoch missed a whole term and never campaigns: it
+``<prefix>/epoch-counter``: the last epoch number handed out, advanced in the transaction that
+creates the leader key (``Etcd.create_counting``). ``<prefix>/epoch``: the newest epoch that
+began, written by its leader once its EPOCH record is durable (guarded by its leader key): a
+leader that died before that leaves the previous epoch the newest, so its peers stay eligible. A node whose log is of an older epoch missed a whole term and never campaigns: it
 would bring back a past state and set aside everything since.
 ``<prefix>/switchover``: a planned switchover asked by ``stalkd cluster switchover --to NODE``;
 while it is there only that node may campaign, and the primary hands over once its standbys
@@ -71,11 +73,11 @@ def _b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
 
 
-def publish_epoch(etcd: Etcd, addr: ClusterAddress, epoch: int) -> bool:
-    """The leader of ``epoch`` (its leader key's create revision) records it; False if that
-    leader no longer holds the key."""
+def publish_epoch(etcd: Etcd, addr: ClusterAddress, epoch: int, revision: int) -> bool:
+    """The leader of ``epoch`` (whose leader key was created at ``revision``) records that its
+    epoch has begun (its EPOCH record is durable); False if it no longer holds the key."""
     return etcd.put_if(addr.key("epoch"), str(epoch).encode(), guard=addr.key("leader"),
-                       guard_revision=epoch)
+                       guard_revision=revision)
 
 
 def latest_epoch(etcd: Etcd, addr: ClusterAddress) -> int:

@@ -220,6 +220,36 @@ class Etcd:
         kvs = (r.get("responses") or [{}])[0].get("response_range", {}).get("kvs") or []
         return False, (_kv(kvs[0]) if kvs else None)
 
+    def create_counting(self, key: str, info: dict[str, Any], lease: int, counter: str
+                        ) -> tuple[bool, KeyValue | None, int]:
+        """Create ``key`` (absent) bound to ``lease`` and advance the number in ``counter`` by one,
+        in one transaction; ``info`` is stored with that number as ``epoch``. (True, the key,
+        the number) when this call did both; else (False, the key as it is, 0). Retries only
+        when ``counter`` moved under it (another campaign that lost the key race)."""
+        for _ in range(8):
+            kv = self.get(counter)
+            try:
+                n = int(kv.value) if kv is not None else 0
+            except ValueError:
+                n = 0
+            value = json.dumps({**info, "epoch": n + 1}).encode()
+            put: dict[str, Any] = {"key": _b64(key), "value": _b64(value), "lease": str(lease)}
+            r = self.call("kv/txn", {
+                "compare": [{"key": _b64(key), "target": "CREATE", "create_revision": "0"},
+                            {"key": _b64(counter), "target": "MOD",
+                             "mod_revision": str(kv.mod_revision if kv is not None else 0)}],
+                "success": [{"request_put": put},
+                            {"request_put": {"key": _b64(counter), "value": _b64(str(n + 1))}}],
+                "failure": [{"request_range": {"key": _b64(key)}}],
+            })
+            if r.get("succeeded"):
+                rev = int(r["header"]["revision"])
+                return True, KeyValue(key, value, rev, rev, lease), n + 1
+            kvs = (r.get("responses") or [{}])[0].get("response_range", {}).get("kvs") or []
+            if kvs:
+                return False, _kv(kvs[0]), 0
+        raise EtcdError(f"{counter}: kept changing during a campaign")
+
     def delete_if(self, key: str, create_revision: int) -> bool:
         """Delete ``key`` if it is still the one created at ``create_revision`` (ours)."""
         r = self.call("kv/txn", {

@@ -32,22 +32,26 @@ log = logging.getLogger("stalkd.ha")
 @dataclass(frozen=True)
 class Leadership:
     """The key's holder as etcd has it: the node's ``name``, what it published (``info``: its
-    addresses), the ``epoch`` (the key's create revision, a fencing token that only grows) and
-    whether this node holds it under its own lease (``mine``)."""
+    addresses), its ``epoch`` (one more than the last leader's, allocated with the key in one
+    transaction: a fencing token that only grows, small enough for the id bands of
+    ``engine.replay.note_epoch``), whether this node holds it under its own lease (``mine``),
+    and the key's create ``revision`` (what a write guarded by this leadership compares)."""
 
     name: str
     info: dict[str, Any]
     epoch: int
     mine: bool
+    revision: int = 0
 
 
 def _decode(kv: KeyValue, hold: LeaseHold | None) -> Leadership:
     try:
         info = json.loads(kv.value)
         name = str(info.get("name", "?"))
-    except (ValueError, AttributeError):
-        info, name = {}, "?"
-    return Leadership(name, info, kv.create_revision, hold is not None and kv.lease == hold.lease)
+        epoch = int(info.get("epoch", 0))
+    except (ValueError, AttributeError, TypeError):
+        info, name, epoch = {}, "?", 0
+    return Leadership(name, info, epoch, hold is not None and kv.lease == hold.lease, kv.create_revision)
 
 
 class LeaseKeeper:
@@ -58,12 +62,14 @@ class LeaseKeeper:
     """
 
     def __init__(self, etcd: Etcd, key: str, name: str, info: dict[str, Any], *,
+                 counter: str | None = None,
                  ttl: int = DEFAULT_TTL, margin: float | None = None, poll: float = 0.5,
                  eligible: Callable[[], bool] = lambda: True,
                  on_change: Callable[[Leadership | None], None] = lambda _l: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.etcd = etcd
         self.key = key
+        self.counter = counter or key.rsplit("/", 1)[0] + "/epoch-counter"
         self.name = name
         self.info = {**info, "name": name}
         self.ttl = ttl
@@ -147,14 +153,14 @@ class LeaseKeeper:
     def _campaign(self) -> KeyValue | None:
         sent = self.clock()
         lease, ttl = self.etcd.grant(self.ttl)
-        won, kv = self.etcd.create(self.key, json.dumps(self.info).encode(), lease)
+        won, kv, epoch = self.etcd.create_counting(self.key, self.info, lease, self.counter)
         if not won:
             self.etcd.revoke(lease)
             return kv
         assert kv is not None
         self._hold = LeaseHold(lease, sent, ttl, self.margin)
         self._next_renew = sent + renew_every(ttl)
-        log.info("won the leader key %s at epoch %d (lease TTL %d s)", self.key, kv.create_revision, ttl)
+        log.info("won the leader key %s at epoch %d (lease TTL %d s)", self.key, epoch, ttl)
         return kv
 
     def resign(self) -> None:

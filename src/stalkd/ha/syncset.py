@@ -22,6 +22,7 @@ class SyncSet:
     leader: str
     epoch: int
     members: tuple[str, ...]  # the leader first
+    revision: int = 0  # the leader key's create revision: the write is guarded by it
 
 
 def read_sync(etcd: Etcd, key: str) -> SyncSet | None:
@@ -36,6 +37,7 @@ def read_sync(etcd: Etcd, key: str) -> SyncSet | None:
 
 
 def write_sync(etcd: Etcd, key: str, s: SyncSet, *, leader_key: str) -> bool:
-    """Publish ``s`` if its leader still holds ``leader_key`` at ``s.epoch``; whether it did."""
+    """Publish ``s`` if its leader still holds ``leader_key`` (the key created at
+    ``s.revision``); whether it did."""
     doc = {"leader": s.leader, "epoch": s.epoch, "members": list(s.members)}
-    return etcd.put_if(key, json.dumps(doc).encode(), guard=leader_key, guard_revision=s.epoch)
+    return etcd.put_if(key, json.dumps(doc).encode(), guard=leader_key, guard_revision=s.revision)

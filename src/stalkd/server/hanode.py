@@ -4,14 +4,15 @@ Start-up (``learn_role``, before recovery): the node waits until etcd says who l
 the key itself, and starts as that leader's standby (``--standby-of`` its published address,
 with the usual catch-up that sets aside a tail the leader never had) or as the primary.
 While serving (``HaNode``), ``stalkd.ha.decide`` maps each change the keeper reports to one
-action on the loop: a standby that wins promotes in place, at the key's epoch; a primary that
+action on the loop: a standby that wins promotes in place, at the leader's epoch; a primary that
 loses the lease fences itself at once; any other change (a new leader to follow, a fenced node
 that can rejoin) stops the server (``serve.EXIT_REJOIN``) and ``stalkd serve`` starts again in the
 same process (exec), where ``learn_role`` decides afresh.
 
 Ensures: no reply is released as primary unless the lease is alive at the moment of release
 (``ha.gate.LeaseGate`` on the barriers, checked on the monotonic clock); the epoch of a
-promotion is the leader key's create revision, so epochs stay fencing tokens across nodes.
+promotion is the one allocated with the leader key in etcd, so epochs stay fencing tokens
+across nodes.
 """
 
 from __future__ import annotations
@@ -150,22 +151,22 @@ class HaNode:
                 "lease-left-ms": -1 if left is None else int(left * 1000)}
 
     def lead(self) -> None:
-        """At start as the leader: the log's epoch becomes the key's (a fencing token)."""
+        """At start as the leader: the log's epoch becomes the leader's (a fencing token)."""
         leader = self.keeper.leader
         assert leader is not None and leader.mine
         if self.role.state.epoch < leader.epoch:
             self.wal.write([epoch_record(self.engine, leader.epoch, self.wal.log.next_offset, time.time())])
             self.wal.sync()
-        self._publish_epoch(leader.epoch)
+        self._publish_epoch(leader.epoch, leader.revision)
 
-    def _publish_epoch(self, epoch: int) -> None:
+    def _publish_epoch(self, epoch: int, revision: int) -> None:
         """Record in etcd that the cluster's newest epoch is ours (stale nodes then wait)."""
         try:
             etcd = Etcd(self.keeper.etcd.endpoints, timeout=self.keeper.etcd.timeout)
             prefix = self.keeper.key.rsplit("/", 1)[0]
             from stalkd.ha.address import ClusterAddress
 
-            publish_epoch(etcd, ClusterAddress(etcd.endpoints, prefix, prefix), epoch)
+            publish_epoch(etcd, ClusterAddress(etcd.endpoints, prefix, prefix), epoch, revision)
         except EtcdError as e:
             log.warning("could not record epoch %d in etcd: %s", epoch, e)
 
@@ -248,7 +249,8 @@ class HaNode:
             log.warning("won the leader key at epoch %d: promoting", action.epoch)
             self.standby.promote(epoch=action.epoch)
             self._loop_run(self._clear_switchover)
-            self._loop_run(lambda: self._publish_epoch(action.epoch))
+            revision = leader.revision if leader is not None else 0
+            self._loop_run(lambda: self._publish_epoch(action.epoch, revision))
         elif isinstance(action, Follow):
             self.rejoin(f"the leader is now at {action.address} (epoch {action.epoch})")
 
