@@ -129,7 +129,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peer-src", metavar="DIR", default=BASELINE,
                     help="the src/ of an earlier checkout: also run its async and sync pairs")
-    BASELINE = ap.parse_args().peer_src
+    ap.add_argument("--ha", action="store_true", help="automatic failover instead (bench/ha_bench.py): "
+                    "the lease's cost and kill -9 -> first put on the new primary")
+    opts = ap.parse_args()
+    if opts.ha:
+        import ha_bench
+
+        return ha_bench.main()
+    BASELINE = opts.peer_src
     if BASELINE:
         SETUPS = (*SETUPS, "base-async", "base")
     print(f"# standby_bench: {CONNS} connections, {sb.SECONDS:.1f} s per cell, {sb.ROUNDS} rounds, "

@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "jobs": ("stalkd.admin.cli:jobs", "list, delete, kick or move the jobs of a tube"),
     "pause": ("stalkd.admin.cli:pause", "pause a tube for SECONDS (0 resumes it)"),
     "promote": ("stalkd.admin.cli:promote", "make a standby the primary (stalkd serve --standby-of)"),
+    "cluster": ("stalkd.admin.cluster:main", "an automatic-failover cluster (serve --ha): status, "
+                "switchover"),
     "top": ("stalkd.admin.top:main", "live full-screen view of tubes, rates and workers"),
     "dashboard": ("stalkd.admin.cli:dashboard", "the web dashboard's URL (stalkd serve --admin)"),
     "worker": ("stalkd.worker.cli:worker", "run the tasks of an app: stalkd worker module:app"),

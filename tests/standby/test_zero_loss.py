@@ -70,13 +70,29 @@ def _load(address: str, ledger: Ledger, worker: int, stop: threading.Event) -> N
         return
 
 
+def id_ranges(ledger: Ledger) -> list[range]:
+    """The ids a server could have given the ledger's puts: per epoch's band
+    (``engine.replay.ID_BAND``), from its start to the highest acknowledged id in it plus one
+    per attempted put (unacknowledged puts took ids too), and as much of the band after."""
+    from stalkd.engine.replay import ID_BAND
+
+    ids = list(ledger.put.values())
+    slack = len(ledger.attempted) + 1
+    top_band = max((i // ID_BAND for i in ids), default=0) + 1
+    out = []
+    for band in range(top_band + 1):
+        lo = max(1, band * ID_BAND)
+        in_band = [i for i in ids if i // ID_BAND == band]
+        out.append(range(lo, max(in_band, default=lo) + slack + 1))
+    return out
+
+
 def check(address: str, ledger: Ledger, synchronous: bool = True) -> None:
     """The promoted standby against what the clients were told (asynchronous: only that
     nothing is invented or doubled)."""
     seen: dict[bytes, int] = {}
-    top = max(ledger.put.values(), default=0) + len(ledger.attempted) + 1  # unacknowledged puts too
     with stalkd.Client(address) as c:
-        for jid in range(1, top + 1):
+        for jid in (j for r in id_ranges(ledger) for j in r):
             try:
                 job = c.peek(jid)
             except errors.NotFound:

@@ -28,6 +28,7 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
     Metric,
 )
 from prometheus_client.exposition import generate_latest
@@ -211,6 +212,7 @@ class Reading:
         self.primary_lag = self.replication.get("primary-lag")
         self.refused_replication = server.replicas.refused if server.replicas is not None else 0
         self.sync_waiting = server.replicas is not None and server.replicas.waiting() is not None
+        self.cluster = server.cluster() if server.cluster is not None else None
 
 
 def families(r: Reading) -> Iterator[Metric]:
@@ -283,6 +285,17 @@ def families(r: Reading) -> Iterator[Metric]:
                                 value=r.replication.get("primary-lag-seconds", 0.0))
         yield GaugeMetricFamily("stalkd_standby_in_sync", "1 while this standby holds what its primary sends",
                                 value=int(bool(r.replication.get("in-sync"))))
+    if r.cluster is not None:  # --ha
+        lease = int(r.cluster["lease-left-ms"])
+        yield GaugeMetricFamily("stalkd_lease_seconds_left",
+                                "Seconds before this node must stop acknowledging as primary "
+                                "(-1: it does not hold the leader lease)",
+                                value=lease / 1000 if lease >= 0 else -1)
+        leader = InfoMetricFamily("stalkd_cluster", "The cluster's leader as this node sees it")
+        leader.add_metric([], {"node": str(r.cluster["cluster-node"]),
+                               "leader": str(r.cluster["cluster-leader"]),
+                               "epoch": str(r.cluster["cluster-epoch"])})
+        yield leader
 
 
 class _Frozen:

@@ -53,11 +53,14 @@ STATS_KEYS: tuple[str, ...] = (
 )  # fmt: skip
 OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {
     "stats": ("fenced-by-epoch", "standbys", "standby-lag", "standby-lag-seconds", "primary-lag",
-              "primary-lag-seconds", "in-sync"),
+              "primary-lag-seconds", "in-sync", "cluster-node", "cluster-leader", "cluster-epoch",
+              "lease-left-ms"),
 }
 """Keys written after the others when present: the epoch that fenced a former primary; a
 primary's standbys (count, largest lag in records and in seconds) while any follow it or
-``--sync-standbys`` is set; a standby's lag behind its primary and whether it is in sync."""
+``--sync-standbys`` is set; a standby's lag behind its primary and whether it is in sync;
+under ``--ha``, this node's name, the leader it sees, that leader's epoch, and the ms before
+this node must stop acknowledging as primary (-1: it does not hold the lease)."""
 
 KEYS: dict[str, tuple[str, ...]] = {
     "stats": STATS_KEYS,
@@ -67,7 +70,7 @@ KEYS: dict[str, tuple[str, ...]] = {
 """Key order per ``YamlDict.kind``."""
 
 QUOTED: dict[str, frozenset[str]] = {
-    "stats": frozenset({"version", "hostname", "os", "platform"}),
+    "stats": frozenset({"version", "hostname", "os", "platform", "cluster-node", "cluster-leader"}),
     "stats-job": frozenset({"tube"}),
     "stats-tube": frozenset({"name"}),
 }

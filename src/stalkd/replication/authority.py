@@ -13,8 +13,10 @@ decision and applies it to the server's barriers through one gate (``barriers.ga
 - ``fenced``: a newer epoch was proven (``Role.claim``): every reply held and every later one
   that would acknowledge a write is ``NOT_PRIMARY`` at once (``Barriers.abandon``), for good.
 
-A lease (automatic failover) plugs in here: ``withhold(why)`` when it lapses, ``allow(why)``
-when it is held, ``fence()`` when another holder is proven.
+A lease (automatic failover, ``stalkd.ha``) plugs in here: ``set_lease(alive)`` makes every
+release ask ``alive()`` at that moment (the holder's monotonic check: a process that wakes from
+a pause longer than its lease releases nothing, before any thread has noticed), and ``fence()``
+when the lease is lost or another holder is proven.
 
 Ensures: ``may_acknowledge()`` is False from ``withhold``/``fence`` until ``allow`` (never after
 ``fence``); while False no reply waiting for a write made after that moment is released; the
@@ -24,6 +26,7 @@ state and its reason are what ``problems()`` reports (``/readyz``) and the log s
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from stalkd.replication.gate import SyncGate
@@ -61,11 +64,14 @@ class AckGate:
     def __init__(self, inner: SyncGate | None) -> None:
         self.inner = inner
         self.frozen: int | None = None
+        self.lease: Callable[[], bool] | None = None  # set: nothing released while it says False
 
     @property
     def replicated(self) -> int:
         if self.frozen is not None:
             return self.frozen
+        if self.lease is not None and not self.lease():
+            return 0  # at or below what is already released: nothing more goes out
         return self.inner.replicated if self.inner is not None else _ALL
 
     @replicated.setter
@@ -93,8 +99,13 @@ class Authority:
     def _install(self) -> None:
         # Without a sync gate and while leading the barriers need no gate at all (their
         # compiled path runs only then).
-        held = self.gate.inner is not None or self.gate.frozen is not None
+        held = self.gate.inner is not None or self.gate.frozen is not None or self.gate.lease is not None
         self.barriers.gate = self.gate if held else None
+
+    def set_lease(self, alive: Callable[[], bool]) -> None:
+        """From now on a reply is released only while ``alive()`` (asked at that moment)."""
+        self.gate.lease = alive
+        self._install()
 
     def withhold(self, why: str) -> None:
         if self.state != "leading":

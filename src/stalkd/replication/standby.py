@@ -86,8 +86,9 @@ class Standby:
     def lag(self) -> int:
         return self.receiver.lag if self.role.standby else 0
 
-    def promote(self) -> str:
-        """Become the primary of a new epoch; returns what happened, for the operator."""
+    def promote(self, epoch: int = 0) -> str:
+        """Become the primary of a new epoch (at least ``epoch``: a lease's fencing token);
+        returns what happened, for the operator."""
         if not self.role.standby:
             return f"already primary (epoch {self.role.state.epoch})"
         if self.role.next_epoch() > MAX_EPOCH:
@@ -98,7 +99,7 @@ class Standby:
         at = self.wal.log.next_offset
         now = time.time()
         # Durable before any reply under the new epoch; an fsync on the loop, once per promotion.
-        self.wal.write([epoch_record(self.engine, self.role.next_epoch(), at, now)])
+        self.wal.write([epoch_record(self.engine, max(self.role.next_epoch(), epoch), at, now)])
         self.wal.sync()
         self.role.standby = False
         self.role.note_promoted()

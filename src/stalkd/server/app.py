@@ -123,6 +123,7 @@ class Server:
         self.standby_lag: Callable[[], int] | None = None  # a standby: records behind its primary
         self.promote: Callable[[], str] | None = None  # a standby: become primary (new epoch)
         self.replication = Status(self.role)  # what stats and /readyz say (serve.py sets its parts)
+        self.cluster: Callable[[], dict[str, int | float | str]] | None = None  # --ha: leader, lease
         self._uname = os.uname()
 
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -377,6 +378,8 @@ class Server:
         for k in _BINLOG_KEYS:
             values[k] = int(binlog.get(k, 0))
         values.update(self.replication.stats())
+        if self.cluster is not None:
+            values.update(self.cluster())
         values.update({
             "id": self._host_id,
             "hostname": self._uname.nodename,

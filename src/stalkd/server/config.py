@@ -181,6 +181,31 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
         return cfg.replace(sync_standbys=n)
     if key == "replication-secret":
         return cfg.replace(replication_secret=_file(flag, value))
+    if key == "ha":
+        from stalkd.ha.address import parse_cluster  # light: dataclasses and urllib.parse
+
+        try:
+            parse_cluster(value)
+        except ValueError as e:
+            raise _Bad(f"{flag}: {e}") from None
+        return cfg.replace(ha=value)
+    if key == "name":
+        if not value or not all(ch.isalnum() or ch in "-_." for ch in value):
+            raise _Bad(f"invalid name for {flag}: {value!r} (letters, digits, '-', '_' and '.')")
+        return cfg.replace(name=value)
+    if key == "ha-ttl":
+        n = _positive(flag, value)
+        if n < 2:
+            raise _Bad(f"invalid value for {flag}: {value!r} (at least 2 seconds)")
+        return cfg.replace(ha_ttl=n)
+    if key == "advertise":
+        from stalkd.client._address import parse_address
+
+        try:
+            parse_address(value)
+        except ValueError as e:
+            raise _Bad(f"{flag}: {e}") from None
+        return cfg.replace(advertise=value)
     if key == "admin-token-file":
         if not value:
             raise _Bad(f"empty file name for {flag}")
@@ -194,7 +219,8 @@ _SHORT_VALUED = {"l": "listen", "p": "port", "b": "dir", "f": "fsync", "u": "use
 _LONG_VALUED = {"listen", "port", "dir", "fsync", "durability", "user", "max-job-size",
                 "wal-size", "max-connections", "max-output", "log-level", "unix", "socket-mode",
                 "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "acl",
-                "admin", "admin-token-file", "standby-of", "sync-standbys", "replication-secret"}  # fmt: skip
+                "admin", "admin-token-file", "standby-of", "sync-standbys", "replication-secret",
+                "ha", "name", "ha-ttl", "advertise"}  # fmt: skip
 _REMOVED = "-{} flag was removed. binlog is always compacted."
 
 
@@ -301,6 +327,13 @@ def _parse(argv: Sequence[str]) -> Config | Exit:
     if (cfg.standby_of is not None or cfg.sync_standbys or cfg.replication_secret) and cfg.data_dir is None:
         raise _Bad("--standby-of, --sync-standbys and --replication-secret need a data directory (--dir DIR): "
                    "replication ships the WAL")
+    if cfg.ha is not None:
+        if cfg.data_dir is None or cfg.name is None:
+            raise _Bad("--ha needs --dir DIR and --name NODE: each node keeps its own log")
+        if cfg.standby_of is not None:
+            raise _Bad("--ha and --standby-of: with --ha the lease in etcd says whom to follow")
+    elif cfg.name is not None or cfg.advertise is not None:
+        raise _Bad("--name and --advertise are for a cluster node: add --ha etcd://HOST:PORT/stalkd/CLUSTER")
     return cfg
 
 

@@ -41,6 +41,7 @@ log = logging.getLogger("stalkd.server")
 EXIT_LOCKED = 10  # beanstalkd's status when another server holds the binlog lock
 EXIT_FATAL = 1
 EXIT_RESYNC = 3  # a standby whose copy was lost (its fsync or a resync failed): restart it (docs/standby.md)
+EXIT_REJOIN = 75  # --ha: serve again from the start (exec, same listener); never seen outside
 STOP_GRACE = 0.8  # seconds for in-flight replies and the last sync before exit
 
 
@@ -154,6 +155,8 @@ def _stays_primary(cfg: Config) -> bool:
     from stalkd.replication.epochs import load_state, of_history, scan
 
     assert cfg.data_dir is not None
+    if cfg.ha is not None:  # the lease in etcd decides, not what this directory was before
+        return False
     saved = load_state(cfg.data_dir)
     if cfg.standby_of is None or not saved.promoted:
         return False
@@ -260,8 +263,29 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
     return standby
 
 
-async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
+async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[int]) -> int:
     loop = asyncio.get_running_loop()
+    keeper = None
+    if cfg.ha is not None:  # the lease in etcd says whom to follow, before anything is read
+        from stalkd.server.hanode import learn_role, start_keeper
+
+        plain = next((lst.address for lst in endpoints.listeners if lst.kind == "plain"), None)
+        advertise = cfg.advertise or plain
+        if advertise is None:
+            log.error("--ha: no plain listener to publish; give --advertise ADDR")
+            return EXIT_FATAL
+        from stalkd.replication.epochs import scan
+
+        assert cfg.data_dir is not None
+        on_disk = scan(cfg.data_dir)  # before recovery: the epochs the log holds
+        disk_epoch = on_disk[-1][0] if on_disk else 0
+        epoch_of: list[Callable[[], int]] = [lambda: disk_epoch]
+        try:
+            keeper = start_keeper(cfg, advertise, lambda: epoch_of[0]())
+        except ValueError as e:  # a TLS file for etcd that cannot be used
+            log.error("--ha: %s", e)
+            return EXIT_FATAL
+        cfg = await loop.run_in_executor(None, learn_role, cfg, keeper)
     t0 = time.monotonic()
     secret = None
     if cfg.replication_secret is not None:
@@ -318,6 +342,30 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
         stop.set()
 
     standby = _replication(cfg, srv, wal, role, resync, secret, standby_mode) if role is not None else None
+    ha_node = None
+    if keeper is not None:
+        from stalkd.server.hanode import HaNode
+
+        def rejoin(why: str) -> None:
+            nonlocal code
+            log.warning("%s: serving again from the start", why)
+            code = EXIT_REJOIN
+            stop.set()
+
+        assert role is not None  # --ha needs --dir
+
+        def standbys_caught_up() -> bool:
+            lags = srv.replicas.lags() if srv.replicas is not None else []
+            return bool(lags) and all(records == 0 for _, records, _ in lags)
+
+        ha_node = HaNode(keeper, role, standby, wal, engine, rejoin, following=cfg.standby_of,
+                         caught_up=standbys_caught_up)
+        ha_node.install(srv.replication.authority)
+        srv.cluster = ha_node.status
+        # from now on the epoch is the running log's (replicated EPOCH records move it)
+        epoch_of[0] = lambda: role.state.epoch
+        if not role.standby:
+            ha_node.lead()
     for w in (*cfg.warnings, *endpoints.warnings()):
         log.warning("%s", w)
     where = endpoints.describe()
@@ -364,6 +412,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
     log.info("serving %.0f ms after start", (time.monotonic() - t_exec) * 1000)
+    if ha_node is not None:
+        ha_node.start()
     srv.start_maintenance()
     gc_policy = GcPolicy(now=loop.time())
     gc_policy.start()
@@ -378,6 +428,11 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     gc_timer.cancel()
     gc_policy.stop()
 
+    if ha_node is not None and code == EXIT_REJOIN:
+        # the plain listener goes on in the next start (hanode.reexec): same address for clients
+        plain_sock = next((lst.sock for lst in endpoints.listeners if lst.kind == "plain"), None)
+        if plain_sock is not None:
+            handoff.append(os.dup(plain_sock.fileno()))
     endpoints.close()
     if standby is not None:
         standby.close()
@@ -394,6 +449,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
     # Let the transports write what they hold, bounded by the grace period.
     while srv.unsent() and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
+    if ha_node is not None:  # replies are out: hand the lease over without waiting out its TTL
+        await loop.run_in_executor(None, ha_node.stop)
     if srv.group_commit:
         # How well group commit grouped: the first figure to look at when `always` is slow.
         written = storage.stats().get("binlog-records-written", 0)
@@ -429,8 +486,13 @@ def run(cfg: Config, listeners: list[Listener], t_exec: float, *,
     # (its default action), whoever sends it early.
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     endpoints = Endpoints(cfg, listeners, tls=tls, acl=acl)
+    handoff: list[int] = []
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(_main(cfg, endpoints, t_exec))
+            return runner.run(_main(cfg, endpoints, t_exec, handoff))
     finally:
         endpoints.close()
+        if handoff:
+            from stalkd.server.hanode import reexec
+
+            reexec(handoff[0])

@@ -29,7 +29,8 @@ class Config:
                  "unix", "socket_mode", "tls_listen", "tls_cert", "tls_key", "tls_client_ca",
                  "acl", "no_plain", "plain_network_ok",
                  "admin", "admin_token_file", "admin_tls",
-                 "repair", "archive_url", "standby_of", "sync_standbys", "replication_secret")  # fmt: skip
+                 "repair", "archive_url", "standby_of", "sync_standbys", "replication_secret",
+                 "ha", "name", "ha_ttl", "advertise")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -60,6 +61,10 @@ class Config:
     standby_of: str | None  # the primary's address: run as its standby (stalkd.replication)
     sync_standbys: int  # standbys that must hold a change before its reply (0: asynchronous)
     replication_secret: str | None  # file holding the secret standbys prove (stalkd.replication.wire)
+    ha: str | None  # the cluster address in etcd (stalkd.ha): the lease decides the role
+    name: str | None  # this node's name in the cluster (--ha)
+    ha_ttl: int  # seconds of the leader lease
+    advertise: str | None  # HOST:PORT the other nodes and clients reach this server at
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
@@ -76,12 +81,14 @@ class Config:
                  admin_token_file: str | None = None, admin_tls: bool = False,
                  repair: bool = False, archive_url: str | None = None,
                  standby_of: str | None = None, sync_standbys: int = 0,
-                 replication_secret: str | None = None) -> None:  # fmt: skip
+                 replication_secret: str | None = None,
+                 ha: str | None = None, name: str | None = None, ha_ttl: int = 5,
+                 advertise: str | None = None) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
                   log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
                   tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,
                   plain_network_ok, admin, admin_token_file, admin_tls, repair, archive_url,
-                  standby_of, sync_standbys, replication_secret)  # fmt: skip
+                  standby_of, sync_standbys, replication_secret, ha, name, ha_ttl, advertise)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 

@@ -93,6 +93,15 @@ Replication (see docs/standby.md):
                               prove to replicate; the same file on the primary and its
                               standbys. Without it only a TLS listener's ACL identities
                               with replicate = true may replicate
+          --ha etcd://HOST:PORT,.../stalkd/CLUSTER
+                              a node of an automatic-failover cluster: the node holding
+                              the leader lease in etcd is the primary, the others follow
+                              it (needs --dir and --name; docs/standby.md, "Clusters")
+          --name NODE         this node's name in the cluster
+          --ha-ttl SECONDS    the leader lease (default 5): a dead primary is replaced
+                              within about this, and stops acknowledging before it ends
+          --advertise ADDR    where the other nodes reach this server, as --standby-of
+                              takes it (default: the plain listener's address)
 
 Listeners (several may run at once; each has its own policy):
           --unix PATH         also listen on a UNIX socket (file permissions decide who

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# A three-node stalkd cluster with automatic failover, on one machine, to try it out:
+# one etcd member (Debian's etcd-server) and three nodes on 127.0.0.1:11300, 11301, 11302.
+# On real machines run one etcd member and one node per machine, with their own addresses.
+#   bash examples/cluster/three-nodes.sh ./cluster     # start (PIDs in ./cluster/*.pid)
+#   kill $(cat ./cluster/*.pid)                          # stop everything
+set -euo pipefail
+dir=${1:-./cluster}
+mkdir -p "$dir"
+etcd --name e1 --data-dir "$dir/etcd" \
+     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+     --initial-cluster e1=http://127.0.0.1:2380 >"$dir/etcd.log" 2>&1 &
+echo $! >"$dir/etcd.pid"
+
+# The secret a standby proves to replicate: the same file on every node, mode 0600.
+[ -e "$dir/replication.secret" ] ||
+    (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/replication.secret")
+
+cluster=etcd://127.0.0.1:2379/stalkd/demo
+for i in 0 1 2; do
+    # --sync-standbys 2: every acknowledged job is on every node, so any node may take over
+    stalkd serve --dir "$dir/node$i" -p $((11300 + i)) --ha "$cluster" --name "node$i" \
+        --sync-standbys 2 --replication-secret "$dir/replication.secret" >"$dir/node$i.log" 2>&1 &
+    echo $! >"$dir/node$i.pid"
+done
+until stalkd cluster status "$cluster" 2>/dev/null | grep -q '^leader: node'; do sleep 0.2; done
+stalkd cluster status "$cluster"
