@@ -19,9 +19,9 @@ echo $! >"$dir/etcd.pid"
 
 cluster=etcd://127.0.0.1:2379/stalkd/demo
 for i in 0 1 2; do
-    # --sync-standbys 2: every acknowledged job is on every node, so any node may take over
+    # --sync-standbys 1: each acknowledged job is on the primary and the standby of the sync set
     stalkd serve --dir "$dir/node$i" -p $((11300 + i)) --ha "$cluster" --name "node$i" \
-        --sync-standbys 2 --replication-secret "$dir/replication.secret" >"$dir/node$i.log" 2>&1 &
+        --sync-standbys 1 --replication-secret "$dir/replication.secret" >"$dir/node$i.log" 2>&1 &
     echo $! >"$dir/node$i.pid"
 done
 until stalkd cluster status "$cluster" 2>/dev/null | grep -q '^leader: node'; do sleep 0.2; done

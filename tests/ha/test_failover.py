@@ -258,3 +258,60 @@ def _serving(p: StalkdProcess) -> bool:
             return False
         p.port = ports[0]
     return "serving" in p.log_text()
+
+
+def test_one_of_two_sync_standbys_stops_writes_go_on_and_only_the_sync_set_takes_over(
+        etcd: EtcdProcess, tmp_path: Path) -> None:
+    from stalkd.ha import Etcd, parse_cluster
+    from stalkd.ha.syncset import read_sync
+
+    addr = parse_cluster(etcd.cluster())
+    client = Etcd(addr)
+
+    def sync_members() -> tuple[str, ...]:
+        s = read_sync(client, addr.key("sync"))
+        return () if s is None else s.members
+
+    a = node(etcd, tmp_path / "a", "a", "--sync-standbys", "1")
+    b = node(etcd, tmp_path / "b", "b", "--sync-standbys", "1")
+    c = node(etcd, tmp_path / "c", "c", "--sync-standbys", "1")
+    procs = {"a": a, "b": b, "c": c}
+    try:
+        until(lambda: len(sync_members()) == 2, "a sync set of the primary and one standby", logs=(a, b, c))
+        first = sync_members()
+        assert first[0] == "a"
+        member, other = first[1], ("c" if first[1] == "b" else "b")
+        ledger = Ledger()
+        stop = threading.Event()
+        threads = [threading.Thread(target=_load, args=(a.address, ledger, w, stop)) for w in range(3)]
+        for t in threads:
+            t.start()
+        until(lambda: len(ledger.put) >= 50, "load on a", logs=(a,))
+        # When the standby in the sync set stops, the primary names the other one and goes on
+        os.kill(procs[member].proc.pid, signal.SIGSTOP)
+        try:
+            until(lambda: sync_members() == ("a", other), f"{other} to replace {member} in the sync set",
+                  timeout=60, logs=(a,))
+            n = len(ledger.put)
+            until(lambda: len(ledger.put) >= n + 50, "writes to go on without the stopped standby",
+                  timeout=60, logs=(a,))
+            # Then the primary dies: only the sync set's standby may take over, and does
+            a.kill9()
+            stop.set()
+            for t in threads:
+                t.join()
+            until(lambda: role(procs[other]) == "primary", f"{other} to take over", timeout=60,
+                  logs=(procs[other],))
+        finally:
+            os.kill(procs[member].proc.pid, signal.SIGCONT)
+        # the standby that was stopped comes back as a standby of the new primary, not its rival,
+        # and once it follows (it is the only one left: --sync-standbys 1) writes go on
+        until(lambda: role(procs[member]) == "standby", f"{member} to follow {other}", timeout=60,
+              logs=(procs[member], procs[other]))
+        until(lambda: accepts_put(procs[other], ledger), f"{other} to accept writes", timeout=60,
+              logs=(procs[member], procs[other]))
+        check(procs[other].address, ledger)
+        assert "won the leader key" not in procs[member].log_text()
+    finally:
+        for p in procs.values():
+            p.stop()

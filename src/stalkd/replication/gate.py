@@ -50,8 +50,27 @@ class SyncGate:
         """``standby`` disconnected: its acknowledgements no longer count."""
         self._acks.pop(standby, None)
 
+    members: frozenset[str] | None = None
+    """In a ``--ha`` cluster, the standbys (by node name) that count: the cluster's sync set
+    (``ha.syncset``). Then every one of them must hold a batch, and there must be ``need`` of
+    them, so that any member may take over with every acknowledged change; ``name_of`` says
+    which connected standby is which. None: any ``need`` of the connected standbys."""
+
+    def name_of(self, standby: Hashable) -> str:
+        return str(getattr(standby, "name", ""))
+
+    def set_members(self, members: frozenset[str] | None) -> None:
+        self.members = members
+        self._advance()
+
     def quorum(self) -> int:
         """The offset ``need`` standbys hold durable (-1: fewer than ``need`` connected)."""
+        members = self.members
+        if members is not None:
+            if len(members) < self.need:
+                return -1
+            held = {self.name_of(s): off for s, off in self._acks.items() if self.name_of(s) in members}
+            return min(held.values()) if len(held) == len(members) else -1
         if len(self._acks) < self.need:
             return -1
         return sorted(self._acks.values(), reverse=True)[self.need - 1]

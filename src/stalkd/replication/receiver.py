@@ -88,9 +88,11 @@ class Receiver:
     def __init__(self, address: Address, wal: Wal, engine: Engine, role: Role, *, applied: Callable[[], None],
                  on_resync: Callable[[str], None],
                  resync: Callable[[str, int | None], Awaitable[None]],
-                 secret: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 secret: str | None = None, clock: Callable[[], float] = time.monotonic,
+                 name: str = "") -> None:  # fmt: skip
         self.address = address
         self.secret = secret
+        self.name = name  # this node's name in a --ha cluster: the primary's sync set names it
         self.clock = clock
         self.problem: str | None = "not yet streaming from the primary"  # None: in sync
         self.caught_up_at = clock()  # the last time this disk held the primary's whole log
@@ -186,7 +188,7 @@ class Receiver:
         self._writer = writer
         lg = self.wal.log
         st = self.role.state
-        r = await ask(reader, writer, wire.encode_request(lg.next_offset, st.epoch, st.history), self.secret)
+        r = await ask(reader, writer, wire.encode_request(lg.next_offset, st.epoch, st.history, self.name), self.secret)
         if r.word in ("SNAPSHOT_NEEDED", "DIVERGED"):
             raise ResyncNeeded(f"the primary {self.address} answered {r.word} {' '.join(r.args)}".rstrip(),
                                int(r.args[0]) if r.word == "DIVERGED" else None)

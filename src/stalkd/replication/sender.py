@@ -195,6 +195,7 @@ class Sender(asyncio.Protocol):
         self.paused = False
         self.next = 0  # next offset to send
         self.acked = 0  # the standby's durable end
+        self.name = ""  # the standby's node name (--ha clusters), from its request
         self._snap_fd = -1
         self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
         self._challenge: tuple[bytes, bytes, wire.Request | None] | None = None  # nonce, line, request
@@ -290,6 +291,7 @@ class Sender(asyncio.Protocol):
         if req is None:
             self._send_snapshot()
             return
+        self.name = req.name
         offset, epoch = req.offset, req.epoch
         cut = diverged_at(role.state, lg.next_offset, epoch, offset)
         if cut is not None:

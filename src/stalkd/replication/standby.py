@@ -57,7 +57,7 @@ RESYNC_DIR = "resync"  # in the data directory: the primary's copy while it is m
 class Standby:
     def __init__(self, address: Address, wal: Wal, engine: Engine, role: Role, *, max_job_size: int,
                  applied: Callable[[], None], on_resync: Callable[[str], None],
-                 reopened: Callable[[], None], secret: str | None = None) -> None:  # fmt: skip
+                 reopened: Callable[[], None], secret: str | None = None, name: str = "") -> None:  # fmt: skip
         """``on_resync(why)``: the local copy is lost (the server stops); ``reopened()``: the
         WAL's log was opened again (whoever holds ``wal.log`` takes the new one); ``secret``:
         the replication secret this standby proves to its primary."""
@@ -71,7 +71,7 @@ class Standby:
         self.reopened = reopened
         self.secret = secret
         self.receiver = Receiver(address, wal, engine, role, applied=applied, on_resync=on_resync,
-                                 resync=self._resync, secret=secret)  # fmt: skip
+                                 resync=self._resync, secret=secret, name=name)  # fmt: skip
         self._tasks: set[asyncio.Task[None]] = set()
         engine.keep_records = False  # changes come from the primary's records only
 

@@ -82,27 +82,32 @@ class WireError(ValueError):
     """The peer sent something this protocol does not allow."""
 
 
-def encode_request(offset: int, epoch: int, history: Sequence[tuple[int, int]] = ()) -> bytes:
-    """Example:
+def encode_request(offset: int, epoch: int, history: Sequence[tuple[int, int]] = (), name: str = "") -> bytes:
+    """``name``: the standby's node name in an automatic-failover cluster (``--ha``), which the
+    primary's sync set names (none without ``--ha``).
 
     >>> encode_request(12, 0), encode_request(40, 2, [(1, 10), (2, 30)])
     (b'replicate 12 0 -\\r\\n', b'replicate 40 2 1:10,2:30\\r\\n')
+    >>> encode_request(5, 1, [(1, 0)], "node-b")
+    b'replicate 5 1 1:0 node-b\\r\\n'
     """
-    return b"replicate %d %d %s\r\n" % (offset, epoch, format_history(history).encode())
+    tail = b" " + name.encode() if name else b""
+    return b"replicate %d %d %s%s\r\n" % (offset, epoch, format_history(history).encode(), tail)
 
 
 class Request:
     """A stream request: the standby's log end, its epoch and that epoch's history."""
 
-    __slots__ = ("offset", "epoch", "history")
+    __slots__ = ("offset", "epoch", "history", "name")
 
-    def __init__(self, offset: int, epoch: int, history: tuple[tuple[int, int], ...]) -> None:
+    def __init__(self, offset: int, epoch: int, history: tuple[tuple[int, int], ...], name: str = "") -> None:
         self.offset = offset
         self.epoch = epoch
         self.history = history
+        self.name = name
 
     def __repr__(self) -> str:
-        return f"Request({self.offset}, {self.epoch}, {self.history!r})"
+        return f"Request({self.offset}, {self.epoch}, {self.history!r}{f', {self.name!r}' if self.name else ''})"
 
 
 def parse_request(line: bytes) -> Request | None:
@@ -115,11 +120,14 @@ def parse_request(line: bytes) -> Request | None:
     if line == REPLICATE_SNAPSHOT:
         return None
     parts = line.rstrip(b"\r\n").split(b" ")
-    if (len(parts) not in (3, 4) or parts[0] != REPLICATE or not all(p.isdigit() for p in parts[1:3])
+    if (len(parts) not in (3, 4, 5) or parts[0] != REPLICATE or not all(p.isdigit() for p in parts[1:3])
             or max(len(p) for p in parts[1:3]) > 19):
         raise WireError(f"bad replication request {line[:80]!r}")
-    history = parse_history(parts[3].decode("ascii", "replace")) if len(parts) == 4 else ()
-    return Request(int(parts[1]), int(parts[2]), history)
+    history = parse_history(parts[3].decode("ascii", "replace")) if len(parts) >= 4 else ()
+    name = parts[4].decode("ascii", "replace") if len(parts) == 5 else ""
+    if name and (len(name) > 64 or not all(ch.isalnum() or ch in "-_." for ch in name)):
+        raise WireError(f"bad standby name in {line[:80]!r}")
+    return Request(int(parts[1]), int(parts[2]), history, name)
 
 
 def new_nonce() -> bytes:

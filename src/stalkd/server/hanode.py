@@ -18,6 +18,7 @@ across nodes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -28,16 +29,17 @@ from stalkd.ha import Etcd, EtcdError, Leadership, LeaseKeeper, parse_cluster
 from stalkd.ha.cluster import (
     clear_switchover,
     latest_epoch,
-    members,
     publish_epoch,
     publish_member,
     switchover_target,
 )
 from stalkd.ha.decide import Fence, Follow, NodeState, Promote, decide
+from stalkd.ha.syncset import SyncSet, read_sync, write_sync
 from stalkd.server.settings import Config
 
 __all__ = ["start_keeper", "learn_role", "HaNode", "reexec"]
 
+SYNC_SET_EVERY = 0.2  # seconds between the primary's looks at its standbys for the sync set
 SWITCHOVER_POLL = 0.5  # seconds between the primary's looks at the switchover key
 SWITCHOVER_WAIT = 10.0  # seconds a switchover waits for the standbys before it is given up
 
@@ -61,12 +63,20 @@ def start_keeper(cfg: Config, advertise: str, my_epoch: Callable[[], int]) -> Le
     addr = parse_cluster(cfg.ha)
     etcd = Etcd(addr)
     me = cfg.name
-    said = [0.0]
+    said = [0.0, 0.0]
 
     def eligible() -> bool:
         to = switchover_target(etcd, addr)
         if to is not None and to != me:
             return False
+        if cfg.sync_standbys > 0:
+            sync = read_sync(etcd, addr.key("sync"))
+            if sync is not None and me not in sync.members:
+                if time.monotonic() - said[1] > 30:
+                    said[1] = time.monotonic()
+                    log.warning("not campaigning for the lease: this node is not in the sync set "
+                                "(%s), so it may lack acknowledged changes", ", ".join(sync.members))
+                return False
         newest, mine = latest_epoch(etcd, addr), my_epoch()
         if mine < newest:
             if time.monotonic() - said[0] > 30:
@@ -92,11 +102,6 @@ def learn_role(cfg: Config, keeper: LeaseKeeper) -> Config:
                 addr = parse_cluster(str(cfg.ha))
                 publish_member(keeper.etcd, addr, keeper.name, keeper.info)
                 published = True
-                others = len(members(keeper.etcd, addr)) - 1
-                if 0 < cfg.sync_standbys < others:
-                    log.warning("--sync-standbys %d with %d other nodes: a standby that did not "
-                                "acknowledge a change may take over and lose it; use %d (docs/cluster.md)",
-                                cfg.sync_standbys, others, others)  # fmt: skip
             except EtcdError as e:
                 keeper.last_error = str(e)
         delay = keeper.step()
@@ -125,6 +130,8 @@ class HaNode:
                  caught_up: Callable[[], bool] = lambda: True) -> None:
         self.caught_up = caught_up  # every connected standby holds the whole log (switchover)
         self.authority: Any = None
+        self.replicas: Any = None
+        self._sync_task: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.keeper = keeper
         self.following = following  # the leader's published address this standby follows
@@ -136,11 +143,64 @@ class HaNode:
         self.fenced = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def install(self, authority: Any) -> None:
+    def install(self, authority: Any, replicas: Any) -> None:
         """Every release asks the lease (``replication.authority``: the one place that decides
-        whether to acknowledge); losing it fences through the same place."""
+        whether to acknowledge); losing it fences through the same place. With
+        ``--sync-standbys N`` only the standbys of the cluster's sync set count (none until the
+        first is named), so that whichever of them takes over has every acknowledged change."""
         self.authority = authority
+        self.replicas = replicas
         authority.set_lease(self.keeper.may_acknowledge)
+        if replicas is not None and replicas.gate is not None:
+            replicas.gate.set_members(frozenset())
+
+    async def _keep_sync_set(self) -> None:
+        """The primary's side of the sync set: a standby that left is taken out of it in etcd
+        before it stops counting; a caught-up standby counts before it is put in (so every
+        member holds every acknowledged change), until there are N."""
+        reps = self.replicas
+        gate = reps.gate
+        loop = asyncio.get_running_loop()
+        etcd = Etcd(self.keeper.etcd.endpoints, timeout=self.keeper.etcd.timeout)
+        prefix = self.keeper.key.rsplit("/", 1)[0]
+        written: frozenset[str] | None = None
+        while True:
+            await asyncio.sleep(SYNC_SET_EVERY)
+            leader = self.keeper.leader
+            if self.fenced or self.role.standby or leader is None or not leader.mine:
+                continue
+            members = gate.members or frozenset()
+            end = reps.log.next_offset
+            connected = {s.name: s for s in list(reps.senders) if s.name and s.streaming}
+            gone = members - connected.keys()
+            want = members - gone
+            if len(want) < gate.need:
+                ready = sorted(n for n, s in connected.items() if n not in want and s.acked >= end)
+                add = frozenset(ready[: gate.need - len(want)])
+                if add:
+                    want = want | add
+                    before = gate.replicated
+                    gate.set_members(want)  # first: acknowledgements now need them too
+                    if gate.replicated != before:
+                        reps.on_replicated()
+            if want == written:
+                continue
+            doc = SyncSet(self.keeper.name, leader.epoch, (self.keeper.name, *sorted(want)), leader.revision)
+            try:
+                ok = await loop.run_in_executor(None, functools.partial(
+                    write_sync, etcd, f"{prefix}/sync", doc, leader_key=self.keeper.key))
+            except EtcdError as e:
+                log.warning("could not write the sync set %s: %s", sorted(want), e)
+                continue
+            if not ok:
+                continue  # no longer the leader: the keeper says so next
+            written = want
+            if gone:  # out of etcd's set first, then out of the gate
+                before = gate.replicated
+                gate.set_members(want)
+                if gate.replicated != before:
+                    reps.on_replicated()
+            log.info("sync set: %s", ", ".join(doc.members))
 
     def status(self) -> dict[str, int | float | str]:
         """``stats`` fields: the cluster's leader as this node sees it, and its own lease."""
@@ -177,6 +237,8 @@ class HaNode:
         self.keeper.start()
         self._changed(self.keeper.leader)  # what happened between learn_role and now
         self._task = self._loop.create_task(self._watch_switchover())
+        if self.replicas is not None and self.replicas.gate is not None:
+            self._sync_task = self._loop.create_task(self._keep_sync_set())
 
     async def _watch_switchover(self) -> None:
         """On the primary: a planned switchover asked in etcd (``stalkd cluster switchover``)."""

@@ -252,7 +252,8 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
         wal.log.retention_hold = hold
 
     standby = Standby(parse_address(cfg.standby_of), wal, srv.engine, role, max_job_size=cfg.max_job_size,
-                      applied=srv.applied, on_resync=on_resync, reopened=reopened, secret=secret)  # fmt: skip
+                      applied=srv.applied, on_resync=on_resync, reopened=reopened, secret=secret,
+                      name=cfg.name or "")  # fmt: skip
     if not standby_mode:  # promoted before this start: keep telling the former primary
         standby.start_fencing()
         return standby
@@ -360,7 +361,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
 
         ha_node = HaNode(keeper, role, standby, wal, engine, rejoin, following=cfg.standby_of,
                          caught_up=standbys_caught_up)
-        ha_node.install(srv.replication.authority)
+        ha_node.install(srv.replication.authority, srv.replicas)
         srv.cluster = ha_node.status
         # from now on the epoch is the running log's (replicated EPOCH records move it)
         epoch_of[0] = lambda: role.state.epoch
