@@ -24,7 +24,7 @@ from typing import Any
 __all__ = [
     "BeanstalkError", "NotFound", "TimedOut", "DeadlineSoon", "Buried", "Draining", "JobTooBig",
     "ExpectedCrlf", "BadFormat", "UnknownCommand", "OutOfMemory", "InternalError", "NotIgnored",
-    "PermissionDenied", "NotPrimary",
+    "PermissionDenied", "NotPrimary", "ResultLimit",
     "ClientConnectionError", "ConnectionFailed", "ConnectionClosed", "ReplyTimeout",
     "ProtocolError", "NoPrimary", "OutcomeUnknown", "ERRORS", "error_for",
 ]  # fmt: skip
@@ -132,6 +132,13 @@ class PermissionDenied(BeanstalkError):
             "with --acl)")
 
 
+class ResultLimit(BeanstalkError):
+    word = "RESULT_LIMIT"
+    hint = ("this client identity keeps as many results, or result bytes, as the server allows, "
+            "or the TTL is longer than it allows (stalkd serve --max-results, --max-result-bytes, "
+            "--max-result-ttl; `stats` shows them); let results expire or store less")
+
+
 class NotPrimary(BeanstalkError):
     """The server is a standby (or a primary fenced by a newer one): it changes nothing.
 
@@ -148,7 +155,7 @@ ERRORS: dict[str, type[BeanstalkError]] = {
     cls.word: cls
     for cls in (NotFound, TimedOut, DeadlineSoon, Buried, Draining, JobTooBig, ExpectedCrlf,
                 BadFormat, UnknownCommand, OutOfMemory, InternalError, NotIgnored, PermissionDenied,
-                NotPrimary)
+                NotPrimary, ResultLimit)
 }
 
 

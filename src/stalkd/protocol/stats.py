@@ -52,10 +52,12 @@ STATS_KEYS: tuple[str, ...] = (
     "role", "epoch",
 )  # fmt: skip
 OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {
-    "stats": ("standbys", "standby-lag", "primary-lag"),
+    "stats": ("standbys", "standby-lag", "primary-lag", "current-results", "result-bytes",
+              "max-results", "max-result-bytes", "max-result-ttl"),
 }
 """Keys written after the others when present: a primary's standbys (count, largest lag in
-records) while any follow it or ``--sync-standbys`` is set; a standby's lag behind its primary."""
+records) while any follow it or ``--sync-standbys`` is set; a standby's lag behind its primary;
+stalkd's results kept (all owners) and the limits per owner (``engine/results.py``)."""
 
 KEYS: dict[str, tuple[str, ...]] = {
     "stats": STATS_KEYS,
