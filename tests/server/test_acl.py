@@ -86,7 +86,7 @@ def _using(tube: str) -> list[tuple[object, bool]]:
         *_using("stalkd.failed"), (PUT, True), (C.Watch("stalkd.failed"), False), (C.Peek(3), False),
         (C.Watch("stalkd.cancel.1"), True), (C.Watch("stalkd.cancel.2"), False),
         (C.Watch("stalkd.cancel.99"), True),  # its job is gone: only markers naming an id are left
-        (C.Watch("stalkd.cancel.wake.abc"), True), (C.Reserve(), True), (C.Delete(4), True), (C.Delete(5), False),
+        (C.Watch("stalkd.cancel.idle"), True), (C.Watch("stalkd.cancel.wake.abc"), True), (C.Reserve(), True), (C.Delete(4), True), (C.Delete(5), False),
         *_using("stalkd.key.ab12"), (PUT, True), (C.PeekReady(), True),
         (C.Watch("stalkd.limit.api"), True), *_using("stalkd.limit.api.init"), (PUT, True),
         *_using("emails"), (PUT, True), *_using("payroll"), (PUT, False),
@@ -104,6 +104,7 @@ def _using(tube: str) -> list[tuple[object, bool]]:
         *_using("stalkd.cancel.wake.abc"), (PUT, True), (C.StatsTube("stalkd.cancel.wake.abc"), True),
         (C.Delete(4), True), (C.Delete(6), True), (C.Delete(5), False),
         *_using("stalkd.failed"), (PUT, False), *_using("stalkd.wait.ab12"), (PUT, True),
+        (C.Watch("stalkd.cancel.idle"), False),
     ]),
     ("CN=ops,O=Example", [(C.Kick(5), True), (C.Watch("stalkd.failed"), True), (C.Peek(2), True),
                           (C.Delete(5), True), *_using("payroll"), (PUT, True)]),

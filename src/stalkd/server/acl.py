@@ -51,6 +51,7 @@ from typing import Any
 from stalkd.protocol import commands as C
 from stalkd.protocol.commands import Reply
 from stalkd.tubes import (
+    CANCEL_IDLE_TUBE,
     CANCEL_TUBE_PREFIX,
     FAILED_TUBE,
     INTERNAL_PREFIX,
@@ -98,7 +99,8 @@ _CANCEL = {  # stalkd.cancel.<job id>: for the roles serving that job's tube
 _INTERNAL: tuple[tuple[str, bool, Mapping[str, frozenset[Verb]]], ...] = (
     # (name or prefix, is a prefix, grants by role), tried in order
     (FAILED_TUBE, False, {"worker": frozenset({Verb.PUT, Verb.SEE})}),
-    (WAKE_TUBE_PREFIX, True, {"worker": frozenset({Verb.WATCH, Verb.FOLLOW, Verb.SEE}),
+    (CANCEL_IDLE_TUBE, False, {"worker": frozenset({Verb.WATCH, Verb.SEE})}),
+    (WAKE_TUBE_PREFIX, True, {"worker": frozenset({Verb.PUT, Verb.WATCH, Verb.FOLLOW, Verb.SEE}),
                               "producer": frozenset({Verb.PUT, Verb.FOLLOW, Verb.SEE})}),
     (KEY_TUBE_PREFIX, True, {"worker": frozenset({Verb.PUT, Verb.FOLLOW, Verb.SEE}),
                              "producer": frozenset({Verb.PUT, Verb.FOLLOW, Verb.SEE})}),
