@@ -4,13 +4,16 @@ Real handshakes against stalkd started as a process on port 0, certificates made
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from server.tlsutil import Certs, Pair, Stalkd, issue, make_certs, start
-from stalkd.client import Client, errors
+from stalkd.client import AsyncClient, Client, errors
+from support import require_binary
 
 ACL = """
 [identity."CN=producer,O=stalkd tests"]
@@ -149,3 +152,47 @@ def test_results_per_identity_are_bounded_with_a_clear_error(tenants: Tenants, t
             ops.result_put(jid, 60, b"mine")
     finally:
         s.stop()
+
+
+def _expired(d: Path, ca: Pair) -> Pair:
+    """A client certificate of ``ca`` that expired yesterday (issued under faketime)."""
+    require_binary("faketime")
+    pair = Pair(str(d / "expired.pem"), str(d / "expired.key"))
+    subprocess.run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-subj", "/O=stalkd tests/CN=producer", "-keyout", pair.key, "-out", str(d / "expired.csr")],
+                   check=True, capture_output=True, timeout=60)
+    (d / "expired.ext").write_text("extendedKeyUsage=clientAuth\n")
+    subprocess.run(["faketime", "-f", "-3d", "openssl", "x509", "-req", "-in", str(d / "expired.csr"),
+                    "-CA", ca.cert, "-CAkey", ca.key, "-set_serial", "77", "-days", "1",
+                    "-extfile", str(d / "expired.ext"), "-out", pair.cert],
+                   check=True, capture_output=True, timeout=60)
+    return pair
+
+
+@pytest.mark.parametrize(("who", "extra", "cause"), [
+    (None, "", "requires a client certificate and none was given"),
+    ("stranger", "", "not signed by a CA the server trusts"),
+    ("expired", "", "has expired"),
+    ("producer", "&name=other.example", "name mismatch"),
+    ("unknown-ca", "", r"not signed by a CA in the CA file .*other-ca\.pem \(unknown CA\)"),
+])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_refused_handshake_names_its_likely_cause(server: Stalkd, tenants: Tenants, tmp_path: Path,
+                                                     who: str | None, extra: str, cause: str,
+                                                     flavour: str) -> None:
+    c = tenants.certs
+    ca = c.other_ca.cert if who == "unknown-ca" else c.ca.cert
+    pairs = {"stranger": c.stranger, "producer": c.producer, "unknown-ca": c.producer}
+    pair = _expired(tmp_path, c.ca) if who == "expired" else pairs.get(who or "")
+    address = f"tls://{server.tls}?ca={ca}{extra}" + (f"&cert={pair.cert}&key={pair.key}" if pair else "")
+
+    async def run() -> None:
+        async with AsyncClient(address) as ac:
+            await ac.stats()
+
+    with pytest.raises(errors.ClientConnectionError, match=cause):
+        if flavour == "sync":
+            with Client(address) as cl:
+                cl.stats()
+        else:
+            asyncio.run(run())
