@@ -5,7 +5,9 @@ Real handshakes against stalkd started as a process on port 0, certificates made
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -196,3 +198,43 @@ def test_a_refused_handshake_names_its_likely_cause(server: Stalkd, tenants: Ten
                 cl.stats()
         else:
             asyncio.run(run())
+
+
+def test_a_reload_closes_the_connections_that_no_longer_pass(tenants: Tenants, tmp_path: Path) -> None:
+    c = tenants.certs
+    ca = tmp_path / "client-ca.pem"
+    ca.write_text(Path(c.ca.cert).read_text())
+    acl = tmp_path / "acl.toml"
+    acl.write_text(ACL)
+    s = start("--tls-listen", "127.0.0.1:0", "--tls-cert", c.server.cert, "--tls-key", c.server.key,
+              "--tls-client-ca", str(ca), "--acl", str(acl))
+    try:
+        w, p = _as(s, tenants, tenants.worker), _as(s, tenants, c.producer)
+        w.watch("emails")
+        w.ignore("default")
+        p.use("emails")
+        jid = p.put(b"held")
+        assert w.reserve(timeout=0).id == jid
+        # the ACL drops the worker: its connection goes, and the job it held is ready again
+        acl.write_text(ACL.replace('worker = ["emails"]', 'worker = ["reports"]'))
+        s.proc.send_signal(signal.SIGHUP)
+        s.wait_log(r"SIGHUP: closing conn \d+ from \S+ as CN=worker-1,O=stalkd tests: the ACL no longer "
+                   r"lets it watch emails")
+        with pytest.raises(errors.ClientConnectionError):
+            w.stats()
+        deadline = time.monotonic() + 20  # the server releases its job as the close completes
+        while p.stats_job(jid)["state"] != "ready":
+            assert time.monotonic() < deadline, "the closed worker's job was not released"
+            time.sleep(0.02)
+        assert p.put(b"still served") > jid
+        # another client CA: the producer's certificate no longer verifies, so it goes too
+        ca.write_text(Path(c.other_ca.cert).read_text())
+        s.proc.send_signal(signal.SIGHUP)
+        s.wait_log(r"SIGHUP: closing conn \d+ from \S+ as CN=producer,O=stalkd tests: its certificate's CA "
+                   r"is no longer in --tls-client-ca")
+        with pytest.raises(errors.ClientConnectionError):
+            p.stats()
+        w.close()
+        p.close()
+    finally:
+        s.stop()

@@ -341,6 +341,16 @@ class ConnPolicy:
         """Whether this connection may stream the WAL as a standby (``replicate = true``)."""
         return self._acl().rules_for(self.identity).replicate
 
+    def revoked(self, before: Acl) -> str | None:
+        """Why this connection no longer passes the ACL now that it replaced ``before`` (a
+        reload); None if it still does."""
+        now, then = self._acl().rules_for(self.identity), before.rules_for(self.identity)
+        if now == NOTHING and then != NOTHING:
+            return "the ACL no longer grants its identity anything"
+        lost = [t for t in self._watching if t != "default" and then.allows(Verb.WATCH, t, self._tube_of)
+                and not now.allows(Verb.WATCH, t, self._tube_of)]
+        return f"the ACL no longer lets it watch {', '.join(lost)}" if lost else None
+
     def shows(self, tube: str) -> bool:
         """Whether ``list-tubes`` shows this connection ``tube``."""
         return self._acl().rules_for(self.identity).allows(Verb.SEE, tube, self._tube_of)
