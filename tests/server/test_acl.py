@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+import stalkd.server.acl
 from stalkd.protocol import commands as C
 from stalkd.server.acl import Acl, AclError, ConnPolicy, dn_matches, load_acl
 from stalkd.server.config import Config
 from stalkd.server.listen import Listener
 from stalkd.server.listeners import Endpoints
+from support import run_doctests
 
 ACL = Acl.from_toml({
     "identity": {
@@ -208,3 +210,8 @@ def test_a_plain_listener_on_a_network_address_is_warned_about(host: str, ok_fla
             assert "--plain-network-ok" in text
     finally:
         sock.close()
+
+
+def test_docstring_examples() -> None:
+    result = run_doctests(stalkd.server.acl)
+    assert result.attempted > 0 and result.failed == 0
