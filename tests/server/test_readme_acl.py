@@ -5,6 +5,7 @@ variables serves a producer end to end: a result, a failing job dead-lettered, a
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -12,8 +13,7 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -21,7 +21,7 @@ import pytest
 
 from server.tlsutil import Stalkd, start
 from stalkd.client import Client
-from support import log_tail, popen_logged, require_binary
+from support import log_tail, popen_logged, require_binary, wait_until
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -63,14 +63,6 @@ def slow(to):
 '''
 
 
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not in {timeout}s")
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[tuple[Path, Stalkd]]:
     require_binary("openssl")
@@ -102,69 +94,65 @@ def _producer_app(d: Path, address: str) -> ModuleType:
     return mod
 
 
-def test_the_readme_set_up_runs_a_producer_and_a_worker_end_to_end(setup: tuple[Path, Stalkd]) -> None:
-    d, s = setup
+@contextlib.contextmanager
+def _worker_and_producer(d: Path, s: Stalkd, env: dict[str, str]) -> Iterator[tuple[Path, ModuleType]]:
+    """``stalkd worker`` with the environment ``env`` (STALKD_*), its log, and the producer's app."""
     (d / "mailapp.py").write_text(APP)
     port = s.tls.rpartition(":")[2]
-    # the README's exports, with the address of this server (its certificate names queue.example.org)
-    (exports,) = [b for b in _blocks("sh") if b.startswith("export STALKD_ADDR")]
-    env = dict(re.findall(r"(STALKD_\w+)=(\S+)", exports))
-    env["STALKD_ADDR"] = f"tls://127.0.0.1:{port}?name=queue.example.org"
+    # this server's address; its certificate names queue.example.org, as the README's does
+    env = {**env, "STALKD_ADDR": f"tls://127.0.0.1:{port}?name=queue.example.org"}
     log = d / "worker.log"
     worker = popen_logged([sys.executable, "-m", "stalkd.cli", "worker", "mailapp:app", "-c", "2"], log,
                           cwd=d, env={**os.environ, **env, "STATE_DIR": str(d),
                                       "PYTHONPATH": os.pathsep.join([str(d), os.environ.get("PYTHONPATH", "")])})
     try:
-        mail = _producer_app(d, f"tls://127.0.0.1:{port}?ca={d}/ca.pem&cert={d}/producer.pem"
-                               f"&key={d}/producer.key&name=queue.example.org")
+        yield log, _producer_app(d, f"tls://127.0.0.1:{port}?ca={d}/ca.pem&cert={d}/producer.pem"
+                                    f"&key={d}/producer.key&name=queue.example.org")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+def test_the_readme_set_up_runs_a_producer_and_a_worker_end_to_end(setup: tuple[Path, Stalkd]) -> None:
+    d, s = setup
+    (exports,) = [b for b in _blocks("sh") if b.startswith("export STALKD_ADDR")]
+    with _worker_and_producer(d, s, dict(re.findall(r"(STALKD_\w+)=(\S+)", exports))) as (log, mail):
         # a result, read back by the producer
         ok = mail.send.put("ana@example.org")
         assert ok.result(timeout=30) == {"sent": "ana@example.org"}
         assert ok.status() == "done"
         # a failing job: dead-lettered (a record in stalkd.failed, the job buried), its failure kept
         bad = mail.bounce.put("bob@example.org")
-        wait_for(lambda: bad.status() == "buried", "the failing job buried")
+        wait_until(lambda: bad.status() == "buried", "the failing job buried")
         with Client(s.address) as plain:  # the README's plain listener, on loopback
             assert int(plain.stats_tube("stalkd.failed")["current-jobs-ready"]) == 1
             assert plain.stats_job(bad)["state"] == "buried"
         # a cancel of a running job
         slow = mail.slow.put("cy@example.org")
-        wait_for(lambda: (d / "slow-started").exists(), "the slow job running")
+        wait_until(lambda: (d / "slow-started").exists(), "the slow job running")
         assert mail.app.cancel(slow, running=True, wait=20)
-        wait_for(lambda: slow.status() != "reserved", "the cancelled job gone")
+        wait_until(lambda: slow.status() != "reserved", "the cancelled job gone")
         assert mail.app.job_state(int(slow)) is None
         # nothing was refused on the way, and nothing looped
         text = log.read_text()
         assert "Traceback" not in text and "PERMISSION_DENIED" not in text, log_tail(log)
         with Client(s.address) as plain:
             assert int(plain.stats_job(bad)["reserves"]) == 1
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
 
 
 def test_a_worker_refused_by_the_acl_says_once_what_to_add_and_never_loops_a_job(
         setup: tuple[Path, Stalkd]) -> None:
     d, s = setup
-    (d / "mailapp.py").write_text(APP)
     # the ACL before roles: the worker may only watch its tube, so its dead letters are refused
     acl = (d / "acl.toml").read_text().replace('worker = ["emails"]', 'watch = ["emails"]')
     (d / "acl.toml").write_text(acl)
     s.proc.send_signal(signal.SIGHUP)
     s.wait_log(r"SIGHUP: reloaded")
-    port = s.tls.rpartition(":")[2]
-    env = {"STALKD_ADDR": f"tls://127.0.0.1:{port}?name=queue.example.org", "STALKD_TLS_CA": "ca.pem",
-           "STALKD_TLS_CERT": "worker-1.pem", "STALKD_TLS_KEY": "worker-1.key"}
-    log = d / "worker.log"
-    worker = popen_logged([sys.executable, "-m", "stalkd.cli", "worker", "mailapp:app", "-c", "2"], log,
-                          cwd=d, env={**os.environ, **env, "STATE_DIR": str(d),
-                                      "PYTHONPATH": os.pathsep.join([str(d), os.environ.get("PYTHONPATH", "")])})
-    try:
-        mail = _producer_app(d, f"tls://127.0.0.1:{port}?ca={d}/ca.pem&cert={d}/producer.pem"
-                                f"&key={d}/producer.key&name=queue.example.org")
+    env = {"STALKD_TLS_CA": "ca.pem", "STALKD_TLS_CERT": "worker-1.pem", "STALKD_TLS_KEY": "worker-1.key"}
+    with _worker_and_producer(d, s, env) as (log, mail):
         bad = mail.bounce.put("bob@example.org")
-        wait_for(lambda: mail.app.job_state(int(bad)) == "buried", "the refused job buried")
-        wait_for(lambda: f"job {bad} buried" in log.read_text(), "the bury logged")
+        wait_until(lambda: mail.app.job_state(int(bad)) == "buried", "the refused job buried")
+        wait_until(lambda: f"job {bad} buried" in log.read_text(), "the bury logged")
         text = log.read_text()
         # said once, naming what was refused and the exact entry to add
         assert text.count("put into stalkd.failed") == 1, log_tail(log)
@@ -172,6 +160,3 @@ def test_a_worker_refused_by_the_acl_says_once_what_to_add_and_never_loops_a_job
         assert "Traceback" not in text
         with Client(s.address) as plain:
             assert int(plain.stats_job(bad)["reserves"]) == 1  # run once, not looped
-    finally:
-        worker.terminate()
-        worker.wait(timeout=30)
