@@ -44,7 +44,7 @@ class ResultLimits:
     """What one owner may keep (``--max-results``, ``--max-result-bytes``, ``--max-result-ttl``)."""
 
     count: int = 100_000
-    bytes: int = 256 * 2**20
+    bytes: int = 64 * 2**20
     ttl: int = 30 * 86_400
 
 

@@ -165,7 +165,7 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
     if key == "max-output":
         return cfg.replace(max_output=_positive(flag, value))
     if key in _RESULT_LIMITS:
-        limits = list(cfg.result_limits)
+        limits: list[int | None] = list(cfg.result_limits)
         limits[_RESULT_LIMITS.index(key)] = _positive(flag, value)
         return cfg.replace(result_limits=tuple(limits))
     if key == "log-level":

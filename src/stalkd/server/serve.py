@@ -226,7 +226,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float) -> int:
         engine, storage, info = _open_storage(cfg, time.time())
     except Exception as e:
         return _describe_wal_error(e)
-    engine.result_limits = ResultLimits(*cfg.result_limits)
+    engine.result_limits = ResultLimits(**{k: v for k, v in zip(("count", "bytes", "ttl"), cfg.result_limits,
+                                                                 strict=True) if v is not None})
     if role is not None:
         role.attach(engine)  # the epochs are the recovered log's
         _check_fenced(role)

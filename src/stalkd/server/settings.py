@@ -59,7 +59,8 @@ class Config:
     archive_url: str | None  # sealed segments and snapshots are shipped there (stalkd.archive)
     standby_of: str | None  # the primary's address: run as its standby (stalkd.replication)
     sync_standbys: int  # standbys that must hold a change before its reply (0: asynchronous)
-    result_limits: tuple[int, int, int]  # per owner: results, bytes of them, longest TTL (s)
+    # per owner: results, bytes of them, longest TTL (s); None: engine.results.ResultLimits' default
+    result_limits: tuple[int | None, int | None, int | None]
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
@@ -76,7 +77,8 @@ class Config:
                  admin_token_file: str | None = None, admin_tls: bool = False,
                  repair: bool = False, archive_url: str | None = None,
                  standby_of: str | None = None, sync_standbys: int = 0,
-                 result_limits: tuple[int, int, int] = (100_000, 256 * 2**20, 30 * 86_400)) -> None:  # fmt: skip
+                 result_limits: tuple[int | None, int | None, int | None] = (None, None, None),
+                 ) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
                   log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
                   tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,

@@ -72,7 +72,7 @@ Options:
           --log-level LEVEL   debug | info | warning | error (default info)
           --max-results N     results (result-put) one client identity may keep at once
                               (default 100000; plain and UNIX clients count as one)
-          --max-result-bytes N  bytes of results one identity may keep (default 268435456)
+          --max-result-bytes N  bytes of results one identity may keep (default 67108864)
           --max-result-ttl SECONDS  longest result TTL accepted (default 2592000: 30 days);
                               past a limit result-put answers RESULT_LIMIT (see `stats`)
 
