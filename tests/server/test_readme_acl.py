@@ -153,9 +153,13 @@ def test_a_worker_refused_by_the_acl_says_once_what_to_add_and_never_loops_a_job
         bad = mail.bounce.put("bob@example.org")
         wait_until(lambda: mail.app.job_state(int(bad)) == "buried", "the refused job buried")
         wait_until(lambda: f"job {bad} buried" in log.read_text(), "the bury logged")
+        # the cancel thread is refused its tube too: said, and it lives on
+        wait_until(lambda: "watch stalkd.cancel.idle (the cancel thread)" in log.read_text(),
+                   "the cancel thread's refusal logged")
         text = log.read_text()
         # said once, naming what was refused and the exact entry to add
         assert text.count("put into stalkd.failed") == 1, log_tail(log)
+        assert text.count("(the cancel thread)") == 1, log_tail(log)
         assert '[identity."CN=worker-1,O=Example"]\n    worker = ["emails"]' in text
         assert "Traceback" not in text
         with Client(s.address) as plain:

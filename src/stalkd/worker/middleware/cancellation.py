@@ -137,6 +137,7 @@ class Cancellation(Middleware):
 
         conn: ServerOps | None = None
         watched: set[int] = set()
+        pause = 0.0  # after a refusal: 1, 2, 4... s (denied.MAX_PAUSE at most)
         while not self._stop.is_set():
             try:
                 if conn is None:
@@ -154,15 +155,15 @@ class Cancellation(Middleware):
                 got = conn.reserve(timeout=self.wait)
                 if got is not None:
                     self._deliver(conn, *got)
-                if self._denials is not None:
-                    self._denials.passed()
+                pause = 0.0
             except errors.PermissionDenied as exc:
                 self._refused(f"{exc.context} (the cancel thread)", exc)
                 if conn is not None:
                     with contextlib.suppress(OSError):
                         conn.abort()
                 conn = None
-                self._stop.wait(self._denials.pause() if self._denials is not None else MAX_PAUSE)
+                pause = min(MAX_PAUSE, pause * 2 or 1.0)  # waiting for the operator's reload
+                self._stop.wait(pause)
             except OSError as exc:
                 log.warning("cancellation: connection to %s lost (%s); reconnecting",
                             self._address, exc)
