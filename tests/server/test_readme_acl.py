@@ -95,14 +95,15 @@ def _producer_app(d: Path, address: str) -> ModuleType:
 
 
 @contextlib.contextmanager
-def _worker_and_producer(d: Path, s: Stalkd, env: dict[str, str]) -> Iterator[tuple[Path, ModuleType]]:
+def _worker_and_producer(d: Path, s: Stalkd, env: dict[str, str],
+                         mode: str = "threads") -> Iterator[tuple[Path, ModuleType]]:
     """``stalkd worker`` with the environment ``env`` (STALKD_*), its log, and the producer's app."""
     (d / "mailapp.py").write_text(APP)
     port = s.tls.rpartition(":")[2]
     # this server's address; its certificate names queue.example.org, as the README's does
     env = {**env, "STALKD_ADDR": f"tls://127.0.0.1:{port}?name=queue.example.org"}
     log = d / "worker.log"
-    worker = popen_logged([sys.executable, "-m", "stalkd.cli", "worker", "mailapp:app", "-c", "2"], log,
+    worker = popen_logged([sys.executable, "-m", "stalkd.cli", "worker", "mailapp:app", "-c", "2", "-m", mode], log,
                           cwd=d, env={**os.environ, **env, "STATE_DIR": str(d),
                                       "PYTHONPATH": os.pathsep.join([str(d), os.environ.get("PYTHONPATH", "")])})
     try:
@@ -140,8 +141,9 @@ def test_the_readme_set_up_runs_a_producer_and_a_worker_end_to_end(setup: tuple[
             assert int(plain.stats_job(bad)["reserves"]) == 1
 
 
+@pytest.mark.parametrize("mode", ["threads", "asyncio", "processes"])
 def test_a_worker_refused_by_the_acl_says_once_what_to_add_and_never_loops_a_job(
-        setup: tuple[Path, Stalkd]) -> None:
+        setup: tuple[Path, Stalkd], mode: str) -> None:
     d, s = setup
     # the ACL before roles: the worker may only watch its tube, so its dead letters are refused
     acl = (d / "acl.toml").read_text().replace('worker = ["emails"]', 'watch = ["emails"]')
@@ -149,7 +151,7 @@ def test_a_worker_refused_by_the_acl_says_once_what_to_add_and_never_loops_a_job
     s.proc.send_signal(signal.SIGHUP)
     s.wait_log(r"SIGHUP: reloaded")
     env = {"STALKD_TLS_CA": "ca.pem", "STALKD_TLS_CERT": "worker-1.pem", "STALKD_TLS_KEY": "worker-1.key"}
-    with _worker_and_producer(d, s, env) as (log, mail):
+    with _worker_and_producer(d, s, env, mode) as (log, mail):
         bad = mail.bounce.put("bob@example.org")
         wait_until(lambda: mail.app.job_state(int(bad)) == "buried", "the refused job buried")
         wait_until(lambda: f"job {bad} buried" in log.read_text(), "the bury logged")
