@@ -129,7 +129,7 @@ class NotIgnored(BeanstalkError):
 class PermissionDenied(BeanstalkError):
     word = "PERMISSION_DENIED"
     hint = ("stalkd's ACL does not let this client certificate do that (only on TLS listeners "
-            "with --acl)")
+            "with --acl; the roles and their grants: docs/access-control.md)")
 
 
 class ResultLimit(BeanstalkError):

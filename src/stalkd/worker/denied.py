@@ -93,7 +93,7 @@ class Denials:
                   "    [identity.\"%s\"]\n    worker = [%s]\n"
                   "then reload the server (kill -HUP). Until then this worker waits (up to %.0fs "
                   "between tries) and runs nothing it cannot finish; see docs/access-control.md",
-                  done, exc, subject, served, MAX_PAUSE)
+                  done, getattr(exc, "word", "") or exc, subject, served, MAX_PAUSE)
         return True
 
     def pause(self) -> float:
