@@ -206,6 +206,8 @@ class AsyncWorker(WorkerBase):
                     self._reserving.add(me)
                     try:
                         got = await conn.reserve(timeout=self.reserve_timeout)
+                    except errors.PermissionDenied as exc:
+                        raise Refused(what("reserve", (", ".join(self.tubes),))) from exc
                     finally:
                         self._reserving.discard(me)
                     if got is None:

@@ -13,6 +13,8 @@ refused mid-way is buried by its slot, never handed back to run again (see ``run
 (1.0, 2.0, 4.0)
 >>> what("put", ("stalkd.failed", b"{}", 0, 0, 60)), what("watch_only", (["emails"],))
 ('put into stalkd.failed', 'watch emails')
+>>> what("finish", ("delete", 7, 0, 0, None)), what("reserve", ("emails",))
+('delete job 7', 'reserve from emails')
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def what(op: str, args: Sequence[object]) -> str:
     """A worker call in words (``ServerOps`` method name and arguments)."""
     if op == "put" and args:
         return f"put into {args[0]}"
+    if op == "reserve" and args:
+        return f"reserve from {args[0]}"
     if op == "watch_only" and args:
         return "watch " + ", ".join(map(str, args[0]))  # type: ignore[call-overload]
     if op == "finish" and args:

@@ -204,7 +204,10 @@ class ThreadWorker(WorkerBase):
                     except errors.PermissionDenied as exc:
                         raise Refused(what("watch_only", (self.tubes,))) from exc
                 if got is None:
-                    got = self._reserve(conn)
+                    try:
+                        got = self._reserve(conn)
+                    except errors.PermissionDenied as exc:
+                        raise Refused(what("reserve", (", ".join(self.tubes),))) from exc
                     if got is None:
                         continue
                 job_id, ops, body = got[0], conn, got[1]
