@@ -30,7 +30,7 @@ from stalkd.server.acl import Acl, AclError, ConnPolicy, load_acl
 from stalkd.server.config import Config
 from stalkd.server.connection import CommandPolicy, Connection
 from stalkd.server.listen import Listener, is_loopback
-from stalkd.server.recheck import issuers, untrusted
+from stalkd.server.recheck import CaIndex, untrusted
 from stalkd.server.tls import TlsConfigError, TlsFiles, server_context
 
 __all__ = ["Endpoints", "open_warning"]
@@ -61,6 +61,7 @@ class Endpoints:
         self.servers: dict[int, asyncio.AbstractServer] = {}  # listener index -> its server
         # open TLS connections -> the CA certificates that issued theirs (a reload checks again)
         self._open: weakref.WeakKeyDictionary[Connection, frozenset[bytes]] = weakref.WeakKeyDictionary()
+        self._cas: CaIndex | None = None  # of ``tls``, made when first needed
 
     def warnings(self) -> list[str]:
         return [open_warning(lst.address) for lst in self.listeners
@@ -96,7 +97,9 @@ class Endpoints:
         log.info("conn %d from %s over TLS on %s as %s", c.id, c.peer, lst.address,
                  c.identity or "(no client certificate)")
         if self.tls is not None:
-            self._open[c] = issuers(self.tls, _peercert(c))
+            if self._cas is None or self._cas.ctx is not self.tls:
+                self._cas = CaIndex(self.tls)
+            self._open[c] = self._cas.issuers(_peercert(c))
         if self.acl is None:
             return None
         return ConnPolicy(self._current_acl, c.identity, self._tube_of)
@@ -134,12 +137,13 @@ class Endpoints:
     def _recheck(self, tls: ssl.SSLContext | None, before: Acl | None) -> None:
         """Close the open TLS connections the new client CAs or ACL no longer admit."""
         now = time.time()
+        held = CaIndex(tls).held if tls is not None else frozenset()
         for c, trusted_by in list(self._open.items()):
             if c.closing or c.lost:
                 continue
             why = None
             if tls is not None and self.tls_files is not None and self.tls_files.client_ca is not None:
-                why = untrusted(tls, trusted_by, _peercert(c), now)
+                why = untrusted(held, trusted_by, _peercert(c), now)
             policy = c.policy
             if why is None and before is not None and self.acl is not None and isinstance(policy, ConnPolicy):
                 why = policy.revoked(before)

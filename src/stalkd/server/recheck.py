@@ -15,24 +15,37 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-__all__ = ["issuers", "untrusted"]
+__all__ = ["CaIndex", "untrusted"]
 
 
-def issuers(ctx: ssl.SSLContext, peercert: dict[str, Any] | None) -> frozenset[bytes]:
-    """The CA certificates (DER) of ``ctx`` whose subject issued ``peercert``."""
-    if not peercert or "issuer" not in peercert:
-        return frozenset()
-    cas = ctx.get_ca_certs()
-    ders = ctx.get_ca_certs(binary_form=True)
-    return frozenset(der for ca, der in zip(cas, ders, strict=True) if ca.get("subject") == peercert["issuer"])
+class CaIndex:
+    """A context's CA certificates (DER) by subject, read once per context (each TLS
+    connection asks which of them issued its certificate)."""
+
+    __slots__ = ("ctx", "held", "_by_subject")
+
+    def __init__(self, ctx: ssl.SSLContext) -> None:
+        self.ctx = ctx
+        self.held = frozenset(ctx.get_ca_certs(binary_form=True))
+        self._by_subject: dict[object, frozenset[bytes]] = {}
+        for ca, der in zip(ctx.get_ca_certs(), ctx.get_ca_certs(binary_form=True), strict=True):
+            subject = ca.get("subject")
+            self._by_subject[subject] = self._by_subject.get(subject, frozenset()) | {der}
+
+    def issuers(self, peercert: dict[str, Any] | None) -> frozenset[bytes]:
+        """The CA certificates whose subject issued ``peercert``."""
+        if not peercert or "issuer" not in peercert:
+            return frozenset()
+        return self._by_subject.get(peercert["issuer"], frozenset())
 
 
-def untrusted(ctx: ssl.SSLContext, trusted_by: frozenset[bytes], peercert: dict[str, Any] | None,
+def untrusted(held: frozenset[bytes], trusted_by: frozenset[bytes], peercert: dict[str, Any] | None,
               now: float) -> str | None:
-    """Why a connection verified by ``trusted_by`` no longer passes ``ctx`` (None: it does)."""
+    """Why a connection verified by ``trusted_by`` no longer passes a context holding the CA
+    certificates ``held`` (``CaIndex.held``; None: it does)."""
     if not trusted_by:
         return None  # it showed no certificate (no client CA then): nothing to check again
-    if not trusted_by & set(ctx.get_ca_certs(binary_form=True)):
+    if not trusted_by & held:
         return "its certificate's CA is no longer in --tls-client-ca"
     after = (peercert or {}).get("notAfter")
     if after and ssl.cert_time_to_seconds(after) <= now:
