@@ -327,7 +327,7 @@ class ConnPolicy:
     (False, True, True)
     """
 
-    __slots__ = ("_acl", "identity", "_tube_of", "_using", "_watching")
+    __slots__ = ("_acl", "identity", "_tube_of", "_using", "_watching", "_picked")
 
     def __init__(self, acl: Callable[[], Acl], identity: str | None,
                  tube_of: Callable[[int], str | None]) -> None:
@@ -336,15 +336,23 @@ class ConnPolicy:
         self._tube_of = tube_of
         self._using = "default"
         self._watching = ["default"]
+        self._picked: tuple[Acl, Rules] | None = None  # the entry of the ACL last asked
+
+    def _entry(self) -> Rules:
+        """This identity's entry in the current ACL (picked once per ACL, not per command)."""
+        acl, picked = self._acl(), self._picked
+        if picked is None or picked[0] is not acl:
+            picked = self._picked = (acl, acl.rules_for(self.identity))
+        return picked[1]
 
     def may_replicate(self) -> bool:
         """Whether this connection may stream the WAL as a standby (``replicate = true``)."""
-        return self._acl().rules_for(self.identity).replicate
+        return self._entry().replicate
 
     def revoked(self, before: Acl) -> str | None:
         """Why this connection no longer passes the ACL now that it replaced ``before`` (a
         reload); None if it still does."""
-        now, then = self._acl().rules_for(self.identity), before.rules_for(self.identity)
+        now, then = self._entry(), before.rules_for(self.identity)
         if now == NOTHING and then != NOTHING:
             return "the ACL no longer grants its identity anything"
         lost = [t for t in self._watching if t != "default" and then.allows(Verb.WATCH, t, self._tube_of)
@@ -353,7 +361,7 @@ class ConnPolicy:
 
     def shows(self, tube: str) -> bool:
         """Whether ``list-tubes`` shows this connection ``tube``."""
-        return self._acl().rules_for(self.identity).allows(Verb.SEE, tube, self._tube_of)
+        return self._entry().allows(Verb.SEE, tube, self._tube_of)
 
     def admits(self, cmd: object) -> bool:
         """Whether ``cmd`` may run; tracks ``use``/``watch``/``ignore`` it admits."""
@@ -366,7 +374,7 @@ class ConnPolicy:
             if tube in self._watching and len(self._watching) > 1:  # the last one stays (NOT_IGNORED)
                 self._watching.remove(tube)
             return True
-        rules = self._acl().rules_for(self.identity)
+        rules = self._entry()
         tube_of = self._tube_of
         if kind is C.Put:
             return cmd.error is not None or rules.allows(Verb.PUT, self._using, tube_of)  # type: ignore[attr-defined]
