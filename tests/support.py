@@ -22,7 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -199,6 +199,16 @@ def small_tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
+
+
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Poll ``cond`` until it holds, or fail naming ``what`` after ``timeout`` seconds (a
+    condition with a deadline, never a guessed sleep)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        time.sleep(0.02)
 
 
 def require_binary(name: str) -> str:

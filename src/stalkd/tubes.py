@@ -11,12 +11,17 @@ and the command-line tools can all use it without an import cycle.
 
 from __future__ import annotations
 
-__all__ = ["INTERNAL_PREFIX", "FAILED_TUBE", "KEY_TUBE_PREFIX", "WAIT_TUBE_PREFIX", "is_internal"]
+__all__ = ["INTERNAL_PREFIX", "FAILED_TUBE", "KEY_TUBE_PREFIX", "WAIT_TUBE_PREFIX", "CANCEL_TUBE_PREFIX",
+           "WAKE_TUBE_PREFIX", "CANCEL_IDLE_TUBE", "LIMIT_TUBE_PREFIX", "is_internal"]
 
 INTERNAL_PREFIX = "stalkd."
 FAILED_TUBE = INTERNAL_PREFIX + "failed"  # dead-letter records (stalkd failed / stalkd retry)
 KEY_TUBE_PREFIX = INTERNAL_PREFIX + "key."  # one tube per unique key, holding its marker job
 WAIT_TUBE_PREFIX = INTERNAL_PREFIX + "wait."  # per key: the jobs to wake when it is freed
+CANCEL_TUBE_PREFIX = INTERNAL_PREFIX + "cancel."  # + a job id: requests to stop that job
+WAKE_TUBE_PREFIX = CANCEL_TUBE_PREFIX + "wake."  # + a worker process's token: its wake-ups
+CANCEL_IDLE_TUBE = CANCEL_TUBE_PREFIX + "idle"  # always watched by a worker's cancel thread
+LIMIT_TUBE_PREFIX = INTERNAL_PREFIX + "limit."  # + a limit's name: its token jobs
 
 
 def is_internal(tube: str) -> bool:

@@ -162,6 +162,10 @@ def test_bad_requests_get_clear_errors(server: AdminServer) -> None:
     assert server.request("POST", "/api/v1/tubes/x/pause", {"seconds": "ten"})[0] == 400
     # A page of another site cannot reach the API by renaming itself (DNS rebinding)
     assert server.request("GET", "/api/v1/overview", headers={"Host": "evil.example"})[0] == 403
+    # an IPv6 loopback name is its own browser's, with or without a port (issue 31)
+    for host in ("[::1]:11301", "[::1]", "localhost:11301"):
+        assert server.request("GET", "/api/v1/overview", headers={"Host": host})[0] == 200, host
+    assert server.request("GET", "/api/v1/overview", headers={"Host": "[::1.evil.example]"})[0] == 403
 
 
 def test_token_required_off_loopback_and_checked(tmp_path: os.PathLike[str]) -> None:

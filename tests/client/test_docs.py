@@ -8,7 +8,7 @@ import pytest
 
 from support import run_doctests
 
-MODULES = ["_address", "_core", "_failover", "_format", "_idle", "_primary", "_requests", "_wire", "_yaml",
+MODULES = ["_address", "_core", "_failover", "_format", "_idle", "_primary", "_requests", "_tls", "_wire", "_yaml",
            "errors", "job", "options"]
 
 

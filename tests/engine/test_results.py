@@ -22,6 +22,7 @@ def _engine_with_job(now: float = T0) -> Engine:
     e = Engine()
     e.connect(1, now)
     assert e.apply(1, C.Put(0, 0, 60, b"job"), now).reply == C.Reply("INSERTED", (1,))
+    assert e.apply(1, C.ReserveJob(1), now).reply == C.JobReply("RESERVED", 1, b"job")
     return e
 
 
@@ -39,7 +40,9 @@ def test_a_result_outlives_its_job_and_a_later_one_replaces_it() -> None:
     e.apply(1, C.Delete(1), T0)
     assert e.apply(1, C.StatsJob(1), T0).reply == C.Reply("NOT_FOUND")
     assert e.apply(1, C.ResultGet(1), T0 + 1).reply == FOUND("FOUND", 1, b"first")
-    e.apply(1, C.ResultPut(1, 5, b"second"), T0 + 1)
+    e.apply(1, C.Put(0, 0, 60, b"copy"), T0 + 1)
+    e.apply(1, C.ReserveJob(2), T0 + 1)  # a copy of job 1, in its tube: stores under the first id
+    assert e.apply(1, C.ResultPut(1, 5, b"second"), T0 + 1).reply == C.Reply("STORED")
     assert e.apply(1, C.ResultGet(1), T0 + 2).reply == FOUND("FOUND", 1, b"second")
     assert e.result_bytes == len(b"second")
     # the replaced result's longer deadline no longer counts
@@ -49,6 +52,7 @@ def test_a_result_outlives_its_job_and_a_later_one_replaces_it() -> None:
 def test_tick_gives_back_the_memory_of_expired_results() -> None:
     e = _engine_with_job()
     e.apply(1, C.Put(0, 0, 60, b"two"), T0)
+    e.apply(1, C.ReserveJob(2), T0)
     e.apply(1, C.ResultPut(1, 10, b"a" * 100), T0)
     e.apply(1, C.ResultPut(2, 20, b"b" * 50), T0)
     e.tick(T0 + 10)
@@ -83,6 +87,8 @@ def test_results_survive_a_restart_and_expire_while_the_server_is_down(tmp_path:
     wal, d = reopen(tmp_path, T0, durability="always")
     d.do(1, C.Put(0, 0, 60, b"a"))
     d.do(1, C.Put(0, 0, 60, b"b"))
+    d.do(1, C.ReserveJob(1))
+    d.do(1, C.ReserveJob(2))
     d.do(1, C.ResultPut(1, 100, b"long"))
     d.do(1, C.ResultPut(2, 5, b"short"))
     d.do(1, C.Delete(1))
@@ -99,8 +105,10 @@ def test_results_survive_compaction_that_drops_the_segments_they_were_written_in
     d.do(1, C.Put(0, 0, 60, b"kept"))  # job 1 stays live
     for i in range(2, 40):
         d.do(1, C.Put(0, 0, 60, b"x" * 200))
+        d.do(1, C.ReserveJob(i))
         d.do(1, C.ResultPut(i, 1000, b"result-%d" % i))
         d.do(1, C.Delete(i))
+    d.do(1, C.ReserveJob(1))
     d.do(1, C.ResultPut(1, 1000, b"of the live job"))
     first_segment = min(n for n in os.listdir(tmp_path / "wal") if n.startswith("seg-"))
     for _ in range(3):  # several snapshots: the result records are rewritten each time
@@ -125,6 +133,7 @@ def test_a_result_written_while_a_fuzzy_snapshot_copies_its_job_is_kept(tmp_path
     for _ in range(3):
         d.do(1, C.Put(0, 0, 60, b"j"))
     wal.maintain(d.e, d.now, force=True)  # snapshot begun; nothing copied yet
+    d.do(1, C.ReserveJob(3))
     d.do(1, C.ResultPut(3, 100, b"late"))
     while wal.maintain(d.e, d.now):  # copies jobs 1..3 (stamped after the result record)
         pass
@@ -147,3 +156,69 @@ def test_a_full_disk_refuses_a_result_and_changes_nothing() -> None:
     out = e.apply(1, C.ResultPut(1, 10, b"x"), T0)
     assert (out.reply, out.records, e.results) == (C.Reply("OUT_OF_MEMORY"), (), {})
     assert e.apply(1, C.ResultGet(1), T0).reply == C.Reply("NOT_FOUND")  # reads still work
+
+
+def test_only_the_connection_holding_the_job_stores_its_result() -> None:
+    e = _engine_with_job()  # conn 1 holds job 1 (tube default)
+    e.connect(2, T0)
+    e.apply(2, C.Use("other"), T0)
+    e.apply(2, C.Put(0, 0, 60, b"elsewhere"), T0)
+    e.apply(2, C.ReserveJob(2), T0)
+    assert e.apply(2, C.ResultPut(1, 10, b"forged"), T0).reply == C.Reply("NOT_FOUND")
+    assert e.apply(1, C.ResultPut(1, 10, b"real"), T0).reply == C.Reply("STORED")
+    e.apply(1, C.Delete(1), T0)
+    # the job is gone: only a connection holding a job of its tube may replace the result
+    assert e.apply(2, C.ResultPut(1, 99_999_999, b"forged"), T0).reply == C.Reply("NOT_FOUND")
+    assert e.apply(1, C.ResultPut(1, 10, b"again"), T0).reply == C.Reply("NOT_FOUND")  # holds nothing now
+    assert e.apply(2, C.ResultGet(1), T0).reply == FOUND("FOUND", 1, b"real")
+    assert e.result_tube(1) == "default" and e.result_tube(2) is None
+    # a job that is ready (held by nobody) takes no result either
+    e.apply(1, C.Put(0, 0, 60, b"ready"), T0)
+    assert e.apply(1, C.ResultPut(3, 10, b"x"), T0).reply == C.Reply("NOT_FOUND")
+
+
+def _held_jobs(e: Engine, conn: int, n: int) -> list[int]:
+    ids = []
+    for _ in range(n):
+        jid = e.apply(conn, C.Put(0, 0, 600, b"j"), T0).reply.args[0]  # type: ignore[union-attr]
+        e.apply(conn, C.ReserveJob(jid), T0)
+        ids.append(jid)
+    return ids
+
+
+def test_results_are_bounded_per_owner_in_count_bytes_and_ttl() -> None:
+    from stalkd.engine.results import ResultLimits
+
+    e = Engine()
+    e.result_limits = ResultLimits(count=3, bytes=100, ttl=60)
+    for conn, owner in ((1, "CN=a"), (2, "CN=b")):
+        e.connect(conn, T0)
+        e.name_owner(conn, owner)
+    a, b = _held_jobs(e, 1, 5), _held_jobs(e, 2, 2)
+    assert e.apply(1, C.ResultPut(a[0], 61, b"x"), T0).reply == C.Reply("RESULT_LIMIT")  # TTL
+    assert [e.apply(1, C.ResultPut(j, 60, b"x"), T0).reply.word for j in a[:4]] == [  # type: ignore[union-attr]
+        "STORED", "STORED", "STORED", "RESULT_LIMIT"]
+    assert e.apply(1, C.ResultPut(a[0], 60, b"y" * 100), T0).reply == C.Reply("RESULT_LIMIT")  # bytes
+    assert e.apply(1, C.ResultPut(a[0], 60, b"y" * 98), T0).reply == C.Reply("STORED")  # replaces its own
+    assert a[3] not in e.results and e.result_usage["CN=a"] == [3, 100]
+    # another identity is not crowded out
+    assert e.apply(2, C.ResultPut(b[0], 60, b"z" * 100), T0).reply == C.Reply("STORED")
+    # expiry gives the room back
+    e.tick(T0 + 60)
+    assert e.apply(1, C.ResultPut(a[3], 60, b"x"), T0 + 60).reply == C.Reply("STORED")
+    assert e.result_usage == {"CN=a": [1, 1]}
+    values = e.apply(1, C.Stats(), T0 + 60).reply.values  # type: ignore[union-attr]
+    assert (values["current-results"], values["max-results"], values["max-result-bytes"],
+            values["max-result-ttl"]) == (1, 3, 100, 60)
+
+
+def test_a_result_keeps_its_tube_through_a_restart_while_its_job_lives(tmp_path: Path) -> None:
+    wal, d = reopen(tmp_path, T0, durability="always")
+    d.do(1, C.Use("emails"))
+    d.do(1, C.Put(0, 0, 60, b"a"))
+    d.do(1, C.ReserveJob(1))
+    d.do(1, C.ResultPut(1, 100, b"r"))
+    wal.close()
+    wal, d = reopen(tmp_path, T0 + 1)
+    assert d.e.result_tube(1) == "emails"
+    wal.close()

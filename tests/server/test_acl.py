@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+import stalkd.server.acl
 from stalkd.protocol import commands as C
-from stalkd.server.acl import Acl, AclError, ConnPolicy, load_acl
+from stalkd.server.acl import Acl, AclError, ConnPolicy, dn_matches, load_acl
 from stalkd.server.config import Config
 from stalkd.server.listen import Listener
 from stalkd.server.listeners import Endpoints
+from support import run_doctests
 
 ACL = Acl.from_toml({
     "identity": {
@@ -41,7 +43,8 @@ PUT = C.Put(0, 0, 60, b"x")
                   (C.Peek(2), False), (C.StatsJob(2), False), (C.Touch(1), True),
                   (C.Release(2, 0, 0), False), (C.Bury(2, 0), False), (C.ReserveJob(2), False)]),
     ("CN=p,O=x", [(C.Kick(5), False), (C.KickJob(1), False), (C.PauseTube("emails", 1), False),
-                  (C.Stats(), True), (C.ListTubes(), True), (C.StatsTube("payroll"), True),
+                  (C.Stats(), True), (C.ListTubes(), True), (C.StatsTube("payroll"), False),
+                  (C.StatsTube("emails"), True),
                   (C.PeekReady(), False), (C.Use("emails"), True), (C.PeekBuried(), True)]),
     ("CN=worker-7,O=x", [(C.Reserve(), True), (PUT, False), (C.Delete(2), False)]),
     ("CN=ops,O=x", [(C.Kick(5), True), (C.PauseTube("a", 1), True), (C.Peek(2), True), (PUT, True)]),
@@ -54,6 +57,108 @@ PUT = C.Put(0, 0, 60, b"x")
 def test_decisions(identity: str | None, steps: list[tuple[object, bool]]) -> None:
     p = policy(identity)
     assert [(cmd, p.admits(cmd)) for cmd, _ in steps] == steps
+
+
+ROLES = Acl.from_toml({
+    "identity": {
+        "CN=producer,O=Example": {"producer": ["emails", "reports.*"]},
+        "CN=worker-*,O=Example": {"worker": ["emails"]},
+        "CN=other,O=Example": {"worker": ["payroll"], "producer": ["payroll"]},
+        "CN=ops,O=Example": {"admin": True},
+    },
+})
+ROLE_JOBS = {1: "emails", 2: "payroll", 3: "stalkd.failed", 4: "stalkd.cancel.1", 5: "stalkd.cancel.2",
+             6: "stalkd.cancel.wake.abc"}
+
+
+def role_policy(identity: str | None) -> ConnPolicy:
+    return ConnPolicy(lambda: ROLES, identity, ROLE_JOBS.get)
+
+
+def _using(tube: str) -> list[tuple[object, bool]]:
+    return [(C.Use(tube), True)]
+
+
+@pytest.mark.parametrize(("identity", "steps"), [
+    # a worker: its tubes, its dead letters (put only), the cancel tubes of its jobs, keys, limits
+    ("CN=worker-1,O=Example", [
+        (C.Watch("emails"), True), (C.Ignore("default"), True), (C.Reserve(), True),
+        (C.Release(1, 0, 0), True), (C.Bury(1, 0), True), (C.KickJob(1), True), (C.ResultPut(1, 60, b"r"), True),
+        (C.Watch("payroll"), False), (C.Delete(2), False), (C.ResultGet(2), False), (C.KickJob(2), False),
+        *_using("stalkd.failed"), (PUT, True), (C.Watch("stalkd.failed"), False), (C.Peek(3), False),
+        (C.Watch("stalkd.cancel.1"), True), (C.Watch("stalkd.cancel.2"), False),
+        (C.Watch("stalkd.cancel.99"), True),  # its job is gone: only markers naming an id are left
+        (C.Watch("stalkd.cancel.idle"), True), (C.Watch("stalkd.cancel.wake.abc"), True), (C.Reserve(), True), (C.Delete(4), True), (C.Delete(5), False),
+        *_using("stalkd.key.ab12"), (PUT, True), (C.PeekReady(), True),
+        (C.Watch("stalkd.limit.api"), True), *_using("stalkd.limit.api.init"), (PUT, True),
+        *_using("emails"), (PUT, True), *_using("payroll"), (PUT, False),
+        (C.Kick(1), False), (C.PauseTube("emails", 1), False),
+        (C.StatsTube("emails"), True), (C.StatsTube("payroll"), False), (C.StatsTube("stalkd.failed"), True),
+    ]),
+    # a producer: puts, follows its jobs (status, result, delete), asks a running one to stop
+    ("CN=producer,O=Example", [
+        *_using("reports.daily"), (PUT, True), *_using("emails"), (PUT, True), (C.PeekReady(), True),
+        (C.StatsJob(1), True), (C.ResultGet(1), True), (C.Delete(1), True),
+        (C.StatsJob(2), False), (C.ResultGet(2), False), (C.Delete(2), False),
+        (C.Watch("emails"), False), (C.Release(1, 0, 0), False), (C.ResultPut(1, 60, b"forged"), False),
+        (C.KickJob(1), False),
+        *_using("stalkd.cancel.1"), (PUT, True), *_using("stalkd.cancel.2"), (PUT, False),
+        *_using("stalkd.cancel.wake.abc"), (PUT, True), (C.StatsTube("stalkd.cancel.wake.abc"), True),
+        (C.Delete(4), True), (C.Delete(6), True), (C.Delete(5), False),
+        *_using("stalkd.failed"), (PUT, False), *_using("stalkd.wait.ab12"), (PUT, True),
+        (C.Watch("stalkd.cancel.idle"), False),
+    ]),
+    ("CN=ops,O=Example", [(C.Kick(5), True), (C.Watch("stalkd.failed"), True), (C.Peek(2), True),
+                          (C.Delete(5), True), *_using("payroll"), (PUT, True)]),
+    # a subject that matches no entry: nothing but what changes and reveals nothing of others
+    ("CN=eve", [(C.ListTubes(), True), (C.Stats(), True), (C.StatsTube("emails"), False),
+                (C.ResultGet(1), False), (C.ResultPut(1, 60, b"x"), False), (C.Watch("stalkd.cancel.1"), False),
+                *_using("stalkd.failed"), (PUT, False), *_using("stalkd.key.ab12"), (PUT, False)]),
+])
+def test_roles_grant_what_they_need_underneath(identity: str, steps: list[tuple[object, bool]]) -> None:
+    p = role_policy(identity)
+    assert [(cmd, p.admits(cmd)) for cmd, _ in steps] == steps
+
+
+@pytest.mark.parametrize(("identity", "shown"), [
+    ("CN=worker-1,O=Example", ["emails", "stalkd.cancel.wake.abc", "stalkd.failed"]),
+    ("CN=producer,O=Example", ["emails", "reports.x", "stalkd.cancel.wake.abc"]),
+    ("CN=eve", []),
+    ("CN=ops,O=Example", ["default", "emails", "payroll", "reports.x", "stalkd.cancel.wake.abc", "stalkd.failed"]),
+])
+def test_list_tubes_shows_only_the_tubes_an_identity_may_see(identity: str, shown: list[str]) -> None:
+    p = role_policy(identity)
+    tubes = ["default", "emails", "payroll", "reports.x", "stalkd.cancel.wake.abc", "stalkd.failed"]
+    assert [t for t in tubes if p.shows(t)] == shown
+
+
+@pytest.mark.parametrize(("subject", "pattern", "matches"), [
+    ("CN=worker-1,O=Example", "CN=worker-*,O=Example", True),
+    # the certificate /O=Example/O=Partner/CN=worker-evil: a glob never spans a ","
+    ("CN=worker-evil,O=Partner,O=Example", "CN=worker-*,O=Example", False),
+    ("CN=worker-1,O=Example", "CN=*", False),
+    ("CN=a\\,O=Example,O=Example", "CN=*,O=Example", True),  # the escaped "," is the CN's
+    ("CN=a\\,b,O=Example", "CN=a*,O=Example", True),
+    ("CN=a\\,O=Example,O=Example", "CN=*,O=Example,O=Example", False),
+    # reordered: RDNs match in order
+    ("O=Example,CN=worker-1", "CN=worker-*,O=Example", False),
+    # multi-valued RDNs: their values in any order, a glob never spans a "+"
+    ("CN=worker-1+UID=7,O=Example", "CN=worker-*,O=Example", False),
+    ("UID=7+CN=worker-1,O=Example", "CN=worker-*+UID=7,O=Example", True),
+    ("CN=worker-1+UID=8,O=Example", "CN=worker-*+UID=7,O=Example", False),
+    ("CN=worker-1+UID=7,O=Example", "CN=*", False),
+])
+def test_identity_patterns_match_rdn_by_rdn(subject: str, pattern: str, matches: bool) -> None:
+    assert dn_matches(subject, pattern) is matches
+    acl = Acl.from_toml({"identity": {pattern: {"worker": ["emails"]}}})
+    assert acl.rules_for(subject).may_watch("emails") is matches
+
+
+def test_the_old_verbs_keep_working_and_grant_nothing_underneath() -> None:
+    p = policy("CN=worker-7,O=x")  # watch = ["emails", "default"]
+    assert p.admits(C.Watch("emails")) and p.admits(C.Reserve())
+    assert not p.admits(C.Watch("stalkd.cancel.1")) and p.admits(C.Use("stalkd.failed"))
+    assert not p.admits(PUT)
 
 
 def test_ignoring_the_last_watched_tube_keeps_it() -> None:
@@ -105,3 +210,8 @@ def test_a_plain_listener_on_a_network_address_is_warned_about(host: str, ok_fla
             assert "--plain-network-ok" in text
     finally:
         sock.close()
+
+
+def test_docstring_examples() -> None:
+    result = run_doctests(stalkd.server.acl)
+    assert result.attempted > 0 and result.failed == 0

@@ -109,6 +109,7 @@ def test_a_stored_result_survives_kill_9_of_the_server(tmp_path: Path) -> None:
     try:
         with Client(s.address) as c:
             jid = c.put(b"x")
+            c.reserve_job(jid)  # only the connection holding the job stores its result
             c.result_put(jid, 600, b"kept")
             c.delete(jid)
         os.kill(s.proc.pid, signal.SIGKILL)

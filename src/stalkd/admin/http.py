@@ -75,10 +75,20 @@ class Guard:
             if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
                 return "missing or wrong bearer token (Authorization: Bearer TOKEN)"
             return None
-        host = (request.host or "").rsplit(":", 1)[0].strip("[]") if request.host else ""
-        if not is_loopback(host):
+        if not is_loopback(host_name(request.host or "")):
             return f"Host {request.host!r} is not a loopback name; use 127.0.0.1 or localhost"
         return None
+
+
+def host_name(header: str) -> str:
+    """The host of a ``Host:`` header, without its port or an IPv6 address's brackets.
+
+    >>> host_name("[::1]:11301"), host_name("[::1]"), host_name("localhost:80"), host_name("127.0.0.1")
+    ('::1', '::1', 'localhost', '127.0.0.1')
+    """
+    if header.startswith("["):
+        return header[1:header.find("]")] if "]" in header else ""
+    return header.rsplit(":", 1)[0]
 
 
 def _json(data: Any, status: int = 200) -> web.Response:

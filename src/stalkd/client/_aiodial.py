@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 
 from stalkd.client import _failover as failover
@@ -16,7 +17,7 @@ from stalkd.client import _requests as rq
 from stalkd.client._address import Address
 from stalkd.client._aiowire import Wire
 from stalkd.client._failover import Failover
-from stalkd.client._tls import connection_kwargs
+from stalkd.client._tls import connection_kwargs, handshake_refused
 from stalkd.client._wire import Response
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
@@ -40,6 +41,8 @@ async def open_wire(addr: Address, timeout: float | None) -> Wire:
             else:
                 _, wire = await loop.create_connection(lambda: Wire(addr), addr.host, addr.port,
                                                        **connection_kwargs(addr))
+    except ssl.SSLError as e:
+        raise ConnectionFailed(handshake_refused(addr, e)) from e
     except (OSError, TimeoutError) as e:
         raise ConnectionFailed(f"cannot connect to beanstalkd server at {addr}: "
                                f"{e or 'timed out'}") from e

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address
+from stalkd.client._tls import why_refused
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client.errors import (
     ClientConnectionError,
@@ -40,6 +41,7 @@ class Wire(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.lost: ClientConnectionError | None = None
         self.closed: asyncio.Future[None] = self.loop.create_future()
+        self.replied = False  # nothing read yet: a TLS close now is a refused certificate
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a cast, not an isinstance check: uvloop's transports are not asyncio.Transport subclasses
@@ -84,6 +86,7 @@ class Wire(asyncio.Protocol):
                 if resp is None:
                     return
                 fut = waiters.popleft()[0]
+                self.replied = True
                 if not fut.done():  # a cancelled caller's reply is dropped with it
                     fut.set_result(resp)
                 if waiters:
@@ -95,8 +98,10 @@ class Wire(asyncio.Protocol):
             self.fail(e)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        why = (f": {why_refused(self.address, exc)}" if self.address.tls is not None and not self.replied
+               else "")
         self.fail(ConnectionClosed(f"server at {self.address} closed the connection"
-                                   + (f": {exc}" if exc else "")))
+                                   + (f": {exc}" if exc else "") + why))
         if not self.closed.done():
             self.closed.set_result(None)
 

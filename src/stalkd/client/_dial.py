@@ -8,6 +8,7 @@ Ensures: every socket opened here is either returned or closed, whatever is rais
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 
@@ -15,7 +16,7 @@ from stalkd.client import _failover as failover
 from stalkd.client import _requests as rq
 from stalkd.client._address import Address
 from stalkd.client._failover import Failover
-from stalkd.client._tls import wrap_socket
+from stalkd.client._tls import handshake_refused, wrap_socket
 from stalkd.client._wire import ReplyReader
 from stalkd.client._yaml import Value
 from stalkd.client.errors import (
@@ -68,6 +69,8 @@ def open_socket(address: Address, timeout: float | None) -> socket.socket:
             sock = socket.create_connection((address.host, address.port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock = wrap_socket(sock, address)
+    except ssl.SSLError as e:
+        raise ConnectionFailed(handshake_refused(address, e)) from e
     except OSError as e:
         raise ConnectionFailed(f"cannot connect to beanstalkd server at {address}: {e}") from e
     return sock

@@ -321,7 +321,8 @@ def result_put(job: JobLike, ttl: float, body: bytes) -> Request[None]:
     """``result-put``: keep ``body`` as the job's result for ``ttl`` seconds (0 forgets it)."""
     jid, secs = job_id(job), _seconds("result ttl", ttl)
     return Request(b"result-put %d %d %d\r\n" % (jid, secs, len(body)) + body + b"\r\n", "STORED",
-                   _none, jid, "no job with this id was ever put")
+                   _none, jid, "this connection does not hold the job (nor, once it is gone, a job "
+                   "of its tube)")
 
 
 def result_get(job: JobLike) -> Request[Job]:

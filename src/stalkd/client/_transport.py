@@ -24,6 +24,7 @@ from stalkd.client._address import Address
 from stalkd.client._dial import find_primary, open_socket, set_wait
 from stalkd.client._endpoint import Endpoint
 from stalkd.client._idle import IdleCheck
+from stalkd.client._tls import why_refused
 from stalkd.client._wire import ReplyReader, Response
 from stalkd.client.errors import (
     ClientConnectionError,
@@ -52,6 +53,7 @@ class BlockingTransport(Endpoint):
         self._sock_timeout: float | None = None
         self._busy = False
         self._reader = ReplyReader()
+        self._replied = False
         if connect:
             self.connect()
 
@@ -69,6 +71,7 @@ class BlockingTransport(Endpoint):
         self._sock = sock
         self._sock_timeout = self.timeout
         self._reader = ReplyReader()
+        self._replied = False  # nothing read yet: a TLS close now is a refused certificate
         self._opened()
         self._gone = (IdleCheck(sock.fileno()) if self._failover.enabled and self.address.tls is None
                       else None)
@@ -176,13 +179,19 @@ class BlockingTransport(Endpoint):
                 if after is not None and len(out) == after[0] + 1:
                     after[1](out[-1])
             ok = True
+            self._replied = True
             return out
         except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO/SO_SNDTIMEO ran out
             raise ReplyTimeout(f"no reply from {self.address} within {self._sock_timeout}s "
                                f"to {requests[0].context!r}; connection dropped") from None
-        except ClientConnectionError:
+        except ClientConnectionError as e:
+            if type(e) is ConnectionClosed and self.address.tls is not None and not self._replied:
+                raise ConnectionClosed(f"{e}: {why_refused(self.address)}") from None
             raise
         except OSError as e:
+            if self.address.tls is not None and not self._replied:
+                raise ConnectionClosed(f"TLS connection to {self.address} refused: "
+                                       f"{why_refused(self.address, e)} ({e})") from e
             raise ConnectionClosed(f"connection to {self.address} broke during "
                                    f"{requests[0].context!r}: {e}") from e
         finally:

@@ -24,7 +24,7 @@ from typing import Any
 __all__ = [
     "BeanstalkError", "NotFound", "TimedOut", "DeadlineSoon", "Buried", "Draining", "JobTooBig",
     "ExpectedCrlf", "BadFormat", "UnknownCommand", "OutOfMemory", "InternalError", "NotIgnored",
-    "PermissionDenied", "NotPrimary",
+    "PermissionDenied", "NotPrimary", "ResultLimit",
     "ClientConnectionError", "ConnectionFailed", "ConnectionClosed", "ReplyTimeout",
     "ProtocolError", "NoPrimary", "OutcomeUnknown", "ERRORS", "error_for",
 ]  # fmt: skip
@@ -129,7 +129,14 @@ class NotIgnored(BeanstalkError):
 class PermissionDenied(BeanstalkError):
     word = "PERMISSION_DENIED"
     hint = ("stalkd's ACL does not let this client certificate do that (only on TLS listeners "
-            "with --acl)")
+            "with --acl; the roles and their grants: docs/access-control.md)")
+
+
+class ResultLimit(BeanstalkError):
+    word = "RESULT_LIMIT"
+    hint = ("this client identity keeps as many results, or result bytes, as the server allows, "
+            "or the TTL is longer than it allows (stalkd serve --max-results, --max-result-bytes, "
+            "--max-result-ttl; `stats` shows them); let results expire or store less")
 
 
 class NotPrimary(BeanstalkError):
@@ -148,7 +155,7 @@ ERRORS: dict[str, type[BeanstalkError]] = {
     cls.word: cls
     for cls in (NotFound, TimedOut, DeadlineSoon, Buried, Draining, JobTooBig, ExpectedCrlf,
                 BadFormat, UnknownCommand, OutOfMemory, InternalError, NotIgnored, PermissionDenied,
-                NotPrimary)
+                NotPrimary, ResultLimit)
 }
 
 

@@ -9,22 +9,43 @@ RESULT record, so recovery drops what expired while the server was down.
 Ensures: ``result-get`` never shows a result at or after its deadline (checked against the
 step's ``now``, whether or not the expiry timer has run); memory of expired results is given
 back by ``tick`` and by each ``result-put``; ``result_bytes`` is the sum of live result bodies.
+
+Whose a result is: it belongs to its job's tube for as long as it is kept (``result_tube``, what
+the ACL decides on once the job is gone; a result recovered after its job was gone has lost
+its tube, ``""``, and is left to admins). Only the connection holding the job may store it, or,
+once the job is gone, one holding another job of that tube (a worker finishing a job's copy
+stores under the first id). Each owner (``name_owner``: a client certificate's subject, ``""``
+for the rest) keeps at most ``ResultLimits.count`` results and ``bytes`` of bodies, for at
+most ``ttl`` seconds each; past a limit ``result-put`` is ``RESULT_LIMIT`` and changes nothing.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from stalkd.engine.model import Op, Record
+from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import US, ConnState
 from stalkd.engine.state import STEP_JOBS, EngineState, Outcome
 from stalkd.protocol import commands as C
 
-__all__ = ["Results"]
+__all__ = ["Results", "ResultLimits", "RECOVERED"]
 
 _NOT_FOUND = C.Reply("NOT_FOUND")
 _STORED = C.Reply("STORED")
+_LIMIT = C.Reply("RESULT_LIMIT")
+RECOVERED = "\x00recovered"  # the owner of results read back at start: nobody's to count
+_NO_TUBE = ""  # the tube of a result recovered after its job was gone
+
+
+@dataclass(frozen=True, slots=True)
+class ResultLimits:
+    """What one owner may keep (``--max-results``, ``--max-result-bytes``, ``--max-result-ttl``)."""
+
+    count: int = 100_000
+    bytes: int = 64 * 2**20
+    ttl: int = 30 * 86_400
 
 
 class Results(EngineState):
@@ -36,6 +57,10 @@ class Results(EngineState):
         self.result_bytes = 0
         # (deadline_us, job id); an entry whose deadline no longer matches ``results`` is stale
         self._result_heap: list[tuple[int, int]] = []
+        self.result_limits = ResultLimits()
+        self.result_meta: dict[int, tuple[str, str]] = {}  # job id -> (tube, owner)
+        self.result_usage: dict[str, list[int]] = {}  # owner -> [results, bytes]
+        self._owners: dict[int, str] = {}  # connection id -> owner, where not ""
 
     def tick(self, now: float) -> Outcome:
         out: Outcome = super().tick(now)  # type: ignore[misc]
@@ -50,20 +75,51 @@ class Results(EngineState):
             deadline, jid = heapq.heappop(heap)
             held = results.get(jid)
             if held is not None and held[0] == deadline:
-                del results[jid]
-                self.result_bytes -= len(held[1])
+                self._forget_result(jid)
                 n += 1
         return n
 
-    def store_result(self, job_id: int, deadline_us: int, body: bytes) -> None:
-        """Keep ``body`` for ``job_id`` until ``deadline_us`` (0: forget it). Also recovery's."""
+    def _forget_result(self, job_id: int) -> None:
         old = self.results.pop(job_id, None)
-        if old is not None:
-            self.result_bytes -= len(old[1])
+        if old is None:
+            return
+        self.result_bytes -= len(old[1])
+        _, owner = self.result_meta.pop(job_id)
+        usage = self.result_usage[owner]
+        usage[0] -= 1
+        usage[1] -= len(old[1])
+        if not usage[0]:
+            del self.result_usage[owner]
+
+    def store_result(self, job_id: int, deadline_us: int, body: bytes, *,
+                     tube: str | None = None, owner: str = RECOVERED) -> None:
+        """Keep ``body`` for ``job_id`` until ``deadline_us`` (0: forget it), as ``owner``'s, in
+        ``tube`` (None: the job's, else the earlier result's, else none). Also recovery's."""
+        if tube is None:
+            job = self.jobs.get(job_id)
+            meta = self.result_meta.get(job_id)
+            tube = job.tube.name if job is not None else meta[0] if meta is not None else _NO_TUBE
+        self._forget_result(job_id)
         if deadline_us:
             self.results[job_id] = (deadline_us, body)
+            self.result_meta[job_id] = (tube, owner)
+            usage = self.result_usage.setdefault(owner, [0, 0])
+            usage[0] += 1
+            usage[1] += len(body)
             self.result_bytes += len(body)
             heapq.heappush(self._result_heap, (deadline_us, job_id))
+
+    def name_owner(self, conn_id: int, owner: str | None) -> None:
+        """Count the results ``conn_id`` stores as ``owner``'s (None: forget the connection)."""
+        if owner:
+            self._owners[conn_id] = owner
+        else:
+            self._owners.pop(conn_id, None)
+
+    def result_tube(self, job_id: int) -> str | None:
+        """The tube a kept result belongs to (``""``: lost in a restart); None: no result."""
+        meta = self.result_meta.get(job_id)
+        return None if meta is None else meta[0]
 
     def result_records(self) -> list[Record]:
         """Every live result as a RESULT record with a fresh seq (compaction rewrites them
@@ -87,14 +143,42 @@ class Results(EngineState):
             return C.Reply(cmd.error)
         if len(cmd.body) > self.max_job_size:
             return C.Reply("JOB_TOO_BIG")
-        if cmd.id >= self.next_id or cmd.id == 0:
-            return _NOT_FOUND  # no such job was ever put
+        tube = self._held_tube(c, cmd.id)
+        if tube is None:
+            return _NOT_FOUND
         now = self._now
         self.expire_results(now)
+        owner = self._owners.get(c.id, "")
+        if cmd.ttl:
+            limits = self.result_limits
+            count, size = self.result_usage.get(owner, (0, 0))
+            old = self.results.get(cmd.id)
+            if old is not None and self.result_meta[cmd.id][1] == owner:
+                count, size = count - 1, size - len(old[1])  # a replacement frees its own room
+            if cmd.ttl > limits.ttl or count >= limits.count or size + len(cmd.body) > limits.bytes:
+                return _LIMIT
         deadline = now + cmd.ttl * US if cmd.ttl else 0
-        self.store_result(cmd.id, deadline, cmd.body)
+        self.store_result(cmd.id, deadline, cmd.body, tube=tube, owner=owner)
         self._rec_fields(Op.RESULT, cmd.id, deadline_us=deadline, body=cmd.body)
         return _STORED
+
+    def _held_tube(self, c: ConnState, job_id: int) -> str | None:
+        """The tube of ``job_id``'s result if ``c`` may store it (None: NOT_FOUND): ``c`` holds
+        the job, or the job is gone, has a result kept, and ``c`` holds a job of its tube."""
+        job = self.jobs.get(job_id)
+        if job is not None:
+            return job.tube.name if job.state is JobState.RESERVED and job.owner is c else None
+        meta = self.result_meta.get(job_id)
+        if meta is None or job_id not in self.results:
+            return None
+        return meta[0] if any(j.tube.name == meta[0] for j in c.reserved) else None
+
+    def _stats(self, c: ConnState, cmd: C.Stats) -> C.AnyReply:
+        reply: C.YamlDict = super()._stats(c, cmd)  # type: ignore[misc]
+        limits = self.result_limits
+        return C.YamlDict("stats", {**reply.values, "current-results": len(self.results),
+                                    "result-bytes": self.result_bytes, "max-results": limits.count,
+                                    "max-result-bytes": limits.bytes, "max-result-ttl": limits.ttl})
 
     def _result_get(self, c: ConnState, cmd: C.ResultGet) -> C.AnyReply:
         held = self.results.get(cmd.id)

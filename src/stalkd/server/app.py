@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from stalkd.engine import Engine, Outcome
-from stalkd.protocol.commands import Command, JobReply, Reply, YamlDict
+from stalkd.protocol.commands import Command, JobReply, ListTubes, Reply, YamlDict, YamlList
 from stalkd.protocol.grammar import NOT_PRIMARY, SPECS_BY_NAME, STANDBY_COMMANDS
 from stalkd.replication.role import Role
 from stalkd.replication.status import Status
@@ -177,6 +177,8 @@ class Server:
             c.refuse(abort=True)
             return
         self.engine.connect(c.id, self.clock())
+        if c.identity is not None:
+            self.engine.name_owner(c.id, c.identity)  # whose results it stores
         log.debug("conn %d open from %s", c.id, c.peer)
 
     def half_closed(self, c: Connection) -> None:
@@ -192,6 +194,7 @@ class Server:
         """``c`` will run no more commands (its client hung up): release its jobs now rather
         than when the transport reports the close, so the next command anyone sends sees it."""
         if self.conns.remove(c.id) is not None:
+            self.engine.name_owner(c.id, None)
             self._handle(None, self.engine.disconnect(c.id, self.clock()))
 
     def disconnected(self, c: Connection, exc: Exception | None) -> None:
@@ -202,6 +205,7 @@ class Server:
             log.info("conn %d from %s lost: %s", c.id, c.peer, exc)
         else:
             log.debug("conn %d closed", c.id)
+        self.engine.name_owner(c.id, None)
         self._handle(None, self.engine.disconnect(c.id, self.clock()))
 
     def hold(self, c: Connection) -> None:
@@ -261,6 +265,7 @@ class Server:
         granted = policy is not None and c.identity is not None and policy.may_replicate()
         self.barriers.forget(c)
         if self.conns.remove(c.id) is not None:
+            self.engine.name_owner(c.id, None)
             self._handle(None, self.engine.disconnect(c.id, self.clock()))
         c.lost = c.closing = True  # the connection object is done; the transport lives on
         replicas.take_over(c.transport, data, granted)
@@ -289,6 +294,8 @@ class Server:
                         reply, barrier = _NOT_PRIMARY, 0  # never durable here: no silence
             elif type(reply) is YamlDict and reply.kind == "stats":
                 reply = self._full_stats(reply)
+            elif type(reply) is YamlList and type(cmd) is ListTubes and c.policy is not None:
+                reply = YamlList(tuple(filter(c.policy.shows, reply.items)))  # what it may see
             c.send(reply, barrier)
         if wakeups:
             for cid, wr in wakeups:

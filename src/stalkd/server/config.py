@@ -164,6 +164,10 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
         return cfg.replace(max_connections=_positive(flag, value))
     if key == "max-output":
         return cfg.replace(max_output=_positive(flag, value))
+    if key in _RESULT_LIMITS:
+        limits: list[int | None] = list(cfg.result_limits)
+        limits[_RESULT_LIMITS.index(key)] = _positive(flag, value)
+        return cfg.replace(result_limits=tuple(limits))
     if key == "log-level":
         return cfg.replace(log_level=_log_level(flag, value))
     if key == "admin":
@@ -220,7 +224,9 @@ _LONG_VALUED = {"listen", "port", "dir", "fsync", "durability", "user", "max-job
                 "wal-size", "max-connections", "max-output", "log-level", "unix", "socket-mode",
                 "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "acl",
                 "admin", "admin-token-file", "standby-of", "sync-standbys", "replication-secret",
-                "ha", "name", "ha-ttl", "advertise"}  # fmt: skip
+                "ha", "name", "ha-ttl", "advertise",
+                "max-results", "max-result-bytes", "max-result-ttl"}  # fmt: skip
+_RESULT_LIMITS = ("max-results", "max-result-bytes", "max-result-ttl")  # Config.result_limits' order
 _REMOVED = "-{} flag was removed. binlog is always compacted."
 
 

@@ -12,6 +12,8 @@ Ensures:
   them load: new TLS connections then use the new certificate, key and client CAs (a second
   asyncio server on a duplicate of the same listening socket takes over; the old one stops
   accepting, its connections carry on), and every TLS connection checks the new ACL;
+- a reload closes each open TLS connection the new client CAs or ACL no longer admit
+  (``recheck``), with a log line saying why;
 - ``close()`` stops accepting and removes the UNIX socket files we created.
 """
 
@@ -20,12 +22,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
+import weakref
 from collections.abc import Callable
 
 from stalkd.server.acl import Acl, AclError, ConnPolicy, load_acl
 from stalkd.server.config import Config
 from stalkd.server.connection import CommandPolicy, Connection
 from stalkd.server.listen import Listener, is_loopback
+from stalkd.server.recheck import CaIndex, untrusted
 from stalkd.server.tls import TlsConfigError, TlsFiles, server_context
 
 __all__ = ["Endpoints", "open_warning"]
@@ -54,6 +59,9 @@ class Endpoints:
         self.tls = tls
         self.acl = acl
         self.servers: dict[int, asyncio.AbstractServer] = {}  # listener index -> its server
+        # open TLS connections -> the CA certificates that issued theirs (a reload checks again)
+        self._open: weakref.WeakKeyDictionary[Connection, frozenset[bytes]] = weakref.WeakKeyDictionary()
+        self._cas: CaIndex | None = None  # of ``tls``, made when first needed
 
     def warnings(self) -> list[str]:
         return [open_warning(lst.address) for lst in self.listeners
@@ -88,6 +96,10 @@ class Endpoints:
     def _admit(self, c: Connection, lst: Listener) -> CommandPolicy | None:
         log.info("conn %d from %s over TLS on %s as %s", c.id, c.peer, lst.address,
                  c.identity or "(no client certificate)")
+        if self.tls is not None:
+            if self._cas is None or self._cas.ctx is not self.tls:
+                self._cas = CaIndex(self.tls)
+            self._open[c] = self._cas.issuers(_peercert(c))
         if self.acl is None:
             return None
         return ConnPolicy(self._current_acl, c.identity, self._tube_of)
@@ -105,7 +117,8 @@ class Endpoints:
         except (TlsConfigError, AclError) as e:
             log.error("SIGHUP: reload refused, keeping the running certificates and ACL: %s", e)
             return False
-        self.acl = acl
+        before, self.acl = self.acl, acl
+        self._recheck(tls, before)
         if tls is not None:
             self.tls = tls
             loop = asyncio.get_running_loop()
@@ -121,6 +134,24 @@ class Endpoints:
                  f", ACL {self.cfg.acl}" if acl is not None else "")
         return True
 
+    def _recheck(self, tls: ssl.SSLContext | None, before: Acl | None) -> None:
+        """Close the open TLS connections the new client CAs or ACL no longer admit."""
+        now = time.time()
+        held = CaIndex(tls).held if tls is not None else frozenset()
+        for c, trusted_by in list(self._open.items()):
+            if c.closing or c.lost:
+                continue
+            why = None
+            if tls is not None and self.tls_files is not None and self.tls_files.client_ca is not None:
+                why = untrusted(held, trusted_by, _peercert(c), now)
+            policy = c.policy
+            if why is None and before is not None and self.acl is not None and isinstance(policy, ConnPolicy):
+                why = policy.revoked(before)
+            if why is not None:
+                log.warning("SIGHUP: closing conn %d from %s as %s: %s", c.id, c.peer,
+                            c.identity or "(no client certificate)", why)
+                c.refuse(abort=False)
+
     def close(self) -> None:
         """Stop accepting; remove our UNIX socket files."""
         for srv in self.servers.values():
@@ -129,3 +160,8 @@ class Endpoints:
             if lst.kind == "tls":
                 lst.sock.close()  # the servers closed duplicates; this is the original
             lst.remove_file()
+
+
+def _peercert(c: Connection) -> dict[str, object] | None:
+    ssl_object = c.transport.get_extra_info("ssl_object") if c.transport is not None else None
+    return ssl_object.getpeercert() if ssl_object is not None else None

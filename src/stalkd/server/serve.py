@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stalkd.engine import Engine
+from stalkd.engine.results import ResultLimits
 from stalkd.server.acl import Acl
 from stalkd.server.app import Server
 from stalkd.server.config import Config
@@ -303,6 +304,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         engine, storage, info = _open_storage(cfg, time.time())
     except Exception as e:
         return _describe_wal_error(e)
+    engine.result_limits = ResultLimits(**{k: v for k, v in zip(("count", "bytes", "ttl"), cfg.result_limits,
+                                                                 strict=True) if v is not None})
     if role is not None:
         role.attach(engine)  # the epochs are the recovered log's
         _check_fenced(role)
@@ -380,8 +383,9 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         log.info("recovered %s in %.3fs", info, recovery_s)
 
     def tube_of(job_id: int) -> str | None:
+        """The job's tube, else its kept result's (what the ACL decides on)."""
         job = engine.jobs.get(job_id)
-        return None if job is None else job.tube.name
+        return engine.result_tube(job_id) if job is None else job.tube.name
 
     await endpoints.start(srv.new_connection, tube_of)
     if admin is not None:

@@ -30,7 +30,7 @@ class Config:
                  "acl", "no_plain", "plain_network_ok",
                  "admin", "admin_token_file", "admin_tls",
                  "repair", "archive_url", "standby_of", "sync_standbys", "replication_secret",
-                 "ha", "name", "ha_ttl", "advertise")  # fmt: skip
+                 "ha", "name", "ha_ttl", "advertise", "result_limits")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -65,6 +65,8 @@ class Config:
     name: str | None  # this node's name in the cluster (--ha)
     ha_ttl: int  # seconds of the leader lease
     advertise: str | None  # HOST:PORT the other nodes and clients reach this server at
+    # per owner: results, bytes of them, longest TTL (s); None: engine.results.ResultLimits' default
+    result_limits: tuple[int | None, int | None, int | None]
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
@@ -83,12 +85,15 @@ class Config:
                  standby_of: str | None = None, sync_standbys: int = 0,
                  replication_secret: str | None = None,
                  ha: str | None = None, name: str | None = None, ha_ttl: int = 5,
-                 advertise: str | None = None) -> None:  # fmt: skip
+                 advertise: str | None = None,
+                 result_limits: tuple[int | None, int | None, int | None] = (None, None, None),
+                 ) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
                   log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
                   tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,
                   plain_network_ok, admin, admin_token_file, admin_tls, repair, archive_url,
-                  standby_of, sync_standbys, replication_secret, ha, name, ha_ttl, advertise)  # fmt: skip
+                  standby_of, sync_standbys, replication_secret, ha, name, ha_ttl, advertise,
+                  result_limits)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 

@@ -70,6 +70,11 @@ Options:
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
           --log-level LEVEL   debug | info | warning | error (default info)
+          --max-results N     results (result-put) one client identity may keep at once
+                              (default 100000; plain and UNIX clients count as one)
+          --max-result-bytes N  bytes of results one identity may keep (default 67108864)
+          --max-result-ttl SECONDS  longest result TTL accepted (default 2592000: 30 days);
+                              past a limit result-put answers RESULT_LIMIT (see `stats`)
 
           --admin ADDR:PORT   serve the admin HTTP endpoint (metrics, health, JSON API,
                               dashboard) there, e.g. 127.0.0.1:11301 (port 0: any free
@@ -112,9 +117,10 @@ Listeners (several may run at once; each has its own policy):
           --tls-key FILE      its private key (default: in --tls-cert's file)
           --tls-client-ca FILE  require a client certificate signed by these CAs; its
                               subject is the connection's identity (in the logs, the ACL)
-          --acl FILE          per-identity rules for TLS clients (TOML: which tubes each
-                              may put to and watch, whether it may kick and pause);
-                              refused commands get PERMISSION_DENIED
+          --acl FILE          per-identity rules for TLS clients (TOML: the tubes each
+                              serves as worker or producer, admin = true; see
+                              docs/access-control.md); refused commands get
+                              PERMISSION_DENIED
           --no-plain          no plain -l/-p listener (only --unix and --tls-listen ones)
           --plain-network-ok  do not warn that the plain listener is on a network address
           (SIGHUP reloads the TLS certificate, key, client CAs and the ACL file)

@@ -20,9 +20,11 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
+from stalkd.client import errors
 from stalkd.worker import pipeline, syncrun
 from stalkd.worker.cancel import JobCancelled, current
 from stalkd.worker.context import JobContext
+from stalkd.worker.denied import BURY_PRIORITY, Refused, buried, what
 from stalkd.worker.errors import TimeLimitExceeded
 from stalkd.worker.ops import AsyncServerOps, Reserved
 from stalkd.worker.pipeline import Call, Delivered, Step
@@ -55,6 +57,8 @@ async def drive_async(steps: Generator[Step, Any, Delivered], ops: AsyncServerOp
             except OSError as exc:
                 pipeline.call_failed(step, exc)
                 raise
+            except errors.PermissionDenied as exc:
+                raise Refused(what(step.op, step.args)) from exc
         else:
             step.ctx.touch = touch
             if step.ctx.task.is_async:
@@ -74,6 +78,8 @@ async def _last(steps: Generator[Step, Any, Delivered], step: Call,
     except OSError as exc:
         acked.failed(exc)
         raise
+    except errors.PermissionDenied as exc:
+        raise Refused(what(step.op, step.args)) from exc
     return acked.done[0]
 
 
@@ -183,30 +189,56 @@ class AsyncWorker(WorkerBase):
         conn: AsyncServerOps | None = None
         lock = asyncio.Lock()
         got: Reserved | None = None  # the job the last delivery's finish reserved
+        held: int | None = None  # the job being delivered
         while not self.stopping.is_set():
             try:
                 if conn is None:
                     conn = await AsyncServerOps.open(self.app.address,
                                                      timeout=self.app.client_timeout)
-                    await conn.watch_only(self.tubes)
                     conns.append(conn)
+                    try:
+                        await conn.watch_only(self.tubes)
+                    except errors.PermissionDenied as exc:
+                        raise Refused(what("watch_only", (self.tubes,))) from exc
                 if got is None:
                     me = asyncio.current_task()
                     assert me is not None
                     self._reserving.add(me)
                     try:
                         got = await conn.reserve(timeout=self.reserve_timeout)
+                    except errors.PermissionDenied as exc:
+                        raise Refused(what("reserve", (", ".join(self.tubes),))) from exc
                     finally:
                         self._reserving.discard(me)
                     if got is None:
                         continue
                 job, got = got, None
+                held = job[0]
                 got = await self._process(conn, lock, job[0], job[1])
+                held = None
+                self.denials.passed()
                 self._counted()
             except asyncio.CancelledError:
                 if not self.stopping.is_set():
                     raise
                 break  # woken from reserve by the stop: the server releases what it had
+            except Refused as exc:  # runner.ThreadWorker's, awaited
+                got = None
+                self.denials.report(exc.done, exc.__cause__ or exc)
+                kept = False
+                if conn is not None and held is not None:
+                    with contextlib.suppress(OSError, errors.BeanstalkError):
+                        if await conn.bury(held, BURY_PRIORITY):
+                            buried(held)
+                        kept = True
+                if conn is not None and not kept:
+                    if conn in conns:
+                        conns.remove(conn)
+                    with contextlib.suppress(OSError):
+                        await conn.close()
+                    conn = None
+                held = None
+                await asyncio.sleep(self.denials.pause())  # waiting for the operator's reload
             except Exception as exc:
                 got = None  # reserved on the connection closed below: the server releases it
                 if self.stopping.is_set() and isinstance(exc, OSError):

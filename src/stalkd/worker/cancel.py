@@ -43,6 +43,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from stalkd.tubes import CANCEL_TUBE_PREFIX, WAKE_TUBE_PREFIX
 from stalkd.worker.errors import NonRetryable
 
 if TYPE_CHECKING:
@@ -51,8 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["JobCancelled", "cancelled", "raise_if_cancelled", "cancel_tube", "request_stop",
            "CANCEL_PREFIX", "WAKE_PREFIX", "WAKE_BODY", "current", "main"]
 
-CANCEL_PREFIX = "stalkd.cancel."
-WAKE_PREFIX = CANCEL_PREFIX + "wake."  # + a worker process's token: that process's wake-ups
+CANCEL_PREFIX = CANCEL_TUBE_PREFIX
+WAKE_PREFIX = WAKE_TUBE_PREFIX  # + a worker process's token: that process's wake-ups
 WAKE_BODY = b"wake "  # + the job id; a request's marker body is the bare job id
 
 #: the delivery whose handler runs in this thread or task (set by the pipeline)

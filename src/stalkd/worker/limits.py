@@ -52,13 +52,14 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
+from stalkd.tubes import LIMIT_TUBE_PREFIX
 from stalkd.worker.cancel import raise_if_cancelled
 
 log = logging.getLogger("stalkd.worker")
 
 __all__ = ["Limit", "LimitTimeout", "parse_rate", "LIMIT_PREFIX"]
 
-LIMIT_PREFIX = "stalkd.limit."
+LIMIT_PREFIX = LIMIT_TUBE_PREFIX
 TOKEN_TTR = 10 * 365 * 86400  # held until released or the holder's connection closes
 _UNITS = {"second": 1.0, "s": 1.0, "minute": 60.0, "min": 60.0, "m": 60.0, "hour": 3600.0,
           "h": 3600.0, "day": 86400.0, "d": 86400.0}

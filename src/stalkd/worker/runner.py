@@ -26,7 +26,9 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
+from stalkd.client import errors
 from stalkd.worker import pipeline, syncrun
+from stalkd.worker.denied import BURY_PRIORITY, Denials, Refused, buried, what
 from stalkd.worker.ops import Reserved, ServerOps
 from stalkd.worker.pipeline import Call, Delivered, Step
 from stalkd.worker.registry import Registry
@@ -63,6 +65,8 @@ def drive(steps: Generator[Step, Any, Delivered], ops: Any, app: Registry,
             except OSError as exc:
                 pipeline.call_failed(step, exc)
                 raise
+            except errors.PermissionDenied as exc:
+                raise Refused(what(step.op, step.args)) from exc
         else:
             if touch is not None:
                 step.ctx.touch = touch
@@ -85,6 +89,8 @@ def _last(steps: Generator[Step, Any, Delivered], step: Call, last: Callable[...
     except OSError as exc:
         acked.failed(exc)
         raise
+    except errors.PermissionDenied as exc:
+        raise Refused(what(step.op, step.args)) from exc
     return acked.done[0]
 
 
@@ -108,6 +114,7 @@ class WorkerBase:
         self.stop_now = StopFlag()
         self.processed = 0
         self._count_lock = threading.Lock()
+        self.denials = Denials(self.tubes, str(app.address))
 
     def stop(self, now: bool = False) -> None:
         self.stopping.set()
@@ -185,15 +192,22 @@ class ThreadWorker(WorkerBase):
         lock = threading.Lock()
         app = self.app
         got: Reserved | None = None  # the job the last finish reserved
+        held: int | None = None  # the job being delivered
         while not self.stopping.is_set():
             try:
                 if conn is None:
                     conn = ServerOps(app.address, timeout=app.client_timeout)
-                    conn.watch_only(self.tubes)
                     with self._conns_lock:
                         self._conns.append(conn)
+                    try:
+                        conn.watch_only(self.tubes)
+                    except errors.PermissionDenied as exc:
+                        raise Refused(what("watch_only", (self.tubes,))) from exc
                 if got is None:
-                    got = self._reserve(conn)
+                    try:
+                        got = self._reserve(conn)
+                    except errors.PermissionDenied as exc:
+                        raise Refused(what("reserve", (", ".join(self.tubes),))) from exc
                     if got is None:
                         continue
                 job_id, ops, body = got[0], conn, got[1]
@@ -209,8 +223,20 @@ class ThreadWorker(WorkerBase):
                     _, got = self._finish_and_reserve(ops, how, job_id, priority, delay, result,
                                                       on_acked)
 
+                held = job_id
                 drive(pipeline.deliver(app, job_id, body), conn, app, lock, touch, last)
+                held = None
+                self.denials.passed()
                 self._counted()
+            except Refused as exc:
+                got = None
+                self.denials.report(exc.done, exc.__cause__ or exc)
+                # no job in hand (its watch was refused): the connection goes, watching nothing
+                if conn is not None and (held is None or not self._bury_refused(conn, held)):
+                    self._forget(conn, abort=True)
+                    conn = None
+                held = None
+                self.stopping.wait(self.denials.pause())  # the operator's reload, not a race
             except Exception as exc:
                 got = None  # reserved on the connection closed below: the server releases it
                 if self.stopping.is_set() and isinstance(exc, OSError):
@@ -228,6 +254,16 @@ class ThreadWorker(WorkerBase):
                 self.stopping.wait(0.5)  # back off before reconnecting (also wakes on stop)
         if conn is not None:
             self._forget(conn)  # a job reserved after the stop goes back with the connection
+
+    def _bury_refused(self, conn: ServerOps, job_id: int) -> bool:
+        """Bury the job a refusal stopped half-way (running it again would meet the same
+        refusal); False if ``conn`` is no longer usable."""
+        try:
+            if conn.bury(job_id, BURY_PRIORITY):
+                buried(job_id)
+            return True
+        except (OSError, errors.BeanstalkError):
+            return False
 
     def _forget(self, conn: ServerOps, *, abort: bool = False) -> None:
         with self._conns_lock:

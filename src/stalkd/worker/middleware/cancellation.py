@@ -29,15 +29,18 @@ import threading
 import uuid
 from typing import Any
 
-from stalkd.worker.cancel import CANCEL_PREFIX, WAKE_BODY, WAKE_PREFIX, cancel_tube
+from stalkd.client import errors
+from stalkd.tubes import CANCEL_IDLE_TUBE
+from stalkd.worker.cancel import WAKE_BODY, WAKE_PREFIX, cancel_tube
 from stalkd.worker.context import JobContext
+from stalkd.worker.denied import MAX_PAUSE, Denials
 from stalkd.worker.middleware.base import Middleware, RunningWorker
 
 log = logging.getLogger("stalkd.worker")
 
 __all__ = ["Cancellation"]
 
-_IDLE_TUBE = CANCEL_PREFIX + "idle"  # watched always: beanstalkd refuses to ignore the last tube
+_IDLE_TUBE = CANCEL_IDLE_TUBE  # watched always: beanstalkd refuses to ignore the last tube
 _REMEMBERED = 1024  # wake-ups for jobs not running here (most run elsewhere): the newest kept
 
 
@@ -60,6 +63,7 @@ class Cancellation(Middleware):
         self._sent: set[int] = set()  # its wake-ups, less those the thread saw taken
         self._started = False
         self._stop = threading.Event()
+        self._denials: Denials | None = None  # the worker's: a refusal is said once
         # this process's own (a forked child gets a new one: it runs other jobs)
         self._wake_tube = WAKE_PREFIX + uuid.uuid4().hex
 
@@ -68,11 +72,12 @@ class Cancellation(Middleware):
         if app is not None:
             self._address, self._timeout = app.address, app.client_timeout
             self._stop.clear()
+        self._denials = getattr(worker, "denials", None)
 
     def after_fork(self) -> None:
-        address, timeout = self._address, self._timeout
+        address, timeout, denials = self._address, self._timeout, self._denials
         self._reset()  # the parent's thread did not survive the fork
-        self._address, self._timeout = address, timeout
+        self._address, self._timeout, self._denials = address, timeout, denials
 
     def on_worker_stop(self, worker: RunningWorker) -> None:
         self._stop.set()
@@ -113,6 +118,8 @@ class Cancellation(Middleware):
                 wake = self._waker.put(self._wake_tube, WAKE_BODY + str(job_id).encode(), 0, 0, 60)
                 with self._lock:
                     self._sent.add(wake)
+            except errors.PermissionDenied as exc:
+                self._refused(f"put into {self._wake_tube}", exc)
             except OSError as exc:
                 if self._waker is not None:
                     with contextlib.suppress(OSError):
@@ -130,6 +137,7 @@ class Cancellation(Middleware):
 
         conn: ServerOps | None = None
         watched: set[int] = set()
+        pause = 0.0  # after a refusal: 1, 2, 4... s (denied.MAX_PAUSE at most)
         while not self._stop.is_set():
             try:
                 if conn is None:
@@ -147,6 +155,15 @@ class Cancellation(Middleware):
                 got = conn.reserve(timeout=self.wait)
                 if got is not None:
                     self._deliver(conn, *got)
+                pause = 0.0
+            except errors.PermissionDenied as exc:
+                self._refused(f"{exc.context} (the cancel thread)", exc)
+                if conn is not None:
+                    with contextlib.suppress(OSError):
+                        conn.abort()
+                conn = None
+                pause = min(MAX_PAUSE, pause * 2 or 1.0)  # waiting for the operator's reload
+                self._stop.wait(pause)
             except OSError as exc:
                 log.warning("cancellation: connection to %s lost (%s); reconnecting",
                             self._address, exc)
@@ -158,6 +175,13 @@ class Cancellation(Middleware):
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.close()
+
+    def _refused(self, done: str, exc: BaseException) -> None:
+        if self._denials is not None:
+            self._denials.report(done, exc)
+        else:
+            log.error("cancellation: the server's ACL refused %s (%s); cancel requests are not "
+                      "seen (docs/access-control.md)", done, exc)
 
     def _deliver(self, conn: Any, marker: int, body: bytes) -> None:
         if body.startswith(WAKE_BODY):
