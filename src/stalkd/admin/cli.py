@@ -190,6 +190,8 @@ def jobs(argv: Sequence[str]) -> int:
             text = _table(rows, cols)
             if page.get("next"):
                 text += f"\n(more: --after {page['next']})"
+            if page.get("partial"):
+                text += f"\n({page['partial']})"
             return page, text, OK
         state = ns.state or ("buried" if ns.action == "kick" else None)
         if state is None and not ns.ids:
