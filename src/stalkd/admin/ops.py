@@ -74,7 +74,9 @@ class AdminOps:
 
     def overview(self) -> dict[str, Any]:
         now = self.now_us()
-        return {"server": views.server_row(self.engine), "tubes": views.tube_rows(self.engine, now)}
+        server = {**views.server_row(self.engine), "id": self.server.host_id,
+                  "addresses": list(self.server.addresses)}
+        return {"server": server, "tubes": views.tube_rows(self.engine, now)}
 
     def tube(self, name: str) -> dict[str, Any] | None:
         t = self.engine.tubes.get(name)
