@@ -9,6 +9,7 @@ code.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -75,7 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     module_name, func_name = COMMANDS[name][0].split(":")
     func = getattr(importlib.import_module(module_name), func_name)
-    code: int = func(rest)
+    try:
+        code: int = func(rest)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`stalkd tubes | head -3`), which is fine: stop quietly, for
+        # every command. stdout goes to /dev/null first, or the interpreter's own flush at exit
+        # would raise the same error again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code
 
 
