@@ -228,3 +228,48 @@ def test_a_pluggable_serializer_is_used_both_ways() -> None:
         assert pickle.loads(t.queued[0].body.split(b"\n", 1)[1]) == {1, 2, 3}
         t.drain()
     assert seen == [{1, 2, 3}]
+
+
+def test_an_undecodable_body_is_reported_with_its_tube_asked_of_the_server() -> None:
+    import json
+
+    from stalkd.worker import pipeline
+
+    app = make_app()
+    app.task(lambda p: None, name="a", tube="shared")
+    app.task(lambda p: None, name="b", tube="shared")
+    # Given a delivery whose driver does not know the tube (it reserved from several)
+    steps = pipeline.deliver(app, 7, b"not json", tube=None)
+    calls: list[Any] = []
+    reply: Any = None
+    answers = {"stats_job": {"tube": "shared", "releases": 0}, "put": 99, "finish": (True, None)}
+    try:
+        while True:
+            step = steps.send(reply)
+            calls.append(step)
+            reply = answers[step.op]
+    except StopIteration as end:
+        done = end.value
+    # Then the server was asked, and the dead-letter record names the tube, not None or ?
+    assert calls[0].op == "stats_job"
+    (put,) = [c for c in calls if c.op == "put"]
+    record = json.loads(put.args[1])
+    assert record["tube"] == "shared" and "tube None" not in record["error"], record
+    assert done.acked and done.ctx is None
+
+
+def test_a_dead_letter_kicked_back_runs_as_one_attempt_more() -> None:
+    app = App(middleware=[Retries()])
+    always = app.task(lambda p: 1 / 0, name="always", max_attempts=2)
+    with app.testing() as t:
+        # Given a job dead-lettered after its 2 attempts
+        job_id = always.put(None)
+        assert job_id is not None
+        t.drain()
+        assert [r.attempts for r in t.failed] == [2]
+        # When it is kicked back, as `stalkd retry` does, and fails again
+        assert t.server.kick_job(job_id)
+        (again,) = t.drain()
+    # Then that run was attempt 3, and its dead letter says so
+    assert again.attempt == 3
+    assert [r.attempts for r in t.failed] == [2, 3]
