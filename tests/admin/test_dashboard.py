@@ -107,3 +107,12 @@ def test_internal_tubes_are_hidden_until_the_toggle_shows_them(server: AdminServ
     page.locator("#show-internal").uncheck()
     expect(page.locator('#tubes tr[data-tube="stalkd.key.ab12"]')).to_have_count(0)
     expect(emails).to_have_count(1)
+
+
+def test_chart_axes_never_repeat_a_label(page: Any) -> None:
+    # Given the axis the chart draws, for job counts and rates from tiny to large
+    got = page.evaluate("""() => [1, 2, 3, 5, 7, 10, 99, 1234, 56789].flatMap(m => [
+        [m, ...axis(m, true, fmt)], [m / 10, ...axis(m / 10, false, axisRate)]])""")
+    for top_of_data, top, labels in got:
+        # Then its top holds the data, and its five labels all differ (not "1, 1, 1, 0, 0")
+        assert top >= top_of_data and len(set(labels)) == 5, (top_of_data, labels)
