@@ -65,12 +65,13 @@ from stalkd.worker.errors import (
 )
 from stalkd.worker.middleware import Middleware
 from stalkd.worker.serializer import JsonSerializer, Serializer
+from stalkd.worker.task import CallTask
 
 if TYPE_CHECKING:
     from stalkd.worker.runner import WorkerBase
 
 __all__ = [
-    "App", "Task", "TaskOptions", "Backoff", "compute_backoff", "DeadLetter", "JobContext",
+    "App", "Task", "CallTask", "TaskOptions", "Backoff", "compute_backoff", "DeadLetter", "JobContext",
     "WorkerAction", "Complete", "RetryLater", "GiveUp", "WaitForDeps", "Recheck",
     "NonRetryable", "Retry", "TimeLimitExceeded", "ValidationError", "EnvelopeError",
     "UnknownTask", "Middleware", "JsonSerializer", "Serializer", "make_worker",
