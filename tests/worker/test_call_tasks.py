@@ -84,3 +84,21 @@ def test_mypy_checks_the_arguments_of_put(tmp_path: Path) -> None:
     errors = [ln for ln in out.splitlines() if ": error:" in ln]
     # Then the good calls pass, and the two bad ones (lines 14 and 15) are reported
     assert [ln.split(":")[1] for ln in errors] == ["14", "15"], out
+
+
+def test_result_of_a_task_that_keeps_no_results_fails_at_once_and_says_why() -> None:
+    from stalkd.worker.results import NoResultsKept
+
+    app = App(middleware=[])
+    keeps = app.task(lambda p: p, name="keeps", result_ttl=60)
+    forgets = app.task(lambda p: p, name="forgets")
+    with app.testing() as t:
+        kept, lost = keeps.put(1), forgets.put(2)
+        t.drain()
+        assert kept is not None and lost is not None
+        assert kept.result(timeout=5) == 1
+        # Then asking the other one for its result raises at once, naming the fix
+        with pytest.raises(NoResultsKept, match="task forgets keeps no results .*result_ttl"):
+            lost.result(timeout=0.5)
+        with pytest.raises(NoResultsKept):
+            asyncio.run(lost.aresult(timeout=0.5))

@@ -198,7 +198,7 @@ class Task(Generic[P]):
             self, payload, delay=delay_seconds(delay, at, time.time()),
             priority=self.priority if priority is None else priority,
             ttr=self.ttr if ttr is None else ttr, key=key, deps=tuple(depends_on))
-        return None if job_id is None else JobHandle(job_id, self.app)
+        return None if job_id is None else self._handle(job_id)
 
     async def aput(self, payload: P, *, delay: Delay = 0, at: dt.datetime | None = None,
                    priority: int | None = None, ttr: int | None = None,
@@ -209,7 +209,11 @@ class Task(Generic[P]):
             self, payload, delay=delay_seconds(delay, at, time.time()),
             priority=self.priority if priority is None else priority,
             ttr=self.ttr if ttr is None else ttr, deps=tuple(depends_on))
-        return JobHandle(job_id, self.app)
+        return self._handle(job_id)
+
+    def _handle(self, job_id: int) -> JobHandle:
+        keeps = self.options.result_ttl is not None
+        return JobHandle(job_id, self.app, no_results=None if keeps else self.name)
 
     def put_many(self, payloads: Iterable[P], *, delay: Delay = 0, priority: int | None = None,
                  ttr: int | None = None) -> list[int]:
