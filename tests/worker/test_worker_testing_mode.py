@@ -273,3 +273,26 @@ def test_a_dead_letter_kicked_back_runs_as_one_attempt_more() -> None:
     # Then that run was attempt 3, and its dead letter says so
     assert again.attempt == 3
     assert [r.attempts for r in t.failed] == [2, 3]
+
+
+def test_a_postponed_job_uses_no_attempt_and_keeps_those_it_used() -> None:
+    from stalkd.worker.errors import Postpone
+
+    app = App(middleware=[Retries()])
+    calls: list[str] = []
+
+    @app.task(max_attempts=3)
+    def flaky(p: None) -> None:
+        calls.append("postponed" if len(calls) == 1 else "failed")
+        if len(calls) == 2:
+            raise Postpone(30)  # e.g. a rate limit's token is not due for 30 s
+        raise ValueError("boom")
+
+    with app.testing() as t:
+        flaky.put(None)
+        done = t.drain()
+    # Then the postponed run was put again (no attempt used) and the attempts it had used went
+    # along with it: attempts 1, (postponed), 2, 3, then the dead letter says 3
+    assert calls == ["failed", "postponed", "failed", "failed"]
+    assert [c.attempt for c in done if not isinstance(c.action, WaitForDeps)] == [1, 2, 3]
+    assert [r.attempts for r in t.failed] == [3]

@@ -58,6 +58,7 @@ from stalkd.worker.context import JobContext
 from stalkd.worker.errors import (
     EnvelopeError,
     NonRetryable,
+    Postpone,
     Retry,
     TimeLimitExceeded,
     UnknownTask,
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
 __all__ = [
     "App", "Task", "CallTask", "TaskOptions", "Backoff", "compute_backoff", "DeadLetter", "JobContext",
     "WorkerAction", "Complete", "RetryLater", "GiveUp", "WaitForDeps", "Recheck",
-    "NonRetryable", "Retry", "TimeLimitExceeded", "ValidationError", "EnvelopeError",
+    "NonRetryable", "Postpone", "Retry", "TimeLimitExceeded", "ValidationError", "EnvelopeError",
     "UnknownTask", "Middleware", "JsonSerializer", "Serializer", "make_worker",
     "JobCancelled", "cancelled", "raise_if_cancelled",
 ]

@@ -7,7 +7,7 @@ False
 
 from __future__ import annotations
 
-__all__ = ["NonRetryable", "Retry", "ValidationError", "TimeLimitExceeded", "EnvelopeError", "UnknownTask"]
+__all__ = ["NonRetryable", "Retry", "Postpone", "ValidationError", "TimeLimitExceeded", "EnvelopeError", "UnknownTask"]
 
 
 class NonRetryable(Exception):
@@ -31,6 +31,21 @@ class Retry(Exception):
     def __init__(self, message: str = "retry requested", *, delay: int | None = None) -> None:
         super().__init__(message)
         self.delay = delay
+
+
+class Postpone(Exception):
+    """Raise to run the job again after ``delay`` seconds without using up an attempt: the
+    job is put again (a copy, with a new id, carrying the attempts it used) and this one
+    deleted, so no worker slot waits meanwhile. ``Limit.hold`` raises it when a rate limit's
+    next token is not due yet.
+
+    >>> Postpone(12).delay
+    12
+    """
+
+    def __init__(self, delay: int, message: str = "postponed") -> None:
+        super().__init__(message)
+        self.delay = max(1, int(delay))
 
 
 class ValidationError(ValueError):

@@ -37,7 +37,7 @@ from stalkd.worker.actions import (
 )
 from stalkd.worker.cancel import JobCancelled
 from stalkd.worker.context import JobContext
-from stalkd.worker.errors import TimeLimitExceeded
+from stalkd.worker.errors import Postpone, TimeLimitExceeded
 from stalkd.worker.middleware.base import Middleware
 from stalkd.worker.registry import Registry
 from stalkd.worker.results import InputMissing, decode_outcome, encode_outcome, gathered, waiting
@@ -132,7 +132,7 @@ def deliver(app: Registry, job_id: int, body: bytes,
         yield RunHandler(ctx)
     if ctx.attempt is None and (ctx.exception is not None
                                 or any(m.needs_attempt for m in app.middleware)):
-        ctx.attempt = attempt_of((yield Call("stats_job", (job_id,))))
+        ctx.attempt = attempt_of((yield Call("stats_job", (job_id,)))) + ctx.header.tries
     action = _finish(app, ctx)
     acked = yield from _act(app, job_id, ctx, action)
     _notify(app, ctx, action, acked)
@@ -255,6 +255,9 @@ def _finish(app: Registry, ctx: JobContext) -> WorkerAction:
     ctx.duration = time.monotonic() - ctx.started
     if isinstance(ctx.exception, JobCancelled):
         ctx.action = Complete()  # stopped on request: deleted, as a queued job's cancel does
+    elif isinstance(ctx.exception, Postpone):  # not a failure: put again later, as a wait is
+        ctx.action = WaitForDeps(ctx.exception.delay)
+        ctx.exception = ctx.traceback = None
     for m in reversed(app.middleware):
         _safe(m.after_process, ctx)
     if ctx.action is None:
@@ -305,8 +308,11 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
     else:
         assert ctx is not None
         origin = ctx.header.origin or job_id  # the copy's result is kept by the first id
-        body = ctx.body if keep is None else encode_envelope(replace(ctx.header, origin=origin, prev=job_id),
-                                                             decode_envelope(ctx.body, job_id=job_id)[1])
+        changed: dict[str, Any] = {} if keep is None else {"origin": origin, "prev": job_id}
+        if ctx.attempt is not None and ctx.attempt > 1:  # postponed: attempts used go along
+            changed["tries"] = ctx.attempt - 1
+        body = ctx.body if not changed else encode_envelope(
+            replace(ctx.header, **changed), decode_envelope(ctx.body, job_id=job_id)[1])
         copy = yield Call("put", (ctx.tube, body, ctx.task.priority, action.delay, ctx.ttr))
         waits = None if keep is None else (app.results, origin, waiting(app.serializer, copy), keep)
         # The waiter goes in before this job's delete, and a key freed meanwhile wakes the copy

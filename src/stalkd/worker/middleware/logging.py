@@ -89,8 +89,8 @@ class StructuredLogging(Middleware):
         self._count(2)
 
     def on_deferred(self, ctx: JobContext, delay: int) -> None:
-        self._emit(logging.INFO, "⏸", ctx, f" waiting_for={','.join(ctx.header.deps)} "
-                   f"recheck_in={delay}s")
+        why = f"waiting_for={','.join(ctx.header.deps)}" if ctx.header.deps else "postponed"
+        self._emit(logging.INFO, "⏸", ctx, f" {why} recheck_in={delay}s")
 
     def on_worker_stop(self, worker: RunningWorker) -> None:
         with self._lock:
