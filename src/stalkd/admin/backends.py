@@ -22,7 +22,7 @@ from typing import Any
 from stalkd.admin import walk
 from stalkd.client import errors
 from stalkd.client.sync import Client
-from stalkd.tubes import is_internal
+from stalkd.tubes import FAILED_TUBE, is_internal
 
 __all__ = ["ApiBackend", "ProtocolBackend", "Backend", "ApiError", "WORKERS"]
 
@@ -232,6 +232,7 @@ class ProtocolBackend:
         if not ids and to == tube:
             return {"requested": 0, "outcomes": {}, "new_ids": {}}
         new_ids: dict[str, int] = {}
+        letters = self._letters() if ids or state in ("buried", "all") else {}
 
         def one(c: Client, jid: int) -> str:
             st = c.stats_job(jid)
@@ -248,6 +249,8 @@ class ProtocolBackend:
             if was == "buried":
                 c.reserve_job(new)
                 c.bury(new, priority=pri)
+                if jid in letters:
+                    _repoint_letter(c, letters[jid], new, to)
             c.delete(jid)
             new_ids[str(jid)] = new
             return "moved"
@@ -256,6 +259,12 @@ class ProtocolBackend:
         out["new_ids"] = new_ids
         return out
 
+    def _letters(self) -> dict[int, Any]:
+        """Dead-letter records of buried jobs, by the job's id (``stalkd failed``'s reading)."""
+        from stalkd.worker.deadletter import list_failed
+
+        return {f.record.job_id: f for f in list_failed(self.address, FAILED_TUBE, timeout=self.timeout)}
+
     def pause(self, tube: str, seconds: int) -> dict[str, Any]:
         with self._client() as c:
             try:
@@ -263,6 +272,20 @@ class ProtocolBackend:
             except errors.NotFound:
                 return {"tube": tube, "paused": False, "error": "no such tube"}
         return {"tube": tube, "paused": seconds > 0, "seconds": seconds}
+
+
+def _repoint_letter(c: Client, failed: Any, new_id: int, tube: str) -> None:
+    """A moved dead-lettered job keeps its record (error, traceback, attempts): put again
+    naming its new id and tube, with the old record's priority and TTR, the old one deleted."""
+    from dataclasses import replace
+
+    try:
+        st = c.stats_job(failed.record_id)
+    except errors.NotFound:
+        return
+    body = replace(failed.record, job_id=new_id, tube=tube).to_json()
+    c.put(body, priority=int(str(st["pri"])), ttr=int(str(st["ttr"])), tube=FAILED_TUBE)
+    c.delete(failed.record_id)
 
 
 Backend = ApiBackend | ProtocolBackend

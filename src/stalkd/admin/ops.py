@@ -11,7 +11,7 @@ of about one chunk however many jobs are touched.
 
 A move is put-into-the-new-tube then delete (the job gets a new id, reported old -> new): the
 WAL has no "move" record, and the pair runs in one loop step, so both land in the same WAL
-batch. The job keeps its state: a delayed job keeps its remaining delay, a buried one is
+batch. A dead-lettered job's record in the failed tube is put again under its new id and tube. The job keeps its state: a delayed job keeps its remaining delay, a buried one is
 reserved and buried again in its new tube. Reserved jobs are never touched by bulk operations
 (a worker holds them); they are reported as skipped.
 """
@@ -275,6 +275,7 @@ class AdminOps:
             raise BadRequest(f"bad destination tube name {to!r}")
         moved: dict[int, int] = {}
         now_us = self.now_us()
+        letters = self.dead_letters()
 
         def one(s: AdminSession, jid: int) -> str:
             j = self.engine.jobs.get(jid)
@@ -295,6 +296,9 @@ class AdminOps:
             if buried:
                 s.run(C.ReserveJob(new_id))
                 s.run(C.Bury(new_id, pri))
+                letter = letters.get(jid)
+                if letter is not None:
+                    self._repoint_letter(s, int(letter["record_id"]), new_id, to)
             s.run(C.Delete(jid))
             moved[jid] = new_id
             return "moved"
@@ -302,6 +306,24 @@ class AdminOps:
         out = await self._bulk(ids, one)
         out["new_ids"] = {str(k): v for k, v in moved.items()}
         return out
+
+    def _repoint_letter(self, s: AdminSession, record_id: int, new_id: int, tube: str) -> None:
+        """A moved dead-lettered job keeps its record (error, traceback, attempts): put again
+        naming its new id and tube, the old one deleted."""
+        from dataclasses import replace
+
+        from stalkd.worker.actions import DeadLetter
+
+        rec = self.engine.jobs.get(record_id)
+        if rec is None:
+            return
+        try:
+            letter = DeadLetter.from_json(rec.body)
+        except (ValueError, KeyError, TypeError):
+            return
+        s.run(C.Use(self.failed_tube))
+        s.run(C.Put(rec.pri, 0, rec.ttr, replace(letter, job_id=new_id, tube=tube).to_json()))
+        s.run(C.Delete(record_id))
 
     async def pause(self, tube: str, seconds: int) -> dict[str, Any]:
         if seconds < 0 or seconds > 2**32 - 1:
