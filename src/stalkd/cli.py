@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "stalkd scheduler module:app"),
     "cancel": ("stalkd.worker.cancel:main", "cancel jobs: delete waiting ones, ask running "
                "ones to stop"),
+    "workers": ("stalkd.worker.cli:workers", "live worker processes and the jobs each runs now"),
     "failed": ("stalkd.worker.cli:failed", "list dead-lettered (buried) jobs with their errors"),
     "retry": ("stalkd.worker.cli:retry", "kick dead-lettered jobs back to ready"),
     "log": ("stalkd.engine.datadir:log_main", "check or repair a log (stalkd log inspect|repair DIR; inspect also an archive URL)"),
