@@ -199,3 +199,14 @@ def test_the_api_root_lists_its_routes_and_each_answers(server: AdminServer) -> 
         if r["method"] == "GET" and "{" not in r["path"]:
             status, _ = server.request("GET", r["path"])
             assert status == 200, r
+
+
+def test_docs_admin_lists_the_routes_the_server_registers() -> None:
+    import re
+    from pathlib import Path
+
+    from stalkd.admin.http import API, API_ROUTES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "admin.md").read_text()
+    rows = set(re.findall(r"^\| (GET|POST) \| `(/api/v1/[^`]+)` \|", doc, re.M))
+    assert rows == {(m, API + p) for m, p, _ in API_ROUTES}
