@@ -159,11 +159,14 @@ def test_unique_keys_make_duplicate_puts_no_ops_until_completion() -> None:
     task = app.task(lambda p: None, name="t")
     with app.testing() as t:
         first = task.put(1, key="order-1")
-        assert first is not None
-        assert task.put(2, key="order-1") is None
+        assert first is not None and not first.duplicate
+        dup = task.put(2, key="order-1")
+        assert dup == first and dup is not None and dup.duplicate  # the pending job's handle
+        assert len(t.queued) == 1
         t.drain()
         # After completion the key is free again
-        assert task.put(3, key="order-1") is not None
+        again = task.put(3, key="order-1")
+        assert again is not None and again != first and not again.duplicate
 
 
 def test_depends_on_waits_for_the_key_to_complete() -> None:

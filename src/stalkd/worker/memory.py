@@ -132,6 +132,13 @@ class MemoryServer:
         job = self.jobs.get(job_id)
         return None if job is None else (job.id, job.body)
 
+    def peek_delayed(self, tube: str) -> tuple[int, bytes] | None:
+        delayed = self.in_tube(tube, "delayed")
+        if not delayed:
+            return None
+        job = min(delayed, key=lambda j: (j.delay, j.id))  # time does not pass: shortest first
+        return job.id, job.body
+
     def peek_ready(self, tube: str) -> tuple[int, bytes] | None:
         ready = self.in_tube(tube, "ready")
         if not ready:

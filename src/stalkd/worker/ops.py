@@ -213,6 +213,14 @@ class ServerOps:
             return None
         return job.id, bytes(job.body)
 
+    def peek_delayed(self, tube: str) -> Reserved | None:
+        self.client.use(tube)
+        try:
+            job = self.client.peek_delayed()
+        except errors.NotFound:
+            return None
+        return job.id, bytes(job.body)
+
 
 class AsyncServerOps:
     """The asyncio twin of :class:`ServerOps` (what the asyncio driver's steps call)."""
@@ -332,6 +340,14 @@ class AsyncServerOps:
         await self.client.use(tube)
         try:
             job = await self.client.peek_ready()
+        except errors.NotFound:
+            return None
+        return job.id, bytes(job.body)
+
+    async def peek_delayed(self, tube: str) -> Reserved | None:
+        await self.client.use(tube)
+        try:
+            job = await self.client.peek_delayed()
         except errors.NotFound:
             return None
         return job.id, bytes(job.body)

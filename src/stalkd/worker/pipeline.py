@@ -293,7 +293,7 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
                 result = None
             yield Call("delete", (marker,))
             if ctx is not None and ctx.header.key is not None:
-                yield from _calls(unique.wake_steps(ctx.header.key))
+                yield from _calls(unique.wake_steps(ctx.header.key, marker))
         ok, _ = yield Call("finish", ("delete", job_id, 0, 0, result), last=True)
     elif isinstance(action, RetryLater):
         ok, _ = yield Call("finish", ("release", job_id, action.priority, action.delay, None),

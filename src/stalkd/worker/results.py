@@ -238,11 +238,14 @@ class JobHandle(int):
 
     host: ResultHost
     no_results: str | None
+    duplicate: bool  # a put whose unique key was held: this is the job holding it
 
-    def __new__(cls, job_id: int, host: ResultHost, *, no_results: str | None = None) -> JobHandle:
+    def __new__(cls, job_id: int, host: ResultHost, *, no_results: str | None = None,
+                duplicate: bool = False) -> JobHandle:
         self = super().__new__(cls, job_id)
         self.host = host
         self.no_results = no_results
+        self.duplicate = duplicate
         return self
 
     def _check_kept(self) -> None:

@@ -62,6 +62,10 @@ class Producer(Protocol):
 
     def cancel(self, job_id: int) -> bool: ...
 
+    def holder(self, key: str) -> int | None:
+        """The id of the pending job holding unique ``key``, None when none is known."""
+        ...
+
     def job_state(self, job_id: int) -> str | None:
         """The job's state (ready, delayed, reserved, buried), None when it is gone."""
         ...
@@ -191,13 +195,17 @@ class Task(Generic[P]):
             priority: int | None = None, ttr: int | None = None, key: str | None = None,
             depends_on: Iterable[str] = ()) -> JobHandle | None:
         """Queue ``payload``; returns the job id as a ``JobHandle`` (``.result()``,
-        ``.status()``), or None when ``key`` is already held by a pending job (a duplicate put
-        is a no-op). It runs after ``delay`` (seconds or a ``timedelta``) or at ``at`` (a
+        ``.status()``). With ``key`` already held by a pending job, nothing is queued: the
+        handle is the existing job's (``.duplicate`` is True), or None in the instant before
+        its producer recorded it. It runs after ``delay`` (seconds or a ``timedelta``) or at ``at`` (a
         ``datetime``). ``depends_on`` lists unique keys whose jobs must complete first."""
         job_id = self.app.producer.put_job(
             self, payload, delay=delay_seconds(delay, at, time.time()),
             priority=self.priority if priority is None else priority,
             ttr=self.ttr if ttr is None else ttr, key=key, deps=tuple(depends_on))
+        if job_id is None and key is not None:
+            existing = self.app.producer.holder(key)
+            return None if existing is None else self._handle(existing, duplicate=True)
         return None if job_id is None else self._handle(job_id)
 
     async def aput(self, payload: P, *, delay: Delay = 0, at: dt.datetime | None = None,
@@ -211,9 +219,10 @@ class Task(Generic[P]):
             ttr=self.ttr if ttr is None else ttr, deps=tuple(depends_on))
         return self._handle(job_id)
 
-    def _handle(self, job_id: int) -> JobHandle:
+    def _handle(self, job_id: int, *, duplicate: bool = False) -> JobHandle:
         keeps = self.options.result_ttl is not None
-        return JobHandle(job_id, self.app, no_results=None if keeps else self.name)
+        return JobHandle(job_id, self.app, no_results=None if keeps else self.name,
+                         duplicate=duplicate)
 
     def put_many(self, payloads: Iterable[P], *, delay: Delay = 0, priority: int | None = None,
                  ttr: int | None = None) -> list[int]:
