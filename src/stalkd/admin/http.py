@@ -54,6 +54,7 @@ API_ROUTES: tuple[tuple[str, str, str], ...] = (
     ("POST", "/jobs/kick", "the same selection"),
     ("POST", "/jobs/move", 'the same selection plus {"to": TUBE}; moved jobs get new ids'),
     ("POST", "/tubes/{tube}/pause", '{"seconds": N} (0 resumes)'),
+    ("GET", "/workers", "live worker processes, their slots and running jobs (stalkd workers)"),
     ("GET", "/replication", "role, epoch, standbys and their lag (docs/standby.md)"),
     ("POST", "/promote", "{} : a standby becomes the primary (409 otherwise)"),
 )
@@ -222,6 +223,9 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
             raise BadRequest("give \"seconds\" as an integer (0 resumes the tube)")
         return _json(await ops.pause(request.match_info["tube"], seconds))
 
+    async def workers(request: web.Request) -> web.Response:
+        return _json({"workers": ops.workers()})
+
     async def replication(request: web.Request) -> web.Response:
         return _json(replication_state(server))
 
@@ -249,6 +253,7 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
     handlers = {"/overview": overview, "/tubes/{tube}": tube, "/tubes/{tube}/jobs": tube_jobs,
                 "/buried": buried, "/jobs/{id}": job, "/jobs/delete": delete, "/jobs/kick": kick,
                 "/jobs/move": move, "/tubes/{tube}/pause": pause, "/replication": replication,
+                "/workers": workers,
                 "/promote": promote}
     for method, path, _ in API_ROUTES:
         app.router.add_route(method, API + path, handlers[path])

@@ -111,6 +111,22 @@ class AdminOps:
             rows.append(row)
         return {"tube": tube, "state": state or "all", "jobs": rows, "next": cursor}
 
+    def workers(self) -> list[dict[str, Any]]:
+        """The live worker processes (``stalkd workers``): each one's newest record, from
+        the presence tubes some connection still watches (a dead worker's watch is gone)."""
+        from stalkd.worker.presence import PRESENCE_PREFIX, describe
+
+        now = self.server.clock()
+        out = []
+        for t in self.engine.tube_order:
+            if not t.name.startswith(PRESENCE_PREFIX) or not t.watching:
+                continue
+            records = sorted(t.delayed, key=lambda j: j.id)
+            got = describe(records[-1].body, now) if records else None
+            if got is not None:
+                out.append(got)
+        return sorted(out, key=lambda r: (str(r.get("host")), int(r.get("pid", 0))))
+
     def oldest_buried(self, limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` buried jobs, oldest first per tube, with their dead-letter errors.
         Reads only the jobs it returns (the buried FIFO's head), so a dashboard polling it

@@ -36,7 +36,7 @@ from stalkd.worker.middleware.base import Middleware, RunningWorker
 
 log = logging.getLogger("stalkd.worker")
 
-__all__ = ["Presence", "PRESENCE_PREFIX", "list_workers"]
+__all__ = ["Presence", "PRESENCE_PREFIX", "list_workers", "describe"]
 
 PRESENCE_PREFIX = INTERNAL_PREFIX + "workers."
 RECORD_TTR = 60
@@ -149,15 +149,30 @@ def list_workers(address: str, *, timeout: float = 10.0, now: float | None = Non
                 _sweep(c)
                 continue
             try:
-                rec = json.loads(c.peek_delayed().body)
-            except (errors.NotFound, ValueError):
+                rec = describe(c.peek_delayed().body, now)
+            except errors.NotFound:
                 continue  # announced its tube, not yet its first record
-            for job in rec.get("jobs", []):
-                job["running_s"] = max(0.0, round(now - float(job.get("started", now)), 1))
-            rec["age_s"] = max(0.0, round(now - float(rec.get("at", now)), 1))
-            out.append(rec)
+            if rec is not None:
+                out.append(rec)
     out.sort(key=lambda r: (str(r.get("host")), int(r.get("pid", 0))))
     return out
+
+
+def describe(record: bytes, now: float) -> dict[str, Any] | None:
+    """A worker's record as listed: with how long each job has run and how old the record
+    is, as of ``now``; None for a body that is not a record.
+
+    >>> describe(b'{"pid": 7, "at": 9.0, "jobs": [{"id": 3, "started": 4.0}]}', 10.0)
+    {'pid': 7, 'at': 9.0, 'jobs': [{'id': 3, 'started': 4.0, 'running_s': 6.0}], 'age_s': 1.0}
+    """
+    try:
+        rec = json.loads(record)
+        for job in rec.get("jobs", []):
+            job["running_s"] = max(0.0, round(now - float(job.get("started", now)), 1))
+        rec["age_s"] = max(0.0, round(now - float(rec.get("at", now)), 1))
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return rec if isinstance(rec, dict) else None
 
 
 def _sweep(c: Any) -> None:

@@ -168,6 +168,18 @@ function renderBuried(data, ov) {
     </tr>`).join("");
 }
 
+function renderWorkers(data) {
+  const ws = data.workers;
+  $("#workers-empty").classList.toggle("hidden", ws.length > 0);
+  $("#workers-count").textContent = ws.length ? `${ws.length} process${ws.length > 1 ? "es" : ""}` : "";
+  $("#workers tbody").innerHTML = ws.map((w) => `
+    <tr data-pid="${esc(w.pid)}">
+      <td>${esc(w.host)}</td><td class="n">${esc(w.pid)}</td><td>${esc(w.mode)}</td>
+      <td class="n">${w.jobs.length} / ${esc(w.slots)}</td><td>${esc((w.tubes || []).join(", "))}</td>
+      <td class="jobs-cell">${w.jobs.map((j) => `<a class="job" data-id="${esc(j.id)}">${esc(j.id)}</a> ${esc(j.task)} ${age(Math.floor(j.running_s))}`).join("<br>")}</td>
+    </tr>`).join("");
+}
+
 // --- actions -------------------------------------------------------------------------------
 function confirmDialog(title, text, extra) {
   return new Promise((resolve) => {
@@ -267,10 +279,12 @@ async function refresh() {
   if (busy) return;
   busy = true;
   try {
-    const [ov, buried] = await Promise.all([api("GET", "/api/v1/overview"), api("GET", "/api/v1/buried?limit=50")]);
+    const [ov, buried, workers] = await Promise.all([api("GET", "/api/v1/overview"),
+      api("GET", "/api/v1/buried?limit=50"), api("GET", "/api/v1/workers")]);
     sample(ov);
     render(ov);
     renderBuried(buried, ov);
+    renderWorkers(workers);
     state.last = [ov, buried];
   } catch (e) {
     $("#server-state").textContent = "unreachable: " + e.message;
