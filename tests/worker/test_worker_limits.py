@@ -5,7 +5,6 @@ holder killed with SIGKILL gives its token back; the tokens survive a server res
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker_probe import Probe, queue_server, start_server, wait_for
+from worker_probe import Probe, queue_server, start_server, stop_processes, wait_for
 
 from stalkd.worker import App
 from stalkd.worker.limits import Limit, LimitTimeout, parse_rate
@@ -72,18 +71,6 @@ def _workers(tmp_path: Path, n: int, *extra: str) -> list[subprocess.Popen[bytes
             for _ in range(n)]
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def _lines(log: Path) -> list[str]:
     return log.read_text().split() if log.exists() else []
 
@@ -120,7 +107,7 @@ def test_limits_hold_across_worker_processes(server: Any, tmp_path: Path) -> Non
                  and sum(x.startswith("@") for x in _lines(log)) == 9,
                  timeout=60, what="every job to run")
     finally:
-        _stop(procs)
+        stop_processes(procs)
         sys.modules.pop("limapp", None)
     lines = _lines(log)
     assert _most_at_once(lines, "two") <= 2

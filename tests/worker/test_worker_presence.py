@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from worker_probe import queue_server, wait_for
+from worker_probe import queue_server, stop_processes, wait_for
 
 from stalkd.worker.presence import Presence
 
@@ -82,15 +82,7 @@ def test_two_workers_are_listed_with_their_jobs_and_a_killed_one_is_gone(server:
         assert [w["pid"] for w in _workers_now(server.address)] == [procs[1].pid]
     finally:
         (flags / "go").touch()
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(procs)
         sys.modules.pop("presapp", None)
     # and a worker that stopped cleanly is gone too
     wait_for(lambda: _workers_now(server.address) == [], timeout=30, what="no worker listed")
