@@ -11,7 +11,8 @@ and taken out of the way so the next one shows:
 * **listing** ready jobs borrows them on a connection of its own (``reserve-job``) and closes
   it, which puts them back ready, ids, priorities and ``releases`` (the worker's attempt
   number) unchanged; buried jobs are borrowed and buried again in the same order. Each listed
-  job's ``reserves`` counter goes up by one. Delayed jobs cannot be borrowed without changing
+  job's ``reserves`` counter goes up by one, and a buried one's ``buries`` too (so a dead
+  letter listed this way and then retried reports one attempt more; ``--admin`` touches none). Delayed jobs cannot be borrowed without changing
   their delay or their ``releases``, and another connection's reserved jobs cannot be reached:
   for those, only the head (delayed) and the count are shown, and the answer says it is partial.
 
