@@ -86,12 +86,13 @@ def test_non_retryable_exceptions_dead_letter_at_once() -> None:
     assert t.failed[0].error == "Declined: card expired"
 
 
-def test_retry_exception_sets_its_own_delay() -> None:
+@pytest.mark.parametrize("how", ["delay", "countdown"])  # countdown: Celery's name
+def test_retry_exception_sets_its_own_delay(how: str) -> None:
     app = make_app()
 
     @app.task(max_attempts=2)
     def later(payload: None) -> None:
-        raise Retry("not yet", delay=30)
+        raise Retry("not yet", **{how: 30})
 
     with app.testing() as t:
         later.put(None)

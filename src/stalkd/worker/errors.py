@@ -24,13 +24,18 @@ class Retry(Exception):
 
     It still counts as an attempt, so ``max_attempts`` bounds it like any other failure.
 
-    >>> Retry(delay=30).delay
-    30
+    ``countdown=`` is the same, by Celery's name for it (``self.retry(countdown=30)``).
+
+    >>> Retry(delay=30).delay, Retry(countdown=30).delay
+    (30, 30)
     """
 
-    def __init__(self, message: str = "retry requested", *, delay: int | None = None) -> None:
+    def __init__(self, message: str = "retry requested", *, delay: int | None = None,
+                 countdown: int | None = None) -> None:
+        if delay is not None and countdown is not None:
+            raise ValueError("give delay= or countdown= (the same thing), not both")
         super().__init__(message)
-        self.delay = delay
+        self.delay = delay if countdown is None else countdown
 
 
 class Postpone(Exception):
