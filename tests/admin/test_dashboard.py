@@ -145,6 +145,10 @@ def test_the_workers_panel_shows_a_running_worker_and_its_job(server: AdminServe
         expect(row).to_have_count(1, timeout=30_000)
         expect(row.locator("td").nth(3)).to_have_text("1 / 2", timeout=30_000)
         expect(row.locator(f'a.job[data-id="{job}"]')).to_have_count(1)
+        # and its job opens in the job view
+        row.locator(f'a.job[data-id="{job}"]').click()
+        expect(page.locator("#job-title")).to_contain_text(str(job))
+        expect(page.locator("#job-fields")).to_contain_text("reserved")
     finally:
         release.set()
         w.stop(now=True)

@@ -176,7 +176,7 @@ function renderWorkers(data) {
     <tr data-pid="${esc(w.pid)}">
       <td>${esc(w.host)}</td><td class="n">${esc(w.pid)}</td><td>${esc(w.mode)}</td>
       <td class="n">${w.jobs.length} / ${esc(w.slots)}</td><td>${esc((w.tubes || []).join(", "))}</td>
-      <td class="jobs-cell">${w.jobs.map((j) => `<a class="job" data-id="${esc(j.id)}">${esc(j.id)}</a> ${esc(j.task)} ${age(Math.floor(j.running_s))}`).join("<br>")}</td>
+      <td class="jobs-cell">${w.jobs.map((j) => `<a class="job" data-act="view" data-id="${esc(j.id)}">${esc(j.id)}</a> ${esc(j.task)} ${age(Math.floor(j.running_s))}`).join("<br>")}</td>
     </tr>`).join("");
 }
 
