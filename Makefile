@@ -6,15 +6,16 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 
 .PHONY: run test test-fast lint bench system-deps bytecode ext crash-campaign failover-campaign ha-campaign fuzz clean dashboard-screenshot
 
+# Each install builds the accelerators too: it stamps .ext, so `make run` installs once.
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -e .
-	touch $@
+	touch $@ $(VENV)/.ext
 
 $(VENV)/.dev: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -e '.[dev]'
-	touch $@ $(VENV)/.base
+	touch $@ $(VENV)/.base $(VENV)/.ext
 
 system-deps:
 	bash scripts/system-deps.sh

@@ -9,6 +9,7 @@ code.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -35,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "stalkd scheduler module:app"),
     "cancel": ("stalkd.worker.cancel:main", "cancel jobs: delete waiting ones, ask running "
                "ones to stop"),
+    "workers": ("stalkd.worker.cli:workers", "live worker processes and the jobs each runs now"),
     "failed": ("stalkd.worker.cli:failed", "list dead-lettered (buried) jobs with their errors"),
     "retry": ("stalkd.worker.cli:retry", "kick dead-lettered jobs back to ready"),
     "log": ("stalkd.engine.datadir:log_main", "check or repair a log (stalkd log inspect|repair DIR; inspect also an archive URL)"),
@@ -77,7 +79,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     module_name, func_name = COMMANDS[name][0].split(":")
     func = getattr(importlib.import_module(module_name), func_name)
-    code: int = func(rest)
+    try:
+        code: int = func(rest)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`stalkd tubes | head -3`), which is fine: stop quietly, for
+        # every command. stdout goes to /dev/null first, or the interpreter's own flush at exit
+        # would raise the same error again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code
 
 

@@ -117,3 +117,30 @@ def test_tubes_hides_internal_tubes_unless_asked(server: AdminServer) -> None:
         assert [(r["name"], r["internal"]) for r in rows] == [
             ("default", False), ("emails", False), ("stalkd.failed", True),
             ("stalkd.key.ab12", True)]
+
+
+def test_move_keeps_a_dead_letter_and_says_ids_change(server: AdminServer) -> None:
+    from stalkd.worker.actions import DeadLetter
+
+    for n, how in enumerate((["--admin", server.admin], ["-a", server.address])):
+        # Given a dead-lettered job: buried, with its record in stalkd.failed
+        c = greenstalk.Client(("127.0.0.1", server.port), use=f"mail{n}", watch=f"mail{n}")
+        jid = c.put("body")
+        c.bury(c.reserve())
+        c.use("stalkd.failed")
+        c.put(DeadLetter(job_id=jid, tube=f"mail{n}", task="send", attempts=5,
+                         error="SMTPError('full')", traceback="Traceback ...", failed_at=1.0,
+                         body=b"body").to_json().decode())
+        c.close()
+        # When it is moved
+        got = stalkd("jobs", "move", f"mail{n}", "--state", "buried", "--to", f"later{n}", *how)
+        assert got.returncode == 0, got.stderr
+        # Then the output says the id changed, and stalkd failed shows its error under the new id
+        new = int(got.stdout.split(f"{jid} -> ")[1].split()[0].rstrip(","))
+        assert "moved jobs get new ids" in got.stdout and new != jid
+        failed = stalkd("failed", "-a", server.address, "--json")
+        records = [json.loads(line) for line in failed.stdout.splitlines()]
+        mine = [r for r in records if r["job_id"] == new]
+        assert mine and mine[0]["tube"] == f"later{n}", records
+        assert mine[0]["error"] == "SMTPError('full')" and mine[0]["traceback"] == "Traceback ..."
+        assert not [r for r in records if r["job_id"] == jid]

@@ -107,3 +107,51 @@ def test_internal_tubes_are_hidden_until_the_toggle_shows_them(server: AdminServ
     page.locator("#show-internal").uncheck()
     expect(page.locator('#tubes tr[data-tube="stalkd.key.ab12"]')).to_have_count(0)
     expect(emails).to_have_count(1)
+
+
+def test_chart_axes_never_repeat_a_label(page: Any) -> None:
+    # Given the axis the chart draws, for job counts and rates from tiny to large
+    got = page.evaluate("""() => [1, 2, 3, 5, 7, 10, 99, 1234, 56789].flatMap(m => [
+        [m, ...axis(m, true, fmt)], [m / 10, ...axis(m / 10, false, axisRate)]])""")
+    for top_of_data, top, labels in got:
+        # Then its top holds the data, and its five labels all differ (not "1, 1, 1, 0, 0")
+        assert top >= top_of_data and len(set(labels)) == 5, (top_of_data, labels)
+
+
+def test_the_workers_panel_shows_a_running_worker_and_its_job(server: AdminServer, page: Any,
+                                                              tmp_path: Any) -> None:
+    import threading
+
+    from playwright.sync_api import expect
+
+    from stalkd.worker import App, make_worker
+    from stalkd.worker.presence import Presence
+
+    # Given a worker of 2 slots running one job that waits for the test
+    release = threading.Event()
+    app = App(server.address, middleware=[Presence(interval=0.2)])
+
+    @app.task(tube="emails")
+    def send(p: int) -> None:
+        release.wait(60)
+
+    job = send.put(1)
+    w = make_worker(app, concurrency=2, reserve_timeout=1)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    try:
+        # Then the dashboard lists it, with its slots and the job it runs
+        row = page.locator("#workers tbody tr")
+        expect(row).to_have_count(1, timeout=30_000)
+        expect(row.locator("td").nth(3)).to_have_text("1 / 2", timeout=30_000)
+        expect(row.locator(f'a.job[data-id="{job}"]')).to_have_count(1)
+        # and its job opens in the job view
+        row.locator(f'a.job[data-id="{job}"]').click()
+        expect(page.locator("#job-title")).to_contain_text(str(job))
+        expect(page.locator("#job-fields")).to_contain_text("reserved")
+    finally:
+        release.set()
+        w.stop(now=True)
+        t.join(timeout=20)
+    # and once it stopped, it is gone
+    expect(page.locator("#workers tbody tr")).to_have_count(0, timeout=30_000)

@@ -188,3 +188,29 @@ def test_token_required_off_loopback_and_checked(tmp_path: os.PathLike[str]) -> 
     os.chmod(path, 0o644)
     with pytest.raises(RuntimeError, match="group or others"):
         start_admin_server("--admin-token-file", path, timeout=20)
+
+
+def test_the_api_root_lists_its_routes_and_each_answers(server: AdminServer) -> None:
+    # When a person opens /api/v1/ (or /api/v1)
+    for root in ("/api/v1/", "/api/v1"):
+        routes = server.get(root)["routes"]
+        # Then it lists every route of the JSON API with its method and what it does
+        paths = {(r["method"], r["path"]) for r in routes}
+        assert ("GET", "/api/v1/overview") in paths and ("POST", "/api/v1/jobs/move") in paths
+        assert all(r["about"] for r in routes)
+    # and every GET route listed without a parameter answers
+    for r in routes:
+        if r["method"] == "GET" and "{" not in r["path"]:
+            status, _ = server.request("GET", r["path"])
+            assert status == 200, r
+
+
+def test_docs_admin_lists_the_routes_the_server_registers() -> None:
+    import re
+    from pathlib import Path
+
+    from stalkd.admin.http import API, API_ROUTES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "admin.md").read_text()
+    rows = set(re.findall(r"^\| (GET|POST) \| `(/api/v1/[^`]+)` \|", doc, re.M))
+    assert rows == {(m, API + p) for m, p, _ in API_ROUTES}

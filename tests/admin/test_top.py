@@ -128,3 +128,29 @@ def test_top_hides_internal_tubes_and_i_shows_them(server: AdminServer) -> None:
         t.kill()
         for c in clients:
             c.close()
+
+
+def test_top_with_admin_alone_reads_that_server_and_refuses_two(server: AdminServer) -> None:
+    # Given a second server with a tube of its own
+    other = start_beanstalkd()
+    mine = greenstalk.Client(("127.0.0.1", server.port), use="mine")
+    mine.put("a")
+    try:
+        # When top is given the admin endpoint alone
+        t = _top("--admin", server.admin, "-n", "0.3")
+        try:
+            # Then its tubes are the admin endpoint's server's, beside its fsync figures
+            t.wait(lambda s: "mine" in s and "fsync" in s)
+            t.keys("q")
+            t.wait(lambda s: "TOP-EXITED-0" in s)
+        finally:
+            t.kill()
+        # When -a names another server than --admin
+        got = subprocess.run([sys.executable, "-m", "stalkd.cli", "top", "-a", other.address,
+                              "--admin", server.admin], capture_output=True, text=True, timeout=60)
+        # Then it refuses, naming both
+        assert got.returncode == 2, got.stderr
+        assert "two different servers" in got.stderr and other.address in got.stderr
+    finally:
+        mine.close()
+        other.stop()

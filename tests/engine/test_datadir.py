@@ -154,3 +154,28 @@ def test_inspect_verify_reads_the_snapshots(tmp_path: Path) -> None:
         f.write(bytes([b[0] ^ 1]))
     r = stalkd_log("inspect", "--verify", "-b", str(tmp_path))
     assert r.returncode == 1 and f"CORRUPT {snap}" in r.stdout
+
+
+def test_a_repair_does_not_list_records_the_snapshot_already_holds(tmp_path: Path) -> None:
+    # Given a snapshot taken after 4,000 puts, then damage early in the segment holding its start
+    n = make(tmp_path, n=5000, snapshot_at=4000)
+    segs = sorted(glob.glob(f"{tmp_path}/wal/seg-*.log"))
+    seg = [s for s in segs if int(Path(s).name[4:24]) < 4000][-1]
+    with open(seg, "r+b") as f:
+        f.seek(2000)
+        f.write(b"\xff" * 8)
+    # Then inspect --verify reports the damage and no "torn tail ... not damage" beside it
+    r = stalkd_log("inspect", "--verify", str(tmp_path))
+    assert r.returncode == 1 and "CORRUPT" in r.stdout
+    assert "torn tail" not in r.stdout, r.stdout
+    # When repaired
+    r = stalkd_log("repair", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    # Then the records before the snapshot's start are counted as recovered with it, and only
+    # the jobs whose puts came after it are listed as readable in the dropped bytes
+    assert "precede the snapshot's start (offset 4000)" in r.stdout, r.stdout
+    listed = [int(line.split(":")[0].split()[1]) for line in r.stdout.splitlines()
+              if line.strip().startswith("job ")]
+    assert listed == list(range(4001, 5001))  # the first 1,000 lines
+    assert f"and {n - 5000} more" in r.stdout
+    assert len(jobs(tmp_path)) == 4000

@@ -16,7 +16,8 @@ MODULES = [
     "stalkd.worker.middleware.base", "stalkd.worker.middleware.heartbeat",
     "stalkd.worker.middleware.retries", "stalkd.worker.middleware.prometheus",
     "stalkd.worker.schedule", "stalkd.worker.cancel", "stalkd.worker.limits",
-    "stalkd.worker.stopflag", "stalkd.worker.denied",
+    "stalkd.worker.stopflag", "stalkd.worker.denied", "stalkd.worker.task", "stalkd.worker.presence",
+    "stalkd.worker.pipeline",
     "stalkd.outbox", "stalkd.outbox.table", "stalkd.outbox.relay",
 ]
 

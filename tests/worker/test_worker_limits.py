@@ -5,7 +5,6 @@ holder killed with SIGKILL gives its token back; the tokens survive a server res
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from worker_probe import Probe, queue_server, start_server, wait_for
+from worker_probe import Probe, queue_server, start_server, stop_processes, wait_for
 
 from stalkd.worker import App
 from stalkd.worker.limits import Limit, LimitTimeout, parse_rate
@@ -72,18 +71,6 @@ def _workers(tmp_path: Path, n: int, *extra: str) -> list[subprocess.Popen[bytes
             for _ in range(n)]
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def _lines(log: Path) -> list[str]:
     return log.read_text().split() if log.exists() else []
 
@@ -120,7 +107,7 @@ def test_limits_hold_across_worker_processes(server: Any, tmp_path: Path) -> Non
                  and sum(x.startswith("@") for x in _lines(log)) == 9,
                  timeout=60, what="every job to run")
     finally:
-        _stop(procs)
+        stop_processes(procs)
         sys.modules.pop("limapp", None)
     lines = _lines(log)
     assert _most_at_once(lines, "two") <= 2
@@ -205,3 +192,51 @@ def test_bad_limits_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="expected N/UNIT"):
         parse_rate("100 per fortnight")
     assert parse_rate("1/d") == (1, 86400.0)
+
+
+@pytest.mark.parametrize("mode", ["threads", "asyncio"])
+def test_a_job_whose_rate_token_is_not_due_is_put_back_for_then_not_held(server: Any,
+                                                                         mode: str) -> None:
+    from worker_probe import running
+
+    from stalkd.worker.middleware import Retries
+
+    # Given a rate limit of one per hour, and two jobs that need it
+    app = App(server.address, middleware=[Retries()])
+    hourly = Limit(app, "hourly-" + mode, rate="1/hour")
+    ran: list[int] = []
+
+    if mode == "asyncio":
+        @app.task(tube="hourly")
+        async def paced(p: int) -> None:
+            async with hourly.ahold():
+                ran.append(p)
+    else:
+        @app.task(tube="hourly")
+        def paced(p: int) -> None:
+            with hourly.hold():
+                ran.append(p)
+
+    probe = Probe(server.address)
+    try:
+        first = paced.put(1)
+        second = paced.put(2)
+        assert first is not None and second is not None
+        def postponed() -> list[dict[str, Any]]:
+            found = (probe.job(i) for i in range(second + 1, second + 40))
+            return [j for j in found if j and j["tube"] == "hourly"]
+
+        with running(app, mode, concurrency=2):
+            # Then one runs, and the other is put again for when the token is due (in about
+            # an hour; a first postponement may be short, while the token was held for an
+            # instant): no worker slot holds it meanwhile, and no attempt was used
+            wait_for(lambda: [j["state"] for j in postponed()] == ["delayed"]
+                     and int(postponed()[0]["time-left"]) > 3000,
+                     timeout=30, what="the second job to be postponed by an hour")
+        assert len(ran) == 1
+        assert probe.job(first) is None and probe.job(second) is None  # both acknowledged
+        (left,) = postponed()
+        assert left["releases"] == 0 and left["buries"] == 0
+    finally:
+        probe.close()
+        hourly.close()

@@ -128,7 +128,7 @@ def test_per_job_lines_are_opt_in_and_a_periodic_summary_is_logged(
         task.put(4)
         t.drain()
     # Then one summary line counts the jobs and gives the rate
-    assert [r.getMessage() for r in caplog.records] == ["⌁ 4 done, 0 retried, 0 dead in 10.0s (0.4 jobs/s)"]
+    assert [r.getMessage() for r in caplog.records] == ["⌁ 4 done, 0 retried, 0 dead, 0 cancelled in 10.0s (0.4 jobs/s)"]
 
 
 def test_metrics_are_served_over_http_on_loopback(caplog: pytest.LogCaptureFixture) -> None:
@@ -198,3 +198,29 @@ def test_a_forked_childs_gauge_stops_counting_once_it_exits_even_unreaped() -> N
         _, status = os.waitpid(pid, 0)
         m.close()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_cancelled_job_is_logged_and_counted_as_cancelled_not_done(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from stalkd.worker.cancel import JobCancelled
+
+    # Given a job that stops on request and one that completes
+    now = [0.0]
+    app = App(middleware=[StructuredLogging(summary_every=10, clock=lambda: now[0]), Retries()])
+
+    def stop(p: None) -> None:
+        raise JobCancelled("asked to stop")
+
+    stopped = app.task(stop, name="stopped")
+    fine = app.task(lambda p: None, name="fine")
+    with app.testing() as t, caplog.at_level(logging.INFO, "stalkd.worker"):
+        stopped.put(None)
+        t.drain()
+        now[0] = 10.0
+        fine.put(None)
+        t.drain()
+    lines = [r.getMessage() for r in caplog.records]
+    # Then the cancelled one has its own glyph, and the summary counts it apart from the done
+    assert lines[0].startswith("⊘ job=1 tube=") and lines[0].endswith(" cancelled"), lines
+    assert not any(ln.startswith("✓") for ln in lines)
+    assert lines[-1].startswith("⌁ 1 done, 0 retried, 0 dead, 1 cancelled in 10.0s"), lines

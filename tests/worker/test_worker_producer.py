@@ -72,12 +72,16 @@ def test_cancel_removes_a_waiting_job_and_frees_its_key(server: Any, probe: Prob
     app = App(server.address, middleware=[])
     task = app.task(lambda p: None, name="c")
     job = task.put(1, delay=600, key="order-9")
-    assert job is not None and task.put(2, key="order-9") is None
+    dup = task.put(2, key="order-9")
+    assert job is not None and dup == job and dup.duplicate  # a handle to the pending one
     # When it is cancelled, Then it is gone and the key is free again
     assert app.cancel(job) is True
     assert probe.job(job) is None
     again = task.put(3, key="order-9")
-    assert again is not None
+    assert again is not None and not again.duplicate
+    # and the cancelled job's pointer went with its key: a duplicate now names the new job
+    dup = task.put(4, key="order-9")
+    assert dup == again and dup is not None and dup.duplicate
     assert app.cancel(job) is False
     # And a job a worker holds is not cancelled under it
     probe.c.watch("c")

@@ -15,7 +15,7 @@ import greenstalk
 import pytest
 from worker_probe import Probe, queue_server, running, start_server, wait_for
 
-from stalkd.worker import App, Backoff, NonRetryable
+from stalkd.worker import App, Backoff, NonRetryable, unique
 from stalkd.worker.actions import RetryLater
 from stalkd.worker.cli import failed, retry
 from stalkd.worker.context import JobContext
@@ -209,15 +209,18 @@ def test_unique_key_makes_duplicates_no_ops_until_the_job_completes(server: Any,
     task = app.task(runs.append, name="charge")
     # Given a pending job holding key "order-9"
     first = task.put(1, key="order-9")
-    # When the same key is put again, Then nothing is queued
-    assert first is not None and task.put(2, key="order-9") is None
+    # When the same key is put again, Then nothing is queued: the handle is the pending job's
+    dup = task.put(2, key="order-9")
+    assert first is not None and dup == first and dup is not None and dup.duplicate
     assert probe.count("charge", "ready") == 1
     with running(app):
         wait_for(lambda: probe.job(first) is None, what="completion")
     # When it has completed, Then the key is free again
     again = task.put(3, key="order-9")
-    assert again is not None and again != first
+    assert again is not None and again != first and not again.duplicate
     assert runs == [1]
+    # and the completed job's pointer went with its key (only the new one's is left)
+    assert probe.count(unique.key_tube("order-9"), "delayed") == 1
 
 
 def test_a_dependent_job_waits_for_its_dependency(server: Any, probe: Probe) -> None:
@@ -372,9 +375,11 @@ def test_racing_producers_of_one_unique_key_queue_exactly_one_job(server: Any, p
         t.start()
     for t in threads:
         t.join(timeout=30)
-    # Then exactly one put won, one job is queued, and one marker holds the key
-    winners = [r for r in results if r is not None]
+    # Then exactly one put won, one job is queued, and one marker holds the key; the others
+    # got a handle to that job, or None if they looked before the winner recorded it
+    winners = [r for r in results if r is not None and not r.duplicate]  # type: ignore[attr-defined]
     assert len(results) == 6 and len(winners) == 1
+    assert all(r is None or r == winners[0] for r in results)
     assert probe.count("u", "ready") == 1
     from stalkd.worker.unique import key_tube
 

@@ -86,12 +86,13 @@ def test_non_retryable_exceptions_dead_letter_at_once() -> None:
     assert t.failed[0].error == "Declined: card expired"
 
 
-def test_retry_exception_sets_its_own_delay() -> None:
+@pytest.mark.parametrize("how", ["delay", "countdown"])  # countdown: Celery's name
+def test_retry_exception_sets_its_own_delay(how: str) -> None:
     app = make_app()
 
     @app.task(max_attempts=2)
     def later(payload: None) -> None:
-        raise Retry("not yet", delay=30)
+        raise Retry("not yet", **{how: 30})
 
     with app.testing() as t:
         later.put(None)
@@ -159,11 +160,14 @@ def test_unique_keys_make_duplicate_puts_no_ops_until_completion() -> None:
     task = app.task(lambda p: None, name="t")
     with app.testing() as t:
         first = task.put(1, key="order-1")
-        assert first is not None
-        assert task.put(2, key="order-1") is None
+        assert first is not None and not first.duplicate
+        dup = task.put(2, key="order-1")
+        assert dup == first and dup is not None and dup.duplicate  # the pending job's handle
+        assert len(t.queued) == 1
         t.drain()
         # After completion the key is free again
-        assert task.put(3, key="order-1") is not None
+        again = task.put(3, key="order-1")
+        assert again is not None and again != first and not again.duplicate
 
 
 def test_depends_on_waits_for_the_key_to_complete() -> None:
@@ -228,3 +232,71 @@ def test_a_pluggable_serializer_is_used_both_ways() -> None:
         assert pickle.loads(t.queued[0].body.split(b"\n", 1)[1]) == {1, 2, 3}
         t.drain()
     assert seen == [{1, 2, 3}]
+
+
+def test_an_undecodable_body_is_reported_with_its_tube_asked_of_the_server() -> None:
+    import json
+
+    from stalkd.worker import pipeline
+
+    app = make_app()
+    app.task(lambda p: None, name="a", tube="shared")
+    app.task(lambda p: None, name="b", tube="shared")
+    # Given a delivery whose driver does not know the tube (it reserved from several)
+    steps = pipeline.deliver(app, 7, b"not json", tube=None)
+    calls: list[Any] = []
+    reply: Any = None
+    answers = {"stats_job": {"tube": "shared", "releases": 0}, "put": 99, "finish": (True, None)}
+    try:
+        while True:
+            step = steps.send(reply)
+            calls.append(step)
+            reply = answers[step.op]
+    except StopIteration as end:
+        done = end.value
+    # Then the server was asked, and the dead-letter record names the tube, not None or ?
+    assert calls[0].op == "stats_job"
+    (put,) = [c for c in calls if c.op == "put"]
+    record = json.loads(put.args[1])
+    assert record["tube"] == "shared" and "tube None" not in record["error"], record
+    assert done.acked and done.ctx is None
+
+
+def test_a_dead_letter_kicked_back_runs_as_one_attempt_more() -> None:
+    app = App(middleware=[Retries()])
+    always = app.task(lambda p: 1 / 0, name="always", max_attempts=2)
+    with app.testing() as t:
+        # Given a job dead-lettered after its 2 attempts
+        job_id = always.put(None)
+        assert job_id is not None
+        t.drain()
+        assert [r.attempts for r in t.failed] == [2]
+        # When it is kicked back, as `stalkd retry` does, and fails again
+        assert t.server.kick_job(job_id)
+        (again,) = t.drain()
+    # Then that run was attempt 3, and its dead letter says so
+    assert again.attempt == 3
+    assert [r.attempts for r in t.failed] == [2, 3]
+
+
+def test_a_postponed_job_uses_no_attempt_and_keeps_those_it_used() -> None:
+    from stalkd.worker.errors import Postpone
+
+    app = App(middleware=[Retries()])
+    calls: list[str] = []
+
+    @app.task(max_attempts=3)
+    def flaky(p: None) -> None:
+        calls.append("postponed" if len(calls) == 1 else "failed")
+        if len(calls) == 2:
+            raise Postpone(30)  # e.g. a rate limit's token is not due for 30 s
+        raise ValueError("boom")
+
+    with app.testing() as t:
+        flaky.put(None)
+        done = t.drain()
+    # Then the postponed run was put again (no attempt used) and the attempts it had used went
+    # along with it: attempts 1, (postponed), 2, 3, then the dead letter says 3
+    assert calls == ["failed", "postponed", "failed", "failed"]
+    assert [c.attempt for c in done if not isinstance(c.action, WaitForDeps)] == [1, 2, 3]
+    assert [r.attempts for r in t.failed] == [3]

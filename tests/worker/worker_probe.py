@@ -59,6 +59,21 @@ class Probe:
         return int(s[f"current-jobs-{state}"]) if s else 0
 
 
+def stop_processes(procs: list[subprocess.Popen[bytes]], timeout: float = 30.0) -> None:
+    """SIGTERM every process still running, then wait for each (SIGKILL after ``timeout``)."""
+    import signal
+
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 # --- servers ------------------------------------------------------------------------------
 
 

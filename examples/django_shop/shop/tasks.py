@@ -1,4 +1,5 @@
-"""The shop's tasks: ``stalkd worker shop.tasks:app`` runs them."""
+"""The shop's tasks. ``stalkd worker shop.worker:app`` runs them (shop.worker sets Django up
+first: this module reads its settings, so it cannot be the worker's target itself)."""
 
 from django.conf import settings
 

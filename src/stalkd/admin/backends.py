@@ -2,9 +2,9 @@
 
 ``ApiBackend`` speaks to ``stalkd serve --admin`` (fast bulk operations, durable in chunks on
 the server). ``ProtocolBackend`` works against any beanstalkd-compatible server, Debian's
-beanstalkd included, with what the protocol has: jobs of a tube are found by asking
-``stats-job`` for every id the server has handed out (the protocol cannot list a tube), and
-bulk operations run on ``WORKERS`` connections at once so their fsyncs are grouped.
+beanstalkd included, with what the protocol has: the jobs of a tube are found head by head
+(``walk``: peek each state, take the head out of the way), and operations on ids given by the
+caller run on ``WORKERS`` connections at once so their fsyncs are grouped.
 Both return the same JSON-able dicts, so the CLI prints one shape either way.
 """
 
@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from stalkd.admin import walk
 from stalkd.client import errors
 from stalkd.client.sync import Client
-from stalkd.tubes import is_internal
+from stalkd.tubes import FAILED_TUBE, is_internal
 
 __all__ = ["ApiBackend", "ProtocolBackend", "Backend", "ApiError", "WORKERS"]
 
@@ -147,42 +148,33 @@ class ProtocolBackend:
         with self._client() as c:
             return dict(c.stats())
 
-    def _find(self, tube: str, state: str, limit: int | None = None) -> list[dict[str, Any]]:
-        """stats-job for every id up to the server's total-jobs, on WORKERS connections."""
-        with self._client() as c:
-            top = int(c.stats().get("total-jobs", 0))
-        top += 64  # ids an EXPECTED_CRLF or DRAINING put used without counting a job
-
-        def scan(stripe: int) -> list[dict[str, Any]]:
-            found = []
-            with self._client() as c:
-                for jid in range(1 + stripe, top + 1, WORKERS):
-                    try:
-                        st = c.stats_job(jid)
-                    except errors.NotFound:
-                        continue
-                    if st.get("tube") == tube and state in ("all", st.get("state")):
-                        found.append({k.replace("-", "_"): v for k, v in st.items()})
-            return found
-
-        with ThreadPoolExecutor(WORKERS) as pool:
-            rows = [r for part in pool.map(scan, range(WORKERS)) for r in part]
-        rows.sort(key=lambda r: int(r["id"]))
-        return rows if limit is None else rows[:limit]
-
     def jobs(self, tube: str, state: str, limit: int, after: int = 0) -> dict[str, Any]:
-        rows = [r for r in self._find(tube, state) if int(r["id"]) > after]
-        page = rows[:limit]
+        """The jobs of ``tube`` found by ``walk`` (ready and buried borrowed and put back,
+        the delayed head, no reserved ones), the ``limit`` smallest ids above ``after``;
+        ``partial`` says what the protocol could not show."""
         with self._client() as c:
-            for r in page:
-                try:
-                    body = c.peek(int(r["id"])).body
-                except errors.NotFound:
-                    body = b""
-                r["size"] = len(body)
-                r["body"] = body[:64].decode("utf-8", "replace")
-        nxt = page[-1]["id"] if len(rows) > limit else None
-        return {"tube": tube, "state": state, "jobs": page, "next": nxt}
+            n = walk.counts(c, tube)
+            wanted = walk.STATES if state == "all" else (state,)
+            rows: list[dict[str, Any]] = []
+            missing: list[str] = []
+            for s in wanted:
+                if s in ("ready", "buried"):
+                    got = walk.borrow(self._client, tube, s, limit + 1)
+                elif s == "delayed":
+                    got = walk.delayed_head(c, tube)
+                else:
+                    got = []
+                rows += got
+                if n[s] > len(got):
+                    missing.append(f"{n[s] - len(got)} {s}")
+        rows = sorted((r for r in rows if int(r["id"]) > after), key=lambda r: int(r["id"]))
+        page = rows[:limit]
+        out: dict[str, Any] = {"tube": tube, "state": state, "jobs": page, "next": None}
+        if missing or len(rows) > limit:
+            out["partial"] = (f"not listed: {', '.join(missing) or 'more than --limit'} "
+                              "(the beanstalkd protocol cannot list every job of a tube; "
+                              "--admin lists them all)")
+        return out
 
     def _bulk(self, ids: Sequence[int], one: Callable[[Client, int], str]) -> dict[str, Any]:
         def run(stripe: int) -> dict[str, int]:
@@ -203,46 +195,75 @@ class ProtocolBackend:
                     total[k] = total.get(k, 0) + v
         return {"requested": len(ids), "outcomes": total}
 
-    def _ids(self, tube: str, state: str, ids: Sequence[int] | None) -> list[int]:
+    def _walk(self, tube: str, state: str, ids: Sequence[int] | None,
+              one: Callable[[Client, int], str], states: Sequence[str] = walk.PEEKABLE) -> dict[str, Any]:
+        """``one`` on the jobs ``ids``, or on every job of ``tube`` in ``state`` (ready, delayed
+        and buried for "all"), head by head; reserved jobs are counted as skipped."""
         if ids:
-            return list(ids)
-        return [int(r["id"]) for r in self._find(tube, state) if r["state"] != "reserved"]
+            return self._bulk(list(ids), one)
+        total: dict[str, int] = {}
+        with self._client() as walker, self._client() as actor:
+            n = walk.counts(walker, tube)
+            for s in states if state == "all" else (state,):
+                if s == "reserved":
+                    continue
+                got = walk.take_heads(walker, tube, s, n[s], lambda jid: one(actor, jid))
+                for k, v in got.items():
+                    total[k] = total.get(k, 0) + v
+            if state in ("all", "reserved") and n["reserved"]:
+                total["skipped_reserved"] = n["reserved"]
+        return {"requested": sum(total.values()), "outcomes": total}
 
     def delete(self, tube: str, state: str, ids: Sequence[int] | None) -> dict[str, Any]:
         def one(c: Client, jid: int) -> str:
             c.delete(jid)
             return "deleted"
 
-        return self._bulk(self._ids(tube, state, ids), one)
+        return self._walk(tube, state, ids, one)
 
     def kick(self, tube: str, state: str, ids: Sequence[int] | None) -> dict[str, Any]:
         def one(c: Client, jid: int) -> str:
             c.kick_job(jid)
             return "kicked"
 
-        return self._bulk(self._ids(tube, state, ids), one)
+        return self._walk(tube, state, ids, one, states=("delayed", "buried"))
 
     def move(self, tube: str, state: str, ids: Sequence[int] | None, to: str) -> dict[str, Any]:
+        if not ids and to == tube:
+            return {"requested": 0, "outcomes": {}, "new_ids": {}}
         new_ids: dict[str, int] = {}
+        letters = self._letters() if ids or state in ("buried", "all") else {}
 
         def one(c: Client, jid: int) -> str:
             st = c.stats_job(jid)
-            if st.get("state") == "reserved":
+            was = st.get("state")
+            if was == "reserved":
                 return "skipped_reserved"
-            body = c.peek(jid).body
-            c.use(to)
-            delay = int(st.get("time-left", 0)) if st.get("state") == "delayed" else 0
-            new = c.put(body, priority=int(st["pri"]), delay=max(0, delay), ttr=int(st["ttr"]))
-            if st.get("state") == "buried":
+            if st.get("tube") == to:
+                return "same_tube"
+            # held while it is copied, so no worker runs it meanwhile (a buried job cannot run)
+            body = c.peek(jid).body if was == "buried" else c.reserve_job(jid).body
+            delay = int(str(st.get("time-left", 0))) if was == "delayed" else 0
+            pri = int(str(st["pri"]))
+            new = c.put(body, priority=pri, delay=max(0, delay), ttr=int(str(st["ttr"])), tube=to)
+            if was == "buried":
                 c.reserve_job(new)
-                c.bury(new, priority=int(st["pri"]))
+                c.bury(new, priority=pri)
+                if jid in letters:
+                    _repoint_letter(c, letters[jid], new, to)
             c.delete(jid)
             new_ids[str(jid)] = new
             return "moved"
 
-        out = self._bulk(self._ids(tube, state, ids), one)
+        out = self._walk(tube, state, ids, one)
         out["new_ids"] = new_ids
         return out
+
+    def _letters(self) -> dict[int, Any]:
+        """Dead-letter records of buried jobs, by the job's id (``stalkd failed``'s reading)."""
+        from stalkd.worker.deadletter import list_failed
+
+        return {f.record.job_id: f for f in list_failed(self.address, FAILED_TUBE, timeout=self.timeout)}
 
     def pause(self, tube: str, seconds: int) -> dict[str, Any]:
         with self._client() as c:
@@ -251,6 +272,20 @@ class ProtocolBackend:
             except errors.NotFound:
                 return {"tube": tube, "paused": False, "error": "no such tube"}
         return {"tube": tube, "paused": seconds > 0, "seconds": seconds}
+
+
+def _repoint_letter(c: Client, failed: Any, new_id: int, tube: str) -> None:
+    """A moved dead-lettered job keeps its record (error, traceback, attempts): put again
+    naming its new id and tube, with the old record's priority and TTR, the old one deleted."""
+    from dataclasses import replace
+
+    try:
+        st = c.stats_job(failed.record_id)
+    except errors.NotFound:
+        return
+    body = replace(failed.record, job_id=new_id, tube=tube).to_json()
+    c.put(body, priority=int(str(st["pri"])), ttr=int(str(st["ttr"])), tube=FAILED_TUBE)
+    c.delete(failed.record_id)
 
 
 Backend = ApiBackend | ProtocolBackend

@@ -168,7 +168,8 @@ def jobs(argv: Sequence[str]) -> int:
           stalkd jobs move emails --state buried --to emails-retry
 
         Reserved jobs are never deleted, kicked or moved (a worker holds them). A move puts
-        the job into the other tube (new id, same state and priority) and deletes the old one.
+        the job into the other tube (a NEW ID, same state and priority; a dead-lettered job
+        keeps its error and traceback) and deletes the old one.
         """))
     p.add_argument("action", choices=("list", "delete", "kick", "move"))
     p.add_argument("tube")
@@ -190,6 +191,8 @@ def jobs(argv: Sequence[str]) -> int:
             text = _table(rows, cols)
             if page.get("next"):
                 text += f"\n(more: --after {page['next']})"
+            if page.get("partial"):
+                text += f"\n({page['partial']})"
             return page, text, OK
         state = ns.state or ("buried" if ns.action == "kick" else None)
         if state is None and not ns.ids:
@@ -198,6 +201,12 @@ def jobs(argv: Sequence[str]) -> int:
             if not ns.to:
                 raise _Usage("move needs --to TUBE")
             out = b.move(ns.tube, state or "all", ns.ids, ns.to)
+            if out.get("new_ids"):
+                pairs = ", ".join(f"{k} -> {v}" for k, v in list(out["new_ids"].items())[:20])
+                more = len(out["new_ids"]) - 20
+                text = (f"{_outcomes(out)}\nmoved jobs get new ids: {pairs}"
+                        + (f" (and {more} more: --json lists all)" if more > 0 else ""))
+                return out, text, OK
         elif ns.action == "delete":
             out = b.delete(ns.tube, state or "all", ns.ids)
         else:

@@ -5,17 +5,7 @@ Routes::
     GET  /healthz                       200 while the process runs
     GET  /readyz                        200 when serving; 503 with reasons otherwise
     GET  /metrics                       Prometheus text (see metrics.py)
-    GET  /api/v1/overview               server counts, tubes, fsync/disk summary
-    GET  /api/v1/tubes/{tube}           one tube's counts
-    GET  /api/v1/tubes/{tube}/jobs      ?state=ready|reserved|delayed|buried|all&after=ID&limit=N
-    GET  /api/v1/buried                 buried jobs of every tube with their dead-letter errors
-    GET  /api/v1/jobs/{id}              one job, its body (64 KiB) and its dead-letter record
-    POST /api/v1/jobs/delete            {"ids": [...]} or {"tube": T, "state": S}
-    POST /api/v1/jobs/kick              same selection
-    POST /api/v1/jobs/move              same selection plus {"to": TUBE}
-    POST /api/v1/tubes/{tube}/pause     {"seconds": N} (0 resumes)
-    GET  /api/v1/replication            role, epoch, standbys and their lag (docs/standby.md)
-    POST /api/v1/promote                {} : a standby becomes the primary (409 otherwise)
+    GET  /api/v1/                       the JSON API's routes, from ``API_ROUTES`` (below)
     GET  /                              the dashboard (static files, no build step)
 
 Access: with a token (``--admin-token-file``) every route but /healthz, /readyz and the
@@ -47,11 +37,27 @@ if TYPE_CHECKING:
     from stalkd.server.acl import Acl
     from stalkd.server.app import Server
 
-__all__ = ["Guard", "make_app", "DISK_FULL_WINDOW"]
+__all__ = ["Guard", "make_app", "DISK_FULL_WINDOW", "API_ROUTES"]
 
 DISK_FULL_WINDOW = 10.0  # seconds after a refusal for space during which /readyz says "disk full"
 _OPEN = frozenset({"/healthz", "/readyz"})
 _STATIC = ("index.html", "app.js", "style.css")
+API = "/api/v1"
+# The JSON API, written once: registered from here, and listed by GET /api/v1/.
+API_ROUTES: tuple[tuple[str, str, str], ...] = (
+    ("GET", "/overview", "server counts (with its id and protocol addresses), tubes, fsync/disk"),
+    ("GET", "/tubes/{tube}", "one tube's counts"),
+    ("GET", "/tubes/{tube}/jobs", "?state=ready|reserved|delayed|buried|all&after=ID&limit=N"),
+    ("GET", "/buried", "buried jobs of every tube with their dead-letter errors"),
+    ("GET", "/jobs/{id}", "one job, its body (64 KiB) and its dead-letter record"),
+    ("POST", "/jobs/delete", '{"ids": [...]} or {"tube": T, "state": S}'),
+    ("POST", "/jobs/kick", "the same selection"),
+    ("POST", "/jobs/move", 'the same selection plus {"to": TUBE}; moved jobs get new ids'),
+    ("POST", "/tubes/{tube}/pause", '{"seconds": N} (0 resumes)'),
+    ("GET", "/workers", "live worker processes, their slots and running jobs (stalkd workers)"),
+    ("GET", "/replication", "role, epoch, standbys and their lag (docs/standby.md)"),
+    ("POST", "/promote", "{} : a standby becomes the primary (409 otherwise)"),
+)
 
 
 class Guard:
@@ -233,6 +239,9 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
             raise BadRequest("give \"seconds\" as an integer (0 resumes the tube)")
         return _json(await ops.pause(request.match_info["tube"], seconds))
 
+    async def workers(request: web.Request) -> web.Response:
+        return _json({"workers": ops.workers()})
+
     async def replication(request: web.Request) -> web.Response:
         return _json(replication_state(server))
 
@@ -257,17 +266,20 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
-    app.router.add_get("/api/v1/overview", overview)
-    app.router.add_get("/api/v1/tubes/{tube}", tube)
-    app.router.add_get("/api/v1/tubes/{tube}/jobs", tube_jobs)
-    app.router.add_get("/api/v1/buried", buried)
-    app.router.add_get("/api/v1/jobs/{id}", job)
-    app.router.add_post("/api/v1/jobs/delete", delete)
-    app.router.add_post("/api/v1/jobs/kick", kick)
-    app.router.add_post("/api/v1/jobs/move", move)
-    app.router.add_post("/api/v1/tubes/{tube}/pause", pause)
-    app.router.add_get("/api/v1/replication", replication)
-    app.router.add_post("/api/v1/promote", promote)
+    handlers = {"/overview": overview, "/tubes/{tube}": tube, "/tubes/{tube}/jobs": tube_jobs,
+                "/buried": buried, "/jobs/{id}": job, "/jobs/delete": delete, "/jobs/kick": kick,
+                "/jobs/move": move, "/tubes/{tube}/pause": pause, "/replication": replication,
+                "/workers": workers,
+                "/promote": promote}
+    for method, path, _ in API_ROUTES:
+        app.router.add_route(method, API + path, handlers[path])
+
+    async def routes(request: web.Request) -> web.Response:
+        return _json({"routes": [{"method": m, "path": API + p, "about": about}
+                                 for m, p, about in API_ROUTES]})
+
+    app.router.add_get(API, routes)
+    app.router.add_get(API + "/", routes)
     app.router.add_get("/", static_file)
     app.router.add_get("/static/{name}", static_file)
     return app

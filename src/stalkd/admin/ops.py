@@ -11,7 +11,7 @@ of about one chunk however many jobs are touched.
 
 A move is put-into-the-new-tube then delete (the job gets a new id, reported old -> new): the
 WAL has no "move" record, and the pair runs in one loop step, so both land in the same WAL
-batch. The job keeps its state: a delayed job keeps its remaining delay, a buried one is
+batch. A dead-lettered job's record in the failed tube is put again under its new id and tube. The job keeps its state: a delayed job keeps its remaining delay, a buried one is
 reserved and buried again in its new tube. Reserved jobs are never touched by bulk operations
 (a worker holds them); they are reported as skipped.
 """
@@ -74,7 +74,9 @@ class AdminOps:
 
     def overview(self) -> dict[str, Any]:
         now = self.now_us()
-        return {"server": views.server_row(self.engine), "tubes": views.tube_rows(self.engine, now)}
+        server = {**views.server_row(self.engine), "id": self.server.host_id,
+                  "addresses": list(self.server.addresses)}
+        return {"server": server, "tubes": views.tube_rows(self.engine, now)}
 
     def tube(self, name: str) -> dict[str, Any] | None:
         t = self.engine.tubes.get(name)
@@ -108,6 +110,22 @@ class AdminOps:
                 row["attempts"] = letter["attempts"]
             rows.append(row)
         return {"tube": tube, "state": state or "all", "jobs": rows, "next": cursor}
+
+    def workers(self) -> list[dict[str, Any]]:
+        """The live worker processes (``stalkd workers``): each one's newest record, from
+        the presence tubes some connection still watches (a dead worker's watch is gone)."""
+        from stalkd.worker.presence import PRESENCE_PREFIX, describe
+
+        now = self.server.clock()
+        out = []
+        for t in self.engine.tube_order:
+            if not t.name.startswith(PRESENCE_PREFIX) or not t.watching:
+                continue
+            records = sorted(t.delayed, key=lambda j: j.id)
+            got = describe(records[-1].body, now) if records else None
+            if got is not None:
+                out.append(got)
+        return sorted(out, key=lambda r: (str(r.get("host")), int(r.get("pid", 0))))
 
     def oldest_buried(self, limit: int) -> list[dict[str, Any]]:
         """Up to ``limit`` buried jobs, oldest first per tube, with their dead-letter errors.
@@ -273,6 +291,7 @@ class AdminOps:
             raise BadRequest(f"bad destination tube name {to!r}")
         moved: dict[int, int] = {}
         now_us = self.now_us()
+        letters = self.dead_letters()
 
         def one(s: AdminSession, jid: int) -> str:
             j = self.engine.jobs.get(jid)
@@ -293,6 +312,9 @@ class AdminOps:
             if buried:
                 s.run(C.ReserveJob(new_id))
                 s.run(C.Bury(new_id, pri))
+                letter = letters.get(jid)
+                if letter is not None:
+                    self._repoint_letter(s, int(letter["record_id"]), new_id, to)
             s.run(C.Delete(jid))
             moved[jid] = new_id
             return "moved"
@@ -300,6 +322,24 @@ class AdminOps:
         out = await self._bulk(ids, one)
         out["new_ids"] = {str(k): v for k, v in moved.items()}
         return out
+
+    def _repoint_letter(self, s: AdminSession, record_id: int, new_id: int, tube: str) -> None:
+        """A moved dead-lettered job keeps its record (error, traceback, attempts): put again
+        naming its new id and tube, the old one deleted."""
+        from dataclasses import replace
+
+        from stalkd.worker.actions import DeadLetter
+
+        rec = self.engine.jobs.get(record_id)
+        if rec is None:
+            return
+        try:
+            letter = DeadLetter.from_json(rec.body)
+        except (ValueError, KeyError, TypeError):
+            return
+        s.run(C.Use(self.failed_tube))
+        s.run(C.Put(rec.pri, 0, rec.ttr, replace(letter, job_id=new_id, tube=tube).to_json()))
+        s.run(C.Delete(record_id))
 
     async def pause(self, tube: str, seconds: int) -> dict[str, Any]:
         if seconds < 0 or seconds > 2**32 - 1:

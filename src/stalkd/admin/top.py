@@ -2,7 +2,9 @@
 
 It speaks the beanstalkd protocol (``stats``, ``list-tubes``, ``stats-tube``), so it works
 against Debian's beanstalkd as well as stalkd; given the admin endpoint (``--admin``) it adds
-fsync latency and disk use. ``q`` or Ctrl-C quits; ``i`` shows or hides stalkd's internal tubes
+fsync latency and disk use. With ``--admin`` alone, the protocol address is the one the admin
+endpoint reports for its server; given both, they must name one server (``stats`` id), or top
+refuses rather than mix two servers' figures. ``q`` or Ctrl-C quits; ``i`` shows or hides stalkd's internal tubes
 (``stalkd.failed``, ``stalkd.key.*``), hidden by default (``--internal`` starts with them shown).
 
 ``Sample`` holds one reading, ``rows`` turns two readings into rates (a pure function, tested
@@ -17,6 +19,7 @@ import os
 import select
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,6 +161,32 @@ def render(now: Sample, prev: Sample | None, address: str, fsync_prev: tuple[int
     return Group(head, Text(""), table, Text(""), foot)
 
 
+class _TwoServers(ValueError):
+    pass
+
+
+def _address(ns: argparse.Namespace, admin: Any | None) -> str:
+    """The protocol address: -a (or $STALKD_ADDR) when given, else, with --admin, the one
+    the admin endpoint reports for its own server (so the two cannot be two servers)."""
+    from stalkd.client.options import server_addresses
+
+    if admin is None or ns.address or os.environ.get("STALKD_ADDR") or ns.host or ns.port:
+        return str(server_addresses(ns))
+    try:
+        addresses = admin.overview()["server"].get("addresses") or []
+    except Exception as e:
+        raise _TwoServers(f"{e}; give -a ADDR for the protocol address") from None
+    if not addresses:
+        raise _TwoServers(f"the admin endpoint {admin.url} does not say where its server "
+                          "listens (an older stalkd?): give -a ADDR too")
+    first = str(addresses[0])
+    host, _, port = first.rpartition(":")
+    if host in ("0.0.0.0", "[::]"):  # a wildcard listener: reach it where the admin endpoint is
+        host = urllib.parse.urlsplit(admin.url).hostname or "127.0.0.1"
+        first = f"{host}:{port}"
+    return first
+
+
 @contextlib.contextmanager
 def _keys() -> Iterator[int | None]:
     """stdin in cbreak mode (keys arrive without Enter), restored on exit; None if not a tty."""
@@ -178,7 +207,6 @@ def _keys() -> Iterator[int | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from stalkd.admin.cli import add_admin_options, backend_for
-    from stalkd.client.options import server_addresses
 
     p = argparse.ArgumentParser(prog="stalkd top", description=(
         "Live view of a server's tubes: counts, puts and deletes per second, waiting workers; "
@@ -196,22 +224,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     from stalkd.client import errors
     from stalkd.client.sync import Client
 
-    try:
-        address = str(server_addresses(ns))
-    except ValueError as e:
-        print(f"stalkd top: {e}", file=sys.stderr)
-        return 2
-    admin = None
+    admin: ApiBackend | None = None
     if ns.admin or os.environ.get("STALKD_ADMIN"):
-        admin = backend_for(ns)
-        assert isinstance(admin, ApiBackend)
+        given = backend_for(ns)
+        assert isinstance(given, ApiBackend)
+        admin = given
     try:
+        address = _address(ns, admin)
         client = Client(address, timeout=ns.timeout)
         prev = None
         now = read_sample(client, admin)
+    except _TwoServers as e:
+        print(f"stalkd top: {e}", file=sys.stderr)
+        return 2
     except (errors.ClientConnectionError, ValueError) as e:
         print(f"stalkd top: {e}\n  is the server running? (set -a or $STALKD_ADDR)", file=sys.stderr)
         return 3
+    if admin is not None and now.admin is not None:
+        theirs, ours = now.admin.get("server", {}).get("id"), now.stats.get("id")
+        if theirs is not None and theirs != ours:
+            client.close()
+            print(f"stalkd top: {address} and the admin endpoint {admin.url} are two different "
+                  f"servers (stats id {ours} vs {theirs}); give --admin alone (it knows its "
+                  "server's address), or the -a of the same server", file=sys.stderr)
+            return 2
     console = Console()
     fsync_prev: tuple[int, float] | None = None
     internal = bool(ns.internal)

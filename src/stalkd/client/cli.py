@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -100,10 +99,6 @@ def _run(cmd: str, parser: argparse.ArgumentParser, argv: Sequence[str],
     except ValueError as e:  # a bad tube name or number, caught before anything was sent
         print(f"stalkd {cmd}: {e}", file=sys.stderr)
         return USAGE
-    except BrokenPipeError:  # `stalkd stats | head`: the reader left, which is fine
-        # point stdout at /dev/null so the interpreter's final flush does not complain
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return OK
 
 
 def _emit(ns: argparse.Namespace, value: Any, text: str) -> None:

@@ -114,17 +114,23 @@ def job_id_ranges(records: Iterable[tuple[int, bytes]]) -> str:
 def repair(log_dir: str, segment_size: int) -> tuple[list[str], list[tuple[int, bytes]]]:
     """Repair a data directory: cut its log at the damage (``Wal.open(repair=True)``), rebuild
     the jobs, and snapshot them if the log ends before the newest snapshot. Returns the report's
-    lines and the records still readable in what was dropped."""
+    lines and the records still readable in what was dropped and not already in the snapshot
+    (those before its start offset came back with it: a line counts them instead)."""
 
     data = os.path.dirname(os.path.normpath(log_dir))
     with Wal.open(data, durability="always", segment_size=segment_size, repair=True) as wal:
         _engine, info = wal.recover(time.time())
         lines = list(wal.repair_notes)
         rep = wal.log.repair_report
-        salvaged = list(rep.salvaged) if rep else []
+        dropped = list(rep.salvaged) if rep else []
         lines.append(f"{data}: {info.jobs} jobs now recoverable ({info.snapshot or 'no snapshot'} "
                      f"+ {info.records_replayed} WAL records)")  # fmt: skip
-    return lines, salvaged
+    covered = [r for r in dropped if r[0] < info.snapshot_start]
+    if covered:
+        lines.append(f"{len(covered)} records in the dropped bytes (offsets {covered[0][0]}.."
+                     f"{covered[-1][0]}) precede the snapshot's start (offset {info.snapshot_start}): "
+                     "what they did came back with the snapshot, nothing of them is lost")
+    return lines, [r for r in dropped if r[0] >= info.snapshot_start]
 
 
 class _DataDirHooks:

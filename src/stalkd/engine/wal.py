@@ -188,7 +188,8 @@ class Wal(WalSpace, Compaction):
             self.snapshot(e)
         h = r.header
         info = RecoveryInfo(len(e.jobs), h.path if h else None, h.count if h else 0, r.replayed,
-                            time.perf_counter() - t0, r.discarded, r.snapshot_seconds)  # fmt: skip
+                            time.perf_counter() - t0, r.discarded, r.snapshot_seconds,
+                            h.start_offset if h else 0)  # fmt: skip
         return e, info
 
     # --- space ------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ class RecoveryInfo:
     seconds: float
     discarded: tuple[str, ...]
     snapshot_seconds: float = 0.0  # part of ``seconds`` spent loading the snapshot
+    snapshot_start: int = 0  # the log offset the snapshot covers up to (0: no snapshot)
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,7 +154,7 @@ def _print(report: dict[str, Any], verify: bool) -> None:
         for g in report["groups"]:
             print(f"  {g['name']:<24} committed {g['committed']:>12}  lag {g['lag']:>10}"
                   f"  expired {g['expired']}  dropped {g['dropped']}")
-    if report.get("torn_tail_bytes"):
+    if report.get("torn_tail_bytes") and not report["corrupt"]:  # past damage they are no torn write
         print(f"torn tail: {report['torn_tail_bytes']} bytes after the last whole frame (a write a crash "
               "interrupted; cut when the log is next opened, not damage)")  # fmt: skip
     for c in report["corrupt"]:
@@ -208,7 +208,7 @@ def repair(root: str, hooks: DataDirHooks | None = None, segment_size: int | Non
             print(f"  {line}")
         if len(described) > _LIST_MAX:
             print(f"  ... and {len(described) - _LIST_MAX} more (the bytes are in the dropped/ files above)")
-    elif salvaged == [] and any("cut" in x for x in lines):
+    elif salvaged == [] and any("cut" in x for x in lines) and not any("precede the snapshot" in x for x in lines):
         print("no whole record could be read from the dropped bytes")
     return 0
 

@@ -117,7 +117,10 @@ class Server:
         self._maint: asyncio.TimerHandle | None = None
         self.stopping = False
         self.failed: BaseException | None = None
-        self._host_id = os.urandom(8).hex()  # beanstalkd's random per-process id
+        self.host_id = os.urandom(8).hex()  # beanstalkd's random per-process id (stats "id")
+        # where clients reach this server (serve.py sets them once listening): the admin
+        # endpoint reports them, so `stalkd top --admin URL` needs no second address
+        self.addresses: tuple[str, ...] = ()
         self.role = Role(None)  # serve.py sets the data directory's (stalkd.replication)
         self.replicas: Replicas | None = None  # the standbys following this server's WAL
         self.standby_lag: Callable[[], int] | None = None  # a standby: records behind its primary
@@ -388,7 +391,7 @@ class Server:
         if self.cluster is not None:
             values.update(self.cluster())
         values.update({
-            "id": self._host_id,
+            "id": self.host_id,
             "hostname": self._uname.nodename,
             "os": self._uname.version,
             "platform": self._uname.machine,

@@ -71,6 +71,10 @@ class Endpoints:
         return ", ".join(f"{lst.address}" + ("" if lst.kind == "plain" else f" ({lst.kind})")
                          for lst in self.listeners)
 
+    def addresses(self) -> list[str]:
+        """Every listener's address as a client writes it (``tls://`` for the TLS ones)."""
+        return [("tls://" if lst.kind == "tls" else "") + lst.address for lst in self.listeners]
+
     async def start(self, new_connection: Callable[[], Connection],
                     tube_of: Callable[[int], str | None]) -> None:
         loop = asyncio.get_running_loop()

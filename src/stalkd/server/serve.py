@@ -388,6 +388,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         return engine.result_tube(job_id) if job is None else job.tube.name
 
     await endpoints.start(srv.new_connection, tube_of)
+    srv.addresses = tuple(endpoints.addresses())
     if admin is not None:
         try:
             await admin.start(srv)

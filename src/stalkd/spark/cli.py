@@ -30,6 +30,9 @@ def analyze(argv: Sequence[str]) -> int:
     p.add_argument("--window", type=float, default=60.0, help="window size in seconds (default 60)")
     p.add_argument("--archive", choices=("true", "false", "only"), default="true",
                    help="read the archive too (true), not at all (false), or only it")
+    p.add_argument("--all", action="store_true",
+                   help="show stalkd's internal tubes (stalkd.failed, stalkd.key.*, ...) in the report "
+                        "and summary too (the tables always hold them)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(list(argv))
     from stalkd.log.errors import LogError
@@ -59,7 +62,8 @@ def analyze(argv: Sequence[str]) -> int:
     try:
         try:
             result = run_analysis(spark, source, args.out, window_seconds=args.window, archive=args.archive,
-                                  progress=not args.no_progress and sys.stderr.isatty())
+                                  progress=not args.no_progress and sys.stderr.isatty(),
+                                  internal=args.all)
         except NothingToAnalyzeError as exc:
             print(f"stalkd analyze: {exc}", file=sys.stderr)
             return 2

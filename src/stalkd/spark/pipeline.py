@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from stalkd.spark.analytics import analyze_records
-from stalkd.spark.report import summary_text, utc, write_html, write_plots
+from stalkd.spark.report import utc, write_report
 
 STEPS = ("read records", "jobs table", "windows table", "tubes table", "report")
 
@@ -131,8 +131,11 @@ class _StoreTables:
 
 
 def run_analysis(spark: Any, log_dir: str, out_dir: str | Path, *, window_seconds: float = 60.0,
-                 archive: str = "true", progress: bool = True) -> AnalysisResult:
+                 archive: str = "true", progress: bool = True, internal: bool = False) -> AnalysisResult:
     """Run the whole analysis over ``log_dir`` (live segments and, by default, the archive).
+
+    The tables hold every tube; the report and summary leave stalkd's internal tubes
+    (``stalkd.*``) out unless ``internal``.
 
     ``out_dir`` may be a URL (``s3://...``): the tables are written there by the executors, the
     plots and report rendered locally and uploaded (objects replaced, not swapped in at once).
@@ -146,7 +149,7 @@ def run_analysis(spark: Any, log_dir: str, out_dir: str | Path, *, window_second
         local = Path(tempfile.mkdtemp(prefix="stalkd-analyze-"))
         try:
             res = _run(spark, log_dir, local / "out", local / "out.partial", window_seconds, archive,
-                       progress, started, _StoreTables(str(out_dir)))
+                       progress, started, _StoreTables(str(out_dir)), internal=internal)
             _upload(local / "out", str(out_dir))
         finally:
             shutil.rmtree(local, ignore_errors=True)
@@ -157,7 +160,8 @@ def run_analysis(spark: Any, log_dir: str, out_dir: str | Path, *, window_second
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        return _run(spark, log_dir, out, work, window_seconds, archive, progress, started, _LocalTables(work))
+        return _run(spark, log_dir, out, work, window_seconds, archive, progress, started, _LocalTables(work),
+                    internal=internal)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -173,7 +177,7 @@ def _upload(local: Path, url: str) -> None:
 
 
 def _run(spark: Any, log_dir: str, out: Path, work: Path, window_seconds: float, archive: str,
-         progress: bool, started: float, sink: Any) -> AnalysisResult:
+         progress: bool, started: float, sink: Any, *, internal: bool = False) -> AnalysisResult:
     work.mkdir(parents=True, exist_ok=True)
     with _progress(spark, progress) as bar:
         _step(bar, STEPS[0])
@@ -203,11 +207,8 @@ def _run(spark: Any, log_dir: str, out: Path, work: Path, window_seconds: float,
             records.unpersist()
         _step(bar, STEPS[4])
         span = _span(windows, window_seconds)
-        write_plots(windows, tubes, work, window_seconds)
-        report = write_html(work, tubes, source=str(log_dir), records=n_records, span=span,
-                            window_seconds=window_seconds)  # fmt: skip
-        summary = summary_text(tubes, records=n_records, span=span)
-        (work / "summary.txt").write_text(summary + "\n", encoding="utf-8")
+        report, summary = write_report(work, windows, tubes, source=str(log_dir), records=n_records,
+                                       span=span, window_seconds=window_seconds, internal=internal)
         bar.update()
     # Swap the finished run in: a crash before this point leaves the previous report intact.
     if out.exists():

@@ -16,7 +16,8 @@ How it behaves (each point is kept in one module; see its docstring):
   ``Serializer``); a ``validate`` hook rejects payloads at ``put``. Bodies without the prefix,
   from other producers, go to the tube's only task (``serializer``).
 * Failure: released with jittered exponential backoff (``backoff.compute_backoff``), the attempt
-  number being the server's ``releases`` counter + 1 (``stats-job``, read only on failure).
+  number being the server's ``releases`` + ``buries`` counters + 1 (``stats-job``, read only on
+  failure; a dead letter kicked back by ``stalkd retry`` is one attempt more).
   ``NonRetryable`` (or ``retryable = False``) skips the remaining attempts (``middleware.retries``).
 * Dead letters: after the last attempt the job is buried in its tube and a JSON record (error,
   traceback, attempts, body) is put into the ``stalkd.failed`` tube: ``stalkd failed`` lists
@@ -57,6 +58,7 @@ from stalkd.worker.context import JobContext
 from stalkd.worker.errors import (
     EnvelopeError,
     NonRetryable,
+    Postpone,
     Retry,
     TimeLimitExceeded,
     UnknownTask,
@@ -64,14 +66,15 @@ from stalkd.worker.errors import (
 )
 from stalkd.worker.middleware import Middleware
 from stalkd.worker.serializer import JsonSerializer, Serializer
+from stalkd.worker.task import CallTask
 
 if TYPE_CHECKING:
     from stalkd.worker.runner import WorkerBase
 
 __all__ = [
-    "App", "Task", "TaskOptions", "Backoff", "compute_backoff", "DeadLetter", "JobContext",
+    "App", "Task", "CallTask", "TaskOptions", "Backoff", "compute_backoff", "DeadLetter", "JobContext",
     "WorkerAction", "Complete", "RetryLater", "GiveUp", "WaitForDeps", "Recheck",
-    "NonRetryable", "Retry", "TimeLimitExceeded", "ValidationError", "EnvelopeError",
+    "NonRetryable", "Postpone", "Retry", "TimeLimitExceeded", "ValidationError", "EnvelopeError",
     "UnknownTask", "Middleware", "JsonSerializer", "Serializer", "make_worker",
     "JobCancelled", "cancelled", "raise_if_cancelled",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from stalkd.tubes import FAILED_TUBE
 from stalkd.worker.backoff import Backoff
@@ -25,12 +25,29 @@ from stalkd.worker.producer import ServerProducer
 from stalkd.worker.results import ResultBackend, ResultsUnsupported, ServerResults
 from stalkd.worker.schedule import Schedule
 from stalkd.worker.serializer import JsonSerializer, Serializer
-from stalkd.worker.task import DEFAULT_PRIORITY, Producer, Task, TaskOptions
+from stalkd.worker.task import (
+    DEFAULT_PRIORITY,
+    CallTask,
+    Producer,
+    Task,
+    TaskOptions,
+    takes_payload,
+)
 from stalkd.worker.testing import TestingSession
 
 __all__ = ["App", "Task", "TaskOptions", "DEFAULT_PRIORITY", "FAILED_TUBE"]
 
 P = TypeVar("P")
+A = ParamSpec("A")
+
+
+class _Register(Protocol):
+    """What ``@app.task(...)`` with options returns: the decorator, typed as ``app.task``."""
+
+    @overload
+    def __call__(self, fn: Callable[[P], Any], /) -> Task[P]: ...
+    @overload
+    def __call__(self, fn: Callable[A, Any], /) -> CallTask[A]: ...
 
 
 class App:
@@ -63,20 +80,24 @@ class App:
     @overload
     def task(self, fn: Callable[[P], Any], /, *, name: str | None = ...) -> Task[P]: ...
     @overload
+    def task(self, fn: Callable[A, Any], /, *, name: str | None = ...) -> CallTask[A]: ...
+    @overload
     def task(self, /, *, name: str | None = ..., tube: str | None = ..., priority: int = ...,
              ttr: int = ..., max_attempts: int = ..., backoff: Backoff | None = ...,
              time_limit: float | None = ..., validate: Callable[[Any], None] | None = ...,
              depends_poll: int = ..., result_ttl: float | None = ...,
-             ) -> Callable[[Callable[[P], Any]], Task[P]]: ...
+             ) -> _Register: ...
 
-    def task(self, fn: Callable[[Any], Any] | None = None, /, *, name: str | None = None,
+    def task(self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
              tube: str | None = None, priority: int = DEFAULT_PRIORITY, ttr: int = 120,
              max_attempts: int = 5, backoff: Backoff | None = None,
              time_limit: float | None = None, validate: Callable[[Any], None] | None = None,
              depends_poll: int = 60, result_ttl: float | None = None,
-             ) -> Task[Any] | Callable[[Callable[[Any], Any]], Task[Any]]:
+             ) -> Task[Any] | _Register:
         """Register a function as a task (``@app.task`` or ``@app.task(tube=..., ...)``).
 
+        A function of one payload is put with it (``send.put({"to": ...})``); any other
+        (``def add(a, b)``) becomes a ``CallTask``, put as it is called (``add.put(2, b=3)``).
         The tube defaults to the task name. ``validate(payload)`` raises to reject a payload at
         put time. ``max_attempts`` counts the first run. ``result_ttl``: keep what it returns
         (or how it failed for good) that many seconds (default: the app's ``result_ttl``).
@@ -88,7 +109,7 @@ class App:
         if not 1 <= ttr <= 2**32 - 1:
             raise ValueError(f"ttr must be in [1, 2**32-1] seconds, got {ttr}")
 
-        def register(f: Callable[[Any], Any]) -> Task[Any]:
+        def register(f: Callable[..., Any]) -> Task[Any]:
             task_name = name or f.__name__
             if task_name in self.tasks:
                 raise ValueError(f"task {task_name!r} is already registered")
@@ -96,11 +117,12 @@ class App:
                                max_attempts=max_attempts, backoff=backoff or Backoff(),
                                time_limit=time_limit, depends_poll=depends_poll,
                                result_ttl=result_ttl)
-            t: Task[Any] = Task(self, f, task_name, opts, validate)
+            t: Task[Any] = (Task(self, f, task_name, opts, validate) if takes_payload(f)
+                            else CallTask(self, f, task_name, opts, validate))
             self.tasks[task_name] = t
             return t
 
-        return register(fn) if fn is not None else register
+        return register(fn) if fn is not None else register  # type: ignore[return-value]
 
     def schedule(self, cron: str, task: Task[Any], *, name: str | None = None,
                  payload: Any = None, missed: Literal["skip", "once"] = "skip", grace: float = 60.0,

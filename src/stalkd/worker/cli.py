@@ -171,7 +171,7 @@ def retry(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="stalkd retry",
         description="Kick dead-lettered jobs back to ready. A kicked job keeps its attempt "
-        "count (the server's release counter), so it gets exactly one more attempt: if that "
+        "count, so it gets exactly one more attempt (numbered as such): if that "
         "fails it is dead-lettered again at once. --fresh gives it its task's full budget.")
     _common(p)
     p.add_argument("ids", nargs="*", type=int, help="original job ids (see stalkd failed)")
@@ -230,3 +230,33 @@ def scheduler_main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sched.stop())
     signal.signal(signal.SIGINT, lambda *_: sched.stop())
     return sched.run()
+
+
+def workers(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="stalkd workers",
+        description="List the live worker processes (host, pid, mode, slots) and the jobs each "
+        "runs now, with how long they have run. Workers announce themselves every few seconds "
+        "(stalkd.worker.presence); a worker that died is not listed.")
+    add_server_options(p)
+    p.add_argument("--json", action="store_true", help="print the list as one JSON value")
+    args = p.parse_args(list(argv))
+    address = _address(p, args)
+    from stalkd.worker.presence import list_workers
+
+    try:
+        found = list_workers(address)
+    except ConnectionError as exc:  # stalkd.client's connection errors derive from it
+        print(f"stalkd workers: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(found))
+        return 0
+    for w in found:
+        busy = len(w.get("jobs", []))
+        print(f"{w.get('host')} pid={w.get('pid')} {w.get('mode')} slots={w.get('slots')} "
+              f"busy={busy} tubes={','.join(w.get('tubes', []))} seen={w.get('age_s')}s ago")
+        for j in w.get("jobs", []):
+            print(f"    job {j['id']}  task={j['task']} tube={j['tube']} running {j['running_s']}s")
+    print(f"{len(found)} worker process(es) on {address}", file=sys.stderr)
+    return 0

@@ -7,7 +7,7 @@ beside it; nobody watches the failed tube, so records stay ready until retried o
   which puts them all back unchanged (counters aside), in the same order. A record whose job is
   no longer buried (deleted or kicked by hand) is not listed; ``stalkd retry`` removes it.
 * ``stalkd retry`` kicks the buried original (``kick-job``) and deletes its record. The job then
-  gets one more attempt (its ``releases`` counter, our attempt number, is kept by the server); with
+  gets one more attempt, numbered as one (the attempt is ``releases`` + ``buries`` + 1); with
   ``fresh=True`` a copy is put with fresh attempts and the buried original deleted instead.
 
 Order of writes when dead-lettering: record first, then bury. A crash in between leaves a

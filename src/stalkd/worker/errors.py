@@ -7,7 +7,7 @@ False
 
 from __future__ import annotations
 
-__all__ = ["NonRetryable", "Retry", "ValidationError", "TimeLimitExceeded", "EnvelopeError", "UnknownTask"]
+__all__ = ["NonRetryable", "Retry", "Postpone", "ValidationError", "TimeLimitExceeded", "EnvelopeError", "UnknownTask"]
 
 
 class NonRetryable(Exception):
@@ -24,13 +24,33 @@ class Retry(Exception):
 
     It still counts as an attempt, so ``max_attempts`` bounds it like any other failure.
 
-    >>> Retry(delay=30).delay
-    30
+    ``countdown=`` is the same, by Celery's name for it (``self.retry(countdown=30)``).
+
+    >>> Retry(delay=30).delay, Retry(countdown=30).delay
+    (30, 30)
     """
 
-    def __init__(self, message: str = "retry requested", *, delay: int | None = None) -> None:
+    def __init__(self, message: str = "retry requested", *, delay: int | None = None,
+                 countdown: int | None = None) -> None:
+        if delay is not None and countdown is not None:
+            raise ValueError("give delay= or countdown= (the same thing), not both")
         super().__init__(message)
-        self.delay = delay
+        self.delay = delay if countdown is None else countdown
+
+
+class Postpone(Exception):
+    """Raise to run the job again after ``delay`` seconds without using up an attempt: the
+    job is put again (a copy, with a new id, carrying the attempts it used) and this one
+    deleted, so no worker slot waits meanwhile. ``Limit.hold`` raises it when a rate limit's
+    next token is not due yet.
+
+    >>> Postpone(12).delay
+    12
+    """
+
+    def __init__(self, delay: int, message: str = "postponed") -> None:
+        super().__init__(message)
+        self.delay = max(1, int(delay))
 
 
 class ValidationError(ValueError):

@@ -33,8 +33,12 @@ of ``unique``: the oldest marker wins; the winner's marker stays, recording N). 
 later needs the tubes emptied by hand (``stalkd jobs``): a warning says so. A process killed
 between winning that claim and putting the tokens (once in the limit's life) leaves fewer.
 
-Waiting for a token happens inside the handler: it counts towards the job's time limit, the
-heartbeat keeps the job meanwhile, and a cancel request ends the wait (``JobCancelled``).
+Waiting for a concurrency token happens inside the handler: it counts towards the job's time
+limit, the heartbeat keeps the job meanwhile, and a cancel request ends the wait
+(``JobCancelled``). A rate limit's token is not waited for in a job's handler: when none is
+ready, ``hold`` raises ``Postpone`` with the seconds until the next one is due, and the worker
+puts the job again for then (no attempt used), so its slot serves other jobs meanwhile (as
+Dramatiq's rate limiters do). ``hold(wait=True)`` waits instead, as it does outside a handler.
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 from stalkd.tubes import LIMIT_TUBE_PREFIX
-from stalkd.worker.cancel import raise_if_cancelled
+from stalkd.worker.cancel import current, raise_if_cancelled
+from stalkd.worker.errors import Postpone
 
 log = logging.getLogger("stalkd.worker")
 
@@ -162,12 +167,19 @@ class Limit:
                         self.name, top[1].decode(), spec, tube, init)
 
     @contextlib.contextmanager
-    def hold(self, key: str | None = None, *, timeout: float | None = None) -> Iterator[None]:
-        """Wait for a token (of ``key``'s own limit when given), then run the block."""
+    def hold(self, key: str | None = None, *, timeout: float | None = None,
+             wait: bool = False) -> Iterator[None]:
+        """Take a token (of ``key``'s own limit when given), then run the block. A rate
+        limit's token not ready in a job's handler raises ``Postpone`` unless ``wait``."""
         conn = self._conn(self.tube(key))
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
-            while (got := conn.reserve(timeout=1)) is None:
+            got = None
+            postpone = self.period and not wait and current.get() is not None
+            if postpone and (got := conn.reserve(timeout=0)) is None:
+                due = self._due(conn.client, conn.watching_tube)
+                raise Postpone(due, f"limit {self.name}: next token in {due}s")
+            while got is None and (got := conn.reserve(timeout=1)) is None:
                 raise_if_cancelled()
                 if deadline is not None and time.monotonic() >= deadline:
                     raise LimitTimeout(f"limit {self.name}: no token within {timeout}s "
@@ -194,9 +206,21 @@ class Limit:
             except OSError:
                 self._drop(conn)  # the server released it when the connection went
 
+    def _due(self, client: Any, tube: str) -> int:
+        """Whole seconds until ``tube``'s next token is ready (1 if none is delayed: one is
+        held for an instant by another process)."""
+        from stalkd.client import errors
+
+        client.use(tube)
+        try:
+            left = int(client.stats_job(client.peek_delayed().id).get("time-left", 0))
+        except errors.NotFound:
+            return 1
+        return max(1, left)
+
     @contextlib.asynccontextmanager
     async def ahold(self, key: str | None = None, *,
-                    timeout: float | None = None) -> AsyncIterator[None]:
+                    timeout: float | None = None, wait: bool = False) -> AsyncIterator[None]:
         """``hold`` for ``async def`` handlers, on an asyncio connection of the running loop
         (a cancelled wait drops its connection, so no token is left reserved)."""
         tube = self.tube(key)
@@ -218,14 +242,19 @@ class Limit:
                     await conn.client.ignore(conn.watching_tube)
                 conn.watching_tube = tube
             deadline = None if timeout is None else loop.time() + timeout
-            while (got := await conn.reserve(timeout=1)) is None:
+            got = None
+            postpone = self.period and not wait and current.get() is not None
+            if postpone and (got := await conn.reserve(timeout=0)) is None:
+                due = await self._adue(conn.client, tube)
+                raise Postpone(due, f"limit {self.name}: next token in {due}s")
+            while got is None and (got := await conn.reserve(timeout=1)) is None:
                 if deadline is not None and loop.time() >= deadline:
                     raise LimitTimeout(f"limit {self.name}: no token within {timeout}s "
                                        f"(tube {tube})")
             token = got[0]
             if self.period:
                 await conn.release(token, 0, max(1, math.ceil(self.period)))
-        except LimitTimeout:
+        except (LimitTimeout, Postpone):
             pool.append(conn)
             raise
         except BaseException:
@@ -247,6 +276,18 @@ class Limit:
                 with contextlib.suppress(Exception):
                     await conn.close()  # the server releases the token with the connection
                 raise
+
+    async def _adue(self, client: Any, tube: str) -> int:
+        """``_due`` on an asyncio client."""
+        from stalkd.client import errors
+
+        await client.use(tube)
+        try:
+            job = await client.peek_delayed()
+            left = int((await client.stats_job(job.id)).get("time-left", 0))
+        except errors.NotFound:
+            return 1
+        return max(1, left)
 
     def limited(self, fn: F) -> F:
         """Decorate a handler so it runs under ``hold()`` (no key)."""

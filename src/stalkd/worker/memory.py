@@ -3,7 +3,7 @@
 
 Time does not pass: a delayed job is reserved only when no ready job is left, and TTRs never
 run out. Ensures: a job is in exactly one state (ready, delayed, reserved, buried) until
-deleted; ``releases`` counts releases as beanstalkd's ``stats-job`` does.
+deleted; ``releases`` and ``buries`` count as beanstalkd's ``stats-job`` does.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ class MemoryJob:
     ttr: int
     state: str = "ready"   # ready, delayed, reserved, buried
     releases: int = 0
+    buries: int = 0
 
 
 class MemoryServer:
@@ -81,6 +82,7 @@ class MemoryServer:
         if job is None or job.state != "reserved":
             return False
         job.state, job.priority = "buried", priority
+        job.buries += 1
         return True
 
     def kick_job(self, job_id: int) -> bool:
@@ -116,7 +118,8 @@ class MemoryServer:
         if job is None:
             return None
         return {"id": job.id, "tube": job.tube, "state": job.state, "pri": job.priority,
-                "delay": job.delay, "ttr": job.ttr, "releases": job.releases}
+                "delay": job.delay, "ttr": job.ttr, "releases": job.releases,
+                "buries": job.buries}
 
     def stats_tube(self, tube: str) -> dict[str, Any] | None:
         jobs = [j for j in self.jobs.values() if j.tube == tube]
@@ -128,6 +131,13 @@ class MemoryServer:
     def peek(self, job_id: int) -> tuple[int, bytes] | None:
         job = self.jobs.get(job_id)
         return None if job is None else (job.id, job.body)
+
+    def peek_delayed(self, tube: str) -> tuple[int, bytes] | None:
+        delayed = self.in_tube(tube, "delayed")
+        if not delayed:
+            return None
+        job = min(delayed, key=lambda j: (j.delay, j.id))  # time does not pass: shortest first
+        return job.id, job.body
 
     def peek_ready(self, tube: str) -> tuple[int, bytes] | None:
         ready = self.in_tube(tube, "ready")

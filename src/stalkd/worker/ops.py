@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from stalkd.client import AsyncClient, Client, Finished, errors
+from stalkd.client.job import Job
 from stalkd.worker.results import NO_RESULT_SERVER, ResultBackend, ResultsUnsupported, ServerResults
 
 __all__ = ["ServerOps", "AsyncServerOps", "Reserved", "Result", "result_not_stored"]
@@ -206,9 +207,15 @@ class ServerOps:
         return job.id, bytes(job.body)
 
     def peek_ready(self, tube: str) -> Reserved | None:
+        return self._peek(tube, self.client.peek_ready)
+
+    def peek_delayed(self, tube: str) -> Reserved | None:
+        return self._peek(tube, self.client.peek_delayed)
+
+    def _peek(self, tube: str, peek: Callable[[], Job]) -> Reserved | None:
         self.client.use(tube)
         try:
-            job = self.client.peek_ready()
+            job = peek()
         except errors.NotFound:
             return None
         return job.id, bytes(job.body)
@@ -329,9 +336,15 @@ class AsyncServerOps:
             return False
 
     async def peek_ready(self, tube: str) -> Reserved | None:
+        return await self._peek(tube, self.client.peek_ready)
+
+    async def peek_delayed(self, tube: str) -> Reserved | None:
+        return await self._peek(tube, self.client.peek_delayed)
+
+    async def _peek(self, tube: str, peek: Callable[[], Awaitable[Job]]) -> Reserved | None:
         await self.client.use(tube)
         try:
-            job = await self.client.peek_ready()
+            job = await peek()
         except errors.NotFound:
             return None
         return job.id, bytes(job.body)

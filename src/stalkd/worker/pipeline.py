@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -37,7 +37,7 @@ from stalkd.worker.actions import (
 )
 from stalkd.worker.cancel import JobCancelled
 from stalkd.worker.context import JobContext
-from stalkd.worker.errors import TimeLimitExceeded
+from stalkd.worker.errors import Postpone, TimeLimitExceeded
 from stalkd.worker.middleware.base import Middleware
 from stalkd.worker.registry import Registry
 from stalkd.worker.results import InputMissing, decode_outcome, encode_outcome, gathered, waiting
@@ -87,11 +87,19 @@ class Delivered(NamedTuple):
 def deliver(app: Registry, job_id: int, body: bytes,
             tube: str | None = None) -> Generator[Step, Any, Delivered]:
     """The steps of one delivery of reserved job ``job_id`` (see the module docstring)."""
-    try:
-        ctx = _begin(app, job_id, body, tube)
-    except Exception as exc:
-        action: WorkerAction = GiveUp(priority=0, record=dead_letter(job_id, body, exc, now=time.time()))
-        log.error("✗ job=%d undecodable, buried: %s", job_id, exc)
+    ctx, exc = _try_begin(app, job_id, body, tube)
+    if ctx is None and tube is None:
+        # a driver reserving from several tubes does not know the job's; the server does (and
+        # a bare body may be its tube's only task's)
+        info = yield Call("stats_job", (job_id,))
+        if info is not None:
+            tube = str(info["tube"])
+            ctx, exc = _try_begin(app, job_id, body, tube)
+    if ctx is None:
+        assert exc is not None
+        action: WorkerAction = GiveUp(priority=0, record=dead_letter(
+            job_id, body, exc, tube=tube or "?", now=time.time()))
+        log.error("✗ job=%d tube=%s undecodable, buried: %s", job_id, tube or "?", exc)
         acked = yield from _act(app, job_id, None, action)
         return Delivered(job_id, action, acked, None, exc)
     if ctx.header.origin is not None or ctx.header.inputs:
@@ -124,8 +132,7 @@ def deliver(app: Registry, job_id: int, body: bytes,
         yield RunHandler(ctx)
     if ctx.attempt is None and (ctx.exception is not None
                                 or any(m.needs_attempt for m in app.middleware)):
-        info = yield Call("stats_job", (job_id,))
-        ctx.attempt = int(str(info["releases"])) + 1 if info else 1
+        ctx.attempt = attempt_of((yield Call("stats_job", (job_id,)))) + ctx.header.tries
     action = _finish(app, ctx)
     acked = yield from _act(app, job_id, ctx, action)
     _notify(app, ctx, action, acked)
@@ -149,6 +156,19 @@ def _not_run(app: Registry, job_id: int, ctx: JobContext, origin: int,
     if isinstance(action, Recheck):
         _notify(app, ctx, action, acked)
     return Delivered(job_id, action, acked, ctx, None)
+
+
+def attempt_of(info: Mapping[str, Any] | None) -> int:
+    """Which attempt a delivery is, from its job's ``stats-job``: 1, plus one per release (a
+    retry) and per bury (a dead letter that ``stalkd retry`` kicked back gets one more attempt,
+    and says so: kicking leaves ``releases`` as it was).
+
+    >>> attempt_of({"releases": 2, "buries": 1}), attempt_of(None)
+    (4, 1)
+    """
+    if not info:
+        return 1
+    return int(str(info.get("releases", 0))) + int(str(info.get("buries", 0))) + 1
 
 
 _ACKS = frozenset({"delete", "release", "bury"})
@@ -190,6 +210,14 @@ class LastAck:
             call_failed(self.step, exc)
 
 
+def _try_begin(app: Registry, job_id: int, body: bytes,
+               tube: str | None) -> tuple[JobContext | None, Exception | None]:
+    try:
+        return _begin(app, job_id, body, tube), None
+    except Exception as exc:
+        return None, exc
+
+
 def _begin(app: Registry, job_id: int, body: bytes, tube: str | None) -> JobContext:
     """Decode a reserved job; raises EnvelopeError / UnknownTask / the serializer's error."""
     header, raw = decode_envelope(body, job_id=job_id)
@@ -227,6 +255,9 @@ def _finish(app: Registry, ctx: JobContext) -> WorkerAction:
     ctx.duration = time.monotonic() - ctx.started
     if isinstance(ctx.exception, JobCancelled):
         ctx.action = Complete()  # stopped on request: deleted, as a queued job's cancel does
+    elif isinstance(ctx.exception, Postpone):  # not a failure: put again later, as a wait is
+        ctx.action = WaitForDeps(ctx.exception.delay)
+        ctx.exception = ctx.traceback = None
     for m in reversed(app.middleware):
         _safe(m.after_process, ctx)
     if ctx.action is None:
@@ -262,7 +293,7 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
                 result = None
             yield Call("delete", (marker,))
             if ctx is not None and ctx.header.key is not None:
-                yield from _calls(unique.wake_steps(ctx.header.key))
+                yield from _calls(unique.wake_steps(ctx.header.key, marker))
         ok, _ = yield Call("finish", ("delete", job_id, 0, 0, result), last=True)
     elif isinstance(action, RetryLater):
         ok, _ = yield Call("finish", ("release", job_id, action.priority, action.delay, None),
@@ -277,8 +308,11 @@ def _act(app: Registry, job_id: int, ctx: JobContext | None,
     else:
         assert ctx is not None
         origin = ctx.header.origin or job_id  # the copy's result is kept by the first id
-        body = ctx.body if keep is None else encode_envelope(replace(ctx.header, origin=origin, prev=job_id),
-                                                             decode_envelope(ctx.body, job_id=job_id)[1])
+        changed: dict[str, Any] = {} if keep is None else {"origin": origin, "prev": job_id}
+        if ctx.attempt is not None and ctx.attempt > 1:  # postponed: attempts used go along
+            changed["tries"] = ctx.attempt - 1
+        body = ctx.body if not changed else encode_envelope(
+            replace(ctx.header, **changed), decode_envelope(ctx.body, job_id=job_id)[1])
         copy = yield Call("put", (ctx.tube, body, ctx.task.priority, action.delay, ctx.ttr))
         waits = None if keep is None else (app.results, origin, waiting(app.serializer, copy), keep)
         # The waiter goes in before this job's delete, and a key freed meanwhile wakes the copy

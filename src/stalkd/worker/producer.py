@@ -63,7 +63,13 @@ class ServerProducer:
                         result_ttl=result_ttl)
         body = encode_envelope(header, data)
         job_id: int = conn.put(task.tube, body, priority, delay, ttr)
+        if key is not None and marker is not None:
+            unique.point(conn, key, marker, job_id)  # for a later duplicate's handle
         return job_id
+
+    def holder(self, key: str) -> int | None:
+        """The id of the pending job holding ``key`` (None when none is known)."""
+        return unique.holder(self._conn(), key)
 
     async def aput_job(self, task: Task[Any], payload: Any, *, delay: int, priority: int,
                        ttr: int, deps: tuple[str, ...]) -> int:
@@ -95,7 +101,8 @@ class ServerProducer:
         if header is not None and header.marker is not None:
             conn.delete(header.marker)
             if header.key is not None:
-                unique.drive(conn, unique.wake_steps(header.key))  # its waiting dependents look again
+                # its pointer goes, its waiting dependents look again
+                unique.drive(conn, unique.wake_steps(header.key, header.marker))
         return True
 
     def job_state(self, job_id: int) -> str | None:

@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 from stalkd.client import Client, errors
 
 __all__ = ["ResultBackend", "ServerResults", "MemoryResults", "ResultsUnsupported", "Outcome",
-           "TaskFailed", "JobHandle", "ResultHost", "encode_outcome", "decode_outcome",
+           "TaskFailed", "NoResultsKept", "JobHandle", "ResultHost", "encode_outcome", "decode_outcome",
            "NO_RESULT_SERVER", "InputMissing", "gathered", "waiting", "finished"]
 
 NO_RESULT_SERVER = ("the server at {address} does not keep results (it answered UNKNOWN_COMMAND "
@@ -143,6 +143,11 @@ class TaskFailed(Exception):
         self.traceback = outcome.traceback
 
 
+class NoResultsKept(RuntimeError):
+    """``result()`` of a job whose task keeps no results: no result will ever come, so the
+    call fails at once instead of waiting out its timeout."""
+
+
 class _Serializer(Protocol):
     def dumps(self, payload: Any) -> bytes: ...
 
@@ -227,15 +232,26 @@ class JobHandle(int):
     ``reserved``, ``buried``), then ``done`` or ``failed`` while its result lives (``waiting``
     while a job of a group or chain waits for its inputs under a new id), else ``unknown``. ``result(timeout)``: the value the task returned, waiting for it (polling the
     backend, with growing pauses); raises :class:`TaskFailed` if it failed for good and
-    ``TimeoutError`` if no result came in time.
+    ``TimeoutError`` if no result came in time, :class:`NoResultsKept` at once if the job's
+    task keeps no results (``no_results``: the task's name, given by ``Task.put``).
     """
 
     host: ResultHost
+    no_results: str | None
+    duplicate: bool  # a put whose unique key was held: this is the job holding it
 
-    def __new__(cls, job_id: int, host: ResultHost) -> JobHandle:
+    def __new__(cls, job_id: int, host: ResultHost, *, no_results: str | None = None,
+                duplicate: bool = False) -> JobHandle:
         self = super().__new__(cls, job_id)
         self.host = host
+        self.no_results = no_results
+        self.duplicate = duplicate
         return self
+
+    def _check_kept(self) -> None:
+        if self.no_results is not None:
+            raise NoResultsKept(f"job {int(self)}: task {self.no_results} keeps no results (set "
+                                f"result_ttl=SECONDS on the task, or on the App for every task)")
 
     def __reduce__(self) -> tuple[type[int], tuple[int]]:
         return int, (int(self),)  # pickled (to another process) as the plain id
@@ -265,6 +281,7 @@ class JobHandle(int):
         return got.value
 
     def result(self, timeout: float | None = None) -> Any:
+        self._check_kept()
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = _FIRST_POLL
         while True:
@@ -283,6 +300,7 @@ class JobHandle(int):
 
     async def aresult(self, timeout: float | None = None) -> Any:
         """``result`` for asyncio code: the backend is asked on a thread, the loop waits."""
+        self._check_kept()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         pause = _FIRST_POLL

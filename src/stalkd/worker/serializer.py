@@ -96,6 +96,8 @@ class Header:
     # a copy re-put while it waited: the id of the job it copies (which may still be there
     # after a crash; see ``copies``)
     prev: int | None = None
+    # attempts a postponed job used before it was put again (``errors.Postpone``)
+    tries: int = 0
 
 
 @functools.lru_cache(maxsize=1024)
@@ -127,6 +129,8 @@ def encode_envelope(header: Header, payload: bytes) -> bytes:
         fields["o"] = header.origin
     if header.prev is not None:
         fields["p"] = header.prev
+    if header.tries:
+        fields["n"] = header.tries
     return PREFIX + json.dumps(fields, separators=(",", ":")).encode() + b"\n" + payload
 
 
@@ -161,4 +165,4 @@ def _parse_header(text: bytes) -> Header:
                   inputs=tuple(int(i) for i in fields.get("i", ())), gather=bool(fields.get("g")),
                   result_ttl=None if keep is None else float(keep),
                   origin=None if origin is None else int(origin),
-                  prev=None if prev is None else int(prev))
+                  prev=None if prev is None else int(prev), tries=int(fields.get("n", 0)))

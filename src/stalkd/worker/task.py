@@ -9,6 +9,20 @@
 ('send', 'emails', 600)
 
 ``Task`` is generic in its payload type, so ``mypy --strict`` checks ``send.put(...)``.
+
+A function that does not take exactly one payload (``def add(a: int, b: int)``) becomes a
+``CallTask``, put as it is called (Celery's ``delay``, RQ's ``enqueue``, Dramatiq's ``send``),
+its parameters checked by mypy through a ``ParamSpec``:
+
+>>> @app.task
+... def add(a: int, b: int) -> int:
+...     return a + b
+>>> type(add).__name__, add(2, 3)
+('CallTask', 5)
+>>> with app.testing() as t:
+...     _ = add.put(2, b=3)          # add.apply((2,), {"b": 3}, delay=10) for put's options
+...     t.queued[0].body.splitlines()[1]
+b'{"args":[2],"kwargs":{"b":3}}'
 """
 
 from __future__ import annotations
@@ -19,17 +33,18 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from stalkd.worker.backoff import Backoff
 from stalkd.worker.errors import ValidationError
 from stalkd.worker.results import JobHandle, ResultBackend
 from stalkd.worker.serializer import Header, Serializer, encode_envelope
 
-__all__ = ["Task", "TaskOptions", "Signature", "Producer", "TaskHost", "DEFAULT_PRIORITY", "delay_seconds"]
+__all__ = ["Task", "CallTask", "takes_payload", "TaskOptions", "Signature", "Producer", "TaskHost", "DEFAULT_PRIORITY", "delay_seconds"]
 
 DEFAULT_PRIORITY = 2**31
 P = TypeVar("P")  # the payload type a task's function takes
+A = ParamSpec("A")  # the parameters of a CallTask's function
 
 
 class Producer(Protocol):
@@ -46,6 +61,10 @@ class Producer(Protocol):
                        ttr: int, deps: tuple[str, ...]) -> int: ...
 
     def cancel(self, job_id: int) -> bool: ...
+
+    def holder(self, key: str) -> int | None:
+        """The id of the pending job holding unique ``key``, None when none is known."""
+        ...
 
     def job_state(self, job_id: int) -> str | None:
         """The job's state (ready, delayed, reserved, buried), None when it is gone."""
@@ -176,14 +195,18 @@ class Task(Generic[P]):
             priority: int | None = None, ttr: int | None = None, key: str | None = None,
             depends_on: Iterable[str] = ()) -> JobHandle | None:
         """Queue ``payload``; returns the job id as a ``JobHandle`` (``.result()``,
-        ``.status()``), or None when ``key`` is already held by a pending job (a duplicate put
-        is a no-op). It runs after ``delay`` (seconds or a ``timedelta``) or at ``at`` (a
+        ``.status()``). With ``key`` already held by a pending job, nothing is queued: the
+        handle is the existing job's (``.duplicate`` is True), or None in the instant before
+        its producer recorded it. It runs after ``delay`` (seconds or a ``timedelta``) or at ``at`` (a
         ``datetime``). ``depends_on`` lists unique keys whose jobs must complete first."""
         job_id = self.app.producer.put_job(
             self, payload, delay=delay_seconds(delay, at, time.time()),
             priority=self.priority if priority is None else priority,
             ttr=self.ttr if ttr is None else ttr, key=key, deps=tuple(depends_on))
-        return None if job_id is None else JobHandle(job_id, self.app)
+        if job_id is None and key is not None:
+            existing = self.app.producer.holder(key)
+            return None if existing is None else self._handle(existing, duplicate=True)
+        return None if job_id is None else self._handle(job_id)
 
     async def aput(self, payload: P, *, delay: Delay = 0, at: dt.datetime | None = None,
                    priority: int | None = None, ttr: int | None = None,
@@ -194,7 +217,12 @@ class Task(Generic[P]):
             self, payload, delay=delay_seconds(delay, at, time.time()),
             priority=self.priority if priority is None else priority,
             ttr=self.ttr if ttr is None else ttr, deps=tuple(depends_on))
-        return JobHandle(job_id, self.app)
+        return self._handle(job_id)
+
+    def _handle(self, job_id: int, *, duplicate: bool = False) -> JobHandle:
+        keeps = self.options.result_ttl is not None
+        return JobHandle(job_id, self.app, no_results=None if keeps else self.name,
+                         duplicate=duplicate)
 
     def put_many(self, payloads: Iterable[P], *, delay: Delay = 0, priority: int | None = None,
                  ttr: int | None = None) -> list[int]:
@@ -204,3 +232,64 @@ class Task(Generic[P]):
         return self.app.producer.put_jobs(
             self, payloads, delay=delay_seconds(delay, None, 0.0), priority=self.priority if priority is None else priority,
             ttr=self.ttr if ttr is None else ttr)
+
+
+def takes_payload(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is a one-payload task function: exactly one required positional
+    parameter and no required keyword-only one (else it is put as called: ``CallTask``).
+
+    >>> takes_payload(lambda p: p), takes_payload(lambda a, b: a), takes_payload(lambda: 0)
+    (True, False, False)
+    """
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: as before, one payload
+        return True
+    kind = inspect.Parameter
+    required = [p for p in params if p.default is p.empty
+                and p.kind not in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD)]
+    return len(required) == 1 and required[0].kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)
+
+
+class CallTask(Task[dict[str, Any]], Generic[A]):
+    """A task put as its function is called: ``add.put(2, b=3)``. The job's payload is
+    ``{"args": [...], "kwargs": {...}}`` (through the app's serializer) and the worker calls
+    the function with them. ``apply(args, kwargs, delay=..., key=...)`` takes put's options."""
+
+    def __init__(self, app: TaskHost, fn: Callable[A, Any], name: str, options: TaskOptions,
+                 validate: Callable[[Any], None] | None) -> None:
+        target: Callable[..., Any] = fn
+        if inspect.iscoroutinefunction(fn):
+            async def run_async(p: dict[str, Any]) -> Any:
+                return await target(*p["args"], **p["kwargs"])
+            runner: Callable[[dict[str, Any]], Any] = run_async
+        else:
+            def run(p: dict[str, Any]) -> Any:
+                return target(*p["args"], **p["kwargs"])
+            runner = run
+        super().__init__(app, runner, name, options, validate)
+        self.function = fn
+        self.__doc__ = fn.__doc__
+
+    def __call__(self, *args: A.args, **kwargs: A.kwargs) -> Any:  # type: ignore[override]
+        return self.function(*args, **kwargs)
+
+    def put(self, *args: A.args, **kwargs: A.kwargs) -> JobHandle | None:  # type: ignore[override]
+        """Queue a call with these arguments; see ``Task.put`` (``apply`` for its options)."""
+        return self.apply(args, kwargs)
+
+    async def aput(self, *args: A.args, **kwargs: A.kwargs) -> JobHandle:  # type: ignore[override]
+        """``put`` for asyncio code (see ``Task.aput``)."""
+        return await Task.aput(self, _arguments(args, kwargs))
+
+    def apply(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
+              delay: Delay = 0, at: dt.datetime | None = None, priority: int | None = None,
+              ttr: int | None = None, key: str | None = None,
+              depends_on: Iterable[str] = ()) -> JobHandle | None:
+        """Queue a call with ``args`` and ``kwargs`` and ``Task.put``'s options."""
+        return Task.put(self, _arguments(args, kwargs or {}), delay=delay, at=at,
+                        priority=priority, ttr=ttr, key=key, depends_on=depends_on)
+
+
+def _arguments(args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"args": list(args), "kwargs": dict(kwargs)}

@@ -124,6 +124,9 @@ class TestingSession:
     def cancel(self, job_id: int) -> bool:
         return self._producer.cancel(job_id)
 
+    def holder(self, key: str) -> int | None:
+        return self._producer.holder(key)
+
     def job_state(self, job_id: int) -> str | None:
         return self._producer.job_state(job_id)
 

@@ -12,6 +12,12 @@ those tubes, so markers stay ready; they are records, not work.
   (whose envelope names the marker id); every other claimant deletes its marker and its put is a
   no-op (returns None). Two racing producers cannot both win, because ids are unique and
   increasing and a marker is deleted only by its loser or by the job's completion.
+* Duplicates: the winner also puts a *pointer* into the key tube, a job delayed for decades
+  (so never ready: it does not count as a held key) whose body names the marker and the real
+  job. A losing ``put`` reads the marker (``peek-ready``) and the pointer (``peek-delayed``) and,
+  when the pointer names that marker, returns a handle to the existing job (:func:`holder`);
+  else (the winner has not put it yet, or died first) None. Whoever frees the key deletes the
+  pointers of that marker and older ones (:func:`wake_steps`).
 * Release: when the job completes, the worker deletes the marker (after storing the job's
   result, if kept, and before deleting the job: a crash in between runs the job again rather
   than holding ``K`` for ever), so ``K`` can be used again. A dead-lettered job keeps its key until it is retried and succeeds or
@@ -62,7 +68,7 @@ from typing import Any, Protocol
 from stalkd.tubes import KEY_TUBE_PREFIX, WAIT_TUBE_PREFIX
 
 __all__ = ["key_tube", "wait_tube", "claim", "pending", "is_pending", "wait_steps", "woken_steps",
-           "wake_steps",
+           "wake_steps", "point", "holder",
            "drive", "OpCall", "MARKER_PREFIX"]
 
 MARKER_PREFIX = KEY_TUBE_PREFIX
@@ -71,6 +77,7 @@ MARKER_PREFIX = KEY_TUBE_PREFIX
 class _Ops(Protocol):
     def put(self, tube: str, body: bytes, *, priority: int, delay: int, ttr: int) -> int: ...
     def peek_ready(self, tube: str) -> tuple[int, bytes] | None: ...
+    def peek_delayed(self, tube: str) -> tuple[int, bytes] | None: ...
     def delete(self, job_id: int) -> bool: ...
     def stats_tube(self, tube: str) -> dict[str, object] | None: ...
 
@@ -97,6 +104,7 @@ OpCall = tuple[str, tuple[Any, ...]]
 """A server call as a step: a method name of ``ops.ServerOps`` and its arguments."""
 
 WAITER_TTR = 60
+POINTER_DELAY = 2**31  # seconds: a pointer is never ready (68 years), so never a held key
 _MAX_WAKES = 10_000  # waiters read per freeing: bounds the loop should deletes keep failing
 
 
@@ -117,9 +125,16 @@ def woken_steps(job_id: int, waiter: int) -> Generator[OpCall, Any, None]:
     yield ("delete", (waiter,))
 
 
-def wake_steps(key: str) -> Generator[OpCall, Any, int]:
-    """After ``key``'s marker is deleted: kick every job registered against it and delete the
-    registrations; how many jobs were woken."""
+def wake_steps(key: str, marker: int | None = None) -> Generator[OpCall, Any, int]:
+    """After ``key``'s marker (``marker``) is deleted: delete its pointers (and older ones),
+    kick every job registered against the key and delete the registrations; how many jobs
+    were woken."""
+    if marker is not None:
+        for _ in range(_MAX_WAKES):
+            got = yield ("peek_delayed", (key_tube(key),))
+            if got is None or _pointer(got[1])[0] > marker:
+                break  # none left, or a newer holder's: theirs to delete
+            yield ("delete", (got[0],))
     tube = wait_tube(key)
     woken = 0
     for _ in range(_MAX_WAKES):
@@ -169,6 +184,31 @@ def claim(conn: _Ops, key: str, *, now: float, stale_after: float | None = None)
         conn.delete(mine)
         return None
     raise RuntimeError(f"unique key {key!r}: could not settle the claim in tube {tube}")
+
+
+def point(conn: _Ops, key: str, marker: int, job_id: int) -> None:
+    """Record that ``marker`` holds ``key`` for ``job_id`` (see Duplicates in the docstring)."""
+    body = json.dumps({"marker": marker, "job": job_id}).encode()
+    conn.put(key_tube(key), body, priority=0, delay=POINTER_DELAY, ttr=1)
+
+
+def holder(conn: _Ops, key: str) -> int | None:
+    """The id of the job holding ``key`` now, when its pointer is in; else None."""
+    tube = key_tube(key)
+    head, ptr = conn.peek_ready(tube), conn.peek_delayed(tube)
+    if head is None or ptr is None:
+        return None
+    marker, job = _pointer(ptr[1])
+    return job if marker == head[0] else None
+
+
+def _pointer(body: bytes) -> tuple[int, int | None]:
+    """(marker, job) of a pointer; (0, None) for a body that is not one (deleted as old)."""
+    try:
+        d = json.loads(body)
+        return int(d["marker"]), int(d["job"])
+    except (ValueError, KeyError, TypeError):
+        return 0, None
 
 
 def pending(conn: _Ops, key: str) -> bool:

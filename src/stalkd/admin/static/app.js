@@ -14,6 +14,16 @@ const fmt = (n) => (n >= 10000 ? (n / 1000).toFixed(n >= 100000 ? 0 : 1) + "k" :
 const rate = (n) => (n >= 100 ? fmt(n) : n.toFixed(n >= 10 ? 0 : 1));
 const bytes = (n) => { const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0; while (n >= 1024 && i < 4) { n /= 1024; i++; } return n.toFixed(i ? 1 : 0) + " " + u[i]; };
 const age = (s) => (s < 60 ? s + "s" : s < 3600 ? Math.floor(s / 60) + "m" : s < 86400 ? Math.floor(s / 3600) + "h" : Math.floor(s / 86400) + "d");
+// A y axis of 4 steps: each step 1, 2 or 5 x 10^k (whole for job counts), so no two of its
+// labels read the same (a top of 1 gave "1, 1, 1, 0, 0"). Returns [top, labels from top down].
+function axis(max, whole, label) {
+  let step = Math.max(max, 1e-9) / 4;
+  const p = 10 ** Math.floor(Math.log10(step));
+  step = [1, 2, 5, 10].map((m) => m * p).find((s) => s >= step * 0.999);
+  if (whole) step = Math.max(1, Math.round(step));
+  return [step * 4, [4, 3, 2, 1, 0].map((i) => label(step * i))];
+}
+const axisRate = (n) => (n >= 100 ? fmt(n) : n >= 10 || Number.isInteger(n) ? String(Math.round(n)) : String(+n.toFixed(2)));
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 
 async function api(method, path, body) {
@@ -67,15 +77,15 @@ function chart() {
   g.clearRect(0, 0, w, h);
   const pad = { l: 44, r: 48, t: 8, b: 18 };
   const { put, del, ready } = state.series;
-  const max = Math.max(1, ...put, ...del);
-  const maxReady = Math.max(1, ...ready);
+  const [max, rateLabels] = axis(Math.max(1, ...put, ...del), false, axisRate);
+  const [maxReady, readyLabels] = axis(Math.max(1, ...ready), true, fmt);
   const css = getComputedStyle(document.documentElement);
   g.strokeStyle = "#26313d"; g.fillStyle = "#7f8c99"; g.font = "11px system-ui, sans-serif"; g.lineWidth = 1;
   for (let i = 0; i <= 4; i++) {
     const y = pad.t + ((h - pad.t - pad.b) * i) / 4;
     g.beginPath(); g.moveTo(pad.l, y + 0.5); g.lineTo(w - pad.r, y + 0.5); g.stroke();
-    g.fillStyle = "#7f8c99"; g.fillText(rate((max * (4 - i)) / 4), 6, y + 4);
-    g.fillStyle = "#f0b44c"; g.fillText(fmt((maxReady * (4 - i)) / 4), w - pad.r + 6, y + 4);
+    g.fillStyle = "#7f8c99"; g.fillText(rateLabels[i], 6, y + 4);
+    g.fillStyle = "#f0b44c"; g.fillText(readyLabels[i], w - pad.r + 6, y + 4);
   }
   g.fillStyle = "#7f8c99";
   g.fillText("-2 min", pad.l, h - 4);
@@ -160,6 +170,18 @@ function renderBuried(data, ov) {
       <td class="error-cell" title="${esc(j.error || "")}">${esc(j.error || j.body)}</td>
       <td class="n">${j.attempts ?? j.buries}</td><td class="n">${age(j.age)}</td>
       <td class="actions"><button data-act="kick">kick</button><button data-act="move">move</button><button class="danger" data-act="delete">delete</button></td>
+    </tr>`).join("");
+}
+
+function renderWorkers(data) {
+  const ws = data.workers;
+  $("#workers-empty").classList.toggle("hidden", ws.length > 0);
+  $("#workers-count").textContent = ws.length ? `${ws.length} process${ws.length > 1 ? "es" : ""}` : "";
+  $("#workers tbody").innerHTML = ws.map((w) => `
+    <tr data-pid="${esc(w.pid)}">
+      <td>${esc(w.host)}</td><td class="n">${esc(w.pid)}</td><td>${esc(w.mode)}</td>
+      <td class="n">${w.jobs.length} / ${esc(w.slots)}</td><td>${esc((w.tubes || []).join(", "))}</td>
+      <td class="jobs-cell">${w.jobs.map((j) => `<a class="job" data-act="view" data-id="${esc(j.id)}">${esc(j.id)}</a> ${esc(j.task)} ${age(Math.floor(j.running_s))}`).join("<br>")}</td>
     </tr>`).join("");
 }
 
@@ -262,10 +284,12 @@ async function refresh() {
   if (busy) return;
   busy = true;
   try {
-    const [ov, buried] = await Promise.all([api("GET", "/api/v1/overview"), api("GET", "/api/v1/buried?limit=50")]);
+    const [ov, buried, workers] = await Promise.all([api("GET", "/api/v1/overview"),
+      api("GET", "/api/v1/buried?limit=50"), api("GET", "/api/v1/workers")]);
     sample(ov);
     render(ov);
     renderBuried(buried, ov);
+    renderWorkers(workers);
     state.last = [ov, buried];
   } catch (e) {
     $("#server-state").textContent = "unreachable: " + e.message;

@@ -1,7 +1,7 @@
 """Built-in middleware, one concern per module.
 
 >>> [type(m).__name__ for m in default_middleware()]
-['StructuredLogging', 'Retries', 'TimeLimit', 'Heartbeat', 'Shutdown', 'Cancellation']
+['StructuredLogging', 'Retries', 'TimeLimit', 'Heartbeat', 'Shutdown', 'Cancellation', 'Presence']
 
 ``Metrics`` (Prometheus) is opt-in: ``app.add_middleware(Metrics(port=9100))``.
 """
@@ -23,4 +23,7 @@ __all__ = ["Middleware", "Cancellation", "Heartbeat", "StructuredLogging", "Metr
 
 def default_middleware() -> list[Middleware]:
     """Logging outermost (it sees the final decision), then retries, time limit, heartbeat."""
-    return [StructuredLogging(), Retries(), TimeLimit(), Heartbeat(), Shutdown(), Cancellation()]
+    from stalkd.worker.presence import Presence
+
+    return [StructuredLogging(), Retries(), TimeLimit(), Heartbeat(), Shutdown(), Cancellation(),
+            Presence()]

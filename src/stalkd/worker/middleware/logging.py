@@ -2,12 +2,14 @@
 
     ↻ job=43 tube=emails task=send attempt=2 ms=0.4 retry_in=4s error="TimeoutError: smtp"
     ✗ job=44 tube=emails task=send attempt=5 ms=0.4 dead error="ValueError: bad address"
-    ⌁ 1523 done, 2 retried, 1 dead in 10.0s (152.3 jobs/s)
+    ⊘ job=45 tube=emails task=send ms=812.0 cancelled
+    ⌁ 1523 done, 2 retried, 1 dead, 1 cancelled in 10.0s (152.9 jobs/s)
 
 A line per completed job (``✓ job=42 tube=emails task=send ms=3.1``) is logged at DEBUG, or at
 INFO with ``per_job=True``; it is written once the server acknowledged the delete, so a job is
 never logged done when its acknowledgement was lost. ``extra`` fields hold the same values for
-JSON formatters. The attempt is known for failures; successes show it with
+JSON formatters. A job stopped on request (``stalkd cancel``) is deleted like a done one, but
+logged ``⊘`` at INFO and counted as cancelled, not done. The attempt is known for failures; successes show it with
 ``with_attempt=True`` (one ``stats-job`` per job).
 """
 
@@ -19,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from stalkd.worker.actions import GiveUp, RetryLater
+from stalkd.worker.cancel import JobCancelled
 from stalkd.worker.context import JobContext
 from stalkd.worker.middleware.base import Middleware, RunningWorker
 
@@ -39,7 +42,7 @@ class StructuredLogging(Middleware):
         self._clock = clock
         self._lock = threading.Lock()
         self._since = clock()
-        self._counts = [0, 0, 0]  # done, retried, dead since the last summary
+        self._counts = [0, 0, 0, 0]  # done, retried, dead, cancelled since the last summary
 
     def _emit(self, level: int, glyph: str, ctx: JobContext, tail: str = "") -> None:
         ms = (ctx.duration or 0.0) * 1000
@@ -56,17 +59,22 @@ class StructuredLogging(Middleware):
             if now - self._since < self.summary_every:
                 return
             counts, since = self._counts, self._since
-            self._counts, self._since = [0, 0, 0], now
+            self._counts, self._since = [0, 0, 0, 0], now
         self._summary(counts, now - since)
 
     def _summary(self, counts: list[int], seconds: float) -> None:
-        done, retried, dead = counts
-        rate = (done + retried + dead) / seconds if seconds > 0 else 0.0
-        self.logger.info("⌁ %d done, %d retried, %d dead in %.1fs (%.1f jobs/s)", done, retried,
-                         dead, seconds, rate, extra={"done": done, "retried": retried,
-                                                     "dead": dead, "jobs_per_s": round(rate, 1)})
+        done, retried, dead, cancelled = counts
+        rate = sum(counts) / seconds if seconds > 0 else 0.0
+        self.logger.info("⌁ %d done, %d retried, %d dead, %d cancelled in %.1fs (%.1f jobs/s)",
+                         done, retried, dead, cancelled, seconds, rate,
+                         extra={"done": done, "retried": retried, "dead": dead,
+                                "cancelled": cancelled, "jobs_per_s": round(rate, 1)})
 
     def on_done(self, ctx: JobContext) -> None:
+        if isinstance(ctx.exception, JobCancelled):  # deleted as asked, not done
+            self._emit(logging.INFO, "⊘", ctx, " cancelled")
+            self._count(3)
+            return
         if self.logger.isEnabledFor(self.done_level):
             self._emit(self.done_level, "✓", ctx)
         self._count(0)
@@ -81,13 +89,13 @@ class StructuredLogging(Middleware):
         self._count(2)
 
     def on_deferred(self, ctx: JobContext, delay: int) -> None:
-        self._emit(logging.INFO, "⏸", ctx, f" waiting_for={','.join(ctx.header.deps)} "
-                   f"recheck_in={delay}s")
+        why = f"waiting_for={','.join(ctx.header.deps)}" if ctx.header.deps else "postponed"
+        self._emit(logging.INFO, "⏸", ctx, f" {why} recheck_in={delay}s")
 
     def on_worker_stop(self, worker: RunningWorker) -> None:
         with self._lock:
             counts, since = self._counts, self._since
-            self._counts, self._since = [0, 0, 0], self._clock()
+            self._counts, self._since = [0, 0, 0, 0], self._clock()
         if any(counts):
             self._summary(counts, self._clock() - since)
 

@@ -42,6 +42,7 @@ from prometheus_client.registry import Collector
 
 from stalkd.pids import pid_alive
 from stalkd.worker.actions import GiveUp, RetryLater
+from stalkd.worker.cancel import JobCancelled
 from stalkd.worker.context import JobContext
 from stalkd.worker.middleware.base import Middleware
 
@@ -156,7 +157,9 @@ class Metrics(Middleware):
         self.in_progress.labels(task=name).dec()
         if ctx.duration is not None:
             self.duration.labels(task=name).observe(ctx.duration)
-        self.jobs.labels(task=name, outcome="failed" if ctx.exception else "done").inc()
+        outcome = ("cancelled" if isinstance(ctx.exception, JobCancelled)
+                   else "failed" if ctx.exception else "done")
+        self.jobs.labels(task=name, outcome=outcome).inc()
         self._changed()
 
     def on_retry(self, ctx: JobContext, action: RetryLater) -> None:
