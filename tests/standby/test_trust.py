@@ -351,3 +351,20 @@ def test_6_ids_never_come_back_after_a_failover(tmp_path: Path) -> None:
         relay.close()
         s.stop()
         p.stop()
+
+
+def test_3_with_more_standbys_than_sync_standbys_any_of_them_suffice(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p", "--sync-standbys", "1")
+    s1 = standby(tmp_path / "s1", p)
+    s2 = standby(tmp_path / "s2", p)
+    try:
+        until(lambda: stats(p).get("standbys") == 2, "both standbys to follow", logs=(p, s1, s2))
+        s1.kill9()  # one of two gone: the other holds every write, which is enough
+        with stalkd.Client(p.address) as c:
+            jid = c.put(b"one is enough")
+        with stalkd.Client(s2.address) as c:
+            assert c.peek(jid).body == b"one is enough"
+    finally:
+        for s in (s1, s2):
+            s.stop()
+        p.stop()
