@@ -92,7 +92,11 @@ def test_2_a_fake_standby_cannot_stand_in_for_a_synchronous_one(tmp_path: Path) 
         adm = admin_port(p)
         # A client that speaks the handshake and would acknowledge everything, without a secret.
         assert _handshake(p.address, b"replicate 0 0 -\r\n")[-1] == b"PERMISSION_DENIED\r\n"
-        t = threading.Thread(target=lambda: replies.append(stalkd.Client(p.address).put(b"held")))
+        def put() -> None:
+            with stalkd.Client(p.address) as c:
+                replies.append(c.put(b"held"))
+
+        t = threading.Thread(target=put)
         t.start()
         # The put waits, and the primary says it waits, why, and in /metrics.
         until(lambda: "waiting for standbys" in _http(adm, "/readyz")[1], "/readyz to say it waits", logs=(p,))

@@ -148,7 +148,7 @@ class Replicas:
         beat = wire.encode_heartbeat(end)
         for s in list(self.senders):
             if now - s.heard > wire.SILENT_AFTER:
-                s._end(f"nothing heard for {now - s.heard:.1f} s (the network or the standby is down)")
+                s.drop(f"nothing heard for {now - s.heard:.1f} s (the network or the standby is down)")
             elif s.transport is not None and not s.paused:
                 s.transport.write(beat)
         gate = self.gate
@@ -213,10 +213,10 @@ class Sender(asyncio.Protocol):
             try:
                 ack = self._acks.feed(data)
             except wire.WireError as e:
-                self._end(str(e))
+                self.drop(str(e))
                 return
             if ack is not None and ack > self.next:
-                self._end(f"acknowledged offset {ack}, beyond the {self.next} it was sent")
+                self.drop(f"acknowledged offset {ack}, beyond the {self.next} it was sent")
                 return
             if ack is not None and ack >= self.replicas.log.next_offset:
                 self.caught_up_at = now
@@ -230,7 +230,7 @@ class Sender(asyncio.Protocol):
         end = self._line.find(b"\r\n")
         if end < 0:
             if len(self._line) > wire.MAX_LINE:
-                self._end("request line too long")
+                self.drop("request line too long")
             return
         line, rest = self._line[:end + 2], self._line[end + 2:]
         self._line = b""
@@ -327,7 +327,7 @@ class Sender(asyncio.Protocol):
             expect = self.next
             for f in lg.read(self.next, min(end, self.next + CHUNK_RECORDS), resume=self._pos):
                 if f.offset != expect:
-                    self._end(f"offset {expect} was removed by retention; the standby must copy a snapshot")
+                    self.drop(f"offset {expect} was removed by retention; the standby must copy a snapshot")
                     return
                 p = f.payload
                 payloads.append(p)
@@ -336,7 +336,7 @@ class Sender(asyncio.Protocol):
                 if size >= CHUNK_BYTES:
                     break
             if not payloads:
-                self._end(f"offset {self.next} is not readable; the standby must copy a snapshot")
+                self.drop(f"offset {self.next} is not readable; the standby must copy a snapshot")
                 return
             # One copy out of the segment's mapping per message: the views end with this call,
             # so nothing the transport keeps pins the mapping (retention may close it).
@@ -380,7 +380,8 @@ class Sender(asyncio.Protocol):
         else:
             self.pump()
 
-    def _end(self, why: str) -> None:
+    def drop(self, why: str) -> None:
+        """End this stream, saying why (the standby reconnects if it can)."""
         log.warning("standby %s: %s; closing its stream", self.peer, why)
         self.close()
 
