@@ -77,7 +77,8 @@ class Replicas:
         self.refused = 0  # replication attempts refused (not authenticated), since start
         self._refusal_logged = -REFUSAL_LOG_EVERY
         self._refused_logged = 0
-        self.waiting_since: float | None = None  # replies wait for standbys since then
+        self.waiting_since: float | None = None  # the oldest unreplicated batch waits since then
+        self._wait_batch: int | None = None
         self._wait_logged = -WAIT_LOG_EVERY
         self._tick: asyncio.TimerHandle | None = None
 
@@ -152,14 +153,16 @@ class Replicas:
             elif s.transport is not None and not s.paused:
                 s.transport.write(beat)
         gate = self.gate
-        if gate is None or not gate.waiting():
-            if self.waiting_since is not None:
-                log.info("replies no longer wait for standbys (%d of %d acknowledge)",
-                         len(self.senders), gate.need if gate else 0)  # fmt: skip
-            self.waiting_since = None
+        oldest = gate.oldest_waiting() if gate is not None else None
+        if oldest != self._wait_batch:  # a batch waits since now, or none (a busy gate moves on)
+            if oldest is None and self.waiting() is not None:
+                log.info("replies no longer wait for standbys (%d connected)", len(self.senders))
+            self._wait_batch = oldest
+            self.waiting_since = None if oldest is None else now
             return
         if self.waiting_since is None:
-            self.waiting_since = now
+            return
+        # the same batch has waited since then
         if now - self.waiting_since >= WAIT_REPORT_AFTER and now - self._wait_logged >= WAIT_LOG_EVERY:
             self._wait_logged = now
             log.warning("%s", self.waiting())
