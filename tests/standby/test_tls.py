@@ -37,3 +37,22 @@ def test_standby_over_tls_needs_the_replicate_right(tmp_path: Path) -> None:
             if s is not None:
                 s.stop()
         p.stop()
+
+
+def test_a_tls_listener_without_an_acl_needs_the_secret(tmp_path: Path) -> None:
+    """Any certificate passes a TLS listener without an ACL: it proves nothing about replication."""
+    certs = make_certs(tmp_path)
+    p = start("--dir", str(tmp_path / "p"), "--tls-listen", "127.0.0.1:0", "--tls-cert", certs.server.cert,
+              "--tls-key", certs.server.key, "--tls-client-ca", certs.ca.cert)
+    denied = None
+    try:
+        base = f"tls://{p.tls}?ca={certs.ca.cert}"
+        denied = standby(tmp_path / "d", p, via=f"{base}&cert={certs.producer.cert}&key={certs.producer.key}")
+        until(lambda: "PERMISSION_DENIED" in denied.log_text(), "the refused standby to say why", logs=(denied,))
+        with stalkd.Client(p.address) as c:
+            assert c.put(b"still primary") > 0
+        assert stats(p)["role"] == "primary" and stats(p).get("standbys", 0) == 0
+    finally:
+        if denied is not None:
+            denied.stop()
+        p.stop()

@@ -92,7 +92,11 @@ def test_2_a_fake_standby_cannot_stand_in_for_a_synchronous_one(tmp_path: Path) 
         adm = admin_port(p)
         # A client that speaks the handshake and would acknowledge everything, without a secret.
         assert _handshake(p.address, b"replicate 0 0 -\r\n")[-1] == b"PERMISSION_DENIED\r\n"
-        t = threading.Thread(target=lambda: replies.append(stalkd.Client(p.address).put(b"held")))
+        def put() -> None:
+            with stalkd.Client(p.address) as c:
+                replies.append(c.put(b"held"))
+
+        t = threading.Thread(target=put)
         t.start()
         # The put waits, and the primary says it waits, why, and in /metrics.
         until(lambda: "waiting for standbys" in _http(adm, "/readyz")[1], "/readyz to say it waits", logs=(p,))
@@ -350,4 +354,21 @@ def test_6_ids_never_come_back_after_a_failover(tmp_path: Path) -> None:
     finally:
         relay.close()
         s.stop()
+        p.stop()
+
+
+def test_3_with_more_standbys_than_sync_standbys_any_of_them_suffice(tmp_path: Path) -> None:
+    p = primary(tmp_path / "p", "--sync-standbys", "1")
+    s1 = standby(tmp_path / "s1", p)
+    s2 = standby(tmp_path / "s2", p)
+    try:
+        until(lambda: stats(p).get("standbys") == 2, "both standbys to follow", logs=(p, s1, s2))
+        s1.kill9()  # one of two gone: the other holds every write, which is enough
+        with stalkd.Client(p.address) as c:
+            jid = c.put(b"one is enough")
+        with stalkd.Client(s2.address) as c:
+            assert c.peek(jid).body == b"one is enough"
+    finally:
+        for s in (s1, s2):
+            s.stop()
         p.stop()

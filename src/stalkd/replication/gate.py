@@ -75,9 +75,9 @@ class SyncGate:
             return -1
         return sorted(self._acks.values(), reverse=True)[self.need - 1]
 
-    def waiting(self) -> bool:
-        """Whether some written batch is not yet held by ``need`` standbys."""
-        return bool(self._batches)
+    def oldest_waiting(self) -> int | None:
+        """The oldest written batch not yet held by ``need`` standbys (None: none waits)."""
+        return self._batches[0][0] if self._batches else None
 
     def _advance(self) -> None:
         q = self.quorum()

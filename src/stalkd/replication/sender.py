@@ -77,7 +77,8 @@ class Replicas:
         self.refused = 0  # replication attempts refused (not authenticated), since start
         self._refusal_logged = -REFUSAL_LOG_EVERY
         self._refused_logged = 0
-        self.waiting_since: float | None = None  # replies wait for standbys since then
+        self.waiting_since: float | None = None  # the oldest unreplicated batch waits since then
+        self._wait_batch: int | None = None
         self._wait_logged = -WAIT_LOG_EVERY
         self._tick: asyncio.TimerHandle | None = None
 
@@ -148,18 +149,20 @@ class Replicas:
         beat = wire.encode_heartbeat(end)
         for s in list(self.senders):
             if now - s.heard > wire.SILENT_AFTER:
-                s._end(f"nothing heard for {now - s.heard:.1f} s (the network or the standby is down)")
+                s.drop(f"nothing heard for {now - s.heard:.1f} s (the network or the standby is down)")
             elif s.transport is not None and not s.paused:
                 s.transport.write(beat)
         gate = self.gate
-        if gate is None or not gate.waiting():
-            if self.waiting_since is not None:
-                log.info("replies no longer wait for standbys (%d of %d acknowledge)",
-                         len(self.senders), gate.need if gate else 0)  # fmt: skip
-            self.waiting_since = None
+        oldest = gate.oldest_waiting() if gate is not None else None
+        if oldest != self._wait_batch:  # a batch waits since now, or none (a busy gate moves on)
+            if oldest is None and self.waiting() is not None:
+                log.info("replies no longer wait for standbys (%d connected)", len(self.senders))
+            self._wait_batch = oldest
+            self.waiting_since = None if oldest is None else now
             return
         if self.waiting_since is None:
-            self.waiting_since = now
+            return
+        # the same batch has waited since then
         if now - self.waiting_since >= WAIT_REPORT_AFTER and now - self._wait_logged >= WAIT_LOG_EVERY:
             self._wait_logged = now
             log.warning("%s", self.waiting())
@@ -214,10 +217,10 @@ class Sender(asyncio.Protocol):
             try:
                 ack = self._acks.feed(data)
             except wire.WireError as e:
-                self._end(str(e))
+                self.drop(str(e))
                 return
             if ack is not None and ack > self.next:
-                self._end(f"acknowledged offset {ack}, beyond the {self.next} it was sent")
+                self.drop(f"acknowledged offset {ack}, beyond the {self.next} it was sent")
                 return
             if ack is not None and ack >= self.replicas.log.next_offset:
                 self.caught_up_at = now
@@ -231,7 +234,7 @@ class Sender(asyncio.Protocol):
         end = self._line.find(b"\r\n")
         if end < 0:
             if len(self._line) > wire.MAX_LINE:
-                self._end("request line too long")
+                self.drop("request line too long")
             return
         line, rest = self._line[:end + 2], self._line[end + 2:]
         self._line = b""
@@ -329,7 +332,7 @@ class Sender(asyncio.Protocol):
             expect = self.next
             for f in lg.read(self.next, min(end, self.next + CHUNK_RECORDS), resume=self._pos):
                 if f.offset != expect:
-                    self._end(f"offset {expect} was removed by retention; the standby must copy a snapshot")
+                    self.drop(f"offset {expect} was removed by retention; the standby must copy a snapshot")
                     return
                 p = f.payload
                 payloads.append(p)
@@ -338,7 +341,7 @@ class Sender(asyncio.Protocol):
                 if size >= CHUNK_BYTES:
                     break
             if not payloads:
-                self._end(f"offset {self.next} is not readable; the standby must copy a snapshot")
+                self.drop(f"offset {self.next} is not readable; the standby must copy a snapshot")
                 return
             # One copy out of the segment's mapping per message: the views end with this call,
             # so nothing the transport keeps pins the mapping (retention may close it).
@@ -382,7 +385,8 @@ class Sender(asyncio.Protocol):
         else:
             self.pump()
 
-    def _end(self, why: str) -> None:
+    def drop(self, why: str) -> None:
+        """End this stream, saying why (the standby reconnects if it can)."""
         log.warning("standby %s: %s; closing its stream", self.peer, why)
         self.close()
 

@@ -1,0 +1,64 @@
+"""The one decision "may this primary acknowledge now" as a pure state machine: what it
+installs in the barriers and what it reports, for a restart check, a fence and a sync gate."""
+
+from __future__ import annotations
+
+from stalkd.replication.authority import Authority, Gate
+from stalkd.replication.gate import SyncGate
+
+REFUSAL = b"NOT_PRIMARY\r\n"
+
+
+class Barriers:
+    """The barriers as the authority sees them (``authority.Withholding``): what it was told."""
+
+    def __init__(self, durable: int) -> None:
+        self.durable = durable
+        self.gate: Gate | None = None
+        self.released = 0
+        self.abandoned: tuple[bytes, ...] | None = None
+
+    def replicated(self) -> None:
+        self.released += 1
+
+    def abandon(self, parts: tuple[bytes, ...]) -> None:
+        self.abandoned = parts
+
+
+def test_a_restart_check_holds_acknowledgements_until_allowed() -> None:
+    b = Barriers(durable=3)
+    a = Authority(b, None, REFUSAL)
+    assert b.gate is None and a.may_acknowledge()  # no gate: the barriers' fast path
+    a.withhold("checking")
+    assert b.gate is not None and b.gate.replicated == 3 and not a.may_acknowledge()
+    b.durable = 9  # written and synced meanwhile: still not acknowledged
+    assert b.gate.replicated == 3
+    assert a.problems() == ["not acknowledging writes: checking"]
+    a.allow("a standby streams")
+    assert b.gate is None and b.released == 1 and a.may_acknowledge() and a.problems() == []
+
+
+def test_a_fence_abandons_what_is_held_for_good() -> None:
+    b = Barriers(durable=5)
+    a = Authority(b, None, REFUSAL)
+    a.withhold("checking")
+    a.fence("epoch 2 began elsewhere")
+    assert b.abandoned == (REFUSAL,) and b.gate is not None and b.gate.replicated == 5
+    a.allow("too late")  # nothing brings a fenced primary back
+    assert not a.may_acknowledge() and b.released == 0
+    assert a.problems() == ["fenced: epoch 2 began elsewhere"]
+
+
+def test_with_a_sync_gate_the_gate_decides_while_leading() -> None:
+    b = Barriers(durable=0)
+    sync = SyncGate(1)
+    a = Authority(b, sync, REFUSAL)
+    assert b.gate is not None
+    b.gate.note(1, 10)
+    assert b.gate.replicated == 0
+    sync.ack("s1", 10)
+    assert b.gate.replicated == 1
+    a.withhold("lease lapsed")
+    sync.note(2, 20)
+    sync.ack("s1", 20)
+    assert sync.replicated == 2 and b.gate.replicated == 0  # frozen where withholding began
