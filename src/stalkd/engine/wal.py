@@ -209,9 +209,12 @@ class Wal(WalSpace, Compaction):
         self._recovered = True
         self._open_space(len(e.jobs), max_job_size)
         self._keep_snapshot_reserve()
+        # The WAL since the snapshot counts towards the next one whichever process wrote it: a
+        # server killed again and again before it wrote a snapshot's worth still compacts.
+        h = r.header
+        self._bytes_since_snapshot = self.log.bytes_from(h.start_offset if h else 0)
         if r.resnapshot:
             self.snapshot(e)
-        h = r.header
         info = RecoveryInfo(len(e.jobs), h.path if h else None, h.count if h else 0, r.replayed,
                             time.perf_counter() - t0, r.discarded, r.snapshot_seconds)  # fmt: skip
         return e, info

@@ -39,7 +39,7 @@ from .mark import Mark, Marker
 from .reader import ARCHIVE_DIR, ReadPos, SegmentViews, list_segments, read_frames
 from .recovery import RepairReport, recover
 from .retention import retain
-from .segment import FOOTER_SIZE, HEADER_SIZE
+from .segment import FOOTER_SIZE, HEADER_SIZE, ScanState
 from .ticket import Ticket
 from .writer import SegmentWriter
 
@@ -315,6 +315,39 @@ class Log:
         if act is None:
             raise LogError(f"{self.path}: log is closed")
         return act.base, act.pos, act.limit
+
+    def bytes_from(self, offset: int) -> int:
+        """Bytes of the frames from ``offset`` to the end written: what reading from there
+        reads (the engine's WAL since its snapshot). Scans the segment holding ``offset`` up to it.
+
+        >>> import tempfile
+        >>> with Log.open(tempfile.mkdtemp(), durability="never") as log:
+        ...     _ = log.append_many([b"a" * 8, b"b" * 8, b"c" * 8])
+        ...     log.bytes_from(0), log.bytes_from(2), log.bytes_from(3)
+        (96, 32, 0)
+        """
+        w = self._writer
+        act = w.active
+        if act is None:
+            raise LogError(f"{self.path}: log is closed")
+        total = 0
+        for base, end, path in w.bounds:
+            if end is not None and end <= offset:
+                continue
+            view = self._views.get(base, path, False)
+            if end is None:
+                stop = act.pos
+            else:
+                footer = view.footer or view.read_footer()
+                stop = footer[1] if footer is not None else view.size - FOOTER_SIZE
+            start = HEADER_SIZE
+            if base < offset:
+                st = ScanState(HEADER_SIZE, base)
+                for _ in view.frames(offset, offset, None, st):
+                    pass
+                start = st.pos
+            total += max(0, stop - start)
+        return total
 
     def position_of_end(self) -> tuple[int, int]:
         """(active segment base, byte position) where the next frame goes."""
