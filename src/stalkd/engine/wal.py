@@ -29,7 +29,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 
-from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
+from stalkd.engine.compaction import Compaction, SnapInProgress, WalError, live_bytes
 from stalkd.engine.engine import Engine
 from stalkd.engine.fastrecords import encode
 from stalkd.engine.fastwal import accelerated
@@ -207,6 +207,7 @@ class Wal(WalSpace, Compaction):
         e = r.engine
         self.last_seq = e.seq
         self._recovered = True
+        self._live_bytes = lambda: live_bytes(e)
         self._open_space(len(e.jobs), max_job_size)
         self._keep_snapshot_reserve()
         # The WAL since the snapshot counts towards the next one whichever process wrote it: a
