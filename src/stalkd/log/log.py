@@ -330,6 +330,8 @@ class Log:
         act = w.active
         if act is None:
             raise LogError(f"{self.path}: log is closed")
+        if offset >= w.next:  # (a snapshot at the end: no scan of the active segment up to it)
+            return 0
         total = 0
         for base, end, path in w.bounds:
             if end is not None and end <= offset:
