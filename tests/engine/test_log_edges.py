@@ -61,6 +61,16 @@ def segments(d: Path) -> list[Path]:
     return sorted((d / "wal").glob("seg-*.log"))
 
 
+def flip_last_byte(d: Path) -> None:
+    """One bit flipped in the last non-zero byte of the only segment (its last frame's body)."""
+    (seg,) = segments(d)
+    with open(seg, "r+b") as f:
+        data = f.read()
+        last = len(data.rstrip(b"\0"))
+        f.seek(last - 1)
+        f.write(bytes([data[last - 1] ^ 0x01]))
+
+
 def jobs_after_repair(d: Path) -> int:
     with Wal.open(d, repair=True) as wal:
         eng, _ = wal.recover(now=T)
@@ -137,13 +147,7 @@ def test_truncated_inside_a_zero_filled_body_is_refused_not_cut_as_torn(tmp_path
 
 def test_a_flipped_byte_in_the_last_acknowledged_frame_is_refused(tmp_path: Path) -> None:
     crashed_after_acks(tmp_path)
-    (seg,) = segments(tmp_path)
-    with open(seg, "rb") as f:
-        data = f.read()
-    end = len(data.rstrip(b"\0"))  # the last frame's last non-zero byte (its body's 'x')
-    with open(seg, "r+b") as f:
-        f.seek(end - 1)
-        f.write(bytes([data[end - 1] ^ 0x01]))
+    flip_last_byte(tmp_path)
     msg = refused(tmp_path)
     assert f"ends at offset {N - 1}" in msg and f"up to offset {N}" in msg
     assert jobs_after_repair(tmp_path) == N - 1
@@ -154,13 +158,7 @@ def test_a_torn_write_above_the_mark_recovers_by_itself(tmp_path: Path, caplog: 
     # the last of them torn
     end = crashed_after_acks(tmp_path, unsynced=5)
     assert end == N + 5
-    (seg,) = segments(tmp_path)
-    with open(seg, "rb") as f:
-        data = f.read()
-    last = len(data.rstrip(b"\0"))
-    with open(seg, "r+b") as f:
-        f.seek(last - 1)
-        f.write(bytes([data[last - 1] ^ 0x01]))
+    flip_last_byte(tmp_path)
     # Then the WAL opens without a repair: the torn frame is cut with a warning, nothing acknowledged lost
     with caplog.at_level(logging.WARNING), Wal.open(tmp_path) as wal:
         eng, _ = wal.recover(now=T)

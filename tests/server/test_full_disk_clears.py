@@ -59,6 +59,15 @@ def put_until_inserted(w: Wire, body: bytes, within: float) -> int:
         time.sleep(0.05)
 
 
+def churn(w: Wire, body: bytes, total: int) -> None:
+    """Put ``total`` bytes of bodies, each deleted once inserted (puts refused meanwhile retried)."""
+    written = 0
+    while written < total:
+        jid = put_until_inserted(w, body, within=30)
+        assert w.cmd(b"delete %d\r\n" % jid) == b"DELETED\r\n"
+        written += len(body)
+
+
 FILLER = """
 import os, sys, time
 path = sys.argv[1]
@@ -100,11 +109,7 @@ def test_fill_delete_everything_and_puts_succeed_again_on_their_own(fs16: Path) 
             for i in ids:
                 assert w.cmd(b"delete %d\r\n" % i) == b"DELETED\r\n"
             # When puts go on, more than the file system holds in all (each deleted again)
-            written = 0
-            while written < 40 * MiB:
-                jid = put_until_inserted(w, body, within=30)
-                assert w.cmd(b"delete %d\r\n" % jid) == b"DELETED\r\n"
-                written += len(body)
+            churn(w, body, 40 * MiB)
             # Then the dead WAL was dropped along the way: nobody freed anything by hand
             assert int(stats(w)["current-jobs-ready"]) == 0
         s.stop()
@@ -144,11 +149,7 @@ def test_live_jobs_larger_than_a_quarter_segment_still_let_the_disk_clear(fs16: 
             for i in ids[keep:]:
                 assert w.cmd(b"delete %d\r\n" % i) == b"DELETED\r\n"
             # When puts go on, more than the file system holds in all (each deleted again)
-            written = 0
-            while written < 24 * MiB:
-                jid = put_until_inserted(w, body, within=30)
-                assert w.cmd(b"delete %d\r\n" % jid) == b"DELETED\r\n"
-                written += len(body)
+            churn(w, body, 24 * MiB)
             # Then they were accepted on their own, and the kept jobs are all there
             assert int(stats(w)["current-jobs-ready"]) == keep
             for i in ids[:keep]:

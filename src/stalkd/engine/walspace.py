@@ -14,7 +14,6 @@ without anyone freeing space. The price is disk room about the size of the live 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -22,7 +21,7 @@ from collections.abc import Callable, Sequence
 from stalkd.engine.model import Record
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
 from stalkd.log import Log
-from stalkd.log.fs import FileSystem
+from stalkd.log.fs import FileSystem, create_whole
 
 __all__ = ["SNAP_RESERVE", "SPARE_FILE", "WalSpace"]
 
@@ -136,20 +135,17 @@ class WalSpace:
                 finally:
                     os.close(fd)
             return True
-        grow = have >= 0
-        target = path if grow else path + ".tmp"  # recovery deletes a .tmp left in the snapshot directory
-        fd = fs.open(target, os.O_WRONLY, create=not grow, truncate=not grow)
         try:
-            fs.allocate(fd, 0, size)
-            if not grow:
-                fs.replace(target, path)
+            if have < 0:  # (recovery deletes a .tmp a crash leaves in the snapshot directory)
+                create_whole(fs, path, lambda fd: fs.allocate(fd, 0, size))
+                return True
+            fd = fs.open(path, os.O_WRONLY)
+            try:
+                fs.allocate(fd, 0, size)
+            finally:
+                os.close(fd)
         except OSError as e:
-            if not grow:
-                with contextlib.suppress(OSError):
-                    fs.unlink(target)
             if not no_space(e):
                 raise
             return False
-        finally:
-            os.close(fd)
         return True

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from crc32c import crc32c
 
 from .errors import LogError
-from .fs import REAL, FileSystem
+from .fs import REAL, FileSystem, create_whole
 
 __all__ = ["MARK_NAME", "Mark", "MarkError", "Marker", "read_mark"]
 
@@ -128,18 +128,12 @@ class Mark:
 
     def _create(self) -> None:
         fs = self.fs
-        tmp = self.path + ".tmp"
-        fd = fs.open(tmp, os.O_RDWR, create=True, truncate=True)
-        try:
+
+        def fill(fd: int) -> None:
             fs.pwrite_all(fd, _encode(0, 0) + _encode(0, 0), 0)
             fs.fdatasync(fd)
-            fs.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                fs.unlink(tmp)
-            raise
-        finally:
-            os.close(fd)
+
+        create_whole(fs, self.path, fill)
         fs.fsync_dir(self.root)
 
     def write(self, offset: int) -> None:
