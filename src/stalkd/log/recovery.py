@@ -91,7 +91,7 @@ class Recovered:
     """The state to continue from: sealed (base, end, path) segments, the next offset, and the
     active segment as (path, base, data end position, epoch), or None to start a new segment.
     ``damage`` (check mode) lists what an open would refuse; ``torn`` the bytes of a torn tail;
-    ``mark`` the high-water mark found (None: no mark file, or a repair that lowers it)."""
+    ``mark`` the high-water mark found (None: no mark file, or an unreadable one a repair replaces)."""
 
     sealed: tuple[tuple[int, int, str], ...]
     next_offset: int
