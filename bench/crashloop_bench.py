@@ -120,6 +120,9 @@ def loop(name: str, src: str | None, args: argparse.Namespace) -> list[tuple[int
                 m = _RECOVERED.search(f.read())
             replayed, rec_s = (int(m.group(1)), float(m.group(2))) if m else (-1, -1.0)
             rows.append((cycle + 1, reply_s, replayed, rec_s, wal_bytes(os.path.join(data_dir, "d"))))
+            if args.progress:  # a long run's curve so far, on stderr
+                print(f"{name} {rows[-1][0]} first reply {reply_s * 1e3:.0f} ms, replayed {replayed}, "
+                      f"recovery {rec_s * 1e3:.0f} ms, WAL {rows[-1][4] / 2**20:.1f} MiB", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     return rows
@@ -133,6 +136,7 @@ def main() -> int:
     p.add_argument("--live", type=int, default=500, help="jobs kept live (default 500)")
     p.add_argument("--peer-src", help="another stalkd tree's src/ to run first (before)")
     p.add_argument("--every", type=int, default=0, help="print every Nth cycle (default: about 10 rows)")
+    p.add_argument("--progress", action="store_true", help="also print each cycle as it ends, on stderr")
     args = p.parse_args()
     runs = []
     if args.peer_src:
