@@ -340,6 +340,8 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
             zero(fs, last.path, tail.data_end, tail.extent)
             _log.warning("%s: torn tail cut: %d bytes dropped at byte %d (log offset %d), nothing valid "
                          "after them (a write a crash interrupted)", last.path, torn, tail.data_end, tail.next_offset)
+        if tail.damage is not None:  # (check mode: damage, not a torn tail to report as well)
+            torn = 0
         return Recovered(tuple(sealed), tail.next_offset, (last.path, last.base, tail.data_end, last.epoch),
                          report, tuple(found), torn, mark)  # fmt: skip
     finally:
