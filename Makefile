@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-fast lint bench system-deps bytecode ext crash-campaign failover-campaign ha-campaign fuzz clean dashboard-screenshot
+.PHONY: run test test-fast lint bench system-deps bytecode ext crashloop crash-campaign failover-campaign ha-campaign fuzz clean dashboard-screenshot
 
 # Each install builds the accelerators too: it stamps .ext, so `make run` installs once.
 $(VENV)/.base: pyproject.toml
@@ -84,6 +84,11 @@ bench: system-deps $(VENV)/.dev bytecode
 	for b in bench/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 # Long campaigns, not part of `make test`.
+# The crash loop of issue 34: restart cost and WAL size per kill -9 cycle (CYCLES=500 by default;
+# PEER_SRC=/path/to/main/src runs the same loop on that tree first, for before/after in one run).
+crashloop: $(VENV)/.dev bytecode
+	$(PY) bench/crashloop_bench.py --cycles $${CYCLES:-500} $${PEER_SRC:+--peer-src $$PEER_SRC}
+
 crash-campaign: $(VENV)/.dev
 	STALKD_CRASH_CYCLES=1000 $(PY) -m pytest -q tests/log/test_crash.py
 

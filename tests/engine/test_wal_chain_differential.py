@@ -119,7 +119,8 @@ def run(engine: Engine, wal: Wal, batch: list[Any], now: float) -> tuple[list[Re
 
 def files(d: Path) -> dict[str, bytes]:
     wal = d / "wal"
-    return {p.name: p.read_bytes() for p in sorted(wal.iterdir()) if p.is_file() and p.name != "LOCK"}
+    # (MARK follows a timer, not the chain: stalkd.log.mark)
+    return {p.name: p.read_bytes() for p in sorted(wal.iterdir()) if p.is_file() and p.name not in ("LOCK", "MARK")}
 
 
 def drive(d: Path, compiled: bool, seed: int, n: int, durability: str, fs: FileSystem = REAL,

@@ -59,6 +59,15 @@ def put_until_inserted(w: Wire, body: bytes, within: float) -> int:
         time.sleep(0.05)
 
 
+def churn(w: Wire, body: bytes, total: int) -> None:
+    """Put ``total`` bytes of bodies, each deleted once inserted (puts refused meanwhile retried)."""
+    written = 0
+    while written < total:
+        jid = put_until_inserted(w, body, within=30)
+        assert w.cmd(b"delete %d\r\n" % jid) == b"DELETED\r\n"
+        written += len(body)
+
+
 FILLER = """
 import os, sys, time
 path = sys.argv[1]
@@ -100,11 +109,7 @@ def test_fill_delete_everything_and_puts_succeed_again_on_their_own(fs16: Path) 
             for i in ids:
                 assert w.cmd(b"delete %d\r\n" % i) == b"DELETED\r\n"
             # When puts go on, more than the file system holds in all (each deleted again)
-            written = 0
-            while written < 40 * MiB:
-                jid = put_until_inserted(w, body, within=30)
-                assert w.cmd(b"delete %d\r\n" % jid) == b"DELETED\r\n"
-                written += len(body)
+            churn(w, body, 40 * MiB)
             # Then the dead WAL was dropped along the way: nobody freed anything by hand
             assert int(stats(w)["current-jobs-ready"]) == 0
         s.stop()
@@ -125,6 +130,35 @@ def test_fill_delete_everything_and_puts_succeed_again_on_their_own(fs16: Path) 
         s2.stop()
 
 
+
+
+def test_live_jobs_larger_than_a_quarter_segment_still_let_the_disk_clear(fs16: Path) -> None:
+    """Issue 30: the snapshot reserve was a quarter segment; live jobs larger than it left puts
+    refused for ever. It now grows with the live data, so the snapshot that drops the dead WAL fits."""
+    data = fs16 / "data"
+    body = b"k" * 8000
+    keep = 300  # 2.4 MB of live jobs: ten times the old reserve of a 1 MiB segment
+    s = start_stalkd("-b", str(data), "-s", str(MiB), "-F")
+    filler = None
+    try:
+        with Wire(port=s.port) as w:
+            # Given a file system filled by puts, then every job deleted but the first 300
+            ids = fill(w, body)
+            assert len(ids) > keep
+            filler = hog(fs16 / "hog")
+            for i in ids[keep:]:
+                assert w.cmd(b"delete %d\r\n" % i) == b"DELETED\r\n"
+            # When puts go on, more than the file system holds in all (each deleted again)
+            churn(w, body, 24 * MiB)
+            # Then they were accepted on their own, and the kept jobs are all there
+            assert int(stats(w)["current-jobs-ready"]) == keep
+            for i in ids[:keep]:
+                assert w.cmd(b"peek %d\r\n" % i).startswith(b"FOUND %d 8000" % i)
+    finally:
+        s.stop()
+        if filler is not None:
+            filler.kill()
+            filler.wait()
 
 
 def test_another_process_fills_the_fs_then_frees_it_and_every_acked_job_survives_kill9(fs16: Path) -> None:

@@ -123,6 +123,9 @@ class SpaceBudget:
         self.short = False  # an admission was refused since the WAL last shed dead segments
         self.dropped = 0  # analytics records not written for lack of room
         self.spares = len(spares(log_dir, segment_size))
+        # Asked before the WAL takes another spare's room from the file system; False refuses it
+        # (the WAL's owner keeps a snapshot's room growing with the live data there: walspace.py).
+        self.before_grow: Callable[[], bool] | None = None
 
     def room(self) -> int:
         """Bytes that can surely be written: the active segment's rest plus the spares'."""
@@ -201,6 +204,8 @@ class SpaceBudget:
         return n
 
     def _grow(self) -> bool:
+        if self.before_grow is not None and not self.before_grow():
+            return False
         try:
             make_spare(self.log_dir, self.segment_size, self._fs)
         except OSError as e:

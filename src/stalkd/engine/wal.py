@@ -29,14 +29,14 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 
-from stalkd.engine.compaction import Compaction, SnapInProgress, WalError
+from stalkd.engine.compaction import Compaction, SnapInProgress, WalError, live_bytes
 from stalkd.engine.engine import Engine
 from stalkd.engine.fastrecords import encode
 from stalkd.engine.fastwal import accelerated
 from stalkd.engine.model import DURABLE_OPS, Op, Record
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space
 from stalkd.engine.walrecovery import RecoveryInfo, rebuild
-from stalkd.engine.walspace import WalSpace
+from stalkd.engine.walspace import SNAP_RESERVE, WalSpace
 from stalkd.log import Log, LogFullError
 from stalkd.log.active import SPARES_DIR
 from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
@@ -50,6 +50,24 @@ SNAP_DIR = "snapshots"
 _log = logging.getLogger("stalkd.engine.wal")
 _PUT = Op.PUT
 _RESULT = Op.RESULT
+# How often the log's high-water mark follows the durable end (stalkd.log.mark): damage to what
+# was acknowledged before the last mark is refused at the next start, later damage reads as a
+# torn tail. One small fdatasync per interval while writes happen, none per write.
+MARK_INTERVAL = 0.1
+
+
+def _log_existed(directory: str) -> str | None:
+    """What in a data directory whose log had no segment says one existed (the snapshot reserve,
+    a snapshot: both are made after the first segment), or None."""
+    snaps = os.path.join(directory, SNAP_DIR)
+    try:
+        names = sorted(os.listdir(snaps))
+    except FileNotFoundError:
+        return None
+    for name in names:
+        if name == SNAP_RESERVE or name.endswith(".snap"):
+            return f"{SNAP_DIR}/{name}"
+    return None
 
 
 class Wal(WalSpace, Compaction):
@@ -134,8 +152,15 @@ class Wal(WalSpace, Compaction):
         fs.check_no_symlinks(d)
         fs.makedirs(os.path.join(d, SNAP_DIR))
         fs.check_no_symlinks(os.path.join(d, SNAP_DIR))
-        log = Log.open(os.path.join(d, LOG_DIR), segment_size=segment_size,
-                       durability=durability, archive=archive, repair=repair, fs=fs, clock=clock)  # fmt: skip
+        log = Log.open(os.path.join(d, LOG_DIR), segment_size=segment_size, durability=durability,
+                       archive=archive, repair=repair, fs=fs, clock=clock, mark_interval=MARK_INTERVAL)  # fmt: skip
+        if log.created and not repair:
+            why = _log_existed(d)
+            if why is not None:
+                log.close()
+                raise WalError(f"{log.path}: no WAL segment file, yet {why} says this data directory held a "
+                               f"log: its records are lost. To start from what remains (the snapshot, if "
+                               f"any), run: stalkd log repair {d}   (or start the server with --repair)")  # fmt: skip
         wal = cls(d, log, durability, segment_size,
                   segment_size if compact_min_bytes is None else compact_min_bytes,
                   chunk_jobs, background)  # fmt: skip
@@ -164,7 +189,7 @@ class Wal(WalSpace, Compaction):
         self.close()
         self.log = Log.open(os.path.join(self.directory, LOG_DIR), segment_size=self.segment_size,
                             durability=self.durability, archive=self.archive, fs=self.fs,
-                            clock=self.log._writer.clock)  # fmt: skip
+                            clock=self.log._writer.clock, mark_interval=MARK_INTERVAL)  # fmt: skip
         self.space = None
         self._recovered = False
         self._bytes_since_snapshot = 0
@@ -182,11 +207,15 @@ class Wal(WalSpace, Compaction):
         e = r.engine
         self.last_seq = e.seq
         self._recovered = True
+        self._live_bytes = lambda: live_bytes(e)
         self._open_space(len(e.jobs), max_job_size)
         self._keep_snapshot_reserve()
+        # The WAL since the snapshot counts towards the next one whichever process wrote it: a
+        # server killed again and again before it wrote a snapshot's worth still compacts.
+        h = r.header
+        self._bytes_since_snapshot = self.log.bytes_from(h.start_offset if h else 0)
         if r.resnapshot:
             self.snapshot(e)
-        h = r.header
         info = RecoveryInfo(len(e.jobs), h.path if h else None, h.count if h else 0, r.replayed,
                             time.perf_counter() - t0, r.discarded, r.snapshot_seconds,
                             h.start_offset if h else 0)  # fmt: skip

@@ -4,19 +4,24 @@ A mixin of ``Wal`` (``Wal.__init__`` sets the state). Room is promised (``admit`
 applies a change and settled after it, over ``space.SpaceBudget`` and its spare segments, so a full
 disk refuses puts but never a delete; while the disk is short, a preallocated file in
 ``snapshots/`` keeps the room the snapshot that frees the dead WAL needs.
+
+The reserve grows with the live data: before the WAL takes another spare segment's room (the only
+way the live data can grow by more than the room already held), the reserve is made to cover the
+live data plus that segment, or the spare is refused. So whatever the live data, when dead WAL
+fills the disk the snapshot that drops it fits in the reserve, and puts are accepted again
+without anyone freeing space. The price is disk room about the size of the live data.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from stalkd.engine.model import Record
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
 from stalkd.log import Log
-from stalkd.log.fs import FileSystem
+from stalkd.log.fs import FileSystem, create_whole
 
 __all__ = ["SNAP_RESERVE", "SPARE_FILE", "WalSpace"]
 
@@ -34,6 +39,7 @@ class WalSpace:
     fs: FileSystem
     segment_size: int
     space: SpaceBudget | None
+    _live_bytes: Callable[[], int] = staticmethod(lambda: 0)  # the snapshot's estimate (set by recover)
 
     def _open_space(self, live_jobs: int, max_job_size: int) -> None:
         if self.space is not None:
@@ -46,6 +52,7 @@ class WalSpace:
         if os.path.lexists(old):  # the single spare file of earlier versions: its room is freed
             os.unlink(old)
         sp = SpaceBudget(self.log.path, self.segment_size, waste, self.log.active_span, self.fs)
+        sp.before_grow = self._reserve_covers_growth
         self.space = sp
         # Every live job may be deleted: that room is promised from the start.
         if not sp.admit(live_jobs * SHORT_FRAME):
@@ -94,24 +101,51 @@ class WalSpace:
         # Only while the disk is short: a snapshot then may find no other room at all.
         return os.path.join(self.snap_dir, SNAP_RESERVE) if self.space_short() else None
 
+    def _reserve_size(self) -> int:
+        """The room a snapshot needs until the WAL next takes a spare: the live data's estimate plus
+        one spare's room and one largest frame (what the live data can grow by meanwhile)."""
+        frame = self.space.max_frame if self.space is not None else 0
+        return max(4096, self._live_bytes() + self.segment_size + frame)
+
+    def _reserve_covers_growth(self) -> bool:
+        """Before the WAL takes another spare: the reserve covers the live data plus that spare,
+        grown now if not; False (the spare is refused) if there is no room for it."""
+        return self._size_reserve(self._reserve_size())
+
     def _keep_snapshot_reserve(self) -> None:
-        """Preallocate the room a snapshot needs when the disk is full (a quarter segment,
-        4 KiB to 4 MiB: when the dead WAL fills the disk, the live jobs are few). Best effort:
-        without room now, the next completed snapshot tries again."""
+        """Preallocate the room a snapshot needs when the disk is full (``_reserve_size``), or
+        give back what a much smaller live data no longer needs. Best effort: without room now,
+        the next spare the WAL wants grows it first."""
+        self._size_reserve(self._reserve_size(), shrink=True)
+
+    def _size_reserve(self, size: int, shrink: bool = False) -> bool:
+        """Make the reserve at least ``size`` bytes (with ``shrink``, at most twice that);
+        False when the file system has no room for it."""
         path = os.path.join(self.snap_dir, SNAP_RESERVE)
-        if os.path.exists(path):
-            return
-        size = min(4 * 2**20, max(4096, self.segment_size // 4))
-        tmp = path + ".tmp"  # recovery deletes a .tmp left in the snapshot directory
         fs = self.fs
-        fd = fs.open(tmp, os.O_WRONLY, create=True, truncate=True)
         try:
-            fs.allocate(fd, 0, size)
-            fs.replace(tmp, path)
+            have = os.stat(path).st_size
+        except FileNotFoundError:
+            have = -1
+        if have >= size:
+            if shrink and have > 2 * size:
+                fd = fs.open(path, os.O_WRONLY)
+                try:
+                    os.ftruncate(fd, size)  # the blocks past it go back to the file system
+                finally:
+                    os.close(fd)
+            return True
+        try:
+            if have < 0:  # (recovery deletes a .tmp a crash leaves in the snapshot directory)
+                create_whole(fs, path, lambda fd: fs.allocate(fd, 0, size))
+                return True
+            fd = fs.open(path, os.O_WRONLY)
+            try:
+                fs.allocate(fd, 0, size)
+            finally:
+                os.close(fd)
         except OSError as e:
-            with contextlib.suppress(OSError):
-                fs.unlink(tmp)
             if not no_space(e):
                 raise
-        finally:
-            os.close(fd)
+            return False
+        return True

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from .errors import LogError, LogFullError
-from .fs import REAL, FileSystem
+from .fs import REAL, FileSystem, create_whole
 from .segment import FOOTER_SIZE, HEADER_SIZE, encode_footer, encode_header, segment_name
 
 __all__ = ["ActiveSegment", "SPARES_DIR", "create_segment", "drop_spare", "make_spare", "spares", "write_footer"]
@@ -134,17 +134,7 @@ def make_spare(root: str, size: int, fs: FileSystem = REAL) -> str:
     while os.path.lexists(os.path.join(d, f"{_SPARE_PREFIX}{k:06d}")):
         k += 1
     final = os.path.join(d, f"{_SPARE_PREFIX}{k:06d}")
-    tmp = final + ".tmp"
-    fd = fs.open(tmp, os.O_RDWR, create=True, truncate=True)
-    try:
-        fs.allocate(fd, 0, size)
-        fs.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            fs.unlink(tmp)
-        raise
-    finally:
-        os.close(fd)
+    create_whole(fs, final, lambda fd: fs.allocate(fd, 0, size))
     return final
 
 

@@ -83,6 +83,7 @@ def inspect(path: str, verify: bool = False, hooks: DataDirHooks | None = None) 
         report["corrupt"].append({"path": d.path, "position": d.position, "offset": d.offset,
                                   "following": d.following, "error": d.describe()})  # fmt: skip
     report["torn_tail_bytes"] = checked.torn
+    report["mark"] = checked.mark
     seen = {(c["path"], c["position"]) for c in report["corrupt"]}
     end = 0
     with LogReader(path, archive=True) as reader:
@@ -145,6 +146,8 @@ def _print(report: dict[str, Any], verify: bool) -> None:
     first = segs[0]["base"] if segs else 0
     print(f"log {report['path']}  writer: {report['writer']}")
     print(f"offsets {first}..{report.get('next_offset', 0)} (next {report.get('next_offset', 0)}), {len(segs)} segments")
+    if report.get("mark") is not None:
+        print(f"high-water mark: offset {report['mark']} (every record below it was durable when last written)")
     for s in segs:
         state = "archived" if s["archived"] else ("sealed" if s["sealed"] else "active")
         print(f"  {s['file']:<44} base {s['base']:>12}  end {s['end'] if s['end'] is not None else '?':>12}"

@@ -15,13 +15,14 @@ passing a :class:`Faults` instead of the default :data:`REAL`, never by patching
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Callable, Iterable
 
 from .errors import LogError
 
-__all__ = ["DIR_MODE", "FILE_MODE", "REAL", "CrashPoint", "Faults", "FileSystem", "SymlinkError"]
+__all__ = ["DIR_MODE", "FILE_MODE", "REAL", "CrashPoint", "Faults", "FileSystem", "SymlinkError", "create_whole"]
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -149,6 +150,23 @@ class FileSystem:
 
 REAL = FileSystem()
 """The file system stalkd uses unless a test passes another."""
+
+
+def create_whole(fs: FileSystem, path: str, fill: Callable[[int], None]) -> None:
+    """Create ``path`` whole: ``fill(fd)`` writes (or reserves) it under a temporary name
+    (``path.tmp``), renamed into place once done, so a crash or an error (it is re-raised, the
+    temporary file removed) never leaves a half-made file under the final name."""
+    tmp = path + ".tmp"
+    fd = fs.open(tmp, os.O_RDWR, create=True, truncate=True)
+    try:
+        fill(fd)
+        fs.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
 
 
 class CrashPoint(Exception):

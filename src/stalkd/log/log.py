@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -34,14 +35,17 @@ from .frame import Frame
 from .fs import REAL, FileSystem
 from .group import GROUPS_DIR, ConsumerGroup
 from .lock import lock_dir, unlock_dir
+from .mark import Mark, Marker
 from .reader import ARCHIVE_DIR, ReadPos, SegmentViews, list_segments, read_frames
 from .recovery import RepairReport, recover
 from .retention import retain
-from .segment import FOOTER_SIZE, HEADER_SIZE
+from .segment import FOOTER_SIZE, HEADER_SIZE, ScanState
 from .ticket import Ticket
 from .writer import SegmentWriter
 
 __all__ = ["Log", "RepairReport", "parse_durability"]
+
+_log = logging.getLogger("stalkd.log")
 
 Payload = bytes | bytearray | memoryview
 
@@ -72,6 +76,9 @@ class Log:
         # stalkd.archive has shipped); None: no hold. Set by the owner after open.
         self.retention_hold: Callable[[], int] | None = None
         self._lockfd: int | None = None
+        self._mark: Mark | None = None
+        self._marker: Marker | None = None
+        self.created = False  # open found no segment: the log starts here
         self._commit: GroupCommit
         self._writer: SegmentWriter
 
@@ -89,6 +96,7 @@ class Log:
         io: Literal["auto", "pwrite", "mmap"] = "auto",
         fs: FileSystem = REAL,
         clock: Callable[[], int] = time.time_ns,
+        mark_interval: float | None = None,
     ) -> Log:
         """Open (creating if needed) the log in directory ``path`` for writing.
 
@@ -98,6 +106,8 @@ class Log:
         ``fs`` is the file system (tests pass a :class:`stalkd.log.fs.Faults`). A directory
         holding a symbolic link among its files is refused (:class:`stalkd.log.fs.SymlinkError`).
         ``clock`` (nanoseconds) stamps frames and segment headers (tests comparing bytes fix it).
+        ``mark_interval`` (seconds): how often a thread raises the high-water mark to the durable
+        end (``mark.py``); None: only at open, roll-over and retention.
         """
         if segment_size < HEADER_SIZE + FOOTER_SIZE + 64:
             raise ValueError(f"segment_size {segment_size} is too small (minimum {HEADER_SIZE + FOOTER_SIZE + 64})")
@@ -118,17 +128,42 @@ class Log:
                 fs.check_no_symlinks(d)
             rec = recover(log.path, repair, fs=fs)
             log.repair_report = rec.repair
+            log.created = not rec.sealed and rec.active is None and rec.next_offset == 0
             log._commit = GroupCommit(log.path, policy, interval, rec.next_offset)
             log._writer = SegmentWriter(log.path, segment_size, io, policy != "never", fs,
-                                        log._commit.fail, log._commit.sealed,
+                                        log._commit.fail, log._sealed,
                                         ZERO_AHEAD if policy == "always" else 0, clock)  # fmt: skip
             log._writer.resume(rec)
+            # After the first segment exists: a mark without segments says a log was lost.
+            mark = log._mark = Mark(log.path, fs)
+            if mark.value != rec.next_offset:  # durable now: resume synced the active segment
+                mark.write(rec.next_offset)
             log._load_groups()
         except BaseException:
             log._release_files()
             raise
         log._commit.start(log._writer)
+        if mark_interval is not None:
+            c = log._commit
+            log._marker = Marker(mark, lambda: c.durable, mark_interval, log._mark_failed)
         return log
+
+    def _sealed(self, end: int) -> None:
+        """A roll-over sealed a segment (under the writer's lock): durable below ``end``."""
+        self._commit.sealed(end)
+        self._raise_mark(end)
+
+    def _raise_mark(self, end: int) -> None:
+        mark = self._mark
+        if mark is not None:
+            try:
+                mark.advance(end)
+            except OSError as e:  # the records are safe; only the mark is late (retried later)
+                self._mark_failed(e)
+
+    def _mark_failed(self, e: OSError) -> None:
+        _log.warning("%s: could not write the high-water mark (%s); retried at the next roll-over or "
+                     "interval", self.path, e)  # fmt: skip
 
     # ---------------------------------------------------------------- writing
 
@@ -281,6 +316,41 @@ class Log:
             raise LogError(f"{self.path}: log is closed")
         return act.base, act.pos, act.limit
 
+    def bytes_from(self, offset: int) -> int:
+        """Bytes of the frames from ``offset`` to the end written: what reading from there
+        reads (the engine's WAL since its snapshot). Scans the segment holding ``offset`` up to it.
+
+        >>> import tempfile
+        >>> with Log.open(tempfile.mkdtemp(), durability="never") as log:
+        ...     _ = log.append_many([b"a" * 8, b"b" * 8, b"c" * 8])
+        ...     log.bytes_from(0), log.bytes_from(2), log.bytes_from(3)
+        (96, 32, 0)
+        """
+        w = self._writer
+        act = w.active
+        if act is None:
+            raise LogError(f"{self.path}: log is closed")
+        if offset >= w.next:  # (a snapshot at the end: no scan of the active segment up to it)
+            return 0
+        total = 0
+        for base, end, path in w.bounds:
+            if end is not None and end <= offset:
+                continue
+            view = self._views.get(base, path, False)
+            if end is None:
+                stop = act.pos
+            else:
+                footer = view.footer or view.read_footer()
+                stop = footer[1] if footer is not None else view.size - FOOTER_SIZE
+            start = HEADER_SIZE
+            if base < offset:
+                st = ScanState(HEADER_SIZE, base)
+                for _ in view.frames(offset, offset, None, st):
+                    pass
+                start = st.pos
+            total += max(0, stop - start)
+        return total
+
     def position_of_end(self) -> tuple[int, int]:
         """(active segment base, byte position) where the next frame goes."""
         act = self._writer.active
@@ -358,6 +428,7 @@ class Log:
         WAL calls it with its snapshot's start offset: everything before it may go.)
         """
         self._check_usable()
+        self._raise_mark(self._commit.durable)
         if self.retention_hold is not None:
             floor = min(floor, self.retention_hold())
         return retain(self._writer, floor, self._groups.values(), self._archive, self._views.forget)
@@ -398,6 +469,12 @@ class Log:
         self._release_files()
 
     def _release_files(self) -> None:
+        marker, self._marker = self._marker, None
+        if marker is not None:
+            marker.stop()
+        mark, self._mark = self._mark, None
+        if mark is not None:
+            mark.close()
         c = getattr(self, "_commit", None)
         if c is not None:
             c.release()

@@ -6,9 +6,12 @@ one scan of the active segment whatever the log's size. That scan tells a torn t
 * torn tail: nothing valid follows the first bad frame (a write a crash interrupted). It is cut
   (the bytes zeroed) with one WARNING line naming the bytes dropped;
 * damage: valid frames follow the bad one, the file is shorter than its data (segments are
-  preallocated, so a crash never shortens one), or the log ends with a sealed segment (the
-  active one that must follow it is gone). Opening refuses, naming the file, byte, log offset,
-  how many valid frames follow, and the command that cuts the log there.
+  preallocated, so a crash never shortens one), the log ends with a sealed segment (the
+  active one that must follow it is gone), or the log ends below its high-water mark
+  (``mark.py``: records known to have been durable are missing, whatever the bytes look like),
+  or it has no segment at all although the directory says a log existed (its mark, spare
+  segments). Opening refuses, naming the file, byte, log offset, how many valid frames follow,
+  and the command that cuts the log there.
 
 ``mode="repair"`` (``stalkd log repair``, ``stalkd serve --repair``) also verifies every frame of
 the sealed segments and cuts the log at the first damage: the bytes beyond the cut are copied to a
@@ -31,8 +34,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .active import SPARES_DIR
 from .errors import LogCorruptError
 from .fs import REAL, FileSystem
+from .mark import MARK_NAME, MarkError, read_mark
 from .reader import list_segments
 from .repairs import DROPPED_DIR, ZEROS, RepairReport, cut, quarantine, write_footer, zero
 from .segment import (
@@ -85,7 +90,8 @@ def refusal(d: Damage, root: str) -> LogCorruptError:
 class Recovered:
     """The state to continue from: sealed (base, end, path) segments, the next offset, and the
     active segment as (path, base, data end position, epoch), or None to start a new segment.
-    ``damage`` (check mode) lists what an open would refuse; ``torn`` the bytes of a torn tail."""
+    ``damage`` (check mode) lists what an open would refuse; ``torn`` the bytes of a torn tail;
+    ``mark`` the high-water mark found (None: no mark file, or an unreadable one a repair replaces)."""
 
     sealed: tuple[tuple[int, int, str], ...]
     next_offset: int
@@ -93,6 +99,7 @@ class Recovered:
     repair: RepairReport | None
     damage: tuple[Damage, ...] = ()
     torn: int = 0
+    mark: int | None = None
 
 
 @dataclass
@@ -172,6 +179,25 @@ def _following(views: list[SegmentView], i: int, pos: int, offset: int) -> int:
 Mode = Literal["open", "repair", "check"]
 
 
+def _existed(root: str) -> str | None:
+    """What in a directory without segments says a log was there (its mark, spare segments), or
+    None. (``LOCK`` alone does not: a first open killed before its first segment leaves only it.)"""
+    if os.path.exists(os.path.join(root, MARK_NAME)):
+        return f"its high-water mark {MARK_NAME}"
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        if os.listdir(os.path.join(root, SPARES_DIR)):
+            return f"its spare segments in {SPARES_DIR}/"
+    return None
+
+
+def _below_mark(path: str, position: int, end: int, mark: int) -> Damage:
+    lost = mark - end
+    return Damage(path, position, end, 0,
+                  f"the log ends at offset {end}, but its high-water mark ({MARK_NAME}) says records up to "
+                  f"offset {mark} were durable: {lost} acknowledged record{'s' if lost != 1 else ''} "
+                  "missing or damaged after they were written, not torn by a crash")  # fmt: skip
+
+
 def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify: bool = False,
             fs: FileSystem = REAL) -> Recovered:
     """Inspect ``root`` and decide where the writer continues (``open``, the caller holding the
@@ -201,6 +227,23 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
         if mode == "check":
             found.append(d)
         return mode == "repair"
+
+    mark: int | None = None
+    try:
+        mark = read_mark(root, fs)
+    except MarkError as e:  # a repair writes a new mark at the end it finds
+        if mode == "open":
+            raise
+        if mode == "check":
+            found.append(Damage(os.path.join(root, MARK_NAME), 0, 0, 0, str(e)))
+    if not segs:
+        why = _existed(root)
+        if why is not None:
+            d = Damage(os.path.join(root, segment_name(0)), 0, 0, 0,
+                       f"no segment file, yet {why} says a log existed here: its records are lost"
+                       + (f" (up to offset {mark} acknowledged)" if mark else ""))  # fmt: skip
+            if damaged(d):
+                report = RepairReport(d.path, 0, 0, d.reason, ())
 
     try:
         for i, (base, p, _) in enumerate(segs):
@@ -265,7 +308,7 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
             break
         views = views[:n]
         if not views:
-            return Recovered((), report.offset if report else 0, None, report, tuple(found))
+            return Recovered((), report.offset if report else 0, None, report, tuple(found), mark=mark)
         sealed = [(v.base, v.footer[0], v.path) for v in views[:-1] if v.footer is not None]
         last = views[-1]
         if last.footer is not None and (mode != "check" or not found):
@@ -277,8 +320,10 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                 report = report or RepairReport(os.path.join(root, segment_name(end)), 0, end,
                                                 "active segment missing", ())  # fmt: skip
             sealed.append((last.base, end, last.path))
-            return Recovered(tuple(sealed), end, None, report, tuple(found))
+            return Recovered(tuple(sealed), end, None, report, tuple(found), mark=mark)
         tail = _check_tail(last)
+        if tail.damage is None and mark is not None and tail.next_offset < mark:
+            tail.damage = _below_mark(last.path, tail.data_end, tail.next_offset, mark)
         torn = tail.extent - tail.data_end
         if tail.damage is not None and damaged(tail.damage):
             q = quarantine(fs, root, last, tail.data_end, tail.extent) if torn else None
@@ -295,8 +340,10 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
             zero(fs, last.path, tail.data_end, tail.extent)
             _log.warning("%s: torn tail cut: %d bytes dropped at byte %d (log offset %d), nothing valid "
                          "after them (a write a crash interrupted)", last.path, torn, tail.data_end, tail.next_offset)
+        if tail.damage is not None:  # (check mode: damage, not a torn tail to report as well)
+            torn = 0
         return Recovered(tuple(sealed), tail.next_offset, (last.path, last.base, tail.data_end, last.epoch),
-                         report, tuple(found), torn)  # fmt: skip
+                         report, tuple(found), torn, mark)  # fmt: skip
     finally:
         for v in views:
             v.close()

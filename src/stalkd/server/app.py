@@ -370,7 +370,9 @@ class Server:
             # A snapshot in progress copies a bounded chunk per call: come back soon.
             self._maint = loop.call_later(0.001 if busy else every, run)
 
-        self._maint = loop.call_later(every, run)
+        # The first look is at once: a WAL recovered with a snapshot's worth of records since the
+        # last one (a crash loop) starts compacting before the next kill, not a second later.
+        self._maint = loop.call_later(0.0, run)
 
     # --- stats -------------------------------------------------------------------------------
 
