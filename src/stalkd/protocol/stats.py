@@ -52,10 +52,13 @@ STATS_KEYS: tuple[str, ...] = (
     "role", "epoch",
 )  # fmt: skip
 OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {
-    "stats": ("standbys", "standby-lag", "primary-lag"),
+    "stats": ("standbys", "standby-lag", "primary-lag", "max-memory", "current-memory",
+              "current-memory-paused", "total-memory-closed"),
 }
 """Keys written after the others when present: a primary's standbys (count, largest lag in
-records) while any follow it or ``--sync-standbys`` is set; a standby's lag behind its primary."""
+records) while any follow it or ``--sync-standbys`` is set; a standby's lag behind its primary;
+a server's memory budget (``--max-memory``), what its connections hold now, how many of them
+it stopped reading and how many it closed for memory."""
 
 KEYS: dict[str, tuple[str, ...]] = {
     "stats": STATS_KEYS,

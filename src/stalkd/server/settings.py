@@ -29,7 +29,8 @@ class Config:
                  "unix", "socket_mode", "tls_listen", "tls_cert", "tls_key", "tls_client_ca",
                  "acl", "no_plain", "plain_network_ok",
                  "admin", "admin_token_file", "admin_tls",
-                 "repair", "archive_url", "standby_of", "sync_standbys")  # fmt: skip
+                 "repair", "archive_url", "standby_of", "sync_standbys",
+                 "max_memory", "max_handshakes_per_address", "handshake_timeout")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -59,6 +60,9 @@ class Config:
     archive_url: str | None  # sealed segments and snapshots are shipped there (stalkd.archive)
     standby_of: str | None  # the primary's address: run as its standby (stalkd.replication)
     sync_standbys: int  # standbys that must hold a change before its reply (0: asynchronous)
+    max_memory: int | None  # bytes all connections may hold (budget.py); None: from the machine
+    max_handshakes_per_address: int  # TLS handshakes in progress from one client address
+    handshake_timeout: float  # seconds a TLS handshake may take
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
@@ -74,12 +78,15 @@ class Config:
                  admin: tuple[str, int] | None = None,
                  admin_token_file: str | None = None, admin_tls: bool = False,
                  repair: bool = False, archive_url: str | None = None,
-                 standby_of: str | None = None, sync_standbys: int = 0) -> None:  # fmt: skip
+                 standby_of: str | None = None, sync_standbys: int = 0,
+                 max_memory: int | None = None, max_handshakes_per_address: int = 64,
+                 handshake_timeout: float = 10.0) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
                   log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
                   tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,
                   plain_network_ok, admin, admin_token_file, admin_tls, repair, archive_url,
-                  standby_of, sync_standbys)  # fmt: skip
+                  standby_of, sync_standbys, max_memory, max_handshakes_per_address,
+                  handshake_timeout)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 
