@@ -6,7 +6,6 @@ import doctest
 
 import stalkd.server.budget as budget_module
 from stalkd.server.budget import MemoryBudget, default_limit
-
 from support import run_doctests  # tests/support.py
 
 MB = 2**20

@@ -5,7 +5,9 @@ Routes::
     GET  /healthz                       200 while the process runs
     GET  /readyz                        200 when serving; 503 with reasons otherwise
     GET  /metrics                       Prometheus text (see metrics.py)
-    GET  /api/v1/overview               server counts, tubes, fsync/disk summary
+    GET  /api/v1/overview               server counts, a page of tubes (?offset=N&limit=N,
+                                        default 500; ``next``: the next page's offset),
+                                        fsync/disk summary
     GET  /api/v1/tubes/{tube}           one tube's counts
     GET  /api/v1/tubes/{tube}/jobs      ?state=ready|reserved|delayed|buried|all&after=ID&limit=N
     GET  /api/v1/buried                 buried jobs of every tube with their dead-letter errors
@@ -39,7 +41,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from stalkd.admin.metrics import Instruments, Reading, TimedStorage, exposition
-from stalkd.admin.ops import AdminOps, BadRequest
+from stalkd.admin.ops import OVERVIEW_PAGE, AdminOps, BadRequest, encode_answer
 from stalkd.admin.session import ServerBusy
 from stalkd.server.config import is_loopback
 
@@ -141,14 +143,19 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
         return web.Response(text="ready\n")
 
     async def metrics(request: web.Request) -> web.Response:
-        # Read on the loop (one pass over the tubes), encode in a thread: with 200 tubes the
-        # encoding alone held the loop ~26 ms per scrape (bench/admin_bench.py loop).
-        reading = Reading(server, ins, storage)
+        # Read on the loop (the tubes a slice per loop turn), encode in a thread: with 200
+        # tubes the encoding alone held the loop ~26 ms per scrape (bench/admin_bench.py loop).
+        reading = await Reading.take(server, ins, storage)
         body = await asyncio.get_running_loop().run_in_executor(None, exposition, reading)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def overview(request: web.Request) -> web.Response:
-        data = ops.overview()
+        q = request.query
+        try:
+            offset, limit = int(q.get("offset", "0")), int(q.get("limit", str(OVERVIEW_PAGE)))
+        except ValueError:
+            raise BadRequest("offset and limit must be integers") from None
+        data = ops.overview(offset, limit)
         data["ready"] = not ready()
         if storage is not None:
             data["disk"] = storage.disk_usage()
@@ -208,7 +215,8 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
         to = data.get("to")
         if not isinstance(to, str):
             raise BadRequest("give the destination tube as \"to\"")
-        return _json(await ops.move(await selection(data), to))
+        answer = await encode_answer(await ops.move(await selection(data), to))
+        return web.Response(text=answer, content_type="application/json")
 
     async def pause(request: web.Request) -> web.Response:
         data = await body_of(request)

@@ -86,7 +86,7 @@ class Handshake(asyncio.Protocol):
         for chunk in early:
             view = memoryview(chunk)
             while view:
-                buf = proto.get_buffer(len(view))
+                buf = memoryview(proto.get_buffer(len(view)))
                 n = min(len(buf), len(view))
                 buf[:n] = view[:n]
                 proto.buffer_updated(n)
