@@ -32,66 +32,35 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import server_bench
 
-from support import listening_ports  # tests/support.py (on the path through server_bench)
+from server.wire import flood_unread, proc_status  # tests/server/wire.py
+from support import listening_ports  # tests/support.py (tests/ is on the path through server_bench)
 
 FLOODS = ("readers-flood", "big-puts", "handshake-flood", "admin-100k")
 MB = 2**20
 
 
-class Probe(threading.Thread):
-    """Round trips of ``peek 0`` on its own connection until stopped."""
+class Probe(Protocol):
+    """stall_bench's probe: round trips of ``peek 0`` on its own connection until stopped."""
 
-    def __init__(self, port: int) -> None:
-        super().__init__(daemon=True)
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.settimeout(300)
-        self.rtts: list[float] = []
-        self.stop = threading.Event()
+    sock: socket.socket
+    rtts: list[float]
+    stop: threading.Event
 
-    def run(self) -> None:
-        s = self.sock
-        while not self.stop.is_set():
-            t0 = time.perf_counter()
-            s.sendall(b"peek 0\r\n")
-            buf = b""
-            while b"\r\n" not in buf:
-                chunk = s.recv(4096)
-                if not chunk:
-                    return
-                buf += chunk
-            self.rtts.append(time.perf_counter() - t0)
-            time.sleep(0.001)
-
-    def figures(self) -> tuple[float, float]:
-        """(p99, max) in ms."""
-        self.stop.set()
-        self.join()
-        self.sock.close()
-        r = sorted(self.rtts) or [0.0]
-        return r[int(0.99 * (len(r) - 1))] * 1e3, r[-1] * 1e3
+    def start(self) -> None: ...
+    def join(self) -> None: ...
 
 
-def _status(pid: int, key: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def _send_unread(port: int, payload: bytes) -> socket.socket:
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.connect(("127.0.0.1", port))
-    s.setblocking(False)
-    with contextlib.suppress(BlockingIOError):
-        s.send(payload)
-    return s
+def _figures(probe: Probe) -> tuple[float, float]:
+    """(p99, max) of the probe's round trips in ms, once it is stopped."""
+    probe.stop.set()
+    probe.join()
+    probe.sock.close()
+    r = sorted(probe.rtts) or [0.0]
+    return r[int(0.99 * (len(r) - 1))] * 1e3, r[-1] * 1e3
 
 
 def _pipeline(s: socket.socket, data: bytes, replies: int) -> None:
@@ -111,7 +80,7 @@ def _readers(port: int, _srv: server_bench.Server, _ctx: dict[str, Any]) -> tupl
 
 
 def _readers_flood(port: int) -> list[socket.socket]:
-    return [_send_unread(port, b"list-tubes\r\n" * 120) for _ in range(1000)]
+    return [flood_unread(port, b"list-tubes\r\n" * 120) for _ in range(1000)]
 
 
 def _big_puts(port: int) -> str:
@@ -217,7 +186,8 @@ def _admin_calls(base: str) -> str:
     return "; ".join(out)
 
 
-def run(kind: str, case: str, *, admin_tubes: int, admin_jobs: int) -> str:
+def run(kind: str, case: str, probe_of: Callable[[int], Probe], *, admin_tubes: int,
+        admin_jobs: int) -> str:
     """One case on a server of ``kind`` (stalkd or the peer): its row of figures."""
     extra: tuple[str, ...] = ()
     if case == "big-puts":
@@ -232,13 +202,18 @@ def run(kind: str, case: str, *, admin_tubes: int, admin_jobs: int) -> str:
     keep: list[socket.socket] = []
     note = ""
     try:
-        other = [p for p in listening_ports(pid) if p != srv.port]
+        other: list[int] = []
+        for _ in range(1000):  # the admin endpoint listens once recovery is done, after the port
+            other = [p for p in listening_ports(pid) if p != srv.port]
+            if other or case in ("readers-flood", "big-puts"):
+                break
+            time.sleep(0.01)
         if case == "readers-flood":
             _, keep = _readers(srv.port, srv, {})
         elif case == "admin-100k":
             _admin_setup(srv.port, admin_tubes, admin_jobs)
-        before = _status(pid, "VmRSS")
-        probe = Probe(srv.port)
+        before = proc_status(pid, "VmRSS")
+        probe = probe_of(srv.port)
         probe.start()
         time.sleep(0.2)
         flood: list[socket.socket] = []
@@ -251,13 +226,13 @@ def run(kind: str, case: str, *, admin_tubes: int, admin_jobs: int) -> str:
             flood, note = _handshake_flood(other[0])
         else:
             note = _admin_calls(f"http://127.0.0.1:{other[0]}")
-        peak = _status(pid, "VmHWM")
+        peak = proc_status(pid, "VmHWM")
         for s in flood:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
             s.close()
         time.sleep(3.0)  # the clients are gone: the server may give memory back meanwhile
-        p99, mx = probe.figures()
-        after = _status(pid, "VmRSS")
+        p99, mx = _figures(probe)
+        after = proc_status(pid, "VmRSS")
     finally:
         for s in keep:
             s.close()
@@ -271,7 +246,8 @@ def raise_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def main_rows(cases: list[str], peer: str | None, admin_tubes: int, admin_jobs: int) -> None:
+def main_rows(cases: list[str], peer: str | None, probe_of: Callable[[int], Probe],
+              admin_tubes: int, admin_jobs: int) -> None:
     raise_fd_limit()
     print(f"# floods (issue 30): probe p99 / max round trip (ms); server RSS MB before, peak "
           f"(VmHWM), 3 s after the clients left; load {os.getloadavg()[0]:.1f}")
@@ -280,5 +256,5 @@ def main_rows(cases: list[str], peer: str | None, admin_tubes: int, admin_jobs: 
         for kind, label in (("stalkd", "stalkd"), ("beanstalkd", "peer" if peer else "beanstalkd")):
             if kind == "beanstalkd" and case in ("handshake-flood", "admin-100k") and not peer:
                 continue  # beanstalkd has neither TLS nor an admin endpoint
-            row = run(kind, case, admin_tubes=admin_tubes, admin_jobs=admin_jobs)
+            row = run(kind, case, probe_of, admin_tubes=admin_tubes, admin_jobs=admin_jobs)
             print(f"{case:<16} {label:<13} {row}", flush=True)

@@ -338,7 +338,7 @@ def main() -> None:
     if args.floods:
         server_bench.PEER_SRC = args.peer_src and os.path.abspath(args.peer_src)
         cases = list(floods.FLOODS) if "all" in args.floods else args.floods
-        floods.main_rows(cases, server_bench.PEER_SRC, args.admin_tubes, args.admin_jobs)
+        floods.main_rows(cases, server_bench.PEER_SRC, Probe, args.admin_tubes, args.admin_jobs)
         return
     if args.steps_child:
         import json
