@@ -176,13 +176,17 @@ def _admin_setup(port: int, tubes: int, jobs: int) -> None:
             _pipeline(s, b"put 0 0 60 1\r\nx\r\n" * k, k)
 
 
-def _admin_calls(base: str) -> str:
+def _admin_calls(base: str, probe: Probe) -> str:
+    """Each call's time, answer size and the probe's longest wait meanwhile."""
     out = []
-    for path in ("/metrics", "/api/v1/overview", "/metrics", "/api/v1/overview"):
-        took, n = _http("GET", base + path)
-        out.append(f"{path} {took:.2f}s {n / MB:.1f}MB")
-    took, n = _http("POST", base + "/api/v1/jobs/move", {"tube": "big", "state": "ready", "to": "moved"})
-    out.append(f"move {took:.1f}s {n / MB:.1f}MB")
+    calls: list[tuple[str, str, Any]] = [("GET", p, None) for p in (
+        "/metrics", "/api/v1/overview", "/metrics", "/api/v1/overview")]
+    calls.append(("POST", "/api/v1/jobs/move", {"tube": "big", "state": "ready", "to": "moved"}))
+    for method, path, body in calls:
+        seen = len(probe.rtts)
+        took, n = _http(method, base + path, body)
+        waits = probe.rtts[seen:] or [0.0]
+        out.append(f"{path.rsplit('/', 1)[1]} {took:.2f}s {n / MB:.1f}MB probe max {max(waits) * 1e3:.0f}ms")
     return "; ".join(out)
 
 
@@ -225,7 +229,7 @@ def run(kind: str, case: str, probe_of: Callable[[int], Probe], *, admin_tubes: 
         elif case == "handshake-flood":
             flood, note = _handshake_flood(other[0])
         else:
-            note = _admin_calls(f"http://127.0.0.1:{other[0]}")
+            note = _admin_calls(f"http://127.0.0.1:{other[0]}", probe)
         peak = proc_status(pid, "VmHWM")
         for s in flood:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")

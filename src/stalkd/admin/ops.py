@@ -354,12 +354,12 @@ async def encode_answer(out: dict[str, Any]) -> str:
         return json.dumps(out, separators=(",", ":"))
     head = json.dumps({k: v for k, v in out.items() if k != "new_ids"}, separators=(",", ":"))
     parts = [head[:-1], ',"new_ids":{']
-    items = list(moved.items())
-    for i in range(0, len(items), IDS_PER_SLICE):
+    items = iter(moved.items())  # the map is complete: nothing changes it between slices
+    for i in range(0, len(moved), IDS_PER_SLICE):
         if i:
             parts.append(",")
             await asyncio.sleep(0)
-        parts.append(",".join(f'"{k}":{v}' for k, v in items[i:i + IDS_PER_SLICE]))
+        parts.append(",".join(f'"{k}":{v}' for k, v in itertools.islice(items, IDS_PER_SLICE)))
     parts.append("}}")
     return "".join(parts)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import time
 
 __all__ = ["tune", "Trimmer", "MMAP_THRESHOLD", "TRIM_AT"]
 
@@ -69,8 +70,14 @@ class Trimmer:
 
     def tick(self) -> bool:
         """Trim if worth it; whether it did."""
-        if _LIBC is None or free_heap() < self.threshold:
+        if _LIBC is None:
+            return False
+        t0 = time.perf_counter()
+        free = free_heap()
+        if free < self.threshold:
             return False
         _LIBC.malloc_trim(0)
         self.trims += 1
+        log.debug("gave back the allocator's free memory (%.0f MiB free) in %.1f ms",
+                  free / 2**20, (time.perf_counter() - t0) * 1e3)
         return True
