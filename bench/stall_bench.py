@@ -20,6 +20,10 @@ While the scenario's command runs on one connection, a probe connection sends ``
 loop (one in flight) and records each round trip; the figure is the longest round trip, in ms,
 and the median for scale. Target (issue 11): <= 50 ms, and never longer than beanstalkd's.
 
+Floods (issue 30, ``--floods``; see bench/floods.py): readers-flood, big-puts, handshake-flood
+and admin-100k print the probe's p99 and max round trip and the server's RSS before, at peak
+and after the clients left, for stalkd and the peer column (``--peer-src``).
+
 Run: ``.venv/bin/python bench/stall_bench.py [--jobs 100000] [--scenario kick-delayed]
 [--class memory|never] [--peer-src DIR]`` (``--peer-src`` puts another stalkd tree in the peer
 column, e.g. main's code, for an A/B of a change). Figures vary with load; compare within a run.
@@ -45,6 +49,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import floods  # noqa: E402  (issue 30's floods)
 import server_bench  # noqa: E402  (start/stop of both servers, same flags as the throughput bench)
 
 SCENARIOS = ("kick-delayed", "kick-buried", "list-tubes", "delay-expiry", "disconnect", "snapshot", "ship")
@@ -325,7 +330,16 @@ def main() -> None:
     ap.add_argument("--ship-rounds", type=int, default=2, help="ship: alternating rounds")
     ap.add_argument("--archive-url", help="ship: where to ship, a fresh prefix under it per run "
                     "(default a fresh local directory per run)")
+    ap.add_argument("--floods", action="append", nargs="?", const="all",
+                    choices=[*floods.FLOODS, "all"], help="issue 30's floods (all, or one; repeatable)")
+    ap.add_argument("--admin-tubes", type=int, default=100_000, help="admin-100k: tubes")
+    ap.add_argument("--admin-jobs", type=int, default=1_000_000, help="admin-100k: jobs in all")
     args = ap.parse_args()
+    if args.floods:
+        server_bench.PEER_SRC = args.peer_src and os.path.abspath(args.peer_src)
+        cases = list(floods.FLOODS) if "all" in args.floods else args.floods
+        floods.main_rows(cases, server_bench.PEER_SRC, Probe, args.admin_tubes, args.admin_jobs)
+        return
     if args.steps_child:
         import json
 

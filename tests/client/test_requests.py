@@ -63,7 +63,7 @@ def test_error_table_covers_the_protocol_and_classes_are_distinct() -> None:
     words = {"NOT_FOUND", "TIMED_OUT", "DEADLINE_SOON", "BURIED", "DRAINING", "JOB_TOO_BIG",
              "EXPECTED_CRLF", "BAD_FORMAT", "UNKNOWN_COMMAND", "OUT_OF_MEMORY",
              "INTERNAL_ERROR", "NOT_IGNORED",
-             "PERMISSION_DENIED", "NOT_PRIMARY"}  # the last two: stalkd's ACL, its standbys
+             "PERMISSION_DENIED", "NOT_PRIMARY", "RESULT_LIMIT"}  # stalkd's ACL, standbys, results
     assert set(errors.ERRORS) == words
     assert len(set(errors.ERRORS.values())) == len(words)
     assert not issubclass(errors.ClientConnectionError, errors.BeanstalkError)

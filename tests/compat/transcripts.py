@@ -115,8 +115,11 @@ STATS_KEYS = (
     b"binlog-current-index", b"binlog-records-migrated", b"binlog-records-written",
     b"binlog-max-size", b"draining", b"id", b"hostname", b"os", b"platform",
 )  # fmt: skip
-# stalkd's replication keys (docs/standby.md), after beanstalkd's: beanstalkd has none.
-STALKD_STATS_EXTRA = rb"(?:role: (?:primary|standby)\nepoch: \d+\n)?"
+# stalkd's replication keys (docs/standby.md) and its memory budget (--max-memory), after
+# beanstalkd's: beanstalkd has none.
+STALKD_STATS_EXTRA = (rb"(?:role: (?:primary|standby)\nepoch: \d+\n"
+                      rb"(?:max-memory: \d+\ncurrent-memory: \d+\ncurrent-memory-paused: \d+\n"
+                      rb"total-memory-closed: \d+\n)?)?")
 
 
 def stats_yaml(**values: int | bytes) -> Callable[[str], re.Pattern[bytes]]:

@@ -73,3 +73,26 @@ def test_the_log_is_rate_limited_and_counts_what_it_left_out() -> None:
 def test_docstring_examples() -> None:
     result = run_doctests(stalkd.server.handshakelog)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_server_logs_a_refused_handshake_with_the_peer_and_the_reason() -> None:
+    import socket
+    import ssl as ssl_
+
+    from server.tlsutil import secured_flags, shared_certs, start
+
+    certs, _ = shared_certs()
+    s = start(*secured_flags())
+    try:
+        host, _, port = s.tls.rpartition(":")
+        ctx = ssl_.create_default_context(cafile=certs.ca.cert)  # no client certificate
+        with socket.create_connection((host, int(port)), timeout=30) as raw:
+            try:
+                with ctx.wrap_socket(raw, server_hostname="localhost") as t:
+                    t.sendall(b"stats\r\n")
+                    t.recv(100)
+            except (ssl_.SSLError, OSError):
+                pass
+        s.wait_log(r"TLS handshake from 127\.0\.0\.1 failed: .*certificate")
+    finally:
+        s.stop()

@@ -8,14 +8,15 @@ attackers are still connected."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 from collections.abc import Iterator
 
 import pytest
 
 from .proc import StalkdProcess, start_stalkd
-from .wire import Wire
+from .wire import Wire, proc_status
+from .wire import flood_unread as _flood
+from .wire import stats as _stats
 
 MAX_OUTPUT = 65536
 MB = 2**20
@@ -31,28 +32,7 @@ def srv() -> Iterator[StalkdProcess]:
 
 
 def _rss(s: StalkdProcess) -> int:
-    with open(f"/proc/{s.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def _stats(w: Wire) -> dict[str, str]:
-    head = w.cmd(b"stats\r\n")
-    return dict(line.split(": ", 1) for line in head.decode().splitlines()[2:] if ": " in line)
-
-
-def _flood(port: int, payload: bytes) -> socket.socket:
-    """Connect and send ``payload`` without ever reading (as much as the socket takes). A
-    small receive buffer keeps the kernel from absorbing the replies for the server."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.connect(("127.0.0.1", port))
-    s.setblocking(False)
-    with contextlib.suppress(BlockingIOError):
-        s.send(payload)
-    return s
+    return proc_status(s.proc.pid, "VmRSS")
 
 
 def _until_counted(w: Wire, key: str, at_least: int) -> dict[str, str]:

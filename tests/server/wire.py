@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 
@@ -100,3 +101,24 @@ def stats(w: Wire, cmd: bytes = b"stats\r\n") -> dict[str, str]:
             k, v = line.split(": ", 1)
             out[k] = v.strip('"')
     return out
+
+
+def flood_unread(port: int, payload: bytes) -> socket.socket:
+    """Connect and send ``payload`` without ever reading (as much as the socket takes). A
+    small receive buffer keeps the kernel from absorbing the replies for the server."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.setblocking(False)
+    with contextlib.suppress(BlockingIOError):
+        s.send(payload)
+    return s
+
+
+def proc_status(pid: int, key: str) -> int:
+    """A byte figure of /proc/PID/status (``VmRSS``, ``VmHWM``)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {key} in /proc/{pid}/status")

@@ -85,7 +85,14 @@ class ApiBackend:
         return data
 
     def tubes(self) -> list[dict[str, Any]]:
-        return list(self.overview()["tubes"])
+        """Every tube, page by page (the overview answers a page at a time)."""
+        rows: list[dict[str, Any]] = []
+        offset: int | None = 0
+        while offset is not None:
+            page: dict[str, Any] = self.call("GET", f"/api/v1/overview?offset={offset}&limit=5000")
+            rows.extend(page["tubes"])
+            offset = page.get("next")
+        return rows
 
     def jobs(self, tube: str, state: str, limit: int, after: int = 0) -> dict[str, Any]:
         q = urllib.parse.urlencode({"state": state, "limit": limit, "after": after})

@@ -29,7 +29,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from stalkd.admin.metrics import Instruments, Reading, TimedStorage, exposition
-from stalkd.admin.ops import AdminOps, BadRequest
+from stalkd.admin.ops import OVERVIEW_PAGE, AdminOps, BadRequest, encode_answer
 from stalkd.admin.session import ServerBusy
 from stalkd.server.config import is_loopback
 
@@ -45,7 +45,8 @@ _STATIC = ("index.html", "app.js", "style.css")
 API = "/api/v1"
 # The JSON API, written once: registered from here, and listed by GET /api/v1/.
 API_ROUTES: tuple[tuple[str, str, str], ...] = (
-    ("GET", "/overview", "server counts (with its id and protocol addresses), tubes, fsync/disk"),
+    ("GET", "/overview", "server counts (with its id and protocol addresses), a page of tubes "
+                         "(?offset=N&limit=N, default 500; next: the next page's offset), fsync/disk"),
     ("GET", "/tubes/{tube}", "one tube's counts"),
     ("GET", "/tubes/{tube}/jobs", "?state=ready|reserved|delayed|buried|all&after=ID&limit=N"),
     ("GET", "/buried", "buried jobs of every tube with their dead-letter errors"),
@@ -160,14 +161,19 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
         return web.Response(text="ready\n")
 
     async def metrics(request: web.Request) -> web.Response:
-        # Read on the loop (one pass over the tubes), encode in a thread: with 200 tubes the
-        # encoding alone held the loop ~26 ms per scrape (bench/admin_bench.py loop).
-        reading = Reading(server, ins, storage)
+        # Read on the loop (the tubes a slice per loop turn), encode in a thread: with 200
+        # tubes the encoding alone held the loop ~26 ms per scrape (bench/admin_bench.py loop).
+        reading = await Reading.take(server, ins, storage)
         body = await asyncio.get_running_loop().run_in_executor(None, exposition, reading)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def overview(request: web.Request) -> web.Response:
-        data = ops.overview()
+        q = request.query
+        try:
+            offset, limit = int(q.get("offset", "0")), int(q.get("limit", str(OVERVIEW_PAGE)))
+        except ValueError:
+            raise BadRequest("offset and limit must be integers") from None
+        data = ops.overview(offset, limit)
         why = ready()
         data["ready"] = not why
         data["why"] = why
@@ -230,7 +236,8 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
         to = data.get("to")
         if not isinstance(to, str):
             raise BadRequest("give the destination tube as \"to\"")
-        return _json(await ops.move(await selection(data), to))
+        answer = await encode_answer(await ops.move(await selection(data), to))
+        return web.Response(text=answer, content_type="application/json")
 
     async def pause(request: web.Request) -> web.Response:
         data = await body_of(request)

@@ -1,6 +1,7 @@
 """/metrics: Prometheus text computed at scrape time, plus the few timings only the hot path sees.
 
-Gauges (jobs per tube and state, waiting workers, pauses, connections, bytes on disk) and the
+Gauges (jobs per tube and state for the ``TOP_TUBES`` busiest tubes, the rest summed; waiting
+workers, pauses, connections, the memory budget, bytes on disk) and the
 engine's own counters (commands, timeouts) are read from the engine and the server when
 /metrics is scraped (``Reading``, one pass on the loop thread; the Prometheus objects and the
 text are built from it in a worker thread): nothing is kept per job. What cannot be read later is observed as it
@@ -18,7 +19,9 @@ Names follow Prometheus conventions: ``stalkd_`` prefix, ``_total`` counters, ba
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import heapq
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -40,6 +43,7 @@ from stalkd.engine.objects import US
 from stalkd.engine.state import Outcome
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COUNTERS as CMD_KEYS
+from stalkd.tubes import INTERNAL_PREFIX, is_internal
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
@@ -180,17 +184,34 @@ def _hist(name: str, doc: str, b: tuple[list[tuple[str, int]], float]) -> Histog
     return HistogramMetricFamily(name, doc, buckets=b[0], sum_value=b[1])
 
 
+TOP_TUBES = 100
+"""Tubes shown by name in /metrics, the busiest (most jobs) first; the rest are summed as
+``tube="*"`` and stalkd's own (``stalkd.*``) as ``tube="stalkd.*"``, so a scrape has a bounded
+number of series however many tubes clients make (Prometheus's guidance on cardinality)."""
+TUBE_SLICE = 5000  # tubes read per loop turn (~5 ms)
+OTHER_TUBES = "*"  # not a possible tube name
+INTERNAL_TUBES = INTERNAL_PREFIX + "*"
+
+TubeRow = tuple[str, int, int, int, int, int, int, int]
+"""name, ready, reserved, delayed, buried, waiting connections, paused (0/1), jobs ever put"""
+
+
+def _summed(name: str, rows: list[TubeRow]) -> TubeRow:
+    sums = [sum(col) for col in zip(*(r[1:] for r in rows), strict=True)] if rows else [0] * 7
+    sums[5] = 1 if sums[5] else 0  # paused: whether any is
+    return (name, *sums)  # type: ignore[return-value]
+
+
 class Reading:
-    """Every number /metrics shows, read on the loop thread in one pass (plain values, no
-    Prometheus objects: building and encoding those costs ~10 us per sample, so it runs in a
-    worker thread from this reading, never on the loop)."""
+    """Every number /metrics shows, read on the loop thread (plain values, no Prometheus
+    objects: building and encoding those costs ~10 us per sample, so it runs in a worker
+    thread from this reading, never on the loop). Build it with ``await Reading.take(...)``:
+    the tubes are read ``TUBE_SLICE`` at a time with the loop served in between."""
 
     def __init__(self, server: Server, ins: Instruments, storage: TimedStorage | None) -> None:
         eng = server.engine
-        now_us = round(server.clock() * US)
-        self.tubes = [(t.name, len(t.ready), t.reserved, len(t.delayed), len(t.buried),
-                       len(t.waiting), 1 if t.is_paused(now_us) else 0, t.total_jobs)
-                      for t in eng.tube_order]
+        self.tubes: list[TubeRow] = []
+        self.tube_count = len(eng.tube_order)
         self.commands = [(k[4:], eng.cmd[k]) for k in CMD_KEYS]
         self.timeouts = eng.job_timeouts
         self.body_bytes = eng.body_bytes
@@ -213,6 +234,40 @@ class Reading:
         self.refused_replication = server.replicas.refused if server.replicas is not None else 0
         self.sync_waiting = server.replicas is not None and server.replicas.waiting() is not None
         self.cluster = server.cluster() if server.cluster is not None else None
+        m = server.memory
+        self.memory = (m.limit, m.used, len(m.held), m.closed)
+        self.handshakes = server.conns.handshakes
+
+    @classmethod
+    async def take(cls, server: Server, ins: Instruments, storage: TimedStorage | None,
+                   top: int = TOP_TUBES) -> Reading:
+        r = cls(server, ins, storage)
+        now_us = round(server.clock() * US)
+        tubes = list(server.engine.tube_order)  # a C copy; the tubes are read from it
+        best: list[TubeRow] = []
+        rest: list[TubeRow] = []
+        internal: list[TubeRow] = []
+        for i in range(0, len(tubes), TUBE_SLICE):
+            if i:
+                await asyncio.sleep(0)
+            rows = [(t.name, len(t.ready), t.reserved, len(t.delayed), len(t.buried),
+                     len(t.waiting), 1 if t.is_paused(now_us) else 0, t.total_jobs)
+                    for t in tubes[i:i + TUBE_SLICE]]
+            internal.extend(row for row in rows if is_internal(row[0]))
+            rows = [row for row in rows if not is_internal(row[0])]
+            merged = best + rows
+            best = heapq.nlargest(top, merged, key=_jobs)
+            if len(merged) > len(best):
+                kept = {row[0] for row in best}
+                rest = [_summed(OTHER_TUBES, rest + [row for row in merged if row[0] not in kept])]
+        r.tubes = best + rest
+        if internal:
+            r.tubes.append(_summed(INTERNAL_TUBES, internal))
+        return r
+
+
+def _jobs(row: TubeRow) -> tuple[int, int]:
+    return row[1] + row[2] + row[3] + row[4], row[7]
 
 
 def families(r: Reading) -> Iterator[Metric]:
@@ -239,7 +294,18 @@ def families(r: Reading) -> Iterator[Metric]:
     yield cmds
     yield CounterMetricFamily("stalkd_job_timeouts", "Reservations whose TTR ran out", value=r.timeouts)
     yield GaugeMetricFamily("stalkd_job_body_bytes", "Bytes of live job bodies", value=r.body_bytes)
+    yield GaugeMetricFamily("stalkd_tubes", "Tubes (each shown above by name, or summed)",
+                            value=r.tube_count)
     yield GaugeMetricFamily("stalkd_connections", "Open client connections", value=r.connections)
+    yield GaugeMetricFamily("stalkd_tls_handshakes", "TLS handshakes in progress", value=r.handshakes)
+    limit, used, held, closed = r.memory
+    yield GaugeMetricFamily("stalkd_memory_budget_bytes", "--max-memory", value=limit)
+    yield GaugeMetricFamily("stalkd_memory_used_bytes",
+                            "Unparsed input and unsent replies connections hold", value=used)
+    yield GaugeMetricFamily("stalkd_memory_paused_connections",
+                            "Connections the memory budget stopped reading", value=held)
+    yield CounterMetricFamily("stalkd_memory_closed_connections",
+                              "Connections closed for holding the most past --max-memory", value=closed)
     yield CounterMetricFamily("stalkd_connections_accepted", "Connections accepted", value=r.accepted)
     yield CounterMetricFamily("stalkd_connections_refused",
                               "Connections refused at --max-connections", value=r.refused)

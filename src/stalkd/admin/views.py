@@ -45,9 +45,11 @@ def tube_row(t: Tube, now_us: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def tube_rows(engine: Engine, now_us: int) -> list[dict[str, Any]]:
-    """Every tube, in creation order (as list-tubes)."""
-    return [tube_row(t, now_us) for t in engine.tube_order]
+def tube_rows(engine: Engine, now_us: int, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+    """The tubes in creation order (as list-tubes), ``limit`` of them from ``offset`` (all
+    when None)."""
+    tubes = engine.tube_order if limit is None else engine.tube_order[offset:offset + limit]
+    return [tube_row(t, now_us) for t in tubes]
 
 
 def server_row(engine: Engine) -> dict[str, Any]:

@@ -55,14 +55,17 @@ OPTIONAL_KEYS: dict[str, tuple[str, ...]] = {
     "stats": ("fenced-by-epoch", "standbys", "standby-lag", "standby-lag-seconds", "primary-lag",
               "primary-lag-seconds", "in-sync", "cluster-node", "cluster-leader", "cluster-epoch",
               "lease-left-ms", "current-results", "result-bytes", "max-results",
-              "max-result-bytes", "max-result-ttl"),
+              "max-result-bytes", "max-result-ttl", "max-memory", "current-memory",
+              "current-memory-paused", "total-memory-closed"),
 }
 """Keys written after the others when present: the epoch that fenced a former primary; a
 primary's standbys (count, largest lag in records and in seconds) while any follow it or
 ``--sync-standbys`` is set; a standby's lag behind its primary and whether it is in sync;
 under ``--ha``, this node's name, the leader it sees, that leader's epoch, and the ms before
-this node must stop acknowledging as primary (-1: it does not hold the lease); stalkd's results kept (all owners) and the limits per
-owner (``engine/results.py``)."""
+this node must stop acknowledging as primary (-1: it does not hold the lease); stalkd's
+results kept (all owners) and the limits per owner (``engine/results.py``); the memory budget
+(``--max-memory``), what connections hold now, how many it stopped reading and how many it
+closed for memory."""
 
 KEYS: dict[str, tuple[str, ...]] = {
     "stats": STATS_KEYS,

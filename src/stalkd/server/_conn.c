@@ -69,7 +69,7 @@ core_process(Core *self)
     while (!self->waiting && !self->closing) {
         if (self->out_bytes >= flush_at && core_flush(self) < 0)
             goto error;
-        if (self->write_paused || self->held_bytes > limit) {
+        if (self->write_paused || self->held_bytes > limit || self->mem_paused) {
             if (pause_reading(self) < 0)
                 goto error;
             broke = 1;
@@ -164,12 +164,12 @@ static PyObject *
 configure(PyObject *mod, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"send", "close", "job_reply", "denied", "replicate", "durable_ops",
-                             "inline_after", "reached", NULL};
+                             "inline_after", "reached", "grain", NULL};
     PyObject *send, *close, *job, *den, *rep, *dops, *reached;
-    Py_ssize_t inl;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!O!nO", kwlist, &send, &close, &job, &den,
+    Py_ssize_t inl, gr;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO!O!nOn", kwlist, &send, &close, &job, &den,
                                      &PyBytes_Type, &rep, &PyFrozenSet_Type, &dops, &inl,
-                                     &reached))
+                                     &reached, &gr))
         return NULL;
     StalkdProtocolAPI *a = PyCapsule_Import(STALKD_PROTOCOL_API_NAME, 0);
     if (a == NULL)
@@ -186,6 +186,7 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     Py_XSETREF(replicate, Py_NewRef(rep));
     Py_XSETREF(durable_ops, Py_NewRef(dops));
     inline_after = inl;
+    grain = gr;
     Py_XSETREF(py_reached, Py_NewRef(reached));
     api = a;
     Py_RETURN_NONE;
@@ -256,6 +257,7 @@ PyInit__conn(void)
     INTERN(S_admit, "admit");
     INTERN(S_refused, "_refused");
     INTERN(S_put_word, "put");
+    INTERN(S_measure_memory, "measure_memory");
     if ((ZERO = PyLong_FromLong(0)) == NULL || (EMPTY = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
         return NULL;
     if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&BarType) < 0 || PyType_Ready(&AdmType) < 0)

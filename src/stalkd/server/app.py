@@ -6,6 +6,7 @@ The work around that is split by responsibility:
 - ``Admission`` (admission.py): the WAL room the engine asks for before a change;
 - ``Barriers`` (barriers.py): the batch each reply waits for, WAL writes and group commit;
 - ``Registry`` (registry.py): the open connections and ``--max-connections``;
+- ``MemoryBudget`` (budget.py): what all connections hold together, ``--max-memory``;
 - ``Connection`` (connection.py): one client's bytes, parser and reply queue.
 
 A server without a data directory uses ``MemoryStorage`` (storage.py), which keeps nothing;
@@ -48,6 +49,7 @@ from stalkd.replication.role import Role
 from stalkd.replication.status import Status
 from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
+from stalkd.server.budget import TICK, MemoryBudget, default_limit
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection
 from stalkd.server.fastconn import ADMISSION, BARRIERS, new_connection
@@ -97,7 +99,11 @@ class Server:
         self.storage: Storage = storage if storage is not None else MemoryStorage()
         self.clock = clock
         self.on_fatal = on_fatal
-        self.conns: Registry[Connection] = Registry(config.max_connections)
+        self.conns: Registry[Connection] = Registry(config.max_connections,
+                                                    per_address=config.max_handshakes_per_address)
+        limit = config.max_memory if config.max_memory is not None else default_limit(config.max_job_size)
+        self.memory = MemoryBudget(limit)
+        self._memory_timer: asyncio.TimerHandle | None = None
         self.started = clock()
         self._loop: asyncio.AbstractEventLoop | None = None  # see loop()
         # False in memory: no records, so no reply ever waits for a barrier.
@@ -202,6 +208,7 @@ class Server:
 
     def disconnected(self, c: Connection, exc: Exception | None) -> None:
         self.barriers.forget(c)
+        self.memory.forget(c)
         if self.conns.remove(c.id) is None:
             return
         if exc is not None:
@@ -210,6 +217,20 @@ class Server:
             log.debug("conn %d closed", c.id)
         self.engine.name_owner(c.id, None)
         self._handle(None, self.engine.disconnect(c.id, self.clock()))
+
+    def account(self, c: Connection, inp: int, out: int) -> None:
+        """``c`` holds ``inp`` bytes of input and ``out`` of replies (budget.py); the budget's
+        timer runs while it tracks anyone."""
+        m = self.memory
+        m.charge(c, inp, out)
+        if self._memory_timer is None and m.active() and not self.stopping:
+            self._memory_timer = self.loop().call_later(TICK, self._memory_tick)
+
+    def _memory_tick(self) -> None:
+        m = self.memory
+        m.tick()  # the fired handle stays set meanwhile: ``account`` schedules no second timer
+        self._memory_timer = (self.loop().call_later(TICK, self._memory_tick)
+                              if m.active() and not self.stopping else None)
 
     def hold(self, c: Connection) -> None:
         """``c`` has replies waiting for a barrier."""
@@ -267,6 +288,7 @@ class Server:
         policy = c.policy  # only a TLS listener's ACL grants replication; else the secret decides
         granted = policy is not None and c.identity is not None and policy.may_replicate()
         self.barriers.forget(c)
+        self.memory.forget(c)
         if self.conns.remove(c.id) is not None:
             self.engine.name_owner(c.id, None)
             self._handle(None, self.engine.disconnect(c.id, self.clock()))
@@ -392,6 +414,11 @@ class Server:
         values.update(self.replication.stats())
         if self.cluster is not None:
             values.update(self.cluster())
+        m = self.memory
+        values["max-memory"] = m.limit
+        values["current-memory"] = m.used
+        values["current-memory-paused"] = len(m.held)
+        values["total-memory-closed"] = m.closed
         values.update({
             "id": self.host_id,
             "hostname": self._uname.nodename,
@@ -416,6 +443,9 @@ class Server:
             self._timer.cancel()
         if self._maint is not None:
             self._maint.cancel()
+        if self._memory_timer is not None:
+            self._memory_timer.cancel()
+            self._memory_timer = None
 
     def finish_stop(self) -> None:
         """After the last sync: send what is held, close every connection."""

@@ -81,6 +81,27 @@ def _positive(flag: str, text: str) -> int:
     return n
 
 
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def _memory(flag: str, text: str) -> int:
+    """Bytes, or with a K, M or G suffix (powers of 1024): ``512M``."""
+    digits, unit = (text[:-1], text[-1].lower()) if text[-1:].isalpha() else (text, "")
+    if unit not in _UNITS or not digits.isdigit() or not digits.isascii() or int(digits) < 1:
+        raise _Bad(f"invalid size for {flag}: {text!r} (expected bytes, or a number with K, M or G)")
+    return int(digits) * _UNITS[unit]
+
+
+def _seconds(flag: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise _Bad(f"invalid value for {flag}: {text!r} (expected seconds, more than 0, at most 3600)")
+    return value
+
+
 def _host_port(flag: str, text: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[V6]:PORT`` (port 0: any free port, logged once bound)."""
     host, sep, port = text.rpartition(":")
@@ -168,6 +189,12 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
         limits: list[int | None] = list(cfg.result_limits)
         limits[_RESULT_LIMITS.index(key)] = _positive(flag, value)
         return cfg.replace(result_limits=tuple(limits))
+    if key == "max-memory":
+        return cfg.replace(max_memory=_memory(flag, value))
+    if key == "max-handshakes-per-address":
+        return cfg.replace(max_handshakes_per_address=_positive(flag, value))
+    if key == "handshake-timeout":
+        return cfg.replace(handshake_timeout=_seconds(flag, value))
     if key == "log-level":
         return cfg.replace(log_level=_log_level(flag, value))
     if key == "admin":
@@ -221,7 +248,8 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
 _SHORT_VALUED = {"l": "listen", "p": "port", "b": "dir", "f": "fsync", "u": "user",
                  "z": "max-job-size", "s": "wal-size"}  # fmt: skip
 _LONG_VALUED = {"listen", "port", "dir", "fsync", "durability", "user", "max-job-size",
-                "wal-size", "max-connections", "max-output", "log-level", "unix", "socket-mode",
+                "wal-size", "max-connections", "max-output", "max-memory",
+                "max-handshakes-per-address", "handshake-timeout", "log-level", "unix", "socket-mode",
                 "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "acl",
                 "admin", "admin-token-file", "standby-of", "sync-standbys", "replication-secret",
                 "ha", "name", "ha-ttl", "advertise",
@@ -330,6 +358,9 @@ def _parse(argv: Sequence[str]) -> Config | Exit:
                    "delete every job; give --admin-token-file FILE (a bearer token) as well")
     if cfg.admin_token_file is not None and cfg.admin is None:
         raise _Bad("--admin-token-file needs --admin ADDR:PORT")
+    if cfg.max_memory is not None and cfg.max_memory < cfg.max_job_size + 2**20:
+        raise _Bad(f"--max-memory {cfg.max_memory} leaves no room for a job of -z {cfg.max_job_size} "
+                   f"bytes being received: give at least {cfg.max_job_size + 2**20}")
     if (cfg.standby_of is not None or cfg.sync_standbys or cfg.replication_secret) and cfg.data_dir is None:
         raise _Bad("--standby-of, --sync-standbys and --replication-secret need a data directory (--dir DIR): "
                    "replication ships the WAL")

@@ -25,6 +25,11 @@ Ensures:
   unparsed when reading stops is bounded too (``readbuf.py``); a blocked connection that has buffered
   ``max_output`` of input stops reading. Replies queued for a client that is behind are
   joined into one buffer (not one object per reply, which costs more than a short reply).
+- Memory across connections is the server's ``--max-memory`` (budget.py): at the end of each
+  flush, a connection holding ``GRAIN`` or more (unparsed input, held replies, replies its
+  transport has not sent), or already counted, reports what it holds (``measure_memory``);
+  the budget may stop its reading and running what it read (``hold_reading``, apart from its own pauses)
+  or close it (``shed``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Protocol, cast
 from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
+from stalkd.server.budget import GRAIN
 
 __all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX", "read_size"]
 
@@ -89,6 +95,7 @@ class Host(Protocol):
     def hold(self, c: Connection) -> None: ...
     def execute(self, c: Connection, cmd: Command) -> None: ...
     def replicate(self, c: Connection, data: bytes) -> bool: ...
+    def account(self, c: Connection, inp: int, out: int) -> None: ...
 
 
 class Connection(asyncio.Protocol):
@@ -130,6 +137,8 @@ class Connection(asyncio.Protocol):
         # Set by the listener's factory: called once connected, returns the policy.
         self.admit: Callable[[Connection], CommandPolicy | None] | None = None
         self.fresh = True  # nothing read yet: the first line may be a replication request
+        self.charged = 0  # bytes the server's memory budget counts for us (budget.py writes it)
+        self.mem_paused = False  # the budget stopped our reading (read_paused is our own)
 
     # --- asyncio callbacks ------------------------------------------------------------------
 
@@ -194,12 +203,14 @@ class Connection(asyncio.Protocol):
     def _pause_reading(self) -> None:
         if not self.read_paused and self.transport is not None and not self.lost:
             self.read_paused = True
-            self.transport.pause_reading()
+            if not self.mem_paused:
+                self.transport.pause_reading()
 
     def _resume_reading(self) -> None:
         if self.read_paused and self.transport is not None and not self.lost and not self.eof:
             self.read_paused = False
-            self.transport.resume_reading()
+            if not self.mem_paused:
+                self.transport.resume_reading()
 
     def process(self) -> None:
         """Run buffered commands until input runs out, a reserve blocks, or output backs up."""
@@ -219,7 +230,7 @@ class Connection(asyncio.Protocol):
             while not self.waiting and not self.closing:
                 if self.out_bytes >= flush_at:
                     self.flush()  # the transport calls pause_writing past max_output
-                if self.write_paused or self.held_bytes > limit:
+                if self.write_paused or self.held_bytes > limit or self.mem_paused:
                     self._pause_reading()
                     break
                 item = parser.next()
@@ -323,7 +334,16 @@ class Connection(asyncio.Protocol):
         self.held_bytes = sum(len(parts[0]) for _, p in held if p is not None)
 
     def flush(self) -> None:
-        """Write everything ready in one call; honour a queued close."""
+        """Write everything ready in one call; honour a queued close; report what we hold to
+        the memory budget when it is ``GRAIN`` or more, or was counted."""
+        wrote = bool(self.out)
+        self._flush_out()
+        if self.charged or self.parser.buffered + self.held_bytes >= GRAIN or (
+                wrote and self.transport is not None and not self.lost
+                and self.transport.get_write_buffer_size() >= GRAIN):
+            self.measure_memory()
+
+    def _flush_out(self) -> None:
         self.out_bytes = 0
         out = self.out
         if not out and not self.close_ready:
@@ -344,6 +364,39 @@ class Connection(asyncio.Protocol):
                 t.writelines(out)
         if self.close_ready:
             t.close()  # sends what is buffered, then closes
+
+    # --- the memory budget (budget.py) --------------------------------------------------------
+
+    def measure_memory(self) -> None:
+        """Report to the server what we hold now: unparsed input, and replies held, ready or
+        not yet sent by the transport."""
+        if self.lost:
+            return
+        t = self.transport
+        out = t.get_write_buffer_size() if t is not None else 0
+        self.server.account(self, self.parser.buffered, self.held_bytes + self.out_bytes + out)
+
+    def hold_reading(self, on: bool) -> None:
+        """The budget stops (True) or lets again (False) our reading and running what we read
+        (apart from our own pauses); let again, what was read runs at the next loop turn."""
+        if on == self.mem_paused:
+            return
+        self.mem_paused = on
+        t = self.transport
+        if t is None or self.lost:
+            return
+        if not self.read_paused and not self.eof:
+            if on:
+                t.pause_reading()
+            else:
+                t.resume_reading()
+        if not on and not self._flush_queued:
+            self._flush_queued = True
+            self.server.loop().call_soon(self._after_wake)
+
+    def shed(self, why: str) -> None:
+        """The budget closes us (the server logged ``why``): drop what we hold at once."""
+        self.refuse(abort=True)
 
     # --- what the server asks of a connection -------------------------------------------------
 

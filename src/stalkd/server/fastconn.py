@@ -2,7 +2,7 @@
 
 ``stalkd.server._conn`` (built from ``_conn.c`` with the other accelerators, ``make ext``) holds
 ``ConnectionCore``: the state a read touches, as slots, and ``data_received``, ``process``,
-``send``, ``flush``, ``release_held`` and ``resume`` in C, so a read in the common state runs its
+``send``, ``flush`` (its report to the memory budget included), ``release_held`` and ``resume`` in C, so a read in the common state runs its
 commands without a Python frame of the connection's own, nor of ``Server.execute`` (the core
 runs its common case, with or without a WAL; the rest is app.py's). With a WAL the server's
 ``BarriersCore`` and ``AdmissionCore`` do the same for the barriers' per-command bookkeeping, a
@@ -33,6 +33,7 @@ from stalkd.protocol.commands import Close, JobReply
 from stalkd.replication.wire import REPLICATE
 from stalkd.server.admission import Admission
 from stalkd.server.barriers import INLINE_AFTER, Barriers
+from stalkd.server.budget import GRAIN
 from stalkd.server.connection import _DENIED, READ_MAX, Connection, Host, read_size
 from stalkd.server.readbuf import BufferedConnection
 
@@ -47,7 +48,7 @@ def _compiled() -> tuple[type[Connection], type[BufferedConnection], type[Barrie
         return None
     mod.configure(send=Connection.send, close=Close, job_reply=JobReply, denied=_DENIED,
                   replicate=REPLICATE, durable_ops=DURABLE_OPS, inline_after=INLINE_AFTER,
-                  reached=Barriers._reached)
+                  reached=Barriers._reached, grain=GRAIN)
     core = mod.ConnectionCore
     conn: type[Connection] = type("CConnection", (core, Connection), {
         "__doc__": Connection.__doc__, "__module__": __name__})

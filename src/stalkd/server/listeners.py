@@ -1,17 +1,18 @@
 """Running the bound listeners: one asyncio server each, the same protocol code behind all.
 
-A plain or UNIX listener runs every command as beanstalkd would. A TLS listener wraps the
-same ``Connection`` in the standard library's TLS (uvloop's TLS transport); with an ACL each
-of its connections gets a ``ConnPolicy`` keyed by the client certificate's subject.
+A plain or UNIX listener runs every command as beanstalkd would. A TLS listener accepts plain
+TCP and runs each handshake itself (handshake.py: counted in ``--max-connections``, capped per
+address, bounded by ``--handshake-timeout``), then hands the same ``Connection`` the standard
+library's TLS transport (uvloop's); with an ACL each of its connections gets a ``ConnPolicy``
+keyed by the client certificate's subject.
 
 Ensures:
 - every listener's real address is logged once bound (``-p 0`` shows the port it got);
 - a plain listener reachable from a network logs a WARNING naming the risk and the TLS flags,
   unless ``--plain-network-ok``;
 - ``reload()`` (SIGHUP) builds new TLS contexts and ACL first and swaps them only if all of
-  them load: new TLS connections then use the new certificate, key and client CAs (a second
-  asyncio server on a duplicate of the same listening socket takes over; the old one stops
-  accepting, its connections carry on), and every TLS connection checks the new ACL;
+  them load: handshakes that start afterwards use the new certificate, key and client CAs
+  (connections already open carry on), and every TLS connection checks the new ACL;
 - a reload closes each open TLS connection the new client CAs or ACL no longer admit
   (``recheck``), with a log line saying why;
 - ``close()`` stops accepting and removes the UNIX socket files we created.
@@ -29,6 +30,8 @@ from collections.abc import Callable
 from stalkd.server.acl import Acl, AclError, ConnPolicy, load_acl
 from stalkd.server.config import Config
 from stalkd.server.connection import CommandPolicy, Connection
+from stalkd.server.handshake import Gate, Handshake
+from stalkd.server.handshakelog import HandshakeLog
 from stalkd.server.listen import Listener, is_loopback
 from stalkd.server.recheck import CaIndex, untrusted
 from stalkd.server.tls import TlsConfigError, TlsFiles, server_context
@@ -61,6 +64,7 @@ class Endpoints:
         self.servers: dict[int, asyncio.AbstractServer] = {}  # listener index -> its server
         # open TLS connections -> the CA certificates that issued theirs (a reload checks again)
         self._open: weakref.WeakKeyDictionary[Connection, frozenset[bytes]] = weakref.WeakKeyDictionary()
+        self.handshake_log = HandshakeLog()  # failed handshakes: a reason each, rate-limited
         self._cas: CaIndex | None = None  # of ``tls``, made when first needed
 
     def warnings(self) -> list[str]:
@@ -76,26 +80,37 @@ class Endpoints:
         return [("tls://" if lst.kind == "tls" else "") + lst.address for lst in self.listeners]
 
     async def start(self, new_connection: Callable[[], Connection],
-                    tube_of: Callable[[int], str | None]) -> None:
+                    tube_of: Callable[[int], str | None], gate: Gate) -> None:
+        """``gate``: who may start a TLS handshake (the server's ``Registry``)."""
         loop = asyncio.get_running_loop()
         self._new_connection = new_connection
         self._tube_of = tube_of
+        self._gate = gate
         for i, lst in enumerate(self.listeners):
             if lst.kind == "tls":
-                assert self.tls is not None
                 self.servers[i] = await loop.create_server(
-                    self._tls_factory(lst), sock=lst.sock.dup(), backlog=BACKLOG, ssl=self.tls,
-                    ssl_handshake_timeout=10.0)
+                    self._tls_factory(lst), sock=lst.sock.dup(), backlog=BACKLOG)
             else:
                 self.servers[i] = await loop.create_server(new_connection, sock=lst.sock, backlog=BACKLOG)
 
-    def _tls_factory(self, lst: Listener) -> Callable[[], Connection]:
-        def factory() -> Connection:
+    def _tls_factory(self, lst: Listener) -> Callable[[], Handshake]:
+        def connection() -> Connection:
             c = self._new_connection()
             c.admit = lambda conn: self._admit(conn, lst)
             return c
 
+        def factory() -> Handshake:
+            return Handshake(self._gate, self._context, self.cfg.handshake_timeout, connection,
+                             self._handshake_failed)
+
         return factory
+
+    def _handshake_failed(self, peer: str, e: BaseException) -> None:
+        self.handshake_log.failed(peer, e, now=time.monotonic())
+
+    def _context(self) -> ssl.SSLContext:
+        assert self.tls is not None
+        return self.tls
 
     def _admit(self, c: Connection, lst: Listener) -> CommandPolicy | None:
         log.info("conn %d from %s over TLS on %s as %s", c.id, c.peer, lst.address,
@@ -124,16 +139,7 @@ class Endpoints:
         before, self.acl = self.acl, acl
         self._recheck(tls, before)
         if tls is not None:
-            self.tls = tls
-            loop = asyncio.get_running_loop()
-            for i, lst in enumerate(self.listeners):
-                if lst.kind != "tls":
-                    continue
-                old = self.servers[i]
-                self.servers[i] = await loop.create_server(
-                    self._tls_factory(lst), sock=lst.sock.dup(), backlog=BACKLOG, ssl=tls,
-                    ssl_handshake_timeout=10.0)
-                old.close()  # stops accepting; its connections carry on
+            self.tls = tls  # read by each handshake as it starts (_context)
         log.info("SIGHUP: reloaded%s%s", " TLS certificates" if tls is not None else "",
                  f", ACL {self.cfg.acl}" if acl is not None else "")
         return True

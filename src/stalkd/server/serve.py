@@ -9,7 +9,9 @@ out, sync the WAL and exit 0 within about a second; UNIX socket files we created
 SIGHUP reloads the TLS certificates and the ACL; SIGUSR1 turns drain mode on; SIGUSR2 promotes
 a standby (``--standby-of``; caught up with its primary before recovery); SIGPIPE is
 ignored (a client hanging up is a connection error, not a server death); the cyclic garbage
-collector runs under ``GcPolicy`` (no loop stall that grows with the number of queued jobs).
+collector runs under ``GcPolicy`` (no loop stall that grows with the number of queued jobs);
+memory freed after a flood goes back to the operating system (``memtrim``: a fixed mmap
+threshold, and a trim about every second once enough of the heap is free).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from stalkd.server.config import Config
 from stalkd.server.gcpolicy import GcPolicy
 from stalkd.server.listen import Listener
 from stalkd.server.listeners import Endpoints
+from stalkd.server.memtrim import Trimmer, tune
 from stalkd.server.storage import MemoryStorage, Storage
 
 __all__ = ["run", "preload", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
@@ -44,6 +47,7 @@ EXIT_FATAL = 1
 EXIT_RESYNC = 3  # a standby whose copy was lost (its fsync or a resync failed): restart it (docs/standby.md)
 EXIT_REJOIN = 75  # --ha: serve again from the start (exec, same listener); never seen outside
 STOP_GRACE = 0.8  # seconds for in-flight replies and the last sync before exit
+TRIM_EVERY = 1.0  # seconds between two looks at the allocator's free memory (memtrim)
 
 
 def setup_logging(level: str) -> None:
@@ -387,7 +391,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         job = engine.jobs.get(job_id)
         return engine.result_tube(job_id) if job is None else job.tube.name
 
-    await endpoints.start(srv.new_connection, tube_of)
+    await endpoints.start(srv.new_connection, tube_of, srv.conns)
     srv.addresses = tuple(endpoints.addresses())
     if admin is not None:
         try:
@@ -430,8 +434,19 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         gc_timer = loop.call_at(gc_policy.tick(loop.time()), gc_tick)
 
     gc_timer = loop.call_at(gc_policy.tick(loop.time()), gc_tick)
+    tune()
+    trimmer = Trimmer()
+    trim_timer: asyncio.TimerHandle | None = None
+
+    def trim_tick() -> None:
+        nonlocal trim_timer
+        trimmer.tick()
+        trim_timer = loop.call_later(TRIM_EVERY, trim_tick)
+
+    trim_timer = loop.call_later(TRIM_EVERY, trim_tick)
     await stop.wait()
     gc_timer.cancel()
+    trim_timer.cancel()
     gc_policy.stop()
 
     if ha_node is not None and code == EXIT_REJOIN:

@@ -30,7 +30,8 @@ class Config:
                  "acl", "no_plain", "plain_network_ok",
                  "admin", "admin_token_file", "admin_tls",
                  "repair", "archive_url", "standby_of", "sync_standbys", "replication_secret",
-                 "ha", "name", "ha_ttl", "advertise", "result_limits")  # fmt: skip
+                 "ha", "name", "ha_ttl", "advertise", "result_limits",
+                 "max_memory", "max_handshakes_per_address", "handshake_timeout")  # fmt: skip
     listen: str  # host, or "unix:PATH"
     port: int
     data_dir: str | None  # None: in memory only, like beanstalkd without -b
@@ -67,6 +68,9 @@ class Config:
     advertise: str | None  # HOST:PORT the other nodes and clients reach this server at
     # per owner: results, bytes of them, longest TTL (s); None: engine.results.ResultLimits' default
     result_limits: tuple[int | None, int | None, int | None]
+    max_memory: int | None  # bytes all connections may hold (budget.py); None: from the machine
+    max_handshakes_per_address: int  # TLS handshakes in progress from one client address
+    handshake_timeout: float  # seconds a TLS handshake may take
 
     def __init__(self, *, listen: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  data_dir: str | None = None, durability: str = "always",
@@ -87,13 +91,14 @@ class Config:
                  ha: str | None = None, name: str | None = None, ha_ttl: int = 5,
                  advertise: str | None = None,
                  result_limits: tuple[int | None, int | None, int | None] = (None, None, None),
-                 ) -> None:  # fmt: skip
+                 max_memory: int | None = None, max_handshakes_per_address: int = 64,
+                 handshake_timeout: float = 10.0) -> None:  # fmt: skip
         values = (listen, port, data_dir, durability, wal_size, max_job_size, user, verbosity,
                   log_level, max_connections, max_output, warnings, archive, unix, socket_mode,
                   tls_listen, tls_cert, tls_key, tls_client_ca, acl, no_plain,
                   plain_network_ok, admin, admin_token_file, admin_tls, repair, archive_url,
                   standby_of, sync_standbys, replication_secret, ha, name, ha_ttl, advertise,
-                  result_limits)  # fmt: skip
+                  result_limits, max_memory, max_handshakes_per_address, handshake_timeout)  # fmt: skip
         for k, v in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, k, v)
 

@@ -69,6 +69,11 @@ Options:
           --max-connections N refuse connections beyond N (default 10000)
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
+          --max-memory N      bytes all connections together may hold in unparsed input,
+                              bodies being received and unsent replies (K, M, G suffixes);
+                              past it the largest holders stop being read, and one that
+                              keeps it past for 2 s is closed (default: an eighth of the
+                              machine's memory, at most 512M; shown in stats)
           --log-level LEVEL   debug | info | warning | error (default info)
           --max-results N     results (result-put) one client identity may keep at once
                               (default 100000; plain and UNIX clients count as one)
@@ -117,6 +122,11 @@ Listeners (several may run at once; each has its own policy):
           --tls-key FILE      its private key (default: in --tls-cert's file)
           --tls-client-ca FILE  require a client certificate signed by these CAs; its
                               subject is the connection's identity (in the logs, the ACL)
+          --max-handshakes-per-address N
+                              TLS handshakes in progress from one client address (default
+                              64; handshakes also count in --max-connections)
+          --handshake-timeout S
+                              seconds a TLS handshake may take (default 10)
           --acl FILE          per-identity rules for TLS clients (TOML: the tubes each
                               serves as worker or producer, admin = true; see
                               docs/access-control.md); refused commands get

@@ -139,6 +139,7 @@ static PyMemberDef Core_members[] = {
     FLAG("write_paused", write_paused), FLAG("join_writes", join_writes),
     FLAG("read_paused", read_paused), FLAG("eof", eof), FLAG("closing", closing),
     FLAG("lost", lost), FLAG("_running", running), FLAG("fresh", fresh),
+    SIZE(charged), FLAG("mem_paused", mem_paused),
     {NULL},
 };
 

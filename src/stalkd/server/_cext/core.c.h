@@ -5,8 +5,10 @@ typedef struct {
     PyObject_HEAD
     PyObject *id, *server, *steps, *parser, *transport, *policy, *out, *held;
     Py_ssize_t out_bytes, held_bytes, max_output, flush_at;
+    Py_ssize_t charged;  /* what the server's memory budget counts for us (budget.py) */
     char close_ready, waiting, write_paused, join_writes, read_paused, eof, closing, lost;
     char running, fresh;
+    char mem_paused;  /* the budget stopped our reading (read_paused is our own) */
 } Core;
 
 static PyTypeObject CoreType;
@@ -17,11 +19,12 @@ static PyObject *job_reply = NULL;   /* commands.JobReply */
 static PyObject *denied = NULL;      /* Reply("PERMISSION_DENIED") */
 static PyObject *replicate = NULL;   /* replication.wire.REPLICATE */
 static PyObject *ZERO, *EMPTY;
+static Py_ssize_t grain = 32768;  /* budget.GRAIN, handed over by configure() */
 static PyObject *S_write, *S_writelines, *S_close, *S_is_closing, *S_get_write_buffer_size,
     *S_pause_reading, *S_resume_reading, *S_begin_step, *S_end_step, *S_execute, *S_retire,
     *S_replicate, *S_admits, *S_join, *S_role, *S_standby, *S_fenced, *S_admission, *S_observer,
     *S_engine, *S_clock, *S_apply, *S_apply_failed, *S_handle, *S_timer_at, *S_schedule_tick,
-    *S_popleft, *S_promised, *S_costless, *S_settle, *S_id;
+    *S_popleft, *S_promised, *S_costless, *S_settle, *S_id, *S_measure_memory;
 
 /* --- helpers ---------------------------------------------------------------------------- */
 
@@ -91,7 +94,7 @@ pause_reading(Core *self)
 {
     if (!self->read_paused && self->transport != Py_None && !self->lost) {
         self->read_paused = 1;
-        return call_method0(self->transport, S_pause_reading);
+        return self->mem_paused ? 0 : call_method0(self->transport, S_pause_reading);
     }
     return 0;
 }
@@ -101,7 +104,7 @@ resume_reading(Core *self)
 {
     if (self->read_paused && self->transport != Py_None && !self->lost && !self->eof) {
         self->read_paused = 0;
-        return call_method0(self->transport, S_resume_reading);
+        return self->mem_paused ? 0 : call_method0(self->transport, S_resume_reading);
     }
     return 0;
 }

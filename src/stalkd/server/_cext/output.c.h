@@ -188,9 +188,9 @@ drop_out(Core *self)
     return PyList_SetSlice(self->out, 0, PyList_GET_SIZE(self->out), NULL);
 }
 
-/* Connection.flush: everything ready in one write call; a queued close after it. */
+/* Connection._flush_out: everything ready in one write call; a queued close after it. */
 static int
-core_flush(Core *self)
+flush_out(Core *self)
 {
     self->out_bytes = 0;
     PyObject *out = self->out;
@@ -252,4 +252,28 @@ core_flush(Core *self)
 done:
     Py_DECREF(t);
     return rc;
+}
+
+/* Connection.flush: _flush_out, then what we hold reported to the memory budget (the
+ * reference's measure_memory) when it is budget.GRAIN or more, or was counted. */
+static int
+core_flush(Core *self)
+{
+    int wrote = PyList_CheckExact(self->out) && PyList_GET_SIZE(self->out) > 0;
+    if (flush_out(self) < 0)
+        return -1;
+    if (!self->charged && api->buffered(self->parser) + self->held_bytes < grain) {
+        if (!wrote || self->transport == Py_None || self->lost)
+            return 0;
+        PyObject *r = PyObject_CallMethodNoArgs(self->transport, S_get_write_buffer_size);
+        if (r == NULL)
+            return -1;
+        Py_ssize_t w = PyLong_AsSsize_t(r);
+        Py_DECREF(r);
+        if (w == -1 && PyErr_Occurred())
+            return -1;
+        if (w < grain)
+            return 0;
+    }
+    return call_method0((PyObject *)self, S_measure_memory);
 }

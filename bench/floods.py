@@ -1,0 +1,264 @@
+"""The floods of issue 30 for bench/stall_bench.py: what a probe client waits and what the
+server's RSS does while many clients hold its memory, and while the admin endpoint serves 100k
+tubes.
+
+Each case runs against a server started by ``server_bench`` (stalkd, or a peer tree with
+``--peer-src``), measures the probe's round trips (``peek 0``, one in flight) for the whole
+case, and the server's RSS before the flood, at its peak (``VmHWM``) and a few seconds after
+the clients left (the time the server has to give memory back):
+
+  readers-flood     1,000 connections each sending list-tubes (1,200 tubes: ~36 KB a reply)
+                    120 times and never reading
+  big-puts          40 clients each sending one 16 MiB put (``-z 16777216``) at once; the jobs
+                    are deleted before "after"
+  handshake-flood   5,000 connections to the TLS listener each sending a client hello and
+                    nothing more; "refused" counts those the server cut at once
+  admin-100k        100k tubes of one job and 900k jobs in one more: two scrapes of /metrics,
+                    two overviews, and a move of the 900k jobs through the admin API; the
+                    figures of each call are printed too
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import server_bench
+
+from server.wire import flood_unread, proc_status  # tests/server/wire.py
+from support import listening_ports  # tests/support.py (tests/ is on the path through server_bench)
+
+FLOODS = ("readers-flood", "big-puts", "handshake-flood", "admin-100k")
+MB = 2**20
+
+
+class Probe(Protocol):
+    """stall_bench's probe: round trips of ``peek 0`` on its own connection until stopped."""
+
+    sock: socket.socket
+    rtts: list[float]
+    stop: threading.Event
+
+    def start(self) -> None: ...
+    def join(self) -> None: ...
+
+
+def _figures(probe: Probe) -> tuple[float, float]:
+    """(p99, max) of the probe's round trips in ms, once it is stopped."""
+    probe.stop.set()
+    probe.join()
+    probe.sock.close()
+    r = sorted(probe.rtts) or [0.0]
+    return r[int(0.99 * (len(r) - 1))] * 1e3, r[-1] * 1e3
+
+
+def _pipeline(s: socket.socket, data: bytes, replies: int) -> None:
+    s.sendall(data)
+    got = b""
+    while got.count(b"\r\n") < replies:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            raise RuntimeError("server closed the connection")
+        got += chunk
+
+
+def _readers(port: int, _srv: server_bench.Server, _ctx: dict[str, Any]) -> tuple[Callable[[], str], list[socket.socket]]:
+    w = socket.create_connection(("127.0.0.1", port))
+    _pipeline(w, b"".join(b"watch t%07d" % i + b"x" * 20 + b"\r\n" for i in range(1200)), 1200)
+    return (lambda: ""), [w]
+
+
+def _readers_flood(port: int) -> list[socket.socket]:
+    return [flood_unread(port, b"list-tubes\r\n" * 120) for _ in range(1000)]
+
+
+def _big_puts(port: int) -> str:
+    body = b"b" * (16 * MB)
+    ids: list[bytes] = []
+
+    def put() -> None:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"put 0 0 60 %d\r\n" % len(body) + body + b"\r\n")
+            s.settimeout(300)
+            got = b""
+            while b"\r\n" not in got:
+                chunk = s.recv(100)
+                if not chunk:
+                    break
+                got += chunk
+            if got.startswith(b"INSERTED"):
+                ids.append(got.split()[1])
+
+    threads = [threading.Thread(target=put) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        _pipeline(s, b"".join(b"delete %s\r\n" % i for i in ids), len(ids))
+    return f"{len(ids)}/40 inserted"
+
+
+def _client_hello() -> bytes:
+    ctx = ssl.create_default_context()
+    obj = ctx.wrap_bio(ssl.MemoryBIO(), out := ssl.MemoryBIO(), server_hostname="localhost")
+    with contextlib.suppress(ssl.SSLWantReadError):
+        obj.do_handshake()
+    return out.read()
+
+
+def _handshake_flood(port: int, n: int = 5000) -> tuple[list[socket.socket], str]:
+    hello = _client_hello()
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            s.connect(("127.0.0.1", port))
+        socks.append(s)
+    time.sleep(0.5)
+    cut = 0
+    for s in socks:
+        try:
+            s.send(hello)
+        except OSError:
+            cut += 1
+    time.sleep(2.0)  # the server reads the hellos and answers (or cuts) meanwhile
+    for s in socks:
+        try:
+            if s.recv(1, socket.MSG_PEEK) == b"":
+                cut += 1
+        except BlockingIOError:
+            pass
+        except OSError:
+            cut += 1
+    return socks, f"{cut}/{n} cut"
+
+
+def _certs() -> tuple[str, str]:
+    d = tempfile.mkdtemp(prefix="bench-tls-")
+    cert, key = os.path.join(d, "c.pem"), os.path.join(d, "c.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def _http(method: str, url: str, body: Any = None) -> tuple[float, int]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"} if data else {})
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=900) as r:
+        n = len(r.read())
+    return time.perf_counter() - t0, n
+
+
+def _admin_setup(port: int, tubes: int, jobs: int) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        for i in range(0, tubes, 5000):
+            k = min(5000, tubes - i)
+            _pipeline(s, b"".join(b"use a%07d\r\nput 0 0 60 1\r\nx\r\n" % (i + j) for j in range(k)), 2 * k)
+        _pipeline(s, b"use big\r\n", 1)
+        for i in range(0, jobs - tubes, 5000):
+            k = min(5000, jobs - tubes - i)
+            _pipeline(s, b"put 0 0 60 1\r\nx\r\n" * k, k)
+
+
+def _admin_calls(base: str, probe: Probe) -> str:
+    """Each call's time, answer size and the probe's longest wait meanwhile."""
+    out = []
+    calls: list[tuple[str, str, Any]] = [("GET", p, None) for p in (
+        "/metrics", "/api/v1/overview", "/metrics", "/api/v1/overview")]
+    calls.append(("POST", "/api/v1/jobs/move", {"tube": "big", "state": "ready", "to": "moved"}))
+    for method, path, body in calls:
+        seen = len(probe.rtts)
+        took, n = _http(method, base + path, body)
+        waits = probe.rtts[seen:] or [0.0]
+        out.append(f"{path.rsplit('/', 1)[1]} {took:.2f}s {n / MB:.1f}MB probe max {max(waits) * 1e3:.0f}ms")
+    return "; ".join(out)
+
+
+def run(kind: str, case: str, probe_of: Callable[[int], Probe], *, admin_tubes: int,
+        admin_jobs: int) -> str:
+    """One case on a server of ``kind`` (stalkd or the peer): its row of figures."""
+    extra: tuple[str, ...] = ()
+    if case == "big-puts":
+        extra = ("-z", str(16 * MB))
+    elif case == "handshake-flood":
+        cert, key = _certs()
+        extra = ("--tls-listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key)
+    elif case == "admin-100k":
+        extra = ("--admin", "127.0.0.1:0")
+    srv = server_bench.start(kind, "memory", extra)
+    pid = srv.proc.pid
+    keep: list[socket.socket] = []
+    note = ""
+    try:
+        other: list[int] = []
+        for _ in range(1000):  # the admin endpoint listens once recovery is done, after the port
+            other = [p for p in listening_ports(pid) if p != srv.port]
+            if other or case in ("readers-flood", "big-puts"):
+                break
+            time.sleep(0.01)
+        if case == "readers-flood":
+            _, keep = _readers(srv.port, srv, {})
+        elif case == "admin-100k":
+            _admin_setup(srv.port, admin_tubes, admin_jobs)
+        before = proc_status(pid, "VmRSS")
+        probe = probe_of(srv.port)
+        probe.start()
+        time.sleep(0.2)
+        flood: list[socket.socket] = []
+        if case == "readers-flood":
+            flood = _readers_flood(srv.port)
+            time.sleep(8.0)  # the server runs what it can of their commands meanwhile
+        elif case == "big-puts":
+            note = _big_puts(srv.port)
+        elif case == "handshake-flood":
+            flood, note = _handshake_flood(other[0])
+        else:
+            note = _admin_calls(f"http://127.0.0.1:{other[0]}", probe)
+        peak = proc_status(pid, "VmHWM")
+        for s in flood:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            s.close()
+        time.sleep(3.0)  # the clients are gone: the server may give memory back meanwhile
+        p99, mx = _figures(probe)
+        after = proc_status(pid, "VmRSS")
+    finally:
+        for s in keep:
+            s.close()
+        srv.stop()
+    return (f"{p99:7.1f} {mx:8.1f}   {before / MB:6.0f} {peak / MB:6.0f} {after / MB:6.0f}"
+            + (f"   {note}" if note else ""))
+
+
+def raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def main_rows(cases: list[str], peer: str | None, probe_of: Callable[[int], Probe],
+              admin_tubes: int, admin_jobs: int) -> None:
+    raise_fd_limit()
+    print(f"# floods (issue 30): probe p99 / max round trip (ms); server RSS MB before, peak "
+          f"(VmHWM), 3 s after the clients left; load {os.getloadavg()[0]:.1f}")
+    print(f"{'case':<16} {'server':<13} {'p99':>7} {'max':>8}   {'before':>6} {'peak':>6} {'after':>6}")
+    for case in cases:
+        for kind, label in (("stalkd", "stalkd"), ("beanstalkd", "peer" if peer else "beanstalkd")):
+            if kind == "beanstalkd" and case in ("handshake-flood", "admin-100k") and not peer:
+                continue  # beanstalkd has neither TLS nor an admin endpoint
+            row = run(kind, case, probe_of, admin_tubes=admin_tubes, admin_jobs=admin_jobs)
+            print(f"{case:<16} {label:<13} {row}", flush=True)

@@ -1,0 +1,83 @@
+"""Giving freed memory back to the operating system (glibc's allocator), after a flood.
+
+A flood of connections (replies nobody reads, bodies in flight) leaves the C heap full of
+free chunks: Python frees them, glibc keeps them, and the process's RSS stays at its peak
+after the clients left. Two settings of glibc's ``malloc`` fix that, through ``ctypes``:
+
+- ``tune()`` (once, at start) fixes the threshold above which an allocation gets pages of its
+  own (``M_MMAP_THRESHOLD``, 1 MiB): glibc otherwise raises it up to 32 MiB after freeing a
+  large block, and job bodies, joined reads and large replies then come from the heap;
+- ``Trimmer.tick()`` (about every second) asks glibc how much of its heap is free
+  (``mallinfo2``) and, past ``threshold``, returns the free pages (``malloc_trim(0)``).
+
+Elsewhere than glibc (musl, macOS) both do nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import time
+
+__all__ = ["tune", "Trimmer", "MMAP_THRESHOLD", "TRIM_AT"]
+
+log = logging.getLogger("stalkd.server")
+
+MMAP_THRESHOLD = 2**20
+TRIM_AT = 32 * 2**20  # free heap bytes that make a trim worth its walk over the heap
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]  # fmt: skip
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    if not all(hasattr(libc, f) for f in ("malloc_trim", "mallopt", "mallinfo2")):
+        return None  # not glibc (or older than 2.33)
+    libc.mallinfo2.restype = _Mallinfo2
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return libc
+
+
+_LIBC = _libc()
+
+
+def tune() -> bool:
+    """Fix glibc's mmap threshold (see above); False where there is no glibc."""
+    return _LIBC is not None and bool(_LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+
+
+def free_heap() -> int:
+    """Bytes glibc holds free in its heaps (0 without glibc)."""
+    return 0 if _LIBC is None else int(_LIBC.mallinfo2().fordblks)
+
+
+class Trimmer:
+    """Returns free heap pages to the system once ``threshold`` bytes of the heap are free."""
+
+    def __init__(self, threshold: int = TRIM_AT) -> None:
+        self.threshold = threshold
+        self.trims = 0
+
+    def tick(self) -> bool:
+        """Trim if worth it; whether it did."""
+        if _LIBC is None:
+            return False
+        t0 = time.perf_counter()
+        free = free_heap()
+        if free < self.threshold:
+            return False
+        _LIBC.malloc_trim(0)
+        self.trims += 1
+        log.debug("gave back the allocator's free memory (%.0f MiB free) in %.1f ms",
+                  free / 2**20, (time.perf_counter() - t0) * 1e3)
+        return True

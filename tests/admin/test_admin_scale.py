@@ -1,0 +1,80 @@
+"""Issue 30, the admin endpoint at scale: answers whose size does not grow with the tubes.
+
+With 100k tubes, one overview was 19 MB of JSON and one scrape 38 MB. Here (a real server, a
+few hundred tubes, smaller pages and the same rules): the overview answers a page of tubes and
+the offset of the next; /metrics names the ``TOP_TUBES`` busiest tubes and sums the rest and
+stalkd's own tubes; a move's answer (its old -> new ids) is the same JSON a single encoding
+would give, built a slice at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import greenstalk
+
+from admin.adminproc import AdminServer
+from stalkd.admin.metrics import TOP_TUBES
+from stalkd.admin.ops import encode_answer
+
+
+def _tube_metrics(text: str) -> dict[tuple[str, str], float]:
+    return {(m.group(2), m.group(1)): float(m.group(3)) for m in re.finditer(
+        r'^stalkd_tube_jobs\{state="(\w+)",tube="([^"]*)"\} (\S+)$', text, re.M)}
+
+
+def _make_tubes(srv: AdminServer, n: int) -> None:
+    c = greenstalk.Client(("127.0.0.1", srv.port))
+    try:
+        for i in range(n):
+            c.use(f"t{i:05d}")
+            for _ in range(1 + i % 3):  # 1 to 3 jobs: the busiest are those with 3
+                c.put("x")
+        c.use("stalkd.failed")
+        c.put("dead letter")
+    finally:
+        c.close()
+
+
+def test_overview_is_paged_and_metrics_name_only_the_busiest(server: AdminServer) -> None:
+    n = TOP_TUBES + 150
+    _make_tubes(server, n)
+    # When the overview is asked for pages of 40 tubes
+    seen: list[str] = []
+    offset: int | None = 0
+    pages = 0
+    while offset is not None:
+        status, page = server.request("GET", f"/api/v1/overview?offset={offset}&limit=40")
+        assert status == 200 and len(page["tubes"]) <= 40
+        assert page["tubes_total"] == n + 2  # default and stalkd.failed
+        seen.extend(t["name"] for t in page["tubes"])
+        offset = page["next"]
+        pages += 1
+    # Then the pages hold every tube once, in creation order
+    assert pages == -(-(n + 2) // 40)
+    assert seen == ["default", *(f"t{i:05d}" for i in range(n)), "stalkd.failed"]
+    assert server.request("GET", "/api/v1/overview?limit=x")[0] == 400
+    # When /metrics is scraped
+    status, text = server.request("GET", "/metrics")
+    assert status == 200
+    ready = {tube: v for (tube, state), v in _tube_metrics(text).items() if state == "ready"}
+    # Then it names the busiest tubes up to the limit, the rest and stalkd's own summed
+    named = set(ready) - {"*", "stalkd.*"}
+    assert len(named) == TOP_TUBES
+    counts = sorted((1 + i % 3 for i in range(n)), reverse=True)
+    assert sorted((ready[t] for t in named), reverse=True) == counts[:TOP_TUBES]  # the busiest
+    assert ready["stalkd.*"] == 1
+    total_jobs = sum(1 + i % 3 for i in range(n))
+    assert sum(ready.values()) == total_jobs + 1  # every job counted once
+    assert re.search(r"^stalkd_tubes (\S+)$", text, re.M).group(1) == f"{float(n + 2)}"  # type: ignore[union-attr]
+    assert re.search(r"^stalkd_memory_budget_bytes \d", text, re.M)
+
+
+def test_a_move_answer_is_the_json_of_all_its_ids() -> None:
+    out = {"requested": 50_001, "outcomes": {"moved": 50_001}, "seconds": 1.5,
+           "new_ids": {i: i + 1_000_000 for i in range(1, 50_002)}}
+    text = asyncio.run(encode_answer(out))
+    assert json.loads(text) == {**out, "new_ids": {str(k): v for k, v in out["new_ids"].items()}}  # type: ignore[union-attr]
+    small = {"requested": 0, "outcomes": {}, "seconds": 0.0, "new_ids": {}}
+    assert json.loads(asyncio.run(encode_answer(small))) == small
