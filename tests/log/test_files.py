@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from stalkd.log import Log, LogError
+from stalkd.log.active import SPARES_DIR, make_spare
 from stalkd.log.fs import FileSystem, SymlinkError
 
 
@@ -94,14 +95,20 @@ def test_the_log_directory_itself_may_be_a_symlink(tmp_path: Path) -> None:
 
 
 class _DirSyncs(FileSystem):
-    """The real file system, noting which directories were fsynced."""
+    """The real file system, noting which directories were fsynced (and the renames, in order)."""
 
     def __init__(self) -> None:
         self.synced: list[str] = []
+        self.calls: list[tuple[str, str]] = []
 
     def fsync_dir(self, path: str) -> None:
         self.synced.append(os.path.abspath(path))
+        self.calls.append(("fsync_dir", os.path.abspath(path)))
         super().fsync_dir(path)
+
+    def replace(self, src: str, dst: str) -> None:
+        self.calls.append(("replace", os.path.abspath(src)))
+        super().replace(src, dst)
 
 
 def test_each_directory_a_log_makes_has_its_entry_made_durable(tmp_path: Path) -> None:
@@ -117,3 +124,22 @@ def test_each_directory_a_log_makes_has_its_entry_made_durable(tmp_path: Path) -
     with Log.open(d, segment_size=4096, durability="always", fs=again):
         pass
     assert str(tmp_path) not in again.synced  # nothing made, nothing to sync above the log
+
+
+def test_a_spare_taken_for_a_segment_leaves_its_directory_durably_first(tmp_path: Path) -> None:
+    """Renamed out of spares/ into the log's directory, a spare must be gone from spares/ on
+    disk before a segment header is written into it: with only the log's directory fsynced, a
+    power cut may leave it under both names and the next start takes it again, writing over
+    that segment (the campaign's strict file system found it; the server refused to start)."""
+    d = str(tmp_path / "log")
+    size = 4096
+    with Log.open(d, segment_size=size, durability="always"):
+        pass
+    make_spare(d, size)
+    fs = _DirSyncs()
+    with Log.open(d, segment_size=size, durability="always", fs=fs) as log:
+        log.append_many([b"x" * 1000] * 8)  # rolls over into the spare
+    spare_dir = os.path.join(d, SPARES_DIR)
+    taken = [i for i, (op, path) in enumerate(fs.calls) if op == "replace" and path.startswith(spare_dir)]
+    assert taken, fs.calls
+    assert fs.calls[taken[0] + 1] == ("fsync_dir", spare_dir)

@@ -158,12 +158,20 @@ def drop_spare(root: str, size: int, fs: FileSystem = REAL) -> bool:
 
 
 def _take_spare(root: str, size: int, tmp: str, fs: FileSystem) -> int | None:
-    """Rename a spare of ``size`` bytes to ``tmp`` and open it, or None if there is none."""
+    """Rename a spare of ``size`` bytes to ``tmp`` and open it, or None if there is none.
+
+    The spare's removal from ``spares/`` is made durable (that directory fsynced, whatever the
+    policy) before anything is written into the file: a rename between directories is durable
+    only once both are fsynced, and with only the log's directory fsynced a power cut may leave
+    the file under both names; the next start would then take the "spare" again and write a
+    new segment's header over this segment (found by the power-loss campaign: the server then
+    refused to start, "header says base offset ..., file name says ...")."""
     for p in spares(root, size):
         try:
             fs.replace(p, tmp)
         except FileNotFoundError:
             continue
+        fs.fsync_dir(os.path.dirname(p))
         return fs.open(tmp, os.O_RDWR)
     return None
 
