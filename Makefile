@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-fast lint bench system-deps bytecode ext crash-campaign failover-campaign fuzz clean dashboard-screenshot
+.PHONY: run test test-fast lint bench system-deps bytecode ext crash-campaign failover-campaign powerloss-campaign fuzz clean dashboard-screenshot
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -92,6 +92,17 @@ failover-campaign: $(VENV)/.dev bytecode
 	# one test runs every cycle: the per-test timeout (pyproject's 300 s) scales with them
 	STALKD_FAILOVER_CYCLES=$${STALKD_FAILOVER_CYCLES:-300} $(PY) -m pytest -q tests/standby/test_zero_loss.py -k kill9 \
 		--timeout $$(( 60 * $${STALKD_FAILOVER_CYCLES:-300} + 300 ))
+
+# Power loss for one node: stalkd (campaign/powercut.py) and the embedded log with its group
+# cursors (campaign/logcut.py) on a FUSE file system that keeps only what was fsynced, directory
+# entries included (campaign/powerfs.py --strict), killed and power-cut at random under load,
+# for each durability policy; a fresh and an old data directory. Tables in build/ (exit 1 on
+# any loss the policy does not allow, anything invented, or a server that would not restart).
+# POWERLOSS_FAULTS=N faults per run (default 100, 70% of them power cuts).
+powerloss-campaign: system-deps $(VENV)/.dev bytecode
+	mkdir -p build
+	$(PY) -m campaign.powercut --faults $${POWERLOSS_FAULTS:-100} --table build/powerloss-server.md
+	$(PY) -m campaign.logcut --faults $${POWERLOSS_FAULTS:-100} --table build/powerloss-log.md
 
 fuzz: $(VENV)/.dev
 	$(PIP) install -e '.[fuzz]'

@@ -181,7 +181,7 @@ class _Dirty:
         self.low = low
 
 
-def _operations(backing: str, strict: bool) -> Any:
+def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
     import mfusepy as fuse  # type: ignore[import-untyped]
 
     class Ops(fuse.Operations):  # type: ignore[misc]
@@ -343,6 +343,8 @@ def _operations(backing: str, strict: bool) -> Any:
             return 0
 
         def fsync(self, path: str | None, datasync: int, fh: int) -> int:
+            if ignore_fsync and ignore_fsync in (path or ""):
+                return 0  # the planted bug: a disk that acknowledges and keeps nothing
             with self._mutex:
                 self._sync_file(fh)
             return 0
@@ -421,10 +423,10 @@ def _operations(backing: str, strict: bool) -> Any:
     return Ops()
 
 
-def serve(backing: str, mountpoint: str, strict: bool) -> None:
+def serve(backing: str, mountpoint: str, strict: bool, ignore_fsync: str = "") -> None:
     import mfusepy as fuse
 
-    ops = _operations(backing, strict)
+    ops = _operations(backing, strict, ignore_fsync)
     fuse.FUSE(ops, mountpoint, foreground=True, nothreads=True, hard_remove=True, use_ino=True,
               fsname="powerfs", default_permissions=True)
 
@@ -484,8 +486,9 @@ class PowerFS:
     """
 
     def __init__(self, backing: str, mountpoint: str, *, strict: bool = True,
-                 log_path: str | None = None) -> None:
+                 log_path: str | None = None, ignore_fsync: str = "") -> None:
         self.backing, self.mountpoint, self.strict = backing, mountpoint, strict
+        self.ignore_fsync = ignore_fsync
         self.log_path = log_path or os.path.join(backing, "powerfs.log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.cuts = 0
@@ -496,6 +499,8 @@ class PowerFS:
         cmd = [sys.executable, "-m", "campaign.powerfs", self.backing, self.mountpoint]
         if self.strict:
             cmd.append("--strict")
+        if self.ignore_fsync:
+            cmd += ["--ignore-fsync", self.ignore_fsync]
         if os.environ.get("POWERFS_DEBUG"):
             cmd.append("--debug")
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -555,6 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("mountpoint", help="an empty directory to mount on")
     ap.add_argument("--strict", action="store_true",
                     help="directory entries durable only once their directory is fsynced")
+    ap.add_argument("--ignore-fsync", metavar="TEXT", default="",
+                    help="a planted bug: fsync of files whose path contains TEXT succeeds and "
+                    "makes nothing durable (a disk that lies), to show a campaign catches it")
     ap.add_argument("--debug", action="store_true", help="log every failed call (with its traceback)")
     args = ap.parse_args(argv)
     if args.debug:
@@ -562,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
 
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(message)s")
     os.makedirs(args.backing, exist_ok=True)
-    serve(args.backing, args.mountpoint, args.strict)
+    serve(args.backing, args.mountpoint, args.strict, args.ignore_fsync)
     return 0
 
 
