@@ -186,6 +186,12 @@ def create_segment(
     half-made segment (recovery deletes stray ``.tmp`` files). A spare of the same size is
     used when there is one (its blocks are already this process's: no allocation can fail).
     ``clock`` gives the header's creation time in nanoseconds (the writer's, see writer.py).
+
+    The header and the reservation are fdatasynced before the rename whatever the policy
+    (once a segment, as the footer is): ``fsync`` only adds the directory's fsync. Under
+    ``never`` any later fsync of the directory (a compaction's, a new group's) makes the name
+    durable; without its content a power cut then left an empty segment, refused as damage,
+    and a server that would not start without a repair (found by the power-loss campaign).
     """
     path = os.path.join(root, segment_name(base))
     tmp = path + ".tmp"
@@ -195,8 +201,7 @@ def create_segment(
         if spare is None:
             fs.allocate(fd, 0, size)
         fs.pwrite_all(fd, encode_header(base, epoch, clock() // 1000), 0)
-        if fsync:
-            fs.fdatasync(fd)
+        fs.fdatasync(fd)
         fs.replace(tmp, path)
     except OSError as e:
         os.close(fd)

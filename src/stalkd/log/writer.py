@@ -61,7 +61,7 @@ class SegmentWriter:
         self.segment_size = segment_size
         self.io = io
         self.fs = fs
-        self.fsync_new = fsync_new  # fsync new segments and their directory entry (not under 'never')
+        self.fsync_new = fsync_new  # fsync new segments' directory entries (not under 'never')
         self.lock = threading.Lock()  # order of writes and the active segment
         self._fdlock = threading.Lock()  # retiring a segment fd while a sync uses it
         self._on_fatal = on_fatal
