@@ -170,3 +170,18 @@ def test_a_new_segment_is_on_disk_before_its_name_whatever_the_policy(tmp_path: 
     for tmp in made:
         at = fs.calls.index(("replace", tmp))
         assert ("fdatasync", tmp) in fs.calls[:at], tmp
+
+
+def test_a_sealed_segments_successor_is_named_on_disk_before_its_footer(tmp_path: Path) -> None:
+    """A footer says a segment follows; under never too, that segment's name is made durable
+    first (recovery refuses a sealed last segment as damage: the campaign found a server under
+    never that would not start after a power cut without a repair)."""
+    fs = _DirSyncs()
+    d = str(tmp_path / "log")
+    with Log.open(d, segment_size=4096, durability="never", fs=fs) as log:
+        log.append_many([b"x" * 1000] * 8)
+    made = [path for op, path in fs.calls if op == "replace" and path.endswith(".log.tmp")]
+    first, second = made[0], made[1]
+    after = fs.calls[fs.calls.index(("replace", second)) + 1 :]
+    footer = after.index(("fdatasync", first))  # the first segment's footer (its fd: opened as .tmp)
+    assert ("fsync_dir", os.path.abspath(d)) in after[:footer]
