@@ -189,7 +189,6 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
 
         use_ns = True
         flag_nullpath_ok = True
-        flag_nopath = False
 
         def __init__(self) -> None:
             self.store = Durable(backing)
@@ -204,7 +203,6 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
             self.dirty: dict[int, _Dirty] = {}
             self.fds: dict[int, int] = {}  # our descriptor -> file id
             self._mutex = threading.Lock()
-            self.syncs = 0
 
         # -- the bookkeeping --------------------------------------------------------------
         def _p(self, path: str) -> str:
@@ -247,7 +245,6 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
                         os.pwrite(out, data, page * PAGE)
             finally:
                 os.close(out)
-            self.syncs += 1
 
         def _sync_dir(self, path: str) -> None:
             full = self._p(path)
