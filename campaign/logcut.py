@@ -37,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from campaign.powercut import in_window, window_of
+from campaign.powercut import in_window, progress, summary, window_of
 from campaign.powerfs import PowerFS, log_tail
 
 __all__ = ["LogCounts", "check", "child", "run"]
@@ -285,12 +285,6 @@ def run(policy: str = "always", faults: int = 20, cut_share: float = 0.7, seed: 
     return check(h, policy)
 
 
-def table(rows: list[LogCounts]) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(row(r)) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m campaign.logcut", description=__doc__.split("\n\n")[0])
     ap.add_argument("--policy", action="append", help="durability (repeatable; default always, every:50, never)")
@@ -308,21 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child, (args.policy or ["always"])[0], args.run_id, args.seed, args.repair)
         return 0
-    rows = []
+    rows: list[LogCounts] = []
     for policy in args.policy or ["always", "every:50", "never"]:
-        c = run(policy, args.faults, args.cut_share, args.seed, keep=args.keep,
-                ignore_fsync=args.plant_ignore_fsync)
-        rows.append(c)
-        print(table([c]).splitlines()[-1], flush=True)
-        for d in c.details[:20]:
-            print("   ", d, flush=True)
-    text = table(rows)
-    print(text)
-    if args.table:
-        with open(args.table, "w") as f:
-            f.write(text + "\n")
+        rows.append(run(policy, args.faults, args.cut_share, args.seed, keep=args.keep,
+                        ignore_fsync=args.plant_ignore_fsync))
+        progress(HEADER, row(rows[-1]), rows[-1].details)
+    summary(HEADER, [row(r) for r in rows], args.table)
     return 1 if any(r.lost or r.invented or r.redelivered or r.restart_failures for r in rows) else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

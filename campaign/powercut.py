@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from campaign.powerfs import PowerFS, log_tail
@@ -503,10 +503,31 @@ def _wait_ops(history: History, at_least: int, seconds: float) -> None:
         time.sleep(0.01)
 
 
-def table(rows: list[Counts]) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(r.row()) + " |" for r in rows]
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def table(rows: list[Counts]) -> str:
+    return markdown(HEADER, [r.row() for r in rows])
+
+
+def progress(header: list[str], cells: list[str], details: list[str], first: int = 20) -> None:
+    """Print a finished run's row and its first anomalies."""
+    print(markdown(header, [cells]).splitlines()[-1], flush=True)
+    for d in details[:first]:
+        print("   ", d, flush=True)
+
+
+def summary(header: list[str], rows: list[list[str]], path: str | None) -> None:
+    """Print the table of every run (and write it to ``path``, if given)."""
+    text = markdown(header, rows)
+    print(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -533,27 +554,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plant-ignore-fsync", metavar="TEXT", default="",
                     help="planted bug: the file system drops fsyncs of paths containing TEXT")
     args = ap.parse_args(argv)
-    rows = []
+    rows: list[Counts] = []
     for policy in args.policy or ["always", "every:50", "never"]:
         for old in (False,) if args.fresh_only else (False, True):
             cfg = Run(policy=policy, faults=args.faults, cut_share=args.cut_share,
                       strict=not args.no_strict, old=old, seed=args.seed,
                       extra_args=args.serve_arg, server_policy=args.plant_server_policy,
                       ignore_fsync=args.plant_ignore_fsync)
-            c = run(cfg, keep=args.keep)
-            rows.append(c)
-            print(table([c]).splitlines()[-1], flush=True)
-            for d in c.details[:20]:
-                print("   ", d, flush=True)
-    text = table(rows)
-    print(text)
-    if args.table:
-        with open(args.table, "w") as f:
-            f.write(text + "\n")
-            f.write("\n" + json.dumps([asdict(r) | {"details": r.details[:50]} for r in rows]) + "\n")
-    bad = any(r.lost or r.invented or r.resurrected or r.restart_failures for r in rows)
-    return 1 if bad else 0
-
+            rows.append(run(cfg, keep=args.keep))
+            progress(HEADER, rows[-1].row(), rows[-1].details)
+    summary(HEADER, [r.row() for r in rows], args.table)
+    return 1 if any(r.lost or r.invented or r.resurrected or r.restart_failures for r in rows) else 0
 
 if __name__ == "__main__":
     sys.exit(main())
