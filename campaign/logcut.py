@@ -280,6 +280,10 @@ def run(policy: str = "always", faults: int = 20, cut_share: float = 0.7, seed: 
         if proc is not None:
             kill(proc)
         fs.kill()
+        with open(os.path.join(work, "history.txt"), "w") as out:
+            out.writelines(f"{t:.6f} {line}\n" for t, line in h.lines)
+            out.writelines(f"{a:.6f} CUT {b:.6f}\n" for a, b in h.cuts)
+            out.writelines(f"{a:.6f} KILL\n" for a, _ in h.kills)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     return check(h, policy)
