@@ -544,7 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-strict", action="store_true",
                     help="directory entries durable at once (ext4-like) instead of at fsync of the directory")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--fresh-only", action="store_true", help="skip the runs on an old data directory")
+    ap.add_argument("--data-dir", choices=("fresh", "old", "both"), default="both",
+                    help="run on a fresh data directory, an old one (seeded, cleanly shut down, "
+                    "then faulted), or both (default)")
     ap.add_argument("--table", help="also write the table (markdown) to this file")
     ap.add_argument("--keep", action="store_true", help="keep each run's directory (history, logs)")
     ap.add_argument("--serve-arg", action="append", default=[],
@@ -556,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows: list[Counts] = []
     for policy in args.policy or ["always", "every:50", "never"]:
-        for old in (False,) if args.fresh_only else (False, True):
+        for old in {"fresh": (False,), "old": (True,), "both": (False, True)}[args.data_dir]:
             cfg = Run(policy=policy, faults=args.faults, cut_share=args.cut_share,
                       strict=not args.no_strict, old=old, seed=args.seed,
                       extra_args=args.serve_arg, server_policy=args.plant_server_policy,
