@@ -98,11 +98,11 @@ failover-campaign: $(VENV)/.dev bytecode
 # entries included (campaign/powerfs.py --strict), killed and power-cut at random under load,
 # for each durability policy; a fresh and an old data directory. Tables in build/ (exit 1 on
 # any loss the policy does not allow, anything invented, or a server that would not restart).
-# POWERLOSS_FAULTS=N faults per run (default 100, 70% of them power cuts).
+# POWERLOSS_FAULTS=N faults per run (default 50, 70% of them power cuts: ~300 cuts in all).
 powerloss-campaign: system-deps $(VENV)/.dev bytecode
 	mkdir -p build
-	$(PY) -m campaign.powercut --faults $${POWERLOSS_FAULTS:-100} --table build/powerloss-server.md
-	$(PY) -m campaign.logcut --faults $${POWERLOSS_FAULTS:-100} --table build/powerloss-log.md
+	$(PY) -m campaign.powercut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-server.md
+	$(PY) -m campaign.logcut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-log.md
 
 fuzz: $(VENV)/.dev
 	$(PIP) install -e '.[fuzz]'
