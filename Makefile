@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-fast lint bench system-deps bytecode ext crashloop crash-campaign failover-campaign ha-campaign fuzz clean dashboard-screenshot
+.PHONY: run test test-fast lint bench system-deps bytecode ext crashloop crash-campaign failover-campaign ha-campaign powerloss-campaign fuzz clean dashboard-screenshot
 
 # Each install builds the accelerators too: it stamps .ext, so `make run` installs once.
 $(VENV)/.base: pyproject.toml
@@ -105,6 +105,17 @@ failover-campaign: $(VENV)/.dev bytecode
 ha-campaign: $(VENV)/.dev bytecode
 	STALKD_HA_CYCLES=$${STALKD_HA_CYCLES:-200} $(PY) -m pytest -q -s tests/ha/test_ha_campaign.py \
 		--timeout $$(( 30 * $${STALKD_HA_CYCLES:-200} + 300 ))
+
+# Power loss for one node: stalkd (campaign/powercut.py) and the embedded log with its group
+# cursors (campaign/logcut.py) on a FUSE file system that keeps only what was fsynced, directory
+# entries included (campaign/powerfs.py --strict), killed and power-cut at random under load,
+# for each durability policy; a fresh and an old data directory. Tables in build/ (exit 1 on
+# any loss the policy does not allow, anything invented, or a server that would not restart).
+# POWERLOSS_FAULTS=N faults per run (default 50, 70% of them power cuts: ~300 cuts in all).
+powerloss-campaign: system-deps $(VENV)/.dev bytecode
+	mkdir -p build
+	$(PY) -m campaign.powercut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-server.md
+	$(PY) -m campaign.logcut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-log.md
 
 fuzz: $(VENV)/.dev
 	$(PIP) install -e '.[fuzz]'

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from stalkd.log import Log, LogError
-from stalkd.log.fs import SymlinkError
+from stalkd.log.active import SPARES_DIR, make_spare
+from stalkd.log.fs import FileSystem, SymlinkError
 
 
 def _mode(p: Path) -> int:
@@ -91,3 +92,96 @@ def test_the_log_directory_itself_may_be_a_symlink(tmp_path: Path) -> None:
         log.append(b"x")
     with Log.open(link) as log:
         assert [f.bytes() for f in log.read(0)] == [b"x"]
+
+
+class _DirSyncs(FileSystem):
+    """The real file system, noting which directories were fsynced (and the renames, in order)."""
+
+    def __init__(self) -> None:
+        self.synced: list[str] = []
+        self.calls: list[tuple[str, str]] = []
+        self.paths: dict[int, str] = {}
+
+    def fsync_dir(self, path: str) -> None:
+        self.synced.append(os.path.abspath(path))
+        self.calls.append(("fsync_dir", os.path.abspath(path)))
+        super().fsync_dir(path)
+
+    def replace(self, src: str, dst: str) -> None:
+        self.calls.append(("replace", os.path.abspath(src)))
+        super().replace(src, dst)
+
+    def open(self, path: str, flags: int, *, create: bool = False, truncate: bool = False) -> int:
+        fd = super().open(path, flags, create=create, truncate=truncate)
+        self.paths[fd] = os.path.abspath(path)
+        return fd
+
+    def fdatasync(self, fd: int) -> None:
+        self.calls.append(("fdatasync", self.paths.get(fd, "")))
+        super().fdatasync(fd)
+
+
+def test_each_directory_a_log_makes_has_its_entry_made_durable(tmp_path: Path) -> None:
+    """Where new entries are durable only once their directory is fsynced (strict POSIX), an
+    unsynced parent would lose a fresh log, and every job it made durable, at a power cut
+    (found by the power-loss campaign: campaign/powerfs.py --strict)."""
+    fs = _DirSyncs()
+    d = tmp_path / "a" / "b" / "log"
+    with Log.open(d, segment_size=4096, durability="always", fs=fs) as log:
+        log.append(b"x")
+    assert {str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a" / "b")} <= set(fs.synced)
+    again = _DirSyncs()
+    with Log.open(d, segment_size=4096, durability="always", fs=again):
+        pass
+    assert str(tmp_path) not in again.synced  # nothing made, nothing to sync above the log
+
+
+def test_a_spare_taken_for_a_segment_leaves_its_directory_durably_first(tmp_path: Path) -> None:
+    """Renamed out of spares/ into the log's directory, a spare must be gone from spares/ on
+    disk before a segment header is written into it: with only the log's directory fsynced, a
+    power cut may leave it under both names and the next start takes it again, writing over
+    that segment (the campaign's strict file system found it; the server refused to start)."""
+    d = str(tmp_path / "log")
+    size = 4096
+    with Log.open(d, segment_size=size, durability="always"):
+        pass
+    make_spare(d, size)
+    fs = _DirSyncs()
+    with Log.open(d, segment_size=size, durability="always", fs=fs) as log:
+        log.append_many([b"x" * 1000] * 8)  # rolls over into the spare
+    spare_dir = os.path.join(d, SPARES_DIR)
+    taken = [i for i, (op, path) in enumerate(fs.calls) if op == "replace" and path.startswith(spare_dir)]
+    assert taken, fs.calls
+    assert fs.calls[taken[0] + 1] == ("fsync_dir", spare_dir)
+
+
+@pytest.mark.parametrize("durability", ["never", "every:50", "always"])
+def test_a_new_segment_is_on_disk_before_its_name_whatever_the_policy(tmp_path: Path, durability: str) -> None:
+    """Under never, a later fsync of the directory (a compaction's, a new group's) makes a new
+    segment's name durable; its header must be there first, or a power cut leaves an empty
+    segment that recovery refuses as damage (found by the campaign: a server under never that
+    would not start without a repair)."""
+    fs = _DirSyncs()
+    d = str(tmp_path / "log")
+    with Log.open(d, segment_size=4096, durability=durability, fs=fs) as log:
+        log.append_many([b"x" * 1000] * 8)  # a roll: a second segment
+    made = [path for op, path in fs.calls if op == "replace" and path.endswith(".log.tmp")]
+    assert len(made) >= 2
+    for tmp in made:
+        at = fs.calls.index(("replace", tmp))
+        assert ("fdatasync", tmp) in fs.calls[:at], tmp
+
+
+def test_a_sealed_segments_successor_is_named_on_disk_before_its_footer(tmp_path: Path) -> None:
+    """A footer says a segment follows; under never too, that segment's name is made durable
+    first (recovery refuses a sealed last segment as damage: the campaign found a server under
+    never that would not start after a power cut without a repair)."""
+    fs = _DirSyncs()
+    d = str(tmp_path / "log")
+    with Log.open(d, segment_size=4096, durability="never", fs=fs) as log:
+        log.append_many([b"x" * 1000] * 8)
+    made = [path for op, path in fs.calls if op == "replace" and path.endswith(".log.tmp")]
+    first, second = made[0], made[1]
+    after = fs.calls[fs.calls.index(("replace", second)) + 1 :]
+    footer = after.index(("fdatasync", first))  # the first segment's footer (its fd: opened as .tmp)
+    assert ("fsync_dir", os.path.abspath(d)) in after[:footer]

@@ -271,3 +271,22 @@ def test_grown_cursor_torn_slot_falls_back_and_stale_grow_file_is_ignored(tmp_pa
     f = CursorFile(path)
     assert not os.path.exists(path + ".grow") and f.slot_size == size
     f.close()
+
+
+def test_acks_from_before_a_reopen_are_not_delivered_again_when_the_head_jumps_them(tmp_path: Path) -> None:
+    """Offsets acked out of order before a reopen, then joined to the committed head by acks of
+    the records before them: the head jumps past where the group had read to, and the next poll
+    must start there, not hand out the jumped records again (the power-loss campaign saw acked
+    records redelivered under `always`)."""
+    with Log.open(tmp_path, durability="always") as log:
+        log.append_many([b"r%d" % i for i in range(12)])
+        g = log.group("g")
+        got = g.poll(12)
+        g.ack(*got[5:10])  # out of order: the head stays at 0
+    with Log.open(tmp_path, durability="always") as log:
+        g = log.group("g")
+        first = g.poll(5)
+        assert [m.offset for m in first] == [0, 1, 2, 3, 4]  # the poll stops before 5..9
+        g.ack(*first)  # the head joins 5..9 and jumps to 10
+        assert g.committed == 10
+        assert [m.offset for m in g.poll(10)] == [10, 11]

@@ -148,12 +148,20 @@ def drop_spare(root: str, size: int, fs: FileSystem = REAL) -> bool:
 
 
 def _take_spare(root: str, size: int, tmp: str, fs: FileSystem) -> int | None:
-    """Rename a spare of ``size`` bytes to ``tmp`` and open it, or None if there is none."""
+    """Rename a spare of ``size`` bytes to ``tmp`` and open it, or None if there is none.
+
+    The spare's removal from ``spares/`` is made durable (that directory fsynced, whatever the
+    policy) before anything is written into the file: a rename between directories is durable
+    only once both are fsynced, and with only the log's directory fsynced a power cut may leave
+    the file under both names; the next start would then take the "spare" again and write a
+    new segment's header over this segment (found by the power-loss campaign: the server then
+    refused to start, "header says base offset ..., file name says ...")."""
     for p in spares(root, size):
         try:
             fs.replace(p, tmp)
         except FileNotFoundError:
             continue
+        fs.fsync_dir(os.path.dirname(p))
         return fs.open(tmp, os.O_RDWR)
     return None
 
@@ -168,6 +176,12 @@ def create_segment(
     half-made segment (recovery deletes stray ``.tmp`` files). A spare of the same size is
     used when there is one (its blocks are already this process's: no allocation can fail).
     ``clock`` gives the header's creation time in nanoseconds (the writer's, see writer.py).
+
+    The header and the reservation are fdatasynced before the rename whatever the policy
+    (once a segment, as the footer is): ``fsync`` only adds the directory's fsync. Under
+    ``never`` any later fsync of the directory (a compaction's, a new group's) makes the name
+    durable; without its content a power cut then left an empty segment, refused as damage,
+    and a server that would not start without a repair (found by the power-loss campaign).
     """
     path = os.path.join(root, segment_name(base))
     tmp = path + ".tmp"
@@ -177,8 +191,7 @@ def create_segment(
         if spare is None:
             fs.allocate(fd, 0, size)
         fs.pwrite_all(fd, encode_header(base, epoch, clock() // 1000), 0)
-        if fsync:
-            fs.fdatasync(fd)
+        fs.fdatasync(fd)
         fs.replace(tmp, path)
     except OSError as e:
         os.close(fd)

@@ -286,6 +286,8 @@ class ConsumerGroup(LagLimits):
             acked.remove(c)
             c += 1
         self.committed = c
+        if self._next_read < c:  # acks from before a reopen joined the head past what was read
+            self._next_read = c
         self._note_commit_pos(c - 1)
 
     def nack(self, *messages: Message | int) -> None:
