@@ -22,7 +22,7 @@ from campaign.nemesis import NEMESES, Nemesis
 from campaign.net import make_net
 from campaign.workload import Workload, WorkloadSpec, final_read
 
-__all__ = ["RunSpec", "RunResult", "run"]
+__all__ = ["RunSpec", "RunResult", "run", "caught_up"]
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def _cluster(spec: RunSpec, root: Path) -> tuple[Cluster, str]:
         raise
 
 
-def _caught_up(cluster: Cluster) -> bool:
+def caught_up(cluster: Cluster) -> bool:
     from stalkd.client import Client
 
     try:
@@ -94,7 +94,7 @@ def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None) -> RunRe
     try:
         cluster.start()
         if "s" in cluster.nodes and spec.sync:
-            wait_until(lambda: _caught_up(cluster), "the standby to follow")
+            wait_until(lambda: caught_up(cluster), "the standby to follow")
         load = Workload(history, cluster.addresses(), cluster.node_names(), spec.workload, spec.seed)
         load.start()
         time.sleep(spec.quiet)  # the schedule: load before the first fault
@@ -106,7 +106,7 @@ def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None) -> RunRe
         load.stop()
         cluster.revive()
         if "s" in cluster.nodes and spec.sync:
-            wait_until(lambda: _caught_up(cluster), "the standby to catch up after the run")
+            wait_until(lambda: caught_up(cluster), "the standby to catch up after the run")
         top = max([op.value.get("id", 0) for op in history.ops()] + [0]) + sum(
             1 for op in history.ops() if op.f == "put" and not op.ok) + 10
         final_read(history, cluster.client_address("p"), top)
