@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,10 @@ _LISTENING = re.compile(r"stalkd listening on ([0-9.]+):(\d+)")
 _SERVING = re.compile(r"serving \d+ ms after start")
 
 
-def wait_until(cond: object, what: str, timeout: float = 60.0, step: float = 0.02) -> None:
+def wait_until(cond: Callable[[], bool], what: str, timeout: float = 60.0, step: float = 0.02) -> None:
     """Poll ``cond()`` until it is true; ``TimeoutError`` naming ``what`` after ``timeout``."""
     deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
+    while not cond():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(step)

@@ -52,7 +52,10 @@ def failover_run(directory: Path, sync: int, *, acked_while_lagging: int = 20,
         load = Workload(history, cluster.addresses(), cluster.node_names(), spec, rng.randrange(1 << 30))
         load.start()
         p, s = cluster.nodes["p"], cluster.nodes["s"]
-        acked = lambda: sum(1 for op in history.ops() if op.f == "put" and op.ok)  # noqa: E731
+
+        def acked() -> int:
+            return sum(1 for op in history.ops() if op.f == "put" and op.ok)
+
         wait_until(lambda: acked() >= 10, "puts before the fault")
         ev = history.invoke("nemesis", "start", {"nemesis": "lose-primary", "breaks": True})
         net.cut("p", "s")
@@ -67,8 +70,14 @@ def failover_run(directory: Path, sync: int, *, acked_while_lagging: int = 20,
         history.complete(ev, "ok", {"node": "p"})
         load.stop()
         ev = history.invoke("nemesis", "promote", {"old": "p", "new": "s"})
-        wait_until(lambda: _role(cluster.client_address("s")) == "primary" or bool(
-            s.signal(signal.SIGUSR2)), "the standby's promotion")
+
+        def promoted() -> bool:  # SIGUSR2 until it is primary (docs/standby.md)
+            if _role(cluster.client_address("s")) == "primary":
+                return True
+            s.signal(signal.SIGUSR2)
+            return False
+
+        wait_until(promoted, "the standby's promotion")
         history.complete(ev, "ok", {"old": "p", "new": "s"})
         top = max([op.value.get("id", 0) for op in history.ops()] + [0]) + 100
         final_read(history, cluster.client_address("s"), top)
