@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-fast lint bench system-deps bytecode ext crash-campaign failover-campaign fuzz clean dashboard-screenshot
+.PHONY: run test test-fast lint bench system-deps bytecode ext crash-campaign failover-campaign campaign fuzz clean dashboard-screenshot
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -75,8 +75,9 @@ test-fast: $(VENV)/.dev $(VENV)/.ext
 # check_imports: no import cycles among stalkd's modules, counting function-local and
 # TYPE_CHECKING imports too (a cycle mypy sees is still two modules that know each other).
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check src tests bench scripts examples
+	$(VENV)/bin/ruff check src tests bench scripts examples campaign
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy campaign
 	$(PY) scripts/check_imports.py --count typing
 
 bench: system-deps $(VENV)/.dev bytecode
@@ -92,6 +93,13 @@ failover-campaign: $(VENV)/.dev bytecode
 	# one test runs every cycle: the per-test timeout (pyproject's 300 s) scales with them
 	STALKD_FAILOVER_CYCLES=$${STALKD_FAILOVER_CYCLES:-300} $(PY) -m pytest -q tests/standby/test_zero_loss.py -k kill9 \
 		--timeout $$(( 60 * $${STALKD_FAILOVER_CYCLES:-300} + 300 ))
+
+# The fault campaign (campaign/README.md): every nemesis against a single server and a primary
+# with a sync standby, CAMPAIGN_CYCLES faults each (default 20); the table (table.md) and a plot
+# and history per run go to build/campaign/. Needs root for partitions, tmpfs and faketime's
+# clock jumps. `make test` runs two faults of each (tests/campaign).
+campaign: system-deps $(VENV)/.dev bytecode
+	$(PY) -m campaign --cycles $${CAMPAIGN_CYCLES:-20} --out build/campaign
 
 fuzz: $(VENV)/.dev
 	$(PIP) install -e '.[fuzz]'
