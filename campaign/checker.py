@@ -169,6 +169,9 @@ def duplicated(ix: Index) -> list[Anomaly]:
 
 
 def reused_ids(ix: Index) -> list[Anomaly]:
+    seen: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for jid, body, where in _seen(ix):
+        seen[jid].append((body, where))
     out = []
     for jid, puts in ix.acked.items():
         bodies = {p.value["body"] for p in puts}
@@ -176,7 +179,7 @@ def reused_ids(ix: Index) -> list[Anomaly]:
             out.append(Anomaly("reused-id", jid, f"acknowledged for {len(bodies)} puts: {sorted(bodies)}"))
             continue
         (body,) = bodies
-        other = next(((b, w) for j, b, w in _seen(ix) if j == jid and b != body), None)
+        other = next(((b, w) for b, w in seen.get(jid, ()) if b != body), None)
         if other is not None:
             out.append(Anomaly("reused-id", jid, f"put as {body!r}, {other[1]} as {other[0]!r}"))
     return out
@@ -207,33 +210,45 @@ def double_holds(ix: Index) -> list[Anomaly]:
 
 
 def priority_order(ix: Index) -> list[Anomaly]:
-    ready: dict[str, list[Op]] = defaultdict(list)  # tube -> acknowledged undelayed puts
-    for p in ix.puts:
-        if p.ok and not p.value.get("delay"):
-            ready[p.value["tube"]].append(p)
+    """A sweep over each tube's first deliveries in the order they were sent, with the
+    acknowledged undelayed puts entering the candidates once acknowledged and leaving once
+    anything was sent about them (a delivery, a delete...)."""
     unknown: dict[str, list[float]] = defaultdict(list)  # tube -> reserves of unknown outcome
     for op in ix.ops:
         if op.f == "reserve" and op.type == "info":
             unknown[op.value.get("tube", "")].append(op.invoke)
-    out = []
+    ready: dict[str, list[tuple[float, float, Op]]] = defaultdict(list)  # (ready, taken, put)
+    for p in ix.puts:
+        if p.ok and not p.value.get("delay"):
+            qid = p.value["id"]
+            taken = min([d.invoke for d in ix.deliveries.get(qid, ())]
+                        + [o.invoke for o in ix.about.get(qid, ())], default=float("inf"))
+            ready[p.value["tube"]].append((p.end, taken, p))
+    firsts: dict[str, list[tuple[Op, Op]]] = defaultdict(list)  # tube -> (first delivery, put)
     for jid, rs in ix.deliveries.items():
-        put, r = ix.put_of(jid), min(rs, key=lambda o: o.end)  # first delivery: at its put's pri
-        if put is None:
-            continue
-        tube, quiet_since = r.value["tube"], r.end - QUIET
-        if any(quiet_since < f.invoke < r.end for f in ix.faults) or any(
-                quiet_since < t < r.end for t in unknown[tube]):
-            continue  # a fault or a reserve of unknown outcome may hold the other job
-        for q in ready[tube]:
-            if q.value["pri"] >= put.value["pri"] or q.end >= r.invoke:
-                continue
-            qid = q.value["id"]
-            taken = [d for d in ix.deliveries.get(qid, ()) if d.invoke < r.end]
-            touched = [o for o in ix.about.get(qid, ()) if o.invoke < r.end]
-            if not taken and not touched:
-                out.append(Anomaly("priority", jid, f"{r.process} got pri {put.value['pri']} at "
-                                   f"{r.end:.3f}s while job {qid} (pri {q.value['pri']}) was ready"))
-                break
+        put = ix.put_of(jid)
+        if put is not None:  # the first delivery is at its put's priority
+            r = min(rs, key=lambda o: o.end)
+            firsts[r.value["tube"]].append((r, put))
+    out = []
+    for tube, deliveries in firsts.items():
+        entering = sorted(ready[tube], key=lambda x: x[0])
+        active: list[tuple[float, float, Op]] = []
+        i = 0
+        for r, put in sorted(deliveries, key=lambda x: x[0].invoke):
+            while i < len(entering) and entering[i][0] < r.invoke:
+                active.append(entering[i])
+                i += 1
+            active = [a for a in active if a[1] >= r.invoke]  # taken since: never a candidate again
+            quiet_since = r.end - QUIET
+            if any(quiet_since < f.invoke < r.end for f in ix.faults) or any(
+                    quiet_since < t < r.end for t in unknown[tube]):
+                continue  # a fault or a reserve of unknown outcome may hold the other job
+            q = next((q for _, taken, q in active if taken >= r.end and q.value["id"] != put.value["id"]
+                      and q.value["pri"] < put.value["pri"]), None)
+            if q is not None:
+                out.append(Anomaly("priority", put.value["id"], f"{r.process} got pri {put.value['pri']} "
+                                   f"at {r.end:.3f}s while job {q.value['id']} (pri {q.value['pri']}) was ready"))
     return out
 
 
