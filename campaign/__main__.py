@@ -1,6 +1,7 @@
 """``python -m campaign``: run every nemesis against a single server and a primary with a sync
 standby, print the table, and write it (``table.md``) with a plot and a history per run under
-``--out``. Exit status 1 if any run found an anomaly."""
+``--out`` (rows of runs not repeated are kept from the table already there). Exit status 1 if
+any run found an anomaly."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, bad = [], 0
     for topology in args.topology or ["single", "standby"]:
         for name in args.nemesis or sorted(NEMESES):
+            if topology not in getattr(NEMESES[name], "topologies", (topology,)):
+                continue
             spec = RunSpec(name, topology, cycles=args.cycles, fault=args.fault,
                            quiet=args.quiet, seed=args.seed, net=args.net)
             d = args.out / spec.label
@@ -48,8 +51,13 @@ def main(argv: list[str] | None = None) -> int:
             for a in result.anomalies[:20]:
                 print(f"   {a.kind} {a.job}: {a.detail}")
     print(report.table(rows))
+    # a table already there keeps its other runs' rows: one nemesis can be run again alone
+    previous = args.out / "table.json"
+    ran = {r["run"] for r in rows}
+    kept = [r for r in json.loads(previous.read_text()) if r["run"] not in ran] if previous.exists() else []
+    rows = sorted(kept + rows, key=lambda r: (r["run"].rsplit("-", 1)[1], r["run"]))
     (args.out / "table.md").write_text(report.markdown(rows))
-    (args.out / "table.json").write_text(json.dumps(rows, indent=1))
+    previous.write_text(json.dumps(rows, indent=1))
     return 1 if bad else 0
 
 

@@ -9,8 +9,8 @@ the tests imitate it):
 - ``delete``, ``bury``, ``touch``: ``id``; ``release``: ``id``, ``pri``, ``delay``;
 - ``final``: the read after the run, its ``ok`` has ``jobs``: ``[{id, body, state, tube, pri}]``;
 - the nemesis (process ``nemesis``): ``start`` and ``stop`` ops naming it (``nemesis``), with
-  ``breaks`` true when the fault can close connections (a kill, a partition); a ``promote`` op
-  with ``old`` and ``new``, the nodes' names, once a standby has been made primary.
+  ``breaks`` true when the fault can close connections (a kill, a partition); an op whose value
+  has ``old`` and ``new``, the nodes' names, once a standby has been made primary.
 
 The rules, and why each is sound in the face of uncertainty (an ``info`` op may have happened,
 at any time after its invocation):
@@ -35,7 +35,9 @@ at any time after its invocation):
 - ``early-delay``: a job delivered before the delay of its put (or of a release) had run,
   counted from that put or release being sent;
 - ``fenced-ack``: an operation acknowledged by a node after another node was promoted past it,
-  the operation sent after the promotion.
+  the operation sent after the promotion, its acknowledgement received before the node was
+  itself promoted again (a client that fails over may resend an operation to the new primary,
+  so the answering node is only known to have answered between invocation and completion).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class Index:
                 ix.final = {int(j["id"]): j for j in op.value["jobs"]}
             elif op.process == "nemesis" and op.f == "start":
                 ix.faults.append(op)
-            elif op.process == "nemesis" and op.f == "promote" and op.type != "fail":
+            if op.process == "nemesis" and op.type != "fail" and "old" in op.value and "new" in op.value:
                 ix.promotions.append(op)
         return ix
 
@@ -274,8 +276,11 @@ def fenced_acks(ix: Index) -> list[Anomaly]:
     out = []
     for p in ix.promotions:
         old, since = p.value["old"], p.end
+        # fenced until it is itself promoted again (a later failover back to it)
+        until = min((q.invoke for q in ix.promotions if q.value["new"] == old and q.invoke > since),
+                    default=float("inf"))
         for op in ix.ops:
-            if op.ok and op.f in WRITES and op.node == old and op.invoke > since:
+            if op.ok and op.f in WRITES and op.node == old and since < op.invoke and op.end < until:
                 out.append(Anomaly("fenced-ack", op.value.get("id", op.value.get("body")),
                                    f"{op.f} sent at {op.invoke:.3f}s acknowledged by {old}, "
                                    f"fenced by the promotion of {p.value['new']} at {since:.3f}s"))

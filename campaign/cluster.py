@@ -157,7 +157,7 @@ class Cluster:
                 _mount_tmpfs(d, disk[n])
                 self.mounts.append(d)
             node_flags = ["-s", "1048576", *flags]
-            if n == "p" and topology == "standby" and sync:
+            if topology == "standby" and sync:  # the standby's counts once it is promoted
                 node_flags += ["--sync-standbys", str(sync)]
             self.nodes[n] = Node(n, d, node_flags, netns=net.netns(n) if net else None,
                                  listen=net.listen_on(n) if net else "127.0.0.1",
@@ -165,13 +165,46 @@ class Cluster:
         self.primary = "p"
 
     def start(self) -> None:
-        p = self.nodes["p"]
-        p.start()
+        self.nodes["p"].start()
         if "s" in self.nodes:
-            s = self.nodes["s"]
-            of = self.net.peer_address("p", p.port, "s") if self.net else p.address
-            s.flags = [*s.flags, "--standby-of", of]
-            s.start()
+            self.follow("s", "p")
+            self.nodes["s"].start()
+
+    def follow(self, name: str, primary: str) -> None:
+        """Make node ``name``'s next start a standby of ``primary``."""
+        node, p = self.nodes[name], self.nodes[primary]
+        of = self.net.peer_address(primary, p.port, name) if self.net else p.address
+        i = node.flags.index("--standby-of") if "--standby-of" in node.flags else len(node.flags)
+        node.flags = [*node.flags[:i], *node.flags[i + 2:], "--standby-of", of]
+
+    def stats(self, name: str) -> dict[str, str]:
+        from stalkd.client import Client
+
+        with Client(self.client_address(name), timeout=5) as c:
+            return {k: str(v) for k, v in c.stats().items()}
+
+    def caught_up(self) -> bool:
+        """The primary has a standby that holds every record it wrote."""
+        try:
+            st = self.stats(self.primary)
+        except (OSError, ValueError):
+            return False
+        return int(st.get("standbys", 0)) >= 1 and int(st.get("standby-lag", 1)) == 0
+
+    def promote(self, name: str) -> None:
+        """SIGUSR2 to standby ``name`` until it says it is primary (docs/standby.md)."""
+
+        def promoted() -> bool:
+            try:
+                if self.stats(name).get("role") == "primary":
+                    return True
+            except OSError:
+                pass
+            self.nodes[name].signal(signal.SIGUSR2)
+            return False
+
+        wait_until(promoted, f"the promotion of {name}")
+        self.primary = name
 
     def client_address(self, name: str) -> str:
         node = self.nodes[name]

@@ -14,7 +14,6 @@ the checker must report the acknowledged puts the promotion lost.
 from __future__ import annotations
 
 import random
-import signal
 import time
 from pathlib import Path
 
@@ -22,19 +21,9 @@ from campaign import checker
 from campaign.cluster import Cluster, wait_until
 from campaign.history import History, Op
 from campaign.net import NamespaceNet
-from campaign.run import caught_up
 from campaign.workload import Workload, WorkloadSpec, final_read
-from stalkd.client import Client
 
 __all__ = ["failover_run"]
-
-
-def _role(address: str) -> str:
-    try:
-        with Client(address, timeout=5) as c:
-            return str(c.stats().get("role", ""))
-    except OSError:
-        return ""
 
 
 def failover_run(directory: Path, sync: int, *, acked_while_lagging: int = 20,
@@ -47,11 +36,11 @@ def failover_run(directory: Path, sync: int, *, acked_while_lagging: int = 20,
     rng = random.Random(seed)
     try:
         cluster.start()
-        wait_until(lambda: caught_up(cluster), "the standby to follow")
+        wait_until(lambda: cluster.caught_up(), "the standby to follow")
         spec = WorkloadSpec(producers=2, workers=1, app_workers=0, tubes=1, delayed=0.0)
         load = Workload(history, cluster.addresses(), cluster.node_names(), spec, rng.randrange(1 << 30))
         load.start()
-        p, s = cluster.nodes["p"], cluster.nodes["s"]
+        p = cluster.nodes["p"]
 
         def acked() -> int:
             return sum(1 for op in history.ops() if op.f == "put" and op.ok)
@@ -71,13 +60,7 @@ def failover_run(directory: Path, sync: int, *, acked_while_lagging: int = 20,
         load.stop()
         ev = history.invoke("nemesis", "promote", {"old": "p", "new": "s"})
 
-        def promoted() -> bool:  # SIGUSR2 until it is primary (docs/standby.md)
-            if _role(cluster.client_address("s")) == "primary":
-                return True
-            s.signal(signal.SIGUSR2)
-            return False
-
-        wait_until(promoted, "the standby's promotion")
+        cluster.promote("s")
         history.complete(ev, "ok", {"old": "p", "new": "s"})
         top = max([op.value.get("id", 0) for op in history.ops()] + [0]) + 100
         final_read(history, cluster.client_address("s"), top)

@@ -23,9 +23,9 @@ import signal
 from pathlib import Path
 from typing import Any, Protocol
 
-from campaign.cluster import Cluster
+from campaign.cluster import Cluster, wait_until
 
-__all__ = ["Nemesis", "Kill9", "Pause", "Partition", "FullDisk", "ClockJump", "NEMESES"]
+__all__ = ["Nemesis", "Kill9", "Pause", "Partition", "FullDisk", "ClockJump", "Failover", "NEMESES"]
 
 
 class Nemesis(Protocol):
@@ -148,5 +148,32 @@ class ClockJump:
         return {"node": self.victim}
 
 
-NEMESES: dict[str, type[Kill9] | type[Pause] | type[Partition] | type[FullDisk] | type[ClockJump]] = {
-    n.name: n for n in (Kill9, Pause, Partition, FullDisk, ClockJump)}
+class Failover:
+    """The primary's machine lost: SIGKILL the primary and promote its standby (standby
+    topology only; the next failover waits until the standby has caught up); ``stop`` restarts
+    the old primary as the new one's standby (its unacknowledged tail quarantined, as
+    docs/standby.md describes). The start's value names ``old`` and ``new``: the checker fences
+    the old primary from then on."""
+
+    name, breaks = "failover", True
+    topologies = ("standby",)
+
+    def __init__(self) -> None:
+        self.old = self.new = ""
+
+    def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
+        wait_until(cluster.caught_up, "the standby to catch up before a failover")
+        self.old = cluster.primary
+        self.new = next(n for n in sorted(cluster.nodes) if n != self.old)
+        cluster.nodes[self.old].kill9()
+        cluster.promote(self.new)
+        return {"node": self.old, "old": self.old, "new": self.new}
+
+    def stop(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
+        cluster.follow(self.old, self.new)
+        cluster.nodes[self.old].start()
+        return {"node": self.old}
+
+
+NEMESES: dict[str, type[Kill9] | type[Pause] | type[Partition] | type[FullDisk] | type[ClockJump]
+              | type[Failover]] = {n.name: n for n in (Kill9, Pause, Partition, FullDisk, ClockJump, Failover)}

@@ -22,7 +22,7 @@ from campaign.nemesis import NEMESES, Nemesis
 from campaign.net import make_net
 from campaign.workload import Workload, WorkloadSpec, final_read
 
-__all__ = ["RunSpec", "RunResult", "run", "caught_up"]
+__all__ = ["RunSpec", "RunResult", "run"]
 
 
 @dataclass(frozen=True)
@@ -73,17 +73,6 @@ def _cluster(spec: RunSpec, root: Path) -> tuple[Cluster, str]:
         raise
 
 
-def caught_up(cluster: Cluster) -> bool:
-    from stalkd.client import Client
-
-    try:
-        with Client(cluster.client_address("p"), timeout=5) as c:
-            st = c.stats()
-        return int(str(st.get("standbys", 0))) >= 1 and int(str(st.get("standby-lag", 1))) == 0
-    except (OSError, ValueError):
-        return False
-
-
 def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None) -> RunResult:
     """Run ``spec`` in ``directory`` (made if needed); ``nemesis`` overrides the one named."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -94,7 +83,7 @@ def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None) -> RunRe
     try:
         cluster.start()
         if "s" in cluster.nodes and spec.sync:
-            wait_until(lambda: caught_up(cluster), "the standby to follow")
+            wait_until(lambda: cluster.caught_up(), "the standby to follow")
         load = Workload(history, cluster.addresses(), cluster.node_names(), spec.workload, spec.seed)
         load.start()
         time.sleep(spec.quiet)  # the schedule: load before the first fault
@@ -106,10 +95,10 @@ def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None) -> RunRe
         load.stop()
         cluster.revive()
         if "s" in cluster.nodes and spec.sync:
-            wait_until(lambda: caught_up(cluster), "the standby to catch up after the run")
+            wait_until(lambda: cluster.caught_up(), "the standby to catch up after the run")
         top = max([op.value.get("id", 0) for op in history.ops()] + [0]) + sum(
             1 for op in history.ops() if op.f == "put" and not op.ok) + 10
-        final_read(history, cluster.client_address("p"), top)
+        final_read(history, cluster.client_address(cluster.primary), top)
     finally:
         history.close()
         cluster.close()

@@ -139,3 +139,12 @@ def test_a_completion_nobody_invoked_is_a_harness_error() -> None:
         pair([Event("w", "ok", "reserve", 1.0)])
     with pytest.raises(ValueError, match="still outstanding"):
         pair([Event("w", "invoke", "reserve", 1.0), Event("w", "invoke", "delete", 2.0)])
+
+
+def test_a_node_promoted_back_is_no_longer_fenced() -> None:
+    away = op("nemesis", "start", 5, 5.5, old="p", new="s")
+    back = op("nemesis", "start", 8, 8.5, old="s", new="p")
+    assert kinds(put(1, "a", 0, 0.1, node="p"), away, back, put(2, "b", 9, 9.1, node="p"),
+                 final(10, (1, "a"), (2, "b"))) == {}
+    assert kinds(put(1, "a", 0, 0.1, node="p"), away, back, put(2, "b", 7, 7.1, node="p"),
+                 final(10, (1, "a"), (2, "b"))) == {"fenced-ack": 1}
