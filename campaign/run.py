@@ -65,7 +65,9 @@ def _cluster(spec: RunSpec, root: Path) -> tuple[Cluster, str]:
         note = net.kind + (f" ({why})" if why else "")
     disk = {n: 48 for n in names} if spec.nemesis == "full-disk" else None
     try:
-        return Cluster(root, spec.topology, flags=spec.flags, net=net, sync=spec.sync,
+        # small segments under a full disk: a roll (which needs new space) comes every few seconds
+        flags = (*spec.flags, "-s", "131072") if spec.nemesis == "full-disk" else spec.flags
+        return Cluster(root, spec.topology, flags=flags, net=net, sync=spec.sync,
                        clock=spec.nemesis == "clock-jump", disk=disk), note
     except BaseException:
         if net is not None:
