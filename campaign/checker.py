@@ -30,8 +30,8 @@ at any time after its invocation):
 - ``priority``: a reserve that returned a job while a more urgent one (lower ``pri``) sat ready
   in the same tube: put without delay and acknowledged before the reserve was sent, and neither
   delivered to a reserve sent before this one completed nor deleted. Judged where observable:
-  a job's first delivery, with no fault begun and no reserve in the tube left unknown in the
-  ``QUIET`` seconds before (either could hold the more urgent job out of sight);
+  a job's first delivery, with no reserve in the tube left unknown in the ``QUIET`` seconds
+  before (one could hold the more urgent job out of sight);
 - ``early-delay``: a job delivered before the delay of its put (or of a release) had run,
   counted from that put or release being sent;
 - ``fenced-ack``: an operation acknowledged by a node after another node was promoted past it,
@@ -52,7 +52,11 @@ from campaign.history import Op
 __all__ = ["Anomaly", "Index", "RULES", "check", "count"]
 
 WRITES = frozenset({"put", "reserve", "delete", "release", "bury", "touch"})
-QUIET = 30.0  # seconds without a fault or an unknown reserve before a reserve judged for priority
+# Seconds without a reserve of unknown outcome in the tube before a reserve judged for priority:
+# such a reserve may reach the server late (a partition's retransmits) and hold a job until its
+# connection's close arrives; 20 s is several times the workload's TTR, reply timeout and a
+# fault's length.
+QUIET = 20.0
 KINDS = ("lost", "duplicated", "resurrected", "invented", "reused-id", "double-hold", "priority",
          "early-delay", "fenced-ack")
 
@@ -242,10 +246,8 @@ def priority_order(ix: Index) -> list[Anomaly]:
                 active.append(entering[i])
                 i += 1
             active = [a for a in active if a[1] >= r.invoke]  # taken since: never a candidate again
-            quiet_since = r.end - QUIET
-            if any(quiet_since < f.invoke < r.end for f in ix.faults) or any(
-                    quiet_since < t < r.end for t in unknown[tube]):
-                continue  # a fault or a reserve of unknown outcome may hold the other job
+            if any(r.end - QUIET < t < r.end for t in unknown[tube]):
+                continue  # a reserve of unknown outcome may hold the other job
             q = next((q for _, taken, q in active if taken >= r.end and q.value["id"] != put.value["id"]
                       and q.value["pri"] < put.value["pri"]), None)
             if q is not None:
