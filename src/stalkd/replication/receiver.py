@@ -32,6 +32,7 @@ from stalkd.engine.compaction import WalError
 from stalkd.engine.handover import Reservations
 from stalkd.engine.model import decode
 from stalkd.engine.replay import ReplayError, replay
+from stalkd.log.errors import LogFullError
 from stalkd.replication import wire
 from stalkd.replication.catchup import CatchUpError
 from stalkd.replication.role import Role
@@ -117,7 +118,7 @@ class Receiver:
                     if not self._stopped:
                         log.warning("replication from %s: resync failed: %s; retrying in %.2f s",
                                     self.address, err, delay)  # fmt: skip
-            except (OSError, EOFError, ValueError, WalError, asyncio.IncompleteReadError) as e:
+            except (OSError, EOFError, ValueError, WalError, LogFullError, asyncio.IncompleteReadError) as e:
                 # (a reconnection resumes from the local log's end, whatever was cut short)
                 if not self._stopped:
                     log.warning("replication from %s: %s; retrying in %.2f s", self.address, e, delay)
@@ -157,8 +158,14 @@ class Receiver:
             msgs = dec.feed(data)
             if not msgs:
                 continue
-            for first, payloads in msgs:
-                self.wal.append_replicated(first, payloads)
+            for i, (first, payloads) in enumerate(msgs):
+                try:
+                    self.wal.append_replicated(first, payloads)
+                except LogFullError:
+                    # a full disk: what was written is applied, the rest comes again after a
+                    # reconnection (from the log's end), once there is room
+                    self._apply(msgs[:i])
+                    raise
             if not self.fsync:
                 writer.write(wire.encode_ack(lg.next_offset))
             elif not self._syncing:
