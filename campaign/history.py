@@ -133,7 +133,8 @@ class History:
         self._clock = clock or (lambda: time.monotonic() - self._t0)
         self._lock = threading.Lock()
         self.events: list[Event] = []
-        self._file: IO[str] | None = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115
+        # a new file: events of two runs in one history would read as one impossible run
+        self._file: IO[str] | None = open(path, "x", encoding="utf-8") if path else None  # noqa: SIM115
 
     def now(self) -> float:
         return float(self._clock())

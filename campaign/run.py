@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -76,8 +77,11 @@ def _cluster(spec: RunSpec, root: Path) -> tuple[Cluster, str]:
 
 
 def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None) -> RunResult:
-    """Run ``spec`` in ``directory`` (made if needed); ``nemesis`` overrides the one named."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Run ``spec`` in ``directory`` (emptied first: a run's history and data are its own);
+    ``nemesis`` overrides the one named."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
     rng = random.Random(spec.seed)
     fault = nemesis or NEMESES[spec.nemesis]()
     cluster, note = _cluster(spec, directory)

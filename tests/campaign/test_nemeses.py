@@ -38,7 +38,7 @@ def _needs(nemesis: str, net: str) -> None:
     ("kill9", "single", "-"), ("pause", "single", "-"), ("partition", "single", "netns"),
     ("partition", "single", "proxy"), ("full-disk", "single", "-"), ("clock-jump", "single", "-"),
     ("kill9", "standby", "-"), ("partition", "standby", "netns"), ("pause", "standby", "-"),
-    ("failover", "standby", "-"),
+    ("failover", "standby", "-"), ("full-disk", "standby", "-"),
 ])
 def test_a_short_run_of_each_nemesis_finds_nothing(tmp_path: Path, nemesis: str, topology: str, net: str) -> None:
     _needs(nemesis, net)
