@@ -23,7 +23,7 @@ import signal
 from pathlib import Path
 from typing import Any, Protocol
 
-from campaign.cluster import Cluster, wait_until
+from campaign.cluster import Cluster, Node, wait_until
 
 __all__ = ["Nemesis", "Kill9", "Pause", "Partition", "FullDisk", "ClockJump", "Failover", "NEMESES"]
 
@@ -37,44 +37,50 @@ class Nemesis(Protocol):
     def stop(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]: ...
 
 
-def _victim(cluster: Cluster, rng: random.Random) -> str:
-    return rng.choice(sorted(cluster.nodes))
+class _OneNode:
+    """A fault done to one node chosen at random (``hit``) and undone at ``stop`` (``undo``)."""
+
+    def __init__(self) -> None:
+        self.victim = ""
+
+    def hit(self, node: Node) -> None:
+        raise NotImplementedError
+
+    def undo(self, node: Node) -> None:
+        raise NotImplementedError
+
+    def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
+        self.victim = rng.choice(sorted(cluster.nodes))
+        self.hit(cluster.nodes[self.victim])
+        return {"node": self.victim}
+
+    def stop(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
+        self.undo(cluster.nodes[self.victim])
+        return {"node": self.victim}
 
 
-class Kill9:
+class Kill9(_OneNode):
     """SIGKILL a node (any of them); ``stop`` restarts it on the same address and data."""
 
     name, breaks = "kill9", True
 
-    def __init__(self) -> None:
-        self.victim = ""
+    def hit(self, node: Node) -> None:
+        node.kill9()
 
-    def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
-        self.victim = _victim(cluster, rng)
-        cluster.nodes[self.victim].kill9()
-        return {"node": self.victim}
-
-    def stop(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
-        cluster.nodes[self.victim].start()
-        return {"node": self.victim}
+    def undo(self, node: Node) -> None:
+        node.start()
 
 
-class Pause:
+class Pause(_OneNode):
     """SIGSTOP a node, SIGCONT it at ``stop`` (the runner holds it longer than the TTRs)."""
 
     name, breaks = "pause", False
 
-    def __init__(self) -> None:
-        self.victim = ""
+    def hit(self, node: Node) -> None:
+        node.signal(signal.SIGSTOP)
 
-    def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
-        self.victim = _victim(cluster, rng)
-        cluster.nodes[self.victim].signal(signal.SIGSTOP)
-        return {"node": self.victim}
-
-    def stop(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
-        cluster.nodes[self.victim].signal(signal.SIGCONT)
-        return {"node": self.victim}
+    def undo(self, node: Node) -> None:
+        node.signal(signal.SIGCONT)
 
 
 class Partition:
@@ -138,7 +144,7 @@ class ClockJump:
         tmp.replace(clock)  # libfaketime must never read a half-written offset
 
     def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
-        self.victim = _victim(cluster, rng)
+        self.victim = rng.choice(sorted(cluster.nodes))
         offset = rng.choice(("+3600", "-3600"))
         self._set(cluster, offset)
         return {"node": self.victim, "offset": offset}
