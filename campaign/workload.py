@@ -47,7 +47,7 @@ def outcome(exc: BaseException) -> tuple[str, dict[str, Any]]:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    producers: int = 2
+    producers: int = 3  # one a tube, the last into the app worker's tube when there is one
     workers: int = 2
     app_workers: int = 1  # stalkd.worker threads (0: none)
     tubes: int = 2
