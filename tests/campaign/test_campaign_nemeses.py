@@ -13,6 +13,7 @@ import pytest
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the campaign package; after the rest
 
 from campaign.cluster import LIBFAKETIME  # noqa: E402
+from campaign.history import pair, read_events  # noqa: E402
 from campaign.net import make_net  # noqa: E402
 from campaign.run import RunSpec, run  # noqa: E402
 
@@ -47,4 +48,7 @@ def test_a_short_run_of_each_nemesis_finds_nothing(tmp_path: Path, nemesis: str,
     if nemesis == "partition":
         assert result.net_note.startswith(net), result.net_note  # the network the run says it used
     assert result.row["acknowledged"] > 0, result.row
+    delivered = {op.process.split("-")[0] for op in pair(read_events(result.directory / "history.jsonl"))
+                 if op.f == "reserve" and op.ok}
+    assert delivered == {"worker", "app"}, delivered  # the client's workers and stalkd.worker's
     assert result.anomalies == [], "\n".join(f"{a.kind} {a.job}: {a.detail}" for a in result.anomalies)
