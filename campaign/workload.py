@@ -221,7 +221,9 @@ class _AppRecorder(Middleware):
     """Writes the app worker's deliveries into the history, as process ``app-<job id>``: a
     reserve op per delivery, sent at the earliest when the worker started (the framework does
     not say when; the earliest time keeps the TTR and delay rules sound), and the delete or
-    release the framework had acknowledged, sent at the earliest when the delivery began."""
+    release the framework had acknowledged, sent at the earliest when the delivery began; a
+    delete of unknown outcome (``info``) when the handler returned, since the framework's own
+    delete may go unanswered without any hook being told."""
 
     def __init__(self, history: History) -> None:
         self.history = history
@@ -236,6 +238,13 @@ class _AppRecorder(Middleware):
     def _acked(self, ctx: JobContext, f: str, value: dict[str, Any]) -> None:
         sent = float(ctx.extras.get("campaign.t", self._start))
         self.history.record(f"app-{ctx.job_id}", f, sent, "ok", {"id": ctx.job_id, **value})
+
+    def after_process(self, ctx: JobContext) -> None:
+        # the framework sends the delete next; if its reply is lost (the connection broke) no
+        # hook says so, and the job may be gone: an unknown delete now, an ok one from on_done
+        if ctx.exception is None:
+            sent = float(ctx.extras.get("campaign.t", self._start))
+            self.history.record(f"app-{ctx.job_id}", "delete", sent, "info", {"id": ctx.job_id})
 
     def on_done(self, ctx: JobContext) -> None:
         self._acked(ctx, "delete", {})
