@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-fast lint bench system-deps bytecode ext crashloop crash-campaign failover-campaign ha-campaign powerloss-campaign fuzz clean dashboard-screenshot
+.PHONY: run test test-fast lint bench system-deps bytecode ext crashloop crash-campaign failover-campaign ha-campaign powerloss-campaign campaign fuzz clean dashboard-screenshot
 
 # Each install builds the accelerators too: it stamps .ext, so `make run` installs once.
 $(VENV)/.base: pyproject.toml
@@ -76,8 +76,9 @@ test-fast: $(VENV)/.dev $(VENV)/.ext
 # check_imports: no import cycles among stalkd's modules, counting function-local and
 # TYPE_CHECKING imports too (a cycle mypy sees is still two modules that know each other).
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check src tests bench scripts examples
+	$(VENV)/bin/ruff check src tests bench scripts examples campaign
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy campaign
 	$(PY) scripts/check_imports.py --count typing
 
 bench: system-deps $(VENV)/.dev bytecode
@@ -116,6 +117,13 @@ powerloss-campaign: system-deps $(VENV)/.dev bytecode
 	mkdir -p build
 	$(PY) -m campaign.powercut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-server.md
 	$(PY) -m campaign.logcut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-log.md
+
+# The fault campaign (campaign/README.md): every nemesis against a single server and a primary
+# with a sync standby, CAMPAIGN_CYCLES faults each (default 20); the table (table.md) and a plot
+# and history per run go to build/campaign/. Needs root for partitions, tmpfs and faketime's
+# clock jumps. `make test` runs two faults of each (tests/campaign).
+campaign: system-deps $(VENV)/.dev bytecode
+	$(PY) -m campaign --cycles $${CAMPAIGN_CYCLES:-20} --out build/campaign
 
 fuzz: $(VENV)/.dev
 	$(PIP) install -e '.[fuzz]'

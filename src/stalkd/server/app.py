@@ -38,7 +38,6 @@ import asyncio
 import logging
 import os
 import resource
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -50,6 +49,7 @@ from stalkd.replication.status import Status
 from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.budget import TICK, MemoryBudget, default_limit
+from stalkd.server.clock import steady_wall_clock
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection
 from stalkd.server.fastconn import ADMISSION, BARRIERS, new_connection
@@ -88,7 +88,7 @@ class Server:
         engine: Engine,
         storage: Storage | None = None,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
         reference: bool = False,
     ) -> None:
@@ -97,7 +97,7 @@ class Server:
         self.config = config
         self.engine = engine
         self.storage: Storage = storage if storage is not None else MemoryStorage()
-        self.clock = clock
+        self.clock = clock = clock or steady_wall_clock()  # delays and TTRs in elapsed time
         self.on_fatal = on_fatal
         self.conns: Registry[Connection] = Registry(config.max_connections,
                                                     per_address=config.max_handshakes_per_address)

@@ -1,0 +1,65 @@
+"""``python -m campaign``: run every nemesis against a single server and a primary with a sync
+standby, print the table, and write it (``table.md``) with a plot and a history per run under
+``--out`` (rows of runs not repeated are kept from the table already there). Exit status 1 if
+any run found an anomaly."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from campaign import report
+from campaign.history import pair, read_events
+from campaign.nemesis import NEMESES
+from campaign.run import RunSpec, run
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m campaign", description=__doc__)
+    ap.add_argument("--nemesis", action="append", choices=sorted(NEMESES),
+                    help="a fault to inject (repeat; default: every one)")
+    ap.add_argument("--topology", action="append", choices=("single", "standby"),
+                    help="servers under test (repeat; default: both)")
+    ap.add_argument("--cycles", type=int, default=20, help="faults per run (default 20)")
+    ap.add_argument("--fault", type=float, default=4.0, help="seconds each fault lasts (default 4)")
+    ap.add_argument("--quiet", type=float, default=2.0, help="seconds between faults (default 2)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--net", choices=("netns", "proxy"), default="netns",
+                    help="how partitions are made (default: network namespaces, as root)")
+    ap.add_argument("--out", type=Path, default=Path("build/campaign"), help="output directory")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)  # the worker's reconnect lines: expected, many
+    rows, bad = [], 0
+    for topology in args.topology or ["single", "standby"]:
+        for name in args.nemesis or sorted(NEMESES):
+            if topology not in getattr(NEMESES[name], "topologies", (topology,)):
+                continue
+            spec = RunSpec(name, topology, cycles=args.cycles, fault=args.fault,
+                           quiet=args.quiet, seed=args.seed, net=args.net)
+            d = args.out / spec.label
+            print(f"== {spec.label}: {args.cycles} cycles", flush=True)
+            result = run(spec, d)
+            ops = pair(read_events(d / "history.jsonl"))
+            report.plot(ops, d / "plot.png", f"{spec.label} ({args.cycles} cycles)")
+            rows.append(result.row)
+            bad += len(result.anomalies)
+            if result.net_note:
+                print(f"   partitions through: {result.net_note}")
+            for a in result.anomalies[:20]:
+                print(f"   {a.kind} {a.job}: {a.detail}")
+    print(report.table(rows))
+    # a table already there keeps its other runs' rows: one nemesis can be run again alone
+    previous = args.out / "table.json"
+    ran = {r["run"] for r in rows}
+    kept = [r for r in json.loads(previous.read_text()) if r["run"] not in ran] if previous.exists() else []
+    rows = sorted(kept + rows, key=lambda r: (r["run"].rsplit("-", 1)[1], r["run"]))
+    (args.out / "table.md").write_text(report.markdown(rows))
+    previous.write_text(json.dumps(rows, indent=1))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
