@@ -19,12 +19,16 @@ $(VENV)/.dev: pyproject.toml
 system-deps:
 	bash scripts/system-deps.sh
 
-# The C accelerators (stalkd.protocol._speedups, stalkd.server._conn, ...), rebuilt when its source changes. Without a
-# compiler setup.py warns and the pure-Python modules are used; STALKD_NO_EXTENSIONS=1 forces them.
+# The compiled hot path: the .py modules Cython compiles (stalkd.extensions.CYTHON_MODULES) and
+# the C accelerators (stalkd.protocol._speedups, stalkd.server._conn, ...), rebuilt when a source
+# changes. Without a compiler or Cython setup.py warns and the .py files run; STALKD_NO_EXTENSIONS=1
+# forces them.
+CYTHON_SRC := $(shell $(PYTHON) -c 'exec(open("src/stalkd/extensions.py").read()); print(*map(source_path, CYTHON_MODULES))')
+
 ext: $(VENV)/.ext
 
-$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c $(wildcard src/stalkd/server/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h) \
-		src/stalkd/engine/_records.c src/stalkd/engine/_wal.c src/stalkd/log/_frames.c src/stalkd/log/_gate.c \
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c $(wildcard src/stalkd/server/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h) \
+		src/stalkd/engine/_records.c src/stalkd/engine/_wal.c src/stalkd/log/_frames.c \
 		src/stalkd/log/_write.c $(wildcard src/stalkd/log/_cext/*.h)
 	$(PIP) install -e . --no-deps
 	touch $@

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from stalkd.engine import fastrecords, fastwal, model, wal
 from stalkd.engine.model import Op, Record
-from stalkd.log import fastframe, fastwrite, frame, gate, log, writer
+from stalkd.log import fastframe, fastwrite, frame, log, writer
 
 _DISABLED = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 
@@ -25,8 +25,6 @@ def test_the_active_encoders_follow_the_build_and_the_switch() -> None:
     assert _expected("stalkd.log._frames") == fastframe.IMPLEMENTATION
     assert (fastframe.encode_data_frames is frame.encode_data_frames) == (fastframe.IMPLEMENTATION == "python")
     assert (fastframe.put_data_frame is frame.put_data_frame) == (fastframe.IMPLEMENTATION == "python")
-    assert _expected("stalkd.log._gate") == gate.IMPLEMENTATION
-    assert (gate.new_gate is gate.PyGate) == (gate.IMPLEMENTATION == "python")
     # the write chain's twins stand in for the methods on their classes, or are absent
     assert _expected("stalkd.log._write") == fastwrite.IMPLEMENTATION
     assert hasattr(log.Log.write_many, "reference") == (fastwrite.IMPLEMENTATION == "c")
