@@ -1,7 +1,7 @@
 """Build the compiled hot path: the modules of ``stalkd.extensions.CYTHON_MODULES`` compiled
 from their own ``.py`` files by Cython (pure-Python mode), and the C accelerators still written
 in C (stalkd.protocol._speedups, stalkd.server._conn, stalkd.engine._heap, stalkd.engine._engine,
-the WAL's encoders stalkd.engine._records and stalkd.log._frames, its write chain
+the WAL's frame encoder stalkd.log._frames, its write chain
 stalkd.engine._wal and stalkd.log._write); everything else is in pyproject.toml.
 
 Both are optional in the way aiohttp's and SQLAlchemy's are: without a compiler, the Python
@@ -92,8 +92,6 @@ ext_modules = [] if _NO_EXT else [
     Extension("stalkd.engine._engine", ["src/stalkd/engine/_engine.c"],
               depends=[*sorted(glob.glob("src/stalkd/engine/_cext/*.h")), "src/stalkd/log/_cext/descriptor.c.h"],
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"]),  # heapcore's key I/O
-    Extension("stalkd.engine._records", ["src/stalkd/engine/_records.c"],
-              extra_compile_args=["-O2", "-Wall"]),
     Extension("stalkd.engine._wal", ["src/stalkd/engine/_wal.c"],
               depends=["src/stalkd/log/_cext/descriptor.c.h", "src/stalkd/log/_cext/methodguard.c.h",
                        "src/stalkd/engine/_cext/walroom.c.h"],

@@ -32,6 +32,7 @@ __all__ = ["CYTHON_MODULES", "compiled_module", "compiled_modules", "extensions_
            "install_switch", "source_path"]  # fmt: skip
 
 CYTHON_MODULES = (
+    "stalkd.engine.model",
     "stalkd.log.gate",
 )
 """The modules setup.py compiles from their own ``.py`` files (and Makefile rebuilds when one of

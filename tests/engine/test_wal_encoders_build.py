@@ -1,6 +1,7 @@
-"""Which encoders the WAL writes with: the compiled twins (stalkd.engine._records,
-stalkd.log._frames) when they are built and not disabled, the references under
-``STALKD_NO_EXTENSIONS=1`` or without a build; and what it writes reads back either way."""
+"""Which encoders the WAL writes with: model.encode (compiled by Cython, or its .py file), and
+the frame encoder's compiled twin (stalkd.log._frames) when it is built and not disabled, the
+reference under ``STALKD_NO_EXTENSIONS=1`` or without a build; and what it writes reads back
+either way."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from stalkd.engine import fastrecords, fastwal, model, wal
+from stalkd.engine import fastwal, model, wal
 from stalkd.engine.model import Op, Record
 from stalkd.log import fastframe, fastwrite, frame, log, writer
 
@@ -20,8 +21,6 @@ def _expected(module: str) -> str:
 
 
 def test_the_active_encoders_follow_the_build_and_the_switch() -> None:
-    assert _expected("stalkd.engine._records") == fastrecords.IMPLEMENTATION
-    assert (fastrecords.encode is model.encode) == (fastrecords.IMPLEMENTATION == "python")
     assert _expected("stalkd.log._frames") == fastframe.IMPLEMENTATION
     assert (fastframe.encode_data_frames is frame.encode_data_frames) == (fastframe.IMPLEMENTATION == "python")
     assert (fastframe.put_data_frame is frame.put_data_frame) == (fastframe.IMPLEMENTATION == "python")
@@ -33,7 +32,7 @@ def test_the_active_encoders_follow_the_build_and_the_switch() -> None:
 
 
 def test_the_wal_writes_with_the_active_encoders(tmp_path: Path) -> None:
-    assert wal.encode is fastrecords.encode
+    assert wal.encode is model.encode
     assert writer.encode_data_frames is fastframe.encode_data_frames
     assert writer.put_data_frame is fastframe.put_data_frame
     recs = [Record(Op.PUT, 1, 10, 1, "default", 5, 0, 60, 0, b"body", created_us=10),

@@ -21,7 +21,6 @@ def version_text() -> str:
     from stalkd.engine import wal  # noqa: F401 - installs the WAL's compiled paths (fastwal, fastwrite)
     from stalkd.engine.fastengine import IMPLEMENTATION as ENGINE
     from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
-    from stalkd.engine.fastrecords import IMPLEMENTATION as RECORDS
     from stalkd.engine.fastwal import IMPLEMENTATION as WAL
     from stalkd.extensions import compiled_modules
     from stalkd.log.fastframe import IMPLEMENTATION as FRAMES
@@ -34,7 +33,7 @@ def version_text() -> str:
             f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
             f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
             f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r}, "
-            f"stalkd.engine.fastrecords.IMPLEMENTATION={RECORDS!r}, stalkd.log.fastframe.IMPLEMENTATION={FRAMES!r}, "
+            f"stalkd.log.fastframe.IMPLEMENTATION={FRAMES!r}, "
             f"stalkd.engine.fastwal.IMPLEMENTATION={WAL!r}, stalkd.log.fastwrite.IMPLEMENTATION={WRITE!r})\n"
             f"compiled by Cython: {_listed(compiled_modules())}\n")
 
