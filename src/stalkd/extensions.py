@@ -33,6 +33,7 @@ __all__ = ["CYTHON_MODULES", "compiled_module", "compiled_modules", "extensions_
 
 CYTHON_MODULES = (
     "stalkd.engine.model",
+    "stalkd.log.frame",
     "stalkd.log.gate",
 )
 """The modules setup.py compiles from their own ``.py`` files (and Makefile rebuilds when one of

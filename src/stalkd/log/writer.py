@@ -22,8 +22,14 @@ from typing import NoReturn
 
 from .active import ActiveSegment, create_segment, write_footer
 from .errors import LogError, LogFullError
-from .fastframe import encode_data_frames, put_data_frame
-from .frame import FRAME_HEADER_SIZE, MAX_PAYLOAD, encode_data_frame, frame_size
+from .frame import (
+    FRAME_HEADER_SIZE,
+    MAX_PAYLOAD,
+    encode_data_frame,
+    encode_data_frames,
+    frame_size,
+    put_data_frame,
+)
 from .fs import FileSystem
 from .recovery import Recovered
 from .segment import FOOTER_SIZE, HEADER_SIZE, MAX_EPOCH, encode_footer, encode_header

@@ -23,7 +23,6 @@ def version_text() -> str:
     from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
     from stalkd.engine.fastwal import IMPLEMENTATION as WAL
     from stalkd.extensions import compiled_modules
-    from stalkd.log.fastframe import IMPLEMENTATION as FRAMES
     from stalkd.log.fastwrite import IMPLEMENTATION as WRITE
     from stalkd.protocol.accel import IMPLEMENTATION
     from stalkd.server.fastconn import IMPLEMENTATION as CONN
@@ -33,7 +32,6 @@ def version_text() -> str:
             f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
             f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
             f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r}, "
-            f"stalkd.log.fastframe.IMPLEMENTATION={FRAMES!r}, "
             f"stalkd.engine.fastwal.IMPLEMENTATION={WAL!r}, stalkd.log.fastwrite.IMPLEMENTATION={WRITE!r})\n"
             f"compiled by Cython: {_listed(compiled_modules())}\n")
 
