@@ -1,8 +1,8 @@
 """Build the compiled hot path: the modules of ``stalkd.extensions.CYTHON_MODULES`` compiled
 from their own ``.py`` files by Cython (pure-Python mode), and the C accelerators still written
 in C (stalkd.protocol._speedups, stalkd.server._conn, stalkd.engine._heap, stalkd.engine._engine,
-the WAL's write chain
-stalkd.engine._wal and stalkd.log._write); everything else is in pyproject.toml.
+the WAL's write chain stalkd.engine._wal and stalkd.log._write); everything else is in
+pyproject.toml.
 
 Both are optional in the way aiohttp's and SQLAlchemy's are: without a compiler, the Python
 headers or Cython the build warns and the ``.py`` files run as they are.
@@ -16,7 +16,7 @@ import glob
 import importlib.util
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -45,7 +45,7 @@ class OptionalBuildExt(build_ext):
 
     @staticmethod
     def _skip(e: BaseException) -> None:
-        print(f"WARNING: a stalkd C accelerator was not built ({e}); its pure-Python "
+        print(f"WARNING: a compiled stalkd module was not built ({e}); its pure-Python "
               "module (the .py file itself, for those Cython compiles) is used", file=sys.stderr)
 
 
@@ -59,7 +59,7 @@ def _cython_modules() -> list[Extension]:
     return [Extension(name, [mod.source_path(name)], extra_compile_args=["-O2"]) for name in mod.CYTHON_MODULES]
 
 
-def _cythonized(exts: list[Extension], skip: Any) -> list[Extension]:
+def _cythonized(exts: list[Extension], skip: Callable[[BaseException], None]) -> list[Extension]:
     """The C extensions Cython makes of ``exts``' ``.py`` files; none (with a warning) without
     Cython or when it fails."""
     if not exts:
@@ -70,7 +70,11 @@ def _cythonized(exts: list[Extension], skip: Any) -> list[Extension]:
         skip(e)
         return []
     try:
-        return list(cythonize(exts, quiet=True, build_dir="build/cython", compiler_directives={"language_level": 3}))
+        # annotation_typing off: a compiled module accepts what its .py file accepts (an ``int``
+        # annotation would refuse a numpy integer, a ``float`` one would coerce); C types are
+        # asked for explicitly (cython.locals, cython.declare) where a profile says they pay
+        directives = {"language_level": 3, "annotation_typing": False}
+        return list(cythonize(exts, quiet=True, build_dir="build/cython", compiler_directives=directives))
     except Exception as e:  # a Cython error: the .py files still run
         skip(e)
         return []
