@@ -20,12 +20,16 @@ $(VENV)/.dev: pyproject.toml
 system-deps:
 	bash scripts/system-deps.sh
 
-# The C accelerators (stalkd.protocol._speedups, stalkd.server._conn, ...), rebuilt when its source changes. Without a
-# compiler setup.py warns and the pure-Python modules are used; STALKD_NO_EXTENSIONS=1 forces them.
+# The compiled hot path: the .py modules Cython compiles (stalkd.extensions.CYTHON_MODULES) and
+# the C accelerators (stalkd.protocol._speedups, stalkd.server._conn, ...), rebuilt when a source
+# changes. Without a compiler or Cython setup.py warns and the .py files run; STALKD_NO_EXTENSIONS=1
+# forces them.
+CYTHON_SRC := $(shell $(PYTHON) -c 'exec(open("src/stalkd/extensions.py").read()); print(*map(source_path, CYTHON_MODULES))')
+
 ext: $(VENV)/.ext
 
-$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c $(wildcard src/stalkd/server/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h) \
-		src/stalkd/engine/_records.c src/stalkd/engine/_wal.c src/stalkd/log/_frames.c src/stalkd/log/_gate.c \
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c $(wildcard src/stalkd/server/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h) \
+		src/stalkd/engine/_wal.c \
 		src/stalkd/log/_write.c $(wildcard src/stalkd/log/_cext/*.h)
 	$(PIP) install -e . --no-deps
 	touch $@
@@ -43,31 +47,27 @@ DIR  ?= ./data
 run: $(VENV)/.base bytecode
 	$(VENV)/bin/stalkd serve -p $(PORT) --dir $(DIR)
 
-# The whole suite (with the C accelerators when they are built), then the parser and transcript
-# tests, the connection's (its queues, limits, reads and ACL, over real sockets too), the
-# engine tests that move jobs between heaps and the WAL's tests (its record and frame encoders,
-# its write, sync and room, whose compiled twins tests/engine/test_wal_chain_differential.py
-# holds to the references in the first run),
-# again on the pure-Python modules, the reference and fallback (stalkd's side only: the
-# transcripts run against beanstalkd do not
-# involve either). Not rerun there: the transcripts against stalkd+tls, whose plain listener runs
-# the same parser and encoders as plain stalkd's (the TLS and ACL setup is what they add, and it
-# does not change with the switch), and the build test, which compiles the extension in a
-# subprocess that ignores the switch. pytest's exit code 5 (no tests collected) is a failure, as
-# is any other non-zero.
-PURE_TESTS := tests/protocol tests/compat tests/server/test_conn.py tests/server/test_readbuf.py \
-	tests/server/test_output_limit.py tests/server/test_input_limit.py tests/server/test_wire.py \
-	tests/server/test_server.py tests/server/test_acl.py tests/engine/test_commands.py tests/engine/test_kick_steps.py \
-	tests/engine/test_step_budget.py tests/engine/test_heap_build.py tests/engine/test_tail.py \
-	tests/engine/test_snapshot_v2.py tests/engine/test_wal_encoders_build.py tests/engine/test_wal.py \
-	tests/log/test_group_commit.py tests/log/test_log_basic.py tests/server/test_group_commit.py tests/server/test_lone_writer.py \
-	tests/engine/test_room.py tests/engine/test_space_short.py tests/engine/test_spare_files.py tests/engine/test_wal_files.py \
-	tests/log/test_zero_ahead.py
+# The whole suite twice, at once (2 cores; each pass is mostly waiting on servers, disks and
+# subprocesses): on the compiled build, and on the pure-Python one (STALKD_NO_EXTENSIONS=1, the
+# .py files themselves, what users without a compiler run), whose output is printed after the
+# first's. Not rerun on the pure build: the tests of Debian's beanstalkd alone (marker
+# beanstalkd; stalkd's side of the transcripts runs), the transcripts against stalkd+tls, whose
+# plain listener runs the same parser and encoders as plain stalkd's, and the build test, which
+# compiles in a subprocess that ignores the switch. The pure pass keeps no pytest cache (the
+# first pass owns it). pytest's exit code 5 (no tests
+# collected) is a failure, as is any other non-zero.
 PURE_SKIP  := not stalkd+tls and not test_a_missing_compiler_is_a_warning_not_a_failed_build
+PURE_LOG   := build/test-pure.log
 
 test: system-deps $(VENV)/.dev bytecode
-	$(PY) -m pytest -q --durations=15
-	STALKD_NO_EXTENSIONS=1 $(PY) -m pytest -q -m "not beanstalkd" -k "$(PURE_SKIP)" $(PURE_TESTS)
+	mkdir -p build
+	STALKD_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider \
+		-m "not beanstalkd" -k "$(PURE_SKIP)" >$(PURE_LOG) 2>&1 & pure=$$!; \
+	$(PY) -m pytest -q --durations=15; compiled=$$?; \
+	wait $$pure; pure_rc=$$?; \
+	echo "== the same suite on the pure-Python build (STALKD_NO_EXTENSIONS=1), from $(PURE_LOG)"; \
+	cat $(PURE_LOG); \
+	test $$compiled = 0 && test $$pure_rc = 0
 
 # Everything but the Spark and long crash tests, for a quick loop while developing.
 test-fast: $(VENV)/.dev $(VENV)/.ext

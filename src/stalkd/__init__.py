@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 
+from stalkd.extensions import install_switch
+
 MYPY = False
 if MYPY:  # for type checkers only: importing typing adds ~15 ms before `stalkd serve` listens
     from typing import Any
@@ -27,6 +29,8 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = ["__version__", *_LAZY]
+
+install_switch()  # STALKD_NO_EXTENSIONS=1: the .py file of each compiled module, not its build
 
 
 def __getattr__(name: str) -> Any:

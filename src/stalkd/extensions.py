@@ -1,33 +1,99 @@
-"""The one switch every compiled module obeys: ``STALKD_NO_EXTENSIONS=1`` in the environment runs
-the pure-Python references instead (read here, below every layer, so the log can ask it too).
+"""The one switch every compiled module obeys, and the list of modules Cython compiles.
+
+The hot path is written once, in Python. At install time setup.py compiles the modules of
+``CYTHON_MODULES`` with Cython (pure-Python mode: the same ``.py`` file, its ``cython`` names
+typed where that pays), and the compiled module sits beside its source under the same name.
+Without a compiler or Cython the build warns and the ``.py`` files run as they are.
+``STALKD_NO_EXTENSIONS=1`` in the environment runs the ``.py`` files even where a build exists
+(read here, below every layer, when ``stalkd`` is imported: ``install_switch``), and ignores the
+C leaf accelerators (``compiled_module``).
 
 Example:
     >>> extensions_disabled() in (True, False)
     True
     >>> compiled_module("stalkd.no_such_module") is None
     True
+    >>> "stalkd.log.gate" in CYTHON_MODULES, source_path("stalkd.log.gate")
+    (True, 'src/stalkd/log/gate.py')
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import os
+import sys
+from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["compiled_module", "extensions_disabled"]
+__all__ = ["CYTHON_MODULES", "compiled_module", "compiled_modules", "extensions_disabled",
+           "install_switch", "source_path"]  # fmt: skip
+
+CYTHON_MODULES = (
+    "stalkd.engine.model",
+    "stalkd.log.frame",
+    "stalkd.log.gate",
+)
+"""The modules setup.py compiles from their own ``.py`` files (and Makefile rebuilds when one of
+those files changes)."""
 
 
 def extensions_disabled() -> bool:
-    """``STALKD_NO_EXTENSIONS=1``: run the pure-Python references of every compiled module."""
+    """``STALKD_NO_EXTENSIONS=1``: run the pure-Python source of every compiled module."""
     return os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 
 
+def source_path(module: str) -> str:
+    """The source file of ``module`` in the repository (what setup.py hands Cython)."""
+    return "src/" + module.replace(".", "/") + ".py"
+
+
 def compiled_module(name: str) -> ModuleType | None:
-    """The compiled module ``name``, or None: switched off (``STALKD_NO_EXTENSIONS=1``) or not
-    built (no compiler at install time), when its pure-Python reference runs instead."""
+    """The compiled leaf module ``name``, or None: switched off (``STALKD_NO_EXTENSIONS=1``) or
+    not built (no compiler at install time), when its pure-Python counterpart runs instead."""
     if extensions_disabled():
         return None
     try:
         return importlib.import_module(name)
     except ImportError:
         return None
+
+
+def compiled_modules() -> dict[str, bool]:
+    """Each of ``CYTHON_MODULES`` and whether it runs compiled in this process (imports them)."""
+    return {name: _is_compiled(importlib.import_module(name)) for name in CYTHON_MODULES}
+
+
+def _is_compiled(module: ModuleType) -> bool:
+    return not (getattr(module, "__file__", None) or "").endswith(".py")
+
+
+class _SourceFirst(importlib.abc.MetaPathFinder):
+    """Finds the ``.py`` file of a module Cython compiled, where the compiled one would load."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:  # fmt: skip
+        if fullname not in CYTHON_MODULES:
+            return None
+        for finder in sys.meta_path:  # the next finder's answer (PathFinder, an editable install's)
+            if finder is self or isinstance(finder, _SourceFirst):
+                continue
+            find = getattr(finder, "find_spec", None)
+            spec: importlib.machinery.ModuleSpec | None = None if find is None else find(fullname, path, target)
+            if spec is None:
+                continue
+            origin = spec.origin or ""
+            if origin.endswith(".py"):
+                return spec
+            source = os.path.join(os.path.dirname(origin), fullname.rpartition(".")[2] + ".py")
+            return importlib.util.spec_from_file_location(fullname, source) if os.path.exists(source) else spec
+        return None
+
+
+def install_switch() -> None:
+    """Under ``STALKD_NO_EXTENSIONS=1``, make every module of ``CYTHON_MODULES`` import from its
+    ``.py`` file (``import stalkd`` calls this, before any of them can be imported)."""
+    if extensions_disabled() and not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFirst())

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stalkd.engine.model import JobState, Op, Record, RecordFormatError, decode, encode
+from stalkd.engine.model import LAYOUTS, JobState, Op, Record, RecordFormatError, decode, encode
 
 u32 = st.integers(0, 2**32 - 1)
 u64 = st.integers(0, 2**64 - 1)
@@ -98,3 +98,15 @@ def test_truncated_put_is_a_format_error(cut: int) -> None:
 def test_unknown_version_is_a_format_error() -> None:
     with pytest.raises(RecordFormatError, match="version 9"):
         decode(bytes([9, 1]) + bytes(24))
+
+
+def test_every_op_has_its_row_in_the_registry() -> None:
+    # what encode and decode derive from: an op added to Op without a row would be refused
+    assert set(LAYOUTS) == set(Op) - {Op.UNKNOWN}
+
+
+def test_an_op_without_a_layout_is_refused_not_written_as_a_bare_header() -> None:
+    with pytest.raises(ValueError, match="decoding result"):
+        encode(Record(Op.UNKNOWN, 1, 2, 3))
+    with pytest.raises(ValueError, match="no layout"):
+        encode(Record(99, 1, 2, 3))  # type: ignore[arg-type]

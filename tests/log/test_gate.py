@@ -1,6 +1,6 @@
-"""The group-commit batch gate, compiled (stalkd.log._gate) and reference (gate.PyGate), run on
-the same scenarios: every waiter returns True once opened, ``hand`` releases exactly one waiter
-(False) and keeps the rest blocked. The compiled one is skipped when it is not active."""
+"""The group-commit batch gate (compiled by Cython, or its .py file under STALKD_NO_EXTENSIONS=1):
+every waiter returns True once opened, ``hand`` releases exactly one waiter (False) and keeps
+the rest blocked."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ import pytest
 
 from stalkd.log import gate
 
-IMPLS: list[object] = [gate.PyGate]
-if gate.IMPLEMENTATION == "c":
-    IMPLS.append(gate.new_gate)
+IMPLS: list[object] = [gate.Gate]
 
 
 def poll(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
@@ -99,8 +97,6 @@ def test_a_timed_waiter_is_woken_by_open(make: Callable[[], gate.Gate]) -> None:
     assert got == [True]
 
 
-def test_the_compiled_gate_takes_no_arguments() -> None:
-    if gate.IMPLEMENTATION != "c":
-        pytest.skip("the compiled gate is not active")
+def test_a_gate_takes_no_arguments() -> None:
     with pytest.raises(TypeError):
-        gate.new_gate(1)  # type: ignore[call-arg]
+        gate.Gate(1)  # type: ignore[call-arg]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from stalkd.extensions import CYTHON_MODULES, source_path
 from stalkd.protocol import IMPLEMENTATION, Parser, accel
 from stalkd.protocol import parser as pure
 
@@ -40,10 +41,28 @@ def test_version_names_the_hot_path() -> None:
     assert off.startswith("beanstalkd 1.13") and "hot path: pure Python" in off
     # every compiled twin is named, and the switch turns each of them off
     for name in ("protocol.accel", "server.fastconn", "engine.fastheap", "engine.fastengine",
-                 "engine.fastrecords", "log.fastframe", "log.gate", "engine.fastwal", "log.fastwrite"):
+                 "engine.fastwal", "log.fastwrite"):
         assert f"stalkd.{name}.IMPLEMENTATION='python'" in off, name
+    assert f"compiled by Cython: none (0 of {len(CYTHON_MODULES)}" in off
     on = _version({})
     assert ("hot path: C accelerator" in on) == _BUILT
+    cython_built = all(_is_built(name) for name in CYTHON_MODULES)
+    assert (f"({len(CYTHON_MODULES)} of {len(CYTHON_MODULES)})" in on) == cython_built, on
+
+
+def _is_built(module: str) -> bool:
+    """Whether a compiled build of ``module`` sits beside its .py file."""
+    source = ROOT / source_path(module)
+    return any(source.parent.glob(source.stem + ".*.so"))
+
+
+def test_the_switch_runs_the_py_file_of_each_compiled_module() -> None:
+    code = ("import stalkd, importlib, sys; from stalkd.extensions import CYTHON_MODULES as M; "
+            "print(all(importlib.import_module(m).__file__.endswith('.py') for m in M))")
+    env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=env | {"STALKD_NO_EXTENSIONS": "1"}, check=True)  # fmt: skip
+    assert run.stdout.strip() == "True"
 
 
 def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> None:
@@ -59,15 +78,21 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     shutil.copy(ROOT / "src/stalkd/server/_conn.c", tmp_path / "src/stalkd/server")
     shutil.copytree(ROOT / "src/stalkd/server/_cext", tmp_path / "src/stalkd/server/_cext")
     shutil.copytree(ROOT / "src/stalkd/engine/_cext", tmp_path / "src/stalkd/engine/_cext")
+    # and the Python modules Cython compiles, with the list of them
+    shutil.copy(ROOT / "src/stalkd/extensions.py", tmp_path / "src/stalkd")
+    for name in CYTHON_MODULES:
+        (tmp_path / source_path(name)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / source_path(name), tmp_path / source_path(name))
     env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"}
     env["CC"] = str(tmp_path / "no-such-cc")
     r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", "out"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "C accelerator was not built" in r.stderr
+    assert "compiled stalkd module was not built" in r.stderr
     assert not list(tmp_path.glob("out/**/_speedups*")) and not list(tmp_path.glob("out/**/_heap*"))
     assert not list(tmp_path.glob("out/**/_engine*"))
     assert not list(tmp_path.glob("out/**/_conn*"))
+    assert not list(tmp_path.glob("out/**/*.so"))
 
 
 def test_a_module_from_older_sources_falls_back_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,7 @@
  *
  * wal.py's Wal.write is the reference (with space.py's SpaceBudget.written). ``FastMethod("write",
  * reference)`` is a method descriptor that stands in for it on the Wal class (fastwal.py
- * installs it): the records are encoded (fastrecords' encode), sized and priced as the reference
+ * installs it): the records are encoded (model.encode), sized and priced as the reference
  * prices them, analytics records left out when the budget has no room for them, the payloads
  * handed to the log's write_many (stalkd.log._write's compiled one when built: no Python frame
  * from the server's batch to the pwrite), and the budget and counters moved. Anything off that
@@ -25,7 +25,7 @@ static PyObject DECLINE_OBJ; /* a sentinel: only its address is used */
 #define FRAME_HEADER 24 /* log/frame.py's FRAME_HEADER_SIZE, checked by configure */
 
 static PyTypeObject *wal_type, *budget_type, *op_type;
-static PyObject *encode;            /* fastrecords.encode */
+static PyObject *encode;            /* model.encode */
 static PyObject *op_put, *op_result;
 static PyObject *log_full_error;    /* stalkd.log.LogFullError */
 static char durable[256];           /* by op value: model.DURABLE_OPS */

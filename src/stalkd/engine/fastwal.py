@@ -1,7 +1,7 @@
 """Which ``Wal.write`` runs: its compiled twin, or the reference alone.
 
 ``stalkd.engine._wal`` (built from ``_wal.c`` with the other accelerators, ``make ext``) runs
-``Wal.write`` in one C call: records encoded (``fastrecords``), priced against the space budget
+``Wal.write`` in one C call: records encoded (``model.encode``), priced against the space budget
 (``SpaceBudget.written`` inlined), handed to the log's ``write_many`` (``stalkd.log.fastwrite``'s
 compiled one when built), counters moved; ``Wal.write`` and ``SpaceBudget.written`` are two Python
 frames per batch otherwise, and with the log's twin the whole server batch reaches ``pwrite``
@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from stalkd.engine.fastrecords import encode
-from stalkd.engine.model import DURABLE_OPS, PUT_FIXED, RESULT_FIXED, Op
+from stalkd.engine.model import DURABLE_OPS, PUT_FIXED, RESULT_FIXED, Op, encode
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget
 from stalkd.extensions import compiled_module
 from stalkd.log import Log, LogFullError

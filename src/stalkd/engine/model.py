@@ -47,6 +47,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
+from operator import attrgetter
 
 __all__ = [
     "BODY_LEN_FIELDS",
@@ -76,7 +77,9 @@ __all__ = [
     "EPOCH",
     "EPOCH_FIELDS",
     "JobState",
+    "LAYOUTS",
     "Op",
+    "OpLayout",
     "Record",
     "RecordFormatError",
     "decode",
@@ -184,52 +187,69 @@ RESULT_FIXED = HEADER_SIZE + RESULT.size + U32.size  # a RESULT record's bytes b
 SHORT_RECORD = HEADER_SIZE + max(RELEASE.size, BURY.size, EPOCH.size)  # the largest record without tube or body
 
 
+class OpLayout:
+    """One op's row of the registry: its fields after the header (a field table above, whose
+    ``tube_len`` is the length of the ``tube`` that follows them), whether a body follows, and
+    the structs and getter encode and decode use, derived from those.
+
+    >>> LAYOUTS[Op.RELEASE].names, LAYOUTS[Op.PAUSE].tube, LAYOUTS[Op.PAUSE].body
+    (('pri', 'delay', 'deadline_us'), True, False)
+    """
+
+    __slots__ = ("fields", "names", "tube", "body", "whole", "get", "fixed_size")
+
+    def __init__(self, fields: tuple[tuple[str, str], ...], *, body: bool = False) -> None:
+        self.fields = fields
+        self.tube = bool(fields) and fields[-1][0] == "tube_len"
+        self.body = body
+        self.names = tuple(name for name, _ in fields[: len(fields) - self.tube])
+        self.whole = layout(HEAD_FIELDS, fields)  # header and fields in one struct
+        self.get = attrgetter("op", "seq", "time_us", "job_id", *self.names)
+        self.fixed_size = self.whole.size
+
+
+# The registry of WAL ops, version 1: every op the encoder writes has its row here, and the
+# encoder, the decoder and the fixed sizes below are derived from it (an op without a row is
+# refused by encode, never written as a bare header).
+LAYOUTS: dict[Op, OpLayout] = {
+    Op.PUT: OpLayout(PUT_FIELDS, body=True),
+    Op.DELETE: OpLayout(()),
+    Op.RELEASE: OpLayout(RELEASE_FIELDS),
+    Op.BURY: OpLayout(BURY_FIELDS),
+    Op.KICK: OpLayout(()),
+    Op.TOUCH: OpLayout(()),
+    Op.RESERVE: OpLayout(()),
+    Op.TIMEOUT: OpLayout(()),
+    Op.PAUSE: OpLayout(PAUSE_FIELDS),
+    Op.JOB: OpLayout(JOB_FIELDS, body=True),
+    Op.RESULT: OpLayout(RESULT_FIELDS, body=True),
+    Op.EPOCH: OpLayout(EPOCH_FIELDS),
+}
+
+
 def encode(r: Record) -> bytes:
-    """Encode a record in the newest format version."""
-    head = HEAD.pack(FORMAT_VERSION, r.op, r.seq, r.time_us, r.job_id)
-    op = r.op
-    if op is Op.PUT:
+    """Encode a record in the newest format version, by its op's row of ``LAYOUTS``.
+
+    >>> encode(Record(Op.BURY, 1, 2, 3, pri=9)) == HEAD.pack(1, Op.BURY, 1, 2, 3) + BURY.pack(9)
+    True
+    """
+    lay = LAYOUTS.get(r.op)
+    if lay is None:
+        if r.op is Op.UNKNOWN:
+            raise ValueError("Op.UNKNOWN is a decoding result and cannot be encoded")
+        raise ValueError(f"op {r.op!r} has no layout in model.LAYOUTS and cannot be encoded")
+    if lay.tube:
         tube = r.tube.encode("ascii")
-        return b"".join(
-            (
-                head,
-                PUT.pack(r.pri, r.delay, r.ttr, r.deadline_us, len(tube)),
-                tube,
-                U32.pack(len(r.body)),
-                r.body,
-            )
-        )
-    if op is Op.RELEASE:
-        return head + RELEASE.pack(r.pri, r.delay, r.deadline_us)
-    if op is Op.BURY:
-        return head + BURY.pack(r.pri)
-    if op is Op.PAUSE:
-        tube = r.tube.encode("ascii")
-        return head + PAUSE.pack(r.delay, r.deadline_us, len(tube)) + tube
-    if op is Op.JOB:
-        tube = r.tube.encode("ascii")
-        fixed = JOB.pack(
-            r.state,
-            r.pri,
-            r.delay,
-            r.ttr,
-            r.created_us,
-            r.deadline_us,
-            r.reserves,
-            r.timeouts,
-            r.releases,
-            r.buries,
-            r.kicks,
-            len(tube),
-        )
-        return b"".join((head, fixed, tube, U32.pack(len(r.body)), r.body))
-    if op is Op.RESULT:
-        return b"".join((head, RESULT.pack(r.deadline_us), U32.pack(len(r.body)), r.body))
-    if op is Op.EPOCH:
-        return head + EPOCH.pack(r.epoch, r.start_offset)
-    if op is Op.UNKNOWN:
-        raise ValueError("Op.UNKNOWN is a decoding result and cannot be encoded")
-    return head
+        fixed = lay.whole.pack(FORMAT_VERSION, *lay.get(r), len(tube))
+        if not lay.body:
+            return fixed + tube
+        body = r.body
+        return b"".join((fixed, tube, U32.pack(len(body)), body))
+    fixed = lay.whole.pack(FORMAT_VERSION, *lay.get(r))
+    if not lay.body:
+        return fixed
+    body = r.body
+    return b"".join((fixed, U32.pack(len(body)), body))
 
 
 def decode(payload: bytes | memoryview) -> Record:
@@ -248,46 +268,26 @@ def decode(payload: bytes | memoryview) -> Record:
 
 def _decode_v1(buf: memoryview) -> Record:
     try:
-        _, code, seq, time_us, job_id = HEAD.unpack_from(buf, 0)
-        pos = HEADER_SIZE
-        try:
-            op = Op(code)
-        except ValueError:
+        code = buf[1]
+        lay = LAYOUTS.get(code)  # type: ignore[call-overload]  # an int finds its IntEnum's row
+        if lay is None:
+            _, _, seq, time_us, job_id = HEAD.unpack_from(buf, 0)
             return Record(Op.UNKNOWN, seq, time_us, job_id)
-        if op is Op.PUT:
-            pri, delay, ttr, deadline_us, tlen = PUT.unpack_from(buf, pos)
-            pos += PUT.size
-            tube = _text(buf, pos, tlen)
+        values = lay.whole.unpack_from(buf, 0)
+        op = Op(code)
+        kw = dict(zip(lay.names, values[5:], strict=False))
+        pos = lay.fixed_size
+        if lay.tube:
+            tlen = values[-1]
+            kw["tube"] = _text(buf, pos, tlen)
             pos += tlen
-            body = _blob(buf, pos)
-            return Record(op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body, created_us=time_us)
-        if op is Op.RELEASE:
-            pri, delay, deadline_us = RELEASE.unpack_from(buf, pos)
-            return Record(op, seq, time_us, job_id, pri=pri, delay=delay, deadline_us=deadline_us)
-        if op is Op.BURY:
-            (pri,) = BURY.unpack_from(buf, pos)
-            return Record(op, seq, time_us, job_id, pri=pri)
-        if op is Op.PAUSE:
-            delay, deadline_us, tlen = PAUSE.unpack_from(buf, pos)
-            tube = _text(buf, pos + PAUSE.size, tlen)
-            return Record(op, seq, time_us, job_id, tube=tube, delay=delay, deadline_us=deadline_us)
-        if op is Op.JOB:
-            (state, pri, delay, ttr, created_us, deadline_us,
-             reserves, timeouts, releases, buries, kicks, tlen) = JOB.unpack_from(buf, pos)  # fmt: skip
-            pos += JOB.size
-            tube = _text(buf, pos, tlen)
-            body = _blob(buf, pos + tlen)
-            return Record(
-                op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body,
-                JobState(state), created_us, reserves, timeouts, releases, buries, kicks,
-            )  # fmt: skip
-        if op is Op.RESULT:
-            (deadline_us,) = RESULT.unpack_from(buf, pos)
-            return Record(op, seq, time_us, job_id, deadline_us=deadline_us, body=_blob(buf, pos + RESULT.size))
-        if op is Op.EPOCH:
-            epoch, start = EPOCH.unpack_from(buf, pos)
-            return Record(op, seq, time_us, job_id, epoch=epoch, start_offset=start)
-        return Record(op, seq, time_us, job_id)
+        if lay.body:
+            kw["body"] = _blob(buf, pos)
+        if "state" in kw:
+            kw["state"] = JobState(kw["state"])
+        elif op is Op.PUT:
+            kw["created_us"] = values[3]  # a new job was created when it was put
+        return Record(op, values[2], values[3], values[4], **kw)
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise RecordFormatError(f"corrupt version-1 record: {exc}") from exc
 

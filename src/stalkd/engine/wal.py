@@ -31,9 +31,8 @@ from collections.abc import Callable, Iterable
 
 from stalkd.engine.compaction import Compaction, SnapInProgress, WalError, live_bytes
 from stalkd.engine.engine import Engine
-from stalkd.engine.fastrecords import encode
 from stalkd.engine.fastwal import accelerated
-from stalkd.engine.model import DURABLE_OPS, Op, Record
+from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space
 from stalkd.engine.walrecovery import RecoveryInfo, rebuild
 from stalkd.engine.walspace import SNAP_RESERVE, WalSpace

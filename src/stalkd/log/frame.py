@@ -150,22 +150,7 @@ def encode_data_frames(
     >>> encode_data_frames([b"a", b"bc"], 3, 9, 1) == encode_frame(b"a", 3, 9, 1) + encode_frame(b"bc", 4, 9, 1)
     True
     """
-    pack = _pack_rest
-    u32 = _pack_u32
-    crc = crc32c
-    pads = _PADS
-    join = b"".join
-    parts: list[bytes] = []
-    append = parts.append
-    delta = first_delta
-    for p in payloads:
-        n = len(p)
-        # Joined first: one CRC call over the frame's rest (fewer calls than one per piece).
-        rest = join((pack(MAGIC, _DATA_FLAGS, epoch, n, delta, timestamp_us), p, pads[-(FRAME_HEADER_SIZE + n) & 7]))
-        append(u32(crc(rest)))
-        append(rest)
-        delta += 1
-    return b"".join(parts)
+    return b"".join([encode_data_frame(p, first_delta + i, timestamp_us, epoch) for i, p in enumerate(payloads)])
 
 
 class Frame(NamedTuple):

@@ -5,13 +5,12 @@ waiting then returns (each wakes the next: one wake-up per member, no herd); ``h
 exactly one waiter, who gets False (it leads the batch) while the gate stays closed to the
 others; a wait with a timeout returns None when it runs out, having taken nothing.
 
-``stalkd.log._gate`` (built from ``_gate.c`` with the other accelerators) is the compiled twin:
-the same calls, with the wait and the wake of the next member done without the GIL.
-``STALKD_NO_EXTENSIONS=1`` or a missing build selects :class:`PyGate`, this reference
-(tests/log/test_gate.py runs both).
+One implementation, compiled by Cython at install time where a compiler exists
+(``stalkd.extensions.CYTHON_MODULES``); ``STALKD_NO_EXTENSIONS=1`` or a missing build runs this
+file as it is.
 
 Example:
-    >>> g = PyGate()
+    >>> g = Gate()
     >>> g.open()
     >>> g.wait(), g.wait(), g.done
     (True, True, True)
@@ -20,28 +19,12 @@ Example:
 from __future__ import annotations
 
 import threading
-from typing import Literal, Protocol
 
-from stalkd.extensions import compiled_module
-
-__all__ = ["IMPLEMENTATION", "Gate", "PyGate", "new_gate"]
+__all__ = ["Gate", "new_gate"]
 
 
-class Gate(Protocol):
-    """What commit.py needs of a gate."""
-
-    @property
-    def done(self) -> bool: ...
-
-    def wait(self, timeout: float | None = None) -> bool | None: ...
-
-    def open(self) -> None: ...
-
-    def hand(self) -> None: ...
-
-
-class PyGate:
-    """The reference: a lock held from creation; a woken member releases it for the next."""
+class Gate:
+    """A lock held from creation; a woken member releases it for the next."""
 
     __slots__ = ("_lock", "done")
 
@@ -71,10 +54,5 @@ class PyGate:
         self._lock.release()
 
 
-def _compiled() -> type[Gate] | None:
-    mod = compiled_module("stalkd.log._gate")
-    return None if mod is None else mod.Gate
-
-
-new_gate: type[Gate] = _compiled() or PyGate
-IMPLEMENTATION: Literal["c", "python"] = "python" if new_gate is PyGate else "c"
+new_gate = Gate
+"""What commit.py makes a batch's gate with."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import os
 import threading
 import time
@@ -22,8 +23,14 @@ from typing import NoReturn
 
 from .active import ActiveSegment, create_segment, write_footer
 from .errors import LogError, LogFullError
-from .fastframe import encode_data_frames, put_data_frame
-from .frame import FRAME_HEADER_SIZE, MAX_PAYLOAD, encode_data_frame, frame_size
+from .frame import (
+    FRAME_HEADER_SIZE,
+    MAX_PAYLOAD,
+    encode_data_frame,
+    encode_data_frames,
+    frame_size,
+    put_data_frame,
+)
 from .fs import FileSystem
 from .recovery import Recovered
 from .segment import FOOTER_SIZE, HEADER_SIZE, MAX_EPOCH, encode_footer, encode_header
@@ -135,7 +142,7 @@ class SegmentWriter:
             if mm is not None:  # no system call per record (bench/log_bench.py: mmap vs pwrite)
                 end = put_data_frame(mm, act.pos, act.room, payload, off - act.base, self.clock() // 1000, act.epoch)
                 if end < 0:
-                    end = self._append_zeroing(act, payload, off)
+                    end = self._append_zeroing(act, mm, payload, off)
                     if end < 0:
                         return -1
             else:
@@ -149,13 +156,13 @@ class SegmentWriter:
             self.next = off + 1
         return off
 
-    def _append_zeroing(self, act: ActiveSegment, payload: Payload, off: int) -> int:
-        """``append`` of a frame that ends past the zeros written so far: zero the next stretch
-        and store it; -1 if it does not fit the segment."""
+    def _append_zeroing(self, act: ActiveSegment, mm: mmap.mmap, payload: Payload, off: int) -> int:
+        """``append`` of a frame that ends past the zeros written so far (to ``act``'s mapping
+        ``mm``): zero the next stretch and store it; -1 if it does not fit the segment."""
         if act.pos + frame_size(len(payload)) > act.limit:
             return -1
         self._zero_checked(act, act.pos + frame_size(len(payload)))
-        return put_data_frame(act.mm, act.pos, act.room, payload, off - act.base, self.clock() // 1000, act.epoch)
+        return put_data_frame(mm, act.pos, act.room, payload, off - act.base, self.clock() // 1000, act.epoch)
 
     def write_many(
         self, items: Sequence[Payload], admit: Callable[[Sequence[Payload]], None] | None

@@ -13,18 +13,17 @@ VERSION_TEXT = f"beanstalkd {BEANSTALKD_VERSION} (stalkd 0.1.0)\n"
 
 
 def version_text() -> str:
-    """``-v``: the dialect first (clients read it), then which parser runs, so a test or a
-    person can tell whether the C accelerator was built and is in use (``STALKD_NO_EXTENSIONS``).
+    """``-v``: the dialect first (clients read it), then which parser runs and which modules
+    run compiled by Cython, so a test or a person can tell whether the build is there and in use
+    (``STALKD_NO_EXTENSIONS``).
     """
     # only on this exit path: start-up stays light
     from stalkd.engine import wal  # noqa: F401 - installs the WAL's compiled paths (fastwal, fastwrite)
     from stalkd.engine.fastengine import IMPLEMENTATION as ENGINE
     from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
-    from stalkd.engine.fastrecords import IMPLEMENTATION as RECORDS
     from stalkd.engine.fastwal import IMPLEMENTATION as WAL
-    from stalkd.log.fastframe import IMPLEMENTATION as FRAMES
+    from stalkd.extensions import compiled_modules
     from stalkd.log.fastwrite import IMPLEMENTATION as WRITE
-    from stalkd.log.gate import IMPLEMENTATION as GATE
     from stalkd.protocol.accel import IMPLEMENTATION
     from stalkd.server.fastconn import IMPLEMENTATION as CONN
 
@@ -33,9 +32,17 @@ def version_text() -> str:
             f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
             f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
             f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r}, "
-            f"stalkd.engine.fastrecords.IMPLEMENTATION={RECORDS!r}, stalkd.log.fastframe.IMPLEMENTATION={FRAMES!r}, "
-            f"stalkd.engine.fastwal.IMPLEMENTATION={WAL!r}, stalkd.log.fastwrite.IMPLEMENTATION={WRITE!r}, "
-            f"stalkd.log.gate.IMPLEMENTATION={GATE!r})\n")
+            f"stalkd.engine.fastwal.IMPLEMENTATION={WAL!r}, stalkd.log.fastwrite.IMPLEMENTATION={WRITE!r})\n"
+            f"compiled by Cython: {_listed(compiled_modules())}\n")
+
+
+def _listed(modules: dict[str, bool]) -> str:
+    """``a, b (2 of 2)``, or ``none (0 of 2: ...)``: which of the Cython modules run compiled."""
+    on = [name for name, compiled in modules.items() if compiled]
+    count = f"{len(on)} of {len(modules)}"
+    if on:
+        return f"{', '.join(on)} ({count})"
+    return f"none ({count}: STALKD_NO_EXTENSIONS=1, or built without Cython or a compiler)"
 
 
 USAGE = """\

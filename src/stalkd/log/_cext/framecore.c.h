@@ -1,5 +1,5 @@
-/* The data frame's bytes and its CRC32C, shared by _frames.c (the encoders) and _write.c (the
- * writer's batch): log/frame.py is the reference and holds the layout. Included once by each.
+/* The data frame's bytes and its CRC32C, for _write.c (the writer's batch): log/frame.py is the
+ * reference and holds the layout.
  *
  * CRC32C (Castagnoli, reflected, the crc32c package's): the SSE 4.2 instruction where the CPU
  * has it, else a byte-wise table; crc_init() must run first (at module init).

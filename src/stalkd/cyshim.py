@@ -1,0 +1,61 @@
+"""What ``import cython`` gives a module of the hot path when it runs uncompiled and Cython is not
+installed: the few names those modules use, as no-ops, so the same ``.py`` file is both the
+source Cython compiles at install time (setup.py) and the pure-Python fallback.
+
+A compiled module (Cython in pure-Python mode) reads ``cython`` as the compiler's own namespace
+and never imports this; an uncompiled one imports the real ``cython`` module when Cython is
+installed (its own shadow of these names) and this otherwise. Each such module starts with::
+
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
+
+Example:
+    >>> compiled, cast(int, "7"), locals(i=int)(len)("ab")
+    (False, '7', 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["Py_ssize_t", "bint", "cast", "cclass", "compiled", "final", "inline", "locals",
+           "longlong", "uint", "ulonglong"]  # fmt: skip
+
+_F = TypeVar("_F")
+
+compiled = False
+"""False here; ``cython.compiled`` is True in a module Cython compiled."""
+
+# C types in annotations and casts, the Python types they stand for uncompiled
+bint = bool
+Py_ssize_t = int
+longlong = int
+ulonglong = int
+uint = int
+
+
+def _same(f: _F) -> _F:
+    return f
+
+
+def cast(_t: object, value: _F) -> _F:
+    """``cython.cast(T, v)``: ``v`` itself uncompiled."""
+    return value
+
+
+def locals(**_types: object) -> Callable[[_F], _F]:  # noqa: A001 - cython's name
+    """``@cython.locals(i=cython.Py_ssize_t)``: the local variables' C types; nothing uncompiled."""
+    return _same
+
+
+cclass: Callable[[_F], _F] = _same
+final: Callable[[_F], _F] = _same
+inline: Callable[[_F], _F] = _same
+
+
+def __getattr__(name: str) -> Any:
+    raise AttributeError(f"stalkd.cyshim has no {name!r}: add it here (the module using it "
+                         "would fail uncompiled without Cython installed)")
