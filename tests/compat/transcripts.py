@@ -115,11 +115,9 @@ STATS_KEYS = (
     b"binlog-current-index", b"binlog-records-migrated", b"binlog-records-written",
     b"binlog-max-size", b"draining", b"id", b"hostname", b"os", b"platform",
 )  # fmt: skip
-# stalkd's replication keys (docs/standby.md) and its memory budget (--max-memory), after
-# beanstalkd's: beanstalkd has none.
-STALKD_STATS_EXTRA = (rb"(?:role: (?:primary|standby)\nepoch: \d+\n"
-                      rb"(?:max-memory: \d+\ncurrent-memory: \d+\ncurrent-memory-paused: \d+\n"
-                      rb"total-memory-closed: \d+\n)?)?")
+# stalkd's keys after beanstalkd's (beanstalkd has none): role and epoch (docs/standby.md), then
+# the optional ones of protocol.stats.OPTIONAL_KEYS (results, the memory budget, replication...).
+STALKD_STATS_EXTRA = rb"(?:role: (?:primary|standby|fenced)\nepoch: \d+\n(?:[a-z][a-z-]*: [^\n]*\n)*)?"
 
 
 def stats_yaml(**values: int | bytes) -> Callable[[str], re.Pattern[bytes]]:
