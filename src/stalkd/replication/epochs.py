@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from stalkd.engine.model import Op, decode
-from stalkd.engine.snapshot import SnapshotError, list_snapshots, read_header
-from stalkd.log import LogReader
-from stalkd.log.fs import REAL, FileSystem
+
+if TYPE_CHECKING:
+    from stalkd.log.fs import FileSystem
 
 __all__ = ["EpochState", "STATE_FILE", "load_fenced", "save_fenced", "diverged_at", "next_epoch", "of_history",
            "saw_epoch", "scan"]  # fmt: skip
@@ -96,6 +97,11 @@ def scan(directory: str) -> tuple[tuple[int, int], ...]:
     """The history of ``directory``'s log: its newest complete snapshot's epochs, then the
     EPOCH records from that snapshot's start on (what ``Wal.recover`` would give, read before
     a standby's catch-up changes the directory; no lock taken, nothing written)."""
+    # The snapshot and log readers are imported here, not at the top: ``Role`` (every server,
+    # also one in memory) needs only the pure functions above at start-up.
+    from stalkd.engine.snapshot import SnapshotError, list_snapshots, read_header
+    from stalkd.log import LogReader
+
     history: dict[int, int] = {}
     start = 0
     for path in list_snapshots(os.path.join(directory, "snapshots")):
@@ -133,8 +139,13 @@ def load_fenced(directory: str) -> int:
                          "server never took part in a failover") from None
 
 
-def save_fenced(directory: str, fenced: int, fs: FileSystem = REAL) -> None:
-    """Replace the state file durably (temporary file, fsync, rename, directory fsync)."""
+def save_fenced(directory: str, fenced: int, fs: FileSystem | None = None) -> None:
+    """Replace the state file durably (temporary file, fsync, rename, directory fsync);
+    ``fs`` defaults to the real file system."""
+    if fs is None:
+        from stalkd.log.fs import REAL
+
+        fs = REAL
     path = os.path.join(directory, STATE_FILE)
     tmp = path + ".tmp"
     data = json.dumps({"fenced": fenced}).encode() + b"\n"

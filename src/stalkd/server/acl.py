@@ -34,7 +34,6 @@ usual. Only TLS listeners with an ACL consult this; the plain listener is unchan
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -150,6 +149,8 @@ def _rules(entry: object, where: str) -> Rules:
 
 def load_acl(path: str) -> Acl:
     """Read and check ``path``; :class:`AclError` says what is wrong and where."""
+    import tomllib  # only with --acl: not on every server's start-up path
+
     try:
         with open(path, "rb") as f:
             doc = tomllib.load(f)

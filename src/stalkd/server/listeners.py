@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from stalkd.server.acl import Acl, AclError, ConnPolicy, load_acl
 from stalkd.server.config import Config
 from stalkd.server.connection import CommandPolicy, Connection
 from stalkd.server.listen import Listener, is_loopback
-from stalkd.server.tls import TlsConfigError, TlsFiles, server_context
+
+if TYPE_CHECKING:  # TLS and ACL modules are imported only when their flags are given
+    import ssl
+
+    from stalkd.server.acl import Acl
+    from stalkd.server.tls import TlsFiles
 
 __all__ = ["Endpoints", "open_warning"]
 
@@ -49,8 +53,11 @@ class Endpoints:
                  tls: ssl.SSLContext | None = None, acl: Acl | None = None) -> None:
         self.cfg = cfg
         self.listeners = listeners
-        self.tls_files = (TlsFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
-                          if cfg.tls_cert is not None else None)
+        self.tls_files: TlsFiles | None = None
+        if cfg.tls_cert is not None:
+            from stalkd.server.tls import TlsFiles
+
+            self.tls_files = TlsFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
         self.tls = tls
         self.acl = acl
         self.servers: dict[int, asyncio.AbstractServer] = {}  # listener index -> its server
@@ -90,6 +97,8 @@ class Endpoints:
                  c.identity or "(no client certificate)")
         if self.acl is None:
             return None
+        from stalkd.server.acl import ConnPolicy
+
         return ConnPolicy(self._current_acl, c.identity, self._tube_of)
 
     def _current_acl(self) -> Acl:
@@ -99,6 +108,9 @@ class Endpoints:
     async def reload(self) -> bool:
         """SIGHUP: new TLS contexts and ACL for what comes next; False (and a log line) if a
         file cannot be used, the running ones then stay."""
+        from stalkd.server.acl import AclError, load_acl
+        from stalkd.server.tls import TlsConfigError, server_context
+
         try:
             tls = server_context(self.tls_files) if self.tls_files is not None else None
             acl = load_acl(self.cfg.acl) if self.cfg.acl is not None else None

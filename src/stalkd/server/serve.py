@@ -23,16 +23,18 @@ import ssl
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalkd.engine import Engine
-from stalkd.server.acl import Acl
 from stalkd.server.app import Server
 from stalkd.server.config import Config
 from stalkd.server.gcpolicy import GcPolicy
 from stalkd.server.listen import Listener
 from stalkd.server.listeners import Endpoints
 from stalkd.server.storage import MemoryStorage, Storage
+
+if TYPE_CHECKING:
+    from stalkd.server.acl import Acl
 
 __all__ = ["run", "preload", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
 
