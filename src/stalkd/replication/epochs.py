@@ -20,7 +20,6 @@ Ensures (the rules, pure functions of the state):
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -127,6 +126,8 @@ def scan(directory: str) -> tuple[tuple[int, int], ...]:
 def load_fenced(directory: str) -> int:
     """The newer epoch this server was told of (0: none). A state file of an earlier build also
     held the epoch and its history, now read from the log: only ``fenced`` is taken from it."""
+    import json  # here and in save_fenced: a server in memory never reads the file
+
     path = os.path.join(directory, STATE_FILE)
     try:
         with open(path, encoding="utf-8") as f:
@@ -146,6 +147,8 @@ def save_fenced(directory: str, fenced: int, fs: FileSystem | None = None) -> No
         from stalkd.log.fs import REAL
 
         fs = REAL
+    import json
+
     path = os.path.join(directory, STATE_FILE)
     tmp = path + ".tmp"
     data = json.dumps({"fenced": fenced}).encode() + b"\n"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import signal
 import ssl
 import sys
@@ -157,6 +156,8 @@ def _role(cfg: Config) -> Any:
 
     assert cfg.data_dir is not None
     if cfg.standby_of is not None:
+        import shutil  # here: with its compressors it costs every server's start-up otherwise
+
         from stalkd.client._address import parse_address
         from stalkd.replication.catchup import CatchUpError, catch_up
         from stalkd.replication.standby import RESYNC_DIR
