@@ -25,6 +25,9 @@ stalkd's stop line reports records per fsync). A subset while iterating, e.g.
 source tree (say a ``git worktree`` of the last commit): an A/B run of a change, same alternation.
 ``--tls`` runs the TLS listener against the plain one instead (tls_bench.py).
 
+Start-up cells (exec -> accepting, exec -> first reply) run in memory and with an empty data
+directory; ``--startup-only`` prints only those (with ``--peer-src``, an A/B of start-up).
+
 stalkd runs twice per cell when its C accelerator is built: ``stalkd`` (the default, with it)
 and ``stalkd-py`` (``STALKD_NO_EXTENSIONS=1``, the pure-Python modules), in the same
 alternation, so each line shows both against beanstalkd and ``C/py``; ``--no-pure`` skips the
@@ -253,14 +256,15 @@ def latency(srv: Server, samples: int = 300) -> tuple[float, float]:
     return out[len(out) // 2] * 1000, out[min(len(out) - 1, int(len(out) * 0.99))] * 1000
 
 
-def startup(kind: str, runs: int = 7) -> tuple[float, float]:
-    """Median ms from exec to (a) the port listening (seen in /proc), (b) the first reply (in memory)."""
+def startup(kind: str, runs: int = 7, empty_dir: bool = False) -> tuple[float, float]:
+    """Median ms from exec to (a) the port listening (seen in /proc), (b) the first reply; in
+    memory, or (``empty_dir``) with a new, empty data directory (durable defaults)."""
     listen, first = [], []
     for _ in range(runs):
-        args = ([*STALKD, "--log-level", "warning"] if kind == "stalkd" else ["beanstalkd"])
+        data_dir = tempfile.mkdtemp(prefix=f"bench-start-{kind}-", dir=DATA_DIR) if empty_dir else None
+        args, env = command(kind, "always" if empty_dir else "memory", data_dir)
         t0 = time.monotonic()
-        proc = subprocess.Popen([*args, "-l", "127.0.0.1", "-p", "0"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             while not (ports := listening_ports(proc.pid)):
                 if proc.poll() is not None or time.monotonic() - t0 > 30:
@@ -274,6 +278,8 @@ def startup(kind: str, runs: int = 7) -> tuple[float, float]:
         finally:
             proc.terminate()
             proc.wait()
+            if data_dir:
+                shutil.rmtree(data_dir, ignore_errors=True)
     return statistics.median(listen) * 1000, statistics.median(first) * 1000
 
 
@@ -350,6 +356,8 @@ def _options() -> argparse.Namespace:
                        help="commands in flight per connection (default 1 and 64)")
     ap.add_argument("--no-latency", action="store_true", help="skip the put->reserve latency runs")
     ap.add_argument("--no-startup", action="store_true", help="skip the start-up timings")
+    ap.add_argument("--startup-only", action="store_true",
+                    help="only the start-up timings (in memory and with an empty data directory)")
     ap.add_argument("--no-pure", action="store_true",
                     help="do not also run stalkd on its pure-Python modules (STALKD_NO_EXTENSIONS=1)")
     ap.add_argument("--no-floor", action="store_true",
@@ -387,9 +395,13 @@ def main() -> int:
     print(f"# server_bench: {SECONDS:.1f} s per cell, {GEN_PROCS} generator processes, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print("# rd = reserve+delete; jobs/s; srv% / gen% = CPU of one core; cpu/job = server CPU us per job")
-    for kind in () if opts.no_startup else ("stalkd", "beanstalkd"):
-        ms_listen, ms_first = startup(kind)
-        print(f"# start-up {kind:10}: exec -> accepting {ms_listen:6.1f} ms, exec -> first reply {ms_first:6.1f} ms (median of 7)")
+    for empty_dir, kind in itertools.product((False, True), () if opts.no_startup else ("stalkd", "beanstalkd")):
+        ms_listen, ms_first = startup(kind, empty_dir=empty_dir)
+        where = "empty dir" if empty_dir else "memory"
+        print(f"# start-up {kind:10} {where:9}: exec -> accepting {ms_listen:6.1f} ms, "
+              f"exec -> first reply {ms_first:6.1f} ms (median of 7)", flush=True)
+    if opts.startup_only:
+        return 0
     from stalkd.protocol import accel
 
     pure = not opts.no_pure and accel.IMPLEMENTATION == "c"

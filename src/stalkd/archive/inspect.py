@@ -16,12 +16,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from crc32c import crc32c
-
 from stalkd.archive.manifest import MANIFEST_NAME, ManifestError, SegmentEntry
 from stalkd.archive.remote import ArchiveCorruptError, fetch_segment, load_index, load_part
 from stalkd.archive.store import Store, StoreError, is_url
 from stalkd.log.columns import segment_columns
+from stalkd.log.crc import crc32c
 from stalkd.log.errors import LogCorruptError
 
 __all__ = ["inspect_archive", "looks_like_archive"]

@@ -22,8 +22,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from crc32c import crc32c
-
 from stalkd.archive.manifest import (
     MANIFEST_NAME,
     Index,
@@ -34,6 +32,7 @@ from stalkd.archive.manifest import (
     SegmentEntry,
 )
 from stalkd.archive.store import ObjectMissingError, Store
+from stalkd.log.crc import crc32c
 from stalkd.log.errors import LogCorruptError, NotALogError
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE, SegmentView, decode_header
 

@@ -40,7 +40,6 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from crc32c import crc32c
 
 from stalkd.archive.manifest import (
     MANIFEST_NAME,
@@ -54,6 +53,7 @@ from stalkd.archive.remote import load_index, load_part
 from stalkd.archive.store import Store, StoreError
 from stalkd.engine.snapfile import SnapshotError, read_header
 from stalkd.log.columns import segment_columns
+from stalkd.log.crc import crc32c
 from stalkd.log.errors import LogCorruptError, NotALogError
 from stalkd.log.reader import list_segments
 from stalkd.log.segment import FOOTER_SIZE, SegmentView, segment_name

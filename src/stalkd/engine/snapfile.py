@@ -22,8 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from crc32c import crc32c
-
+from stalkd.log.crc import crc32c
 from stalkd.log.fs import REAL
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ import struct
 import threading
 from dataclasses import dataclass
 
-from crc32c import crc32c
+from stalkd.log.crc import crc32c
 
 from .fs import REAL, FileSystem
 

@@ -30,7 +30,7 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, TypeVar
 
-from crc32c import crc32c
+from stalkd.log.crc import crc32c
 
 __all__ = [
     "Frame",

@@ -34,7 +34,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from crc32c import crc32c
+from stalkd.log.crc import crc32c
 
 from .errors import LogCorruptError
 from .frame import (

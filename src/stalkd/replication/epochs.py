@@ -27,15 +27,15 @@ Ensures (the rules, pure functions of the state):
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from stalkd.engine.model import Op, decode
 from stalkd.engine.replay import ID_BAND
-from stalkd.engine.snapshot import SnapshotError, list_snapshots, read_header
-from stalkd.log import LogReader
-from stalkd.log.fs import REAL, FileSystem
+
+if TYPE_CHECKING:
+    from stalkd.log.fs import FileSystem
 
 __all__ = ["EpochState", "STATE_FILE", "Saved", "load_state", "save_state", "diverged_at", "next_epoch",
            "of_history", "saw_epoch", "scan", "verify_claim", "MAX_EPOCH"]  # fmt: skip
@@ -138,6 +138,11 @@ def scan(directory: str) -> tuple[tuple[int, int], ...]:
     """The history of ``directory``'s log: its newest complete snapshot's epochs, then the
     EPOCH records from that snapshot's start on (what ``Wal.recover`` would give, read before
     a standby's catch-up changes the directory; no lock taken, nothing written)."""
+    # The snapshot and log readers are imported here, not at the top: ``Role`` (every server,
+    # also one in memory) needs only the pure functions above at start-up.
+    from stalkd.engine.snapshot import SnapshotError, list_snapshots, read_header
+    from stalkd.log import LogReader
+
     history: dict[int, int] = {}
     start = 0
     for path in list_snapshots(os.path.join(directory, "snapshots")):
@@ -173,6 +178,8 @@ class Saved:
 def load_state(directory: str) -> Saved:
     """The saved state (all defaults without a file). A state file of an earlier build also
     held the epoch and its history, now read from the log: they are ignored."""
+    import json  # here and in save_state: a server in memory never reads the file
+
     path = os.path.join(directory, STATE_FILE)
     try:
         with open(path, encoding="utf-8") as f:
@@ -185,8 +192,15 @@ def load_state(directory: str) -> Saved:
                          "server never took part in a failover") from None
 
 
-def save_state(directory: str, saved: Saved, fs: FileSystem = REAL) -> None:
-    """Replace the state file durably (temporary file, fsync, rename, directory fsync)."""
+def save_state(directory: str, saved: Saved, fs: FileSystem | None = None) -> None:
+    """Replace the state file durably (temporary file, fsync, rename, directory fsync);
+    ``fs`` defaults to the real file system."""
+    import json
+
+    if fs is None:
+        from stalkd.log.fs import REAL
+
+        fs = REAL
     path = os.path.join(directory, STATE_FILE)
     tmp = path + ".tmp"
     data = json.dumps({"fenced": saved.fenced, "had_standbys": saved.had_standbys,

@@ -42,7 +42,6 @@ ACL consult this; the plain listener is unchanged.
 from __future__ import annotations
 
 import enum
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -306,6 +305,8 @@ def _rules(entry: object, where: str) -> Rules:
 
 def load_acl(path: str) -> Acl:
     """Read and check ``path``; :class:`AclError` says what is wrong and where."""
+    import tomllib  # only with --acl: not on every server's start-up path
+
     try:
         with open(path, "rb") as f:
             doc = tomllib.load(f)

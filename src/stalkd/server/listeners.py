@@ -26,15 +26,18 @@ import ssl
 import time
 import weakref
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from stalkd.server.acl import Acl, AclError, ConnPolicy, load_acl
 from stalkd.server.config import Config
 from stalkd.server.connection import CommandPolicy, Connection
 from stalkd.server.handshake import Gate, Handshake
 from stalkd.server.handshakelog import HandshakeLog
 from stalkd.server.listen import Listener, is_loopback
 from stalkd.server.recheck import CaIndex, untrusted
-from stalkd.server.tls import TlsConfigError, TlsFiles, server_context
+
+if TYPE_CHECKING:  # TLS and ACL modules are imported only when their flags are given
+    from stalkd.server.acl import Acl
+    from stalkd.server.tls import TlsFiles
 
 __all__ = ["Endpoints", "open_warning"]
 
@@ -57,8 +60,11 @@ class Endpoints:
                  tls: ssl.SSLContext | None = None, acl: Acl | None = None) -> None:
         self.cfg = cfg
         self.listeners = listeners
-        self.tls_files = (TlsFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
-                          if cfg.tls_cert is not None else None)
+        self.tls_files: TlsFiles | None = None
+        if cfg.tls_cert is not None:
+            from stalkd.server.tls import TlsFiles
+
+            self.tls_files = TlsFiles(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
         self.tls = tls
         self.acl = acl
         self.servers: dict[int, asyncio.AbstractServer] = {}  # listener index -> its server
@@ -121,6 +127,8 @@ class Endpoints:
             self._open[c] = self._cas.issuers(_peercert(c))
         if self.acl is None:
             return None
+        from stalkd.server.acl import ConnPolicy
+
         return ConnPolicy(self._current_acl, c.identity, self._tube_of)
 
     def _current_acl(self) -> Acl:
@@ -130,6 +138,9 @@ class Endpoints:
     async def reload(self) -> bool:
         """SIGHUP: new TLS contexts and ACL for what comes next; False (and a log line) if a
         file cannot be used, the running ones then stay."""
+        from stalkd.server.acl import AclError, load_acl
+        from stalkd.server.tls import TlsConfigError, server_context
+
         try:
             tls = server_context(self.tls_files) if self.tls_files is not None else None
             acl = load_acl(self.cfg.acl) if self.cfg.acl is not None else None
@@ -146,6 +157,7 @@ class Endpoints:
 
     def _recheck(self, tls: ssl.SSLContext | None, before: Acl | None) -> None:
         """Close the open TLS connections the new client CAs or ACL no longer admit."""
+        from stalkd.server.acl import ConnPolicy  # a reload: the ACL module is loaded by now
         now = time.time()
         held = CaIndex(tls).held if tls is not None else frozenset()
         for c, trusted_by in list(self._open.items()):

@@ -19,17 +19,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import signal
 import ssl
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stalkd.engine import Engine
 from stalkd.engine.results import ResultLimits
-from stalkd.server.acl import Acl
 from stalkd.server.app import Server
 from stalkd.server.config import Config
 from stalkd.server.gcpolicy import GcPolicy
@@ -37,6 +35,9 @@ from stalkd.server.listen import Listener
 from stalkd.server.listeners import Endpoints
 from stalkd.server.memtrim import Trimmer, tune
 from stalkd.server.storage import MemoryStorage, Storage
+
+if TYPE_CHECKING:
+    from stalkd.server.acl import Acl
 
 __all__ = ["run", "preload", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
 
@@ -181,6 +182,8 @@ def _role(cfg: Config, secret: str | None, standby: bool) -> Any:
     assert cfg.data_dir is not None
     if standby:
         assert cfg.standby_of is not None
+        import shutil  # here: with its compressors it costs every server's start-up otherwise
+
         from stalkd.client._address import parse_address
         from stalkd.replication.catchup import CatchUpError, catch_up
         from stalkd.replication.standby import RESYNC_DIR

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from stalkd.engine.model import Record
-from stalkd.engine.space import no_space as _no_space
-from stalkd.log import LogFullError
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
@@ -86,7 +84,12 @@ def no_space(e: BaseException | None) -> bool:
     """``stalkd.engine.space.no_space``, where a log refusing a new segment counts as well.
 
     >>> import errno
+    >>> from stalkd.log import LogFullError
     >>> no_space(OSError(errno.ENOSPC, "full")), no_space(LogFullError("full")), no_space(ValueError())
     (True, True, False)
     """
+    # Imported here: a server in memory never loads the log stack (start-up time).
+    from stalkd.engine.space import no_space as _no_space
+    from stalkd.log import LogFullError
+
     return _no_space(e, also=(LogFullError,))

@@ -1,0 +1,62 @@
+"""``stalkd serve`` imports only what its command line uses: a server started without --admin,
+--tls-*/--acl, --archive or --ha never loads those modules (nor aiohttp, TOML, Spark or etcd's
+client), and one in memory not even the log, WAL or snapshot stack.
+
+The server runs as a real process with ``PYTHONPROFILEIMPORTTIME=1``: CPython then reports every
+module it imports on stderr, which is the server's log file here. Nothing is timed; only the names
+of the modules imported by the time the first command has been answered are checked.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+from server.proc import start_stalkd
+
+# Modules of features whose flags are absent (prefixes: a package covers its submodules).
+NOT_WITHOUT_FLAGS = ("stalkd.admin", "aiohttp", "stalkd.server.tls", "stalkd.server.acl", "tomllib",
+                     "stalkd.archive", "stalkd.spark", "pyspark", "stalkd.ha", "stalkd.server.hanode")
+# What only a data directory needs.
+ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.engine.wal", "stalkd.engine.snapshot", "crc32c",
+                         "stalkd.replication.sender", "stalkd.replication.standby")
+
+_IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$", re.MULTILINE)
+
+
+def _imported_after_first_reply(*flags: str, monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # the child's environment, read at its start
+    server = start_stalkd(*flags)
+    try:
+        with socket.create_connection((server.host, server.port), timeout=30) as s:
+            s.sendall(b"list-tube-used\r\n")
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                chunk = s.recv(100)
+                assert chunk, "the server closed the connection before replying"
+                reply += chunk
+        assert reply == b"USING default\r\n"
+    finally:
+        server.stop()
+    modules = set(_IMPORT_LINE.findall(server.log_text()))
+    assert "stalkd.server.serve" in modules, "no import report in the server's log"
+    return modules
+
+
+def _under(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+def test_in_memory_imports_no_storage_and_no_optional_feature(monkeypatch: pytest.MonkeyPatch) -> None:
+    modules = _imported_after_first_reply(monkeypatch=monkeypatch)
+    assert _under(modules, NOT_WITHOUT_FLAGS) == []
+    assert _under(modules, ONLY_WITH_A_DIRECTORY) == []
+
+
+def test_empty_directory_imports_no_optional_feature(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    modules = _imported_after_first_reply("-b", str(tmp_path / "data"), monkeypatch=monkeypatch)
+    assert _under(modules, NOT_WITHOUT_FLAGS) == []
+    assert "stalkd.engine.wal" in modules  # the directory is served durably: the check sees imports
