@@ -12,7 +12,8 @@ and the command-line tools can all use it without an import cycle.
 from __future__ import annotations
 
 __all__ = ["INTERNAL_PREFIX", "FAILED_TUBE", "KEY_TUBE_PREFIX", "WAIT_TUBE_PREFIX", "CANCEL_TUBE_PREFIX",
-           "WAKE_TUBE_PREFIX", "CANCEL_IDLE_TUBE", "LIMIT_TUBE_PREFIX", "is_internal"]
+           "WAKE_TUBE_PREFIX", "CANCEL_IDLE_TUBE", "LIMIT_TUBE_PREFIX", "WORKERS_TUBE_PREFIX",
+           "is_internal"]
 
 INTERNAL_PREFIX = "stalkd."
 FAILED_TUBE = INTERNAL_PREFIX + "failed"  # dead-letter records (stalkd failed / stalkd retry)
@@ -22,6 +23,7 @@ CANCEL_TUBE_PREFIX = INTERNAL_PREFIX + "cancel."  # + a job id: requests to stop
 WAKE_TUBE_PREFIX = CANCEL_TUBE_PREFIX + "wake."  # + a worker process's token: its wake-ups
 CANCEL_IDLE_TUBE = CANCEL_TUBE_PREFIX + "idle"  # always watched by a worker's cancel thread
 LIMIT_TUBE_PREFIX = INTERNAL_PREFIX + "limit."  # + a limit's name: its token jobs
+WORKERS_TUBE_PREFIX = INTERNAL_PREFIX + "workers."  # + host.pid.token: a worker's presence
 
 
 def is_internal(tube: str) -> bool:

@@ -16,6 +16,7 @@ import pytest
 
 from stalkd.protocol import NEED_DATA, Parser
 from stalkd.protocol.commands import Quit, Reserve, ReserveWithTimeout
+from stalkd.protocol.stats import OPTIONAL_KEYS
 
 from .conftest import SERVERS, ServerKind
 from .runner import _Conn
@@ -27,6 +28,8 @@ VOLATILE = {b"age", b"file", b"time-left", b"pause-time-left", b"pid", b"version
             b"rusage-utime", b"rusage-stime", b"id", b"hostname", b"os", b"platform",
             b"total-connections", b"binlog-max-size",
             b"role", b"epoch",  # stalkd's replication keys (docs/standby.md)
+            # stalkd's optional keys after beanstalkd's (results, memory budget, replication...)
+            *(k.encode() for k in OPTIONAL_KEYS["stats"]),
             # the fixture's readiness probe may or may not be gone yet when stats runs
             b"current-connections"}  # fmt: skip
 

@@ -91,6 +91,7 @@ def _using(tube: str) -> list[tuple[object, bool]]:
         (C.Watch("stalkd.cancel.idle"), True), (C.Watch("stalkd.cancel.wake.abc"), True), (C.Reserve(), True), (C.Delete(4), True), (C.Delete(5), False),
         *_using("stalkd.key.ab12"), (PUT, True), (C.PeekReady(), True),
         (C.Watch("stalkd.limit.api"), True), *_using("stalkd.limit.api.init"), (PUT, True),
+        (C.Watch("stalkd.workers.h.1.ab"), True), *_using("stalkd.workers.h.1.ab"), (PUT, True),
         *_using("emails"), (PUT, True), *_using("payroll"), (PUT, False),
         (C.Kick(1), False), (C.PauseTube("emails", 1), False),
         (C.StatsTube("emails"), True), (C.StatsTube("payroll"), False), (C.StatsTube("stalkd.failed"), True),

@@ -169,6 +169,9 @@ class NoDeletes:
     def may_replicate(self) -> bool:
         return False
 
+    def shows(self, tube: str) -> bool:
+        return True
+
 
 def _command(rng: random.Random) -> bytes:
     jid = rng.randint(1, 15)

@@ -58,6 +58,7 @@ from stalkd.tubes import (
     LIMIT_TUBE_PREFIX,
     WAIT_TUBE_PREFIX,
     WAKE_TUBE_PREFIX,
+    WORKERS_TUBE_PREFIX,
 )
 
 __all__ = ["Acl", "Rules", "ConnPolicy", "AclError", "load_acl", "DENIED", "Verb", "dn_matches"]
@@ -106,6 +107,7 @@ _INTERNAL: tuple[tuple[str, bool, Mapping[str, frozenset[Verb]]], ...] = (
     (WAIT_TUBE_PREFIX, True, {"worker": frozenset({Verb.PUT, Verb.FOLLOW, Verb.SEE}),
                               "producer": frozenset({Verb.PUT, Verb.FOLLOW, Verb.SEE})}),
     (LIMIT_TUBE_PREFIX, True, {"worker": frozenset({Verb.PUT, Verb.WATCH, Verb.FOLLOW, Verb.SEE})}),
+    (WORKERS_TUBE_PREFIX, True, {"worker": frozenset({Verb.PUT, Verb.WATCH, Verb.FOLLOW, Verb.SEE})}),
 )  # fmt: skip
 
 

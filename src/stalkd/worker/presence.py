@@ -30,7 +30,8 @@ import time
 import uuid
 from typing import Any
 
-from stalkd.tubes import INTERNAL_PREFIX
+from stalkd.client.errors import BeanstalkError
+from stalkd.tubes import WORKERS_TUBE_PREFIX
 from stalkd.worker.context import JobContext
 from stalkd.worker.middleware.base import Middleware, RunningWorker
 
@@ -38,7 +39,7 @@ log = logging.getLogger("stalkd.worker")
 
 __all__ = ["Presence", "PRESENCE_PREFIX", "list_workers", "describe"]
 
-PRESENCE_PREFIX = INTERNAL_PREFIX + "workers."
+PRESENCE_PREFIX = WORKERS_TUBE_PREFIX
 RECORD_TTR = 60
 
 
@@ -113,6 +114,11 @@ class Presence(Middleware):
                 if last is not None:
                     conn.delete(last)
                 last = new
+            except BeanstalkError as exc:  # an ACL without the worker role, say: said once
+                log.warning("presence: this worker cannot announce itself (%s); `stalkd workers` "
+                            "will not list it (docs/access-control.md: the worker role grants "
+                            "its presence tube)", exc)  # fmt: skip
+                break
             except OSError as exc:
                 log.warning("presence: could not announce this worker (%s); trying again", exc)
                 if conn is not None:
