@@ -8,27 +8,15 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from etcdserver import EtcdProcess, start_etcd
+from etcdserver import EtcdProcess
 from server.proc import StalkdProcess, start_stalkd
 from stalkd.client import errors
 from standby.cluster import caught_up, secret_file, stats, until
 from standby.test_zero_loss import Ledger, _load, check
 
 CLI = [sys.executable, "-m", "stalkd.cli", "cluster"]
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    server = start_etcd(tmp_path / "etcd")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def node(etcd: EtcdProcess, d: Path, name: str, *flags: str) -> StalkdProcess:

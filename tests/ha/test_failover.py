@@ -16,13 +16,12 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import stalkd
-from etcdserver import EtcdProcess, start_etcd
+from etcdserver import EtcdProcess
 from server.proc import StalkdProcess, start_stalkd
 from stalkd.client import errors
 from standby.cluster import admin_port, caught_up, secret_file, stats, until
@@ -31,15 +30,6 @@ from support import listening_ports
 
 WAL_SIZE = "65536"
 TTL = "2"
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    server = start_etcd(tmp_path / "etcd")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def node(etcd: EtcdProcess, d: Path, name: str, *flags: str) -> StalkdProcess:

@@ -16,13 +16,12 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import stalkd
-from etcdserver import EtcdProcess, UnixProxy, start_etcd
+from etcdserver import EtcdProcess, UnixProxy
 from server.proc import StalkdProcess, start_stalkd
 from stalkd.client import errors
 from standby.cluster import caught_up, secret_file, stats, until
@@ -32,15 +31,6 @@ CYCLES = int(os.environ.get("STALKD_HA_CYCLES", "2"))
 SEED = int(os.environ.get("STALKD_HA_SEED", "20261128"))
 NAMES = ("a", "b", "c")
 TTL = "2"
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
-    server = start_etcd(tmp_path / "etcd")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class Cluster:

@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence  # collections.abc is imported at start-up anyway
+from collections.abc import Callable, Sequence  # collections.abc is imported at start-up anyway
 
 from stalkd.server.settings import DEFAULT_PORT, Config, Exit
 from stalkd.server.usage import BEANSTALKD_VERSION, USAGE, VERSION_TEXT, version_text
@@ -145,6 +145,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _parsed(flag: str, value: str, parse: Callable[[str], object]) -> str:
+    """``value`` if ``parse`` accepts it (an address, say); else the flag error naming why."""
+    try:
+        parse(value)
+    except ValueError as e:
+        raise _Bad(f"{flag}: {e}") from None
+    return value
+
+
 def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
     """Apply one valued option (short or long)."""
     if key == "unix":
@@ -202,11 +211,7 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
     if key == "standby-of":
         from stalkd.client._address import parse_address
 
-        try:
-            parse_address(value)
-        except ValueError as e:
-            raise _Bad(f"{flag}: {e}") from None
-        return cfg.replace(standby_of=value)
+        return cfg.replace(standby_of=_parsed(flag, value, parse_address))
     if key == "sync-standbys":
         n = _size(flag, value)
         return cfg.replace(sync_standbys=n)
@@ -215,11 +220,7 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
     if key == "ha":
         from stalkd.ha.address import parse_cluster  # light: dataclasses and urllib.parse
 
-        try:
-            parse_cluster(value)
-        except ValueError as e:
-            raise _Bad(f"{flag}: {e}") from None
-        return cfg.replace(ha=value)
+        return cfg.replace(ha=_parsed(flag, value, parse_cluster))
     if key == "name":
         if not value or not all(ch.isalnum() or ch in "-_." for ch in value):
             raise _Bad(f"invalid name for {flag}: {value!r} (letters, digits, '-', '_' and '.')")
@@ -232,11 +233,7 @@ def _set(cfg: Config, key: str, flag: str, value: str) -> Config:
     if key == "advertise":
         from stalkd.client._address import parse_address
 
-        try:
-            parse_address(value)
-        except ValueError as e:
-            raise _Bad(f"{flag}: {e}") from None
-        return cfg.replace(advertise=value)
+        return cfg.replace(advertise=_parsed(flag, value, parse_address))
     if key == "admin-token-file":
         if not value:
             raise _Bad(f"empty file name for {flag}")
