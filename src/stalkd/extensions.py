@@ -35,6 +35,7 @@ CYTHON_MODULES = (
     "stalkd.engine.model",
     "stalkd.log.frame",
     "stalkd.log.gate",
+    "stalkd.server.clock",  # read per command: compiled, a reading is no Python call
 )
 """The modules setup.py compiles from their own ``.py`` files (and Makefile rebuilds when one of
 those files changes)."""
