@@ -102,9 +102,8 @@ def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None) -> RunRe
         cluster.revive()
         if "s" in cluster.nodes and spec.sync:
             wait_until(lambda: cluster.caught_up(), "the standby to catch up after the run")
-        top = max([op.value.get("id", 0) for op in history.ops()] + [0]) + sum(
-            1 for op in history.ops() if op.f == "put" and not op.ok) + 10
-        final_read(history, cluster.client_address(cluster.primary), top)
+        slack = sum(1 for op in history.ops() if op.f == "put" and not op.ok) + 10
+        final_read(history, cluster.client_address(cluster.primary), slack)
     finally:
         history.close()
         cluster.close()

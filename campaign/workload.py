@@ -27,6 +27,7 @@ from typing import Any
 
 from campaign.history import Event, History
 from stalkd.client import Client, errors
+from stalkd.tubes import is_internal
 from stalkd.worker import App, Middleware, make_worker
 from stalkd.worker.context import JobContext
 
@@ -253,19 +254,41 @@ class _AppRecorder(Middleware):
         self._acked(ctx, "release", {"pri": 0, "delay": int(getattr(action, "delay", 0))})
 
 
-def final_read(history: History, address: str, top: int, timeout: float = 10.0) -> None:
-    """Record every job with an id from 1 to ``top`` (``peek``, ``stats-job``) as one ``final``
-    op of the ``final`` process. Raises if the server cannot be read: a run without its final
-    read cannot say what was lost."""
-    ev = history.invoke("final", "final", {"top": top})
+def id_ranges(ids: list[int], slack: int) -> list[range]:
+    """The ids a server could have handed out: per epoch's band of ids (a promotion starts a
+    new one, ``engine.replay.ID_BAND``), from the band's start to the highest id seen in it
+    plus ``slack`` (puts whose reply never came took ids too), and as much of the next band.
+
+    >>> [(r.start, r.stop) for r in id_ranges([3, 9], 2)]
+    [(1, 12), (8796093022208, 8796093022211)]
+    """
+    from stalkd.engine.replay import ID_BAND
+
+    top_band = max((i // ID_BAND for i in ids if i), default=0) + 1
+    out = []
+    for band in range(top_band + 1):
+        lo = max(1, band * ID_BAND)
+        hi = max([i for i in ids if i and i // ID_BAND == band], default=lo)
+        out.append(range(lo, hi + slack + 1))
+    return out
+
+
+def final_read(history: History, address: str, slack: int, timeout: float = 10.0) -> None:
+    """Record every job the server holds among the ids it could have given (``id_ranges``) as
+    one ``final`` op of the ``final`` process. Raises if the server cannot be read: a run without
+    its final read cannot say what was lost."""
+    ranges = id_ranges([op.value.get("id", 0) for op in history.ops()], slack)
+    ev = history.invoke("final", "final", {"ranges": [[r.start, r.stop] for r in ranges]})
     jobs = []
     with Client(address, timeout=timeout) as c:
-        for jid in range(1, top + 1):
+        for jid in (j for r in ranges for j in r):
             try:
                 job = c.peek(jid)
                 st = c.stats_job(jid)
             except errors.NotFound:
                 continue
+            if is_internal(str(st["tube"])):
+                continue  # stalkd's own bookkeeping (a worker's presence record), no client's job
             jobs.append({"id": jid, "body": bytes(job.body).decode("utf-8", "replace"),
                          "state": str(st["state"]), "tube": str(st["tube"]), "pri": int(str(st["pri"]))})
     history.complete(ev, "ok", {"jobs": jobs})

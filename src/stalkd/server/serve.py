@@ -68,15 +68,26 @@ def preload(cfg: Config) -> None:
 
     _loop_factory()
     if cfg.data_dir is not None:
+        # json: the replication state file (epochs.load_state); imported where used, so that an
+        # in-memory server never pays for it, but before the switch of user all the same
+        import json  # noqa: F401
+
         import stalkd.engine.space
         import stalkd.engine.wal
+        import stalkd.replication.authority
         import stalkd.replication.role
-        import stalkd.replication.sender  # noqa: F401  (every data directory ships its WAL)
+        import stalkd.replication.sender
+        import stalkd.replication.status  # noqa: F401  (every data directory ships its WAL)
 
-        if cfg.standby_of is not None:
+        if cfg.standby_of is not None or cfg.ha is not None:
+            import shutil  # noqa: F401  (a standby's resync directory)
+
             import stalkd.client._address
             import stalkd.replication.catchup
             import stalkd.replication.standby  # noqa: F401
+        if cfg.ha is not None:
+            import stalkd.ha
+            import stalkd.server.hanode  # noqa: F401
         if cfg.archive_url is not None:
             import stalkd.archive.note
             import stalkd.archive.shipper
@@ -353,6 +364,20 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         stop.set()
 
     standby = _replication(cfg, srv, wal, role, resync, secret, standby_mode) if role is not None else None
+    if role is not None and cfg.standby_of is not None and not standby_mode and cfg.ha is None:
+        # Promoted before this start, it overrode --standby-of; once a newer epoch is proven
+        # (fenced), that flag is right again: follow it from a new start, as the log says.
+        fenced = role.on_fenced
+
+        def then_follow(epoch: int) -> None:
+            nonlocal code
+            fenced(epoch)
+            log.warning("fenced by epoch %d: serving again as the standby of %s (--standby-of)",
+                        epoch, cfg.standby_of)  # fmt: skip
+            code = EXIT_REJOIN
+            stop.set()
+
+        role.on_fenced = then_follow
     ha_node = None
     if keeper is not None:
         from stalkd.server.hanode import HaNode
@@ -452,7 +477,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
     trim_timer.cancel()
     gc_policy.stop()
 
-    if ha_node is not None and code == EXIT_REJOIN:
+    if code == EXIT_REJOIN:
         # the plain listener goes on in the next start (hanode.reexec): same address for clients
         plain_sock = next((lst.sock for lst in endpoints.listeners if lst.kind == "plain"), None)
         if plain_sock is not None:
