@@ -305,3 +305,12 @@ def test_one_of_two_sync_standbys_stops_writes_go_on_and_only_the_sync_set_takes
     finally:
         for p in procs.values():
             p.stop()
+
+
+def test_a_node_listening_on_every_address_must_say_where_it_is_reached(etcd: EtcdProcess, tmp_path: Path) -> None:
+    from server.proc import SERVER_CMD
+
+    done = subprocess.run([*SERVER_CMD, "-l", "0.0.0.0", "-p", "0", "--plain-network-ok", "--dir", str(tmp_path / "n"),
+                           "--ha", etcd.cluster(), "--name", "n"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "give --advertise HOST:PORT" in done.stderr

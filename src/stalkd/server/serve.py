@@ -294,6 +294,10 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         if advertise is None:
             log.error("--ha: no plain listener to publish; give --advertise ADDR")
             return EXIT_FATAL
+        if cfg.advertise is None and advertise.rpartition(":")[0] in ("0.0.0.0", "[::]"):
+            log.error("--ha: the plain listener %s is no address another node can reach; give "
+                      "--advertise HOST:PORT", advertise)  # fmt: skip
+            return EXIT_FATAL
         from stalkd.replication.epochs import scan
 
         assert cfg.data_dir is not None
