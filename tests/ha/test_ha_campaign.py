@@ -58,8 +58,18 @@ class Cluster:
         return leaders[0] if len(leaders) == 1 and sorted(roles.values()) == ["primary", "standby", "standby"] else None
 
     def settled(self) -> bool:
+        """One primary, and both others its standbys: each sees it as the leader, both stream from
+        it (a standby that still follows the old one rejoins later, closing its connections) and
+        hold its log."""
         p = self.primary()
-        return p is not None and all(caught_up(self.nodes[p], self.nodes[n]) for n in NAMES if n != p)
+        if p is None:
+            return False
+        for n in NAMES:
+            if str(stats(self.nodes[n]).get("cluster-leader")) != p:
+                return False
+        if int(stats(self.nodes[p]).get("standbys", 0)) < 2:  # both stream from it, not elsewhere
+            return False
+        return all(caught_up(self.nodes[p], self.nodes[n]) for n in NAMES if n != p)
 
     def stop(self) -> None:
         for p in self.proxies.values():
