@@ -4,9 +4,9 @@ promoted, and what the clients were told is checked against the promoted standby
 The link between the primary and its standby is cut under load (packets dropped, in network
 namespaces: a paused standby would not do, its kernel keeps receiving into the socket's
 buffer), so anything the primary acknowledges from then on is on the primary only unless the
-primary waits for the standby (``--sync-standbys 1``); then the primary is killed (-9), the link
-healed, the standby promoted (SIGUSR2, as docs/standby.md describes), and the final read is
-taken from it. With ``sync=1`` nothing acknowledged may be
+primary waits for the standby (``--sync-standbys 1``); then the primary is killed (-9), the
+standby promoted (SIGUSR2, as docs/standby.md describes) while the link is still cut, the link
+healed, and the final read is taken from the standby. With ``sync=1`` nothing acknowledged may be
 missing; with ``sync=0`` (replies sent before the standby's acknowledgement, the planted bug)
 the checker must report the acknowledged puts the promotion lost.
 """
@@ -55,13 +55,15 @@ def failover_run(directory: Path, sync: int, *, acked_while_lagging: int = 20,
         while acked() < before + acked_while_lagging and time.monotonic() < deadline:
             time.sleep(0.05)
         p.kill9()
-        net.heal()
         history.complete(ev, "ok", {"node": "p"})
         load.stop()
         ev = history.invoke("nemesis", "promote", {"old": "p", "new": "s"})
-
+        # promoted while the link is still cut: once healed, the dead primary's kernel would
+        # otherwise deliver the stream it still held (its socket outlives the process) to a
+        # standby still following, and what is lost would depend on that race
         cluster.promote("s")
         history.complete(ev, "ok", {"old": "p", "new": "s"})
+        net.heal()
         final_read(history, cluster.client_address("s"), 100)
     finally:
         history.close()
