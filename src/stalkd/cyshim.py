@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Py_ssize_t", "bint", "cast", "cclass", "compiled", "final", "inline", "locals",
+__all__ = ["Py_ssize_t", "bint", "cast", "cclass", "cfunc", "compiled", "final", "inline", "locals",
            "longlong", "uint", "ulonglong"]  # fmt: skip
 
 _F = TypeVar("_F")
@@ -52,6 +52,7 @@ def locals(**_types: object) -> Callable[[_F], _F]:  # noqa: A001 - cython's nam
 
 
 cclass: Callable[[_F], _F] = _same
+cfunc: Callable[[_F], _F] = _same
 final: Callable[[_F], _F] = _same
 inline: Callable[[_F], _F] = _same
 

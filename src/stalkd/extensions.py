@@ -32,6 +32,18 @@ __all__ = ["CYTHON_MODULES", "compiled_module", "compiled_modules", "extensions_
            "install_switch", "source_path"]  # fmt: skip
 
 CYTHON_MODULES = (
+    # the engine: its objects and heaps (extension types, heap.pxd/objects.pxd), then the
+    # modules of Engine's commands and step
+    "stalkd.engine.heap",
+    "stalkd.engine.objects",
+    "stalkd.engine.room",
+    "stalkd.engine.state",
+    "stalkd.engine.timers",
+    "stalkd.engine.jobcommands",
+    "stalkd.engine.queries",
+    "stalkd.engine.results",
+    "stalkd.engine.engine",
+    "stalkd.engine.fastvalues",
     "stalkd.engine.model",
     "stalkd.log.frame",
     "stalkd.log.gate",

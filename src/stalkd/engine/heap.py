@@ -8,24 +8,45 @@ much cheaper than comparing two tuples, and one int per entry is the smallest ke
 Ensures: ``keys[i] <= keys[2i+1]`` and ``keys[i] <= keys[2i+2]`` for every i, and
 ``items[i].hpos == i`` for every item in the heap; an item outside any heap has ``hpos == -1``.
 An item is in at most one heap at a time (jobs move between ready, delay and reserved heaps).
+
+Compiled (Cython, stalkd.extensions), ``HeapItem`` and ``IndexedHeap`` are extension types
+(heap.pxd): ``hpos`` is a C field, the engine calls a heap's methods as C functions and the
+sifts index the two lists with C integers; the same code, run in C. An extension type cannot
+be ``Generic``, so to a type checker a heap holds ``Any`` (its users know what they put in).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["HeapItem", "IndexedHeap", "pack"]
 
 _SHIFT = 64
 
 
-class HeapItem(Protocol):
-    hpos: int
+class HeapItem:
+    """What a heap holds: an object that remembers its slot in ``hpos`` (-1 outside any heap).
+    Job, Tube and ConnState are HeapItems (their constructors set ``hpos = -1``).
 
+    >>> HeapItem().hpos
+    -1
+    """
 
-T = TypeVar("T", bound=HeapItem)
+    __slots__ = ("hpos",)
+
+    def __init__(self) -> None:
+        self.hpos = -1
+
 
 
 def pack(major: int, minor: int) -> int:
@@ -37,13 +58,11 @@ def pack(major: int, minor: int) -> int:
     return (major << _SHIFT) | minor
 
 
-class IndexedHeap(Generic[T]):
+class IndexedHeap:
     """Min-heap of items with int keys; items remember their slot in ``hpos``.
 
-    >>> class J:
-    ...     hpos = -1
-    >>> h: IndexedHeap[J] = IndexedHeap()
-    >>> a, b = J(), J()
+    >>> h: IndexedHeap = IndexedHeap()
+    >>> a, b = HeapItem(), HeapItem()
     >>> h.push(5, a); h.push(3, b); h.peek() is b
     True
     >>> h.remove(b); h.pop() is a
@@ -54,7 +73,7 @@ class IndexedHeap(Generic[T]):
 
     def __init__(self) -> None:
         self._keys: list[int] = []
-        self._items: list[T] = []
+        self._items: list[Any] = []
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -62,17 +81,16 @@ class IndexedHeap(Generic[T]):
     def __bool__(self) -> bool:
         return bool(self._keys)
 
-    def __iter__(self) -> Iterator[T]:
+    def __iter__(self) -> Iterator[Any]:
         """Items in heap (not sorted) order."""
         return iter(self._items)
 
-    def append_items_to(self, out: list[T]) -> None:
+    def append_items_to(self, out: list[Any]) -> None:
         """Append every item to ``out`` in heap-array order (a list-to-list copy in C, twice as
         fast as extending from an iterator; a snapshot starts with this over every job).
 
-        >>> class J:
-        ...     hpos = -1
-        >>> h: IndexedHeap[J] = IndexedHeap(); a = J(); h.push(1, a); out: list[J] = []
+        >>> h: IndexedHeap = IndexedHeap(); a = HeapItem(); h.push(1, a)
+        >>> out: list[HeapItem] = []
         >>> h.append_items_to(out); out == [a]
         True
         """
@@ -82,11 +100,11 @@ class IndexedHeap(Generic[T]):
         """The keys in heap-array order (a copy; for tests and the differential check)."""
         return list(self._keys)
 
-    def item_list(self) -> list[T]:
+    def item_list(self) -> list[Any]:
         """The items in heap-array order (a copy; ``item_list()[i].hpos == i``)."""
         return list(self._items)
 
-    def peek(self) -> T | None:
+    def peek(self) -> Any:
         return self._items[0] if self._items else None
 
     def peek_key(self) -> int | None:
@@ -96,25 +114,28 @@ class IndexedHeap(Generic[T]):
         """Whether the smallest key's major part (``pack``'s first argument) is <= ``now``: a
         timer heap's question, asked without building the key.
 
-        >>> class J:
-        ...     hpos = -1
-        >>> h: IndexedHeap[J] = IndexedHeap(); h.push(pack(5, 1), J()); h.due(4), h.due(5)
+        >>> h: IndexedHeap = IndexedHeap(); h.push(pack(5, 1), HeapItem()); h.due(4), h.due(5)
         (False, True)
         """
         keys = self._keys
         return bool(keys) and keys[0] >> _SHIFT <= now
 
-    def key_of(self, item: T) -> int:
-        return self._keys[item.hpos]
+    def key_of(self, item: Any) -> int:
+        i: int = item.hpos
+        return self._keys[i]
 
-    def push(self, key: int, item: T) -> None:
+    @cython.locals(keys=list, it=HeapItem)
+    def push(self, key: int, item: Any) -> None:
         keys = self._keys
+        it = item
         keys.append(key)
-        self._items.append(item)
-        item.hpos = len(keys) - 1
-        self._up(item.hpos)
+        self._items.append(it)
+        _up(keys, self._items, len(keys) - 1)
 
-    def pop(self) -> T:
+    @cython.locals(keys=list, items=list, top=HeapItem, last=HeapItem, moved=HeapItem,
+                   n=cython.Py_ssize_t, i=cython.Py_ssize_t, c=cython.Py_ssize_t,
+                   r=cython.Py_ssize_t, p=cython.Py_ssize_t)  # fmt: skip
+    def pop(self) -> Any:
         """Remove and return the item with the smallest key (IndexError when empty).
 
         Floyd's variant (as heapq): the hole left at the root walks down to a leaf along the
@@ -161,24 +182,29 @@ class IndexedHeap(Generic[T]):
         last.hpos = i
         return top
 
-    def remove(self, item: T) -> None:
+    @cython.locals(it=HeapItem, i=cython.Py_ssize_t)
+    def remove(self, item: Any) -> None:
         """Remove ``item``, wherever it is (ValueError if it is not in this heap)."""
-        i = item.hpos
-        if i < 0 or i >= len(self._items) or self._items[i] is not item:
+        it = item
+        i = it.hpos
+        if i < 0 or i >= len(self._items) or self._items[i] is not it:
             raise ValueError("item is not in this heap")
-        self._take(i)
+        _take(self._keys, self._items, i)
 
-    def update(self, item: T, key: int) -> None:
+    @cython.locals(it=HeapItem, i=cython.Py_ssize_t, keys=list)
+    def update(self, item: Any, key: int) -> None:
         """Change the key of an item already in the heap."""
-        i = item.hpos
-        old = self._keys[i]
-        self._keys[i] = key
+        it = item
+        i = it.hpos
+        keys = self._keys
+        old = keys[i]
+        keys[i] = key
         if key < old:
-            self._up(i)
+            _up(keys, self._items, i)
         else:
-            self._down(i)
+            _down(keys, self._items, i)
 
-    def load(self, keys: list[int], items: list[T]) -> None:
+    def load(self, keys: list[int], items: list[Any]) -> None:
         """Fill an empty heap at once (recovery): ``keys[i]`` belongs to ``items[i]``; keys must be
         unique (they are: every key packs an id). Takes ownership of both lists.
 
@@ -187,9 +213,7 @@ class IndexedHeap(Generic[T]):
         heapq.heapify orders the int keys and a key -> item map lines the items up, which is
         several times faster than sorting (key, item) pairs.
 
-        >>> class J:
-        ...     hpos = -1
-        >>> h: IndexedHeap[J] = IndexedHeap(); a, b = J(), J()
+        >>> h: IndexedHeap = IndexedHeap(); a, b = HeapItem(), HeapItem()
         >>> h.load([9, 4], [a, b]); (h.pop() is b, a.hpos)
         (True, 0)
         """
@@ -211,13 +235,11 @@ class IndexedHeap(Generic[T]):
         for i, it in enumerate(items):
             it.hpos = i
 
-    def add_many(self, keys: list[int], items: list[T]) -> None:
+    def add_many(self, keys: list[int], items: list[Any]) -> None:
         """Push many items (``keys[i]`` for ``items[i]``): one by one when they are few next to
         the heap, else rebuild the heap with them in one ``load`` (O(n), in C mostly).
 
-        >>> class J:
-        ...     hpos = -1
-        >>> h: IndexedHeap[J] = IndexedHeap(); a, b, c = J(), J(), J()
+        >>> h: IndexedHeap = IndexedHeap(); a, b, c = HeapItem(), HeapItem(), HeapItem()
         >>> h.push(5, a); h.add_many([9, 1], [b, c]); [h.pop() is x for x in (c, a, b)]
         [True, True, True]
         """
@@ -231,63 +253,75 @@ class IndexedHeap(Generic[T]):
         self._keys, self._items = [], []
         self.load(all_keys, all_items)
 
-    def sorted_items(self) -> list[T]:
+    def sorted_items(self) -> list[Any]:
         """All items in key order (O(n log n); for snapshots and tests, not hot paths)."""
         order = sorted(range(len(self._keys)), key=self._keys.__getitem__)
         return [self._items[i] for i in order]
 
-    def _take(self, i: int) -> None:
-        keys, items = self._keys, self._items
-        items[i].hpos = -1
-        last_key = keys.pop()
-        last = items.pop()
-        if i == len(keys):
-            return
-        keys[i] = last_key
-        items[i] = last
-        last.hpos = i
-        if i > 0 and last_key < keys[(i - 1) >> 1]:
-            self._up(i)
-        else:
-            self._down(i)
 
-    def _up(self, i: int) -> None:
-        keys, items = self._keys, self._items
-        key, item = keys[i], items[i]
-        while i > 0:
-            p = (i - 1) >> 1
-            pk = keys[p]
-            if pk <= key:
-                break
-            keys[i] = pk
-            moved = items[p]
-            items[i] = moved
-            moved.hpos = i
-            i = p
-        keys[i] = key
-        items[i] = item
-        item.hpos = i
+# The sifts, functions of the two lists (compiled: C functions, no Python call).
 
-    def _down(self, i: int) -> None:
-        keys, items = self._keys, self._items
-        n = len(keys)
-        key, item = keys[i], items[i]
-        while True:
-            c = 2 * i + 1
-            if c >= n:
-                break
-            ck = keys[c]
-            r = c + 1
-            if r < n and keys[r] < ck:
-                c = r
-                ck = keys[r]
-            if key <= ck:
-                break
-            keys[i] = ck
-            moved = items[c]
-            items[i] = moved
-            moved.hpos = i
-            i = c
-        keys[i] = key
-        items[i] = item
-        item.hpos = i
+
+@cython.cfunc
+@cython.locals(keys=list, items=list, i=cython.Py_ssize_t, gone=HeapItem, last=HeapItem)
+def _take(keys: list[int], items: list[Any], i: int) -> None:
+    gone = items[i]
+    gone.hpos = -1
+    last_key = keys.pop()
+    last = items.pop()
+    if i == len(keys):
+        return
+    keys[i] = last_key
+    items[i] = last
+    last.hpos = i
+    if i > 0 and last_key < keys[(i - 1) >> 1]:
+        _up(keys, items, i)
+    else:
+        _down(keys, items, i)
+
+
+@cython.cfunc
+@cython.locals(keys=list, items=list, i=cython.Py_ssize_t, p=cython.Py_ssize_t, item=HeapItem,
+               moved=HeapItem)  # fmt: skip
+def _up(keys: list[int], items: list[Any], i: int) -> None:
+    key, item = keys[i], items[i]
+    while i > 0:
+        p = (i - 1) >> 1
+        pk = keys[p]
+        if pk <= key:
+            break
+        keys[i] = pk
+        moved = items[p]
+        items[i] = moved
+        moved.hpos = i
+        i = p
+    keys[i] = key
+    items[i] = item
+    item.hpos = i
+
+
+@cython.cfunc
+@cython.locals(keys=list, items=list, i=cython.Py_ssize_t, n=cython.Py_ssize_t, c=cython.Py_ssize_t,
+               r=cython.Py_ssize_t, item=HeapItem, moved=HeapItem)  # fmt: skip
+def _down(keys: list[int], items: list[Any], i: int) -> None:
+    n = len(keys)
+    key, item = keys[i], items[i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        ck = keys[c]
+        r = c + 1
+        if r < n and keys[r] < ck:
+            c = r
+            ck = keys[r]
+        if key <= ck:
+            break
+        keys[i] = ck
+        moved = items[c]
+        items[i] = moved
+        moved.hpos = i
+        i = c
+    keys[i] = key
+    items[i] = item
+    item.hpos = i

@@ -1,5 +1,5 @@
-"""The commands that change one job: put, reserve-job, delete, release, bury, touch, kick and
-kick-job (beanstalkd's semantics; see docs/protocol.md).
+"""The commands that change one job: put, reserve (and with a timeout), reserve-job, delete,
+release, bury, touch, kick and kick-job (beanstalkd's semantics; see docs/protocol.md).
 
 Each handler finds its job with the look-up its command-table row names (``room.py``), so a
 server's WAL admission runs the very same look-up first. A kick moves at most the step's budget of
@@ -12,14 +12,24 @@ in the order the changes happened; a handler that replies NOT_FOUND changed noth
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stalkd.engine.fastvalues import inserted as _inserted
-from stalkd.engine.fastvalues import make_record
+from stalkd.engine.fastvalues import reserved as _reserved
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op
-from stalkd.engine.objects import US, ConnState, Job
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube
 from stalkd.engine.room import find_deletable, find_held, find_kickable, find_unreserved
 from stalkd.engine.timers import Timers
 from stalkd.protocol import commands as C
+
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["JobCommands"]
 
@@ -32,8 +42,9 @@ _OP_PUT, _OP_DELETE = Op.PUT, Op.DELETE
 
 
 class JobCommands(Timers):
-    """The job-changing commands (mixed into ``Engine``)."""
+    """The job-changing commands (a layer of ``Engine``, engine.py)."""
 
+    @cython.locals(c=ConnState, t=Tube, j=Job)
     def _put(self, c: ConnState, cmd: C.Put) -> C.AnyReply:
         err = cmd.error
         body = cmd.body
@@ -62,13 +73,43 @@ class JobCommands(Timers):
             self._to_delayed(j, delay)
         else:
             self._to_ready(j)
-        self.seq += 1
-        if self.keep_records:
-            now = self._now
-            self._records.append(
-                make_record(_OP_PUT, self.seq, now, jid, t.name, j.pri, j.delay, j.ttr, j.deadline_us, j.body, now)
-            )
+        self._rec_fields(_OP_PUT, jid, t.name, j.pri, j.delay, j.ttr, j.deadline_us, j.body, self._now)
         return _inserted(jid)
+
+    @cython.locals(c=ConnState, best=Tube, t=Tube, j=Job)
+    def _reserve(self, c: ConnState, cmd: C.Reserve | C.ReserveWithTimeout) -> C.AnyReply | None:
+        timeout = cmd.timeout if type(cmd) is C.ReserveWithTimeout else None
+        c.worker = True
+        # Fast path: an unpaused watched tube with a ready job has no waiters (invariant), so
+        # the best such job goes straight to this connection.
+        best: Tube | None = None
+        best_key = 0
+        now = self._now
+        for t in c.watch:
+            k = t.ready.peek_key()
+            if k is not None and (best is None or k < best_key) and now >= t.pause_until_us:  # not paused
+                best, best_key = t, k
+        if best is not None:
+            j = best.ready.pop()
+            if j.pri < URGENT_THRESHOLD:
+                best.urgent -= 1
+            self._give(c, j)
+            return _reserved(j)
+        if c.deadline_soon(now) and not any(t.ready for t in c.watch):
+            return C.Reply("DEADLINE_SOON")
+        if c.half_closed:
+            timeout = 0
+        c.waiting = True
+        c.wait_until_us = None if timeout is None else self._now + timeout * US
+        self._wait_serial += 1
+        c.wait_seq = self._wait_serial
+        for t in c.watch:
+            t.waiting[c.id] = c
+            self._dirty.add(t)
+        self._retime_conn(c)
+        return None
+
+    _reserve_with_timeout = _reserve
 
     def _reserve_job(self, c: ConnState, cmd: C.ReserveJob) -> C.AnyReply:
         j = find_unreserved(self.jobs, c, cmd.id)
@@ -79,6 +120,7 @@ class JobCommands(Timers):
         self._give(c, j)
         return C.JobReply("RESERVED", j.id, j.body)
 
+    @cython.locals(c=ConnState, t=Tube, j=Job)
     def _delete(self, c: ConnState, cmd: C.Delete) -> C.AnyReply:
         j = find_deletable(self.jobs, c, cmd.id)
         if j is None:
@@ -93,6 +135,7 @@ class JobCommands(Timers):
             self._maybe_drop_tube(t)
         return _DELETED
 
+    @cython.locals(c=ConnState, j=Job)
     def _release(self, c: ConnState, cmd: C.Release) -> C.AnyReply:
         j = find_held(self.jobs, c, cmd.id)
         if j is None:
@@ -108,6 +151,7 @@ class JobCommands(Timers):
         self._rec_fields(Op.RELEASE, j.id, pri=j.pri, delay=j.delay, deadline_us=j.deadline_us)
         return _RELEASED
 
+    @cython.locals(c=ConnState, j=Job)
     def _bury(self, c: ConnState, cmd: C.Bury) -> C.AnyReply:
         j = find_held(self.jobs, c, cmd.id)
         if j is None:
@@ -119,6 +163,7 @@ class JobCommands(Timers):
         self._to_buried(j, self.seq)
         return _BURIED
 
+    @cython.locals(c=ConnState, j=Job)
     def _touch(self, c: ConnState, cmd: C.Touch) -> C.AnyReply:
         j = find_held(self.jobs, c, cmd.id)
         if j is None:

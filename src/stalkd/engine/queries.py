@@ -8,8 +8,8 @@ of a job whose connection hung up hands it back to ready first (state.py, ``_rel
 from __future__ import annotations
 
 from stalkd.engine import stats as S
+from stalkd.engine.jobcommands import JobCommands
 from stalkd.engine.objects import ConnState, Job
-from stalkd.engine.state import EngineState
 from stalkd.protocol import commands as C
 
 __all__ = ["Queries"]
@@ -17,8 +17,8 @@ __all__ = ["Queries"]
 _NOT_FOUND = C.Reply("NOT_FOUND")
 
 
-class Queries(EngineState):
-    """The read-only commands (mixed into ``Engine``)."""
+class Queries(JobCommands):
+    """The read-only commands (a layer of ``Engine``, engine.py)."""
 
     def _found(self, j: Job | None) -> C.AnyReply:
         return _NOT_FOUND if j is None else C.JobReply("FOUND", j.id, j.body)

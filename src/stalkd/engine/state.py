@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from heapq import heappop, heappush
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from stalkd.engine.fastheap import IndexedHeap, pack
 from stalkd.engine.fastvalues import make_record
+from stalkd.engine.heap import IndexedHeap, pack
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import (
     URGENT_THRESHOLD,
@@ -38,6 +38,14 @@ from stalkd.engine.objects import (
 from stalkd.engine.room import Room
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COUNTERS
+
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["EngineError", "EngineState", "Outcome", "STEP_JOBS"]
 
@@ -74,9 +82,8 @@ class Outcome(NamedTuple):
 class EngineState:
     """Jobs, tubes, connections and timers, with the container moves every command shares."""
 
-    # What every command reads or writes lives in slots: the compiled apply (fastengine.py)
-    # reaches a slot at a fixed offset where a ``__dict__`` entry costs a hash look-up. The
-    # rest of the engine's attributes stay in ``__dict__``.
+    # What every command reads or writes lives in slots, where a ``__dict__`` entry costs a
+    # hash look-up. The rest of the engine's attributes stay in ``__dict__``.
     __slots__ = (
         "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
         "cmd", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
@@ -111,8 +118,8 @@ class EngineState:
         # Work that goes on in tick(): connections with a kick in progress, and connections
         # gone while their reserved jobs go back to ready (``Release``), served in turn.
         self._pending: deque[ConnState] = deque()
-        self._tube_timers: IndexedHeap[Tube] = IndexedHeap()
-        self._conn_timers: IndexedHeap[ConnState] = IndexedHeap()
+        self._tube_timers: IndexedHeap = IndexedHeap()
+        self._conn_timers: IndexedHeap = IndexedHeap()
         # per-step scratch
         self._budget = step_jobs  # jobs this step may still move in bulk (expiries, kicks)
         self._now = 0
@@ -159,25 +166,16 @@ class EngineState:
             self._tube_timers.push(pack(when, t.serial), t)
 
     def _retime_conn(self, c: ConnState) -> None:
-        # the common case, ConnState.timer_us() inlined: not waiting, one or more jobs reserved
-        if not c.waiting:
-            top = c.reserved.peek()
-            if top is not None:
-                key = (top.deadline_us << 64) | c.id  # pack(), inlined
-                if c.hpos >= 0:
-                    if self._conn_timers.key_of(c) != key:
-                        self._conn_timers.update(c, key)
-                else:
-                    self._conn_timers.push(key, c)
-                return
         when = c.timer_us()
         if when is None:
             if c.hpos >= 0:
                 self._conn_timers.remove(c)
-        elif c.hpos >= 0:
-            self._conn_timers.update(c, pack(when, c.id))
-        else:
-            self._conn_timers.push(pack(when, c.id), c)
+            return
+        key = pack(when, c.id)
+        if c.hpos < 0:
+            self._conn_timers.push(key, c)
+        elif self._conn_timers.key_of(c) != key:
+            self._conn_timers.update(c, key)
 
     # --- tubes and job containers -------------------------------------------------------------
 
@@ -203,11 +201,12 @@ class EngineState:
             self._tube_timers.remove(t)
         self._dirty.discard(t)
 
+    @cython.locals(t=Tube)
     def _to_ready(self, j: Job) -> None:
         t = j.tube
         j.state = READY
         j.deadline_us = 0
-        t.ready.push((j.pri << 64) | j.id, j)  # pack(), inlined
+        t.ready.push(pack(j.pri, j.id), j)
         if j.pri < URGENT_THRESHOLD:
             t.urgent += 1
         if t.waiting:  # only tubes with waiters can serve anyone
@@ -224,6 +223,7 @@ class EngineState:
         j.deadline_us = order
         j.tube.buried[j.id] = j
 
+    @cython.locals(t=Tube, c=ConnState)
     def _detach(self, j: Job) -> None:
         """Take a job out of whichever container holds it (its state is left for the caller)."""
         t = j.tube
@@ -252,7 +252,7 @@ class EngineState:
         j.owner = c
         j.reserves += 1
         j.deadline_us = self._now + j.ttr * US
-        c.reserved.push((j.deadline_us << 64) | j.id, j)  # pack(), inlined
+        c.reserved.push(pack(j.deadline_us, j.id), j)
         j.tube.reserved += 1
         self._rec(_OP_RESERVE, j.id)
         self._retime_conn(c)

@@ -23,16 +23,28 @@ those still waiting.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stalkd.engine.model import Op
-from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Tube
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube
 from stalkd.engine.state import EngineState, Outcome
 from stalkd.protocol import commands as C
 
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
+
 __all__ = ["Timers"]
+
+_tuple_new = tuple.__new__
 
 
 class Timers(EngineState):
-    """The step frame and the timers (mixed into ``Engine``)."""
+    """The step frame and the timers (a layer of ``Engine``, engine.py)."""
 
     def tick(self, now: float) -> Outcome:
         """Run the timers due at ``now`` and one step of a kick or a hang-up in progress,
@@ -68,8 +80,10 @@ class Timers(EngineState):
     def _begin(self, now: float, caller: ConnState | None) -> None:
         self._now = round(now * US)
         self._budget = self.step_jobs
-        self._records = []
-        self._wakeups = []
+        # the scratch lists are reused (their contents leave as tuples); leftovers of a step
+        # that raised are dropped here
+        self._records.clear()
+        self._wakeups.clear()
         self._caller = caller
         self._own = None
         self._settle()
@@ -80,10 +94,13 @@ class Timers(EngineState):
             reply = self._own
         recs = self._records
         wakes = self._wakeups
-        out = Outcome(reply, tuple(recs) if recs else (), tuple(wakes) if wakes else (), self.next_deadline())
+        # tuple.__new__: a NamedTuple's own __new__ is Python the typing module wrote (exec)
+        out: Outcome = _tuple_new(Outcome, (reply, tuple(recs) if recs else (), tuple(wakes) if wakes else (),
+                                            self.next_deadline()))  # fmt: skip
         self._caller = None
         return out
 
+    @cython.locals(t=Tube, c=ConnState, j=Job)
     def _settle(self) -> None:
         now = self._now
         budget = self._budget
@@ -134,6 +151,7 @@ class Timers(EngineState):
             if c.id in self.conns:
                 self._retime_conn(c)
 
+    @cython.locals(best=Tube, t=Tube, c=ConnState, j=Job)
     def _serve(self) -> None:
         """Give ready jobs to waiting connections (beanstalkd's ``process_queue``)."""
         now, dirty = self._now, self._dirty

@@ -19,8 +19,6 @@ def version_text() -> str:
     """
     # only on this exit path: start-up stays light
     from stalkd.engine import wal  # noqa: F401 - installs the WAL's compiled paths (fastwal, fastwrite)
-    from stalkd.engine.fastengine import IMPLEMENTATION as ENGINE
-    from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
     from stalkd.engine.fastwal import IMPLEMENTATION as WAL
     from stalkd.extensions import compiled_modules
     from stalkd.log.fastwrite import IMPLEMENTATION as WRITE
@@ -30,8 +28,6 @@ def version_text() -> str:
     hot = "C accelerator" if IMPLEMENTATION == "c" else "pure Python"
     return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
             f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
-            f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
-            f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r}, "
             f"stalkd.engine.fastwal.IMPLEMENTATION={WAL!r}, stalkd.log.fastwrite.IMPLEMENTATION={WRITE!r})\n"
             f"compiled by Cython: {_listed(compiled_modules())}\n")
 

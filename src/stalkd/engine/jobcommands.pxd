@@ -1,0 +1,10 @@
+# The extension type JobCommands is when Cython compiles jobcommands.py (stalkd.extensions);
+# jobcommands.py is the source; this declares types only.
+
+from stalkd.engine.heap cimport HeapItem, IndexedHeap, pack
+from stalkd.engine.objects cimport ConnState, Job, Release, Tube
+from stalkd.engine.timers cimport Timers
+
+
+cdef class JobCommands(Timers):
+    pass

@@ -1,0 +1,31 @@
+# The C layout of state.py's EngineState when Cython compiles it (stalkd.extensions): an
+# extension type whose hot attributes are C fields and whose container moves the commands call
+# as C functions (cpdef: a subclass or a test may still replace one). Its other attributes live
+# in its __dict__. state.py is the source; this declares types and signatures only.
+
+from stalkd.engine.heap cimport HeapItem, IndexedHeap, pack
+from stalkd.engine.objects cimport ConnState, Job, Release, Tube
+
+
+cdef class EngineState:
+    cdef dict __dict__
+    cdef object __weakref__
+    cdef public object max_job_size, step_jobs, keep_records, next_id, seq, draining, total_jobs
+    cdef public object body_bytes, _pending, _budget, _now, _caller, _own, _room, _wait_serial
+    cdef public dict jobs, conns, cmd
+    cdef public list _records, _wakeups
+    cdef public set _dirty
+    cdef public IndexedHeap _tube_timers, _conn_timers
+
+    cpdef _rec(self, object op, object job_id)
+    cpdef _wake(self, ConnState c, object reply)
+    cpdef _retime_tube(self, Tube t)
+    cpdef _retime_conn(self, ConnState c)
+    cpdef Tube _tube(self, object name)
+    cpdef _maybe_drop_tube(self, Tube t)
+    cpdef _to_ready(self, Job j)
+    cpdef _to_delayed(self, Job j, object delay)
+    cpdef _to_buried(self, Job j, object order)
+    cpdef _detach(self, Job j)
+    cpdef _give(self, ConnState c, Job j)
+    cpdef _stop_waiting(self, ConnState c)
