@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Py_ssize_t", "bint", "cast", "cclass", "cfunc", "compiled", "final", "inline", "locals",
-           "longlong", "uint", "ulonglong"]  # fmt: skip
+__all__ = ["Py_ssize_t", "bint", "boundscheck", "cast", "cclass", "cfunc", "compiled", "final", "inline",
+           "locals", "longlong", "uint", "ulonglong", "wraparound"]  # fmt: skip
 
 _F = TypeVar("_F")
 
@@ -48,6 +48,16 @@ def cast(_t: object, value: _F) -> _F:
 
 def locals(**_types: object) -> Callable[[_F], _F]:  # noqa: A001 - cython's name
     """``@cython.locals(i=cython.Py_ssize_t)``: the local variables' C types; nothing uncompiled."""
+    return _same
+
+
+def boundscheck(_on: bool) -> Callable[[_F], _F]:
+    """``@cython.boundscheck(False)``: compiled, list indices are not checked; nothing uncompiled."""
+    return _same
+
+
+def wraparound(_on: bool) -> Callable[[_F], _F]:
+    """``@cython.wraparound(False)``: compiled, no negative indices; nothing uncompiled."""
     return _same
 
 

@@ -237,6 +237,6 @@ class Engine(Results):
             t.pause_until_us = self._now + cmd.delay * US
             t.pause_secs = cmd.delay
         self._retime_tube(t)
-        self._rec_fields(Op.PAUSE, 0, tube=t.name, delay=cmd.delay, deadline_us=t.pause_until_us)
+        self._rec_fields(Op.PAUSE, 0, tube=t.name, pri=0, delay=cmd.delay, ttr=0, deadline_us=t.pause_until_us)
         return _PAUSED
 

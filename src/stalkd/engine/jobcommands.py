@@ -148,7 +148,7 @@ class JobCommands(Timers):
             self._to_delayed(j, cmd.delay)
         else:
             self._to_ready(j)
-        self._rec_fields(Op.RELEASE, j.id, pri=j.pri, delay=j.delay, deadline_us=j.deadline_us)
+        self._rec_fields(Op.RELEASE, j.id, tube="", pri=j.pri, delay=j.delay, ttr=0, deadline_us=j.deadline_us)
         return _RELEASED
 
     @cython.locals(c=ConnState, j=Job)
@@ -159,7 +159,7 @@ class JobCommands(Timers):
         self._detach(j)
         j.pri = cmd.pri
         j.buries += 1
-        self._rec_fields(Op.BURY, j.id, pri=j.pri)
+        self._rec_fields(Op.BURY, j.id, tube="", pri=j.pri)
         self._to_buried(j, self.seq)
         return _BURIED
 

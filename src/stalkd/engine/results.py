@@ -160,7 +160,7 @@ class Results(Queries):
                 return _LIMIT
         deadline = now + cmd.ttl * US if cmd.ttl else 0
         self.store_result(cmd.id, deadline, cmd.body, tube=tube, owner=owner)
-        self._rec_fields(Op.RESULT, cmd.id, deadline_us=deadline, body=cmd.body)
+        self._rec_fields(Op.RESULT, cmd.id, tube="", pri=0, delay=0, ttr=0, deadline_us=deadline, body=cmd.body)
         return _STORED
 
     def _held_tube(self, c: ConnState, job_id: int) -> str | None:

@@ -37,7 +37,6 @@ log = logging.getLogger("stalkd.engine.space")
 SHORT_FRAME = frame_size(SHORT_RECORD)
 # A put's frame is (_PUT_FRAME + tube + body) & ~7: frame_size's rule with the fixed part added.
 _PUT_FRAME = FRAME_HEADER_SIZE + PUT_FIXED + 7
-_PUT, _RESULT, _DELETE = Op.PUT, Op.RESULT, Op.DELETE
 MAX_TUBE = 200  # beanstalkd's longest tube name
 # put_frame(n) == (PUT_FRAME_BASE + n) & ~7: the compiled admission's rule (server/_conn.c).
 PUT_FRAME_BASE = _PUT_FRAME + MAX_TUBE
@@ -67,7 +66,7 @@ def put_frame(body_len: int, tube_len: int = MAX_TUBE) -> int:
     >>> put_frame(0, 7) == frame_size(52 + 7), put_frame(9) == frame_size(52 + MAX_TUBE + 9)
     (True, True)
     """
-    return (_PUT_FRAME + tube_len + body_len) & ~7  # frame_size, inlined: once per put
+    return frame_size(PUT_FIXED + tube_len + body_len)
 
 
 # Ops whose records are promised nothing at settle (``record_cost`` 0 or not durable): a delete
@@ -138,13 +137,6 @@ class SpaceBudget:
     def admit(self, cost: int) -> bool:
         """Promise ``cost`` more bytes, adding spare segments if needed; False (nothing
         promised) when the file system has no room for them."""
-        base, pos, limit = self._span()  # room(), inlined: once per command
-        if base != self._base:
-            self._new_segment(base)
-        active = limit - pos - self.max_frame
-        if (active if active > 0 else 0) + self.spares * self.per_spare - self.promised >= cost:
-            self.promised += cost
-            return True
         while self.room() - self.promised < cost:
             if not self._grow():
                 self.refused += 1
@@ -162,13 +154,7 @@ class SpaceBudget:
 
     def settle(self, admitted: int, records: Sequence[Record]) -> None:
         """After the engine ran an admitted command: promise exactly what its records need."""
-        need = 0
-        for r in records:
-            op = r.op
-            if op is _PUT:  # record_cost, inlined: once per put
-                need += ((_PUT_FRAME + len(r.tube) + len(r.body)) & ~7) + SHORT_FRAME
-            elif op is not _DELETE and op in DURABLE_OPS:
-                need += record_cost(r)
+        need = sum(record_cost(r) for r in records if r.op in DURABLE_OPS)
         self.promised += need - admitted
 
     def written(self, spent: int) -> None:

@@ -18,6 +18,8 @@ cdef class EngineState:
     cdef public IndexedHeap _tube_timers, _conn_timers
 
     cpdef _rec(self, object op, object job_id)
+    cpdef _rec_fields(self, object op, object job_id, object tube=*, object pri=*, object delay=*,
+                      object ttr=*, object deadline_us=*, object body=*, object created_us=*)
     cpdef _wake(self, ConnState c, object reply)
     cpdef _retime_tube(self, Tube t)
     cpdef _retime_conn(self, ConnState c)

@@ -118,7 +118,7 @@ class Timers(EngineState):
                     self._dirty.add(t)
             self._retime_tube(t)  # still due when the budget ran out: the next step goes on
         behind = th.due(now)
-        due: list[ConnState] = []
+        due: list[ConnState] | None = None  # made when a connection's timer fires: most steps none
         ch = self._conn_timers
         while not behind and ch.due(now):
             c = ch.pop()
@@ -135,11 +135,13 @@ class Timers(EngineState):
                 self._rec(Op.TIMEOUT, j.id)
                 self._to_ready(j)
                 budget -= 1
+            if due is None:
+                due = []
             due.append(c)
         self._budget = budget
         if self._dirty:
             self._serve()
-        for c in due:
+        for c in due or ():
             # Jobs left due may be the job a waiter should get: its timeout waits a step.
             if c.waiting and not behind:
                 if c.deadline_soon(now):
