@@ -136,7 +136,7 @@ class IndexedHeap:
     @cython.wraparound(False)
     @cython.locals(keys=list, items=list, top=HeapItem, last=HeapItem, moved=HeapItem,
                    n=cython.Py_ssize_t, i=cython.Py_ssize_t, c=cython.Py_ssize_t,
-                   r=cython.Py_ssize_t, p=cython.Py_ssize_t)  # fmt: skip
+                   r=cython.Py_ssize_t)  # fmt: skip
     def pop(self) -> Any:
         """Remove and return the item with the smallest key (IndexError when empty).
 
@@ -171,19 +171,9 @@ class IndexedHeap:
             moved.hpos = i
             i = c
             c = 2 * i + 1
-        while i > 0:
-            p = (i - 1) >> 1
-            pk = keys[p]
-            if pk <= last_key:
-                break
-            keys[i] = pk
-            moved = cython.cast(HeapItem, items[p])
-            items[i] = moved
-            moved.hpos = i
-            i = p
         keys[i] = last_key
         items[i] = last
-        last.hpos = i
+        _up(keys, items, i)
         return top
 
     @cython.locals(it=HeapItem, i=cython.Py_ssize_t)
