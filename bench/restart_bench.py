@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Put
 
 T0 = 1_700_000_000.0

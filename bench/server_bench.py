@@ -69,7 +69,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 from support import listening_ports, wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
 
-STALKD = [sys.executable, "-m", "stalkd.server.cli"]
+STALKD = [sys.executable, "-m", "stalkd.cli", "serve"]
 FLOOR = [sys.executable, os.path.join(HERE, "floor_server.py")]
 TICKS = os.sysconf("SC_CLK_TCK")
 # BENCH_LOG_LEVEL=info with BENCH_SERVER_LOG=FILE: stalkd logs records per fsync when it stops.

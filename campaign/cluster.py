@@ -1,7 +1,7 @@
 """The servers under test: stalkd processes the harness starts, kills, pauses and restarts by
 PID, each with its own data directory and log file.
 
-A ``Node`` runs ``python -m stalkd.server.cli`` (the beanstalkd-compatible command line), in a
+A ``Node`` runs ``python -m stalkd.node.cli`` (the beanstalkd-compatible command line), in a
 network namespace when the ``Net`` gave it one (it then listens on its own address there, a
 fixed port being safe in a namespace of its own), else on loopback port 0 the first time and on
 the port it got for every restart after (clients keep their addresses across a restart).
@@ -70,7 +70,7 @@ class Node:
 
     def command(self) -> list[str]:
         port = NS_PORT if self.netns else self.port
-        cmd = [sys.executable, "-m", "stalkd.server.cli", "-l", self.listen, "-p", str(port),
+        cmd = [sys.executable, "-m", "stalkd.node.cli", "-l", self.listen, "-p", str(port),
                "--dir", str(self.data_dir), *self.flags]
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns, *cmd, "--plain-network-ok"]

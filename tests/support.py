@@ -241,7 +241,7 @@ def wait_serving(host: str, port: int = 0, timeout: float = 60.0,
                  proc: subprocess.Popen[bytes] | None = None) -> None:
     """Block until the beanstalkd-protocol server on host:port (or ``unix:PATH`` as host)
     answers a command. stalkd listens before it imports its engine and recovers
-    (server/cli.py), so "listening" is not "serving": under load the first reply can be seconds
+    (node/cli.py), so "listening" is not "serving": under load the first reply can be seconds
     away, and a test whose client has a short reply timeout would time out on the server's
     start-up rather than on what it tests. Connecting is retried while nothing listens yet (a
     UNIX socket's file appears only when it listens), failing at once if ``proc`` exits.

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine.wal import Wal, WalError
 from stalkd.log import LogCorruptError
 from stalkd.log.frame import frame_size
 from stalkd.log.mark import MARK_NAME, read_mark
 from stalkd.log.segment import HEADER_SIZE
+from stalkd.persist.wal import Wal, WalError
 from stalkd.protocol.commands import Put
 
 T = 1_700_000_000.0

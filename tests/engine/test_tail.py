@@ -15,8 +15,8 @@ from stalkd.engine import Engine
 from stalkd.engine.heap import IndexedHeap
 from stalkd.engine.model import Op, decode
 from stalkd.engine.replay import finish, replay
-from stalkd.engine.snapshot import list_snapshots, load_into, read_header
-from stalkd.engine.wal import Wal, WalError
+from stalkd.persist.snapshot import list_snapshots, load_into, read_header
+from stalkd.persist.wal import Wal, WalError
 from stalkd.protocol import commands as C
 
 from .walutil import T0, Driver, random_step

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from stalkd.engine import Engine
-from stalkd.engine.snapshot import list_snapshots
 from stalkd.engine.space import SHORT_FRAME, put_frame
-from stalkd.engine.wal import Wal, WalError
 from stalkd.log.active import SPARES_DIR
 from stalkd.log.fs import Faults
+from stalkd.persist.snapshot import list_snapshots
+from stalkd.persist.wal import Wal, WalError
 from stalkd.protocol import commands as C
 
 from .walutil import T0, Driver, durable_view, random_step

@@ -21,7 +21,7 @@ from server.proc import start_stalkd
 NOT_WITHOUT_FLAGS = ("stalkd.admin", "aiohttp", "stalkd.server.tls", "stalkd.server.acl", "tomllib",
                      "stalkd.archive", "stalkd.spark", "pyspark", "stalkd.ha", "stalkd.server.hanode")
 # What only a data directory needs.
-ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.engine.wal", "stalkd.engine.snapshot", "crc32c",
+ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.persist.wal", "stalkd.persist.snapshot", "crc32c",
                          "stalkd.replication.sender", "stalkd.replication.standby")
 
 _IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$", re.MULTILINE)
@@ -42,7 +42,7 @@ def _imported_after_first_reply(*flags: str, monkeypatch: pytest.MonkeyPatch) ->
     finally:
         server.stop()
     modules = set(_IMPORT_LINE.findall(server.log_text()))
-    assert "stalkd.server.serve" in modules, "no import report in the server's log"
+    assert "stalkd.node.serve" in modules, "no import report in the server's log"
     return modules
 
 
@@ -59,4 +59,4 @@ def test_in_memory_imports_no_storage_and_no_optional_feature(monkeypatch: pytes
 def test_empty_directory_imports_no_optional_feature(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     modules = _imported_after_first_reply("-b", str(tmp_path / "data"), monkeypatch=monkeypatch)
     assert _under(modules, NOT_WITHOUT_FLAGS) == []
-    assert "stalkd.engine.wal" in modules  # the directory is served durably: the check sees imports
+    assert "stalkd.persist.wal" in modules  # the directory is served durably: the check sees imports

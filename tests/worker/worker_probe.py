@@ -84,8 +84,8 @@ def start_server(kind: str, *extra: str, port: int = 0) -> ServerProcess:
     if kind == "beanstalkd":
         cmd = [require_binary("beanstalkd")]
     else:
-        if importlib.util.find_spec("stalkd.server.cli") is None:
-            pytest.skip("stalkd serve is not built yet (no stalkd.server.cli)")
+        if importlib.util.find_spec("stalkd.node.cli") is None:
+            pytest.skip("stalkd serve is not built yet (no stalkd.node.cli)")
         cmd = [sys.executable, "-m", "stalkd.cli", "serve"]
     return spawn_serving([*cmd, "-l", "127.0.0.1", "-p", str(port), *extra], what=kind,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

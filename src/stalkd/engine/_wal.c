@@ -333,7 +333,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "stalkd.engine._wal",
-    "Wal.write in C (stalkd.engine.wal is the reference).", -1, module_methods,
+    "Wal.write in C (stalkd.persist.wal is the reference).", -1, module_methods,
 };
 
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL

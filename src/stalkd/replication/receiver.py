@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING
 
 from stalkd.client._address import Address
 from stalkd.client._tls import connection_kwargs
-from stalkd.engine.compaction import WalError
 from stalkd.engine.handover import Reservations
 from stalkd.engine.model import Record
 from stalkd.engine.replay import ReplayError, replay
 from stalkd.log.errors import LogError
+from stalkd.persist.compaction import WalError
 from stalkd.replication import wire
 from stalkd.replication.catchup import CatchUpError
 from stalkd.replication.frames import check_records
@@ -49,7 +49,7 @@ from stalkd.replication.role import Role
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
-    from stalkd.engine.wal import Wal
+    from stalkd.persist.wal import Wal
 
 __all__ = ["Receiver", "ResyncNeeded", "ask"]
 

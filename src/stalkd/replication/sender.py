@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from stalkd.engine.snapshot import list_snapshots, read_header
 from stalkd.log.reader import ReadPos
+from stalkd.persist.snapshot import list_snapshots, read_header
 from stalkd.replication import wire
 from stalkd.replication.epochs import diverged_at
 from stalkd.replication.gate import SyncGate

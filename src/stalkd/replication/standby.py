@@ -44,7 +44,7 @@ from stalkd.replication.role import Role
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
-    from stalkd.engine.wal import Wal
+    from stalkd.persist.wal import Wal
 
 __all__ = ["Standby", "FENCE_EVERY", "RESYNC_DIR"]
 

@@ -29,24 +29,24 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 
-from stalkd.engine.compaction import Compaction, SnapInProgress, WalError, live_bytes
 from stalkd.engine.engine import Engine
-from stalkd.engine.fastwal import accelerated
 from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space
-from stalkd.engine.walrecovery import RecoveryInfo, rebuild
-from stalkd.engine.walspace import SNAP_RESERVE, WalSpace
 from stalkd.log import Log, LogFullError
 from stalkd.log.active import SPARES_DIR
 from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
 from stalkd.log.frame import frame_size
 from stalkd.log.fs import REAL, FileSystem
+from stalkd.persist.compaction import Compaction, SnapInProgress, WalError, live_bytes
+from stalkd.persist.fastwal import accelerated
+from stalkd.persist.walrecovery import RecoveryInfo, rebuild
+from stalkd.persist.walspace import SNAP_RESERVE, WalSpace
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
 
 LOG_DIR = "wal"
 SNAP_DIR = "snapshots"
-_log = logging.getLogger("stalkd.engine.wal")
+_log = logging.getLogger("stalkd.persist.wal")
 _PUT = Op.PUT
 _RESULT = Op.RESULT
 # How often the log's high-water mark follows the durable end (stalkd.log.mark): damage to what

@@ -1,6 +1,6 @@
 """Start-up after the socket is bound: logging, recovery, the event loop, signals, shutdown.
 
-Imported by ``stalkd.server.cli`` only once the listener exists, because importing asyncio,
+Imported by ``stalkd.node.cli`` only once the listener exists, because importing asyncio,
 uvloop, the engine and the WAL takes longer than some clients wait before connecting.
 
 Ensures: commands are read only after recovery has finished (connections wait in the
@@ -73,7 +73,7 @@ def preload(cfg: Config) -> None:
         import json  # noqa: F401
 
         import stalkd.engine.space
-        import stalkd.engine.wal
+        import stalkd.persist.wal
         import stalkd.replication.authority
         import stalkd.replication.role
         import stalkd.replication.sender
@@ -114,7 +114,7 @@ def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage, str]:
     if cfg.data_dir is None:
         # No WAL: the engine need not build records (same replies, less work per command).
         return Engine(max_job_size=cfg.max_job_size, records=False), MemoryStorage(), "in memory"
-    from stalkd.engine.wal import Wal
+    from stalkd.persist.wal import Wal
 
     kwargs: dict[str, Any] = {"durability": cfg.durability, "archive": cfg.archive, "repair": cfg.repair}
     if cfg.wal_size is not None:
@@ -129,7 +129,7 @@ def _open_storage(cfg: Config, now: float) -> tuple[Engine, Storage, str]:
         log.warning("repair: %s", note)
     rep = wal.log.repair_report
     if rep is not None and rep.salvaged:
-        from stalkd.engine.datadir import job_id_ranges
+        from stalkd.persist.datadir import job_id_ranges
 
         log.warning("repair: %d records still readable in the bytes cut off (not restored), of jobs %s",
                     len(rep.salvaged), job_id_ranges(rep.salvaged))
