@@ -384,6 +384,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         role.on_fenced = then_follow
     ha_node = None
     if keeper is not None:
+        from stalkd.ha import parse_cluster
         from stalkd.server.hanode import HaNode
 
         def rejoin(why: str) -> None:
@@ -398,8 +399,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
             lags = srv.replicas.lags() if srv.replicas is not None else []
             return bool(lags) and all(records == 0 for _, records, _ in lags)
 
-        ha_node = HaNode(keeper, role, standby, wal, engine, rejoin, following=cfg.standby_of,
-                         caught_up=standbys_caught_up)
+        ha_node = HaNode(keeper, parse_cluster(str(cfg.ha)), role, standby, wal, engine, rejoin,
+                         following=cfg.standby_of, caught_up=standbys_caught_up)
         ha_node.install(srv.replication.authority, srv.replicas)
         srv.cluster = ha_node.status
         # from now on the epoch is the running log's (replicated EPOCH records move it)
