@@ -272,7 +272,7 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
 
     standby = Standby(parse_address(cfg.standby_of), wal, srv.engine, role, max_job_size=cfg.max_job_size,
                       applied=srv.applied, on_resync=on_resync, reopened=reopened, secret=secret,
-                      name=cfg.name or "")  # fmt: skip
+                      name=cfg.name or "", clock=srv.clock)  # fmt: skip
     if not standby_mode:  # promoted before this start: keep telling the former primary
         standby.start_fencing()
         return standby
