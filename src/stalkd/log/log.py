@@ -304,6 +304,19 @@ class Log:
         segs = [(b, p, False) for b, _, p in bounds] if bounds and start >= bounds[0][0] else None
         return read_frames(self._listing, self._views.get, start, stop, resume, make, segs)
 
+    def tail_frames(self, at: ReadPos) -> memoryview | None:
+        """The frames written after ``at`` (a position a read left: the next frame is offset
+        ``at.offset`` at byte ``at.pos`` of the segment based at ``at.base``), as the writer
+        laid them out: a zero-copy view of the active segment up to where the next frame goes,
+        holding the frames of offsets ``at.offset`` to ``next_offset``. None when ``at`` is not
+        in the active segment (the caller reads frame by frame). Unchecked: whoever consumes
+        the bytes checks the frames' CRCs. The view is of this log's mapping: drop it before
+        retention may run (the same turn of the caller)."""
+        act = self._writer.active
+        if act is None or at.base != act.base or at.offset > self._writer.next or at.pos > act.pos:
+            return None
+        return self._views.get(act.base, act.path, False).mv[at.pos : act.pos]
+
     def segment_bounds(self) -> list[tuple[int, int | None, str]]:
         """(base, end or None for the active one, path) of the live segments, oldest first."""
         return list(self._writer.bounds)

@@ -323,10 +323,20 @@ class Sender(asyncio.Protocol):
         if t is None or not self.streaming:
             return
         lg = self.replicas.log
+        at = self._pos
         while not self.paused and not t.is_closing():
             end = lg.next_offset
             if self.next >= end:
                 return
+            # At the log's end (the steady state): what the last group commit wrote, as the
+            # writer laid it out, in one message: one copy, no work per record here.
+            tail = lg.tail_frames(at) if at.offset == self.next else None
+            if tail is not None and 0 < len(tail) <= CHUNK_BYTES:
+                with tail:
+                    t.write(wire.encode_frames(self.next, at.base, tail))
+                    at.pos += len(tail)
+                at.offset = self.next = end
+                continue
             payloads: list[memoryview] = []
             size = 0
             expect = self.next
