@@ -3,8 +3,9 @@
 ``Receiver.run`` keeps one stream open to the primary (reconnecting with a backoff): each read
 of records is appended to the local log at the primary's offsets (``Wal.append_replicated``),
 applied to the engine (``replay``, the recovery rules: a reserved job shows as ready here), made
-durable (under ``always``: a group commit, one fsync at a time on a thread while the stream is
-still read and applied), and then acknowledged with the new durable end, which is what the
+durable (under ``always``: a group commit, one fsync at a time on a thread, started as soon as
+the records are written, so that it runs while they are applied and the stream is read), and
+then acknowledged with the new durable end, which is what the
 primary's ``--sync-standbys`` waits for.
 
 Ensures:
@@ -250,6 +251,8 @@ class Receiver:
                     except BaseException:
                         self._apply(first, records[:lg.next_offset - first])  # what it holds
                         raise
+                    if self.fsync and not self._syncing:
+                        self._sync(writer)  # what the ack waits for: fsynced while the records are applied
                     self._apply(first, records)
             finally:
                 self.wal.last_seq = self.engine.seq

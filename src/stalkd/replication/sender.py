@@ -328,14 +328,17 @@ class Sender(asyncio.Protocol):
             end = lg.next_offset
             if self.next >= end:
                 return
-            # At the log's end (the steady state): what the last group commit wrote, as the
-            # writer laid it out, in one message: one copy, no work per record here.
-            tail = lg.tail_frames(at) if at.offset == self.next else None
-            if tail is not None and 0 < len(tail) <= CHUNK_BYTES:
-                with tail:
-                    t.write(wire.encode_frames(self.next, at.base, tail))
-                    at.pos += len(tail)
-                at.offset = self.next = end
+            # The log's frames as the writer laid them out, one message per group commit at the
+            # log's end (the steady state) or per CHUNK_BYTES when behind: one copy out of the
+            # mapping (the view ends with this call: retention may close it), no work per record
+            # here at the end, a walk over the frames' lengths when behind.
+            got = lg.frames_after(at, CHUNK_BYTES) if at.offset == self.next else None
+            if got is not None and len(got[2]):
+                base, pos, view, stop = got
+                with view:
+                    t.write(wire.encode_frames(self.next, base, view))
+                    at.base, at.pos, at.offset = base, pos + len(view), stop
+                self.next = stop
                 continue
             payloads: list[memoryview] = []
             size = 0
@@ -353,8 +356,7 @@ class Sender(asyncio.Protocol):
             if not payloads:
                 self.drop(f"offset {self.next} is not readable; the standby must copy a snapshot")
                 return
-            # One copy out of the segment's mapping per message: the views end with this call,
-            # so nothing the transport keeps pins the mapping (retention may close it).
+            # (where the frames' bytes cannot be taken as they are: the position is not known yet)
             t.write(b"".join(wire.encode_records(self.next, payloads)))
             self.next = expect
 
