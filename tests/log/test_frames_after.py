@@ -54,11 +54,25 @@ def test_what_follows_a_position_is_what_was_written(tmp_path: Path, io: str, ma
         assert sent == [(f.offset, f.bytes()) for f in log.read(2)]
 
 
+def test_the_end_of_a_removed_segment_continues_in_the_next(tmp_path: Path) -> None:
+    with Log.open(tmp_path, durability="never", segment_size=4096) as log:
+        log.append_many([b"z" * 100] * 60)
+        bounds = log.segment_bounds()
+        first_end = bounds[1][0]
+        at = ReadPos(-1, 0, 0)
+        assert len(list(log.read(0, first_end, resume=at))) == first_end
+        log.retain(first_end)  # the segment ``at`` ended is removed
+        assert log.segment_bounds()[0][0] == first_end
+        assert follow(log, at, 1 << 20) == [(f.offset, f.bytes()) for f in log.read(first_end)]
+
+
 def test_a_position_in_no_live_segment_gets_none(tmp_path: Path) -> None:
     with Log.open(tmp_path, durability="never", segment_size=4096) as log:
         log.append_many([b"y" * 100] * 60)  # past the first segment
         base = log.segment_bounds()[-1][0]
         assert base > 0
-        assert log.frames_after(ReadPos(-1, 0, 0), 1 << 20) is None  # no read yet
+        assert log.frames_after(ReadPos(-1, 5, 0), 1 << 20) is None  # not read yet, not a segment's start
+        got = log.frames_after(ReadPos(-1, 0, 0), 1 << 20)  # a segment's start needs no read
+        assert got is not None and frames_in(got[2], 0, 0)[0] == (0, b"y" * 100)
         assert log.frames_after(ReadPos(3, 3, 64), 1 << 20) is None  # no segment is based there
         assert log.frames_after(ReadPos(base, log.next_offset + 1, 64), 1 << 20) is None  # beyond the end

@@ -312,7 +312,8 @@ class Log:
         out, from one segment: ``(base, position, view, end offset)``, ``view`` a zero-copy
         slice of that segment's mapping from ``position`` holding the whole frames of offsets
         ``at.offset`` to ``end offset``, at most ``max_bytes`` of them unless one frame alone
-        is larger. At the end of a sealed segment it continues in the next one. The rest of a
+        is larger. At the end of a sealed segment (or of one removed since) it continues in the
+        next one. The rest of a
         segment is taken without looking at its frames; a longer run is cut at a frame
         boundary found from the frames' lengths. None when ``at`` is in no live segment (the
         caller reads frame by frame). Unchecked: whoever consumes the bytes checks the frames'
@@ -328,6 +329,9 @@ class Log:
                 path, last, stop = act.path, w.next, act.pos
                 break
             seg = next((s for s in w.bounds if s[0] == base), None)
+            if seg is None and any(s[0] == offset for s in w.bounds):
+                base, pos = offset, HEADER_SIZE  # ``at`` ended a segment retention removed since
+                continue
             if seg is None or seg[1] is None:
                 return None
             path = seg[2]
