@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--net", choices=("netns", "proxy"), default="netns",
                     help="how partitions are made (default: network namespaces, as root)")
+    ap.add_argument("--no-progress", action="store_true", help="no line after each fault")
     ap.add_argument("--out", type=Path, default=Path("build/campaign"), help="output directory")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)  # the worker's reconnect lines: expected, many
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                            quiet=args.quiet, seed=args.seed, net=args.net)
             d = args.out / spec.label
             print(f"== {spec.label}: {args.cycles} cycles", flush=True)
-            result = run(spec, d)
+            result = run(spec, d, progress=None if args.no_progress else _say)
             ops = pair(read_events(d / "history.jsonl"))
             report.plot(ops, d / "plot.png", f"{spec.label} ({args.cycles} cycles)")
             rows.append(result.row)
@@ -59,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "table.md").write_text(report.markdown(rows))
     previous.write_text(json.dumps(rows, indent=1))
     return 1 if bad else 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ class Node:
     netns: str | None = None  # run inside this network namespace
     listen: str = "127.0.0.1"  # the address it listens on (its namespace's own, with netns)
     clock_file: Path | None = None
+    pythonpath: Path | None = None  # run stalkd from this source tree (a planted bug's copy)
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
@@ -78,6 +79,8 @@ class Node:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
+        if self.pythonpath is not None:  # ahead of the installed stalkd
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(self.pythonpath), env.get("PYTHONPATH"))))
         if self.clock_file is not None:
             if not self.clock_file.exists():
                 self.clock_file.write_text("+0\n")
