@@ -15,8 +15,8 @@ from the clients first and from its standby only once the standby holds its whol
    checker's ``fenced-ack`` rule applies to ``p``;
 3. the ``p``-``s`` link healed: the new primary tells ``p`` of its epoch (``standby.fence``);
    the harness waits (bounded) until ``p`` says ``role: fenced``, then heals the clients' link;
-4. a stale client pinned to ``p``'s address alone puts a few jobs; the load goes on; the final
-   read is taken from ``s``.
+4. once the load has puts acknowledged by ``s``, a stale client pinned to ``p``'s address alone
+   puts a few jobs; the final read is taken from ``s``.
 
 Unpatched, ``p`` answers ``NOT_PRIMARY`` and the history is clean. Patched, it acknowledges the
 stale client's puts: ``fenced-ack`` (and ``lost``: the new primary never had them).
@@ -33,9 +33,10 @@ from pathlib import Path
 import stalkd
 from campaign import checker
 from campaign.cluster import Cluster, wait_until
+from campaign.failover import loaded
 from campaign.history import History, Op
 from campaign.net import CLIENT, NamespaceNet
-from campaign.workload import Workload, WorkloadSpec, final_read
+from campaign.workload import final_read
 
 __all__ = ["PLANT", "fence_run", "source_tree"]
 
@@ -85,12 +86,7 @@ def fence_run(directory: Path, plant: bool, *, seed: int = 1) -> tuple[list[Op],
     rng = random.Random(seed)
     fenced = False
     try:
-        cluster.start()
-        wait_until(lambda: cluster.caught_up(), "the standby to follow")
-        spec = WorkloadSpec(producers=2, workers=1, app_workers=0, tubes=1, delayed=0.0)
-        load = Workload(history, cluster.addresses(), cluster.node_names(), spec, rng.randrange(1 << 30))
-        load.start()
-        wait_until(lambda: sum(1 for op in history.ops() if op.f == "put" and op.ok) >= 20, "puts before the fault")
+        load = loaded(cluster, history, rng, 20)
         ev = history.invoke("nemesis", "start", {"nemesis": "isolate-primary", "breaks": True})
         net.cut(CLIENT, "p")
 
@@ -123,6 +119,8 @@ def fence_run(directory: Path, plant: bool, *, seed: int = 1) -> tuple[list[Op],
             pass  # the planted bug: it never says so; what it acknowledges is the checker's to find
         net.heal()
         history.complete(ev, "ok", {"node": "p", "fenced": fenced})
+        wait_until(lambda: sum(1 for op in history.ops() if op.f == "put" and op.ok and op.node == "s") >= 10,
+                   "the load to carry on against the new primary")
         load.put_to(cluster.client_address("p"), "stale-client", STALE_PUTS)
         load.stop()
         slack = sum(1 for op in history.ops() if op.f == "put" and not op.ok) + 10

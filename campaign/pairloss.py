@@ -37,6 +37,7 @@ from typing import Any
 
 from campaign import checker, report
 from campaign.cluster import Cluster, Node, wait_until
+from campaign.failover import acked_puts
 from campaign.history import History, Op
 from campaign.powerfs import PowerFS
 from campaign.workload import Workload, WorkloadSpec, final_read
@@ -115,7 +116,7 @@ def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", 
         load.start()
 
         def acked() -> int:
-            return sum(1 for op in history.ops() if op.f == "put" and op.ok)
+            return acked_puts(history)
 
         for _ in range(cycles):
             before, gap = acked(), rng.uniform(min_gap, max_gap)

@@ -128,8 +128,9 @@ def test_an_old_primary_that_ignores_its_fence_is_caught_acknowledging(tmp_path:
 @pytest.mark.usefixtures("netns")
 def test_a_fenced_old_primary_acknowledges_nothing_more(tmp_path: Path) -> None:
     ops, anomalies, fenced = fence_run(tmp_path / "control", plant=False)
-    assert fenced
-    stale = [op for op in ops if op.process == "stale-client" and op.f == "put"]
-    assert [(op.type, op.value.get("error")) for op in stale] == [("fail", "NotPrimary")] * STALE_PUTS
+    assert fenced, (tmp_path / "control" / "p" / "p.log").read_text()[-3000:]
+    stale = [(op.type, op.value.get("error")) for op in ops if op.process == "stale-client" and op.f == "put"]
+    # refused (a reply that did not come in time on a loaded machine is unknown, not refused)
+    assert ("fail", "NotPrimary") in stale and not any(t == "ok" for t, _ in stale), stale
     assert sum(1 for op in ops if op.f == "put" and op.ok and op.node == "s") > 0  # the load went on
     assert anomalies == [], [a.detail for a in anomalies][:20]

@@ -15,16 +15,8 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # the campaign packag
 from campaign.checker import count  # noqa: E402
 from campaign.history import Op  # noqa: E402
 from campaign.pairloss import NEMESIS, pair_power_run  # noqa: E402
-from campaign.powerfs import why_no_mount  # noqa: E402
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _fuse() -> None:
-    why = why_no_mount()
-    if why is not None:
-        pytest.skip(why)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fuse")]
 
 
 def _cuts(ops: list[Op]) -> int:
