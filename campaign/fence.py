@@ -28,6 +28,7 @@ import json
 import random
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import stalkd
@@ -49,14 +50,14 @@ FENCE_WAIT = 15.0  # seconds for the old primary to say it is fenced (told every
 STALE_PUTS = 5
 
 
-def source_tree(into: Path, plant: bool) -> Path:
+def source_tree(into: Path, plants: Sequence[tuple[str, str, str]] = ()) -> Path:
     """A copy of the installed stalkd package (compiled twins included) under ``into``, with
-    ``PLANT`` applied if asked; the directory to put on ``PYTHONPATH``."""
+    each of ``plants`` (file under ``stalkd/``, text there once, its replacement) applied; the
+    directory to put on ``PYTHONPATH``."""
     src = Path(stalkd.__file__).parent
     shutil.rmtree(into, ignore_errors=True)
     shutil.copytree(src, into / "stalkd", ignore=shutil.ignore_patterns("__pycache__"))
-    if plant:
-        rel, old, new = PLANT
+    for rel, old, new in plants:
         f = into / "stalkd" / rel
         text = f.read_text()
         if text.count(old) != 1:
@@ -78,7 +79,7 @@ def fence_run(directory: Path, plant: bool, *, seed: int = 1) -> tuple[list[Op],
     """Run it in ``directory``; the history's operations, the checker's anomalies and whether
     the old primary said it was fenced."""
     directory.mkdir(parents=True, exist_ok=True)
-    tree = source_tree(directory / "src", plant)
+    tree = source_tree(directory / "src", (PLANT,) if plant else ())
     net = NamespaceNet(["p", "s"])  # OSError where namespaces cannot be made
     cluster = Cluster(directory, "standby", sync=0, net=net)
     cluster.nodes["p"].pythonpath = tree
