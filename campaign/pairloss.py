@@ -90,6 +90,7 @@ def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", 
     """Run it in ``directory``: ``cycles`` power cuts of both nodes, each after a random gap of
     load (and at least 20 more acknowledged puts). ``directory`` is emptied first: a run's
     history and data are its own."""
+    directory = directory.resolve()  # the mounts and the servers' --dir: one meaning anywhere
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
