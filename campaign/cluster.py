@@ -50,6 +50,8 @@ class Node:
     netns: str | None = None  # run inside this network namespace
     listen: str = "127.0.0.1"  # the address it listens on (its namespace's own, with netns)
     clock_file: Path | None = None
+    pythonpath: Path | None = None  # run stalkd from this source tree (a planted bug's copy)
+    log_dir: Path | None = None  # where its log goes (default: its data directory's parent)
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
@@ -60,7 +62,7 @@ class Node:
 
     @property
     def log_path(self) -> Path:
-        return self.data_dir.parent / f"{self.name}.log"
+        return (self.log_dir or self.data_dir.parent) / f"{self.name}.log"
 
     def log_text(self) -> str:
         try:
@@ -78,6 +80,8 @@ class Node:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
+        if self.pythonpath is not None:  # ahead of the installed stalkd
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(self.pythonpath), env.get("PYTHONPATH"))))
         if self.clock_file is not None:
             if not self.clock_file.exists():
                 self.clock_file.write_text("+0\n")

@@ -162,6 +162,21 @@ class Workload:
             self.stopping.wait(max(0.0, 1 / self.spec.rate - (time.monotonic() - t0)))
         rec.drop()
 
+    def put_to(self, address: str, name: str, count: int) -> None:
+        """``count`` puts into the first tube by process ``name`` through a client that knows
+        ``address`` alone (a client left with an old primary's address, say)."""
+        tube = self.tubes()[0]
+        rec = _Recorder(self.history, name, [address], self.nodes, self.spec, self.stopping,
+                        lambda c: c.use(tube))
+        for i in range(count):
+            body = f'"{name}-{i}"'
+
+            def put(c: Client, b: str = body) -> dict[str, Any]:
+                return {"id": c.put(b, priority=0, ttr=self.spec.ttr)}
+
+            rec.call("put", {"body": body, "tube": tube, "pri": 0, "delay": 0, "ttr": self.spec.ttr}, put)
+        rec.drop()
+
     def _work(self, name: str, tube: str, rng: random.Random) -> None:
         def setup(c: Client) -> None:
             c.watch(tube)

@@ -235,16 +235,17 @@ class Receiver:
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dec: wire.RecordDecoder,
                       heard: list[float]) -> None:  # fmt: skip
         lg = self.wal.log
-        beats = -1
+        beats = 0
         while not self._stopped:
             data = await reader.read(READ_BYTES)
             if not data:
                 raise EOFError("the primary closed the stream")
             heard[0] = self.clock()
             msgs = dec.feed(data)
-            if dec.primary_end != beats:  # a heartbeat: the primary's end, and we answer
-                beats = dec.primary_end
-                self.primary_end = max(self.primary_end, beats)
+            if dec.heartbeats != beats:  # a heartbeat: the primary's end, and we answer each
+                # (an idle primary's are all alike; unanswered, it drops the stream as silent)
+                beats = dec.heartbeats
+                self.primary_end = max(self.primary_end, dec.primary_end)
                 writer.write(wire.encode_ack(self.durable_end))
                 self._in_sync()
             if not msgs:

@@ -304,6 +304,8 @@ def encode_heartbeat(end_offset: int) -> bytes:
 
     >>> d = RecordDecoder(); d.feed(encode_heartbeat(42)), d.primary_end
     ([], 42)
+    >>> d.feed(encode_heartbeat(42) * 2), d.heartbeats
+    ([], 3)
     """
     body = _FIRST.pack(end_offset)
     return _MSG.pack(_KIND_HEARTBEAT, len(body), zlib.crc32(body)) + body
@@ -317,6 +319,7 @@ class RecordDecoder:
     def __init__(self) -> None:
         self._buf = bytearray()
         self.primary_end = -1  # the last heartbeat's (-1: none yet)
+        self.heartbeats = 0  # how many came: each is answered, an idle stream's all alike
 
     @property
     def buffered(self) -> int:
@@ -359,6 +362,7 @@ class RecordDecoder:
                 continue
             if kind == _KIND_HEARTBEAT:
                 self.primary_end = first
+                self.heartbeats += 1
                 continue
             p = start + _FIRST.size
             payloads = []
