@@ -38,6 +38,7 @@ from stalkd.engine.wal import Wal
 from stalkd.protocol.commands import Put
 
 T0 = 1_700_000_000.0
+T0_US = int(T0 * 1_000_000)
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
@@ -99,6 +100,31 @@ def first_reply(directory: str, src: str) -> float:
         proc.wait()
 
 
+def floor(n: int) -> float:
+    """Seconds to build what any loader that makes one Python object per job must build for ``n``
+    jobs of 100 bytes (a ``Job``, its body, its id and created time, its entry in the id map and
+    its heap key), the collector off as in recovery; no file read, no check."""
+    import gc
+    from itertools import repeat
+
+    from stalkd.engine.model import JobState
+    from stalkd.engine.objects import Job, Tube
+
+    blob = b"x" * (100 * n)
+    gc.disable()
+    t = time.perf_counter()
+    ids = list(range(1 << 32, (1 << 32) + n))
+    bodies = [blob[i : i + 100] for i in range(0, 100 * n, 100)]
+    jobs = list(map(Job, ids, repeat(Tube("t", 1), n), repeat(0, n), repeat(0, n), repeat(60, n), bodies,
+                    repeat(JobState.READY, n), range(T0_US, T0_US + n)))  # fmt: skip
+    by_id = dict(zip(ids, jobs, strict=True))
+    keys = [(1 << 64) | i for i in ids]  # heap.pack(pri 1, id)
+    t = time.perf_counter() - t
+    del jobs, by_id, keys, bodies
+    gc.enable()
+    return t
+
+
 def first_reply_table(sizes: list[int], trees: dict[str, str], repeat: int) -> None:
     root = tempfile.mkdtemp(prefix="restart-bench-", dir=os.environ.get("BENCH_DATA_DIR", "/var/tmp"))
     kinds = {"snapshot": "--final", "trigger": "--no-final"}
@@ -128,6 +154,12 @@ def first_reply_table(sizes: list[int], trees: dict[str, str], repeat: int) -> N
             med = [statistics.median(runs[n, kind, t]) for t in names]
             print(f"{n:>10,} {kind:9} | " + " | ".join(f"{m * 1000:11.0f} ms" for m in med)
                   + (f" | {med[0] / med[1]:10.2f}x" if len(med) == 2 else ""))  # fmt: skip
+    print("floor: the objects one Python object per job needs (Job, body, ints, id map, heap key), "
+          "built in a fresh process")
+    for n in sizes:
+        out = subprocess.run([sys.executable, __file__, "--floor", str(n)], env=_env(SRC), capture_output=True,
+                             text=True, check=True, timeout=600).stdout  # fmt: skip
+        print(f"{n:>10,} jobs: {float(out) * 1000:8.0f} ms")
 
 
 def main() -> int:
@@ -139,11 +171,15 @@ def main() -> int:
     p.add_argument("--sizes", default="200000,1000000", help="with --first-reply: live jobs, comma-separated")
     p.add_argument("--peer-src", help="with --first-reply: another tree's src directory, measured in the same run")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--floor", type=int, help=argparse.SUPPRESS)
     p.add_argument("--build", help=argparse.SUPPRESS)
     p.add_argument("--final", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
         child(a.child)
+        return 0
+    if a.floor:
+        print(floor(a.floor))
         return 0
     if a.build:  # run under the PYTHONPATH of the tree whose files it writes
         build(a.build, a.jobs, True, bool(a.final))
