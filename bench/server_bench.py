@@ -290,6 +290,30 @@ def startup(kind: str, runs: int = 7, empty_dir: bool = False) -> tuple[float, f
     return statistics.median(listen) * 1000, statistics.median(first) * 1000, statistics.median(cpu) * 1000
 
 
+def import_floor(runs: int = 7) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU ms of a bare interpreter, of importing asyncio (and uvloop), and of
+    importing the server (this tree's, or ``--peer-src``'s as "peer"): what no start-up of a
+    Python asyncio server gets under, next to what stalkd's own imports add."""
+    statements = {"python -c pass": "pass", "import asyncio": "import asyncio",
+                  "import asyncio, uvloop": "import asyncio, uvloop",
+                  "import stalkd.server.serve": "import stalkd.server.serve"}  # fmt: skip
+    cases = [(label, code, None) for label, code in statements.items()]
+    if PEER_SRC is not None:
+        cases.append(("peer: import stalkd.server.serve", "import stalkd.server.serve", PEER_SRC))
+    wall: dict[str, list[float]] = {c[0]: [] for c in cases}
+    cpu: dict[str, list[float]] = {c[0]: [] for c in cases}
+    for _ in range(runs):
+        for label, code, src in cases:
+            env = None if src is None else {**os.environ, "PYTHONPATH": src}
+            t0 = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            wall[label].append(time.monotonic() - t0)
+            cpu[label].append(usage.ru_utime + usage.ru_stime)
+    return {k: (statistics.median(wall[k]) * 1000, statistics.median(cpu[k]) * 1000) for k in wall}
+
+
 # --- the matrix -----------------------------------------------------------------------------
 
 
@@ -408,6 +432,8 @@ def main() -> int:
         print(f"# start-up {kind:10} {where:9}: exec -> accepting {ms_listen:6.1f} ms, "
               f"exec -> first reply {ms_first:6.1f} ms, CPU to it {ms_cpu:6.1f} ms (median of 7)", flush=True)
     if opts.startup_only:
+        for label, (ms_wall, ms_cpu) in import_floor().items():
+            print(f"# floor {label:34}: {ms_wall:6.1f} ms, CPU {ms_cpu:6.1f} ms (median of 7)")
         return 0
     from stalkd.protocol import accel
 
