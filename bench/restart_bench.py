@@ -79,8 +79,10 @@ def _env(src: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": src}
 
 
-def first_reply(directory: str, src: str) -> float:
-    """Seconds from exec of ``stalkd serve -b directory`` (the tree ``src``) to its first reply."""
+def first_reply(directory: str, src: str) -> tuple[float, float]:
+    """Seconds from exec of ``stalkd serve -b directory`` (the tree ``src``) to its first reply,
+    and the CPU seconds the server used by then (it is killed at once and its rusage read: on a
+    loaded machine the wall time swells with the run queue, the CPU time much less)."""
     args = [sys.executable, "-m", "stalkd.server.cli", "-l", "127.0.0.1", "-p", "0", "-b", directory,
             "--log-level", "warning"]  # fmt: skip
     t0 = time.monotonic()
@@ -94,13 +96,18 @@ def first_reply(directory: str, src: str) -> float:
             s.sendall(b"list-tube-used\r\n")
             if not s.recv(100).startswith(b"USING"):
                 raise RuntimeError(f"stalkd ({src}) did not answer list-tube-used")
-        return time.monotonic() - t0
-    finally:
+        wall = time.monotonic() - t0
         proc.kill()  # a kill -9, as a crash: the data directory stays as it was for the next start
-        proc.wait()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        return wall, usage.ru_utime + usage.ru_stime
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            proc.wait()
 
 
-def floor(n: int) -> float:
+def floor(n: int) -> tuple[float, float]:
     """Seconds to build what any loader that makes one Python object per job must build for ``n``
     jobs of 100 bytes (a ``Job``, its body, its id and created time, its entry in the id map and
     its heap key), the collector off as in recovery; no file read, no check."""
@@ -112,17 +119,17 @@ def floor(n: int) -> float:
 
     blob = b"x" * (100 * n)
     gc.disable()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     ids = list(range(1 << 32, (1 << 32) + n))
     bodies = [blob[i : i + 100] for i in range(0, 100 * n, 100)]
     jobs = list(map(Job, ids, repeat(Tube("t", 1), n), repeat(0, n), repeat(0, n), repeat(60, n), bodies,
                     repeat(JobState.READY, n), range(T0_US, T0_US + n)))  # fmt: skip
     by_id = dict(zip(ids, jobs, strict=True))
     keys = [(1 << 64) | i for i in ids]  # heap.pack(pri 1, id)
-    t = time.perf_counter() - t
+    t, c = time.perf_counter() - t, time.process_time() - c
     del jobs, by_id, keys, bodies
     gc.enable()
-    return t
+    return t, c
 
 
 def first_reply_table(sizes: list[int], trees: dict[str, str], repeat: int) -> None:
@@ -138,7 +145,7 @@ def first_reply_table(sizes: list[int], trees: dict[str, str], repeat: int) -> N
                                    env=_env(src), check=True, timeout=1800)  # fmt: skip
         # What each data directory asks recovery to read (this tree's reading of its own files).
         held = {key: timed(d)[2:] for key, d in dirs.items() if key[2] == "after (this)"}
-        runs: dict[tuple[int, str, str], list[float]] = {key: [] for key in dirs}
+        runs: dict[tuple[int, str, str], list[tuple[float, float]]] = {key: [] for key in dirs}
         for r in range(repeat):
             for n in sizes:
                 for kind in kinds:
@@ -148,22 +155,26 @@ def first_reply_table(sizes: list[int], trees: dict[str, str], repeat: int) -> N
     finally:
         shutil.rmtree(root, ignore_errors=True)
     names = list(trees)
-    print(f"restart to first reply: exec of stalkd serve -b DIR -> list-tube-used answered (medians of {repeat})")
-    print(f"{'live jobs':>10} {'after':9} | " + " | ".join(f"{t:>14}" for t in names)
-          + (" | before/after" if len(names) == 2 else "") + " | this tree recovers")  # fmt: skip
+    print(f"restart to first reply: exec of stalkd serve -b DIR -> list-tube-used answered, wall and the "
+          f"server's CPU by then (medians of {repeat})")
+    print(f"{'live jobs':>10} {'after':9} | " + " | ".join(f"{t + ' wall, CPU':>24}" for t in names)
+          + (" | before/after (CPU)" if len(names) == 2 else "") + " | this tree recovers")  # fmt: skip
     for n in sizes:
         for kind in kinds:
-            med = [statistics.median(runs[n, kind, t]) for t in names]
+            wall = [statistics.median(w for w, _ in runs[n, kind, t]) for t in names]
+            cpu = [statistics.median(c for _, c in runs[n, kind, t]) for t in names]
             from_snap, replayed = held[n, kind, "after (this)"]
-            print(f"{n:>10,} {kind:9} | " + " | ".join(f"{m * 1000:11.0f} ms" for m in med)
-                  + (f" | {med[0] / med[1]:10.2f}x" if len(med) == 2 else "")
+            print(f"{n:>10,} {kind:9} | "
+                  + " | ".join(f"{w * 1000:11.0f} ms, {c * 1000:6.0f} ms" for w, c in zip(wall, cpu, strict=True))
+                  + (f" | {wall[0] / wall[1]:5.2f}x ({cpu[0] / cpu[1]:.2f}x)" if len(names) == 2 else "")
                   + f" | {from_snap:,} jobs from the snapshot + {replayed:,} WAL records")  # fmt: skip
     print("floor: the objects one Python object per job needs (Job, body, ints, id map, heap key), "
           "built in a fresh process")
     for n in sizes:
         out = subprocess.run([sys.executable, __file__, "--floor", str(n)], env=_env(SRC), capture_output=True,
                              text=True, check=True, timeout=600).stdout  # fmt: skip
-        print(f"{n:>10,} jobs: {float(out) * 1000:8.0f} ms")
+        wall, cpu = map(float, out.split())
+        print(f"{n:>10,} jobs: {wall * 1000:8.0f} ms, CPU {cpu * 1000:6.0f} ms")
 
 
 def main() -> int:
@@ -183,7 +194,7 @@ def main() -> int:
         child(a.child)
         return 0
     if a.floor:
-        print(floor(a.floor))
+        print(*floor(a.floor))
         return 0
     if a.build:  # run under the PYTHONPATH of the tree whose files it writes
         build(a.build, a.jobs, True, bool(a.final))
