@@ -60,6 +60,8 @@ def test_in_memory_imports_no_storage_and_no_optional_feature(monkeypatch: pytes
     modules = _imported_after_first_reply(monkeypatch=monkeypatch)
     assert _under(modules, NOT_WITHOUT_FLAGS) == []
     assert _under(modules, ONLY_WITH_A_DIRECTORY) == []
+    # -l 127.0.0.1 is resolved as bytes: no IDNA codec (stringprep, unicodedata) for an ASCII name
+    assert _under(modules, ("encodings.idna", "stringprep", "unicodedata")) == []
 
 
 def test_empty_directory_imports_no_optional_feature(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
