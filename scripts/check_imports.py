@@ -56,7 +56,8 @@ def _is_type_checking(test: ast.expr) -> bool:
 KINDS = ("import-time", "deferred", "typing")
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("stalkd", "stalkd.cyshim", "stalkd.extensions", "stalkd.pids", "stalkd.secretfile", "stalkd.tubes"),
+    ("stalkd", "stalkd.cyshim", "stalkd.extensions", "stalkd.sourcefirst", "stalkd.pids", "stalkd.secretfile",
+     "stalkd.tubes"),
     ("stalkd.log",),  # segments, frames, group commit, consumer groups
     ("stalkd.protocol",),  # the beanstalkd grammar: commands and replies as values
     ("stalkd.engine",),  # the job semantics, a pure state machine

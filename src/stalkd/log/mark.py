@@ -32,7 +32,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-from crc32c import crc32c
+from stalkd.log.crc import crc32c
 
 from .errors import LogError
 from .fs import REAL, FileSystem, create_whole

@@ -16,7 +16,6 @@ Elsewhere than glibc (musl, macOS) both do nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import time
 
@@ -36,8 +35,10 @@ class _Mallinfo2(ctypes.Structure):
 
 
 def _libc() -> ctypes.CDLL | None:
+    # glibc's soname, named rather than looked up: ``ctypes.util.find_library`` imports
+    # ``shutil`` and ``tempfile`` and runs ``ldconfig -p`` in a child process, at every start.
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return None
     if not all(hasattr(libc, f) for f in ("malloc_trim", "mallopt", "mallinfo2")):
