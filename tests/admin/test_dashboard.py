@@ -9,7 +9,7 @@ from typing import Any
 import greenstalk
 import pytest
 
-from admin.adminproc import AdminServer
+from admin.adminproc import AdminServer, make_tubes
 from support import require_binary
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -113,15 +113,7 @@ def test_any_of_many_tubes_can_be_found_by_page_order_or_search(server: AdminSer
     from playwright.sync_api import expect
 
     # Given 250 tubes (more than a page of 100), t00249 the busiest, stalkd.failed hidden
-    c = greenstalk.Client(("127.0.0.1", server.port))
-    for i in range(250):
-        c.use(f"t{i:05d}")
-        c.put("x")
-    for _ in range(4):
-        c.put("more")  # into t00249
-    c.use("stalkd.failed")
-    c.put("internal")
-    c.close()
+    make_tubes(server.port, 250, more=4, internal=True)
     # The table shows the first page, the cards every tube
     expect(page.locator("#tube-range")).to_have_text("1–100 of 251")  # and "default"
     expect(page.locator("#tubes tbody tr")).to_have_count(100)

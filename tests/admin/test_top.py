@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import greenstalk
 
-from admin.adminproc import AdminServer
+from admin.adminproc import AdminServer, make_tubes
 from stalkd.admin.top import Sample, rows
 from support import require_binary, start_beanstalkd
 
@@ -162,13 +162,7 @@ def _tube_lines(screen: str) -> list[str]:
 
 def test_top_pages_orders_and_searches_many_tubes(server: AdminServer) -> None:
     # Given 60 tubes, t00059 the busiest: more than the terminal shows
-    c = greenstalk.Client(("127.0.0.1", server.port))
-    for i in range(60):
-        c.use(f"t{i:05d}")
-        c.put("x")
-    for _ in range(3):
-        c.put("more")  # into t00059
-    c.close()
+    make_tubes(server.port, 60, more=3)
     for args in (("--admin", server.admin), ("-a", server.address)):  # the server or top chooses
         t = _top(*args, "-n", "0.3", "--sort", "name")
         try:
