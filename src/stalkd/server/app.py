@@ -55,6 +55,7 @@ from stalkd.server.connection import Connection
 from stalkd.server.fastconn import ADMISSION, BARRIERS, new_connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
+from stalkd.server.turns import Turns
 
 if TYPE_CHECKING:
     from stalkd.replication.sender import Replicas
@@ -104,6 +105,8 @@ class Server:
         limit = config.max_memory if config.max_memory is not None else default_limit(config.max_job_size)
         self.memory = MemoryBudget(limit)
         self._memory_timer: asyncio.TimerHandle | None = None
+        # The loop's time per turn, shared by the connections (turns.py).
+        self.turns: Turns | None = Turns(lambda f: self.loop().call_soon(f))
         self.started = clock()
         self._loop: asyncio.AbstractEventLoop | None = None  # see loop()
         # False in memory: no records, so no reply ever waits for a barrier.
