@@ -479,6 +479,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
     await stop.wait()
     gc_timer.cancel()
     trim_timer.cancel()
+    trimmer.join()
     gc_policy.stop()
 
     if code == EXIT_REJOIN:
