@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from server.test_conn import RecordingTransport
 from stalkd.engine import Engine
 from stalkd.server.app import Server
 from stalkd.server.config import Config
@@ -61,46 +62,9 @@ def test_the_queue_runs_in_order_and_stops_at_each_turns_deadline() -> None:
     assert later == []  # nothing queued: no more turns scheduled
 
 
-class Transport:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-        self.reading = True
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.sent.append(data)
-
-    def writelines(self, parts: list[bytes]) -> None:
-        self.sent.append(b"".join(parts))
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def set_write_buffer_limits(self, high: int) -> None:
-        pass
-
-    def get_extra_info(self, key: str) -> object:
-        return {"peername": ("127.0.0.1", 1)}.get(key)
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-
-def _connect(srv: Server) -> tuple[Connection, Transport]:
+def _connect(srv: Server) -> tuple[Connection, RecordingTransport]:
     c = Connection(srv, srv.conns.next_id(), 65535, 4 * 2**20)  # the reference, in both builds
-    t = Transport()
+    t = RecordingTransport()
     c.connection_made(t)  # type: ignore[arg-type]
     return c, t
 
