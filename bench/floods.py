@@ -29,6 +29,7 @@ import resource
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -85,31 +86,43 @@ def _readers_flood(port: int) -> list[socket.socket]:
     return [flood_unread(port, b"list-tubes\r\n" * 120) for _ in range(1000)]
 
 
-def _big_puts(port: int) -> str:
-    body = b"b" * (16 * MB)
-    ids: list[bytes] = []
+_PUTS = """
+import socket, sys, threading
+port, n, size = map(int, sys.argv[1:])
+body = b"b" * size
+ids = []
 
-    def put() -> None:
-        with socket.create_connection(("127.0.0.1", port)) as s:
-            s.sendall(b"put 0 0 60 %d\r\n" % len(body) + body + b"\r\n")
-            s.settimeout(300)
-            got = b""
-            while b"\r\n" not in got:
-                chunk = s.recv(100)
-                if not chunk:
-                    break
-                got += chunk
-            if got.startswith(b"INSERTED"):
-                ids.append(got.split()[1])
-
-    threads = [threading.Thread(target=put) for _ in range(40)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+def put():
     with socket.create_connection(("127.0.0.1", port)) as s:
-        _pipeline(s, b"".join(b"delete %s\r\n" % i for i in ids), len(ids))
-    return f"{len(ids)}/40 inserted"
+        s.sendall(b"put 0 0 60 %d\\r\\n" % size + body + b"\\r\\n")
+        s.settimeout(300)
+        got = b""
+        while b"\\r\\n" not in got:
+            chunk = s.recv(100)
+            if not chunk:
+                break
+            got += chunk
+        if got.startswith(b"INSERTED"):
+            ids.append(got.split()[1].decode())
+
+threads = [threading.Thread(target=put) for _ in range(n)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(" ".join(ids))
+"""
+
+
+def _big_puts(port: int, n: int = 40) -> str:
+    # The senders run in a process of their own: as threads of this one, 40 of them contend
+    # for the GIL with the probe's thread, whose waits then measure that contention.
+    out = subprocess.run([sys.executable, "-c", _PUTS, str(port), str(n), str(16 * MB)],
+                         check=True, capture_output=True, text=True).stdout
+    ids = out.split()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        _pipeline(s, b"".join(b"delete %s\r\n" % i.encode() for i in ids), len(ids))
+    return f"{len(ids)}/{n} inserted"
 
 
 def _client_hello() -> bytes:
