@@ -144,13 +144,15 @@ def _handshake_flood(port: int, n: int = 5000) -> tuple[list[socket.socket], str
         socks.append(s)
     time.sleep(0.5)
     cut = 0
+    sent = []
     for s in socks:
         try:
             s.send(hello)
+            sent.append(s)
         except OSError:
             cut += 1
     time.sleep(2.0)  # the server reads the hellos and answers (or cuts) meanwhile
-    for s in socks:
+    for s in sent:  # each cut once: a send that failed is not looked at again
         try:
             if s.recv(1, socket.MSG_PEEK) == b"":
                 cut += 1
