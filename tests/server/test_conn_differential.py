@@ -268,9 +268,6 @@ def _run(factory: Factory, script: list[tuple[Any, ...]], conns: int, max_output
         # The reference's barriers with the reference connection, the compiled with the compiled.
         srv = Server(cfg, engine, store, clock=lambda: T0, reference=factory is not fastconn.new_connection)
         srv.barriers.sync_policy = InlineSyncs()
-        # No turn deadlines (turns.py): the C core has none, and a deadline on the clock would
-        # split the reference's writes at moments of its own (test_turns.py covers them).
-        srv.turns = None
         srv.loop()
         seen: list[tuple[str, str]] = []  # what an observer (the admin endpoint's) is shown
         if observe:
