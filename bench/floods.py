@@ -5,7 +5,9 @@ tubes.
 Each case runs against a server started by ``server_bench`` (stalkd, or a peer tree with
 ``--peer-src``), measures the probe's round trips (``peek 0``, one in flight) for the whole
 case, and the server's RSS before the flood, at its peak (``VmHWM``) and a few seconds after
-the clients left (the time the server has to give memory back):
+the clients left (the time the server has to give memory back), and the longest loop turn in
+CPU time (bench/loopmeter: what the loop held, whatever the machine's load adds to the
+probe's wall-clock waits):
 
   readers-flood     1,000 connections each sending list-tubes (1,200 tubes: ~36 KB a reply)
                     120 times and never reading
@@ -29,6 +31,7 @@ import resource
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -85,31 +88,43 @@ def _readers_flood(port: int) -> list[socket.socket]:
     return [flood_unread(port, b"list-tubes\r\n" * 120) for _ in range(1000)]
 
 
-def _big_puts(port: int) -> str:
-    body = b"b" * (16 * MB)
-    ids: list[bytes] = []
+_PUTS = """
+import socket, sys, threading
+port, n, size = map(int, sys.argv[1:])
+body = b"b" * size
+ids = []
 
-    def put() -> None:
-        with socket.create_connection(("127.0.0.1", port)) as s:
-            s.sendall(b"put 0 0 60 %d\r\n" % len(body) + body + b"\r\n")
-            s.settimeout(300)
-            got = b""
-            while b"\r\n" not in got:
-                chunk = s.recv(100)
-                if not chunk:
-                    break
-                got += chunk
-            if got.startswith(b"INSERTED"):
-                ids.append(got.split()[1])
-
-    threads = [threading.Thread(target=put) for _ in range(40)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+def put():
     with socket.create_connection(("127.0.0.1", port)) as s:
-        _pipeline(s, b"".join(b"delete %s\r\n" % i for i in ids), len(ids))
-    return f"{len(ids)}/40 inserted"
+        s.sendall(b"put 0 0 60 %d\\r\\n" % size + body + b"\\r\\n")
+        s.settimeout(300)
+        got = b""
+        while b"\\r\\n" not in got:
+            chunk = s.recv(100)
+            if not chunk:
+                break
+            got += chunk
+        if got.startswith(b"INSERTED"):
+            ids.append(got.split()[1].decode())
+
+threads = [threading.Thread(target=put) for _ in range(n)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(" ".join(ids))
+"""
+
+
+def _big_puts(port: int, n: int = 40) -> str:
+    # The senders run in a process of their own: as threads of this one, 40 of them contend
+    # for the GIL with the probe's thread, whose waits then measure that contention.
+    out = subprocess.run([sys.executable, "-c", _PUTS, str(port), str(n), str(16 * MB)],
+                         check=True, capture_output=True, text=True).stdout
+    ids = out.split()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        _pipeline(s, b"".join(b"delete %s\r\n" % i.encode() for i in ids), len(ids))
+    return f"{len(ids)}/{n} inserted"
 
 
 def _client_hello() -> bytes:
@@ -131,13 +146,15 @@ def _handshake_flood(port: int, n: int = 5000) -> tuple[list[socket.socket], str
         socks.append(s)
     time.sleep(0.5)
     cut = 0
+    sent = []
     for s in socks:
         try:
             s.send(hello)
+            sent.append(s)
         except OSError:
             cut += 1
     time.sleep(2.0)  # the server reads the hellos and answers (or cuts) meanwhile
-    for s in socks:
+    for s in sent:  # each cut once: a send that failed is not looked at again
         try:
             if s.recv(1, socket.MSG_PEEK) == b"":
                 cut += 1
@@ -245,7 +262,7 @@ def run(kind: str, case: str, probe_of: Callable[[int], Probe], *, admin_tubes: 
         extra = ("--tls-listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key)
     elif case == "admin-100k":
         extra = ("--admin", "127.0.0.1:0")
-    srv = server_bench.start(kind, "memory", extra)
+    srv = _metered(kind, extra, meter := os.path.join(tempfile.mkdtemp(prefix="bench-loopmeter-"), "gaps"))
     pid = srv.proc.pid
     keep: list[socket.socket] = []
     note = ""
@@ -285,8 +302,42 @@ def run(kind: str, case: str, probe_of: Callable[[int], Probe], *, admin_tubes: 
         for s in keep:
             s.close()
         srv.stop()
-    return (f"{p99:7.1f} {mx:8.1f}   {before / MB:6.0f} {peak / MB:6.0f} {after / MB:6.0f}"
+    turn = _longest_turn(meter)
+    return (f"{p99:7.1f} {mx:8.1f} {turn:8.1f}   {before / MB:6.0f} {peak / MB:6.0f} {after / MB:6.0f}"
             + (f"   {note}" if note else ""))
+
+
+_METER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loopmeter")
+
+
+def _metered(kind: str, extra: tuple[str, ...], meter: str) -> server_bench.Server:
+    """A server of ``kind`` in memory with the loop meter (bench/loopmeter) writing to ``meter``."""
+    saved = dict(os.environ)
+    peer = server_bench.PEER_SRC
+    try:
+        os.environ["STALKD_BENCH_LOOPMETER"] = meter
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_METER_DIR, os.environ.get("PYTHONPATH")]))
+        if peer is not None:  # the peer's PYTHONPATH is its tree: the meter goes after it
+            server_bench.PEER_SRC = peer + os.pathsep + _METER_DIR
+        return server_bench.start(kind, "memory", extra)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        server_bench.PEER_SRC = peer
+
+
+def _longest_turn(meter: str) -> float:
+    """The longest loop turn the meter saw, in CPU ms (0 if the server wrote nothing)."""
+    try:
+        with open(meter) as f:
+            gaps = [float(line.split()[0]) for line in f]
+        os.unlink(meter)
+    except OSError:
+        return float("nan")  # Debian's beanstalkd: no meter
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(meter))
+    return max(gaps, default=0.0) * 1e3
 
 
 def raise_fd_limit() -> None:
@@ -297,9 +348,9 @@ def raise_fd_limit() -> None:
 def main_rows(cases: list[str], peer: str | None, probe_of: Callable[[int], Probe],
               admin_tubes: int, admin_jobs: int) -> None:
     raise_fd_limit()
-    print(f"# floods (issue 30): probe p99 / max round trip (ms); server RSS MB before, peak "
-          f"(VmHWM), 3 s after the clients left; load {os.getloadavg()[0]:.1f}")
-    print(f"{'case':<16} {'server':<13} {'p99':>7} {'max':>8}   {'before':>6} {'peak':>6} {'after':>6}")
+    print(f"# floods (issue 30): probe p99 / max round trip (ms); longest loop turn (CPU ms); server "
+          f"RSS MB before, peak (VmHWM), 3 s after the clients left; load {os.getloadavg()[0]:.1f}")
+    print(f"{'case':<16} {'server':<13} {'p99':>7} {'max':>8} {'turn':>8}   {'before':>6} {'peak':>6} {'after':>6}")
     for case in cases:
         for kind, label in (("stalkd", "stalkd"), ("beanstalkd", "peer" if peer else "beanstalkd")):
             if kind == "beanstalkd" and case in ("handshake-flood", "admin-100k") and not peer:
