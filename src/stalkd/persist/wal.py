@@ -265,7 +265,7 @@ class Wal(WalSpace, Compaction):
         spent = extra = total = 0
         ceiling = self.id_ceiling
         for r in recs:
-            if r.job_id >= ceiling:  # a new id past the durable ceiling: raise it before any reply
+            if r.job_id >= ceiling and r.op is _PUT:  # a new id past the durable ceiling: raise it first
                 self._cover_id(r.job_id)
                 ceiling = self.id_ceiling
             p = encode(r)
