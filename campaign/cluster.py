@@ -202,6 +202,12 @@ class Cluster:
             return False
         return int(st.get("standbys", 0)) >= 1 and int(st.get("standby-lag", 1)) == 0
 
+    def states(self) -> str:
+        """Each node's process: running, or how it exited."""
+        return ", ".join(f"{n}: " + ("running" if node.running else f"exited with {node.proc.returncode}"
+                                     if node.proc is not None else "never started")
+                         for n, node in self.nodes.items())
+
     def promote(self, name: str) -> None:
         """SIGUSR2 to standby ``name`` until it says it is primary (docs/standby.md)."""
 

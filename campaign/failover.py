@@ -27,7 +27,7 @@ __all__ = ["acked_puts", "failover_run", "loaded"]
 
 
 def acked_puts(history: History) -> int:
-    return sum(1 for op in history.ops() if op.f == "put" and op.ok)
+    return history.count("put", "ok")
 
 
 def loaded(cluster: Cluster, history: History, rng: random.Random, puts: int) -> Workload:

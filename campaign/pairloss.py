@@ -10,7 +10,8 @@ invented across any number of such cuts (docs/architecture.md, "What a reply pro
 standby whose log outran the primary's at the cut (it fsynced records the primary had not) is
 expected to find its log diverged and resync by itself; a server that does not come back by
 itself is a *restart failure*: recorded, counted, and started with ``--repair`` so the run
-goes on.
+goes on; one that will not start even then ends the run, which is judged as far as it went
+(the final read from the primary).
 
 The planted bug for this scenario: both file systems drop the fsyncs of the WAL's segments
 (``ignore_fsync="seg-"``, a disk that lies on both machines): servers that do not restart
@@ -54,6 +55,7 @@ class PairResult:
     row: dict[str, Any]
     resyncs: int  # standby restarts that found their log diverged and copied the primary's
     restart_failures: int  # starts that needed --repair (a policy's promise broken)
+    unrecoverable: str = ""  # the node that would not start even with --repair, and why
 
 
 def _fsync_dir(path: Path) -> None:
@@ -102,6 +104,7 @@ def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", 
     cluster = Cluster(directory, "standby", sync=sync, flags=("--durability", policy, "-s", "65536"))
     history = History(directory / "history.jsonl")
     resyncs = failures = 0
+    unrecoverable = ""  # a node that would not start even with --repair: the run stops there
     try:
         for n, f in fs.items():
             f.start()
@@ -135,13 +138,24 @@ def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", 
             for f in fs.values():
                 f.start()
             seen = len(cluster.nodes["s"].log_text())
-            refused = {n: why for n in ("p", "s") if (why := _start(cluster.nodes[n]))}
+            try:
+                refused = {n: why for n in ("p", "s") if (why := _start(cluster.nodes[n]))}
+            except RuntimeError as e:  # not even with --repair: the run ends, judged as it is
+                lost_node = next((n for n, node in cluster.nodes.items() if not node.running), "?")
+                unrecoverable = f"{lost_node}: {str(e)[-1500:]}"
+                failures += 1
+                history.complete(ev, "info", {"nodes": sorted(fs), "unrecoverable": unrecoverable})
+                break
             failures += len(refused)
             wait_until(lambda: cluster.caught_up(), "the standby to follow after the cut", timeout=120)
             resyncs += "quarantine" in cluster.nodes["s"].log_text()[seen:]
             history.complete(ev, "ok", {"nodes": sorted(fs), "restart-failed": refused})
         load.stop()
-        wait_until(lambda: cluster.caught_up(), "the standby to catch up after the run")
+        if unrecoverable:
+            if not cluster.nodes["p"].running:
+                raise RuntimeError(f"the primary would not start, even with --repair: {unrecoverable}")
+        else:
+            wait_until(lambda: cluster.caught_up(), "the standby to catch up after the run")
         slack = sum(1 for op in history.ops() if op.f == "put" and not op.ok) + 10
         final_read(history, cluster.client_address("p"), slack)
     finally:
@@ -152,9 +166,10 @@ def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", 
     ops = history.ops()
     anomalies = checker.check(ops)
     row = report.row(f"{NEMESIS}-{policy}", cycles, ops, anomalies)
-    result = PairResult(ops, anomalies, row, resyncs, failures)
+    result = PairResult(ops, anomalies, row, resyncs, failures, unrecoverable)
     (directory / "result.json").write_text(json.dumps(
-        {"row": row, "resyncs": resyncs, "restart failures": failures, "anomalies": [a.__dict__ for a in anomalies]}, indent=1, default=str))
+        {"row": row, "resyncs": resyncs, "restart failures": failures, "unrecoverable": unrecoverable,
+         "anomalies": [a.__dict__ for a in anomalies]}, indent=1, default=str))
     return result
 
 
@@ -173,10 +188,13 @@ def main(argv: list[str] | None = None) -> int:
                        ignore_fsync=args.plant_ignore_fsync)
     report.plot(r.ops, args.out / "plot.png", f"{r.row['run']} ({args.cycles} cuts)")
     print(report.table([r.row]))
-    print(f"standby resyncs after a cut: {r.resyncs}; restart failures: {r.restart_failures}")
+    cuts = sum(1 for op in r.ops if op.process == "nemesis" and op.f == "start" and op.ok)
+    print(f"power cuts: {cuts}; standby resyncs after a cut: {r.resyncs}; restart failures: {r.restart_failures}")
+    if r.unrecoverable:
+        print(f"stopped: would not start even with --repair: {r.unrecoverable}")
     for a in r.anomalies[:20]:
         print(f"   {a.kind} {a.job}: {a.detail}")
-    return 1 if r.anomalies or r.restart_failures else 0
+    return 1 if r.anomalies or r.restart_failures or r.unrecoverable else 0
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None,
 
 
 def _progress_line(spec: RunSpec, cycle: int, history: History, elapsed: float) -> str:
-    acked = sum(1 for op in history.ops() if op.f == "put" and op.ok)
+    acked = history.count("put", "ok")
     left = elapsed / cycle * (spec.cycles - cycle)
     return (f"   {spec.label}: fault {cycle}/{spec.cycles}, {acked} puts acknowledged, "
             f"{elapsed:.0f} s, about {left:.0f} s left")
