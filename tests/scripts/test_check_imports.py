@@ -14,9 +14,9 @@ def check(src: Path, *flags: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-def write(src: Path, files: dict[str, str]) -> Path:
+def write(src: Path, files: dict[str, str], package: str = "pkg") -> Path:
     for name, text in files.items():
-        path = src / "pkg" / name
+        path = src / package / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return src
@@ -66,12 +66,8 @@ def test_the_project_has_no_import_time_cycle() -> None:
 
 
 def _stalkd_tree(tmp_path: Path, files: dict[str, str]) -> Path:
-    for name, text in {"__init__.py": "", "engine/__init__.py": "", "server/__init__.py": "",
-                       "admin/__init__.py": "", **files}.items():
-        path = tmp_path / "stalkd" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return tmp_path
+    return write(tmp_path, {"__init__.py": "", "engine/__init__.py": "", "server/__init__.py": "",
+                            "admin/__init__.py": "", **files}, package="stalkd")
 
 
 def test_a_layer_importing_one_above_it_fails_even_deferred(tmp_path: Path) -> None:
