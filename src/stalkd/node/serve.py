@@ -546,10 +546,23 @@ def run(cfg: Config, listeners: list[Listener], t_exec: float, *,
     handoff: list[int] = []
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(_main(cfg, endpoints, t_exec, handoff))
+            code = runner.run(_main(cfg, endpoints, t_exec, handoff))
+            if handoff:
+                # Start again now, inside the runner: closing it waits for the loop's executor
+                # threads, and one may be blocked on a peer that does not answer (telling a
+                # partitioned former primary of the new epoch): the rejoin would hang there, the
+                # node out of its cluster (the fault campaign's failover run found it). Every
+                # file is closed by now; exec leaves the threads behind.
+                _rejoin(endpoints, handoff[0])
+            return code
     finally:
         endpoints.close()
         if handoff:
-            from stalkd.server.hanode import reexec
+            _rejoin(endpoints, handoff[0])
 
-            reexec(handoff[0])
+
+def _rejoin(endpoints: Endpoints, listener_fd: int) -> None:
+    from stalkd.server.hanode import reexec
+
+    endpoints.close()
+    reexec(listener_fd)
