@@ -301,10 +301,12 @@ def id_ranges(ids: list[int], slack: int) -> list[range]:
     return out
 
 
-def final_read(history: History, address: str, slack: int, timeout: float = 10.0) -> None:
+def final_read(history: History, address: str, slack: int, timeout: float = 60.0) -> None:
     """Record every job the server holds among the ids it could have given (``id_ranges``) as
     one ``final`` op of the ``final`` process. Raises if the server cannot be read: a run without
-    its final read cannot say what was lost."""
+    its final read cannot say what was lost. ``timeout`` bounds each reply: generous, as a
+    server just restarted on a loaded machine (the pure-Python build beside another suite in
+    CI) may take seconds over one."""
     ranges = id_ranges([op.value.get("id", 0) for op in history.ops()], slack)
     ev = history.invoke("final", "final", {"ranges": [[r.start, r.stop] for r in ranges]})
     jobs = []
