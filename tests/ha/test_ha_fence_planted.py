@@ -41,8 +41,9 @@ def test_an_old_primary_whose_lease_ran_out_acknowledges_nothing(etcd: EtcdProce
     assert found["fenced-ack"] == 0, [a.detail for a in anomalies][:20]
     # The cluster runs --sync-standbys 0: a put the old primary acknowledged while it still held
     # the lease, before its standbys had it, may be lost at the failover (async replication's
-    # window, seen on a loaded CI machine); nothing else may be found.
-    assert {k for k, n in found.items() if n} <= {"lost"}, [a.detail for a in anomalies][:20]
+    # window), and a put whose reply the failover cut may be sent again by its client, as two
+    # jobs (both seen on a loaded CI machine); nothing else may be found.
+    assert {k for k, n in found.items() if n} <= {"lost", "duplicated"}, [a.detail for a in anomalies][:20]
 
 
 def test_with_its_lease_and_fence_ignored_the_checker_reports_its_acknowledgements(
