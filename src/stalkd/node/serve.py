@@ -546,11 +546,11 @@ def run(cfg: Config, listeners: list[Listener], t_exec: float, *,
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             code = runner.run(_main(cfg, endpoints, t_exec, handoff))
             if handoff:
-                # Start again now, inside the runner: closing it waits for the loop's executor
-                # threads, and one may be blocked on a peer that does not answer (telling a
-                # partitioned former primary of the new epoch): the rejoin would hang there, the
-                # node out of its cluster (the fault campaign's failover run found it). Every
-                # file is closed by now; exec leaves the threads behind.
+                # Start again now, inside the runner: closing it waits, without a bound, for the
+                # loop's executor threads, and one blocked on a peer that does not answer would
+                # hold the rejoin and leave the node out of its cluster (the likeliest cause of
+                # the fault campaign's failover stall; not reproduced on demand). Every file is
+                # closed by now; exec leaves the threads behind.
                 _rejoin(endpoints, handoff[0])
             return code
     finally:

@@ -242,9 +242,7 @@ class Wal(WalSpace, Compaction):
 
     def _cover_id(self, job_id: int) -> None:
         ids = self._ids
-        if ids is None:  # written before recovery (tests): nothing to keep
-            self.id_ceiling = NO_CEILING
-            return
+        assert ids is not None  # a ceiling below NO_CEILING is only ever read from its file
         ids.cover(job_id)
         self.id_ceiling = ids.value
 
