@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine import fastwal, wal  # noqa: F401 - wal installs fastwal's methods
 from stalkd.extensions import compiled_modules
 from stalkd.log import fastwrite
+from stalkd.persist import fastwal, wal  # noqa: F401 - wal installs fastwal's methods
 from stalkd.server import fastconn
 from support import require_binary
 
