@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from stalkd.engine.fastvalues import make_record
 from stalkd.engine.model import Op
 from stalkd.engine.objects import US, ConnState, Job, remove_swap_last
 from stalkd.engine.results import Results
@@ -42,7 +41,7 @@ else:
     except ModuleNotFoundError:  # uncompiled, and Cython is not installed
         from stalkd import cyshim as cython
 
-__all__ = ["Engine", "EngineError", "Outcome", "Room", "make_record"]
+__all__ = ["Engine", "EngineError", "Outcome", "Room"]
 
 _NOT_FOUND = C.Reply("NOT_FOUND")
 _PAUSED = C.Reply("PAUSED")

@@ -6,7 +6,7 @@ server's WAL admission runs the very same look-up first. A kick moves at most th
 jobs (``step_jobs``, shared with expiring timers, timers.py) and goes on in ``tick()``, so no
 step grows with the number of jobs.
 
-Ensures: every change that must survive a restart appends its record (``_rec``/``make_record``)
+Ensures: every change that must survive a restart appends its record (``_rec``/``_rec_fields``)
 in the order the changes happened; a handler that replies NOT_FOUND changed nothing.
 """
 

@@ -120,9 +120,14 @@ class JobState(enum.IntEnum):
     DELAYED = 4  # waiting for its deadline in the tube's delay heap
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Record:
-    """One durable change. Fields an op does not use keep their defaults."""
+    """One durable change. Fields an op does not use keep their defaults.
+
+    Compiled, an extension type (its fields in model.pxd; Cython makes the dataclass's methods):
+    the engine builds one per durable change. Cython takes no ``slots=``, so uncompiled it is a
+    plain frozen dataclass.
+    """
 
     op: Op
     seq: int

@@ -4,6 +4,7 @@
 # in its __dict__. state.py is the source; this declares types and signatures only.
 
 from stalkd.engine.heap cimport HeapItem, IndexedHeap, pack
+from stalkd.engine.model cimport Record
 from stalkd.engine.objects cimport ConnState, Job, Release, Tube
 
 

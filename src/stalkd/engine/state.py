@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, NamedTuple
 
-from stalkd.engine.fastvalues import make_record
 from stalkd.engine.heap import IndexedHeap, pack
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import (
@@ -135,7 +134,7 @@ class EngineState:
         """Record a change with no fields beyond the header (DELETE, RESERVE, TOUCH, ...)."""
         self.seq += 1
         if self.keep_records:
-            self._records.append(make_record(op, self.seq, self._now, job_id))
+            self._records.append(Record(op, self.seq, self._now, job_id))
 
     def _rec_fields(
         self, op: Op, job_id: int, tube: str = "", pri: int = 0, delay: int = 0, ttr: int = 0,
@@ -144,7 +143,7 @@ class EngineState:
         self.seq += 1
         if self.keep_records:
             self._records.append(
-                make_record(op, self.seq, self._now, job_id, tube, pri, delay, ttr, deadline_us, body, created_us)
+                Record(op, self.seq, self._now, job_id, tube, pri, delay, ttr, deadline_us, body, created_us=created_us)
             )
 
     def _wake(self, c: ConnState, reply: C.AnyReply) -> None:
