@@ -12,7 +12,7 @@ cdef class EngineState:
     cdef dict __dict__
     cdef object __weakref__
     cdef public object max_job_size, step_jobs, keep_records, next_id, seq, draining, total_jobs
-    cdef public object body_bytes, _pending, _budget, _now, _caller, _own, _room, _wait_serial
+    cdef public object body_bytes, _pending, _budget, _now, _clock, _caller, _own, _room, _wait_serial
     cdef public dict jobs, conns, cmd
     cdef public list _records, _wakeups
     cdef public set _dirty

@@ -86,7 +86,7 @@ class EngineState:
     __slots__ = (
         "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
         "cmd", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
-        "_now", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
+        "_now", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
         "__weakref__",
     )  # fmt: skip
 
@@ -121,7 +121,8 @@ class EngineState:
         self._conn_timers: IndexedHeap = IndexedHeap()
         # per-step scratch
         self._budget = step_jobs  # jobs this step may still move in bulk (expiries, kicks)
-        self._now = 0
+        self._now = 0  # the step's time in integer microseconds
+        self._clock: float | None = None  # the time (seconds) _now was converted from
         self._records: list[Record] = []
         self._wakeups: list[tuple[int, C.AnyReply]] = []
         self._dirty: set[Tube] = set()

@@ -78,12 +78,17 @@ class Timers(EngineState):
     # --- step plumbing ------------------------------------------------------------------------
 
     def _begin(self, now: float, caller: ConnState | None) -> None:
-        self._now = round(now * US)
+        if now != self._clock:  # the commands of one read share their time: convert it once
+            self._clock = now
+            self._now = round(now * US)
         self._budget = self.step_jobs
-        # the scratch lists are reused (their contents leave as tuples); leftovers of a step
-        # that raised are dropped here
-        self._records.clear()
-        self._wakeups.clear()
+        # a step starts with empty scratch lists (their contents left the last one as tuples;
+        # leftovers of a step that raised are dropped); most steps have no wakeups, and an
+        # in-memory engine no records, so a list is made only when the last one was used
+        if self._records:
+            self._records = []
+        if self._wakeups:
+            self._wakeups = []
         self._caller = caller
         self._own = None
         self._settle()
