@@ -25,12 +25,6 @@ def _cuts(ops: list[Op]) -> int:
 
 def test_a_power_cut_of_the_primary_and_its_sync_standby_together_loses_nothing(tmp_path: Path) -> None:
     r = pair_power_run(tmp_path / "run", cycles=3, seed=21)
-    if "already exists" in r.unrecoverable:
-        # An open bug, found by this campaign (about 1 cut in 120): the standby had fsynced
-        # records its primary lost in the cut, the primary wrote others at the same offsets,
-        # and the standby's two histories stop its restart. Nothing acknowledged is lost; the
-        # stream request needs the standby's last frame checked against the primary's.
-        pytest.xfail(f"known: a standby holding records its primary lost in the cut ({r.unrecoverable[-200:]})")
     assert _cuts(r.ops) == 3
     assert r.row["acknowledged"] > 0
     assert r.restart_failures == 0
