@@ -24,7 +24,7 @@ import pytest
 
 import stalkd
 
-from .cluster import Relay, caught_up, primary, snapshot, standby, stats, until
+from .cluster import Relay, caught_up, primary, promote_by_signal, snapshot, standby, stats, until
 
 FIRST, DELETED, LATER = 20, 5, 10
 
@@ -77,3 +77,53 @@ def test_a_standby_holding_records_the_primary_lost_resyncs_instead_of_appending
         relay.close()
         s.stop()
         p.stop()
+
+
+def test_a_promoted_primary_that_lost_records_its_standby_holds_accepts_the_standby_s_newer_epoch(
+        tmp_path: Path) -> None:
+    """``b``, primary of epoch 1 (a promoted standby), loses five records its standby ``a``
+    holds; ``a`` is promoted (epoch 2, from its longer end) and ``b`` comes back: its directory
+    was promoted, so it starts as a primary, and ``a`` tells it of epoch 2. That claim forks
+    past the end of ``b``'s log; refused, ``b`` stayed a primary beside ``a`` for good (found by
+    the pair power cut with promotions, campaign/pairloss.py --promote). ``b`` must step down
+    and follow ``a``."""
+    a = primary(tmp_path / "a")
+    relay = Relay(a)  # a's way to b: b's port changes with each start
+    b = standby(tmp_path / "b", a)
+    try:
+        with stalkd.Client(a.address) as c:
+            for i in range(FIRST):
+                c.put(b"first-%d" % i)
+        until(lambda: caught_up(a, b), "b to follow a", logs=(a, b))
+        a.stop()
+        promote_by_signal(b)  # b: primary of epoch 1
+        relay.target = (b.host, b.port)
+        a = standby(tmp_path / "a", b, via=relay.address)
+        until(lambda: caught_up(b, a), "a to follow b", logs=(a, b))
+        b.stop()
+        shutil.copytree(tmp_path / "b", tmp_path / "b-before")  # what a power cut will leave
+        b = primary(tmp_path / "b")
+        relay.target = (b.host, b.port)
+        with stalkd.Client(b.address) as c:
+            for jid in range(1, DELETED + 1):
+                c.delete(jid)
+        until(lambda: caught_up(b, a), "a to follow the deletes", logs=(a, b))
+        relay.cut()
+        b.kill9()
+        shutil.rmtree(tmp_path / "b")
+        (tmp_path / "b-before").rename(tmp_path / "b")
+
+        promote_by_signal(a)  # a: primary of epoch 2, from its end, past b's
+        assert stats(a)["epoch"] == 2
+        b = standby(tmp_path / "b", a)  # promoted before: it starts as a primary, then is told
+        relay.target = (b.host, b.port)  # a's way to its former primary, to tell it
+        relay.heal()
+        until(lambda: stats(b)["role"] == "standby" and caught_up(a, b), "b to step down and follow a",
+              timeout=60, logs=(a, b))  # fmt: skip
+        ids = range(1, FIRST + 1)
+        assert snapshot(b, ids) == snapshot(a, ids)
+        assert len(snapshot(a, ids)) == FIRST - DELETED
+    finally:
+        relay.close()
+        a.stop()
+        b.stop()
