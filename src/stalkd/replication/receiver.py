@@ -78,12 +78,17 @@ async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reques
               secret: str | None) -> wire.Reply:
     """Send ``request`` and read the primary's answer, proving ``secret`` when challenged."""
     writer.write(request)
-    r = wire.parse_reply(await asyncio.wait_for(reader.readuntil(b"\r\n"), wire.SILENT_AFTER * 4))
+    # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancellation that lands in the
+    # turn its read completes, and a task that outlives its cancellation (the fence, asking
+    # again every second) kept a stopping server's loop from closing (the rejoin stall).
+    async with asyncio.timeout(wire.SILENT_AFTER * 4):
+        r = wire.parse_reply(await reader.readuntil(b"\r\n"))
     if r.word == "CHALLENGE":
         if secret is None:
             raise EOFError("the primary asks for the replication secret: give --replication-secret FILE")
         writer.write(wire.encode_auth(secret, r.args[0].encode(), request))
-        r = wire.parse_reply(await asyncio.wait_for(reader.readuntil(b"\r\n"), wire.SILENT_AFTER * 4))
+        async with asyncio.timeout(wire.SILENT_AFTER * 4):
+            r = wire.parse_reply(await reader.readuntil(b"\r\n"))
     if r.word == "PERMISSION_DENIED":
         raise EOFError("the primary refused this standby (PERMISSION_DENIED): the same "
                        "--replication-secret on both, or an ACL identity with replicate = true")
@@ -202,7 +207,8 @@ class Receiver:
         st = self.role.state
         last = overlap.last_record(lg)
         while True:
-            reader, writer = await asyncio.wait_for(self._open(), wire.SILENT_AFTER * 4)
+            async with asyncio.timeout(wire.SILENT_AFTER * 4):  # (not wait_for: see ask)
+                reader, writer = await self._open()
             self._writer = writer
             at = overlap.request_offset(lg.next_offset, last)
             r = await ask(reader, writer, wire.encode_request(at, st.epoch, st.history, self.name), self.secret)
