@@ -408,6 +408,16 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Endin
         code = EXIT_RESYNC
         stop.set()
 
+    def start_again(why: str) -> None:
+        """End this start for a new one (``run`` execs it); not while stopping already: a
+        server asked to stop stays stopped."""
+        nonlocal code
+        if stop.is_set():
+            return
+        log.warning("%s", why)
+        code = EXIT_REJOIN
+        stop.set()
+
     standby = _replication(cfg, srv, wal, role, resync, secret, standby_mode) if role is not None else None
     if role is not None and cfg.standby_of is not None and not standby_mode and cfg.ha is None:
         # Promoted before this start, it overrode --standby-of; once a newer epoch is proven
@@ -415,12 +425,9 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Endin
         fenced = role.on_fenced
 
         def then_follow(epoch: int) -> None:
-            nonlocal code
             fenced(epoch)
-            log.warning("fenced by epoch %d: serving again as the standby of %s (--standby-of)",
-                        epoch, cfg.standby_of)  # fmt: skip
-            code = EXIT_REJOIN
-            stop.set()
+            start_again(f"fenced by epoch {epoch}: serving again as the standby of "
+                        f"{cfg.standby_of} (--standby-of)")
 
         role.on_fenced = then_follow
     ha_node = None
@@ -429,10 +436,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Endin
         from stalkd.server.hanode import HaNode
 
         def rejoin(why: str) -> None:
-            nonlocal code
-            log.warning("%s: serving again from the start", why)
-            code = EXIT_REJOIN
-            stop.set()
+            start_again(f"{why}: serving again from the start")
 
         assert role is not None  # --ha needs --dir
 
@@ -478,9 +482,13 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Endin
     # The handlers go in before the ready line: whoever waits for that line may signal at once,
     # and SIGTERM's default action would kill the server instead of stopping it.
     def on_term(signame: str) -> None:
+        nonlocal code
         if not stop.is_set():
             log.info("%s: stopping (no new connections, finishing replies)", signame)
             stop.set()
+        elif code == EXIT_REJOIN:  # while stopping to start again: it stays stopped
+            log.info("%s: stopping, not starting again", signame)
+            code = 0
 
     loop.add_signal_handler(signal.SIGTERM, on_term, "SIGTERM")
     loop.add_signal_handler(signal.SIGINT, on_term, "SIGINT")
