@@ -311,7 +311,7 @@ async def _end_tasks(within: float) -> list[asyncio.Task[Any]]:
             return rest
         for t in rest:
             t.cancel()
-        await asyncio.wait(rest, timeout=min(0.1, left))
+        await asyncio.wait(rest, timeout=min(0.05, left))
 
 
 def _handed_on(endpoints: Endpoints) -> int | None:
