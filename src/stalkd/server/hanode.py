@@ -293,7 +293,7 @@ class HaNode:
         action = decide(state, leader)
         if isinstance(action, Fence):
             self.fenced = True
-            if self.authority is not None:  # every held reply is NOT_PRIMARY now
+            if self.authority is not None:  # every connection holding a reply is cut now
                 self.authority.fence(action.why)
             if leader is not None:
                 self.role.saw(leader.epoch)
