@@ -225,6 +225,7 @@ PyInit__conn(void)
     INTERN(S_role, "role");
     INTERN(S_standby, "standby");
     INTERN(S_fenced, "fenced");
+    INTERN(S_lease, "lease");
     INTERN(S_admission, "admission");
     INTERN(S_observer, "observer");
     INTERN(S_engine, "engine");

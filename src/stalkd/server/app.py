@@ -253,7 +253,8 @@ class Server:
         role = self.role
         # Two attribute reads in the common case (a primary never fenced): refuses() is asked
         # only when one of them says it might.
-        if (role.standby or role.fenced) and type(cmd) not in _STANDBY_OK and role.refuses():
+        if (role.standby or role.fenced or role.lease is not None) and type(cmd) not in _STANDBY_OK \
+                and role.refuses():
             c.send(_NOT_PRIMARY, 0)
             return
         adm = self.admission
@@ -327,6 +328,9 @@ class Server:
                 w = self.conns.get(cid)
                 if w is not None:
                     if type(wr) is JobReply:
+                        if self.role.lease is not None and not self.role.lease():
+                            w.abort()  # a job for a waiting reserve, past our lease: not ours to give
+                            continue
                         b = barriers.job_barrier(wr.id)
                         w.wake(wr, b if b > barrier else barrier)
                     else:

@@ -149,6 +149,7 @@ class HaNode:
         self.authority = authority
         self.replicas = replicas
         authority.set_lease(self.keeper.may_acknowledge)
+        self.role.lease = self.keeper.may_acknowledge  # and no job handed out without it
         if replicas is not None and replicas.gate is not None:
             replicas.gate.set_members(frozenset())
 

@@ -22,7 +22,7 @@ static PyObject *ZERO, *EMPTY;
 static Py_ssize_t grain = 32768;  /* budget.GRAIN, handed over by configure() */
 static PyObject *S_write, *S_writelines, *S_close, *S_is_closing, *S_get_write_buffer_size,
     *S_pause_reading, *S_resume_reading, *S_begin_step, *S_end_step, *S_execute, *S_retire,
-    *S_replicate, *S_admits, *S_join, *S_role, *S_standby, *S_fenced, *S_admission, *S_observer,
+    *S_replicate, *S_admits, *S_join, *S_role, *S_standby, *S_fenced, *S_lease, *S_admission, *S_observer,
     *S_engine, *S_clock, *S_apply, *S_apply_failed, *S_handle, *S_timer_at, *S_schedule_tick,
     *S_popleft, *S_promised, *S_costless, *S_settle, *S_id, *S_measure_memory;
 

@@ -53,7 +53,8 @@ settle(PyObject *adm, PyObject *records)
     return call_result(PyObject_CallMethodOneArg(adm, S_settle, records));
 }
 
-/* Server.execute (app.py) for a server in its common state: a primary never fenced, no
+/* Server.execute (app.py) for a server in its common state: a primary never fenced, without a
+ * lease (automatic failover), no
  * observer, and either no WAL or compiled barriers (fastconn.py's). It runs the command
  * through the engine, settles the admission and, for the common outcome (a plain or job
  * reply, no wakeups; records only with barriers), queues the reply behind the barrier of its
@@ -70,6 +71,8 @@ execute(Core *self, PyObject *server, PyObject *cmd)
     r = attr_set(role, S_standby, 1);
     if (r == 0)
         r = attr_set(role, S_fenced, 1);
+    if (r == 0)
+        r = attr_set(role, S_lease, 0);  /* a lease to ask per command: app.py's execute */
     Py_DECREF(role);
     other = r;
     if (other == 0)
