@@ -35,6 +35,7 @@ from stalkd.server.listen import Listener
 from stalkd.server.listeners import Endpoints
 from stalkd.server.memtrim import Trimmer, tune
 from stalkd.server.storage import MemoryStorage, Storage
+from stalkd.server.turns import Turns
 
 if TYPE_CHECKING:
     from stalkd.server.acl import Acl
@@ -360,6 +361,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         stop.set()
 
     srv = Server(cfg, engine, storage, on_fatal=fatal)
+    srv.turns = Turns(asyncio.get_running_loop().call_soon)  # the loop's time per turn, shared
 
     def resync(why: str) -> None:
         nonlocal code
