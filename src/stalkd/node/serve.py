@@ -361,7 +361,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         stop.set()
 
     srv = Server(cfg, engine, storage, on_fatal=fatal)
-    srv.turns = Turns(asyncio.get_running_loop().call_soon)  # the loop's time per turn, shared
+    srv.turns = turns = Turns(asyncio.get_running_loop().call_soon)  # the loop's time per turn, shared
 
     def resync(why: str) -> None:
         nonlocal code
@@ -426,7 +426,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         job = engine.jobs.get(job_id)
         return engine.result_tube(job_id) if job is None else job.tube.name
 
-    await endpoints.start(srv.new_connection, tube_of, srv.conns)
+    await endpoints.start(srv.new_connection, tube_of, srv.conns, turns.start)
     srv.addresses = tuple(endpoints.addresses())
     if admin is not None:
         try:

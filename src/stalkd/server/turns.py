@@ -14,8 +14,11 @@ Ensures:
   others, and every queued one is served in turn (round robin, none starved).
 - A queued connection that is asked to run by anything else (its reads, replies it may now
   send) runs nothing until the queue reaches it: the budget cannot be dodged.
-- A turn opens at the first ``deadline`` call after the previous one closed; it closes at the
-  start of the next loop turn (the callback ``soon`` schedules runs there).
+- At most ``starts`` costly starts (``start``: a TLS handshake, whose first step is a few
+  hundred microseconds of public-key crypto the loop cannot break up) run in one turn; the
+  rest wait, in order, for the next turns (5,000 client hellos otherwise meet in a few turns).
+- A turn opens at the first ``deadline`` (or ``start``) call after the previous one closed; it
+  closes at the start of the next loop turn (the callback ``soon`` schedules runs there).
 
 What a connection does with it (``Connection.process``, and its compiled twin in ``_conn.c``,
 which asks the same object): after at least one command, with input still buffered, it reads
@@ -43,11 +46,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["Turns", "TURN_BUDGET", "Deferred"]
+__all__ = ["Turns", "TURN_BUDGET", "STARTS_PER_TURN", "Deferred"]
 
 TURN_BUDGET = 0.005
 """Seconds of commands one loop turn gives the connections together: a tenth of the 50 ms a
 client may wait (the rest is the turn's own I/O and a loaded machine's scheduling)."""
+
+STARTS_PER_TURN = 8
+"""TLS handshakes started per loop turn: their crypto (a key share and a signature, about
+0.3 ms each on a loaded P-256 server) then takes a few ms of a turn, as commands do."""
 
 
 class Deferred(Protocol):
@@ -59,17 +66,21 @@ class Deferred(Protocol):
 class Turns:
     """The deadline of the current loop turn and the queue of connections past it."""
 
-    __slots__ = ("budget", "clock", "_soon", "_deadline", "_open", "_queue")
+    __slots__ = ("budget", "starts", "clock", "_soon", "_deadline", "_open", "_queue", "_started",
+                 "_waiting")
 
     def __init__(self, soon: Callable[[Callable[[], None]], object], *, budget: float = TURN_BUDGET,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 starts: int = STARTS_PER_TURN, clock: Callable[[], float] = time.perf_counter) -> None:
         """``soon(f)`` runs ``f`` at the start of the next loop turn (``loop.call_soon``)."""
         self.budget = budget
+        self.starts = starts
         self.clock = clock  # read by the connections too, between their commands
         self._soon = soon
         self._deadline = 0.0
         self._open = False
         self._queue: deque[Deferred] = deque()
+        self._started = 0  # costly starts run this turn
+        self._waiting: deque[Callable[[], None]] = deque()  # starts left for later turns
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -93,8 +104,27 @@ class Turns:
         if not self._open:
             self.deadline()  # the turn that runs the queue is scheduled
 
+    def start(self, f: Callable[[], None]) -> None:
+        """Run ``f``, the start of costly work (a TLS handshake), in this turn if fewer than
+        ``starts`` ran in it and none waits, otherwise in a later turn, in order."""
+        self.deadline()  # the turn is open: its end counts the starts again
+        if self._started < self.starts and not self._waiting:
+            self._started += 1
+            f()
+        else:
+            self._waiting.append(f)
+
+    def waiting(self) -> int:
+        """Starts left for later turns."""
+        return len(self._waiting)
+
     def _next_turn(self) -> None:
         self._open = False
+        self._started = 0
+        waiting = self._waiting
+        while waiting and self._started < self.starts:
+            self._started += 1
+            waiting.popleft()()
         queue = self._queue
         # Those queued now, once at most: a connection deferred again goes to the back and
         # waits for the next turn, after the others.
@@ -102,5 +132,5 @@ class Turns:
             if not queue or self.over():
                 break
             queue.popleft().run_deferred()
-        if queue:
-            self.deadline()
+        if queue or waiting or self._started:
+            self.deadline()  # the next turn runs the rest, and counts the starts again
