@@ -115,7 +115,7 @@ def test_handshakes_whose_start_waited_are_all_served(
         loop.close()
 
 
-def test_a_client_gone_before_its_start_is_not_started(server_pair: tuple[Pair, Pair]) -> None:
+def test_a_client_silent_or_gone_before_its_start_ends_its_count(server_pair: tuple[Pair, Pair]) -> None:
     _, pair = server_pair
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(pair.cert, pair.key)
@@ -124,31 +124,38 @@ def test_a_client_gone_before_its_start_is_not_started(server_pair: tuple[Pair, 
         loop = asyncio.get_running_loop()
         srv = Server(Config(), Engine())
         waiting: list[Callable[[], None]] = []
-        made: list[Handshake] = []
+        failed: list[str] = []
 
         def factory() -> Handshake:
-            h = Handshake(srv.conns, lambda: ctx, 30.0, srv.new_connection, None, waiting.append)
-            made.append(h)
-            return h
+            return Handshake(srv.conns, lambda: ctx, 0.2, srv.new_connection,
+                             lambda _peer, e: failed.append(str(e)), waiting.append)
 
         listener = await loop.create_server(factory, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
-        # Given a connection whose start waits, which hangs up meanwhile
+
+        async def until(cond: Callable[[], bool]) -> None:
+            for _ in range(10_000):
+                if cond():
+                    return
+                await asyncio.sleep(0.001)
+            raise AssertionError("condition never met")
+
+        # Given a client that sends no hello: no start is asked, and it is cut at the deadline
+        silent_r, silent = await asyncio.open_connection("127.0.0.1", port)
+        await until(lambda: srv.conns.handshakes == 1)
+        await until(lambda: srv.conns.handshakes == 0)
+        assert waiting == [] and failed == ["no client hello within 0.2 s"]
+        assert await silent_r.read() == b""
+        silent.close()
+        # Given a client whose start waits, which hangs up meanwhile
         _, w = await asyncio.open_connection("127.0.0.1", port)
-        for _ in range(1000):
-            if waiting:
-                break
-            await asyncio.sleep(0.001)
-        assert srv.conns.handshakes == 1
+        w.write(b"\x16")  # the first byte of a hello
+        await until(lambda: bool(waiting))
         w.close()
-        for _ in range(1000):
-            if srv.conns.handshakes == 0:
-                break
-            await asyncio.sleep(0.001)
-        # Then it stopped counting when it left, and its start, when it comes, starts nothing
-        assert srv.conns.handshakes == 0
+        # Then once its start comes its count ends, and nothing is served for it
         waiting.pop()()
-        assert made[0].task is None
+        await until(lambda: srv.conns.handshakes == 0)
+        assert len(failed) == 2 and len(srv.conns) == 0
         listener.close()
         await listener.wait_closed()
 
