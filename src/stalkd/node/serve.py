@@ -35,6 +35,7 @@ from stalkd.server.listen import Listener
 from stalkd.server.listeners import Endpoints
 from stalkd.server.memtrim import Trimmer, tune
 from stalkd.server.storage import MemoryStorage, Storage
+from stalkd.server.turns import Turns
 
 if TYPE_CHECKING:
     from stalkd.server.acl import Acl
@@ -401,6 +402,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Endin
         stop.set()
 
     srv = Server(cfg, engine, storage, on_fatal=fatal)
+    srv.turns = turns = Turns(asyncio.get_running_loop().call_soon)  # the loop's time per turn, shared
 
     def resync(why: str) -> None:
         nonlocal code
@@ -469,7 +471,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Endin
         job = engine.jobs.get(job_id)
         return engine.result_tube(job_id) if job is None else job.tube.name
 
-    await endpoints.start(srv.new_connection, tube_of, srv.conns)
+    await endpoints.start(srv.new_connection, tube_of, srv.conns, turns.start)
     srv.addresses = tuple(endpoints.addresses())
     if admin is not None:
         try:

@@ -48,7 +48,7 @@
 static int
 core_process(Core *self)
 {
-    if (self->running || self->lost)
+    if (self->running || self->lost || self->deferred)
         return 0;
     if (ready(self) < 0)
         return -1;
@@ -64,8 +64,11 @@ core_process(Core *self)
     PyObject *parser = Py_NewRef(self->parser);
     PyObject *server = Py_NewRef(self->server);
     PyObject *policy = Py_NewRef(self->policy);
+    PyObject *turns = self->turns == Py_None ? NULL : Py_NewRef(self->turns);
+    PyObject *clock = NULL;  /* the turns' clock, once the deadline is asked */
+    double deadline = -1.0;  /* asked of turns once there is more than one command to run */
     Py_ssize_t limit = self->max_output, flush_at = self->flush_at;
-    int rc = 0, broke = 0;
+    int rc = 0, broke = 0, ran = 0;  /* at least one command each time, past the deadline or not */
     while (!self->waiting && !self->closing) {
         if (self->out_bytes >= flush_at && core_flush(self) < 0)
             goto error;
@@ -74,6 +77,23 @@ core_process(Core *self)
                 goto error;
             broke = 1;
             break;
+        }
+        if (ran && turns != NULL && api->buffered(parser)) {
+            int over = turn_over(turns, &deadline, &clock);
+            if (over < 0)
+                goto error;
+            if (over) {
+                /* this turn's budget is spent: the rest waits for our place in the queue */
+                self->deferred = 1;
+                if (pause_reading(self) < 0)
+                    goto error;
+                PyObject *r = PyObject_CallMethodOneArg(turns, S_defer, (PyObject *)self);
+                if (r == NULL)
+                    goto error;
+                Py_DECREF(r);
+                broke = 1;
+                break;
+            }
         }
         PyObject *item = api->next(parser);
         if (item == NULL)
@@ -97,6 +117,7 @@ core_process(Core *self)
             broke = 1;
             break;
         }
+        ran = 1;
         int r;
         if ((PyObject *)Py_TYPE(item) == api->reply_type) {  /* a protocol error */
             r = core_send(self, item, ZERO);
@@ -124,7 +145,8 @@ core_process(Core *self)
     }
     if (!broke && self->waiting && api->buffered(parser) > limit && pause_reading(self) < 0)
         goto error;
-    if (self->read_paused && !self->closing && !self->write_paused && self->held_bytes <= limit
+    if (self->read_paused && !self->closing && !self->write_paused && !self->deferred
+            && self->held_bytes <= limit
             && (!self->waiting || api->buffered(parser) <= limit) && resume_reading(self) < 0)
         goto error;
     goto finally;
@@ -149,6 +171,8 @@ finally:
     Py_DECREF(parser);
     Py_DECREF(server);
     Py_DECREF(policy);
+    Py_XDECREF(turns);
+    Py_XDECREF(clock);
     if (rc == 0)
         rc = core_flush(self);
     return rc;
@@ -259,6 +283,15 @@ PyInit__conn(void)
     INTERN(S_refused, "_refused");
     INTERN(S_put_word, "put");
     INTERN(S_measure_memory, "measure_memory");
+    INTERN(S_deadline, "deadline");
+    INTERN(S_defer, "defer");
+    PyObject *time_mod = PyImport_ImportModule("time");
+    if (time_mod == NULL)
+        return NULL;
+    perf_counter = PyObject_GetAttrString(time_mod, "perf_counter");
+    Py_DECREF(time_mod);
+    if (perf_counter == NULL)
+        return NULL;
     if ((ZERO = PyLong_FromLong(0)) == NULL || (EMPTY = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
         return NULL;
     if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&BarType) < 0 || PyType_Ready(&AdmType) < 0)

@@ -58,6 +58,7 @@ from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_
 
 if TYPE_CHECKING:
     from stalkd.replication.sender import Replicas
+    from stalkd.server.turns import Turns
 
 __all__ = ["Server", "Storage", "FatalStorageError"]
 
@@ -104,6 +105,9 @@ class Server:
         limit = config.max_memory if config.max_memory is not None else default_limit(config.max_job_size)
         self.memory = MemoryBudget(limit)
         self._memory_timer: asyncio.TimerHandle | None = None
+        # The loop's time per turn, shared by the connections (turns.py): serve.py sets it for
+        # a listening server; None (a server driven by hand, as in unit tests): no deadline.
+        self.turns: Turns | None = None
         self.started = clock()
         self._loop: asyncio.AbstractEventLoop | None = None  # see loop()
         # False in memory: no records, so no reply ever waits for a barrier.

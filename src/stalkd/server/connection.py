@@ -30,6 +30,11 @@ Ensures:
   transport has not sent), or already counted, reports what it holds (``measure_memory``);
   the budget may stop its reading and running what it read (``hold_reading``, apart from its own pauses)
   or close it (``shed``).
+- The loop's time is shared turn by turn (turns.py, the host's ``turns``): a connection runs at
+  least one command each time it runs, and past the turn's deadline it stops reading, runs
+  nothing more and waits in the queue (``deferred``) until a later turn runs it
+  (``run_deferred``); so one client's pipeline holds the loop about one turn's budget, not
+  for all it sent.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
 from stalkd.server.budget import GRAIN
+from stalkd.server.turns import Turns
 
 __all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX", "read_size"]
 
@@ -139,6 +145,9 @@ class Connection(asyncio.Protocol):
         self.fresh = True  # nothing read yet: the first line may be a replication request
         self.charged = 0  # bytes the server's memory budget counts for us (budget.py writes it)
         self.mem_paused = False  # the budget stopped our reading (read_paused is our own)
+        # The loop's time shared turn by turn (turns.py); a host without one sets no deadline.
+        self.turns: Turns | None = getattr(server, "turns", None)
+        self.deferred = False  # past a turn's deadline: runs nothing until turns runs us again
 
     # --- asyncio callbacks ------------------------------------------------------------------
 
@@ -214,7 +223,7 @@ class Connection(asyncio.Protocol):
 
     def process(self) -> None:
         """Run buffered commands until input runs out, a reserve blocks, or output backs up."""
-        if self._running or self.lost:
+        if self._running or self.lost or self.deferred:
             return
         self._running = True
         server = self.server
@@ -227,12 +236,24 @@ class Connection(asyncio.Protocol):
             limit = self.max_output
             flush_at = self.flush_at
             policy = self.policy  # set once, when connected
+            turns = self.turns
+            deadline = -1.0  # asked of turns once there is more than one command to run
+            ran = False  # at least one command each time, past the deadline or not
             while not self.waiting and not self.closing:
                 if self.out_bytes >= flush_at:
                     self.flush()  # the transport calls pause_writing past max_output
                 if self.write_paused or self.held_bytes > limit or self.mem_paused:
                     self._pause_reading()
                     break
+                if ran and turns is not None and parser.buffered:
+                    if deadline < 0:
+                        deadline = turns.deadline()
+                    if turns.clock() > deadline:
+                        # This turn's budget is spent: the rest waits for our place in the queue.
+                        self.deferred = True
+                        self._pause_reading()
+                        turns.defer(self)
+                        break
                 item = parser.next()
                 if item is NEED_DATA:
                     if self.eof:
@@ -240,6 +261,7 @@ class Connection(asyncio.Protocol):
                         self.send(Close(), 0)
                         self.server.retire(self)
                     break
+                ran = True
                 if type(item) is Reply:  # a protocol error found by the parser
                     self.send(item, 0)
                     continue
@@ -250,7 +272,7 @@ class Connection(asyncio.Protocol):
             else:
                 if self.waiting and parser.buffered > limit:
                     self._pause_reading()
-            if (self.read_paused and not self.closing and not self.write_paused
+            if (self.read_paused and not self.closing and not self.write_paused and not self.deferred
                     and self.held_bytes <= limit and (not self.waiting or parser.buffered <= limit)):
                 self._resume_reading()
         finally:
@@ -258,6 +280,11 @@ class Connection(asyncio.Protocol):
             if steps is not None:
                 steps.end_step()
         self.flush()
+
+    def run_deferred(self) -> None:
+        """Our place in the turns' queue came: run what we read, and read again."""
+        self.deferred = False
+        self.process()
 
     def send(self, reply: AnyReply | None, barrier: int) -> None:
         """Queue the reply to this connection's latest command (None: it now blocks)."""

@@ -1,8 +1,9 @@
 """Which classes serve a socket and its server: those with a compiled core, or the reference.
 
 ``stalkd.server._conn`` (built from ``_conn.c`` with the other accelerators, ``make ext``) holds
-``ConnectionCore``: the state a read touches, as slots, and ``data_received``, ``process``,
-``send``, ``flush`` (its report to the memory budget included), ``release_held`` and ``resume`` in C, so a read in the common state runs its
+``ConnectionCore``: the state a read touches, as slots, and ``data_received``, ``process``
+(the turn's deadline asked of the same ``turns.Turns``), ``send``, ``flush`` (its report to the
+memory budget included), ``release_held`` and ``resume`` in C, so a read in the common state runs its
 commands without a Python frame of the connection's own, nor of ``Server.execute`` (the core
 runs its common case, with or without a WAL; the rest is app.py's). With a WAL the server's
 ``BarriersCore`` and ``AdmissionCore`` do the same for the barriers' per-command bookkeeping, a

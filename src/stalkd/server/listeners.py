@@ -86,12 +86,15 @@ class Endpoints:
         return [("tls://" if lst.kind == "tls" else "") + lst.address for lst in self.listeners]
 
     async def start(self, new_connection: Callable[[], Connection],
-                    tube_of: Callable[[int], str | None], gate: Gate) -> None:
-        """``gate``: who may start a TLS handshake (the server's ``Registry``)."""
+                    tube_of: Callable[[int], str | None], gate: Gate,
+                    starts: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """``gate``: who may start a TLS handshake (the server's ``Registry``); ``starts``:
+        when an admitted one starts (``Turns.start``: a few per loop turn; None: at once)."""
         loop = asyncio.get_running_loop()
         self._new_connection = new_connection
         self._tube_of = tube_of
         self._gate = gate
+        self._starts = starts
         for i, lst in enumerate(self.listeners):
             if lst.kind == "tls":
                 self.servers[i] = await loop.create_server(
@@ -107,7 +110,7 @@ class Endpoints:
 
         def factory() -> Handshake:
             return Handshake(self._gate, self._context, self.cfg.handshake_timeout, connection,
-                             self._handshake_failed)
+                             self._handshake_failed, self._starts)
 
         return factory
 

@@ -96,6 +96,7 @@ Core_traverse(Core *self, visitproc visit, void *arg)
     Py_VISIT(self->policy);
     Py_VISIT(self->out);
     Py_VISIT(self->held);
+    Py_VISIT(self->turns);
     return 0;
 }
 
@@ -110,6 +111,7 @@ Core_clear(Core *self)
     Py_CLEAR(self->policy);
     Py_CLEAR(self->out);
     Py_CLEAR(self->held);
+    Py_CLEAR(self->turns);
     return 0;
 }
 
@@ -139,7 +141,8 @@ static PyMemberDef Core_members[] = {
     FLAG("write_paused", write_paused), FLAG("join_writes", join_writes),
     FLAG("read_paused", read_paused), FLAG("eof", eof), FLAG("closing", closing),
     FLAG("lost", lost), FLAG("_running", running), FLAG("fresh", fresh),
-    SIZE(charged), FLAG("mem_paused", mem_paused),
+    SIZE(charged), FLAG("mem_paused", mem_paused), FLAG("deferred", deferred),
+    OBJ(turns, "The loop's time per turn (turns.Turns), or None: no deadline."),
     {NULL},
 };
 

@@ -4,11 +4,13 @@
 typedef struct {
     PyObject_HEAD
     PyObject *id, *server, *steps, *parser, *transport, *policy, *out, *held;
+    PyObject *turns;  /* the loop's time shared turn by turn (turns.py), or None */
     Py_ssize_t out_bytes, held_bytes, max_output, flush_at;
     Py_ssize_t charged;  /* what the server's memory budget counts for us (budget.py) */
     char close_ready, waiting, write_paused, join_writes, read_paused, eof, closing, lost;
     char running, fresh;
     char mem_paused;  /* the budget stopped our reading (read_paused is our own) */
+    char deferred;  /* past a turn's deadline: runs nothing until the turns run us again */
 } Core;
 
 static PyTypeObject CoreType;
@@ -24,7 +26,9 @@ static PyObject *S_write, *S_writelines, *S_close, *S_is_closing, *S_get_write_b
     *S_pause_reading, *S_resume_reading, *S_begin_step, *S_end_step, *S_execute, *S_retire,
     *S_replicate, *S_admits, *S_join, *S_role, *S_standby, *S_fenced, *S_lease, *S_admission, *S_observer,
     *S_engine, *S_clock, *S_apply, *S_apply_failed, *S_handle, *S_timer_at, *S_schedule_tick,
-    *S_popleft, *S_promised, *S_costless, *S_settle, *S_id, *S_measure_memory;
+    *S_popleft, *S_promised, *S_costless, *S_settle, *S_id, *S_measure_memory, *S_deadline,
+    *S_defer;
+static PyObject *perf_counter = NULL;  /* time.perf_counter: the turns' clock, read here as C */
 
 /* --- helpers ---------------------------------------------------------------------------- */
 
@@ -77,7 +81,7 @@ ready(Core *self)
     }
     if (self->id == NULL || self->server == NULL || self->parser == NULL || self->out == NULL
             || self->held == NULL || self->steps == NULL || self->policy == NULL
-            || self->transport == NULL) {
+            || self->transport == NULL || self->turns == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the connection is not initialised");
         return -1;
     }
@@ -107,4 +111,38 @@ resume_reading(Core *self)
         return self->mem_paused ? 0 : call_method0(self->transport, S_resume_reading);
     }
     return 0;
+}
+
+/* Whether this turn's time is spent (turns.py states the rule; this asks it): ``*deadline`` is
+ * asked of ``turns`` the first time (< 0 until then), with its clock into ``*clock``; the clock
+ * is read without a call when it is time.perf_counter. 1 past it, 0 not, -1 with an error. */
+static int
+turn_over(PyObject *turns, double *deadline, PyObject **clock)
+{
+    if (*deadline < 0) {
+        PyObject *d = PyObject_CallMethodNoArgs(turns, S_deadline);
+        if (d == NULL)
+            return -1;
+        *deadline = PyFloat_AsDouble(d);
+        Py_DECREF(d);
+        if (*deadline == -1.0 && PyErr_Occurred())
+            return -1;
+        if ((*clock = PyObject_GetAttr(turns, S_clock)) == NULL)
+            return -1;
+    }
+    double now;
+    if (*clock == perf_counter) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);  /* what perf_counter reads on Linux */
+        now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    } else {
+        PyObject *t = PyObject_CallNoArgs(*clock);
+        if (t == NULL)
+            return -1;
+        now = PyFloat_AsDouble(t);
+        Py_DECREF(t);
+        if (now == -1.0 && PyErr_Occurred())
+            return -1;
+    }
+    return now > *deadline;
 }
