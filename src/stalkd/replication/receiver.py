@@ -60,6 +60,7 @@ log = logging.getLogger("stalkd.replication")
 READ_BYTES = 1 << 20
 RETRY_MIN, RETRY_MAX = 0.05, 2.0
 SWITCH_INTERVAL = 0.0005  # seconds; see run
+APPLY_RECORDS = 1024  # records checked, appended and applied between two turns of the loop
 
 
 class ResyncNeeded(RuntimeError):
@@ -250,26 +251,34 @@ class Receiver:
                 self._in_sync()
             if not msgs:
                 continue
-            try:
-                for first, payloads in msgs:
-                    records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
-                    try:
-                        self.wal.append_replicated(first, payloads)
-                    except BaseException:
-                        self._apply(first, records[:lg.next_offset - first])  # what it holds
-                        raise
-                    if self.fsync and not self._syncing:
-                        self._sync(writer)  # what the ack waits for: fsynced while the records are applied
-                    self._apply(first, records)
-            finally:
-                self.wal.last_seq = self.engine.seq
-                self.applied()
+            for i, (first, payloads) in enumerate(msgs):
+                for at in range(0, len(payloads), APPLY_RECORDS):
+                    if i or at:
+                        # Between messages (and slices of a long one), the loop runs what waits:
+                        # an fsync's acknowledgement goes out now, not after all of this read.
+                        await asyncio.sleep(0)
+                    self._take(first + at, payloads[at:at + APPLY_RECORDS], writer)
             if not self.fsync:
                 self.durable_end = lg.next_offset
                 writer.write(wire.encode_ack(lg.next_offset))
                 self._in_sync()
-            elif not self._syncing:
-                self._sync(writer)
+
+    def _take(self, first: int, payloads: list[bytes], writer: asyncio.StreamWriter) -> None:
+        """Check, append (the fsync starts if none runs) and apply records at ``first``."""
+        lg = self.wal.log
+        try:
+            records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
+            try:
+                self.wal.append_replicated(first, payloads)
+            except BaseException:
+                self._apply(first, records[:lg.next_offset - first])  # what it holds
+                raise
+            if self.fsync:
+                self._sync(writer)  # what the ack waits for: fsynced while the records are applied
+            self._apply(first, records)
+        finally:
+            self.wal.last_seq = self.engine.seq
+            self.applied()
 
     def _in_sync(self) -> None:
         """Whether this disk now holds the primary's whole log (as last heard)."""
@@ -280,12 +289,22 @@ class Receiver:
                 self.problem = None
 
     def _sync(self, writer: asyncio.StreamWriter) -> None:
-        """Group commit, as on a primary: one fsync at a time on a thread, covering everything
-        written when it starts; its end is acknowledged when it returns, and records received
-        meanwhile wait for the next one (the stream keeps being read)."""
-        lg = self.wal.log
-        end = lg.next_offset
+        """Group commit, as on a primary, unless one runs: one fsync at a time on a thread,
+        covering everything written when it starts. While records keep arriving the thread
+        starts the next fsync as soon as one returns (not once the loop thread, busy checking
+        and applying records, gets to it); each one's end is acknowledged from the loop."""
+        if self._syncing:
+            return
         self._syncing = True
+        lg = self.wal.log
+        loop = asyncio.get_running_loop()
+
+        def fsyncs() -> int:
+            while True:
+                end = lg.sync()
+                loop.call_soon_threadsafe(self._synced, writer, end)
+                if lg.next_offset <= end:
+                    return end
 
         def done(f: asyncio.Future[int]) -> None:
             self._syncing = False
@@ -293,16 +312,17 @@ class Receiver:
             if exc is not None:
                 self.on_resync(f"the standby's WAL fsync failed: {exc}")
                 self.stop()
-                return
-            if writer.is_closing():
-                return
-            self.durable_end = end
-            writer.write(wire.encode_ack(end))
-            self._in_sync()
-            if lg.next_offset > end:
-                self._sync(writer)
+            elif not writer.is_closing() and lg.next_offset > f.result():
+                self._sync(writer)  # written after the thread's last look
 
-        asyncio.get_running_loop().run_in_executor(None, lg.sync).add_done_callback(done)
+        loop.run_in_executor(None, fsyncs).add_done_callback(done)
+
+    def _synced(self, writer: asyncio.StreamWriter, end: int) -> None:
+        if writer.is_closing() or end <= self.durable_end:
+            return
+        self.durable_end = end
+        writer.write(wire.encode_ack(end))
+        self._in_sync()
 
     def _apply(self, first: int, records: list[Record]) -> None:
         """Apply appended records to the engine, on the loop thread, between client commands."""
