@@ -31,6 +31,7 @@ Ensures:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -51,6 +52,7 @@ from stalkd.replication.role import Role
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
+    from stalkd.log.ticket import Ticket
     from stalkd.persist.wal import Wal
 
 __all__ = ["Receiver", "ResyncNeeded", "ask"]
@@ -114,7 +116,8 @@ class Receiver:
         self.reservations = Reservations()  # held on the primary: kept held at promotion
         self._stopped = False
         self._writer: asyncio.StreamWriter | None = None
-        self._syncing = False  # a group-commit fsync is running (see _sync)
+        self._syncing = 0  # tickets of the log's not yet durable (see _sync)
+        self._asked = 0  # the end of the last one
 
     @property
     def lag(self) -> int:
@@ -139,8 +142,8 @@ class Receiver:
 
     @property
     def syncing(self) -> bool:
-        """A group-commit fsync of the local log is running on a thread."""
-        return self._syncing
+        """A group-commit fsync of the local log is asked for or running on its thread."""
+        return self._syncing > 0
 
     async def run(self) -> None:
         # When an fsync returns, its thread must win the GIL back from the loop thread, busy
@@ -209,7 +212,7 @@ class Receiver:
         log.info("streaming from %s (epoch %d) at offset %d, %d records behind",
                  self.address, epoch, lg.next_offset, self.lag)  # fmt: skip
         dec = wire.RecordDecoder()
-        self._syncing = False
+        self._asked = 0
         heard = [self.clock()]
         watchdog = asyncio.get_running_loop().create_task(self._watch(heard, writer))
         try:
@@ -289,35 +292,31 @@ class Receiver:
                 self.problem = None
 
     def _sync(self, writer: asyncio.StreamWriter) -> None:
-        """Group commit, as on a primary, unless one runs: one fsync at a time on a thread,
-        covering everything written when it starts. While records keep arriving the thread
-        starts the next fsync as soon as one returns (not once the loop thread, busy checking
-        and applying records, gets to it); each one's end is acknowledged from the loop."""
-        if self._syncing:
-            return
-        self._syncing = True
+        """Group commit, as on a primary: a ticket of the log's for everything written, which
+        its committer thread fsyncs (one fsync for every ticket then waiting; those that come
+        meanwhile, the next, started as soon as it returns: no thread hand-off per fsync and
+        no wait for the loop thread, busy checking and applying records); each ticket's end is
+        acknowledged from the loop."""
         lg = self.wal.log
+        end = lg.next_offset
+        if end <= self._asked:
+            return
+        self._asked = end
+        self._syncing += 1
         loop = asyncio.get_running_loop()
 
-        def fsyncs() -> int:
-            while True:
-                end = lg.sync()
-                loop.call_soon_threadsafe(self._synced, writer, end)
-                if lg.next_offset <= end:
-                    return end
+        def durable(t: Ticket) -> None:  # on the committer thread (here, if already durable)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for it
+                loop.call_soon_threadsafe(self._synced, writer, end, t.exception())
 
-        def done(f: asyncio.Future[int]) -> None:
-            self._syncing = False
-            exc = f.exception()
-            if exc is not None:
-                self.on_resync(f"the standby's WAL fsync failed: {exc}")
-                self.stop()
-            elif not writer.is_closing() and lg.next_offset > f.result():
-                self._sync(writer)  # written after the thread's last look
+        lg.ticket().add_done_callback(durable)
 
-        loop.run_in_executor(None, fsyncs).add_done_callback(done)
-
-    def _synced(self, writer: asyncio.StreamWriter, end: int) -> None:
+    def _synced(self, writer: asyncio.StreamWriter, end: int, exc: BaseException | None) -> None:
+        self._syncing -= 1
+        if exc is not None:
+            self.on_resync(f"the standby's WAL fsync failed: {exc}")
+            self.stop()
+            return
         if writer.is_closing() or end <= self.durable_end:
             return
         self.durable_end = end
