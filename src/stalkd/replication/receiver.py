@@ -317,6 +317,8 @@ class Receiver:
             self.on_resync(f"the standby's WAL fsync failed: {exc}")
             self.stop()
             return
+        # One fsync resolves every ticket waiting: the first to get here acknowledges them all.
+        end = max(end, self.wal.log.durable_offset)
         if writer.is_closing() or end <= self.durable_end:
             return
         self.durable_end = end
