@@ -25,7 +25,8 @@ Ensures:
   whose copy a record contradicts, does not guess: ``resync`` replaces its copy with the
   primary's (``standby.py``), and the stream resumes from the new log's end; a resync that
   could not copy is tried again after the backoff, the old copy still serving reads.
-- ``stop()`` (promotion) ends the stream; records already received are applied first.
+- ``stop()`` (promotion) ends the stream between two messages (or 1,024-record slices) of it:
+  every record appended is applied first, and nothing of the stream is appended after.
 """
 
 from __future__ import annotations
@@ -260,6 +261,8 @@ class Receiver:
                         # Between messages (and slices of a long one), the loop runs what waits:
                         # an fsync's acknowledgement goes out now, not after all of this read.
                         await asyncio.sleep(0)
+                        if self._stopped:  # promoted meanwhile: its epoch starts where the log
+                            return  # ends; the rest of this read is dropped, as unread bytes are
                     self._take(first + at, payloads[at:at + APPLY_RECORDS], writer)
             if not self.fsync:
                 self.durable_end = lg.next_offset
@@ -267,7 +270,7 @@ class Receiver:
                 self._in_sync()
 
     def _take(self, first: int, payloads: list[bytes], writer: asyncio.StreamWriter) -> None:
-        """Check, append (the fsync starts if none runs) and apply records at ``first``."""
+        """Check, append (a ticket asks for their fsync) and apply the records at ``first``."""
         lg = self.wal.log
         try:
             records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
