@@ -229,6 +229,13 @@ class Log:
         first, last = self.write_many(payloads)
         return self._commit.ticket(first, last)
 
+    def ticket(self) -> Ticket:
+        """A Ticket that resolves once everything written so far (``write_many``'s included) is
+        durable: under ``always`` the committer thread fsyncs for it, one fsync for every ticket
+        then waiting, and its callbacks run on that thread."""
+        end = self._writer.next
+        return self._commit.ticket(end - 1, end - 1)
+
     # ---------------------------------------------------------------- durability
 
     def sync(self) -> int:

@@ -28,12 +28,14 @@ Ensures:
 - A stream starts at this log's last record and goes on only if the primary's is the same
   (``overlap``): a primary that lost records this standby holds and wrote others in their
   place is a resync, not a second history appended to this log.
-- ``stop()`` (promotion) ends the stream; records already received are applied first.
+- ``stop()`` (promotion) ends the stream between two messages (or 1,024-record slices) of it:
+  every record appended is applied first, and nothing of the stream is appended after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -54,6 +56,7 @@ from stalkd.replication.role import Role
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
+    from stalkd.log.ticket import Ticket
     from stalkd.persist.wal import Wal
 
 __all__ = ["Receiver", "ResyncNeeded", "ask"]
@@ -63,6 +66,7 @@ log = logging.getLogger("stalkd.replication")
 READ_BYTES = 1 << 20
 RETRY_MIN, RETRY_MAX = 0.05, 2.0
 SWITCH_INTERVAL = 0.0005  # seconds; see run
+APPLY_RECORDS = 1024  # records checked, appended and applied between two turns of the loop
 
 
 class ResyncNeeded(RuntimeError):
@@ -121,7 +125,8 @@ class Receiver:
         self.reservations = Reservations()  # held on the primary: kept held at promotion
         self._stopped = False
         self._writer: asyncio.StreamWriter | None = None
-        self._syncing = False  # a group-commit fsync is running (see _sync)
+        self._syncing = 0  # tickets of the log's not yet durable (see _sync)
+        self._asked = 0  # the end of the last one
 
     @property
     def lag(self) -> int:
@@ -146,8 +151,8 @@ class Receiver:
 
     @property
     def syncing(self) -> bool:
-        """A group-commit fsync of the local log is running on a thread."""
-        return self._syncing
+        """A group-commit fsync of the local log is asked for or running on its thread."""
+        return self._syncing > 0
 
     async def run(self) -> None:
         # When an fsync returns, its thread must win the GIL back from the loop thread, busy
@@ -236,7 +241,7 @@ class Receiver:
         log.info("streaming from %s (epoch %d) at offset %d, %d records behind",
                  self.address, epoch, lg.next_offset, self.lag)  # fmt: skip
         dec = wire.RecordDecoder()
-        self._syncing = False
+        self._asked = 0
         heard = [self.clock()]
         watchdog = asyncio.get_running_loop().create_task(self._watch(heard, writer))
         try:
@@ -278,34 +283,42 @@ class Receiver:
                 self._in_sync()
             if not msgs:
                 continue
-            try:
-                for first, payloads in msgs:
-                    if last is not None:  # the stream's first message: our last record first
-                        try:
-                            first, payloads = overlap.trim(first, payloads, lg.next_offset, last)
-                        except overlap.Diverged as e:
-                            raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
-                        last = None
-                        if not payloads:
-                            continue
-                    records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
+            for i, (first, payloads) in enumerate(msgs):
+                if last is not None:  # the stream's first message: our last record first
                     try:
-                        self.wal.append_replicated(first, payloads)
-                    except BaseException:
-                        self._apply(first, records[:lg.next_offset - first])  # what it holds
-                        raise
-                    if self.fsync and not self._syncing:
-                        self._sync(writer)  # what the ack waits for: fsynced while the records are applied
-                    self._apply(first, records)
-            finally:
-                self.wal.last_seq = self.engine.seq
-                self.applied()
+                        first, payloads = overlap.trim(first, payloads, lg.next_offset, last)
+                    except overlap.Diverged as e:
+                        raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
+                    last = None
+                for at in range(0, len(payloads), APPLY_RECORDS):
+                    if i or at:
+                        # Between messages (and slices of a long one), the loop runs what waits:
+                        # an fsync's acknowledgement goes out now, not after all of this read.
+                        await asyncio.sleep(0)
+                        if self._stopped:  # promoted meanwhile: its epoch starts where the log
+                            return  # ends; the rest of this read is dropped, as unread bytes are
+                    self._take(first + at, payloads[at:at + APPLY_RECORDS], writer)
             if not self.fsync:
                 self.durable_end = lg.next_offset
                 writer.write(wire.encode_ack(lg.next_offset))
                 self._in_sync()
-            elif not self._syncing:
-                self._sync(writer)
+
+    def _take(self, first: int, payloads: list[bytes], writer: asyncio.StreamWriter) -> None:
+        """Check, append (a ticket asks for their fsync) and apply the records at ``first``."""
+        lg = self.wal.log
+        try:
+            records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
+            try:
+                self.wal.append_replicated(first, payloads)
+            except BaseException:
+                self._apply(first, records[:lg.next_offset - first])  # what it holds
+                raise
+            if self.fsync:
+                self._sync(writer)  # what the ack waits for: fsynced while the records are applied
+            self._apply(first, records)
+        finally:
+            self.wal.last_seq = self.engine.seq
+            self.applied()
 
     def _in_sync(self) -> None:
         """Whether this disk now holds the primary's whole log (as last heard)."""
@@ -316,29 +329,38 @@ class Receiver:
                 self.problem = None
 
     def _sync(self, writer: asyncio.StreamWriter) -> None:
-        """Group commit, as on a primary: one fsync at a time on a thread, covering everything
-        written when it starts; its end is acknowledged when it returns, and records received
-        meanwhile wait for the next one (the stream keeps being read)."""
+        """Group commit, as on a primary: a ticket of the log's for everything written, which
+        its committer thread fsyncs (one fsync for every ticket then waiting; those that come
+        meanwhile, the next, started as soon as it returns: no thread hand-off per fsync and
+        no wait for the loop thread, busy checking and applying records); each ticket's end is
+        acknowledged from the loop."""
         lg = self.wal.log
         end = lg.next_offset
-        self._syncing = True
+        if end <= self._asked:
+            return
+        self._asked = end
+        self._syncing += 1
+        loop = asyncio.get_running_loop()
 
-        def done(f: asyncio.Future[int]) -> None:
-            self._syncing = False
-            exc = f.exception()
-            if exc is not None:
-                self.on_resync(f"the standby's WAL fsync failed: {exc}")
-                self.stop()
-                return
-            if writer.is_closing():
-                return
-            self.durable_end = end
-            writer.write(wire.encode_ack(end))
-            self._in_sync()
-            if lg.next_offset > end:
-                self._sync(writer)
+        def durable(t: Ticket) -> None:  # on the committer thread (here, if already durable)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for it
+                loop.call_soon_threadsafe(self._synced, writer, end, t.exception())
 
-        asyncio.get_running_loop().run_in_executor(None, lg.sync).add_done_callback(done)
+        lg.ticket().add_done_callback(durable)
+
+    def _synced(self, writer: asyncio.StreamWriter, end: int, exc: BaseException | None) -> None:
+        self._syncing -= 1
+        if exc is not None:
+            self.on_resync(f"the standby's WAL fsync failed: {exc}")
+            self.stop()
+            return
+        # One fsync resolves every ticket waiting: the first to get here acknowledges them all.
+        end = max(end, self.wal.log.durable_offset)
+        if writer.is_closing() or end <= self.durable_end:
+            return
+        self.durable_end = end
+        writer.write(wire.encode_ack(end))
+        self._in_sync()
 
     def _apply(self, first: int, records: list[Record]) -> None:
         """Apply appended records to the engine, on the loop thread, between client commands."""
