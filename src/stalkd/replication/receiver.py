@@ -266,7 +266,7 @@ class Receiver:
                 return
 
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dec: wire.RecordDecoder,
-                      heard: list[float], last: bytes | None) -> None:  # fmt: skip
+                      heard: list[float], last: bytes | None = None) -> None:  # fmt: skip
         lg = self.wal.log
         beats = 0
         while not self._stopped:
