@@ -21,6 +21,7 @@ import contextlib
 import os
 import signal
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,34 @@ from stalkd.client import errors
 from standby.cluster import secret_file, stats, until
 
 NAMES = ("a", "b", "c")
+
+
+@contextlib.contextmanager
+def _cluster(etcd: EtcdProcess, tmp: Path, sync: int) -> Iterator[tuple[dict[str, StalkdProcess], dict[str, UnixProxy]]]:
+    """Three --ha nodes, ``a`` the primary and ``b``, ``c`` following it, each through its own relay to etcd."""
+    proxies = {n: UnixProxy(tmp / f"{n}-etcd", etcd.socket) for n in NAMES}
+    nodes: dict[str, StalkdProcess] = {}
+
+    def start(n: str) -> None:
+        nodes[n] = start_stalkd("--dir", str(tmp / n), "-s", "65536", "--ha", proxies[n].address(),
+                                "--name", n, "--ha-ttl", "2", "--sync-standbys", str(sync),
+                                "--replication-secret", secret_file(tmp / n))
+
+    try:
+        start("a")
+        until(lambda: _role(nodes["a"]) == "primary", "a to lead", timeout=60)
+        start("b")
+        start("c")
+        until(lambda: int(stats(nodes["a"]).get("standbys", 0)) == 2
+              and int(stats(nodes["a"]).get("standby-lag", 1)) == 0, "b and c to follow a", timeout=60)
+        yield nodes, proxies
+    finally:
+        for p in proxies.values():
+            p.cut()
+        for node in nodes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node.proc.pid, signal.SIGCONT)
+            node.stop()
 
 
 def _role(node: StalkdProcess) -> str:
@@ -44,21 +73,7 @@ def _role(node: StalkdProcess) -> str:
 @pytest.mark.xfail(strict=True, reason="open: a held reply of an applied write becomes NOT_PRIMARY "
                                        "when the lease runs out (issue 29, /work/notes/ha29.md)")
 def test_a_put_held_when_the_lease_runs_out_is_not_answered_not_primary(etcd: EtcdProcess, tmp_path: Path) -> None:
-    proxies = {n: UnixProxy(tmp_path / f"{n}-etcd", etcd.socket) for n in NAMES}
-    nodes: dict[str, StalkdProcess] = {}
-
-    def start(n: str) -> None:
-        nodes[n] = start_stalkd("--dir", str(tmp_path / n), "-s", "65536", "--ha", proxies[n].address(),
-                                "--name", n, "--ha-ttl", "2", "--sync-standbys", "2",
-                                "--replication-secret", secret_file(tmp_path / n))
-
-    try:
-        start("a")
-        until(lambda: _role(nodes["a"]) == "primary", "a to lead", timeout=60)
-        start("b")
-        start("c")
-        until(lambda: int(stats(nodes["a"]).get("standbys", 0)) == 2
-              and int(stats(nodes["a"]).get("standby-lag", 1)) == 0, "b and c to follow a", timeout=60)
+    with _cluster(etcd, tmp_path, 2) as (nodes, proxies):
         os.kill(nodes["c"].proc.pid, signal.SIGSTOP)  # its acknowledgement never comes
         with socket.create_connection(("127.0.0.1", nodes["a"].port), timeout=30) as s:
             s.sendall(b"put 0 0 10 4\r\nheld\r\n")
@@ -72,34 +87,13 @@ def test_a_put_held_when_the_lease_runs_out_is_not_answered_not_primary(etcd: Et
         assert on_b.startswith(b"FOUND "), on_b
         # ...so a must not have told its client that it applied nothing
         assert reply != b"NOT_PRIMARY\r\n", (reply, on_b)
-    finally:
-        for p in proxies.values():
-            p.cut()
-        for node in nodes.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(node.proc.pid, signal.SIGCONT)
-            node.stop()
 
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="open: a primary resumed after a pause past its lease hands out a "
                                        "reserved job before it notices (issue 29, /work/notes/ha29.md)")
 def test_a_primary_resumed_after_its_lease_ran_out_hands_out_no_job(etcd: EtcdProcess, tmp_path: Path) -> None:
-    proxies = {n: UnixProxy(tmp_path / f"{n}-etcd", etcd.socket) for n in NAMES}
-    nodes: dict[str, StalkdProcess] = {}
-
-    def start(n: str) -> None:
-        nodes[n] = start_stalkd("--dir", str(tmp_path / n), "-s", "65536", "--ha", proxies[n].address(),
-                                "--name", n, "--ha-ttl", "2", "--sync-standbys", "1",
-                                "--replication-secret", secret_file(tmp_path / n))
-
-    try:
-        start("a")
-        until(lambda: _role(nodes["a"]) == "primary", "a to lead", timeout=60)
-        start("b")
-        start("c")
-        until(lambda: int(stats(nodes["a"]).get("standbys", 0)) == 2
-              and int(stats(nodes["a"]).get("standby-lag", 1)) == 0, "b and c to follow a", timeout=60)
+    with _cluster(etcd, tmp_path, 1) as (nodes, proxies):
         with socket.create_connection(("127.0.0.1", nodes["a"].port), timeout=30) as s:
             f = s.makefile("rb")
             s.sendall(b"put 0 0 10 3\r\njob\r\n")
@@ -112,10 +106,4 @@ def test_a_primary_resumed_after_its_lease_ran_out_hands_out_no_job(etcd: EtcdPr
             reply = f.readline()
         # the job is the new primary's to hand out; the deposed one must not hold it for a worker
         assert not reply.startswith(b"RESERVED "), reply
-    finally:
-        for p in proxies.values():
-            p.cut()
-        for node in nodes.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(node.proc.pid, signal.SIGCONT)
-            node.stop()
+
