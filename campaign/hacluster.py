@@ -11,7 +11,8 @@ rejoins.
 
 Nodes fail over by themselves, so the harness does not know the primary: ``primary`` asks the
 nodes, and ``targets`` (what a nemesis may hit) waits until the cluster has settled, one
-primary followed and caught up by both others, and names that primary alone. A thread started
+primary followed and caught up by both others, with etcd's sync set naming a standby (else
+nobody may take over), and names that primary alone. A thread started
 by ``watch`` polls every node's role and epoch and records each promotion it sees as an op of
 process ``nemesis`` with ``old`` and ``new``, which the checker's ``fenced-ack`` rule reads:
 its invocation is the last time the new primary was seen not leading at that epoch (the
@@ -34,6 +35,7 @@ __all__ = ["HaCluster", "NAMES", "TTL"]
 
 NAMES = ("a", "b", "c")
 TTL = "2"  # seconds of lease, as the --ha tests run: a failover takes a few seconds, not ten
+CLUSTER = "campaign"  # the key prefix in etcd: /stalkd/campaign
 SETTLE = 90.0  # seconds a restarted node may take to rejoin on a loaded machine
 _POLL = 0.2
 
@@ -56,7 +58,7 @@ class HaCluster(Cluster):
 
     def __init__(self, root: Path, *, flags: tuple[str, ...] = (), sync: int = 1, clock: bool = False,
                  disk: dict[str, int] | None = None) -> None:
-        self.root, self.topology, self.net = root.resolve(), "ha", None
+        self.root, self.topology, self.net, self.sync = root.resolve(), "ha", None, sync
         self.helpers = _etcd_helpers()
         self.etcd: Any = None
         self.proxies: dict[str, Any] = {}
@@ -77,7 +79,7 @@ class HaCluster(Cluster):
                 self.mounts.append(d)
             # the relay binds now; it reaches etcd (started by ``start``) per connection
             self.proxies[n] = self.helpers.UnixProxy(self.root / f"{n}-etcd", str(self.root / "etcd" / "client:1"))
-            etcd = self.proxies[n].address("/stalkd/campaign")
+            etcd = self.proxies[n].address(f"/stalkd/{CLUSTER}")
             self.nodes[n] = Node(n, d, ["-s", "1048576", *flags, "--ha", etcd, "--name", n, "--ha-ttl", TTL,
                                         "--sync-standbys", str(sync), "--replication-secret", str(secret)],
                                  clock_file=self.root / n / "clock" if clock else None)
@@ -129,7 +131,25 @@ class HaCluster(Cluster):
             return False
         p = leaders[0]
         return (all(s.get("cluster-leader") == p for s in st.values())
-                and int(st[p].get("standbys", 0)) >= 2 and int(st[p].get("standby-lag", 1)) == 0)
+                and int(st[p].get("standbys", 0)) >= 2 and int(st[p].get("standby-lag", 1)) == 0
+                and self._sync_set_full(p))
+
+    def _sync_set_full(self, primary: str) -> bool:
+        """etcd's sync set is ``primary``'s and names ``sync`` standbys: one of them may take
+        over (outside it no node campaigns, so a fault right after a failover, before the set
+        was written again, would find no one to promote)."""
+        from stalkd.ha.address import parse_cluster
+        from stalkd.ha.etcd import Etcd, EtcdError
+        from stalkd.ha.syncset import read_sync
+
+        if not self.sync:
+            return True
+        address = parse_cluster(self.etcd.cluster(CLUSTER))
+        try:
+            doc = read_sync(Etcd(address, timeout=1.0), address.key("sync"))
+        except EtcdError:
+            return False
+        return doc is not None and doc.leader == primary and len(set(doc.members) - {primary}) >= self.sync
 
     def caught_up(self) -> bool:
         return self.settled()
