@@ -63,6 +63,7 @@ class Kill9(_OneNode):
     """SIGKILL a node (any of them); ``stop`` restarts it on the same address and data."""
 
     name, breaks = "kill9", True
+    topologies = ("single", "standby", "ha")
 
     def hit(self, node: Node) -> None:
         node.kill9()
@@ -75,6 +76,7 @@ class Pause(_OneNode):
     """SIGSTOP a node, SIGCONT it at ``stop`` (the runner holds it longer than the TTRs)."""
 
     name, breaks = "pause", False
+    topologies = ("single", "standby", "ha")
 
     def hit(self, node: Node) -> None:
         node.signal(signal.SIGSTOP)
@@ -106,6 +108,7 @@ class FullDisk:
     file until the file system is full; ``stop`` removes the file."""
 
     name, breaks = "full-disk", False
+    topologies = ("single", "standby", "ha")
     FILLER = ".campaign-filler"
 
     def __init__(self) -> None:
@@ -133,6 +136,7 @@ class ClockJump:
     hour forward or back; ``stop`` sets it right. The monotonic clock does not move."""
 
     name, breaks = "clock-jump", False
+    topologies = ("single", "standby", "ha")
 
     def __init__(self) -> None:
         self.victim = ""

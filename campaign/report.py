@@ -73,7 +73,7 @@ def fault_intervals(ops: Iterable[Op]) -> list[tuple[float, float, str]]:
 
 def plot(ops: Sequence[Op], path: Path, title: str) -> None:
     """Throughput (acknowledged operations a second, by kind) and put latency over time, the
-    faults shaded (Jepsen's way of drawing a run)."""
+    faults shaded (Jepsen's way of drawing a run), each promotion a dashed line (``→b``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -101,6 +101,12 @@ def plot(ops: Sequence[Op], path: Path, title: str) -> None:
         for ax in (ax1, ax2):
             ax.axvspan(a, b, color="grey", alpha=0.25, lw=0)
         ax1.text(a, ax1.get_ylim()[1] * 0.95, what, fontsize="x-small", va="top")
+    for op in ops:  # a promotion the harness saw (the failover nemesis's, or the ha topology's own)
+        if op.process == "nemesis" and op.ok and "new" in op.value:
+            for ax in (ax1, ax2):
+                ax.axvline(op.end, color="tab:green", ls="--", lw=0.8)
+            ax1.text(op.end, ax1.get_ylim()[1] * 0.80, f"\u2192{op.value['new']}", fontsize="x-small",
+                     va="top", color="tab:green")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
