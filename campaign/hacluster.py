@@ -12,11 +12,12 @@ rejoins.
 Nodes fail over by themselves, so the harness does not know the primary: ``primary`` asks the
 nodes, and ``targets`` (what a nemesis may hit) waits until the cluster has settled, one
 primary followed and caught up by both others, with etcd's sync set naming a standby (else
-nobody may take over), and names that primary alone. A thread started
-by ``watch`` polls every node's role and epoch and records each promotion it sees as an op of
-process ``nemesis`` with ``old`` and ``new``, which the checker's ``fenced-ack`` rule reads:
-its invocation is the last time the new primary was seen not leading at that epoch (the
-promotion came after it), its completion when it was seen leading.
+nobody may take over), and names that primary alone. Threads started by ``watch`` poll every
+node's role and epoch and record each promotion seen as an op of their own process
+(``history.WATCH``: the nemesis may have an op outstanding then) with ``old`` and ``new``, which
+the checker's ``fenced-ack`` rule reads: its invocation is the last time the new primary was
+seen not leading at that epoch (the promotion came after it), its completion when it was seen
+leading.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from campaign.cluster import Cluster, Node, _mount_tmpfs, wait_until
-from campaign.history import History
+from campaign.history import WATCH, History
 
 __all__ = ["HaCluster", "NAMES", "TTL"]
 
@@ -181,7 +182,7 @@ class HaCluster(Cluster):
                 if role == "primary" and epoch > top:
                     self._leader = (n, epoch)
                     if n != old:  # (led again at a new epoch with nobody in between: no one fenced)
-                        history.record("nemesis", "promote", below[n], "ok", {"old": old, "new": n, "epoch": epoch})
+                        history.record(WATCH, "promote", below[n], "ok", {"old": old, "new": n, "epoch": epoch})
                 elif role != "down":
                     below[n] = sent
 

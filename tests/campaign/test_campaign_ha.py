@@ -16,7 +16,7 @@ from support import require_binary
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the campaign package; after the rest
 
 from campaign.checker import Anomaly  # noqa: E402
-from campaign.history import Op, pair, read_events  # noqa: E402
+from campaign.history import WATCH, Op, pair, read_events  # noqa: E402
 from campaign.run import RunSpec, run  # noqa: E402
 
 # faults outlast the nodes' 2 s lease: every one ends in a failover
@@ -31,7 +31,7 @@ def test_a_short_ha_run_fails_over_at_each_fault_and_finds_nothing(tmp_path: Pat
     result = run(spec, tmp_path / spec.label)
     ops = pair(read_events(result.directory / "history.jsonl"))
     hits = [op.value["node"] for op in ops if op.process == "nemesis" and op.f == "start"]
-    promotions = [(op.value["old"], op.value["new"]) for op in ops if op.process == "nemesis" and op.f == "promote"]
+    promotions = [(op.value["old"], op.value["new"]) for op in ops if op.process == WATCH and op.f == "promote"]
     # each fault hit the primary of its moment, and another node took over from it
     assert [old for old, _ in promotions] == hits, (hits, promotions)
     acked_by = {op.node for op in ops if op.f == "put" and op.ok}
