@@ -122,11 +122,12 @@ powerloss-campaign: system-deps $(VENV)/.dev bytecode
 	$(PY) -m campaign.pairloss --cycles $${POWERLOSS_FAULTS:-50} --out build/pairloss
 	$(PY) -m campaign.pairloss --cycles $${POWERLOSS_FAULTS:-50} --promote --out build/pairloss-promote
 
-# The fault campaign (campaign/README.md): every nemesis against a single server and a primary
-# with a sync standby, CAMPAIGN_CYCLES faults each (default 20; a line after each fault says how
-# far a run is); the table (table.md) and a plot and history per run go to build/campaign/ (or
-# CAMPAIGN_OUT). Needs root for partitions, tmpfs and faketime's clock jumps. `make test` runs
-# two faults of each (tests/campaign).
+# The fault campaign (campaign/README.md): every nemesis against a single server, a primary
+# with a sync standby and three --ha nodes on an etcd the run starts (faults against the current
+# primary; its way to etcd cut as well), CAMPAIGN_CYCLES faults each (default 20; a line after
+# each fault says how far a run is); the table (table.md) and a plot and history per run go to
+# build/campaign/ (or CAMPAIGN_OUT). Needs root for partitions, tmpfs and faketime's clock jumps,
+# and Debian's etcd for the ha runs. `make test` runs two faults of each (tests/campaign).
 campaign: system-deps $(VENV)/.dev bytecode
 	$(PY) -m campaign --cycles $${CAMPAIGN_CYCLES:-20} --out $${CAMPAIGN_OUT:-build/campaign}
 

@@ -211,10 +211,10 @@ class Cluster:
         i = node.flags.index("--standby-of") if "--standby-of" in node.flags else len(node.flags)
         node.flags = [*node.flags[:i], *node.flags[i + 2:], "--standby-of", of]
 
-    def stats(self, name: str) -> dict[str, str]:
+    def stats(self, name: str, timeout: float = 5.0) -> dict[str, str]:
         from stalkd.client import Client
 
-        with Client(self.client_address(name), timeout=5) as c:
+        with Client(self.client_address(name), timeout=timeout) as c:
             return {k: str(v) for k, v in c.stats().items()}
 
     def caught_up(self) -> bool:
@@ -252,6 +252,20 @@ class Cluster:
 
         wait_until(promoted, f"the promotion of {name}")
         self.primary = name
+
+    def targets(self) -> list[str]:
+        """The nodes a fault may hit: any of them (the ha topology names its primary alone)."""
+        return sorted(self.nodes)
+
+    def watch(self, history: Any) -> None:
+        """Record promotions the cluster makes by itself into ``history`` (the ha topology's);
+        here the harness promotes, and its nemesis records them."""
+
+    def cut_etcd(self, name: str) -> None:
+        raise ValueError(f"the {self.topology} topology has no etcd")
+
+    def heal_etcd(self, name: str) -> None:
+        raise ValueError(f"the {self.topology} topology has no etcd")
 
     def client_address(self, name: str) -> str:
         node = self.nodes[name]
