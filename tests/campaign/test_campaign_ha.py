@@ -15,8 +15,7 @@ from support import require_binary
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the campaign package; after the rest
 
-from campaign.checker import Anomaly  # noqa: E402
-from campaign.history import WATCH, Op, pair, read_events  # noqa: E402
+from campaign.history import WATCH, pair, read_events  # noqa: E402
 from campaign.run import RunSpec, run  # noqa: E402
 
 # faults outlast the nodes' 2 s lease: every one ends in a failover
@@ -38,27 +37,4 @@ def test_a_short_ha_run_fails_over_at_each_fault_and_finds_nothing(tmp_path: Pat
     assert len(acked_by) >= 2, acked_by  # the clients followed the primary
     assert result.row["acknowledged"] > 0, result.row
     found = "\n".join(f"{a.kind} {a.job}: {a.detail}" for a in result.anomalies)
-    if result.anomalies and _only_known_bugs(ops, result.anomalies):
-        pytest.xfail(f"{KNOWN_BUGS}:\n{found}")
     assert result.anomalies == [], found
-
-
-# Two open bugs this campaign found (tests/ha/test_ha_held_reply.py reproduces each; the
-# hand-over note /work/notes/ha29.md has the details):
-# 1. a primary whose lease runs out answers a reply it was holding with NOT_PRIMARY though the
-#    write is in its log and on its sync standby, which is promoted with it; the client, told
-#    NOT_PRIMARY means "nothing applied", resends it: a delete then meets its own effect
-#    (NOT_FOUND, recorded as a refusal, so its job counts as lost), a put is applied twice;
-# 2. a primary resumed after a pause past its lease answers a reserve with a job before it
-#    notices it was deposed (fenced-ack of a reserve).
-KNOWN_BUGS = ("open bugs: a write applied by a primary whose lease ran out is answered NOT_PRIMARY "
-              "and resent by the client; a deposed primary hands out a job after a pause")
-
-
-def _only_known_bugs(ops: list[Op], anomalies: list[Anomaly]) -> bool:
-    """Every anomaly is one of those bugs' signatures: a lost job whose delete was answered
-    NOT_FOUND, a duplicated body, a reserve acknowledged by a deposed primary."""
-    refused = {op.value.get("id") for op in ops if op.f == "delete" and op.type == "fail"
-               and op.value.get("error") == "NotFound"}
-    return all(a.kind == "duplicated" or (a.kind == "lost" and a.job in refused)
-               or (a.kind == "fenced-ack" and a.detail.startswith("reserve ")) for a in anomalies)

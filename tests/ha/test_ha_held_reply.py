@@ -11,8 +11,8 @@ would be applied twice (a delete resent meets its own effect: ``NOT_FOUND``). Th
 for a write whose fate the node can no longer vouch for is no answer: a closed connection,
 which the client reports as an unknown outcome and never resends.
 
-Open: the held replies become ``NOT_PRIMARY`` (``replication/authority.py``'s ``refusal``), so
-this test is a strict expected failure until that changes.
+The second case: a primary resumed after a pause past its lease, whose threads have not
+noticed yet, must not hand out a job (``Role.lease``, asked per command).
 """
 
 from __future__ import annotations
@@ -70,8 +70,6 @@ def _role(node: StalkdProcess) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="open: a held reply of an applied write becomes NOT_PRIMARY "
-                                       "when the lease runs out (issue 29, /work/notes/ha29.md)")
 def test_a_put_held_when_the_lease_runs_out_is_not_answered_not_primary(etcd: EtcdProcess, tmp_path: Path) -> None:
     with _cluster(etcd, tmp_path, 2) as (nodes, proxies):
         os.kill(nodes["c"].proc.pid, signal.SIGSTOP)  # its acknowledgement never comes
@@ -90,8 +88,6 @@ def test_a_put_held_when_the_lease_runs_out_is_not_answered_not_primary(etcd: Et
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="open: a primary resumed after a pause past its lease hands out a "
-                                       "reserved job before it notices (issue 29, /work/notes/ha29.md)")
 def test_a_primary_resumed_after_its_lease_ran_out_hands_out_no_job(etcd: EtcdProcess, tmp_path: Path) -> None:
     with _cluster(etcd, tmp_path, 1) as (nodes, proxies):
         with socket.create_connection(("127.0.0.1", nodes["a"].port), timeout=30) as s:
