@@ -24,7 +24,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
-from stalkd.engine import fastheap
+from stalkd.engine import fastheap, jobtable
+from stalkd.engine.jobtable import JobTable
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import ConnState, Job, Tube
 from stalkd.engine.state import Outcome
@@ -56,6 +57,7 @@ def accelerated(engine: type, reference: Callable[..., Outcome]) -> Callable[...
     wanted = {SPECS_BY_NAME[name].counter for name in _COUNTED}
     counters = {c: c for c in COUNTERS if c in wanted}
     config = {
+        "JobTable": JobTable, "JOB_CHUNK_SHIFT": jobtable.SHIFT,
         "Engine": engine, "IndexedHeap": fastheap.IndexedHeap, "Job": Job, "Tube": Tube,
         "ConnState": ConnState, "Record": Record, "Reply": C.Reply, "JobReply": C.JobReply,
         "Outcome": Outcome, "Put": C.Put, "Reserve": C.Reserve,

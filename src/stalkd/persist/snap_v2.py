@@ -170,7 +170,7 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
         n = len(ids)
         bodies = _bodies(buf, c)
         js = list(map(Job, ids, repeat(t, n), c.pris, c.delays, c.ttrs, bodies, repeat(st, n), c.created))
-        jobs.update(zip(ids, js, strict=True))
+        jobs.update(ids, js)
         body_bytes += sum(c.lens)
         for i, res, tos, rel, bur, kic in c.counters:
             j = js[i]
