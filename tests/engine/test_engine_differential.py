@@ -19,7 +19,8 @@ import pytest
 
 from stalkd.engine import Engine, fastengine
 from stalkd.engine.jobtable import CHUNK
-from stalkd.engine.objects import ConnState, Job, Tube
+from stalkd.engine.model import JobState
+from stalkd.engine.objects import ConnState, Job, Tube, new_jobs
 from stalkd.engine.state import Outcome
 from stalkd.protocol import commands as C
 
@@ -282,3 +283,16 @@ def test_the_job_table_is_kept_alike_across_its_chunks() -> None:
             assert state(e) == state(ref)
     assert state(e) == state(ref) and not e.jobs
     assert e.jobs.chunks() == [((e.next_id - 1) // CHUNK, -1)] and e.next_id > 2 * CHUNK
+
+
+def test_jobs_made_in_bulk_are_the_jobs_job_makes() -> None:
+    """A snapshot block's jobs built by the compiled ``new_jobs`` equal ``objects.new_jobs``'s,
+    slot by slot; columns of different lengths are refused."""
+    t = Tube("t", 1)
+    cols = ((3, 9, 1 << 40), t, (0, 5, 2**32 - 1), (0, 1, 7), (1, 60, 3600), (b"", b"ab", b"c" * 300),
+            JobState.DELAYED, (10, -1, 2**62))  # fmt: skip
+    fast, ref = fastengine.job_maker()(*cols), new_jobs(*cols)
+    assert fastengine.job_maker() is not new_jobs and len(fast) == 3
+    assert [[getattr(j, s) for s in Job.__slots__] for j in fast] == [[getattr(j, s) for s in Job.__slots__] for j in ref]
+    with pytest.raises(ValueError, match="lengths"):
+        fastengine.job_maker()((1, 2), t, (0,), (0,), (0,), (b"",), JobState.READY, (0,))

@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
-from stalkd.engine import fastheap, jobtable
+from stalkd.engine import fastheap, jobtable, objects
 from stalkd.engine.jobtable import JobTable
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import ConnState, Job, Tube
@@ -33,7 +33,7 @@ from stalkd.extensions import compiled_module
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COUNTERS, SPECS_BY_NAME
 
-__all__ = ["IMPLEMENTATION", "accelerated"]
+__all__ = ["IMPLEMENTATION", "accelerated", "job_maker"]
 
 IMPLEMENTATION: Literal["c", "python"] = "python"
 """Whether the last ``accelerated`` call installed the compiled path."""
@@ -80,6 +80,13 @@ def accelerated(engine: type, reference: Callable[..., Outcome]) -> Callable[...
         return reference
     IMPLEMENTATION = "c"
     return mod.FastMethod("apply", reference)  # type: ignore[no-any-return]
+
+
+def job_maker() -> Callable[..., list[Job]]:
+    """``objects.new_jobs``, or its compiled twin once ``accelerated`` installed the compiled path
+    (it needs the Job slots ``configure`` found)."""
+    mod = _module()
+    return objects.new_jobs if mod is None or IMPLEMENTATION != "c" else mod.new_jobs
 
 
 def counts() -> tuple[int, int]:
