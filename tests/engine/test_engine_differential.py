@@ -275,7 +275,7 @@ def test_the_job_table_is_kept_alike_across_its_chunks() -> None:
         got = e.apply(1, cmd, 0.0)
         assert got == ref.apply(1, cmd, 0.0), cmd
         if isinstance(cmd, C.Put):
-            live.append(got.reply.args[0])  # type: ignore[union-attr]
+            live.append(int(got.reply.args[0]))  # type: ignore[union-attr]
     rng.shuffle(live)
     for jid in live:
         assert e.apply(1, C.Delete(jid), 0.0) == ref.apply(1, C.Delete(jid), 0.0)
