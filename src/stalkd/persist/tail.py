@@ -182,17 +182,20 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
     e.seq = seq_max
     e.next_id = next_id
     e.body_bytes += body_bytes
-    _place(e, loose)
+    _place(e, loose, added)
     return applied
 
 
-def _place(e: Engine, loose: set[int]) -> None:
-    """Put every job that left its container (or never had one) where its state says."""
+def _place(e: Engine, loose: set[int], added: dict[int, Job]) -> None:
+    """Put every job that left its container (or never had one) where its state says
+    (``added``: the tail's new jobs, also in the table, read from this plain dict first)."""
     jobs = e.jobs
     # per tube: ready keys, ready jobs, delay keys, delayed jobs
     lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]] = {}
     for jid in loose:
-        j = jobs[jid]
+        j = added.get(jid)
+        if j is None:
+            j = jobs[jid]
         t = j.tube
         tl = lists.get(t)
         if tl is None:
