@@ -86,7 +86,8 @@ def job_maker() -> Callable[..., list[Job]]:
     """``objects.new_jobs``, or its compiled twin once ``accelerated`` installed the compiled path
     (it needs the Job slots ``configure`` found)."""
     mod = _module()
-    return objects.new_jobs if mod is None or IMPLEMENTATION != "c" else mod.new_jobs
+    made = getattr(mod, "new_jobs", None) if IMPLEMENTATION == "c" else None  # None: an older build
+    return objects.new_jobs if made is None else made
 
 
 def counts() -> tuple[int, int]:
