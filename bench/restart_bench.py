@@ -83,7 +83,7 @@ def first_reply(directory: str, src: str) -> tuple[float, float]:
     """Seconds from exec of ``stalkd serve -b directory`` (the tree ``src``) to its first reply,
     and the CPU seconds the server used by then (it is killed at once and its rusage read: on a
     loaded machine the wall time swells with the run queue, the CPU time much less)."""
-    args = [sys.executable, "-m", "stalkd.server.cli", "-l", "127.0.0.1", "-p", "0", "-b", directory,
+    args = [sys.executable, "-m", "stalkd.node.cli", "-l", "127.0.0.1", "-p", "0", "-b", directory,
             "--log-level", "warning"]  # fmt: skip
     t0 = time.monotonic()
     proc = subprocess.Popen(args, env=_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 
 from stalkd.engine import Engine, fastengine
-from stalkd.engine.objects import ConnState, Job, Tube
+from stalkd.engine.jobtable import CHUNK
+from stalkd.engine.model import JobState
+from stalkd.engine.objects import ConnState, Job, Tube, new_jobs
 from stalkd.engine.state import Outcome
 from stalkd.protocol import commands as C
 
@@ -98,6 +100,7 @@ def state(e: Engine) -> dict[str, Any]:
     return {
         "jobs": {i: _job(j) for i, j in e.jobs.items()},
         "job_order": list(e.jobs),
+        "job_chunks": e.jobs.chunks(),
         "tubes": {n: _tube(t) for n, t in e.tubes.items()},
         "tube_order": [t.name for t in e.tube_order],
         "conns": {i: _conn(c) for i, c in e.conns.items()},
@@ -254,3 +257,42 @@ def test_the_common_commands_run_compiled_and_the_others_are_handed_over() -> No
     e.apply(1, C.Release(1, 0, 0), 12.0)  # delayed, not held: NOT_FOUND, in Python
     e.apply(1, C.Delete(9), 12.0)  # NOT_FOUND, in Python
     assert fastengine.counts() == (ran0 + len(compiled), declined0 + 2)
+
+
+def test_the_job_table_is_kept_alike_across_its_chunks() -> None:
+    """Puts and deletes over several of the job table's chunks: the compiled put makes a new
+    chunk as the reference does, and the deletes that empty or shrink one are handed over."""
+    e, ref = Engine(records=False), PyEngine(records=False)
+    for eng in (e, ref):
+        eng.connect(1, 0.0)
+    rng = random.Random(34)
+    live: list[int] = []
+    for _ in range(4 * CHUNK):
+        if live and rng.random() < 0.3:
+            cmd: C.Command = C.Delete(live.pop(rng.randrange(len(live))))
+        else:
+            cmd = C.Put(rng.randrange(2048), 0, 60, b"x")
+        got = e.apply(1, cmd, 0.0)
+        assert got == ref.apply(1, cmd, 0.0), cmd
+        if isinstance(cmd, C.Put):
+            live.append(int(got.reply.args[0]))  # type: ignore[union-attr]
+    rng.shuffle(live)
+    for jid in live:
+        assert e.apply(1, C.Delete(jid), 0.0) == ref.apply(1, C.Delete(jid), 0.0)
+        if jid % 97 == 0:
+            assert state(e) == state(ref)
+    assert state(e) == state(ref) and not e.jobs
+    assert e.jobs.chunks() == [((e.next_id - 1) // CHUNK, -1)] and e.next_id > 2 * CHUNK
+
+
+def test_jobs_made_in_bulk_are_the_jobs_job_makes() -> None:
+    """A snapshot block's jobs built by the compiled ``new_jobs`` equal ``objects.new_jobs``'s,
+    slot by slot; columns of different lengths are refused."""
+    t = Tube("t", 1)
+    cols = ((3, 9, 1 << 40), t, (0, 5, 2**32 - 1), (0, 1, 7), (1, 60, 3600), (b"", b"ab", b"c" * 300),
+            JobState.DELAYED, (10, -1, 2**62))  # fmt: skip
+    fast, ref = fastengine.job_maker()(*cols), new_jobs(*cols)
+    assert fastengine.job_maker() is not new_jobs and len(fast) == 3
+    assert [[getattr(j, s) for s in Job.__slots__] for j in fast] == [[getattr(j, s) for s in Job.__slots__] for j in ref]
+    with pytest.raises(ValueError, match="lengths"):
+        fastengine.job_maker()((1, 2), t, (0,), (0,), (0,), (b"",), JobState.READY, (0,))

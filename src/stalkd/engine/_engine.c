@@ -200,7 +200,61 @@ counts(PyObject *mod, PyObject *Py_UNUSED(ignored))
     return Py_BuildValue("(KK)", n_ran, n_declined);
 }
 
+/* objects.new_jobs: the Jobs of a snapshot block's columns, each slot set as Job.__init__ sets
+ * it, without a Python frame per job (restart at a million jobs, issue 34). */
+static PyObject *
+new_jobs(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "new_jobs() before configure()");
+        return NULL;
+    }
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "new_jobs(ids, tube, pris, delays, ttrs, bodies, state, created_us)");
+        return NULL;
+    }
+    /* the columns, in the order of the arguments that are columns */
+    static const int at[] = {0, 2, 3, 4, 5, 7};
+    static const int slot_of[] = {J_ID, J_PRI, J_DELAY, J_TTR, J_BODY, J_CREATED};
+    enum { NCOL = sizeof(at) / sizeof(at[0]) };
+    PyObject *col[NCOL] = {NULL}, *out = NULL;
+    Py_ssize_t n = 0;
+    for (int i = 0; i < NCOL; i++) {
+        if ((col[i] = PySequence_Fast(args[at[i]], "new_jobs() takes sequences")) == NULL)
+            goto done;
+        if (i == 0)
+            n = PySequence_Fast_GET_SIZE(col[0]);
+        else if (PySequence_Fast_GET_SIZE(col[i]) != n) {
+            PyErr_SetString(PyExc_ValueError, "new_jobs(): columns of different lengths");
+            goto done;
+        }
+    }
+    if ((out = PyList_New(n)) == NULL)
+        goto done;
+    PyObject *v[J_N] = {NULL, args[1], NULL, NULL, NULL, NULL, args[6], NULL, zero,
+                        zero, zero, zero, zero, zero, minus_one, Py_None};
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *j = JobType->tp_alloc(JobType, 0);
+        if (j == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        for (int i = 0; i < NCOL; i++)
+            v[slot_of[i]] = PySequence_Fast_GET_ITEM(col[i], k);
+        for (int i = 0; i < J_N; i++)
+            SLOT(j, job_off[i]) = Py_NewRef(v[i]);
+        PyList_SET_ITEM(out, k, j);
+    }
+done:
+    for (int i = 0; i < NCOL; i++)
+        Py_XDECREF(col[i]);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"new_jobs", (PyCFunction)(void (*)(void))new_jobs, METH_FASTCALL,
+     "new_jobs(ids, tube, pris, delays, ttrs, bodies, state, created_us): objects.new_jobs."},
     {"configure", (PyCFunction)configure, METH_O,
      "configure(dict): the classes, enum members and constants the compiled path uses."},
     {"counts", (PyCFunction)counts, METH_NOARGS,

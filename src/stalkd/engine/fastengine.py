@@ -24,7 +24,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
-from stalkd.engine import fastheap
+from stalkd.engine import fastheap, jobtable, objects
+from stalkd.engine.jobtable import JobTable
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import ConnState, Job, Tube
 from stalkd.engine.state import Outcome
@@ -32,7 +33,7 @@ from stalkd.extensions import compiled_module
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COUNTERS, SPECS_BY_NAME
 
-__all__ = ["IMPLEMENTATION", "accelerated"]
+__all__ = ["IMPLEMENTATION", "accelerated", "job_maker"]
 
 IMPLEMENTATION: Literal["c", "python"] = "python"
 """Whether the last ``accelerated`` call installed the compiled path."""
@@ -56,6 +57,7 @@ def accelerated(engine: type, reference: Callable[..., Outcome]) -> Callable[...
     wanted = {SPECS_BY_NAME[name].counter for name in _COUNTED}
     counters = {c: c for c in COUNTERS if c in wanted}
     config = {
+        "JobTable": JobTable, "JOB_CHUNK_SHIFT": jobtable.SHIFT,
         "Engine": engine, "IndexedHeap": fastheap.IndexedHeap, "Job": Job, "Tube": Tube,
         "ConnState": ConnState, "Record": Record, "Reply": C.Reply, "JobReply": C.JobReply,
         "Outcome": Outcome, "Put": C.Put, "Reserve": C.Reserve,
@@ -78,6 +80,14 @@ def accelerated(engine: type, reference: Callable[..., Outcome]) -> Callable[...
         return reference
     IMPLEMENTATION = "c"
     return mod.FastMethod("apply", reference)  # type: ignore[no-any-return]
+
+
+def job_maker() -> Callable[..., list[Job]]:
+    """``objects.new_jobs``, or its compiled twin once ``accelerated`` installed the compiled path
+    (it needs the Job slots ``configure`` found)."""
+    mod = _module()
+    made = getattr(mod, "new_jobs", None) if IMPLEMENTATION == "c" else None  # None: an older build
+    return objects.new_jobs if made is None else made
 
 
 def counts() -> tuple[int, int]:

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from stalkd.engine.fastheap import IndexedHeap, pack
 from stalkd.engine.fastvalues import make_record
+from stalkd.engine.jobtable import JobTable
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import (
     URGENT_THRESHOLD,
@@ -90,7 +91,7 @@ class EngineState:
         self.max_job_size = max_job_size
         self.step_jobs = step_jobs
         self.keep_records = records
-        self.jobs: dict[int, Job] = {}
+        self.jobs: JobTable[Job] = JobTable()
         self.tubes: dict[str, Tube] = {}
         self.tube_order: list[Tube] = []
         self.conns: dict[int, ConnState] = {}

@@ -26,9 +26,10 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Iterator
-from itertools import accumulate, pairwise, repeat
+from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, NamedTuple
 
+from stalkd.engine.fastengine import job_maker
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import URGENT_THRESHOLD, Job
 from stalkd.persist.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks, install
@@ -153,6 +154,7 @@ def records(buf: Buf, header: SnapshotHeader) -> Iterator[Record]:
 def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
     """Load a v2 snapshot's jobs into an empty engine (see ``snapshot.load_into``)."""
     READY, DELAYED = JobState.READY, JobState.DELAYED
+    new_jobs = job_maker()
     jobs = e.jobs
     fresh: dict[int, int] = {}
     start_seq = h.start_seq
@@ -167,10 +169,9 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
             lists[t] = ([], [], [], [])
         rk, rj, dk, dj = lists[t]
         ids, st = c.ids, c.state
-        n = len(ids)
         bodies = _bodies(buf, c)
-        js = list(map(Job, ids, repeat(t, n), c.pris, c.delays, c.ttrs, bodies, repeat(st, n), c.created))
-        jobs.update(zip(ids, js, strict=True))
+        js = new_jobs(ids, t, c.pris, c.delays, c.ttrs, bodies, st, c.created)
+        jobs.update(ids, js)
         body_bytes += sum(c.lens)
         for i, res, tos, rel, bur, kic in c.counters:
             j = js[i]

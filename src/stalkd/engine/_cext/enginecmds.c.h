@@ -4,6 +4,57 @@
  * DECLINE when it is not, having changed nothing; Engine.apply's Python body then runs.
  * Included by _engine.c after enginewait.c.h (a job for a waiter, a reserve that waits). */
 
+/* --- the job table (jobtable.py) ----------------------------------------------------------- */
+
+/* The chunk of the engine's JobTable ``jt`` that holds (or would hold) job ``id`` (borrowed),
+ * or NULL with no error set: no such chunk (the Python path makes one), or not the table
+ * this was built for. */
+static PyObject *
+job_chunk(PyObject *jt, long long id)
+{
+    if (jt == NULL || !Py_IS_TYPE(jt, JobTableType) || id < 0)
+        return NULL;
+    PyObject *chunks = SLOT(jt, jt_off[JT_CHUNKS]);
+    PyObject *key = chunks != NULL && PyDict_CheckExact(chunks) ? PyLong_FromLongLong(id >> jt_shift) : NULL;
+    PyObject *chunk = key == NULL ? NULL : PyDict_GetItemWithError(chunks, key);
+    Py_XDECREF(key);
+    if (chunk == NULL || !PyDict_CheckExact(chunk)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return chunk;
+}
+
+/* The chunk job ``id`` goes into (borrowed), made as JobTable.__setitem__ makes it if there is
+ * none yet; NULL with an error set if that fails, with none if the table is not the one known. */
+static PyObject *
+put_chunk(PyObject *jt, long long id)
+{
+    PyObject *chunk = job_chunk(jt, id);
+    long long top;
+    if (chunk != NULL || jt == NULL || !Py_IS_TYPE(jt, JobTableType) || id < 0
+            || !PyDict_CheckExact(SLOT(jt, jt_off[JT_CHUNKS])) || !as_ll(SLOT(jt, jt_off[JT_TOP]), &top))
+        return chunk;
+    PyObject *key = PyLong_FromLongLong(id >> jt_shift);
+    chunk = key == NULL ? NULL : PyDict_New();
+    if (chunk == NULL || PyDict_SetItem(SLOT(jt, jt_off[JT_CHUNKS]), key, chunk) < 0
+            || ((id >> jt_shift) > top && set_slot_ll(jt, jt_off[JT_TOP], id >> jt_shift) < 0)) {
+        Py_XDECREF(key);
+        Py_XDECREF(chunk);
+        return NULL;
+    }
+    Py_DECREF(key);
+    Py_DECREF(chunk); /* the table holds it */
+    return chunk;
+}
+
+/* JobTable._n += by */
+static inline int
+count_jobs(PyObject *jt, long long by)
+{
+    return bump(jt, jt_off[JT_N], by);
+}
+
 /* --- put ----------------------------------------------------------------------------------- */
 
 static PyObject *
@@ -32,7 +83,9 @@ do_put(Step *s, PyObject *cmd, PyObject **rec)
             || (waiter != NULL && (ttr > (1LL << 40) || !as_ll(SLOT(t, tube_off[T_RESERVED]), &reserved_n))))
         return DECLINE;
     PyObject *jobs = ESLOT(d, E_JOBS);
-    if (jobs == NULL || !PyDict_CheckExact(jobs))
+    long long n_jobs, top;
+    if (jobs == NULL || !Py_IS_TYPE(jobs, JobTableType) || !as_ll(SLOT(jobs, jt_off[JT_N]), &n_jobs)
+            || !as_ll(SLOT(jobs, jt_off[JT_TOP]), &top) || !PyDict_CheckExact(SLOT(jobs, jt_off[JT_CHUNKS])))
         return DECLINE;
 
     if (begin(s, ctr_put) < 0)
@@ -76,7 +129,10 @@ do_put(Step *s, PyObject *cmd, PyObject **rec)
     Py_DECREF(ttr_v);
     Py_DECREF(now);
     PyObject *reply = NULL;
-    if (set_slot_ll(d, eng_off[E_NEXT_ID], next_id + 1) < 0 || PyDict_SetItem(jobs, jid, j) < 0
+    PyObject *chunk;
+    if (set_slot_ll(d, eng_off[E_NEXT_ID], next_id + 1) < 0
+            || (chunk = put_chunk(jobs, next_id)) == NULL || PyDict_SetItem(chunk, jid, j) < 0
+            || count_jobs(jobs, 1) < 0
             || set_slot_ll(d, eng_off[E_BODY_BYTES], bytes + blen) < 0
             || set_slot_ll(t, tube_off[T_TOTAL], tube_total + 1) < 0
             || set_slot_ll(d, eng_off[E_TOTAL_JOBS], total + 1) < 0
@@ -180,14 +236,15 @@ detach_held(Step *s, PyObject *j, PyObject *t, Heap *reserved, Py_ssize_t at)
 }
 
 /* The job a command names (borrowed), or NULL with no error set when the Python path must look
- * it up: a job table that is not a plain dict, an unknown id (NOT_FOUND), or not a Job. */
+ * it up: an id past a long long, an unknown id (NOT_FOUND), or not a Job. */
 static PyObject *
 named_job(Step *s, PyObject *id)
 {
-    PyObject *jobs = ESLOT(s->d, E_JOBS);
-    if (jobs == NULL || !PyDict_CheckExact(jobs))
+    long long v;
+    PyObject *chunk = as_ll(id, &v) ? job_chunk(ESLOT(s->d, E_JOBS), v) : NULL;
+    if (chunk == NULL)
         return NULL;
-    PyObject *j = PyDict_GetItemWithError(jobs, id);
+    PyObject *j = PyDict_GetItemWithError(chunk, id);
     if (j == NULL || !Py_IS_TYPE(j, JobType)) {
         PyErr_Clear();
         return NULL;
@@ -202,9 +259,17 @@ do_delete(Step *s, PyObject *cmd, PyObject **rec)
     PyObject *j = named_job(s, SLOT(cmd, delete_off[D_ID]));
     if (j == NULL)
         return DECLINE; /* NOT_FOUND and the rest: the Python path */
-    PyObject *jobs = ESLOT(d, E_JOBS);
+    PyObject *jobs = ESLOT(d, E_JOBS), *chunk;
     PyObject *t = SLOT(j, job_off[J_TUBE]), *body = SLOT(j, job_off[J_BODY]);
-    long long using, watching, bytes, pri, n;
+    long long using, watching, bytes, pri, n, jid;
+    if (!as_ll(SLOT(j, job_off[J_ID]), &jid) || (chunk = job_chunk(jobs, jid)) == NULL
+            || !as_ll(SLOT(jobs, jt_off[JT_N]), &n))
+        return DECLINE;
+    /* A chunk left empty is dropped, one left at a count of _SHRINK is copied smaller: those
+     * deletes (every count a power of two, a superset) are JobTable.__delitem__'s to do. */
+    Py_ssize_t left = PyDict_GET_SIZE(chunk) - 1;
+    if (left <= 0 || (left & (left - 1)) == 0)
+        return DECLINE;
     if (!Py_IS_TYPE(t, TubeType) || !as_ll(SLOT(t, tube_off[T_USING]), &using)
             || !as_ll(SLOT(t, tube_off[T_WATCHING]), &watching) || (!using && !watching)
             || !PyBytes_CheckExact(body) || !as_ll(ESLOT(d, E_BODY_BYTES), &bytes)
@@ -233,7 +298,7 @@ do_delete(Step *s, PyObject *cmd, PyObject **rec)
     } else if (detach_held(s, j, t, from, at) < 0) {
         goto done;
     }
-    if (PyDict_DelItem(jobs, SLOT(j, job_off[J_ID])) < 0
+    if (PyDict_DelItem(chunk, SLOT(j, job_off[J_ID])) < 0 || count_jobs(jobs, -1) < 0
             || set_slot_ll(d, eng_off[E_BODY_BYTES], bytes - PyBytes_GET_SIZE(body)) < 0
             || bump(t, tube_off[T_CMD_DELETE], 1) < 0 || next_seq(s) < 0)
         goto done;

@@ -56,6 +56,10 @@ static const char *const record_names[] = {
     "op", "seq", "time_us", "job_id", "tube", "pri", "delay", "ttr", "deadline_us", "body", "state",
     "created_us", "reserves", "timeouts", "releases", "buries", "kicks", "epoch", "start_offset"};
 
+/* jobtable.py's JobTable: {id >> shift: {id: Job}} and the count of jobs in it */
+enum { JT_CHUNKS, JT_N, JT_TOP, JT_NN };
+static const char *const jobtable_names[] = {"_chunks", "_n", "_top"};
+
 enum { RP_WORD, RP_ARGS, RP_N };
 static const char *const reply_names[] = {"word", "args"};
 enum { JR_WORD, JR_ID, JR_BODY, JR_N };
@@ -74,13 +78,13 @@ static const char *const touch_names[] = {"id"};
 enum { RT_TIMEOUT, RT_N };
 static const char *const rwt_names[] = {"timeout"};
 
-static Py_ssize_t eng_off[E_N], job_off[J_N], tube_off[T_N], conn_off[C_N], record_off[R_N], reply_off[RP_N],
+static Py_ssize_t jt_off[JT_NN], eng_off[E_N], job_off[J_N], tube_off[T_N], conn_off[C_N], record_off[R_N], reply_off[RP_N],
     jobreply_off[JR_N], put_off[P_N], delete_off[D_N], release_off[RL_N], bury_off[B_N], touch_off[TO_N],
     rwt_off[RT_N];
 
 /* --- what configure() was given (strong references, kept for the process) ----------------- */
 
-static PyTypeObject *EngineType, *HeapType, *JobType, *TubeType, *ConnType, *RecordType,
+static PyTypeObject *JobTableType, *EngineType, *HeapType, *JobType, *TubeType, *ConnType, *RecordType,
     *ReplyType, *JobReplyType, *OutcomeType, *PutType, *ReserveType, *ReserveTimeoutType,
     *DeleteType, *ReleaseType, *BuryType, *TouchType;
 static PyObject *st_ready, *st_reserved, *st_delayed, *st_buried; /* JobState members */
@@ -91,6 +95,7 @@ static PyObject *word_inserted, *word_reserved;
 static PyObject *ctr_put, *ctr_reserve, *ctr_reserve_timeout, *ctr_delete, *ctr_release, *ctr_bury,
     *ctr_touch;
 static PyObject *empty_str, *empty_bytes, *zero, *minus_one;
+static long long jt_shift; /* jobtable.SHIFT */
 
 static PyObject *m_put, *m_updates; /* the room's methods */
 
@@ -195,9 +200,18 @@ configure(PyObject *mod, PyObject *cfg)
             || get_obj(cfg, "cmd-put", &ctr_put) || get_obj(cfg, "cmd-reserve", &ctr_reserve)
             || get_obj(cfg, "cmd-reserve-with-timeout", &ctr_reserve_timeout)
             || get_obj(cfg, "cmd-delete", &ctr_delete) || get_obj(cfg, "cmd-release", &ctr_release)
-            || get_obj(cfg, "cmd-bury", &ctr_bury) || get_obj(cfg, "cmd-touch", &ctr_touch))
+            || get_obj(cfg, "cmd-bury", &ctr_bury) || get_obj(cfg, "cmd-touch", &ctr_touch)
+            || get_type(cfg, "JobTable", &JobTableType))
         return NULL;
-    if (find_slots(EngineType, engine_names, E_N, eng_off, 0)
+    PyObject *shift = PyDict_GetItemString(cfg, "JOB_CHUNK_SHIFT");
+    if (shift == NULL || !PyLong_CheckExact(shift) || (jt_shift = PyLong_AsLongLong(shift)) < 1
+            || jt_shift > 40) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "configure() needs JOB_CHUNK_SHIFT, an int in 1..40");
+        return NULL;
+    }
+    if (find_slots(JobTableType, jobtable_names, JT_NN, jt_off, 1)
+            || find_slots(EngineType, engine_names, E_N, eng_off, 0)
             || find_slots(JobType, job_names, J_N, job_off, 1)
             || find_slots(TubeType, tube_names, T_N, tube_off, 0)
             || find_slots(ConnType, conn_names, C_N, conn_off, 0)
