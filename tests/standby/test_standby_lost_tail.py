@@ -23,10 +23,32 @@ from pathlib import Path
 import pytest
 
 import stalkd
+from server.proc import StalkdProcess
 
 from .cluster import Relay, caught_up, primary, promote_by_signal, snapshot, standby, stats, until
 
 FIRST, DELETED, LATER = 20, 5, 10
+
+
+def _lose_deletes(d: Path, p: StalkdProcess, follower: StalkdProcess, relay: Relay) -> StalkdProcess:
+    """The primary ``p`` (data directory ``d``, which ``relay`` leads ``follower`` to) deletes
+    jobs 1 to DELETED, which ``follower`` holds too, and then loses them as a power cut would:
+    its directory as it was before them is put back (copied while it was stopped), and the
+    relay is cut. Returns the primary's process, killed."""
+    p.stop()
+    before = d.with_name(d.name + "-before")
+    shutil.copytree(d, before)
+    p = primary(d)
+    relay.target = (p.host, p.port)
+    with stalkd.Client(p.address) as c:
+        for jid in range(1, DELETED + 1):
+            c.delete(jid)
+    until(lambda: caught_up(p, follower), "the standby to follow the deletes", logs=(p, follower))
+    relay.cut()
+    p.kill9()
+    shutil.rmtree(d)
+    before.rename(d)
+    return p
 
 
 @pytest.mark.parametrize("standby_restarts", [True, False], ids=["at-start", "while-running"])
@@ -42,20 +64,9 @@ def test_a_standby_holding_records_the_primary_lost_resyncs_instead_of_appending
             for i in range(FIRST):
                 c.put(b"first-%d" % i)
         until(lambda: caught_up(p, s), "the standby to follow", logs=(p, s))
-        p.stop()
-        shutil.copytree(tmp_path / "p", tmp_path / "p-before")  # what a power cut will leave
-        p = primary(tmp_path / "p")
-        relay.target = (p.host, p.port)
-        with stalkd.Client(p.address) as c:
-            for jid in range(1, DELETED + 1):
-                c.delete(jid)
-        until(lambda: caught_up(p, s), "the standby to follow the deletes", logs=(p, s))
-        relay.cut()
+        p = _lose_deletes(tmp_path / "p", p, s, relay)
         if standby_restarts:
             s.kill9()
-        p.kill9()
-        shutil.rmtree(tmp_path / "p")
-        (tmp_path / "p-before").rename(tmp_path / "p")
 
         p = primary(tmp_path / "p")
         relay.target = (p.host, p.port)
@@ -100,18 +111,7 @@ def test_a_promoted_primary_that_lost_records_its_standby_holds_accepts_the_stan
         relay.target = (b.host, b.port)
         a = standby(tmp_path / "a", b, via=relay.address)
         until(lambda: caught_up(b, a), "a to follow b", logs=(a, b))
-        b.stop()
-        shutil.copytree(tmp_path / "b", tmp_path / "b-before")  # what a power cut will leave
-        b = primary(tmp_path / "b")
-        relay.target = (b.host, b.port)
-        with stalkd.Client(b.address) as c:
-            for jid in range(1, DELETED + 1):
-                c.delete(jid)
-        until(lambda: caught_up(b, a), "a to follow the deletes", logs=(a, b))
-        relay.cut()
-        b.kill9()
-        shutil.rmtree(tmp_path / "b")
-        (tmp_path / "b-before").rename(tmp_path / "b")
+        b = _lose_deletes(tmp_path / "b", b, a, relay)
 
         promote_by_signal(a)  # a: primary of epoch 2, from its end, past b's
         assert stats(a)["epoch"] == 2
