@@ -36,6 +36,11 @@ CYTHON_MODULES = (
     "stalkd.log.frame",
     "stalkd.log.gate",
     "stalkd.server.clock",  # read per command: compiled, a reading is no Python call
+    "stalkd.server.connection",
+    "stalkd.server.readbuf",
+    "stalkd.server.admission",
+    "stalkd.server.barriers",
+    "stalkd.server.app",
 )
 """The modules setup.py compiles from their own ``.py`` files (and Makefile rebuilds when one of
 those files changes)."""

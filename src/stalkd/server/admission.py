@@ -39,13 +39,12 @@ class Admission:
     ) -> None:  # fmt: skip
         # Imported here: the log package costs ~0.1 s to import, which an in-memory server
         # does not need before it listens.
-        from stalkd.engine.space import COSTLESS_OPS, PUT_FRAME_BASE, SHORT_FRAME, put_frame
+        from stalkd.engine.space import COSTLESS_OPS, SHORT_FRAME, put_frame
 
         self._storage = storage
         self._costless = COSTLESS_OPS
         self._short = SHORT_FRAME
         self._put_cost = put_frame
-        self._put_base = PUT_FRAME_BASE  # the compiled put's (fastconn.py)
         self._data_dir = data_dir
         self._warn_every = warn_every
         self._clock = clock

@@ -52,7 +52,7 @@ from stalkd.server.budget import TICK, MemoryBudget, default_limit
 from stalkd.server.clock import steady_wall_clock
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection
-from stalkd.server.fastconn import ADMISSION, BARRIERS, new_connection
+from stalkd.server.fastconn import new_connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
 
@@ -90,10 +90,7 @@ class Server:
         *,
         clock: Callable[[], float] | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
-        reference: bool = False,
     ) -> None:
-        """``reference``: the pure-Python barriers and admission even where fastconn has
-        compiled ones (the differential test's reference server)."""
         self.config = config
         self.engine = engine
         self.storage: Storage = storage if storage is not None else MemoryStorage()
@@ -109,11 +106,10 @@ class Server:
         # False in memory: no records, so no reply ever waits for a barrier.
         self.persistent = persistent = self.storage.persistent
         self.group_commit = persistent and config.durability == "always"
-        self.barriers = (Barriers if reference else BARRIERS)(self.storage, group_commit=self.group_commit,
-                                 loop=lambda: self._loop, on_fatal=self._fatal)
+        self.barriers = Barriers(self.storage, group_commit=self.group_commit,
+                                 loop=self.loop_or_none, on_fatal=self._fatal)
         # A storage that keeps nothing never runs out of room: the engine asks nobody.
-        adm = Admission if reference else ADMISSION
-        self.admission = adm(self.storage, config.data_dir) if persistent else None
+        self.admission = Admission(self.storage, config.data_dir) if persistent else None
         engine.room = self.admission
         # Called with (command or None, outcome) for every engine step when set (the admin
         # endpoint's latency histograms); one attribute test per step when not.
@@ -134,6 +130,10 @@ class Server:
         self.replication = Status(self.role)  # what stats and /readyz say (serve.py sets its parts)
         self.cluster: Callable[[], dict[str, int | float | str]] | None = None  # --ha: leader, lease
         self._uname = os.uname()
+
+    def loop_or_none(self) -> asyncio.AbstractEventLoop | None:
+        """The loop once a connection or ``loop()`` looked it up (the barriers' callbacks)."""
+        return self._loop
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, looked up once: ``asyncio.get_running_loop()`` costs a ``getpid``
@@ -247,9 +247,8 @@ class Server:
     def execute(self, c: Connection, cmd: Command) -> None:
         """Run one parsed command for ``c`` and route every reply it produced.
 
-        The compiled connection (``_conn.c``) runs a twin of this method's common case itself
-        (a primary never fenced, no WAL, no observer; a plain or job reply, no records or wakeups)
-        and calls it for anything else; ``_apply_failed`` and ``_handle`` are shared."""
+        Its common case (a primary never fenced, no observer; a plain reply, no records or
+        wakeups) sends the reply here; anything else is ``_handle``'s."""
         role = self.role
         # Two attribute reads in the common case (a primary never fenced): refuses() is asked
         # only when one of them says it might.

@@ -3,9 +3,9 @@
 Bytes go into a sans-I/O ``Parser``; each complete command goes to ``Server.execute``; replies
 come back through :meth:`Connection.send` tagged with a durability *barrier* (the server's
 write-batch number their records belong to, 0 when nothing needs to be on disk first).
-This class is the reference: ``fastconn`` serves sockets with a subclass whose compiled core
-(``_conn.c``) runs a read's common case in C and leaves the rest to the methods here; what is
-ensured below holds for both (tests/server/test_conn_differential.py).
+This file is the one implementation: setup.py compiles it with Cython (pure-Python mode,
+``stalkd.extensions.CYTHON_MODULES``), where ``Connection`` is an extension type whose state is
+C fields (the ``cython.declare`` lines); uncompiled, the same file runs as plain Python.
 
 Ensures:
 - Replies leave in command order. A reply whose barrier is not yet durable is held, and every
@@ -38,7 +38,16 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+    from stalkd.protocol.parser import Parser as ParserType
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
@@ -98,13 +107,52 @@ class Host(Protocol):
     def account(self, c: Connection, inp: int, out: int) -> None: ...
 
 
-class Connection(asyncio.Protocol):
+STEP_COMMANDS = 256
+"""Commands one connection runs in one loop turn; the rest of what it read runs at the next turn,
+after the other connections ready then (a turn over many busy connections stays short)."""
+
+
+@cython.cclass
+class Connection:
     """The protocol object asyncio creates per accepted socket (``Server.new_connection``).
 
     Example (what the server does with it)::
 
         loop.create_server(server.new_connection, sock=listener)
     """
+
+    # The state, as C fields when compiled (readable and writable from Python as attributes).
+    server: Host = cython.declare(object, visibility="public")
+    steps: Steps | None = cython.declare(object, visibility="public")
+    id: int = cython.declare(object, visibility="public")
+    parser: ParserType = cython.declare(object, visibility="public")
+    max_output: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    flush_at: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    read_size: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    transport: asyncio.Transport | None = cython.declare(object, visibility="public")
+    peer: str = cython.declare(object, visibility="public")
+    out: list[bytes] = cython.declare(list, visibility="public")
+    out_bytes: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    held: deque[tuple[int, tuple[bytes, ...] | None]] = cython.declare(object, visibility="public")
+    held_bytes: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    close_ready: bool = cython.declare(cython.bint, visibility="public")
+    waiting: bool = cython.declare(cython.bint, visibility="public")
+    write_paused: bool = cython.declare(cython.bint, visibility="public")
+    join_writes: bool = cython.declare(cython.bint, visibility="public")
+    read_paused: bool = cython.declare(cython.bint, visibility="public")
+    eof: bool = cython.declare(cython.bint, visibility="public")
+    closing: bool = cython.declare(cython.bint, visibility="public")
+    lost: bool = cython.declare(cython.bint, visibility="public")
+    _running: bool = cython.declare(cython.bint, visibility="public")
+    _flush_queued: bool = cython.declare(cython.bint, visibility="public")
+    _yielded: bool = cython.declare(cython.bint, visibility="public")
+    identity: str | None = cython.declare(object, visibility="public")
+    policy: CommandPolicy | None = cython.declare(object, visibility="public")
+    admit: Callable[[Connection], CommandPolicy | None] | None = cython.declare(object, visibility="public")
+    fresh: bool = cython.declare(cython.bint, visibility="public")
+    charged: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    mem_paused: bool = cython.declare(cython.bint, visibility="public")
+    __weakref__: object = cython.declare(object)  # listeners.py keeps connections weakly
 
     def __init__(self, server: Host, conn_id: int, max_job_size: int, max_output: int) -> None:
         self.server = server
@@ -115,12 +163,12 @@ class Connection(asyncio.Protocol):
         quarter = max(1, max_output // 4)
         self.flush_at = min(FLUSH_AT, quarter)
         self.read_size = read_size(max_output)
-        self.transport: asyncio.Transport | None = None
+        self.transport = None
         self.peer = "?"
-        self.out: list[bytes] = []  # ready to write at the end of this step
+        self.out = []  # ready to write at the end of this step
         self.out_bytes = 0
         # Replies waiting for their barrier; ``None`` marks a close (quit) queued behind them.
-        self.held: deque[tuple[int, tuple[bytes, ...] | None]] = deque()
+        self.held = deque()
         self.close_ready = False  # close once ``out`` is written
         self.held_bytes = 0
         self.waiting = False  # blocked in reserve (the engine owes us a reply)
@@ -132,10 +180,11 @@ class Connection(asyncio.Protocol):
         self.lost = False
         self._running = False  # re-entrancy guard for process()
         self._flush_queued = False
-        self.identity: str | None = None  # the subject of a verified TLS client certificate
-        self.policy: CommandPolicy | None = None  # None: every command runs
+        self._yielded = False  # process() stopped at STEP_COMMANDS: the next turn runs the rest
+        self.identity = None  # the subject of a verified TLS client certificate
+        self.policy = None  # None: every command runs
         # Set by the listener's factory: called once connected, returns the policy.
-        self.admit: Callable[[Connection], CommandPolicy | None] | None = None
+        self.admit = None
         self.fresh = True  # nothing read yet: the first line may be a replication request
         self.charged = 0  # bytes the server's memory budget counts for us (budget.py writes it)
         self.mem_paused = False  # the budget stopped our reading (read_paused is our own)
@@ -200,39 +249,48 @@ class Connection(asyncio.Protocol):
 
     # --- running commands -------------------------------------------------------------------
 
+    @cython.ccall
     def _pause_reading(self) -> None:
         if not self.read_paused and self.transport is not None and not self.lost:
             self.read_paused = True
             if not self.mem_paused:
                 self.transport.pause_reading()
 
+    @cython.ccall
     def _resume_reading(self) -> None:
         if self.read_paused and self.transport is not None and not self.lost and not self.eof:
             self.read_paused = False
             if not self.mem_paused:
                 self.transport.resume_reading()
 
+    @cython.ccall
+    @cython.locals(limit=cython.Py_ssize_t, flush_at=cython.Py_ssize_t, budget=cython.Py_ssize_t)
     def process(self) -> None:
-        """Run buffered commands until input runs out, a reserve blocks, or output backs up."""
+        """Run buffered commands until input runs out, a reserve blocks, output backs up, or
+        ``STEP_COMMANDS`` ran in this loop turn (the rest runs at the next one)."""
         if self._running or self.lost:
             return
         self._running = True
-        server = self.server
         steps = self.steps
         if steps is not None:
             steps.begin_step()
         try:
             parser = self.parser
-            execute = server.execute
+            execute = self.server.execute
             limit = self.max_output
             flush_at = self.flush_at
             policy = self.policy  # set once, when connected
+            budget = STEP_COMMANDS
             while not self.waiting and not self.closing:
                 if self.out_bytes >= flush_at:
                     self.flush()  # the transport calls pause_writing past max_output
                 if self.write_paused or self.held_bytes > limit or self.mem_paused:
                     self._pause_reading()
                     break
+                if budget == 0:
+                    self._yield_turn()
+                    break
+                budget -= 1
                 item = parser.next()
                 if item is NEED_DATA:
                     if self.eof:
@@ -250,7 +308,7 @@ class Connection(asyncio.Protocol):
             else:
                 if self.waiting and parser.buffered > limit:
                     self._pause_reading()
-            if (self.read_paused and not self.closing and not self.write_paused
+            if (self.read_paused and not self.closing and not self.write_paused and not self._yielded
                     and self.held_bytes <= limit and (not self.waiting or parser.buffered <= limit)):
                 self._resume_reading()
         finally:
@@ -259,6 +317,17 @@ class Connection(asyncio.Protocol):
                 steps.end_step()
         self.flush()
 
+    def _yield_turn(self) -> None:
+        """This turn's share is used: read nothing more until the next turn has run the rest
+        (so what waits unparsed stays one read)."""
+        self._yielded = True
+        self._pause_reading()
+        if not self._flush_queued:
+            self._flush_queued = True
+            self.server.loop().call_soon(self._after_wake)
+
+    @cython.ccall
+    @cython.locals(n=cython.Py_ssize_t)
     def send(self, reply: AnyReply | None, barrier: int) -> None:
         """Queue the reply to this connection's latest command (None: it now blocks)."""
         if reply is None:
@@ -276,7 +345,7 @@ class Connection(asyncio.Protocol):
             if type(reply) is Reply:
                 # A plain reply line (INSERTED, DELETED, ...) is the common case, and with
                 # nothing held and no barrier (an in-memory server) it goes straight out.
-                line = encode_line(reply)
+                line: bytes = encode_line(reply)
                 if not barrier and not self.held:
                     self.out.append(line)
                     self.out_bytes += len(line)
@@ -289,13 +358,14 @@ class Connection(asyncio.Protocol):
             # beanstalkd's error word instead of a malformed reply, and the log says why.
             log.exception("conn %d: cannot encode %r; replying INTERNAL_ERROR", self.id, reply)
             parts = (b"INTERNAL_ERROR\r\n",)
+        n = len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
         # barrier 0 (nothing to wait for) is always durable: no need to ask the server
         if not self.held and (not barrier or barrier <= self.server.durable):
             self.out.extend(parts)
-            self.out_bytes += len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
+            self.out_bytes += n
         else:
             self.held.append((barrier, parts))
-            self.held_bytes += len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
+            self.held_bytes += n
             self.server.hold(self)
 
     def wake(self, reply: AnyReply, barrier: int) -> None:
@@ -309,12 +379,16 @@ class Connection(asyncio.Protocol):
 
     def _after_wake(self) -> None:
         self._flush_queued = False
+        self._yielded = False
         self.process()
 
+    @cython.ccall
+    @cython.locals(n=cython.Py_ssize_t, durable_=cython.Py_ssize_t)
     def release_held(self, durable: int) -> bool:
         """Move held replies whose barrier is durable to the output; True if some are left."""
         held = self.held
-        while held and held[0][0] <= durable:
+        durable_ = durable
+        while held and held[0][0] <= durable_:
             _, parts = held.popleft()
             if parts is None:
                 self.close_ready = True
@@ -333,6 +407,7 @@ class Connection(asyncio.Protocol):
         self.held.extend(held)
         self.held_bytes = sum(len(parts[0]) for _, p in held if p is not None)
 
+    @cython.ccall
     def flush(self) -> None:
         """Write everything ready in one call; honour a queued close; report what we hold to
         the memory budget when it is ``GRAIN`` or more, or was counted."""
@@ -343,6 +418,7 @@ class Connection(asyncio.Protocol):
                 and self.transport.get_write_buffer_size() >= GRAIN):
             self.measure_memory()
 
+    @cython.ccall
     def _flush_out(self) -> None:
         self.out_bytes = 0
         out = self.out
