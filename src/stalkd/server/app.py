@@ -307,7 +307,7 @@ class Server:
             self.observer(cmd, out)
         barriers = self.barriers
         reply, records, wakeups, next_deadline = out
-        barrier = barriers.add(c, records) if records else 0
+        barrier = barriers.add(c, records) if records and self.persistent else 0
         if c is not None:
             if type(reply) is JobReply and self.persistent:
                 # Never show a job before its own records (put, release, bury, kick) are durable.
