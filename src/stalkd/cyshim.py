@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Py_ssize_t", "bint", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "final",
+__all__ = ["Py_ssize_t", "bint", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double", "final",
            "inline", "locals", "longlong", "uint", "ulonglong"]  # fmt: skip
 
 _F = TypeVar("_F")
@@ -35,6 +35,7 @@ compiled = False
 
 # C types in annotations and casts, the Python types they stand for uncompiled
 bint = bool
+double = float
 Py_ssize_t = int
 longlong = int
 ulonglong = int

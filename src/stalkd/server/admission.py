@@ -14,15 +14,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from stalkd.engine.model import Record
 from stalkd.server.storage import Storage
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["Admission"]
 
 log = logging.getLogger("stalkd.server")
 
 
+@cython.cclass
 class Admission:
     """Room for one command's records at a time, promised from ``storage``.
 
@@ -32,6 +42,18 @@ class Admission:
     >>> a.settle(()); a.promised
     0
     """
+
+    # The state, as C fields when compiled (readable and writable from Python as attributes).
+    _storage: Storage = cython.declare(object, visibility="public")
+    _costless: frozenset[object] = cython.declare(object, visibility="public")
+    _short: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    _put_cost: Callable[[int], int] = cython.declare(object, visibility="public")
+    _data_dir: str | None = cython.declare(object, visibility="public")
+    _warn_every: float = cython.declare(cython.double, visibility="public")
+    _clock: Callable[[], float] = cython.declare(object, visibility="public")
+    _warned: float = cython.declare(cython.double, visibility="public")
+    promised: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    refused: int = cython.declare(cython.Py_ssize_t, visibility="public")
 
     def __init__(
         self, storage: Storage, data_dir: str | None, *, warn_every: float = 5.0,

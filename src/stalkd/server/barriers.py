@@ -36,18 +36,30 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence, Sized
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from stalkd.engine.model import DURABLE_OPS, Record
 from stalkd.server.storage import FatalStorageError, Storage
 from stalkd.server.syncer import Syncer
 from stalkd.server.syncpolicy import SyncPolicy
 
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
+
 __all__ = ["Barriers", "HeldReplies", "INLINE_AFTER", "SWITCH_INTERVAL"]
 
 SWITCH_INTERVAL = 0.0005  # seconds; see _start_sync
 # Batches in a row from one connection after which its fsyncs run inline (see _start_sync).
 INLINE_AFTER = 8
+
+
+def _no_offset() -> int:
+    return 0
 
 
 class HeldReplies(Protocol):
@@ -67,6 +79,7 @@ class ReplicaGate(Protocol):
     def note(self, batch: int, end_offset: int) -> None: ...
 
 
+@cython.cclass
 class Barriers:
     """Batches of records on their way to disk, and the replies waiting for them.
 
@@ -75,6 +88,36 @@ class Barriers:
     >>> b.written, b.durable
     (0, 0)
     """
+
+    # The state, as C fields when compiled (readable and writable from Python as attributes).
+    storage: Storage = cython.declare(object, visibility="public")
+    keeps: bool = cython.declare(cython.bint, visibility="public")
+    group_commit: bool = cython.declare(cython.bint, visibility="public")
+    _loop: Callable[[], asyncio.AbstractEventLoop | None] = cython.declare(object, visibility="public")
+    _on_fatal: Callable[[BaseException], None] = cython.declare(object, visibility="public")
+    failed: bool = cython.declare(cython.bint, visibility="public")
+    written: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    durable: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    local_durable: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    gate: ReplicaGate | None = cython.declare(object, visibility="public")
+    end_offset: Callable[[], int] = cython.declare(object, visibility="public")
+    after_write: Callable[[], None] | None = cython.declare(object, visibility="public")
+    after_write_while: Sized | None = cython.declare(object, visibility="public")
+    _batch_open: bool = cython.declare(cython.bint, visibility="public")
+    pending: list[Record] = cython.declare(list, visibility="public")
+    _flush_scheduled: bool = cython.declare(cython.bint, visibility="public")
+    _steps: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    _step_records: bool = cython.declare(cython.bint, visibility="public")
+    _releasing: bool = cython.declare(cython.bint, visibility="public")
+    _writer: object | None = cython.declare(object, visibility="public")
+    _mixed: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    _syncer: Syncer | None = cython.declare(object, visibility="public")
+    sync_policy: SyncPolicy = cython.declare(object, visibility="public")
+    _held: set[HeldReplies] = cython.declare(set, visibility="public")
+    _job_batch: dict[int, int] = cython.declare(dict, visibility="public")
+    _job_batches: deque[tuple[int, int]] = cython.declare(object, visibility="public")
+    syncs: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    inline_syncs: int = cython.declare(cython.Py_ssize_t, visibility="public")
 
     def __init__(
         self,
@@ -97,28 +140,28 @@ class Barriers:
         self.durable = 0
         self.local_durable = 0  # durable on this disk (``durable`` also waits for the gate)
         # --sync-standbys: the gate, and the log's end offset after a write (set together).
-        self.gate: ReplicaGate | None = None
-        self.end_offset: Callable[[], int] = lambda: 0
-        self.after_write: Callable[[], None] | None = None  # records reached the log (shipping)
+        self.gate = None
+        self.end_offset = _no_offset
+        self.after_write = None  # records reached the log (shipping)
         # after_write runs only while this is non-empty (None: always): the standbys connected,
         # so a primary without one pays no call per batch.
-        self.after_write_while: Sized | None = None
+        self.after_write_while = None
         self._batch_open = False  # records of this loop iteration go into batch ``written``
-        self.pending: list[Record] = []  # records of this loop iteration, not yet written
+        self.pending = []  # records of this loop iteration, not yet written
         self._flush_scheduled = False
         self._steps = 0  # connections inside a step (nested when a release runs one)
         self._step_records = False  # a step produced records: end_step writes or schedules them
         self._releasing = False  # inside release_held: steps it runs never write inline
         # The last connection that wrote durable records, and the last batch another one did.
-        self._writer: object | None = None
+        self._writer = None
         self._mixed = 0
-        self._syncer: Syncer | None = None  # the fsync thread (``always``), started on first use
+        self._syncer = None  # the fsync thread (``always``), started on first use
         self.sync_policy = SyncPolicy()  # several writers: fsync on the thread or inline
-        self._held: set[HeldReplies] = set()
+        self._held = set()
         # Job id -> the batch holding its latest durable record, while that batch is not known
         # durable (a job is shown only after its own records are); pruned in batch order.
-        self._job_batch: dict[int, int] = {}
-        self._job_batches: deque[tuple[int, int]] = deque()
+        self._job_batch = {}
+        self._job_batches = deque()
         self.syncs = 0  # completed group commits (stats for the bench and tests)
         self.inline_syncs = 0  # of which run on the loop thread
 
@@ -129,6 +172,7 @@ class Barriers:
 
     # --- what connections and the server tell us ----------------------------------------------
 
+    @cython.ccall
     def hold(self, c: HeldReplies) -> None:
         """``c`` has replies waiting for a barrier."""
         self._held.add(c)
@@ -139,10 +183,12 @@ class Barriers:
         if self._writer is c:
             self._writer = None  # the next writer is "another"
 
+    @cython.ccall
     def begin_step(self) -> None:
         """A connection starts running the commands it has read."""
         self._steps += 1
 
+    @cython.ccall
     def end_step(self) -> None:
         """A connection ran what it had read. A lone writer's records are written (and under
         ``always`` fsynced inline) now: nobody else's can join its batch, and this saves a loop
@@ -159,6 +205,7 @@ class Barriers:
             self._flush_scheduled = True
             self._soon(self._close_batch)
 
+    @cython.ccall
     def add(self, c: object | None, records: Sequence[Record]) -> int:
         """Queue one command's records (``c``'s, None for a timer); the barrier its replies
         wait for (0: nothing durable among them)."""
@@ -189,12 +236,14 @@ class Barriers:
                     self._job_batches.append((barrier, jid))
         return barrier
 
+    @cython.ccall
     def job_barrier(self, job_id: int) -> int:
         """The batch holding ``job_id``'s latest durable record while not yet durable, else 0."""
         return self._job_batch.get(job_id, 0)
 
     # --- group commit ------------------------------------------------------------------------
 
+    @cython.ccall
     def _close_batch(self) -> None:
         """Next loop iteration: one WAL write for every record of the last one, then (``always``)
         one fsync for all of them off the loop thread, or (``never``/``every``) release now:
@@ -221,6 +270,7 @@ class Barriers:
         # an I/O error.)
         self._fail(FatalStorageError(f"WAL write failed: {e}"))
 
+    @cython.ccall
     def _batch_written(self) -> None:
         """The batch is in the log: tell the gate, then sync it or (no fsync) release it."""
         if self.gate is not None:
@@ -230,6 +280,7 @@ class Barriers:
         else:
             self._reached(self.written)
 
+    @cython.ccall
     def _start_sync(self) -> None:
         syncer = self._syncer
         if (syncer is not None and syncer.busy) or self.local_durable >= self.written or self.failed:
@@ -272,6 +323,7 @@ class Barriers:
         if self.written > self.local_durable and not self._batch_open:
             self._start_sync()
 
+    @cython.ccall
     def _reached(self, target: int) -> None:
         """Batches up to ``target`` are durable on this disk: release what the gate allows."""
         self.local_durable = target
@@ -298,6 +350,7 @@ class Barriers:
         self.failed = True
         self._on_fatal(e)
 
+    @cython.ccall
     def release_held(self) -> None:
         """Send every held reply whose batch is durable; let those connections run again."""
         durable = self.durable
