@@ -36,6 +36,7 @@ CYTHON_MODULES = (
     "stalkd.log.frame",
     "stalkd.log.gate",
     "stalkd.server.clock",  # read per command: compiled, a reading is no Python call
+    "stalkd.engine.space",  # put_frame per durable put (server/admission.py): no Python frame
     "stalkd.server.connection",
     "stalkd.server.readbuf",
     "stalkd.server.admission",

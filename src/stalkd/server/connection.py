@@ -358,7 +358,9 @@ class Connection:
             # beanstalkd's error word instead of a malformed reply, and the log says why.
             log.exception("conn %d: cannot encode %r; replying INTERNAL_ERROR", self.id, reply)
             parts = (b"INTERNAL_ERROR\r\n",)
-        n = len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
+        n = 0
+        for p in parts:
+            n += len(p)
         # barrier 0 (nothing to wait for) is always durable: no need to ask the server
         if not self.held and (not barrier or barrier <= self.server.durable):
             self.out.extend(parts)
@@ -393,7 +395,9 @@ class Connection:
             if parts is None:
                 self.close_ready = True
                 continue
-            n = len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
+            n = 0
+            for p in parts:
+                n += len(p)
             self.held_bytes -= n
             self.out_bytes += n
             self.out.extend(parts)
