@@ -432,13 +432,15 @@ class Connection:
         if t is None or self.lost or t.is_closing():
             self.out = []
             return
-        if out:
+        if len(out) == 1:
+            data = out[0]
+            del out[:]  # emptied before the write, and kept for the next step
+            t.write(data)
+        elif out:
             self.out = []
-            if len(out) == 1:
-                t.write(out[0])
             # A TLS transport seals each buffer as a record of its own; a client that is behind
             # waits for its replies as one object rather than one per reply.
-            elif self.join_writes or t.get_write_buffer_size():
+            if self.join_writes or t.get_write_buffer_size():
                 t.write(b"".join(out))
             else:
                 t.writelines(out)
