@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine import fastengine, fastwal, wal  # noqa: F401 - wal installs fastwal's methods
+from stalkd.engine import fastengine  # noqa: F401
 from stalkd.log import fastwrite
+from stalkd.persist import fastwal, wal  # noqa: F401 - wal installs fastwal's methods
 from stalkd.server import fastconn
 from support import require_binary
 

@@ -26,12 +26,13 @@ from typing import Any
 
 import pytest
 
-from stalkd.engine import Engine, fastwal
+from stalkd.engine import Engine
 from stalkd.engine.model import Record
 from stalkd.engine.space import SHORT_FRAME, put_frame
-from stalkd.engine.wal import Wal
 from stalkd.log import fastwrite
 from stalkd.log.fs import REAL, Faults, FileSystem
+from stalkd.persist import fastwal
+from stalkd.persist.wal import Wal
 from stalkd.protocol import commands as C
 
 from .walutil import T0, durable_view

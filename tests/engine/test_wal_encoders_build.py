@@ -8,9 +8,10 @@ import importlib.util
 import os
 from pathlib import Path
 
-from stalkd.engine import fastwal, model, wal
+from stalkd.engine import model
 from stalkd.engine.model import Op, Record
 from stalkd.log import fastwrite, frame, log, writer
+from stalkd.persist import fastwal, wal
 
 _DISABLED = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 

@@ -32,7 +32,7 @@ def test_the_active_implementation_follows_the_build_and_the_switch() -> None:
 
 def _version(env_extra: dict[str, str]) -> str:
     env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"} | env_extra
-    cmd = [sys.executable, "-m", "stalkd.server.cli", "-v"]
+    cmd = [sys.executable, "-m", "stalkd.node.cli", "-v"]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=True).stdout
 
 
@@ -41,7 +41,7 @@ def test_version_names_the_hot_path() -> None:
     assert off.startswith("beanstalkd 1.13") and "hot path: pure Python" in off
     # every compiled twin is named, and the switch turns each of them off
     for name in ("protocol.accel", "server.fastconn", "engine.fastheap", "engine.fastengine",
-                 "engine.fastwal", "log.fastwrite"):
+                 "persist.fastwal", "log.fastwrite"):
         assert f"stalkd.{name}.IMPLEMENTATION='python'" in off, name
     assert f"compiled by Cython: none (0 of {len(CYTHON_MODULES)}" in off
     on = _version({})

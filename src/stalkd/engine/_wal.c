@@ -33,7 +33,7 @@ static Py_ssize_t short_frame;      /* space.SHORT_FRAME */
 static unsigned long long n_ran, n_declined;
 
 static PyObject *S_op, *S_seq, *S_space, *S_fits, *S_dropped, *S_log, *S_write_many, *S_retry_full,
-    *S_promised, *S_records_written, *S_bytes_since, *S_last_seq;
+    *S_promised, *S_records_written, *S_bytes_since, *S_last_seq, *S_job_id, *S_id_ceiling;
 
 static int
 add_size(PyObject *o, PyObject *name, Py_ssize_t d)
@@ -69,7 +69,7 @@ kept(PyObject *payloads, const char *keep, Py_ssize_t *total)
  * total, and which are durable (keep); -1 (error set) or -2 (declined). */
 static int
 encode_all(PyObject *recs, PyObject *payloads, char *keep, Py_ssize_t *spent, Py_ssize_t *extra,
-           Py_ssize_t *total)
+           Py_ssize_t *total, long long ceiling)
 {
     Py_ssize_t count = PySequence_Fast_GET_SIZE(recs);
     PyObject **it = PySequence_Fast_ITEMS(recs);
@@ -93,6 +93,13 @@ encode_all(PyObject *recs, PyObject *payloads, char *keep, Py_ssize_t *spent, Py
         if (v < 0 || v > 255)
             return -2;
         keep[i] = durable[v];
+        if (op == op_put) {  /* an id past the durable ceiling: the reference raises it first */
+            PyObject *id = PyObject_GetAttr(it[i], S_job_id);
+            long long jid = id == NULL ? -1 : PyLong_AsLongLong(id);
+            Py_XDECREF(id);
+            if (jid < 0 || jid >= ceiling)
+                return -2;
+        }
         if (op == op_put || op == op_result)
             *spent += n;
         else if (durable[v])
@@ -185,7 +192,12 @@ fast_write(PyObject *const *args, Py_ssize_t nargs)
             || (sp != Py_None && Py_TYPE(sp) != budget_type))
         goto done;
     Py_ssize_t spent, extra, total;
-    int rc = encode_all(recs, payloads, keep, &spent, &extra, &total);
+    PyObject *c = PyObject_GetAttr(self, S_id_ceiling);  /* Wal.id_ceiling (idceiling.py) */
+    long long ceiling = c == NULL ? -1 : PyLong_AsLongLong(c);
+    Py_XDECREF(c);
+    if (ceiling < 0)
+        goto done;
+    int rc = encode_all(recs, payloads, keep, &spent, &extra, &total, ceiling);
     if (rc == 0)
         rc = write_payloads(self, recs, payloads, keep, spent, extra, total, sp);
     out = rc == -2 ? DECLINE : rc < 0 ? NULL : Py_NewRef(Py_None);
@@ -333,7 +345,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "stalkd.engine._wal",
-    "Wal.write in C (stalkd.engine.wal is the reference).", -1, module_methods,
+    "Wal.write in C (stalkd.persist.wal is the reference).", -1, module_methods,
 };
 
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
@@ -345,7 +357,7 @@ PyInit__wal(void)
     INTERN(S_dropped, "dropped"); INTERN(S_log, "log"); INTERN(S_write_many, "write_many");
     INTERN(S_retry_full, "_retry_full"); INTERN(S_promised, "promised");
     INTERN(S_records_written, "records_written"); INTERN(S_bytes_since, "_bytes_since_snapshot");
-    INTERN(S_last_seq, "last_seq"); INTERN(S_durability, "durability"); INTERN(S_always, "always");
+    INTERN(S_last_seq, "last_seq"); INTERN(S_job_id, "job_id"); INTERN(S_id_ceiling, "id_ceiling"); INTERN(S_durability, "durability"); INTERN(S_always, "always");
     INTERN(S_sync, "sync"); INTERN(S_span, "_span"); INTERN(S_base_, "_base");
     INTERN(S_max_frame, "max_frame"); INTERN(S_spares, "spares"); INTERN(S_per_spare, "per_spare");
     INTERN(S_writer, "_writer"); INTERN(S_active, "active"); INTERN(S_base, "base"); INTERN(S_pos, "pos");
