@@ -74,7 +74,10 @@ def _cythonized(exts: list[Extension], skip: Callable[[BaseException], None]) ->
         # annotation would refuse a numpy integer, a ``float`` one would coerce); C types are
         # asked for explicitly (cython.locals, cython.declare) where a profile says they pay
         directives = {"language_level": 3, "annotation_typing": False}
-        return list(cythonize(exts, quiet=True, build_dir="build/cython", compiler_directives=directives))
+        # include_path: a module's .pxd cimports another's (app.pxd: Connection, Barriers) by
+        # its package name, found under src/
+        return list(cythonize(exts, quiet=True, build_dir="build/cython", include_path=["src"],
+                              compiler_directives=directives))
     except Exception as e:  # a Cython error: the .py files still run
         skip(e)
         return []

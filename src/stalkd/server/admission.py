@@ -43,17 +43,18 @@ class Admission:
     0
     """
 
-    # The state, as C fields when compiled (readable and writable from Python as attributes).
-    _storage: Storage = cython.declare(object, visibility="public")
-    _costless: frozenset[object] = cython.declare(object, visibility="public")
-    _short: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    _put_cost: Callable[[int], int] = cython.declare(object, visibility="public")
-    _data_dir: str | None = cython.declare(object, visibility="public")
-    _warn_every: float = cython.declare(cython.double, visibility="public")
-    _clock: Callable[[], float] = cython.declare(object, visibility="public")
-    _warned: float = cython.declare(cython.double, visibility="public")
-    promised: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    refused: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    # The state: C fields when compiled, with the C methods, declared in admission.pxd (readable and
+    # writable from Python as attributes).
+    _storage: Storage
+    _costless: frozenset[object]
+    _short: int
+    _put_cost: Callable[[int], int]
+    _data_dir: str | None
+    _warn_every: float
+    _clock: Callable[[], float]
+    _warned: float
+    promised: int
+    refused: int
 
     def __init__(
         self, storage: Storage, data_dir: str | None, *, warn_every: float = 5.0,

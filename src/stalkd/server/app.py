@@ -51,13 +51,19 @@ from stalkd.server.barriers import Barriers
 from stalkd.server.budget import TICK, MemoryBudget, default_limit
 from stalkd.server.clock import steady_wall_clock
 from stalkd.server.config import BEANSTALKD_VERSION, Config
-from stalkd.server.connection import Connection
+from stalkd.server.connection import Connection, Host
 from stalkd.server.fastconn import new_connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
     from stalkd.replication.sender import Replicas
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["Server", "Storage", "FatalStorageError"]
 
@@ -74,8 +80,12 @@ _NOT_PRIMARY = Reply(NOT_PRIMARY)
 _STANDBY_OK = frozenset(SPECS_BY_NAME[n].build for n in STANDBY_COMMANDS)
 
 
-class Server:
+@cython.cclass
+class Server(Host):
     """Engine + connections + group commit. Build it, then ``loop.create_server(srv.new_connection, sock=...)``.
+
+    Compiled, an extension type whose fields and C methods app.pxd declares: a connection's
+    reply, the barriers and the admission are C calls and field reads from here.
 
     >>> srv = Server(Config(), Engine())   # in memory: replies never wait for a disk
     >>> srv.durable, srv.written
@@ -236,12 +246,6 @@ class Server:
         """``c`` has replies waiting for a barrier."""
         self.barriers.hold(c)
 
-    @property
-    def steps(self) -> Barriers | None:
-        """Told when a connection starts and ends running the commands it has read
-        (barriers.py decides when their records go out); None when nothing is ever written."""
-        return self.barriers if self.persistent else None
-
     # --- commands ----------------------------------------------------------------------------
 
     def execute(self, c: Connection, cmd: Command) -> None:
@@ -261,7 +265,8 @@ class Server:
         except Exception as e:
             self._apply_failed(c, cmd, e)
             return
-        reply, records, wakeups, next_deadline = out
+        # The outcome's fields by position (a NamedTuple is a tuple: compiled, four slot reads)
+        reply, records, wakeups, next_deadline = cython.cast(tuple, out)
         if adm is not None and (adm.promised or records):
             adm.settle(records)
         if type(reply) is Reply and not records and not wakeups and self.observer is None:
@@ -306,7 +311,7 @@ class Server:
         if self.observer is not None:
             self.observer(cmd, out)
         barriers = self.barriers
-        reply, records, wakeups, next_deadline = out
+        reply, records, wakeups, next_deadline = cython.cast(tuple, out)
         barrier = barriers.add(c, records) if records and self.persistent else 0
         if c is not None:
             if type(reply) is JobReply and self.persistent:

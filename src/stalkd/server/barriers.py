@@ -89,35 +89,36 @@ class Barriers:
     (0, 0)
     """
 
-    # The state, as C fields when compiled (readable and writable from Python as attributes).
-    storage: Storage = cython.declare(object, visibility="public")
-    keeps: bool = cython.declare(cython.bint, visibility="public")
-    group_commit: bool = cython.declare(cython.bint, visibility="public")
-    _loop: Callable[[], asyncio.AbstractEventLoop | None] = cython.declare(object, visibility="public")
-    _on_fatal: Callable[[BaseException], None] = cython.declare(object, visibility="public")
-    failed: bool = cython.declare(cython.bint, visibility="public")
-    written: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    durable: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    local_durable: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    gate: ReplicaGate | None = cython.declare(object, visibility="public")
-    end_offset: Callable[[], int] = cython.declare(object, visibility="public")
-    after_write: Callable[[], None] | None = cython.declare(object, visibility="public")
-    after_write_while: Sized | None = cython.declare(object, visibility="public")
-    _batch_open: bool = cython.declare(cython.bint, visibility="public")
-    pending: list[Record] = cython.declare(list, visibility="public")
-    _flush_scheduled: bool = cython.declare(cython.bint, visibility="public")
-    _steps: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    _step_records: bool = cython.declare(cython.bint, visibility="public")
-    _releasing: bool = cython.declare(cython.bint, visibility="public")
-    _writer: object | None = cython.declare(object, visibility="public")
-    _mixed: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    _syncer: Syncer | None = cython.declare(object, visibility="public")
-    sync_policy: SyncPolicy = cython.declare(object, visibility="public")
-    _held: set[HeldReplies] = cython.declare(set, visibility="public")
-    _job_batch: dict[int, int] = cython.declare(dict, visibility="public")
-    _job_batches: deque[tuple[int, int]] = cython.declare(object, visibility="public")
-    syncs: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    inline_syncs: int = cython.declare(cython.Py_ssize_t, visibility="public")
+    # The state: C fields when compiled, with the C methods, declared in barriers.pxd (readable and
+    # writable from Python as attributes).
+    storage: Storage
+    keeps: bool
+    group_commit: bool
+    _loop: Callable[[], asyncio.AbstractEventLoop | None]
+    _on_fatal: Callable[[BaseException], None]
+    failed: bool
+    written: int
+    durable: int
+    local_durable: int
+    gate: ReplicaGate | None
+    end_offset: Callable[[], int]
+    after_write: Callable[[], None] | None
+    after_write_while: Sized | None
+    _batch_open: bool
+    pending: list[Record]
+    _flush_scheduled: bool
+    _steps: int
+    _step_records: bool
+    _releasing: bool
+    _writer: object | None
+    _mixed: int
+    _syncer: Syncer | None
+    sync_policy: SyncPolicy
+    _held: set[HeldReplies]
+    _job_batch: dict[int, int]
+    _job_batches: deque[tuple[int, int]]
+    syncs: int
+    inline_syncs: int
 
     def __init__(
         self,
@@ -172,7 +173,6 @@ class Barriers:
 
     # --- what connections and the server tell us ----------------------------------------------
 
-    @cython.ccall
     def hold(self, c: HeldReplies) -> None:
         """``c`` has replies waiting for a barrier."""
         self._held.add(c)
@@ -183,12 +183,10 @@ class Barriers:
         if self._writer is c:
             self._writer = None  # the next writer is "another"
 
-    @cython.ccall
     def begin_step(self) -> None:
         """A connection starts running the commands it has read."""
         self._steps += 1
 
-    @cython.ccall
     def end_step(self) -> None:
         """A connection ran what it had read. A lone writer's records are written (and under
         ``always`` fsynced inline) now: nobody else's can join its batch, and this saves a loop
@@ -205,7 +203,6 @@ class Barriers:
             self._flush_scheduled = True
             self._soon(self._close_batch)
 
-    @cython.ccall
     def add(self, c: object | None, records: Sequence[Record]) -> int:
         """Queue one command's records (``c``'s, None for a timer); the barrier its replies
         wait for (0: nothing durable among them)."""
@@ -236,14 +233,12 @@ class Barriers:
                     self._job_batches.append((barrier, jid))
         return barrier
 
-    @cython.ccall
     def job_barrier(self, job_id: int) -> int:
         """The batch holding ``job_id``'s latest durable record while not yet durable, else 0."""
         return self._job_batch.get(job_id, 0)
 
     # --- group commit ------------------------------------------------------------------------
 
-    @cython.ccall
     def _close_batch(self) -> None:
         """Next loop iteration: one WAL write for every record of the last one, then (``always``)
         one fsync for all of them off the loop thread, or (``never``/``every``) release now:
@@ -270,7 +265,6 @@ class Barriers:
         # an I/O error.)
         self._fail(FatalStorageError(f"WAL write failed: {e}"))
 
-    @cython.ccall
     def _batch_written(self) -> None:
         """The batch is in the log: tell the gate, then sync it or (no fsync) release it."""
         if self.gate is not None:
@@ -280,7 +274,6 @@ class Barriers:
         else:
             self._reached(self.written)
 
-    @cython.ccall
     def _start_sync(self) -> None:
         syncer = self._syncer
         if (syncer is not None and syncer.busy) or self.local_durable >= self.written or self.failed:
@@ -323,7 +316,6 @@ class Barriers:
         if self.written > self.local_durable and not self._batch_open:
             self._start_sync()
 
-    @cython.ccall
     def _reached(self, target: int) -> None:
         """Batches up to ``target`` are durable on this disk: release what the gate allows."""
         self.local_durable = target
@@ -350,7 +342,6 @@ class Barriers:
         self.failed = True
         self._on_fatal(e)
 
-    @cython.ccall
     def release_held(self) -> None:
         """Send every held reply whose batch is durable; let those connections run again."""
         durable = self.durable

@@ -52,6 +52,7 @@ else:
 from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
+from stalkd.server.barriers import Barriers
 from stalkd.server.budget import GRAIN
 
 __all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX", "read_size"]
@@ -80,31 +81,38 @@ class CommandPolicy(Protocol):
     def shows(self, tube: str) -> bool: ...
 
 
-class Steps(Protocol):
-    """Told when a connection starts and ends running what it read (``barriers.Barriers``)."""
+@cython.cclass
+class Host:
+    """What a connection needs from the server it belongs to: the base of
+    ``stalkd.server.app.Server``, the one host (a class rather than a protocol so that, compiled,
+    each command a connection runs reaches ``execute`` as a C call: connection.pxd)."""
 
-    def begin_step(self) -> None: ...
-    def end_step(self) -> None: ...
+    barriers: Barriers  # told of steps and held replies, asked how far the WAL is durable
 
+    def execute(self, c: Connection, cmd: Command) -> None:
+        """Run one parsed command for ``c``; its replies come back through ``c.send``."""
+        raise NotImplementedError
 
-class Host(Protocol):
-    """What a connection needs from the server it belongs to (``stalkd.server.app.Server``)."""
+    def loop(self) -> asyncio.AbstractEventLoop:
+        raise NotImplementedError
 
-    @property
-    def durable(self) -> int: ...
-    @property
-    def steps(self) -> Steps | None: ...
-    @property
-    def written(self) -> int: ...
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-    def connected(self, c: Connection) -> None: ...
-    def half_closed(self, c: Connection) -> None: ...
-    def retire(self, c: Connection) -> None: ...
-    def disconnected(self, c: Connection, exc: Exception | None) -> None: ...
-    def hold(self, c: Connection) -> None: ...
-    def execute(self, c: Connection, cmd: Command) -> None: ...
-    def replicate(self, c: Connection, data: bytes) -> bool: ...
-    def account(self, c: Connection, inp: int, out: int) -> None: ...
+    def connected(self, c: Connection) -> None:
+        raise NotImplementedError
+
+    def half_closed(self, c: Connection) -> None:
+        raise NotImplementedError
+
+    def retire(self, c: Connection) -> None:
+        raise NotImplementedError
+
+    def disconnected(self, c: Connection, exc: Exception | None) -> None:
+        raise NotImplementedError
+
+    def replicate(self, c: Connection, data: bytes) -> bool:
+        raise NotImplementedError
+
+    def account(self, c: Connection, inp: int, out: int) -> None:
+        raise NotImplementedError
 
 
 STEP_COMMANDS = 256
@@ -121,42 +129,44 @@ class Connection:
         loop.create_server(server.new_connection, sock=listener)
     """
 
-    # The state, as C fields when compiled (readable and writable from Python as attributes).
-    server: Host = cython.declare(object, visibility="public")
-    steps: Steps | None = cython.declare(object, visibility="public")
-    id: int = cython.declare(object, visibility="public")
-    parser: ParserType = cython.declare(object, visibility="public")
-    max_output: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    flush_at: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    read_size: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    transport: asyncio.Transport | None = cython.declare(object, visibility="public")
-    peer: str = cython.declare(object, visibility="public")
-    out: list[bytes] = cython.declare(list, visibility="public")
-    out_bytes: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    held: deque[tuple[int, tuple[bytes, ...] | None]] = cython.declare(object, visibility="public")
-    held_bytes: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    close_ready: bool = cython.declare(cython.bint, visibility="public")
-    waiting: bool = cython.declare(cython.bint, visibility="public")
-    write_paused: bool = cython.declare(cython.bint, visibility="public")
-    join_writes: bool = cython.declare(cython.bint, visibility="public")
-    read_paused: bool = cython.declare(cython.bint, visibility="public")
-    eof: bool = cython.declare(cython.bint, visibility="public")
-    closing: bool = cython.declare(cython.bint, visibility="public")
-    lost: bool = cython.declare(cython.bint, visibility="public")
-    _running: bool = cython.declare(cython.bint, visibility="public")
-    _flush_queued: bool = cython.declare(cython.bint, visibility="public")
-    _yielded: bool = cython.declare(cython.bint, visibility="public")
-    identity: str | None = cython.declare(object, visibility="public")
-    policy: CommandPolicy | None = cython.declare(object, visibility="public")
-    admit: Callable[[Connection], CommandPolicy | None] | None = cython.declare(object, visibility="public")
-    fresh: bool = cython.declare(cython.bint, visibility="public")
-    charged: int = cython.declare(cython.Py_ssize_t, visibility="public")
-    mem_paused: bool = cython.declare(cython.bint, visibility="public")
-    __weakref__: object = cython.declare(object)  # listeners.py keeps connections weakly
+    # The state: C fields when compiled, with the C methods, declared in connection.pxd (readable and
+    # writable from Python as attributes).
+    server: Host
+    barriers: Barriers
+    id: int
+    parser: ParserType
+    max_output: int
+    flush_at: int
+    read_size: int
+    transport: asyncio.Transport | None
+    peer: str
+    out: list[bytes]
+    out_bytes: int
+    held: deque[tuple[int, tuple[bytes, ...] | None]]
+    held_bytes: int
+    close_ready: bool
+    waiting: bool
+    write_paused: bool
+    join_writes: bool
+    read_paused: bool
+    eof: bool
+    closing: bool
+    lost: bool
+    _running: bool
+    _flush_queued: bool
+    _yielded: bool
+    identity: str | None
+    policy: CommandPolicy | None
+    admit: Callable[[Connection], CommandPolicy | None] | None
+    fresh: bool
+    charged: int
+    mem_paused: bool
+    __weakref__: object  # listeners.py keeps connections weakly
 
     def __init__(self, server: Host, conn_id: int, max_job_size: int, max_output: int) -> None:
         self.server = server
-        self.steps = server.steps  # looked up once: called twice per read (None: nothing to batch)
+        # Told when a step starts and ends, asked how far the WAL is durable, told of held replies.
+        self.barriers = server.barriers
         self.id = conn_id
         self.parser = Parser(max_job_size=max_job_size)
         self.max_output = max_output
@@ -249,21 +259,18 @@ class Connection:
 
     # --- running commands -------------------------------------------------------------------
 
-    @cython.ccall
     def _pause_reading(self) -> None:
         if not self.read_paused and self.transport is not None and not self.lost:
             self.read_paused = True
             if not self.mem_paused:
                 self.transport.pause_reading()
 
-    @cython.ccall
     def _resume_reading(self) -> None:
         if self.read_paused and self.transport is not None and not self.lost and not self.eof:
             self.read_paused = False
             if not self.mem_paused:
                 self.transport.resume_reading()
 
-    @cython.ccall
     @cython.locals(limit=cython.Py_ssize_t, flush_at=cython.Py_ssize_t, budget=cython.Py_ssize_t)
     def process(self) -> None:
         """Run buffered commands until input runs out, a reserve blocks, output backs up, or
@@ -271,12 +278,11 @@ class Connection:
         if self._running or self.lost:
             return
         self._running = True
-        steps = self.steps
-        if steps is not None:
-            steps.begin_step()
+        barriers = self.barriers
+        barriers.begin_step()
         try:
             parser = self.parser
-            execute = self.server.execute
+            server = self.server
             limit = self.max_output
             flush_at = self.flush_at
             policy = self.policy  # set once, when connected
@@ -304,7 +310,7 @@ class Connection:
                 if policy is not None and not policy.admits(item):
                     self.send(_DENIED, 0)
                     continue
-                execute(self, item)  # type: ignore[arg-type]
+                server.execute(self, item)  # type: ignore[arg-type]
             else:
                 if self.waiting and parser.buffered > limit:
                     self._pause_reading()
@@ -313,8 +319,7 @@ class Connection:
                 self._resume_reading()
         finally:
             self._running = False
-            if steps is not None:
-                steps.end_step()
+            barriers.end_step()
         self.flush()
 
     def _yield_turn(self) -> None:
@@ -326,7 +331,6 @@ class Connection:
             self._flush_queued = True
             self.server.loop().call_soon(self._after_wake)
 
-    @cython.ccall
     @cython.locals(n=cython.Py_ssize_t)
     def send(self, reply: AnyReply | None, barrier: int) -> None:
         """Queue the reply to this connection's latest command (None: it now blocks)."""
@@ -337,7 +341,7 @@ class Connection:
             self.closing = True
             if self.held:
                 self.held.append((barrier, None))
-                self.server.hold(self)
+                self.barriers.hold(self)
             else:
                 self.close_ready = True
             return
@@ -361,14 +365,14 @@ class Connection:
         n = 0
         for p in parts:
             n += len(p)
-        # barrier 0 (nothing to wait for) is always durable: no need to ask the server
-        if not self.held and (not barrier or barrier <= self.server.durable):
+        # barrier 0 (nothing to wait for) is always durable: no need to ask the barriers
+        if not self.held and (not barrier or barrier <= self.barriers.durable):
             self.out.extend(parts)
             self.out_bytes += n
         else:
             self.held.append((barrier, parts))
             self.held_bytes += n
-            self.server.hold(self)
+            self.barriers.hold(self)
 
     def wake(self, reply: AnyReply, barrier: int) -> None:
         """A reply the engine produced for our blocked reserve while serving someone else."""
@@ -384,7 +388,6 @@ class Connection:
         self._yielded = False
         self.process()
 
-    @cython.ccall
     @cython.locals(n=cython.Py_ssize_t, durable_=cython.Py_ssize_t)
     def release_held(self, durable: int) -> bool:
         """Move held replies whose barrier is durable to the output; True if some are left."""
@@ -411,18 +414,18 @@ class Connection:
         self.held.extend(held)
         self.held_bytes = sum(len(parts[0]) for _, p in held if p is not None)
 
-    @cython.ccall
+    @cython.locals(held=cython.Py_ssize_t)
     def flush(self) -> None:
         """Write everything ready in one call; honour a queued close; report what we hold to
         the memory budget when it is ``GRAIN`` or more, or was counted."""
         wrote = bool(self.out)
         self._flush_out()
-        if self.charged or self.parser.buffered + self.held_bytes >= GRAIN or (
+        held = self.parser.buffered + self.held_bytes
+        if self.charged or held >= GRAIN or (
                 wrote and self.transport is not None and not self.lost
                 and self.transport.get_write_buffer_size() >= GRAIN):
             self.measure_memory()
 
-    @cython.ccall
     def _flush_out(self) -> None:
         self.out_bytes = 0
         out = self.out
@@ -433,9 +436,7 @@ class Connection:
             self.out = []
             return
         if len(out) == 1:
-            data = out[0]
-            del out[:]  # emptied before the write, and kept for the next step
-            t.write(data)
+            t.write(out.pop())  # emptied before the write, and kept for the next step
         elif out:
             self.out = []
             # A TLS transport seals each buffer as a record of its own; a client that is behind
@@ -522,6 +523,6 @@ class Connection:
         """Server stop: run nothing more; close once the held replies are out."""
         if self.lost:
             return
-        self.send(Close(), self.server.written)
+        self.send(Close(), self.barriers.written)
         self.flush()
 
