@@ -19,6 +19,7 @@ cdef class Connection:
     cdef public Barriers barriers
     cdef public object id
     cdef public object parser
+    cdef object _next
     cdef public Py_ssize_t max_output
     cdef public Py_ssize_t flush_at
     cdef public Py_ssize_t read_size
@@ -47,11 +48,11 @@ cdef class Connection:
     cdef public bint mem_paused
     cdef object __weakref__
 
-    cpdef _pause_reading(self)
-    cpdef _resume_reading(self)
+    cdef _pause_reading(self)
+    cdef _resume_reading(self)
     cpdef process(self)
     cpdef send(self, object reply, Py_ssize_t barrier)
     cpdef wake(self, object reply, Py_ssize_t barrier)
     cpdef bint release_held(self, Py_ssize_t durable) except -1
     cpdef flush(self)
-    cpdef _flush_out(self)
+    cdef _flush_out(self)

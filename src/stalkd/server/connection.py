@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
+    from stalkd.protocol.parser import Item
     from stalkd.protocol.parser import Parser as ParserType
 else:
     try:
@@ -135,6 +136,7 @@ class Connection:
     barriers: Barriers
     id: int
     parser: ParserType
+    _next: Callable[[], Item]
     max_output: int
     flush_at: int
     read_size: int
@@ -168,7 +170,8 @@ class Connection:
         # Told when a step starts and ends, asked how far the WAL is durable, told of held replies.
         self.barriers = server.barriers
         self.id = conn_id
-        self.parser = Parser(max_job_size=max_job_size)
+        self.parser = parser = Parser(max_job_size=max_job_size)
+        self._next = parser.next  # looked up once: called twice per command
         self.max_output = max_output
         quarter = max(1, max_output // 4)
         self.flush_at = min(FLUSH_AT, quarter)
@@ -297,7 +300,7 @@ class Connection:
                     self._yield_turn()
                     break
                 budget -= 1
-                item = parser.next()
+                item = self._next()
                 if item is NEED_DATA:
                     if self.eof:
                         # Nothing more will come: close after the replies, release jobs now.
@@ -435,13 +438,15 @@ class Connection:
         if t is None or self.lost or t.is_closing():
             self.out = []
             return
-        if len(out) == 1:
-            t.write(out.pop())  # emptied before the write, and kept for the next step
-        elif out:
+        if out:
+            # Emptied before the write. A fresh list costs less than emptying this one: a list
+            # emptied in place gives its array back to the allocator the slow way.
             self.out = []
+            if len(out) == 1:
+                t.write(out[0])
             # A TLS transport seals each buffer as a record of its own; a client that is behind
             # waits for its replies as one object rather than one per reply.
-            if self.join_writes or t.get_write_buffer_size():
+            elif self.join_writes or t.get_write_buffer_size():
                 t.write(b"".join(out))
             else:
                 t.writelines(out)
