@@ -120,6 +120,7 @@ powerloss-campaign: system-deps $(VENV)/.dev bytecode
 	$(PY) -m campaign.powercut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-server.md
 	$(PY) -m campaign.logcut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-log.md
 	$(PY) -m campaign.pairloss --cycles $${POWERLOSS_FAULTS:-50} --out build/pairloss
+	$(PY) -m campaign.pairloss --cycles $${POWERLOSS_FAULTS:-50} --promote --out build/pairloss-promote
 
 # The fault campaign (campaign/README.md): every nemesis against a single server and a primary
 # with a sync standby, CAMPAIGN_CYCLES faults each (default 20; a line after each fault says how

@@ -25,6 +25,9 @@ Ensures:
   whose copy a record contradicts, does not guess: ``resync`` replaces its copy with the
   primary's (``standby.py``), and the stream resumes from the new log's end; a resync that
   could not copy is tried again after the backoff, the old copy still serving reads.
+- A stream starts at this log's last record and goes on only if the primary's is the same
+  (``overlap``): a primary that lost records this standby holds and wrote others in their
+  place is a resync, not a second history appended to this log.
 - ``stop()`` (promotion) ends the stream; records already received are applied first.
 """
 
@@ -44,7 +47,7 @@ from stalkd.engine.model import Record
 from stalkd.engine.replay import ReplayError, replay
 from stalkd.log.errors import LogError
 from stalkd.persist.compaction import WalError
-from stalkd.replication import wire
+from stalkd.replication import overlap, wire
 from stalkd.replication.catchup import CatchUpError
 from stalkd.replication.frames import check_records
 from stalkd.replication.role import Role
@@ -75,12 +78,17 @@ async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reques
               secret: str | None) -> wire.Reply:
     """Send ``request`` and read the primary's answer, proving ``secret`` when challenged."""
     writer.write(request)
-    r = wire.parse_reply(await asyncio.wait_for(reader.readuntil(b"\r\n"), wire.SILENT_AFTER * 4))
+    # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancellation that lands in the
+    # turn its read completes, and a task that outlives its cancellation (the fence, asking
+    # again every second) kept a stopping server's loop from closing (the rejoin stall).
+    async with asyncio.timeout(wire.SILENT_AFTER * 4):
+        r = wire.parse_reply(await reader.readuntil(b"\r\n"))
     if r.word == "CHALLENGE":
         if secret is None:
             raise EOFError("the primary asks for the replication secret: give --replication-secret FILE")
         writer.write(wire.encode_auth(secret, r.args[0].encode(), request))
-        r = wire.parse_reply(await asyncio.wait_for(reader.readuntil(b"\r\n"), wire.SILENT_AFTER * 4))
+        async with asyncio.timeout(wire.SILENT_AFTER * 4):
+            r = wire.parse_reply(await reader.readuntil(b"\r\n"))
     if r.word == "PERMISSION_DENIED":
         raise EOFError("the primary refused this standby (PERMISSION_DENIED): the same "
                        "--replication-secret on both, or an ACL identity with replicate = true")
@@ -190,12 +198,28 @@ class Receiver:
             return await asyncio.open_unix_connection(a.path, limit=wire.MAX_LINE * 4)
         return await asyncio.open_connection(a.host, a.port, **connection_kwargs(a))
 
-    async def _session(self) -> None:
-        reader, writer = await asyncio.wait_for(self._open(), wire.SILENT_AFTER * 4)
-        self._writer = writer
+    async def _ask(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, wire.Reply, bytes | None]:
+        """Open a stream and ask for the records from this log's last one on (``overlap``: the
+        last record's payload is returned, for the stream's first message to match), or from
+        its end when the primary keeps no record that old (a snapshot right at our end, as a
+        clean stop takes)."""
         lg = self.wal.log
         st = self.role.state
-        r = await ask(reader, writer, wire.encode_request(lg.next_offset, st.epoch, st.history, self.name), self.secret)
+        last = overlap.last_record(lg)
+        while True:
+            async with asyncio.timeout(wire.SILENT_AFTER * 4):  # (not wait_for: see ask)
+                reader, writer = await self._open()
+            self._writer = writer
+            at = overlap.request_offset(lg.next_offset, last)
+            r = await ask(reader, writer, wire.encode_request(at, st.epoch, st.history, self.name), self.secret)
+            if r.word != "SNAPSHOT_NEEDED" or last is None:
+                return reader, writer, r, last
+            writer.close()
+            last = None
+
+    async def _session(self) -> None:
+        reader, writer, r, last = await self._ask()
+        lg = self.wal.log
         if r.word in ("SNAPSHOT_NEEDED", "DIVERGED"):
             raise ResyncNeeded(f"the primary {self.address} answered {r.word} {' '.join(r.args)}".rstrip(),
                                int(r.args[0]) if r.word == "DIVERGED" else None)
@@ -203,6 +227,10 @@ class Receiver:
             raise EOFError(f"the primary answered {r.word}")
         epoch = int(r.args[0])  # the EPOCH records themselves come with the stream
         self.primary_end = int(r.args[1])
+        try:
+            overlap.check_end(lg.next_offset, self.primary_end)
+        except overlap.Diverged as e:
+            raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
         self.connected = True
         self.durable_end = lg.next_offset
         log.info("streaming from %s (epoch %d) at offset %d, %d records behind",
@@ -212,7 +240,7 @@ class Receiver:
         heard = [self.clock()]
         watchdog = asyncio.get_running_loop().create_task(self._watch(heard, writer))
         try:
-            await self._stream(reader, writer, dec, heard)
+            await self._stream(reader, writer, dec, heard, last)
         except (OSError, EOFError):
             if heard[0] >= 0:
                 raise
@@ -233,7 +261,7 @@ class Receiver:
                 return
 
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dec: wire.RecordDecoder,
-                      heard: list[float]) -> None:  # fmt: skip
+                      heard: list[float], last: bytes | None) -> None:  # fmt: skip
         lg = self.wal.log
         beats = 0
         while not self._stopped:
@@ -252,6 +280,14 @@ class Receiver:
                 continue
             try:
                 for first, payloads in msgs:
+                    if last is not None:  # the stream's first message: our last record first
+                        try:
+                            first, payloads = overlap.trim(first, payloads, lg.next_offset, last)
+                        except overlap.Diverged as e:
+                            raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
+                        last = None
+                        if not payloads:
+                            continue
                     records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
                     try:
                         self.wal.append_replicated(first, payloads)

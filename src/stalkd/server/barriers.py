@@ -67,6 +67,7 @@ class HeldReplies(Protocol):
 
     def release_held(self, durable: int) -> bool: ...
     def replace_held(self, parts: tuple[bytes, ...]) -> None: ...
+    def abort(self) -> None: ...
     def flush(self) -> None: ...
     def resume(self) -> None: ...
 
@@ -361,13 +362,22 @@ class Barriers:
                 self._flush_scheduled = True
                 self._soon(self._close_batch)
 
-    def abandon(self, parts: tuple[bytes, ...]) -> None:
-        """This server may no longer acknowledge (a newer epoch fenced it): every held reply
-        becomes ``parts`` and goes out now. The caller has frozen the gate, so nothing written
-        later is acknowledged either."""
-        for c in list(self._held):
-            c.replace_held(parts)
-        self.release_held()
+    def abandon(self, parts: tuple[bytes, ...] | None) -> None:
+        """This server may no longer acknowledge (a newer epoch fenced it). ``parts`` (a
+        ``NOT_PRIMARY``): no standby can hold the writes behind the held replies, so every held
+        reply becomes it and goes out now. None: their writes may be on the standby promoted in
+        its place, so neither an acknowledgement nor ``NOT_PRIMARY`` (which tells a client
+        nothing was applied, so it resends) would be true: every connection holding a reply is
+        cut, unanswered, which is what says "outcome unknown". The caller has frozen the gate,
+        so nothing written later is acknowledged either."""
+        if parts is not None:
+            for c in list(self._held):
+                c.replace_held(parts)
+            self.release_held()
+            return
+        held, self._held = list(self._held), set()
+        for c in held:
+            c.abort()
 
     async def wait_durable(self, timeout: float) -> bool:
         """Wait until everything written so far is durable (used when stopping)."""

@@ -506,7 +506,8 @@ class Connection:
         self.closing = True
 
     def abort(self) -> None:
-        """A fatal storage error: drop held replies unsent and cut the connection."""
+        """A fatal storage error, or a fence: drop held replies unsent and cut the connection
+        (what it held has an unknown outcome for the client)."""
         self.closing = True
         self.held.clear()
         self.held_bytes = 0

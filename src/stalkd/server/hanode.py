@@ -293,7 +293,7 @@ class HaNode:
         action = decide(state, leader)
         if isinstance(action, Fence):
             self.fenced = True
-            if self.authority is not None:  # every held reply is NOT_PRIMARY now
+            if self.authority is not None:  # every connection holding a reply is cut now
                 self.authority.fence(action.why)
             if leader is not None:
                 self.role.saw(leader.epoch)
@@ -330,15 +330,22 @@ class HaNode:
         self.keeper.stop(resign=True)
 
 
-def reexec(listener_fd: int) -> None:
-    """Start ``stalkd serve`` again in this process, keeping the plain listener (passed as
-    systemd would: fd 3, ``LISTEN_FDS``), so clients find the same address."""
+def reexec(listener_fd: int | None) -> None:
+    """Start ``stalkd serve`` again in this process, keeping the listener ``listener_fd``
+    (passed as systemd would: fd 3, ``LISTEN_FDS``), so clients find the same address; with
+    None, the new start binds its listeners from its flags. Returns only by raising (OSError:
+    the exec failed; the caller says so)."""
     import os
     import sys
 
-    os.dup2(listener_fd, 3)
-    os.set_inheritable(3, True)
-    os.environ["LISTEN_FDS"] = "1"
-    os.environ["LISTEN_PID"] = str(os.getpid())
-    logging.shutdown()
+    if listener_fd is None:
+        os.environ.pop("LISTEN_FDS", None)
+        os.environ.pop("LISTEN_PID", None)
+    else:
+        os.dup2(listener_fd, 3)
+        os.set_inheritable(3, True)
+        os.environ["LISTEN_FDS"] = "1"
+        os.environ["LISTEN_PID"] = str(os.getpid())
+    for h in logging.getLogger("stalkd").handlers:  # what this start said comes first
+        h.flush()
     os.execv(sys.executable, sys.orig_argv)
