@@ -21,14 +21,14 @@ system-deps:
 	bash scripts/system-deps.sh
 
 # The compiled hot path: the .py modules Cython compiles (stalkd.extensions.CYTHON_MODULES) and
-# the C accelerators (stalkd.protocol._speedups, stalkd.server._conn, ...), rebuilt when a source
+# the C accelerators (stalkd.protocol._speedups, stalkd.engine._engine, ...), rebuilt when a source
 # changes. Without a compiler or Cython setup.py warns and the .py files run; STALKD_NO_EXTENSIONS=1
 # forces them.
 CYTHON_SRC := $(shell $(PYTHON) -c 'exec(open("src/stalkd/extensions.py").read()); print(*map(source_path, CYTHON_MODULES))')
 
 ext: $(VENV)/.ext
 
-$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c $(wildcard src/stalkd/server/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h) \
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) $(wildcard $(CYTHON_SRC:.py=.pxd)) src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h) \
 		src/stalkd/engine/_wal.c \
 		src/stalkd/log/_write.c $(wildcard src/stalkd/log/_cext/*.h)
 	$(PIP) install -e . --no-deps

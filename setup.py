@@ -1,6 +1,6 @@
 """Build the compiled hot path: the modules of ``stalkd.extensions.CYTHON_MODULES`` compiled
 from their own ``.py`` files by Cython (pure-Python mode), and the C accelerators still written
-in C (stalkd.protocol._speedups, stalkd.server._conn, stalkd.engine._heap, stalkd.engine._engine,
+in C (stalkd.protocol._speedups, stalkd.engine._heap, stalkd.engine._engine,
 the WAL's write chain stalkd.engine._wal and stalkd.log._write); everything else is in
 pyproject.toml.
 
@@ -74,7 +74,10 @@ def _cythonized(exts: list[Extension], skip: Callable[[BaseException], None]) ->
         # annotation would refuse a numpy integer, a ``float`` one would coerce); C types are
         # asked for explicitly (cython.locals, cython.declare) where a profile says they pay
         directives = {"language_level": 3, "annotation_typing": False}
-        return list(cythonize(exts, quiet=True, build_dir="build/cython", compiler_directives=directives))
+        # include_path: a module's .pxd cimports another's (app.pxd: Connection, Barriers) by
+        # its package name, found under src/
+        return list(cythonize(exts, quiet=True, build_dir="build/cython", include_path=["src"],
+                              compiler_directives=directives))
     except Exception as e:  # a Cython error: the .py files still run
         skip(e)
         return []
@@ -86,10 +89,6 @@ ext_modules = [] if _NO_EXT else [
     Extension("stalkd.protocol._speedups", ["src/stalkd/protocol/_speedups.c"],
               depends=sorted(glob.glob("src/stalkd/protocol/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-variable"]),
-    Extension("stalkd.server._conn", ["src/stalkd/server/_conn.c"],
-              depends=["src/stalkd/protocol/_cext/capi.h",
-                       *sorted(glob.glob("src/stalkd/server/_cext/*.h"))],
-              extra_compile_args=["-O2", "-Wall"]),
     Extension("stalkd.engine._heap", ["src/stalkd/engine/_heap.c"],
               depends=sorted(glob.glob("src/stalkd/engine/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall"]),

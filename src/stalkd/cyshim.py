@@ -4,16 +4,20 @@ source Cython compiles at install time (setup.py) and the pure-Python fallback.
 
 A compiled module (Cython in pure-Python mode) reads ``cython`` as the compiler's own namespace
 and never imports this; an uncompiled one imports the real ``cython`` module when Cython is
-installed (its own shadow of these names) and this otherwise. Each such module starts with::
+installed (its own shadow of these names) and this otherwise. Each such module starts with
+(mypy reads the signatures here, the real ``cython`` has none)::
 
-    try:
-        import cython
-    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    if TYPE_CHECKING:
         from stalkd import cyshim as cython
+    else:
+        try:
+            import cython
+        except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+            from stalkd import cyshim as cython
 
 Example:
-    >>> compiled, cast(int, "7"), locals(i=int)(len)("ab")
-    (False, '7', 2)
+    >>> compiled, cast(int, "7"), locals(i=int)(len)("ab"), declare(object, visibility="public")
+    (False, '7', 2, None)
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Py_ssize_t", "bint", "cast", "cclass", "compiled", "final", "inline", "locals",
-           "longlong", "uint", "ulonglong"]  # fmt: skip
+__all__ = ["Py_ssize_t", "bint", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double", "final",
+           "inline", "locals", "longlong", "uint", "ulonglong"]  # fmt: skip
 
 _F = TypeVar("_F")
 
@@ -31,6 +35,7 @@ compiled = False
 
 # C types in annotations and casts, the Python types they stand for uncompiled
 bint = bool
+double = float
 Py_ssize_t = int
 longlong = int
 ulonglong = int
@@ -51,7 +56,15 @@ def locals(**_types: object) -> Callable[[_F], _F]:  # noqa: A001 - cython's nam
     return _same
 
 
+def declare(_t: object, value: Any = None, **_how: object) -> Any:
+    """``x = cython.declare(T, visibility="public")`` in a ``cclass`` body (a C field when
+    compiled), or a typed local: ``value`` (None) uncompiled."""
+    return value
+
+
 cclass: Callable[[_F], _F] = _same
+ccall: Callable[[_F], _F] = _same
+cfunc: Callable[[_F], _F] = _same
 final: Callable[[_F], _F] = _same
 inline: Callable[[_F], _F] = _same
 

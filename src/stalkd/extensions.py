@@ -32,6 +32,12 @@ CYTHON_MODULES = (
     "stalkd.log.frame",
     "stalkd.log.gate",
     "stalkd.server.clock",  # read per command: compiled, a reading is no Python call
+    "stalkd.engine.space",  # put_frame per durable put (server/admission.py): no Python frame
+    "stalkd.server.connection",
+    "stalkd.server.readbuf",
+    "stalkd.server.admission",
+    "stalkd.server.barriers",
+    "stalkd.server.app",
 )
 """The modules setup.py compiles from their own ``.py`` files (and Makefile rebuilds when one of
 those files changes)."""

@@ -67,7 +67,7 @@ def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
     # Compiled, the connection, the server's common case and the engine run a memory put and a
     # reserve+delete without one Python frame; the reference runs several per command. With the
     # WAL's write chain compiled too (its write, fsync and room), so does a durable put.
-    compiled = fastconn.IMPLEMENTATION == "c" and fastengine.IMPLEMENTATION == "c"
+    compiled = fastconn.IMPLEMENTATION == "cython" and fastengine.IMPLEMENTATION == "c"
     wal_compiled = compiled and fastwal.IMPLEMENTATION == "c" and fastwrite.IMPLEMENTATION == "c"
     if not wal_compiled:
         assert pycalls["always:put:1"]["stalkd"]["calls"] > 1  # the durable path runs Python per put

@@ -74,9 +74,6 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     (tmp_path / "src/stalkd/engine").mkdir()
     shutil.copy(ROOT / "src/stalkd/engine/_heap.c", tmp_path / "src/stalkd/engine")
     shutil.copy(ROOT / "src/stalkd/engine/_engine.c", tmp_path / "src/stalkd/engine")
-    (tmp_path / "src/stalkd/server").mkdir()
-    shutil.copy(ROOT / "src/stalkd/server/_conn.c", tmp_path / "src/stalkd/server")
-    shutil.copytree(ROOT / "src/stalkd/server/_cext", tmp_path / "src/stalkd/server/_cext")
     shutil.copytree(ROOT / "src/stalkd/engine/_cext", tmp_path / "src/stalkd/engine/_cext")
     # and the Python modules Cython compiles, with the list of them
     shutil.copy(ROOT / "src/stalkd/extensions.py", tmp_path / "src/stalkd")
@@ -91,7 +88,6 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     assert "compiled stalkd module was not built" in r.stderr
     assert not list(tmp_path.glob("out/**/_speedups*")) and not list(tmp_path.glob("out/**/_heap*"))
     assert not list(tmp_path.glob("out/**/_engine*"))
-    assert not list(tmp_path.glob("out/**/_conn*"))
     assert not list(tmp_path.glob("out/**/*.so"))
 
 

@@ -39,7 +39,7 @@ SHORT_FRAME = frame_size(SHORT_RECORD)
 _PUT_FRAME = FRAME_HEADER_SIZE + PUT_FIXED + 7
 _PUT, _RESULT, _DELETE = Op.PUT, Op.RESULT, Op.DELETE
 MAX_TUBE = 200  # beanstalkd's longest tube name
-# put_frame(n) == (PUT_FRAME_BASE + n) & ~7: the compiled admission's rule (server/_conn.c).
+# put_frame(n) == (PUT_FRAME_BASE + n) & ~7.
 PUT_FRAME_BASE = _PUT_FRAME + MAX_TUBE
 
 

@@ -48,7 +48,7 @@ class Role:
         self.directory = directory
         self.standby = standby
         self.saved = epochs.load_state(directory) if directory is not None else Saved()
-        self.fenced = self.saved.fenced  # read per command by the server (and _conn.c)
+        self.fenced = self.saved.fenced  # read per command by the server
         self.on_fenced: Callable[[int], None] | None = None  # the server lets go of what it held
         # Automatic failover's lease (``HaNode.install``), asked per command: a process that
         # wakes from a pause past its lease hands out no job before any thread has noticed.

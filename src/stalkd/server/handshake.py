@@ -156,7 +156,7 @@ class Handshake(asyncio.Protocol):
             t.abort()
             return
         conn = self.connection()
-        tls.set_protocol(conn)
+        tls.set_protocol(cast(asyncio.Protocol, conn))  # a protocol by its methods (connection.py)
         conn.connection_made(tls)
         early.replay(conn)
 

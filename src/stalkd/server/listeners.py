@@ -26,7 +26,7 @@ import ssl
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from stalkd.server.config import Config
 from stalkd.server.connection import CommandPolicy, Connection
@@ -100,7 +100,9 @@ class Endpoints:
                 self.servers[i] = await loop.create_server(
                     self._tls_factory(lst), sock=lst.sock.dup(), backlog=BACKLOG)
             else:
-                self.servers[i] = await loop.create_server(new_connection, sock=lst.sock, backlog=BACKLOG)
+                # a protocol by its methods, not its base (connection.py)
+                factory = cast(Callable[[], asyncio.Protocol], new_connection)
+                self.servers[i] = await loop.create_server(factory, sock=lst.sock, backlog=BACKLOG)
 
     def _tls_factory(self, lst: Listener) -> Callable[[], Handshake]:
         def connection() -> Connection:

@@ -20,11 +20,9 @@ Ensures:
 - A turn opens at the first ``deadline`` (or ``start``) call after the previous one closed; it
   closes at the start of the next loop turn (the callback ``soon`` schedules runs there).
 
-What a connection does with it (``Connection.process``, and its compiled twin in ``_conn.c``,
-which asks the same object): after at least one command, with input still buffered, it reads
-``clock`` and stops once past ``deadline()``. It asks for the deadline only then, so a client
-sending one command per read costs the turns nothing. The compiled core reads the same clock
-as ``time.perf_counter`` without a call when ``clock`` is that function.
+What a connection does with it (``Connection.process``): after at least one command, with
+input still buffered, it reads ``clock`` and stops once past ``deadline()``. It asks for the
+deadline only then, so a client sending one command per read costs the turns nothing.
 
 Example:
     >>> now = [0.0]; later = []
