@@ -54,3 +54,17 @@ def test_an_old_chunk_emptied_down_gives_its_room_back() -> None:
     for jid in range(CHUNK, 2 * CHUNK - 8):
         del t[jid]
     assert sys.getsizeof(t._chunks[1]) == newest  # the newest chunk still takes puts: kept
+
+
+def test_the_newest_chunk_stays_while_empty_and_goes_when_a_newer_one_comes() -> None:
+    """A queue that drains and fills again keeps its one chunk (the compiled engine's delete
+    stays in C for it); an empty chunk left behind by newer ids is dropped, not kept for ever."""
+    t: JobTable[str] = JobTable()
+    for _ in range(3):
+        t[1] = "a"
+        del t[1]
+    assert len(t) == 0 and list(t) == [] and len(t._chunks) == 1
+    t[CHUNK + 1] = "b"  # a newer chunk: the empty one before it goes
+    assert len(t._chunks) == 1 and list(t) == [CHUNK + 1]
+    t[2 * CHUNK + 1] = "c"  # the one before it holds a job: it stays
+    assert len(t._chunks) == 2 and list(t) == [CHUNK + 1, 2 * CHUNK + 1]

@@ -8,7 +8,10 @@ and shrinks on its own, and the outer dict holds one entry per chunk.
 
 A chunk no new id reaches any more (below the newest) only loses jobs, and a dict never gives
 back its table when entries are deleted: such a chunk is copied into a fitting dict each time
-its count falls to one of ``_SHRINK``, so a few jobs left in an old chunk cost what they hold.
+its count falls to one of ``_SHRINK``, so a few jobs left in an old chunk cost what they hold,
+and dropped once empty. The newest chunk is kept even empty (a queue that drains and fills
+again touches no table but its dict's; the compiled engine's delete never leaves C for it),
+and dropped, if still empty, when a newer one is made.
 
 Iteration is chunk by chunk in the order chunks were made, each in insertion order: id order
 for jobs put in this process.
@@ -76,13 +79,20 @@ class JobTable(Generic[V]):
         chunk = self._chunks.get(jid >> SHIFT)
         return chunk is not None and jid in chunk
 
+    def _new_chunk(self, key: int) -> dict[int, V]:
+        chunk: dict[int, V] = {}
+        self._chunks[key] = chunk
+        if key > self._top:
+            if not self._chunks.get(self._top, True):
+                del self._chunks[self._top]  # the newest until now, left empty
+            self._top = key
+        return chunk
+
     def __setitem__(self, jid: int, job: V) -> None:
         key = jid >> SHIFT
         chunk = self._chunks.get(key)
         if chunk is None:
-            chunk = self._chunks[key] = {}
-            if key > self._top:
-                self._top = key
+            chunk = self._new_chunk(key)
         n = len(chunk)
         chunk[jid] = job
         self._n += len(chunk) - n
@@ -93,10 +103,11 @@ class JobTable(Generic[V]):
         del chunk[jid]
         self._n -= 1
         n = len(chunk)
-        if not n:
-            del self._chunks[key]
-        elif n in _SHRINK and key < self._top:
-            self._chunks[key] = dict(chunk)
+        if key < self._top:
+            if not n:
+                del self._chunks[key]
+            elif n in _SHRINK:
+                self._chunks[key] = dict(chunk)
 
     def update(self, ids: Sequence[int], jobs: Sequence[V]) -> None:
         """Add ``jobs[i]`` under ``ids[i]`` for each i: a run of ids in one chunk (ascending, as
@@ -111,9 +122,7 @@ class JobTable(Generic[V]):
             if run and min(run) >> SHIFT == key and max(run) >> SHIFT == key:
                 chunk = self._chunks.get(key)
                 if chunk is None:
-                    chunk = self._chunks[key] = {}
-                    if key > self._top:
-                        self._top = key
+                    chunk = self._new_chunk(key)
                 had = len(chunk)
                 chunk.update(zip(run, jobs[i:end], strict=True))
                 self._n += len(chunk) - had

@@ -35,9 +35,20 @@ put_chunk(PyObject *jt, long long id)
     if (chunk != NULL || jt == NULL || !Py_IS_TYPE(jt, JobTableType) || id < 0
             || !PyDict_CheckExact(SLOT(jt, jt_off[JT_CHUNKS])) || !as_ll(SLOT(jt, jt_off[JT_TOP]), &top))
         return chunk;
+    PyObject *chunks = SLOT(jt, jt_off[JT_CHUNKS]);
+    if ((id >> jt_shift) > top) { /* the newest chunk until now, if left empty, goes */
+        PyObject *old = PyLong_FromLongLong(top);
+        PyObject *oc = old == NULL ? NULL : PyDict_GetItemWithError(chunks, old);
+        int bad = old == NULL || (oc == NULL && PyErr_Occurred())
+                || (oc != NULL && PyDict_CheckExact(oc) && PyDict_GET_SIZE(oc) == 0
+                    && PyDict_DelItem(chunks, old) < 0);
+        Py_XDECREF(old);
+        if (bad)
+            return NULL;
+    }
     PyObject *key = PyLong_FromLongLong(id >> jt_shift);
     chunk = key == NULL ? NULL : PyDict_New();
-    if (chunk == NULL || PyDict_SetItem(SLOT(jt, jt_off[JT_CHUNKS]), key, chunk) < 0
+    if (chunk == NULL || PyDict_SetItem(chunks, key, chunk) < 0
             || ((id >> jt_shift) > top && set_slot_ll(jt, jt_off[JT_TOP], id >> jt_shift) < 0)) {
         Py_XDECREF(key);
         Py_XDECREF(chunk);
@@ -261,14 +272,15 @@ do_delete(Step *s, PyObject *cmd, PyObject **rec)
         return DECLINE; /* NOT_FOUND and the rest: the Python path */
     PyObject *jobs = ESLOT(d, E_JOBS), *chunk;
     PyObject *t = SLOT(j, job_off[J_TUBE]), *body = SLOT(j, job_off[J_BODY]);
-    long long using, watching, bytes, pri, n, jid;
+    long long using, watching, bytes, pri, n, jid, top;
     if (!as_ll(SLOT(j, job_off[J_ID]), &jid) || (chunk = job_chunk(jobs, jid)) == NULL
-            || !as_ll(SLOT(jobs, jt_off[JT_N]), &n))
+            || !as_ll(SLOT(jobs, jt_off[JT_N]), &n) || !as_ll(SLOT(jobs, jt_off[JT_TOP]), &top))
         return DECLINE;
-    /* A chunk left empty is dropped, one left at a count of _SHRINK is copied smaller: those
-     * deletes (every count a power of two, a superset) are JobTable.__delitem__'s to do. */
+    /* Below the newest chunk, one left empty is dropped and one left at a count of _SHRINK is
+     * copied smaller: those deletes (every count a power of two, a superset) are
+     * JobTable.__delitem__'s to do. The newest chunk is only ever deleted from, here. */
     Py_ssize_t left = PyDict_GET_SIZE(chunk) - 1;
-    if (left <= 0 || (left & (left - 1)) == 0)
+    if ((jid >> jt_shift) < top && (left <= 0 || (left & (left - 1)) == 0))
         return DECLINE;
     if (!Py_IS_TYPE(t, TubeType) || !as_ll(SLOT(t, tube_off[T_USING]), &using)
             || !as_ll(SLOT(t, tube_off[T_WATCHING]), &watching) || (!using && !watching)
