@@ -336,8 +336,10 @@ class Server(Host):
                 w = self.conns.get(cid)
                 if w is not None:
                     if type(wr) is JobReply:
-                        if self.role.lease is not None and not self.role.lease():
-                            w.abort()  # a job for a waiting reserve, past our lease: not ours to give
+                        if self.role.refuses():
+                            # A job for a reserve that waited since before a fence, or past our
+                            # lease: not ours to give (its connection is cut; the job goes back).
+                            w.abort()
                             continue
                         b = barriers.job_barrier(wr.id)
                         w.wake(wr, b if b > barrier else barrier)
