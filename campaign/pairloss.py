@@ -191,10 +191,16 @@ def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m campaign.pairloss", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m campaign.pairloss",
+        description="Cut the power of a primary and its sync standby at the same moment, under load, "
+                    "again and again, and check what the clients were told against what survived. "
+                    "Prints the run's row; --out keeps its history, logs, result.json and plot.")
     ap.add_argument("--cycles", type=int, default=30, help="power cuts of both nodes (default 30)")
-    ap.add_argument("--policy", default="always", help="--durability of both nodes (default always)")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--policy", default="always",
+                    help="--durability of both nodes (default always; under every/never the checker "
+                         "counts the policy's allowed losses as lost)")
+    ap.add_argument("--seed", type=int, default=1, help="the run's random seed (default 1)")
     ap.add_argument("--no-strict", action="store_true",
                     help="directory entries durable at once (ext4-like) instead of at fsync of the directory")
     ap.add_argument("--plant-ignore-fsync", metavar="TEXT", default="",
