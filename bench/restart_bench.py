@@ -173,8 +173,8 @@ def first_reply_table(sizes: list[int], trees: dict[str, str], repeat: int) -> N
                     spent = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
                     count, size, copied = map(int, made.split())
                     amp[n, kind, tree] = count, size, copied, spent
-        # What each data directory asks recovery to read (this tree's reading of its own files).
-        held = {key: timed(d)[1:] for key, d in dirs.items() if key[2] == "after (this)"}
+        # What each data directory asks recovery to read (read by this tree: the formats are alike).
+        held = {key: timed(d)[1:] for key, d in dirs.items()}
         runs: dict[tuple[int, str, str], list[tuple[float, float]]] = {key: [] for key in dirs}
         for r in range(repeat):
             for n in sizes:
@@ -188,16 +188,15 @@ def first_reply_table(sizes: list[int], trees: dict[str, str], repeat: int) -> N
     print(f"restart to first reply: exec of stalkd serve -b DIR -> list-tube-used answered, wall and the "
           f"server's CPU by then (medians of {repeat}); worst: killed once more puts made a snapshot due")
     print(f"{'live jobs':>10} {'after':9} | " + " | ".join(f"{t + ' wall, CPU':>24}" for t in names)
-          + (" | before/after (CPU)" if len(names) == 2 else "") + " | this tree recovers")  # fmt: skip
+          + (" | before/after (CPU)" if len(names) == 2 else "") + " | each recovers: jobs = from the snapshot + WAL records")  # fmt: skip
     for n in sizes:
         for kind in KINDS:
             wall = [statistics.median(w for w, _ in runs[n, kind, t]) for t in names]
             cpu = [statistics.median(c for _, c in runs[n, kind, t]) for t in names]
-            jobs, from_snap, replayed = held[n, kind, "after (this)"]
             print(f"{n:>10,} {kind:9} | "
                   + " | ".join(f"{w * 1000:11.0f} ms, {c * 1000:6.0f} ms" for w, c in zip(wall, cpu, strict=True))
                   + (f" | {wall[0] / wall[1]:5.2f}x ({cpu[0] / cpu[1]:.2f}x)" if len(names) == 2 else "")
-                  + f" | {jobs:,} jobs: {from_snap:,} from the snapshot + {replayed:,} WAL records")  # fmt: skip
+                  + " | " + ", ".join("{:,} = {:,} + {:,}".format(*held[n, kind, t]) for t in names))  # fmt: skip
     print("write amplification of the puts before the kill (trigger): snapshots written, snapshot bytes and "
           "jobs copied per job put (100-byte bodies), and the CPU of the whole run (puts and snapshots, in one process)")
     for n in sizes:
