@@ -69,8 +69,8 @@ def test_wal_stays_bounded_over_a_crash_loop(tmp_path: Path) -> None:
 
 def test_a_crash_loop_of_puts_alone_replays_at_most_a_share_of_the_jobs(tmp_path: Path) -> None:
     """Jobs nobody takes (the live data only grows) reach snapshots too: killed after each run of
-    puts, every start replays at most about a ``TAIL_SHARE``-th (a quarter) of the live jobs one
-    record at a time (a half before, 0.51 here: a kill restart at 1M jobs replayed 461,000)."""
+    puts, every start replays at most about a ``TAIL_SHARE``-th (a half) of the live jobs one
+    record at a time; with no snapshot (the trigger of two stops ago) it was all of them."""
     per_cycle, cycles = 150, 40
     seen = []
     for _ in range(cycles):
@@ -88,7 +88,7 @@ def test_a_crash_loop_of_puts_alone_replays_at_most_a_share_of_the_jobs(tmp_path
     # A put's WAL frame weighs about what it adds to the live data (body + 100), so the tail
     # holds about a share of the jobs at most, once the live data outweighs a segment several times.
     late = [(r, n) for r, n in seen if n * (BODY + 100) > 8 * SEG]
-    assert late and max(r / n for r, n in late) <= 1.15 / TAIL_SHARE < 0.3, seen
+    assert late and max(r / n for r, n in late) <= 1.15 / TAIL_SHARE, seen
 
 
 def test_a_snapshot_is_due_at_a_share_of_the_live_data() -> None:

@@ -6,7 +6,7 @@ Directory layout: ``DIR/wal/`` is a ``stalkd.log`` (one frame per ``model`` reco
 engine applies a change, so a full disk refuses puts but never a delete (``space.py``).
 
 Compaction = snapshot + retention (``compaction.py``). When the WAL written since the last snapshot began exceeds
-``max(compact_min_bytes, live bytes / 4)`` (``compaction.snapshot_due``), ``maintain`` starts a snapshot: it notes the current seq
+``max(compact_min_bytes, live bytes / 2)`` (``compaction.snapshot_due``), ``maintain`` starts a snapshot: it notes the current seq
 and log offset, then copies ``chunk_jobs`` jobs per call (so the event loop is never held for
 long), and finally hands the file to a background thread that fsyncs it, renames it into place,
 fsyncs the directory, drops (or archives) WAL segments wholly below the snapshot's start offset,
