@@ -444,6 +444,8 @@ async def encode_answer(out: dict[str, Any]) -> str:
         pairs = ",".join(map('"{}":{}'.format, old[-k:], new[-k:]))
         parts.append(pairs if k == len(old) else "," + pairs)
         del old[-k:], new[-k:]
+    if len(parts) > 2:
+        await asyncio.sleep(0)  # the join of all slices is a turn of its own
     parts.append(head[:-1] + ',"new_ids":{')
     parts.reverse()
     return "".join(parts)
