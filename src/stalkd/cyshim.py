@@ -12,8 +12,8 @@ installed (its own shadow of these names) and this otherwise. Each such module s
         from stalkd import cyshim as cython
 
 Example:
-    >>> compiled, cast(int, "7"), locals(i=int)(len)("ab")
-    (False, '7', 2)
+    >>> compiled, cast(int, "7"), locals(i=int)(len)("ab"), declare(bint, visibility="readonly")
+    (False, '7', 2, None)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Py_ssize_t", "bint", "cast", "cclass", "compiled", "final", "inline", "locals",
+__all__ = ["Py_ssize_t", "bint", "cast", "cclass", "compiled", "declare", "final", "inline", "locals",
            "longlong", "uint", "ulonglong"]  # fmt: skip
 
 _F = TypeVar("_F")
@@ -43,6 +43,12 @@ def _same(f: _F) -> _F:
 
 def cast(_t: object, value: _F) -> _F:
     """``cython.cast(T, v)``: ``v`` itself uncompiled."""
+    return value
+
+
+def declare(_t: object, value: Any = None, **_how: object) -> Any:
+    """``x = cython.declare(T, ...)``: a C variable (in a ``cclass`` body, a C attribute) when
+    compiled; ``value`` (None if not given) uncompiled."""
     return value
 
 

@@ -33,8 +33,16 @@ __all__ = ["CYTHON_MODULES", "compiled_module", "compiled_modules", "extensions_
 
 CYTHON_MODULES = (
     "stalkd.engine.model",
+    "stalkd.engine.space",
+    "stalkd.engine.wal",
+    "stalkd.engine.walspace",
+    "stalkd.log.active",
+    "stalkd.log.commit",
     "stalkd.log.frame",
+    "stalkd.log.fs",
     "stalkd.log.gate",
+    "stalkd.log.log",
+    "stalkd.log.writer",
     "stalkd.server.clock",  # read per command: compiled, a reading is no Python call
 )
 """The modules setup.py compiles from their own ``.py`` files (and Makefile rebuilds when one of

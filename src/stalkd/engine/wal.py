@@ -31,14 +31,12 @@ from collections.abc import Callable, Iterable
 
 from stalkd.engine.compaction import Compaction, SnapInProgress, WalError, live_bytes
 from stalkd.engine.engine import Engine
-from stalkd.engine.fastwal import accelerated
-from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
-from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space
+from stalkd.engine.model import DURABLE_OPS, ROWS, Record, encode
+from stalkd.engine.space import SpaceBudget, no_space, spent
 from stalkd.engine.walrecovery import RecoveryInfo, rebuild
 from stalkd.engine.walspace import SNAP_RESERVE, WalSpace
 from stalkd.log import Log, LogFullError
 from stalkd.log.active import SPARES_DIR
-from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
 from stalkd.log.frame import frame_size
 from stalkd.log.fs import REAL, FileSystem
 
@@ -47,8 +45,6 @@ __all__ = ["RecoveryInfo", "Wal", "WalError"]
 LOG_DIR = "wal"
 SNAP_DIR = "snapshots"
 _log = logging.getLogger("stalkd.engine.wal")
-_PUT = Op.PUT
-_RESULT = Op.RESULT
 # How often the log's high-water mark follows the durable end (stalkd.log.mark): damage to what
 # was acknowledged before the last mark is refused at the next start, later damage reads as a
 # torn tail. One small fdatasync per interval while writes happen, none per write.
@@ -232,19 +228,18 @@ class Wal(WalSpace, Compaction):
         recs = records if isinstance(records, (list, tuple)) else list(records)
         if not recs:
             return
-        # One pass per record: its payload, its frame's size, and what the budget spends on it.
+        # One pass per record: its payload, its frame's size, and what the budget spends on it
+        # (durable records spend promised room, the others only what nobody was promised).
         payloads = []
-        spent = extra = total = 0
+        spent_room = extra = total = 0
         for r in recs:
             p = encode(r)
             payloads.append(p)
-            n = (_FRAME_HEADER + len(p) + 7) & ~7  # frame_size, inlined: once per record
+            n = frame_size(len(p))
             total += n
-            op = r.op
-            if op is _PUT or op is _RESULT:
-                spent += n
-            elif op in DURABLE_OPS:
-                spent += SHORT_FRAME
+            row = ROWS[r.op]  # (encode refused an op without a row)
+            if row is not None and row.durable:
+                spent_room += spent(row, n)
             else:
                 extra += n
         sp = self.space
@@ -259,7 +254,7 @@ class Wal(WalSpace, Compaction):
             except LogFullError as e:
                 self._retry_full(payloads, e)
             if sp is not None:
-                sp.written(spent)
+                sp.written(spent_room)
         self.records_written += len(payloads)
         self._bytes_since_snapshot += total
         self.last_seq = recs[-1].seq
@@ -379,10 +374,3 @@ class Wal(WalSpace, Compaction):
         self._snap = None
         self.log.abandon()
 
-
-# The compiled twins of write and sync, when built (fastwal.py): installed on the class, so the
-# server's batch is one C call down to the log's pwrite, and its inline sync to the fdatasync.
-# The room the server asks for per command (admit, settle) likewise.
-for _name, _method in accelerated(Wal, {"write": Wal.write, "sync": Wal.sync, "admit": Wal.admit,
-                                        "settle": Wal.settle}).items():  # fmt: skip
-    setattr(Wal, _name, _method)

@@ -97,10 +97,7 @@ class ActiveSegment:
         if self.mm_batches and self.mm is not None:
             self.mm[pos : pos + len(data)] = data
             return
-        fs = self.fs
-        done = fs.pwrite(self.fd, data, pos)  # pwrite_all's first call, inlined: once per batch
-        if done != len(data):
-            fs.pwrite_all(self.fd, memoryview(data)[done:], pos + done)
+        self.fs.pwrite_all(self.fd, data, pos)
 
     def close(self) -> None:
         if self.mm is not None:

@@ -135,7 +135,7 @@ def put_data_frame(
     >>> put_data_frame(buf, 40, 64, b"abc", 4, 9, 2)
     -1
     """
-    end = pos + ((FRAME_HEADER_SIZE + len(payload) + 7) & ~7)
+    end = pos + frame_size(len(payload))
     if end > room:
         return -1
     buf[pos:end] = encode_data_frame(payload, delta, timestamp_us, epoch)

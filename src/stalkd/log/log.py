@@ -30,7 +30,6 @@ from .active import SPARES_DIR, ZERO_AHEAD
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
 from .errors import LogError
-from .fastwrite import accelerated
 from .frame import Frame
 from .fs import REAL, FileSystem
 from .group import GROUPS_DIR, ConsumerGroup
@@ -497,10 +496,3 @@ class Log:
         durable = c.durable if c is not None else 0
         return f"Log({self.path!r}, next={self.next_offset}, durable={durable}, {self._durability})"
 
-
-# The compiled twins of write_many's and sync's common cases, when built (fastwrite.py):
-# installed on the class, so a WAL batch that fits the active segment, and a lone writer's
-# fsync, are one C call each.
-_write_many, _sync = accelerated(Log, Log.write_many, Log.sync)
-setattr(Log, "write_many", _write_many)  # noqa: B010 - mypy: no method assignment
-setattr(Log, "sync", _sync)  # noqa: B010

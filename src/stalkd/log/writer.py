@@ -24,7 +24,6 @@ from typing import NoReturn
 from .active import ActiveSegment, create_segment, write_footer
 from .errors import LogError, LogFullError
 from .frame import (
-    FRAME_HEADER_SIZE,
     MAX_PAYLOAD,
     encode_data_frame,
     encode_data_frames,
@@ -182,7 +181,7 @@ class SegmentWriter:
                 n = len(p)
                 if n > MAX_PAYLOAD:
                     raise ValueError(f"{self.path}: a payload is larger than {MAX_PAYLOAD} bytes, the frame limit")
-                total += (FRAME_HEADER_SIZE + n + 7) & ~7
+                total += frame_size(n)
             pos = act.pos
             if pos + total <= act.limit:
                 data = encode_data_frames(items, first - act.base, self.clock() // 1000, act.epoch)
