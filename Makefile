@@ -112,17 +112,21 @@ ha-campaign: $(VENV)/.dev bytecode
 # for each durability policy; a fresh and an old data directory. Tables in build/ (exit 1 on
 # any loss the policy does not allow, anything invented, or a server that would not restart).
 # POWERLOSS_FAULTS=N faults per run (default 50, 70% of them power cuts: ~300 cuts in all).
+# Then a primary and its sync standby power-cut together under `always` (campaign/pairloss.py),
+# POWERLOSS_FAULTS cuts; its history, logs and plot in build/pairloss/.
 powerloss-campaign: system-deps $(VENV)/.dev bytecode
 	mkdir -p build
 	$(PY) -m campaign.powercut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-server.md
 	$(PY) -m campaign.logcut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-log.md
+	$(PY) -m campaign.pairloss --cycles $${POWERLOSS_FAULTS:-50} --out build/pairloss
 
 # The fault campaign (campaign/README.md): every nemesis against a single server and a primary
-# with a sync standby, CAMPAIGN_CYCLES faults each (default 20); the table (table.md) and a plot
-# and history per run go to build/campaign/. Needs root for partitions, tmpfs and faketime's
-# clock jumps. `make test` runs two faults of each (tests/campaign).
+# with a sync standby, CAMPAIGN_CYCLES faults each (default 20; a line after each fault says how
+# far a run is); the table (table.md) and a plot and history per run go to build/campaign/ (or
+# CAMPAIGN_OUT). Needs root for partitions, tmpfs and faketime's clock jumps. `make test` runs
+# two faults of each (tests/campaign).
 campaign: system-deps $(VENV)/.dev bytecode
-	$(PY) -m campaign --cycles $${CAMPAIGN_CYCLES:-20} --out build/campaign
+	$(PY) -m campaign --cycles $${CAMPAIGN_CYCLES:-20} --out $${CAMPAIGN_OUT:-build/campaign}
 
 fuzz: $(VENV)/.dev
 	$(PIP) install -e '.[fuzz]'

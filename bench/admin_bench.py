@@ -9,6 +9,10 @@
 2. The longest stall another connection sees while the admin API deletes 100k buried jobs in
    bulk: a prober sends one cheap command at a time (``list-tube-used``) on its own connection
    and records every round trip, before (baseline) and during the bulk delete.
+3. ``steps [PEER_SRC]`` (issue 30): at 100k tubes and 1M jobs, in process, each admin call's
+   longest loop callback in CPU time of the thread (what it holds the loop, whatever else
+   the machine runs), this tree next to ``PEER_SRC`` (e.g. main's src) measured in the same
+   run (BENCH_STEP_TUBES, BENCH_STEP_JOBS).
 
 The load generator is server_bench.py's (GEN_PROCS processes, raw pipelined sockets).
 Run: ``.venv/bin/python bench/admin_bench.py [loop] [scrape] [bulk]`` (env: BENCH_SECONDS per run, default 2;
@@ -281,6 +285,108 @@ def bulk_stall() -> None:
     print(f"   longest stall during / baseline max: {max(during) / max(base):.1f}x")
 
 
+STEP_TUBES = int(os.environ.get("BENCH_STEP_TUBES", "100000"))
+STEP_JOBS = int(os.environ.get("BENCH_STEP_JOBS", "1000000"))
+
+
+def admin_steps_child() -> None:
+    """(Run in a child, on the tree its PYTHONPATH names.) The longest loop callback and the
+    whole CPU time of the thread of each admin call at STEP_TUBES tubes of one job and the other jobs
+    delayed in tube ``big``: one JSON line per call."""
+    import asyncio
+    import gc
+    import inspect
+
+    from stalkd.admin.metrics import Instruments, Reading
+    from stalkd.admin.ops import AdminOps, encode_answer
+    from stalkd.engine import Engine
+    from stalkd.protocol import commands as C
+    from stalkd.protocol.replies import encode_reply
+    from stalkd.server.app import Server
+    from stalkd.server.config import Config
+
+    eng = Engine()
+    eng.connect(1, 0.0)
+    for i in range(STEP_TUBES):
+        eng.apply(1, C.Use(f"a{i:07d}"), 0.0)
+        eng.apply(1, C.Put(0, 0, 60, b"x"), 0.0)
+    eng.apply(1, C.Use("big"), 0.0)
+    for _ in range(STEP_JOBS - STEP_TUBES):
+        eng.apply(1, C.Put(0, 3600, 60, b"x"), 0.0)
+    srv = Server(Config(), eng, clock=lambda: 1.0)
+    ops = AdminOps(srv)
+    gc.collect()
+    gc.freeze()  # the server's full collections are on a timer (gcpolicy.py), not in these calls
+    worst = [0.0]
+    run = asyncio.events.Handle._run
+
+    def timed(self: asyncio.Handle) -> None:
+        t0 = time.thread_time()
+        run(self)
+        worst[0] = max(worst[0], time.thread_time() - t0)
+
+    asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+
+    async def call(f, *args, **kw):  # type: ignore[no-untyped-def]
+        out = f(*args, **kw)
+        return (await out) if inspect.isawaitable(out) else out
+
+    def apply(cmd: object) -> object:  # and the reply's encoding, but stats' (the server completes it)
+        reply = eng.apply(1, cmd, 1.0).reply  # type: ignore[arg-type]
+        return reply if isinstance(cmd, C.Stats) else encode_reply(reply)  # type: ignore[arg-type]
+
+    async def move() -> object:
+        return await encode_answer(await ops.move(await ops.select(None, "big", "delayed"), "moved"))
+
+    async def delete() -> object:
+        return await ops.delete(await ops.select(None, "moved", "delayed"))
+
+    calls = [
+        ("overview", lambda: call(ops.overview)),
+        ("overview offset=99500", lambda: call(ops.overview, 99_500)),
+        ("overview sort=jobs", lambda: call(ops.overview, 0, 50, sort="jobs")),
+        ("overview q=a0099", lambda: call(ops.overview, 0, 50, q="a0099")),
+        ("buried", lambda: call(ops.oldest_buried, 50)),
+        ("workers", lambda: call(ops.workers)),  # the first imports the worker modules
+        ("workers, again", lambda: call(ops.workers)),  # (the endpoint imports them at start)
+        ("tubes/big/jobs", lambda: call(ops.jobs, "big", "delayed")),
+        ("metrics (reading)", lambda: Reading.take(srv, Instruments(), None)),
+        ("list-tubes", lambda: call(apply, C.ListTubes())),
+        ("stats", lambda: call(apply, C.Stats())),
+        ("move 900k", move),
+        ("delete 900k", delete),
+    ]
+    for name, f in calls:
+        worst[0] = 0.0
+        t0 = time.thread_time()
+        try:
+            asyncio.run(f())
+        except TypeError as e:  # a parameter this tree does not have
+            print(json.dumps({"call": name, "error": str(e)}), flush=True)
+            continue
+        print(json.dumps({"call": name, "worst_ms": worst[0] * 1e3,
+                          "cpu_s": time.thread_time() - t0}), flush=True)
+
+
+def admin_steps(peer: str | None) -> None:
+    """Each admin call's longest loop callback (CPU ms), this tree next to ``peer``'s."""
+    trees = [("stalkd", os.path.join(HERE, "..", "src"))] + ([("peer", peer)] if peer else [])
+    got: dict[str, dict[str, str]] = {}
+    for label, src in trees:
+        env = {**os.environ, "PYTHONPATH": os.path.abspath(src)}
+        out = subprocess.run([sys.executable, __file__, "steps-child"], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            row = json.loads(line)
+            got.setdefault(row["call"], {})[label] = (
+                f"{row['worst_ms']:8.1f} {row['cpu_s']:7.3f}" if "worst_ms" in row else f"{'(none)':>16}")
+    print(f"# longest loop callback (CPU ms of the thread) and the call's CPU s in all; "
+          f"{STEP_TUBES} tubes, {STEP_JOBS} jobs; load {os.getloadavg()[0]:.1f}")
+    print(f"{'call':<24} {'stalkd ms':>8} {'s':>7}   " + ("  peer ms       s" if peer else ""))
+    for name, cols in got.items():
+        print(f"{name:<24} {cols.get('stalkd', ''):>16}   {cols.get('peer', '')}", flush=True)
+
+
 if __name__ == "__main__":
     if {"-h", "--help"} & set(sys.argv[1:]):
         raise SystemExit(__doc__)
@@ -291,3 +397,7 @@ if __name__ == "__main__":
         scrape_cost()
     if "bulk" in parts:
         bulk_stall()
+    if "steps-child" in parts:
+        admin_steps_child()
+    elif "steps" in parts:  # admin_bench.py steps [PEER_SRC]
+        admin_steps(parts[parts.index("steps") + 1] if len(parts) > parts.index("steps") + 1 else None)

@@ -107,7 +107,7 @@ def loop(name: str, src: str | None, args: argparse.Namespace) -> list[tuple[int
         for cycle in range(args.cycles):
             with open(log_path, "wb") as err:
                 t0 = time.monotonic()
-                proc = subprocess.Popen([sys.executable, "-m", "stalkd.server.cli", "-l", "127.0.0.1", "-p", "0",
+                proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0",
                                          "-b", os.path.join(data_dir, "d"), "-F", "--log-level", "info"],
                                         env=env, stdout=subprocess.DEVNULL, stderr=err)  # fmt: skip
                 try:

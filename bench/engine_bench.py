@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from stalkd.engine import Engine
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Delete, Put, Release, Reserve, ReserveJob
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))

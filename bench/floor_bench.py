@@ -65,7 +65,7 @@ _SLEEPING_STALKD = """
 import sys, time
 from stalkd.log.writer import SegmentWriter
 SegmentWriter.fdatasync = lambda self, fd: time.sleep({sleep})
-from stalkd.server.cli import main
+from stalkd.node.cli import main
 sys.argv[0] = "stalkd"
 sys.exit(main())
 """

@@ -11,6 +11,15 @@ alternating (medians printed):
 * ``snapshot``: the same with a final snapshot (a clean stop), the floor of what recovery costs.
 
     .venv/bin/python bench/restart_bench.py [--jobs 1000000] [--repeat 5]
+
+``--first-reply`` measures what a client sees instead: a real ``stalkd serve -b DIR`` from exec to
+its first reply (``list-tube-used``), for each of ``--sizes`` live jobs, after a clean stop
+(``snapshot``) and after a kill (``trigger``: the latest snapshot plus the WAL since), this tree
+against ``--peer-src`` (another tree's ``src``, say old main) in the same run. Each tree writes
+its own data directories, since an older tree may not read this one's snapshots; starts alternate.
+
+    .venv/bin/python bench/restart_bench.py --first-reply --sizes 200000,1000000 \
+        --peer-src /work/peer-main/src
 """
 
 from __future__ import annotations
@@ -18,16 +27,22 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Put
 
 T0 = 1_700_000_000.0
+T0_US = int(T0 * 1_000_000)
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+from support import listening_ports  # noqa: E402  (tests/support.py: port 0 from /proc)
 
 
 def build(directory: str, n: int, snapshots: bool, final: bool) -> None:
@@ -60,14 +75,133 @@ def timed(directory: str) -> tuple[float, int, int, int]:
     return float(out[0]), int(out[1]), int(out[2]), int(out[3])
 
 
+def _env(src: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": src}
+
+
+def first_reply(directory: str, src: str) -> tuple[float, float]:
+    """Seconds from exec of ``stalkd serve -b directory`` (the tree ``src``) to its first reply,
+    and the CPU seconds the server used by then (it is killed at once and its rusage read: on a
+    loaded machine the wall time swells with the run queue, the CPU time much less)."""
+    args = [sys.executable, "-m", "stalkd.server.cli", "-l", "127.0.0.1", "-p", "0", "-b", directory,
+            "--log-level", "warning"]  # fmt: skip
+    t0 = time.monotonic()
+    proc = subprocess.Popen(args, env=_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not (ports := listening_ports(proc.pid)):
+            if proc.poll() is not None or time.monotonic() - t0 > 120:
+                raise RuntimeError(f"stalkd ({src}) did not listen (exit status {proc.poll()})")
+            time.sleep(0.0005)
+        with socket.create_connection(("127.0.0.1", ports[0]), timeout=120) as s:
+            s.sendall(b"list-tube-used\r\n")
+            if not s.recv(100).startswith(b"USING"):
+                raise RuntimeError(f"stalkd ({src}) did not answer list-tube-used")
+        wall = time.monotonic() - t0
+        proc.kill()  # a kill -9, as a crash: the data directory stays as it was for the next start
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        return wall, usage.ru_utime + usage.ru_stime
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            proc.wait()
+
+
+def floor(n: int) -> tuple[float, float]:
+    """Seconds to build what any loader that makes one Python object per job must build for ``n``
+    jobs of 100 bytes (a ``Job``, its body, its id and created time, its entry in the id map and
+    its heap key), the collector off as in recovery; no file read, no check."""
+    import gc
+    from itertools import repeat
+
+    from stalkd.engine.model import JobState
+    from stalkd.engine.objects import Job, Tube
+
+    blob = b"x" * (100 * n)
+    gc.disable()
+    t, c = time.perf_counter(), time.process_time()
+    ids = list(range(1 << 32, (1 << 32) + n))
+    bodies = [blob[i : i + 100] for i in range(0, 100 * n, 100)]
+    jobs = list(map(Job, ids, repeat(Tube("t", 1), n), repeat(0, n), repeat(0, n), repeat(60, n), bodies,
+                    repeat(JobState.READY, n), range(T0_US, T0_US + n)))  # fmt: skip
+    by_id = dict(zip(ids, jobs, strict=True))
+    keys = [(1 << 64) | i for i in ids]  # heap.pack(pri 1, id)
+    t, c = time.perf_counter() - t, time.process_time() - c
+    del jobs, by_id, keys, bodies
+    gc.enable()
+    return t, c
+
+
+def first_reply_table(sizes: list[int], trees: dict[str, str], repeat: int) -> None:
+    root = tempfile.mkdtemp(prefix="restart-bench-", dir=os.environ.get("BENCH_DATA_DIR", "/var/tmp"))
+    kinds = {"snapshot": "--final", "trigger": "--no-final"}
+    try:
+        dirs = {}
+        for n in sizes:
+            for kind, flag in kinds.items():
+                for tree, src in trees.items():
+                    d = dirs[n, kind, tree] = os.path.join(root, f"{tree}-{kind}-{n}")
+                    subprocess.run([sys.executable, __file__, "--build", d, "--jobs", str(n), flag],
+                                   env=_env(src), check=True, timeout=1800)  # fmt: skip
+        # What each data directory asks recovery to read (this tree's reading of its own files).
+        held = {key: timed(d)[2:] for key, d in dirs.items() if key[2] == "after (this)"}
+        runs: dict[tuple[int, str, str], list[tuple[float, float]]] = {key: [] for key in dirs}
+        for r in range(repeat):
+            for n in sizes:
+                for kind in kinds:
+                    order = list(trees) if r % 2 == 0 else list(trees)[::-1]
+                    for tree in order:
+                        runs[n, kind, tree].append(first_reply(dirs[n, kind, tree], trees[tree]))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    names = list(trees)
+    print(f"restart to first reply: exec of stalkd serve -b DIR -> list-tube-used answered, wall and the "
+          f"server's CPU by then (medians of {repeat})")
+    print(f"{'live jobs':>10} {'after':9} | " + " | ".join(f"{t + ' wall, CPU':>24}" for t in names)
+          + (" | before/after (CPU)" if len(names) == 2 else "") + " | this tree recovers")  # fmt: skip
+    for n in sizes:
+        for kind in kinds:
+            wall = [statistics.median(w for w, _ in runs[n, kind, t]) for t in names]
+            cpu = [statistics.median(c for _, c in runs[n, kind, t]) for t in names]
+            from_snap, replayed = held[n, kind, "after (this)"]
+            print(f"{n:>10,} {kind:9} | "
+                  + " | ".join(f"{w * 1000:11.0f} ms, {c * 1000:6.0f} ms" for w, c in zip(wall, cpu, strict=True))
+                  + (f" | {wall[0] / wall[1]:5.2f}x ({cpu[0] / cpu[1]:.2f}x)" if len(names) == 2 else "")
+                  + f" | {from_snap:,} jobs from the snapshot + {replayed:,} WAL records")  # fmt: skip
+    print("floor: the objects one Python object per job needs (Job, body, ints, id map, heap key), "
+          "built in a fresh process")
+    for n in sizes:
+        out = subprocess.run([sys.executable, __file__, "--floor", str(n)], env=_env(SRC), capture_output=True,
+                             text=True, check=True, timeout=600).stdout  # fmt: skip
+        wall, cpu = map(float, out.split())
+        print(f"{n:>10,} jobs: {wall * 1000:8.0f} ms, CPU {cpu * 1000:6.0f} ms")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=200_000, help="live jobs (default 200,000; the issue's target is 1M)")
     p.add_argument("--repeat", type=int, default=3, help="recoveries timed per data directory (default 3)")
+    p.add_argument("--first-reply", action="store_true",
+                   help="time a real server from exec to its first reply instead (see --sizes, --peer-src)")
+    p.add_argument("--sizes", default="200000,1000000", help="with --first-reply: live jobs, comma-separated")
+    p.add_argument("--peer-src", help="with --first-reply: another tree's src directory, measured in the same run")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--floor", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--build", help=argparse.SUPPRESS)
+    p.add_argument("--final", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
         child(a.child)
+        return 0
+    if a.floor:
+        print(*floor(a.floor))
+        return 0
+    if a.build:  # run under the PYTHONPATH of the tree whose files it writes
+        build(a.build, a.jobs, True, bool(a.final))
+        return 0
+    if a.first_reply:
+        trees = ({"before (peer)": a.peer_src} if a.peer_src else {}) | {"after (this)": SRC}
+        first_reply_table([int(x) for x in a.sizes.split(",")], trees, a.repeat)
         return 0
     root = tempfile.mkdtemp(prefix="restart-bench-", dir=os.environ.get("BENCH_DATA_DIR", "/var/tmp"))
     kinds = {"wal only": (False, False), "trigger": (True, False), "snapshot": (True, True)}

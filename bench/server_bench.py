@@ -69,7 +69,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 from support import listening_ports, wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
 
-STALKD = [sys.executable, "-m", "stalkd.server.cli"]
+STALKD = [sys.executable, "-m", "stalkd.cli", "serve"]
 FLOOR = [sys.executable, os.path.join(HERE, "floor_server.py")]
 TICKS = os.sysconf("SC_CLK_TCK")
 # BENCH_LOG_LEVEL=info with BENCH_SERVER_LOG=FILE: stalkd logs records per fsync when it stops.
@@ -256,10 +256,12 @@ def latency(srv: Server, samples: int = 300) -> tuple[float, float]:
     return out[len(out) // 2] * 1000, out[min(len(out) - 1, int(len(out) * 0.99))] * 1000
 
 
-def startup(kind: str, runs: int = 7, empty_dir: bool = False) -> tuple[float, float]:
-    """Median ms from exec to (a) the port listening (seen in /proc), (b) the first reply; in
-    memory, or (``empty_dir``) with a new, empty data directory (durable defaults)."""
-    listen, first = [], []
+def startup(kind: str, runs: int = 7, empty_dir: bool = False) -> tuple[float, float, float]:
+    """Median ms from exec to (a) the port listening (seen in /proc), (b) the first reply, and
+    (c) the CPU the server used up to its first reply (it is killed at once and its rusage read:
+    on a loaded machine wall times swell with the run queue, CPU time much less); in memory, or
+    (``empty_dir``) with a new, empty data directory (durable defaults)."""
+    listen, first, cpu = [], [], []
     for _ in range(runs):
         data_dir = tempfile.mkdtemp(prefix=f"bench-start-{kind}-", dir=DATA_DIR) if empty_dir else None
         args, env = command(kind, "always" if empty_dir else "memory", data_dir)
@@ -275,12 +277,42 @@ def startup(kind: str, runs: int = 7, empty_dir: bool = False) -> tuple[float, f
                 s.sendall(b"list-tube-used\r\n")
                 s.recv(100)
             first.append(time.monotonic() - t0)
+            proc.kill()
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            cpu.append(usage.ru_utime + usage.ru_stime)
         finally:
-            proc.terminate()
-            proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+                proc.wait()
             if data_dir:
                 shutil.rmtree(data_dir, ignore_errors=True)
-    return statistics.median(listen) * 1000, statistics.median(first) * 1000
+    return statistics.median(listen) * 1000, statistics.median(first) * 1000, statistics.median(cpu) * 1000
+
+
+def import_floor(runs: int = 7) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU ms of a bare interpreter, of importing asyncio (and uvloop), and of
+    importing the server (this tree's, or ``--peer-src``'s as "peer"): what no start-up of a
+    Python asyncio server gets under, next to what stalkd's own imports add."""
+    statements = {"python -c pass": "pass", "import asyncio": "import asyncio",
+                  "import asyncio, uvloop": "import asyncio, uvloop",
+                  "import the server's start-up": "import stalkd.node.serve"}  # fmt: skip
+    cases = [(label, code, None) for label, code in statements.items()]
+    if PEER_SRC is not None:  # an older tree kept its start-up in stalkd.server.serve
+        module = "node" if os.path.exists(os.path.join(PEER_SRC, "stalkd", "node", "serve.py")) else "server"
+        cases.append(("peer: import the server's start-up", f"import stalkd.{module}.serve", PEER_SRC))
+    wall: dict[str, list[float]] = {c[0]: [] for c in cases}
+    cpu: dict[str, list[float]] = {c[0]: [] for c in cases}
+    for _ in range(runs):
+        for label, code, src in cases:
+            env = None if src is None else {**os.environ, "PYTHONPATH": src}
+            t0 = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            wall[label].append(time.monotonic() - t0)
+            cpu[label].append(usage.ru_utime + usage.ru_stime)
+    return {k: (statistics.median(wall[k]) * 1000, statistics.median(cpu[k]) * 1000) for k in wall}
 
 
 # --- the matrix -----------------------------------------------------------------------------
@@ -396,11 +428,13 @@ def main() -> int:
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print("# rd = reserve+delete; jobs/s; srv% / gen% = CPU of one core; cpu/job = server CPU us per job")
     for empty_dir, kind in itertools.product((False, True), () if opts.no_startup else ("stalkd", "beanstalkd")):
-        ms_listen, ms_first = startup(kind, empty_dir=empty_dir)
+        ms_listen, ms_first, ms_cpu = startup(kind, empty_dir=empty_dir)
         where = "empty dir" if empty_dir else "memory"
         print(f"# start-up {kind:10} {where:9}: exec -> accepting {ms_listen:6.1f} ms, "
-              f"exec -> first reply {ms_first:6.1f} ms (median of 7)", flush=True)
+              f"exec -> first reply {ms_first:6.1f} ms, CPU to it {ms_cpu:6.1f} ms (median of 7)", flush=True)
     if opts.startup_only:
+        for label, (ms_wall, ms_cpu) in import_floor().items():
+            print(f"# floor {label:34}: {ms_wall:6.1f} ms, CPU {ms_cpu:6.1f} ms (median of 7)")
         return 0
     from stalkd.protocol import accel
 

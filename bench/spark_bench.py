@@ -77,7 +77,7 @@ def write_inputs(n: int, root: Path, *, with_peers: bool = True, segment_size: i
     pq_dir.mkdir()
     pq_writer = None
     offset = 0
-    # 16 MiB segments, as the server's WAL writes them (stalkd.engine.wal's default).
+    # 16 MiB segments, as the server's WAL writes them (stalkd.persist.wal's default).
     with Log.open(log_dir, segment_size=segment_size, durability="never") as log, \
             open(json_dir / "records.json", "w") as jf:
         chunk: list[bytes] = []

@@ -2,20 +2,34 @@
 with 1 synchronous standby (``--sync-standbys 1``), all ``always`` (fsync before every reply).
 
 Cells: durable put and reserve+delete (100-byte bodies), 16 connections, pipeline depth 1 and
-64, through ``server_bench``'s load generator; each cell runs BENCH_ROUNDS times with the three
-setups alternating and medians are printed, with each setup's ratio to the primary alone (the
-target: 1 sync standby >= 0.5x of no standby, pipelined). Also: the largest standby lag the
-primary reported (``stats``: ``standby-lag``, records) while the cells ran, and the time from
-SIGUSR2 (promotion) to the first put the standby accepts.
+64, through ``server_bench``'s load generator; each cell runs BENCH_ROUNDS times with the setups
+alternating and medians are printed, with each setup's ratio to the primary alone. Two figures
+per setup and cell:
+
+- throughput (jobs/s), and its ratio to the primary alone (targets: 1 sync standby >= 0.75x
+  pipelined, >= 0.6x at depth 1);
+- the *primary's* CPU per acknowledged job (its process CPU time, the sum of its threads' time
+  on a CPU from /proc/PID/task/*/schedstat, over the cell divided by the jobs acknowledged in
+  it, in microseconds), and its ratio to the
+  primary alone (targets: <= 1.1x with 1 async standby, <= 1.3x with 1 sync standby). On one
+  machine the standby competes for the same cores, so throughput alone mixes the standby's
+  work with the primary's; this column is the primary's own extra work per job (sending frames,
+  reading acknowledgements, waking up for them). The standby's CPU per job is printed too.
+  Reserve+delete drains ``server_bench``'s fixed stock (3,000 jobs under ``always``): its cells
+  last a fraction of a second, so their CPU per job is rough; put cells run the whole time.
+
+Also: the largest standby lag the primary reported (``stats``: ``standby-lag``, records) while
+the cells ran, and the time from SIGUSR2 (promotion) to the first put the standby accepts.
 
 Run: ``.venv/bin/python bench/standby_bench.py`` (env as server_bench: BENCH_SECONDS,
-BENCH_ROUNDS, GEN_PROCS). Servers listen on port 0 and the port is read from /proc.
-``--peer-src DIR`` (or ``BENCH_BASELINE_SRC=DIR``) adds two setups, ``base-async`` and
-``base``: an asynchronous and a synchronous pair running the stalkd package found in ``DIR``
-(the ``src/`` of an earlier checkout, e.g. from ``git archive``), so a change is measured
-against what it replaces in the same run (columns ``async/base``, ``sync/base``). The pairs of
-this checkout authenticate their standby (``--replication-secret``); a peer of a build without
-that flag runs without it.
+BENCH_ROUNDS, GEN_PROCS; ``--cells put:1,put:64`` runs fewer cells). Servers listen on port 0
+and the port is read from /proc. ``--peer-src DIR`` (or ``BENCH_BASELINE_SRC=DIR``) adds three
+setups, ``base-alone``, ``base-async`` and ``base-sync``: the same three running the stalkd
+package found in ``DIR`` (the ``src/`` of an earlier checkout, e.g. /work/peer-main/src; its
+checkout's ``.venv`` runs it when there is one, so its compiled modules are its own), so a
+change is measured against what it replaces in the same run: the ``before`` lines give the
+peer's ratios to its own primary alone. The pairs of this checkout authenticate their standby
+(``--replication-secret``); a peer of a build without that flag runs without it.
 """
 
 from __future__ import annotations
@@ -45,8 +59,36 @@ from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 f
 
 BASELINE = os.environ.get("BENCH_BASELINE_SRC")
 SETUPS: tuple[str, ...] = ("alone", "async", "sync")
+PEER_SETUPS = ("base-alone", "base-async", "base-sync")
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
+
+
+def _peer_python(src: str) -> str:
+    """The interpreter of the peer's checkout (its venv: its own compiled modules), else ours."""
+    venv = os.path.join(os.path.dirname(os.path.abspath(src)), ".venv", "bin", "python")
+    return venv if os.path.exists(venv) else sys.executable
+
+
+def _knows_secret(src: str) -> bool:
+    with contextlib.suppress(OSError), open(os.path.join(src, "stalkd", "server", "config.py")) as f:
+        return "replication-secret" in f.read()
+    return False
+
+
+class Server(sb.Server):
+    """``server_bench``'s server, its CPU time read in nanoseconds: the sum over its threads of
+    the time on a CPU (``/proc/PID/task/*/schedstat``), not /proc's clock ticks (10 ms each,
+    too coarse for a short cell's CPU per job). A thread that ended during the cell is not
+    counted (the server's threads live as long as it does)."""
+
+    def cpu_seconds(self) -> float:
+        total = 0
+        root = f"/proc/{self.proc.pid}/task"
+        for tid in os.listdir(root):
+            with contextlib.suppress(OSError), open(f"{root}/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
 
 
 class Pair:
@@ -55,30 +97,35 @@ class Pair:
     def __init__(self, setup: str) -> None:
         self.setup = setup
         self.dirs = [tempfile.mkdtemp(prefix=f"standby-bench-{setup}-", dir="/var/tmp")]
-        flags = ["--sync-standbys", "1"] if setup in ("sync", "base") else []
+        flags = ["--sync-standbys", "1"] if setup.endswith("sync") and "async" not in setup else []
         peer = setup.startswith("base")
-        self.env = None if not peer else {**os.environ, "PYTHONPATH": os.path.abspath(BASELINE or "")}
+        self.cmd = sb.STALKD
+        self.env = None
+        if peer:
+            src = os.path.abspath(BASELINE or "")
+            self.cmd = [_peer_python(src), *sb.STALKD[1:]]
+            self.env = {**os.environ, "PYTHONPATH": src}
         secret: list[str] = []
-        if not peer:  # this checkout's standbys prove a secret (a peer build may not know the flag)
+        if not peer or _knows_secret(os.path.abspath(BASELINE or "")):  # standbys prove a secret
             self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-secret-", dir="/var/tmp"))
             path = os.path.join(self.dirs[-1], "replication.secret")
             with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
                 f.write(os.urandom(24).hex())
             secret = ["--replication-secret", path]
         self.primary = self._start(self.dirs[0], [*flags, *secret])
-        self.standby: sb.Server | None = None
-        if setup != "alone":
+        self.standby: Server | None = None
+        if not setup.endswith("alone"):
             self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-s-", dir="/var/tmp"))
             self.standby = self._start(self.dirs[-1], ["--standby-of", f"127.0.0.1:{self.primary.port}", *secret])
             self.wait_following()
 
-    def _start(self, d: str, flags: list[str]) -> sb.Server:
-        args = [*sb.STALKD, "-l", "127.0.0.1", "-p", "0", "--log-level", "warning", "--dir", d, *flags]
+    def _start(self, d: str, flags: list[str]) -> Server:
+        args = [*self.cmd, "-l", "127.0.0.1", "-p", "0", "--log-level", "warning", "--dir", d, *flags]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
         port = wait_for_listener(proc, 30, "stalkd")
-        return sb.Server("stalkd", proc, port, None, "always")
+        return Server("stalkd", proc, port, None, "always")
 
-    def stats(self, srv: sb.Server) -> dict[str, object]:
+    def stats(self, srv: Server) -> dict[str, object]:
         with stalkd.Client(f"127.0.0.1:{srv.port}") as c:
             return dict(c.stats())
 
@@ -93,12 +140,42 @@ class Pair:
             time.sleep(0.05)
         raise RuntimeError("the standby never connected")
 
+    def run(self, work: str, depth: int) -> Run:
+        """One run of a cell on this pair's primary, with the standby's CPU over the same span."""
+        s0 = self.standby.cpu_seconds() if self.standby is not None else 0.0
+        rate, cpu, _gen = sb.run_cell(self.primary, work, 100, CONNS, depth)
+        s1 = self.standby.cpu_seconds() if self.standby is not None else 0.0
+        return Run(rate, cpu, s1 - s0)
+
     def stop(self) -> None:
         for srv in (self.standby, self.primary):
             if srv is not None:
                 srv.stop()
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
+
+
+class Run:
+    """One cell's run on one pair: jobs/s, the primary's CPU (% of a core over the run) and the
+    standby's CPU seconds over it (the generator's wait for its start included)."""
+
+    __slots__ = ("rate", "cpu", "standby_cpu")
+
+    def __init__(self, rate: float, cpu: float, standby_cpu: float) -> None:
+        self.rate, self.cpu, self.standby_cpu = rate, cpu, standby_cpu
+
+    @property
+    def us_per_job(self) -> float:
+        """The primary's CPU microseconds per acknowledged job."""
+        return 1e4 * self.cpu / self.rate if self.rate else float("nan")
+
+
+def _median_run(runs: list[Run]) -> Run:
+    """The run of median throughput for the rate; CPU per job is its own median (a separate
+    figure: one slow round moves the two differently)."""
+    by_rate = sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
+    us = statistics.median(r.us_per_job for r in runs)
+    return Run(by_rate.rate, us * by_rate.rate / 1e4, by_rate.standby_cpu)
 
 
 def _lag_sampler(pair: Pair, stop: threading.Event, out: list[int]) -> None:
@@ -124,11 +201,24 @@ def promote_to_put(pair: Pair) -> float:
                 return time.perf_counter() - t0
 
 
+def _parse_cells(text: str) -> list[tuple[str, int]]:
+    cells = []
+    for item in text.split(","):
+        work, _, depth = item.partition(":")
+        if work not in ("put", "rd") or not depth.isdigit():
+            raise argparse.ArgumentTypeError(f"a cell is put:DEPTH or rd:DEPTH, not {item!r}")
+        cells.append((work, int(depth)))
+    return cells
+
+
 def main() -> int:
-    global BASELINE, SETUPS
+    global BASELINE, SETUPS, CELLS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peer-src", metavar="DIR", default=BASELINE,
-                    help="the src/ of an earlier checkout: also run its async and sync pairs")
+                    help="the src/ of an earlier checkout: also run its alone, async and sync setups")
+    ap.add_argument("--cells", type=_parse_cells, metavar="WORK:DEPTH,...",
+                    help="the cells to run (default put:1,put:64,rd:1,rd:64)")
+    ap.add_argument("--no-promote", action="store_true", help="skip the promotion timing at the end")
     ap.add_argument("--ha", action="store_true", help="automatic failover instead (bench/ha_bench.py): "
                     "the lease's cost and kill -9 -> first put on the new primary")
     opts = ap.parse_args()
@@ -137,44 +227,56 @@ def main() -> int:
 
         return ha_bench.main()
     BASELINE = opts.peer_src
+    if opts.cells:
+        CELLS = opts.cells
+    sides = [("", ("alone", "async", "sync"))]
     if BASELINE:
-        SETUPS = (*SETUPS, "base-async", "base")
+        SETUPS = (*SETUPS, *PEER_SETUPS)
+        sides.append(("before ", PEER_SETUPS))
     print(f"# standby_bench: {CONNS} connections, {sb.SECONDS:.1f} s per cell, {sb.ROUNDS} rounds, "
           f"{sb.GEN_PROCS} generator processes, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    if BASELINE:
+        print(f"# before: base-alone, base-async, base-sync run {BASELINE}; after: this checkout")
+    print("# us/job: the primary's CPU microseconds per acknowledged job (median of rounds); "
+          "sb us: the standby's, roughly (its CPU over the run, lead-in and preload included)")
     pairs = {s: Pair(s) for s in SETUPS}
     lags: list[int] = []
     stop = threading.Event()
     sampler = threading.Thread(target=_lag_sampler, args=(pairs["async"], stop, lags), daemon=True)
-    ratios: dict[str, list[float]] = {"async": [], "sync": []}
-    if BASELINE:
-        print(f"# base-async, base: an asynchronous and a synchronous pair running {BASELINE}")
+    ratios: dict[str, list[float]] = {}
     try:
         sampler.start()
-        print(f"{'work':4} {'depth':>5} | {'alone/s':>9} | {'async/s':>9} {'ratio':>6} | {'sync/s':>9} {'ratio':>6}"
-              + (f" | {'b-async/s':>9} {'async/base':>10} | {'base/s':>9} {'sync/base':>9}" if BASELINE else ""))
+        print(f"{'':7}{'work':4} {'depth':>5} | {'alone/s':>8} {'us/job':>6} | {'async/s':>8} {'ratio':>5} "
+              f"{'us/job':>6} {'ratio':>5} {'sb us':>5} | {'sync/s':>8} {'ratio':>5} {'us/job':>6} {'ratio':>5} "
+              f"{'sb us':>5}")
         for work, depth in CELLS:
-            runs: dict[str, list[tuple[float, float, float]]] = {s: [] for s in SETUPS}
+            runs: dict[str, list[Run]] = {s: [] for s in SETUPS}
             for r in range(sb.ROUNDS):
                 k = r % len(SETUPS)
                 order = SETUPS[k:] + SETUPS[:k]  # rotate who goes first
                 for setup in order:
-                    runs[setup].append(sb.run_cell(pairs[setup].primary, work, 100, CONNS, depth))
-            med = {s: sb._median(runs[s])[0] for s in SETUPS}
-            ra, rs = med["async"] / med["alone"], med["sync"] / med["alone"]
-            ratios["async"].append(ra)
-            ratios["sync"].append(rs)
-            base = (f" | {med['base-async']:9.0f} {med['async'] / med['base-async']:9.2f}x"
-                    f" | {med['base']:9.0f} {med['sync'] / med['base']:8.2f}x") if BASELINE else ""
-            print(f"{work:4} {depth:5} | {med['alone']:9.0f} | {med['async']:9.0f} {ra:5.2f}x | "
-                  f"{med['sync']:9.0f} {rs:5.2f}x{base}", flush=True)
+                    runs[setup].append(pairs[setup].run(work, depth))
+            med = {s: _median_run(runs[s]) for s in SETUPS}
+            for label, (alone, asy, syn) in sides:
+                a, x, y = med[alone], med[asy], med[syn]
+                row = f"{label or 'after ':7}{work:4} {depth:5} | {a.rate:8.0f} {a.us_per_job:6.1f}"
+                for name, m in (("async", x), ("sync", y)):
+                    rr, cr = m.rate / a.rate, m.us_per_job / a.us_per_job
+                    ratios.setdefault(f"{label}{name} throughput", []).append(rr)
+                    ratios.setdefault(f"{label}{name} cpu/job", []).append(cr)
+                    sb_us = 1e6 * m.standby_cpu / (m.rate * sb.SECONDS) if m.rate else 0.0
+                    row += f" | {m.rate:8.0f} {rr:4.2f}x {m.us_per_job:6.1f} {cr:4.2f}x {sb_us:5.1f}"
+                print(row, flush=True)
         stop.set()
         sampler.join()
         print(f"# async standby lag while loaded: max {max(lags, default=0)} records, "
               f"median {statistics.median(lags) if lags else 0:.0f} ({len(lags)} samples)")
-        for setup in ("async", "sync"):
-            print(f"# {setup}: promote (SIGUSR2) -> first INSERTED: {1000 * promote_to_put(pairs[setup]):.0f} ms")
-        for setup, rs in ratios.items():
-            print(f"# {setup}/alone geometric mean {statistics.geometric_mean(rs):.2f}x, min {min(rs):.2f}x")
+        if not opts.no_promote:
+            for setup in ("async", "sync"):
+                print(f"# {setup}: promote (SIGUSR2) -> first INSERTED: {1000 * promote_to_put(pairs[setup]):.0f} ms")
+        for name, rs in ratios.items():
+            print(f"# {name} / alone: geometric mean {statistics.geometric_mean(rs):.2f}x, "
+                  f"min {min(rs):.2f}x, max {max(rs):.2f}x")
     finally:
         stop.set()
         for p in pairs.values():

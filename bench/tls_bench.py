@@ -61,7 +61,7 @@ def make_certs(d: Path) -> tuple[str, str, str]:
 def start_stalkd(cert: str, key: str, log: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     """stalkd on port 0 with a TLS listener on port 0; (process, plain port, TLS port) from its log."""
     with open(log, "wb") as f:
-        proc = subprocess.Popen([sys.executable, "-m", "stalkd.server.cli", "-l", "127.0.0.1", "-p", "0",
+        proc = subprocess.Popen([sys.executable, "-m", "stalkd.cli", "serve", "-l", "127.0.0.1", "-p", "0",
                                  "--tls-listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key],
                                 stdout=subprocess.DEVNULL, stderr=f)
     deadline = time.monotonic() + 30

@@ -1,7 +1,7 @@
 """``python -m campaign``: run every nemesis against a single server and a primary with a sync
 standby, print the table, and write it (``table.md``) with a plot and a history per run under
 ``--out`` (rows of runs not repeated are kept from the table already there). Exit status 1 if
-any run found an anomaly."""
+any run found an anomaly or could not finish (the others still run)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--net", choices=("netns", "proxy"), default="netns",
                     help="how partitions are made (default: network namespaces, as root)")
+    ap.add_argument("--no-progress", action="store_true", help="no line after each fault")
     ap.add_argument("--out", type=Path, default=Path("build/campaign"), help="output directory")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)  # the worker's reconnect lines: expected, many
-    rows, bad = [], 0
+    rows, bad, failed = [], 0, []
     for topology in args.topology or ["single", "standby"]:
         for name in args.nemesis or sorted(NEMESES):
             if topology not in getattr(NEMESES[name], "topologies", (topology,)):
@@ -41,7 +42,12 @@ def main(argv: list[str] | None = None) -> int:
                            quiet=args.quiet, seed=args.seed, net=args.net)
             d = args.out / spec.label
             print(f"== {spec.label}: {args.cycles} cycles", flush=True)
-            result = run(spec, d)
+            try:
+                result = run(spec, d, progress=None if args.no_progress else _say)
+            except Exception as e:  # noqa: BLE001 - one run that could not finish; the others go on
+                failed.append(f"{spec.label}: {type(e).__name__}: {e} (history and logs in {d})")
+                print(f"   did not finish: {failed[-1]}", flush=True)
+                continue
             ops = pair(read_events(d / "history.jsonl"))
             report.plot(ops, d / "plot.png", f"{spec.label} ({args.cycles} cycles)")
             rows.append(result.row)
@@ -56,9 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     ran = {r["run"] for r in rows}
     kept = [r for r in json.loads(previous.read_text()) if r["run"] not in ran] if previous.exists() else []
     rows = sorted(kept + rows, key=lambda r: (r["run"].rsplit("-", 1)[1], r["run"]))
-    (args.out / "table.md").write_text(report.markdown(rows))
+    notes = "".join(f"\nDid not finish: {f}\n" for f in failed)
+    (args.out / "table.md").write_text(report.markdown(rows) + notes)
     previous.write_text(json.dumps(rows, indent=1))
-    return 1 if bad else 0
+    print(notes, end="")
+    return 1 if bad or failed else 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 if __name__ == "__main__":

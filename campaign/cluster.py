@@ -1,7 +1,7 @@
 """The servers under test: stalkd processes the harness starts, kills, pauses and restarts by
 PID, each with its own data directory and log file.
 
-A ``Node`` runs ``python -m stalkd.server.cli`` (the beanstalkd-compatible command line), in a
+A ``Node`` runs ``python -m stalkd.node.cli`` (the beanstalkd-compatible command line), in a
 network namespace when the ``Net`` gave it one (it then listens on its own address there, a
 fixed port being safe in a namespace of its own), else on loopback port 0 the first time and on
 the port it got for every restart after (clients keep their addresses across a restart).
@@ -50,6 +50,8 @@ class Node:
     netns: str | None = None  # run inside this network namespace
     listen: str = "127.0.0.1"  # the address it listens on (its namespace's own, with netns)
     clock_file: Path | None = None
+    pythonpath: Path | None = None  # run stalkd from this source tree (a planted bug's copy)
+    log_dir: Path | None = None  # where its log goes (default: its data directory's parent)
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
@@ -60,7 +62,7 @@ class Node:
 
     @property
     def log_path(self) -> Path:
-        return self.data_dir.parent / f"{self.name}.log"
+        return (self.log_dir or self.data_dir.parent) / f"{self.name}.log"
 
     def log_text(self) -> str:
         try:
@@ -70,7 +72,7 @@ class Node:
 
     def command(self) -> list[str]:
         port = NS_PORT if self.netns else self.port
-        cmd = [sys.executable, "-m", "stalkd.server.cli", "-l", self.listen, "-p", str(port),
+        cmd = [sys.executable, "-m", "stalkd.node.cli", "-l", self.listen, "-p", str(port),
                "--dir", str(self.data_dir), *self.flags]
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns, *cmd, "--plain-network-ok"]
@@ -78,6 +80,8 @@ class Node:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
+        if self.pythonpath is not None:  # ahead of the installed stalkd
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(self.pythonpath), env.get("PYTHONPATH"))))
         if self.clock_file is not None:
             if not self.clock_file.exists():
                 self.clock_file.write_text("+0\n")
@@ -197,6 +201,12 @@ class Cluster:
         except (OSError, ValueError):
             return False
         return int(st.get("standbys", 0)) >= 1 and int(st.get("standby-lag", 1)) == 0
+
+    def states(self) -> str:
+        """Each node's process: running, or how it exited."""
+        return ", ".join(f"{n}: " + ("running" if node.running else f"exited with {node.proc.returncode}"
+                                     if node.proc is not None else "never started")
+                         for n, node in self.nodes.items())
 
     def promote(self, name: str) -> None:
         """SIGUSR2 to standby ``name`` until it says it is primary (docs/standby.md)."""

@@ -23,7 +23,23 @@ from campaign.history import History, Op
 from campaign.net import NamespaceNet
 from campaign.workload import Workload, WorkloadSpec, final_read
 
-__all__ = ["failover_run"]
+__all__ = ["acked_puts", "failover_run", "loaded"]
+
+
+def acked_puts(history: History) -> int:
+    return history.count("put", "ok")
+
+
+def loaded(cluster: Cluster, history: History, rng: random.Random, puts: int) -> Workload:
+    """``cluster`` started with its standby following, under a light load (two producers, one
+    worker, one tube) that has had ``puts`` puts acknowledged."""
+    cluster.start()
+    wait_until(lambda: cluster.caught_up(), "the standby to follow")
+    spec = WorkloadSpec(producers=2, workers=1, app_workers=0, tubes=1, delayed=0.0)
+    load = Workload(history, cluster.addresses(), cluster.node_names(), spec, rng.randrange(1 << 30))
+    load.start()
+    wait_until(lambda: acked_puts(history) >= puts, "puts before the fault")
+    return load
 
 
 def failover_run(directory: Path, sync: int, *, acked_while_lagging: int = 20,
@@ -35,17 +51,12 @@ def failover_run(directory: Path, sync: int, *, acked_while_lagging: int = 20,
     history = History(directory / "history.jsonl")
     rng = random.Random(seed)
     try:
-        cluster.start()
-        wait_until(lambda: cluster.caught_up(), "the standby to follow")
-        spec = WorkloadSpec(producers=2, workers=1, app_workers=0, tubes=1, delayed=0.0)
-        load = Workload(history, cluster.addresses(), cluster.node_names(), spec, rng.randrange(1 << 30))
-        load.start()
+        load = loaded(cluster, history, rng, 10)
         p = cluster.nodes["p"]
 
         def acked() -> int:
-            return sum(1 for op in history.ops() if op.f == "put" and op.ok)
+            return acked_puts(history)
 
-        wait_until(lambda: acked() >= 10, "puts before the fault")
         ev = history.invoke("nemesis", "start", {"nemesis": "lose-primary", "breaks": True})
         net.cut("p", "s")
         before = acked()

@@ -168,7 +168,10 @@ class Failover:
         self.old = self.new = ""
 
     def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
-        wait_until(cluster.caught_up, "the standby to catch up before a failover")
+        try:
+            wait_until(cluster.caught_up, "the standby to catch up before a failover")
+        except TimeoutError as e:  # say which node is gone, if one is: its log ends there
+            raise TimeoutError(f"{e} ({cluster.states()})") from None
         self.old = cluster.primary
         self.new = next(n for n in sorted(cluster.nodes) if n != self.old)
         cluster.nodes[self.old].kill9()

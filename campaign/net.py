@@ -49,6 +49,7 @@ class NamespaceNet:
         self._ips: dict[tuple[str, str], str] = {}  # (node, peer) -> node's ip on that link
         self._made_ns: list[str] = []
         self._made_links: list[str] = []
+        self._cuts: list[tuple[str, str]] = []
         try:
             for n in names:
                 _run("ip", "netns", "add", self.ns[n])
@@ -98,15 +99,41 @@ class NamespaceNet:
     def peer_address(self, node: str, port: int, seen_by: str) -> str:
         return f"{self._ips[(node, seen_by)]}:{port}"
 
+    def _drops(self, me: str, cuts: Sequence[tuple[str, str]]) -> list[str]:
+        """The rules in ``me``'s namespace that make ``cuts``."""
+        out = []
+        for a, b in cuts:
+            for mine, other in ((a, b), (b, a)):
+                if mine == me:
+                    ip = self._ips[(other, me)]
+                    out += [f"add rule inet campaign in ip saddr {ip} drop",
+                            f"add rule inet campaign out ip daddr {ip} drop"]
+        return out
+
     def cut(self, a: str, b: str) -> None:
-        for me, other in ((a, b), (b, a)):
-            if me == CLIENT:
-                continue
-            ip = self._ips[(other, me)]
-            self._nft(me, f"add rule inet campaign in ip saddr {ip} drop")
-            self._nft(me, f"add rule inet campaign out ip daddr {ip} drop")
+        self._cuts.append((a, b))
+        for me in (a, b):
+            if me != CLIENT:
+                for rule in self._drops(me, [(a, b)]):
+                    self._nft(me, rule)
+
+    def heal_between(self, a: str, b: str) -> None:
+        """Heal the cut between ``a`` and ``b`` alone; every other cut stays, without a gap
+        (each namespace's rules are replaced in one nftables transaction)."""
+        self._cuts = [c for c in self._cuts if set(c) != {a, b}]
+        for n in self.names:
+            script = ["flush chain inet campaign in", "flush chain inet campaign out", *self._drops(n, self._cuts)]
+            _run("ip", "netns", "exec", self.ns[n], "nft", "; ".join(script))
+
+    def exec_in(self, node: str, *cmd: str) -> str:
+        """Run ``cmd`` in ``node``'s namespace (what that node sees of the network); its output."""
+        r = subprocess.run(["ip", "netns", "exec", self.ns[node], *cmd], capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise OSError(f"{' '.join(cmd)} in {node}: {r.stderr.strip()[-2000:] or r.returncode}")
+        return r.stdout
 
     def heal(self) -> None:
+        self._cuts = []
         for n in self.names:
             self._nft(n, "flush chain inet campaign in")
             self._nft(n, "flush chain inet campaign out")

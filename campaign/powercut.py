@@ -22,10 +22,13 @@ policy's promise (docs/architecture.md, "What a reply promises"):
 
 ``python -m campaign.powercut --cuts 200`` prints the table (and writes it with ``--table``).
 
-TODO(lead): the history format is campaign.history's (Jepsen events: ``p``, ``type``, ``f``,
-``t``, ``value``); the recorder and the lost/resurrected/invented rules here are a minimal copy
-kept so this branch stands alone. When campaign/ lands, record through ``campaign.history``
-and keep only the window rule (:func:`in_window`) here, on top of ``campaign.checker``.
+The events have campaign.history's fields (``p``, ``type``, ``f``, ``t``, ``value``), but the
+recorder and the rules here stay this module's own: under ``every:MS`` and ``never`` a power cut
+hands the ids of lost puts to new jobs (docs/reliability.md), so loss is judged by body here,
+where ``campaign.checker``'s ``lost`` rule, keyed by id, would count a lost put whose id a later
+job took as present. The power cut of a primary and its standby together, judged under
+``always`` only, records through ``campaign.history`` and ``campaign.checker``
+(:mod:`campaign.pairloss`).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ NEMESIS = "nemesis"
 # -- the history ------------------------------------------------------------------------------
 
 class History:
-    """Events as campaign.history writes them (see the TODO above), thread-safe, in memory."""
+    """Events with campaign.history's fields (see above), thread-safe, in memory."""
 
     def __init__(self) -> None:
         self._t0 = time.monotonic()

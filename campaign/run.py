@@ -12,6 +12,7 @@ import json
 import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,9 +77,10 @@ def _cluster(spec: RunSpec, root: Path) -> tuple[Cluster, str]:
         raise
 
 
-def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None) -> RunResult:
+def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None,
+        progress: Callable[[str], None] | None = None) -> RunResult:
     """Run ``spec`` in ``directory`` (emptied first: a run's history and data are its own);
-    ``nemesis`` overrides the one named."""
+    ``nemesis`` overrides the one named; ``progress`` is given a line after each fault."""
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
@@ -93,11 +95,14 @@ def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None) -> RunRe
         load = Workload(history, cluster.addresses(), cluster.node_names(), spec.workload, spec.seed)
         load.start()
         time.sleep(spec.quiet)  # the schedule: load before the first fault
-        for _ in range(spec.cycles):
+        began = time.monotonic()
+        for cycle in range(1, spec.cycles + 1):
             _nemesis_op(history, "start", fault, lambda: fault.start(cluster, rng))
             time.sleep(spec.fault)
             _nemesis_op(history, "stop", fault, lambda: fault.stop(cluster, rng))
             time.sleep(spec.quiet)
+            if progress is not None:
+                progress(_progress_line(spec, cycle, history, time.monotonic() - began))
         load.stop()
         cluster.revive()
         if "s" in cluster.nodes and spec.sync:
@@ -112,6 +117,13 @@ def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None) -> RunRe
     result = RunResult(spec, directory, report.row(spec.label, spec.cycles, ops, anomalies), anomalies, note)
     (directory / "result.json").write_text(json.dumps(result.to_json(), indent=1, default=str))
     return result
+
+
+def _progress_line(spec: RunSpec, cycle: int, history: History, elapsed: float) -> str:
+    acked = history.count("put", "ok")
+    left = elapsed / cycle * (spec.cycles - cycle)
+    return (f"   {spec.label}: fault {cycle}/{spec.cycles}, {acked} puts acknowledged, "
+            f"{elapsed:.0f} s, about {left:.0f} s left")
 
 
 def _nemesis_op(history: History, phase: str, fault: Nemesis, act: Any) -> None:

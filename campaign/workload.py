@@ -162,6 +162,21 @@ class Workload:
             self.stopping.wait(max(0.0, 1 / self.spec.rate - (time.monotonic() - t0)))
         rec.drop()
 
+    def put_to(self, address: str, name: str, count: int) -> None:
+        """``count`` puts into the first tube by process ``name`` through a client that knows
+        ``address`` alone (a client left with an old primary's address, say)."""
+        tube = self.tubes()[0]
+        rec = _Recorder(self.history, name, [address], self.nodes, self.spec, self.stopping,
+                        lambda c: c.use(tube))
+        for i in range(count):
+            body = f'"{name}-{i}"'
+
+            def put(c: Client, b: str = body) -> dict[str, Any]:
+                return {"id": c.put(b, priority=0, ttr=self.spec.ttr)}
+
+            rec.call("put", {"body": body, "tube": tube, "pri": 0, "delay": 0, "ttr": self.spec.ttr}, put)
+        rec.drop()
+
     def _work(self, name: str, tube: str, rng: random.Random) -> None:
         def setup(c: Client) -> None:
             c.watch(tube)
@@ -254,29 +269,44 @@ class _AppRecorder(Middleware):
         self._acked(ctx, "release", {"pri": 0, "delay": int(getattr(action, "delay", 0))})
 
 
+_JOIN = 100_000  # a smaller gap between seen ids is read whole; an id ceiling's jump is 2**20
+
+
 def id_ranges(ids: list[int], slack: int) -> list[range]:
-    """The ids a server could have handed out: per epoch's band of ids (a promotion starts a
-    new one, ``engine.replay.ID_BAND``), from the band's start to the highest id seen in it
-    plus ``slack`` (puts whose reply never came took ids too), and as much of the next band.
+    """The ids a server could have handed out: around every run of ids seen, ``slack`` more on
+    each side (puts whose reply never came took ids too), and the first ids of each epoch's band
+    (a promotion starts a new one, ``engine.replay.ID_BAND``) up to the one after the highest.
+    Runs split where ids jump: after an unclean stop under ``every``/``never`` ids go on from the
+    durable id ceiling (``persist.idceiling``), up to a million past the last one.
 
     >>> [(r.start, r.stop) for r in id_ranges([3, 9], 2)]
     [(1, 12), (8796093022208, 8796093022211)]
+    >>> [(r.start, r.stop) for r in id_ranges([3, 1048600], 2)]
+    [(1, 6), (1048598, 1048603), (8796093022208, 8796093022211)]
     """
     from stalkd.engine.replay import ID_BAND
 
-    top_band = max((i // ID_BAND for i in ids if i), default=0) + 1
-    out = []
-    for band in range(top_band + 1):
-        lo = max(1, band * ID_BAND)
-        hi = max([i for i in ids if i and i // ID_BAND == band], default=lo)
-        out.append(range(lo, hi + slack + 1))
+    seen = sorted({i for i in ids if i})
+    top_band = max((i // ID_BAND for i in seen), default=0) + 1
+    spans = [(max(1, band * ID_BAND), max(1, band * ID_BAND) + slack + 1) for band in range(top_band + 1)]
+    for i in seen:
+        lo = max(i - slack, max(1, (i // ID_BAND) * ID_BAND))
+        spans.append((lo, i + slack + 1))
+    out: list[range] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1].stop + _JOIN:  # ids between two seen ones may all have been given
+            out[-1] = range(out[-1].start, max(out[-1].stop, hi))
+        else:
+            out.append(range(lo, hi))
     return out
 
 
-def final_read(history: History, address: str, slack: int, timeout: float = 10.0) -> None:
+def final_read(history: History, address: str, slack: int, timeout: float = 60.0) -> None:
     """Record every job the server holds among the ids it could have given (``id_ranges``) as
     one ``final`` op of the ``final`` process. Raises if the server cannot be read: a run without
-    its final read cannot say what was lost."""
+    its final read cannot say what was lost. ``timeout`` bounds each reply: generous, as a
+    server just restarted on a loaded machine (the pure-Python build beside another suite in
+    CI) may take seconds over one."""
     ranges = id_ranges([op.value.get("id", 0) for op in history.ops()], slack)
     ev = history.invoke("final", "final", {"ranges": [[r.start, r.stop] for r in ranges]})
     jobs = []

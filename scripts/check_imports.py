@@ -1,4 +1,5 @@
-"""Fail when modules of a package import each other in a cycle (run by ``make lint``).
+"""Fail when modules of a package import each other in a cycle, or a layer imports one above it
+(run by ``make lint``).
 
 Usage: ``python scripts/check_imports.py [--count KIND] [SRC_DIR [PACKAGE]]`` (default
 ``src stalkd``, ``--count import-time``).
@@ -18,6 +19,12 @@ itself (its ``__init__``). Importing ``a.b.c`` also runs the ``__init__`` of ``a
 those implicit edges are left out, as every layered package would otherwise be one cycle.
 Each strongly connected group of modules is printed with one shortest cycle through it and
 every import edge inside it (the edges to cut).
+
+Layers: for ``stalkd``, :data:`LAYERS` lists its sub-packages (and top-level modules) from the
+bottom up. An import of a higher layer from a lower one, of the import-time or deferred kind, is an
+upward arrow and fails the check the way a cycle does: a layer must be usable, and testable,
+without the ones above it. A sub-package missing from the table fails too, so a new one is placed
+on purpose.
 """
 
 from __future__ import annotations
@@ -47,6 +54,54 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 KINDS = ("import-time", "deferred", "typing")
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("stalkd", "stalkd.cyshim", "stalkd.extensions", "stalkd.sourcefirst", "stalkd.pids", "stalkd.secretfile",
+     "stalkd.tubes"),
+    ("stalkd.log",),  # segments, frames, group commit, consumer groups
+    ("stalkd.protocol",),  # the beanstalkd grammar: commands and replies as values
+    ("stalkd.engine",),  # the job semantics, a pure state machine
+    ("stalkd.persist",),  # the engine made durable: WAL, snapshots, compaction, recovery
+    ("stalkd.archive",),  # shipping the log to object storage
+    ("stalkd.client", "stalkd.ha"),  # the clients; the etcd lease
+    ("stalkd.replication",),  # primary and standbys
+    ("stalkd.server",),  # the protocol over asyncio
+    ("stalkd.worker",),  # tasks over the client
+    ("stalkd.outbox", "stalkd.admin", "stalkd.spark"),  # built over the layers below
+    ("stalkd.node", "stalkd.cli"),  # the composition root: the commands that wire every layer
+)
+"""``stalkd``'s layers from the bottom up; the names on one row may not import each other."""
+
+
+def layer_of(module: str, layers: tuple[tuple[str, ...], ...] = LAYERS) -> tuple[int, str] | None:
+    """(rank, unit) of ``module``: the longest table entry that is the module or a package holding it."""
+    best: tuple[int, str] | None = None
+    for rank, row in enumerate(layers):
+        for unit in row:
+            inside = module.startswith(unit + ".") and unit != "stalkd"  # the root holds only itself
+            if (module == unit or inside) and (best is None or len(unit) > len(best[1])):
+                best = (rank, unit)
+    return best
+
+
+def upward_arrows(edges: dict[str, dict[str, int]], weakest: int = 1) -> list[str]:
+    """Every import from a lower layer to a higher one (or across one row), of kind ``weakest`` or
+    stronger, and every module in no layer, as lines to print."""
+    problems = []
+    for name in sorted(edges):
+        here = layer_of(name)
+        if here is None:
+            problems.append(f"{name} is in no layer of LAYERS (scripts/check_imports.py)")
+            continue
+        for target, kind in sorted(edges[name].items()):
+            there = layer_of(target)
+            if kind > weakest or there is None or there[1] == here[1]:
+                continue
+            if there[0] > here[0] or (there[0] == here[0] and here[0] > 0):
+                problems.append(f"{name} imports {target} ({KINDS[kind]}): {here[1]} is below {there[1]}"
+                                if there[0] > here[0] else
+                                f"{name} imports {target} ({KINDS[kind]}): {here[1]} and {there[1]} share a row")
+    return problems
 
 
 def import_statements(body: list[ast.stmt], kind: int = 0) -> Iterator[tuple[ast.Import | ast.ImportFrom, int]]:
@@ -198,11 +253,15 @@ def main(argv: list[str]) -> int:
             report(graph, groups, edges, modules, f"import cycle ({kind})")
         else:
             report(graph, groups, edges, modules, f"note, not counted: cycle once {kind} imports count")
-    if failed:
-        print(f"{failed} import cycle(s) in {args.package} counting {args.count} imports")
+    arrows = upward_arrows(edges) if args.package == "stalkd" else []
+    for line in arrows:
+        print(f"upward arrow: {line}")
+    if failed or arrows:
+        print(f"{failed} import cycle(s) in {args.package} counting {args.count} imports"
+              + (f"; {len(arrows)} upward arrow(s)" if arrows else ""))
         return 1
     print(f"no import cycles among {len(modules)} modules of {args.package} "
-          f"counting {args.count} imports")
+          f"counting {args.count} imports; no upward arrow between its {len(LAYERS)} layers")
     return 0
 
 

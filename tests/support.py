@@ -26,11 +26,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from stalkd.pids import pid_alive
+
+T = TypeVar("T")
 
 
 def listening_ports(pid: int) -> list[int]:
@@ -201,14 +203,19 @@ def small_tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mnt)], check=False, timeout=30)
 
 
-def wait_until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Poll ``cond`` until it holds, or fail naming ``what`` after ``timeout`` seconds (a
-    condition with a deadline, never a guessed sleep)."""
+def wait_until(cond: Callable[[], T], what: str = "a condition", timeout: float = 30.0,
+               step: float = 0.02) -> T:
+    """Poll ``cond`` until it returns something true and return that, or fail naming ``what``
+    after ``timeout`` seconds (a condition with a deadline, never a guessed sleep). The one
+    poll-until helper of the suite: every test waits with it."""
     deadline = time.monotonic() + timeout
-    while not cond():
+    while True:
+        value = cond()
+        if value:
+            return value
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not within {timeout}s")
-        time.sleep(0.02)
+        time.sleep(step)
 
 
 def require_binary(name: str) -> str:
@@ -241,7 +248,7 @@ def wait_serving(host: str, port: int = 0, timeout: float = 60.0,
                  proc: subprocess.Popen[bytes] | None = None) -> None:
     """Block until the beanstalkd-protocol server on host:port (or ``unix:PATH`` as host)
     answers a command. stalkd listens before it imports its engine and recovers
-    (server/cli.py), so "listening" is not "serving": under load the first reply can be seconds
+    (node/cli.py), so "listening" is not "serving": under load the first reply can be seconds
     away, and a test whose client has a short reply timeout would time out on the server's
     start-up rather than on what it tests. Connecting is retried while nothing listens yet (a
     UNIX socket's file appears only when it listens), failing at once if ``proc`` exits.

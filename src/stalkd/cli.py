@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 # name -> (target, one-line summary). Order is the order shown in --help.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("stalkd.server.cli:main", "run the beanstalkd-compatible server"),
+    "serve": ("stalkd.node.cli:main", "run the beanstalkd-compatible server"),
     "put": ("stalkd.client.cli:put", "put a job into a tube"),
     "peek": ("stalkd.client.cli:peek", "show a job by id, or the next ready/delayed/buried one"),
     "delete": ("stalkd.client.cli:delete", "delete jobs by id"),
@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "workers": ("stalkd.worker.cli:workers", "live worker processes and the jobs each runs now"),
     "failed": ("stalkd.worker.cli:failed", "list dead-lettered (buried) jobs with their errors"),
     "retry": ("stalkd.worker.cli:retry", "kick dead-lettered jobs back to ready"),
-    "log": ("stalkd.engine.datadir:log_main", "check or repair a log (stalkd log inspect|repair DIR; inspect also an archive URL)"),
+    "log": ("stalkd.node.logcmd:log_main", "check or repair a log (stalkd log inspect|repair DIR; inspect also an archive URL)"),
     "analyze": ("stalkd.spark.cli:analyze", "Spark analytics over a WAL: tables, plots, report"),
     "bench": ("stalkd.spark.cli:bench", "benchmarks and history generators (stalkd bench history)"),
 }

@@ -20,12 +20,8 @@ Example:
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
 import sys
-from collections.abc import Sequence
 from types import ModuleType
 
 __all__ = ["CYTHON_MODULES", "compiled_module", "compiled_modules", "extensions_disabled",
@@ -34,8 +30,8 @@ __all__ = ["CYTHON_MODULES", "compiled_module", "compiled_modules", "extensions_
 CYTHON_MODULES = (
     "stalkd.engine.model",
     "stalkd.engine.space",
-    "stalkd.engine.wal",
-    "stalkd.engine.walspace",
+    "stalkd.persist.wal",
+    "stalkd.persist.walspace",
     "stalkd.log.active",
     "stalkd.log.commit",
     "stalkd.log.frame",
@@ -79,30 +75,12 @@ def _is_compiled(module: ModuleType) -> bool:
     return not (getattr(module, "__file__", None) or "").endswith(".py")
 
 
-class _SourceFirst(importlib.abc.MetaPathFinder):
-    """Finds the ``.py`` file of a module Cython compiled, where the compiled one would load."""
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:  # fmt: skip
-        if fullname not in CYTHON_MODULES:
-            return None
-        for finder in sys.meta_path:  # the next finder's answer (PathFinder, an editable install's)
-            if finder is self or isinstance(finder, _SourceFirst):
-                continue
-            find = getattr(finder, "find_spec", None)
-            spec: importlib.machinery.ModuleSpec | None = None if find is None else find(fullname, path, target)
-            if spec is None:
-                continue
-            origin = spec.origin or ""
-            if origin.endswith(".py"):
-                return spec
-            source = os.path.join(os.path.dirname(origin), fullname.rpartition(".")[2] + ".py")
-            return importlib.util.spec_from_file_location(fullname, source) if os.path.exists(source) else spec
-        return None
-
-
 def install_switch() -> None:
     """Under ``STALKD_NO_EXTENSIONS=1``, make every module of ``CYTHON_MODULES`` import from its
     ``.py`` file (``import stalkd`` calls this, before any of them can be imported)."""
-    if extensions_disabled() and not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
-        sys.meta_path.insert(0, _SourceFirst())
+    if not extensions_disabled():
+        return
+    from stalkd.sourcefirst import SourceFirst  # importlib.abc: only where the switch is set
+
+    if not any(isinstance(f, SourceFirst) for f in sys.meta_path):
+        sys.meta_path.insert(0, SourceFirst(CYTHON_MODULES))

@@ -17,6 +17,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+import greenstalk
+
 from support import session_file  # tests/support.py
 
 SERVER_CMD = [sys.executable, "-m", "stalkd.cli", "serve"]
@@ -102,3 +104,20 @@ def start_admin_server(*flags: str, admin: str = "127.0.0.1:0", token: str | Non
             srv.stop()
             raise RuntimeError(f"stalkd --admin did not start:\n{text}")
         time.sleep(0.02)
+
+
+def make_tubes(port: int, n: int, *, more: int = 0, internal: bool = False) -> None:
+    """Tubes t00000 to t{n-1} of one job each, the last with ``more`` jobs more (the busiest);
+    with ``internal``, one job in stalkd.failed too."""
+    c = greenstalk.Client(("127.0.0.1", port))
+    try:
+        for i in range(n):
+            c.use(f"t{i:05d}")
+            c.put("x")
+        for _ in range(more):
+            c.put("more")
+        if internal:
+            c.use("stalkd.failed")
+            c.put("internal")
+    finally:
+        c.close()

@@ -78,3 +78,32 @@ def test_a_move_answer_is_the_json_of_all_its_ids() -> None:
     assert json.loads(text) == {**out, "new_ids": {str(k): v for k, v in out["new_ids"].items()}}  # type: ignore[union-attr]
     small = {"requested": 0, "outcomes": {}, "seconds": 0.0, "new_ids": {}}
     assert json.loads(asyncio.run(encode_answer(small))) == small
+
+
+def test_any_tube_can_be_found_by_search_or_sort(server: AdminServer) -> None:
+    n = 260
+    _make_tubes(server, n)  # t{i} holds 1 + i % 3 jobs; stalkd.failed one
+    # When a page is asked busiest first, by name, or by a search
+    status, busiest = server.request("GET", "/api/v1/overview?sort=jobs&limit=5&internal=0")
+    assert status == 200
+    # Then the busiest come first (3 jobs, in creation order), stalkd's own left out
+    assert [t["name"] for t in busiest["tubes"]] == ["t00002", "t00005", "t00008", "t00011", "t00014"]
+    assert busiest["tubes_total"] == n + 1  # default, not stalkd.failed
+    # and the totals sum every tube, not only the page
+    assert busiest["totals"]["other"]["ready"] == sum(1 + i % 3 for i in range(n))
+    assert busiest["totals"]["other"]["tubes"] == n + 1
+    assert busiest["totals"]["internal"] == {"tubes": 1, "ready": 1, "reserved": 0, "delayed": 0,
+                                             "buried": 0, "puts": 1, "deletes": 0}
+    # a search finds a tube far past the first page, whatever the order
+    for sort in ("created", "name", "jobs"):
+        status, found = server.request("GET", f"/api/v1/overview?q=t0025&sort={sort}")
+        assert status == 200 and found["tubes_total"] == 10, sort
+        assert sorted(t["name"] for t in found["tubes"]) == [f"t{i:05d}" for i in range(250, 260)]
+    status, page = server.request("GET", "/api/v1/overview?sort=name&offset=250&limit=20")
+    # ("default" < "stalkd.failed" < "t00000")
+    assert [t["name"] for t in page["tubes"]] == [f"t{i:05d}" for i in range(248, 260)]
+    assert page["next"] is None
+    # and a bad order or flag is refused by name
+    status, err = server.request("GET", "/api/v1/overview?sort=size")
+    assert status == 400 and "unknown sort 'size'" in err["error"]
+    assert server.request("GET", "/api/v1/overview?internal=yes")[0] == 400

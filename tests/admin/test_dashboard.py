@@ -9,7 +9,7 @@ from typing import Any
 import greenstalk
 import pytest
 
-from admin.adminproc import AdminServer
+from admin.adminproc import AdminServer, make_tubes
 from support import require_binary
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -107,6 +107,43 @@ def test_internal_tubes_are_hidden_until_the_toggle_shows_them(server: AdminServ
     page.locator("#show-internal").uncheck()
     expect(page.locator('#tubes tr[data-tube="stalkd.key.ab12"]')).to_have_count(0)
     expect(emails).to_have_count(1)
+
+
+def test_any_of_many_tubes_can_be_found_by_page_order_or_search(server: AdminServer, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    # Given 250 tubes (more than a page of 100), t00249 the busiest, stalkd.failed hidden
+    make_tubes(server.port, 250, more=4, internal=True)
+    # The table shows the first page, the cards every tube
+    expect(page.locator("#tube-range")).to_have_text("1–100 of 251")  # and "default"
+    expect(page.locator("#tubes tbody tr")).to_have_count(100)
+    expect(page.locator("#c-jobs")).to_have_text("254")
+    expect(page.locator('#tubes tr[data-tube="t00249"]')).to_have_count(0)
+    expect(page.locator("#tube-prev")).to_be_disabled()
+    # The next pages go on to the last tube
+    page.locator("#tube-next").click()
+    expect(page.locator("#tube-range")).to_have_text("101–200 of 251")
+    page.locator("#tube-next").click()
+    expect(page.locator("#tube-range")).to_have_text("201–251 of 251")
+    expect(page.locator('#tubes tr[data-tube="t00249"] .ready-n')).to_have_text("5")
+    expect(page.locator("#tube-next")).to_be_disabled()
+    # Ordered by jobs, the busiest is first, on the first page again
+    page.locator("#tube-sort").select_option("jobs")
+    expect(page.locator("#tube-range")).to_have_text("1–100 of 251")
+    expect(page.locator("#tubes tbody tr").first).to_have_attribute("data-tube", "t00249")
+    # A search finds the tubes whose name holds the text, whatever page they were on
+    page.locator("#tube-search").fill("t0017")
+    expect(page.locator("#tube-range")).to_have_text("1–10 of 10")
+    expect(page.locator("#tubes tbody tr")).to_have_count(10)
+    expect(page.locator('#tubes tr[data-tube="t00175"]')).to_have_count(1)
+    page.locator("#tube-search").fill("no such tube")
+    expect(page.locator("#tube-range")).to_have_text("no tube matches")
+    expect(page.locator("#tubes tbody tr")).to_have_count(0)
+    # stalkd's own tubes are found only with the toggle on
+    page.locator("#tube-search").fill("stalkd.")
+    expect(page.locator("#tube-range")).to_have_text("no tube matches")
+    page.locator("#show-internal").check()
+    expect(page.locator('#tubes tr[data-tube="stalkd.failed"]')).to_have_count(1)
 
 
 def test_chart_axes_never_repeat_a_label(page: Any) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import greenstalk
 
-from admin.adminproc import AdminServer
+from admin.adminproc import AdminServer, make_tubes
 from stalkd.admin.top import Sample, rows
 from support import require_binary, start_beanstalkd
 
@@ -154,3 +154,45 @@ def test_top_with_admin_alone_reads_that_server_and_refuses_two(server: AdminSer
     finally:
         mine.close()
         other.stop()
+
+
+def _tube_lines(screen: str) -> list[str]:
+    return [ln.split()[0] for ln in screen.splitlines() if re.match(r"t\d{5} ", ln)]
+
+
+def test_top_pages_orders_and_searches_many_tubes(server: AdminServer) -> None:
+    # Given 60 tubes, t00059 the busiest: more than the terminal shows
+    make_tubes(server.port, 60, more=3)
+    for args in (("--admin", server.admin), ("-a", server.address)):  # the server or top chooses
+        t = _top(*args, "-n", "0.3", "--sort", "name")
+        try:
+            # a page that fits the terminal, by name
+            screen = t.wait(lambda s: re.search(r"tubes 1-\d+ of 61 ", s) is not None)
+            k = int(re.search(r"tubes 1-(\d+) of 61 ", screen).group(1))  # type: ignore[union-attr]
+            assert 5 <= k < 61
+            assert _tube_lines(screen) == [f"t{i:05d}" for i in range(k - 1)]  # after "default"
+            t.keys("n")
+            second = f"tubes {k + 1}-{2 * k} of 61 "
+            screen = t.wait(lambda s, want=second: want in s)
+            assert _tube_lines(screen) == [f"t{i:05d}" for i in range(k - 1, 2 * k - 1)]
+            t.keys("p")
+            first = f"tubes 1-{k} of 61 "
+            t.wait(lambda s, want=first: want in s)
+            # the busiest first
+            t.keys("s")
+            t.keys("s")  # name -> created -> ready
+            screen = t.wait(lambda s: "order: ready" in s)
+            assert _tube_lines(screen)[0] == "t00059", screen
+            # a search, typed after /
+            t.keys("/")
+            t.keys("t0004")
+            t.keys("Enter")
+            screen = t.wait(lambda s: "tubes 1-10 of 10" in s and re.search(r"/t0004$", s, re.M) is not None)
+            assert sorted(_tube_lines(screen)) == [f"t{i:05d}" for i in range(40, 50)]
+            t.keys("/")
+            t.keys("Escape")
+            t.wait(lambda s: "of 61" in s and "/ search" in s)
+            t.keys("q")
+            t.wait(lambda s: "TOP-EXITED-0" in s)
+        finally:
+            t.kill()

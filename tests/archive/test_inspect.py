@@ -12,8 +12,8 @@ from stalkd.archive.note import write_note
 from stalkd.archive.remote import load_index, load_manifest
 from stalkd.archive.shipper import Shipper
 from stalkd.archive.store import Store
-from stalkd.engine.datadir import log_main
 from stalkd.log import Log
+from stalkd.node.logcmd import log_main
 
 
 def _archive(tmp_path: Path) -> tuple[Path, list[tuple[int, int]]]:

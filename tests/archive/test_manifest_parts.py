@@ -15,8 +15,8 @@ from stalkd.archive.manifest import MANIFEST_NAME, Part, SegmentEntry
 from stalkd.archive.remote import ArchiveCorruptError, load_index, load_manifest, load_segments
 from stalkd.archive.shipper import Shipper
 from stalkd.archive.store import Store
-from stalkd.engine.wal import Wal
 from stalkd.log import Log
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Delete, Put
 
 T = 1_700_000_000.0

@@ -67,7 +67,7 @@ def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
     # reserve+delete without one Python frame; the reference runs several per command. With the
     # WAL's write chain compiled too (its write, fsync and room), so does a durable put.
     compiled = fastconn.IMPLEMENTATION == "c" and fastengine.IMPLEMENTATION == "c"
-    wal_compiled = compiled and compiled_modules()["stalkd.engine.wal"]
+    wal_compiled = compiled and compiled_modules()["stalkd.persist.wal"]
     if not wal_compiled:
         assert pycalls["always:put:1"]["stalkd"]["calls"] > 1  # the durable path runs Python per put
     for cell in ("memory:put:1", "memory:rd:1") + (("always:put:1",) if wal_compiled else ()):

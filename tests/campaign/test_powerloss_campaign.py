@@ -9,16 +9,8 @@ from pathlib import Path
 import pytest
 from campaign.logcut import run as run_log
 from campaign.powercut import Counts, Run, check, run
-from campaign.powerfs import why_no_mount
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _fuse() -> None:
-    why = why_no_mount()
-    if why is not None:
-        pytest.skip(why)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fuse")]
 
 
 def _clean(c: Counts) -> None:

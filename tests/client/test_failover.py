@@ -18,14 +18,13 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from stalkd.client import Client, errors
-from support import ServerProcess, reserved_port, stop_process
+from support import ServerProcess, reserved_port, stop_process, wait_until
 
 from .conftest import start_tcp
 
@@ -52,14 +51,6 @@ def kill(server: ServerProcess) -> None:
     """kill -9, and wait until it is gone (its sockets closed by the kernel)."""
     server.proc.kill()
     server.proc.wait()
-
-
-def wait_until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def ready_in(server: ServerProcess, tube: str) -> int:

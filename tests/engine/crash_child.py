@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from tests.engine.walutil import T0, Driver, durable_view, random_step  # noqa: E402
 
-from stalkd.engine.wal import Wal  # noqa: E402
 from stalkd.log.fs import Faults  # noqa: E402
+from stalkd.persist.wal import Wal  # noqa: E402
 
 WAL_OPTS = dict(segment_size=4096, compact_min_bytes=1500, chunk_jobs=4)
 

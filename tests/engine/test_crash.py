@@ -21,8 +21,8 @@ import pytest
 from stalkd.engine import Engine
 from stalkd.engine.model import decode
 from stalkd.engine.replay import finish, replay
-from stalkd.engine.wal import Wal, WalError
 from stalkd.log.fs import CrashPoint, Faults
+from stalkd.persist.wal import Wal, WalError
 from support import log_tail, popen_logged
 
 from .walutil import T0, Driver, durable_view, random_step

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from stalkd.engine import Engine
-from stalkd.engine.wal import Wal
 from stalkd.log.frame import frame_size
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Delete, Put
 
 from .walutil import T0

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine.compaction import WalError
-from stalkd.engine.wal import Wal
 from stalkd.log import LogCorruptError
+from stalkd.persist.compaction import WalError
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Put
 
 SEG = 65536

@@ -1,4 +1,5 @@
-"""The examples in the engine's docstrings are true (every stalkd.engine module, run as doctests)."""
+"""The examples in the engine's docstrings are true (every stalkd.engine and stalkd.persist module,
+run as doctests)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ import pkgutil
 import pytest
 
 import stalkd.engine
+import stalkd.persist
 from support import run_doctests
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(stalkd.engine.__path__, "stalkd.engine."))
+MODULES = sorted(m.name for pkg in (stalkd.engine, stalkd.persist)
+                 for m in pkgutil.iter_modules(pkg.__path__, pkg.__name__ + "."))
 
 
 def test_every_module_is_found() -> None:
-    assert {"stalkd.engine.engine", "stalkd.engine.snapshot", "stalkd.engine.tail"} <= set(MODULES)
+    assert {"stalkd.engine.engine", "stalkd.persist.snapshot", "stalkd.persist.tail"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -12,7 +12,7 @@ import random
 from stalkd.engine import Engine
 from stalkd.engine.model import JobState, Op
 from stalkd.engine.replay import finish, replay
-from stalkd.engine.snapshot import capture_order
+from stalkd.persist.snapshot import capture_order
 from stalkd.protocol import commands as C
 
 from .harness import Harness

@@ -9,18 +9,17 @@ import logging
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from stalkd.engine.wal import Wal, WalError
 from stalkd.log import LogCorruptError
 from stalkd.log.frame import frame_size
 from stalkd.log.mark import MARK_NAME, read_mark
 from stalkd.log.segment import HEADER_SIZE
+from stalkd.persist.wal import Wal, WalError
 from stalkd.protocol.commands import Put
+from support import wait_until
 
 T = 1_700_000_000.0
 N = 200
@@ -28,14 +27,6 @@ N = 200
 
 def body(i: int, size: int) -> bytes:
     return bytes(size) if size > 100 else b"job %05d " % i + b"x" * (size - 10)
-
-
-def poll(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def crashed_after_acks(d: Path, n: int = N, size: int = 100, unsynced: int = 0) -> int:
@@ -49,7 +40,7 @@ def crashed_after_acks(d: Path, n: int = N, size: int = 100, unsynced: int = 0) 
         wal.write(eng.apply(1, Put(0, 0, 60, body(i, size)), T).records)
     wal.sync()
     acked = wal.log.next_offset
-    poll(lambda: read_mark(str(d / "wal")) == acked, "the high-water mark to cover the acknowledged puts")
+    wait_until(lambda: read_mark(str(d / "wal")) == acked, "the high-water mark to cover the acknowledged puts")
     for i in range(unsynced):
         wal.write(eng.apply(1, Put(0, 0, 60, body(n + i, size)), T).records)
     end = wal.log.next_offset

@@ -9,7 +9,7 @@ from pathlib import Path
 from stalkd.engine import Engine
 from stalkd.engine.model import Op
 from stalkd.engine.replay import finish, replay
-from stalkd.engine.snapshot import list_snapshots
+from stalkd.persist.snapshot import list_snapshots
 from stalkd.protocol import commands as C
 
 from .test_wal import reopen

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.protocol import commands as C
 from stalkd.server.admission import Admission
 

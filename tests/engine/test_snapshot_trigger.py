@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Put
 
 from .walutil import T0

@@ -8,7 +8,7 @@ import pytest
 
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.replay import durable_record
-from stalkd.engine.snapshot import (
+from stalkd.persist.snapshot import (
     SnapshotError,
     SnapshotWriter,
     iter_jobs,

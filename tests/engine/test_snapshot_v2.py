@@ -13,9 +13,9 @@ from stalkd.engine import Engine
 from stalkd.engine.heap import IndexedHeap
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.replay import durable_record, finish
-from stalkd.engine.snap_v2 import encode_block
-from stalkd.engine.snapfile import block_bytes, head_bytes, trailer_bytes
-from stalkd.engine.snapshot import (
+from stalkd.persist.snap_v2 import encode_block
+from stalkd.persist.snapfile import block_bytes, head_bytes, trailer_bytes
+from stalkd.persist.snapshot import (
     SNAP_VERSION,
     SnapshotError,
     SnapshotWriter,
@@ -187,7 +187,7 @@ def _busy_engine(d: Driver, rng: random.Random, n: int) -> None:
 def test_quiet_snapshot_restores_heaps_exactly_as_they_were(tmp_path: Path) -> None:
     """A snapshot taken while nothing moves is written in heap-array order, so recovery gets
     each tube's ready and delay heap back slot for slot (no reordering was needed)."""
-    from stalkd.engine.wal import Wal
+    from stalkd.persist.wal import Wal
 
     wal = Wal.open(tmp_path, durability="never", chunk_jobs=7, background=False)
     e, _ = wal.recover(T0)
@@ -212,7 +212,7 @@ def test_snapshot_taken_while_jobs_move_recovers_valid_heaps(tmp_path: Path, see
     """Jobs reserved, released, buried, kicked and deleted between the chunks of a snapshot:
     the file is no longer in heap order, and recovery still builds valid heaps and the
     acknowledged state."""
-    from stalkd.engine.wal import Wal
+    from stalkd.persist.wal import Wal
 
     rng = random.Random(seed)
     wal = Wal.open(tmp_path, durability="never", chunk_jobs=5, background=False)
@@ -241,7 +241,7 @@ def test_snapshot_taken_while_jobs_move_recovers_valid_heaps(tmp_path: Path, see
 def test_a_version_1_snapshot_still_recovers(tmp_path: Path) -> None:
     """A data directory last written by a v1 build: its snapshot (rewritten here in v1 from the
     same entries) recovers the same state, and the next snapshot is written in v2."""
-    from stalkd.engine.wal import Wal
+    from stalkd.persist.wal import Wal
 
     wal = Wal.open(tmp_path, durability="never", background=False)
     e, _ = wal.recover(T0)

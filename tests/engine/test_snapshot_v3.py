@@ -11,14 +11,14 @@ import pytest
 from stalkd.engine import Engine
 from stalkd.engine.handover import epoch_record
 from stalkd.engine.model import JobState, Op, Record
-from stalkd.engine.snapshot import (
+from stalkd.persist.snapshot import (
     SnapshotError,
     list_snapshots,
     load_into,
     read_header,
     read_snapshot,
 )
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.protocol import commands as C
 
 from .walutil import T0, Driver, durable_view

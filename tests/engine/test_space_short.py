@@ -8,8 +8,8 @@ import errno
 from pathlib import Path
 
 from stalkd.engine import Engine
-from stalkd.engine.wal import Wal
 from stalkd.log.fs import Faults
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Delete, Put
 
 T = 1_700_000_000.0

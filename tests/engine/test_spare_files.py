@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from stalkd.engine.space import SHORT_FRAME, put_frame
-from stalkd.engine.wal import Wal
 from stalkd.log.fs import Faults
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Delete, Put
 from support import small_tmpfs
 

@@ -15,8 +15,10 @@ from stalkd.engine import Engine
 from stalkd.engine.heap import IndexedHeap
 from stalkd.engine.model import Op, decode
 from stalkd.engine.replay import finish, replay
-from stalkd.engine.snapshot import list_snapshots, load_into, read_header
-from stalkd.engine.wal import Wal, WalError
+from stalkd.log.mark import read_mark
+from stalkd.persist.idceiling import IDS_NAME
+from stalkd.persist.snapshot import list_snapshots, load_into, read_header
+from stalkd.persist.wal import Wal, WalError
 from stalkd.protocol import commands as C
 
 from .walutil import T0, Driver, random_step
@@ -57,6 +59,8 @@ def reference_recover(directory: Path, now: float) -> Engine:
         start_seq, need = h.start_seq, h.start_offset
         e.seq = max(e.seq, h.end_seq)
         e.next_id = max(e.next_id, h.next_id)
+    # ids continue from the durable ceiling when the log ends below it (persist/idceiling.py)
+    e.next_id = max(e.next_id, read_mark(str(directory), name=IDS_NAME) or 0)
     for frame in wal.log.read(need):
         r = decode(frame.payload)
         if r.seq <= start_seq or r.op is Op.UNKNOWN:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from stalkd.engine import model, wal
+from stalkd.engine import model
+from stalkd.persist import wal
 from stalkd.engine.model import Op, Record
 from stalkd.extensions import CYTHON_MODULES, compiled_modules
 from stalkd.log import frame, log, writer
@@ -16,7 +17,7 @@ from stalkd.log import frame, log, writer
 _DISABLED = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 
 
-CHAIN = ("stalkd.engine.model", "stalkd.engine.wal", "stalkd.engine.walspace", "stalkd.engine.space",
+CHAIN = ("stalkd.engine.model", "stalkd.persist.wal", "stalkd.persist.walspace", "stalkd.engine.space",
          "stalkd.log.log", "stalkd.log.writer", "stalkd.log.active", "stalkd.log.commit", "stalkd.log.fs",
          "stalkd.log.frame")  # fmt: skip
 
@@ -29,7 +30,7 @@ def test_the_write_chain_is_compiled_from_its_own_files_or_runs_them() -> None:
     if _DISABLED:
         assert states == {False}
     # nothing stands in for a method on the classes: the method is the class's own
-    assert wal.Wal.__dict__["write"].__module__ == "stalkd.engine.wal"
+    assert wal.Wal.__dict__["write"].__module__ == "stalkd.persist.wal"
     assert log.Log.__dict__["write_many"].__module__ == "stalkd.log.log"
     assert log.Log.__dict__["sync"].__module__ == "stalkd.log.log"
 

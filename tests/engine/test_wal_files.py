@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine.wal import Wal
 from stalkd.log.fs import Faults, SymlinkError
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Put
 
 T0 = 1_700_000_000.0

@@ -7,7 +7,7 @@ from typing import Any
 
 from stalkd.engine import Engine, Outcome
 from stalkd.engine.replay import durable_record
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.protocol import commands as C
 
 T0 = 1_700_000_000.0

@@ -12,8 +12,10 @@ from etcdserver import EtcdProcess, start_etcd
 from server.proc import start_stalkd
 from server.tlsutil import Certs, make_certs
 from stalkd.ha import Etcd, LeaseKeeper, parse_cluster
+from stalkd.ha.cluster import latest_epoch
 from stalkd.ha.etcd import EtcdUnavailable
 from standby.cluster import stats
+from support import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +44,10 @@ def test_a_node_with_a_certificate_of_the_ca_leads(etcd: EtcdProcess, certs: Cer
     node = start_stalkd("--dir", str(tmp_path / "n"), "--ha", cluster, "--name", "n")
     try:
         assert stats(node)["role"] == "primary"
+        # and its other etcd clients (the epoch it publishes, the sync set, the switchover
+        # key) present the same certificate: the epoch it leads is recorded in etcd
+        epoch = int(stats(node)["cluster-epoch"])
+        wait_until(lambda: latest_epoch(Etcd(addr), addr) == epoch, f"epoch {epoch} recorded in etcd")
     finally:
         node.stop()
 

@@ -32,7 +32,7 @@ def test_the_active_implementation_follows_the_build_and_the_switch() -> None:
 
 def _version(env_extra: dict[str, str]) -> str:
     env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"} | env_extra
-    cmd = [sys.executable, "-m", "stalkd.server.cli", "-v"]
+    cmd = [sys.executable, "-m", "stalkd.node.cli", "-v"]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=True).stdout
 
 

@@ -17,6 +17,7 @@ from stalkd.engine import Engine
 from stalkd.protocol import NEED_DATA, accel
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COMMANDS, LINE_MAX
+from stalkd.protocol.parser import BIG_BODY
 from stalkd.protocol.parser import Parser as PyParser
 from stalkd.protocol.replies import encode_line as py_encode_line
 from stalkd.protocol.replies import encode_reply
@@ -136,6 +137,22 @@ def test_a_large_body_in_small_reads() -> None:
     # too big: counted down as it arrives, never held
     items = _both([data[i : i + 1000] for i in range(0, len(data), 1000)], 100)
     assert items[-2] == C.Delete(1) and all(h[1] < LINE_MAX for h in items if type(h) is tuple)
+
+
+def test_big_bodies_received_apart_alike() -> None:
+    # bodies of BIG_BODY bytes or more arrive into their own object: the same items, the same
+    # bytes held after every read, whatever the split, a bad CRLF and a result-put's body too
+    body = bytes(range(256)) * (BIG_BODY // 256) + b"tail"
+    data = (b"put 1 2 3 %d\r\n%s\r\npeek 1\r\n" % (len(body), body)
+            + b"put 0 0 1 %d\r\n%sXYuse a\r\n" % (len(body), body)
+            + b"put 0 0 1 %d\r\n%s\r\n" % (BIG_BODY - 1, body[: BIG_BODY - 1]))
+    rng = random.Random(30)
+    for cuts in ([], [13], [len(data) - 1], [rng.randrange(len(data)) for _ in range(40)],
+                 list(range(0, len(data), 65536))):
+        items = [x for x in _both(_split(data, cuts), 2 * BIG_BODY) if type(x) is not tuple]
+        assert items[:2] == [C.Put(1, 2, 3, body), C.Peek(1)]
+        assert items[2] == C.Put(0, 0, 1, b"", "EXPECTED_CRLF")
+        assert items[-1] == C.Put(0, 0, 1, body[: BIG_BODY - 1])
 
 
 def test_max_job_size_is_checked_alike() -> None:

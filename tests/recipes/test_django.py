@@ -134,8 +134,14 @@ def test_the_worker_runs_the_jobs_with_the_orm(shop_env: dict[str, str]) -> None
     finally:
         for p in (relay, worker):
             p.send_signal(signal.SIGTERM)
-        relay_out, _ = relay.communicate(timeout=30)
-        worker_out, _ = worker.communicate(timeout=30)
+        try:
+            relay_out, _ = relay.communicate(timeout=30)
+            worker_out, _ = worker.communicate(timeout=30)
+        finally:
+            for p in (relay, worker):  # one that did not stop is not left behind
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     assert relay.returncode == 0 and "relayed 1 job(s)" in relay_out
     assert worker.returncode == 0
     assert sorted(worker_out.splitlines()) == ["receipt for order 1 to c@example.com",

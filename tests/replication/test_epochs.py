@@ -8,7 +8,7 @@ import pytest
 
 from stalkd.engine import Engine
 from stalkd.engine.handover import epoch_record
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.replication import epochs
 from stalkd.replication.epochs import EpochState, diverged_at, saw_epoch
 from stalkd.replication.gate import SyncGate

@@ -7,7 +7,7 @@ import asyncio
 import os
 import time
 
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.replication.gate import SyncGate
 from stalkd.server.app import Server
 from stalkd.server.config import Config

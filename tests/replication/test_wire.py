@@ -6,9 +6,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stalkd.log.frame import KIND_FOOTER, encode_data_frames, encode_frame
 from stalkd.replication import wire
 
 payloads = st.lists(st.binary(max_size=300), min_size=1, max_size=20)
+
+
+def records_message(first: int, batch: list[bytes]) -> bytes:
+    return b"".join(bytes(p) for p in wire.encode_records(first, batch))
+
+
+def frames_message(first: int, batch: list[bytes], base_back: int = 3, epoch: int = 2) -> bytes:
+    """``batch`` as the primary's writer frames it at ``first`` in a segment based ``base_back``
+    records earlier, in a frames message."""
+    base = max(0, first - base_back)
+    return wire.encode_frames(first, base, encode_data_frames(batch, first - base, 1_700_000_000, epoch))
+
+
+encodings = pytest.mark.parametrize("encode", [records_message, frames_message], ids=["records", "frames"])
 
 
 @given(st.lists(payloads, min_size=1, max_size=5), st.integers(0, 2**40), st.data())
@@ -16,8 +31,9 @@ def test_records_survive_any_chunking(batches: list[list[bytes]], first: int, da
     stream = b""
     want = []
     off = first
-    for b in batches:
-        stream += b"".join(bytes(p) for p in wire.encode_records(off, b))
+    for b in batches:  # either encoding, as a primary that catches a standby up then follows its end sends
+        encode = data.draw(st.sampled_from([records_message, frames_message]))
+        stream += encode(off, b)
         want.append((off, b))
         off += len(b)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=8)))
@@ -51,9 +67,10 @@ def test_a_bad_message_is_refused_before_it_is_buffered() -> None:
         wire.RecordDecoder().feed(huge)
 
 
-@given(payloads, st.data())
-def test_a_flipped_bit_anywhere_in_a_message_is_refused(batch: list[bytes], data: st.DataObject) -> None:
-    msg = bytearray(b"".join(bytes(p) for p in wire.encode_records(9, batch)))
+@encodings
+@given(batch=payloads, data=st.data())
+def test_a_flipped_bit_anywhere_in_a_message_is_refused(encode, batch: list[bytes], data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
+    msg = bytearray(encode(9, batch))
     bit = data.draw(st.integers(0, len(msg) * 8 - 1))
     msg[bit // 8] ^= 1 << (bit % 8)
     dec = wire.RecordDecoder()
@@ -62,6 +79,23 @@ def test_a_flipped_bit_anywhere_in_a_message_is_refused(batch: list[bytes], data
     except wire.WireError:
         return
     assert got == [], "a damaged message was handed on"  # (a length made longer: still waiting)
+
+
+@pytest.mark.parametrize("damage", ["delta", "crc", "kind"])
+def test_a_frame_out_of_place_is_refused_even_when_the_message_crc_matches(damage: str) -> None:
+    """The message's CRC only says the bytes crossed the network intact: each frame must also
+    be the one expected at its offset, whole, and a data frame (what a reader of the primary's
+    segment checks), or the primary sent something its log does not say."""
+    frames = bytearray(encode_data_frames([b"abc", b"de"], 2, 7, 1))
+    if damage == "delta":  # frames of offsets 11, 12 sent as 12, 13
+        msg = wire.encode_frames(12, 9, bytes(frames))
+    elif damage == "crc":  # a frame damaged in the primary's page cache
+        frames[30] ^= 1
+        msg = wire.encode_frames(11, 9, bytes(frames))
+    else:  # a segment's footer where a data frame was expected (its CRC is right)
+        msg = wire.encode_frames(11, 9, encode_frame(b"abc", 2, 7, 1) + encode_frame(bytes(16), 0, 7, 1, KIND_FOOTER))
+    with pytest.raises(wire.WireError, match="fails its checks"):
+        wire.RecordDecoder().feed(msg)
 
 
 def test_heartbeats_carry_the_primary_end_between_records() -> None:

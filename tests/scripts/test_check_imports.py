@@ -14,9 +14,9 @@ def check(src: Path, *flags: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-def write(src: Path, files: dict[str, str]) -> Path:
+def write(src: Path, files: dict[str, str], package: str = "pkg") -> Path:
     for name, text in files.items():
-        path = src / "pkg" / name
+        path = src / package / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return src
@@ -63,3 +63,36 @@ def test_the_project_has_no_import_time_cycle() -> None:
     r = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=60,
                        cwd=SCRIPT.parents[1])
     assert r.returncode == 0, r.stdout
+
+
+def _stalkd_tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    return write(tmp_path, {"__init__.py": "", "engine/__init__.py": "", "server/__init__.py": "",
+                            "admin/__init__.py": "", **files}, package="stalkd")
+
+
+def test_a_layer_importing_one_above_it_fails_even_deferred(tmp_path: Path) -> None:
+    src = _stalkd_tree(tmp_path, {
+        "engine/rules.py": "def f():\n    from stalkd.server import app\n",  # deferred, still upward
+        "server/app.py": "from stalkd.engine import rules\n",  # downward: fine
+        "admin/ops.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from stalkd.node import x\n",
+    })
+    r = subprocess.run([sys.executable, str(SCRIPT), str(src), "stalkd"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stdout
+    assert ("upward arrow: stalkd.engine.rules imports stalkd.server.app (deferred): "
+            "stalkd.engine is below stalkd.server") in r.stdout
+    assert "upward arrow: stalkd.server.app" not in r.stdout
+    assert "admin.ops" not in r.stdout  # an import for the type checker only is no arrow
+
+
+def test_a_package_in_no_layer_fails(tmp_path: Path) -> None:
+    src = _stalkd_tree(tmp_path, {"gadgets/__init__.py": "", "gadgets/thing.py": ""})
+    r = subprocess.run([sys.executable, str(SCRIPT), str(src), "stalkd"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "stalkd.gadgets.thing is in no layer" in r.stdout
+
+
+def test_the_project_has_no_upward_arrow() -> None:
+    r = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=60,
+                       cwd=SCRIPT.parents[1])
+    assert r.returncode == 0, r.stdout
+    assert "no upward arrow" in r.stdout

@@ -15,7 +15,7 @@ import time
 
 from support import ServerProcess, session_file, spawn_server  # tests/support.py
 
-SERVER_CMD = [sys.executable, "-m", "stalkd.server.cli"]
+SERVER_CMD = [sys.executable, "-m", "stalkd.node.cli"]
 
 
 class StalkdProcess(ServerProcess):
@@ -66,7 +66,7 @@ _SERVING = re.compile(r"serving \d+ ms after start")  # serve.py's line once it 
 
 def _wait_serving(server: StalkdProcess, timeout: float = 120.0) -> None:
     """Until the server says it serves (or exits, which the test may expect). It listens before
-    it imports its engine and recovers (server/cli.py): under load its first reply came many
+    it imports its engine and recovers (node/cli.py): under load its first reply came many
     seconds after the port opened, past the reply timeouts of the tests (the transcripts' 5 s).
     The log, not a probe connection, so the server's connection counts stay the test's own;
     ``timeout`` is only a safety bound."""

@@ -28,8 +28,8 @@ import pytest
 
 from stalkd.engine import Engine, Outcome
 from stalkd.engine.stats import stats
-from stalkd.engine.wal import Wal
 from stalkd.log.fs import Faults
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Command, Delete, PeekBuried, Put
 from stalkd.server import fastconn
 from stalkd.server.admission import Admission

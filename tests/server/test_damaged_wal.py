@@ -8,7 +8,7 @@ from pathlib import Path
 
 from server.proc import start_stalkd
 from server.wire import Wire, stats
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Put
 
 T = 1_700_000_000.0

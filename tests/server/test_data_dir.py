@@ -20,7 +20,7 @@ def test_a_lock_symlink_in_the_data_dir_stops_the_server_and_spares_its_target(t
     data = tmp_path / "data"
     (data / "wal").mkdir(parents=True)
     (data / "wal" / "LOCK").symlink_to(victim)
-    r = subprocess.run([sys.executable, "-m", "stalkd.server.cli", "-l", "127.0.0.1", "-p", "0", "-b", str(data)],
+    r = subprocess.run([sys.executable, "-m", "stalkd.node.cli", "-l", "127.0.0.1", "-p", "0", "-b", str(data)],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode != 0
     assert "LOCK is a symbolic link" in r.stderr and "Traceback" not in r.stderr

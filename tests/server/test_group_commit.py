@@ -13,7 +13,7 @@ import pytest
 
 from stalkd.engine import Engine
 from stalkd.engine.model import Record
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.server.app import Server
 from stalkd.server.config import Config
 from stalkd.server.listen import bind_listener

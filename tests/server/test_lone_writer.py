@@ -10,7 +10,7 @@ import time
 
 from tests.server.test_conn import RecordingTransport
 
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.server.app import Server
 from stalkd.server.barriers import INLINE_AFTER
 from stalkd.server.config import Config

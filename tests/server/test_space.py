@@ -18,9 +18,9 @@ import pytest
 import stalkd.server.app as app
 from server.proc import start_stalkd
 from server.wire import Wire, stats
-from stalkd.engine.wal import Wal
 from stalkd.log import LogReader
 from stalkd.log.fs import Faults
+from stalkd.persist.wal import Wal
 from stalkd.server.app import Server
 from stalkd.server.config import Config
 from stalkd.server.listen import bind_listener

@@ -16,13 +16,19 @@ from pathlib import Path
 import pytest
 
 from server.proc import start_stalkd
+from stalkd.extensions import extensions_disabled
 
 # Modules of features whose flags are absent (prefixes: a package covers its submodules).
 NOT_WITHOUT_FLAGS = ("stalkd.admin", "aiohttp", "stalkd.server.tls", "stalkd.server.acl", "tomllib",
                      "stalkd.archive", "stalkd.spark", "pyspark", "stalkd.ha", "stalkd.server.hanode")
 # What only a data directory needs.
-ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.engine.wal", "stalkd.engine.snapshot", "crc32c",
+ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.persist.wal", "stalkd.persist.snapshot", "crc32c",
                          "stalkd.replication.sender", "stalkd.replication.standby")
+
+# What only the pure-Python switch (STALKD_NO_EXTENSIONS=1) needs: its import hook is an
+# ``importlib.abc`` finder, whose import drags in ``importlib.resources`` and, through it,
+# ``tempfile``, ``shutil`` and the compression modules.
+ONLY_FOR_THE_SWITCH = ("importlib.abc", "importlib.resources", "tempfile", "shutil", "lzma", "bz2")
 
 _IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$", re.MULTILINE)
 
@@ -42,7 +48,7 @@ def _imported_after_first_reply(*flags: str, monkeypatch: pytest.MonkeyPatch) ->
     finally:
         server.stop()
     modules = set(_IMPORT_LINE.findall(server.log_text()))
-    assert "stalkd.server.serve" in modules, "no import report in the server's log"
+    assert "stalkd.node.serve" in modules, "no import report in the server's log"
     return modules
 
 
@@ -54,9 +60,21 @@ def test_in_memory_imports_no_storage_and_no_optional_feature(monkeypatch: pytes
     modules = _imported_after_first_reply(monkeypatch=monkeypatch)
     assert _under(modules, NOT_WITHOUT_FLAGS) == []
     assert _under(modules, ONLY_WITH_A_DIRECTORY) == []
+    # -l 127.0.0.1 is resolved as bytes: no IDNA codec (stringprep, unicodedata) for an ASCII name
+    assert _under(modules, ("encodings.idna", "stringprep", "unicodedata")) == []
 
 
 def test_empty_directory_imports_no_optional_feature(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     modules = _imported_after_first_reply("-b", str(tmp_path / "data"), monkeypatch=monkeypatch)
     assert _under(modules, NOT_WITHOUT_FLAGS) == []
-    assert "stalkd.engine.wal" in modules  # the directory is served durably: the check sees imports
+    assert "stalkd.persist.wal" in modules  # the directory is served durably: the check sees imports
+    # CRC-32C is loaded without its package's __init__ (``stalkd.log.crc``), which would ask
+    # importlib.metadata for its version; ``find_library`` (ldconfig, shutil) is not called.
+    assert _under(modules, ("importlib.metadata", "ctypes.util")) == []
+
+
+@pytest.mark.skipif(extensions_disabled(), reason="the pure-Python switch is on: its import hook is loaded")
+def test_no_import_hook_machinery_without_the_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _under(_imported_after_first_reply(monkeypatch=monkeypatch), ONLY_FOR_THE_SWITCH) == []
+    empty = _imported_after_first_reply("-b", str(tmp_path / "data"), monkeypatch=monkeypatch)
+    assert _under(empty, ONLY_FOR_THE_SWITCH) == []

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from stalkd.engine import Engine
 from stalkd.engine.model import Op, Record
-from stalkd.engine.wal import Wal
+from stalkd.persist.wal import Wal
 from stalkd.server.app import Server
 from stalkd.server.barriers import INLINE_AFTER
 from stalkd.server.config import Config

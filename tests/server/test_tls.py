@@ -12,15 +12,14 @@ import ssl
 import stat
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from server.tlsutil import Certs, Stalkd, issue, make_certs, start
 from stalkd.client import AsyncClient, Client, errors
-from support import log_tail, popen_logged, stop_process
+from support import log_tail, popen_logged, stop_process, wait_until
 
 ACL = """
 [identity."CN=producer,O=stalkd tests"]
@@ -271,20 +270,11 @@ def test_worker_and_producer_over_mutual_tls(mtls: Stalkd, certs: Certs, tmp_pat
     try:
         # Then the task runs (its file appears) and the connection was a TLS one as ops
         mtls.wait_log(r"over TLS on .* as CN=ops,O=stalkd tests")
-        wait_for(lambda: (tmp_path / "done-1").exists() or proc.poll() is not None)
+        wait_until(lambda: (tmp_path / "done-1").exists() or proc.poll() is not None, "the first client to finish")
         assert (tmp_path / "done-1").exists(), log_tail(log)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Poll ``cond`` with a deadline (what the test waits for, not a guessed sleep)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def test_a_tls_client_times_out_on_a_stalled_server(mtls: Stalkd, certs: Certs) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from support import ServerProcess, require_binary, session_file  # tests/support.py
 
-SERVER_CMD = [sys.executable, "-m", "stalkd.server.cli"]
+SERVER_CMD = [sys.executable, "-m", "stalkd.node.cli"]
 
 
 def _openssl(*args: str) -> None:

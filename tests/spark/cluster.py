@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,15 +175,6 @@ def start_s3(root: Path) -> S3Server:
                  r"Running on (http://127\.0\.0\.1:\d+)", timeout=60)
     assert peer.found is not None
     return S3Server(peer.found.group(1), peer)
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``check`` until true (it observes the state waited for; no blind sleep)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
-        time.sleep(0.05)
 
 
 class ClusterDriver:

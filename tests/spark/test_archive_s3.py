@@ -14,8 +14,8 @@ import pytest
 from stalkd.archive.remote import load_index, load_manifest, load_segments
 from stalkd.archive.shipper import Shipper
 from stalkd.archive.store import Store
-from stalkd.engine.datadir import log_main
 from stalkd.log import Log
+from stalkd.node.logcmd import log_main
 
 
 def test_sharded_manifest_and_inspect_on_s3(s3_server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 import greenstalk
 import pyarrow.parquet as pq
 import pytest
-from cluster import wait_until
 from pyspark.testing import assertDataFrameEqual
 
 from server.proc import start_stalkd
@@ -22,6 +21,7 @@ from stalkd.archive.shipper import Shipper
 from stalkd.archive.store import Store
 from stalkd.log import Log, LogReader
 from stalkd.log.errors import NotALogError
+from support import wait_until
 
 # Starting the cluster's JVMs counts against the first test's timeout; on a loaded 2-core machine
 # that alone can take minutes.
@@ -132,7 +132,7 @@ def test_server_ships_under_load_and_the_cluster_reads_every_put_once(spark: Any
                     return load_manifest(store).end >= end
                 except NotALogError:
                     return False
-            wait_until(shipped, 120, "the segments holding every tracked put are shipped")
+            wait_until(shipped, "the segments holding every tracked put are shipped", 120)
     finally:
         server.stop()
     manifest = load_manifest(store)
@@ -189,7 +189,7 @@ def test_kill_9_while_shipping_leaves_nothing_a_reader_takes_for_a_segment(spark
                 return len(load_manifest(store).segments) >= 4
             except NotALogError:
                 return False
-        wait_until(some_shipped, 120, "four segments shipped")
+        wait_until(some_shipped, "four segments shipped", 120)
         # When the server is killed mid-stream
         server.kill9()
     finally:
@@ -213,7 +213,7 @@ def test_kill_9_while_shipping_leaves_nothing_a_reader_takes_for_a_segment(spark
             def more() -> bool:
                 c.put("z" * 400)
                 return load_manifest(store).end > before + 50
-            wait_until(more, 120, "shipping resumed after the restart")
+            wait_until(more, "shipping resumed after the restart", 120)
     finally:
         server.stop()
     segs = load_manifest(store).segments

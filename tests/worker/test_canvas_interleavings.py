@@ -69,7 +69,7 @@ def finish(steps: Steps, step: Any, server: MemoryServer, app: App) -> Delivered
 def reserve(app: App, server: MemoryServer, job_id: int) -> Steps:
     """A slot reserving ``job_id`` (whatever its state) and starting its delivery."""
     job = server.jobs[job_id]
-    job.state = "reserved"
+    assert server.reserve_job(job_id) is not None
     return pipeline.deliver(app, job.id, job.body, tube=job.tube)
 
 
@@ -115,7 +115,7 @@ def crashed_while_waiting(app: App, server: MemoryServer, callback: int) -> int:
     steps = reserve(app, server, callback)
     step = advance(steps, server, until="finish")
     assert isinstance(step, Call) and step.op == "finish"  # the copy is put; its delete is not
-    server.jobs[callback].state = "ready"  # the worker died: its reserved job comes back
+    server.worker_died(callback)  # its reserved job comes back
     copy = newest(server, server.jobs[callback].tube)
     header, _ = decode_envelope(server.jobs[copy].body, job_id=copy)
     assert header is not None and header.origin == callback and header.prev == callback
@@ -159,7 +159,7 @@ def test_a_copy_named_by_the_record_runs_and_the_job_it_copies_goes_away(app: Ap
         assert isinstance(step, Call)
         _how, _job, _pri, _delay, waits = step.args
         t.server.store_result(*waits)  # the record landed; the delete did not
-        t.server.jobs[int(h)].state = "ready"
+        t.server.worker_died(int(h))
         copy = newest(t.server, "total")
         for member in [j.id for j in t.server.jobs.values() if j.tube == "square"]:
             finish(reserve(app, t.server, member), None, t.server, app)
@@ -232,7 +232,7 @@ def test_a_member_killed_at_any_point_of_its_acknowledgement_leaves_its_key_cons
                 reply = run_step(step, t.server)
             # the worker dies here: its reserved job comes back
             if int(member) in t.server.jobs:
-                t.server.jobs[int(member)].state = "ready"
+                t.server.worker_died(int(member))
             held = unique.pending(t.server, header.key)
             # Then a held key has a job that will free it, and a free one has its result
             assert (int(member) in t.server.jobs) if held else (member.result(timeout=0) == 9)

@@ -126,7 +126,7 @@ def test_success_is_reported_only_after_the_delete_was_acknowledged(
     with app.testing() as t:
         class LoseIt(Middleware):
             def before_process(self, ctx: JobContext) -> None:
-                del t.server.jobs[ctx.job_id]
+                t.server.delete(ctx.job_id)
 
         app.add_middleware(LoseIt())
         task.put(None)

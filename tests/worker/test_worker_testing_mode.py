@@ -300,3 +300,39 @@ def test_a_postponed_job_uses_no_attempt_and_keeps_those_it_used() -> None:
     assert calls == ["failed", "postponed", "failed", "failed"]
     assert [c.attempt for c in done if not isinstance(c.action, WaitForDeps)] == [1, 2, 3]
     assert [r.attempts for r in t.failed] == [3]
+
+
+def test_testing_mode_runs_the_servers_own_engine_over_a_virtual_clock() -> None:
+    # Given jobs of mixed priorities and delays in app.testing()
+    app = make_app()
+    seen: list[str] = []
+    task = app.task(lambda p: seen.append(p), name="t")
+    with app.testing() as t:
+        task.put("later", delay=3600)
+        task.put("low", priority=10)
+        task.put("high", priority=1)
+        # When they are drained, the engine's order holds: ready by priority, then the delayed
+        # one, reached by the clock jumping to its deadline rather than by waiting an hour
+        t.drain()
+        assert t.server.now == 3600
+    assert seen == ["high", "low", "later"]
+
+
+def test_a_reservation_whose_ttr_ends_comes_back_as_on_a_server() -> None:
+    # Given a reserved job (held by a worker slot's connection) in testing mode
+    app = make_app()
+    task = app.task(lambda p: None, name="t")
+    with app.testing() as t:
+        handle = task.put(None, ttr=30)
+        assert handle is not None
+        job_id = int(handle)
+        assert t.server.reserve_job(job_id) is not None
+        assert t.server.jobs[job_id].state == "reserved"
+        # When its TTR runs out on the virtual clock, the engine gives it back with a timeout
+        t.server.advance(31)
+        assert t.server.jobs[job_id].state == "ready"
+        assert t.server.stats_job(job_id)["timeouts"] == 1  # type: ignore[index]
+        # and a slot whose worker died gives its job back at once
+        assert t.server.reserve_job(job_id) is not None
+        t.server.worker_died(job_id)
+        assert t.server.jobs[job_id].state == "ready"

@@ -8,28 +8,17 @@ import importlib.util
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import greenstalk
 import pytest
 
-from support import ServerProcess, require_binary, spawn_serving
+from support import ServerProcess, require_binary, spawn_serving, wait_until
 
 T = TypeVar("T")
 
-
-def wait_for(cond: Callable[[], T], timeout: float = 20.0, what: str = "condition") -> T:
-    """Poll ``cond`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+wait_for = wait_until  # the suite's one poll-until helper, under the name these tests use
 
 
 class Probe:
@@ -84,8 +73,8 @@ def start_server(kind: str, *extra: str, port: int = 0) -> ServerProcess:
     if kind == "beanstalkd":
         cmd = [require_binary("beanstalkd")]
     else:
-        if importlib.util.find_spec("stalkd.server.cli") is None:
-            pytest.skip("stalkd serve is not built yet (no stalkd.server.cli)")
+        if importlib.util.find_spec("stalkd.node.cli") is None:
+            pytest.skip("stalkd serve is not built yet (no stalkd.node.cli)")
         cmd = [sys.executable, "-m", "stalkd.cli", "serve"]
     return spawn_serving([*cmd, "-l", "127.0.0.1", "-p", str(port), *extra], what=kind,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

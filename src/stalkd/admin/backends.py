@@ -80,8 +80,11 @@ class ApiBackend:
             raise ApiError(0, f"cannot reach the admin API at {self.url}: "
                               f"{getattr(e, 'reason', e)}") from None
 
-    def overview(self) -> dict[str, Any]:
-        data: dict[str, Any] = self.call("GET", "/api/v1/overview")
+    def overview(self, **page: Any) -> dict[str, Any]:
+        """The overview; ``page``: offset, limit, sort, q, internal (see the API's routes)."""
+        query = {k: (int(v) if isinstance(v, bool) else v) for k, v in page.items()}
+        data: dict[str, Any] = self.call(
+            "GET", "/api/v1/overview" + (f"?{urllib.parse.urlencode(query)}" if query else ""))
         return data
 
     def tubes(self) -> list[dict[str, Any]]:

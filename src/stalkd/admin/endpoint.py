@@ -67,6 +67,10 @@ class AdminEndpoint:
         """Listen; returns the bound address (``host:port``, the real port when 0 was asked)."""
         from aiohttp import web
 
+        # stalkd.worker.*: what the first /workers or dead-letter read would otherwise import
+        # on the loop, with clients waiting (tens of ms); imported before the endpoint listens
+        import stalkd.worker.actions
+        import stalkd.worker.presence  # noqa: F401
         from stalkd.admin.http import Guard, make_app
         from stalkd.admin.ops import AdminOps
 

@@ -45,8 +45,11 @@ _STATIC = ("index.html", "app.js", "style.css")
 API = "/api/v1"
 # The JSON API, written once: registered from here, and listed by GET /api/v1/.
 API_ROUTES: tuple[tuple[str, str, str], ...] = (
-    ("GET", "/overview", "server counts (with its id and protocol addresses), a page of tubes "
-                         "(?offset=N&limit=N, default 500; next: the next page's offset), fsync/disk"),
+    ("GET", "/overview", "server counts (with its id and protocol addresses), every tube's "
+                         "figures summed (totals), a page of tubes (?offset=N&limit=N, default "
+                         "500; next: the next page's offset; sort=created|name|jobs|ready|"
+                         "reserved|delayed|buried|waiting|puts; q=TEXT in the name; internal=0 "
+                         "leaves stalkd's own tubes out), fsync/disk"),
     ("GET", "/tubes/{tube}", "one tube's counts"),
     ("GET", "/tubes/{tube}/jobs", "?state=ready|reserved|delayed|buried|all&after=ID&limit=N"),
     ("GET", "/buried", "buried jobs of every tube with their dead-letter errors"),
@@ -173,7 +176,11 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
             offset, limit = int(q.get("offset", "0")), int(q.get("limit", str(OVERVIEW_PAGE)))
         except ValueError:
             raise BadRequest("offset and limit must be integers") from None
-        data = ops.overview(offset, limit)
+        internal = q.get("internal", "1")
+        if internal not in ("0", "1"):
+            raise BadRequest("internal is 0 (stalkd's own tubes left out) or 1")
+        data = await ops.overview(offset, limit, sort=q.get("sort", "created"), q=q.get("q", ""),
+                                  internal=internal == "1")
         why = ready()
         data["ready"] = not why
         data["why"] = why
@@ -200,7 +207,7 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
     async def buried(request: web.Request) -> web.Response:
         q = request.query.get("limit", "100")
         limit = min(int(q), 1000) if q.isdigit() else 100
-        return _json({"jobs": ops.oldest_buried(limit)})
+        return _json({"jobs": await ops.oldest_buried(limit)})
 
     async def job(request: web.Request) -> web.Response:
         try:
@@ -247,7 +254,7 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
         return _json(await ops.pause(request.match_info["tube"], seconds))
 
     async def workers(request: web.Request) -> web.Response:
-        return _json({"workers": ops.workers()})
+        return _json({"workers": await ops.workers()})
 
     async def replication(request: web.Request) -> web.Response:
         return _json(replication_state(server))

@@ -21,7 +21,7 @@ from stalkd.engine.model import JobState
 from stalkd.engine.objects import US, Job, Tube, time_left
 from stalkd.tubes import is_internal
 
-__all__ = ["STATES", "tube_row", "tube_rows", "job_row", "jobs_of", "smallest_above", "server_row"]
+__all__ = ["STATES", "tube_row", "job_row", "jobs_of", "smallest_above", "server_row"]
 
 # The job states by their API names (the names stats-job uses).
 STATES: dict[str, JobState] = {
@@ -43,13 +43,6 @@ def tube_row(t: Tube, now_us: int) -> dict[str, Any]:
         "deletes": t.cmd_delete, "paused": paused,
         "pause_left": time_left(t.pause_until_us, now_us) if paused else 0,
     }  # fmt: skip
-
-
-def tube_rows(engine: Engine, now_us: int, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
-    """The tubes in creation order (as list-tubes), ``limit`` of them from ``offset`` (all
-    when None)."""
-    tubes = engine.tube_order if limit is None else engine.tube_order[offset:offset + limit]
-    return [tube_row(t, now_us) for t in tubes]
 
 
 def server_row(engine: Engine) -> dict[str, Any]:

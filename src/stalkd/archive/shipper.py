@@ -51,18 +51,18 @@ from stalkd.archive.manifest import (
 )
 from stalkd.archive.remote import load_index, load_part
 from stalkd.archive.store import Store, StoreError
-from stalkd.engine.snapfile import SnapshotError, read_header
 from stalkd.log.columns import segment_columns
 from stalkd.log.crc import crc32c
 from stalkd.log.errors import LogCorruptError, NotALogError
 from stalkd.log.reader import list_segments
 from stalkd.log.segment import FOOTER_SIZE, SegmentView, segment_name
+from stalkd.persist.snapfile import SnapshotError, read_header
 
 __all__ = ["Shipper", "retry_delay", "segment_image"]
 
 log = logging.getLogger("stalkd.archive")
 
-SNAP_DIR = "snapshots"  # engine.wal.SNAP_DIR (not imported: the WAL is not needed here)
+SNAP_DIR = "snapshots"  # persist.wal.SNAP_DIR (not imported: the WAL is not needed here)
 WAL_DIR = "wal"
 
 

@@ -15,7 +15,7 @@ How to change the format (keep this list numbered and append to it):
      the new version, next to the ones for the older versions (they must keep passing).
   3. Write new records only in the newest version; readers accept all versions.
   4. A layout is its field table below (``HEAD_FIELDS``, ``PUT_FIELDS``...); the fast readers
-     (``engine/tail.py``, ``engine/snap_v1.py``, ``spark/batches.py``, ``spark/columnar.py``)
+     (``persist/tail.py``, ``persist/snap_v1.py``, ``spark/batches.py``, ``spark/columnar.py``)
      derive their structs and numpy dtypes from those tables and take version-1 records only,
      sending any other version to ``decode``: teach ``decode`` first, then the fast paths.
 

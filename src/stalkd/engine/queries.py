@@ -7,6 +7,8 @@ of a job whose connection hung up hands it back to ready first (state.py, ``_rel
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from stalkd.engine import stats as S
 from stalkd.engine.objects import ConnState, Job
 from stalkd.engine.state import EngineState
@@ -15,6 +17,7 @@ from stalkd.protocol import commands as C
 __all__ = ["Queries"]
 
 _NOT_FOUND = C.Reply("NOT_FOUND")
+_name = attrgetter("name")
 
 
 class Queries(EngineState):
@@ -52,7 +55,7 @@ class Queries(EngineState):
         return S.stats(self)
 
     def _list_tubes(self, c: ConnState, cmd: C.ListTubes) -> C.AnyReply:
-        return C.YamlList(tuple(t.name for t in self.tube_order))
+        return C.YamlList(tuple(map(_name, self.tube_order)))  # a C loop: 100k tubes are common
 
     def _list_tube_used(self, c: ConnState, cmd: C.ListTubeUsed) -> C.AnyReply:
         return C.Reply("USING", (c.use.name,))

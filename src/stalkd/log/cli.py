@@ -15,7 +15,7 @@ DIR is a log directory or a server data directory (``stalkd serve -b DIR``), see
 through ``hooks.inspect_archive`` (``stalkd.archive.inspect``), in the same report shape. Given a
 server data directory whose server ships to an archive (``hooks.shipped_to``), it reports and
 checks both: the local log and the archive holding what retention deleted locally.
-The data-directory checks (snapshots) are the engine's: ``stalkd.engine.datadir.log_main``
+The data-directory checks (snapshots) are the persistence layer's; ``stalkd.node.logcmd.log_main``
 passes them in as ``hooks``, so this layer never imports the engine.
 """
 

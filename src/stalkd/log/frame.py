@@ -47,6 +47,7 @@ __all__ = [
     "put_data_frame",
     "HEAD",
     "HEAD_FIELDS",
+    "FLAGS_AT",
     "LENGTH_AT",
     "TIMESTAMP_AT",
     "REST",
@@ -69,6 +70,7 @@ HEAD_FIELDS = (
 HEAD = struct.Struct("<" + "".join(code for _, code in HEAD_FIELDS))  # the whole header: 24 bytes
 REST = struct.Struct("<" + "".join(code for _, code in HEAD_FIELDS[1:]))  # after the CRC: 20 bytes
 FRAME_HEADER_SIZE = HEAD.size
+FLAGS_AT = struct.calcsize("<IB")  # byte offset of ``flags`` in the header
 LENGTH_AT = struct.calcsize("<IBBH")  # byte offset of ``length`` in the header
 TIMESTAMP_AT = struct.calcsize("<IBBHII")  # byte offset of ``timestamp_us``
 MAX_PAYLOAD = 2**32 - 1

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
@@ -30,7 +31,7 @@ from .active import SPARES_DIR, ZERO_AHEAD
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
 from .errors import LogError
-from .frame import Frame
+from .frame import FLAGS_AT, FRAME_HEADER_SIZE, KIND_DATA, KIND_MASK, LENGTH_AT, Frame
 from .fs import REAL, FileSystem
 from .group import GROUPS_DIR, ConsumerGroup
 from .lock import lock_dir, unlock_dir
@@ -45,6 +46,7 @@ from .writer import SegmentWriter
 __all__ = ["Log", "RepairReport", "parse_durability"]
 
 _log = logging.getLogger("stalkd.log")
+_U32 = struct.Struct("<I")
 
 Payload = bytes | bytearray | memoryview
 
@@ -302,6 +304,56 @@ class Log:
         # that follows the end (a standby's stream, each batch) lists nothing.
         segs = [(b, p, False) for b, _, p in bounds] if bounds and start >= bounds[0][0] else None
         return read_frames(self._listing, self._views.get, start, stop, resume, make, segs)
+
+    def frames_after(self, at: ReadPos, max_bytes: int) -> tuple[int, int, memoryview, int] | None:
+        """The frames that follow ``at`` (a position a read left: offset ``at.offset`` is the
+        frame at byte ``at.pos`` of the segment based at ``at.base``) as the writer laid them
+        out, from one segment: ``(base, position, view, end offset)``, ``view`` a zero-copy
+        slice of that segment's mapping from ``position`` holding the whole frames of offsets
+        ``at.offset`` to ``end offset``, at most ``max_bytes`` of them unless one frame alone
+        is larger. At the end of a sealed segment (or of one removed since) it continues in the
+        next one. The rest of a
+        segment is taken without looking at its frames; a longer run is cut at a frame
+        boundary found from the frames' lengths. None when ``at`` is in no live segment (the
+        caller reads frame by frame). Unchecked: whoever consumes the bytes checks the frames'
+        CRCs. The view is of this log's mapping: drop it before retention may run (the same
+        turn of the caller)."""
+        w = self._writer
+        act = w.active
+        if act is None:
+            return None
+        base, pos, offset = at.base, at.pos, at.offset
+        while True:
+            if base == act.base:
+                path, last, stop = act.path, w.next, act.pos
+                break
+            seg = next((s for s in w.bounds if s[0] == base), None)
+            if seg is None and any(s[0] == offset for s in w.bounds):
+                base, pos = offset, HEADER_SIZE  # ``at`` ended a segment retention removed since
+                continue
+            if seg is None or seg[1] is None:
+                return None
+            path = seg[2]
+            view = self._views.get(base, path, False)
+            footer = view.footer if view.footer is not None else view.read_footer()
+            if footer is None:
+                return None
+            last, stop = footer
+            if offset < last:
+                break
+            base, pos = last, HEADER_SIZE  # the next segment starts where this one ended
+        if not HEADER_SIZE <= pos <= stop or offset > last:
+            return None
+        mv = self._views.get(base, path, False).mv
+        if stop - pos <= max_bytes:
+            return base, pos, mv[pos:stop], last
+        end, limit = pos, pos + max_bytes
+        while end < stop and offset < last:
+            nxt = (end + FRAME_HEADER_SIZE + _U32.unpack_from(mv, end + LENGTH_AT)[0] + 7) & ~7
+            if (nxt > limit and end > pos) or nxt > stop or mv[end + FLAGS_AT] & KIND_MASK != KIND_DATA:
+                break
+            end, offset = nxt, offset + 1
+        return base, pos, mv[pos:end], offset
 
     def segment_bounds(self) -> list[tuple[int, int | None, str]]:
         """(base, end or None for the active one, path) of the live segments, oldest first."""

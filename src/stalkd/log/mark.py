@@ -32,7 +32,7 @@ import struct
 import threading
 from collections.abc import Callable
 
-from crc32c import crc32c
+from stalkd.log.crc import crc32c
 
 from .errors import LogError
 from .fs import REAL, FileSystem, create_whole
@@ -88,8 +88,9 @@ def _read_slots(path: str, fs: FileSystem) -> tuple[int, int] | None:
     return max(slots)
 
 
-def read_mark(root: str, fs: FileSystem = REAL) -> int | None:
-    """The offset the acknowledged log of ``root`` reached at the last mark; None without one.
+def read_mark(root: str, fs: FileSystem = REAL, name: str = MARK_NAME) -> int | None:
+    """The offset the acknowledged log of ``root`` reached at the last mark; None without one
+    (``name``: another file of the same two-slot kind, e.g. the WAL's id ceiling).
 
     >>> import tempfile
     >>> d = tempfile.mkdtemp()
@@ -97,21 +98,22 @@ def read_mark(root: str, fs: FileSystem = REAL) -> int | None:
     >>> m = Mark(d); m.write(7); m.close(); read_mark(d)
     7
     """
-    got = _read_slots(os.path.join(root, MARK_NAME), fs)
+    got = _read_slots(os.path.join(root, name), fs)
     return None if got is None else got[1]
 
 
 class Mark:
-    """The mark file of the log in ``root``, opened (created if missing) for writing.
+    """The mark file of the log in ``root``, opened (created if missing) for writing: a u64
+    made durable by each ``write`` (``name``: another value kept the same way in its own file).
 
     A missing file is created whole (both slots, under a temporary name, fsynced and renamed), so a
     crash while creating it leaves either no mark or an intact one. A damaged file is replaced the
     same way: only a repair or a writer that has just recovered the log opens one.
     """
 
-    def __init__(self, root: str, fs: FileSystem = REAL) -> None:
+    def __init__(self, root: str, fs: FileSystem = REAL, name: str = MARK_NAME) -> None:
         self.root = root
-        self.path = os.path.join(root, MARK_NAME)
+        self.path = os.path.join(root, name)
         self.fs = fs
         self._lock = threading.Lock()
         try:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -29,7 +28,17 @@ import sqlalchemy as sa
 from stalkd.client import Client
 from stalkd.outbox.table import Outbox
 
-__all__ = ["Relay", "Sender"]
+__all__ = ["Relay", "Sender", "Stop"]
+
+
+class Stop(Protocol):
+    """What ``run`` watches: a ``threading.Event``, or ``stalkd.worker.stopflag.StopFlag`` when a
+    signal handler sets it (``Event.set`` in a handler can deadlock on the lock ``wait`` holds)."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
 
 log = logging.getLogger("stalkd.outbox")
 
@@ -117,7 +126,7 @@ class Relay:
                                f"failed after {len(sent)} sent: {failure}") from failure
         return len(sent)
 
-    def run(self, stop: threading.Event, *, idle_wait: float = 0.5,
+    def run(self, stop: Stop, *, idle_wait: float = 0.5,
             error_wait: float = 2.0) -> None:
         """Relay until ``stop`` is set: back-to-back batches while rows are pending, polling
         every ``idle_wait`` seconds when idle, ``error_wait`` after a failure."""

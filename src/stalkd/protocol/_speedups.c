@@ -42,7 +42,7 @@ api_next(PyObject *p)
 static Py_ssize_t
 api_buffered(PyObject *p)
 {
-    return ((ParserObject *)p)->end - ((ParserObject *)p)->start;
+    return ((ParserObject *)p)->end - ((ParserObject *)p)->start + ((ParserObject *)p)->big_fill;
 }
 
 static PyObject *

@@ -8,8 +8,8 @@ These types are the contract between ``stalkd.protocol`` (bytes <-> values) and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import FrozenInstanceError, dataclass
+from typing import Any, Literal
 
 __all__ = [
     "Command", "Put", "Use", "Reserve", "ReserveWithTimeout", "ReserveJob", "Delete", "Release",
@@ -20,11 +20,62 @@ __all__ = [
 ]  # fmt: skip
 
 
+_set = object.__setattr__
+
+
+class _Value:
+    """What every command and reply shares: immutable once built, equal to a value of the same
+    class with equal fields, hashed by its fields, shown as ``Name(field=value, ...)``.
+
+    Each class is a dataclass (``dataclasses.fields`` and its slots are what the fast
+    constructors and the C parser read), but with these methods written once here and its
+    ``__init__`` written out: ``@dataclass(frozen=True)`` generates six methods per class with
+    ``exec``, which made this module the largest part of the server's own start-up imports.
+
+    >>> Delete(3) == Delete(3), Delete(3) == Touch(3), Delete(3), hash(Delete(3)) == hash((3,))
+    (True, False, Delete(id=3), True)
+    >>> Delete(3).id = 4
+    Traceback (most recent call last):
+    dataclasses.FrozenInstanceError: cannot assign to field 'id'
+    """
+
+    __slots__ = ()
+    __match_args__: tuple[str, ...] = ()
+
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple([getattr(self, name) for name in self.__match_args__])
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._fields() == other._fields()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__match_args__)
+        return f"{self.__class__.__qualname__}({shown})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __getstate__(self) -> tuple[Any, ...]:  # copy and pickle, past the frozen __setattr__
+        return self._fields()
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self.__match_args__, state, strict=True):
+            _set(self, name, value)
+
+
 # --- commands -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Put:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Put(_Value):
     """``put <pri> <delay> <ttr> <bytes>``. ``error`` is set by the parser when the put cannot
     be accepted but still counts as beanstalkd counts it (cmd-put; for EXPECTED_CRLF an id):
     a too-big or badly terminated body, or text after the size (BAD_FORMAT, body not read)."""
@@ -35,133 +86,190 @@ class Put:
     body: bytes
     error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF", "BAD_FORMAT"] | None = None
 
+    def __init__(self, pri: int, delay: int, ttr: int, body: bytes,
+                 error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF", "BAD_FORMAT"] | None = None) -> None:
+        _set(self, "pri", pri)
+        _set(self, "delay", delay)
+        _set(self, "ttr", ttr)
+        _set(self, "body", body)
+        _set(self, "error", error)
 
-@dataclass(frozen=True, slots=True)
-class Use:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Use(_Value):
     tube: str
 
+    def __init__(self, tube: str) -> None:
+        _set(self, "tube", tube)
 
-@dataclass(frozen=True, slots=True)
-class Reserve:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Reserve(_Value):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class ReserveWithTimeout:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class ReserveWithTimeout(_Value):
     timeout: int  # seconds
 
+    def __init__(self, timeout: int) -> None:
+        _set(self, "timeout", timeout)
 
-@dataclass(frozen=True, slots=True)
-class ReserveJob:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class ReserveJob(_Value):
     id: int
 
+    def __init__(self, id: int) -> None:
+        _set(self, "id", id)
 
-@dataclass(frozen=True, slots=True)
-class Delete:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Delete(_Value):
     id: int
 
+    def __init__(self, id: int) -> None:
+        _set(self, "id", id)
 
-@dataclass(frozen=True, slots=True)
-class Release:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Release(_Value):
     id: int
     pri: int
     delay: int
 
+    def __init__(self, id: int, pri: int, delay: int) -> None:
+        _set(self, "id", id)
+        _set(self, "pri", pri)
+        _set(self, "delay", delay)
 
-@dataclass(frozen=True, slots=True)
-class Bury:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Bury(_Value):
     id: int
     pri: int
 
+    def __init__(self, id: int, pri: int) -> None:
+        _set(self, "id", id)
+        _set(self, "pri", pri)
 
-@dataclass(frozen=True, slots=True)
-class Touch:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Touch(_Value):
     id: int
 
+    def __init__(self, id: int) -> None:
+        _set(self, "id", id)
 
-@dataclass(frozen=True, slots=True)
-class Watch:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Watch(_Value):
     tube: str
 
+    def __init__(self, tube: str) -> None:
+        _set(self, "tube", tube)
 
-@dataclass(frozen=True, slots=True)
-class Ignore:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Ignore(_Value):
     tube: str
 
+    def __init__(self, tube: str) -> None:
+        _set(self, "tube", tube)
 
-@dataclass(frozen=True, slots=True)
-class Peek:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Peek(_Value):
     id: int
 
+    def __init__(self, id: int) -> None:
+        _set(self, "id", id)
 
-@dataclass(frozen=True, slots=True)
-class PeekReady:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class PeekReady(_Value):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class PeekDelayed:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class PeekDelayed(_Value):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class PeekBuried:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class PeekBuried(_Value):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Kick:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Kick(_Value):
     bound: int
 
+    def __init__(self, bound: int) -> None:
+        _set(self, "bound", bound)
 
-@dataclass(frozen=True, slots=True)
-class KickJob:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class KickJob(_Value):
     id: int
 
+    def __init__(self, id: int) -> None:
+        _set(self, "id", id)
 
-@dataclass(frozen=True, slots=True)
-class StatsJob:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class StatsJob(_Value):
     id: int
 
+    def __init__(self, id: int) -> None:
+        _set(self, "id", id)
 
-@dataclass(frozen=True, slots=True)
-class StatsTube:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class StatsTube(_Value):
     tube: str
 
+    def __init__(self, tube: str) -> None:
+        _set(self, "tube", tube)
 
-@dataclass(frozen=True, slots=True)
-class Stats:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Stats(_Value):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class ListTubes:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class ListTubes(_Value):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class ListTubeUsed:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class ListTubeUsed(_Value):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class ListTubesWatched:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class ListTubesWatched(_Value):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class Quit:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Quit(_Value):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class PauseTube:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class PauseTube(_Value):
     tube: str
     delay: int  # seconds; 0 un-pauses
 
+    def __init__(self, tube: str, delay: int) -> None:
+        _set(self, "tube", tube)
+        _set(self, "delay", delay)
 
-@dataclass(frozen=True, slots=True)
-class ResultPut:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class ResultPut(_Value):
     """``result-put <id> <ttl> <bytes>`` (stalkd only): keep ``body`` as job ``id``'s result for
     ``ttl`` seconds, replacing an earlier one (``ttl`` 0 forgets it). ``error`` as for ``Put``:
     a too-big or badly terminated body (the body is read and dropped)."""
@@ -171,13 +279,23 @@ class ResultPut:
     body: bytes
     error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF"] | None = None
 
+    def __init__(self, id: int, ttl: int, body: bytes,
+                 error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF"] | None = None) -> None:
+        _set(self, "id", id)
+        _set(self, "ttl", ttl)
+        _set(self, "body", body)
+        _set(self, "error", error)
 
-@dataclass(frozen=True, slots=True)
-class ResultGet:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class ResultGet(_Value):
     """``result-get <id>`` (stalkd only): ``FOUND <id> <bytes>`` with the stored result, or
     NOT_FOUND (none stored, or expired)."""
 
     id: int
+
+    def __init__(self, id: int) -> None:
+        _set(self, "id", id)
 
 
 Command = (
@@ -191,25 +309,34 @@ Command = (
 # --- replies --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Reply(_Value):
     """A one-line reply: ``word`` then its arguments, e.g. ``Reply("INSERTED", (5,))``."""
 
     word: str
     args: tuple[int | str, ...] = ()
 
+    def __init__(self, word: str, args: tuple[int | str, ...] = ()) -> None:
+        _set(self, "word", word)
+        _set(self, "args", args)
 
-@dataclass(frozen=True, slots=True)
-class JobReply:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class JobReply(_Value):
     """``RESERVED <id> <bytes>`` or ``FOUND <id> <bytes>`` followed by the body."""
 
     word: Literal["RESERVED", "FOUND"]
     id: int
     body: bytes
 
+    def __init__(self, word: Literal["RESERVED", "FOUND"], id: int, body: bytes) -> None:
+        _set(self, "word", word)
+        _set(self, "id", id)
+        _set(self, "body", body)
 
-@dataclass(frozen=True, slots=True)
-class YamlDict:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class YamlDict(_Value):
     """``OK <bytes>`` with a YAML mapping. ``kind`` selects key order and quoting in
     ``stalkd.protocol.stats``. For ``kind="stats"`` the engine fills the keys it owns and the
     server adds the process, binlog and host keys before encoding."""
@@ -217,16 +344,24 @@ class YamlDict:
     kind: Literal["stats", "stats-job", "stats-tube"]
     values: Mapping[str, int | float | bool | str]
 
+    def __init__(self, kind: Literal["stats", "stats-job", "stats-tube"],
+                 values: Mapping[str, int | float | bool | str]) -> None:
+        _set(self, "kind", kind)
+        _set(self, "values", values)
 
-@dataclass(frozen=True, slots=True)
-class YamlList:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class YamlList(_Value):
     """``OK <bytes>`` with a YAML list of tube names (list-tubes, list-tubes-watched)."""
 
     items: tuple[str, ...]
 
+    def __init__(self, items: tuple[str, ...]) -> None:
+        _set(self, "items", items)
 
-@dataclass(frozen=True, slots=True)
-class Close:
+
+@dataclass(init=False, repr=False, eq=False, slots=True)
+class Close(_Value):
     """No reply: the server closes the connection (``quit``)."""
 
 

@@ -12,6 +12,10 @@ Ensures:
 - Memory is bounded before buffering: a line never holds more than 224 bytes of decision
   state; a ``put`` body is only buffered when ``<bytes>`` <= ``max_job_size``; a too-big body
   is counted down and dropped as it arrives (``feed`` discards it without storing it).
+- A body of ``BIG_BODY`` bytes or more that has not all arrived is kept apart from the
+  command stream as it comes and becomes the item's body with one copy (none in the C twin,
+  which fills the body's own bytes object read by read): no single ``next`` copies it twice,
+  nor all of it into fresh pages at once in the C twin (a loop turn of the server).
 
 Example:
     >>> p = Parser()
@@ -70,6 +74,9 @@ Item = Command | Reply | Literal[NeedData.NEED_DATA]
 # The framing states; the C parser (_speedups.c) numbers them the same (its ``_state``).
 _STATE_LINE, _STATE_ENDLINE, _STATE_BODY, _STATE_SKIP = 0, 1, 2, 3
 
+BIG_BODY: Final = 1 << 20
+"""Bodies of at least this many bytes are received apart (the C parser's ``BIG_BODY``)."""
+
 _make_put = put_maker()
 
 # The other body commands (stalkd's result-put): "<prefix><digits>... <bytes>", arguments in
@@ -100,7 +107,7 @@ class Parser:
 
     __slots__ = (
         "_max_job_size", "_buf", "_pos", "_pending", "_pending_len", "_need", "_state",
-        "_skip", "_put", "_other",
+        "_skip", "_put", "_other", "_big", "_big_len",
     )  # fmt: skip
 
     def __init__(self, max_job_size: int = DEFAULT_MAX_JOB_SIZE) -> None:
@@ -117,6 +124,8 @@ class Parser:
         self._skip = 0
         self._put: tuple[int, int, int, int] = (0, 0, 0, 0)
         self._other: _BodyDone | None = None  # builds the body command that is not a put
+        self._big: list[bytes] | None = None  # the chunks of a big body being received
+        self._big_len = 0
 
     @property
     def max_job_size(self) -> int:
@@ -132,7 +141,7 @@ class Parser:
     @property
     def buffered(self) -> int:
         """Bytes held and not yet turned into items (a server's per-connection limit)."""
-        return len(self._buf) - self._pos + self._pending_len
+        return len(self._buf) - self._pos + self._pending_len + self._big_len
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Add bytes received from the peer. Bytes of a too-big body are dropped here."""
@@ -145,6 +154,16 @@ class Parser:
                 return
             data = data[self._skip :]
             self._skip = 0
+        big = self._big
+        if big is not None and self._big_len < self._put[3]:
+            k = self._put[3] - self._big_len
+            if n <= k:
+                big.append(data if type(data) is bytes else bytes(data))
+                self._big_len += n
+                return
+            big.append(bytes(data[:k]))
+            self._big_len += k
+            data = data[k:]
         self._pending.append(data if type(data) is bytes else bytes(data))
         self._pending_len += len(data)
 
@@ -251,6 +270,17 @@ class Parser:
         pos = self._pos
         need = size + 2
         buf = self._buf
+        if self._big is not None:
+            return self._big_done()
+        if len(buf) - pos < size and size >= BIG_BODY:
+            # Not all here: the body's chunks are kept apart as they come (feed) and joined
+            # once, rather than joined with the stream and then sliced out of it.
+            self._big = [buf[pos:]]
+            self._big_len = len(buf) - pos
+            self._buf = b""
+            self._pos = 0
+            self._need = 2  # the CRLF after the body, in the stream again
+            return NEED_DATA
         if len(buf) - pos < need:
             self._need = need
             return NEED_DATA
@@ -265,6 +295,25 @@ class Parser:
         if not buf.startswith(b"\r\n", pos + size):
             return Put(pri, delay, ttr, b"", "EXPECTED_CRLF")
         return Put(pri, delay, ttr, buf[pos : pos + size])
+
+    def _big_done(self) -> Item:
+        """The end of a big body: its CRLF, then the item with the chunks joined."""
+        big = self._big
+        assert big is not None
+        pri, delay, ttr, size = self._put
+        pos = self._pos
+        if self._big_len < size or len(self._buf) - pos < 2:
+            return NEED_DATA
+        self._big = None
+        self._big_len = 0
+        self._pos = pos + 2
+        self._state = _STATE_LINE
+        other = self._other
+        self._other = None
+        if not self._buf.startswith(b"\r\n", pos):
+            return other(b"", "EXPECTED_CRLF") if other is not None else Put(pri, delay, ttr, b"", "EXPECTED_CRLF")
+        body = b"".join(big)
+        return other(body, None) if other is not None else Put(pri, delay, ttr, body)
 
     def _skip_done(self) -> Item:
         avail = len(self._buf) - self._pos

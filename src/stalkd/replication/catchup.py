@@ -33,13 +33,13 @@ import time
 
 from stalkd.client._address import Address
 from stalkd.client._tls import wrap_socket
-from stalkd.engine.datadir import job_id_ranges
 from stalkd.engine.model import Op
-from stalkd.engine.snapshot import list_snapshots, read_header, snapshot_name
 from stalkd.log import Log, LogReader
 from stalkd.log.active import create_segment
 from stalkd.log.errors import LogError
 from stalkd.log.fs import REAL
+from stalkd.persist.datadir import job_id_ranges
+from stalkd.persist.snapshot import list_snapshots, read_header, snapshot_name
 from stalkd.replication import wire
 from stalkd.replication.epochs import of_history, scan
 from stalkd.replication.frames import check_records

@@ -140,8 +140,8 @@ def scan(directory: str) -> tuple[tuple[int, int], ...]:
     a standby's catch-up changes the directory; no lock taken, nothing written)."""
     # The snapshot and log readers are imported here, not at the top: ``Role`` (every server,
     # also one in memory) needs only the pure functions above at start-up.
-    from stalkd.engine.snapshot import SnapshotError, list_snapshots, read_header
     from stalkd.log import LogReader
+    from stalkd.persist.snapshot import SnapshotError, list_snapshots, read_header
 
     history: dict[int, int] = {}
     start = 0

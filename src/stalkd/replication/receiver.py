@@ -3,8 +3,9 @@
 ``Receiver.run`` keeps one stream open to the primary (reconnecting with a backoff): each read
 of records is appended to the local log at the primary's offsets (``Wal.append_replicated``),
 applied to the engine (``replay``, the recovery rules: a reserved job shows as ready here), made
-durable (under ``always``: a group commit, one fsync at a time on a thread while the stream is
-still read and applied), and then acknowledged with the new durable end, which is what the
+durable (under ``always``: a group commit, one fsync at a time on a thread, started as soon as
+the records are written, so that it runs while they are applied and the stream is read), and
+then acknowledged with the new durable end, which is what the
 primary's ``--sync-standbys`` waits for.
 
 Ensures:
@@ -31,17 +32,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from stalkd.client._address import Address
 from stalkd.client._tls import connection_kwargs
-from stalkd.engine.compaction import WalError
 from stalkd.engine.handover import Reservations
 from stalkd.engine.model import Record
 from stalkd.engine.replay import ReplayError, replay
 from stalkd.log.errors import LogError
+from stalkd.persist.compaction import WalError
 from stalkd.replication import wire
 from stalkd.replication.catchup import CatchUpError
 from stalkd.replication.frames import check_records
@@ -49,7 +51,7 @@ from stalkd.replication.role import Role
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
-    from stalkd.engine.wal import Wal
+    from stalkd.persist.wal import Wal
 
 __all__ = ["Receiver", "ResyncNeeded", "ask"]
 
@@ -57,6 +59,7 @@ log = logging.getLogger("stalkd.replication")
 
 READ_BYTES = 1 << 20
 RETRY_MIN, RETRY_MAX = 0.05, 2.0
+SWITCH_INTERVAL = 0.0005  # seconds; see run
 
 
 class ResyncNeeded(RuntimeError):
@@ -139,6 +142,10 @@ class Receiver:
         return self._syncing
 
     async def run(self) -> None:
+        # When an fsync returns, its thread must win the GIL back from the loop thread, busy
+        # checking and applying the next records; the default 5 ms switch interval would add up
+        # to 5 ms to every acknowledgement a synchronous primary waits for (as on the primary).
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         delay = RETRY_MIN
         while not self._stopped:
             try:
@@ -228,16 +235,17 @@ class Receiver:
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dec: wire.RecordDecoder,
                       heard: list[float]) -> None:  # fmt: skip
         lg = self.wal.log
-        beats = -1
+        beats = 0
         while not self._stopped:
             data = await reader.read(READ_BYTES)
             if not data:
                 raise EOFError("the primary closed the stream")
             heard[0] = self.clock()
             msgs = dec.feed(data)
-            if dec.primary_end != beats:  # a heartbeat: the primary's end, and we answer
-                beats = dec.primary_end
-                self.primary_end = max(self.primary_end, beats)
+            if dec.heartbeats != beats:  # a heartbeat: the primary's end, and we answer each
+                # (an idle primary's are all alike; unanswered, it drops the stream as silent)
+                beats = dec.heartbeats
+                self.primary_end = max(self.primary_end, dec.primary_end)
                 writer.write(wire.encode_ack(self.durable_end))
                 self._in_sync()
             if not msgs:
@@ -250,6 +258,8 @@ class Receiver:
                     except BaseException:
                         self._apply(first, records[:lg.next_offset - first])  # what it holds
                         raise
+                    if self.fsync and not self._syncing:
+                        self._sync(writer)  # what the ack waits for: fsynced while the records are applied
                     self._apply(first, records)
             finally:
                 self.wal.last_seq = self.engine.seq

@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from stalkd.engine.snapshot import list_snapshots, read_header
 from stalkd.log.reader import ReadPos
+from stalkd.persist.snapshot import list_snapshots, read_header
 from stalkd.replication import wire
 from stalkd.replication.epochs import diverged_at
 from stalkd.replication.gate import SyncGate
@@ -52,6 +52,7 @@ _WRITE_LIMIT = 4 << 20  # transport buffer above which the sender pauses
 REFUSAL_LOG_EVERY = 10.0  # seconds between log lines about refused replication attempts
 WAIT_LOG_EVERY = 5.0  # seconds between log lines while replies wait for standbys
 WAIT_REPORT_AFTER = 0.5  # seconds replies wait for standbys before it is reported
+ASYNC_SEND_EVERY = 0.002  # seconds: group commits sent together to asynchronous standbys
 
 
 class Replicas:
@@ -81,6 +82,7 @@ class Replicas:
         self._wait_batch: int | None = None
         self._wait_logged = -WAIT_LOG_EVERY
         self._tick: asyncio.TimerHandle | None = None
+        self._send_soon: asyncio.TimerHandle | None = None  # the next send to async standbys
 
     def start(self) -> None:
         """Heartbeats, silent standbys and the waiting report, every ``wire.HEARTBEAT`` s."""
@@ -112,7 +114,18 @@ class Replicas:
             self._refused_logged = self.refused
 
     def written(self) -> None:
-        """New records were written to the log: stream them."""
+        """New records were written to the log: stream them. When no reply waits for a standby
+        (no ``--sync-standbys``), the group commits of the next ``ASYNC_SEND_EVERY`` seconds
+        go out together: at depth 1 a group commit is a few records, and one send per commit
+        would cost the primary a system call (and, on one machine, the receiving side of TCP)
+        for every few jobs; an asynchronous standby lags by that much more."""
+        if self.gate is not None:
+            self._send()
+        elif self._send_soon is None:
+            self._send_soon = asyncio.get_running_loop().call_later(ASYNC_SEND_EVERY, self._send)
+
+    def _send(self) -> None:
+        self._send_soon = None
         for s in list(self.senders):
             s.pump()
 
@@ -179,6 +192,8 @@ class Replicas:
     def close(self) -> None:
         if self._tick is not None:
             self._tick.cancel()
+        if self._send_soon is not None:
+            self._send_soon.cancel()
         for s in list(self.senders):
             s.close()
 
@@ -323,10 +338,23 @@ class Sender(asyncio.Protocol):
         if t is None or not self.streaming:
             return
         lg = self.replicas.log
+        at = self._pos
         while not self.paused and not t.is_closing():
             end = lg.next_offset
             if self.next >= end:
                 return
+            # The log's frames as the writer laid them out, one message per group commit at the
+            # log's end (the steady state) or per CHUNK_BYTES when behind: one copy out of the
+            # mapping (the view ends with this call: retention may close it), no work per record
+            # here at the end, a walk over the frames' lengths when behind.
+            got = lg.frames_after(at, CHUNK_BYTES) if at.offset == self.next else None
+            if got is not None and len(got[2]):
+                base, pos, view, stop = got
+                with view:
+                    t.write(wire.encode_frames(self.next, base, view))
+                    at.base, at.pos, at.offset = base, pos + len(view), stop
+                self.next = stop
+                continue
             payloads: list[memoryview] = []
             size = 0
             expect = self.next
@@ -343,8 +371,7 @@ class Sender(asyncio.Protocol):
             if not payloads:
                 self.drop(f"offset {self.next} is not readable; the standby must copy a snapshot")
                 return
-            # One copy out of the segment's mapping per message: the views end with this call,
-            # so nothing the transport keeps pins the mapping (retention may close it).
+            # (where the frames' bytes cannot be taken as they are: the position is not known yet)
             t.write(b"".join(wire.encode_records(self.next, payloads)))
             self.next = expect
 

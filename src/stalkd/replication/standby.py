@@ -44,7 +44,7 @@ from stalkd.replication.role import Role
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
-    from stalkd.engine.wal import Wal
+    from stalkd.persist.wal import Wal
 
 __all__ = ["Standby", "FENCE_EVERY", "RESYNC_DIR"]
 
@@ -57,10 +57,12 @@ RESYNC_DIR = "resync"  # in the data directory: the primary's copy while it is m
 class Standby:
     def __init__(self, address: Address, wal: Wal, engine: Engine, role: Role, *, max_job_size: int,
                  applied: Callable[[], None], on_resync: Callable[[str], None],
-                 reopened: Callable[[], None], secret: str | None = None, name: str = "") -> None:  # fmt: skip
+                 reopened: Callable[[], None], secret: str | None = None, name: str = "",
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         """``on_resync(why)``: the local copy is lost (the server stops); ``reopened()``: the
         WAL's log was opened again (whoever holds ``wal.log`` takes the new one); ``secret``:
-        the replication secret this standby proves to its primary."""
+        the replication secret this standby proves to its primary; ``clock``: the server's
+        (the TTRs of the reservations a promotion keeps run on the engine's time)."""
         self.address = address
         self.wal = wal
         self.engine = engine
@@ -70,6 +72,7 @@ class Standby:
         self.on_resync = on_resync
         self.reopened = reopened
         self.secret = secret
+        self.clock = clock
         self.receiver = Receiver(address, wal, engine, role, applied=applied, on_resync=on_resync,
                                  resync=self._resync, secret=secret, name=name)  # fmt: skip
         self._tasks: set[asyncio.Task[None]] = set()
@@ -97,7 +100,7 @@ class Standby:
             return msg
         self.receiver.stop()
         at = self.wal.log.next_offset
-        now = time.time()
+        now = self.clock()
         # Durable before any reply under the new epoch; an fsync on the loop, once per promotion.
         self.wal.write([epoch_record(self.engine, max(self.role.next_epoch(), epoch), at, now)])
         self.wal.sync()
@@ -153,7 +156,7 @@ class Standby:
                 os.rename(src, os.path.join(d, sub))
         REAL.fsync_dir(d)
         shutil.rmtree(staging)
-        now = time.time()
+        now = self.clock()
         e.clear()
         self.wal.reopen()
         self.wal.recover(now, max_job_size=self.max_job_size, into=e)

@@ -28,22 +28,32 @@ with one line:
 ``<history>`` is a log's epochs as ``epoch:start-offset`` pairs joined by ``,`` (``-`` for
 none): the request's is the standby's own, so that a claim of a newer epoch can be checked
 against it (``epochs.verify_claim``) before it fences anyone. After ``STREAMING`` the primary
-sends messages, each ``u8 kind | u32 length | u32 CRC-32 of the body | body``: kind ``R``
-(records) is ``u64 first offset`` then ``u32 length | payload`` per record, the payloads of
-consecutive log frames exactly as the primary's log holds them; kind ``H`` (heartbeat, sent
-every ``HEARTBEAT`` seconds) is ``u64 the primary's log end``. The standby sends back, whenever
+sends messages, each ``u8 kind | u32 length | u32 CRC of the body | body``:
+
+- kind ``F`` (frames, what a primary streaming at its log's end sends): ``u64 first offset |
+  u64 segment base`` then consecutive frames of the primary's log exactly as its writer laid
+  them out in the segment based there (``stalkd.log.frame``: each carries its own CRC-32C,
+  its length, and its offset as a delta from that base); the message's CRC is the CRC-32C of
+  its body. The primary sends what one group commit wrote as one message, copied once out of
+  its log, with no work per record; the standby checks every frame (CRC, delta, kind) before
+  it takes the payloads.
+- kind ``R`` (records, for a standby catching up through older segments) is ``u64 first
+  offset`` then ``u32 length | payload`` per record; its CRC is the CRC-32 of the body.
+- kind ``H`` (heartbeat, sent every ``HEARTBEAT`` seconds) is ``u64 the primary's log end``,
+  with a CRC-32. The standby sends back, whenever
 it has made more of the log durable and at every heartbeat, ``u64 durable end offset`` (every
 record below it is fsynced on the standby's disk). Either side that hears nothing for
 ``SILENT_AFTER`` seconds drops the connection (the standby then reconnects).
 
-Why payloads and not the frames' bytes: a frame carries the writer epoch of the segment it
-sits in (so bytes behind a torn tail never reappear), which is the standby's own; the
-standby frames the same payloads at the same offsets.
+The standby writes payloads, not the primary's frames: a frame carries the writer epoch and
+base of the segment it sits in (so bytes behind a torn tail never reappear), which are the
+standby's own; the standby frames the same payloads at the same offsets.
 
-Ensures: ``RecordDecoder`` and ``AckDecoder`` give back exactly what ``encode_records`` and
-``encode_ack`` made, whatever the chunking of the bytes fed to them; a message longer than
+Ensures: ``RecordDecoder`` and ``AckDecoder`` give back exactly what ``encode_records``,
+``encode_frames`` and ``encode_ack`` made, whatever the chunking of the bytes fed to them; a message longer than
 ``MAX_MESSAGE`` is refused (``WireError``) before it is buffered, and one whose CRC does not
-match its body is refused before any of it is handed on.
+match its body, or with a frame that fails its own checks, is refused before any of it is
+handed on.
 """
 
 from __future__ import annotations
@@ -58,7 +68,7 @@ from collections.abc import Sequence
 __all__ = [
     "REPLICATE", "REPLICATE_SNAPSHOT", "MAX_MESSAGE", "MAX_LINE", "WireError", "Reply",
     "encode_request", "parse_request", "encode_streaming", "encode_snapshot", "parse_reply", "encode_records",
-    "RecordDecoder", "encode_ack", "AckDecoder", "format_history", "parse_history", "Request",
+    "encode_frames", "RecordDecoder", "encode_ack", "AckDecoder", "format_history", "parse_history", "Request",
     "encode_challenge", "new_nonce", "proof", "encode_auth", "check_auth", "encode_heartbeat",
     "HEARTBEAT", "SILENT_AFTER",
 ]  # fmt: skip
@@ -76,6 +86,9 @@ _LEN = struct.Struct("<I")
 _ACK = struct.Struct("<Q")
 _KIND_RECORDS = ord("R")
 _KIND_HEARTBEAT = ord("H")
+_KIND_FRAMES = ord("F")
+_FRAMES_HEAD = struct.Struct("<QQ")  # first offset, the primary's segment base
+_MAX_EPOCH = 0xFFFF  # a frame's writer epoch field (u16): the primary's, not checked against ours
 
 
 class WireError(ValueError):
@@ -249,11 +262,50 @@ def encode_records(first: int, payloads: Sequence[bytes | memoryview]) -> list[b
     return parts
 
 
+def encode_frames(first: int, base: int, frames: bytes | memoryview) -> bytes:
+    """One frames message: ``frames``, the log's frames of offsets ``first``... as they lie in
+    the primary's segment based at ``base`` (copied once, here; one CRC-32C pass).
+
+    >>> from stalkd.log.frame import encode_data_frames
+    >>> d = RecordDecoder(); d.feed(encode_frames(12, 10, encode_data_frames([b"a", b"bc"], 2, 0, 1)))
+    [(12, [b'a', b'bc'])]
+    """
+    # (the log's modules are imported where used: every listener imports this module, and a
+    # server in memory loads no log code)
+    from stalkd.log.crc import crc32c
+
+    head = _FRAMES_HEAD.pack(first, base)
+    return b"".join((_MSG.pack(_KIND_FRAMES, len(head) + len(frames), crc32c(frames, crc32c(head))), head, frames))
+
+
+def _frame_payloads(body: memoryview) -> tuple[int, list[bytes]]:
+    """A frames message's body -> (first offset, payloads), every frame checked as a reader of
+    the primary's segment would (CRC-32C, magic, delta from the base, kind); WireError else."""
+    from stalkd.log.frame import FRAME_HEADER_SIZE, LENGTH_AT, ScanState, scan_positions
+
+    first, base = _FRAMES_HEAD.unpack_from(body, 0)
+    if first < base:
+        raise WireError(f"a frames message starts at offset {first}, before its segment's base {base}")
+    st = ScanState(_FRAMES_HEAD.size, first)
+    size = len(body)
+    positions = scan_positions(body, base, _MAX_EPOCH, st, size, None, 0, size // FRAME_HEADER_SIZE + 1)
+    if st.status != "end" or st.pos != size:
+        raise WireError(f"a frame from the primary fails its checks (offset {st.offset}): damaged or out of place")
+    unpack = _LEN.unpack_from
+    out = []
+    for p in positions:
+        start = p + FRAME_HEADER_SIZE
+        out.append(bytes(body[start : start + unpack(body, p + LENGTH_AT)[0]]))
+    return first, out
+
+
 def encode_heartbeat(end_offset: int) -> bytes:
     """The primary's heartbeat: its log's end.
 
     >>> d = RecordDecoder(); d.feed(encode_heartbeat(42)), d.primary_end
     ([], 42)
+    >>> d.feed(encode_heartbeat(42) * 2), d.heartbeats
+    ([], 3)
     """
     body = _FIRST.pack(end_offset)
     return _MSG.pack(_KIND_HEARTBEAT, len(body), zlib.crc32(body)) + body
@@ -267,6 +319,7 @@ class RecordDecoder:
     def __init__(self) -> None:
         self._buf = bytearray()
         self.primary_end = -1  # the last heartbeat's (-1: none yet)
+        self.heartbeats = 0  # how many came: each is answered, an idle stream's all alike
 
     @property
     def buffered(self) -> int:
@@ -291,21 +344,25 @@ class RecordDecoder:
         pos = 0
         while len(buf) - pos >= _MSG.size:
             kind, size, crc = _MSG.unpack_from(buf, pos)
-            if kind not in (_KIND_RECORDS, _KIND_HEARTBEAT) or size > MAX_MESSAGE or size < _FIRST.size:
+            if (kind not in (_KIND_RECORDS, _KIND_HEARTBEAT, _KIND_FRAMES) or size > MAX_MESSAGE
+                    or size < (_FRAMES_HEAD.size if kind == _KIND_FRAMES else _FIRST.size)):
                 raise WireError(f"bad message from the primary (kind {kind}, {size} bytes)")
             start = pos + _MSG.size
             end = start + size
             if len(buf) < end:
                 break
-            body = memoryview(buf)[start:end]
-            (first,) = _FIRST.unpack_from(body, 0)
-            if zlib.crc32(body) != crc:
-                body.release()
-                raise WireError(f"a message from the primary fails its CRC (offset {first}): damaged in transit")
-            body.release()
+            with memoryview(buf) as whole, whole[start:end] as body:
+                (first,) = _FIRST.unpack_from(body, 0)
+                if (_crc32c(body) if kind == _KIND_FRAMES else zlib.crc32(body)) != crc:
+                    raise WireError(f"a message from the primary fails its CRC (offset {first}): damaged in transit")
+                if kind == _KIND_FRAMES:
+                    out.append(_frame_payloads(body))
             pos = end
+            if kind == _KIND_FRAMES:
+                continue
             if kind == _KIND_HEARTBEAT:
                 self.primary_end = first
+                self.heartbeats += 1
                 continue
             p = start + _FIRST.size
             payloads = []
@@ -322,6 +379,12 @@ class RecordDecoder:
         if pos:
             del buf[:pos]
         return out
+
+
+def _crc32c(data: memoryview) -> int:
+    from stalkd.log.crc import crc32c
+
+    return crc32c(data)
 
 
 def encode_ack(durable_end: int) -> bytes:

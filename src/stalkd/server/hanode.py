@@ -26,6 +26,7 @@ from typing import Any
 
 from stalkd.engine.handover import epoch_record
 from stalkd.ha import Etcd, EtcdError, Leadership, LeaseKeeper, parse_cluster
+from stalkd.ha.address import ClusterAddress
 from stalkd.ha.cluster import (
     clear_switchover,
     latest_epoch,
@@ -43,14 +44,6 @@ SYNC_SET_EVERY = 0.2  # seconds between the primary's looks at its standbys for 
 SWITCHOVER_POLL = 0.5  # seconds between the primary's looks at the switchover key
 SWITCHOVER_WAIT = 10.0  # seconds a switchover waits for the standbys before it is given up
 
-
-def _target(value: bytes) -> str | None:
-    import json
-
-    try:
-        return str(json.loads(value)["to"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 log = logging.getLogger("stalkd.ha")
 
@@ -125,8 +118,8 @@ class HaNode:
     """The running side: ``role`` and ``standby`` (None on the primary) as serve.py built them;
     ``rejoin(why)`` stops the server for a new start."""
 
-    def __init__(self, keeper: LeaseKeeper, role: Any, standby: Any, wal: Any, engine: Any,
-                 rejoin: Callable[[str], None], *, following: str | None,
+    def __init__(self, keeper: LeaseKeeper, cluster: ClusterAddress, role: Any, standby: Any,
+                 wal: Any, engine: Any, rejoin: Callable[[str], None], *, following: str | None,
                  caught_up: Callable[[], bool] = lambda: True) -> None:
         self.caught_up = caught_up  # every connected standby holds the whole log (switchover)
         self.authority: Any = None
@@ -134,6 +127,7 @@ class HaNode:
         self._sync_task: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.keeper = keeper
+        self.cluster = cluster  # etcd's members, TLS settings included, and the key prefix
         self.following = following  # the leader's published address this standby follows
         self.role = role
         self.standby = standby
@@ -142,6 +136,10 @@ class HaNode:
         self.rejoin = rejoin
         self.fenced = False
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _etcd(self) -> Etcd:
+        """A client of its own (one is not shared between threads), as the keeper's is made."""
+        return Etcd(self.cluster, timeout=self.keeper.etcd.timeout)
 
     def install(self, authority: Any, replicas: Any) -> None:
         """Every release asks the lease (``replication.authority``: the one place that decides
@@ -161,8 +159,7 @@ class HaNode:
         reps = self.replicas
         gate = reps.gate
         loop = asyncio.get_running_loop()
-        etcd = Etcd(self.keeper.etcd.endpoints, timeout=self.keeper.etcd.timeout)
-        prefix = self.keeper.key.rsplit("/", 1)[0]
+        etcd = self._etcd()
         written: frozenset[str] | None = None
         while True:
             await asyncio.sleep(SYNC_SET_EVERY)
@@ -188,7 +185,7 @@ class HaNode:
             doc = SyncSet(self.keeper.name, leader.epoch, (self.keeper.name, *sorted(want)), leader.revision)
             try:
                 ok = await loop.run_in_executor(None, functools.partial(
-                    write_sync, etcd, f"{prefix}/sync", doc, leader_key=self.keeper.key))
+                    write_sync, etcd, self.cluster.key("sync"), doc, leader_key=self.keeper.key))
             except EtcdError as e:
                 log.warning("could not write the sync set %s: %s", sorted(want), e)
                 continue
@@ -223,11 +220,7 @@ class HaNode:
     def _publish_epoch(self, epoch: int, revision: int) -> None:
         """Record in etcd that the cluster's newest epoch is ours (stale nodes then wait)."""
         try:
-            etcd = Etcd(self.keeper.etcd.endpoints, timeout=self.keeper.etcd.timeout)
-            prefix = self.keeper.key.rsplit("/", 1)[0]
-            from stalkd.ha.address import ClusterAddress
-
-            publish_epoch(etcd, ClusterAddress(etcd.endpoints, prefix, prefix), epoch, revision)
+            publish_epoch(self._etcd(), self.cluster, epoch, revision)
         except EtcdError as e:
             log.warning("could not record epoch %d in etcd: %s", epoch, e)
 
@@ -243,17 +236,15 @@ class HaNode:
     async def _watch_switchover(self) -> None:
         """On the primary: a planned switchover asked in etcd (``stalkd cluster switchover``)."""
         loop = asyncio.get_running_loop()
-        etcd = Etcd(self.keeper.etcd.endpoints, timeout=self.keeper.etcd.timeout)  # its own: not thread-safe
-        addr_key = self.keeper.key.rsplit("/", 1)[0]
+        etcd = self._etcd()
         while True:
             await asyncio.sleep(SWITCHOVER_POLL)
             if self.fenced or self.role.standby or not self.keeper.may_acknowledge():
                 continue
             try:
-                kv = await loop.run_in_executor(None, etcd.get, f"{addr_key}/switchover")
+                to = await loop.run_in_executor(None, switchover_target, etcd, self.cluster)
             except EtcdError:
                 continue
-            to = None if kv is None else _target(kv.value)
             if to is None or to == self.keeper.name:
                 continue
             await self._hand_over(to)
@@ -329,11 +320,7 @@ class HaNode:
     def _clear_switchover(self) -> None:
         """A switchover that brought this node here is done (run on a thread: etcd blocks)."""
         try:
-            etcd = Etcd(self.keeper.etcd.endpoints, timeout=self.keeper.etcd.timeout)
-            from stalkd.ha.address import ClusterAddress
-
-            prefix = self.keeper.key.rsplit("/", 1)[0]
-            clear_switchover(etcd, ClusterAddress(etcd.endpoints, prefix, prefix))
+            clear_switchover(self._etcd(), self.cluster)
         except EtcdError as e:
             log.warning("could not clear the switchover key: %s", e)
 

@@ -70,8 +70,11 @@ def bind_listener(host: str, port: int, socket_mode: int = 0o660) -> socket.sock
     created with ``socket_mode``)."""
     if host.startswith("unix:"):
         return _unix(host[5:], socket_mode)
+    # An ASCII name goes as bytes: a str is first run through the "idna" codec, whose import
+    # (re, stringprep, unicodedata) would come before the port listens.
+    name = host.encode("ascii") if host.isascii() else host
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
         raise ListenError(f"cannot resolve listen address {host!r}: {e}") from e
     last: OSError | None = None

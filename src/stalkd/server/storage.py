@@ -1,6 +1,6 @@
 """What the server needs from durable storage, and the in-memory storage that keeps nothing.
 
-``stalkd.engine.wal.Wal`` is the durable implementation. ``MemoryStorage`` stands in when the
+``stalkd.persist.wal.Wal`` is the durable implementation. ``MemoryStorage`` stands in when the
 server runs without a data directory, so the server never branches on "is there a disk": it
 writes and syncs every batch the same way, and the memory storage does nothing with them.
 
@@ -21,7 +21,7 @@ __all__ = ["Storage", "MemoryStorage", "FatalStorageError", "no_space"]
 
 
 class Storage(Protocol):
-    """The WAL as the server uses it (``stalkd.engine.wal.Wal``, or ``MemoryStorage``).
+    """The WAL as the server uses it (``stalkd.persist.wal.Wal``, or ``MemoryStorage``).
 
     ``persistent`` is False for a storage that keeps nothing: replies then need no barrier and
     room is never short."""

@@ -1,9 +1,15 @@
-"""An in-memory stand-in for a server, with the operations of ``ops.ServerOps``: what
+"""The real engine in this process, with the operations of ``ops.ServerOps``: what
 ``app.testing()`` runs the real delivery pipeline and producer against.
 
-Time does not pass: a delayed job is reserved only when no ready job is left, and TTRs never
-run out. Ensures: a job is in exactly one state (ready, delayed, reserved, buried) until
-deleted; ``releases`` and ``buries`` count as beanstalkd's ``stats-job`` does.
+There is one model of job semantics: ``stalkd.engine.Engine``, the server's own state machine,
+driven here over a virtual clock instead of a socket. Time passes only when a reserve finds no
+ready job: the clock then jumps to the next delayed job's deadline, so a delayed job is
+reserved once nothing ready is left, and a test never waits. ``advance(seconds)`` moves the
+clock by hand (a TTR running out, a delay ending).
+
+Ensures: every answer is the engine's (states, priorities, ``releases``/``buries`` counters,
+which job a reserve takes); ``jobs`` is a snapshot of the engine's live jobs, read afresh on
+each access.
 """
 
 from __future__ import annotations
@@ -11,89 +17,170 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stalkd.engine import Engine
+from stalkd.engine.model import Op, Record
+from stalkd.engine.replay import replay
+from stalkd.protocol import commands as C
+
 __all__ = ["MemoryServer", "MemoryJob"]
 
+_CONN = 1  # the producers' connection (puts, peeks, stats); each reservation has its own
 
-@dataclass
+
+@dataclass(frozen=True)
 class MemoryJob:
+    """One live job as ``stats-job`` and ``peek`` show it."""
+
     id: int
     tube: str
     body: bytes
     priority: int
     delay: int
     ttr: int
-    state: str = "ready"   # ready, delayed, reserved, buried
+    state: str  # ready, delayed, reserved, buried
     releases: int = 0
     buries: int = 0
 
 
 class MemoryServer:
-    """Jobs by id; ``watch`` selects the tubes ``reserve`` takes from."""
+    """One engine; ``watch_only`` selects the tubes ``reserve`` takes from. Each reservation
+    is held by a connection of its own, as a worker slot's is, so ``worker_died`` gives one job
+    back the way the server does when a worker's connection drops."""
 
     def __init__(self) -> None:
-        self.jobs: dict[int, MemoryJob] = {}
-        self._next_id = 1
-        self.watching: list[str] = []
+        self.engine = Engine()
+        self.now = 0.0  # the virtual clock, in seconds
+        self.engine.connect(_CONN, self.now)
+        self.watching: list[str] = ["default"]
+        self._ids: set[int] = set()  # every id put; the engine says which are still live
+        self._holder: dict[int, int] = {}  # reserved job id -> the connection holding it
+        self._next_conn = _CONN + 1
+
+    def _do(self, cmd: C.Command, conn: int = _CONN) -> Any:
+        return self.engine.apply(conn, cmd, self.now).reply
+
+    def _slot(self) -> int:
+        """A new connection watching ``watching`` only."""
+        conn, self._next_conn = self._next_conn, self._next_conn + 1
+        self.engine.connect(conn, self.now)
+        for tube in self.watching:
+            self._do(C.Watch(tube), conn)
+        if "default" not in self.watching:
+            self._do(C.Ignore("default"), conn)
+        return conn
+
+    def _take(self, conn: int, cmd: C.Command) -> tuple[int, bytes] | None:
+        reply = self._do(cmd, conn)
+        if isinstance(reply, C.JobReply):
+            self._holder[reply.id] = conn
+            return reply.id, reply.body
+        self.engine.disconnect(conn, self.now)
+        return None
+
+    def _done_with(self, job_id: int, cmd: C.Command, word: str) -> bool:
+        conn = self._holder.get(job_id, _CONN)
+        ok = bool(self._do(cmd, conn).word == word)
+        if ok and conn != _CONN:
+            del self._holder[job_id]
+            self.engine.disconnect(conn, self.now)
+        return ok
+
+    def worker_died(self, job_id: int) -> None:
+        """The connection holding ``job_id`` drops: the engine gives the job back (ready)."""
+        conn = self._holder.pop(job_id)
+        self.engine.disconnect(conn, self.now)
+        self._settle()
 
     def close(self) -> None:
         """Nothing to close (the producer's connection interface)."""
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` of virtual time pass, running every timer that falls due."""
+        self.now += seconds
+        self._settle()
+
+    def _settle(self) -> None:
+        self.engine.tick(self.now)
+        while self.engine.behind():  # a step moves a bounded number of jobs
+            self.engine.tick(self.now)
+
+    @property
+    def jobs(self) -> dict[int, MemoryJob]:
+        """The live jobs by id, in id order."""
+        out = {}
+        for job_id in sorted(self._ids):
+            job = self.stats_job(job_id)
+            found = self.peek(job_id)
+            if job is None or found is None:
+                self._ids.discard(job_id)
+                continue
+            out[job_id] = MemoryJob(job_id, str(job["tube"]), found[1], int(job["pri"]),
+                                    int(job["delay"]), int(job["ttr"]), str(job["state"]),
+                                    int(job["releases"]), int(job["buries"]))  # fmt: skip
+        return out
+
+    def in_tube(self, tube: str, *states: str) -> list[MemoryJob]:
+        return [j for j in self.jobs.values() if j.tube == tube and j.state in states]
 
     def watch_only(self, tubes: list[str]) -> None:
         self.watching = list(tubes)
 
     def put(self, tube: str, body: bytes, priority: int, delay: int, ttr: int) -> int:
-        job = MemoryJob(self._next_id, tube, bytes(body), priority, delay, ttr,
-                        state="delayed" if delay > 0 else "ready")
-        self._next_id += 1
-        self.jobs[job.id] = job
-        return job.id
+        self._do(C.Use(tube))
+        reply = self._do(C.Put(priority, delay, ttr, bytes(body)))
+        if reply.word != "INSERTED":
+            raise ValueError(f"put into {tube!r}: {reply.word}")
+        job_id = int(reply.args[0])
+        self._ids.add(job_id)
+        return job_id
 
     def put_many(self, tube: str, bodies: list[bytes], priority: int, delay: int,
                  ttr: int) -> list[int]:
         return [self.put(tube, b, priority, delay, ttr) for b in bodies]
 
-    def in_tube(self, tube: str, *states: str) -> list[MemoryJob]:
-        return [j for j in self.jobs.values() if j.tube == tube and j.state in states]
-
     def reserve(self, timeout: float | None = 0) -> tuple[int, bytes] | None:
-        """The most urgent job of the watched tubes: ready before delayed, then by priority
-        and id (``None`` when there is none)."""
-        waiting = [j for j in self.jobs.values()
-                   if j.tube in self.watching and j.state in ("ready", "delayed")]
-        if not waiting:
-            return None
-        job = min(waiting, key=lambda j: (j.state == "delayed", j.priority, j.id))
-        job.state = "reserved"
-        return job.id, job.body
+        """The job a server would give a worker watching ``watching``; when none is ready, the
+        clock jumps to the next delay's end first (``None`` when nothing is waiting at all)."""
+        self._settle()
+        while True:
+            got = self._take(self._slot(), C.ReserveWithTimeout(0))
+            if got is not None:
+                return got
+            due = self.engine.next_deadline()
+            if due is None or not self._delayed_watched():
+                return None
+            self.now = max(self.now, due)
+            self._settle()
+
+    def _delayed_watched(self) -> bool:
+        return any((self.stats_tube(t) or {}).get("current-jobs-delayed", 0) for t in self.watching)
+
+    def reserve_job(self, job_id: int) -> tuple[int, bytes] | None:
+        """``reserve-job``: this job, whatever its state (``None`` when it is gone)."""
+        return self._take(self._slot(), C.ReserveJob(job_id))
+
+    def restore(self, job_id: int, tube: str, body: bytes, priority: int, ttr: int) -> None:
+        """Bring back a job that was deleted, as a restart from a log whose delete was lost
+        would: the same id, ready (the engine's own replay rule for a PUT record)."""
+        us = round(self.now * 1_000_000)
+        replay(self.engine, Record(Op.PUT, self.engine.seq + 1, us, job_id, tube, priority, 0,
+                                   ttr, 0, bytes(body), created_us=us))  # fmt: skip
+        self._ids.add(job_id)
 
     def delete(self, job_id: int) -> bool:
-        return self.jobs.pop(job_id, None) is not None
+        return self._done_with(job_id, C.Delete(job_id), "DELETED")
 
     def release(self, job_id: int, priority: int, delay: int) -> bool:
-        job = self.jobs.get(job_id)
-        if job is None or job.state != "reserved":
-            return False
-        job.state, job.priority, job.delay = ("delayed" if delay > 0 else "ready"), priority, delay
-        job.releases += 1
-        return True
+        return self._done_with(job_id, C.Release(job_id, priority, delay), "RELEASED")
 
     def bury(self, job_id: int, priority: int) -> bool:
-        job = self.jobs.get(job_id)
-        if job is None or job.state != "reserved":
-            return False
-        job.state, job.priority = "buried", priority
-        job.buries += 1
-        return True
+        return self._done_with(job_id, C.Bury(job_id, priority), "BURIED")
 
     def kick_job(self, job_id: int) -> bool:
-        job = self.jobs.get(job_id)
-        if job is None or job.state not in ("buried", "delayed"):
-            return False
-        job.state = "ready"
-        return True
+        return bool(self._do(C.KickJob(job_id)).word == "KICKED")
 
     def touch(self, job_id: int) -> None:
-        """TTRs never run out here."""
+        self._do(C.Touch(job_id), self._holder.get(job_id, _CONN))
 
     def fetch_results(self, backend: Any, job_ids: tuple[int, ...]) -> list[bytes | None]:
         return [backend.fetch(jid) for jid in job_ids]
@@ -114,34 +201,24 @@ class MemoryServer:
         return self.bury(job_id, priority), None
 
     def stats_job(self, job_id: int) -> dict[str, Any] | None:
-        job = self.jobs.get(job_id)
-        if job is None:
-            return None
-        return {"id": job.id, "tube": job.tube, "state": job.state, "pri": job.priority,
-                "delay": job.delay, "ttr": job.ttr, "releases": job.releases,
-                "buries": job.buries}
+        reply = self._do(C.StatsJob(job_id))
+        return dict(reply.values) if isinstance(reply, C.YamlDict) else None
 
     def stats_tube(self, tube: str) -> dict[str, Any] | None:
-        jobs = [j for j in self.jobs.values() if j.tube == tube]
-        if not jobs:
-            return None
-        return {"name": tube, "current-jobs-ready": sum(j.state == "ready" for j in jobs),
-                "total-jobs": len(jobs)}
+        reply = self._do(C.StatsTube(tube))
+        return dict(reply.values) if isinstance(reply, C.YamlDict) else None
 
     def peek(self, job_id: int) -> tuple[int, bytes] | None:
-        job = self.jobs.get(job_id)
-        return None if job is None else (job.id, job.body)
+        reply = self._do(C.Peek(job_id))
+        return (reply.id, reply.body) if isinstance(reply, C.JobReply) else None
+
+    def _peek_in(self, tube: str, cmd: C.Command) -> tuple[int, bytes] | None:
+        self._do(C.Use(tube))
+        reply = self._do(cmd)
+        return (reply.id, reply.body) if isinstance(reply, C.JobReply) else None
 
     def peek_delayed(self, tube: str) -> tuple[int, bytes] | None:
-        delayed = self.in_tube(tube, "delayed")
-        if not delayed:
-            return None
-        job = min(delayed, key=lambda j: (j.delay, j.id))  # time does not pass: shortest first
-        return job.id, job.body
+        return self._peek_in(tube, C.PeekDelayed())
 
     def peek_ready(self, tube: str) -> tuple[int, bytes] | None:
-        ready = self.in_tube(tube, "ready")
-        if not ready:
-            return None
-        job = min(ready, key=lambda j: (j.priority, j.id))
-        return job.id, job.body
+        return self._peek_in(tube, C.PeekReady())

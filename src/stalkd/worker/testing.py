@@ -16,10 +16,12 @@ Complete()
 Collecting mode (default) queues jobs until ``consume_one()`` / ``drain()``; ``eager=True`` runs
 each job at ``put``, retries included. ``force_retry()`` delivers the last completed job again,
 as a server would after a worker died between the job's side effects and its delete: use it to
-prove a task is idempotent. Delays are recorded, not waited for.
+prove a task is idempotent. Delays are not waited for: the clock jumps to them when nothing
+else is ready (``t.server.advance(seconds)`` moves it by hand).
 
-Jobs go through the real producer (unique keys included) and the real delivery pipeline and
-middleware, driven as in threads mode against ``memory.MemoryServer``.
+Jobs go through the real producer (unique keys included), the real delivery pipeline and
+middleware, driven as in threads mode, and the server's own engine (``memory.MemoryServer``:
+``stalkd.engine.Engine`` over a virtual clock, so delays never make a test wait).
 
 Ensures: a job is in exactly one of ``queued``, ``failed`` (dead letters) or done; unique keys
 are held from put until the job completes.
@@ -63,8 +65,9 @@ class Consumed:
     exception: BaseException | None
 
 
-def _queued(job: MemoryJob) -> QueuedJob:
-    return QueuedJob(job.id, job.body, job.priority, job.delay, job.releases, job.tube)
+def _queued(job: MemoryJob, releases: int | None = None) -> QueuedJob:
+    return QueuedJob(job.id, job.body, job.priority, job.delay,
+                     job.releases if releases is None else releases, job.tube)
 
 
 class TestingSession:
@@ -154,16 +157,15 @@ class TestingSession:
         if not self.completed:
             raise LookupError("no completed job to deliver again")
         done = self.completed[-1]
-        job = MemoryJob(done.id, done.tube, done.body, done.priority, 0, 120,
-                        state="reserved", releases=done.releases)
-        self.server.jobs[job.id] = job
-        return self._deliver(job)
+        self.server.restore(done.id, done.tube, done.body, done.priority, ttr=120)
+        self.server.reserve_job(done.id)
+        return self._deliver(self.server.jobs[done.id], releases=done.releases)
 
     # ------------------------------------------------------------------------------------------
     def _run_until_settled(self, job_id: int) -> None:
         job = self.server.jobs.get(job_id)
         while job is not None and job.state in ("ready", "delayed"):
-            job.state = "reserved"
+            self.server.reserve_job(job_id)
             result = self._deliver(job)
             if isinstance(result.action, GiveUp) and self.raise_errors and result.exception:
                 raise result.exception
@@ -172,9 +174,10 @@ class TestingSession:
                                    "use collecting mode (eager=False) for dependencies")
             job = self.server.jobs.get(job_id)
 
-    def _deliver(self, job: MemoryJob) -> Consumed:
-        """Drive the real pipeline for reserved ``job``, as a worker slot would."""
-        before = _queued(job)
+    def _deliver(self, job: MemoryJob, releases: int | None = None) -> Consumed:
+        """Drive the real pipeline for reserved ``job``, as a worker slot would (``releases``:
+        the count it had, where a restore started it afresh)."""
+        before = _queued(job, releases)
         done = drive(pipeline.deliver(self.app, job.id, job.body, tube=job.tube),
                      self.server, self.app)
         attempt = before.releases + 1

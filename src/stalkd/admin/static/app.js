@@ -3,6 +3,7 @@
 
 const POLL_MS = 1000;
 const HISTORY = 120; // samples kept for the charts (2 minutes at 1 s)
+const PAGE = 100; // tubes per page: the server chooses them (sort, search), so any tube can be found
 
 // A token given as #token=... is kept for this tab and removed from the address bar.
 const hashToken = new URLSearchParams(location.hash.slice(1)).get("token");
@@ -38,15 +39,21 @@ async function api(method, path, body) {
 
 // --- state ---------------------------------------------------------------------------------
 const state = { prev: null, series: { put: [], del: [], ready: [] }, tubeSeries: new Map(), tubeRate: new Map(),
-  showInternal: localStorage.getItem("stalkd.showInternal") === "1", last: null };
-// stalkd's own tubes (stalkd.failed, stalkd.key.*) are marked internal by the server: hidden
-// from the tables, cards and chart unless the "internal tubes" toggle is on
-const shown = (tubes) => (state.showInternal ? tubes : tubes.filter((t) => !t.internal));
+  showInternal: localStorage.getItem("stalkd.showInternal") === "1", last: null,
+  offset: 0, sort: localStorage.getItem("stalkd.tubeSort") || "created", q: "" };
+// stalkd's own tubes (stalkd.failed, stalkd.key.*) are marked internal by the server: left out
+// of the table (internal=0), the cards and the chart unless the "internal tubes" toggle is on.
+// The cards and the chart sum every tube (the server's totals), not only the page shown.
+function totals(ov) {
+  const t = ov.totals || { other: {}, internal: {} };
+  const pick = (k) => (t.other[k] || 0) + (state.showInternal ? t.internal[k] || 0 : 0);
+  return { put: pick("puts"), del: pick("deletes"), ready: pick("ready"), buried: pick("buried"),
+    jobs: pick("ready") + pick("reserved") + pick("delayed") + pick("buried") };
+}
 
 function sample(ov) {
   const prev = state.prev;
   const dt = prev ? Math.max(0.001, ov.time - prev.time) : 0;
-  const totals = (o) => shown(o.tubes).reduce((a, t) => { a.put += t.total_jobs; a.del += t.deletes; a.ready += t.ready; return a; }, { put: 0, del: 0, ready: 0 });
   const now = totals(ov);
   if (prev && dt > 0) {
     const before = totals(prev);
@@ -125,14 +132,15 @@ function render(ov) {
   $("#server-why").textContent = ov.ready ? "" : (ov.why || []).join("; ");
   $("#server-state").style.color = ov.ready ? "#5fd38d" : "#ff7a6b";
   $("#updated").textContent = "updated " + new Date(ov.time * 1000).toLocaleTimeString();
-  const tubes = shown(ov.tubes);
-  $("#c-jobs").textContent = fmt(tubes.reduce((a, t) => a + t.ready + t.reserved + t.delayed + t.buried, 0));
+  const tubes = ov.tubes;
+  const sum = totals(ov);
+  $("#c-jobs").textContent = fmt(sum.jobs);
   const last = (a) => (a.length ? a[a.length - 1] : 0);
   $("#c-put-rate").textContent = rate(last(state.series.put));
   $("#c-del-rate").textContent = rate(last(state.series.del));
   $("#c-conns").textContent = fmt(s.connections);
   $("#c-conns-sub").textContent = `${s.workers} workers, ${s.waiting} waiting, ${s.producers} producers`;
-  const buried = tubes.reduce((a, t) => a + t.buried, 0);
+  const buried = sum.buried;
   $("#c-buried").textContent = fmt(buried);
   $("#c-buried").classList.toggle("nonzero", buried > 0);
   if (ov.fsync) {
@@ -141,8 +149,12 @@ function render(ov) {
   } else {
     $("#c-fsync").textContent = "in memory";
   }
-  const hidden = ov.tubes.length - tubes.length;
+  const hidden = state.showInternal ? 0 : (ov.totals ? ov.totals.internal.tubes : 0);
   $("#internal-hidden").textContent = hidden ? `(${hidden} hidden)` : "";
+  $("#tube-range").textContent = !ov.tubes_total ? (state.q ? "no tube matches" : "no tubes")
+    : `${fmt(ov.offset + 1)}–${fmt(ov.offset + tubes.length)} of ${fmt(ov.tubes_total)}`;
+  $("#tube-prev").disabled = ov.offset === 0;
+  $("#tube-next").disabled = ov.next === null || ov.next === undefined;
   const rows = tubes.map((t) => `
     <tr data-tube="${esc(t.name)}">
       <td class="name">${esc(t.name)}${t.paused ? `<span class="badge">paused ${t.pause_left}s</span>` : ""}</td>
@@ -159,9 +171,8 @@ function render(ov) {
   chart();
 }
 
-function renderBuried(data, ov) {
-  const internal = new Set(ov.tubes.filter((t) => t.internal).map((t) => t.name));
-  const jobs = state.showInternal ? data.jobs : data.jobs.filter((j) => !internal.has(j.tube));
+function renderBuried(data) {
+  const jobs = state.showInternal ? data.jobs : data.jobs.filter((j) => !j.internal);
   $("#buried-empty").classList.toggle("hidden", jobs.length > 0);
   $("#buried-count").textContent = jobs.length ? `showing ${jobs.length}` : "";
   $("#buried tbody").innerHTML = jobs.map((j) => `
@@ -279,31 +290,52 @@ document.addEventListener("click", (ev) => {
 document.addEventListener("keydown", (ev) => { if (ev.key === "Escape") { $("#job-view").classList.add("hidden"); $("#confirm-cancel").click(); } });
 
 // --- polling -------------------------------------------------------------------------------
-let busy = false;
+let busy = false, again = false;
 async function refresh() {
-  if (busy) return;
+  if (busy) { again = true; return; } // a page asked meanwhile is read once this one is drawn
   busy = true;
   try {
-    const [ov, buried, workers] = await Promise.all([api("GET", "/api/v1/overview"),
+    const q = new URLSearchParams({ offset: state.offset, limit: PAGE, sort: state.sort, q: state.q,
+      internal: state.showInternal ? "1" : "0" });
+    const [ov, buried, workers] = await Promise.all([api("GET", "/api/v1/overview?" + q),
       api("GET", "/api/v1/buried?limit=50"), api("GET", "/api/v1/workers")]);
+    if (ov.offset > 0 && ov.offset >= ov.tubes_total) { // the tubes shrank under this page
+      state.offset = Math.max(0, Math.floor((ov.tubes_total - 1) / PAGE) * PAGE);
+      again = true;
+    }
     sample(ov);
     render(ov);
-    renderBuried(buried, ov);
+    renderBuried(buried);
     renderWorkers(workers);
-    state.last = [ov, buried];
   } catch (e) {
     $("#server-state").textContent = "unreachable: " + e.message;
     $("#server-state").style.color = "#ff7a6b";
   } finally {
     busy = false;
+    if (again) { again = false; refresh(); }
   }
 }
+// a new search, order or page is asked at once, not at the next poll
+function repage(offset) { state.offset = Math.max(0, offset); refresh(); }
 $("#show-internal").checked = state.showInternal;
 $("#show-internal").addEventListener("change", (ev) => {
   state.showInternal = ev.target.checked;
   localStorage.setItem("stalkd.showInternal", state.showInternal ? "1" : "0");
-  if (state.last) { render(state.last[0]); renderBuried(state.last[1], state.last[0]); }
+  repage(0);
 });
+$("#tube-sort").value = state.sort;
+$("#tube-sort").addEventListener("change", (ev) => {
+  state.sort = ev.target.value;
+  localStorage.setItem("stalkd.tubeSort", state.sort);
+  repage(0);
+});
+let typing = null;
+$("#tube-search").addEventListener("input", (ev) => {
+  clearTimeout(typing);
+  typing = setTimeout(() => { state.q = ev.target.value.trim(); repage(0); }, 250);
+});
+$("#tube-prev").addEventListener("click", () => repage(state.offset - PAGE));
+$("#tube-next").addEventListener("click", () => repage(state.offset + PAGE));
 refresh();
 setInterval(refresh, POLL_MS);
 window.addEventListener("resize", chart);

@@ -1,9 +1,15 @@
 /* The parser object: beanstalkd's line and body framing, as parser.py does it. */
 
+/* parser.py's BIG_BODY: a body at least this long that has not all arrived is received into
+ * its own bytes object, filled read by read (see parser.py). */
+#define BIG_BODY ((Py_ssize_t)1 << 20)
+
 typedef struct {
     PyObject_HEAD
     char *buf;
     Py_ssize_t start, end, cap;
+    PyObject *big;                /* a big body being received (an unshared bytes), else NULL */
+    Py_ssize_t big_fill;          /* its bytes received so far */
     int state;
     unsigned long long skip;
     unsigned long long pri, delay, ttr, size;
@@ -64,11 +70,48 @@ other_build(ParserObject *self, PyObject *body, PyObject *error)
     return r;
 }
 
+/* The end of a big body: its CRLF, then the item with the filled bytes object (no copy). */
+static PyObject *
+big_done(ParserObject *self)
+{
+    if (self->big_fill < (Py_ssize_t)self->size || self->end - self->start < 2)
+        return Py_NewRef(NEED_DATA);
+    const char *b = self->buf + self->start;
+    self->start += 2;
+    self->state = ST_LINE;
+    PyObject *body = self->big;
+    self->big = NULL;
+    self->big_fill = 0;
+    PyObject *r;
+    if (b[0] != '\r' || b[1] != '\n')
+        r = self->other ? other_build(self, EMPTY_BYTES, S_EXPECTED_CRLF)
+                        : put_error(self, self->ttr, S_EXPECTED_CRLF);
+    else
+        r = self->other ? other_build(self, body, Py_None)
+                        : make_put(self->pri, self->delay, self->ttr, body, Py_None);
+    Py_DECREF(body);
+    return r;
+}
+
 static PyObject *
 body_done(ParserObject *self)
 {
+    if (self->big != NULL)
+        return big_done(self);
     Py_ssize_t need = (Py_ssize_t)self->size + 2;
-    if (self->end - self->start < need)
+    Py_ssize_t avail = self->end - self->start;
+    if (avail < (Py_ssize_t)self->size && (Py_ssize_t)self->size >= BIG_BODY) {
+        /* Not all here: what has come moves to the body's own object, the rest is copied in
+         * as it is read, so no turn of the loop copies (and faults in) the whole body. */
+        self->big = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)self->size);
+        if (self->big == NULL)
+            return NULL;
+        memcpy(PyBytes_AS_STRING(self->big), self->buf + self->start, (size_t)avail);
+        self->big_fill = avail;
+        self->start = self->end;
+        return Py_NewRef(NEED_DATA);
+    }
+    if (avail < need)
         return Py_NewRef(NEED_DATA);
     const char *b = self->buf + self->start;
     Py_ssize_t size = (Py_ssize_t)self->size;
@@ -301,6 +344,15 @@ parser_feed_bytes(ParserObject *self, const char *s, Py_ssize_t n)
             self->skip = 0;
         }
     }
+    if (n && self->big != NULL && self->big_fill < (Py_ssize_t)self->size) {
+        Py_ssize_t k = (Py_ssize_t)self->size - self->big_fill;
+        if (k > n)
+            k = n;
+        memcpy(PyBytes_AS_STRING(self->big) + self->big_fill, s, (size_t)k);
+        self->big_fill += k;
+        s += k;
+        n -= k;
+    }
     if (n) {
         if (reserve(self, n) < 0)
             return -1;
@@ -344,6 +396,8 @@ Parser_init(ParserObject *self, PyObject *args, PyObject *kwds)
     self->start = self->end = 0;
     self->state = ST_LINE;
     self->skip = 0;
+    Py_CLEAR(self->big);
+    self->big_fill = 0;
     return 0;
 }
 
@@ -351,13 +405,14 @@ static void
 Parser_dealloc(ParserObject *self)
 {
     PyMem_Free(self->buf);
+    Py_XDECREF(self->big);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *
 Parser_get_buffered(ParserObject *self, void *closure)
 {
-    return PyLong_FromSsize_t(self->end - self->start);
+    return PyLong_FromSsize_t(self->end - self->start + self->big_fill);
 }
 
 static PyObject *

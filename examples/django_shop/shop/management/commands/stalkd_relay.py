@@ -2,7 +2,6 @@
 until SIGTERM (``--once``: one pass, then exit, e.g. from cron)."""
 
 import signal
-import threading
 from typing import Any
 
 import sqlalchemy as sa
@@ -12,6 +11,7 @@ from django.db import connections
 
 from shop.tasks import outbox
 from stalkd.outbox import Relay
+from stalkd.worker.stopflag import StopFlag
 
 
 def sqlalchemy_url(db: dict[str, Any]) -> sa.URL:
@@ -42,7 +42,7 @@ class Command(BaseCommand):
                 while relay.run_once():  # until nothing is left to send
                     pass
             else:
-                stop = threading.Event()
+                stop = StopFlag()  # a signal handler may set it (threading.Event's set() can deadlock there)
                 signal.signal(signal.SIGTERM, lambda *_: stop.set())
                 signal.signal(signal.SIGINT, lambda *_: stop.set())
                 relay.run(stop, idle_wait=options["idle_wait"])

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import URGENT_THRESHOLD, Job
-from stalkd.engine.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks, install
+from stalkd.persist.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine

@@ -27,7 +27,7 @@ __all__ = ["SNAP_RESERVE", "SPARE_FILE", "WalSpace"]
 
 SPARE_FILE = "wal-spare"  # spare segments of earlier versions (now wal/spares/, space.py)
 SNAP_RESERVE = "reserve.spare"  # in snapshots/: room for a snapshot on a full disk
-_log = logging.getLogger("stalkd.engine.wal")
+_log = logging.getLogger("stalkd.persist.wal")
 
 
 class WalSpace:

@@ -25,9 +25,9 @@ from operator import attrgetter
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import RESULT_FIXED, Record
 from stalkd.engine.objects import Job
-from stalkd.engine.snapshot import SnapshotWriter, capture_order, list_snapshots
 from stalkd.log import Log
 from stalkd.log.frame import frame_size
+from stalkd.persist.snapshot import SnapshotWriter, capture_order, list_snapshots
 
 __all__ = ["CHUNK_BYTES", "Compaction", "SnapInProgress", "WalError", "live_bytes"]
 

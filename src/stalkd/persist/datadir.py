@@ -1,10 +1,9 @@
 """A server data directory as a whole (``DIR/wal`` + ``DIR/snapshots``): the checks recovery
-runs on the pair, the explicit repair, and ``stalkd log`` over a data directory.
+runs on the pair, the explicit repair, and what ``stalkd log`` reports of a data directory.
 
 ``snapshot.snapshot_gap`` is the one statement of "the WAL can give back what the snapshot
-needs": ``Wal.recover`` raises on it and ``stalkd log inspect`` (here) reports it. ``log_main`` is the
-``stalkd log`` command: the log layer's command (``stalkd.log.cli``) with these data-directory
-checks plugged in, so the log layer never imports the engine.
+needs": ``Wal.recover`` raises on it and ``stalkd log inspect`` reports it (``stalkd.node.logcmd``
+plugs these checks into the log layer's command, so the log layer never imports the engine).
 
 Ensures: ``check`` is read-only; ``repair`` changes the directory only through a log repair
 (bytes quarantined in ``wal/dropped/``, never deleted) and, when the log ends before the newest
@@ -15,11 +14,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from stalkd.engine.model import Op, RecordFormatError, decode
-from stalkd.engine.snapshot import (
+from stalkd.log.layout import DATA_LOG_DIR
+from stalkd.persist.snapshot import (
     SnapshotError,
     SnapshotHeader,
     list_snapshots,
@@ -27,10 +27,9 @@ from stalkd.engine.snapshot import (
     read_snapshot,
     snapshot_gap,
 )
-from stalkd.engine.wal import Wal
-from stalkd.log.layout import DATA_LOG_DIR
+from stalkd.persist.wal import Wal
 
-__all__ = ["SNAP_DIR", "check", "describe_records", "is_data_log", "job_id_ranges", "log_main", "repair"]
+__all__ = ["SNAP_DIR", "check", "describe_records", "is_data_log", "job_id_ranges", "repair"]
 
 SNAP_DIR = "snapshots"
 
@@ -131,41 +130,3 @@ def repair(log_dir: str, segment_size: int) -> tuple[list[str], list[tuple[int, 
                      f"{covered[-1][0]}) precede the snapshot's start (offset {info.snapshot_start}): "
                      "what they did came back with the snapshot, nothing of them is lost")
     return lines, [r for r in dropped if r[0] >= info.snapshot_start]
-
-
-class _DataDirHooks:
-    """What ``stalkd.log.cli`` asks of the engine for a data directory's log."""
-
-    is_data_log = staticmethod(is_data_log)
-    check = staticmethod(check)
-    repair = staticmethod(repair)
-    describe_records = staticmethod(describe_records)
-
-    @staticmethod
-    def is_archive(path: str) -> bool:
-        if "://" not in path and not os.path.isfile(os.path.join(path, "manifest.json")):
-            return False  # not even a candidate: `stalkd log` on a directory never imports pyarrow
-        from stalkd.archive.inspect import looks_like_archive
-
-        return looks_like_archive(path)
-
-    @staticmethod
-    def inspect_archive(url: str, verify: bool) -> dict[str, Any]:
-        from stalkd.archive.inspect import inspect_archive
-
-        return inspect_archive(url, verify)
-
-    @staticmethod
-    def shipped_to(log_dir: str) -> str | None:
-        if os.path.basename(os.path.normpath(log_dir)) != DATA_LOG_DIR:
-            return None  # a log directory of its own, not a server's wal/
-        from stalkd.archive.note import read_note
-
-        return read_note(os.path.dirname(os.path.normpath(log_dir)))
-
-
-def log_main(argv: Sequence[str]) -> int:
-    """``stalkd log``: the log layer's command, with the data-directory checks."""
-    from stalkd.log.cli import main
-
-    return main(argv, hooks=_DataDirHooks())

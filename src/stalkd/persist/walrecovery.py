@@ -14,10 +14,11 @@ import os
 import time
 from dataclasses import dataclass
 
-from stalkd.engine.compaction import WalError
 from stalkd.engine.engine import Engine
 from stalkd.engine.replay import finish
-from stalkd.engine.snapshot import (
+from stalkd.log import Log
+from stalkd.persist.compaction import WalError
+from stalkd.persist.snapshot import (
     SnapshotError,
     SnapshotHeader,
     list_snapshots,
@@ -25,8 +26,7 @@ from stalkd.engine.snapshot import (
     read_header,
     snapshot_gap,
 )
-from stalkd.engine.tail import TailError, replay_tail
-from stalkd.log import Log
+from stalkd.persist.tail import TailError, replay_tail
 
 __all__ = ["Rebuilt", "RecoveryInfo", "rebuild"]
 

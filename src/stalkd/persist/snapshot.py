@@ -35,11 +35,12 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from stalkd.engine import snap_v1, snap_v2
 from stalkd.engine.model import JobState, Record, decode
 from stalkd.engine.objects import Job
-from stalkd.engine.snap_v1 import JobTuple
-from stalkd.engine.snapfile import (
+from stalkd.log.fs import REAL, FileSystem
+from stalkd.persist import snap_v1, snap_v2
+from stalkd.persist.snap_v1 import JobTuple
+from stalkd.persist.snapfile import (
     SnapshotError,
     SnapshotHeader,
     block_bytes,
@@ -47,7 +48,6 @@ from stalkd.engine.snapfile import (
     read_header,
     trailer_bytes,
 )
-from stalkd.log.fs import REAL, FileSystem
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine

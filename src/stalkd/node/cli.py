@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_LISTEN
     # Heavy imports only now that we listen, and before -u drops privileges: the new user may
     # be unable to read the Python installation (a pyenv under /root, say).
-    from stalkd.server.serve import preload, run
+    from stalkd.node.serve import preload, run
 
     preload(cfg)
     if cfg.user is not None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from stalkd.engine.model import FORMAT_VERSION, HEAD_JOB, U32, JobState, Op, Record, decode, encode
 from stalkd.engine.objects import URGENT_THRESHOLD, Job
-from stalkd.engine.snapfile import Buf, SnapshotError, SnapshotHeader, blocks, install
+from stalkd.persist.snapfile import Buf, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine

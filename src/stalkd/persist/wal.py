@@ -29,22 +29,24 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 
-from stalkd.engine.compaction import Compaction, SnapInProgress, WalError, live_bytes
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import DURABLE_OPS, ROWS, Record, encode
 from stalkd.engine.space import SpaceBudget, no_space, spent
-from stalkd.engine.walrecovery import RecoveryInfo, rebuild
-from stalkd.engine.walspace import SNAP_RESERVE, WalSpace
 from stalkd.log import Log, LogFullError
 from stalkd.log.active import SPARES_DIR
 from stalkd.log.frame import frame_size
 from stalkd.log.fs import REAL, FileSystem
+from stalkd.persist.compaction import Compaction, SnapInProgress, WalError, live_bytes
+from stalkd.persist.idceiling import IdCeiling
+from stalkd.persist.walrecovery import RecoveryInfo, rebuild
+from stalkd.persist.walspace import SNAP_RESERVE, WalSpace
 
 __all__ = ["RecoveryInfo", "Wal", "WalError"]
 
 LOG_DIR = "wal"
 SNAP_DIR = "snapshots"
-_log = logging.getLogger("stalkd.engine.wal")
+_log = logging.getLogger("stalkd.persist.wal")
+NO_CEILING = 2**62  # above every job id (the last epoch's band ends at 2**53): never reached
 # How often the log's high-water mark follows the durable end (stalkd.log.mark): damage to what
 # was acknowledged before the last mark is refused at the next start, later damage reads as a
 # torn tail. One small fdatasync per interval while writes happen, none per write.
@@ -114,6 +116,9 @@ class Wal(WalSpace, Compaction):
         self.repair = False  # set by open(repair=True): cut damage instead of refusing
         self.archive = False  # set by open(archive=...): retired segments go to wal/archive/
         self.repair_notes: list[str] = []  # what a repair did, for the operator
+        # every id handed out is below it (idceiling.py); none to keep under ``always``
+        self.id_ceiling = NO_CEILING
+        self._ids: IdCeiling | None = None
 
     @classmethod
     def open(
@@ -200,6 +205,8 @@ class Wal(WalSpace, Compaction):
         if r.note is not None:
             self.repair_notes.append(r.note)
         e = r.engine
+        if self.durability != "always":
+            self._keep_id_ceiling(e)
         self.last_seq = e.seq
         self._recovered = True
         self._live_bytes = lambda: live_bytes(e)
@@ -215,6 +222,25 @@ class Wal(WalSpace, Compaction):
                             time.perf_counter() - t0, r.discarded, r.snapshot_seconds,
                             h.start_offset if h else 0)  # fmt: skip
         return e, info
+
+    def _keep_id_ceiling(self, e: Engine) -> None:
+        """Ids start at the ceiling when the log ends below it (puts acknowledged from the page
+        cache that a power cut took: their ids are not given again)."""
+        if self._ids is None:
+            self._ids = IdCeiling(self.directory, self.fs)
+        ceiling = self._ids.value
+        if ceiling > e.next_id:
+            _log.info("job ids continue from %d, not %d: ids up to the durable ceiling may have "
+                      "been handed out before an unclean stop (under %s) and are not reused",
+                      ceiling, e.next_id, self.durability)  # fmt: skip
+            e.next_id = ceiling
+        self.id_ceiling = ceiling
+
+    def _cover_id(self, job_id: int) -> None:
+        ids = self._ids
+        assert ids is not None  # a ceiling below NO_CEILING is only ever read from its file
+        ids.cover(job_id)
+        self.id_ceiling = ids.value
 
     # --- space ------------------------------------------------------------------------------
 
@@ -232,12 +258,16 @@ class Wal(WalSpace, Compaction):
         # (durable records spend promised room, the others only what nobody was promised).
         payloads = []
         spent_room = extra = total = 0
+        ceiling = self.id_ceiling
         for r in recs:
             p = encode(r)
+            row = ROWS[r.op]  # (encode refused an op without a row)
+            if row.creates and r.job_id >= ceiling:  # a new id past the durable ceiling: raise it first
+                self._cover_id(r.job_id)
+                ceiling = self.id_ceiling
             payloads.append(p)
             n = frame_size(len(p))
             total += n
-            row = ROWS[r.op]  # (encode refused an op without a row)
             if row is not None and row.durable:
                 spent_room += spent(row, n)
             else:
@@ -312,12 +342,23 @@ class Wal(WalSpace, Compaction):
         loads it instead of replaying dead records. Returns None on success, else why not (the
         WAL stays complete either way)."""
         if self._snap is None and self._bytes_since_snapshot == 0:
+            self._settle_ids(engine)
             return None
         try:
             self.snapshot(engine)
         except (OSError, WalError) as e:
             return str(e)
+        self._settle_ids(engine)
         return None
+
+    def _settle_ids(self, engine: Engine) -> None:
+        """Everything is durable at a clean stop: the ceiling comes down to the next id, so the
+        next start goes on from there without a gap."""
+        if self._ids is not None and self._ids.value > engine.next_id:
+            try:
+                self._ids.settle(engine.next_id)
+            except OSError as e:  # the higher ceiling stays: a gap, never a reuse
+                _log.warning("could not lower the job id ceiling at stop: %s", e)
 
     # --- status -------------------------------------------------------------------------------
 
@@ -363,6 +404,8 @@ class Wal(WalSpace, Compaction):
             self._snap = None
         if self.space is not None:
             self.space.close()
+        if self._ids is not None:
+            self._ids.close()
         self.log.close()
 
     def abandon(self) -> None:
@@ -372,5 +415,7 @@ class Wal(WalSpace, Compaction):
             with contextlib.suppress(OSError):
                 os.close(s.writer._fd)
         self._snap = None
+        if self._ids is not None:
+            self._ids.close()
         self.log.abandon()
 

@@ -1,0 +1,33 @@
+"""memtrim's trims run on a thread of their own, off the event loop (glibc only)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from stalkd.server import memtrim
+
+pytestmark = pytest.mark.skipif(memtrim._LIBC is None, reason="not glibc (or older than 2.33)")  # noqa: SLF001
+
+
+def test_a_trim_worth_doing_runs_on_a_thread_of_its_own() -> None:
+    t = memtrim.Trimmer(threshold=0)  # any free heap is worth a trim
+    seen: list[str] = []
+    trim = t.trim
+
+    def on_which_thread() -> bool:
+        seen.append(threading.current_thread().name)
+        return trim()
+
+    t.trim = on_which_thread  # type: ignore[method-assign]
+    assert t.tick()
+    t.join()
+    assert seen == ["stalkd-memtrim"] and t.trims == 1
+
+
+def test_nothing_worth_giving_back_is_not_trimmed() -> None:
+    t = memtrim.Trimmer(threshold=2**62)
+    assert t.tick()
+    t.join()
+    assert t.trims == 0
