@@ -73,7 +73,9 @@ def _cythonized(exts: list[Extension], skip: Callable[[BaseException], None]) ->
         # annotation would refuse a numpy integer, a ``float`` one would coerce); C types are
         # asked for explicitly (cython.locals, cython.declare) where a profile says they pay
         directives = {"language_level": 3, "annotation_typing": False}
-        return list(cythonize(exts, quiet=True, build_dir="build/cython", compiler_directives=directives))
+        # include_path: the augmenting .pxd files beside the modules cimport each other by package name
+        return list(cythonize(exts, quiet=True, build_dir="build/cython", compiler_directives=directives,
+                              include_path=["src"]))
     except Exception as e:  # a Cython error: the .py files still run
         skip(e)
         return []

@@ -9,10 +9,10 @@ import os
 from pathlib import Path
 
 from stalkd.engine import model
-from stalkd.persist import wal
 from stalkd.engine.model import Op, Record
 from stalkd.extensions import CYTHON_MODULES, compiled_modules
 from stalkd.log import frame, log, writer
+from stalkd.persist import wal
 
 _DISABLED = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 

@@ -190,7 +190,6 @@ SHORT_RECORD = HEADER_SIZE + max(RELEASE.size, BURY.size, EPOCH.size)  # the lar
 _pack_u32 = U32.pack
 
 
-@cython.cclass
 class OpLayout:
     """One op's row of the registry: its fields after the header (a field table above, whose
     ``tube_len`` is the length of the ``tube`` that follows them), whether a body follows, and
@@ -198,6 +197,8 @@ class OpLayout:
     replies), ``creates`` (it makes a live job, whose delete's room is promised with it),
     ``ends`` (it ends a live job, using the room its put promised). Encoding, decoding, the
     record's size and its cost in WAL room (``engine/space.py``) are derived from these.
+    Compiled, an extension type whose attributes and ``size`` are C-level (model.pxd): they are
+    read for every record written.
 
     >>> LAYOUTS[Op.RELEASE].names, LAYOUTS[Op.PAUSE].tube, LAYOUTS[Op.PAUSE].body
     (('pri', 'delay', 'deadline_us'), True, False)
@@ -205,19 +206,6 @@ class OpLayout:
     ...     Record(Op.PUT, 1, 2, 3, "tube", body=b"body")))
     True
     """
-
-    # C attributes when compiled (read on every record written); plain ones uncompiled
-    fields = cython.declare(tuple, visibility="readonly")
-    names = cython.declare(tuple, visibility="readonly")
-    tube = cython.declare(cython.bint, visibility="readonly")
-    body = cython.declare(cython.bint, visibility="readonly")
-    sized = cython.declare(cython.bint, visibility="readonly")
-    durable = cython.declare(cython.bint, visibility="readonly")
-    creates = cython.declare(cython.bint, visibility="readonly")
-    ends = cython.declare(cython.bint, visibility="readonly")
-    whole = cython.declare(object, visibility="readonly")
-    get = cython.declare(object, visibility="readonly")
-    fixed_size = cython.declare(cython.Py_ssize_t, visibility="readonly")
 
     def __init__(self, fields: tuple[tuple[str, str], ...], *, body: bool = False, durable: bool = True,
                  creates: bool = False, ends: bool = False) -> None:  # fmt: skip
@@ -235,7 +223,7 @@ class OpLayout:
 
     def size(self, r: Record) -> int:
         """The length of ``r``'s payload (``len(encode(r))``), without encoding it."""
-        n: int = self.fixed_size
+        n = self.fixed_size
         if self.tube:
             n += len(r.tube)
         if self.body:

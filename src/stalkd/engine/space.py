@@ -23,6 +23,11 @@ import errno
 import logging
 from collections.abc import Callable, Sequence
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    from stalkd import cyshim as cython
+
 from stalkd.engine.model import LAYOUTS, PUT_FIXED, ROWS, SHORT_RECORD, Op, OpLayout, Record
 from stalkd.log.active import drop_spare, make_spare, spares
 from stalkd.log.frame import FRAME_HEADER_SIZE, frame_size
@@ -92,7 +97,7 @@ def record_cost(r: Record) -> int:
     >>> record_cost(Record(Op.RELEASE, 1, 0, 1)) == SHORT_FRAME, record_cost(Record(Op.DELETE, 1, 0, 1))
     (True, 0)
     """
-    row = ROWS[r.op]
+    row = cython.declare(OpLayout, ROWS[r.op])  # compiled: its row's C attributes
     if row is None or not row.durable or row.ends:
         return 0
     cost = spent(row, frame_size(row.size(r)))
@@ -168,7 +173,10 @@ class SpaceBudget:
 
     def settle(self, admitted: int, records: Sequence[Record]) -> None:
         """After the engine ran an admitted command: promise exactly what its records need."""
-        self.promised += sum(map(record_cost, records)) - admitted
+        cost = 0
+        for r in records:
+            cost += record_cost(r)
+        self.promised += cost - admitted
 
     def written(self, spent: int) -> None:
         """Durable records reached the log: ``spent`` bytes promised for them are used (a put

@@ -21,6 +21,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    from stalkd import cyshim as cython
+
 from .active import ActiveSegment, create_segment, write_footer
 from .errors import LogError, LogFullError
 from .frame import (
@@ -133,7 +138,7 @@ class SegmentWriter:
         """The fast path of one record: its offset, or -1 when it does not fit the active
         segment (the caller then goes through :meth:`write_many`)."""
         with self.lock:
-            act = self.active
+            act = cython.declare(ActiveSegment, self.active)  # compiled: its C attributes and write
             if act is None:
                 return -1
             off = self.next
@@ -172,7 +177,7 @@ class SegmentWriter:
         with self.lock:
             if admit is not None:
                 admit(items)
-            act = self.active
+            act = cython.declare(ActiveSegment, self.active)
             if act is None:
                 raise LogError(f"{self.path}: log is closed")
             first = self.next

@@ -29,8 +29,13 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    from stalkd import cyshim as cython
+
 from stalkd.engine.engine import Engine
-from stalkd.engine.model import DURABLE_OPS, ROWS, Record, encode
+from stalkd.engine.model import DURABLE_OPS, ROWS, OpLayout, Record, encode
 from stalkd.engine.space import SpaceBudget, no_space, spent
 from stalkd.log import Log, LogFullError
 from stalkd.log.active import SPARES_DIR
@@ -261,7 +266,7 @@ class Wal(WalSpace, Compaction):
         ceiling = self.id_ceiling
         for r in recs:
             p = encode(r)
-            row = ROWS[r.op]  # (encode refused an op without a row)
+            row = cython.declare(OpLayout, ROWS[r.op])  # (encode refused an op without a row)
             if row.creates and r.job_id >= ceiling:  # a new id past the durable ceiling: raise it first
                 self._cover_id(r.job_id)
                 ceiling = self.id_ceiling
@@ -272,7 +277,7 @@ class Wal(WalSpace, Compaction):
                 spent_room += spent(row, n)
             else:
                 extra += n
-        sp = self.space
+        sp = cython.declare(SpaceBudget, self.space)  # compiled: its C attributes and methods
         if sp is not None and extra and not sp.fits(extra):
             keep = [i for i, r in enumerate(recs) if r.op in DURABLE_OPS]
             sp.dropped += len(recs) - len(keep)
