@@ -27,6 +27,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    from stalkd import cyshim as cython
+
 from .active import SPARES_DIR, ZERO_AHEAD
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
@@ -200,10 +205,11 @@ class Log:
             self._check_usable()
             return self._writer.next, self._writer.next - 1
         c = self._commit
+        w = cython.declare(SegmentWriter, self._writer)  # compiled: its write_many is a C call
         # Usable and no lag limit to check (the common case): nothing for the writer to ask
         # under its lock. ``ok`` read unlocked, as ``append`` does: a failure that lands
         # meanwhile fails the next write or sync.
-        first, last = self._writer.write_many(items, None if c.ok and not self._refusers else self._admit)
+        first, last = w.write_many(items, None if c.ok and not self._refusers else self._admit)
         c.run_deferred()
         if (v := c.visibility).waiters or v.async_waiters:
             v.notify()

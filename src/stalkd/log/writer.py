@@ -52,6 +52,9 @@ class SegmentWriter:
     ``on_sealed(end)`` when a segment's footer made everything below ``end`` durable.
     ``clock`` (nanoseconds, ``time.time_ns``) stamps frames and segment headers: a test that
     compares two logs byte for byte gives both the same clock.
+
+    Compiled, an extension type whose attributes, ``append`` and ``write_many`` are C-level
+    (writer.pxd).
     """
 
     def __init__(
