@@ -74,7 +74,6 @@ FLAGS_AT = struct.calcsize("<IB")  # byte offset of ``flags`` in the header
 LENGTH_AT = struct.calcsize("<IBBH")  # byte offset of ``length`` in the header
 TIMESTAMP_AT = struct.calcsize("<IBBHII")  # byte offset of ``timestamp_us``
 MAX_PAYLOAD = 2**32 - 1
-_DATA_FLAGS = FLAG_COMMITTED | KIND_DATA
 _PADS = tuple(bytes(i) for i in range(8))  # the zero padding of each length modulo 8
 _pack_rest = REST.pack
 _pack_u32 = struct.Struct("<I").pack
@@ -100,10 +99,9 @@ def encode_frame(
     32
     """
     n = len(payload)
-    rest = _pack_rest(MAGIC, FLAG_COMMITTED | kind, epoch, n, delta, timestamp_us)
-    pad = _PADS[-(FRAME_HEADER_SIZE + n) & 7]
-    c = crc32c(payload, crc32c(rest))
-    return b"".join((_pack_u32(crc32c(pad, c) if pad else c), rest, payload, pad))
+    checked = b"".join((_pack_rest(MAGIC, FLAG_COMMITTED | kind, epoch, n, delta, timestamp_us), payload,
+                        _PADS[-(FRAME_HEADER_SIZE + n) & 7]))  # fmt: skip
+    return _pack_u32(crc32c(checked)) + checked
 
 
 def encode_data_frame(payload: bytes | bytearray | memoryview, delta: int, timestamp_us: int, epoch: int) -> bytes:
@@ -112,11 +110,7 @@ def encode_data_frame(payload: bytes | bytearray | memoryview, delta: int, times
     >>> encode_data_frame(b"abc", 4, 9, 2) == encode_frame(b"abc", 4, 9, 2)
     True
     """
-    n = len(payload)
-    rest = _pack_rest(MAGIC, _DATA_FLAGS, epoch, n, delta, timestamp_us)
-    pad = _PADS[-(FRAME_HEADER_SIZE + n) & 7]
-    c = crc32c(payload, crc32c(rest))
-    return b"".join((_pack_u32(crc32c(pad, c) if pad else c), rest, payload, pad))
+    return encode_frame(payload, delta, timestamp_us, epoch, KIND_DATA)
 
 
 def put_data_frame(
@@ -137,7 +131,7 @@ def put_data_frame(
     >>> put_data_frame(buf, 40, 64, b"abc", 4, 9, 2)
     -1
     """
-    end = pos + ((FRAME_HEADER_SIZE + len(payload) + 7) & ~7)
+    end = pos + frame_size(len(payload))
     if end > room:
         return -1
     buf[pos:end] = encode_data_frame(payload, delta, timestamp_us, epoch)
