@@ -19,12 +19,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-try:
-    import cython  # type: ignore[import-untyped]
-except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from .active import ActiveSegment, create_segment, write_footer
 from .errors import LogError, LogFullError
@@ -171,6 +174,7 @@ class SegmentWriter:
         self._zero_checked(act, act.pos + frame_size(len(payload)))
         return put_data_frame(mm, act.pos, act.room, payload, off - act.base, self.clock() // 1000, act.epoch)
 
+    @cython.locals(n=cython.Py_ssize_t, total=cython.Py_ssize_t, pos=cython.Py_ssize_t)  # per item: no int objects
     def write_many(
         self, items: Sequence[Payload], admit: Callable[[Sequence[Payload]], None] | None
     ) -> tuple[int, int]:
