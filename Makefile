@@ -29,8 +29,7 @@ CYTHON_SRC := $(shell $(PYTHON) -c 'exec(open("src/stalkd/extensions.py").read()
 ext: $(VENV)/.ext
 
 $(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) $(wildcard $(CYTHON_SRC:.py=.pxd)) src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/engine/_heap.c src/stalkd/engine/_engine.c $(wildcard src/stalkd/engine/_cext/*.h) \
-		src/stalkd/engine/_wal.c \
-		src/stalkd/log/_write.c $(wildcard src/stalkd/log/_cext/*.h)
+		$(wildcard src/stalkd/log/_cext/*.h) src/stalkd/log/_framer.c
 	$(PIP) install -e . --no-deps
 	touch $@
 

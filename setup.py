@@ -1,8 +1,7 @@
 """Build the compiled hot path: the modules of ``stalkd.extensions.CYTHON_MODULES`` compiled
 from their own ``.py`` files by Cython (pure-Python mode), and the C accelerators still written
-in C (stalkd.protocol._speedups, stalkd.engine._heap, stalkd.engine._engine,
-the WAL's write chain stalkd.engine._wal and stalkd.log._write); everything else is in
-pyproject.toml.
+in C (stalkd.protocol._speedups, stalkd.engine._heap, stalkd.engine._engine, and the frame
+encoder's leaf stalkd.log._framer); everything else is in pyproject.toml.
 
 Both are optional in the way aiohttp's and SQLAlchemy's are: without a compiler, the Python
 headers or Cython the build warns and the ``.py`` files run as they are.
@@ -95,13 +94,7 @@ ext_modules = [] if _NO_EXT else [
     Extension("stalkd.engine._engine", ["src/stalkd/engine/_engine.c"],
               depends=[*sorted(glob.glob("src/stalkd/engine/_cext/*.h")), "src/stalkd/log/_cext/descriptor.c.h"],
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"]),  # heapcore's key I/O
-    Extension("stalkd.engine._wal", ["src/stalkd/engine/_wal.c"],
-              depends=["src/stalkd/log/_cext/descriptor.c.h", "src/stalkd/log/_cext/methodguard.c.h",
-                       "src/stalkd/engine/_cext/walroom.c.h"],
-              extra_compile_args=["-O2", "-Wall"]),
-    Extension("stalkd.log._write", ["src/stalkd/log/_write.c"],
-              depends=sorted(glob.glob("src/stalkd/log/_cext/*.h")),
-              extra_compile_args=["-O2", "-Wall"]),
+    Extension("stalkd.log._framer", ["src/stalkd/log/_framer.c"], extra_compile_args=["-O2", "-Wall"]),
 ]
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

@@ -51,6 +51,12 @@ def cast(_t: object, value: _F) -> _F:
     return value
 
 
+def declare(_t: object, value: Any = None, **_how: object) -> Any:
+    """``x = cython.declare(T, ...)``: a C variable (in a ``cclass`` body, a C attribute) when
+    compiled; ``value`` (None if not given) uncompiled."""
+    return value
+
+
 def locals(**_types: object) -> Callable[[_F], _F]:  # noqa: A001 - cython's name
     """``@cython.locals(i=cython.Py_ssize_t)``: the local variables' C types; nothing uncompiled."""
     return _same

@@ -29,8 +29,15 @@ __all__ = ["CYTHON_MODULES", "compiled_module", "compiled_modules", "extensions_
 
 CYTHON_MODULES = (
     "stalkd.engine.model",
+    "stalkd.persist.wal",
+    "stalkd.persist.walspace",
+    "stalkd.log.active",
+    "stalkd.log.commit",
     "stalkd.log.frame",
+    "stalkd.log.fs",
     "stalkd.log.gate",
+    "stalkd.log.log",
+    "stalkd.log.writer",
     "stalkd.server.clock",  # read per command: compiled, a reading is no Python call
     "stalkd.engine.space",  # put_frame per durable put (server/admission.py): no Python frame
     "stalkd.server.connection",

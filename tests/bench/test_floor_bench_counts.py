@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.engine import fastengine  # noqa: F401
-from stalkd.log import fastwrite
-from stalkd.persist import fastwal, wal  # noqa: F401 - wal installs fastwal's methods
+from stalkd.engine import fastengine
+from stalkd.extensions import compiled_modules
 from stalkd.server import fastconn
 from support import require_binary
 
@@ -68,7 +67,7 @@ def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
     # reserve+delete without one Python frame; the reference runs several per command. With the
     # WAL's write chain compiled too (its write, fsync and room), so does a durable put.
     compiled = fastconn.IMPLEMENTATION == "cython" and fastengine.IMPLEMENTATION == "c"
-    wal_compiled = compiled and fastwal.IMPLEMENTATION == "c" and fastwrite.IMPLEMENTATION == "c"
+    wal_compiled = compiled and compiled_modules()["stalkd.persist.wal"]
     if not wal_compiled:
         assert pycalls["always:put:1"]["stalkd"]["calls"] > 1  # the durable path runs Python per put
     for cell in ("memory:put:1", "memory:rd:1") + (("always:put:1",) if wal_compiled else ()):

@@ -40,8 +40,7 @@ def test_version_names_the_hot_path() -> None:
     off = _version({"STALKD_NO_EXTENSIONS": "1"})
     assert off.startswith("beanstalkd 1.13") and "hot path: pure Python" in off
     # every compiled twin is named, and the switch turns each of them off
-    for name in ("protocol.accel", "server.fastconn", "engine.fastheap", "engine.fastengine",
-                 "persist.fastwal", "log.fastwrite"):
+    for name in ("protocol.accel", "server.fastconn", "engine.fastheap", "engine.fastengine"):
         assert f"stalkd.{name}.IMPLEMENTATION='python'" in off, name
     assert f"compiled by Cython: none (0 of {len(CYTHON_MODULES)}" in off
     on = _version({})

@@ -21,9 +21,6 @@ def version_text() -> str:
     from stalkd.engine.fastengine import IMPLEMENTATION as ENGINE
     from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
     from stalkd.extensions import compiled_modules
-    from stalkd.log.fastwrite import IMPLEMENTATION as WRITE
-    from stalkd.persist import wal  # noqa: F401 - installs the WAL's compiled paths (fastwal, fastwrite)
-    from stalkd.persist.fastwal import IMPLEMENTATION as WAL
     from stalkd.protocol.accel import IMPLEMENTATION
     from stalkd.server.fastconn import IMPLEMENTATION as CONN
 
@@ -31,8 +28,7 @@ def version_text() -> str:
     return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
             f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
             f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
-            f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r}, "
-            f"stalkd.persist.fastwal.IMPLEMENTATION={WAL!r}, stalkd.log.fastwrite.IMPLEMENTATION={WRITE!r})\n"
+            f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r})\n"
             f"compiled by Cython: {_listed(compiled_modules())}\n")
 
 
