@@ -62,12 +62,6 @@ def locals(**_types: object) -> Callable[[_F], _F]:  # noqa: A001 - cython's nam
     return _same
 
 
-def declare(_t: object, value: Any = None, **_how: object) -> Any:
-    """``x = cython.declare(T, visibility="public")`` in a ``cclass`` body (a C field when
-    compiled), or a typed local: ``value`` (None) uncompiled."""
-    return value
-
-
 cclass: Callable[[_F], _F] = _same
 ccall: Callable[[_F], _F] = _same
 cfunc: Callable[[_F], _F] = _same
