@@ -21,16 +21,15 @@ system-deps:
 	bash scripts/system-deps.sh
 
 # The compiled hot path: the .py modules Cython compiles (stalkd.extensions.CYTHON_MODULES) and
-# the C accelerators (stalkd.protocol._speedups, stalkd.server._conn, ...), rebuilt when a source
+# the C accelerators (stalkd.protocol._speedups, stalkd.log._framer), rebuilt when a source
 # changes. Without a compiler or Cython setup.py warns and the .py files run; STALKD_NO_EXTENSIONS=1
 # forces them.
 CYTHON_SRC := $(shell $(PYTHON) -c 'exec(open("src/stalkd/extensions.py").read()); print(*map(source_path, CYTHON_MODULES))')
 
 ext: $(VENV)/.ext
 
-$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) $(wildcard $(CYTHON_SRC:.py=.pxd)) src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) src/stalkd/server/_conn.c $(wildcard src/stalkd/server/_cext/*.h) $(wildcard src/stalkd/engine/_cext/*.h) \
-		src/stalkd/engine/_wal.c \
-		src/stalkd/log/_write.c $(wildcard src/stalkd/log/_cext/*.h)
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) $(wildcard $(CYTHON_SRC:.py=.pxd)) src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) \
+		src/stalkd/log/_framer.c
 	$(PIP) install -e . --no-deps
 	touch $@
 
@@ -120,12 +119,14 @@ powerloss-campaign: system-deps $(VENV)/.dev bytecode
 	$(PY) -m campaign.powercut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-server.md
 	$(PY) -m campaign.logcut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-log.md
 	$(PY) -m campaign.pairloss --cycles $${POWERLOSS_FAULTS:-50} --out build/pairloss
+	$(PY) -m campaign.pairloss --cycles $${POWERLOSS_FAULTS:-50} --promote --out build/pairloss-promote
 
-# The fault campaign (campaign/README.md): every nemesis against a single server and a primary
-# with a sync standby, CAMPAIGN_CYCLES faults each (default 20; a line after each fault says how
-# far a run is); the table (table.md) and a plot and history per run go to build/campaign/ (or
-# CAMPAIGN_OUT). Needs root for partitions, tmpfs and faketime's clock jumps. `make test` runs
-# two faults of each (tests/campaign).
+# The fault campaign (campaign/README.md): every nemesis against a single server, a primary
+# with a sync standby and three --ha nodes on an etcd the run starts (faults against the current
+# primary; its way to etcd cut as well), CAMPAIGN_CYCLES faults each (default 20; a line after
+# each fault says how far a run is); the table (table.md) and a plot and history per run go to
+# build/campaign/ (or CAMPAIGN_OUT). Needs root for partitions, tmpfs and faketime's clock jumps,
+# and Debian's etcd for the ha runs. `make test` runs two faults of each (tests/campaign).
 campaign: system-deps $(VENV)/.dev bytecode
 	$(PY) -m campaign --cycles $${CAMPAIGN_CYCLES:-20} --out $${CAMPAIGN_OUT:-build/campaign}
 

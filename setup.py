@@ -1,8 +1,7 @@
 """Build the compiled hot path: the modules of ``stalkd.extensions.CYTHON_MODULES`` compiled
 from their own ``.py`` files by Cython (pure-Python mode), and the C accelerators still written
-in C (stalkd.protocol._speedups, stalkd.server._conn,
-the WAL's write chain stalkd.engine._wal and stalkd.log._write); everything else is in
-pyproject.toml.
+in C (stalkd.protocol._speedups and the frame encoder's leaf stalkd.log._framer); everything
+else is in pyproject.toml.
 
 Both are optional in the way aiohttp's and SQLAlchemy's are: without a compiler, the Python
 headers or Cython the build warns and the ``.py`` files run as they are.
@@ -74,9 +73,10 @@ def _cythonized(exts: list[Extension], skip: Callable[[BaseException], None]) ->
         # annotation would refuse a numpy integer, a ``float`` one would coerce); C types are
         # asked for explicitly (cython.locals, cython.declare) where a profile says they pay
         directives = {"language_level": 3, "annotation_typing": False}
-        # include_path: a module's .pxd cimports another's (objects.pxd: heap.pxd's HeapItem)
+        # include_path: a module's .pxd cimports another's (app.pxd: Connection, Barriers) by
+        # its package name, found under src/
         return list(cythonize(exts, quiet=True, build_dir="build/cython", include_path=["src"],
-                              compiler_directives=directives))  # fmt: skip
+                              compiler_directives=directives))
     except Exception as e:  # a Cython error: the .py files still run
         skip(e)
         return []
@@ -88,17 +88,7 @@ ext_modules = [] if _NO_EXT else [
     Extension("stalkd.protocol._speedups", ["src/stalkd/protocol/_speedups.c"],
               depends=sorted(glob.glob("src/stalkd/protocol/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-variable"]),
-    Extension("stalkd.server._conn", ["src/stalkd/server/_conn.c"],
-              depends=["src/stalkd/protocol/_cext/capi.h",
-                       *sorted(glob.glob("src/stalkd/server/_cext/*.h"))],
-              extra_compile_args=["-O2", "-Wall"]),
-    Extension("stalkd.engine._wal", ["src/stalkd/engine/_wal.c"],
-              depends=["src/stalkd/log/_cext/descriptor.c.h", "src/stalkd/log/_cext/methodguard.c.h",
-                       "src/stalkd/engine/_cext/walroom.c.h"],
-              extra_compile_args=["-O2", "-Wall"]),
-    Extension("stalkd.log._write", ["src/stalkd/log/_write.c"],
-              depends=sorted(glob.glob("src/stalkd/log/_cext/*.h")),
-              extra_compile_args=["-O2", "-Wall"]),
+    Extension("stalkd.log._framer", ["src/stalkd/log/_framer.c"], extra_compile_args=["-O2", "-Wall"]),
 ]
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

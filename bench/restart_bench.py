@@ -6,17 +6,20 @@ alternating (medians printed):
 
 * ``wal only``: snapshots never due while every job is live (the trigger before: WAL since the
   last snapshot >= the live data, which puts alone never reach), so every put is replayed;
-* ``trigger``: the snapshot trigger as it is (WAL since the last snapshot >= half the live data):
-  the jobs come back mostly from snapshots, in bulk, plus a tail;
+* ``trigger``: the snapshot trigger as it is (``compaction.snapshot_due``: WAL since the last
+  snapshot >= a share of the live data): the jobs come back mostly from snapshots, in bulk, plus a tail;
 * ``snapshot``: the same with a final snapshot (a clean stop), the floor of what recovery costs.
 
     .venv/bin/python bench/restart_bench.py [--jobs 1000000] [--repeat 5]
 
 ``--first-reply`` measures what a client sees instead: a real ``stalkd serve -b DIR`` from exec to
 its first reply (``list-tube-used``), for each of ``--sizes`` live jobs, after a clean stop
-(``snapshot``) and after a kill (``trigger``: the latest snapshot plus the WAL since), this tree
-against ``--peer-src`` (another tree's ``src``, say old main) in the same run. Each tree writes
-its own data directories, since an older tree may not read this one's snapshots; starts alternate.
+(``snapshot``), after a kill (``trigger``: the latest snapshot plus the WAL since) and after a kill
+at the worst moment (``worst``: more puts until the next snapshot is due, the longest tail the
+trigger allows), this tree against ``--peer-src`` (another tree's ``src``, say old main) in the
+same run. Each tree writes its own data directories, since an older tree may not read this one's
+snapshots; starts alternate. It also prints what the trigger costs in writing: snapshot bytes
+written, and jobs copied into snapshots, per job put.
 
     .venv/bin/python bench/restart_bench.py --first-reply --sizes 200000,1000000 \
         --peer-src /work/peer-main/src
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -45,20 +49,37 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 from support import listening_ports  # noqa: E402  (tests/support.py: port 0 from /proc)
 
 
-def build(directory: str, n: int, snapshots: bool, final: bool) -> None:
+def build(directory: str, n: int, snapshots: bool, final: bool, worst: bool = False) -> tuple[int, int, int]:
+    """``n`` puts into a new data directory (a clean stop after them if ``final``; with ``worst``,
+    more puts until a snapshot is due, then the kill: the longest tail the trigger lets a kill
+    leave). Returns (snapshots written, their bytes, jobs copied into them)."""
     wal = Wal.open(directory, durability="never", background=False,
                    compact_min_bytes=None if snapshots else 1 << 62)  # fmt: skip
     e, _ = wal.recover(T0)
     e.connect(1, T0)
     body = b"x" * 100
+    written: dict[str, int] = {}  # snapshot file -> bytes (each is deleted once a newer one is in)
+
+    def settle() -> None:
+        while wal.maintain(e, T0):
+            pass
+        for name in os.listdir(wal.snap_dir):
+            if name.endswith(".snap") and name not in written:
+                written[name] = os.path.getsize(os.path.join(wal.snap_dir, name))
+
     for i in range(n):
         wal.write(e.apply(1, Put(0, 0, 60, body), T0).records)
         if i % 1000 == 999:
-            while wal.maintain(e, T0):
-                pass
+            settle()
+    settle()
+    while worst and not wal.compaction_due(e):
+        wal.write(e.apply(1, Put(0, 0, 60, body), T0).records)
     if final:
         wal.snapshot(e)
+        settle()
+    copied = wal.records_migrated
     wal.abandon()
+    return len(written), sum(written.values()), copied
 
 
 def child(directory: str) -> None:
@@ -83,7 +104,7 @@ def first_reply(directory: str, src: str) -> tuple[float, float]:
     """Seconds from exec of ``stalkd serve -b directory`` (the tree ``src``) to its first reply,
     and the CPU seconds the server used by then (it is killed at once and its rusage read: on a
     loaded machine the wall time swells with the run queue, the CPU time much less)."""
-    args = [sys.executable, "-m", "stalkd.server.cli", "-l", "127.0.0.1", "-p", "0", "-b", directory,
+    args = [sys.executable, "-m", "stalkd.node.cli", "-l", "127.0.0.1", "-p", "0", "-b", directory,
             "--log-level", "warning"]  # fmt: skip
     t0 = time.monotonic()
     proc = subprocess.Popen(args, env=_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -132,23 +153,32 @@ def floor(n: int) -> tuple[float, float]:
     return t, c
 
 
+KINDS = {"snapshot": "--final", "trigger": "--no-final", "worst": "--worst"}
+
+
 def first_reply_table(sizes: list[int], trees: dict[str, str], repeat: int) -> None:
     root = tempfile.mkdtemp(prefix="restart-bench-", dir=os.environ.get("BENCH_DATA_DIR", "/var/tmp"))
-    kinds = {"snapshot": "--final", "trigger": "--no-final"}
     try:
-        dirs = {}
+        dirs: dict[tuple[int, str, str], str] = {}
+        amp: dict[tuple[int, str, str], tuple[int, int, int, float]] = {}
         for n in sizes:
-            for kind, flag in kinds.items():
+            for kind, flag in KINDS.items():
                 for tree, src in trees.items():
                     d = dirs[n, kind, tree] = os.path.join(root, f"{tree}-{kind}-{n}")
-                    subprocess.run([sys.executable, __file__, "--build", d, "--jobs", str(n), flag],
-                                   env=_env(src), check=True, timeout=1800)  # fmt: skip
-        # What each data directory asks recovery to read (this tree's reading of its own files).
-        held = {key: timed(d)[2:] for key, d in dirs.items() if key[2] == "after (this)"}
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    made = subprocess.run([sys.executable, __file__, "--build", d, "--jobs", str(n), flag],
+                                          env=_env(src), check=True, timeout=1800, capture_output=True,
+                                          text=True).stdout  # fmt: skip
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    spent = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                    count, size, copied = map(int, made.split())
+                    amp[n, kind, tree] = count, size, copied, spent
+        # What each data directory asks recovery to read (read by this tree: the formats are alike).
+        held = {key: timed(d)[1:] for key, d in dirs.items()}
         runs: dict[tuple[int, str, str], list[tuple[float, float]]] = {key: [] for key in dirs}
         for r in range(repeat):
             for n in sizes:
-                for kind in kinds:
+                for kind in KINDS:
                     order = list(trees) if r % 2 == 0 else list(trees)[::-1]
                     for tree in order:
                         runs[n, kind, tree].append(first_reply(dirs[n, kind, tree], trees[tree]))
@@ -156,25 +186,31 @@ def first_reply_table(sizes: list[int], trees: dict[str, str], repeat: int) -> N
         shutil.rmtree(root, ignore_errors=True)
     names = list(trees)
     print(f"restart to first reply: exec of stalkd serve -b DIR -> list-tube-used answered, wall and the "
-          f"server's CPU by then (medians of {repeat})")
+          f"server's CPU by then (medians of {repeat}); worst: killed once more puts made a snapshot due")
     print(f"{'live jobs':>10} {'after':9} | " + " | ".join(f"{t + ' wall, CPU':>24}" for t in names)
-          + (" | before/after (CPU)" if len(names) == 2 else "") + " | this tree recovers")  # fmt: skip
+          + (" | before/after (CPU)" if len(names) == 2 else "") + " | each recovers: jobs = from the snapshot + WAL records")  # fmt: skip
     for n in sizes:
-        for kind in kinds:
+        for kind in KINDS:
             wall = [statistics.median(w for w, _ in runs[n, kind, t]) for t in names]
             cpu = [statistics.median(c for _, c in runs[n, kind, t]) for t in names]
-            from_snap, replayed = held[n, kind, "after (this)"]
             print(f"{n:>10,} {kind:9} | "
                   + " | ".join(f"{w * 1000:11.0f} ms, {c * 1000:6.0f} ms" for w, c in zip(wall, cpu, strict=True))
                   + (f" | {wall[0] / wall[1]:5.2f}x ({cpu[0] / cpu[1]:.2f}x)" if len(names) == 2 else "")
-                  + f" | {from_snap:,} jobs from the snapshot + {replayed:,} WAL records")  # fmt: skip
+                  + " | " + ", ".join("{:,} = {:,} + {:,}".format(*held[n, kind, t]) for t in names))  # fmt: skip
+    print("write amplification of the puts before the kill (trigger): snapshots written, snapshot bytes and "
+          "jobs copied per job put (100-byte bodies), and the CPU of the whole run (puts and snapshots, in one process)")
+    for n in sizes:
+        for t in names:
+            count, size, copied, spent = amp[n, "trigger", t]
+            print(f"{n:>10,} {t:>14} | {count:3} snapshots | {size / n:6.0f} B per job put | "
+                  f"{copied / n:5.2f} copies per job put | {spent * 1e6 / n:5.1f} us CPU per job put")
     print("floor: the objects one Python object per job needs (Job, body, ints, id map, heap key), "
           "built in a fresh process")
     for n in sizes:
-        out = subprocess.run([sys.executable, __file__, "--floor", str(n)], env=_env(SRC), capture_output=True,
-                             text=True, check=True, timeout=600).stdout  # fmt: skip
-        wall, cpu = map(float, out.split())
-        print(f"{n:>10,} jobs: {wall * 1000:8.0f} ms, CPU {cpu * 1000:6.0f} ms")
+        made = subprocess.run([sys.executable, __file__, "--floor", str(n)], env=_env(SRC), capture_output=True,
+                              text=True, check=True, timeout=600).stdout  # fmt: skip
+        fw, fc = map(float, made.split())
+        print(f"{n:>10,} jobs: {fw * 1000:8.0f} ms, CPU {fc * 1000:6.0f} ms")
 
 
 def main() -> int:
@@ -189,6 +225,7 @@ def main() -> int:
     p.add_argument("--floor", type=int, help=argparse.SUPPRESS)
     p.add_argument("--build", help=argparse.SUPPRESS)
     p.add_argument("--final", action=argparse.BooleanOptionalAction, help=argparse.SUPPRESS)
+    p.add_argument("--worst", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
         child(a.child)
@@ -197,7 +234,7 @@ def main() -> int:
         print(*floor(a.floor))
         return 0
     if a.build:  # run under the PYTHONPATH of the tree whose files it writes
-        build(a.build, a.jobs, True, bool(a.final))
+        print(*build(a.build, a.jobs, True, bool(a.final), a.worst))
         return 0
     if a.first_reply:
         trees = ({"before (peer)": a.peer_src} if a.peer_src else {}) | {"after (this)": SRC}

@@ -15,6 +15,9 @@ per setup and cell:
   machine the standby competes for the same cores, so throughput alone mixes the standby's
   work with the primary's; this column is the primary's own extra work per job (sending frames,
   reading acknowledgements, waking up for them). The standby's CPU per job is printed too.
+  Under each cell a line says how starved the primary and the standby were: the seconds each
+  was runnable but waiting for a CPU per second it ran (schedstat's run delay), the figure
+  that tells a loaded machine from a slow standby.
   Reserve+delete drains ``server_bench``'s fixed stock (3,000 jobs under ``always``): its cells
   last a fraction of a second, so their CPU per job is rough; put cells run the whole time.
 
@@ -83,12 +86,18 @@ class Server(sb.Server):
     counted (the server's threads live as long as it does)."""
 
     def cpu_seconds(self) -> float:
-        total = 0
+        return self.sched()[0]
+
+    def sched(self) -> tuple[float, float]:
+        """(seconds on a CPU, seconds runnable but waiting for one), summed over its threads."""
+        on = wait = 0
         root = f"/proc/{self.proc.pid}/task"
         for tid in os.listdir(root):
             with contextlib.suppress(OSError), open(f"{root}/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        return total / 1e9
+                fields = f.read().split()
+                on += int(fields[0])
+                wait += int(fields[1])
+        return on / 1e9, wait / 1e9
 
 
 class Pair:
@@ -142,10 +151,13 @@ class Pair:
 
     def run(self, work: str, depth: int) -> Run:
         """One run of a cell on this pair's primary, with the standby's CPU over the same span."""
-        s0 = self.standby.cpu_seconds() if self.standby is not None else 0.0
+        srvs = [self.primary] if self.standby is None else [self.primary, self.standby]
+        before = [srv.sched() for srv in srvs]
         rate, cpu, _gen = sb.run_cell(self.primary, work, 100, CONNS, depth)
-        s1 = self.standby.cpu_seconds() if self.standby is not None else 0.0
-        return Run(rate, cpu, s1 - s0)
+        (p_on, p_wait), *sby = [tuple(b - a for a, b in zip(a0, srv.sched(), strict=True))
+                                for a0, srv in zip(before, srvs, strict=True)]
+        s_on, s_wait = sby[0] if sby else (0.0, 0.0)
+        return Run(rate, cpu, s_on, p_wait / p_on if p_on else 0.0, s_wait / s_on if s_on else 0.0)
 
     def stop(self) -> None:
         for srv in (self.standby, self.primary):
@@ -157,12 +169,16 @@ class Pair:
 
 class Run:
     """One cell's run on one pair: jobs/s, the primary's CPU (% of a core over the run) and the
-    standby's CPU seconds over it (the generator's wait for its start included)."""
+    standby's CPU seconds over it (the generator's wait for its start included); the primary's
+    and the standby's *starvation*: seconds runnable but waiting for a CPU, per second on one
+    (0: never waited; 2: it waited twice as long as it ran)."""
 
-    __slots__ = ("rate", "cpu", "standby_cpu")
+    __slots__ = ("rate", "cpu", "standby_cpu", "primary_starved", "standby_starved")
 
-    def __init__(self, rate: float, cpu: float, standby_cpu: float) -> None:
+    def __init__(self, rate: float, cpu: float, standby_cpu: float, primary_starved: float = 0.0,
+                 standby_starved: float = 0.0) -> None:  # fmt: skip
         self.rate, self.cpu, self.standby_cpu = rate, cpu, standby_cpu
+        self.primary_starved, self.standby_starved = primary_starved, standby_starved
 
     @property
     def us_per_job(self) -> float:
@@ -175,7 +191,8 @@ def _median_run(runs: list[Run]) -> Run:
     figure: one slow round moves the two differently)."""
     by_rate = sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
     us = statistics.median(r.us_per_job for r in runs)
-    return Run(by_rate.rate, us * by_rate.rate / 1e4, by_rate.standby_cpu)
+    return Run(by_rate.rate, us * by_rate.rate / 1e4, by_rate.standby_cpu,
+               statistics.median(r.primary_starved for r in runs), statistics.median(r.standby_starved for r in runs))
 
 
 def _lag_sampler(pair: Pair, stop: threading.Event, out: list[int]) -> None:
@@ -267,6 +284,10 @@ def main() -> int:
                     sb_us = 1e6 * m.standby_cpu / (m.rate * sb.SECONDS) if m.rate else 0.0
                     row += f" | {m.rate:8.0f} {rr:4.2f}x {m.us_per_job:6.1f} {cr:4.2f}x {sb_us:5.1f}"
                 print(row, flush=True)
+            starved = "; ".join(f"{s}: primary {med[s].primary_starved:.2f}"
+                                + (f", standby {med[s].standby_starved:.2f}" if "alone" not in s else "")
+                                for s in SETUPS)  # fmt: skip
+            print(f"#   {work}:{depth} waiting for a CPU, s per s on one: {starved}", flush=True)
         stop.set()
         sampler.join()
         print(f"# async standby lag while loaded: max {max(lags, default=0)} records, "

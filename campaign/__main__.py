@@ -1,7 +1,8 @@
-"""``python -m campaign``: run every nemesis against a single server and a primary with a sync
-standby, print the table, and write it (``table.md``) with a plot and a history per run under
-``--out`` (rows of runs not repeated are kept from the table already there). Exit status 1 if
-any run found an anomaly or could not finish (the others still run)."""
+"""``python -m campaign``: run every nemesis against a single server, a primary with a sync
+standby and three automatic-failover nodes on etcd (faults against the current primary), print
+the table, and write it (``table.md``) with a plot and a history per run under ``--out`` (rows
+of runs not repeated are kept from the table already there). Exit status 1 if any run found an
+anomaly or could not finish (the others still run)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,16 @@ from campaign.history import pair, read_events
 from campaign.nemesis import NEMESES
 from campaign.run import RunSpec, run
 
+TOPOLOGIES = ("single", "standby", "ha")
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m campaign", description=__doc__)
     ap.add_argument("--nemesis", action="append", choices=sorted(NEMESES),
                     help="a fault to inject (repeat; default: every one)")
-    ap.add_argument("--topology", action="append", choices=("single", "standby"),
-                    help="servers under test (repeat; default: both)")
+    ap.add_argument("--topology", action="append", choices=TOPOLOGIES,
+                    help="servers under test (repeat; default: all): one server, a primary and its sync "
+                         "standby, or three --ha nodes on an etcd the run starts (--sync-standbys 1)")
     ap.add_argument("--cycles", type=int, default=20, help="faults per run (default 20)")
     ap.add_argument("--fault", type=float, default=4.0, help="seconds each fault lasts (default 4)")
     ap.add_argument("--quiet", type=float, default=2.0, help="seconds between faults (default 2)")
@@ -34,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)  # the worker's reconnect lines: expected, many
     rows, bad, failed = [], 0, []
-    for topology in args.topology or ["single", "standby"]:
+    for topology in args.topology or TOPOLOGIES:
         for name in args.nemesis or sorted(NEMESES):
             if topology not in getattr(NEMESES[name], "topologies", (topology,)):
                 continue

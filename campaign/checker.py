@@ -10,7 +10,9 @@ the tests imitate it):
 - ``final``: the read after the run, its ``ok`` has ``jobs``: ``[{id, body, state, tube, pri}]``;
 - the nemesis (process ``nemesis``): ``start`` and ``stop`` ops naming it (``nemesis``), with
   ``breaks`` true when the fault can close connections (a kill, a partition); an op whose value
-  has ``old`` and ``new``, the nodes' names, once a standby has been made primary.
+  has ``old`` and ``new``, the nodes' names, once a standby has been made primary (the
+  nemesis's, or under automatic failover one of process ``history.WATCH``, the harness having
+  seen a node take over by itself).
 
 The rules, and why each is sound in the face of uncertainty (an ``info`` op may have happened,
 at any time after its invocation):
@@ -47,7 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from campaign.history import Op
+from campaign.history import WATCH, Op
 
 __all__ = ["Anomaly", "Index", "RULES", "check", "count"]
 
@@ -101,7 +103,7 @@ class Index:
                 ix.final = {int(j["id"]): j for j in op.value["jobs"]}
             elif op.process == "nemesis" and op.f == "start":
                 ix.faults.append(op)
-            if op.process == "nemesis" and op.type != "fail" and "old" in op.value and "new" in op.value:
+            if op.process in ("nemesis", WATCH) and op.type != "fail" and "old" in op.value and "new" in op.value:
                 ix.promotions.append(op)
         return ix
 

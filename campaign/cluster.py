@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -121,6 +122,28 @@ class Node:
             assert self.proc is not None
             os.kill(self.proc.pid, sig)
 
+    def dump_stack(self) -> Path | None:
+        """Where a running process is stuck, written beside its log (``<name>.stack.txt``):
+        each thread's kernel wait (/proc), and its Python stacks by ``py-spy dump`` when that
+        is installed (it cannot read a stopped process)."""
+        if not self.running:
+            return None
+        assert self.proc is not None
+        pid = self.proc.pid
+        text = f"pid {pid}\neach thread's kernel wait (/proc/{pid}/task/*/wchan):\n"
+        for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+            try:
+                text += f"  {task.name} {(task / 'comm').read_text().strip()}: {(task / 'wchan').read_text()}\n"
+            except OSError as e:
+                text += f"  {task.name}: {e}\n"
+        spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+        if spy is not None:
+            r = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60)
+            text += r.stdout + r.stderr
+        out = self.log_path.with_name(f"{self.name}.stack.txt")
+        out.write_text(text)
+        return out
+
     def kill9(self) -> None:
         if self.proc is not None:
             self.signal(signal.SIGKILL)
@@ -188,10 +211,10 @@ class Cluster:
         i = node.flags.index("--standby-of") if "--standby-of" in node.flags else len(node.flags)
         node.flags = [*node.flags[:i], *node.flags[i + 2:], "--standby-of", of]
 
-    def stats(self, name: str) -> dict[str, str]:
+    def stats(self, name: str, timeout: float = 5.0) -> dict[str, str]:
         from stalkd.client import Client
 
-        with Client(self.client_address(name), timeout=5) as c:
+        with Client(self.client_address(name), timeout=timeout) as c:
             return {k: str(v) for k, v in c.stats().items()}
 
     def caught_up(self) -> bool:
@@ -203,10 +226,17 @@ class Cluster:
         return int(st.get("standbys", 0)) >= 1 and int(st.get("standby-lag", 1)) == 0
 
     def states(self) -> str:
-        """Each node's process: running, or how it exited."""
-        return ", ".join(f"{n}: " + ("running" if node.running else f"exited with {node.proc.returncode}"
-                                     if node.proc is not None else "never started")
-                         for n, node in self.nodes.items())
+        """Each node's process: running, or how it exited; its last log line; and, for a
+        running one, where its stack was dumped (``Node.dump_stack``)."""
+        said = []
+        for n, node in self.nodes.items():
+            state = ("running" if node.running else f"exited with {node.proc.returncode}"
+                     if node.proc is not None else "never started")
+            stack = node.dump_stack()
+            lines = node.log_text().rstrip().splitlines()
+            said.append(f"{n}: {state}" + (f", stack in {stack}" if stack else "")
+                        + (f", last said: {lines[-1]}" if lines else ""))
+        return "; ".join(said)
 
     def promote(self, name: str) -> None:
         """SIGUSR2 to standby ``name`` until it says it is primary (docs/standby.md)."""
@@ -222,6 +252,20 @@ class Cluster:
 
         wait_until(promoted, f"the promotion of {name}")
         self.primary = name
+
+    def targets(self) -> list[str]:
+        """The nodes a fault may hit: any of them (the ha topology names its primary alone)."""
+        return sorted(self.nodes)
+
+    def watch(self, history: Any) -> None:
+        """Record promotions the cluster makes by itself into ``history`` (the ha topology's);
+        here the harness promotes, and its nemesis records them."""
+
+    def cut_etcd(self, name: str) -> None:
+        raise ValueError(f"the {self.topology} topology has no etcd")
+
+    def heal_etcd(self, name: str) -> None:
+        raise ValueError(f"the {self.topology} topology has no etcd")
 
     def client_address(self, name: str) -> str:
         node = self.nodes[name]

@@ -4,8 +4,9 @@ from the moment its lease ran out, even to a client that still talks to it alone
 
 Node ``a`` starts first, so it leads; it runs from a copy of the stalkd package made for the run
 (``fence.source_tree``), with ``PLANTS`` applied if asked: a lease that ran out no longer holds
-replies back (``AckGate``), losing the leader key no longer fences (``HaNode._apply``), and a
-verified newer epoch is ignored (``fence.PLANT``, since the new primary tells its former one).
+replies back (``AckGate``) nor refuses commands (``Role.refuses``), losing the leader key no
+longer fences (``HaNode._apply``), and a verified newer epoch is ignored (``fence.PLANT``, since
+the new primary tells its former one).
 ``b`` and ``c`` run the installed stalkd. ``--sync-standbys 0``: only the lease stops ``a``
 acknowledging; what it acknowledged before is on its standbys, which keep streaming from it
 for the seconds its lease still runs.
@@ -43,6 +44,9 @@ PLANTS = (
     ("server/hanode.py",
      "        if isinstance(action, Fence):\n",
      "        if isinstance(action, Fence) and not action:  # planted by campaign.hafence: never fenced\n"),
+    ("replication/role.py",
+     "            self.lease is not None and not self.lease())\n",
+     "            False)  # planted by campaign.hafence: a lost lease refuses no command\n"),
 )
 NAMES = ("a", "b", "c")
 STALE_PUTS = 5

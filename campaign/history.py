@@ -29,9 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Event", "Op", "History", "pair", "read_events", "COMPLETIONS"]
+__all__ = ["Event", "Op", "History", "pair", "read_events", "COMPLETIONS", "WATCH", "is_harness"]
 
 COMPLETIONS = ("ok", "fail", "info")
+# The harness's processes besides the nemesis: what it saw the cluster do by itself (a
+# promotion under automatic failover) is recorded by a process of its own, since the nemesis may
+# have an operation outstanding at that moment; and the final read.
+WATCH = "nemesis-watch"
+
+
+def is_harness(process: str) -> bool:
+    """An op of the harness (the nemesis, its watch, the final read), not of a client."""
+    return process in ("nemesis", WATCH, "final")
 
 
 @dataclass(frozen=True)

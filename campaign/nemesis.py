@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from campaign.cluster import Cluster, Node, wait_until
 
-__all__ = ["Nemesis", "Kill9", "Pause", "Partition", "FullDisk", "ClockJump", "Failover", "NEMESES"]
+__all__ = ["Nemesis", "Kill9", "Pause", "Partition", "FullDisk", "ClockJump", "Failover", "EtcdCut", "NEMESES"]
 
 
 class Nemesis(Protocol):
@@ -50,7 +50,7 @@ class _OneNode:
         raise NotImplementedError
 
     def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
-        self.victim = rng.choice(sorted(cluster.nodes))
+        self.victim = rng.choice(cluster.targets())
         self.hit(cluster.nodes[self.victim])
         return {"node": self.victim}
 
@@ -63,6 +63,7 @@ class Kill9(_OneNode):
     """SIGKILL a node (any of them); ``stop`` restarts it on the same address and data."""
 
     name, breaks = "kill9", True
+    topologies = ("single", "standby", "ha")
 
     def hit(self, node: Node) -> None:
         node.kill9()
@@ -75,6 +76,7 @@ class Pause(_OneNode):
     """SIGSTOP a node, SIGCONT it at ``stop`` (the runner holds it longer than the TTRs)."""
 
     name, breaks = "pause", False
+    topologies = ("single", "standby", "ha")
 
     def hit(self, node: Node) -> None:
         node.signal(signal.SIGSTOP)
@@ -87,6 +89,7 @@ class Partition:
     """Cut the link between two of: the clients and the nodes (drop both ways); heal at stop."""
 
     name, breaks = "partition", True
+    topologies = ("single", "standby")  # the ha topology's own cut is its way to etcd (EtcdCut)
 
     def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
         assert cluster.net is not None, "a partition needs the cluster on a net"
@@ -105,13 +108,14 @@ class FullDisk:
     file until the file system is full; ``stop`` removes the file."""
 
     name, breaks = "full-disk", False
+    topologies = ("single", "standby", "ha")
     FILLER = ".campaign-filler"
 
     def __init__(self) -> None:
         self.path: Path | None = None
 
     def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
-        victim = rng.choice([n for n in sorted(cluster.nodes) if cluster.nodes[n].data_dir in cluster.mounts])
+        victim = rng.choice([n for n in cluster.targets() if cluster.nodes[n].data_dir in cluster.mounts])
         self.path = cluster.nodes[victim].data_dir / self.FILLER
         chunk = b"\0" * (1 << 20)
         with open(self.path, "wb") as f, contextlib.suppress(OSError):  # ENOSPC: full
@@ -132,6 +136,7 @@ class ClockJump:
     hour forward or back; ``stop`` sets it right. The monotonic clock does not move."""
 
     name, breaks = "clock-jump", False
+    topologies = ("single", "standby", "ha")
 
     def __init__(self) -> None:
         self.victim = ""
@@ -144,7 +149,7 @@ class ClockJump:
         tmp.replace(clock)  # libfaketime must never read a half-written offset
 
     def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
-        self.victim = rng.choice(sorted(cluster.nodes))
+        self.victim = rng.choice(cluster.targets())
         offset = rng.choice(("+3600", "-3600"))
         self._set(cluster, offset)
         return {"node": self.victim, "offset": offset}
@@ -184,5 +189,28 @@ class Failover:
         return {"node": self.old}
 
 
+class EtcdCut:
+    """The ha topology's primary cut from etcd (its relay stops: no lease renewal, no leader
+    key), while clients and the other nodes still reach it: it must stop acknowledging once its
+    lease has run out, and another node takes over; ``stop`` heals the relay, and the old
+    primary rejoins as a standby."""
+
+    name, breaks = "etcd-cut", True
+    topologies = ("ha",)
+
+    def __init__(self) -> None:
+        self.victim = ""
+
+    def start(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
+        self.victim = rng.choice(cluster.targets())
+        cluster.cut_etcd(self.victim)
+        return {"node": self.victim}
+
+    def stop(self, cluster: Cluster, rng: random.Random) -> dict[str, Any]:
+        cluster.heal_etcd(self.victim)
+        return {"node": self.victim}
+
+
 NEMESES: dict[str, type[Kill9] | type[Pause] | type[Partition] | type[FullDisk] | type[ClockJump]
-              | type[Failover]] = {n.name: n for n in (Kill9, Pause, Partition, FullDisk, ClockJump, Failover)}
+              | type[Failover] | type[EtcdCut]] = {
+    n.name: n for n in (Kill9, Pause, Partition, FullDisk, ClockJump, Failover, EtcdCut)}

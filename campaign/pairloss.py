@@ -1,6 +1,9 @@
 """Power loss of a primary and its sync standby together: both data directories on
 :mod:`campaign.powerfs` mounts, both power-cut at the same moment under load, both restarted
-on what was durable, the primary as primary and the standby as its standby again.
+on what was durable, the primary as primary and the standby as its standby again; or, with
+``promote``, the primary's machine stays down while its standby comes back and is promoted (as
+an operator would, the machine having been lost), and the old primary then rejoins as the new
+one's standby: the roles alternate cut after cut.
 
 The workload, history and checker are the campaign's (``campaign.workload``,
 ``campaign.history``, ``campaign.checker``); the final read is taken from the primary once the
@@ -87,7 +90,7 @@ def _start(node: Node) -> str:
 
 
 def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", sync: int = 1,
-                   strict: bool = True, seed: int = 1, ignore_fsync: str = "",
+                   strict: bool = True, seed: int = 1, ignore_fsync: str = "", promote: bool = False,
                    min_gap: float = 0.5, max_gap: float = 2.5) -> PairResult:
     """Run it in ``directory``: ``cycles`` power cuts of both nodes, each after a random gap of
     load (and at least 20 more acknowledged puts). ``directory`` is emptied first: a run's
@@ -137,9 +140,23 @@ def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", 
             ev = history.invoke("nemesis", "stop", {"nemesis": NEMESIS, "breaks": True})
             for f in fs.values():
                 f.start()
-            seen = len(cluster.nodes["s"].log_text())
+            old = cluster.primary
+            standby = old if promote else next(n for n in sorted(cluster.nodes) if n != old)
+            seen = len(cluster.nodes[standby].log_text())  # the node that may resync
             try:
-                refused = {n: why for n in ("p", "s") if (why := _start(cluster.nodes[n]))}
+                if promote:  # the primary's machine stays down: its standby comes back alone
+                    new = next(n for n in sorted(cluster.nodes) if n != old)
+                    refused = {new: why} if (why := _start(cluster.nodes[new])) else {}
+                    history.complete(ev, "ok", {"nodes": sorted(fs), "restart-failed": refused})
+                    ev = history.invoke("nemesis", "promote", {"old": old, "new": new})
+                    cluster.promote(new)
+                    history.complete(ev, "ok", {"old": old, "new": new})
+                    ev = history.invoke("nemesis", "rejoin", {"node": old})
+                    cluster.follow(old, new)  # and the old primary rejoins as its standby
+                    if why := _start(cluster.nodes[old]):
+                        refused[old] = why
+                else:
+                    refused = {n: why for n in (old, standby) if (why := _start(cluster.nodes[n]))}
             except RuntimeError as e:  # not even with --repair: the run ends, judged as it is
                 lost_node = next((n for n, node in cluster.nodes.items() if not node.running), "?")
                 unrecoverable = f"{lost_node}: {str(e)[-1500:]}"
@@ -148,16 +165,16 @@ def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", 
                 break
             failures += len(refused)
             wait_until(lambda: cluster.caught_up(), "the standby to follow after the cut", timeout=120)
-            resyncs += "quarantine" in cluster.nodes["s"].log_text()[seen:]
+            resyncs += "quarantine" in cluster.nodes[standby].log_text()[seen:]
             history.complete(ev, "ok", {"nodes": sorted(fs), "restart-failed": refused})
         load.stop()
         if unrecoverable:
-            if not cluster.nodes["p"].running:
+            if not cluster.nodes[cluster.primary].running:
                 raise RuntimeError(f"the primary would not start, even with --repair: {unrecoverable}")
         else:
             wait_until(lambda: cluster.caught_up(), "the standby to catch up after the run")
         slack = sum(1 for op in history.ops() if op.f == "put" and not op.ok) + 10
-        final_read(history, cluster.client_address("p"), slack)
+        final_read(history, cluster.client_address(cluster.primary), slack)
     finally:
         history.close()
         cluster.close()
@@ -165,7 +182,7 @@ def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", 
             f.kill()
     ops = history.ops()
     anomalies = checker.check(ops)
-    row = report.row(f"{NEMESIS}-{policy}", cycles, ops, anomalies)
+    row = report.row(f"{NEMESIS}{'-promote' if promote else ''}-{policy}", cycles, ops, anomalies)
     result = PairResult(ops, anomalies, row, resyncs, failures, unrecoverable)
     (directory / "result.json").write_text(json.dumps(
         {"row": row, "resyncs": resyncs, "restart failures": failures, "unrecoverable": unrecoverable,
@@ -174,18 +191,27 @@ def pair_power_run(directory: Path, cycles: int = 3, *, policy: str = "always", 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m campaign.pairloss", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m campaign.pairloss",
+        description="Cut the power of a primary and its sync standby at the same moment, under load, "
+                    "again and again, and check what the clients were told against what survived. "
+                    "Prints the run's row; --out keeps its history, logs, result.json and plot.")
     ap.add_argument("--cycles", type=int, default=30, help="power cuts of both nodes (default 30)")
-    ap.add_argument("--policy", default="always", help="--durability of both nodes (default always)")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--policy", default="always",
+                    help="--durability of both nodes (default always; under every/never the checker "
+                         "counts the policy's allowed losses as lost)")
+    ap.add_argument("--seed", type=int, default=1, help="the run's random seed (default 1)")
     ap.add_argument("--no-strict", action="store_true",
                     help="directory entries durable at once (ext4-like) instead of at fsync of the directory")
     ap.add_argument("--plant-ignore-fsync", metavar="TEXT", default="",
                     help="planted bug: both file systems drop fsyncs of paths containing TEXT")
+    ap.add_argument("--promote", action="store_true",
+                    help="after each cut the primary's machine stays down: its standby is promoted, "
+                         "and the old primary rejoins as the new one's standby")
     ap.add_argument("--out", type=Path, default=Path("build/pairloss"), help="output directory")
     args = ap.parse_args(argv)
     r = pair_power_run(args.out, args.cycles, policy=args.policy, strict=not args.no_strict, seed=args.seed,
-                       ignore_fsync=args.plant_ignore_fsync)
+                       ignore_fsync=args.plant_ignore_fsync, promote=args.promote)
     report.plot(r.ops, args.out / "plot.png", f"{r.row['run']} ({args.cycles} cuts)")
     print(report.table([r.row]))
     cuts = sum(1 for op in r.ops if op.process == "nemesis" and op.f == "start" and op.ok)

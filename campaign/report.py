@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from campaign.checker import Anomaly, count
-from campaign.history import Op
+from campaign.history import WATCH, Op, is_harness
 
 __all__ = ["row", "table", "markdown", "plot", "unavailable", "COLUMNS"]
 
@@ -33,7 +33,7 @@ def unavailable(ops: Iterable[Op]) -> float:
 
 def row(label: str, cycles: int, ops: Sequence[Op], anomalies: Sequence[Anomaly]) -> dict[str, Any]:
     n = count(anomalies)
-    client = [op for op in ops if op.process not in ("nemesis", "final")]
+    client = [op for op in ops if not is_harness(op.process)]
     return {"run": label, "cycles": cycles, "ops": len(client),
             "acknowledged": sum(1 for op in client if op.f == "put" and op.ok),
             "lost": n["lost"], "duplicated": n["duplicated"], "resurrected": n["resurrected"],
@@ -73,13 +73,13 @@ def fault_intervals(ops: Iterable[Op]) -> list[tuple[float, float, str]]:
 
 def plot(ops: Sequence[Op], path: Path, title: str) -> None:
     """Throughput (acknowledged operations a second, by kind) and put latency over time, the
-    faults shaded (Jepsen's way of drawing a run)."""
+    faults shaded (Jepsen's way of drawing a run), each promotion a dashed line (``→b``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    client = [op for op in ops if op.process not in ("nemesis", "final") and op.complete is not None]
+    client = [op for op in ops if not is_harness(op.process) and op.complete is not None]
     end = max((op.end for op in client), default=1.0)
     fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(10, 6))
     bins = [i * 0.5 for i in range(int(end / 0.5) + 2)]
@@ -101,6 +101,12 @@ def plot(ops: Sequence[Op], path: Path, title: str) -> None:
         for ax in (ax1, ax2):
             ax.axvspan(a, b, color="grey", alpha=0.25, lw=0)
         ax1.text(a, ax1.get_ylim()[1] * 0.95, what, fontsize="x-small", va="top")
+    for op in ops:  # a promotion the harness saw (the failover nemesis's, or the ha topology's own)
+        if op.process in ("nemesis", WATCH) and op.ok and "new" in op.value:
+            for ax in (ax1, ax2):
+                ax.axvline(op.end, color="tab:green", ls="--", lw=0.8)
+            ax1.text(op.end, ax1.get_ylim()[1] * 0.80, f"\u2192{op.value['new']}", fontsize="x-small",
+                     va="top", color="tab:green")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -19,6 +19,7 @@ from typing import Any
 
 from campaign import checker, report
 from campaign.cluster import Cluster, wait_until
+from campaign.hacluster import NAMES, SETTLE, HaCluster
 from campaign.history import History
 from campaign.nemesis import NEMESES, Nemesis
 from campaign.net import make_net
@@ -30,13 +31,13 @@ __all__ = ["RunSpec", "RunResult", "run"]
 @dataclass(frozen=True)
 class RunSpec:
     nemesis: str
-    topology: str = "single"  # or "standby": a primary and a sync standby
+    topology: str = "single"  # "standby": a primary and a sync standby; "ha": three --ha nodes on etcd
     cycles: int = 3
     fault: float = 4.0  # seconds each fault lasts (longer than the workload's TTR: pauses outlast it)
     quiet: float = 2.0  # seconds between faults
     seed: int = 1
     flags: tuple[str, ...] = ()  # for every node, e.g. ("--durability", "never")
-    sync: int = 1  # the primary's --sync-standbys in the standby topology
+    sync: int = 1  # the primary's --sync-standbys in the standby and ha topologies
     net: str = "netns"  # for partitions: "netns" or "proxy"
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
 
@@ -60,6 +61,11 @@ class RunResult:
 
 
 def _cluster(spec: RunSpec, root: Path) -> tuple[Cluster, str]:
+    # small segments under a full disk: a roll (which needs new space) comes every few seconds
+    flags = (*spec.flags, "-s", "131072") if spec.nemesis == "full-disk" else spec.flags
+    if spec.topology == "ha":
+        return HaCluster(root, flags=flags, sync=spec.sync, clock=spec.nemesis == "clock-jump",
+                         disk=dict.fromkeys(NAMES, 48) if spec.nemesis == "full-disk" else None), ""
     names = ["p"] if spec.topology == "single" else ["p", "s"]
     net, note = None, ""
     if spec.nemesis == "partition":
@@ -67,8 +73,6 @@ def _cluster(spec: RunSpec, root: Path) -> tuple[Cluster, str]:
         note = net.kind + (f" ({why})" if why else "")
     disk = {n: 48 for n in names} if spec.nemesis == "full-disk" else None
     try:
-        # small segments under a full disk: a roll (which needs new space) comes every few seconds
-        flags = (*spec.flags, "-s", "131072") if spec.nemesis == "full-disk" else spec.flags
         return Cluster(root, spec.topology, flags=flags, net=net, sync=spec.sync,
                        clock=spec.nemesis == "clock-jump", disk=disk), note
     except BaseException:
@@ -90,8 +94,9 @@ def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None,
     history = History(directory / "history.jsonl")
     try:
         cluster.start()
-        if "s" in cluster.nodes and spec.sync:
+        if spec.topology != "single" and spec.sync:
             wait_until(lambda: cluster.caught_up(), "the standby to follow")
+        cluster.watch(history)
         load = Workload(history, cluster.addresses(), cluster.node_names(), spec.workload, spec.seed)
         load.start()
         time.sleep(spec.quiet)  # the schedule: load before the first fault
@@ -105,8 +110,8 @@ def run(spec: RunSpec, directory: Path, nemesis: Nemesis | None = None,
                 progress(_progress_line(spec, cycle, history, time.monotonic() - began))
         load.stop()
         cluster.revive()
-        if "s" in cluster.nodes and spec.sync:
-            wait_until(lambda: cluster.caught_up(), "the standby to catch up after the run")
+        if spec.topology != "single" and spec.sync:
+            wait_until(lambda: cluster.caught_up(), "the standby to catch up after the run", SETTLE)
         slack = sum(1 for op in history.ops() if op.f == "put" and not op.ok) + 10
         final_read(history, cluster.client_address(cluster.primary), slack)
     finally:

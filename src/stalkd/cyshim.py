@@ -4,16 +4,20 @@ source Cython compiles at install time (setup.py) and the pure-Python fallback.
 
 A compiled module (Cython in pure-Python mode) reads ``cython`` as the compiler's own namespace
 and never imports this; an uncompiled one imports the real ``cython`` module when Cython is
-installed (its own shadow of these names) and this otherwise. Each such module starts with::
+installed (its own shadow of these names) and this otherwise. Each such module starts with
+(mypy reads the signatures here, the real ``cython`` has none)::
 
-    try:
-        import cython
-    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    if TYPE_CHECKING:
         from stalkd import cyshim as cython
+    else:
+        try:
+            import cython
+        except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+            from stalkd import cyshim as cython
 
 Example:
-    >>> compiled, cast(int, "7"), locals(i=int)(len)("ab")
-    (False, '7', 2)
+    >>> compiled, cast(int, "7"), locals(i=int)(len)("ab"), declare(object, visibility="public")
+    (False, '7', 2, None)
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Py_ssize_t", "bint", "boundscheck", "cast", "cclass", "cfunc", "compiled", "final", "inline",
-           "locals", "longlong", "uint", "ulonglong", "wraparound"]  # fmt: skip
+__all__ = ["Py_ssize_t", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double",
+           "final", "inline", "locals", "longlong", "uint", "ulonglong", "wraparound"]  # fmt: skip
 
 _F = TypeVar("_F")
 
@@ -31,6 +35,7 @@ compiled = False
 
 # C types in annotations and casts, the Python types they stand for uncompiled
 bint = bool
+double = float
 Py_ssize_t = int
 longlong = int
 ulonglong = int
@@ -43,6 +48,12 @@ def _same(f: _F) -> _F:
 
 def cast(_t: object, value: _F) -> _F:
     """``cython.cast(T, v)``: ``v`` itself uncompiled."""
+    return value
+
+
+def declare(_t: object, value: Any = None, **_how: object) -> Any:
+    """``x = cython.declare(T, ...)``: a C variable (in a ``cclass`` body, a C attribute) when
+    compiled; ``value`` (None if not given) uncompiled."""
     return value
 
 
@@ -62,6 +73,7 @@ def wraparound(_on: bool) -> Callable[[_F], _F]:
 
 
 cclass: Callable[[_F], _F] = _same
+ccall: Callable[[_F], _F] = _same
 cfunc: Callable[[_F], _F] = _same
 final: Callable[[_F], _F] = _same
 inline: Callable[[_F], _F] = _same

@@ -41,9 +41,22 @@ CYTHON_MODULES = (
     "stalkd.engine.engine",
     "stalkd.engine.fastvalues",
     "stalkd.engine.model",
+    "stalkd.persist.wal",
+    "stalkd.persist.walspace",
+    "stalkd.log.active",
+    "stalkd.log.commit",
     "stalkd.log.frame",
+    "stalkd.log.fs",
     "stalkd.log.gate",
+    "stalkd.log.log",
+    "stalkd.log.writer",
     "stalkd.server.clock",  # read per command: compiled, a reading is no Python call
+    "stalkd.engine.space",  # put_frame per durable put (server/admission.py): no Python frame
+    "stalkd.server.connection",
+    "stalkd.server.readbuf",
+    "stalkd.server.admission",
+    "stalkd.server.barriers",
+    "stalkd.server.app",
 )
 """The modules setup.py compiles from their own ``.py`` files (and Makefile rebuilds when one of
 those files changes)."""

@@ -72,12 +72,21 @@ def test_overview_is_paged_and_metrics_name_only_the_busiest(server: AdminServer
 
 
 def test_a_move_answer_is_the_json_of_all_its_ids() -> None:
-    out = {"requested": 50_001, "outcomes": {"moved": 50_001}, "seconds": 1.5,
-           "new_ids": {i: i + 1_000_000 for i in range(1, 50_002)}}
-    text = asyncio.run(encode_answer(out))
-    assert json.loads(text) == {**out, "new_ids": {str(k): v for k, v in out["new_ids"].items()}}  # type: ignore[union-attr]
-    small = {"requested": 0, "outcomes": {}, "seconds": 0.0, "new_ids": {}}
-    assert json.loads(asyncio.run(encode_answer(small))) == small
+    # Given a move's old ids (not in order) and their new ids, more than two slices of them
+    old = [(i * 7919) % 50_001 + 1 for i in range(50_001)]
+    new = [i + 1_000_000 for i in range(50_001)]
+    pairs = [(str(k), v) for k, v in zip(old, new, strict=True)]
+    head = {"requested": 50_001, "outcomes": {"moved": 50_001}, "seconds": 1.5}
+    # When they are encoded
+    text = asyncio.run(encode_answer({**head, "new_ids": (old, new)}))
+    # Then the answer maps each old id to its new one, in the order moved
+    got = json.loads(text)
+    assert got == {**head, "new_ids": dict(pairs)}
+    assert list(got["new_ids"].items()) == pairs
+    # and the lists were let go as they were encoded
+    assert old == [] and new == []
+    small = {"requested": 0, "outcomes": {}, "seconds": 0.0, "new_ids": ([], [])}
+    assert json.loads(asyncio.run(encode_answer(small))) == {**small, "new_ids": {}}
 
 
 def test_any_tube_can_be_found_by_search_or_sort(server: AdminServer) -> None:

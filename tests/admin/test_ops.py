@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from stalkd.admin.ops import CHUNK, AdminOps
 from stalkd.engine import Engine
@@ -55,6 +57,36 @@ def test_bulk_delete_yields_to_other_clients_between_chunks() -> None:
     assert out["outcomes"] == {"deleted": n}
     assert not srv.engine.jobs
     assert any(0 < k < n for k in seen), seen[:10]
+
+
+def test_a_bulk_call_lets_its_selection_go_as_it_works_through_it() -> None:
+    # Given a selection of 4 chunks' worth of jobs, to delete and then (as many again) to move
+    n = 4 * CHUNK
+    srv = _server(2 * n)
+    ops = AdminOps(srv)
+    held: list[int] = []  # how many ids the call still held, at each loop turn
+
+    async def main(call: Callable[[list[int]], Coroutine[Any, Any, dict[str, Any]]]) -> tuple[dict[str, Any], list[int]]:
+        ids = (await ops.select(None, "t", "ready"))[:n]
+        chosen = list(ids)
+        task = asyncio.create_task(call(ids))
+        while not task.done():
+            held.append(len(ids))
+            await asyncio.sleep(0)
+        held.append(len(ids))
+        return task.result(), chosen
+
+    # When they are deleted, or moved
+    for call, word in ((ops.delete, "deleted"), (lambda ids: ops.move(ids, "u"), "moved")):
+        held.clear()
+        out, chosen = asyncio.run(main(call))
+        # Then all are done, and after each chunk the call held only the ids it had still to
+        # do: nothing of the selection is left to be freed at once as it returns
+        assert out["outcomes"] == {word: n} and out["requested"] == n
+        assert any(0 < k < n for k in held), held[:5]
+        assert held == sorted(held, reverse=True) and held[-1] == 0
+        if word == "moved":  # in the order selected
+            assert out["new_ids"][0] == chosen and len(out["new_ids"][1]) == n
 
 
 def _select(ops: AdminOps, *args: object) -> list[int]:
@@ -134,7 +166,7 @@ def test_a_page_of_a_large_state_is_read_in_slices() -> None:
             turns += 1
             await asyncio.sleep(0)
 
-    async def main() -> dict[str, object]:
+    async def main() -> dict[str, Any]:
         task = asyncio.create_task(other())
         await asyncio.sleep(0)
         before = turns
@@ -144,7 +176,7 @@ def test_a_page_of_a_large_state_is_read_in_slices() -> None:
         return page
 
     page = asyncio.run(main())
-    assert [j["id"] for j in page["jobs"]] == [1, 2, 3] and page["next"] == 3  # type: ignore[index]
+    assert [j["id"] for j in page["jobs"]] == [1, 2, 3] and page["next"] == 3
 
 
 def test_dead_letters_parsed_once_per_change_of_the_failed_tube() -> None:

@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from stalkd.extensions import compiled_modules
-from stalkd.log import fastwrite
-from stalkd.persist import fastwal, wal  # noqa: F401 - wal installs fastwal's methods
 from stalkd.server import fastconn
 from support import require_binary
 
@@ -73,8 +71,8 @@ def test_syscalls_and_python_calls_per_job(tmp_path: Path) -> None:
     # Compiled, the connection, the server's common case and the engine run a memory put and a
     # reserve+delete without one Python frame; the reference runs several per command. With the
     # WAL's write chain compiled too (its write, fsync and room), so does a durable put.
-    compiled = fastconn.IMPLEMENTATION == "c" and _engine_compiled()
-    wal_compiled = compiled and fastwal.IMPLEMENTATION == "c" and fastwrite.IMPLEMENTATION == "c"
+    compiled = fastconn.IMPLEMENTATION == "cython" and _engine_compiled()
+    wal_compiled = compiled and compiled_modules()["stalkd.persist.wal"]
     if not wal_compiled:
         assert pycalls["always:put:1"]["stalkd"]["calls"] > 1  # the durable path runs Python per put
     for cell in ("memory:put:1", "memory:rd:1") + (("always:put:1",) if wal_compiled else ()):

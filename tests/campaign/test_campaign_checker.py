@@ -12,7 +12,7 @@ import pytest
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the campaign package; after the rest
 
 from campaign.checker import check, count  # noqa: E402
-from campaign.history import Event, History, Op, pair, read_events  # noqa: E402
+from campaign.history import WATCH, Event, History, Op, pair, read_events  # noqa: E402
 
 
 def op(process: str, f: str, t0: float, t1: float | None, type_: str = "ok", node: str = "", **value: Any) -> Op:
@@ -115,6 +115,13 @@ def test_an_acknowledgement_from_a_fenced_primary_is_flagged() -> None:
                  final(9, (1, "a"), (2, "b"))) == {"fenced-ack": 1}
     assert kinds(put(1, "a", 0, 0.1, node="p"), promote, put(2, "b", 6, 6.1, node="s"),
                  final(9, (1, "a"), (2, "b"))) == {}
+
+
+def test_a_promotion_the_harness_saw_fences_like_one_it_made() -> None:
+    # under automatic failover the watch records it, while the nemesis's own op is outstanding
+    seen = op(WATCH, "promote", 5, 5.5, old="p", new="s")
+    assert kinds(put(1, "a", 0, 0.1, node="p"), op("nemesis", "start", 4, 8), seen,
+                 put(2, "b", 6, 6.1, node="p"), final(9, (1, "a"), (2, "b"))) == {"fenced-ack": 1}
 
 
 def test_a_history_round_trips_through_its_file_and_pairs_its_events(tmp_path: Path) -> None:

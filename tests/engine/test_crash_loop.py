@@ -11,6 +11,7 @@ from pathlib import Path
 
 from stalkd.engine import Engine
 from stalkd.log.frame import frame_size
+from stalkd.persist.compaction import TAIL_SHARE, snapshot_due
 from stalkd.persist.wal import Wal
 from stalkd.protocol.commands import Delete, Put
 
@@ -64,3 +65,41 @@ def test_wal_stays_bounded_over_a_crash_loop(tmp_path: Path) -> None:
     with Wal.open(tmp_path, durability="never", segment_size=SEG) as wal:
         e, _ = wal.recover(T0)
         assert len(e.jobs) == LIVE
+
+
+def test_a_crash_loop_of_puts_alone_replays_at_most_a_share_of_the_jobs(tmp_path: Path) -> None:
+    """Jobs nobody takes (the live data only grows) reach snapshots too: killed after each run of
+    puts, every start replays at most about a ``TAIL_SHARE``-th (a half) of the live jobs one
+    record at a time; with no snapshot (the trigger of two stops ago) it was all of them."""
+    per_cycle, cycles = 150, 40
+    seen = []
+    for _ in range(cycles):
+        wal = Wal.open(tmp_path, durability="never", segment_size=SEG, background=False)
+        e, info = wal.recover(T0)
+        seen.append((info.records_replayed, info.jobs))
+        settle(wal, e)
+        e.connect(1, T0)
+        for _ in range(per_cycle):
+            wal.write(e.apply(1, Put(0, 0, 60, b"b" * BODY), T0).records)
+            wal.maintain(e, T0)
+        settle(wal, e)
+        wal.abandon()
+    assert seen[-1][1] == (cycles - 1) * per_cycle  # nothing lost
+    # A put's WAL frame weighs about what it adds to the live data (body + 100), so the tail
+    # holds about a share of the jobs at most, once the live data outweighs a segment several times.
+    late = [(r, n) for r, n in seen if n * (BODY + 100) > 8 * SEG]
+    assert late and max(r / n for r, n in late) <= 1.15 / TAIL_SHARE, seen
+
+
+def test_a_snapshot_is_due_at_a_share_of_the_live_data() -> None:
+    """The rule alone (no WAL): a share of the live data, a segment at least; while short of
+    space, the live data itself (dead WAL then goes at once)."""
+    seg = 4 << 20
+    assert not snapshot_due(seg - 1, 0, seg)
+    assert snapshot_due(seg, 0, seg)
+    live = 1 << 30
+    assert not snapshot_due(live // TAIL_SHARE - 1, live, seg)
+    assert snapshot_due(live // TAIL_SHARE, live, seg)
+    assert not snapshot_due(live - 1, live, seg, short=True)
+    assert snapshot_due(live, live, seg, short=True)
+    assert not snapshot_due(0, 0, seg, short=True)

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stalkd.engine.model import LAYOUTS, JobState, Op, Record, RecordFormatError, decode, encode
+from stalkd.engine.model import (
+    DURABLE_OPS,
+    LAYOUTS,
+    JobState,
+    Op,
+    Record,
+    RecordFormatError,
+    decode,
+    encode,
+)
 
 u32 = st.integers(0, 2**32 - 1)
 u64 = st.integers(0, 2**64 - 1)
@@ -110,3 +121,32 @@ def test_an_op_without_a_layout_is_refused_not_written_as_a_bare_header() -> Non
         encode(Record(Op.UNKNOWN, 1, 2, 3))
     with pytest.raises(ValueError, match="no layout"):
         encode(Record(99, 1, 2, 3))  # type: ignore[arg-type]
+
+
+def test_every_row_has_a_replay_rule_and_its_size() -> None:
+    # adding a record type is a row in model.LAYOUTS and its rule in replay.RULES
+    from stalkd.engine.replay import RULES
+
+    assert set(LAYOUTS) <= set(RULES)
+    r = Record(Op.JOB, 1, 2, 3, "tube", 4, 5, 6, 7, b"body" * 9, JobState.BURIED, 8, kicks=2)
+    for op, row in LAYOUTS.items():
+        rec = dataclasses.replace(r, op=op)
+        assert row.size(rec) == len(encode(rec)), op
+
+
+def test_the_wal_room_of_each_op_follows_its_row() -> None:
+    # the cost the space budget promises, derived from the registry, is the rule the WAL's room
+    # was written with: a put its frame and its delete's, a result its frame, a delete nothing
+    # (its put paid), other durable records one short frame, analytics records nothing
+    from stalkd.engine.space import COSTLESS_OPS, SHORT_FRAME, put_frame, record_cost
+    from stalkd.log.frame import frame_size
+
+    put = Record(Op.PUT, 1, 2, 3, "tube", body=b"x" * 100)
+    assert record_cost(put) == put_frame(100, 4) + SHORT_FRAME
+    result = Record(Op.RESULT, 1, 2, 3, body=b"y" * 10)
+    assert record_cost(result) == frame_size(len(encode(result)))
+    for op in (Op.RELEASE, Op.BURY, Op.KICK, Op.EPOCH):
+        assert record_cost(Record(op, 1, 2, 3)) == SHORT_FRAME >= frame_size(len(encode(Record(op, 1, 2, 3))))
+    for op in (Op.DELETE, Op.TOUCH, Op.RESERVE, Op.TIMEOUT, Op.PAUSE):
+        assert record_cost(Record(op, 1, 2, 3)) == 0 and op in COSTLESS_OPS
+    assert {Op.PUT, Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.JOB, Op.RESULT, Op.EPOCH} == DURABLE_OPS

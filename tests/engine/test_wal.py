@@ -32,7 +32,7 @@ def reopen(path: Path, now: float, durability: str = "never", **kw: object) -> t
 
 def test_empty_directory_recovers_to_a_fresh_engine(tmp_path: Path) -> None:
     wal, d = reopen(tmp_path, T0)
-    assert d.e.jobs == {} and d.e.next_id == 1
+    assert not d.e.jobs and d.e.next_id == 1
     assert wal.stats()["binlog-records-written"] == 0
     wal.close()
 
@@ -209,7 +209,7 @@ def test_put_restart_delete(tmp_path: Path) -> None:
     assert d.do(1, C.Delete(1)) == C.Reply("DELETED")
     wal.close()
     wal, d = reopen(tmp_path, T0 + 2)
-    assert d.e.jobs == {} and d.do(1, C.Put(0, 0, 1, b"b")) == C.Reply("INSERTED", (2,))
+    assert not d.e.jobs and d.do(1, C.Put(0, 0, 1, b"b")) == C.Reply("INSERTED", (2,))
     wal.close()
 
 
@@ -230,7 +230,7 @@ def test_tiny_segments_96_puts_then_96_deletes(tmp_path: Path) -> None:
     wal, d = reopen(tmp_path, d.now)
     # "never" keeps a durable id ceiling: a restart without a clean stop goes on from it
     ceiling = read_mark(str(tmp_path), name=IDS_NAME) or 0
-    assert d.e.jobs == {} and d.e.next_id == max(97, ceiling) and ceiling > 96
+    assert not d.e.jobs and d.e.next_id == max(97, ceiling) and ceiling > 96
     wal.close()
 
 

@@ -1,31 +1,38 @@
-"""Which encoders the WAL writes with: model.encode and frame's (compiled by Cython, or their
-.py files under ``STALKD_NO_EXTENSIONS=1`` or without a build), the write chain's compiled
-twins when built; and what it writes reads back either way."""
+"""Which code the WAL writes with: one implementation of each step (model.encode, frame's
+encoders, the write chain of wal, walspace, space, log, writer, active, commit and fs), compiled
+by Cython where built, their .py files under ``STALKD_NO_EXTENSIONS=1`` or without a build; and
+what it writes reads back either way."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 from stalkd.engine import model
 from stalkd.engine.model import Op, Record
-from stalkd.log import fastwrite, frame, log, writer
-from stalkd.persist import fastwal, wal
+from stalkd.extensions import CYTHON_MODULES, compiled_modules
+from stalkd.log import frame, log, writer
+from stalkd.persist import wal
 
 _DISABLED = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 
 
-def _expected(module: str) -> str:
-    return "c" if importlib.util.find_spec(module) is not None and not _DISABLED else "python"
+CHAIN = ("stalkd.engine.model", "stalkd.persist.wal", "stalkd.persist.walspace", "stalkd.engine.space",
+         "stalkd.log.log", "stalkd.log.writer", "stalkd.log.active", "stalkd.log.commit", "stalkd.log.fs",
+         "stalkd.log.frame")  # fmt: skip
 
 
-def test_the_active_encoders_follow_the_build_and_the_switch() -> None:
-    # the write chain's twins stand in for the methods on their classes, or are absent
-    assert _expected("stalkd.log._write") == fastwrite.IMPLEMENTATION
-    assert hasattr(log.Log.write_many, "reference") == (fastwrite.IMPLEMENTATION == "c")
-    assert _expected("stalkd.engine._wal") == fastwal.IMPLEMENTATION
-    assert hasattr(wal.Wal.write, "reference") == (fastwal.IMPLEMENTATION == "c")
+def test_the_write_chain_is_compiled_from_its_own_files_or_runs_them() -> None:
+    assert set(CHAIN) <= set(CYTHON_MODULES)
+    compiled = compiled_modules()
+    states = {compiled[name] for name in CHAIN}
+    assert len(states) == 1, compiled  # built together, switched together
+    if _DISABLED:
+        assert states == {False}
+    # nothing stands in for a method on the classes: the method is the class's own
+    assert wal.Wal.__dict__["write"].__module__ == "stalkd.persist.wal"
+    assert log.Log.__dict__["write_many"].__module__ == "stalkd.log.log"
+    assert log.Log.__dict__["sync"].__module__ == "stalkd.log.log"
 
 
 def test_the_wal_writes_with_the_active_encoders(tmp_path: Path) -> None:

@@ -45,16 +45,20 @@ _probes = iter(range(10**9))
 
 
 def accepts_put(p: StalkdProcess, ledger: Ledger | None = None) -> bool:
-    """Whether ``p`` acknowledges a put now (a unique body, noted as attempted in ``ledger``)."""
+    """Whether ``p`` acknowledges a put now (a unique body, noted in ``ledger`` as attempted,
+    and as put once acknowledged)."""
     body = f"probe-{next(_probes)}".encode()
     if ledger is not None:
         ledger.attempted.add(body)
     try:
         with stalkd.Client(p.address, timeout=2) as c:
-            c.put(body)
-            return True
+            jid = c.put(body)
     except (errors.BeanstalkError, errors.ClientConnectionError, OSError):
         return False
+    if ledger is not None:
+        with ledger.lock:
+            ledger.put[body] = jid
+    return True
 
 
 def test_first_node_leads_and_the_next_follows_it(etcd: EtcdProcess, tmp_path: Path) -> None:
@@ -305,6 +309,60 @@ def test_one_of_two_sync_standbys_stops_writes_go_on_and_only_the_sync_set_takes
     finally:
         for p in procs.values():
             p.stop()
+
+
+def test_a_new_primary_names_no_sync_set_of_itself_alone_before_a_standby_counts(
+        etcd: EtcdProcess, tmp_path: Path) -> None:
+    """With --sync-standbys 1 a new primary acknowledges nothing until a standby has caught up.
+    It must not write a sync set naming only itself meanwhile: dying then, it would leave a
+    cluster nobody may lead without a person (CI's run of docs/cluster.md's script found that:
+    both standbys said ``not in the sync set (node2)`` for a minute)."""
+    from stalkd.ha import Etcd, parse_cluster
+    from stalkd.ha.syncset import read_sync
+
+    addr = parse_cluster(etcd.cluster())
+    a = node(etcd, tmp_path / "a", "a", "--sync-standbys", "1")
+    try:
+        assert role(a) == "primary"
+        until(lambda: "sync set: waiting for 1 standby(s) to catch up" in a.log_text(),
+              "a to look for a standby to count", logs=(a,))
+        assert not accepts_put(a)  # nothing is acknowledged without a standby ...
+        assert read_sync(Etcd(addr), addr.key("sync")) is None  # ... so every node stays eligible
+    finally:
+        a.stop()
+
+
+def test_a_sync_standby_that_went_away_may_still_take_over_when_the_primary_then_dies(
+        etcd: EtcdProcess, tmp_path: Path) -> None:
+    """A member of the sync set that goes away stays in it until another standby replaces it
+    (nothing is acknowledged meanwhile), so when the primary dies too, the member started
+    again takes over by itself."""
+    from stalkd.ha import Etcd, parse_cluster
+    from stalkd.ha.syncset import read_sync
+
+    addr = parse_cluster(etcd.cluster())
+    client = Etcd(addr)
+    a = node(etcd, tmp_path / "a", "a", "--sync-standbys", "1")
+    b = node(etcd, tmp_path / "b", "b", "--sync-standbys", "1")
+    b2: StalkdProcess | None = None
+    try:
+        until(lambda: (s := read_sync(client, addr.key("sync"))) is not None and s.members == ("a", "b"),
+              "a sync set of a and b", logs=(a, b))
+        ledger = Ledger()
+        until(lambda: accepts_put(a, ledger), "a to acknowledge with b", logs=(a, b))
+        b.kill9()
+        until(lambda: "sync set: standby b went away" in a.log_text(), "a to see b gone", logs=(a,))
+        assert not accepts_put(a, ledger)
+        s = read_sync(client, addr.key("sync"))
+        assert s is not None and s.members == ("a", "b")
+        a.kill9()
+        b2 = node(etcd, tmp_path / "b", "b", "--sync-standbys", "1")
+        until(lambda: role(b2) == "primary", "b to take over", timeout=60, logs=(b2,))
+        check(b2.address, ledger)  # the job a acknowledged with b is there
+    finally:
+        for p in (b2, b, a):
+            if p is not None:
+                p.stop()
 
 
 def test_a_node_listening_on_every_address_must_say_where_it_is_reached(etcd: EtcdProcess, tmp_path: Path) -> None:

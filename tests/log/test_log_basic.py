@@ -161,6 +161,22 @@ def test_ticket_resolves_when_durable_and_is_awaitable(tmp_path: Path) -> None:
         assert log.submit([b"x"]).done()
 
 
+def test_a_ticket_for_what_write_many_wrote_resolves_once_the_committer_fsynced_it(tmp_path: Path) -> None:
+    fs = Faults()  # fails nothing: counts the calls that reach the disk
+    with Log.open(tmp_path, durability="always", fs=fs) as log:
+        assert log.ticket().done()  # nothing written: nothing to wait for
+        log.write_many([b"a", b"b", b"c"])
+        before = fs.calls.get("fdatasync", 0)
+        t = log.ticket()
+        assert t.last == 2
+        ended: list[int] = []
+        t.add_done_callback(lambda tk: ended.append(log.durable_offset))
+        t.wait(timeout=30)  # nobody but the log's committer thread fsyncs here
+        assert t.exception() is None and ended and ended[0] >= 3
+        assert fs.calls.get("fdatasync", 0) > before
+        assert log.ticket().done()  # everything written is durable
+
+
 @pytest.mark.parametrize("io", ["auto", "pwrite", "mmap"])
 def test_every_write_path_writes_the_same_log(tmp_path: Path, io: str) -> None:
     payloads = [os.urandom(i % 200) for i in range(400)]

@@ -40,7 +40,7 @@ def test_version_names_the_hot_path() -> None:
     off = _version({"STALKD_NO_EXTENSIONS": "1"})
     assert off.startswith("beanstalkd 1.13") and "hot path: pure Python" in off
     # every compiled twin is named, and the switch turns each of them off
-    for name in ("protocol.accel", "server.fastconn", "persist.fastwal", "log.fastwrite"):
+    for name in ("protocol.accel", "server.fastconn"):
         assert f"stalkd.{name}.IMPLEMENTATION='python'" in off, name
     assert f"compiled by Cython: none (0 of {len(CYTHON_MODULES)}" in off
     on = _version({})
@@ -70,9 +70,6 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     (tmp_path / "src/stalkd/protocol").mkdir(parents=True)
     shutil.copy(ROOT / "src/stalkd/protocol/_speedups.c", tmp_path / "src/stalkd/protocol")
     shutil.copytree(ROOT / "src/stalkd/protocol/_cext", tmp_path / "src/stalkd/protocol/_cext")
-    (tmp_path / "src/stalkd/server").mkdir()
-    shutil.copy(ROOT / "src/stalkd/server/_conn.c", tmp_path / "src/stalkd/server")
-    shutil.copytree(ROOT / "src/stalkd/server/_cext", tmp_path / "src/stalkd/server/_cext")
     # and the Python modules Cython compiles, with the list of them
     shutil.copy(ROOT / "src/stalkd/extensions.py", tmp_path / "src/stalkd")
     for name in CYTHON_MODULES:
@@ -88,7 +85,6 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     assert r.returncode == 0, r.stderr
     assert "compiled stalkd module was not built" in r.stderr
     assert not list(tmp_path.glob("out/**/_speedups*"))
-    assert not list(tmp_path.glob("out/**/_conn*"))
     assert not list(tmp_path.glob("out/**/*.so"))
 
 

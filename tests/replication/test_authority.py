@@ -16,12 +16,12 @@ class Barriers:
         self.durable = durable
         self.gate: Gate | None = None
         self.released = 0
-        self.abandoned: tuple[bytes, ...] | None = None
+        self.abandoned: tuple[bytes, ...] | None | str = "never"
 
     def replicated(self) -> None:
         self.released += 1
 
-    def abandon(self, parts: tuple[bytes, ...]) -> None:
+    def abandon(self, parts: tuple[bytes, ...] | None) -> None:
         self.abandoned = parts
 
 
@@ -47,6 +47,15 @@ def test_a_fence_abandons_what_is_held_for_good() -> None:
     a.allow("too late")  # nothing brings a fenced primary back
     assert not a.may_acknowledge() and b.released == 0
     assert a.problems() == ["fenced: epoch 2 began elsewhere"]
+
+
+def test_a_fence_while_leading_cuts_what_is_held_instead_of_refusing_it() -> None:
+    """Held while leading, a write may be on the standby promoted in our place: NOT_PRIMARY
+    ("nothing applied, send it again") would make a client apply it twice."""
+    b = Barriers(durable=5)
+    a = Authority(b, SyncGate(1), REFUSAL)
+    a.fence("the lease ran out")
+    assert b.abandoned is None and not a.may_acknowledge()
 
 
 def test_with_a_sync_gate_the_gate_decides_while_leading() -> None:

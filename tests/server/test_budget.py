@@ -89,6 +89,29 @@ def test_past_the_limit_the_large_stop_reading_but_the_one_with_most_input_runs(
     assert body_b.reading  # it holds nothing now
 
 
+def test_commands_left_to_run_make_no_runner() -> None:
+    b, _ = _budget()
+    # Given readers that leave their replies unread, each with a few commands left to run
+    readers = _conns(b, *[(1000, 3 * MB)] * 4)
+    # Then past the limit none of them runs on: running them would only add replies
+    assert b.over_since is not None and b.runner is None
+    assert not any(c.reading for c in readers)
+    # and one whose input is done lets nobody else run either
+    readers[0].inp = 0
+    readers[0].measure_memory()
+    assert b.runner is None and not any(c.reading for c in readers[1:])
+    # while a body in flight (input of a grain or more) does run
+    body = Conn(9, 64 * 1024, 0)
+    body.budget = b
+    body.measure_memory()
+    assert b.runner is body and body.reading
+    # and once it is in, nobody runs on in its place
+    body.inp = 100
+    body.out = 64 * 1024
+    body.measure_memory()
+    assert b.runner is None and not body.reading
+
+
 def test_reading_resumes_for_all_under_three_quarters() -> None:
     b, _ = _budget()
     cs = _conns(b, (0, 4 * MB), (0, 4 * MB), (0, 4 * MB))

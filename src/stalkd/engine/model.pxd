@@ -1,10 +1,26 @@
-# The C layout of model.py's Record when Cython compiles it (stalkd.extensions): an extension type
-# whose fields a compiled caller fills and reads at fixed offsets, so building one is a C call
-# rather than a frozen dataclass's __setattr__ per field. model.py is the source (the dataclass
-# and its field list); this declares the fields' types only. They stay Python objects (ids and
-# times of any size, the enums), read-only from Python as the frozen dataclass's are.
+# The C types of model.py when Cython compiles it (an augmenting .pxd: model.py stays the one
+# source, and runs as it is uncompiled).
+#
+# Record: an extension type whose fields a compiled caller fills and reads at fixed offsets, so
+# building one is a C call rather than a frozen dataclass's __setattr__ per field. model.py holds
+# the dataclass and its field list; this declares the fields' types only. They stay Python
+# objects (ids and times of any size, the enums), read-only from Python as the frozen
+# dataclass's are.
+#
+# OpLayout: a registry row is read for every record written, by this module's encode and by the
+# WAL's room (space.py, persist/wal.py), which cimport it.
 
 cdef class Record:
     cdef readonly object op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body
     cdef readonly object state, created_us, reserves, timeouts, releases, buries, kicks, epoch
     cdef readonly object start_offset
+
+cdef class OpLayout:
+    cdef readonly tuple fields, names
+    cdef readonly bint tube, body, sized, durable, creates, ends
+    cdef readonly object whole, get
+    cdef readonly Py_ssize_t fixed_size
+
+    cpdef Py_ssize_t size(self, r) except -1
+
+cpdef bytes encode(r)

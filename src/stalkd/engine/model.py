@@ -49,6 +49,11 @@ import struct
 from dataclasses import dataclass
 from operator import attrgetter
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    from stalkd import cyshim as cython
+
 __all__ = [
     "BODY_LEN_FIELDS",
     "BURY",
@@ -80,6 +85,7 @@ __all__ = [
     "LAYOUTS",
     "Op",
     "OpLayout",
+    "ROWS",
     "Record",
     "RecordFormatError",
     "decode",
@@ -107,10 +113,6 @@ class Op(enum.IntEnum):
     RESULT = 11  # a job's result stored until deadline_us (stalkd's result-put; not beanstalkd's)
     EPOCH = 12  # a promotion began a new epoch at start_offset (replication's fencing)
     UNKNOWN = 255  # decoded from an op code this build does not know; skip it
-
-
-# Ops whose loss would change the acknowledged state: the server waits for them to be durable.
-DURABLE_OPS = frozenset({Op.PUT, Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.JOB, Op.RESULT, Op.EPOCH})
 
 
 class JobState(enum.IntEnum):
@@ -190,46 +192,77 @@ HEADER_SIZE = HEAD.size
 PUT_FIXED = HEADER_SIZE + PUT.size + U32.size  # a PUT record's bytes besides its tube and body
 RESULT_FIXED = HEADER_SIZE + RESULT.size + U32.size  # a RESULT record's bytes besides its body
 SHORT_RECORD = HEADER_SIZE + max(RELEASE.size, BURY.size, EPOCH.size)  # the largest record without tube or body
+_pack_u32 = U32.pack
 
 
 class OpLayout:
     """One op's row of the registry: its fields after the header (a field table above, whose
     ``tube_len`` is the length of the ``tube`` that follows them), whether a body follows, and
-    the structs and getter encode and decode use, derived from those.
+    what the WAL does with it: ``durable`` (the server waits for it to be durable before it
+    replies), ``creates`` (it makes a live job, whose delete's room is promised with it),
+    ``ends`` (it ends a live job, using the room its put promised). Encoding, decoding, the
+    record's size and its cost in WAL room (``engine/space.py``) are derived from these.
+    Compiled, an extension type whose attributes and ``size`` are C-level (model.pxd): they are
+    read for every record written.
 
     >>> LAYOUTS[Op.RELEASE].names, LAYOUTS[Op.PAUSE].tube, LAYOUTS[Op.PAUSE].body
     (('pri', 'delay', 'deadline_us'), True, False)
+    >>> LAYOUTS[Op.PUT].size(Record(Op.PUT, 1, 2, 3, "tube", body=b"body")) == len(encode(
+    ...     Record(Op.PUT, 1, 2, 3, "tube", body=b"body")))
+    True
     """
 
-    __slots__ = ("fields", "names", "tube", "body", "whole", "get", "fixed_size")
-
-    def __init__(self, fields: tuple[tuple[str, str], ...], *, body: bool = False) -> None:
+    def __init__(self, fields: tuple[tuple[str, str], ...], *, body: bool = False, durable: bool = True,
+                 creates: bool = False, ends: bool = False) -> None:  # fmt: skip
         self.fields = fields
         self.tube = bool(fields) and fields[-1][0] == "tube_len"
         self.body = body
+        self.sized = self.tube or body  # its size depends on the record (a tube name, a body)
+        self.durable = durable
+        self.creates = creates
+        self.ends = ends
         self.names = tuple(name for name, _ in fields[: len(fields) - self.tube])
         self.whole = layout(HEAD_FIELDS, fields)  # header and fields in one struct
         self.get = attrgetter("op", "seq", "time_us", "job_id", *self.names)
         self.fixed_size = self.whole.size
 
+    def size(self, r: Record) -> int:
+        """The length of ``r``'s payload (``len(encode(r))``), without encoding it."""
+        n = self.fixed_size
+        if self.tube:
+            n += len(r.tube)
+        if self.body:
+            n += U32.size + len(r.body)
+        return n
+
 
 # The registry of WAL ops, version 1: every op the encoder writes has its row here, and the
-# encoder, the decoder and the fixed sizes below are derived from it (an op without a row is
-# refused by encode, never written as a bare header).
+# encoder, the decoder, the fixed sizes below, DURABLE_OPS, the WAL's room (engine/space.py) and
+# replay's dispatch (engine/replay.py) are derived from it (an op without a row is refused by
+# encode, never written as a bare header). Adding a record type is a row here and its rule in
+# replay.py. Analytics records (reserve, touch, timeout, pause) are not durable: the server does
+# not wait for them, and the WAL leaves them out rather than use room promised to others.
 LAYOUTS: dict[Op, OpLayout] = {
-    Op.PUT: OpLayout(PUT_FIELDS, body=True),
-    Op.DELETE: OpLayout(()),
+    Op.PUT: OpLayout(PUT_FIELDS, body=True, creates=True),
+    Op.DELETE: OpLayout((), ends=True),
     Op.RELEASE: OpLayout(RELEASE_FIELDS),
     Op.BURY: OpLayout(BURY_FIELDS),
     Op.KICK: OpLayout(()),
-    Op.TOUCH: OpLayout(()),
-    Op.RESERVE: OpLayout(()),
-    Op.TIMEOUT: OpLayout(()),
-    Op.PAUSE: OpLayout(PAUSE_FIELDS),
+    Op.TOUCH: OpLayout((), durable=False),
+    Op.RESERVE: OpLayout((), durable=False),
+    Op.TIMEOUT: OpLayout((), durable=False),
+    Op.PAUSE: OpLayout(PAUSE_FIELDS, durable=False),
     Op.JOB: OpLayout(JOB_FIELDS, body=True),
     Op.RESULT: OpLayout(RESULT_FIELDS, body=True),
     Op.EPOCH: OpLayout(EPOCH_FIELDS),
 }
+
+ROWS: tuple[OpLayout | None, ...] = tuple(LAYOUTS.get(code) for code in range(256))  # type: ignore[call-overload]
+"""``LAYOUTS`` indexed by op code (None: no row), for the per-record paths: an ``Op`` indexes a
+tuple without hashing (an IntEnum's hash is a Python-level call)."""
+
+# Ops whose loss would change the acknowledged state: the server waits for them to be durable.
+DURABLE_OPS = frozenset(op for op, row in LAYOUTS.items() if row.durable)
 
 
 def encode(r: Record) -> bytes:
@@ -238,7 +271,7 @@ def encode(r: Record) -> bytes:
     >>> encode(Record(Op.BURY, 1, 2, 3, pri=9)) == HEAD.pack(1, Op.BURY, 1, 2, 3) + BURY.pack(9)
     True
     """
-    lay = LAYOUTS.get(r.op)
+    lay = cython.declare(OpLayout, ROWS[r.op])  # compiled: its row's C attributes
     if lay is None:
         if r.op is Op.UNKNOWN:
             raise ValueError("Op.UNKNOWN is a decoding result and cannot be encoded")
@@ -247,14 +280,14 @@ def encode(r: Record) -> bytes:
         tube = r.tube.encode("ascii")
         fixed = lay.whole.pack(FORMAT_VERSION, *lay.get(r), len(tube))
         if not lay.body:
-            return fixed + tube
+            return fixed + tube  # type: ignore[no-any-return]
         body = r.body
-        return b"".join((fixed, tube, U32.pack(len(body)), body))
+        return b"".join((fixed, tube, _pack_u32(len(body)), body))
     fixed = lay.whole.pack(FORMAT_VERSION, *lay.get(r))
     if not lay.body:
-        return fixed
+        return fixed  # type: ignore[no-any-return]
     body = r.body
-    return b"".join((fixed, U32.pack(len(body)), body))
+    return b"".join((fixed, _pack_u32(len(body)), body))
 
 
 def decode(payload: bytes | memoryview) -> Record:
@@ -271,15 +304,24 @@ def decode(payload: bytes | memoryview) -> Record:
     raise RecordFormatError(f"record format version {version} is newer than this stalkd (knows 1..{FORMAT_VERSION})")
 
 
+_OPS = {int(op): op for op in LAYOUTS}  # code -> Op: no enum call per record
+_C_PUT = int(Op.PUT)
+_PUT_ROW = LAYOUTS[Op.PUT]
+# _decode_put takes a PUT's fields in this order (a changed PUT_FIELDS must change it too):
+assert _PUT_ROW.names == ("pri", "delay", "ttr", "deadline_us") and _PUT_ROW.tube and _PUT_ROW.body
+
+
 def _decode_v1(buf: memoryview) -> Record:
     try:
         code = buf[1]
-        lay = LAYOUTS.get(code)  # type: ignore[call-overload]  # an int finds its IntEnum's row
+        if code == _C_PUT:
+            return _decode_put(buf)
+        lay = ROWS[code]
         if lay is None:
             _, _, seq, time_us, job_id = HEAD.unpack_from(buf, 0)
             return Record(Op.UNKNOWN, seq, time_us, job_id)
         values = lay.whole.unpack_from(buf, 0)
-        op = Op(code)
+        op = _OPS[code]
         kw = dict(zip(lay.names, values[5:], strict=False))
         pos = lay.fixed_size
         if lay.tube:
@@ -290,11 +332,20 @@ def _decode_v1(buf: memoryview) -> Record:
             kw["body"] = _blob(buf, pos)
         if "state" in kw:
             kw["state"] = JobState(kw["state"])
-        elif op is Op.PUT:
-            kw["created_us"] = values[3]  # a new job was created when it was put
         return Record(op, values[2], values[3], values[4], **kw)
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise RecordFormatError(f"corrupt version-1 record: {exc}") from exc
+
+
+def _decode_put(buf: memoryview) -> Record:
+    """A PUT, the commonest record (a standby decodes every job's), built from its fields in
+    order: what the generic path gives, without its dict of fields per record."""
+    _, _, seq, time_us, job_id, pri, delay, ttr, deadline_us, tlen = _PUT_ROW.whole.unpack_from(buf, 0)
+    pos = _PUT_ROW.fixed_size
+    tube = _text(buf, pos, tlen)
+    # a new job was created when it was put
+    return Record(Op.PUT, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, _blob(buf, pos + tlen),
+                  JobState.READY, time_us)  # fmt: skip
 
 
 def _text(buf: memoryview, pos: int, n: int) -> str:

@@ -25,6 +25,8 @@ Ensures:
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
+from itertools import repeat
 from typing import Any, TypeVar
 
 from stalkd.engine.heap import HeapItem, IndexedHeap
@@ -83,6 +85,19 @@ class Job(HeapItem):
 
     def __repr__(self) -> str:
         return f"Job(id={self.id}, tube={self.tube.name!r}, state={self.state.name}, pri={self.pri})"
+
+
+def new_jobs(
+    ids: Sequence[int], tube: Tube, pris: Sequence[int], delays: Sequence[int], ttrs: Sequence[int],
+    bodies: Sequence[bytes], state: JobState, created_us: Sequence[int],
+) -> list[Job]:  # fmt: skip
+    """A job per column entry, all in ``tube`` and ``state`` (a snapshot block's, in bulk).
+
+    >>> [j.id for j in new_jobs((4, 5), Tube("t", 1), (0, 0), (0, 0), (60, 60), (b"", b""), JobState.READY, (0, 0))]
+    [4, 5]
+    """
+    n = len(ids)
+    return list(map(Job, ids, repeat(tube, n), pris, delays, ttrs, bodies, repeat(state, n), created_us))
 
 
 def time_left(deadline_us: int, now_us: int) -> int:

@@ -21,14 +21,14 @@ engine whose ``durable_records`` equal the original's (restart equivalence).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.heap import pack
-from stalkd.engine.model import JobState, Op, Record
+from stalkd.engine.model import LAYOUTS, JobState, Op, Record
 from stalkd.engine.objects import Job
 
-__all__ = ["ReplayError", "durable_record", "durable_records", "finish", "ID_BAND", "note_epoch", "replay"]
+__all__ = ["RULES", "ReplayError", "durable_record", "durable_records", "finish", "ID_BAND", "note_epoch", "replay"]
 
 
 class ReplayError(ValueError):
@@ -44,49 +44,87 @@ def replay(e: Engine, r: Record) -> None:
     >>> e.jobs[7].state.name, e.next_id
     ('READY', 8)
     """
-    op = r.op
     if r.seq > e.seq:
         e.seq = r.seq
-    if op is Op.PUT or op is Op.JOB:
-        if r.job_id in e.jobs:
-            raise ReplayError(f"record seq {r.seq}: {op.name} of job {r.job_id}, which already exists")
-        _create(e, r)
-        return
-    if op is Op.RESULT:
-        e.store_result(r.job_id, r.deadline_us, r.body)
-        return
-    if op is Op.EPOCH:
-        note_epoch(e, r.epoch, r.start_offset)
-        return
-    j = e.jobs.get(r.job_id)
-    if j is None:
-        return
-    if op is Op.DELETE:
+    _RULE_BY_CODE[r.op](e, r)
+
+
+def _new_job(e: Engine, r: Record) -> None:
+    if r.job_id in e.jobs:
+        raise ReplayError(f"record seq {r.seq}: {r.op.name} of job {r.job_id}, which already exists")
+    _create(e, r)
+
+
+def _result(e: Engine, r: Record) -> None:
+    e.store_result(r.job_id, r.deadline_us, r.body)
+
+
+def _epoch(e: Engine, r: Record) -> None:
+    note_epoch(e, r.epoch, r.start_offset)
+
+
+def _nothing(e: Engine, r: Record) -> None:
+    """TOUCH and PAUSE change nothing durable; an op this build does not know is skipped."""
+
+
+def _on_job(rule: Callable[[Engine, Record, Job], None]) -> Callable[[Engine, Record], None]:
+    """``rule`` applied to the record's job, if it exists (records about unknown jobs are ignored)."""
+
+    def apply(e: Engine, r: Record) -> None:
+        j = e.jobs.get(r.job_id)
+        if j is not None:
+            rule(e, r, j)
+
+    return apply
+
+
+def _delete(e: Engine, r: Record, j: Job) -> None:
+    e._detach(j)
+    del e.jobs[j.id]
+    e.body_bytes -= len(j.body)
+
+
+def _reserve(e: Engine, r: Record, j: Job) -> None:
+    j.reserves += 1
+    if j.state is not JobState.READY:
         e._detach(j)
-        del e.jobs[j.id]
-        e.body_bytes -= len(j.body)
-        return
-    if op is Op.RESERVE:
-        j.reserves += 1
-        if j.state is not JobState.READY:
-            e._detach(j)
-            e._to_ready(j)
-    elif op is Op.TIMEOUT:
-        j.timeouts += 1
-    elif op is Op.RELEASE:
-        e._detach(j)
-        j.pri, j.delay = r.pri, r.delay
-        j.releases += 1
-        _place(e, j, JobState.DELAYED if r.deadline_us else JobState.READY, r.deadline_us)
-    elif op is Op.BURY:
-        e._detach(j)
-        j.pri = r.pri
-        j.buries += 1
-        e._to_buried(j, r.seq)
-    elif op is Op.KICK:
-        e._detach(j)
-        j.kicks += 1
         e._to_ready(j)
+
+
+def _timeout(e: Engine, r: Record, j: Job) -> None:
+    j.timeouts += 1
+
+
+def _release(e: Engine, r: Record, j: Job) -> None:
+    e._detach(j)
+    j.pri, j.delay = r.pri, r.delay
+    j.releases += 1
+    _place(e, j, JobState.DELAYED if r.deadline_us else JobState.READY, r.deadline_us)
+
+
+def _bury(e: Engine, r: Record, j: Job) -> None:
+    e._detach(j)
+    j.pri = r.pri
+    j.buries += 1
+    e._to_buried(j, r.seq)
+
+
+def _kick(e: Engine, r: Record, j: Job) -> None:
+    e._detach(j)
+    j.kicks += 1
+    e._to_ready(j)
+
+
+# Each op's replay rule (its meaning is in the module docstring): with model.LAYOUTS, the whole
+# of what a record type is. Every op with a row in the registry must have a rule here.
+RULES: dict[Op, Callable[[Engine, Record], None]] = {
+    Op.PUT: _new_job, Op.JOB: _new_job, Op.RESULT: _result, Op.EPOCH: _epoch, Op.TOUCH: _nothing,
+    Op.PAUSE: _nothing, Op.UNKNOWN: _nothing, Op.DELETE: _on_job(_delete), Op.RESERVE: _on_job(_reserve),
+    Op.TIMEOUT: _on_job(_timeout), Op.RELEASE: _on_job(_release), Op.BURY: _on_job(_bury), Op.KICK: _on_job(_kick),
+}  # fmt: skip
+if not set(LAYOUTS) <= set(RULES):
+    raise ImportError(f"model.LAYOUTS has ops without a replay rule: {sorted(set(LAYOUTS) - set(RULES))}")
+_RULE_BY_CODE = tuple(RULES.get(code, _nothing) for code in range(256))  # type: ignore[call-overload]
 
 
 ID_BAND = 1 << 43

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from stalkd.engine.jobtable import JobTable
 from stalkd.engine.model import JobState, Record
 from stalkd.engine.objects import ConnState, Job
 from stalkd.protocol import commands as C
@@ -58,14 +59,14 @@ class Guarded(Protocol):
     max_job_size: int
     draining: bool
     keep_records: bool
-    jobs: dict[int, Job]
+    jobs: JobTable[Job]
     _records: list[Record]
 
     @property
     def room(self) -> Room | None: ...
 
 
-def find_held(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
+def find_held(jobs: JobTable[Job], c: ConnState, job_id: int) -> Job | None:
     """The job, reserved by ``c`` (release, bury, touch)."""
     j = jobs.get(job_id)
     return j if j is not None and j.state is RESERVED and j.owner is c else None
@@ -76,19 +77,19 @@ def _held_live(j: Job) -> bool:
     return j.state is RESERVED and (j.owner is None or j.owner.release is None)
 
 
-def find_deletable(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
+def find_deletable(jobs: JobTable[Job], c: ConnState, job_id: int) -> Job | None:
     """The job, unless another connection holds it (delete)."""
     j = jobs.get(job_id)
     return None if j is None or (j.owner is not c and _held_live(j)) else j
 
 
-def find_unreserved(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
+def find_unreserved(jobs: JobTable[Job], c: ConnState, job_id: int) -> Job | None:
     """The job, unless reserved (reserve-job)."""
     j = jobs.get(job_id)
     return None if j is None or _held_live(j) else j
 
 
-def find_kickable(jobs: dict[int, Job], c: ConnState, job_id: int) -> Job | None:
+def find_kickable(jobs: JobTable[Job], c: ConnState, job_id: int) -> Job | None:
     """The job, if buried or delayed (kick-job)."""
     j = jobs.get(job_id)
     return j if j is not None and (j.state is BURIED or j.state is DELAYED) else None

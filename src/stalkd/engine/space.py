@@ -23,7 +23,12 @@ import errno
 import logging
 from collections.abc import Callable, Sequence
 
-from stalkd.engine.model import DURABLE_OPS, PUT_FIXED, RESULT_FIXED, SHORT_RECORD, Op, Record
+try:
+    import cython  # type: ignore[import-untyped]
+except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    from stalkd import cyshim as cython
+
+from stalkd.engine.model import LAYOUTS, PUT_FIXED, ROWS, SHORT_RECORD, Op, OpLayout, Record
 from stalkd.log.active import drop_spare, make_spare, spares
 from stalkd.log.frame import FRAME_HEADER_SIZE, frame_size
 from stalkd.log.fs import REAL, FileSystem
@@ -38,7 +43,7 @@ SHORT_FRAME = frame_size(SHORT_RECORD)
 # A put's frame is (_PUT_FRAME + tube + body) & ~7: frame_size's rule with the fixed part added.
 _PUT_FRAME = FRAME_HEADER_SIZE + PUT_FIXED + 7
 MAX_TUBE = 200  # beanstalkd's longest tube name
-# put_frame(n) == (PUT_FRAME_BASE + n) & ~7: the compiled admission's rule (server/_conn.c).
+# put_frame(n) == (PUT_FRAME_BASE + n) & ~7.
 PUT_FRAME_BASE = _PUT_FRAME + MAX_TUBE
 
 
@@ -69,20 +74,34 @@ def put_frame(body_len: int, tube_len: int = MAX_TUBE) -> int:
     return frame_size(PUT_FIXED + tube_len + body_len)
 
 
-# Ops whose records are promised nothing at settle (``record_cost`` 0 or not durable): a delete
-# spends the room its put promised.
-COSTLESS_OPS = frozenset(Op) - DURABLE_OPS | {Op.DELETE}
+# Ops whose records are promised nothing at settle (``record_cost`` 0): not durable, or a
+# delete, which spends the room its put promised. From the registry's rows.
+COSTLESS_OPS = frozenset(op for op, row in LAYOUTS.items() if not row.durable or row.ends) | {Op.UNKNOWN}
+
+
+def spent(row: OpLayout, frame: int) -> int:
+    """Bytes of promised room a durable record of ``row`` whose frame is ``frame`` bytes uses
+    once written: its frame if its size depends on the record (a put, a result), else one
+    short frame (what every record of fixed size is promised: the largest of them)."""
+    return frame if row.sized else SHORT_FRAME
 
 
 def record_cost(r: Record) -> int:
-    """Bytes promised for a durable record: its own frame, plus a delete's room for a put (so
-    a delete itself needs nothing more)."""
-    op = r.op
-    if op is Op.PUT:
-        return put_frame(len(r.body), len(r.tube)) + SHORT_FRAME
-    if op is Op.RESULT:
-        return frame_size(RESULT_FIXED + len(r.body))
-    return 0 if op is Op.DELETE else SHORT_FRAME
+    """Bytes promised for a record, by its op's row (``model.LAYOUTS``): what it will spend
+    (``spent``), plus a delete's room for a record that makes a live job (a put); nothing for
+    one that ends a job (its put promised that room) or is not durable (analytics records are
+    written only into room nobody was promised).
+
+    >>> record_cost(Record(Op.PUT, 1, 0, 1, "t", body=b"x")) == put_frame(1, 1) + SHORT_FRAME
+    True
+    >>> record_cost(Record(Op.RELEASE, 1, 0, 1)) == SHORT_FRAME, record_cost(Record(Op.DELETE, 1, 0, 1))
+    (True, 0)
+    """
+    row = cython.declare(OpLayout, ROWS[r.op])  # compiled: its row's C attributes
+    if row is None or not row.durable or row.ends:
+        return 0
+    cost = spent(row, frame_size(row.size(r)))
+    return cost + SHORT_FRAME if row.creates else cost
 
 
 class SpaceBudget:
@@ -154,14 +173,16 @@ class SpaceBudget:
 
     def settle(self, admitted: int, records: Sequence[Record]) -> None:
         """After the engine ran an admitted command: promise exactly what its records need."""
-        need = sum(record_cost(r) for r in records if r.op in DURABLE_OPS)
-        self.promised += need - admitted
+        cost = 0
+        for r in records:
+            cost += record_cost(r)
+        self.promised += cost - admitted
 
     def written(self, spent: int) -> None:
         """Durable records reached the log: ``spent`` bytes promised for them are used (a put
         spends its own frame and keeps its delete's share)."""
         left = self.promised - spent
-        self.promised = left if left > 0 else 0  # not max(): a builtin parsing keywords, per write
+        self.promised = max(left, 0)
 
     def _new_segment(self, base: int) -> None:
         """The log's active segment is another since the spares were counted: the segments it

@@ -13,7 +13,8 @@ cdef class EngineState:
     cdef object __weakref__
     cdef public object max_job_size, step_jobs, keep_records, next_id, seq, draining, total_jobs
     cdef public object body_bytes, _pending, _budget, _now, _clock, _caller, _own, _room, _wait_serial
-    cdef public dict jobs, conns, cmd
+    cdef public dict conns, cmd
+    cdef public object jobs
     cdef public list _records, _wakeups
     cdef public set _dirty
     cdef public IndexedHeap _tube_timers, _conn_timers

@@ -24,6 +24,7 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, NamedTuple
 
 from stalkd.engine.heap import IndexedHeap, pack
+from stalkd.engine.jobtable import JobTable
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import (
     URGENT_THRESHOLD,
@@ -96,7 +97,7 @@ class EngineState:
         self.max_job_size = max_job_size
         self.step_jobs = step_jobs
         self.keep_records = records
-        self.jobs: dict[int, Job] = {}
+        self.jobs: JobTable[Job] = JobTable()
         self.tubes: dict[str, Tube] = {}
         self.tube_order: list[Tube] = []
         self.conns: dict[int, ConnState] = {}

@@ -26,11 +26,13 @@ Fence(why='the leader lease is lost')
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from stalkd.ha.keeper import Leadership
 
-__all__ = ["NodeState", "Stay", "Promote", "Follow", "Fence", "Action", "decide", "eligible"]
+__all__ = ["NodeState", "Stay", "Promote", "Follow", "Fence", "Action", "SyncStep", "decide", "eligible",
+           "next_sync_set"]
 
 
 @dataclass(frozen=True)
@@ -98,3 +100,50 @@ def eligible(me: str, sync_members: tuple[str, ...] | None, sync_standbys: int) 
     if sync_standbys <= 0 or sync_members is None:
         return True
     return me in sync_members
+
+
+@dataclass(frozen=True)
+class SyncStep:
+    """One look of the primary at its standbys: the gate counts ``count`` first, then etcd's
+    set is written as ``write`` (the standbys; None: nothing to write), and once written the gate
+    counts ``write`` alone."""
+
+    count: frozenset[str]
+    write: frozenset[str] | None
+
+
+def next_sync_set(members: frozenset[str], acked: Mapping[str, int], end: int, need: int,
+                  written: frozenset[str] | None) -> SyncStep:
+    """The primary's sync set rule. ``members``: the standbys the gate counts now; ``acked``:
+    each connected standby's acknowledged offset; ``end``: the log's end; ``written``: the set
+    this leader last wrote in etcd (None: none yet in this term).
+
+    A caught-up standby counts before it is written (every member holds every acknowledged
+    change), until there are ``need``. Nothing is acknowledged with fewer than ``need`` members,
+    so two sets are never written, since either would leave a cluster no node may lead without
+    a person once this primary dies: the leader alone at the start of a term (the previous
+    term's set, or none in a new cluster, still names nodes holding every acknowledged change),
+    and a member that went away taken out on its own (it holds everything acknowledged until
+    it is replaced, in the same write that names its replacement).
+
+    >>> next_sync_set(frozenset(), {"b": 5}, 9, 1, None)  # b has not caught up: nothing written
+    SyncStep(count=frozenset(), write=None)
+    >>> next_sync_set(frozenset(), {"b": 9}, 9, 1, None)
+    SyncStep(count=frozenset({'b'}), write=frozenset({'b'}))
+    >>> next_sync_set(frozenset({"b"}), {}, 9, 1, frozenset({"b"}))  # b went away: it stays
+    SyncStep(count=frozenset({'b'}), write=None)
+    >>> step = next_sync_set(frozenset({"b"}), {"c": 9}, 9, 1, frozenset({"b"}))  # c replaces b
+    >>> sorted(step.count), sorted(step.write or ())
+    (['b', 'c'], ['c'])
+    """
+    kept = frozenset(n for n in members if n in acked)
+    if len(kept) >= need:
+        want = kept  # enough members left: one that went away is taken out of etcd, then the gate
+        count = members
+    else:
+        add = frozenset(sorted(n for n, off in acked.items() if n not in members and off >= end)[: need - len(kept)])
+        want = kept | add if add else members
+        count = members | add
+    if not want or want == written:
+        return SyncStep(count, None)
+    return SyncStep(count, want)

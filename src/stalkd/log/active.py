@@ -43,10 +43,9 @@ class ActiveSegment:
     zeroed in stretches of that size before data reaches them (``zeroed`` is where the written
     zeros end); what lies past the data is never log content, so this changes no byte a reader
     or recovery can tell apart.
-    """
 
-    __slots__ = ("path", "fd", "base", "pos", "limit", "size", "epoch", "users", "retired", "mm", "mm_batches", "fs",
-                 "zero_ahead", "zeroed", "room")  # fmt: skip
+    Compiled, an extension type whose attributes and ``write`` are C-level (active.pxd).
+    """
 
     def __init__(
         self,
@@ -97,10 +96,7 @@ class ActiveSegment:
         if self.mm_batches and self.mm is not None:
             self.mm[pos : pos + len(data)] = data
             return
-        fs = self.fs
-        done = fs.pwrite(self.fd, data, pos)  # pwrite_all's first call, inlined: once per batch
-        if done != len(data):
-            fs.pwrite_all(self.fd, memoryview(data)[done:], pos + done)
+        self.fs.pwrite_all(self.fd, data, pos)
 
     def close(self) -> None:
         if self.mm is not None:

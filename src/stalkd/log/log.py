@@ -27,11 +27,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    from stalkd import cyshim as cython
+
 from .active import SPARES_DIR, ZERO_AHEAD
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
 from .errors import LogError
-from .fastwrite import accelerated
 from .frame import FLAGS_AT, FRAME_HEADER_SIZE, KIND_DATA, KIND_MASK, LENGTH_AT, Frame
 from .fs import REAL, FileSystem
 from .group import GROUPS_DIR, ConsumerGroup
@@ -201,10 +205,11 @@ class Log:
             self._check_usable()
             return self._writer.next, self._writer.next - 1
         c = self._commit
+        w = cython.declare(SegmentWriter, self._writer)  # compiled: its write_many is a C call
         # Usable and no lag limit to check (the common case): nothing for the writer to ask
         # under its lock. ``ok`` read unlocked, as ``append`` does: a failure that lands
         # meanwhile fails the next write or sync.
-        first, last = self._writer.write_many(items, None if c.ok and not self._refusers else self._admit)
+        first, last = w.write_many(items, None if c.ok and not self._refusers else self._admit)
         c.run_deferred()
         if (v := c.visibility).waiters or v.async_waiters:
             v.notify()
@@ -228,6 +233,13 @@ class Log:
         (``ticket.wait()``, or ``await ticket``)."""
         first, last = self.write_many(payloads)
         return self._commit.ticket(first, last)
+
+    def ticket(self) -> Ticket:
+        """A Ticket that resolves once everything written so far (``write_many``'s included) is
+        durable: under ``always`` the committer thread fsyncs for it, one fsync for every ticket
+        then waiting, and its callbacks run on that thread."""
+        end = self._writer.next
+        return self._commit.ticket(end - 1, end - 1)
 
     # ---------------------------------------------------------------- durability
 
@@ -549,10 +561,3 @@ class Log:
         durable = c.durable if c is not None else 0
         return f"Log({self.path!r}, next={self.next_offset}, durable={durable}, {self._durability})"
 
-
-# The compiled twins of write_many's and sync's common cases, when built (fastwrite.py):
-# installed on the class, so a WAL batch that fits the active segment, and a lone writer's
-# fsync, are one C call each.
-_write_many, _sync = accelerated(Log, Log.write_many, Log.sync)
-setattr(Log, "write_many", _write_many)  # noqa: B010 - mypy: no method assignment
-setattr(Log, "sync", _sync)  # noqa: B010

@@ -19,12 +19,19 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from .active import ActiveSegment, create_segment, write_footer
 from .errors import LogError, LogFullError
 from .frame import (
-    FRAME_HEADER_SIZE,
     MAX_PAYLOAD,
     encode_data_frame,
     encode_data_frames,
@@ -48,6 +55,9 @@ class SegmentWriter:
     ``on_sealed(end)`` when a segment's footer made everything below ``end`` durable.
     ``clock`` (nanoseconds, ``time.time_ns``) stamps frames and segment headers: a test that
     compares two logs byte for byte gives both the same clock.
+
+    Compiled, an extension type whose attributes, ``append`` and ``write_many`` are C-level
+    (writer.pxd).
     """
 
     def __init__(
@@ -134,7 +144,7 @@ class SegmentWriter:
         """The fast path of one record: its offset, or -1 when it does not fit the active
         segment (the caller then goes through :meth:`write_many`)."""
         with self.lock:
-            act = self.active
+            act = cython.declare(ActiveSegment, self.active)  # compiled: its C attributes and write
             if act is None:
                 return -1
             off = self.next
@@ -164,6 +174,7 @@ class SegmentWriter:
         self._zero_checked(act, act.pos + frame_size(len(payload)))
         return put_data_frame(mm, act.pos, act.room, payload, off - act.base, self.clock() // 1000, act.epoch)
 
+    @cython.locals(n=cython.Py_ssize_t, total=cython.Py_ssize_t, pos=cython.Py_ssize_t)  # per item: no int objects
     def write_many(
         self, items: Sequence[Payload], admit: Callable[[Sequence[Payload]], None] | None
     ) -> tuple[int, int]:
@@ -173,7 +184,7 @@ class SegmentWriter:
         with self.lock:
             if admit is not None:
                 admit(items)
-            act = self.active
+            act = cython.declare(ActiveSegment, self.active)
             if act is None:
                 raise LogError(f"{self.path}: log is closed")
             first = self.next
@@ -182,7 +193,7 @@ class SegmentWriter:
                 n = len(p)
                 if n > MAX_PAYLOAD:
                     raise ValueError(f"{self.path}: a payload is larger than {MAX_PAYLOAD} bytes, the frame limit")
-                total += (FRAME_HEADER_SIZE + n + 7) & ~7
+                total += frame_size(n)
             pos = act.pos
             if pos + total <= act.limit:
                 data = encode_data_frames(items, first - act.base, self.clock() // 1000, act.epoch)

@@ -24,7 +24,7 @@ import ssl
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from stalkd.engine import Engine
 from stalkd.engine.results import ResultLimits
@@ -35,6 +35,7 @@ from stalkd.server.listen import Listener
 from stalkd.server.listeners import Endpoints
 from stalkd.server.memtrim import Trimmer, tune
 from stalkd.server.storage import MemoryStorage, Storage
+from stalkd.server.turns import Turns
 
 if TYPE_CHECKING:
     from stalkd.server.acl import Acl
@@ -46,8 +47,10 @@ log = logging.getLogger("stalkd.server")
 EXIT_LOCKED = 10  # beanstalkd's status when another server holds the binlog lock
 EXIT_FATAL = 1
 EXIT_RESYNC = 3  # a standby whose copy was lost (its fsync or a resync failed): restart it (docs/standby.md)
-EXIT_REJOIN = 75  # --ha: serve again from the start (exec, same listener); never seen outside
+EXIT_REJOIN = 75  # serve again from the start (exec, same listener): never seen outside
+EXIT_REJOIN_FAILED = 71  # sysexits' EX_OSERR: the exec of a rejoin failed (logged); restart the server
 STOP_GRACE = 0.8  # seconds for in-flight replies and the last sync before exit
+TASKS_END_WITHIN = 1.0  # seconds for the loop's other tasks to end once cancelled, at stop
 TRIM_EVERY = 1.0  # seconds between two looks at the allocator's free memory (memtrim)
 
 
@@ -283,7 +286,46 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
     return standby
 
 
-async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[int]) -> int:
+class _Ending:
+    """What ``_main`` leaves to ``run`` for after the loop."""
+
+    __slots__ = ("listener_fd", "stuck")
+
+    def __init__(self) -> None:
+        self.listener_fd: int | None = None  # a rejoin's: the socket the next start takes as fd 3
+        self.stuck: list[str] = []  # tasks still running after their cancellations
+
+
+async def _end_tasks(within: float) -> list[asyncio.Task[Any]]:
+    """Cancel every other task of the loop and wait for them to end, ``within`` seconds at most;
+    returns those still running then. A task that goes on is cancelled again: on Python 3.11,
+    ``asyncio.wait_for`` drops a cancellation that arrives in the turn its awaited read
+    completes, and returns the read (the replication fence's handshake met this at every stop
+    with a reply in flight, and the runner's close waited on it for ever)."""
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    deadline = loop.time() + within
+    while True:
+        rest = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        left = deadline - loop.time()
+        if not rest or left <= 0:
+            return rest
+        for t in rest:
+            t.cancel()
+        await asyncio.wait(rest, timeout=min(0.05, left))
+
+
+def _handed_on(endpoints: Endpoints) -> int | None:
+    """A copy of the listener the next start takes as systemd's (fd 3), so clients find the
+    same address: the plain one, or a UNIX socket systemd passed. A UNIX socket file this server
+    made is removed at stop, and the next start makes it again (None)."""
+    first = endpoints.listeners[0] if endpoints.listeners else None
+    if first is None or first.kind == "tls" or first.unix_ino:
+        return None
+    return os.dup(first.sock.fileno())
+
+
+async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Ending) -> int:
     loop = asyncio.get_running_loop()
     keeper = None
     if cfg.ha is not None:  # the lease in etcd says whom to follow, before anything is read
@@ -360,11 +402,22 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         stop.set()
 
     srv = Server(cfg, engine, storage, on_fatal=fatal)
+    srv.turns = turns = Turns(asyncio.get_running_loop().call_soon)  # the loop's time per turn, shared
 
     def resync(why: str) -> None:
         nonlocal code
         log.error("%s: restart this standby (same command) to copy a snapshot and catch up", why)
         code = EXIT_RESYNC
+        stop.set()
+
+    def start_again(why: str) -> None:
+        """End this start for a new one (``run`` execs it); not while stopping already: a
+        server asked to stop stays stopped."""
+        nonlocal code
+        if stop.is_set():
+            return
+        log.warning("%s", why)
+        code = EXIT_REJOIN
         stop.set()
 
     standby = _replication(cfg, srv, wal, role, resync, secret, standby_mode) if role is not None else None
@@ -374,12 +427,9 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         fenced = role.on_fenced
 
         def then_follow(epoch: int) -> None:
-            nonlocal code
             fenced(epoch)
-            log.warning("fenced by epoch %d: serving again as the standby of %s (--standby-of)",
-                        epoch, cfg.standby_of)  # fmt: skip
-            code = EXIT_REJOIN
-            stop.set()
+            start_again(f"fenced by epoch {epoch}: serving again as the standby of "
+                        f"{cfg.standby_of} (--standby-of)")
 
         role.on_fenced = then_follow
     ha_node = None
@@ -388,10 +438,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         from stalkd.server.hanode import HaNode
 
         def rejoin(why: str) -> None:
-            nonlocal code
-            log.warning("%s: serving again from the start", why)
-            code = EXIT_REJOIN
-            stop.set()
+            start_again(f"{why}: serving again from the start")
 
         assert role is not None  # --ha needs --dir
 
@@ -424,7 +471,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         job = engine.jobs.get(job_id)
         return engine.result_tube(job_id) if job is None else job.tube.name
 
-    await endpoints.start(srv.new_connection, tube_of, srv.conns)
+    await endpoints.start(srv.new_connection, tube_of, srv.conns, turns.start)
     srv.addresses = tuple(endpoints.addresses())
     if admin is not None:
         try:
@@ -437,9 +484,13 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
     # The handlers go in before the ready line: whoever waits for that line may signal at once,
     # and SIGTERM's default action would kill the server instead of stopping it.
     def on_term(signame: str) -> None:
+        nonlocal code
         if not stop.is_set():
             log.info("%s: stopping (no new connections, finishing replies)", signame)
             stop.set()
+        elif code == EXIT_REJOIN:  # while stopping to start again: it stays stopped
+            log.info("%s: stopping, not starting again", signame)
+            code = 0
 
     loop.add_signal_handler(signal.SIGTERM, on_term, "SIGTERM")
     loop.add_signal_handler(signal.SIGINT, on_term, "SIGINT")
@@ -484,10 +535,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
     gc_policy.stop()
 
     if code == EXIT_REJOIN:
-        # the plain listener goes on in the next start (hanode.reexec): same address for clients
-        plain_sock = next((lst.sock for lst in endpoints.listeners if lst.kind == "plain"), None)
-        if plain_sock is not None:
-            handoff.append(os.dup(plain_sock.fileno()))
+        ending.listener_fd = _handed_on(endpoints)
     endpoints.close()
     if standby is not None:
         standby.close()
@@ -527,7 +575,15 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, handoff: list[
         except Exception as e:
             log.error("closing the WAL failed: %s", e)
             code = EXIT_FATAL
-    log.info("stopped (exit %d)", code)
+    stuck = await _end_tasks(TASKS_END_WITHIN)
+    if stuck:
+        ending.stuck = sorted(getattr(t.get_coro(), "__qualname__", t.get_name()) for t in stuck)
+        log.error("%d tasks did not end when cancelled (%s): exiting without waiting for them",
+                  len(stuck), ", ".join(ending.stuck))  # fmt: skip
+    if code == EXIT_REJOIN:
+        log.info("stopped: starting again (exec) to rejoin")
+    else:
+        log.info("stopped (exit %d)", code)
     return code
 
 
@@ -541,26 +597,38 @@ def run(cfg: Config, listeners: list[Listener], t_exec: float, *,
     # (its default action), whoever sends it early.
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     endpoints = Endpoints(cfg, listeners, tls=tls, acl=acl)
-    handoff: list[int] = []
-    try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            code = runner.run(_main(cfg, endpoints, t_exec, handoff))
-            if handoff:
-                # Start again now, inside the runner: closing it waits, without a bound, for the
-                # loop's executor threads, and one blocked on a peer that does not answer would
-                # hold the rejoin and leave the node out of its cluster (the likeliest cause of
-                # the fault campaign's failover stall; not reproduced on demand). Every file is
-                # closed by now; exec leaves the threads behind.
-                _rejoin(endpoints, handoff[0])
-            return code
-    finally:
-        endpoints.close()
-        if handoff:
-            _rejoin(endpoints, handoff[0])
+    ending = _Ending()
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        try:
+            code = runner.run(_main(cfg, endpoints, t_exec, ending))
+        finally:
+            endpoints.close()
+        # Both leave from inside the runner: closing it waits, without a bound, for the loop's
+        # tasks and executor threads, and one that never ends would keep a stopped server
+        # running, out of its cluster (the fault campaign's failover stall). The WAL is closed.
+        if code == EXIT_REJOIN:
+            _rejoin(ending.listener_fd)
+        if ending.stuck:
+            _exit_now(code)
+        return code
 
 
-def _rejoin(endpoints: Endpoints, listener_fd: int) -> None:
+def _rejoin(listener_fd: int | None) -> NoReturn:
+    """Start ``stalkd serve`` again in this process (exec); a failed exec is said, and ends the
+    process with ``EXIT_REJOIN_FAILED``, never silently."""
     from stalkd.server.hanode import reexec
 
-    endpoints.close()
-    reexec(listener_fd)
+    try:
+        reexec(listener_fd)
+    except Exception as e:  # OSError mostly: the interpreter is gone (an upgrade), or no memory
+        log.error("cannot start again to rejoin: exec %s: %s: %s; exiting with status %d (start the "
+                  "server again)", sys.executable, type(e).__name__, e, EXIT_REJOIN_FAILED)  # fmt: skip
+    _exit_now(EXIT_REJOIN_FAILED)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit at once, with what is logged written: no wait for tasks or threads."""
+    for h in logging.getLogger("stalkd").handlers:
+        h.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -26,11 +26,11 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Iterator
-from itertools import accumulate, pairwise, repeat
+from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, NamedTuple
 
 from stalkd.engine.model import JobState, Op, Record
-from stalkd.engine.objects import URGENT_THRESHOLD, Job
+from stalkd.engine.objects import URGENT_THRESHOLD, Job, new_jobs
 from stalkd.persist.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
@@ -167,10 +167,9 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
             lists[t] = ([], [], [], [])
         rk, rj, dk, dj = lists[t]
         ids, st = c.ids, c.state
-        n = len(ids)
         bodies = _bodies(buf, c)
-        js = list(map(Job, ids, repeat(t, n), c.pris, c.delays, c.ttrs, bodies, repeat(st, n), c.created))
-        jobs.update(zip(ids, js, strict=True))
+        js = new_jobs(ids, t, c.pris, c.delays, c.ttrs, bodies, st, c.created)
+        jobs.update(ids, js)
         body_bytes += sum(c.lens)
         for i, res, tos, rel, bur, kic in c.counters:
             j = js[i]

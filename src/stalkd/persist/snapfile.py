@@ -27,6 +27,7 @@ from stalkd.log.fs import REAL
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
+    from stalkd.engine.jobtable import JobTable
     from stalkd.engine.objects import Job, Tube
 
 __all__ = [
@@ -158,7 +159,7 @@ def blocks(buf: Buf, header: SnapshotHeader) -> Iterator[tuple[int, int, int]]:
         raise SnapshotError(f"{path}: {n} entries but the trailer says {header.count}")
 
 
-def install(e: Engine, h: SnapshotHeader, jobs: dict[int, Job],
+def install(e: Engine, h: SnapshotHeader, jobs: JobTable[Job],
             lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]],
             body_bytes: int) -> None:
     """The end of every version's load: check the count, build each tube's ready and delay

@@ -57,6 +57,11 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
     records were applied. Call ``replay.finish`` next.
     """
     jobs = e.jobs
+    # Jobs put in the tail go into a plain dict first, and into the job table in one bulk
+    # update at the end (ascending ids, a chunk's run at a time); an id below ``floor`` may
+    # already be in the table, one at or above it only if the general path put it there.
+    added: dict[int, Job] = {}
+    floor = e.next_id
     j: Job | None
     loose: set[int] = set()  # jobs in no container: placed at the end
     tubes: dict[bytes, Tube] = {}
@@ -88,13 +93,13 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
                 t = tubes.get(tb)
                 if t is None:
                     t = tubes[tb] = e._tube(tb.decode("ascii"))
-                if jid in jobs:
+                if jid in added or ((jid < floor or floor < 0) and jid in jobs):
                     raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
                 new = Job(jid, t, pri, delay, ttr, bytes(p[b0 + 4 :]), READY, time_us)
                 if deadline:
                     new.state = DELAYED
                     new.deadline_us = deadline
-                jobs[jid] = new
+                added[jid] = new
                 loose.add(jid)
                 body_bytes += blen
                 if jid >= next_id:
@@ -104,7 +109,9 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
                     pri, delay, deadline = _RELEASE.unpack_from(p, HEADER_SIZE)
                 elif code == _C_BURY:
                     (pri,) = _BURY.unpack_from(p, HEADER_SIZE)
-                j = jobs.get(jid)
+                j = added.get(jid)
+                if j is None:
+                    j = jobs.get(jid)
                 if j is not None:
                     if jid not in loose:
                         e._detach(j)
@@ -121,11 +128,14 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
                         j.kicks += 1
                         j.state, j.deadline_us = READY, 0
                     else:
-                        del jobs[jid]
+                        if added.pop(jid, None) is None:
+                            del jobs[jid]
                         loose.discard(jid)
                         body_bytes -= len(j.body)
             elif code == _C_RESERVE:
-                j = jobs.get(jid)
+                j = added.get(jid)
+                if j is None:
+                    j = jobs.get(jid)
                 if j is not None:
                     j.reserves += 1
                     if j.state is not READY:  # a reserved job comes back ready
@@ -134,7 +144,9 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
                             loose.add(jid)
                         j.state, j.deadline_us = READY, 0
             elif code == _C_TIMEOUT:
-                j = jobs.get(jid)
+                j = added.get(jid)
+                if j is None:
+                    j = jobs.get(jid)
                 if j is not None:
                     j.timeouts += 1
             elif code not in _NO_EFFECT:
@@ -155,6 +167,10 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
             if r.op not in _GENERAL:  # pragma: no cover - a fast-path bug
                 raise TailError(f"record at offset {frame.offset}: {r.op.name} was not replayed") from exc
             e.seq, e.next_id = max(e.seq, seq_max), max(e.next_id, next_id)
+            if added:  # replay() reads and writes the table: it must hold them all
+                jobs.update(list(added), list(added.values()))
+                added.clear()
+            floor = -1  # it may have put a job with any id
             replay(e, r)
             seq_max, next_id = e.seq, e.next_id
             applied += 1
@@ -162,20 +178,24 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
         if seq > seq_max:
             seq_max = seq
         applied += 1
+    jobs.update(list(added), list(added.values()))
     e.seq = seq_max
     e.next_id = next_id
     e.body_bytes += body_bytes
-    _place(e, loose)
+    _place(e, loose, added)
     return applied
 
 
-def _place(e: Engine, loose: set[int]) -> None:
-    """Put every job that left its container (or never had one) where its state says."""
+def _place(e: Engine, loose: set[int], added: dict[int, Job]) -> None:
+    """Put every job that left its container (or never had one) where its state says
+    (``added``: the tail's new jobs, also in the table, read from this plain dict first)."""
     jobs = e.jobs
     # per tube: ready keys, ready jobs, delay keys, delayed jobs
     lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]] = {}
     for jid in loose:
-        j = jobs[jid]
+        j = added.get(jid)
+        if j is None:
+            j = jobs[jid]
         t = j.tube
         tl = lists.get(t)
         if tl is None:

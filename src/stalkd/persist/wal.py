@@ -6,7 +6,7 @@ Directory layout: ``DIR/wal/`` is a ``stalkd.log`` (one frame per ``model`` reco
 engine applies a change, so a full disk refuses puts but never a delete (``space.py``).
 
 Compaction = snapshot + retention (``compaction.py``). When the WAL written since the last snapshot began exceeds
-``max(compact_min_bytes, live bytes)``, ``maintain`` starts a snapshot: it notes the current seq
+``max(compact_min_bytes, live bytes / 2)`` (``compaction.snapshot_due``), ``maintain`` starts a snapshot: it notes the current seq
 and log offset, then copies ``chunk_jobs`` jobs per call (so the event loop is never held for
 long), and finally hands the file to a background thread that fsyncs it, renames it into place,
 fsyncs the directory, drops (or archives) WAL segments wholly below the snapshot's start offset,
@@ -29,16 +29,19 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    from stalkd import cyshim as cython
+
 from stalkd.engine.engine import Engine
-from stalkd.engine.model import DURABLE_OPS, Op, Record, encode
-from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space
+from stalkd.engine.model import DURABLE_OPS, ROWS, OpLayout, Record, encode
+from stalkd.engine.space import SpaceBudget, no_space, spent
 from stalkd.log import Log, LogFullError
 from stalkd.log.active import SPARES_DIR
-from stalkd.log.frame import FRAME_HEADER_SIZE as _FRAME_HEADER
 from stalkd.log.frame import frame_size
 from stalkd.log.fs import REAL, FileSystem
 from stalkd.persist.compaction import Compaction, SnapInProgress, WalError, live_bytes
-from stalkd.persist.fastwal import accelerated
 from stalkd.persist.idceiling import IdCeiling
 from stalkd.persist.walrecovery import RecoveryInfo, rebuild
 from stalkd.persist.walspace import SNAP_RESERVE, WalSpace
@@ -49,8 +52,6 @@ LOG_DIR = "wal"
 SNAP_DIR = "snapshots"
 _log = logging.getLogger("stalkd.persist.wal")
 NO_CEILING = 2**62  # above every job id (the last epoch's band ends at 2**53): never reached
-_PUT = Op.PUT
-_RESULT = Op.RESULT
 # How often the log's high-water mark follows the durable end (stalkd.log.mark): damage to what
 # was acknowledged before the last mark is refused at the next start, later damage reads as a
 # torn tail. One small fdatasync per interval while writes happen, none per write.
@@ -258,26 +259,25 @@ class Wal(WalSpace, Compaction):
         recs = records if isinstance(records, (list, tuple)) else list(records)
         if not recs:
             return
-        # One pass per record: its payload, its frame's size, and what the budget spends on it.
+        # One pass per record: its payload, its frame's size, and what the budget spends on it
+        # (durable records spend promised room, the others only what nobody was promised).
         payloads = []
-        spent = extra = total = 0
+        spent_room = extra = total = 0
         ceiling = self.id_ceiling
         for r in recs:
-            if r.job_id >= ceiling and r.op is _PUT:  # a new id past the durable ceiling: raise it first
+            p = encode(r)
+            row = cython.declare(OpLayout, ROWS[r.op])  # (encode refused an op without a row)
+            if row.creates and r.job_id >= ceiling:  # a new id past the durable ceiling: raise it first
                 self._cover_id(r.job_id)
                 ceiling = self.id_ceiling
-            p = encode(r)
             payloads.append(p)
-            n = (_FRAME_HEADER + len(p) + 7) & ~7  # frame_size, inlined: once per record
+            n = frame_size(len(p))
             total += n
-            op = r.op
-            if op is _PUT or op is _RESULT:
-                spent += n
-            elif op in DURABLE_OPS:
-                spent += SHORT_FRAME
+            if row is not None and row.durable:
+                spent_room += spent(row, n)
             else:
                 extra += n
-        sp = self.space
+        sp = cython.declare(SpaceBudget, self.space)  # compiled: its C attributes and methods
         if sp is not None and extra and not sp.fits(extra):
             keep = [i for i, r in enumerate(recs) if r.op in DURABLE_OPS]
             sp.dropped += len(recs) - len(keep)
@@ -289,7 +289,7 @@ class Wal(WalSpace, Compaction):
             except LogFullError as e:
                 self._retry_full(payloads, e)
             if sp is not None:
-                sp.written(spent)
+                sp.written(spent_room)
         self.records_written += len(payloads)
         self._bytes_since_snapshot += total
         self.last_seq = recs[-1].seq
@@ -424,10 +424,3 @@ class Wal(WalSpace, Compaction):
             self._ids.close()
         self.log.abandon()
 
-
-# The compiled twins of write and sync, when built (fastwal.py): installed on the class, so the
-# server's batch is one C call down to the log's pwrite, and its inline sync to the fdatasync.
-# The room the server asks for per command (admit, settle) likewise.
-for _name, _method in accelerated(Wal, {"write": Wal.write, "sync": Wal.sync, "admit": Wal.admit,
-                                        "settle": Wal.settle}).items():  # fmt: skip
-    setattr(Wal, _name, _method)

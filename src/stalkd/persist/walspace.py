@@ -18,6 +18,11 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+    from stalkd import cyshim as cython
+
 from stalkd.engine.model import Record
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
 from stalkd.log import Log
@@ -70,7 +75,7 @@ class WalSpace:
         the disk is full, refuse the command (nothing was changed or promised).
 
         True without a budget (before ``recover``)."""
-        sp = self.space
+        sp = cython.declare(SpaceBudget, self.space)  # compiled: its C attributes and methods
         return sp is None or sp.admit(cost)
 
     def admit_upto(self, n: int, unit: int) -> int:
@@ -84,8 +89,9 @@ class WalSpace:
     def settle(self, admitted: int, records: Sequence[Record]) -> None:
         """After the engine ran a command ``admit`` let through: promise exactly what its
         records need (returns what a refused put did not use)."""
-        if self.space is not None:
-            self.space.settle(admitted, records)
+        sp = cython.declare(SpaceBudget, self.space)
+        if sp is not None:
+            sp.settle(admitted, records)
 
     # --- compaction while the disk is full ------------------------------------------------------
 

@@ -12,10 +12,12 @@ Ensures:
 - Memory is bounded before buffering: a line never holds more than 224 bytes of decision
   state; a ``put`` body is only buffered when ``<bytes>`` <= ``max_job_size``; a too-big body
   is counted down and dropped as it arrives (``feed`` discards it without storing it).
-- A body of ``BIG_BODY`` bytes or more that has not all arrived is kept apart from the
-  command stream as it comes and becomes the item's body with one copy (none in the C twin,
-  which fills the body's own bytes object read by read): no single ``next`` copies it twice,
-  nor all of it into fresh pages at once in the C twin (a loop turn of the server).
+- A body of ``BIG_BODY`` bytes or more that has not all arrived is written, read by read,
+  into the body's own ``bytes``, made at its full size before any of it came (untouched
+  pages: the kernel maps them as they are written). It becomes the item's body without a
+  copy: here through a ``BytesIO`` over that ``bytes``, whose ``getvalue`` hands the buffer
+  over; the C twin fills the object itself. So no ``next`` copies a big body, nor faults in
+  all of its pages at once (a loop turn of the server).
 
 Example:
     >>> p = Parser()
@@ -27,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import enum
+import io
 import re
 from collections.abc import Callable
 from typing import Final, Literal
@@ -124,7 +127,7 @@ class Parser:
         self._skip = 0
         self._put: tuple[int, int, int, int] = (0, 0, 0, 0)
         self._other: _BodyDone | None = None  # builds the body command that is not a put
-        self._big: list[bytes] | None = None  # the chunks of a big body being received
+        self._big: io.BytesIO | None = None  # a big body being received, over its own bytes
         self._big_len = 0
 
     @property
@@ -158,10 +161,10 @@ class Parser:
         if big is not None and self._big_len < self._put[3]:
             k = self._put[3] - self._big_len
             if n <= k:
-                big.append(data if type(data) is bytes else bytes(data))
+                big.write(data)
                 self._big_len += n
                 return
-            big.append(bytes(data[:k]))
+            big.write(data[:k])
             self._big_len += k
             data = data[k:]
         self._pending.append(data if type(data) is bytes else bytes(data))
@@ -273,9 +276,11 @@ class Parser:
         if self._big is not None:
             return self._big_done()
         if len(buf) - pos < size and size >= BIG_BODY:
-            # Not all here: the body's chunks are kept apart as they come (feed) and joined
-            # once, rather than joined with the stream and then sliced out of it.
-            self._big = [buf[pos:]]
+            # Not all here: the rest is written into the body as it comes (feed). bytes(n) is
+            # calloc'd, so its pages stay unmapped until written; the BytesIO owns the only
+            # reference, so it writes in place and getvalue() returns that very object.
+            self._big = big = io.BytesIO(bytes(size))
+            big.write(memoryview(buf)[pos:])
             self._big_len = len(buf) - pos
             self._buf = b""
             self._pos = 0
@@ -297,7 +302,7 @@ class Parser:
         return Put(pri, delay, ttr, buf[pos : pos + size])
 
     def _big_done(self) -> Item:
-        """The end of a big body: its CRLF, then the item with the chunks joined."""
+        """The end of a big body: its CRLF, then the item with the body as written."""
         big = self._big
         assert big is not None
         pri, delay, ttr, size = self._put
@@ -312,7 +317,7 @@ class Parser:
         self._other = None
         if not self._buf.startswith(b"\r\n", pos):
             return other(b"", "EXPECTED_CRLF") if other is not None else Put(pri, delay, ttr, b"", "EXPECTED_CRLF")
-        body = b"".join(big)
+        body = big.getvalue()  # the buffer itself (it was written to its full size)
         return other(body, None) if other is not None else Put(pri, delay, ttr, body)
 
     def _skip_done(self) -> Item:

@@ -10,8 +10,12 @@ decision and applies it to the server's barriers through one gate (``barriers.ga
   peer has shown that no newer epoch exists (a standby of ours streams, following an epoch no
   newer than ours), or ``CHECK_WAIT`` seconds pass without anyone claiming one; replies wait
   meanwhile (the writes stay in the WAL) and go out when it ends;
-- ``fenced``: a newer epoch was proven (``Role.claim``): every reply held and every later one
-  that would acknowledge a write is ``NOT_PRIMARY`` at once (``Barriers.abandon``), for good.
+- ``fenced``: a newer epoch was proven (``Role.claim``) or the lease was lost: nothing is
+  acknowledged any more, for good. What was held (``Barriers.abandon``) becomes
+  ``NOT_PRIMARY`` if the fence came while ``checking`` (no standby has streamed since the
+  restart, so none holds those writes: nothing was applied anywhere that lives on); while
+  ``leading`` a standby may hold them and be the new primary, so only "outcome unknown" is
+  true, and each connection holding a reply is cut unanswered.
 
 A lease (automatic failover, ``stalkd.ha``) plugs in here: ``set_lease(alive)`` makes every
 release ask ``alive()`` at that moment (the holder's monotonic check: a process that wakes from
@@ -54,7 +58,7 @@ class Withholding(Protocol):
     gate: Gate | None
 
     def replicated(self) -> None: ...
-    def abandon(self, parts: tuple[bytes, ...]) -> None: ...
+    def abandon(self, parts: tuple[bytes, ...] | None) -> None: ...
 
 
 class AckGate:
@@ -85,7 +89,8 @@ class AckGate:
 
 class Authority:
     def __init__(self, barriers: Withholding, sync_gate: SyncGate | None, refusal: bytes) -> None:
-        """``refusal``: the reply line every held reply becomes when fenced (NOT_PRIMARY)."""
+        """``refusal``: what held replies become when fenced before a standby streamed
+        (NOT_PRIMARY)."""
         self.barriers = barriers
         self.refusal = (refusal,)
         self.gate = AckGate(sync_gate)
@@ -127,10 +132,11 @@ class Authority:
     def fence(self, why: str) -> None:
         if self.state == "fenced":
             return
+        checking = self.state == "checking"
         self.state, self.reason = "fenced", why
         self.gate.frozen = self.barriers.durable
         self._install()
-        self.barriers.abandon(self.refusal)
+        self.barriers.abandon(self.refusal if checking else None)
 
     def problems(self) -> list[str]:
         if self.state == "checking":

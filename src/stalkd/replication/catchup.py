@@ -1,7 +1,8 @@
 """Before a standby serves: bring its data directory onto the primary's lineage and up to date.
 
 Run once at start-up, blocking, before the WAL is recovered (so recovery sees a consistent
-directory): ask the primary to stream from where the local log ends, then
+directory): ask the primary to stream from the local log's last record (which its copy must
+match: ``overlap``), then
 
 - ``STREAMING``: copy every record up to the primary's end into the local log and fsync it;
 - ``SNAPSHOT_NEEDED``: the primary no longer keeps what follows the local log (it compacted
@@ -10,8 +11,9 @@ directory): ask the primary to stream from where the local log ends, then
   log starts again at the snapshot's start offset;
 - ``DIVERGED <offset>``: the local log holds records past ``<offset>`` that the new primary
   never had (this server was the primary before a failover and wrote them after the standby's
-  last acknowledgement): the directory is quarantined the same way, with a note naming the
-  jobs of those records, and the server starts again from the primary's copy.
+  last acknowledgement), or the primary's record at our last offset is not ours (it lost
+  records we hold): the directory is quarantined the same way, with a note naming the jobs of
+  those records, and the server starts again from the primary's copy.
 
 Every records message is checked (``wire``: length, CRC; ``frames``: offsets, record format,
 epochs) before it is written: a bad stream is a ``CatchUpError`` and the local log keeps only
@@ -40,7 +42,7 @@ from stalkd.log.errors import LogError
 from stalkd.log.fs import REAL
 from stalkd.persist.datadir import job_id_ranges
 from stalkd.persist.snapshot import list_snapshots, read_header, snapshot_name
-from stalkd.replication import wire
+from stalkd.replication import overlap, wire
 from stalkd.replication.epochs import of_history, scan
 from stalkd.replication.frames import check_records
 
@@ -172,14 +174,21 @@ def _fetch_snapshot(address: Address, directory: str, segment_size: int, timeout
     return start
 
 
-def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int, epoch: int) -> int:
+def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int, epoch: int, last: bytes | None) -> int:
     """Append the streamed records to ``lg`` until it reaches ``target``, each message checked
-    before it is written; fsync. Returns count."""
+    before it is written (the first against ``last``, our last record: ``overlap``); fsync.
+    Returns count."""
+    overlap.check_end(lg.next_offset, target)
     dec = wire.RecordDecoder()
     n = 0
     data = bytes(buf)
     while lg.next_offset < target:
         for first, payloads in dec.feed(data):
+            if last is not None:
+                first, payloads = overlap.trim(first, payloads, lg.next_offset, last)
+                last = None
+                if not payloads:
+                    continue
             for r in check_records(first, payloads, lg.next_offset, epoch):
                 if r.op is Op.EPOCH:
                     epoch = r.epoch
@@ -199,7 +208,7 @@ def catch_up(address: Address, directory: str, *, segment_size: int, timeout: fl
     """Bring ``directory`` up to the primary at ``address`` (see the module doc); a summary."""
     try:
         return _catch_up(address, directory, segment_size, timeout, secret)
-    except wire.WireError as e:  # nothing of the bad message was written
+    except (wire.WireError, ValueError) as e:  # nothing of the bad message was written
         raise CatchUpError(f"{address} sent a bad stream: {e}") from None
     except (OSError, LogError) as e:  # the network, or this disk (full, failing)
         raise CatchUpError(f"catching up with {address}: {type(e).__name__}: {e}") from None
@@ -207,10 +216,14 @@ def catch_up(address: Address, directory: str, *, segment_size: int, timeout: fl
 
 def _catch_up(address: Address, directory: str, segment_size: int, timeout: float, secret: str | None) -> str:
     wal_dir = os.path.join(directory, "wal")
+    compare = True  # from our last record (overlap); not when the primary keeps none that old
     for _ in range(_MAX_ROUNDS):
         lg = Log.open(wal_dir, segment_size=segment_size, durability="always")
+        cut: int | None = None  # found by comparing our last record (overlap), and why
+        why = ""
         try:
             nxt = lg.next_offset
+            last = overlap.last_record(lg) if compare else None
             try:
                 sock = connect(address, timeout)
             except (OSError, ValueError) as e:
@@ -219,12 +232,20 @@ def _catch_up(address: Address, directory: str, segment_size: int, timeout: floa
                 # the epochs of the local log as it is now (a quarantine changed them)
                 mine = of_history(scan(directory))
                 buf = bytearray()
-                r = ask(sock, buf, wire.encode_request(nxt, mine.epoch, mine.history), secret)
+                at = overlap.request_offset(nxt, last)
+                r = ask(sock, buf, wire.encode_request(at, mine.epoch, mine.history), secret)
                 if r.word == "STREAMING":
                     epoch, target = int(r.args[0]), int(r.args[1])
                     sock.settimeout(max(timeout, 60.0))
-                    n = _stream_to(sock, buf, lg, target, mine.epoch)
-                    return f"caught up with {address} (epoch {epoch}): {n} records copied, log ends at {lg.next_offset}"
+                    try:
+                        n = _stream_to(sock, buf, lg, target, mine.epoch, last)
+                        return (f"caught up with {address} (epoch {epoch}): {n} records copied, log ends "
+                                f"at {lg.next_offset}")  # fmt: skip
+                    except overlap.Diverged as e:
+                        why, cut = f"{address}: {e}", e.since
+                elif r.word == "SNAPSHOT_NEEDED" and last is not None:
+                    compare = False  # it keeps nothing before our end: ask from the end
+                    continue
                 if r.word in ("NOT_PRIMARY", "PERMISSION_DENIED"):
                     raise CatchUpError(f"{address} answered {r.word}: "
                                        + ("it is not a primary" if r.word == "NOT_PRIMARY"
@@ -232,7 +253,9 @@ def _catch_up(address: Address, directory: str, segment_size: int, timeout: floa
                                           "both, or an ACL identity with `replicate = true`"))
         finally:
             lg.close()
-        if r.word == "DIVERGED":
+        if cut is not None:
+            quarantine(directory, why, cut)
+        elif r.word == "DIVERGED":
             cut = int(r.args[0])
             quarantine(directory, f"this server's log holds records past offset {cut} that the primary "
                         f"{address} never had (written before a failover)", cut)  # fmt: skip

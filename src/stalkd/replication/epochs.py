@@ -20,8 +20,8 @@ Ensures (the rules, pure functions of the state):
   restart.
 - ``verify_claim``: a peer's claim of a newer epoch fences this server only when the claimed
   history is a continuation of this server's own: the same epochs up to ours, then newer
-  ones forking at an offset this log holds (a promotion of one of our standbys). A bare
-  number proves nothing.
+  ones forking at or after the start of ours (a promotion of one of our standbys, which may
+  hold records of ours this log lost in a power cut). A bare number proves nothing.
 - ``scan`` gives the history a recovery of the directory would give, without recovering it.
 """
 
@@ -107,8 +107,13 @@ def verify_claim(mine: EpochState, my_next: int, epoch: int, history: tuple[tupl
     'epoch 4242 comes with no history'
     >>> verify_claim(s, 300, 2, ((2, 250),))
     'its history lacks our epoch 1 from offset 100'
-    >>> verify_claim(s, 200, 2, ((1, 100), (2, 250)))
-    'it forked at offset 250, past the end of our log (200)'
+
+    A fork past the end of our log proves as much: our standby held records we lost (the two
+    machines lost power together, and we had streamed writes before our own fsync ended), and
+    it was promoted at its longer end. Refusing that claim would leave two primaries.
+
+    >>> verify_claim(s, 200, 2, ((1, 100), (2, 250))) is None
+    True
     """
     if epoch <= max(mine.epoch, mine.fenced):
         return f"epoch {epoch} is not newer than ours"
@@ -122,8 +127,6 @@ def verify_claim(mine: EpochState, my_next: int, epoch: int, history: tuple[tupl
         if theirs.get(e) != start:
             return f"its history lacks our epoch {e} from offset {start}"
     fork = next(start for e, start in history if e > mine.epoch)
-    if fork > my_next:
-        return f"it forked at offset {fork}, past the end of our log ({my_next})"
     if mine.history and fork < mine.history[-1][1]:
         return f"it forked at offset {fork}, before our epoch {mine.epoch} began"
     return None

@@ -25,12 +25,17 @@ Ensures:
   whose copy a record contradicts, does not guess: ``resync`` replaces its copy with the
   primary's (``standby.py``), and the stream resumes from the new log's end; a resync that
   could not copy is tried again after the backoff, the old copy still serving reads.
-- ``stop()`` (promotion) ends the stream; records already received are applied first.
+- A stream starts at this log's last record and goes on only if the primary's is the same
+  (``overlap``): a primary that lost records this standby holds and wrote others in their
+  place is a resync, not a second history appended to this log.
+- ``stop()`` (promotion) ends the stream between two messages (or 1,024-record slices) of it:
+  every record appended is applied first, and nothing of the stream is appended after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -44,13 +49,14 @@ from stalkd.engine.model import Record
 from stalkd.engine.replay import ReplayError, replay
 from stalkd.log.errors import LogError
 from stalkd.persist.compaction import WalError
-from stalkd.replication import wire
+from stalkd.replication import overlap, wire
 from stalkd.replication.catchup import CatchUpError
 from stalkd.replication.frames import check_records
 from stalkd.replication.role import Role
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
+    from stalkd.log.ticket import Ticket
     from stalkd.persist.wal import Wal
 
 __all__ = ["Receiver", "ResyncNeeded", "ask"]
@@ -60,6 +66,7 @@ log = logging.getLogger("stalkd.replication")
 READ_BYTES = 1 << 20
 RETRY_MIN, RETRY_MAX = 0.05, 2.0
 SWITCH_INTERVAL = 0.0005  # seconds; see run
+APPLY_RECORDS = 1024  # records checked, appended and applied between two turns of the loop
 
 
 class ResyncNeeded(RuntimeError):
@@ -75,12 +82,17 @@ async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reques
               secret: str | None) -> wire.Reply:
     """Send ``request`` and read the primary's answer, proving ``secret`` when challenged."""
     writer.write(request)
-    r = wire.parse_reply(await asyncio.wait_for(reader.readuntil(b"\r\n"), wire.SILENT_AFTER * 4))
+    # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancellation that lands in the
+    # turn its read completes, and a task that outlives its cancellation (the fence, asking
+    # again every second) kept a stopping server's loop from closing (the rejoin stall).
+    async with asyncio.timeout(wire.SILENT_AFTER * 4):
+        r = wire.parse_reply(await reader.readuntil(b"\r\n"))
     if r.word == "CHALLENGE":
         if secret is None:
             raise EOFError("the primary asks for the replication secret: give --replication-secret FILE")
         writer.write(wire.encode_auth(secret, r.args[0].encode(), request))
-        r = wire.parse_reply(await asyncio.wait_for(reader.readuntil(b"\r\n"), wire.SILENT_AFTER * 4))
+        async with asyncio.timeout(wire.SILENT_AFTER * 4):
+            r = wire.parse_reply(await reader.readuntil(b"\r\n"))
     if r.word == "PERMISSION_DENIED":
         raise EOFError("the primary refused this standby (PERMISSION_DENIED): the same "
                        "--replication-secret on both, or an ACL identity with replicate = true")
@@ -113,7 +125,8 @@ class Receiver:
         self.reservations = Reservations()  # held on the primary: kept held at promotion
         self._stopped = False
         self._writer: asyncio.StreamWriter | None = None
-        self._syncing = False  # a group-commit fsync is running (see _sync)
+        self._syncing = 0  # tickets of the log's not yet durable (see _sync)
+        self._asked = 0  # the end of the last one
 
     @property
     def lag(self) -> int:
@@ -138,8 +151,8 @@ class Receiver:
 
     @property
     def syncing(self) -> bool:
-        """A group-commit fsync of the local log is running on a thread."""
-        return self._syncing
+        """A group-commit fsync of the local log is asked for or running on its thread."""
+        return self._syncing > 0
 
     async def run(self) -> None:
         # When an fsync returns, its thread must win the GIL back from the loop thread, busy
@@ -190,12 +203,28 @@ class Receiver:
             return await asyncio.open_unix_connection(a.path, limit=wire.MAX_LINE * 4)
         return await asyncio.open_connection(a.host, a.port, **connection_kwargs(a))
 
-    async def _session(self) -> None:
-        reader, writer = await asyncio.wait_for(self._open(), wire.SILENT_AFTER * 4)
-        self._writer = writer
+    async def _ask(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, wire.Reply, bytes | None]:
+        """Open a stream and ask for the records from this log's last one on (``overlap``: the
+        last record's payload is returned, for the stream's first message to match), or from
+        its end when the primary keeps no record that old (a snapshot right at our end, as a
+        clean stop takes)."""
         lg = self.wal.log
         st = self.role.state
-        r = await ask(reader, writer, wire.encode_request(lg.next_offset, st.epoch, st.history, self.name), self.secret)
+        last = overlap.last_record(lg)
+        while True:
+            async with asyncio.timeout(wire.SILENT_AFTER * 4):  # (not wait_for: see ask)
+                reader, writer = await self._open()
+            self._writer = writer
+            at = overlap.request_offset(lg.next_offset, last)
+            r = await ask(reader, writer, wire.encode_request(at, st.epoch, st.history, self.name), self.secret)
+            if r.word != "SNAPSHOT_NEEDED" or last is None:
+                return reader, writer, r, last
+            writer.close()
+            last = None
+
+    async def _session(self) -> None:
+        reader, writer, r, last = await self._ask()
+        lg = self.wal.log
         if r.word in ("SNAPSHOT_NEEDED", "DIVERGED"):
             raise ResyncNeeded(f"the primary {self.address} answered {r.word} {' '.join(r.args)}".rstrip(),
                                int(r.args[0]) if r.word == "DIVERGED" else None)
@@ -203,16 +232,20 @@ class Receiver:
             raise EOFError(f"the primary answered {r.word}")
         epoch = int(r.args[0])  # the EPOCH records themselves come with the stream
         self.primary_end = int(r.args[1])
+        try:
+            overlap.check_end(lg.next_offset, self.primary_end)
+        except overlap.Diverged as e:
+            raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
         self.connected = True
         self.durable_end = lg.next_offset
         log.info("streaming from %s (epoch %d) at offset %d, %d records behind",
                  self.address, epoch, lg.next_offset, self.lag)  # fmt: skip
         dec = wire.RecordDecoder()
-        self._syncing = False
+        self._asked = 0
         heard = [self.clock()]
         watchdog = asyncio.get_running_loop().create_task(self._watch(heard, writer))
         try:
-            await self._stream(reader, writer, dec, heard)
+            await self._stream(reader, writer, dec, heard, last)
         except (OSError, EOFError):
             if heard[0] >= 0:
                 raise
@@ -233,7 +266,7 @@ class Receiver:
                 return
 
     async def _stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dec: wire.RecordDecoder,
-                      heard: list[float]) -> None:  # fmt: skip
+                      heard: list[float], last: bytes | None = None) -> None:  # fmt: skip
         lg = self.wal.log
         beats = 0
         while not self._stopped:
@@ -250,26 +283,42 @@ class Receiver:
                 self._in_sync()
             if not msgs:
                 continue
-            try:
-                for first, payloads in msgs:
-                    records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
+            for i, (first, payloads) in enumerate(msgs):
+                if last is not None:  # the stream's first message: our last record first
                     try:
-                        self.wal.append_replicated(first, payloads)
-                    except BaseException:
-                        self._apply(first, records[:lg.next_offset - first])  # what it holds
-                        raise
-                    if self.fsync and not self._syncing:
-                        self._sync(writer)  # what the ack waits for: fsynced while the records are applied
-                    self._apply(first, records)
-            finally:
-                self.wal.last_seq = self.engine.seq
-                self.applied()
+                        first, payloads = overlap.trim(first, payloads, lg.next_offset, last)
+                    except overlap.Diverged as e:
+                        raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
+                    last = None
+                for at in range(0, len(payloads), APPLY_RECORDS):
+                    if i or at:
+                        # Between messages (and slices of a long one), the loop runs what waits:
+                        # an fsync's acknowledgement goes out now, not after all of this read.
+                        await asyncio.sleep(0)
+                        if self._stopped:  # promoted meanwhile: its epoch starts where the log
+                            return  # ends; the rest of this read is dropped, as unread bytes are
+                    self._take(first + at, payloads[at:at + APPLY_RECORDS], writer)
             if not self.fsync:
                 self.durable_end = lg.next_offset
                 writer.write(wire.encode_ack(lg.next_offset))
                 self._in_sync()
-            elif not self._syncing:
-                self._sync(writer)
+
+    def _take(self, first: int, payloads: list[bytes], writer: asyncio.StreamWriter) -> None:
+        """Check, append (a ticket asks for their fsync) and apply the records at ``first``."""
+        lg = self.wal.log
+        try:
+            records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
+            try:
+                self.wal.append_replicated(first, payloads)
+            except BaseException:
+                self._apply(first, records[:lg.next_offset - first])  # what it holds
+                raise
+            if self.fsync:
+                self._sync(writer)  # what the ack waits for: fsynced while the records are applied
+            self._apply(first, records)
+        finally:
+            self.wal.last_seq = self.engine.seq
+            self.applied()
 
     def _in_sync(self) -> None:
         """Whether this disk now holds the primary's whole log (as last heard)."""
@@ -280,29 +329,38 @@ class Receiver:
                 self.problem = None
 
     def _sync(self, writer: asyncio.StreamWriter) -> None:
-        """Group commit, as on a primary: one fsync at a time on a thread, covering everything
-        written when it starts; its end is acknowledged when it returns, and records received
-        meanwhile wait for the next one (the stream keeps being read)."""
+        """Group commit, as on a primary: a ticket of the log's for everything written, which
+        its committer thread fsyncs (one fsync for every ticket then waiting; those that come
+        meanwhile, the next, started as soon as it returns: no thread hand-off per fsync and
+        no wait for the loop thread, busy checking and applying records); each ticket's end is
+        acknowledged from the loop."""
         lg = self.wal.log
         end = lg.next_offset
-        self._syncing = True
+        if end <= self._asked:
+            return
+        self._asked = end
+        self._syncing += 1
+        loop = asyncio.get_running_loop()
 
-        def done(f: asyncio.Future[int]) -> None:
-            self._syncing = False
-            exc = f.exception()
-            if exc is not None:
-                self.on_resync(f"the standby's WAL fsync failed: {exc}")
-                self.stop()
-                return
-            if writer.is_closing():
-                return
-            self.durable_end = end
-            writer.write(wire.encode_ack(end))
-            self._in_sync()
-            if lg.next_offset > end:
-                self._sync(writer)
+        def durable(t: Ticket) -> None:  # on the committer thread (here, if already durable)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for it
+                loop.call_soon_threadsafe(self._synced, writer, end, t.exception())
 
-        asyncio.get_running_loop().run_in_executor(None, lg.sync).add_done_callback(done)
+        lg.ticket().add_done_callback(durable)
+
+    def _synced(self, writer: asyncio.StreamWriter, end: int, exc: BaseException | None) -> None:
+        self._syncing -= 1
+        if exc is not None:
+            self.on_resync(f"the standby's WAL fsync failed: {exc}")
+            self.stop()
+            return
+        # One fsync resolves every ticket waiting: the first to get here acknowledges them all.
+        end = max(end, self.wal.log.durable_offset)
+        if writer.is_closing() or end <= self.durable_end:
+            return
+        self.durable_end = end
+        writer.write(wire.encode_ack(end))
+        self._in_sync()
 
     def _apply(self, first: int, records: list[Record]) -> None:
         """Apply appended records to the engine, on the loop thread, between client commands."""

@@ -48,8 +48,11 @@ class Role:
         self.directory = directory
         self.standby = standby
         self.saved = epochs.load_state(directory) if directory is not None else Saved()
-        self.fenced = self.saved.fenced  # read per command by the server (and _conn.c)
+        self.fenced = self.saved.fenced  # read per command by the server
         self.on_fenced: Callable[[int], None] | None = None  # the server lets go of what it held
+        # Automatic failover's lease (``HaNode.install``), asked per command: a process that
+        # wakes from a pause past its lease hands out no job before any thread has noticed.
+        self.lease: Callable[[], bool] | None = None
         self._engine: Engine | None = None
 
     def attach(self, engine: Engine) -> None:
@@ -69,7 +72,8 @@ class Role:
     def refuses(self) -> bool:
         """Whether commands that change state or reserve get NOT_PRIMARY here (asked per
         command: the common case, never fenced, builds no state)."""
-        return self.standby or (self.fenced > 0 and not self.state.may_lead)
+        return self.standby or (self.fenced > 0 and not self.state.may_lead) or (
+            self.lease is not None and not self.lease())
 
     def next_epoch(self) -> int:
         """The epoch a promotion now would start."""

@@ -154,6 +154,8 @@ class Standby:
             src = os.path.join(staging, sub)
             if os.path.exists(src):
                 os.rename(src, os.path.join(d, sub))
+            else:  # a copy of a primary whose log still starts at 0 has no snapshot to bring
+                REAL.makedirs(os.path.join(d, sub))
         REAL.fsync_dir(d)
         shutil.rmtree(staging)
         now = self.clock()

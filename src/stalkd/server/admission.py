@@ -14,15 +14,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from stalkd.engine.model import Record
 from stalkd.server.storage import Storage
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["Admission"]
 
 log = logging.getLogger("stalkd.server")
 
 
+@cython.cclass
 class Admission:
     """Room for one command's records at a time, promised from ``storage``.
 
@@ -33,19 +43,31 @@ class Admission:
     0
     """
 
+    # The state: C fields when compiled, with the C methods, declared in admission.pxd (readable and
+    # writable from Python as attributes).
+    _storage: Storage
+    _costless: frozenset[object]
+    _short: int
+    _put_cost: Callable[[int], int]
+    _data_dir: str | None
+    _warn_every: float
+    _clock: Callable[[], float]
+    _warned: float
+    promised: int
+    refused: int
+
     def __init__(
         self, storage: Storage, data_dir: str | None, *, warn_every: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
         # Imported here: the log package costs ~0.1 s to import, which an in-memory server
         # does not need before it listens.
-        from stalkd.engine.space import COSTLESS_OPS, PUT_FRAME_BASE, SHORT_FRAME, put_frame
+        from stalkd.engine.space import COSTLESS_OPS, SHORT_FRAME, put_frame
 
         self._storage = storage
         self._costless = COSTLESS_OPS
         self._short = SHORT_FRAME
         self._put_cost = put_frame
-        self._put_base = PUT_FRAME_BASE  # the compiled put's (fastconn.py)
         self._data_dir = data_dir
         self._warn_every = warn_every
         self._clock = clock

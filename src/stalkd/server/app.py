@@ -51,13 +51,20 @@ from stalkd.server.barriers import Barriers
 from stalkd.server.budget import TICK, MemoryBudget, default_limit
 from stalkd.server.clock import steady_wall_clock
 from stalkd.server.config import BEANSTALKD_VERSION, Config
-from stalkd.server.connection import Connection
-from stalkd.server.fastconn import ADMISSION, BARRIERS, new_connection
+from stalkd.server.connection import Connection, Host
+from stalkd.server.fastconn import new_connection
 from stalkd.server.registry import Registry
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
     from stalkd.replication.sender import Replicas
+    from stalkd.server.turns import Turns
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["Server", "Storage", "FatalStorageError"]
 
@@ -74,8 +81,12 @@ _NOT_PRIMARY = Reply(NOT_PRIMARY)
 _STANDBY_OK = frozenset(SPECS_BY_NAME[n].build for n in STANDBY_COMMANDS)
 
 
-class Server:
+@cython.cclass
+class Server(Host):
     """Engine + connections + group commit. Build it, then ``loop.create_server(srv.new_connection, sock=...)``.
+
+    Compiled, an extension type whose fields and C methods app.pxd declares: a connection's
+    reply, the barriers and the admission are C calls and field reads from here.
 
     >>> srv = Server(Config(), Engine())   # in memory: replies never wait for a disk
     >>> srv.durable, srv.written
@@ -90,10 +101,7 @@ class Server:
         *,
         clock: Callable[[], float] | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
-        reference: bool = False,
     ) -> None:
-        """``reference``: the pure-Python barriers and admission even where fastconn has
-        compiled ones (the differential test's reference server)."""
         self.config = config
         self.engine = engine
         self.storage: Storage = storage if storage is not None else MemoryStorage()
@@ -104,16 +112,18 @@ class Server:
         limit = config.max_memory if config.max_memory is not None else default_limit(config.max_job_size)
         self.memory = MemoryBudget(limit)
         self._memory_timer: asyncio.TimerHandle | None = None
+        # The loop's time per turn, shared by the connections (turns.py): serve.py sets it for
+        # a listening server; None (a server driven by hand, as in unit tests): no deadline.
+        self.turns: Turns | None = None
         self.started = clock()
         self._loop: asyncio.AbstractEventLoop | None = None  # see loop()
         # False in memory: no records, so no reply ever waits for a barrier.
         self.persistent = persistent = self.storage.persistent
         self.group_commit = persistent and config.durability == "always"
-        self.barriers = (Barriers if reference else BARRIERS)(self.storage, group_commit=self.group_commit,
-                                 loop=lambda: self._loop, on_fatal=self._fatal)
+        self.barriers = Barriers(self.storage, group_commit=self.group_commit,
+                                 loop=self.loop_or_none, on_fatal=self._fatal)
         # A storage that keeps nothing never runs out of room: the engine asks nobody.
-        adm = Admission if reference else ADMISSION
-        self.admission = adm(self.storage, config.data_dir) if persistent else None
+        self.admission = Admission(self.storage, config.data_dir) if persistent else None
         engine.room = self.admission
         # Called with (command or None, outcome) for every engine step when set (the admin
         # endpoint's latency histograms); one attribute test per step when not.
@@ -134,6 +144,10 @@ class Server:
         self.replication = Status(self.role)  # what stats and /readyz say (serve.py sets its parts)
         self.cluster: Callable[[], dict[str, int | float | str]] | None = None  # --ha: leader, lease
         self._uname = os.uname()
+
+    def loop_or_none(self) -> asyncio.AbstractEventLoop | None:
+        """The loop once a connection or ``loop()`` looked it up (the barriers' callbacks)."""
+        return self._loop
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, looked up once: ``asyncio.get_running_loop()`` costs a ``getpid``
@@ -236,24 +250,18 @@ class Server:
         """``c`` has replies waiting for a barrier."""
         self.barriers.hold(c)
 
-    @property
-    def steps(self) -> Barriers | None:
-        """Told when a connection starts and ends running the commands it has read
-        (barriers.py decides when their records go out); None when nothing is ever written."""
-        return self.barriers if self.persistent else None
-
     # --- commands ----------------------------------------------------------------------------
 
     def execute(self, c: Connection, cmd: Command) -> None:
         """Run one parsed command for ``c`` and route every reply it produced.
 
-        The compiled connection (``_conn.c``) runs a twin of this method's common case itself
-        (a primary never fenced, no WAL, no observer; a plain or job reply, no records or wakeups)
-        and calls it for anything else; ``_apply_failed`` and ``_handle`` are shared."""
+        Its common case (a primary never fenced, no observer; a plain reply, no records or
+        wakeups) sends the reply here; anything else is ``_handle``'s."""
         role = self.role
         # Two attribute reads in the common case (a primary never fenced): refuses() is asked
         # only when one of them says it might.
-        if (role.standby or role.fenced) and type(cmd) not in _STANDBY_OK and role.refuses():
+        if (role.standby or role.fenced or role.lease is not None) and type(cmd) not in _STANDBY_OK \
+                and role.refuses():
             c.send(_NOT_PRIMARY, 0)
             return
         adm = self.admission
@@ -262,7 +270,8 @@ class Server:
         except Exception as e:
             self._apply_failed(c, cmd, e)
             return
-        reply, records, wakeups, next_deadline = out
+        # The outcome's fields by position (a NamedTuple is a tuple: compiled, four slot reads)
+        reply, records, wakeups, next_deadline = cython.cast(tuple, out)
         if adm is not None and (adm.promised or records):
             adm.settle(records)
         if type(reply) is Reply and not records and not wakeups and self.observer is None:
@@ -307,8 +316,8 @@ class Server:
         if self.observer is not None:
             self.observer(cmd, out)
         barriers = self.barriers
-        reply, records, wakeups, next_deadline = out
-        barrier = barriers.add(c, records) if records else 0
+        reply, records, wakeups, next_deadline = cython.cast(tuple, out)
+        barrier = barriers.add(c, records) if records and self.persistent else 0
         if c is not None:
             if type(reply) is JobReply and self.persistent:
                 # Never show a job before its own records (put, release, bury, kick) are durable.
@@ -327,6 +336,11 @@ class Server:
                 w = self.conns.get(cid)
                 if w is not None:
                     if type(wr) is JobReply:
+                        if self.role.refuses():
+                            # A job for a reserve that waited since before a fence, or past our
+                            # lease: not ours to give (its connection is cut; the job goes back).
+                            w.abort()
+                            continue
                         b = barriers.job_barrier(wr.id)
                         w.wake(wr, b if b > barrier else barrier)
                     else:

@@ -36,12 +36,20 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence, Sized
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from stalkd.engine.model import DURABLE_OPS, Record
 from stalkd.server.storage import FatalStorageError, Storage
 from stalkd.server.syncer import Syncer
 from stalkd.server.syncpolicy import SyncPolicy
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["Barriers", "HeldReplies", "INLINE_AFTER", "SWITCH_INTERVAL"]
 
@@ -50,11 +58,16 @@ SWITCH_INTERVAL = 0.0005  # seconds; see _start_sync
 INLINE_AFTER = 8
 
 
+def _no_offset() -> int:
+    return 0
+
+
 class HeldReplies(Protocol):
     """A connection holding replies behind a barrier, as the barriers see it."""
 
     def release_held(self, durable: int) -> bool: ...
     def replace_held(self, parts: tuple[bytes, ...]) -> None: ...
+    def abort(self) -> None: ...
     def flush(self) -> None: ...
     def resume(self) -> None: ...
 
@@ -67,6 +80,7 @@ class ReplicaGate(Protocol):
     def note(self, batch: int, end_offset: int) -> None: ...
 
 
+@cython.cclass
 class Barriers:
     """Batches of records on their way to disk, and the replies waiting for them.
 
@@ -75,6 +89,37 @@ class Barriers:
     >>> b.written, b.durable
     (0, 0)
     """
+
+    # The state: C fields when compiled, with the C methods, declared in barriers.pxd (readable and
+    # writable from Python as attributes).
+    storage: Storage
+    keeps: bool
+    group_commit: bool
+    _loop: Callable[[], asyncio.AbstractEventLoop | None]
+    _on_fatal: Callable[[BaseException], None]
+    failed: bool
+    written: int
+    durable: int
+    local_durable: int
+    gate: ReplicaGate | None
+    end_offset: Callable[[], int]
+    after_write: Callable[[], None] | None
+    after_write_while: Sized | None
+    _batch_open: bool
+    pending: list[Record]
+    _flush_scheduled: bool
+    _steps: int
+    _step_records: bool
+    _releasing: bool
+    _writer: object | None
+    _mixed: int
+    _syncer: Syncer | None
+    sync_policy: SyncPolicy
+    _held: set[HeldReplies]
+    _job_batch: dict[int, int]
+    _job_batches: deque[tuple[int, int]]
+    syncs: int
+    inline_syncs: int
 
     def __init__(
         self,
@@ -97,28 +142,28 @@ class Barriers:
         self.durable = 0
         self.local_durable = 0  # durable on this disk (``durable`` also waits for the gate)
         # --sync-standbys: the gate, and the log's end offset after a write (set together).
-        self.gate: ReplicaGate | None = None
-        self.end_offset: Callable[[], int] = lambda: 0
-        self.after_write: Callable[[], None] | None = None  # records reached the log (shipping)
+        self.gate = None
+        self.end_offset = _no_offset
+        self.after_write = None  # records reached the log (shipping)
         # after_write runs only while this is non-empty (None: always): the standbys connected,
         # so a primary without one pays no call per batch.
-        self.after_write_while: Sized | None = None
+        self.after_write_while = None
         self._batch_open = False  # records of this loop iteration go into batch ``written``
-        self.pending: list[Record] = []  # records of this loop iteration, not yet written
+        self.pending = []  # records of this loop iteration, not yet written
         self._flush_scheduled = False
         self._steps = 0  # connections inside a step (nested when a release runs one)
         self._step_records = False  # a step produced records: end_step writes or schedules them
         self._releasing = False  # inside release_held: steps it runs never write inline
         # The last connection that wrote durable records, and the last batch another one did.
-        self._writer: object | None = None
+        self._writer = None
         self._mixed = 0
-        self._syncer: Syncer | None = None  # the fsync thread (``always``), started on first use
+        self._syncer = None  # the fsync thread (``always``), started on first use
         self.sync_policy = SyncPolicy()  # several writers: fsync on the thread or inline
-        self._held: set[HeldReplies] = set()
+        self._held = set()
         # Job id -> the batch holding its latest durable record, while that batch is not known
         # durable (a job is shown only after its own records are); pruned in batch order.
-        self._job_batch: dict[int, int] = {}
-        self._job_batches: deque[tuple[int, int]] = deque()
+        self._job_batch = {}
+        self._job_batches = deque()
         self.syncs = 0  # completed group commits (stats for the bench and tests)
         self.inline_syncs = 0  # of which run on the loop thread
 
@@ -317,13 +362,22 @@ class Barriers:
                 self._flush_scheduled = True
                 self._soon(self._close_batch)
 
-    def abandon(self, parts: tuple[bytes, ...]) -> None:
-        """This server may no longer acknowledge (a newer epoch fenced it): every held reply
-        becomes ``parts`` and goes out now. The caller has frozen the gate, so nothing written
-        later is acknowledged either."""
-        for c in list(self._held):
-            c.replace_held(parts)
-        self.release_held()
+    def abandon(self, parts: tuple[bytes, ...] | None) -> None:
+        """This server may no longer acknowledge (a newer epoch fenced it). ``parts`` (a
+        ``NOT_PRIMARY``): no standby can hold the writes behind the held replies, so every held
+        reply becomes it and goes out now. None: their writes may be on the standby promoted in
+        its place, so neither an acknowledgement nor ``NOT_PRIMARY`` (which tells a client
+        nothing was applied, so it resends) would be true: every connection holding a reply is
+        cut, unanswered, which is what says "outcome unknown". The caller has frozen the gate,
+        so nothing written later is acknowledged either."""
+        if parts is not None:
+            for c in list(self._held):
+                c.replace_held(parts)
+            self.release_held()
+            return
+        held, self._held = list(self._held), set()
+        for c in held:
+            c.abort()
 
     async def wait_durable(self, timeout: float) -> bool:
         """Wait until everything written so far is durable (used when stopping)."""

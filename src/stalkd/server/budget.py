@@ -10,7 +10,10 @@ Ensures:
 - Past ``limit``, every tracked connection stops reading (``hold_reading(True)``) except one,
   the *runner*: the one with the most input in flight, whose body completing frees the most.
   So legitimate large puts are received one at a time instead of all stalling half-read, and
-  connections holding less than ``GRAIN`` (the innocent, typically) keep being served.
+  connections holding less than ``GRAIN`` (the innocent, typically) keep being served. Only
+  ``GRAIN`` or more of input makes a runner: a few commands left to run free nothing when they
+  run, they add replies (let run one after another, 200 clients each leaving their
+  ``list-tubes`` unread would take the sum to 200 times their share).
 - Reading resumes for all once the sum is back under three quarters of ``limit``.
 - While the sum stays past ``limit`` for ``grace`` seconds (replies nobody reads, a body that
   stopped arriving), the largest holder is closed (``shed``) with its figure in the reason, one
@@ -120,10 +123,16 @@ class MemoryBudget:
                 self._squeeze()
         elif self.used <= self.limit * 3 // 4:
             self._release()
-        elif self.runner is c and not inp:
-            self._next_runner()  # its body is in: the next one
+        elif self.runner is c and inp < self.grain:
+            # Its body is in: the next one. Holding more still, it waits as the others do.
+            self.runner = None
+            if use:
+                self._hold(c)
+            self._next_runner()
         elif use and c is not self.runner and c.id not in self.held:
             self._hold(c)  # newly large while we are over: it waits too
+            if self.runner is None and inp >= self.grain:
+                self._next_runner()  # no body was being received: this one may be
 
     def forget(self, c: Holder) -> None:
         """``c`` is gone: nothing of it is counted any more."""
@@ -184,8 +193,9 @@ class MemoryBudget:
                 self._hold(c)
 
     def _next_runner(self) -> None:
-        """Let the tracked connection with the most input in flight read on (held ones too)."""
-        best, most = None, 0
+        """Let the tracked connection with the most input in flight, at least ``grain``, read
+        on (held ones too)."""
+        best, most = None, self.grain - 1
         for cid, n in self._input.items():
             if n > most:
                 best, most = self.tracked[cid], n

@@ -3,9 +3,9 @@
 Bytes go into a sans-I/O ``Parser``; each complete command goes to ``Server.execute``; replies
 come back through :meth:`Connection.send` tagged with a durability *barrier* (the server's
 write-batch number their records belong to, 0 when nothing needs to be on disk first).
-This class is the reference: ``fastconn`` serves sockets with a subclass whose compiled core
-(``_conn.c``) runs a read's common case in C and leaves the rest to the methods here; what is
-ensured below holds for both (tests/server/test_conn_differential.py).
+This file is the one implementation: setup.py compiles it with Cython (pure-Python mode,
+``stalkd.extensions.CYTHON_MODULES``), where ``Connection`` is an extension type whose state is
+C fields (the ``cython.declare`` lines); uncompiled, the same file runs as plain Python.
 
 Ensures:
 - Replies leave in command order. A reply whose barrier is not yet durable is held, and every
@@ -30,6 +30,11 @@ Ensures:
   transport has not sent), or already counted, reports what it holds (``measure_memory``);
   the budget may stop its reading and running what it read (``hold_reading``, apart from its own pauses)
   or close it (``shed``).
+- The loop's time is shared turn by turn (turns.py, the host's ``turns``): a connection runs at
+  least one command each time it runs, and past the turn's deadline it stops reading, runs
+  nothing more and waits in the queue (``deferred``) until a later turn runs it
+  (``run_deferred``); so one client's pipeline holds the loop about one turn's budget, not
+  for all it sent.
 """
 
 from __future__ import annotations
@@ -38,12 +43,24 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+    from stalkd.protocol.parser import Item
+    from stalkd.protocol.parser import Parser as ParserType
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
+from stalkd.server.barriers import Barriers
 from stalkd.server.budget import GRAIN
+from stalkd.server.turns import Turns
 
 __all__ = ["Connection", "CommandPolicy", "Host", "FLUSH_AT", "READ_MAX", "read_size"]
 
@@ -71,34 +88,42 @@ class CommandPolicy(Protocol):
     def shows(self, tube: str) -> bool: ...
 
 
-class Steps(Protocol):
-    """Told when a connection starts and ends running what it read (``barriers.Barriers``)."""
+@cython.cclass
+class Host:
+    """What a connection needs from the server it belongs to: the base of
+    ``stalkd.server.app.Server``, the one host (a class rather than a protocol so that, compiled,
+    each command a connection runs reaches ``execute`` as a C call: connection.pxd)."""
 
-    def begin_step(self) -> None: ...
-    def end_step(self) -> None: ...
+    barriers: Barriers  # told of steps and held replies, asked how far the WAL is durable
+
+    def execute(self, c: Connection, cmd: Command) -> None:
+        """Run one parsed command for ``c``; its replies come back through ``c.send``."""
+        raise NotImplementedError
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        raise NotImplementedError
+
+    def connected(self, c: Connection) -> None:
+        raise NotImplementedError
+
+    def half_closed(self, c: Connection) -> None:
+        raise NotImplementedError
+
+    def retire(self, c: Connection) -> None:
+        raise NotImplementedError
+
+    def disconnected(self, c: Connection, exc: Exception | None) -> None:
+        raise NotImplementedError
+
+    def replicate(self, c: Connection, data: bytes) -> bool:
+        raise NotImplementedError
+
+    def account(self, c: Connection, inp: int, out: int) -> None:
+        raise NotImplementedError
 
 
-class Host(Protocol):
-    """What a connection needs from the server it belongs to (``stalkd.server.app.Server``)."""
-
-    @property
-    def durable(self) -> int: ...
-    @property
-    def steps(self) -> Steps | None: ...
-    @property
-    def written(self) -> int: ...
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-    def connected(self, c: Connection) -> None: ...
-    def half_closed(self, c: Connection) -> None: ...
-    def retire(self, c: Connection) -> None: ...
-    def disconnected(self, c: Connection, exc: Exception | None) -> None: ...
-    def hold(self, c: Connection) -> None: ...
-    def execute(self, c: Connection, cmd: Command) -> None: ...
-    def replicate(self, c: Connection, data: bytes) -> bool: ...
-    def account(self, c: Connection, inp: int, out: int) -> None: ...
-
-
-class Connection(asyncio.Protocol):
+@cython.cclass
+class Connection:
     """The protocol object asyncio creates per accepted socket (``Server.new_connection``).
 
     Example (what the server does with it)::
@@ -106,21 +131,57 @@ class Connection(asyncio.Protocol):
         loop.create_server(server.new_connection, sock=listener)
     """
 
+    # The state: C fields when compiled, with the C methods, declared in connection.pxd (readable and
+    # writable from Python as attributes).
+    server: Host
+    barriers: Barriers
+    id: int
+    parser: ParserType
+    _next: Callable[[], Item]
+    max_output: int
+    flush_at: int
+    read_size: int
+    transport: asyncio.Transport | None
+    peer: str
+    out: list[bytes]
+    out_bytes: int
+    held: deque[tuple[int, tuple[bytes, ...] | None]]
+    held_bytes: int
+    close_ready: bool
+    waiting: bool
+    write_paused: bool
+    join_writes: bool
+    read_paused: bool
+    eof: bool
+    closing: bool
+    lost: bool
+    _running: bool
+    _flush_queued: bool
+    identity: str | None
+    policy: CommandPolicy | None
+    admit: Callable[[Connection], CommandPolicy | None] | None
+    fresh: bool
+    charged: int
+    mem_paused: bool
+    __weakref__: object  # listeners.py keeps connections weakly
+
     def __init__(self, server: Host, conn_id: int, max_job_size: int, max_output: int) -> None:
         self.server = server
-        self.steps = server.steps  # looked up once: called twice per read (None: nothing to batch)
+        # Told when a step starts and ends, asked how far the WAL is durable, told of held replies.
+        self.barriers = server.barriers
         self.id = conn_id
-        self.parser = Parser(max_job_size=max_job_size)
+        self.parser = parser = Parser(max_job_size=max_job_size)
+        self._next = parser.next  # looked up once: called twice per command
         self.max_output = max_output
         quarter = max(1, max_output // 4)
         self.flush_at = min(FLUSH_AT, quarter)
         self.read_size = read_size(max_output)
-        self.transport: asyncio.Transport | None = None
+        self.transport = None
         self.peer = "?"
-        self.out: list[bytes] = []  # ready to write at the end of this step
+        self.out = []  # ready to write at the end of this step
         self.out_bytes = 0
         # Replies waiting for their barrier; ``None`` marks a close (quit) queued behind them.
-        self.held: deque[tuple[int, tuple[bytes, ...] | None]] = deque()
+        self.held = deque()
         self.close_ready = False  # close once ``out`` is written
         self.held_bytes = 0
         self.waiting = False  # blocked in reserve (the engine owes us a reply)
@@ -132,13 +193,16 @@ class Connection(asyncio.Protocol):
         self.lost = False
         self._running = False  # re-entrancy guard for process()
         self._flush_queued = False
-        self.identity: str | None = None  # the subject of a verified TLS client certificate
-        self.policy: CommandPolicy | None = None  # None: every command runs
+        self.identity = None  # the subject of a verified TLS client certificate
+        self.policy = None  # None: every command runs
         # Set by the listener's factory: called once connected, returns the policy.
-        self.admit: Callable[[Connection], CommandPolicy | None] | None = None
+        self.admit = None
         self.fresh = True  # nothing read yet: the first line may be a replication request
         self.charged = 0  # bytes the server's memory budget counts for us (budget.py writes it)
         self.mem_paused = False  # the budget stopped our reading (read_paused is our own)
+        # The loop's time shared turn by turn (turns.py); a host without one sets no deadline.
+        self.turns: Turns | None = getattr(server, "turns", None)
+        self.deferred = False  # past a turn's deadline: runs nothing until turns runs us again
 
     # --- asyncio callbacks ------------------------------------------------------------------
 
@@ -212,53 +276,70 @@ class Connection(asyncio.Protocol):
             if not self.mem_paused:
                 self.transport.resume_reading()
 
+    @cython.locals(limit=cython.Py_ssize_t, flush_at=cython.Py_ssize_t, deadline=cython.double)
     def process(self) -> None:
         """Run buffered commands until input runs out, a reserve blocks, or output backs up."""
-        if self._running or self.lost:
+        if self._running or self.lost or self.deferred:
             return
         self._running = True
-        server = self.server
-        steps = self.steps
-        if steps is not None:
-            steps.begin_step()
+        barriers = self.barriers
+        barriers.begin_step()
         try:
             parser = self.parser
-            execute = server.execute
+            server = self.server
             limit = self.max_output
             flush_at = self.flush_at
             policy = self.policy  # set once, when connected
+            turns = self.turns
+            deadline = -1.0  # asked of turns once there is more than one command to run
+            ran = False  # at least one command each time, past the deadline or not
             while not self.waiting and not self.closing:
                 if self.out_bytes >= flush_at:
                     self.flush()  # the transport calls pause_writing past max_output
                 if self.write_paused or self.held_bytes > limit or self.mem_paused:
                     self._pause_reading()
                     break
-                item = parser.next()
+                if ran and turns is not None and parser.buffered:
+                    if deadline < 0:
+                        deadline = turns.deadline()
+                    if turns.clock() > deadline:
+                        # This turn's budget is spent: the rest waits for our place in the queue.
+                        self.deferred = True
+                        self._pause_reading()
+                        turns.defer(self)
+                        break
+                item = self._next()
                 if item is NEED_DATA:
                     if self.eof:
                         # Nothing more will come: close after the replies, release jobs now.
                         self.send(Close(), 0)
                         self.server.retire(self)
                     break
+                ran = True
                 if type(item) is Reply:  # a protocol error found by the parser
                     self.send(item, 0)
                     continue
                 if policy is not None and not policy.admits(item):
                     self.send(_DENIED, 0)
                     continue
-                execute(self, item)  # type: ignore[arg-type]
+                server.execute(self, item)  # type: ignore[arg-type]
             else:
                 if self.waiting and parser.buffered > limit:
                     self._pause_reading()
-            if (self.read_paused and not self.closing and not self.write_paused
+            if (self.read_paused and not self.closing and not self.write_paused and not self.deferred
                     and self.held_bytes <= limit and (not self.waiting or parser.buffered <= limit)):
                 self._resume_reading()
         finally:
             self._running = False
-            if steps is not None:
-                steps.end_step()
+            barriers.end_step()
         self.flush()
 
+    def run_deferred(self) -> None:
+        """Our place in the turns' queue came: run what we read, and read again."""
+        self.deferred = False
+        self.process()
+
+    @cython.locals(n=cython.Py_ssize_t)
     def send(self, reply: AnyReply | None, barrier: int) -> None:
         """Queue the reply to this connection's latest command (None: it now blocks)."""
         if reply is None:
@@ -268,7 +349,7 @@ class Connection(asyncio.Protocol):
             self.closing = True
             if self.held:
                 self.held.append((barrier, None))
-                self.server.hold(self)
+                self.barriers.hold(self)
             else:
                 self.close_ready = True
             return
@@ -276,7 +357,7 @@ class Connection(asyncio.Protocol):
             if type(reply) is Reply:
                 # A plain reply line (INSERTED, DELETED, ...) is the common case, and with
                 # nothing held and no barrier (an in-memory server) it goes straight out.
-                line = encode_line(reply)
+                line: bytes = encode_line(reply)
                 if not barrier and not self.held:
                     self.out.append(line)
                     self.out_bytes += len(line)
@@ -289,14 +370,17 @@ class Connection(asyncio.Protocol):
             # beanstalkd's error word instead of a malformed reply, and the log says why.
             log.exception("conn %d: cannot encode %r; replying INTERNAL_ERROR", self.id, reply)
             parts = (b"INTERNAL_ERROR\r\n",)
-        # barrier 0 (nothing to wait for) is always durable: no need to ask the server
-        if not self.held and (not barrier or barrier <= self.server.durable):
+        n = 0
+        for p in parts:
+            n += len(p)
+        # barrier 0 (nothing to wait for) is always durable: no need to ask the barriers
+        if not self.held and (not barrier or barrier <= self.barriers.durable):
             self.out.extend(parts)
-            self.out_bytes += len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
+            self.out_bytes += n
         else:
             self.held.append((barrier, parts))
-            self.held_bytes += len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
-            self.server.hold(self)
+            self.held_bytes += n
+            self.barriers.hold(self)
 
     def wake(self, reply: AnyReply, barrier: int) -> None:
         """A reply the engine produced for our blocked reserve while serving someone else."""
@@ -311,15 +395,19 @@ class Connection(asyncio.Protocol):
         self._flush_queued = False
         self.process()
 
+    @cython.locals(n=cython.Py_ssize_t, durable_=cython.Py_ssize_t)
     def release_held(self, durable: int) -> bool:
         """Move held replies whose barrier is durable to the output; True if some are left."""
         held = self.held
-        while held and held[0][0] <= durable:
+        durable_ = durable
+        while held and held[0][0] <= durable_:
             _, parts = held.popleft()
             if parts is None:
                 self.close_ready = True
                 continue
-            n = len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
+            n = 0
+            for p in parts:
+                n += len(p)
             self.held_bytes -= n
             self.out_bytes += n
             self.out.extend(parts)
@@ -333,12 +421,14 @@ class Connection(asyncio.Protocol):
         self.held.extend(held)
         self.held_bytes = sum(len(parts[0]) for _, p in held if p is not None)
 
+    @cython.locals(held=cython.Py_ssize_t)
     def flush(self) -> None:
         """Write everything ready in one call; honour a queued close; report what we hold to
         the memory budget when it is ``GRAIN`` or more, or was counted."""
         wrote = bool(self.out)
         self._flush_out()
-        if self.charged or self.parser.buffered + self.held_bytes >= GRAIN or (
+        held = self.parser.buffered + self.held_bytes
+        if self.charged or held >= GRAIN or (
                 wrote and self.transport is not None and not self.lost
                 and self.transport.get_write_buffer_size() >= GRAIN):
             self.measure_memory()
@@ -353,6 +443,8 @@ class Connection(asyncio.Protocol):
             self.out = []
             return
         if out:
+            # Emptied before the write. A fresh list costs less than emptying this one: a list
+            # emptied in place gives its array back to the allocator the slow way.
             self.out = []
             if len(out) == 1:
                 t.write(out[0])
@@ -418,7 +510,8 @@ class Connection(asyncio.Protocol):
         self.closing = True
 
     def abort(self) -> None:
-        """A fatal storage error: drop held replies unsent and cut the connection."""
+        """A fatal storage error, or a fence: drop held replies unsent and cut the connection
+        (what it held has an unknown outcome for the client)."""
         self.closing = True
         self.held.clear()
         self.held_bytes = 0
@@ -440,6 +533,6 @@ class Connection(asyncio.Protocol):
         """Server stop: run nothing more; close once the held replies are out."""
         if self.lost:
             return
-        self.send(Close(), self.server.written)
+        self.send(Close(), self.barriers.written)
         self.flush()
 

@@ -7,6 +7,13 @@ whether it may start a handshake (``begin_handshake``: handshakes in progress co
 come from one address at once). A refused one is cut at once. A handshake that does not finish
 within ``--handshake-timeout`` is cut too; either way it stops counting when it ends. Once
 done, the server's ``Connection`` takes the TLS transport as if asyncio had made it.
+
+An admitted handshake starts once its client hello has come, when the server's turns let it
+(``starts``: ``Turns.start``, a few per loop turn): until then its reading is paused and the
+hello waits here, so the crypto of a burst of hellos is spread over turns instead of holding
+one (started before its hello, a handshake's crypto runs whenever the hello comes, with all
+the others that came with it). A client that sends no hello within ``--handshake-timeout`` is
+cut as one that does not finish.
 """
 
 from __future__ import annotations
@@ -47,11 +54,17 @@ class Handshake(asyncio.Protocol):
 
     def __init__(self, gate: Gate, context: Callable[[], ssl.SSLContext], timeout: float,
                  connection: Callable[[], Connection], failed: Callable[[str, BaseException], None] | None = None,
+                 starts: Callable[[Callable[[], None]], None] | None = None,
                  ) -> None:  # fmt: skip
         """``context``: the listener's TLS context now (a reload swaps it); ``connection``:
         makes the server's protocol object for a finished handshake; ``failed(peer, error)``:
-        told of each handshake that failed (``handshakelog``: a log line with the reason)."""
+        told of each handshake that failed (``handshakelog``: a log line with the reason);
+        ``starts(f)``: runs ``f``, the handshake's start, when the loop has room for it
+        (``Turns.start``; None: at once)."""
         self.failed = failed
+        self.starts = starts
+        self.transport: asyncio.Transport | None = None
+        self.gone = False  # the client left before the handshake started
         self.gate = gate
         self.context = context
         self.timeout = timeout
@@ -60,6 +73,8 @@ class Handshake(asyncio.Protocol):
         self.counted = False
         self.task: asyncio.Task[None] | None = None
         self.early: list[bytes] = []  # read before start_tls took the transport over
+        self.asked = False  # its start was asked of ``starts``
+        self.timer: asyncio.TimerHandle | None = None  # the deadline until it starts
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         t = cast(asyncio.Transport, transport)
@@ -68,6 +83,24 @@ class Handshake(asyncio.Protocol):
             t.abort()  # refused before any TLS state is made for it
             return
         self.counted = True
+        self.transport = t
+        self.timer = asyncio.get_running_loop().call_later(self.timeout, self._expire)
+
+    def _expire(self) -> None:
+        t = self.transport
+        if self.task is not None or self.gone or t is None:
+            return
+        if self.failed is not None:
+            self.failed(self.address, TimeoutError(f"no client hello within {self.timeout:g} s"))
+        t.abort()
+        self._end()
+
+    def _start(self) -> None:
+        t = self.transport
+        if self.gone or t is None or self.task is not None:
+            return
+        if self.timer is not None:
+            self.timer.cancel()  # start_tls's own deadline from here
         loop = asyncio.get_running_loop()
         self.task = loop.create_task(self._run(t))
         # uvloop starts reading after connection_made whatever it asked: the client hello may
@@ -77,6 +110,16 @@ class Handshake(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.early.append(bytes(data))
+        if self.task is None and self.transport is not None and not self.gone:
+            # The hello came: nothing more is read until the handshake starts (start_tls
+            # reads again once its protocol has the transport), when the turns let it.
+            self.transport.pause_reading()
+            if not self.asked:
+                self.asked = True
+                if self.starts is None:
+                    self._start()
+                else:
+                    self.starts(self._start)
 
     def _hand_over_early(self, t: asyncio.Transport) -> None:
         early, self.early = self.early, []
@@ -113,7 +156,7 @@ class Handshake(asyncio.Protocol):
             t.abort()
             return
         conn = self.connection()
-        tls.set_protocol(conn)
+        tls.set_protocol(cast(asyncio.Protocol, conn))  # a protocol by its methods (connection.py)
         conn.connection_made(tls)
         early.replay(conn)
 
@@ -125,6 +168,9 @@ class Handshake(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # Lost before start_tls took the transport over: its task fails and ends the count.
         if self.task is None:
+            self.gone = True
+            if self.timer is not None:
+                self.timer.cancel()
             self._end()
 
 

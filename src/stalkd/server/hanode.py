@@ -34,7 +34,7 @@ from stalkd.ha.cluster import (
     publish_member,
     switchover_target,
 )
-from stalkd.ha.decide import Fence, Follow, NodeState, Promote, decide
+from stalkd.ha.decide import Fence, Follow, NodeState, Promote, decide, next_sync_set
 from stalkd.ha.syncset import SyncSet, read_sync, write_sync
 from stalkd.server.settings import Config
 
@@ -149,55 +149,62 @@ class HaNode:
         self.authority = authority
         self.replicas = replicas
         authority.set_lease(self.keeper.may_acknowledge)
+        self.role.lease = self.keeper.may_acknowledge  # and no job handed out without it
         if replicas is not None and replicas.gate is not None:
             replicas.gate.set_members(frozenset())
 
     async def _keep_sync_set(self) -> None:
-        """The primary's side of the sync set: a standby that left is taken out of it in etcd
-        before it stops counting; a caught-up standby counts before it is put in (so every
-        member holds every acknowledged change), until there are N."""
+        """The primary's side of the sync set, by ``decide.next_sync_set``'s rule: a standby
+        counts before etcd names it, and etcd stops naming one before it stops counting."""
         reps = self.replicas
         gate = reps.gate
         loop = asyncio.get_running_loop()
         etcd = self._etcd()
         written: frozenset[str] | None = None
+        waiting_said = False
+        away: frozenset[str] = frozenset()  # members already said to be away
         while True:
             await asyncio.sleep(SYNC_SET_EVERY)
             leader = self.keeper.leader
             if self.fenced or self.role.standby or leader is None or not leader.mine:
                 continue
             members = gate.members or frozenset()
-            end = reps.log.next_offset
-            connected = {s.name: s for s in list(reps.senders) if s.name and s.streaming}
-            gone = members - connected.keys()
-            want = members - gone
-            if len(want) < gate.need:
-                ready = sorted(n for n, s in connected.items() if n not in want and s.acked >= end)
-                add = frozenset(ready[: gate.need - len(want)])
-                if add:
-                    want = want | add
-                    before = gate.replicated
-                    gate.set_members(want)  # first: acknowledgements now need them too
-                    if gate.replicated != before:
-                        reps.on_replicated()
-            if want == written:
+            acked = {s.name: s.acked for s in list(reps.senders) if s.name and s.streaming}
+            for n in sorted(members - acked.keys() - away):
+                log.warning("sync set: standby %s went away; it stays in the set, and no change is "
+                            "acknowledged, until it is back or a caught-up standby replaces it", n)
+            away = members - acked.keys()
+            step = next_sync_set(members, acked, reps.log.next_offset, gate.need, written)
+            self._count(step.count)  # first: acknowledgements now need them too
+            if step.write is None:
+                if written is None and not step.count and not waiting_said:
+                    waiting_said = True
+                    log.info("sync set: waiting for %d standby(s) to catch up; no change is "
+                             "acknowledged until then", gate.need)  # fmt: skip
                 continue
-            doc = SyncSet(self.keeper.name, leader.epoch, (self.keeper.name, *sorted(want)), leader.revision)
+            doc = SyncSet(self.keeper.name, leader.epoch, (self.keeper.name, *sorted(step.write)),
+                          leader.revision)
             try:
                 ok = await loop.run_in_executor(None, functools.partial(
                     write_sync, etcd, self.cluster.key("sync"), doc, leader_key=self.keeper.key))
             except EtcdError as e:
-                log.warning("could not write the sync set %s: %s", sorted(want), e)
+                log.warning("could not write the sync set %s: %s", sorted(step.write), e)
                 continue
             if not ok:
                 continue  # no longer the leader: the keeper says so next
-            written = want
-            if gone:  # out of etcd's set first, then out of the gate
-                before = gate.replicated
-                gate.set_members(want)
-                if gate.replicated != before:
-                    reps.on_replicated()
+            written = step.write
+            self._count(step.write)  # out of etcd's set first, then out of the gate
             log.info("sync set: %s", ", ".join(doc.members))
+
+    def _count(self, members: frozenset[str]) -> None:
+        """The standbys whose acknowledgements the gate needs; held replies it frees go out."""
+        gate = self.replicas.gate
+        if gate.members == members:
+            return
+        before = gate.replicated
+        gate.set_members(members)
+        if gate.replicated != before:
+            self.replicas.on_replicated()
 
     def status(self) -> dict[str, int | float | str]:
         """``stats`` fields: the cluster's leader as this node sees it, and its own lease."""
@@ -293,7 +300,7 @@ class HaNode:
         action = decide(state, leader)
         if isinstance(action, Fence):
             self.fenced = True
-            if self.authority is not None:  # every held reply is NOT_PRIMARY now
+            if self.authority is not None:  # every connection holding a reply is cut now
                 self.authority.fence(action.why)
             if leader is not None:
                 self.role.saw(leader.epoch)
@@ -330,15 +337,22 @@ class HaNode:
         self.keeper.stop(resign=True)
 
 
-def reexec(listener_fd: int) -> None:
-    """Start ``stalkd serve`` again in this process, keeping the plain listener (passed as
-    systemd would: fd 3, ``LISTEN_FDS``), so clients find the same address."""
+def reexec(listener_fd: int | None) -> None:
+    """Start ``stalkd serve`` again in this process, keeping the listener ``listener_fd``
+    (passed as systemd would: fd 3, ``LISTEN_FDS``), so clients find the same address; with
+    None, the new start binds its listeners from its flags. Returns only by raising (OSError:
+    the exec failed; the caller says so)."""
     import os
     import sys
 
-    os.dup2(listener_fd, 3)
-    os.set_inheritable(3, True)
-    os.environ["LISTEN_FDS"] = "1"
-    os.environ["LISTEN_PID"] = str(os.getpid())
-    logging.shutdown()
+    if listener_fd is None:
+        os.environ.pop("LISTEN_FDS", None)
+        os.environ.pop("LISTEN_PID", None)
+    else:
+        os.dup2(listener_fd, 3)
+        os.set_inheritable(3, True)
+        os.environ["LISTEN_FDS"] = "1"
+        os.environ["LISTEN_PID"] = str(os.getpid())
+    for h in logging.getLogger("stalkd").handlers:  # what this start said comes first
+        h.flush()
     os.execv(sys.executable, sys.orig_argv)

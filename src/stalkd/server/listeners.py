@@ -26,7 +26,7 @@ import ssl
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from stalkd.server.config import Config
 from stalkd.server.connection import CommandPolicy, Connection
@@ -86,18 +86,23 @@ class Endpoints:
         return [("tls://" if lst.kind == "tls" else "") + lst.address for lst in self.listeners]
 
     async def start(self, new_connection: Callable[[], Connection],
-                    tube_of: Callable[[int], str | None], gate: Gate) -> None:
-        """``gate``: who may start a TLS handshake (the server's ``Registry``)."""
+                    tube_of: Callable[[int], str | None], gate: Gate,
+                    starts: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """``gate``: who may start a TLS handshake (the server's ``Registry``); ``starts``:
+        when an admitted one starts (``Turns.start``: a few per loop turn; None: at once)."""
         loop = asyncio.get_running_loop()
         self._new_connection = new_connection
         self._tube_of = tube_of
         self._gate = gate
+        self._starts = starts
         for i, lst in enumerate(self.listeners):
             if lst.kind == "tls":
                 self.servers[i] = await loop.create_server(
                     self._tls_factory(lst), sock=lst.sock.dup(), backlog=BACKLOG)
             else:
-                self.servers[i] = await loop.create_server(new_connection, sock=lst.sock, backlog=BACKLOG)
+                # a protocol by its methods, not its base (connection.py)
+                factory = cast(Callable[[], asyncio.Protocol], new_connection)
+                self.servers[i] = await loop.create_server(factory, sock=lst.sock, backlog=BACKLOG)
 
     def _tls_factory(self, lst: Listener) -> Callable[[], Handshake]:
         def connection() -> Connection:
@@ -107,7 +112,7 @@ class Endpoints:
 
         def factory() -> Handshake:
             return Handshake(self._gate, self._context, self.cfg.handshake_timeout, connection,
-                             self._handshake_failed)
+                             self._handshake_failed, self._starts)
 
         return factory
 

@@ -5,7 +5,7 @@ With the default ``--max-output`` a connection may read as much at once as the l
 ``data_received`` (one Python call per read). Under a smaller limit its reads must be smaller
 too, so the loop reads into a buffer of ``read_size`` shared by the thread's connections
 (``BufferedConnection``: ``get_buffer`` and ``buffer_updated``, two calls and a copy per read).
-Which class serves a socket (with the compiled core or not) is ``fastconn.new_connection``'s choice.
+Which class serves a socket is ``fastconn.new_connection``'s choice.
 """
 
 from __future__ import annotations

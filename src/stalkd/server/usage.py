@@ -19,16 +19,12 @@ def version_text() -> str:
     """
     # only on this exit path: start-up stays light
     from stalkd.extensions import compiled_modules
-    from stalkd.log.fastwrite import IMPLEMENTATION as WRITE
-    from stalkd.persist import wal  # noqa: F401 - installs the WAL's compiled paths (fastwal, fastwrite)
-    from stalkd.persist.fastwal import IMPLEMENTATION as WAL
     from stalkd.protocol.accel import IMPLEMENTATION
     from stalkd.server.fastconn import IMPLEMENTATION as CONN
 
     hot = "C accelerator" if IMPLEMENTATION == "c" else "pure Python"
     return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
-            f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
-            f"stalkd.persist.fastwal.IMPLEMENTATION={WAL!r}, stalkd.log.fastwrite.IMPLEMENTATION={WRITE!r})\n"
+            f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r})\n"
             f"compiled by Cython: {_listed(compiled_modules())}\n")
 
 

@@ -1,0 +1,25 @@
+# The C types of commit.py when Cython compiles it (an augmenting .pxd: commit.py stays the one
+# source). A durable writer's every sync runs sync_to's alone path: the group commit's state in
+# C fields and its steps C calls, the pinner (a Pinner: the writer, or a test's) left a Python
+# object.
+
+cdef class GroupCommit:
+    cdef public object path, policy, failed, cond, visibility, durable
+    cdef public double interval, gather_share
+    cdef public bint closed, ok
+    cdef public Py_ssize_t syncs
+    cdef object _lock, _bg_cond, _open, _released, _mine, _gathering, _tickets, _deferred, _threads, _pinner
+    cdef bint _syncing, _flush_due
+    cdef Py_ssize_t _expect, _arrived
+    cdef double _fsync_avg, _last_sync
+
+    cpdef object sync_to(self, upto)
+    cdef tuple _join_locked(self, bint back)
+    cdef object _lead(self, b)
+    cdef object _sync_alone(self, token)
+    cdef object _fsync_end(self)
+    cdef tuple _synced_locked(self, Py_ssize_t members, object target, object token)
+    cdef list _advance_locked(self, target)
+    cdef object _gather(self, b)
+    cdef object _stop_gathering_locked(self)
+    cdef object _end(self)

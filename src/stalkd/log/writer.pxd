@@ -1,0 +1,19 @@
+# The C types of writer.py when Cython compiles it (an augmenting .pxd: writer.py stays the one
+# source). The writer is asked per batch (write_many) and per record (append): an extension
+# type whose active segment, frame encoder and offsets are C-level, called as C functions by
+# log.py, which cimports it.
+
+from stalkd.log.active cimport ActiveSegment
+from stalkd.log.frame cimport encode_data_frame, encode_data_frames, frame_size, put_data_frame
+from stalkd.log.fs cimport FileSystem
+
+cdef class SegmentWriter:
+    cdef public object path, clock, io, lock, sealed, bounds
+    cdef public FileSystem fs
+    cdef public ActiveSegment active
+    cdef public Py_ssize_t next, segment_size, zero_ahead
+    cdef public bint fsync_new
+    cdef object _fdlock, _on_fatal, _on_sealed
+
+    cpdef append(self, payload)
+    cpdef tuple write_many(self, items, admit)

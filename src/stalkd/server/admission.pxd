@@ -1,0 +1,18 @@
+# The C declarations of admission.py (Cython reads this beside it when it compiles the .py file):
+# the fields and the methods other compiled modules call directly.
+
+cdef class Admission:
+    cdef public object _storage
+    cdef public object _costless
+    cdef public Py_ssize_t _short
+    cdef public object _put_cost
+    cdef public object _data_dir
+    cdef public double _warn_every
+    cdef public object _clock
+    cdef public double _warned
+    cdef public Py_ssize_t promised
+    cdef public Py_ssize_t refused
+
+    cpdef put(self, object body_len)
+    cpdef updates(self, object n)
+    cpdef settle(self, object records)

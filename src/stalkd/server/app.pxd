@@ -1,0 +1,27 @@
+# The C declarations of app.py (Cython reads this beside it when it compiles the .py file): the
+# server's fields, and the types of the compiled objects it calls per command (a connection's
+# send and wake, the barriers, the admission), so those calls are C calls and their fields
+# struct reads.
+
+cimport cython
+
+from stalkd.server.admission cimport Admission
+from stalkd.server.barriers cimport Barriers
+from stalkd.server.connection cimport Connection, Host
+
+
+cdef class Server(Host):
+    cdef public object config, engine, storage, clock, on_fatal, conns, memory, _memory_timer
+    cdef public double started
+    cdef public object _loop
+    cdef public bint persistent, group_commit
+    cdef public Admission admission  # None: a storage that keeps nothing
+    cdef public object observer, _timer, _timer_at, _maint
+    cdef public bint stopping
+    cdef public object failed, host_id, addresses, role, replicas, standby_lag, promote
+    cdef public object replication, cluster, _uname, turns
+
+    cpdef execute(self, Connection c, object cmd)
+
+    @cython.locals(w=Connection, b=Py_ssize_t, barrier=Py_ssize_t)
+    cpdef _handle(self, Connection c, object out, object cmd=*)

@@ -1,0 +1,59 @@
+# The C declarations of connection.py (Cython reads this beside it when it compiles the .py file):
+# the fields and the methods other compiled modules call directly (app.py: send, wake; and
+# Host.execute, which Server implements, called per command).
+
+from stalkd.server.barriers cimport Barriers
+
+
+cdef class Connection
+
+
+cdef class Host:
+    cdef public Barriers barriers
+
+    cpdef execute(self, Connection c, object cmd)
+
+
+cdef class Connection:
+    cdef public Host server
+    cdef public Barriers barriers
+    cdef public object id
+    cdef public object parser
+    cdef object _next
+    cdef public Py_ssize_t max_output
+    cdef public Py_ssize_t flush_at
+    cdef public Py_ssize_t read_size
+    cdef public object transport
+    cdef public object peer
+    cdef public list out
+    cdef public Py_ssize_t out_bytes
+    cdef public object held
+    cdef public Py_ssize_t held_bytes
+    cdef public bint close_ready
+    cdef public bint waiting
+    cdef public bint write_paused
+    cdef public bint join_writes
+    cdef public bint read_paused
+    cdef public bint eof
+    cdef public bint closing
+    cdef public bint lost
+    cdef public bint _running
+    cdef public bint _flush_queued
+    cdef public object turns
+    cdef public bint deferred
+    cdef public object identity
+    cdef public object policy
+    cdef public object admit
+    cdef public bint fresh
+    cdef public Py_ssize_t charged
+    cdef public bint mem_paused
+    cdef object __weakref__
+
+    cdef _pause_reading(self)
+    cdef _resume_reading(self)
+    cpdef process(self)
+    cpdef send(self, object reply, Py_ssize_t barrier)
+    cpdef wake(self, object reply, Py_ssize_t barrier)
+    cpdef bint release_held(self, Py_ssize_t durable) except -1
+    cpdef flush(self)
+    cdef _flush_out(self)

@@ -1,0 +1,134 @@
+"""The event loop's time shared by the connections, turn by turn: a pure core.
+
+One loop turn serves every connection whose socket became readable. Without a bound, a turn
+lasts as long as the sum of what each of them runs: 1,000 clients each pipelining 120
+``list-tubes`` make a turn of seconds, and a client whose command needs nothing waits for all
+of it. ``Turns`` gives the connections of one turn ``budget`` seconds of commands together.
+
+Ensures:
+- A connection runs at least one command each time it is asked to (a light client, such as
+  one ``peek`` per read, is never made to wait for a later turn).
+- Past the turn's deadline, a connection stops after its current command, stops reading, and
+  joins the back of a queue (``defer``); each later turn first runs the queue, in order, until
+  that turn's deadline: so a busy connection gets at most about ``budget`` of a turn before the
+  others, and every queued one is served in turn (round robin, none starved).
+- A queued connection that is asked to run by anything else (its reads, replies it may now
+  send) runs nothing until the queue reaches it: the budget cannot be dodged.
+- At most ``starts`` costly starts (``start``: a TLS handshake, whose first step is a few
+  hundred microseconds of public-key crypto the loop cannot break up) run in one turn; the
+  rest wait, in order, for the next turns (5,000 client hellos otherwise meet in a few turns).
+- A turn opens at the first ``deadline`` (or ``start``) call after the previous one closed; it
+  closes at the start of the next loop turn (the callback ``soon`` schedules runs there).
+
+What a connection does with it (``Connection.process``): after at least one command, with
+input still buffered, it reads ``clock`` and stops once past ``deadline()``. It asks for the
+deadline only then, so a client sending one command per read costs the turns nothing.
+
+Example:
+    >>> now = [0.0]; later = []
+    >>> t = Turns(later.append, budget=0.005, clock=lambda: now[0])
+    >>> t.deadline()
+    0.005
+    >>> class C:
+    ...     def run_deferred(s): print("ran")
+    >>> t.defer(C()); len(t)
+    1
+    >>> now[0] = 1.0; [f() for f in later] and None  # the next loop turn
+    ran
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["Turns", "TURN_BUDGET", "STARTS_PER_TURN", "Deferred"]
+
+TURN_BUDGET = 0.005
+"""Seconds of commands one loop turn gives the connections together: a tenth of the 50 ms a
+client may wait (the rest is the turn's own I/O and a loaded machine's scheduling)."""
+
+STARTS_PER_TURN = 8
+"""TLS handshakes started per loop turn: their crypto (a key share and a signature, about
+0.3 ms each on a loaded P-256 server) then takes a few ms of a turn, as commands do."""
+
+
+class Deferred(Protocol):
+    """A connection that stopped for the turn's deadline (``connection.Connection``)."""
+
+    def run_deferred(self) -> None: ...
+
+
+class Turns:
+    """The deadline of the current loop turn and the queue of connections past it."""
+
+    __slots__ = ("budget", "starts", "clock", "_soon", "_deadline", "_open", "_queue", "_started",
+                 "_waiting")
+
+    def __init__(self, soon: Callable[[Callable[[], None]], object], *, budget: float = TURN_BUDGET,
+                 starts: int = STARTS_PER_TURN, clock: Callable[[], float] = time.perf_counter) -> None:
+        """``soon(f)`` runs ``f`` at the start of the next loop turn (``loop.call_soon``)."""
+        self.budget = budget
+        self.starts = starts
+        self.clock = clock  # read by the connections too, between their commands
+        self._soon = soon
+        self._deadline = 0.0
+        self._open = False
+        self._queue: deque[Deferred] = deque()
+        self._started = 0  # costly starts run this turn
+        self._waiting: deque[Callable[[], None]] = deque()  # starts left for later turns
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def deadline(self) -> float:
+        """When this turn's commands should stop (``clock`` time); opens the turn if needed."""
+        if not self._open:
+            self._open = True
+            self._deadline = self.clock() + self.budget
+            self._soon(self._next_turn)
+        return self._deadline
+
+    def over(self) -> bool:
+        """Whether this turn's budget is spent."""
+        deadline = self.deadline()
+        return self.clock() > deadline
+
+    def defer(self, c: Deferred) -> None:
+        """``c`` stopped for the deadline: it runs again when the queue reaches it."""
+        self._queue.append(c)
+        if not self._open:
+            self.deadline()  # the turn that runs the queue is scheduled
+
+    def start(self, f: Callable[[], None]) -> None:
+        """Run ``f``, the start of costly work (a TLS handshake), in this turn if fewer than
+        ``starts`` ran in it and none waits, otherwise in a later turn, in order."""
+        self.deadline()  # the turn is open: its end counts the starts again
+        if self._started < self.starts and not self._waiting:
+            self._started += 1
+            f()
+        else:
+            self._waiting.append(f)
+
+    def waiting(self) -> int:
+        """Starts left for later turns."""
+        return len(self._waiting)
+
+    def _next_turn(self) -> None:
+        self._open = False
+        self._started = 0
+        waiting = self._waiting
+        while waiting and self._started < self.starts:
+            self._started += 1
+            waiting.popleft()()
+        queue = self._queue
+        # Those queued now, once at most: a connection deferred again goes to the back and
+        # waits for the next turn, after the others.
+        for _ in range(len(queue)):
+            if not queue or self.over():
+                break
+            queue.popleft().run_deferred()
+        if queue or waiting or self._started:
+            self.deadline()  # the next turn runs the rest, and counts the starts again

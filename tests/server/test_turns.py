@@ -1,0 +1,126 @@
+"""The loop's time shared turn by turn (server/turns.py): the queue on its own, then the
+connection under a deadline (compiled or interpreted, whichever this build runs), on a clock
+that counts calls (no wall time)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from server.test_conn import RecordingTransport
+from stalkd.engine import Engine
+from stalkd.server.app import Server
+from stalkd.server.config import Config
+from stalkd.server.connection import Connection
+from stalkd.server.fastconn import IMPLEMENTATION
+from stalkd.server.turns import Turns
+
+
+class Ticks:
+    """A clock that moves one unit each time it is read."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1
+        return self.now
+
+
+class Runner:
+    def __init__(self, name: str, ran: list[str], again: Callable[[Runner], bool] = lambda r: False) -> None:
+        self.name, self.ran, self.again = name, ran, again
+        self.turns: Turns | None = None
+
+    def run_deferred(self) -> None:
+        self.ran.append(self.name)
+        if self.again(self) and self.turns is not None:
+            self.turns.defer(self)
+
+
+def test_the_queue_runs_in_order_and_stops_at_each_turns_deadline() -> None:
+    later: list[Callable[[], None]] = []
+    t = Turns(later.append, budget=2.5, clock=Ticks())
+    ran: list[str] = []
+    # a, b, c past the deadline; b wants more each time it runs, once
+    b_left = [1]
+
+    def b_again(_r: Runner) -> bool:
+        b_left[0] -= 1
+        return b_left[0] >= 0
+
+    rs = [Runner("a", ran), Runner("b", ran, b_again), Runner("c", ran)]
+    for r in rs:
+        r.turns = t
+        t.defer(r)
+    assert len(later) == 1 and len(t) == 3  # the turn that runs the queue is scheduled
+    later.pop(0)()
+    # the turn opens at one reading of the clock, each run reads it once more: a and b fit
+    assert ran == ["a", "b"] and len(t) == 2
+    later.pop(0)()
+    # c first (it was queued before b went back), then b, which is done
+    assert ran == ["a", "b", "c", "b"] and len(t) == 0
+    later.pop(0)()
+    assert later == []  # nothing queued: no more turns scheduled
+
+
+# One connection class, compiled by Cython or interpreted (STALKD_NO_EXTENSIONS=1): the suite
+# runs on both builds.
+CLASSES = [Connection]
+IDS = [IMPLEMENTATION]
+
+
+def _connect(srv: Server, cls: type[Connection]) -> tuple[Connection, RecordingTransport]:
+    c = cls(srv, srv.conns.next_id(), 65535, 4 * 2**20)
+    t = RecordingTransport()
+    c.connection_made(t)  # type: ignore[arg-type]
+    return c, t
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=IDS)
+def test_a_long_pipeline_waits_its_turn_and_a_light_client_does_not(cls: type[Connection]) -> None:
+    async def main() -> None:
+        srv = Server(Config(), Engine())
+        srv.turns = Turns(asyncio.get_running_loop().call_soon, budget=6, clock=Ticks())
+        heavy, ht = _connect(srv, cls)
+        light, lt = _connect(srv, cls)
+        n = 300
+        # Given one client pipelining n commands in one read
+        heavy.data_received(b"list-tube-used\r\n" * n)
+        # Then it ran some, stopped reading and waits in the queue
+        done = b"".join(ht.sent).count(b"USING default\r\n")
+        assert 0 < done < n and heavy.deferred and not ht.reading
+        # Its next read runs nothing before its place in the queue comes
+        heavy.data_received(b"list-tube-used\r\n")
+        assert b"".join(ht.sent).count(b"\r\n") == done
+        # A client with one command is answered at once, in the same turn
+        light.data_received(b"peek 1\r\n")
+        assert b"".join(lt.sent) == b"NOT_FOUND\r\n"
+        # And the pipeline is served over the following turns, every reply in order
+        for _ in range(10 * n):
+            if not heavy.deferred:
+                break
+            await asyncio.sleep(0)
+        assert b"".join(ht.sent) == b"USING default\r\n" * (n + 1)
+        assert ht.reading and not heavy.deferred and len(srv.turns) == 0
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=IDS)
+def test_a_client_that_hangs_up_while_queued_is_dropped_from_the_queue(cls: type[Connection]) -> None:
+    async def main() -> None:
+        srv = Server(Config(), Engine())
+        srv.turns = Turns(asyncio.get_running_loop().call_soon, budget=6, clock=Ticks())
+        heavy, ht = _connect(srv, cls)
+        heavy.data_received(b"use t\r\n" * 100)
+        assert heavy.deferred
+        sent = len(ht.sent)
+        heavy.connection_lost(None)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(srv.turns) == 0 and len(ht.sent) == sent  # nothing ran for it once gone
+
+    asyncio.run(main())
