@@ -32,6 +32,7 @@ CYTHON_MODULES = (
     # modules of Engine's commands and step
     "stalkd.engine.heap",
     "stalkd.engine.objects",
+    "stalkd.engine.jobtable",
     "stalkd.engine.room",
     "stalkd.engine.state",
     "stalkd.engine.timers",

@@ -4,6 +4,7 @@
 # in its __dict__. state.py is the source; this declares types and signatures only.
 
 from stalkd.engine.heap cimport HeapItem, IndexedHeap, pack
+from stalkd.engine.jobtable cimport JobTable
 from stalkd.engine.model cimport Record
 from stalkd.engine.objects cimport ConnState, Job, Release, Tube
 
@@ -14,7 +15,7 @@ cdef class EngineState:
     cdef public object max_job_size, step_jobs, keep_records, next_id, seq, draining, total_jobs
     cdef public object body_bytes, _pending, _budget, _now, _clock, _caller, _own, _room, _wait_serial
     cdef public dict conns, cmd
-    cdef public object jobs
+    cdef public JobTable jobs
     cdef public list _records, _wakeups
     cdef public set _dirty
     cdef public IndexedHeap _tube_timers, _conn_timers

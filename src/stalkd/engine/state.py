@@ -97,7 +97,7 @@ class EngineState:
         self.max_job_size = max_job_size
         self.step_jobs = step_jobs
         self.keep_records = records
-        self.jobs: JobTable[Job] = JobTable()
+        self.jobs: JobTable = JobTable()
         self.tubes: dict[str, Tube] = {}
         self.tube_order: list[Tube] = []
         self.conns: dict[int, ConnState] = {}
