@@ -12,6 +12,7 @@ cpdef object pack(object major, object minor)
 cdef class IndexedHeap:
     cdef list _keys
     cdef list _items
+    cdef Py_ssize_t _n
     cpdef object peek(self)
     cpdef object peek_key(self)
     cpdef bint due(self, object now)
