@@ -39,7 +39,7 @@ from stalkd.engine.model import Op
 from stalkd.log import Log, LogReader
 from stalkd.log.active import create_segment
 from stalkd.log.errors import LogError
-from stalkd.log.fs import REAL
+from stalkd.log.fs import REAL, FileSystem
 from stalkd.persist.datadir import job_id_ranges
 from stalkd.persist.snapshot import list_snapshots, read_header, snapshot_name
 from stalkd.replication import overlap, wire
@@ -102,10 +102,14 @@ def ask(sock: socket.socket, buf: bytearray, request: bytes, secret: str | None)
     return r
 
 
-def quarantine(directory: str, why: str, since: int | None) -> str:
+def quarantine(directory: str, why: str, since: int | None, fs: FileSystem = REAL) -> str:
     """Move ``wal/`` and ``snapshots/`` aside into ``quarantine/<time>/`` with a note."""
-    dest = os.path.join(directory, QUARANTINE_DIR, time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
-    REAL.makedirs(dest)
+    dest = base = os.path.join(directory, QUARANTINE_DIR, time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
+    n = 1
+    while os.path.lexists(dest):  # a second one within the second (a swap finished at start)
+        n += 1
+        dest = f"{base}.{n}"
+    fs.makedirs(dest)
     dropped = ""
     wal_dir = os.path.join(directory, "wal")
     if since is not None and os.path.isdir(wal_dir):
@@ -114,17 +118,18 @@ def quarantine(directory: str, why: str, since: int | None) -> str:
     for sub in ("wal", "snapshots"):
         src = os.path.join(directory, sub)
         if os.path.exists(src):
-            os.rename(src, os.path.join(dest, sub))
+            fs.replace(src, os.path.join(dest, sub))
     note = f"{why}\n" + (f"jobs named by the records from offset {since} on: {dropped or 'none'}\n"
                          if since is not None else "")  # fmt: skip
-    fd = REAL.open(os.path.join(dest, "NOTE"), os.O_WRONLY, create=True, truncate=True)
+    fd = fs.open(os.path.join(dest, "NOTE"), os.O_WRONLY, create=True, truncate=True)
     try:
-        REAL.write_all(fd, note.encode())
-        REAL.fsync(fd)
+        fs.write_all(fd, note.encode())
+        fs.fsync(fd)
     finally:
         os.close(fd)
-    REAL.fsync_dir(os.path.dirname(dest))
-    REAL.fsync_dir(directory)
+    fs.fsync_dir(dest)  # what moved in: without it a power cut could keep it in neither place
+    fs.fsync_dir(os.path.dirname(dest))
+    fs.fsync_dir(directory)
     log.warning("%s; the local WAL and snapshots were moved to %s (inspect them with "
                 "`stalkd log inspect %s`)%s", why, dest, os.path.join(dest, "wal"),
                 f"; jobs named by the records cut: {dropped}" if dropped else "")  # fmt: skip
