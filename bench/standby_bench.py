@@ -33,6 +33,11 @@ checkout's ``.venv`` runs it when there is one, so its compiled modules are its 
 change is measured against what it replaces in the same run: the ``before`` lines give the
 peer's ratios to its own primary alone. The pairs of this checkout authenticate their standby
 (``--replication-secret``); a peer of a build without that flag runs without it.
+``--records-standby`` (with ``--peer-src`` of a build whose standby does not ask for frames
+messages, as before they were negotiated) adds ``rec-async`` and ``rec-sync``: this checkout's
+primary with the peer's standby, which gets records messages (R), the path an older standby
+takes during a rolling upgrade; the ``R-path`` lines give their ratios to this checkout's
+primary alone.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 f
 BASELINE = os.environ.get("BENCH_BASELINE_SRC")
 SETUPS: tuple[str, ...] = ("alone", "async", "sync")
 PEER_SETUPS = ("base-alone", "base-async", "base-sync")
+RECORDS_SETUPS = ("rec-async", "rec-sync")  # our primary, the peer's standby (--records-standby)
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
 
@@ -109,11 +115,11 @@ class Pair:
         flags = ["--sync-standbys", "1"] if setup.endswith("sync") and "async" not in setup else []
         peer = setup.startswith("base")
         self.cmd = sb.STALKD
-        self.env = None
+        self.env: dict[str, str] | None = None
+        src = os.path.abspath(BASELINE or "")
+        peer_run = ([_peer_python(src), *sb.STALKD[1:]], {**os.environ, "PYTHONPATH": src})
         if peer:
-            src = os.path.abspath(BASELINE or "")
-            self.cmd = [_peer_python(src), *sb.STALKD[1:]]
-            self.env = {**os.environ, "PYTHONPATH": src}
+            self.cmd, self.env = peer_run
         secret: list[str] = []
         if not peer or _knows_secret(os.path.abspath(BASELINE or "")):  # standbys prove a secret
             self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-secret-", dir="/var/tmp"))
@@ -125,12 +131,17 @@ class Pair:
         self.standby: Server | None = None
         if not setup.endswith("alone"):
             self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-s-", dir="/var/tmp"))
-            self.standby = self._start(self.dirs[-1], ["--standby-of", f"127.0.0.1:{self.primary.port}", *secret])
+            self.standby = self._start(self.dirs[-1], ["--standby-of", f"127.0.0.1:{self.primary.port}", *secret],
+                                       *(peer_run if setup in RECORDS_SETUPS else ()))  # fmt: skip
             self.wait_following()
 
-    def _start(self, d: str, flags: list[str]) -> Server:
-        args = [*self.cmd, "-l", "127.0.0.1", "-p", "0", "--log-level", "warning", "--dir", d, *flags]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
+    def _start(self, d: str, flags: list[str], cmd: list[str] | None = None,
+               env: dict[str, str] | None = None) -> Server:  # fmt: skip
+        """A server of this pair's build (``cmd``/``env``: another's)."""
+        if cmd is None:
+            cmd, env = self.cmd, self.env
+        args = [*cmd, "-l", "127.0.0.1", "-p", "0", "--log-level", "warning", "--dir", d, *flags]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         port = wait_for_listener(proc, 30, "stalkd")
         return Server("stalkd", proc, port, None, "always")
 
@@ -236,6 +247,9 @@ def main() -> int:
     ap.add_argument("--cells", type=_parse_cells, metavar="WORK:DEPTH,...",
                     help="the cells to run (default put:1,put:64,rd:1,rd:64)")
     ap.add_argument("--no-promote", action="store_true", help="skip the promotion timing at the end")
+    ap.add_argument("--records-standby", action="store_true",
+                    help="also run this checkout's primary with the --peer-src build's standby, which "
+                    "does not ask for frames messages (the records path an older standby gets)")
     ap.add_argument("--ha", action="store_true", help="automatic failover instead (bench/ha_bench.py): "
                     "the lease's cost and kill -9 -> first put on the new primary")
     opts = ap.parse_args()
@@ -250,6 +264,11 @@ def main() -> int:
     if BASELINE:
         SETUPS = (*SETUPS, *PEER_SETUPS)
         sides.append(("before ", PEER_SETUPS))
+    if opts.records_standby:
+        if not BASELINE:
+            ap.error("--records-standby runs the standby of --peer-src DIR: give it")
+        SETUPS = (*SETUPS, *RECORDS_SETUPS)
+        sides.append(("R-path ", ("alone", *RECORDS_SETUPS)))
     print(f"# standby_bench: {CONNS} connections, {sb.SECONDS:.1f} s per cell, {sb.ROUNDS} rounds, "
           f"{sb.GEN_PROCS} generator processes, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     if BASELINE:
