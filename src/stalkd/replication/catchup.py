@@ -187,7 +187,9 @@ def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int, epoch:
     dec = wire.RecordDecoder()
     n = 0
     data = bytes(buf)
-    while lg.next_offset < target:
+    # Our last record is compared even when the primary's log ends where ours does: the primary
+    # (after a power cut of both) may have written another record at that very offset.
+    while lg.next_offset < target or last is not None:
         for first, payloads in dec.feed(data):
             if last is not None:
                 first, payloads = overlap.trim(first, payloads, lg.next_offset, last)
@@ -199,7 +201,7 @@ def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int, epoch:
                     epoch = r.epoch
             lg.write_many(payloads)
             n += len(payloads)
-        if lg.next_offset >= target:
+        if lg.next_offset >= target and last is None:
             break
         data = sock.recv(1 << 20)
         if not data:
