@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .active import create_segment
 from .errors import LogCorruptError
 from .fs import FileSystem
 from .segment import FOOTER_SIZE, HEADER_SIZE, SegmentView, encode_footer
 
 __all__ = ["DROPPED_DIR", "ZEROS", "RepairReport", "write_footer", "zero", "dropped_dir",
-           "quarantine", "salvage_file", "cut"]
+           "quarantine", "salvage_file", "cut", "restart_at"]
 
 DROPPED_DIR = "dropped"
 ZEROS = bytes(1 << 20)
@@ -125,3 +126,26 @@ def cut(
     salvaged = [rec for p in moved for rec in salvage_file(p)]
     where = cut_view.path if cut_view is not None else (files[keep] if keep < len(files) else root)
     return RepairReport(where, position, offset, reason, tuple(moved), tuple(salvaged))
+
+
+def restart_at(fs: FileSystem, root: str, files: list[str], base: int, size: int) -> tuple[str, ...]:
+    """Move the log's segments (``files``, closed) to dropped/ and begin an empty log whose next
+    record is at offset ``base``; the paths moved to.
+
+    The repair of a log that ends below its snapshot (``base``, the snapshot's offset), whose
+    state holds everything those segments had: what is written next takes the offsets after the
+    snapshot's, as before the loss, never one that a standby, a consumer group or the archive
+    already saw for another record."""
+    into = dropped_dir(fs, root)
+    moved = []
+    for p in files:
+        target = os.path.join(into, os.path.basename(p))
+        k = 1
+        while os.path.lexists(target):  # an earlier repair's: a repair deletes nothing
+            target = os.path.join(into, f"{os.path.basename(p)}.{k}")
+            k += 1
+        fs.replace(p, target)
+        moved.append(target)
+    fs.fsync_dir(into)
+    create_segment(root, base, size, 1, "pwrite", True, fs).close()  # its directory fsynced: the moves too
+    return tuple(moved)
