@@ -12,26 +12,13 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from campaign.powerfs import PowerFS
 
 from stalkd.log.fs import REAL, CrashPoint, Faults
 from stalkd.replication.swap import RESYNC_DIR, settle, swap_in
 
 FILES = {"wal": "seg-0.log", "snapshots": "snap-0.snap"}
-
-
-@pytest.fixture
-def power(tmp_path: Path, fuse: None) -> Iterator[PowerFS]:
-    fs = PowerFS(str(tmp_path / "backing"), str(tmp_path / "mnt"), strict=True)
-    fs.start()
-    try:
-        yield fs
-    finally:
-        fs.kill()
 
 
 def _durable_file(path: str, data: bytes) -> None:
@@ -79,7 +66,8 @@ def _swap(data: str, crash: tuple[str, int] | None) -> bool:
     return False
 
 
-def test_a_power_cut_at_any_step_of_a_resync_swap_leaves_one_whole_copy(power: PowerFS) -> None:
+def test_a_power_cut_at_any_step_of_a_resync_swap_leaves_one_whole_copy(strict: PowerFS) -> None:
+    power = strict
     whole = os.path.join(power.mountpoint, "whole")
     _lay_out(whole)
     counter = Faults()
