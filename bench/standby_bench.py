@@ -21,6 +21,15 @@ per setup and cell:
   Reserve+delete drains ``server_bench``'s fixed stock (3,000 jobs under ``always``): its cells
   last a fraction of a second, so their CPU per job is rough; put cells run the whole time.
 
+``--stand-in`` adds two setups where a stand-in (``standby_standin.py``: it streams and checks
+every message like a standby, keeps no log, applies nothing) takes the standby's place:
+``stand-in-async`` acknowledges each read at once; ``stand-in-sync`` (``--sync-standbys 1``)
+appends each read to a file and fdatasyncs it first. The primary does all of its replication
+work against them while the second process costs the shared cores almost nothing, so their
+``stand-in`` row splits what a standby costs: the primary's own work and the round trip with
+the standby's fsync on the same disk (the stand-in row) against that plus the real standby's
+CPU per record (the ``after`` row).
+
 Also: the largest standby lag the primary reported (``stats``: ``standby-lag``, records) while
 the cells ran, and the time from SIGUSR2 (promotion) to the first put the standby accepts.
 
@@ -69,6 +78,7 @@ BASELINE = os.environ.get("BENCH_BASELINE_SRC")
 SETUPS: tuple[str, ...] = ("alone", "async", "sync")
 PEER_SETUPS = ("base-alone", "base-async", "base-sync")
 RECORDS_SETUPS = ("rec-async", "rec-sync")  # our primary, the peer's standby (--records-standby)
+STAND_IN_SETUPS = ("stand-in-async", "stand-in-sync")
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
 
@@ -129,7 +139,10 @@ class Pair:
             secret = ["--replication-secret", path]
         self.primary = self._start(self.dirs[0], [*flags, *secret])
         self.standby: Server | None = None
-        if not setup.endswith("alone"):
+        if setup.startswith("stand-in"):
+            self.standby = self._stand_in(secret[1], setup.endswith("-sync"))
+            self.wait_following()
+        elif not setup.endswith("alone"):
             self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-s-", dir="/var/tmp"))
             self.standby = self._start(self.dirs[-1], ["--standby-of", f"127.0.0.1:{self.primary.port}", *secret],
                                        *(peer_run if setup in RECORDS_SETUPS else ()))  # fmt: skip
@@ -144,6 +157,14 @@ class Pair:
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         port = wait_for_listener(proc, 30, "stalkd")
         return Server("stalkd", proc, port, None, "always")
+
+    def _stand_in(self, secret: str, fsync: bool) -> Server:
+        """``standby_standin.py`` following the primary (fsyncing a file in its own directory)."""
+        self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-stand-in-", dir="/var/tmp"))
+        sync = ["--fsync", os.path.join(self.dirs[-1], "stream")] if fsync else []
+        args = [*self.cmd[:1], os.path.join(HERE, "standby_standin.py"), str(self.primary.port), secret, *sync]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, env=self.env)
+        return Server("stand-in", proc, 0, None, "always")
 
     def stats(self, srv: Server) -> dict[str, object]:
         with stalkd.Client(f"127.0.0.1:{srv.port}") as c:
@@ -246,6 +267,8 @@ def main() -> int:
                     help="the src/ of an earlier checkout: also run its alone, async and sync setups")
     ap.add_argument("--cells", type=_parse_cells, metavar="WORK:DEPTH,...",
                     help="the cells to run (default put:1,put:64,rd:1,rd:64)")
+    ap.add_argument("--stand-in", action="store_true",
+                    help="also run the primary with a stand-in standby (streams and checks, keeps nothing)")
     ap.add_argument("--no-promote", action="store_true", help="skip the promotion timing at the end")
     ap.add_argument("--records-standby", action="store_true",
                     help="also run this checkout's primary with the --peer-src build's standby, which "
@@ -269,6 +292,9 @@ def main() -> int:
             ap.error("--records-standby runs the standby of --peer-src DIR: give it")
         SETUPS = (*SETUPS, *RECORDS_SETUPS)
         sides.append(("R-path ", ("alone", *RECORDS_SETUPS)))
+    if opts.stand_in:
+        SETUPS = (*SETUPS, *STAND_IN_SETUPS)
+        sides.append(("stand-in ", ("alone", *STAND_IN_SETUPS)))
     print(f"# standby_bench: {CONNS} connections, {sb.SECONDS:.1f} s per cell, {sb.ROUNDS} rounds, "
           f"{sb.GEN_PROCS} generator processes, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     if BASELINE:
@@ -282,7 +308,7 @@ def main() -> int:
     ratios: dict[str, list[float]] = {}
     try:
         sampler.start()
-        print(f"{'':7}{'work':4} {'depth':>5} | {'alone/s':>8} {'us/job':>6} | {'async/s':>8} {'ratio':>5} "
+        print(f"{'':9}{'work':4} {'depth':>5} | {'alone/s':>8} {'us/job':>6} | {'async/s':>8} {'ratio':>5} "
               f"{'us/job':>6} {'ratio':>5} {'sb us':>5} | {'sync/s':>8} {'ratio':>5} {'us/job':>6} {'ratio':>5} "
               f"{'sb us':>5}")
         for work, depth in CELLS:
@@ -295,7 +321,7 @@ def main() -> int:
             med = {s: _median_run(runs[s]) for s in SETUPS}
             for label, (alone, asy, syn) in sides:
                 a, x, y = med[alone], med[asy], med[syn]
-                row = f"{label or 'after ':7}{work:4} {depth:5} | {a.rate:8.0f} {a.us_per_job:6.1f}"
+                row = f"{label or 'after ':9}{work:4} {depth:5} | {a.rate:8.0f} {a.us_per_job:6.1f}"
                 for name, m in (("async", x), ("sync", y)):
                     rr, cr = m.rate / a.rate, m.us_per_job / a.us_per_job
                     ratios.setdefault(f"{label}{name} throughput", []).append(rr)

@@ -312,12 +312,11 @@ def _frame_payloads(body: memoryview) -> tuple[int, list[bytes]]:
     positions = scan_positions(body, base, _MAX_EPOCH, st, size, None, 0, size // FRAME_HEADER_SIZE + 1)
     if st.status != "end" or st.pos != size:
         raise WireError(f"a frame from the primary fails its checks (offset {st.offset}): damaged or out of place")
+    # One copy of the message, then a bytes slice per payload (not a view and a copy of it).
+    raw = bytes(body)
     unpack = _LEN.unpack_from
-    out = []
-    for p in positions:
-        start = p + FRAME_HEADER_SIZE
-        out.append(bytes(body[start : start + unpack(body, p + LENGTH_AT)[0]]))
-    return first, out
+    h = FRAME_HEADER_SIZE
+    return first, [raw[p + h : p + h + unpack(raw, p + LENGTH_AT)[0]] for p in positions]
 
 
 def encode_heartbeat(end_offset: int) -> bytes:
