@@ -28,8 +28,9 @@ CYTHON_SRC := $(shell $(PYTHON) -c 'exec(open("src/stalkd/extensions.py").read()
 
 # A compiled module an earlier in-place build left beside the sources after its own source went (a
 # .c file deleted, a .py file deleted or taken out of CYTHON_MODULES) would still be imported first:
-# every build target removes it. A .so counts as built from src/a/b.py or src/a/b.c (b.*.so).
-STALE_EXT = $(strip $(foreach so,$(shell find src -name '*.so'),$(if $(filter $(basename $(basename $(so))).py,$(CYTHON_SRC))$(wildcard $(basename $(basename $(so))).c),,$(so))))
+# every build target removes it. A .so counts as built from src/a/b.py or src/a/b.c (b.*.so); nothing
+# is removed when the list of Cython modules could not be read.
+STALE_EXT = $(strip $(if $(CYTHON_SRC),$(foreach so,$(shell find src -name '*.so'),$(if $(filter $(basename $(basename $(so))).py,$(CYTHON_SRC))$(wildcard $(basename $(basename $(so))).c),,$(so)))))
 
 stale-ext:
 	$(if $(STALE_EXT),rm -f $(STALE_EXT))
