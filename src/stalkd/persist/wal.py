@@ -28,11 +28,15 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-try:
-    import cython  # type: ignore[import-untyped]
-except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import DURABLE_OPS, ROWS, OpLayout, Record, encode
