@@ -15,7 +15,7 @@ from .errors import LogCorruptError
 from .fs import FileSystem
 from .segment import FOOTER_SIZE, HEADER_SIZE, SegmentView, encode_footer
 
-__all__ = ["DROPPED_DIR", "ZEROS", "RepairReport", "write_footer", "zero", "dropped_dir",
+__all__ = ["DROPPED_DIR", "ZEROS", "RepairReport", "write_footer", "zero", "dropped_dir", "free_name",
            "quarantine", "salvage_file", "cut", "restart_at"]
 
 DROPPED_DIR = "dropped"
@@ -73,15 +73,21 @@ def dropped_dir(fs: FileSystem, root: str) -> str:
     return d
 
 
+def free_name(directory: str, name: str) -> str:
+    """``directory/name``, or ``name.1``, ``name.2``... if taken: a repair deletes nothing, so
+    what an earlier repair put in dropped/ is never replaced."""
+    target = os.path.join(directory, name)
+    k = 1
+    while os.path.lexists(target):
+        target = os.path.join(directory, f"{name}.{k}")
+        k += 1
+    return target
+
+
 def quarantine(fs: FileSystem, root: str, view: SegmentView, start: int, end: int) -> str:
     """Copy bytes ``[start, end)`` of a segment to a new 0600 file in dropped/; its path."""
     d = dropped_dir(fs, root)
-    name = f"{os.path.basename(view.path)}.from-byte-{start}"
-    target = os.path.join(d, name)
-    k = 1
-    while os.path.lexists(target):
-        target = os.path.join(d, f"{name}.{k}")
-        k += 1
+    target = free_name(d, f"{os.path.basename(view.path)}.from-byte-{start}")
     fd = fs.open(target, os.O_WRONLY | os.O_EXCL, create=True)
     try:
         fs.write_all(fd, view.mv[start:end])
@@ -116,7 +122,7 @@ def cut(
         for v in views:
             if v.path == p:
                 v.close()
-        target = os.path.join(into, os.path.basename(p))
+        target = free_name(into, os.path.basename(p))
         fs.replace(p, target)
         moved.append(target)
     if cut_view is not None:
@@ -139,11 +145,7 @@ def restart_at(fs: FileSystem, root: str, files: list[str], base: int, size: int
     into = dropped_dir(fs, root)
     moved = []
     for p in files:
-        target = os.path.join(into, os.path.basename(p))
-        k = 1
-        while os.path.lexists(target):  # an earlier repair's: a repair deletes nothing
-            target = os.path.join(into, f"{os.path.basename(p)}.{k}")
-            k += 1
+        target = free_name(into, os.path.basename(p))
         fs.replace(p, target)
         moved.append(target)
     fs.fsync_dir(into)
