@@ -74,8 +74,8 @@ def dropped_dir(fs: FileSystem, root: str) -> str:
 
 
 def free_name(directory: str, name: str) -> str:
-    """``directory/name``, or ``name.1``, ``name.2``... if taken: a repair deletes nothing, so
-    what an earlier repair put in dropped/ is never replaced."""
+    """``directory/name``, or ``name.1``, ``name.2``... if taken: what an earlier repair put in
+    dropped/ (or a standby in its quarantine) is never replaced, a repair deletes nothing."""
     target = os.path.join(directory, name)
     k = 1
     while os.path.lexists(target):

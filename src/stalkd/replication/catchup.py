@@ -40,6 +40,7 @@ from stalkd.log import Log, LogReader
 from stalkd.log.active import create_segment
 from stalkd.log.errors import LogError
 from stalkd.log.fs import REAL, FileSystem
+from stalkd.log.repairs import free_name
 from stalkd.persist.datadir import job_id_ranges
 from stalkd.persist.snapshot import list_snapshots, read_header, snapshot_name
 from stalkd.replication import overlap, wire
@@ -104,11 +105,8 @@ def ask(sock: socket.socket, buf: bytearray, request: bytes, secret: str | None)
 
 def quarantine(directory: str, why: str, since: int | None, fs: FileSystem = REAL) -> str:
     """Move ``wal/`` and ``snapshots/`` aside into ``quarantine/<time>/`` with a note."""
-    dest = base = os.path.join(directory, QUARANTINE_DIR, time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
-    n = 1
-    while os.path.lexists(dest):  # a second one within the second (a swap finished at start)
-        n += 1
-        dest = f"{base}.{n}"
+    # free: a second one within the second (a swap finished at start) gets a name of its own
+    dest = free_name(os.path.join(directory, QUARANTINE_DIR), time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
     fs.makedirs(dest)
     dropped = ""
     wal_dir = os.path.join(directory, "wal")
