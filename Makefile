@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test test-fast lint bench system-deps bytecode ext crashloop crash-campaign failover-campaign ha-campaign powerloss-campaign campaign fuzz clean dashboard-screenshot
+.PHONY: run test test-fast lint bench system-deps bytecode ext stale-ext crashloop crash-campaign failover-campaign ha-campaign powerloss-campaign campaign fuzz clean dashboard-screenshot
 
 # Each install builds the accelerators too: it stamps .ext, so `make run` installs once.
 $(VENV)/.base: pyproject.toml
@@ -26,7 +26,16 @@ system-deps:
 # forces them.
 CYTHON_SRC := $(shell $(PYTHON) -c 'exec(open("src/stalkd/extensions.py").read()); print(*map(source_path, CYTHON_MODULES))')
 
-ext: $(VENV)/.ext
+# A compiled module an earlier in-place build left beside the sources after its own source went (a
+# .c file deleted, a .py file deleted or taken out of CYTHON_MODULES) would still be imported first:
+# every build target removes it. A .so counts as built from src/a/b.py or src/a/b.c (b.*.so); nothing
+# is removed when the list of Cython modules could not be read.
+STALE_EXT = $(strip $(if $(CYTHON_SRC),$(foreach so,$(shell find src -name '*.so'),$(if $(filter $(basename $(basename $(so))).py,$(CYTHON_SRC))$(wildcard $(basename $(basename $(so))).c),,$(so)))))
+
+stale-ext:
+	$(if $(STALE_EXT),rm -f $(STALE_EXT))
+
+ext: $(VENV)/.ext stale-ext
 
 $(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) $(wildcard $(CYTHON_SRC:.py=.pxd)) src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) \
 		src/stalkd/log/_framer.c
@@ -36,7 +45,7 @@ $(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) $(wi
 # An editable install leaves src/ without bytecode, and where PYTHONDONTWRITEBYTECODE is set
 # (as on these machines) every start compiles it again: ~70 ms more before the server's first
 # reply (150 instead of 80 ms), which client test fixtures that wait 0.1 s notice.
-bytecode: $(VENV)/.base $(VENV)/.ext
+bytecode: $(VENV)/.base $(VENV)/.ext stale-ext
 	$(PY) -m compileall -q src >/dev/null
 
 # `make run PORT=11301 DIR=/tmp/q` runs a second server beside the first.

@@ -11,6 +11,10 @@ probe's wall-clock waits):
 
   readers-flood     1,000 connections each sending list-tubes (1,200 tubes: ~36 KB a reply)
                     120 times and never reading
+  readers-squeeze   the same under ``--max-memory 100M``: the budget stops and lets go of the
+                    readers over and over within the 8 s, at any load (under the default
+                    budget, 512 MiB here, only a quiet machine runs enough of their commands
+                    to reach it)
   big-puts          40 clients each sending one 16 MiB put (``-z 16777216``) at once; the jobs
                     are deleted before "after"
   handshake-flood   5,000 connections to the TLS listener each sending a client hello and
@@ -44,7 +48,8 @@ import server_bench
 from server.wire import flood_unread, proc_status  # tests/server/wire.py
 from support import listening_ports  # tests/support.py (tests/ is on the path through server_bench)
 
-FLOODS = ("readers-flood", "big-puts", "handshake-flood", "admin-100k")
+FLOODS = ("readers-flood", "readers-squeeze", "big-puts", "handshake-flood", "admin-100k")
+READERS = ("readers-flood", "readers-squeeze")
 MB = 2**20
 
 
@@ -262,6 +267,8 @@ def run(kind: str, case: str, probe_of: Callable[[int], Probe], *, admin_tubes: 
         extra = ("--tls-listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key)
     elif case == "admin-100k":
         extra = ("--admin", "127.0.0.1:0")
+    elif case == "readers-squeeze":
+        extra = ("--max-memory", "100M")
     srv = _metered(kind, extra, meter := os.path.join(tempfile.mkdtemp(prefix="bench-loopmeter-"), "gaps"))
     pid = srv.proc.pid
     keep: list[socket.socket] = []
@@ -270,10 +277,10 @@ def run(kind: str, case: str, probe_of: Callable[[int], Probe], *, admin_tubes: 
         other: list[int] = []
         for _ in range(1000):  # the admin endpoint listens once recovery is done, after the port
             other = [p for p in listening_ports(pid) if p != srv.port]
-            if other or case in ("readers-flood", "big-puts"):
+            if other or case in (*READERS, "big-puts"):
                 break
             time.sleep(0.01)
-        if case == "readers-flood":
+        if case in READERS:
             _, keep = _readers(srv.port, srv, {})
         elif case == "admin-100k":
             _admin_setup(srv.port, admin_tubes, admin_jobs)
@@ -282,7 +289,7 @@ def run(kind: str, case: str, probe_of: Callable[[int], Probe], *, admin_tubes: 
         probe.start()
         time.sleep(0.2)
         flood: list[socket.socket] = []
-        if case == "readers-flood":
+        if case in READERS:
             flood = _readers_flood(srv.port)
             time.sleep(8.0)  # the server runs what it can of their commands meanwhile
         elif case == "big-puts":

@@ -20,9 +20,10 @@ While the scenario's command runs on one connection, a probe connection sends ``
 loop (one in flight) and records each round trip; the figure is the longest round trip, in ms,
 and the median for scale. Target (issue 11): <= 50 ms, and never longer than beanstalkd's.
 
-Floods (issue 30, ``--floods``; see bench/floods.py): readers-flood, big-puts, handshake-flood
-and admin-100k print the probe's p99 and max round trip and the server's RSS before, at peak
-and after the clients left, for stalkd and the peer column (``--peer-src``).
+Floods (issue 30, ``--floods``; see bench/floods.py): readers-flood, readers-squeeze, big-puts,
+handshake-flood and admin-100k print the probe's p99 and max round trip, the longest loop turn
+(CPU ms) and the server's RSS before, at peak and after the clients left, for stalkd and the
+peer column (``--peer-src``).
 
 Run: ``.venv/bin/python bench/stall_bench.py [--jobs 100000] [--scenario kick-delayed]
 [--class memory|never] [--peer-src DIR]`` (``--peer-src`` puts another stalkd tree in the peer

@@ -21,6 +21,15 @@ per setup and cell:
   Reserve+delete drains ``server_bench``'s fixed stock (3,000 jobs under ``always``): its cells
   last a fraction of a second, so their CPU per job is rough; put cells run the whole time.
 
+``--stand-in`` adds two setups where a stand-in (``standby_standin.py``: it streams and checks
+every message like a standby, keeps no log, applies nothing) takes the standby's place:
+``stand-in-async`` acknowledges each read at once; ``stand-in-sync`` (``--sync-standbys 1``)
+appends each read to a file and fdatasyncs it first. The primary does all of its replication
+work against them while the second process costs the shared cores almost nothing, so their
+``stand-in`` row splits what a standby costs: the primary's own work and the round trip with
+the standby's fsync on the same disk (the stand-in row) against that plus the real standby's
+CPU per record (the ``after`` row).
+
 Also: the largest standby lag the primary reported (``stats``: ``standby-lag``, records) while
 the cells ran, and the time from SIGUSR2 (promotion) to the first put the standby accepts.
 
@@ -33,6 +42,11 @@ checkout's ``.venv`` runs it when there is one, so its compiled modules are its 
 change is measured against what it replaces in the same run: the ``before`` lines give the
 peer's ratios to its own primary alone. The pairs of this checkout authenticate their standby
 (``--replication-secret``); a peer of a build without that flag runs without it.
+``--records-standby`` (with ``--peer-src`` of a build whose standby does not ask for frames
+messages, as before they were negotiated) adds ``rec-async`` and ``rec-sync``: this checkout's
+primary with the peer's standby, which gets records messages (R), the path an older standby
+takes during a rolling upgrade; the ``R-path`` lines give their ratios to this checkout's
+primary alone.
 """
 
 from __future__ import annotations
@@ -63,6 +77,8 @@ from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 f
 BASELINE = os.environ.get("BENCH_BASELINE_SRC")
 SETUPS: tuple[str, ...] = ("alone", "async", "sync")
 PEER_SETUPS = ("base-alone", "base-async", "base-sync")
+RECORDS_SETUPS = ("rec-async", "rec-sync")  # our primary, the peer's standby (--records-standby)
+STAND_IN_SETUPS = ("stand-in-async", "stand-in-sync")
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
 
@@ -109,11 +125,11 @@ class Pair:
         flags = ["--sync-standbys", "1"] if setup.endswith("sync") and "async" not in setup else []
         peer = setup.startswith("base")
         self.cmd = sb.STALKD
-        self.env = None
+        self.env: dict[str, str] | None = None
+        src = os.path.abspath(BASELINE or "")
+        peer_run = ([_peer_python(src), *sb.STALKD[1:]], {**os.environ, "PYTHONPATH": src})
         if peer:
-            src = os.path.abspath(BASELINE or "")
-            self.cmd = [_peer_python(src), *sb.STALKD[1:]]
-            self.env = {**os.environ, "PYTHONPATH": src}
+            self.cmd, self.env = peer_run
         secret: list[str] = []
         if not peer or _knows_secret(os.path.abspath(BASELINE or "")):  # standbys prove a secret
             self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-secret-", dir="/var/tmp"))
@@ -123,16 +139,32 @@ class Pair:
             secret = ["--replication-secret", path]
         self.primary = self._start(self.dirs[0], [*flags, *secret])
         self.standby: Server | None = None
-        if not setup.endswith("alone"):
+        if setup.startswith("stand-in"):
+            self.standby = self._stand_in(secret[1], setup.endswith("-sync"))
+            self.wait_following()
+        elif not setup.endswith("alone"):
             self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-s-", dir="/var/tmp"))
-            self.standby = self._start(self.dirs[-1], ["--standby-of", f"127.0.0.1:{self.primary.port}", *secret])
+            self.standby = self._start(self.dirs[-1], ["--standby-of", f"127.0.0.1:{self.primary.port}", *secret],
+                                       *(peer_run if setup in RECORDS_SETUPS else ()))  # fmt: skip
             self.wait_following()
 
-    def _start(self, d: str, flags: list[str]) -> Server:
-        args = [*self.cmd, "-l", "127.0.0.1", "-p", "0", "--log-level", "warning", "--dir", d, *flags]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
+    def _start(self, d: str, flags: list[str], cmd: list[str] | None = None,
+               env: dict[str, str] | None = None) -> Server:  # fmt: skip
+        """A server of this pair's build (``cmd``/``env``: another's)."""
+        if cmd is None:
+            cmd, env = self.cmd, self.env
+        args = [*cmd, "-l", "127.0.0.1", "-p", "0", "--log-level", "warning", "--dir", d, *flags]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         port = wait_for_listener(proc, 30, "stalkd")
         return Server("stalkd", proc, port, None, "always")
+
+    def _stand_in(self, secret: str, fsync: bool) -> Server:
+        """``standby_standin.py`` following the primary (fsyncing a file in its own directory)."""
+        self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-stand-in-", dir="/var/tmp"))
+        sync = ["--fsync", os.path.join(self.dirs[-1], "stream")] if fsync else []
+        args = [*self.cmd[:1], os.path.join(HERE, "standby_standin.py"), str(self.primary.port), secret, *sync]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, env=self.env)
+        return Server("stand-in", proc, 0, None, "always")
 
     def stats(self, srv: Server) -> dict[str, object]:
         with stalkd.Client(f"127.0.0.1:{srv.port}") as c:
@@ -235,7 +267,12 @@ def main() -> int:
                     help="the src/ of an earlier checkout: also run its alone, async and sync setups")
     ap.add_argument("--cells", type=_parse_cells, metavar="WORK:DEPTH,...",
                     help="the cells to run (default put:1,put:64,rd:1,rd:64)")
+    ap.add_argument("--stand-in", action="store_true",
+                    help="also run the primary with a stand-in standby (streams and checks, keeps nothing)")
     ap.add_argument("--no-promote", action="store_true", help="skip the promotion timing at the end")
+    ap.add_argument("--records-standby", action="store_true",
+                    help="also run this checkout's primary with the --peer-src build's standby, which "
+                    "does not ask for frames messages (the records path an older standby gets)")
     ap.add_argument("--ha", action="store_true", help="automatic failover instead (bench/ha_bench.py): "
                     "the lease's cost and kill -9 -> first put on the new primary")
     opts = ap.parse_args()
@@ -250,6 +287,14 @@ def main() -> int:
     if BASELINE:
         SETUPS = (*SETUPS, *PEER_SETUPS)
         sides.append(("before ", PEER_SETUPS))
+    if opts.records_standby:
+        if not BASELINE:
+            ap.error("--records-standby runs the standby of --peer-src DIR: give it")
+        SETUPS = (*SETUPS, *RECORDS_SETUPS)
+        sides.append(("R-path ", ("alone", *RECORDS_SETUPS)))
+    if opts.stand_in:
+        SETUPS = (*SETUPS, *STAND_IN_SETUPS)
+        sides.append(("stand-in ", ("alone", *STAND_IN_SETUPS)))
     print(f"# standby_bench: {CONNS} connections, {sb.SECONDS:.1f} s per cell, {sb.ROUNDS} rounds, "
           f"{sb.GEN_PROCS} generator processes, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     if BASELINE:
@@ -263,7 +308,7 @@ def main() -> int:
     ratios: dict[str, list[float]] = {}
     try:
         sampler.start()
-        print(f"{'':7}{'work':4} {'depth':>5} | {'alone/s':>8} {'us/job':>6} | {'async/s':>8} {'ratio':>5} "
+        print(f"{'':9}{'work':4} {'depth':>5} | {'alone/s':>8} {'us/job':>6} | {'async/s':>8} {'ratio':>5} "
               f"{'us/job':>6} {'ratio':>5} {'sb us':>5} | {'sync/s':>8} {'ratio':>5} {'us/job':>6} {'ratio':>5} "
               f"{'sb us':>5}")
         for work, depth in CELLS:
@@ -276,7 +321,7 @@ def main() -> int:
             med = {s: _median_run(runs[s]) for s in SETUPS}
             for label, (alone, asy, syn) in sides:
                 a, x, y = med[alone], med[asy], med[syn]
-                row = f"{label or 'after ':7}{work:4} {depth:5} | {a.rate:8.0f} {a.us_per_job:6.1f}"
+                row = f"{label or 'after ':9}{work:4} {depth:5} | {a.rate:8.0f} {a.us_per_job:6.1f}"
                 for name, m in (("async", x), ("sync", y)):
                     rr, cr = m.rate / a.rate, m.us_per_job / a.us_per_job
                     ratios.setdefault(f"{label}{name} throughput", []).append(rr)

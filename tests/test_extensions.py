@@ -1,10 +1,15 @@
 """The build switch and the stand-in for ``import cython``: their examples hold, every module
 Cython compiles has its .py file (the fallback, and what setup.py compiles), and the names that
-module uses of ``cython`` exist in the stand-in, so it also runs uncompiled without Cython."""
+module uses of ``cython`` exist in the stand-in, so it also runs uncompiled without Cython; and
+``make`` removes a compiled module an in-place build left after its source went."""
 
 from __future__ import annotations
 
 import ast
+import importlib.machinery
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,3 +34,30 @@ def test_each_compiled_module_is_a_python_file_using_only_what_the_stand_in_has(
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "cython"}
     missing = {attr for attr in used if not hasattr(cyshim, attr)}
     assert not missing, f"{name} uses cython.{sorted(missing)}, which stalkd.cyshim lacks"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_removes_a_compiled_module_whose_source_is_gone(tmp_path: Path) -> None:
+    # the Makefile and the list of Cython modules, in a tree of built modules with and without sources
+    shutil.copy(ROOT / "Makefile", tmp_path)
+    (tmp_path / "src/stalkd/log").mkdir(parents=True)
+    shutil.copy(ROOT / "src/stalkd/extensions.py", tmp_path / "src/stalkd")
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    compiled = extensions.CYTHON_MODULES[0]
+    kept = {  # a Cython module of the list, a C leaf, and the one (the .py of a module off the list)
+        tmp_path / extensions.source_path(compiled): tmp_path / extensions.source_path(compiled).replace(".py", suffix),
+        tmp_path / "src/stalkd/log/_leaf.c": tmp_path / f"src/stalkd/log/_leaf{suffix}",
+    }
+    gone = [tmp_path / f"src/stalkd/log/_removed{suffix}", tmp_path / "src/stalkd/log/dropped.abi3.so"]
+    (tmp_path / "src/stalkd/log/dropped.py").write_text("")  # still a .py file, no longer compiled
+    for source, built in kept.items():
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.touch()
+        built.write_bytes(b"\x7fELF")
+    for built in gone:
+        built.write_bytes(b"\x7fELF")
+    r = subprocess.run(["make", "-s", "stale-ext", f"PYTHON={sys.executable}"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert all(built.exists() for built in kept.values())
+    assert not any(built.exists() for built in gone)

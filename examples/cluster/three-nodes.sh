@@ -24,5 +24,8 @@ for i in 0 1 2; do
         --sync-standbys 1 --replication-secret "$dir/replication.secret" >"$dir/node$i.log" 2>&1 &
     echo $! >"$dir/node$i.pid"
 done
-until stalkd cluster status "$cluster" 2>/dev/null | grep -q '^leader: node'; do sleep 0.2; done
+# ready once one node leads and both others follow it
+until [ "$(stalkd cluster status "$cluster" 2>/dev/null | grep -cE '^node[0-9] +(primary|standby) ')" = 3 ]; do
+    sleep 0.2
+done
 stalkd cluster status "$cluster"

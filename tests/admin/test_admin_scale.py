@@ -16,7 +16,7 @@ import greenstalk
 
 from admin.adminproc import AdminServer
 from stalkd.admin.metrics import TOP_TUBES
-from stalkd.admin.ops import encode_answer
+from stalkd.admin.ops import IDS_PER_SLICE, answer_parts, encode_answer
 
 
 def _tube_metrics(text: str) -> dict[tuple[str, str], float]:
@@ -87,6 +87,29 @@ def test_a_move_answer_is_the_json_of_all_its_ids() -> None:
     assert old == [] and new == []
     small = {"requested": 0, "outcomes": {}, "seconds": 0.0, "new_ids": ([], [])}
     assert json.loads(asyncio.run(encode_answer(small))) == {**small, "new_ids": {}}
+
+
+def test_a_move_answer_is_written_a_slice_at_a_time() -> None:
+    # Given a move of a little more than three slices of ids
+    n = 3 * IDS_PER_SLICE + 1
+    old = list(range(1, n + 1))
+    new = [i + 10**7 for i in old]
+
+    async def write() -> tuple[list[bytes], list[int]]:
+        parts, left = [], []
+        async for part in answer_parts({"requested": n, "new_ids": (old, new)}):
+            parts.append(part)
+            left.append(len(old))
+        return parts, left
+
+    # When its answer is written part by part
+    parts, left = asyncio.run(write())
+    # Then it comes as the head, one part per slice and the end, none of them the whole answer
+    assert len(parts) == 1 + 4 + 1
+    assert max(map(len, parts)) < sum(map(len, parts)) / 2
+    # and each slice's ids were let go once written
+    assert left == [n, n - IDS_PER_SLICE, n - 2 * IDS_PER_SLICE, n - 3 * IDS_PER_SLICE, 0, 0]
+    assert json.loads(b"".join(parts))["new_ids"] == {str(i): i + 10**7 for i in range(1, n + 1)}
 
 
 def test_any_tube_can_be_found_by_search_or_sort(server: AdminServer) -> None:

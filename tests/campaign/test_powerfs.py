@@ -5,33 +5,8 @@ entries once the directory is fsynced."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from campaign.powerfs import PowerFS, why_no_mount
-
-
-def _mount(tmp_path: Path, strict: bool) -> Iterator[PowerFS]:
-    why = why_no_mount()
-    if why is not None:
-        pytest.skip(why)
-    fs = PowerFS(str(tmp_path / "backing"), str(tmp_path / "mnt"), strict=strict)
-    fs.start()
-    try:
-        yield fs
-    finally:
-        fs.kill()
-
-
-@pytest.fixture
-def strict(tmp_path: Path) -> Iterator[PowerFS]:
-    yield from _mount(tmp_path, strict=True)
-
-
-@pytest.fixture
-def lenient(tmp_path: Path) -> Iterator[PowerFS]:
-    yield from _mount(tmp_path, strict=False)
+from campaign.powerfs import PowerFS
 
 
 def _write(path: str, data: bytes, *, sync: bool = True) -> None:

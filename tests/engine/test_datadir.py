@@ -109,7 +109,7 @@ def test_a_removed_or_truncated_active_segment_is_refused(tmp_path: Path, damage
     assert stalkd_log("inspect", "--verify", str(tmp_path)).returncode == 0
 
 
-def test_a_log_shorter_than_the_snapshot_says_is_refused_then_resnapshotted(tmp_path: Path) -> None:
+def test_a_log_shorter_than_the_snapshot_says_is_refused_then_continued_at_the_snapshot(tmp_path: Path) -> None:
     # Given a WAL restored from an older copy while the snapshot is newer
     make(tmp_path, n=200)
     shutil.copytree(tmp_path / "wal", tmp_path / "old-wal")
@@ -121,7 +121,7 @@ def test_a_log_shorter_than_the_snapshot_says_is_refused_then_resnapshotted(tmp_
             wal.write(eng.apply(1, Put(0, 0, 60, b"later %d" % i), T).records)
         wal.snapshot(eng)
         wal.sync()
-        total = len(eng.jobs)
+        total, reached = len(eng.jobs), wal.log.next_offset
     shutil.rmtree(tmp_path / "wal")
     (tmp_path / "old-wal").rename(tmp_path / "wal")
     # Then inspect reports it and the WAL refuses (old code started, and later puts were lost)
@@ -129,13 +129,16 @@ def test_a_log_shorter_than_the_snapshot_says_is_refused_then_resnapshotted(tmp_
     assert r.returncode == 1 and "was taken when it had reached offset" in r.stdout
     with pytest.raises(WalError, match="stalkd log repair"):
         jobs(tmp_path)
-    # When repaired, the snapshot's jobs come back and a new snapshot starts at the log's end
+    # When repaired, the snapshot's jobs come back and the log begins again at the snapshot's
+    # offset (the old copy's segments kept in dropped/): no offset is given twice
     r = stalkd_log("repair", str(tmp_path))
-    assert r.returncode == 0 and "re-taken at offset" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and f"begins again at offset {reached}" in r.stdout, r.stdout + r.stderr
+    assert glob.glob(f"{tmp_path}/wal/dropped/seg-*.log")
     assert len(jobs(tmp_path)) == total > n
-    # and records written from now on are replayed after a crash
+    # and records written from now on are replayed after a crash, from that offset on
     wal = Wal.open(tmp_path, segment_size=SEG)
     eng, _ = wal.recover(now=T)
+    assert wal.log.next_offset == reached
     eng.connect(1, T)
     wal.write(eng.apply(1, Put(0, 0, 60, b"after repair"), T).records)
     wal.sync()

@@ -42,6 +42,16 @@ def test_files_are_created_0600_and_directories_0700(tmp_path: Path) -> None:
     assert {p.name: oct(_mode(p)) for p in dirs if _mode(p) != 0o700} == {}
 
 
+def test_every_directory_made_on_the_way_to_a_log_is_0700(tmp_path: Path) -> None:
+    """``-b /srv/new/stalkd``: the directories made above the log are as private as the log's
+    (os.makedirs gives its mode to the last one only)."""
+    d = tmp_path / "a" / "b" / "log"
+    with Log.open(d, segment_size=4096, durability="always"):
+        pass
+    assert {p.name: oct(_mode(p)) for p in (tmp_path / "a", tmp_path / "a" / "b", d)
+            if _mode(p) != 0o700} == {}
+
+
 def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
     victim = tmp_path / "victim"
     victim.write_bytes(b"precious data\n")

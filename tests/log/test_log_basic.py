@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from stalkd.log import Log, LogError, LogLockedError, LogReader
 from stalkd.log.fs import Faults
 from stalkd.log.segment import segment_name
+from support import wait_until
 
 
 def test_append_read_round_trip_and_offsets(tmp_path: Path) -> None:
@@ -213,7 +213,5 @@ def test_every_policy_flushes_in_the_background(tmp_path: Path) -> None:
         log.write_many([b"a", b"b"])  # no inline commit at all: only the flusher can make it durable
         # Polled: the commit's condition is notified only for tickets and wait_visible waiters,
         # and this policy makes neither.
-        deadline = time.monotonic() + 60
-        while log.durable_offset < 2 and time.monotonic() < deadline:
-            time.sleep(0.001)
+        wait_until(lambda: log.durable_offset >= 2, "the background flush", timeout=60, step=0.001)
         assert log.durable_offset == 2

@@ -12,7 +12,8 @@ import pytest
 
 from stalkd.log import Log, LogCorruptError, LogReader
 from stalkd.log.frame import frame_size
-from stalkd.log.fs import CrashPoint, Faults
+from stalkd.log.fs import REAL, CrashPoint, Faults
+from stalkd.log.repairs import DROPPED_DIR, cut
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
 
 PAYLOADS = [b"record-%02d" % i + b"x" * (i * 3) for i in range(12)]
@@ -300,3 +301,18 @@ def test_a_segment_removal_failing_part_way_keeps_the_log_dense(tmp_path: Path, 
         assert [f.offset for f in log.read(first_end)] == list(range(first_end, 201))
         assert log.retain(150)  # the rest go now
         assert log.segment_bounds()[0][0] > first_end
+
+
+def test_a_repair_never_replaces_what_an_earlier_repair_dropped(tmp_path: Path) -> None:
+    # Given dropped/ holding a segment an earlier repair moved there, and a later segment of the
+    # same name (the log went on past the first cut and wrote that offset again)
+    root = tmp_path / "log"
+    (root / DROPPED_DIR).mkdir(parents=True)
+    (root / DROPPED_DIR / "seg-00000000000000000100.log").write_bytes(b"the first repair's")
+    (root / "seg-00000000000000000100.log").write_bytes(b"the second repair's")
+    # When a repair drops it too
+    rep = cut(REAL, str(root), [str(root / "seg-00000000000000000100.log")], [], 0, None, 0, 100, "test")
+    # Then both copies are kept (a repair deletes nothing), the second under a free name
+    kept = sorted(p.read_bytes() for p in (root / DROPPED_DIR).iterdir())
+    assert kept == [b"the first repair's", b"the second repair's"]
+    assert rep.dropped_files == (str(root / DROPPED_DIR / "seg-00000000000000000100.log.1"),)

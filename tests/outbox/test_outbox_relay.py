@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from stalkd.outbox import Outbox, Relay
+from support import wait_until
 
 pytestmark = pytest.mark.beanstalkd
 
@@ -212,10 +213,7 @@ def test_task_rows_run_on_a_worker_and_the_relay_loop_stops(beanstalkd: Any, tmp
     relay_thread.start()
     worker_thread.start()
     try:
-        deadline = 200
-        while not done and deadline:
-            deadline -= 1
-            stop.wait(0.05)  # polling the observable result, bounded
+        wait_until(lambda: done, "the task run by the worker", timeout=10, step=0.05)
     finally:
         stop.set()
         worker.stop(now=True)

@@ -46,3 +46,16 @@ def test_a_freed_slot_admits_again() -> None:
     assert not r.admit(r.next_id(), "b", "p")
     assert r.remove(first) == "a"
     assert r.admit(r.next_id(), "c", "p") and list(r) == ["c"]
+
+
+def test_handshakes_in_progress_take_their_place_in_the_connection_limit() -> None:
+    r: Registry[str] = Registry(limit=3, per_address=5, clock=Clock())
+    # Given one connection open and two TLS handshakes in progress
+    assert r.admit(r.next_id(), "a", "p")
+    assert r.begin_handshake("10.0.0.1") and r.begin_handshake("10.0.0.2")
+    # Then neither a plain connection nor a third handshake is let in
+    assert not r.admit(r.next_id(), "b", "p") and not r.begin_handshake("10.0.0.3")
+    # When a handshake ends, its connection takes the place it held
+    r.end_handshake("10.0.0.1")
+    assert r.admit(r.next_id(), "tls", "10.0.0.1")
+    assert len(r) == 2 and r.handshakes == 1 and not r.admit(r.next_id(), "c", "p")

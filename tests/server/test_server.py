@@ -161,7 +161,7 @@ def test_max_connections_refuses_the_extra_connection() -> None:
             assert stats(b)["current-connections"] == "1"
             with Wire(port=srv.port) as d:
                 assert d.cmd(b"use d\r\n") == b"USING d\r\n"
-        assert "connections is the limit" in srv.log_text()
+        assert "is the limit (--max-connections)" in srv.log_text()
     finally:
         srv.stop()
 

@@ -124,3 +124,37 @@ def test_a_client_that_hangs_up_while_queued_is_dropped_from_the_queue(cls: type
         assert len(srv.turns) == 0 and len(ht.sent) == sent  # nothing ran for it once gone
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=IDS)
+def test_connections_the_budget_lets_go_together_share_the_turns(cls: type[Connection]) -> None:
+    async def main() -> None:
+        srv = Server(Config(), Engine())
+        srv.turns = Turns(asyncio.get_running_loop().call_soon, budget=6, clock=Ticks())
+        n, each = 20, 5
+        conns = [_connect(srv, cls) for _ in range(n)]
+        # Given n connections the memory budget stopped, each with commands read and not run
+        for c, t in conns:
+            c.hold_reading(True)
+            c.data_received(b"list-tube-used\r\n" * each)
+            assert not t.reading and t.sent == []
+
+        def answered() -> int:
+            return sum(b"".join(t.sent).count(b"USING default\r\n") for _, t in conns)
+
+        # When the budget lets them all go at once (what MemoryBudget._release does)
+        for c, _ in conns:
+            c.hold_reading(False)
+        assert all(not t.reading for _, t in conns)  # nobody reads before its place comes
+        await asyncio.sleep(0)  # the next loop turn
+        # Then that turn ran one turn's budget of their commands, not one per connection
+        assert 0 < answered() < n
+        # And every connection is served over the following turns, in order, and reads again
+        for _ in range(10 * n * each):
+            if answered() == n * each:
+                break
+            await asyncio.sleep(0)
+        assert answered() == n * each
+        assert all(t.reading and not c.deferred for c, t in conns) and len(srv.turns) == 0
+
+    asyncio.run(main())

@@ -52,10 +52,14 @@ def _lose_deletes(d: Path, p: StalkdProcess, follower: StalkdProcess, relay: Rel
 
 
 @pytest.mark.parametrize("standby_restarts", [True, False], ids=["at-start", "while-running"])
+@pytest.mark.parametrize("later_puts", [LATER, DELETED], ids=["primary-ahead", "same-end"])
 def test_a_standby_holding_records_the_primary_lost_resyncs_instead_of_appending(
-        tmp_path: Path, standby_restarts: bool) -> None:
+        tmp_path: Path, standby_restarts: bool, later_puts: int) -> None:
     """``at-start``: the standby was killed too and meets the primary in its start-up catch-up;
-    ``while-running``: it kept running, cut off, and meets it when its stream reconnects."""
+    ``while-running``: it kept running, cut off, and meets it when its stream reconnects.
+    ``same-end``: the primary's new records end where the standby's log does, so there is no
+    record to copy (the start-up catch-up said "0 records copied" and served the old copy until
+    its stream found the difference and resynced while running: the pair power cut's trace)."""
     p = primary(tmp_path / "p")
     relay = Relay(p)
     s = standby(tmp_path / "s", p, via=relay.address)
@@ -71,7 +75,7 @@ def test_a_standby_holding_records_the_primary_lost_resyncs_instead_of_appending
         p = primary(tmp_path / "p")
         relay.target = (p.host, p.port)
         with stalkd.Client(p.address) as c:
-            later = [c.put(b"later-%d" % i) for i in range(LATER)]
+            later = [c.put(b"later-%d" % i) for i in range(later_puts)]
         relay.heal()
         if standby_restarts:
             s = standby(tmp_path / "s", p, via=relay.address)
@@ -80,10 +84,12 @@ def test_a_standby_holding_records_the_primary_lost_resyncs_instead_of_appending
         ids = range(1, max(later) + 1)
         mine = snapshot(s, ids)
         theirs = snapshot(p, ids)
-        assert len(theirs) == FIRST + LATER  # the deletes were lost with the primary's tail
+        assert len(theirs) == FIRST + later_puts  # the deletes were lost with the primary's tail
         assert mine == theirs, s.log_text()
         assert stats(s)["role"] == "standby"
         assert "is not ours" in s.log_text()
+        if standby_restarts:  # found before it served, not by the stream afterwards
+            assert "without a restart" not in s.log_text(), s.log_text()
     finally:
         relay.close()
         s.stop()

@@ -29,7 +29,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from stalkd.admin.metrics import Instruments, Reading, TimedStorage, exposition
-from stalkd.admin.ops import OVERVIEW_PAGE, AdminOps, BadRequest, encode_answer
+from stalkd.admin.ops import OVERVIEW_PAGE, AdminOps, BadRequest, answer_parts
 from stalkd.admin.session import ServerBusy
 from stalkd.server.config import is_loopback
 
@@ -238,13 +238,19 @@ def make_app(server: Server, ops: AdminOps, ins: Instruments, storage: TimedStor
     async def kick(request: web.Request) -> web.Response:
         return _json(await ops.kick(await selection(await body_of(request))))
 
-    async def move(request: web.Request) -> web.Response:
+    async def move(request: web.Request) -> web.StreamResponse:
         data = await body_of(request)
         to = data.get("to")
         if not isinstance(to, str):
             raise BadRequest("give the destination tube as \"to\"")
-        answer = await encode_answer(await ops.move(await selection(data), to))
-        return web.Response(text=answer, content_type="application/json")
+        out = await ops.move(await selection(data), to)
+        # Written a slice of ids at a time (14.6 MB for 900k ids): never joined whole.
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        async for part in answer_parts(out):
+            await response.write(part)
+        await response.write_eof()
+        return response
 
     async def pause(request: web.Request) -> web.Response:
         data = await body_of(request)

@@ -100,10 +100,19 @@ def encode_frame(
     >>> len(encode_frame(b"abc", 0, 1, 1))
     32
     """
+    return b"".join(_frame_parts(payload, delta, timestamp_us, epoch, kind))
+
+
+def _frame_parts(
+    payload: bytes | bytearray | memoryview, delta: int, timestamp_us: int, epoch: int, kind: int
+) -> tuple[bytes, bytes, bytes | bytearray | memoryview, bytes]:
+    """A frame's four pieces (CRC, the rest of the header, payload, padding), for one join: the
+    CRC is chained over the pieces so the payload is copied once, into the joined frame."""
     n = len(payload)
-    checked = b"".join((_pack_rest(MAGIC, FLAG_COMMITTED | kind, epoch, n, delta, timestamp_us), payload,
-                        _PADS[-(FRAME_HEADER_SIZE + n) & 7]))  # fmt: skip
-    return _pack_u32(crc32c(checked)) + checked
+    rest = _pack_rest(MAGIC, FLAG_COMMITTED | kind, epoch, n, delta, timestamp_us)
+    pad = _PADS[-(FRAME_HEADER_SIZE + n) & 7]
+    crc = crc32c(payload, crc32c(rest))
+    return _pack_u32(crc32c(pad, crc) if pad else crc), rest, payload, pad
 
 
 def encode_data_frame(payload: bytes | bytearray | memoryview, delta: int, timestamp_us: int, epoch: int) -> bytes:
@@ -166,7 +175,10 @@ def py_encode_data_frames(
     >>> py_encode_data_frames([b"a", b"bc"], 3, 9, 1) == encode_data_frames([b"a", b"bc"], 3, 9, 1)
     True
     """
-    return b"".join([encode_frame(p, first_delta + i, timestamp_us, epoch, KIND_DATA) for i, p in enumerate(payloads)])
+    parts: list[bytes | bytearray | memoryview] = []
+    for i, p in enumerate(payloads):
+        parts.extend(_frame_parts(p, first_delta + i, timestamp_us, epoch, KIND_DATA))
+    return b"".join(parts)  # each payload copied once, into the batch
 
 
 # The C leaf behind encode_data_frames, or None: not built, switched off (STALKD_NO_EXTENSIONS=1),

@@ -138,8 +138,12 @@ class FileSystem:
         while not os.path.isdir(d):
             made.append(d)
             d = os.path.dirname(d)
-        os.makedirs(path, mode=DIR_MODE, exist_ok=True)
-        for d in reversed(made):
+        for d in reversed(made):  # each one 0700: os.makedirs gives the mode to the last only
+            try:
+                os.mkdir(d, DIR_MODE)
+            except FileExistsError:
+                if not os.path.isdir(d):
+                    raise
             self.fsync_dir(os.path.dirname(d))
 
     def check_no_symlinks(self, directory: str, names: Iterable[str] | None = None) -> None:

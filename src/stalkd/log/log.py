@@ -25,12 +25,15 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-try:
-    import cython  # type: ignore[import-untyped]
-except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from .active import SPARES_DIR, ZERO_AHEAD
 from .commit import GroupCommit, parse_durability

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .active import create_segment
 from .errors import LogCorruptError
 from .fs import FileSystem
 from .segment import FOOTER_SIZE, HEADER_SIZE, SegmentView, encode_footer
 
-__all__ = ["DROPPED_DIR", "ZEROS", "RepairReport", "write_footer", "zero", "dropped_dir",
-           "quarantine", "salvage_file", "cut"]
+__all__ = ["DROPPED_DIR", "ZEROS", "RepairReport", "write_footer", "zero", "dropped_dir", "free_name",
+           "quarantine", "salvage_file", "cut", "restart_at"]
 
 DROPPED_DIR = "dropped"
 ZEROS = bytes(1 << 20)
@@ -72,15 +73,21 @@ def dropped_dir(fs: FileSystem, root: str) -> str:
     return d
 
 
+def free_name(directory: str, name: str) -> str:
+    """``directory/name``, or ``name.1``, ``name.2``... if taken: what an earlier repair put in
+    dropped/ (or a standby in its quarantine) is never replaced, a repair deletes nothing."""
+    target = os.path.join(directory, name)
+    k = 1
+    while os.path.lexists(target):
+        target = os.path.join(directory, f"{name}.{k}")
+        k += 1
+    return target
+
+
 def quarantine(fs: FileSystem, root: str, view: SegmentView, start: int, end: int) -> str:
     """Copy bytes ``[start, end)`` of a segment to a new 0600 file in dropped/; its path."""
     d = dropped_dir(fs, root)
-    name = f"{os.path.basename(view.path)}.from-byte-{start}"
-    target = os.path.join(d, name)
-    k = 1
-    while os.path.lexists(target):
-        target = os.path.join(d, f"{name}.{k}")
-        k += 1
+    target = free_name(d, f"{os.path.basename(view.path)}.from-byte-{start}")
     fd = fs.open(target, os.O_WRONLY | os.O_EXCL, create=True)
     try:
         fs.write_all(fd, view.mv[start:end])
@@ -115,7 +122,7 @@ def cut(
         for v in views:
             if v.path == p:
                 v.close()
-        target = os.path.join(into, os.path.basename(p))
+        target = free_name(into, os.path.basename(p))
         fs.replace(p, target)
         moved.append(target)
     if cut_view is not None:
@@ -125,3 +132,22 @@ def cut(
     salvaged = [rec for p in moved for rec in salvage_file(p)]
     where = cut_view.path if cut_view is not None else (files[keep] if keep < len(files) else root)
     return RepairReport(where, position, offset, reason, tuple(moved), tuple(salvaged))
+
+
+def restart_at(fs: FileSystem, root: str, files: list[str], base: int, size: int) -> tuple[str, ...]:
+    """Move the log's segments (``files``, closed) to dropped/ and begin an empty log whose next
+    record is at offset ``base``; the paths moved to.
+
+    The repair of a log that ends below its snapshot (``base``, the snapshot's offset), whose
+    state holds everything those segments had: what is written next takes the offsets after the
+    snapshot's, as before the loss, never one that a standby, a consumer group or the archive
+    already saw for another record."""
+    into = dropped_dir(fs, root)
+    moved = []
+    for p in files:
+        target = free_name(into, os.path.basename(p))
+        fs.replace(p, target)
+        moved.append(target)
+    fs.fsync_dir(into)
+    create_segment(root, base, size, 1, "pwrite", True, fs).close()  # its directory fsynced: the moves too
+    return tuple(moved)

@@ -80,7 +80,8 @@ def preload(cfg: Config) -> None:
         import stalkd.replication.authority
         import stalkd.replication.role
         import stalkd.replication.sender
-        import stalkd.replication.status  # noqa: F401  (every data directory ships its WAL)
+        import stalkd.replication.status  # every data directory ships its WAL
+        import stalkd.replication.swap  # noqa: F401  (and settles a resync a stop cut short)
 
         if cfg.standby_of is not None or cfg.ha is not None:
             import shutil  # noqa: F401  (a standby's resync directory)
@@ -189,6 +190,16 @@ def _stays_primary(cfg: Config) -> bool:
     return True
 
 
+def _settle_resync(data_dir: str) -> None:
+    """A resync that a stop cut short is finished or cleared before anything reads the directory
+    (``replication.swap``), whatever role the server starts in."""
+    from stalkd.replication.swap import settle
+
+    done = settle(data_dir)
+    if done:
+        log.warning("%s", done)
+
+
 def _role(cfg: Config, secret: str | None, standby: bool) -> Any:
     """The data directory's replication role; a standby first catches up with its primary."""
     from stalkd.replication.role import Role
@@ -196,14 +207,8 @@ def _role(cfg: Config, secret: str | None, standby: bool) -> Any:
     assert cfg.data_dir is not None
     if standby:
         assert cfg.standby_of is not None
-        import shutil  # here: with its compressors it costs every server's start-up otherwise
-
         from stalkd.client._address import parse_address
         from stalkd.replication.catchup import CatchUpError, catch_up
-        from stalkd.replication.standby import RESYNC_DIR
-
-        # a copy a resync was making when the server stopped: the catch-up below makes its own
-        shutil.rmtree(os.path.join(cfg.data_dir, RESYNC_DIR), ignore_errors=True)
 
         try:
             log.info("standby of %s: %s", cfg.standby_of,
@@ -363,6 +368,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Endin
             log.error("--replication-secret: %s", e)
             return EXIT_FATAL
     try:
+        if cfg.data_dir is not None:
+            _settle_resync(cfg.data_dir)
         standby_mode = cfg.standby_of is not None and not _stays_primary(cfg) if cfg.data_dir is not None else False
         role = _role(cfg, secret, standby_mode) if cfg.data_dir is not None else None
         engine, storage, info = _open_storage(cfg, time.time())

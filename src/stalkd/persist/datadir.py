@@ -112,15 +112,15 @@ def job_id_ranges(records: Iterable[tuple[int, bytes]]) -> str:
 
 def repair(log_dir: str, segment_size: int) -> tuple[list[str], list[tuple[int, bytes]]]:
     """Repair a data directory: cut its log at the damage (``Wal.open(repair=True)``), rebuild
-    the jobs, and snapshot them if the log ends before the newest snapshot. Returns the report's
+    the jobs, and begin the log again at the newest snapshot if it ends before it. Returns the report's
     lines and the records still readable in what was dropped and not already in the snapshot
     (those before its start offset came back with it: a line counts them instead)."""
 
     data = os.path.dirname(os.path.normpath(log_dir))
     with Wal.open(data, durability="always", segment_size=segment_size, repair=True) as wal:
+        rep = wal.log.repair_report  # the cut made by the open (recover may begin the log again)
         _engine, info = wal.recover(time.time())
         lines = list(wal.repair_notes)
-        rep = wal.log.repair_report
         dropped = list(rep.salvaged) if rep else []
         lines.append(f"{data}: {info.jobs} jobs now recoverable ({info.snapshot or 'no snapshot'} "
                      f"+ {info.records_replayed} WAL records)")  # fmt: skip

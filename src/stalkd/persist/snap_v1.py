@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from stalkd.engine.heap import pack
 from stalkd.engine.model import FORMAT_VERSION, HEAD_JOB, U32, JobState, Op, Record, decode, encode
 from stalkd.engine.objects import URGENT_THRESHOLD, Job
 from stalkd.persist.snapfile import Buf, SnapshotError, SnapshotHeader, blocks, install
@@ -172,14 +173,14 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
             if seq > start:
                 fresh[jid] = seq
             if st == 1 or st == 2:  # READY, or RESERVED (comes back ready)
-                rkeys.append((pri << 64) | jid)  # heap.pack, inlined
+                rkeys.append(pack(pri, jid))
                 rjobs.append(j)
                 if pri < URGENT_THRESHOLD:
                     t.urgent += 1
             elif st == 4:
                 j.state = DELAYED
                 j.deadline_us = deadline
-                dkeys.append((deadline << 64) | jid)
+                dkeys.append(pack(deadline, jid))
                 djobs.append(j)
             elif st == 3:
                 j.state = BURIED

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, NamedTuple
 
+from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import URGENT_THRESHOLD, Job, new_jobs
 from stalkd.persist.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks, install
@@ -177,14 +178,14 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
         if c.seq > start_seq:
             fresh.update(dict.fromkeys(ids, c.seq))
         if st is READY:
-            rk.extend([(p << 64) | i for p, i in zip(c.pris, ids, strict=True)])  # heap.pack, inlined
+            rk.extend(map(pack, c.pris, ids))  # the columns have one entry per job
             rj.extend(js)
             t.urgent += sum(map(_URGENT.__gt__, c.pris))
             continue
         for j, d in zip(js, c.deadlines, strict=True):
             j.deadline_us = d
         if st is DELAYED:
-            dk.extend([(d << 64) | i for d, i in zip(c.deadlines, ids, strict=True)])
+            dk.extend(map(pack, c.deadlines, ids))
             dj.extend(js)
         else:  # BURIED: replay.finish orders the FIFO by bury seq (deadline_us)
             t.buried.update(zip(ids, js, strict=True))

@@ -22,6 +22,7 @@ import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from stalkd.engine.heap import pack
 from stalkd.engine.model import BURY as _BURY
 from stalkd.engine.model import HEAD as _HEAD
 from stalkd.engine.model import HEADER_SIZE, JobState, Op, RecordFormatError, decode
@@ -202,12 +203,12 @@ def _place(e: Engine, loose: set[int], added: dict[int, Job]) -> None:
             tl = lists[t] = ([], [], [], [])
         st = j.state
         if st is READY:
-            tl[0].append((j.pri << 64) | jid)  # heap.pack, inlined
+            tl[0].append(pack(j.pri, jid))
             tl[1].append(j)
             if j.pri < URGENT_THRESHOLD:
                 t.urgent += 1
         elif st is DELAYED:
-            tl[2].append((j.deadline_us << 64) | jid)
+            tl[2].append(pack(j.deadline_us, jid))
             tl[3].append(j)
         else:
             t.buried[jid] = j  # replay.finish orders the FIFO by bury seq

@@ -28,11 +28,15 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-try:
-    import cython  # type: ignore[import-untyped]
-except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import DURABLE_OPS, ROWS, OpLayout, Record, encode
@@ -41,6 +45,7 @@ from stalkd.log import Log, LogFullError
 from stalkd.log.active import SPARES_DIR
 from stalkd.log.frame import frame_size
 from stalkd.log.fs import REAL, FileSystem
+from stalkd.log.repairs import restart_at
 from stalkd.persist.compaction import Compaction, SnapInProgress, WalError, live_bytes
 from stalkd.persist.idceiling import IdCeiling
 from stalkd.persist.walrecovery import RecoveryInfo, rebuild
@@ -192,13 +197,16 @@ class Wal(WalSpace, Compaction):
         """Close the log and open the directory's again, whose files were replaced meanwhile
         (a standby's resync swaps in a copy of its primary's); call ``recover`` next."""
         self.close()
-        self.log = Log.open(os.path.join(self.directory, LOG_DIR), segment_size=self.segment_size,
-                            durability=self.durability, archive=self.archive, fs=self.fs,
-                            clock=self.log._writer.clock, mark_interval=MARK_INTERVAL)  # fmt: skip
+        self.log = self._open_log_again()
         self.space = None
         self._recovered = False
         self._bytes_since_snapshot = 0
         self.last_seq = 0
+
+    def _open_log_again(self) -> Log:
+        return Log.open(os.path.join(self.directory, LOG_DIR), segment_size=self.segment_size,
+                        durability=self.durability, archive=self.archive, fs=self.fs,
+                        clock=self.log._writer.clock, mark_interval=MARK_INTERVAL)  # fmt: skip
 
     def recover(self, now: float, *, max_job_size: int = 65535,
                 into: Engine | None = None) -> tuple[Engine, RecoveryInfo]:
@@ -209,6 +217,11 @@ class Wal(WalSpace, Compaction):
                     into=into, repair=self.repair)  # fmt: skip
         if r.note is not None:
             self.repair_notes.append(r.note)
+        if r.restart_at is not None:  # a repair: the snapshot holds everything the log still had
+            files = [path for _, _, path in self.log.segment_bounds()]
+            self.log.close()
+            restart_at(self.fs, self.log.path, files, r.restart_at, self.segment_size)
+            self.log = self._open_log_again()
         e = r.engine
         if self.durability != "always":
             self._keep_id_ceiling(e)
@@ -221,8 +234,6 @@ class Wal(WalSpace, Compaction):
         # server killed again and again before it wrote a snapshot's worth still compacts.
         h = r.header
         self._bytes_since_snapshot = self.log.bytes_from(h.start_offset if h else 0)
-        if r.resnapshot:
-            self.snapshot(e)
         info = RecoveryInfo(len(e.jobs), h.path if h else None, h.count if h else 0, r.replayed,
                             time.perf_counter() - t0, r.discarded, r.snapshot_seconds,
                             h.start_offset if h else 0)  # fmt: skip

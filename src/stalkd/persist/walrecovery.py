@@ -1,7 +1,7 @@
 """Rebuilding an engine from a WAL directory: the newest complete snapshot, then every later record.
 
 ``Wal.recover`` calls ``rebuild`` and then takes over the result (its space budget, the snapshot
-reserve, a snapshot re-taken after a repair). What is decided here: which snapshot serves (an
+reserve, a log begun again at the snapshot after a repair). What is decided here: which snapshot serves (an
 unreadable one is skipped for an older one and named, a ``.tmp`` left by a crash is deleted),
 whether the log still reaches it (a gap is refused, or with ``repair`` crossed by continuing from
 the snapshot), and the replay of the tail after it.
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from stalkd.engine.engine import Engine
 from stalkd.engine.replay import finish
 from stalkd.log import Log
+from stalkd.log.repairs import DROPPED_DIR
 from stalkd.persist.compaction import WalError
 from stalkd.persist.snapshot import (
     SnapshotError,
@@ -48,15 +49,16 @@ class RecoveryInfo:
 
 @dataclass(frozen=True, slots=True)
 class Rebuilt:
-    """``rebuild``'s result; ``resnapshot``: the log no longer reaches the snapshot (a repair),
-    so a new snapshot must start at the log's end; ``note``: what the repair did, for the operator."""
+    """``rebuild``'s result; ``restart_at``: the log no longer reaches the snapshot (a repair), so
+    it must begin again, empty, at the snapshot's offset; ``note``: what the repair did, for the
+    operator."""
 
     engine: Engine
     header: SnapshotHeader | None
     replayed: int
     snapshot_seconds: float
     discarded: tuple[str, ...]
-    resnapshot: bool
+    restart_at: int | None
     note: str | None
 
 
@@ -87,7 +89,8 @@ def rebuild(directory: str, snap_dir: str, log: Log, now: float, *, max_job_size
         if not repair:
             raise WalError(f"{gap}. To continue from the snapshot (the missing records are lost), run: "
                            f"stalkd log repair {directory}   (or start the server with --repair)")  # fmt: skip
-        note = f"{gap}; continuing from the snapshot, re-taken at offset {log.next_offset}"
+        note = (f"{gap}; continuing from the snapshot: the log begins again at offset {need}, its "
+                f"segments before it moved to {os.path.join(log.path, DROPPED_DIR)}")  # fmt: skip
     # A million new objects would trigger full collections over a heap that only grows here;
     # the collector stays off for the rebuild, then everything recovered is frozen out of
     # its sight (it lives until deleted), so later collections do not walk it either.
@@ -99,7 +102,7 @@ def rebuild(directory: str, snap_dir: str, log: Log, now: float, *, max_job_size
     finally:
         if gc_was_on:
             gc.enable()
-    return Rebuilt(e, header, replayed, t_snap, tuple(discarded), gap is not None, note)
+    return Rebuilt(e, header, replayed, t_snap, tuple(discarded), need if gap is not None else None, note)
 
 
 def _replay(

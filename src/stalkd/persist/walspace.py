@@ -17,11 +17,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-try:
-    import cython  # type: ignore[import-untyped]
-except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from stalkd.engine.model import Record
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame

@@ -7,5 +7,6 @@ One concept per module:
 - ``gate``: ``--sync-standbys N``: which group-commit batch N standbys hold durable (pure);
 - ``sender``: the primary's side: one stream per standby, read from its own log;
 - ``receiver``: the standby's side: append the frames durably, apply them, acknowledge;
-- ``catchup``: before a standby serves: copy a snapshot, or cut a tail the new primary lacks.
+- ``catchup``: before a standby serves: copy a snapshot, or cut a tail the new primary lacks;
+- ``swap``: a running standby's copy put in place of its local state, whole across a power cut.
 """

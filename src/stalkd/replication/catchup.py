@@ -39,7 +39,8 @@ from stalkd.engine.model import Op
 from stalkd.log import Log, LogReader
 from stalkd.log.active import create_segment
 from stalkd.log.errors import LogError
-from stalkd.log.fs import REAL
+from stalkd.log.fs import REAL, FileSystem
+from stalkd.log.repairs import free_name
 from stalkd.persist.datadir import job_id_ranges
 from stalkd.persist.snapshot import list_snapshots, read_header, snapshot_name
 from stalkd.replication import overlap, wire
@@ -102,10 +103,11 @@ def ask(sock: socket.socket, buf: bytearray, request: bytes, secret: str | None)
     return r
 
 
-def quarantine(directory: str, why: str, since: int | None) -> str:
+def quarantine(directory: str, why: str, since: int | None, fs: FileSystem = REAL) -> str:
     """Move ``wal/`` and ``snapshots/`` aside into ``quarantine/<time>/`` with a note."""
-    dest = os.path.join(directory, QUARANTINE_DIR, time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
-    REAL.makedirs(dest)
+    # free: a second one within the second (a swap finished at start) gets a name of its own
+    dest = free_name(os.path.join(directory, QUARANTINE_DIR), time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}")
+    fs.makedirs(dest)
     dropped = ""
     wal_dir = os.path.join(directory, "wal")
     if since is not None and os.path.isdir(wal_dir):
@@ -114,17 +116,18 @@ def quarantine(directory: str, why: str, since: int | None) -> str:
     for sub in ("wal", "snapshots"):
         src = os.path.join(directory, sub)
         if os.path.exists(src):
-            os.rename(src, os.path.join(dest, sub))
+            fs.replace(src, os.path.join(dest, sub))
     note = f"{why}\n" + (f"jobs named by the records from offset {since} on: {dropped or 'none'}\n"
                          if since is not None else "")  # fmt: skip
-    fd = REAL.open(os.path.join(dest, "NOTE"), os.O_WRONLY, create=True, truncate=True)
+    fd = fs.open(os.path.join(dest, "NOTE"), os.O_WRONLY, create=True, truncate=True)
     try:
-        REAL.write_all(fd, note.encode())
-        REAL.fsync(fd)
+        fs.write_all(fd, note.encode())
+        fs.fsync(fd)
     finally:
         os.close(fd)
-    REAL.fsync_dir(os.path.dirname(dest))
-    REAL.fsync_dir(directory)
+    fs.fsync_dir(dest)  # what moved in: without it a power cut could keep it in neither place
+    fs.fsync_dir(os.path.dirname(dest))
+    fs.fsync_dir(directory)
     log.warning("%s; the local WAL and snapshots were moved to %s (inspect them with "
                 "`stalkd log inspect %s`)%s", why, dest, os.path.join(dest, "wal"),
                 f"; jobs named by the records cut: {dropped}" if dropped else "")  # fmt: skip
@@ -182,7 +185,9 @@ def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int, epoch:
     dec = wire.RecordDecoder()
     n = 0
     data = bytes(buf)
-    while lg.next_offset < target:
+    # Our last record is compared even when the primary's log ends where ours does: the primary
+    # (after a power cut of both) may have written another record at that very offset.
+    while lg.next_offset < target or last is not None:
         for first, payloads in dec.feed(data):
             if last is not None:
                 first, payloads = overlap.trim(first, payloads, lg.next_offset, last)
@@ -194,7 +199,7 @@ def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int, epoch:
                     epoch = r.epoch
             lg.write_many(payloads)
             n += len(payloads)
-        if lg.next_offset >= target:
+        if lg.next_offset >= target and last is None:
             break
         data = sock.recv(1 << 20)
         if not data:

@@ -104,10 +104,13 @@ class Receiver:
                  on_resync: Callable[[str], None],
                  resync: Callable[[str, int | None], Awaitable[None]],
                  secret: str | None = None, clock: Callable[[], float] = time.monotonic,
-                 name: str = "") -> None:  # fmt: skip
+                 name: str = "", frames: bool = True) -> None:  # fmt: skip
         self.address = address
         self.secret = secret
         self.name = name  # this node's name in a --ha cluster: the primary's sync set names it
+        # whether to ask for frames messages (``wire``); without, the primary sends records
+        # messages alone, as to a standby of a build before them
+        self.frames = frames
         self.clock = clock
         self.problem: str | None = "not yet streaming from the primary"  # None: in sync
         self.caught_up_at = clock()  # the last time this disk held the primary's whole log
@@ -216,7 +219,8 @@ class Receiver:
                 reader, writer = await self._open()
             self._writer = writer
             at = overlap.request_offset(lg.next_offset, last)
-            r = await ask(reader, writer, wire.encode_request(at, st.epoch, st.history, self.name), self.secret)
+            r = await ask(reader, writer, wire.encode_request(at, st.epoch, st.history, self.name, frames=self.frames),
+                          self.secret)  # fmt: skip
             if r.word != "SNAPSHOT_NEEDED" or last is None:
                 return reader, writer, r, last
             writer.close()

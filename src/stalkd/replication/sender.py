@@ -214,6 +214,8 @@ class Sender(asyncio.Protocol):
         self.next = 0  # next offset to send
         self.acked = 0  # the standby's durable end
         self.name = ""  # the standby's node name (--ha clusters), from its request
+        self.frames = False  # it takes frames messages (its request says so; else records alone)
+        self.sent = {"F": 0, "R": 0}  # messages of each kind sent on this stream
         self._snap_fd = -1
         self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
         self._challenge: tuple[bytes, bytes, wire.Request | None] | None = None  # nonce, line, request
@@ -309,7 +311,7 @@ class Sender(asyncio.Protocol):
         if req is None:
             self._send_snapshot()
             return
-        self.name = req.name
+        self.name, self.frames = req.name, req.frames
         offset, epoch = req.offset, req.epoch
         cut = diverged_at(role.state, lg.next_offset, epoch, offset)
         if cut is not None:
@@ -320,8 +322,9 @@ class Sender(asyncio.Protocol):
             self._reply(b"SNAPSHOT_NEEDED\r\n")
             return
         self._reply(wire.encode_streaming(role.state.epoch, lg.next_offset, role.state.history), close=False)
-        log.info("standby %s%s streaming from offset %d", self.peer,
-                 f" ({self.identity})" if self.identity else "", offset)  # fmt: skip
+        log.info("standby %s%s streaming from offset %d%s", self.peer,
+                 f" ({self.identity})" if self.identity else "", offset,
+                 "" if self.frames else " (records messages: it did not ask for frames)")  # fmt: skip
         self.next = self.acked = offset
         self.streaming = True
         self.heard = self.replicas.clock()
@@ -346,14 +349,16 @@ class Sender(asyncio.Protocol):
             # The log's frames as the writer laid them out, one message per group commit at the
             # log's end (the steady state) or per CHUNK_BYTES when behind: one copy out of the
             # mapping (the view ends with this call: retention may close it), no work per record
-            # here at the end, a walk over the frames' lengths when behind.
-            got = lg.frames_after(at, CHUNK_BYTES) if at.offset == self.next else None
+            # here at the end, a walk over the frames' lengths when behind. Only to a standby
+            # that asked (``wire``): one of an earlier build reads records messages alone.
+            got = lg.frames_after(at, CHUNK_BYTES) if self.frames and at.offset == self.next else None
             if got is not None and len(got[2]):
                 base, pos, view, stop = got
                 with view:
                     t.write(wire.encode_frames(self.next, base, view))
                     at.base, at.pos, at.offset = base, pos + len(view), stop
                 self.next = stop
+                self.sent["F"] += 1
                 continue
             payloads: list[memoryview] = []
             size = 0
@@ -374,6 +379,7 @@ class Sender(asyncio.Protocol):
             # (where the frames' bytes cannot be taken as they are: the position is not known yet)
             t.write(b"".join(wire.encode_records(self.next, payloads)))
             self.next = expect
+            self.sent["R"] += 1
 
     def _send_snapshot(self) -> None:
         for path in list_snapshots(self.replicas.snap_dir):

@@ -10,7 +10,8 @@ When the primary cannot stream to the local log (it compacted past it, or the lo
 it never had) the standby resyncs while it runs: ``catchup.catch_up`` copies the primary's
 snapshot and the records after it into ``DIR/resync/`` on a thread, the old copy serving reads
 meanwhile; then, on the loop, the old ``wal/`` and ``snapshots/`` go to ``quarantine/`` (never
-deleted), the copy takes their place, and the engine is recovered from it in place: the same
+deleted) and the copy takes their place (``swap``: a power cut at any step leaves one of them
+whole), and the engine is recovered from it in place: the same
 object, so the server's hooks hold, with each client's connection and its tubes (use, watch)
 kept.
 
@@ -34,24 +35,23 @@ from typing import TYPE_CHECKING
 from stalkd.client._address import Address
 from stalkd.client._tls import connection_kwargs
 from stalkd.engine.handover import epoch_record
-from stalkd.log.fs import REAL
 from stalkd.protocol import commands as C
 from stalkd.replication import wire
-from stalkd.replication.catchup import catch_up, quarantine
+from stalkd.replication.catchup import catch_up
 from stalkd.replication.epochs import MAX_EPOCH
 from stalkd.replication.receiver import Receiver, ask
 from stalkd.replication.role import Role
+from stalkd.replication.swap import RESYNC_DIR, swap_in
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
     from stalkd.persist.wal import Wal
 
-__all__ = ["Standby", "FENCE_EVERY", "RESYNC_DIR"]
+__all__ = ["Standby", "FENCE_EVERY"]
 
 log = logging.getLogger("stalkd.replication")
 
 FENCE_EVERY = 1.0  # seconds between attempts to tell the former primary about the new epoch
-RESYNC_DIR = "resync"  # in the data directory: the primary's copy while it is made
 
 
 class Standby:
@@ -149,15 +149,7 @@ class Standby:
         clients = [(cid, c.use.name, [t.name for t in c.watch]) for cid, c in e.conns.items()]
         cmd, total = dict(e.cmd), e.total_connections
         self.wal.close()
-        quarantine(d, why, since)
-        for sub in ("wal", "snapshots"):
-            src = os.path.join(staging, sub)
-            if os.path.exists(src):
-                os.rename(src, os.path.join(d, sub))
-            else:  # a copy of a primary whose log still starts at 0 has no snapshot to bring
-                REAL.makedirs(os.path.join(d, sub))
-        REAL.fsync_dir(d)
-        shutil.rmtree(staging)
+        swap_in(d, staging, why, since)
         now = self.clock()
         e.clear()
         self.wal.reopen()

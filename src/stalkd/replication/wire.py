@@ -3,8 +3,16 @@
 A standby opens an ordinary connection to one of the primary's listeners and sends, as its
 first line, an off-protocol command (beanstalkd clients never send it)::
 
-    replicate <offset> <epoch> <history>\r\n   stream the log from <offset>; I follow <epoch>
+    replicate <offset> <epoch> <history> [<name>]\r\n   stream the log from <offset>; I follow <epoch>
     replicate-snapshot\r\n                      send me your newest snapshot
+
+A standby that takes frames messages (kind ``F``, below) writes ``<epoch>`` with one leading
+``0`` (``replicate 40 02 1:10,2:30``): its capability token. A primary sends ``F`` only to a
+standby that asked; to any other it sends records messages (``R``) alone, which every build
+reads. The token has no field of its own because a primary of an earlier build refuses a
+request with a sixth field (``PERMISSION_DENIED``) but reads a leading zero as the same epoch:
+standbys and primaries may be upgraded in either order. It is part of the request line, which
+the secret's proof (below) covers, so nobody between the two can add or remove it unnoticed.
 
 Only a peer the primary can authenticate may replicate: an identity its ACL grants
 ``replicate = true`` on a TLS listener, or a holder of the shared secret
@@ -30,15 +38,16 @@ none): the request's is the standby's own, so that a claim of a newer epoch can 
 against it (``epochs.verify_claim``) before it fences anyone. After ``STREAMING`` the primary
 sends messages, each ``u8 kind | u32 length | u32 CRC of the body | body``:
 
-- kind ``F`` (frames, what a primary streaming at its log's end sends): ``u64 first offset |
+- kind ``F`` (frames, what a primary sends a standby that asked for them): ``u64 first offset |
   u64 segment base`` then consecutive frames of the primary's log exactly as its writer laid
   them out in the segment based there (``stalkd.log.frame``: each carries its own CRC-32C,
   its length, and its offset as a delta from that base); the message's CRC is the CRC-32C of
   its body. The primary sends what one group commit wrote as one message, copied once out of
   its log, with no work per record; the standby checks every frame (CRC, delta, kind) before
   it takes the payloads.
-- kind ``R`` (records, for a standby catching up through older segments) is ``u64 first
-  offset`` then ``u32 length | payload`` per record; its CRC is the CRC-32 of the body.
+- kind ``R`` (records: the whole stream of a standby that did not ask for frames, and where a
+  frame's position in the log is not known yet) is ``u64 first offset`` then ``u32 length |
+  payload`` per record; its CRC is the CRC-32 of the body.
 - kind ``H`` (heartbeat, sent every ``HEARTBEAT`` seconds) is ``u64 the primary's log end``,
   with a CRC-32. The standby sends back, whenever
 it has made more of the log durable and at every heartbeat, ``u64 durable end offset`` (every
@@ -88,6 +97,7 @@ _KIND_RECORDS = ord("R")
 _KIND_HEARTBEAT = ord("H")
 _KIND_FRAMES = ord("F")
 _FRAMES_HEAD = struct.Struct("<QQ")  # first offset, the primary's segment base
+_FRAMES_TOKEN = b"0"  # in front of a request's epoch: the standby takes frames messages
 _MAX_EPOCH = 0xFFFF  # a frame's writer epoch field (u16): the primary's, not checked against ours
 
 
@@ -95,40 +105,50 @@ class WireError(ValueError):
     """The peer sent something this protocol does not allow."""
 
 
-def encode_request(offset: int, epoch: int, history: Sequence[tuple[int, int]] = (), name: str = "") -> bytes:
+def encode_request(offset: int, epoch: int, history: Sequence[tuple[int, int]] = (), name: str = "", *,
+                   frames: bool = True) -> bytes:  # fmt: skip
     """``name``: the standby's node name in an automatic-failover cluster (``--ha``), which the
-    primary's sync set names (none without ``--ha``).
+    primary's sync set names (none without ``--ha``); ``frames``: this standby takes frames
+    messages (the epoch's leading ``0``; every reader of this build does).
 
     >>> encode_request(12, 0), encode_request(40, 2, [(1, 10), (2, 30)])
-    (b'replicate 12 0 -\\r\\n', b'replicate 40 2 1:10,2:30\\r\\n')
-    >>> encode_request(5, 1, [(1, 0)], "node-b")
+    (b'replicate 12 00 -\\r\\n', b'replicate 40 02 1:10,2:30\\r\\n')
+    >>> encode_request(5, 1, [(1, 0)], "node-b", frames=False)
     b'replicate 5 1 1:0 node-b\\r\\n'
     """
     tail = b" " + name.encode() if name else b""
-    return b"replicate %d %d %s%s\r\n" % (offset, epoch, format_history(history).encode(), tail)
+    return b"replicate %d %s%d %s%s\r\n" % (offset, _FRAMES_TOKEN if frames else b"", epoch,
+                                             format_history(history).encode(), tail)  # fmt: skip
 
 
 class Request:
-    """A stream request: the standby's log end, its epoch and that epoch's history."""
+    """A stream request: the standby's log end, its epoch and that epoch's history, its name,
+    and whether it takes frames messages."""
 
-    __slots__ = ("offset", "epoch", "history", "name")
+    __slots__ = ("offset", "epoch", "history", "name", "frames")
 
-    def __init__(self, offset: int, epoch: int, history: tuple[tuple[int, int], ...], name: str = "") -> None:
+    def __init__(self, offset: int, epoch: int, history: tuple[tuple[int, int], ...], name: str = "",
+                 frames: bool = False) -> None:  # fmt: skip
         self.offset = offset
         self.epoch = epoch
         self.history = history
         self.name = name
+        self.frames = frames
 
     def __repr__(self) -> str:
-        return f"Request({self.offset}, {self.epoch}, {self.history!r}{f', {self.name!r}' if self.name else ''})"
+        return (f"Request({self.offset}, {self.epoch}, {self.history!r}{f', {self.name!r}' if self.name else ''}"
+                f"{', frames=True' if self.frames else ''})")
 
 
 def parse_request(line: bytes) -> Request | None:
     """The stream request in ``line``, None for a snapshot request; WireError else (a
-    request without a history, from an earlier build, has none).
+    request without a history, from an earlier build, has none; one without the frames token,
+    from a build before frames messages, gets records messages alone).
 
     >>> parse_request(b"replicate 12 3 1:4,3:9\\r\\n"), parse_request(b"replicate-snapshot\\r\\n")
     (Request(12, 3, ((1, 4), (3, 9))), None)
+    >>> parse_request(b"replicate 12 03 1:4,3:9 node-b\\r\\n"), parse_request(b"replicate 0 00 -\\r\\n")
+    (Request(12, 3, ((1, 4), (3, 9)), 'node-b', frames=True), Request(0, 0, (), frames=True))
     """
     if line == REPLICATE_SNAPSHOT:
         return None
@@ -140,7 +160,8 @@ def parse_request(line: bytes) -> Request | None:
     name = parts[4].decode("ascii", "replace") if len(parts) == 5 else ""
     if name and (len(name) > 64 or not all(ch.isalnum() or ch in "-_." for ch in name)):
         raise WireError(f"bad standby name in {line[:80]!r}")
-    return Request(int(parts[1]), int(parts[2]), history, name)
+    epoch = parts[2]
+    return Request(int(parts[1]), int(epoch), history, name, len(epoch) > 1 and epoch.startswith(_FRAMES_TOKEN))
 
 
 def new_nonce() -> bytes:
@@ -291,12 +312,11 @@ def _frame_payloads(body: memoryview) -> tuple[int, list[bytes]]:
     positions = scan_positions(body, base, _MAX_EPOCH, st, size, None, 0, size // FRAME_HEADER_SIZE + 1)
     if st.status != "end" or st.pos != size:
         raise WireError(f"a frame from the primary fails its checks (offset {st.offset}): damaged or out of place")
+    # One copy of the message, then a bytes slice per payload (not a view and a copy of it).
+    raw = bytes(body)
     unpack = _LEN.unpack_from
-    out = []
-    for p in positions:
-        start = p + FRAME_HEADER_SIZE
-        out.append(bytes(body[start : start + unpack(body, p + LENGTH_AT)[0]]))
-    return first, out
+    h = FRAME_HEADER_SIZE
+    return first, [raw[p + h : p + h + unpack(raw, p + LENGTH_AT)[0]] for p in positions]
 
 
 def encode_heartbeat(end_offset: int) -> bytes:

@@ -19,7 +19,7 @@ cdef class Server(Host):
     cdef public object observer, _timer, _timer_at, _maint
     cdef public bint stopping
     cdef public object failed, host_id, addresses, role, replicas, standby_lag, promote
-    cdef public object replication, cluster, _uname, turns
+    cdef public object replication, cluster, _uname, turns, totals
 
     cpdef execute(self, Connection c, object cmd)
 

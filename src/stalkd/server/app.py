@@ -39,9 +39,11 @@ import logging
 import os
 import resource
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from stalkd.engine import Engine, Outcome
+from stalkd.engine.stats import TOTALS
 from stalkd.protocol.commands import Command, JobReply, ListTubes, Reply, YamlDict, YamlList
 from stalkd.protocol.grammar import NOT_PRIMARY, SPECS_BY_NAME, STANDBY_COMMANDS
 from stalkd.replication.role import Role
@@ -54,6 +56,7 @@ from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection, Host
 from stalkd.server.fastconn import new_connection
 from stalkd.server.registry import Registry
+from stalkd.server.stattotals import StatsTotals
 from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_space
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
@@ -115,6 +118,7 @@ class Server(Host):
         # The loop's time per turn, shared by the connections (turns.py): serve.py sets it for
         # a listening server; None (a server driven by hand, as in unit tests): no deadline.
         self.turns: Turns | None = None
+        self.totals: StatsTotals | None = None  # counts stats' job totals past many tubes
         self.started = clock()
         self._loop: asyncio.AbstractEventLoop | None = None  # see loop()
         # False in memory: no records, so no reply ever waits for a barrier.
@@ -327,7 +331,11 @@ class Server(Host):
                     if self.role.fenced and self.role.refuses():
                         reply, barrier = _NOT_PRIMARY, 0  # never durable here: no silence
             elif type(reply) is YamlDict and reply.kind == "stats":
-                reply = self._full_stats(reply)
+                if TOTALS[0] in reply.values:
+                    reply = self._full_stats(reply)
+                else:  # many tubes: the engine left the job totals to us, counted over turns
+                    self._count_totals(c, reply)
+                    reply = None  # c waits for them, as in a blocked reserve
             elif type(reply) is YamlList and type(cmd) is ListTubes and c.policy is not None:
                 reply = YamlList(tuple(filter(c.policy.shows, reply.items)))  # what it may see
             c.send(reply, barrier)
@@ -411,6 +419,18 @@ class Server(Host):
         self._maint = loop.call_later(0.0, run)
 
     # --- stats -------------------------------------------------------------------------------
+
+    def _count_totals(self, c: Connection, reply: YamlDict) -> None:
+        """Answer ``c``'s ``stats`` once its job totals are counted (stattotals.py)."""
+        totals = self.totals
+        if totals is None:
+            engine = self.engine
+            totals = self.totals = StatsTotals(lambda: engine.tube_order, self.loop().call_soon)
+        totals.ask(partial(self._totals_counted, c, reply))
+
+    def _totals_counted(self, c: Connection, reply: YamlDict, figures: dict[str, int]) -> None:
+        if not c.lost:
+            c.wake(self._full_stats(YamlDict("stats", {**figures, **reply.values})), 0)
 
     def _full_stats(self, reply: YamlDict) -> YamlDict:
         ru = resource.getrusage(resource.RUSAGE_SELF)

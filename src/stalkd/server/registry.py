@@ -51,9 +51,11 @@ class Registry(Generic[C]):
         return self._last_id
 
     def admit(self, conn_id: int, conn: C, peer: str) -> bool:
-        """Register ``conn``, or refuse it (False) when ``limit`` are open."""
-        if len(self._conns) >= self.limit:
-            self._refuse(peer, f"{self.limit} connections is the limit (--max-connections)")
+        """Register ``conn``, or refuse it (False) when ``limit`` connections and handshakes
+        are open (a TLS connection's own handshake has ended before it is admitted)."""
+        if len(self._conns) + self.handshakes >= self.limit:
+            self._refuse(peer, f"{self.limit} connections and TLS handshakes is the limit "
+                               "(--max-connections)")
             return False
         self._conns[conn_id] = conn
         return True

@@ -65,7 +65,8 @@ Options:
           --repair            if the WAL is damaged, cut it at the damage (the bytes cut
                               off are kept in DIR/wal/dropped/) instead of refusing to
                               start; same as running `stalkd log repair DIR` first
-          --max-connections N refuse connections beyond N (default 10000)
+          --max-connections N refuse connections beyond N, TLS handshakes in progress
+                              included (default 10000)
           --max-output N      per-connection buffered reply bytes before the server stops
                               reading that connection (default 4194304)
           --max-memory N      bytes all connections together may hold in unparsed input,
