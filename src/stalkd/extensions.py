@@ -28,6 +28,9 @@ __all__ = ["CYTHON_MODULES", "compiled_module", "compiled_modules", "extensions_
            "install_switch", "source_path"]  # fmt: skip
 
 CYTHON_MODULES = (
+    # the protocol's command and reply values (extension types, commands.pxd): built and read
+    # by the parser, the engine and the connection once per command
+    "stalkd.protocol.commands",
     # the engine: its objects and heaps (extension types, heap.pxd/objects.pxd), then the
     # modules of Engine's commands and step
     "stalkd.engine.heap",
@@ -40,7 +43,6 @@ CYTHON_MODULES = (
     "stalkd.engine.queries",
     "stalkd.engine.results",
     "stalkd.engine.engine",
-    "stalkd.engine.fastvalues",
     "stalkd.engine.model",
     "stalkd.persist.wal",
     "stalkd.persist.walspace",

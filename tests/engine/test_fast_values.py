@@ -1,7 +1,6 @@
-"""The engine builds replies by setting slots directly (fastvalues.inserted, reserved) and
-Records as an extension type when compiled; these must stay equal to what the dataclass
-constructors build, and an engine with ``records=False`` must behave exactly as one that
-records."""
+"""Compiled, the engine's values are extension types (Records: model.pxd; replies and
+commands: protocol/commands.pxd); they must keep the contract of the uncompiled classes, and an
+engine with ``records=False`` must behave exactly as one that records."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import random
 import pytest
 
 from stalkd.engine import Engine
-from stalkd.engine import fastvalues as E
 from stalkd.engine.model import Op, Record, decode, encode
 from stalkd.protocol import commands as C
 
@@ -29,14 +27,14 @@ def test_record_is_a_frozen_dataclass_on_either_build() -> None:
         r.seq = 6  # type: ignore[misc]
 
 
-def test_fast_replies_equal_constructor() -> None:
-    assert E.inserted(9) == C.Reply("INSERTED", (9,))
-    assert hash(E.inserted(9)) == hash(C.Reply("INSERTED", (9,)))
+def test_engine_replies_equal_constructor() -> None:
     e = Engine()
     e.connect(1, 0.0)
-    e.apply(1, C.Put(0, 0, 60, b"body"), 0.0)
-    assert e.apply(1, C.Reserve(), 0.0).reply == C.JobReply("RESERVED", 1, b"body")
-    assert E.reserved(e.jobs[1]) == C.JobReply("RESERVED", 1, b"body")
+    put = e.apply(1, C.Put(0, 0, 60, b"body"), 0.0).reply
+    assert type(put) is C.Reply and put == C.Reply("INSERTED", (1,)) and hash(put) == hash(("INSERTED", (1,)))
+    got = e.apply(1, C.Reserve(), 0.0).reply
+    assert type(got) is C.JobReply and got == C.JobReply("RESERVED", 1, b"body")
+    assert repr(got) == "JobReply(word='RESERVED', id=1, body=b'body')"
 
 
 def _script(seed: int) -> list[tuple[int, C.Command, float]]:

@@ -4,6 +4,7 @@
 from stalkd.engine.heap cimport HeapItem, IndexedHeap, pack
 from stalkd.engine.objects cimport ConnState, Job, Release, Tube
 from stalkd.engine.timers cimport Timers
+cimport stalkd.protocol.commands as C
 
 
 cdef class JobCommands(Timers):

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stalkd.engine.fastvalues import inserted as _inserted
-from stalkd.engine.fastvalues import reserved as _reserved
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op
 from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube
@@ -44,7 +42,7 @@ _OP_PUT, _OP_DELETE = Op.PUT, Op.DELETE
 class JobCommands(Timers):
     """The job-changing commands (a layer of ``Engine``, engine.py)."""
 
-    @cython.locals(c=ConnState, t=Tube, j=Job)
+    @cython.locals(c=ConnState, t=Tube, j=Job, cmd=C.Put)
     def _put(self, c: ConnState, cmd: C.Put) -> C.AnyReply:
         err = cmd.error
         body = cmd.body
@@ -74,7 +72,7 @@ class JobCommands(Timers):
         else:
             self._to_ready(j)
         self._rec_fields(_OP_PUT, jid, t.name, j.pri, j.delay, j.ttr, j.deadline_us, j.body, self._now)
-        return _inserted(jid)
+        return C.Reply("INSERTED", (jid,))
 
     @cython.locals(c=ConnState, best=Tube, t=Tube, j=Job)
     def _reserve(self, c: ConnState, cmd: C.Reserve | C.ReserveWithTimeout) -> C.AnyReply | None:
@@ -94,7 +92,7 @@ class JobCommands(Timers):
             if j.pri < URGENT_THRESHOLD:
                 best.urgent -= 1
             self._give(c, j)
-            return _reserved(j)
+            return C.JobReply("RESERVED", j.id, j.body)
         if c.deadline_soon(now) and not any(t.ready for t in c.watch):
             return C.Reply("DEADLINE_SOON")
         if c.half_closed:
@@ -120,7 +118,7 @@ class JobCommands(Timers):
         self._give(c, j)
         return C.JobReply("RESERVED", j.id, j.body)
 
-    @cython.locals(c=ConnState, t=Tube, j=Job)
+    @cython.locals(c=ConnState, t=Tube, j=Job, cmd=C.Delete)
     def _delete(self, c: ConnState, cmd: C.Delete) -> C.AnyReply:
         j = find_deletable(self.jobs, c, cmd.id)
         if j is None:
@@ -135,7 +133,7 @@ class JobCommands(Timers):
             self._maybe_drop_tube(t)
         return _DELETED
 
-    @cython.locals(c=ConnState, j=Job)
+    @cython.locals(c=ConnState, j=Job, cmd=C.Release)
     def _release(self, c: ConnState, cmd: C.Release) -> C.AnyReply:
         j = find_held(self.jobs, c, cmd.id)
         if j is None:
@@ -151,7 +149,7 @@ class JobCommands(Timers):
         self._rec_fields(Op.RELEASE, j.id, tube="", pri=j.pri, delay=j.delay, ttr=0, deadline_us=j.deadline_us)
         return _RELEASED
 
-    @cython.locals(c=ConnState, j=Job)
+    @cython.locals(c=ConnState, j=Job, cmd=C.Bury)
     def _bury(self, c: ConnState, cmd: C.Bury) -> C.AnyReply:
         j = find_held(self.jobs, c, cmd.id)
         if j is None:
@@ -163,7 +161,7 @@ class JobCommands(Timers):
         self._to_buried(j, self.seq)
         return _BURIED
 
-    @cython.locals(c=ConnState, j=Job)
+    @cython.locals(c=ConnState, j=Job, cmd=C.Touch)
     def _touch(self, c: ConnState, cmd: C.Touch) -> C.AnyReply:
         j = find_held(self.jobs, c, cmd.id)
         if j is None:
