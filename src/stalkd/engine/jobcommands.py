@@ -46,14 +46,15 @@ class JobCommands(Timers):
     def _put(self, c: ConnState, cmd: C.Put) -> C.AnyReply:
         err = cmd.error
         body = cmd.body
-        if err == "JOB_TOO_BIG" or len(body) > self.max_job_size:
-            return C.Reply("JOB_TOO_BIG")
-        if err == "BAD_FORMAT":  # text after the size: beanstalkd checks it after counting
-            return C.Reply("BAD_FORMAT")
-        c.producer = True  # as beanstalkd: only once the size check has passed
-        if err == "EXPECTED_CRLF":
-            self.next_id += 1  # beanstalkd allocates the id before reading the body
+        if err is not None or len(body) > self.max_job_size:  # the parser's error, or too big
+            if err is None or err == "JOB_TOO_BIG":
+                return C.Reply("JOB_TOO_BIG")
+            if err == "BAD_FORMAT":  # text after the size: beanstalkd checks it after counting
+                return C.Reply("BAD_FORMAT")
+            c.producer = True  # as beanstalkd: only once the size check has passed
+            self.next_id += 1  # EXPECTED_CRLF: beanstalkd allocates the id before reading the body
             return C.Reply("EXPECTED_CRLF")
+        c.producer = True
         if self.draining:
             self.next_id += 1
             return C.Reply("DRAINING")

@@ -4,6 +4,26 @@ static PyObject *reply_type = NULL;   /* commands.Reply */
 static PyObject *word_cache = NULL;   /* word -> b"WORD\r\n" */
 static PyObject *S_word = NULL, *S_args = NULL, *S_id = NULL, *S_body = NULL;  /* field names */
 
+/* The decimal digits of v at out (room for 20 digits and a sign); their count. snprintf's "%lld"
+ * costs several hundred instructions (format parsing, locale), this a few per digit: a reply
+ * line or job header holds one to three numbers. */
+static int
+format_ll(char *out, long long v)
+{
+    char tmp[24];
+    int n = 0, k = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[k++] = '-';
+    while (n)
+        out[k++] = tmp[--n];
+    return k;
+}
+
 /* replies.encode_line: b"WORD[ arg]*\r\n" for a plain Reply. Its fields are read as any
  * Python code reads them (compiled, through the extension type's own getters). */
 static PyObject *
@@ -63,9 +83,8 @@ encode_line(PyObject *mod, PyObject *r)
             int overflow;
             long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
             if (!overflow && !(v == -1 && PyErr_Occurred())) {
-                char num[32];
-                int k = snprintf(num, sizeof num, "%lld", v);
-                PUT(num, k);
+                char num[24];
+                PUT(num, format_ll(num, v));
                 continue;
             }
             PyErr_Clear();
@@ -124,9 +143,15 @@ job_parts(PyObject *r)
         if (w == NULL)
             goto out;
         if (!overflow && !(v == -1 && PyErr_Occurred()) && wlen < 64) {
-            char head[128];
-            int k = snprintf(head, sizeof head, "%.*s %lld %zd\r\n", (int)wlen, w, v,
-                             PyBytes_GET_SIZE(body));
+            char head[128];  /* "WORD <id> <size>\r\n" */
+            memcpy(head, w, (size_t)wlen);
+            int k = (int)wlen;
+            head[k++] = ' ';
+            k += format_ll(head + k, v);
+            head[k++] = ' ';
+            k += format_ll(head + k, (long long)PyBytes_GET_SIZE(body));
+            head[k++] = '\r';
+            head[k++] = '\n';
             PyObject *h = PyBytes_FromStringAndSize(head, k);
             if (h != NULL) {
                 tup = PyTuple_Pack(3, h, body, CRLF);
