@@ -10,9 +10,8 @@
  * tests/protocol/test_speedups_differential.py feeds both parsers the same streams.
  *
  * One translation unit, one concept per included piece (_cext/): common (the table; a command
- * value is built by calling its class, a reply's fields are read by name), lines (argument readers), parser (framing), replies (encoding); this file holds
- * configure(), the C API other extensions import (_cext/capi.h: the server's compiled
- * connection, stalkd.server._conn) and the module.
+ * value is built by calling its class, a reply's fields are read by name), lines (argument
+ * readers), parser (framing), replies (encoding); this file holds configure() and the module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,44 +21,6 @@
 #include "_cext/lines.c.h"
 #include "_cext/parser.c.h"
 #include "_cext/replies.c.h"
-#include "_cext/capi.h"
-
-/* --- the C API (capsule) ---------------------------------------------------------------- */
-
-static int
-api_feed(PyObject *p, const char *s, Py_ssize_t n)
-{
-    return parser_feed_bytes((ParserObject *)p, s, n);
-}
-
-static PyObject *
-api_next(PyObject *p)
-{
-    return Parser_next((ParserObject *)p, NULL);
-}
-
-static Py_ssize_t
-api_buffered(PyObject *p)
-{
-    return ((ParserObject *)p)->end - ((ParserObject *)p)->start + ((ParserObject *)p)->big_fill;
-}
-
-static PyObject *
-api_encode_line(PyObject *r)
-{
-    return encode_line(NULL, r);
-}
-
-static PyObject *
-api_encode_parts(PyObject *r)
-{
-    return encode_parts(NULL, r);
-}
-
-static StalkdProtocolAPI api = {
-    STALKD_PROTOCOL_API_VERSION, &ParserType, api_feed, api_next, api_buffered,
-    api_encode_line, api_encode_parts, NULL, NULL,
-};
 
 /* --- configuration -------------------------------------------------------------------- */
 
@@ -141,8 +102,6 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     parts_fallback = Py_NewRef(fallback);
     specs = t;
     nspecs = n;
-    api.need_data = NEED_DATA;
-    api.reply_type = reply_type;
     Py_RETURN_NONE;
 fail:
     /* configure() runs once at import; a failure leaves the module unusable (accel.py then
@@ -187,14 +146,6 @@ PyInit__speedups(void)
         Py_DECREF(m);
         return NULL;
     }
-    /* The capsule is added before configure() runs: importers check api.need_data. */
-    PyObject *capsule = PyCapsule_New(&api, STALKD_PROTOCOL_API_NAME, NULL);
-    if (capsule == NULL || PyModule_AddObjectRef(m, "_C_API", capsule) < 0) {
-        Py_XDECREF(capsule);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_DECREF(capsule);
     Py_INCREF(&ParserType);
     if (PyModule_AddObject(m, "Parser", (PyObject *)&ParserType) < 0) {
         Py_DECREF(&ParserType);
