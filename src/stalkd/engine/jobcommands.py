@@ -77,7 +77,7 @@ class JobCommands(Timers):
 
     @cython.locals(c=ConnState, best=Tube, t=Tube, j=Job)
     def _reserve(self, c: ConnState, cmd: C.Reserve | C.ReserveWithTimeout) -> C.AnyReply | None:
-        timeout = cmd.timeout if type(cmd) is C.ReserveWithTimeout else None
+        timeout = cython.cast(C.ReserveWithTimeout, cmd).timeout if type(cmd) is C.ReserveWithTimeout else None
         c.worker = True
         # Fast path: an unpaused watched tube with a ready job has no waiters (invariant), so
         # the best such job goes straight to this connection.
@@ -110,6 +110,7 @@ class JobCommands(Timers):
 
     _reserve_with_timeout = _reserve
 
+    @cython.locals(cmd=C.ReserveJob)
     def _reserve_job(self, c: ConnState, cmd: C.ReserveJob) -> C.AnyReply:
         j = find_unreserved(self.jobs, c, cmd.id)
         if j is None:
@@ -179,6 +180,7 @@ class JobCommands(Timers):
         self._to_ready(j)
         self._rec(Op.KICK, j.id)
 
+    @cython.locals(cmd=C.Kick)
     def _kick(self, c: ConnState, cmd: C.Kick) -> C.AnyReply | None:
         # beanstalkd: any buried job means only buried jobs are kicked (oldest first), else
         # delayed ones (soonest deadline first). A kick moves jobs out of the step's budget
@@ -232,6 +234,7 @@ class JobCommands(Timers):
             return
         self._pending.append(c)
 
+    @cython.locals(cmd=C.KickJob)
     def _kick_job(self, c: ConnState, cmd: C.KickJob) -> C.AnyReply:
         j = find_kickable(self.jobs, c, cmd.id)
         if j is None:
