@@ -42,6 +42,9 @@ CYTHON_MODULES = (
     "stalkd.engine.engine",
     "stalkd.engine.fastvalues",
     "stalkd.engine.model",
+    # the standby's apply path: every record its primary sends
+    "stalkd.engine.replay",
+    "stalkd.engine.handover",
     "stalkd.persist.wal",
     "stalkd.persist.walspace",
     "stalkd.log.active",
