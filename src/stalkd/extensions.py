@@ -45,6 +45,7 @@ CYTHON_MODULES = (
     # the standby's apply path: every record its primary sends
     "stalkd.engine.replay",
     "stalkd.engine.handover",
+    "stalkd.replication.frames",
     "stalkd.persist.wal",
     "stalkd.persist.walspace",
     "stalkd.log.active",
