@@ -15,8 +15,10 @@ written data.
 
 Checking is written once too: :func:`scan_positions` walks a region frame by frame (CRC,
 magic, delta, epoch, torn tail) in one tight loop and returns where the valid data frames lie;
-:func:`scan` (frames one at a time) and the columnar reads of :mod:`stalkd.log.columns` are
-built on it.
+:func:`scan` (frames one at a time), :func:`data_payloads` (a standby's frames message) and the
+columnar reads of :mod:`stalkd.log.columns` are built on it. The C leaf ``_framer`` repeats its fast
+path for ``data_payloads`` only, and hands every frame off that path back to it (its differential
+tests hold the two to the same answers).
 
 Ensures: ``encode_frame`` output length is ``frame_size(len(payload))`` and a multiple of 8;
 ``scan`` yields exactly the valid data frames of a region, in offset order, and stops at the
