@@ -44,6 +44,10 @@ CYTHON_MODULES = (
     "stalkd.engine.results",
     "stalkd.engine.engine",
     "stalkd.engine.model",
+    # the standby's apply path: every record its primary sends
+    "stalkd.engine.replay",
+    "stalkd.engine.handover",
+    "stalkd.replication.frames",
     "stalkd.persist.wal",
     "stalkd.persist.walspace",
     "stalkd.log.active",

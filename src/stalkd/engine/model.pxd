@@ -24,3 +24,11 @@ cdef class OpLayout:
     cpdef Py_ssize_t size(self, r) except -1
 
 cpdef bytes encode(r)
+
+# Decoding: every record a standby applies is decoded here, each step a C call.
+cpdef Record decode(payload)
+cdef Record _decode_v1(buf)
+cdef Record _decode_put(buf)
+cdef Record _put_record(seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body)
+cdef str _text(buf, Py_ssize_t pos, Py_ssize_t n)
+cdef bytes _blob(buf, Py_ssize_t pos)
