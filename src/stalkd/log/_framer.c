@@ -1,13 +1,10 @@
-/* stalkd.log._framer: a leaf behind stalkd.log.frame.encode_data_frames and data_payloads
- * (frame.py states the format and its checks and is the fallback;
- * tests/log/test_framer_differential.py holds each pair to the same results). encode_data_frames
- * frames a batch of payloads into one bytes object: per frame the header stores, a memcpy of the
- * payload, the zero padding and a CRC-32C by the CPU's instruction. data_payloads takes the
- * payloads out of a region of good data frames (a standby's frames message), checking each
- * frame as frame.scan_positions' fast path does, and hands anything else back to the Python
- * scan. It reads its arguments through the public API only (sequences, the buffer protocol,
- * ints) and replaces nothing: without SSE4.2 (or off x86-64) the module refuses to import and
- * frame.py's Python runs.
+/* stalkd.log._framer: a leaf behind stalkd.log.frame.encode_data_frames (frame.py states the
+ * format and is the fallback; tests/log/test_framer_differential.py holds the two to the same
+ * bytes). It frames a batch of payloads into one bytes object: per frame the header stores, a
+ * memcpy of the payload, the zero padding and a CRC-32C by the CPU's instruction. It reads its
+ * arguments through the public API only (sequences, the buffer protocol, ints) and replaces
+ * nothing: without SSE4.2 (or off x86-64) the module refuses to import and frame.py's Python
+ * runs.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -134,87 +131,14 @@ done:
     return out;
 }
 
-static uint64_t
-get_le(const unsigned char *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-/* data_payloads(buf, pos, end, first_delta, epoch_limit) -> list[bytes] | None: the payloads of
- * the frames filling buf[pos:end] exactly when each is a data frame that scan_positions' fast
- * path takes (its CRC-32C, magic, kind 0, delta first_delta, first_delta + 1, ..., epochs not
- * decreasing from 0 and at most epoch_limit); None when any is not (damaged, torn, padding, an
- * unknown kind): frame.py's scan decides then. */
-static PyObject *
-data_payloads(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)module;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "data_payloads(buf, pos, end, first_delta, epoch_limit)");
-        return NULL;
-    }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
-    long long d = PyLong_AsLongLong(args[3]);
-    long long limit = PyLong_AsLongLong(args[4]);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    PyObject *out = NULL;
-    if (pos < 0 || end < pos || end > view.len) {
-        PyErr_SetString(PyExc_ValueError, "data_payloads: pos and end must lie in the buffer, in order");
-        goto done;
-    }
-    out = PyList_New(0);
-    if (out == NULL)
-        goto done;
-    const unsigned char *buf = (const unsigned char *)view.buf;
-    uint64_t last_epoch = 0;
-    while (pos < end) {
-        if (end - pos < HEADER)
-            goto off;
-        const unsigned char *f = buf + pos;
-        uint64_t epoch = get_le(f + 6, 2), length = get_le(f + 8, 4), delta = get_le(f + 12, 4);
-        if (f[4] != MAGIC || (f[5] & 0x7F) != 0 || epoch < last_epoch || (long long)epoch > limit ||
-            d < 0 || (uint64_t)d != delta)
-            goto off;
-        uint64_t size = (HEADER + length + 7) & ~(uint64_t)7;
-        if (size > (uint64_t)(end - pos) || get_le(f, 4) != crc32c(f + 4, (size_t)(size - 4)))
-            goto off;
-        PyObject *item = PyBytes_FromStringAndSize((const char *)f + HEADER, (Py_ssize_t)length);
-        if (item == NULL || PyList_Append(out, item) < 0) {
-            Py_XDECREF(item);
-            Py_CLEAR(out);
-            goto done;
-        }
-        Py_DECREF(item);
-        last_epoch = epoch;
-        pos += (Py_ssize_t)size;
-        d++;
-    }
-    goto done;
-off:
-    Py_DECREF(out);
-    out = Py_NewRef(Py_None);
-done:
-    PyBuffer_Release(&view);
-    return out;
-}
-
 static PyMethodDef methods[] = {
-    {"data_payloads", (PyCFunction)(void (*)(void))data_payloads, METH_FASTCALL,
-     "data_payloads(buf, pos, end, first_delta, epoch_limit) -> list[bytes] | None: frame.py's function, in C."},
     {"encode_data_frames", (PyCFunction)(void (*)(void))encode_data_frames, METH_FASTCALL,
      "encode_data_frames(payloads, first_delta, timestamp_us, epoch) -> bytes: frame.py's function, in C."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "stalkd.log._framer", "Data frames framed and checked in C (see frame.py).", -1, methods,
+    PyModuleDef_HEAD_INIT, "stalkd.log._framer", "A batch of data frames framed in C (see frame.py).", -1, methods,
 };
 #endif /* HAVE_CRC32C_INSN */
 

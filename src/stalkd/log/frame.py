@@ -16,9 +16,7 @@ written data.
 Checking is written once too: :func:`scan_positions` walks a region frame by frame (CRC,
 magic, delta, epoch, torn tail) in one tight loop and returns where the valid data frames lie;
 :func:`scan` (frames one at a time), :func:`data_payloads` (a standby's frames message) and the
-columnar reads of :mod:`stalkd.log.columns` are built on it. The C leaf ``_framer`` repeats its fast
-path for ``data_payloads`` only, and hands every frame off that path back to it (its differential
-tests hold the two to the same answers).
+columnar reads of :mod:`stalkd.log.columns` are built on it.
 
 Ensures: ``encode_frame`` output length is ``frame_size(len(payload))`` and a multiple of 8;
 ``scan`` yields exactly the valid data frames of a region, in offset order, and stops at the
@@ -59,7 +57,6 @@ __all__ = [
     "scan",
     "scan_positions",
     "data_payloads",
-    "py_data_payloads",
 ]
 
 MAGIC = 0xA7
@@ -190,7 +187,6 @@ def py_encode_data_frames(
 # or a CPU without the CRC-32C instruction (it refuses to import).
 _framer = compiled_module("stalkd.log._framer")
 _c_frames = None if _framer is None else _framer.encode_data_frames
-_c_payloads = None if _framer is None else _framer.data_payloads
 
 
 class Frame(NamedTuple):
@@ -358,28 +354,12 @@ def data_payloads(
     ``offset``, ``offset + 1``... in a segment based at ``base``, each checked as a reader of
     that segment would (:func:`scan_positions`, writer epochs from 0 up to ``epoch_limit``);
     None if anything else is there (a frame that fails its checks, a torn tail, zeros): a
-    standby's frames message. ``py_data_payloads``, by the C leaf where it is built (which
-    leaves any frame off the fast path, such as padding, to it).
+    standby's frames message.
 
     >>> buf = encode_data_frames([b"a", b"bc"], 3, 9, 1)
     >>> data_payloads(buf, 0, len(buf), 10, 13, 1), data_payloads(buf, 0, len(buf), 10, 14, 1)
     ([b'a', b'bc'], None)
-    """
-    if _c_payloads is not None:
-        out = _c_payloads(mv, pos, end, offset - base, epoch_limit)
-        if out is not None:
-            return out  # type: ignore[no-any-return]
-    return py_data_payloads(mv, pos, end, base, offset, epoch_limit)
-
-
-def py_data_payloads(
-    mv: bytes | memoryview, pos: int, end: int, base: int, offset: int, epoch_limit: int
-) -> list[bytes] | None:
-    """What ``data_payloads`` returns, in Python: the rule, and the fallback without the leaf.
-
-    >>> buf = encode_data_frames([b"a", b"bc"], 3, 9, 1)
-    >>> py_data_payloads(buf, 0, len(buf), 10, 13, 1), py_data_payloads(buf + bytes(24), 0, len(buf) + 24, 10, 13, 1)
-    ([b'a', b'bc'], None)
+    >>> data_payloads(buf + bytes(24), 0, len(buf) + 24, 10, 13, 1)
     """
     st = ScanState(pos, offset)
     view = memoryview(mv)
