@@ -39,6 +39,7 @@ _NOT_FOUND = C.Reply("NOT_FOUND")
 _DELETED, _RELEASED, _BURIED, _TOUCHED = C.Reply("DELETED"), C.Reply("RELEASED"), C.Reply("BURIED"), C.Reply("TOUCHED")
 _KICKED = C.Reply("KICKED")
 _OP_PUT, _OP_DELETE = Op.PUT, Op.DELETE
+_RESERVE_WITH_TIMEOUT = C.ReserveWithTimeout  # compiled, a module global is a cached read
 
 
 class JobCommands(Timers):
@@ -78,7 +79,7 @@ class JobCommands(Timers):
 
     @cython.locals(c=ConnState, best=Tube, t=Tube, j=Job)
     def _reserve(self, c: ConnState, cmd: C.Reserve | C.ReserveWithTimeout) -> C.AnyReply | None:
-        timeout = cmd.timeout if type(cmd) is C.ReserveWithTimeout else None
+        timeout = cmd.timeout if type(cmd) is _RESERVE_WITH_TIMEOUT else None
         c.worker = True
         # Fast path: an unpaused watched tube with a ready job has no waiters (invariant), so
         # the best such job goes straight to this connection.

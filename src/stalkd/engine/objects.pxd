@@ -3,6 +3,8 @@
 # __slots__ name the same fields); this declares their types only. Values that go into heap
 # keys or counters stay Python ints (any size, as uncompiled).
 
+cimport cython
+
 from stalkd.engine.heap cimport HeapItem, IndexedHeap
 
 cdef class Tube
@@ -24,6 +26,7 @@ cdef class Tube(HeapItem):
     cpdef bint is_paused(self, object now_us)
     cpdef object job_count(self)
     cpdef bint unreferenced(self)
+    @cython.locals(top=Job)
     cpdef object timer_us(self)
 
 
@@ -32,6 +35,7 @@ cdef class ConnState(HeapItem):
     cdef public IndexedHeap reserved
     cdef public Tube use
     cdef public bint waiting, producer, worker, half_closed
+    @cython.locals(top=Job)
     cpdef object soonest_deadline(self)
     cpdef bint deadline_soon(self, object now_us)
     cpdef object timer_us(self)

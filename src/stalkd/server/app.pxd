@@ -5,6 +5,7 @@
 
 cimport cython
 
+from stalkd.engine.state cimport Outcome
 from stalkd.server.admission cimport Admission
 from stalkd.server.barriers cimport Barriers
 from stalkd.server.connection cimport Connection, Host
@@ -21,7 +22,8 @@ cdef class Server(Host):
     cdef public object failed, host_id, addresses, role, replicas, standby_lag, promote
     cdef public object replication, cluster, _uname, turns, totals
 
+    @cython.locals(out=Outcome)
     cpdef execute(self, Connection c, object cmd)
 
     @cython.locals(w=Connection, b=Py_ssize_t, barrier=Py_ssize_t)
-    cpdef _handle(self, Connection c, object out, object cmd=*)
+    cpdef _handle(self, Connection c, Outcome out, object cmd=*)
