@@ -45,7 +45,7 @@ _RESERVE_WITH_TIMEOUT = C.ReserveWithTimeout  # compiled, a module global is a c
 class JobCommands(Timers):
     """The job-changing commands (a layer of ``Engine``, engine.py)."""
 
-    @cython.locals(c=ConnState, t=Tube, j=Job)
+    @cython.locals(c=ConnState, t=Tube, j=Job, err=str)  # err: compiled, None == "..." is C
     def _put(self, c: ConnState, cmd: C.Put) -> C.AnyReply:
         err = cmd.error
         body = cmd.body

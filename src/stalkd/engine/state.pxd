@@ -20,8 +20,9 @@ cdef class Outcome:
 cdef class EngineState:
     cdef dict __dict__
     cdef object __weakref__
-    cdef public object max_job_size, step_jobs, keep_records, next_id, seq, draining, total_jobs
-    cdef public object body_bytes, _pending, _budget, _now, _due, _clock, _caller, _own, _room, _wait_serial
+    cdef public object max_job_size, step_jobs, keep_records, next_id, seq, draining
+    cdef public long long total_jobs, body_bytes  # counters: C integers (objects.pxd)
+    cdef public object _pending, _budget, _now, _due, _clock, _caller, _own, _room, _wait_serial
     cdef public dict conns, cmd
     cdef public JobTable jobs
     cdef public list _records, _wakeups

@@ -253,10 +253,13 @@ class EngineState:
         else:
             c = j.owner
             assert c is not None
+            # The connection's timer follows its soonest deadline, the top of its reserved
+            # heap: a job from below the top leaves it as it was.
+            top = j.hpos == 0
             c.reserved.remove(j)
             j.owner = None
             t.reserved -= 1
-            if c.release is None:  # a gone connection has no timer
+            if top and c.release is None:  # a gone connection has no timer
                 self._retime_conn(c)
 
     def _give(self, c: ConnState, j: Job) -> None:

@@ -5,6 +5,7 @@
 
 cimport cython
 
+from stalkd.engine.engine cimport Engine
 from stalkd.engine.state cimport Outcome
 from stalkd.server.admission cimport Admission
 from stalkd.server.barriers cimport Barriers
@@ -12,7 +13,8 @@ from stalkd.server.connection cimport Connection, Host
 
 
 cdef class Server(Host):
-    cdef public object config, engine, storage, clock, on_fatal, conns, memory, _memory_timer
+    cdef public Engine engine  # execute calls its apply as a C function
+    cdef public object config, storage, clock, on_fatal, conns, memory, _memory_timer
     cdef public double started
     cdef public object _loop
     cdef public bint persistent, group_commit

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from stalkd.engine import Engine
+from stalkd.engine.engine import Engine
 from stalkd.engine.state import Outcome
 from stalkd.engine.stats import TOTALS
 from stalkd.protocol.commands import Command, JobReply, ListTubes, Reply, YamlDict, YamlList
@@ -92,6 +92,7 @@ class Server(Host):
     Compiled, an extension type whose fields and C methods app.pxd declares: a connection's
     reply, the barriers and the admission are C calls and field reads from here.
 
+    >>> from stalkd.engine import Engine  # compiled, app's own Engine is a C type, not a global
     >>> srv = Server(Config(), Engine())   # in memory: replies never wait for a disk
     >>> srv.durable, srv.written
     (0, 0)
