@@ -20,9 +20,12 @@ cdef class Outcome:
 cdef class EngineState:
     cdef dict __dict__
     cdef object __weakref__
-    cdef public object max_job_size, step_jobs, keep_records, next_id, seq, draining
-    cdef public long long total_jobs, body_bytes  # counters: C integers (objects.pxd)
-    cdef public object _pending, _budget, _now, _due, _clock, _caller, _own, _room, _wait_serial
+    cdef public object max_job_size, next_id, draining
+    cdef public bint keep_records
+    # counters and the step's budget: C integers (objects.pxd)
+    cdef public long long seq, total_jobs, body_bytes
+    cdef public Py_ssize_t step_jobs, _budget
+    cdef public object _pending, _now, _due, _clock, _caller, _own, _room, _wait_serial
     cdef public dict conns, cmd
     cdef public JobTable jobs
     cdef public list _records, _wakeups
