@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 __all__ = ["Py_ssize_t", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double",
-           "final", "inline", "locals", "longlong", "uint", "ulonglong", "wraparound"]  # fmt: skip
+           "final", "freelist", "inline", "locals", "longlong", "no_gc", "uint", "ulonglong", "wraparound"]  # fmt: skip
 
 _F = TypeVar("_F")
 
@@ -72,11 +72,20 @@ def wraparound(_on: bool) -> Callable[[_F], _F]:
     return _same
 
 
+def freelist(_n: int) -> Callable[[_F], _F]:
+    """``@cython.freelist(n)`` on an extension type: up to ``n`` freed instances are kept for
+    reuse (compiled); nothing uncompiled."""
+    return _same
+
+
 cclass: Callable[[_F], _F] = _same
 ccall: Callable[[_F], _F] = _same
 cfunc: Callable[[_F], _F] = _same
 final: Callable[[_F], _F] = _same
 inline: Callable[[_F], _F] = _same
+no_gc: Callable[[_F], _F] = _same
+"""``@cython.no_gc`` on an extension type that can be in no reference cycle: compiled, the
+cycle collector does not track it."""
 
 
 def __getattr__(name: str) -> Any:

@@ -42,7 +42,7 @@ _OP_PUT, _OP_DELETE = Op.PUT, Op.DELETE
 class JobCommands(Timers):
     """The job-changing commands (a layer of ``Engine``, engine.py)."""
 
-    @cython.locals(c=ConnState, t=Tube, j=Job, cmd=C.Put)
+    @cython.locals(c=ConnState, t=Tube, j=Job, cmd=C.Put, err=str)  # err: compiled, None == "..." is C
     def _put(self, c: ConnState, cmd: C.Put) -> C.AnyReply:
         err = cmd.error
         body = cmd.body

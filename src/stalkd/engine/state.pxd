@@ -3,17 +3,29 @@
 # as C functions (cpdef: a subclass or a test may still replace one). Its other attributes live
 # in its __dict__. state.py is the source; this declares types and signatures only.
 
+cimport cython
+
 from stalkd.engine.heap cimport HeapItem, IndexedHeap, pack
 from stalkd.engine.jobtable cimport JobTable
 from stalkd.engine.model cimport Record
 from stalkd.engine.objects cimport ConnState, Job, Release, Tube
 
 
+# Outcome: one is built per step (timers.py's _finish sets its fields at C level).
+@cython.final
+cdef class Outcome:
+    cdef readonly object reply, records, wakeups, next_deadline
+
+
 cdef class EngineState:
     cdef dict __dict__
     cdef object __weakref__
-    cdef public object max_job_size, step_jobs, keep_records, next_id, seq, draining, total_jobs
-    cdef public object body_bytes, _pending, _budget, _now, _clock, _caller, _own, _room, _wait_serial
+    cdef public object max_job_size, next_id, draining
+    cdef public bint keep_records
+    # counters and the step's budget: C integers (objects.pxd)
+    cdef public long long seq, total_jobs, body_bytes
+    cdef public Py_ssize_t step_jobs, _budget
+    cdef public object _pending, _now, _due, _clock, _caller, _own, _room, _wait_serial
     cdef public dict conns, cmd
     cdef public JobTable jobs
     cdef public list _records, _wakeups

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from stalkd.engine.heap import IndexedHeap, pack
 from stalkd.engine.jobtable import JobTable
@@ -65,18 +65,29 @@ class EngineError(ValueError):
     """The caller broke the engine's contract (unknown connection, command while waiting, ...)."""
 
 
-class Outcome(NamedTuple):
-    """What one engine step produced (immutable; a NamedTuple because one is built per command).
+@cython.freelist(8)  # one is built per step: compiled, those let go are reused
+@cython.no_gc  # it holds replies and records, never itself: no cycle to collect
+@cython.cclass
+class Outcome:
+    """What one engine step produced, built by the step frame alone (``Timers._finish``) and
+    read by the caller: treat it as immutable (compiled, an extension type whose fields Python
+    code can read but not set).
 
     ``reply`` is for the calling connection (None: it is now blocked in reserve); ``wakeups``
     are replies for other connections that were waiting; ``records`` must be durable (their
     DURABLE_OPS ones) before any of these replies is sent.
     """
 
+    __slots__ = ("reply", "records", "wakeups", "next_deadline")
+
     reply: C.AnyReply | None
     records: tuple[Record, ...]
     wakeups: tuple[tuple[int, C.AnyReply], ...]
     next_deadline: float | None
+
+    def __repr__(self) -> str:
+        return (f"Outcome(reply={self.reply!r}, records={self.records!r}, wakeups={self.wakeups!r}, "
+                f"next_deadline={self.next_deadline!r})")
 
 
 class EngineState:
@@ -87,7 +98,7 @@ class EngineState:
     __slots__ = (
         "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
         "cmd", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
-        "_now", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
+        "_now", "_due", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
         "__weakref__",
     )  # fmt: skip
 
@@ -123,6 +134,7 @@ class EngineState:
         # per-step scratch
         self._budget = step_jobs  # jobs this step may still move in bulk (expiries, kicks)
         self._now = 0  # the step's time in integer microseconds
+        self._due = pack(1, 0)  # timer keys below this are due at _now (IndexedHeap.due)
         self._clock: float | None = None  # the time (seconds) _now was converted from
         self._records: list[Record] = []
         self._wakeups: list[tuple[int, C.AnyReply]] = []
@@ -241,10 +253,13 @@ class EngineState:
         else:
             c = j.owner
             assert c is not None
+            # The connection's timer follows its soonest deadline, the top of its reserved
+            # heap: a job from below the top leaves it as it was.
+            top = j.hpos == 0
             c.reserved.remove(j)
             j.owner = None
             t.reserved -= 1
-            if c.release is None:  # a gone connection has no timer
+            if top and c.release is None:  # a gone connection has no timer
                 self._retime_conn(c)
 
     def _give(self, c: ConnState, j: Job) -> None:

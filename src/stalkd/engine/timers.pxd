@@ -4,7 +4,7 @@
 
 from stalkd.engine.heap cimport HeapItem, IndexedHeap, pack
 from stalkd.engine.objects cimport ConnState, Job, Release, Tube
-from stalkd.engine.state cimport EngineState
+from stalkd.engine.state cimport EngineState, Outcome
 
 
 cdef class Timers(EngineState):

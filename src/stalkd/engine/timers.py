@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from stalkd.engine.heap import pack
 from stalkd.engine.model import Op
 from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube
 from stalkd.engine.state import EngineState, Outcome
@@ -39,9 +40,6 @@ else:
         from stalkd import cyshim as cython
 
 __all__ = ["Timers"]
-
-_tuple_new = tuple.__new__
-
 
 class Timers(EngineState):
     """The step frame and the timers (a layer of ``Engine``, engine.py)."""
@@ -63,8 +61,8 @@ class Timers(EngineState):
         still due)."""
         if self._pending:
             return True
-        now = self._now
-        return self._tube_timers.due(now) or self._conn_timers.due(now)
+        due = self._due
+        return self._tube_timers.due(due) or self._conn_timers.due(due)
 
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
@@ -81,6 +79,7 @@ class Timers(EngineState):
         if now != self._clock:  # the commands of one read share their time: convert it once
             self._clock = now
             self._now = round(now * US)
+            self._due = pack(self._now + 1, 0)
         self._budget = self.step_jobs
         # a step starts with empty scratch lists (their contents left the last one as tuples;
         # leftovers of a step that raised are dropped); most steps have no wakeups, and an
@@ -93,27 +92,33 @@ class Timers(EngineState):
         self._own = None
         self._settle()
 
+    @cython.locals(out=Outcome)
     def _finish(self, reply: C.AnyReply | None) -> Outcome:
         self._settle()
         if reply is None:
             reply = self._own
         recs = self._records
         wakes = self._wakeups
-        # tuple.__new__: a NamedTuple's own __new__ is Python the typing module wrote (exec)
-        out: Outcome = _tuple_new(Outcome, (reply, tuple(recs) if recs else (), tuple(wakes) if wakes else (),
-                                            self.next_deadline()))  # fmt: skip
+        # The one place an Outcome is built. Its fields are set one by one: compiled, that is a
+        # C allocation and four struct writes, where a call with arguments would be a Python call.
+        out = Outcome.__new__(Outcome)
+        out.reply = reply
+        out.records = tuple(recs) if recs else ()
+        out.wakeups = tuple(wakes) if wakes else ()
+        out.next_deadline = self.next_deadline()
         self._caller = None
         return out
 
-    @cython.locals(t=Tube, c=ConnState, j=Job)
+    @cython.locals(t=Tube, c=ConnState, j=Job, budget=cython.Py_ssize_t)
     def _settle(self) -> None:
         now = self._now
+        due_below = self._due  # a timer heap is due when its smallest key is below this
         budget = self._budget
         th = self._tube_timers
-        while budget > 0 and th.due(now):
+        while budget > 0 and th.due(due_below):
             t = th.pop()
             delayed = t.delayed
-            while budget > 0 and delayed.due(now):
+            while budget > 0 and delayed.due(due_below):
                 self._to_ready(delayed.pop())
                 budget -= 1
             if t.pause_until_us and t.pause_until_us <= now:
@@ -122,13 +127,13 @@ class Timers(EngineState):
                 if t.waiting:
                     self._dirty.add(t)
             self._retime_tube(t)  # still due when the budget ran out: the next step goes on
-        behind = th.due(now)
+        behind = th.due(due_below)
         due: list[ConnState] | None = None  # made when a connection's timer fires: most steps none
         ch = self._conn_timers
-        while not behind and ch.due(now):
+        while not behind and ch.due(due_below):
             c = ch.pop()
             reserved = c.reserved
-            while reserved.due(now):
+            while reserved.due(due_below):
                 if budget <= 0:
                     behind = True
                     break
