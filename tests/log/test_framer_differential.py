@@ -104,4 +104,3 @@ def test_one_frame_by_the_leaf_is_the_rules_frame() -> None:
         buf = bytearray(200)
         end = frame.put_data_frame(buf, 8, 200, p, delta, ts, epoch)
         assert bytes(buf[8:end]) == frame.encode_frame(p, delta, ts, epoch)
-
