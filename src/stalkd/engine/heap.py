@@ -156,7 +156,7 @@ class IndexedHeap:
 
     @cython.boundscheck(False)  # every index below is in range (compiled: unchecked)
     @cython.wraparound(False)
-    @cython.locals(keys=list, items=list, top=HeapItem, last=HeapItem, moved=HeapItem,
+    @cython.locals(keys=list, items=list, top=HeapItem, last=HeapItem,
                    n=cython.Py_ssize_t, i=cython.Py_ssize_t, c=cython.Py_ssize_t,
                    r=cython.Py_ssize_t)  # fmt: skip
     def pop(self) -> Any:
@@ -189,10 +189,7 @@ class IndexedHeap:
                 if rk < ck:
                     c = r
                     ck = rk
-            keys[i] = ck
-            moved = cython.cast(HeapItem, items[c])
-            items[i] = moved
-            moved.hpos = i
+            _seat(keys, items, i, ck, items[c])
             i = c
             c = 2 * i + 1
         keys[i] = last_key
@@ -317,9 +314,7 @@ def _take(keys: list[int], items: list[Any], n: int, i: int) -> None:
     _vacate(keys, items, n)
     if i == n:
         return
-    keys[i] = last_key
-    items[i] = last
-    last.hpos = i
+    _seat(keys, items, i, last_key, last)
     if i > 0 and last_key < keys[(i - 1) >> 1]:
         _up(keys, items, i)
     else:
@@ -327,22 +322,12 @@ def _take(keys: list[int], items: list[Any], n: int, i: int) -> None:
 
 
 @cython.cfunc
+@cython.inline
 @cython.boundscheck(False)
 @cython.wraparound(False)
-@cython.locals(keys=list, items=list, i=cython.Py_ssize_t, p=cython.Py_ssize_t, item=HeapItem,
-               moved=HeapItem)  # fmt: skip
-def _up(keys: list[int], items: list[Any], i: int) -> None:
-    key, item = keys[i], items[i]
-    while i > 0:
-        p = (i - 1) >> 1
-        pk = keys[p]
-        if pk <= key:
-            break
-        keys[i] = pk
-        moved = cython.cast(HeapItem, items[p])
-        items[i] = moved
-        moved.hpos = i
-        i = p
+@cython.locals(keys=list, items=list, i=cython.Py_ssize_t, item=HeapItem)
+def _seat(keys: list[int], items: list[Any], i: int, key: int, item: Any) -> None:
+    """Put ``item`` with its ``key`` at position ``i``, and tell the item where it is."""
     keys[i] = key
     items[i] = item
     item.hpos = i
@@ -351,8 +336,24 @@ def _up(keys: list[int], items: list[Any], i: int) -> None:
 @cython.cfunc
 @cython.boundscheck(False)
 @cython.wraparound(False)
+@cython.locals(keys=list, items=list, i=cython.Py_ssize_t, p=cython.Py_ssize_t, item=HeapItem)
+def _up(keys: list[int], items: list[Any], i: int) -> None:
+    key, item = keys[i], items[i]
+    while i > 0:
+        p = (i - 1) >> 1
+        pk = keys[p]
+        if pk <= key:
+            break
+        _seat(keys, items, i, pk, items[p])
+        i = p
+    _seat(keys, items, i, key, item)
+
+
+@cython.cfunc
+@cython.boundscheck(False)
+@cython.wraparound(False)
 @cython.locals(keys=list, items=list, i=cython.Py_ssize_t, n=cython.Py_ssize_t, c=cython.Py_ssize_t,
-               r=cython.Py_ssize_t, item=HeapItem, moved=HeapItem)  # fmt: skip
+               r=cython.Py_ssize_t, item=HeapItem)  # fmt: skip
 def _down(keys: list[int], items: list[Any], n: int, i: int) -> None:
     key, item = keys[i], items[i]
     while True:
@@ -366,11 +367,6 @@ def _down(keys: list[int], items: list[Any], n: int, i: int) -> None:
             ck = keys[r]
         if key <= ck:
             break
-        keys[i] = ck
-        moved = cython.cast(HeapItem, items[c])
-        items[i] = moved
-        moved.hpos = i
+        _seat(keys, items, i, ck, items[c])
         i = c
-    keys[i] = key
-    items[i] = item
-    item.hpos = i
+    _seat(keys, items, i, key, item)
