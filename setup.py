@@ -1,7 +1,7 @@
 """Build the compiled hot path: the modules of ``stalkd.extensions.CYTHON_MODULES`` compiled
 from their own ``.py`` files by Cython (pure-Python mode), and the C accelerators still written
-in C (stalkd.protocol._speedups, stalkd.engine._heap, stalkd.engine._engine, and the frame
-encoder's leaf stalkd.log._framer); everything else is in pyproject.toml.
+in C (stalkd.protocol._speedups and the frame encoder's leaf stalkd.log._framer); everything
+else is in pyproject.toml.
 
 Both are optional in the way aiohttp's and SQLAlchemy's are: without a compiler, the Python
 headers or Cython the build warns and the ``.py`` files run as they are.
@@ -88,12 +88,6 @@ ext_modules = [] if _NO_EXT else [
     Extension("stalkd.protocol._speedups", ["src/stalkd/protocol/_speedups.c"],
               depends=sorted(glob.glob("src/stalkd/protocol/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-variable"]),
-    Extension("stalkd.engine._heap", ["src/stalkd/engine/_heap.c"],
-              depends=sorted(glob.glob("src/stalkd/engine/_cext/*.h")),
-              extra_compile_args=["-O2", "-Wall"]),
-    Extension("stalkd.engine._engine", ["src/stalkd/engine/_engine.c"],
-              depends=[*sorted(glob.glob("src/stalkd/engine/_cext/*.h")), "src/stalkd/log/_cext/descriptor.c.h"],
-              extra_compile_args=["-O2", "-Wall", "-Wno-unused-function"]),  # heapcore's key I/O
     Extension("stalkd.log._framer", ["src/stalkd/log/_framer.c"], extra_compile_args=["-O2", "-Wall"]),
 ]
 

@@ -11,6 +11,9 @@ Figures, each printed with its peer or target measured in the same run:
   (target <= 2x live data + 2 segments).
 
 Run: .venv/bin/python bench/engine_bench.py [--jobs 1000000] [--cycles 1000000] [--quick]
+Throughput against another tree of stalkd (e.g. one with other compiled code), both sides in
+child processes, alternating in the same rounds:
+     .venv/bin/python bench/engine_bench.py --only throughput --peer-src /path/to/stalkd/src [--rounds 7]
 Recovery alone (about a minute; ``--keep DIR`` builds the WAL once and reuses it on later runs,
 ``--repeat K`` reports the best and median of K restarts):
      .venv/bin/python bench/engine_bench.py --only recovery [--keep /tmp/stalkd-rec] [--repeat 3]
@@ -66,6 +69,36 @@ def engine_cycles(n: int, records: bool = True) -> tuple[float, float]:
         apply(1, res, now)
         apply(1, Delete(jid), now)
     return time.perf_counter() - t0, time.process_time() - c0
+
+
+def _child_cycles(src: str | None, n: int, records: bool) -> float:
+    """CPU microseconds per op of ``engine_cycles`` run in a child process, from this tree or
+    from the stalkd tree at ``src`` (its modules, compiled or not, first on the path)."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child-cycles", str(n),
+                          "--child-records", "1" if records else "0"],
+                         env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return float(out.split()[-1])
+
+
+def throughput_ab(peer: str, ops: int, rounds: int) -> None:
+    """This tree's engine against ``peer``'s, put+reserve+delete, alternating in each round."""
+    print(f"# engine put+reserve+delete, CPU us per op, {ops:,} cycles per figure, {rounds} rounds "
+          f"alternating; peer: stalkd from {peer}; load {os.getloadavg()[0]:.1f}")
+    for records in (True, False):
+        mine: list[float] = []
+        theirs: list[float] = []
+        for r in range(rounds):
+            order = (None, peer) if r % 2 == 0 else (peer, None)
+            for src in order:
+                (mine if src is None else theirs).append(_child_cycles(src, ops, records))
+        mine.sort()
+        theirs.sort()
+        m, t = mine[len(mine) // 2], theirs[len(theirs) // 2]
+        print(f"records={records!s:5}  stalkd {m:.2f} (min {mine[0]:.2f})  peer {t:.2f} (min {theirs[0]:.2f})  "
+              f"speed stalkd/peer median {t / m:.2f}x, min {theirs[0] / mine[0]:.2f}x")
 
 
 # --- beanstalkd peer ----------------------------------------------------------------------------
@@ -279,19 +312,31 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=200_000, help="put+reserve+delete cycles timed")
     ap.add_argument("--segment-size", type=int, default=4 * 2**20)
     ap.add_argument("--quick", action="store_true", help="100k jobs/cycles, 50k ops")
-    ap.add_argument("--only", choices=["recovery"], help="run one part of the benchmark")
+    ap.add_argument("--only", choices=["recovery", "throughput"], help="run one part of the benchmark")
+    ap.add_argument("--peer-src", help="with --only throughput: the src/ of another stalkd tree to compare with")
+    ap.add_argument("--rounds", type=int, default=7, help="with --peer-src: alternating rounds")
     ap.add_argument("--keep", help="with --only recovery: build the WAL in this directory once, reuse it after")
     ap.add_argument("--repeat", type=int, default=1, help="with --only recovery: restarts timed")
     ap.add_argument("--tail", type=int, help="with --only recovery: WAL records after the snapshot (default jobs/100)")
     ap.add_argument("--child-memory", type=int)
     ap.add_argument("--child-recover")
+    ap.add_argument("--child-cycles", type=int)
+    ap.add_argument("--child-records", type=int, default=1)
     a = ap.parse_args()
+    if a.child_cycles:
+        _, cpu = engine_cycles(a.child_cycles, records=bool(a.child_records))
+        print(f"{cpu / a.child_cycles / 3 * 1e6:.4f}")
+        return None
     if a.child_memory:
         return child_memory(a.child_memory)
     if a.child_recover:
         return child_recover(a.child_recover)
     if a.quick:
         a.jobs, a.cycles, a.ops = 100_000, 100_000, 50_000
+    if a.only == "throughput":
+        if a.peer_src:
+            return throughput_ab(a.peer_src, a.ops, a.rounds)
+        a.only = None  # the figures below, throughput first
     if a.only == "recovery":
         return recovery_only(a.jobs, a.keep, a.repeat, a.jobs // 100 if a.tail is None else a.tail)
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Py_ssize_t", "bint", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double", "final",
-           "inline", "locals", "longlong", "uint", "ulonglong"]  # fmt: skip
+__all__ = ["Py_ssize_t", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double",
+           "final", "freelist", "inline", "locals", "longlong", "no_gc", "uint", "ulonglong", "wraparound"]  # fmt: skip
 
 _F = TypeVar("_F")
 
@@ -62,11 +62,30 @@ def locals(**_types: object) -> Callable[[_F], _F]:  # noqa: A001 - cython's nam
     return _same
 
 
+def boundscheck(_on: bool) -> Callable[[_F], _F]:
+    """``@cython.boundscheck(False)``: compiled, list indices are not checked; nothing uncompiled."""
+    return _same
+
+
+def wraparound(_on: bool) -> Callable[[_F], _F]:
+    """``@cython.wraparound(False)``: compiled, no negative indices; nothing uncompiled."""
+    return _same
+
+
+def freelist(_n: int) -> Callable[[_F], _F]:
+    """``@cython.freelist(n)`` on an extension type: up to ``n`` freed instances are kept for
+    reuse (compiled); nothing uncompiled."""
+    return _same
+
+
 cclass: Callable[[_F], _F] = _same
 ccall: Callable[[_F], _F] = _same
 cfunc: Callable[[_F], _F] = _same
 final: Callable[[_F], _F] = _same
 inline: Callable[[_F], _F] = _same
+no_gc: Callable[[_F], _F] = _same
+"""``@cython.no_gc`` on an extension type that can be in no reference cycle: compiled, the
+cycle collector does not track it."""
 
 
 def __getattr__(name: str) -> Any:

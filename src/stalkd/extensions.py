@@ -28,7 +28,26 @@ __all__ = ["CYTHON_MODULES", "compiled_module", "compiled_modules", "extensions_
            "install_switch", "source_path"]  # fmt: skip
 
 CYTHON_MODULES = (
+    # the protocol's command and reply values (extension types, commands.pxd): built and read
+    # by the parser, the engine and the connection once per command
+    "stalkd.protocol.commands",
+    # the engine: its objects and heaps (extension types, heap.pxd/objects.pxd), then the
+    # modules of Engine's commands and step
+    "stalkd.engine.heap",
+    "stalkd.engine.objects",
+    "stalkd.engine.jobtable",
+    "stalkd.engine.room",
+    "stalkd.engine.state",
+    "stalkd.engine.timers",
+    "stalkd.engine.jobcommands",
+    "stalkd.engine.queries",
+    "stalkd.engine.results",
+    "stalkd.engine.engine",
     "stalkd.engine.model",
+    # the standby's apply path: every record its primary sends
+    "stalkd.engine.replay",
+    "stalkd.engine.handover",
+    "stalkd.replication.frames",
     "stalkd.persist.wal",
     "stalkd.persist.walspace",
     "stalkd.log.active",

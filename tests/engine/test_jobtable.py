@@ -10,7 +10,7 @@ from stalkd.engine.jobtable import CHUNK, JobTable
 
 def test_the_job_table_answers_as_a_dict_would() -> None:
     rng = random.Random(30)
-    t: JobTable[str] = JobTable()
+    t = JobTable()
     d: dict[int, str] = {}
     next_id = 1
     for step in range(60_000):
@@ -34,7 +34,7 @@ def test_the_job_table_answers_as_a_dict_would() -> None:
 
 
 def test_a_bulk_update_takes_runs_and_stray_ids_alike() -> None:
-    t: JobTable[int] = JobTable()
+    t = JobTable()
     ids = list(range(5, 3 * CHUNK, 3)) + [CHUNK + 1, 7 * CHUNK, 2, CHUNK + 2]
     t.update(ids, ids)
     assert len(t) == len(set(ids)) and all(t[i] == i for i in ids)
@@ -44,7 +44,7 @@ def test_a_bulk_update_takes_runs_and_stray_ids_alike() -> None:
 
 
 def test_an_old_chunk_emptied_down_gives_its_room_back() -> None:
-    t: JobTable[int] = JobTable()
+    t = JobTable()
     t.update(list(range(2 * CHUNK)), list(range(2 * CHUNK)))  # chunk 0 full, chunk 1 the newest
     full = sys.getsizeof(t._chunks[0])
     for jid in range(CHUNK - 8):
@@ -59,7 +59,7 @@ def test_an_old_chunk_emptied_down_gives_its_room_back() -> None:
 def test_the_newest_chunk_stays_while_empty_and_goes_when_a_newer_one_comes() -> None:
     """A queue that drains and fills again keeps its one chunk (the compiled engine's delete
     stays in C for it); an empty chunk left behind by newer ids is dropped, not kept for ever."""
-    t: JobTable[str] = JobTable()
+    t = JobTable()
     for _ in range(3):
         t[1] = "a"
         del t[1]

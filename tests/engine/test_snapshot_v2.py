@@ -166,7 +166,7 @@ def test_job_packing_matches_the_record_path(tmp_path: Path) -> None:
     assert got == {j.id: durable_record(j, 42) for j in jobs}
 
 
-def _is_heap(h: IndexedHeap[object]) -> bool:
+def _is_heap(h: IndexedHeap) -> bool:
     keys = h.key_list()
     return all(keys[(i - 1) >> 1] <= keys[i] for i in range(1, len(keys))) and all(
         it.hpos == i  # type: ignore[attr-defined]

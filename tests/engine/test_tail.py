@@ -24,7 +24,7 @@ from stalkd.protocol import commands as C
 from .walutil import T0, Driver, random_step
 
 
-def _heap_view(h: IndexedHeap[Any]) -> list[tuple[int, int]]:
+def _heap_view(h: IndexedHeap) -> list[tuple[int, int]]:
     keys, items = h.key_list(), h.item_list()
     assert all(keys[(i - 1) >> 1] <= keys[i] for i in range(1, len(keys)))  # a valid heap
     assert all(it.hpos == i for i, it in enumerate(items))

@@ -40,7 +40,7 @@ def test_version_names_the_hot_path() -> None:
     off = _version({"STALKD_NO_EXTENSIONS": "1"})
     assert off.startswith("beanstalkd 1.13") and "hot path: pure Python" in off
     # every compiled twin is named, and the switch turns each of them off
-    for name in ("protocol.accel", "server.fastconn", "engine.fastheap", "engine.fastengine"):
+    for name in ("protocol.accel", "server.fastconn"):
         assert f"stalkd.{name}.IMPLEMENTATION='python'" in off, name
     assert f"compiled by Cython: none (0 of {len(CYTHON_MODULES)}" in off
     on = _version({})
@@ -70,23 +70,21 @@ def test_a_missing_compiler_is_a_warning_not_a_failed_build(tmp_path: Path) -> N
     (tmp_path / "src/stalkd/protocol").mkdir(parents=True)
     shutil.copy(ROOT / "src/stalkd/protocol/_speedups.c", tmp_path / "src/stalkd/protocol")
     shutil.copytree(ROOT / "src/stalkd/protocol/_cext", tmp_path / "src/stalkd/protocol/_cext")
-    (tmp_path / "src/stalkd/engine").mkdir()
-    shutil.copy(ROOT / "src/stalkd/engine/_heap.c", tmp_path / "src/stalkd/engine")
-    shutil.copy(ROOT / "src/stalkd/engine/_engine.c", tmp_path / "src/stalkd/engine")
-    shutil.copytree(ROOT / "src/stalkd/engine/_cext", tmp_path / "src/stalkd/engine/_cext")
     # and the Python modules Cython compiles, with the list of them
     shutil.copy(ROOT / "src/stalkd/extensions.py", tmp_path / "src/stalkd")
     for name in CYTHON_MODULES:
         (tmp_path / source_path(name)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / source_path(name), tmp_path / source_path(name))
+        pxd = (ROOT / source_path(name)).with_suffix(".pxd")
+        if pxd.exists():  # the module's C types (heap.pxd, objects.pxd, ...)
+            shutil.copy(pxd, (tmp_path / source_path(name)).with_suffix(".pxd"))
     env = {k: v for k, v in os.environ.items() if k != "STALKD_NO_EXTENSIONS"}
     env["CC"] = str(tmp_path / "no-such-cc")
     r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", "out"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "compiled stalkd module was not built" in r.stderr
-    assert not list(tmp_path.glob("out/**/_speedups*")) and not list(tmp_path.glob("out/**/_heap*"))
-    assert not list(tmp_path.glob("out/**/_engine*"))
+    assert not list(tmp_path.glob("out/**/_speedups*"))
     assert not list(tmp_path.glob("out/**/*.so"))
 
 

@@ -23,32 +23,37 @@ Waiters for a tube are served in arrival order; among tubes, the ready job with 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from stalkd.engine.fastengine import accelerated
-from stalkd.engine.fastvalues import make_record
-from stalkd.engine.fastvalues import reserved as _reserved
-from stalkd.engine.jobcommands import JobCommands
-from stalkd.engine.model import Op, Record
-from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, remove_swap_last
-from stalkd.engine.queries import Queries
+from stalkd.engine.model import Op
+from stalkd.engine.objects import US, ConnState, Job, remove_swap_last
 from stalkd.engine.results import Results
 from stalkd.engine.room import Handler, Room, guarded
 from stalkd.engine.state import STEP_JOBS, EngineError, Outcome
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COMMANDS
 
-__all__ = ["Engine", "EngineError", "Outcome", "Room", "make_record"]
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
+
+__all__ = ["Engine", "EngineError", "Outcome", "Room"]
 
 _NOT_FOUND = C.Reply("NOT_FOUND")
 _PAUSED = C.Reply("PAUSED")
-_tuple_new = tuple.__new__
 
 
-class Engine(Results, JobCommands, Queries):
-    """beanstalkd's job model: the commands that change state, and the public API. State and
-    container moves are ``state.py``, timers and the step frame ``timers.py``, the commands that
-    change a job ``jobcommands.py``, read-only commands ``queries.py``, stalkd's stored results ``results.py``; the
-    connection and tube commands are here.
+class Engine(Results):
+    """beanstalkd's job model: the commands that change state, and the public API. One class
+    in layers, each its module, each a subclass of the one before (one chain, so that compiled,
+    each layer is an extension type calling the layers under it as C functions): state and
+    container moves ``state.py``, timers and the step frame ``timers.py``, the commands that
+    change a job ``jobcommands.py``, read-only commands ``queries.py``, stalkd's stored results
+    ``results.py``; the connection and tube commands and the public API are here.
 
     >>> from stalkd.protocol.commands import Put, Reserve, Delete
     >>> e = Engine(); e.connect(1, now=100.0)
@@ -134,6 +139,7 @@ class Engine(Results, JobCommands, Queries):
         default.watching += 1
         self.total_connections += 1
 
+    @cython.locals(c=ConnState)
     def apply(self, conn_id: int, cmd: C.Command, now: float) -> Outcome:
         """Run one command for one connection at time ``now``."""
         c = self.conns.get(conn_id)
@@ -147,53 +153,8 @@ class Engine(Results, JobCommands, Queries):
         handler, counter = entry
         if counter is not None:
             self.cmd[counter] += 1
-        # _begin/_finish inlined: this runs once per command and is the engine's hottest frame.
-        # The scratch lists are reused (their contents leave as tuples); leftovers of a command
-        # that raised are dropped here, as _begin does.
-        nowus = self._now = round(now * US)
-        self._budget = self.step_jobs
-        recs = self._records
-        wakes = self._wakeups
-        if recs:
-            recs.clear()
-        if wakes:
-            wakes.clear()
-        self._caller = c
-        self._own = None
-        a = self._tube_timers
-        b = self._conn_timers
-        # Each heap is asked once before the handler and once after it (its smallest key
-        # serves both the due check and the next deadline): with the reference heap every
-        # question is a Python call.
-        if self._dirty or a.due(nowus) or b.due(nowus):
-            self._settle()
-        reply = handler(c, cmd)
-        ka = a.peek_key()
-        kb = b.peek_key()
-        if (self._dirty or (ka is not None and ka >> 64 <= nowus)
-                or (kb is not None and kb >> 64 <= nowus)):
-            self._settle()
-            ka = a.peek_key()
-            kb = b.peek_key()
-        if reply is None:
-            reply = self._own
-        self._caller = None
-        # next_deadline(), inlined
-        k = ka if kb is None or (ka is not None and ka < kb) else kb
-        if recs:
-            rt: tuple[Record, ...] = tuple(recs)
-            recs.clear()
-        else:
-            rt = ()
-        if wakes:
-            wt: tuple[tuple[int, C.AnyReply], ...] = tuple(wakes)
-            wakes.clear()
-        else:
-            wt = ()
-        if self._pending:
-            k = nowus << 64  # a kick or a hang-up goes on: tick at once
-        out: Outcome = _tuple_new(Outcome, (reply, rt, wt, None if k is None else (k >> 64) / US))
-        return out
+        self._begin(now, c)
+        return self._finish(handler(c, cmd))
 
     def disconnect(self, conn_id: int, now: float) -> Outcome:
         """The connection is gone: its reserved jobs return to ready (more than a step's
@@ -256,40 +217,6 @@ class Engine(Results, JobCommands, Queries):
                 break
         return C.Reply("WATCHING", (len(c.watch),))
 
-    def _reserve(self, c: ConnState, cmd: C.Reserve | C.ReserveWithTimeout) -> C.AnyReply | None:
-        timeout = cmd.timeout if type(cmd) is C.ReserveWithTimeout else None
-        c.worker = True
-        # Fast path: an unpaused watched tube with a ready job has no waiters (invariant), so
-        # the best such job goes straight to this connection.
-        best: Tube | None = None
-        best_key = 0
-        now = self._now
-        for t in c.watch:
-            k = t.ready.peek_key()
-            if k is not None and (best is None or k < best_key) and now >= t.pause_until_us:  # not paused
-                best, best_key = t, k
-        if best is not None:
-            j = best.ready.pop()
-            if j.pri < URGENT_THRESHOLD:
-                best.urgent -= 1
-            self._give(c, j)
-            return _reserved(j)
-        if c.deadline_soon(now) and not any(t.ready for t in c.watch):
-            return C.Reply("DEADLINE_SOON")
-        if c.half_closed:
-            timeout = 0
-        c.waiting = True
-        c.wait_until_us = None if timeout is None else self._now + timeout * US
-        self._wait_serial += 1
-        c.wait_seq = self._wait_serial
-        for t in c.watch:
-            t.waiting[c.id] = c
-            self._dirty.add(t)
-        self._retime_conn(c)
-        return None
-
-    _reserve_with_timeout = _reserve
-
     def _quit(self, c: ConnState, cmd: C.Quit) -> C.AnyReply:
         self._drop_conn(c)
         return C.Close()
@@ -309,10 +236,6 @@ class Engine(Results, JobCommands, Queries):
             t.pause_until_us = self._now + cmd.delay * US
             t.pause_secs = cmd.delay
         self._retime_tube(t)
-        self._rec_fields(Op.PAUSE, 0, tube=t.name, delay=cmd.delay, deadline_us=t.pause_until_us)
+        self._rec_fields(Op.PAUSE, 0, tube=t.name, pri=0, delay=cmd.delay, ttr=0, deadline_us=t.pause_until_us)
         return _PAUSED
 
-
-# The compiled twin of apply's common commands, when built (fastengine.py): installed on the
-# class, so the server's call stays one C call when the command is a common one.
-setattr(Engine, "apply", accelerated(Engine, Engine.apply))  # noqa: B010 - mypy: no method assignment

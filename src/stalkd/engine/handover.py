@@ -18,16 +18,31 @@ ends after ``now``; nothing is written to the WAL (the records reach it as the T
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from stalkd.engine.engine import Engine
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import US
-from stalkd.engine.replay import note_epoch
+from stalkd.engine.replay import note_epoch, replay
+
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["Reservations", "HOLDER", "epoch_record"]
 
 HOLDER = -1  # the connection id of the old primary's reservations (real ones are positive)
-_ENDS = frozenset({Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.TIMEOUT})
+_STARTS = (Op.RESERVE, Op.TOUCH)  # a reservation (re)starts its TTR
+_ENDS = (Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.TIMEOUT)
+# by op code (an IntEnum indexes a tuple without hashing; its hash is a Python-level call):
+# 1 a reservation starts, -1 one ends, 0 the op says nothing about reservations
+_SAYS = tuple(1 if code in _STARTS else -1 if code in _ENDS else 0 for code in range(256))
 
 
 def epoch_record(e: Engine, epoch: int, at_offset: int, now: float) -> Record:
@@ -45,6 +60,7 @@ def epoch_record(e: Engine, epoch: int, at_offset: int, now: float) -> Record:
 class Reservations:
     """Job id -> end of its reservation on the primary (µs), from the replicated records.
 
+    >>> from stalkd.engine.model import Record  # (compiled, the module's own name is the C type)
     >>> from stalkd.protocol.commands import Put
     >>> e = Engine(); e.connect(1, 0.0); _ = e.apply(1, Put(0, 0, 60, b"x"), 0.0)
     >>> r = Reservations(); r.see(Record(Op.RESERVE, 2, 10 * US, 1), e)
@@ -57,13 +73,22 @@ class Reservations:
 
     def see(self, r: Record, e: Engine) -> None:
         """One replicated record (after ``replay`` applied it to ``e``)."""
-        op = r.op
-        if op is Op.RESERVE or op is Op.TOUCH:
+        says = _SAYS[r.op]
+        if says > 0:
             j = e.jobs.get(r.job_id)
             if j is not None:
                 self.until[r.job_id] = r.time_us + j.ttr * US
-        elif op in _ENDS:
+        elif says < 0:
             self.until.pop(r.job_id, None)
+
+    @cython.locals(r=Record)
+    def follow(self, e: Engine, records: Iterable[Record]) -> None:
+        """A standby's apply step: ``replay`` each record into ``e`` in order, then ``see`` it
+        (compiled, one C loop: the records' fields read in C, no Python call per record)."""
+        for r in records:
+            replay(e, r)
+            if _SAYS[r.op]:
+                self.see(r, e)
 
     def hold(self, e: Engine, now: float) -> int:
         """Reserve, for ``HOLDER``, every job still reserved on the old primary; returns how many."""

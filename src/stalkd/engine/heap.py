@@ -8,24 +8,50 @@ much cheaper than comparing two tuples, and one int per entry is the smallest ke
 Ensures: ``keys[i] <= keys[2i+1]`` and ``keys[i] <= keys[2i+2]`` for every i, and
 ``items[i].hpos == i`` for every item in the heap; an item outside any heap has ``hpos == -1``.
 An item is in at most one heap at a time (jobs move between ready, delay and reserved heaps).
+
+The two lists hold the heap in their first ``len(heap)`` entries and are not shrunk by every
+pop: a heap that goes from empty to one item and back (a tube's ready jobs at depth 1, a
+connection's reservations) would otherwise free and allocate its arrays on every command. They
+are cut back when the heap falls below a quarter of them, and before anything reads them whole.
+
+Compiled (Cython, stalkd.extensions), ``HeapItem`` and ``IndexedHeap`` are extension types
+(heap.pxd): ``hpos`` is a C field, the engine calls a heap's methods as C functions and the
+sifts index the two lists with C integers; the same code, run in C. An extension type cannot
+be ``Generic``, so to a type checker a heap holds ``Any`` (its users know what they put in).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["HeapItem", "IndexedHeap", "pack"]
 
 _SHIFT = 64
 
 
-class HeapItem(Protocol):
-    hpos: int
+class HeapItem:
+    """What a heap holds: an object that remembers its slot in ``hpos`` (-1 outside any heap).
+    Job, Tube and ConnState are HeapItems (their constructors set ``hpos = -1``).
 
+    >>> HeapItem().hpos
+    -1
+    """
 
-T = TypeVar("T", bound=HeapItem)
+    __slots__ = ("hpos",)
+
+    def __init__(self) -> None:
+        self.hpos = -1
+
 
 
 def pack(major: int, minor: int) -> int:
@@ -37,84 +63,103 @@ def pack(major: int, minor: int) -> int:
     return (major << _SHIFT) | minor
 
 
-class IndexedHeap(Generic[T]):
+class IndexedHeap:
     """Min-heap of items with int keys; items remember their slot in ``hpos``.
 
-    >>> class J:
-    ...     hpos = -1
-    >>> h: IndexedHeap[J] = IndexedHeap()
-    >>> a, b = J(), J()
+    >>> h: IndexedHeap = IndexedHeap()
+    >>> a, b = HeapItem(), HeapItem()
     >>> h.push(5, a); h.push(3, b); h.peek() is b
     True
     >>> h.remove(b); h.pop() is a
     True
     """
 
-    __slots__ = ("_keys", "_items")
+    __slots__ = ("_keys", "_items", "_n")
 
     def __init__(self) -> None:
         self._keys: list[int] = []
-        self._items: list[T] = []
+        self._items: list[Any] = []
+        self._n = 0  # items in the heap: the lists' first _n entries
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return self._n
 
     def __bool__(self) -> bool:
-        return bool(self._keys)
+        return self._n > 0
 
-    def __iter__(self) -> Iterator[T]:
+    def _fit(self) -> None:
+        """Cut the lists to the heap, for the readers of whole lists below."""
+        del self._keys[self._n :]
+        del self._items[self._n :]
+
+    def __iter__(self) -> Iterator[Any]:
         """Items in heap (not sorted) order."""
+        self._fit()
         return iter(self._items)
 
-    def append_items_to(self, out: list[T]) -> None:
+    def append_items_to(self, out: list[Any]) -> None:
         """Append every item to ``out`` in heap-array order (a list-to-list copy in C, twice as
         fast as extending from an iterator; a snapshot starts with this over every job).
 
-        >>> class J:
-        ...     hpos = -1
-        >>> h: IndexedHeap[J] = IndexedHeap(); a = J(); h.push(1, a); out: list[J] = []
+        >>> h: IndexedHeap = IndexedHeap(); a = HeapItem(); h.push(1, a)
+        >>> out: list[HeapItem] = []
         >>> h.append_items_to(out); out == [a]
         True
         """
+        self._fit()
         out += self._items
 
     def key_list(self) -> list[int]:
         """The keys in heap-array order (a copy; for tests and the differential check)."""
+        self._fit()
         return list(self._keys)
 
-    def item_list(self) -> list[T]:
+    def item_list(self) -> list[Any]:
         """The items in heap-array order (a copy; ``item_list()[i].hpos == i``)."""
+        self._fit()
         return list(self._items)
 
-    def peek(self) -> T | None:
-        return self._items[0] if self._items else None
+    def peek(self) -> Any:
+        return self._items[0] if self._n else None
 
     def peek_key(self) -> int | None:
-        return self._keys[0] if self._keys else None
+        return self._keys[0] if self._n else None
 
-    def due(self, now: int) -> bool:
-        """Whether the smallest key's major part (``pack``'s first argument) is <= ``now``: a
-        timer heap's question, asked without building the key.
+    def due(self, bound: int) -> bool:
+        """Whether the smallest key is below ``bound``. A timer heap's question, "is its first
+        instant (``pack``'s first argument) at or before ``now``?", is ``due(pack(now + 1, 0))``:
+        the engine packs that bound once a step, and no key is shifted to ask it.
 
-        >>> class J:
-        ...     hpos = -1
-        >>> h: IndexedHeap[J] = IndexedHeap(); h.push(pack(5, 1), J()); h.due(4), h.due(5)
+        >>> h: IndexedHeap = IndexedHeap(); h.push(pack(5, 1), HeapItem())
+        >>> h.due(pack(4 + 1, 0)), h.due(pack(5 + 1, 0))
         (False, True)
         """
-        keys = self._keys
-        return bool(keys) and keys[0] >> _SHIFT <= now
+        return self._n > 0 and self._keys[0] < bound
 
-    def key_of(self, item: T) -> int:
-        return self._keys[item.hpos]
+    def key_of(self, item: Any) -> int:
+        i: int = item.hpos
+        return self._keys[i]
 
-    def push(self, key: int, item: T) -> None:
-        keys = self._keys
-        keys.append(key)
-        self._items.append(item)
-        item.hpos = len(keys) - 1
-        self._up(item.hpos)
+    @cython.locals(keys=list, items=list, it=HeapItem, n=cython.Py_ssize_t)
+    def push(self, key: int, item: Any) -> None:
+        keys, items = self._keys, self._items
+        it = item
+        n = self._n
+        if n < len(keys):
+            keys[n] = key
+            items[n] = it
+        else:
+            keys.append(key)
+            items.append(it)
+        self._n = n + 1
+        _up(keys, items, n)
 
-    def pop(self) -> T:
+    @cython.boundscheck(False)  # every index below is in range (compiled: unchecked)
+    @cython.wraparound(False)
+    @cython.locals(keys=list, items=list, top=HeapItem, last=HeapItem,
+                   n=cython.Py_ssize_t, i=cython.Py_ssize_t, c=cython.Py_ssize_t,
+                   r=cython.Py_ssize_t)  # fmt: skip
+    def pop(self) -> Any:
         """Remove and return the item with the smallest key (IndexError when empty).
 
         Floyd's variant (as heapq): the hole left at the root walks down to a leaf along the
@@ -123,11 +168,15 @@ class IndexedHeap(Generic[T]):
         the sift-up stops at once; ~10% less time than a plain sift-down at 40k jobs.
         """
         keys, items = self._keys, self._items
+        n = self._n - 1
+        if n < 0:
+            raise IndexError("pop from an empty heap")
         top = items[0]
         top.hpos = -1
-        last_key = keys.pop()
-        last = items.pop()
-        n = len(keys)
+        self._n = n
+        last_key = keys[n]
+        last = items[n]
+        _vacate(keys, items, n)
         if not n:
             return top
         i = 0
@@ -140,45 +189,38 @@ class IndexedHeap(Generic[T]):
                 if rk < ck:
                     c = r
                     ck = rk
-            keys[i] = ck
-            moved = items[c]
-            items[i] = moved
-            moved.hpos = i
+            _seat(keys, items, i, ck, items[c])
             i = c
             c = 2 * i + 1
-        while i > 0:
-            p = (i - 1) >> 1
-            pk = keys[p]
-            if pk <= last_key:
-                break
-            keys[i] = pk
-            moved = items[p]
-            items[i] = moved
-            moved.hpos = i
-            i = p
         keys[i] = last_key
         items[i] = last
-        last.hpos = i
+        _up(keys, items, i)
         return top
 
-    def remove(self, item: T) -> None:
+    @cython.locals(it=HeapItem, i=cython.Py_ssize_t)
+    def remove(self, item: Any) -> None:
         """Remove ``item``, wherever it is (ValueError if it is not in this heap)."""
-        i = item.hpos
-        if i < 0 or i >= len(self._items) or self._items[i] is not item:
+        it = item
+        i = it.hpos
+        if i < 0 or i >= self._n or self._items[i] is not it:
             raise ValueError("item is not in this heap")
-        self._take(i)
+        self._n -= 1
+        _take(self._keys, self._items, self._n, i)
 
-    def update(self, item: T, key: int) -> None:
+    @cython.locals(it=HeapItem, i=cython.Py_ssize_t, keys=list)
+    def update(self, item: Any, key: int) -> None:
         """Change the key of an item already in the heap."""
-        i = item.hpos
-        old = self._keys[i]
-        self._keys[i] = key
+        it = item
+        i = it.hpos
+        keys = self._keys
+        old = keys[i]
+        keys[i] = key
         if key < old:
-            self._up(i)
+            _up(keys, self._items, i)
         else:
-            self._down(i)
+            _down(keys, self._items, self._n, i)
 
-    def load(self, keys: list[int], items: list[T]) -> None:
+    def load(self, keys: list[int], items: list[Any]) -> None:
         """Fill an empty heap at once (recovery): ``keys[i]`` belongs to ``items[i]``; keys must be
         unique (they are: every key packs an id). Takes ownership of both lists.
 
@@ -187,13 +229,11 @@ class IndexedHeap(Generic[T]):
         heapq.heapify orders the int keys and a key -> item map lines the items up, which is
         several times faster than sorting (key, item) pairs.
 
-        >>> class J:
-        ...     hpos = -1
-        >>> h: IndexedHeap[J] = IndexedHeap(); a, b = J(), J()
+        >>> h: IndexedHeap = IndexedHeap(); a, b = HeapItem(), HeapItem()
         >>> h.load([9, 4], [a, b]); (h.pop() is b, a.hpos)
         (True, 0)
         """
-        if self._keys:
+        if self._n:
             raise ValueError("load() needs an empty heap")
         if len(keys) != len(items):
             raise ValueError(f"load() got {len(keys)} keys for {len(items)} items")
@@ -206,88 +246,127 @@ class IndexedHeap(Generic[T]):
                     raise ValueError("load() needs unique keys")
                 items = list(map(by_key.__getitem__, ordered))
                 keys = ordered
+        _number(items)
         self._keys = keys
         self._items = items
-        for i, it in enumerate(items):
-            it.hpos = i
+        self._n = len(keys)
 
-    def add_many(self, keys: list[int], items: list[T]) -> None:
+    def add_many(self, keys: list[int], items: list[Any]) -> None:
         """Push many items (``keys[i]`` for ``items[i]``): one by one when they are few next to
         the heap, else rebuild the heap with them in one ``load`` (O(n), in C mostly).
 
-        >>> class J:
-        ...     hpos = -1
-        >>> h: IndexedHeap[J] = IndexedHeap(); a, b, c = J(), J(), J()
+        >>> h: IndexedHeap = IndexedHeap(); a, b, c = HeapItem(), HeapItem(), HeapItem()
         >>> h.push(5, a); h.add_many([9, 1], [b, c]); [h.pop() is x for x in (c, a, b)]
         [True, True, True]
         """
         if not keys:
             return
-        if len(keys) * 8 < len(self._keys):
+        if len(keys) * 8 < self._n:
             for k, it in zip(keys, items, strict=True):
                 self.push(k, it)
             return
+        self._fit()
         all_keys, all_items = self._keys + keys, self._items + items
-        self._keys, self._items = [], []
+        self._keys, self._items, self._n = [], [], 0
         self.load(all_keys, all_items)
 
-    def sorted_items(self) -> list[T]:
+    def sorted_items(self) -> list[Any]:
         """All items in key order (O(n log n); for snapshots and tests, not hot paths)."""
-        order = sorted(range(len(self._keys)), key=self._keys.__getitem__)
+        order = sorted(range(self._n), key=self._keys.__getitem__)
         return [self._items[i] for i in order]
 
-    def _take(self, i: int) -> None:
-        keys, items = self._keys, self._items
-        items[i].hpos = -1
-        last_key = keys.pop()
-        last = items.pop()
-        if i == len(keys):
-            return
-        keys[i] = last_key
-        items[i] = last
-        last.hpos = i
-        if i > 0 and last_key < keys[(i - 1) >> 1]:
-            self._up(i)
-        else:
-            self._down(i)
 
-    def _up(self, i: int) -> None:
-        keys, items = self._keys, self._items
-        key, item = keys[i], items[i]
-        while i > 0:
-            p = (i - 1) >> 1
-            pk = keys[p]
-            if pk <= key:
-                break
-            keys[i] = pk
-            moved = items[p]
-            items[i] = moved
-            moved.hpos = i
-            i = p
-        keys[i] = key
-        items[i] = item
-        item.hpos = i
+# The sifts, functions of the two lists (compiled: C functions, no Python call). Every item
+# in a heap is a HeapItem (push and load check it), so the sifts read them unchecked.
 
-    def _down(self, i: int) -> None:
-        keys, items = self._keys, self._items
-        n = len(keys)
-        key, item = keys[i], items[i]
-        while True:
-            c = 2 * i + 1
-            if c >= n:
-                break
-            ck = keys[c]
-            r = c + 1
-            if r < n and keys[r] < ck:
-                c = r
-                ck = keys[r]
-            if key <= ck:
-                break
-            keys[i] = ck
-            moved = items[c]
-            items[i] = moved
-            moved.hpos = i
-            i = c
-        keys[i] = key
-        items[i] = item
-        item.hpos = i
+
+@cython.cfunc
+@cython.locals(items=list, i=cython.Py_ssize_t, it=HeapItem)
+def _number(items: list[Any]) -> None:
+    """Each item's ``hpos`` to its index (a HeapItem each: TypeError otherwise)."""
+    for i in range(len(items)):
+        it = items[i]
+        it.hpos = i
+
+
+@cython.cfunc
+@cython.locals(keys=list, items=list, n=cython.Py_ssize_t)
+def _vacate(keys: list[int], items: list[Any], n: int) -> None:
+    """The heap now ends at ``n``: the item that was there is let go, and the lists are cut
+    back when they are over four times the heap (a heap that shrank from a flood)."""
+    items[n] = None
+    if n < len(keys) >> 2:
+        del keys[n:]
+        del items[n:]
+
+
+@cython.cfunc
+@cython.boundscheck(False)  # the sifts' indices are in range (compiled: unchecked)
+@cython.wraparound(False)
+@cython.locals(keys=list, items=list, n=cython.Py_ssize_t, i=cython.Py_ssize_t, gone=HeapItem,
+               last=HeapItem)  # fmt: skip
+def _take(keys: list[int], items: list[Any], n: int, i: int) -> None:
+    """Take the item at ``i`` out of a heap now of ``n`` items (its last one was at ``n``)."""
+    gone = items[i]
+    gone.hpos = -1
+    last_key = keys[n]
+    last = items[n]
+    _vacate(keys, items, n)
+    if i == n:
+        return
+    _seat(keys, items, i, last_key, last)
+    if i > 0 and last_key < keys[(i - 1) >> 1]:
+        _up(keys, items, i)
+    else:
+        _down(keys, items, n, i)
+
+
+@cython.cfunc
+@cython.inline
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(keys=list, items=list, i=cython.Py_ssize_t, item=HeapItem)
+def _seat(keys: list[int], items: list[Any], i: int, key: int, item: Any) -> None:
+    """Put ``item`` with its ``key`` at position ``i``, and tell the item where it is."""
+    keys[i] = key
+    items[i] = item
+    item.hpos = i
+
+
+@cython.cfunc
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(keys=list, items=list, i=cython.Py_ssize_t, p=cython.Py_ssize_t, item=HeapItem)
+def _up(keys: list[int], items: list[Any], i: int) -> None:
+    key, item = keys[i], items[i]
+    while i > 0:
+        p = (i - 1) >> 1
+        pk = keys[p]
+        if pk <= key:
+            break
+        _seat(keys, items, i, pk, items[p])
+        i = p
+    _seat(keys, items, i, key, item)
+
+
+@cython.cfunc
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.locals(keys=list, items=list, i=cython.Py_ssize_t, n=cython.Py_ssize_t, c=cython.Py_ssize_t,
+               r=cython.Py_ssize_t, item=HeapItem)  # fmt: skip
+def _down(keys: list[int], items: list[Any], n: int, i: int) -> None:
+    key, item = keys[i], items[i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        ck = keys[c]
+        r = c + 1
+        if r < n and keys[r] < ck:
+            c = r
+            ck = keys[r]
+        if key <= ck:
+            break
+        _seat(keys, items, i, ck, items[c])
+        i = c
+    _seat(keys, items, i, key, item)

@@ -1,25 +1,33 @@
-"""The commands that change one job: put, reserve-job, delete, release, bury, touch, kick and
-kick-job (beanstalkd's semantics; see docs/protocol.md).
+"""The commands that change one job: put, reserve (and with a timeout), reserve-job, delete,
+release, bury, touch, kick and kick-job (beanstalkd's semantics; see docs/protocol.md).
 
 Each handler finds its job with the look-up its command-table row names (``room.py``), so a
 server's WAL admission runs the very same look-up first. A kick moves at most the step's budget of
 jobs (``step_jobs``, shared with expiring timers, timers.py) and goes on in ``tick()``, so no
 step grows with the number of jobs.
 
-Ensures: every change that must survive a restart appends its record (``_rec``/``make_record``)
+Ensures: every change that must survive a restart appends its record (``_rec``/``_rec_fields``)
 in the order the changes happened; a handler that replies NOT_FOUND changed nothing.
 """
 
 from __future__ import annotations
 
-from stalkd.engine.fastvalues import inserted as _inserted
-from stalkd.engine.fastvalues import make_record
+from typing import TYPE_CHECKING
+
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op
-from stalkd.engine.objects import US, ConnState, Job
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube
 from stalkd.engine.room import find_deletable, find_held, find_kickable, find_unreserved
 from stalkd.engine.timers import Timers
 from stalkd.protocol import commands as C
+
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["JobCommands"]
 
@@ -32,19 +40,21 @@ _OP_PUT, _OP_DELETE = Op.PUT, Op.DELETE
 
 
 class JobCommands(Timers):
-    """The job-changing commands (mixed into ``Engine``)."""
+    """The job-changing commands (a layer of ``Engine``, engine.py)."""
 
+    @cython.locals(c=ConnState, t=Tube, j=Job, cmd=C.Put, err=str)  # err: compiled, None == "..." is C
     def _put(self, c: ConnState, cmd: C.Put) -> C.AnyReply:
         err = cmd.error
         body = cmd.body
-        if err == "JOB_TOO_BIG" or len(body) > self.max_job_size:
-            return C.Reply("JOB_TOO_BIG")
-        if err == "BAD_FORMAT":  # text after the size: beanstalkd checks it after counting
-            return C.Reply("BAD_FORMAT")
-        c.producer = True  # as beanstalkd: only once the size check has passed
-        if err == "EXPECTED_CRLF":
-            self.next_id += 1  # beanstalkd allocates the id before reading the body
+        if err is not None or len(body) > self.max_job_size:  # the parser's error, or too big
+            if err is None or err == "JOB_TOO_BIG":
+                return C.Reply("JOB_TOO_BIG")
+            if err == "BAD_FORMAT":  # text after the size: beanstalkd checks it after counting
+                return C.Reply("BAD_FORMAT")
+            c.producer = True  # as beanstalkd: only once the size check has passed
+            self.next_id += 1  # EXPECTED_CRLF: beanstalkd allocates the id before reading the body
             return C.Reply("EXPECTED_CRLF")
+        c.producer = True
         if self.draining:
             self.next_id += 1
             return C.Reply("DRAINING")
@@ -62,14 +72,45 @@ class JobCommands(Timers):
             self._to_delayed(j, delay)
         else:
             self._to_ready(j)
-        self.seq += 1
-        if self.keep_records:
-            now = self._now
-            self._records.append(
-                make_record(_OP_PUT, self.seq, now, jid, t.name, j.pri, j.delay, j.ttr, j.deadline_us, j.body, now)
-            )
-        return _inserted(jid)
+        self._rec_fields(_OP_PUT, jid, t.name, j.pri, j.delay, j.ttr, j.deadline_us, j.body, self._now)
+        return C.Reply("INSERTED", (jid,))
 
+    @cython.locals(c=ConnState, best=Tube, t=Tube, j=Job)
+    def _reserve(self, c: ConnState, cmd: C.Reserve | C.ReserveWithTimeout) -> C.AnyReply | None:
+        timeout = cython.cast(C.ReserveWithTimeout, cmd).timeout if type(cmd) is C.ReserveWithTimeout else None
+        c.worker = True
+        # Fast path: an unpaused watched tube with a ready job has no waiters (invariant), so
+        # the best such job goes straight to this connection.
+        best: Tube | None = None
+        best_key = 0
+        now = self._now
+        for t in c.watch:
+            k = t.ready.peek_key()
+            if k is not None and (best is None or k < best_key) and now >= t.pause_until_us:  # not paused
+                best, best_key = t, k
+        if best is not None:
+            j = best.ready.pop()
+            if j.pri < URGENT_THRESHOLD:
+                best.urgent -= 1
+            self._give(c, j)
+            return C.JobReply("RESERVED", j.id, j.body)
+        if c.deadline_soon(now) and not any(t.ready for t in c.watch):
+            return C.Reply("DEADLINE_SOON")
+        if c.half_closed:
+            timeout = 0
+        c.waiting = True
+        c.wait_until_us = None if timeout is None else self._now + timeout * US
+        self._wait_serial += 1
+        c.wait_seq = self._wait_serial
+        for t in c.watch:
+            t.waiting[c.id] = c
+            self._dirty.add(t)
+        self._retime_conn(c)
+        return None
+
+    _reserve_with_timeout = _reserve
+
+    @cython.locals(cmd=C.ReserveJob)
     def _reserve_job(self, c: ConnState, cmd: C.ReserveJob) -> C.AnyReply:
         j = find_unreserved(self.jobs, c, cmd.id)
         if j is None:
@@ -79,6 +120,7 @@ class JobCommands(Timers):
         self._give(c, j)
         return C.JobReply("RESERVED", j.id, j.body)
 
+    @cython.locals(c=ConnState, t=Tube, j=Job, cmd=C.Delete)
     def _delete(self, c: ConnState, cmd: C.Delete) -> C.AnyReply:
         j = find_deletable(self.jobs, c, cmd.id)
         if j is None:
@@ -93,6 +135,7 @@ class JobCommands(Timers):
             self._maybe_drop_tube(t)
         return _DELETED
 
+    @cython.locals(c=ConnState, j=Job, cmd=C.Release)
     def _release(self, c: ConnState, cmd: C.Release) -> C.AnyReply:
         j = find_held(self.jobs, c, cmd.id)
         if j is None:
@@ -105,9 +148,10 @@ class JobCommands(Timers):
             self._to_delayed(j, cmd.delay)
         else:
             self._to_ready(j)
-        self._rec_fields(Op.RELEASE, j.id, pri=j.pri, delay=j.delay, deadline_us=j.deadline_us)
+        self._rec_fields(Op.RELEASE, j.id, tube="", pri=j.pri, delay=j.delay, ttr=0, deadline_us=j.deadline_us)
         return _RELEASED
 
+    @cython.locals(c=ConnState, j=Job, cmd=C.Bury)
     def _bury(self, c: ConnState, cmd: C.Bury) -> C.AnyReply:
         j = find_held(self.jobs, c, cmd.id)
         if j is None:
@@ -115,10 +159,11 @@ class JobCommands(Timers):
         self._detach(j)
         j.pri = cmd.pri
         j.buries += 1
-        self._rec_fields(Op.BURY, j.id, pri=j.pri)
+        self._rec_fields(Op.BURY, j.id, tube="", pri=j.pri)
         self._to_buried(j, self.seq)
         return _BURIED
 
+    @cython.locals(c=ConnState, j=Job, cmd=C.Touch)
     def _touch(self, c: ConnState, cmd: C.Touch) -> C.AnyReply:
         j = find_held(self.jobs, c, cmd.id)
         if j is None:
@@ -135,6 +180,7 @@ class JobCommands(Timers):
         self._to_ready(j)
         self._rec(Op.KICK, j.id)
 
+    @cython.locals(cmd=C.Kick)
     def _kick(self, c: ConnState, cmd: C.Kick) -> C.AnyReply | None:
         # beanstalkd: any buried job means only buried jobs are kicked (oldest first), else
         # delayed ones (soonest deadline first). A kick moves jobs out of the step's budget
@@ -188,6 +234,7 @@ class JobCommands(Timers):
             return
         self._pending.append(c)
 
+    @cython.locals(cmd=C.KickJob)
     def _kick_job(self, c: ConnState, cmd: C.KickJob) -> C.AnyReply:
         j = find_kickable(self.jobs, c, cmd.id)
         if j is None:

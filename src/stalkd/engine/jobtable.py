@@ -10,11 +10,15 @@ A chunk no new id reaches any more (below the newest) only loses jobs, and a dic
 back its table when entries are deleted: such a chunk is copied into a fitting dict each time
 its count falls to one of ``_SHRINK``, so a few jobs left in an old chunk cost what they hold,
 and dropped once empty. The newest chunk is kept even empty (a queue that drains and fills
-again touches no table but its dict's; the compiled engine's delete never leaves C for it),
+again touches no table but its dict's),
 and dropped, if still empty, when a newer one is made.
 
 Iteration is chunk by chunk in the order chunks were made, each in insertion order: id order
 for jobs put in this process.
+
+Compiled (Cython, stalkd.extensions), ``JobTable`` is an extension type (jobtable.pxd): the
+engine's look-ups, inserts and deletes are C calls, not a Python frame per job. An extension
+type cannot be ``Generic``, so to a type checker the table holds ``Any``, as a heap does.
 
 >>> t = JobTable()
 >>> t[5] = "a"; t[CHUNK + 1] = "b"; t[7] = "c"
@@ -29,7 +33,15 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from itertools import chain
-from typing import Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["CHUNK", "SHIFT", "JobTable"]
 
@@ -40,19 +52,14 @@ CHUNK = 1 << SHIFT
 _SHRINK = frozenset({CHUNK >> 3, CHUNK >> 6, CHUNK >> 9})
 """Counts at which a chunk below the newest is copied into a fitting dict."""
 
-V = TypeVar("V")
 
-
-class JobTable(Generic[V]):
-    """A mapping of job ids (ints >= 0) to jobs, in chunks of ``CHUNK`` consecutive ids.
-
-    Slots, not a dict subclass: the compiled engine (_engine.c) reads ``_chunks`` and ``_n``
-    at their offsets and keeps them as the methods here do."""
+class JobTable:
+    """A mapping of job ids (ints >= 0) to jobs, in chunks of ``CHUNK`` consecutive ids."""
 
     __slots__ = ("_chunks", "_n", "_top")
 
     def __init__(self) -> None:
-        self._chunks: dict[int, dict[int, V]] = {}
+        self._chunks: dict[int, dict[int, Any]] = {}
         self._n = 0  # jobs in all chunks
         self._top = -1  # the newest chunk's key: chunks below it only shrink
 
@@ -62,15 +69,12 @@ class JobTable(Generic[V]):
     def __bool__(self) -> bool:
         return self._n > 0
 
-    @overload
-    def get(self, jid: int) -> V | None: ...
-    @overload
-    def get(self, jid: int, default: V) -> V: ...
-    def get(self, jid: int, default: V | None = None) -> V | None:
+    @cython.locals(chunk=dict)
+    def get(self, jid: int, default: Any = None) -> Any:
         chunk = self._chunks.get(jid >> SHIFT)
         return default if chunk is None else chunk.get(jid, default)
 
-    def __getitem__(self, jid: int) -> V:
+    def __getitem__(self, jid: int) -> Any:
         return self._chunks[jid >> SHIFT][jid]
 
     def __contains__(self, jid: object) -> bool:
@@ -79,8 +83,8 @@ class JobTable(Generic[V]):
         chunk = self._chunks.get(jid >> SHIFT)
         return chunk is not None and jid in chunk
 
-    def _new_chunk(self, key: int) -> dict[int, V]:
-        chunk: dict[int, V] = {}
+    def _new_chunk(self, key: int) -> dict[int, Any]:
+        chunk: dict[int, Any] = {}
         self._chunks[key] = chunk
         if key > self._top:
             if not self._chunks.get(self._top, True):
@@ -88,7 +92,8 @@ class JobTable(Generic[V]):
             self._top = key
         return chunk
 
-    def __setitem__(self, jid: int, job: V) -> None:
+    @cython.locals(chunk=dict, n=cython.Py_ssize_t)
+    def __setitem__(self, jid: int, job: Any) -> None:
         key = jid >> SHIFT
         chunk = self._chunks.get(key)
         if chunk is None:
@@ -97,6 +102,7 @@ class JobTable(Generic[V]):
         chunk[jid] = job
         self._n += len(chunk) - n
 
+    @cython.locals(chunk=dict, n=cython.Py_ssize_t)
     def __delitem__(self, jid: int) -> None:
         key = jid >> SHIFT
         chunk = self._chunks[key]
@@ -109,7 +115,7 @@ class JobTable(Generic[V]):
             elif n in _SHRINK:
                 self._chunks[key] = dict(chunk)
 
-    def update(self, ids: Sequence[int], jobs: Sequence[V]) -> None:
+    def update(self, ids: Sequence[int], jobs: Sequence[Any]) -> None:
         """Add ``jobs[i]`` under ``ids[i]`` for each i: a run of ids in one chunk (ascending, as
         a snapshot block holds them) goes in with one dict update."""
         if len(ids) != len(jobs):
@@ -137,10 +143,10 @@ class JobTable(Generic[V]):
     def keys(self) -> Iterator[int]:
         return iter(self)
 
-    def values(self) -> Iterator[V]:
+    def values(self) -> Iterator[Any]:
         return chain.from_iterable(map(dict.values, self._chunks.values()))
 
-    def items(self) -> Iterator[tuple[int, V]]:
+    def items(self) -> Iterator[tuple[int, Any]]:
         return chain.from_iterable(map(dict.items, self._chunks.values()))
 
     def clear(self) -> None:

@@ -1,6 +1,19 @@
 # The C types of model.py when Cython compiles it (an augmenting .pxd: model.py stays the one
-# source, and runs as it is uncompiled). A registry row is read for every record written, by
-# this module's encode and by the WAL's room (space.py, persist/wal.py), which cimport it.
+# source, and runs as it is uncompiled).
+#
+# Record: an extension type whose fields a compiled caller fills and reads at fixed offsets, so
+# building one is a C call rather than a frozen dataclass's __setattr__ per field. model.py holds
+# the dataclass and its field list; this declares the fields' types only. They stay Python
+# objects (ids and times of any size, the enums), read-only from Python as the frozen
+# dataclass's are.
+#
+# OpLayout: a registry row is read for every record written, by this module's encode and by the
+# WAL's room (space.py, persist/wal.py), which cimport it.
+
+cdef class Record:
+    cdef readonly object op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body
+    cdef readonly object state, created_us, reserves, timeouts, releases, buries, kicks, epoch
+    cdef readonly object start_offset
 
 cdef class OpLayout:
     cdef readonly tuple fields, names
@@ -11,3 +24,11 @@ cdef class OpLayout:
     cpdef Py_ssize_t size(self, r) except -1
 
 cpdef bytes encode(r)
+
+# Decoding: every record a standby applies is decoded here, each step a C call.
+cpdef Record decode(payload)
+cdef Record _decode_v1(buf)
+cdef Record _decode_put(buf)
+cdef Record _put_record(seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body)
+cdef str _text(buf, Py_ssize_t pos, Py_ssize_t n)
+cdef bytes _blob(buf, Py_ssize_t pos)

@@ -122,9 +122,14 @@ class JobState(enum.IntEnum):
     DELAYED = 4  # waiting for its deadline in the tube's delay heap
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Record:
-    """One durable change. Fields an op does not use keep their defaults."""
+    """One durable change. Fields an op does not use keep their defaults.
+
+    Compiled, an extension type (its fields in model.pxd; Cython makes the dataclass's methods):
+    the engine builds one per durable change. Cython takes no ``slots=``, so uncompiled it is a
+    plain frozen dataclass.
+    """
 
     op: Op
     seq: int
@@ -290,7 +295,8 @@ def decode(payload: bytes | memoryview) -> Record:
 
     Raises RecordFormatError for a truncated payload or an unknown version.
     """
-    buf = memoryview(payload)
+    # bytes as they are (a slice of them is one copy; of a view, a view and then its copy)
+    buf = payload if type(payload) is bytes else memoryview(payload)
     if len(buf) < HEADER_SIZE:
         raise RecordFormatError(f"record of {len(buf)} bytes is shorter than its {HEADER_SIZE}-byte header")
     version = buf[0]
@@ -301,12 +307,13 @@ def decode(payload: bytes | memoryview) -> Record:
 
 _OPS = {int(op): op for op in LAYOUTS}  # code -> Op: no enum call per record
 _C_PUT = int(Op.PUT)
-_PUT_ROW = LAYOUTS[Op.PUT]
+_PUT_OP, _READY = Op.PUT, JobState.READY
+_PUT_ROW = cython.declare(OpLayout, LAYOUTS[Op.PUT])
 # _decode_put takes a PUT's fields in this order (a changed PUT_FIELDS must change it too):
 assert _PUT_ROW.names == ("pri", "delay", "ttr", "deadline_us") and _PUT_ROW.tube and _PUT_ROW.body
 
 
-def _decode_v1(buf: memoryview) -> Record:
+def _decode_v1(buf: bytes | memoryview) -> Record:
     try:
         code = buf[1]
         if code == _C_PUT:
@@ -332,24 +339,38 @@ def _decode_v1(buf: memoryview) -> Record:
         raise RecordFormatError(f"corrupt version-1 record: {exc}") from exc
 
 
-def _decode_put(buf: memoryview) -> Record:
+def _decode_put(buf: bytes | memoryview) -> Record:
     """A PUT, the commonest record (a standby decodes every job's), built from its fields in
     order: what the generic path gives, without its dict of fields per record."""
     _, _, seq, time_us, job_id, pri, delay, ttr, deadline_us, tlen = _PUT_ROW.whole.unpack_from(buf, 0)
     pos = _PUT_ROW.fixed_size
     tube = _text(buf, pos, tlen)
-    # a new job was created when it was put
-    return Record(Op.PUT, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, _blob(buf, pos + tlen),
-                  JobState.READY, time_us)  # fmt: skip
+    return _put_record(seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, _blob(buf, pos + tlen))
 
 
-def _text(buf: memoryview, pos: int, n: int) -> str:
+def _put_record(seq: int, time_us: int, job_id: int, tube: str, pri: int, delay: int, ttr: int, deadline_us: int,
+                body: bytes) -> Record:  # fmt: skip
+    """The PUT record of these fields, created when it was put (``created_us`` is its time).
+    Compiled, its fields are stored in C: the dataclass's ``__init__`` would parse 19 arguments
+    for each of the records a standby decodes."""
+    if not cython.compiled:
+        return Record(Op.PUT, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body, JobState.READY,
+                      time_us)  # fmt: skip
+    r = cython.declare(Record, Record.__new__(Record))
+    r.op, r.seq, r.time_us, r.job_id, r.tube, r.pri, r.delay, r.ttr = _PUT_OP, seq, time_us, job_id, tube, pri, delay, ttr
+    r.deadline_us, r.body, r.state, r.created_us = deadline_us, body, _READY, time_us
+    r.reserves = r.timeouts = r.releases = r.buries = r.kicks = r.epoch = r.start_offset = 0
+    out: Record = r
+    return out
+
+
+def _text(buf: bytes | memoryview, pos: int, n: int) -> str:
     if pos + n > len(buf):
         raise RecordFormatError("tube name runs past the end of the record")
     return bytes(buf[pos : pos + n]).decode("ascii")
 
 
-def _blob(buf: memoryview, pos: int) -> bytes:
+def _blob(buf: bytes | memoryview, pos: int) -> bytes:
     (n,) = U32.unpack_from(buf, pos)
     pos += 4
     if pos + n != len(buf):

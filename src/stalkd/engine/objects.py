@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import Any, TypeVar
 
-from stalkd.engine.fastheap import IndexedHeap
+from stalkd.engine.heap import HeapItem, IndexedHeap
 from stalkd.engine.model import JobState
 
 __all__ = [
@@ -41,9 +41,9 @@ URGENT_THRESHOLD = 1024  # beanstalkd: a ready job with pri < 1024 is "urgent"
 US = 1_000_000
 
 
-class Job:
+class Job(HeapItem):
     """One job. Mutable on purpose: a million of these live in memory, so ``__slots__`` and no
-    per-transition copies.
+    per-transition copies (compiled, an extension type: objects.pxd).
 
     >>> j = Job(1, Tube("default", 1), 10, 0, 60, b"hi", JobState.READY, 0)
     >>> j.state.name, j.ttr
@@ -52,7 +52,7 @@ class Job:
 
     __slots__ = (
         "id", "tube", "pri", "delay", "ttr", "body", "state", "created_us", "deadline_us",
-        "reserves", "timeouts", "releases", "buries", "kicks", "hpos", "owner",
+        "reserves", "timeouts", "releases", "buries", "kicks", "owner",
     )  # fmt: skip
 
     def __init__(
@@ -91,8 +91,7 @@ def new_jobs(
     ids: Sequence[int], tube: Tube, pris: Sequence[int], delays: Sequence[int], ttrs: Sequence[int],
     bodies: Sequence[bytes], state: JobState, created_us: Sequence[int],
 ) -> list[Job]:  # fmt: skip
-    """A job per column entry, all in ``tube`` and ``state`` (a snapshot block's, in bulk;
-    ``fastengine.new_jobs`` is this or its compiled twin).
+    """A job per column entry, all in ``tube`` and ``state`` (a snapshot block's, in bulk).
 
     >>> [j.id for j in new_jobs((4, 5), Tube("t", 1), (0, 0), (0, 0), (60, 60), (b"", b""), JobState.READY, (0, 0))]
     [4, 5]
@@ -114,7 +113,7 @@ def time_left(deadline_us: int, now_us: int) -> int:
 T = TypeVar("T")
 
 
-class Tube:
+class Tube(HeapItem):
     """One tube. ``serial`` is its creation number (a tie-breaker in the engine's timer heap).
 
     >>> t = Tube("default", 1)
@@ -125,14 +124,14 @@ class Tube:
     __slots__ = (
         "name", "serial", "ready", "delayed", "buried", "waiting", "pause_until_us",
         "pause_secs", "using", "watching", "total_jobs", "cmd_delete", "cmd_pause",
-        "urgent", "reserved", "hpos", "slot",
+        "urgent", "reserved", "slot",
     )  # fmt: skip
 
     def __init__(self, name: str, serial: int) -> None:
         self.name = name
         self.serial = serial
-        self.ready: IndexedHeap[Job] = IndexedHeap()
-        self.delayed: IndexedHeap[Job] = IndexedHeap()
+        self.ready: IndexedHeap = IndexedHeap()
+        self.delayed: IndexedHeap = IndexedHeap()
         self.buried: OrderedDict[int, Job] = OrderedDict()
         self.waiting: OrderedDict[int, ConnState] = OrderedDict()
         self.pause_until_us = 0  # paused while now < pause_until_us
@@ -184,7 +183,7 @@ def remove_swap_last(items: list[T], i: int) -> None:
 SAFETY_MARGIN_US = 1_000_000  # DEADLINE_SOON fires one second before a reserved job's TTR ends
 
 
-class ConnState:
+class ConnState(HeapItem):
     """One connection.
 
     >>> c = ConnState(7, Tube("default", 1)); c.watch[0].name, c.waiting
@@ -193,14 +192,14 @@ class ConnState:
 
     __slots__ = (
         "id", "use", "watch", "reserved", "waiting", "wait_until_us", "wait_seq",
-        "producer", "worker", "half_closed", "hpos", "kick", "release",
+        "producer", "worker", "half_closed", "kick", "release",
     )  # fmt: skip
 
     def __init__(self, conn_id: int, default: Tube) -> None:
         self.id = conn_id
         self.use = default
         self.watch: list[Tube] = [default]
-        self.reserved: IndexedHeap[Job] = IndexedHeap()
+        self.reserved: IndexedHeap = IndexedHeap()
         self.waiting = False
         self.wait_until_us: int | None = None  # reserve-with-timeout deadline; None = forever
         self.wait_seq = 0

@@ -10,8 +10,8 @@ from __future__ import annotations
 from operator import attrgetter
 
 from stalkd.engine import stats as S
+from stalkd.engine.jobcommands import JobCommands
 from stalkd.engine.objects import ConnState, Job
-from stalkd.engine.state import EngineState
 from stalkd.protocol import commands as C
 
 __all__ = ["Queries"]
@@ -20,8 +20,8 @@ _NOT_FOUND = C.Reply("NOT_FOUND")
 _name = attrgetter("name")
 
 
-class Queries(EngineState):
-    """The read-only commands (mixed into ``Engine``)."""
+class Queries(JobCommands):
+    """The read-only commands (a layer of ``Engine``, engine.py)."""
 
     def _found(self, j: Job | None) -> C.AnyReply:
         return _NOT_FOUND if j is None else C.JobReply("FOUND", j.id, j.body)

@@ -38,6 +38,7 @@ class ReplayError(ValueError):
 def replay(e: Engine, r: Record) -> None:
     """Apply one record's durable effect to ``e`` (an engine being recovered, no connections).
 
+    >>> from stalkd.engine.engine import Engine  # (compiled, the module's own names are C types)
     >>> from stalkd.engine.model import Record, Op
     >>> e = Engine()
     >>> replay(e, Record(Op.PUT, 1, 5_000_000, 7, "t", 1, 0, 60, 0, b"x", created_us=5_000_000))
@@ -46,7 +47,11 @@ def replay(e: Engine, r: Record) -> None:
     """
     if r.seq > e.seq:
         e.seq = r.seq
-    _RULE_BY_CODE[r.op](e, r)
+    op = r.op
+    if op is _PUT:  # the commonest record, a C call when compiled
+        _new_job(e, r)
+    else:
+        _RULE_BY_CODE[op](e, r)
 
 
 def _new_job(e: Engine, r: Record) -> None:
@@ -125,6 +130,8 @@ RULES: dict[Op, Callable[[Engine, Record], None]] = {
 if not set(LAYOUTS) <= set(RULES):
     raise ImportError(f"model.LAYOUTS has ops without a replay rule: {sorted(set(LAYOUTS) - set(RULES))}")
 _RULE_BY_CODE = tuple(RULES.get(code, _nothing) for code in range(256))  # type: ignore[call-overload]
+_PUT = Op.PUT
+_READY, _DELAYED, _BURIED = JobState.READY, JobState.DELAYED, JobState.BURIED
 
 
 ID_BAND = 1 << 43
@@ -138,6 +145,7 @@ def note_epoch(e: Engine, epoch: int, start_offset: int) -> None:
     """``epoch`` began at ``start_offset`` (a record seen twice, or also in a snapshot's
     header, counts once); ids from now on are in its band (``ID_BAND``).
 
+    >>> from stalkd.engine.engine import Engine
     >>> e = Engine(); note_epoch(e, 2, 90); note_epoch(e, 1, 40); note_epoch(e, 2, 90); e.epochs
     ((1, 40), (2, 90))
     >>> e.next_id == 2 * ID_BAND
@@ -179,14 +187,14 @@ def durable_records(e: Engine) -> Iterator[Record]:
 
 def _create(e: Engine, r: Record) -> None:
     t = e._tube(r.tube)
-    created = r.created_us if r.op is Op.JOB else r.time_us
-    j = Job(r.job_id, t, r.pri, r.delay, r.ttr, r.body, JobState.READY, created)
+    put = r.op is _PUT
+    j = Job(r.job_id, t, r.pri, r.delay, r.ttr, r.body, _READY, r.time_us if put else r.created_us)
     e.jobs[j.id] = j
     e.body_bytes += len(r.body)
     if r.job_id >= e.next_id:
         e.next_id = r.job_id + 1
-    if r.op is Op.PUT:
-        _place(e, j, JobState.DELAYED if r.deadline_us else JobState.READY, r.deadline_us)
+    if put:
+        _place(e, j, _DELAYED if r.deadline_us else _READY, r.deadline_us)
         return
     j.reserves, j.timeouts, j.releases, j.buries, j.kicks = (
         r.reserves, r.timeouts, r.releases, r.buries, r.kicks,
@@ -196,12 +204,12 @@ def _create(e: Engine, r: Record) -> None:
 
 
 def _place(e: Engine, j: Job, state: JobState, deadline_us: int) -> None:
-    if state is JobState.DELAYED:
+    if state is _DELAYED:
         j.state = state
         j.deadline_us = deadline_us
         j.tube.delayed.push(pack(deadline_us, j.id), j)
         e._retime_tube(j.tube)
-    elif state is JobState.BURIED:
+    elif state is _BURIED:
         e._to_buried(j, deadline_us)
     else:
         e._to_ready(j)

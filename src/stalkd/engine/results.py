@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import US, ConnState
-from stalkd.engine.state import STEP_JOBS, EngineState, Outcome
+from stalkd.engine.queries import Queries
+from stalkd.engine.state import STEP_JOBS, Outcome
 from stalkd.protocol import commands as C
 
 __all__ = ["Results", "ResultLimits", "RECOVERED"]
@@ -48,8 +49,8 @@ class ResultLimits:
     ttl: int = 30 * 86_400
 
 
-class Results(EngineState):
-    """Results by job id and their expiry (mixed into ``Engine``)."""
+class Results(Queries):
+    """Results by job id and their expiry (a layer of ``Engine``, engine.py)."""
 
     def __init__(self, max_job_size: int = 65535, records: bool = True, step_jobs: int = STEP_JOBS) -> None:
         super().__init__(max_job_size, records, step_jobs)
@@ -63,7 +64,7 @@ class Results(EngineState):
         self._owners: dict[int, str] = {}  # connection id -> owner, where not ""
 
     def tick(self, now: float) -> Outcome:
-        out: Outcome = super().tick(now)  # type: ignore[misc]
+        out: Outcome = super().tick(now)
         self.expire_results(self._now)
         return out
 
@@ -159,7 +160,7 @@ class Results(EngineState):
                 return _LIMIT
         deadline = now + cmd.ttl * US if cmd.ttl else 0
         self.store_result(cmd.id, deadline, cmd.body, tube=tube, owner=owner)
-        self._rec_fields(Op.RESULT, cmd.id, deadline_us=deadline, body=cmd.body)
+        self._rec_fields(Op.RESULT, cmd.id, tube="", pri=0, delay=0, ttr=0, deadline_us=deadline, body=cmd.body)
         return _STORED
 
     def _held_tube(self, c: ConnState, job_id: int) -> str | None:
@@ -174,7 +175,8 @@ class Results(EngineState):
         return meta[0] if any(j.tube.name == meta[0] for j in c.reserved) else None
 
     def _stats(self, c: ConnState, cmd: C.Stats) -> C.AnyReply:
-        reply: C.YamlDict = super()._stats(c, cmd)  # type: ignore[misc]
+        reply = super()._stats(c, cmd)
+        assert isinstance(reply, C.YamlDict)
         limits = self.result_limits
         return C.YamlDict("stats", {**reply.values, "current-results": len(self.results),
                                     "result-bytes": self.result_bytes, "max-results": limits.count,

@@ -59,14 +59,14 @@ class Guarded(Protocol):
     max_job_size: int
     draining: bool
     keep_records: bool
-    jobs: JobTable[Job]
+    jobs: JobTable
     _records: list[Record]
 
     @property
     def room(self) -> Room | None: ...
 
 
-def find_held(jobs: JobTable[Job], c: ConnState, job_id: int) -> Job | None:
+def find_held(jobs: JobTable, c: ConnState, job_id: int) -> Job | None:
     """The job, reserved by ``c`` (release, bury, touch)."""
     j = jobs.get(job_id)
     return j if j is not None and j.state is RESERVED and j.owner is c else None
@@ -77,19 +77,19 @@ def _held_live(j: Job) -> bool:
     return j.state is RESERVED and (j.owner is None or j.owner.release is None)
 
 
-def find_deletable(jobs: JobTable[Job], c: ConnState, job_id: int) -> Job | None:
+def find_deletable(jobs: JobTable, c: ConnState, job_id: int) -> Job | None:
     """The job, unless another connection holds it (delete)."""
     j = jobs.get(job_id)
     return None if j is None or (j.owner is not c and _held_live(j)) else j
 
 
-def find_unreserved(jobs: JobTable[Job], c: ConnState, job_id: int) -> Job | None:
+def find_unreserved(jobs: JobTable, c: ConnState, job_id: int) -> Job | None:
     """The job, unless reserved (reserve-job)."""
     j = jobs.get(job_id)
     return None if j is None or _held_live(j) else j
 
 
-def find_kickable(jobs: JobTable[Job], c: ConnState, job_id: int) -> Job | None:
+def find_kickable(jobs: JobTable, c: ConnState, job_id: int) -> Job | None:
     """The job, if buried or delayed (kick-job)."""
     j = jobs.get(job_id)
     return j if j is not None and (j.state is BURIED or j.state is DELAYED) else None

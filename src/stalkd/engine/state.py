@@ -21,10 +21,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from heapq import heappop, heappush
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
-from stalkd.engine.fastheap import IndexedHeap, pack
-from stalkd.engine.fastvalues import make_record
+from stalkd.engine.heap import IndexedHeap, pack
 from stalkd.engine.jobtable import JobTable
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import (
@@ -39,6 +38,14 @@ from stalkd.engine.objects import (
 from stalkd.engine.room import Room
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COUNTERS
+
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["EngineError", "EngineState", "Outcome", "STEP_JOBS"]
 
@@ -58,30 +65,40 @@ class EngineError(ValueError):
     """The caller broke the engine's contract (unknown connection, command while waiting, ...)."""
 
 
-class Outcome(NamedTuple):
-    """What one engine step produced (immutable; a NamedTuple because one is built per command).
+@cython.freelist(8)  # one is built per step: compiled, those let go are reused
+@cython.no_gc  # it holds replies and records, never itself: no cycle to collect
+@cython.cclass
+class Outcome:
+    """What one engine step produced, built by the step frame alone (``Timers._finish``) and
+    read by the caller: treat it as immutable (compiled, an extension type whose fields Python
+    code can read but not set).
 
     ``reply`` is for the calling connection (None: it is now blocked in reserve); ``wakeups``
     are replies for other connections that were waiting; ``records`` must be durable (their
     DURABLE_OPS ones) before any of these replies is sent.
     """
 
+    __slots__ = ("reply", "records", "wakeups", "next_deadline")
+
     reply: C.AnyReply | None
     records: tuple[Record, ...]
     wakeups: tuple[tuple[int, C.AnyReply], ...]
     next_deadline: float | None
 
+    def __repr__(self) -> str:
+        return (f"Outcome(reply={self.reply!r}, records={self.records!r}, wakeups={self.wakeups!r}, "
+                f"next_deadline={self.next_deadline!r})")
+
 
 class EngineState:
     """Jobs, tubes, connections and timers, with the container moves every command shares."""
 
-    # What every command reads or writes lives in slots: the compiled apply (fastengine.py)
-    # reaches a slot at a fixed offset where a ``__dict__`` entry costs a hash look-up. The
-    # rest of the engine's attributes stay in ``__dict__``.
+    # What every command reads or writes lives in slots, where a ``__dict__`` entry costs a
+    # hash look-up. The rest of the engine's attributes stay in ``__dict__``.
     __slots__ = (
         "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
         "cmd", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
-        "_now", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
+        "_now", "_due", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
         "__weakref__",
     )  # fmt: skip
 
@@ -91,7 +108,7 @@ class EngineState:
         self.max_job_size = max_job_size
         self.step_jobs = step_jobs
         self.keep_records = records
-        self.jobs: JobTable[Job] = JobTable()
+        self.jobs: JobTable = JobTable()
         self.tubes: dict[str, Tube] = {}
         self.tube_order: list[Tube] = []
         self.conns: dict[int, ConnState] = {}
@@ -112,11 +129,13 @@ class EngineState:
         # Work that goes on in tick(): connections with a kick in progress, and connections
         # gone while their reserved jobs go back to ready (``Release``), served in turn.
         self._pending: deque[ConnState] = deque()
-        self._tube_timers: IndexedHeap[Tube] = IndexedHeap()
-        self._conn_timers: IndexedHeap[ConnState] = IndexedHeap()
+        self._tube_timers: IndexedHeap = IndexedHeap()
+        self._conn_timers: IndexedHeap = IndexedHeap()
         # per-step scratch
         self._budget = step_jobs  # jobs this step may still move in bulk (expiries, kicks)
-        self._now = 0
+        self._now = 0  # the step's time in integer microseconds
+        self._due = pack(1, 0)  # timer keys below this are due at _now (IndexedHeap.due)
+        self._clock: float | None = None  # the time (seconds) _now was converted from
         self._records: list[Record] = []
         self._wakeups: list[tuple[int, C.AnyReply]] = []
         self._dirty: set[Tube] = set()
@@ -129,7 +148,7 @@ class EngineState:
         """Record a change with no fields beyond the header (DELETE, RESERVE, TOUCH, ...)."""
         self.seq += 1
         if self.keep_records:
-            self._records.append(make_record(op, self.seq, self._now, job_id))
+            self._records.append(Record(op, self.seq, self._now, job_id))
 
     def _rec_fields(
         self, op: Op, job_id: int, tube: str = "", pri: int = 0, delay: int = 0, ttr: int = 0,
@@ -138,7 +157,7 @@ class EngineState:
         self.seq += 1
         if self.keep_records:
             self._records.append(
-                make_record(op, self.seq, self._now, job_id, tube, pri, delay, ttr, deadline_us, body, created_us)
+                Record(op, self.seq, self._now, job_id, tube, pri, delay, ttr, deadline_us, body, created_us=created_us)
             )
 
     def _wake(self, c: ConnState, reply: C.AnyReply) -> None:
@@ -160,25 +179,16 @@ class EngineState:
             self._tube_timers.push(pack(when, t.serial), t)
 
     def _retime_conn(self, c: ConnState) -> None:
-        # the common case, ConnState.timer_us() inlined: not waiting, one or more jobs reserved
-        if not c.waiting:
-            top = c.reserved.peek()
-            if top is not None:
-                key = (top.deadline_us << 64) | c.id  # pack(), inlined
-                if c.hpos >= 0:
-                    if self._conn_timers.key_of(c) != key:
-                        self._conn_timers.update(c, key)
-                else:
-                    self._conn_timers.push(key, c)
-                return
         when = c.timer_us()
         if when is None:
             if c.hpos >= 0:
                 self._conn_timers.remove(c)
-        elif c.hpos >= 0:
-            self._conn_timers.update(c, pack(when, c.id))
-        else:
-            self._conn_timers.push(pack(when, c.id), c)
+            return
+        key = pack(when, c.id)
+        if c.hpos < 0:
+            self._conn_timers.push(key, c)
+        elif self._conn_timers.key_of(c) != key:
+            self._conn_timers.update(c, key)
 
     # --- tubes and job containers -------------------------------------------------------------
 
@@ -204,11 +214,12 @@ class EngineState:
             self._tube_timers.remove(t)
         self._dirty.discard(t)
 
+    @cython.locals(t=Tube)
     def _to_ready(self, j: Job) -> None:
         t = j.tube
         j.state = READY
         j.deadline_us = 0
-        t.ready.push((j.pri << 64) | j.id, j)  # pack(), inlined
+        t.ready.push(pack(j.pri, j.id), j)
         if j.pri < URGENT_THRESHOLD:
             t.urgent += 1
         if t.waiting:  # only tubes with waiters can serve anyone
@@ -225,6 +236,7 @@ class EngineState:
         j.deadline_us = order
         j.tube.buried[j.id] = j
 
+    @cython.locals(t=Tube, c=ConnState)
     def _detach(self, j: Job) -> None:
         """Take a job out of whichever container holds it (its state is left for the caller)."""
         t = j.tube
@@ -241,10 +253,13 @@ class EngineState:
         else:
             c = j.owner
             assert c is not None
+            # The connection's timer follows its soonest deadline, the top of its reserved
+            # heap: a job from below the top leaves it as it was.
+            top = j.hpos == 0
             c.reserved.remove(j)
             j.owner = None
             t.reserved -= 1
-            if c.release is None:  # a gone connection has no timer
+            if top and c.release is None:  # a gone connection has no timer
                 self._retime_conn(c)
 
     def _give(self, c: ConnState, j: Job) -> None:
@@ -253,7 +268,7 @@ class EngineState:
         j.owner = c
         j.reserves += 1
         j.deadline_us = self._now + j.ttr * US
-        c.reserved.push((j.deadline_us << 64) | j.id, j)  # pack(), inlined
+        c.reserved.push(pack(j.deadline_us, j.id), j)
         j.tube.reserved += 1
         self._rec(_OP_RESERVE, j.id)
         self._retime_conn(c)

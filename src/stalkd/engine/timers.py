@@ -23,16 +23,26 @@ those still waiting.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from stalkd.engine.heap import pack
 from stalkd.engine.model import Op
-from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Tube
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube
 from stalkd.engine.state import EngineState, Outcome
 from stalkd.protocol import commands as C
 
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
+
 __all__ = ["Timers"]
 
-
 class Timers(EngineState):
-    """The step frame and the timers (mixed into ``Engine``)."""
+    """The step frame and the timers (a layer of ``Engine``, engine.py)."""
 
     def tick(self, now: float) -> Outcome:
         """Run the timers due at ``now`` and one step of a kick or a hang-up in progress,
@@ -51,8 +61,8 @@ class Timers(EngineState):
         still due)."""
         if self._pending:
             return True
-        now = self._now
-        return self._tube_timers.due(now) or self._conn_timers.due(now)
+        due = self._due
+        return self._tube_timers.due(due) or self._conn_timers.due(due)
 
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
@@ -66,32 +76,49 @@ class Timers(EngineState):
     # --- step plumbing ------------------------------------------------------------------------
 
     def _begin(self, now: float, caller: ConnState | None) -> None:
-        self._now = round(now * US)
+        if now != self._clock:  # the commands of one read share their time: convert it once
+            self._clock = now
+            self._now = round(now * US)
+            self._due = pack(self._now + 1, 0)
         self._budget = self.step_jobs
-        self._records = []
-        self._wakeups = []
+        # a step starts with empty scratch lists (their contents left the last one as tuples;
+        # leftovers of a step that raised are dropped); most steps have no wakeups, and an
+        # in-memory engine no records, so a list is made only when the last one was used
+        if self._records:
+            self._records = []
+        if self._wakeups:
+            self._wakeups = []
         self._caller = caller
         self._own = None
         self._settle()
 
+    @cython.locals(out=Outcome)
     def _finish(self, reply: C.AnyReply | None) -> Outcome:
         self._settle()
         if reply is None:
             reply = self._own
         recs = self._records
         wakes = self._wakeups
-        out = Outcome(reply, tuple(recs) if recs else (), tuple(wakes) if wakes else (), self.next_deadline())
+        # The one place an Outcome is built. Its fields are set one by one: compiled, that is a
+        # C allocation and four struct writes, where a call with arguments would be a Python call.
+        out = Outcome.__new__(Outcome)
+        out.reply = reply
+        out.records = tuple(recs) if recs else ()
+        out.wakeups = tuple(wakes) if wakes else ()
+        out.next_deadline = self.next_deadline()
         self._caller = None
         return out
 
+    @cython.locals(t=Tube, c=ConnState, j=Job, budget=cython.Py_ssize_t)
     def _settle(self) -> None:
         now = self._now
+        due_below = self._due  # a timer heap is due when its smallest key is below this
         budget = self._budget
         th = self._tube_timers
-        while budget > 0 and th.due(now):
+        while budget > 0 and th.due(due_below):
             t = th.pop()
             delayed = t.delayed
-            while budget > 0 and delayed.due(now):
+            while budget > 0 and delayed.due(due_below):
                 self._to_ready(delayed.pop())
                 budget -= 1
             if t.pause_until_us and t.pause_until_us <= now:
@@ -100,13 +127,13 @@ class Timers(EngineState):
                 if t.waiting:
                     self._dirty.add(t)
             self._retime_tube(t)  # still due when the budget ran out: the next step goes on
-        behind = th.due(now)
-        due: list[ConnState] = []
+        behind = th.due(due_below)
+        due: list[ConnState] | None = None  # made when a connection's timer fires: most steps none
         ch = self._conn_timers
-        while not behind and ch.due(now):
+        while not behind and ch.due(due_below):
             c = ch.pop()
             reserved = c.reserved
-            while reserved.due(now):
+            while reserved.due(due_below):
                 if budget <= 0:
                     behind = True
                     break
@@ -118,11 +145,13 @@ class Timers(EngineState):
                 self._rec(Op.TIMEOUT, j.id)
                 self._to_ready(j)
                 budget -= 1
+            if due is None:
+                due = []
             due.append(c)
         self._budget = budget
         if self._dirty:
             self._serve()
-        for c in due:
+        for c in due or ():
             # Jobs left due may be the job a waiter should get: its timeout waits a step.
             if c.waiting and not behind:
                 if c.deadline_soon(now):
@@ -134,6 +163,7 @@ class Timers(EngineState):
             if c.id in self.conns:
                 self._retime_conn(c)
 
+    @cython.locals(best=Tube, t=Tube, c=ConnState, j=Job)
     def _serve(self) -> None:
         """Give ready jobs to waiting connections (beanstalkd's ``process_queue``)."""
         now, dirty = self._now, self._dirty

@@ -15,8 +15,8 @@ written data.
 
 Checking is written once too: :func:`scan_positions` walks a region frame by frame (CRC,
 magic, delta, epoch, torn tail) in one tight loop and returns where the valid data frames lie;
-:func:`scan` (frames one at a time) and the columnar reads of :mod:`stalkd.log.columns` are
-built on it.
+:func:`scan` (frames one at a time), :func:`data_payloads` (a standby's frames message) and the
+columnar reads of :mod:`stalkd.log.columns` are built on it.
 
 Ensures: ``encode_frame`` output length is ``frame_size(len(payload))`` and a multiple of 8;
 ``scan`` yields exactly the valid data frames of a region, in offset order, and stops at the
@@ -56,6 +56,7 @@ __all__ = [
     "ScanState",
     "scan",
     "scan_positions",
+    "data_payloads",
 ]
 
 MAGIC = 0xA7
@@ -79,6 +80,7 @@ MAX_PAYLOAD = 2**32 - 1
 _PADS = tuple(bytes(i) for i in range(8))  # the zero padding of each length modulo 8
 _pack_rest = REST.pack
 _pack_u32 = struct.Struct("<I").pack
+_LENGTH = struct.Struct("<I")
 _ZERO_HEAD = bytes(FRAME_HEADER_SIZE)
 T = TypeVar("T")
 
@@ -343,3 +345,29 @@ def scan(
         if status:
             break
     state.pos, state.offset, state.epoch, state.status = pos, base + d, last_epoch, status
+
+
+def data_payloads(
+    mv: bytes | memoryview, pos: int, end: int, base: int, offset: int, epoch_limit: int
+) -> list[bytes] | None:
+    """The payloads (copies) of the data frames that fill ``mv[pos:end]`` exactly, with offsets
+    ``offset``, ``offset + 1``... in a segment based at ``base``, each checked as a reader of
+    that segment would (:func:`scan_positions`, writer epochs from 0 up to ``epoch_limit``);
+    None if anything else is there (a frame that fails its checks, a torn tail, zeros): a
+    standby's frames message.
+
+    >>> buf = encode_data_frames([b"a", b"bc"], 3, 9, 1)
+    >>> data_payloads(buf, 0, len(buf), 10, 13, 1), data_payloads(buf, 0, len(buf), 10, 14, 1)
+    ([b'a', b'bc'], None)
+    >>> data_payloads(buf + bytes(24), 0, len(buf) + 24, 10, 13, 1)
+    """
+    st = ScanState(pos, offset)
+    view = memoryview(mv)
+    positions = scan_positions(view, base, epoch_limit, st, end, None, 0, (end - pos) // FRAME_HEADER_SIZE + 1)
+    if st.status != "end" or st.pos != end:
+        return None
+    # One copy of the region, then a bytes slice per payload (not a view and a copy of it).
+    raw = bytes(view[:end])
+    unpack = _LENGTH.unpack_from
+    h = FRAME_HEADER_SIZE
+    return [raw[p + h : p + h + unpack(raw, p + LENGTH_AT)[0]] for p in positions]

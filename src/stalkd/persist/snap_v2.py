@@ -29,10 +29,9 @@ from collections.abc import Iterator
 from itertools import accumulate, pairwise
 from typing import TYPE_CHECKING, NamedTuple
 
-from stalkd.engine.fastengine import job_maker
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op, Record
-from stalkd.engine.objects import URGENT_THRESHOLD, Job
+from stalkd.engine.objects import URGENT_THRESHOLD, Job, new_jobs
 from stalkd.persist.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
@@ -155,7 +154,6 @@ def records(buf: Buf, header: SnapshotHeader) -> Iterator[Record]:
 def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
     """Load a v2 snapshot's jobs into an empty engine (see ``snapshot.load_into``)."""
     READY, DELAYED = JobState.READY, JobState.DELAYED
-    new_jobs = job_maker()
     jobs = e.jobs
     fresh: dict[int, int] = {}
     start_seq = h.start_seq

@@ -159,7 +159,7 @@ def blocks(buf: Buf, header: SnapshotHeader) -> Iterator[tuple[int, int, int]]:
         raise SnapshotError(f"{path}: {n} entries but the trailer says {header.count}")
 
 
-def install(e: Engine, h: SnapshotHeader, jobs: JobTable[Job],
+def install(e: Engine, h: SnapshotHeader, jobs: JobTable,
             lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]],
             body_bytes: int) -> None:
     """The end of every version's load: check the count, build each tube's ready and delay

@@ -9,75 +9,20 @@
  * possessive quantifiers mean) and how beanstalkd frames lines and bodies.
  * tests/protocol/test_speedups_differential.py feeds both parsers the same streams.
  *
- * One translation unit, one concept per included piece (_cext/): common (the table and value
- * building), lines (argument readers), parser (framing), replies (encoding); this file holds
- * configure(), the C API other extensions import (_cext/capi.h: the server's compiled
- * connection, stalkd.server._conn) and the module.
+ * One translation unit, one concept per included piece (_cext/): common (the table; a command
+ * value is built by calling its class, a reply's fields are read by name), lines (argument
+ * readers), parser (framing), replies (encoding); this file holds configure() and the module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 #include <string.h>
 
 #include "_cext/common.c.h"
 #include "_cext/lines.c.h"
 #include "_cext/parser.c.h"
 #include "_cext/replies.c.h"
-#include "_cext/capi.h"
-
-/* --- the C API (capsule) ---------------------------------------------------------------- */
-
-static int
-api_feed(PyObject *p, const char *s, Py_ssize_t n)
-{
-    return parser_feed_bytes((ParserObject *)p, s, n);
-}
-
-static PyObject *
-api_next(PyObject *p)
-{
-    return Parser_next((ParserObject *)p, NULL);
-}
-
-static Py_ssize_t
-api_buffered(PyObject *p)
-{
-    return ((ParserObject *)p)->end - ((ParserObject *)p)->start + ((ParserObject *)p)->big_fill;
-}
-
-static PyObject *
-api_encode_line(PyObject *r)
-{
-    return encode_line(NULL, r);
-}
-
-static PyObject *
-api_encode_parts(PyObject *r)
-{
-    return encode_parts(NULL, r);
-}
-
-static StalkdProtocolAPI api = {
-    STALKD_PROTOCOL_API_VERSION, &ParserType, api_feed, api_next, api_buffered,
-    api_encode_line, api_encode_parts, NULL, NULL,
-};
 
 /* --- configuration -------------------------------------------------------------------- */
-
-static int
-slot_offset(PyObject *cls, const char *name, Py_ssize_t *off)
-{
-    PyObject *d = PyObject_GetAttrString(cls, name);
-    if (d == NULL)
-        return -1;
-    if (Py_IS_TYPE(d, &PyMemberDescr_Type)
-            && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX)
-        *off = ((PyMemberDescrObject *)d)->d_member->offset;
-    else
-        *off = -1;
-    Py_DECREF(d);
-    return 0;
-}
 
 static PyObject *
 configure(PyObject *mod, PyObject *args, PyObject *kw)
@@ -89,8 +34,8 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     const char *chars;
     Py_ssize_t nchars;
     unsigned long long limit;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!OOOy#KOO!OO", kwlist, &PyTuple_Type, &table,
-                                     &PyTuple_Type, &put, &need, &bad, &unknown, &chars, &nchars,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOOOy#KOO!OO", kwlist, &PyTuple_Type, &table,
+                                     &put, &need, &bad, &unknown, &chars, &nchars,
                                      &limit, &reply, &PyDict_Type, &words, &job_reply, &fallback))
         return NULL;
     if (specs != NULL) {
@@ -102,14 +47,13 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     if (t == NULL)
         return PyErr_NoMemory();
     for (Py_ssize_t k = 0; k < n; k++) {
-        /* (prefix, kinds, flags, only, cls, fields, call) */
+        /* (prefix, kinds, flags, only, build) */
         PyObject *row = PyTuple_GET_ITEM(table, k);
         const char *prefix, *kinds;
         Py_ssize_t plen, nk;
         int flags;
-        PyObject *only, *cls, *fields, *call;
-        if (!PyArg_ParseTuple(row, "y#y#iOOOO", &prefix, &plen, &kinds, &nk, &flags, &only,
-                              &cls, &fields, &call))
+        PyObject *only, *build;
+        if (!PyArg_ParseTuple(row, "y#y#iOO", &prefix, &plen, &kinds, &nk, &flags, &only, &build))
             goto fail;
         if (nk > MAX_ARGS || (!(flags & (F_EXACT | F_LOOSE | F_BODY)) && nk == 0)) {
             PyErr_SetString(PyExc_ValueError, "bad argument kinds");
@@ -141,18 +85,10 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
         memcpy(t[k].kinds, kinds, (size_t)nk);
         t[k].nargs = (int)nk;
         t[k].flags = flags;
-        Py_INCREF(only);
-        t[k].only = only;
-        if (ctor_init(&t[k].ctor, cls, fields, call) < 0)
-            goto fail;
+        t[k].only = Py_NewRef(only);
+        t[k].build = Py_NewRef(build);
     }
-    /* put: (cls, fields, call) */
-    {
-        PyObject *cls, *fields, *call;
-        if (!PyArg_ParseTuple(put, "OOO", &cls, &fields, &call) ||
-                ctor_init(&put_ctor, cls, fields, call) < 0)
-            goto fail;
-    }
+    put_build = Py_NewRef(put);
     memset(name_chars, 0, sizeof name_chars);
     for (Py_ssize_t i = 0; i < nchars; i++)
         name_chars[(unsigned char)chars[i]] = 1;
@@ -162,23 +98,10 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     max_job_limit = limit;
     reply_type = Py_NewRef(reply);
     word_cache = Py_NewRef(words);
-    if (slot_offset(reply, "word", &reply_word_off) < 0 ||
-            slot_offset(reply, "args", &reply_args_off) < 0)
-        goto fail;
-    if (reply_word_off < 0 || reply_args_off < 0)
-        reply_word_off = reply_args_off = -1;
     job_reply_type = Py_NewRef(job_reply);
     parts_fallback = Py_NewRef(fallback);
-    if (slot_offset(job_reply, "word", &job_word_off) < 0 ||
-            slot_offset(job_reply, "id", &job_id_off) < 0 ||
-            slot_offset(job_reply, "body", &job_body_off) < 0)
-        goto fail;
-    if (job_word_off < 0 || job_id_off < 0 || job_body_off < 0)
-        job_word_off = -1;
     specs = t;
     nspecs = n;
-    api.need_data = NEED_DATA;
-    api.reply_type = reply_type;
     Py_RETURN_NONE;
 fail:
     /* configure() runs once at import; a failure leaves the module unusable (accel.py then
@@ -214,18 +137,15 @@ PyInit__speedups(void)
     S_BAD_FORMAT = PyUnicode_InternFromString("BAD_FORMAT");
     EMPTY_BYTES = PyBytes_FromStringAndSize(NULL, 0);
     CRLF = PyBytes_FromStringAndSize("\r\n", 2);
-    if (!S_JOB_TOO_BIG || !S_EXPECTED_CRLF || !S_BAD_FORMAT || !EMPTY_BYTES || !CRLF) {
+    S_word = PyUnicode_InternFromString("word");
+    S_args = PyUnicode_InternFromString("args");
+    S_id = PyUnicode_InternFromString("id");
+    S_body = PyUnicode_InternFromString("body");
+    if (!S_JOB_TOO_BIG || !S_EXPECTED_CRLF || !S_BAD_FORMAT || !EMPTY_BYTES || !CRLF || !S_word
+            || !S_args || !S_id || !S_body) {
         Py_DECREF(m);
         return NULL;
     }
-    /* The capsule is added before configure() runs: importers check api.need_data. */
-    PyObject *capsule = PyCapsule_New(&api, STALKD_PROTOCOL_API_NAME, NULL);
-    if (capsule == NULL || PyModule_AddObjectRef(m, "_C_API", capsule) < 0) {
-        Py_XDECREF(capsule);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_DECREF(capsule);
     Py_INCREF(&ParserType);
     if (PyModule_AddObject(m, "Parser", (PyObject *)&ParserType) < 0) {
         Py_DECREF(&ParserType);

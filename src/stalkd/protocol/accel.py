@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 from stalkd.extensions import compiled_module, extensions_disabled
 from stalkd.protocol import commands, lines, parser, replies
-from stalkd.protocol.constructors import plain_fields
 from stalkd.protocol.grammar import COMMANDS, MAX_JOB_SIZE_LIMIT, NAME_CHARS, CommandSpec
 
 __all__ = ["IMPLEMENTATION", "Parser", "PyParser", "CParser", "encode_line", "encode_reply_parts",
@@ -39,34 +38,33 @@ _EXACT, _LOOSE, _BODY, _PUT = 1, 2, 4, 8
 
 
 def _keywords(build: Callable[..., Any], fields: tuple[str, ...]) -> Callable[..., Any]:
-    """``build`` called with keywords, for a class whose slots cannot be set one by one."""
+    """``build`` called with keywords, for a class that does not take the arguments in order."""
     return lambda *values: build(**dict(zip(fields, values, strict=True)))
 
 
-def _row(spec: CommandSpec) -> tuple[bytes, bytes, int, object, object, object, object]:
+def _row(spec: CommandSpec) -> tuple[bytes, bytes, int, object, object]:
     """One table row as the C parser takes it: (prefix, argument kinds, flags, the value of
-    an argument-less command, the class, its slot names in argument order, a fallback call)."""
+    an argument-less command, what to call with the values in argument order)."""
     kinds = b"".join(_KIND_CODES[a.kind] for a in spec.args)
     flags = (_EXACT if spec.exact else 0) | (_LOOSE if spec.loose else 0) | (_BODY if spec.body else 0)
     if spec.exact or spec.loose:
-        return spec.prefix, kinds, flags, spec.build(), None, None, spec.build
+        return spec.prefix, kinds, flags, spec.build(), spec.build
     if spec.body:
         if spec is lines.BODY_SPEC:
             flags |= _PUT
-        else:  # built as parser.py builds it: the class called with (*head, body, error)
-            return spec.prefix, kinds, flags, None, spec.build, None, spec.build
+        # built as parser.py builds it: the class called with (*head, body, error)
+        return spec.prefix, kinds, flags, None, spec.build
     names = tuple(a.field for a in spec.args)
-    slots = names if plain_fields(spec.build) == names else None
-    return spec.prefix, kinds, flags, None, spec.build, slots, _keywords(spec.build, names)
+    in_order = getattr(spec.build, "__match_args__", None) == names
+    return spec.prefix, kinds, flags, None, spec.build if in_order else _keywords(spec.build, names)
 
 
 def _load() -> ModuleType | None:
     _speedups = compiled_module("stalkd.protocol._speedups")
     if _speedups is None:
         return None
-    put_slots = plain_fields(commands.Put)
     try:
-        _configure(_speedups, put_slots)
+        _configure(_speedups)
     except (TypeError, ValueError) as e:
         # A module built from an older _speedups.c (sources updated, not rebuilt): run the
         # reference rather than fail to start, and say how to get the fast path back.
@@ -77,10 +75,10 @@ def _load() -> ModuleType | None:
     return _speedups
 
 
-def _configure(_speedups: ModuleType, put_slots: tuple[str, ...] | None) -> None:
+def _configure(_speedups: ModuleType) -> None:
     _speedups.configure(
         table=tuple(_row(s) for s in COMMANDS),
-        put=(commands.Put, put_slots, commands.Put),
+        put=commands.Put,
         need_data=parser.NEED_DATA,
         bad_format=lines.BAD_FORMAT,
         unknown_command=lines.UNKNOWN_COMMAND,

@@ -3,12 +3,17 @@
 These types are the contract between ``stalkd.protocol`` (bytes <-> values) and
 ``stalkd.engine`` (values -> state changes). Nothing here knows about sockets or wire bytes;
 ``stalkd.protocol.replies`` turns a reply value into bytes.
+
+Compiled (``stalkd.extensions.CYTHON_MODULES``), every class is an extension type whose fields
+``commands.pxd`` declares: building one is one C call (the type's vectorcall), and a compiled
+module that cimports the class (the engine's ``jobcommands``) reads its fields as C struct
+members. Uncompiled, the same classes are plain ``__slots__`` classes with the same behaviour.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import FrozenInstanceError, dataclass
+from dataclasses import FrozenInstanceError
 from typing import Any, Literal
 
 __all__ = [
@@ -25,12 +30,13 @@ _set = object.__setattr__
 
 class _Value:
     """What every command and reply shares: immutable once built, equal to a value of the same
-    class with equal fields, hashed by its fields, shown as ``Name(field=value, ...)``.
+    class with equal fields, hashed by its fields, shown as ``Name(field=value, ...)``, matched
+    by position in ``case`` patterns. A class's fields are its ``__match_args__``, in the order
+    its ``__init__`` takes them.
 
-    Each class is a dataclass (``dataclasses.fields`` and its slots are what the fast
-    constructors and the C parser read), but with these methods written once here and its
-    ``__init__`` written out: ``@dataclass(frozen=True)`` generates six methods per class with
-    ``exec``, which made this module the largest part of the server's own start-up imports.
+    These methods are written once here rather than generated per class: ``@dataclass`` makes
+    them with ``exec`` at import (the server's largest start-up import when it was used), and a
+    compiled extension type takes no ``@dataclass(slots=True)``.
 
     >>> Delete(3) == Delete(3), Delete(3) == Touch(3), Delete(3), hash(Delete(3)) == hash((3,))
     (True, False, Delete(id=3), True)
@@ -58,244 +64,237 @@ class _Value:
         return f"{self.__class__.__qualname__}({shown})"
 
     def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        # Uncompiled, ``__init__``'s ``self.field = value`` comes here once per field, which
+        # is let through while the slot is empty. Compiled, ``__init__`` stores to the C fields
+        # directly (every field already holds None here), so this only refuses.
+        if name in self.__match_args__ and not hasattr(self, name):
+            _set(self, name, value)
+        else:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
-    def __getstate__(self) -> tuple[Any, ...]:  # copy and pickle, past the frozen __setattr__
-        return self._fields()
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(self.__match_args__, state, strict=True):
-            _set(self, name, value)
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle: the class called with the fields
+        return (self.__class__, self._fields())
 
 
 # --- commands -------------------------------------------------------------------------------
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Put(_Value):
     """``put <pri> <delay> <ttr> <bytes>``. ``error`` is set by the parser when the put cannot
     be accepted but still counts as beanstalkd counts it (cmd-put; for EXPECTED_CRLF an id):
     a too-big or badly terminated body, or text after the size (BAD_FORMAT, body not read)."""
 
+    __slots__ = __match_args__ = ("pri", "delay", "ttr", "body", "error")
     pri: int
     delay: int
     ttr: int
     body: bytes
-    error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF", "BAD_FORMAT"] | None = None
+    error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF", "BAD_FORMAT"] | None
 
     def __init__(self, pri: int, delay: int, ttr: int, body: bytes,
                  error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF", "BAD_FORMAT"] | None = None) -> None:
-        _set(self, "pri", pri)
-        _set(self, "delay", delay)
-        _set(self, "ttr", ttr)
-        _set(self, "body", body)
-        _set(self, "error", error)
+        self.pri = pri
+        self.delay = delay
+        self.ttr = ttr
+        self.body = body
+        self.error = error
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Use(_Value):
+    __slots__ = __match_args__ = ("tube",)
     tube: str
 
     def __init__(self, tube: str) -> None:
-        _set(self, "tube", tube)
+        self.tube = tube
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Reserve(_Value):
-    pass
+    __slots__ = ()
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class ReserveWithTimeout(_Value):
+    __slots__ = __match_args__ = ("timeout",)
     timeout: int  # seconds
 
     def __init__(self, timeout: int) -> None:
-        _set(self, "timeout", timeout)
+        self.timeout = timeout
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class ReserveJob(_Value):
+    __slots__ = __match_args__ = ("id",)
     id: int
 
     def __init__(self, id: int) -> None:
-        _set(self, "id", id)
+        self.id = id
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Delete(_Value):
+    __slots__ = __match_args__ = ("id",)
     id: int
 
     def __init__(self, id: int) -> None:
-        _set(self, "id", id)
+        self.id = id
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Release(_Value):
+    __slots__ = __match_args__ = ("id", "pri", "delay")
     id: int
     pri: int
     delay: int
 
     def __init__(self, id: int, pri: int, delay: int) -> None:
-        _set(self, "id", id)
-        _set(self, "pri", pri)
-        _set(self, "delay", delay)
+        self.id = id
+        self.pri = pri
+        self.delay = delay
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Bury(_Value):
+    __slots__ = __match_args__ = ("id", "pri")
     id: int
     pri: int
 
     def __init__(self, id: int, pri: int) -> None:
-        _set(self, "id", id)
-        _set(self, "pri", pri)
+        self.id = id
+        self.pri = pri
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Touch(_Value):
+    __slots__ = __match_args__ = ("id",)
     id: int
 
     def __init__(self, id: int) -> None:
-        _set(self, "id", id)
+        self.id = id
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Watch(_Value):
+    __slots__ = __match_args__ = ("tube",)
     tube: str
 
     def __init__(self, tube: str) -> None:
-        _set(self, "tube", tube)
+        self.tube = tube
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Ignore(_Value):
+    __slots__ = __match_args__ = ("tube",)
     tube: str
 
     def __init__(self, tube: str) -> None:
-        _set(self, "tube", tube)
+        self.tube = tube
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Peek(_Value):
+    __slots__ = __match_args__ = ("id",)
     id: int
 
     def __init__(self, id: int) -> None:
-        _set(self, "id", id)
+        self.id = id
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class PeekReady(_Value):
-    pass
+    __slots__ = ()
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class PeekDelayed(_Value):
-    pass
+    __slots__ = ()
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class PeekBuried(_Value):
-    pass
+    __slots__ = ()
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Kick(_Value):
+    __slots__ = __match_args__ = ("bound",)
     bound: int
 
     def __init__(self, bound: int) -> None:
-        _set(self, "bound", bound)
+        self.bound = bound
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class KickJob(_Value):
+    __slots__ = __match_args__ = ("id",)
     id: int
 
     def __init__(self, id: int) -> None:
-        _set(self, "id", id)
+        self.id = id
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class StatsJob(_Value):
+    __slots__ = __match_args__ = ("id",)
     id: int
 
     def __init__(self, id: int) -> None:
-        _set(self, "id", id)
+        self.id = id
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class StatsTube(_Value):
+    __slots__ = __match_args__ = ("tube",)
     tube: str
 
     def __init__(self, tube: str) -> None:
-        _set(self, "tube", tube)
+        self.tube = tube
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Stats(_Value):
-    pass
+    __slots__ = ()
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class ListTubes(_Value):
-    pass
+    __slots__ = ()
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class ListTubeUsed(_Value):
-    pass
+    __slots__ = ()
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class ListTubesWatched(_Value):
-    pass
+    __slots__ = ()
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Quit(_Value):
-    pass
+    __slots__ = ()
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class PauseTube(_Value):
+    __slots__ = __match_args__ = ("tube", "delay")
     tube: str
     delay: int  # seconds; 0 un-pauses
 
     def __init__(self, tube: str, delay: int) -> None:
-        _set(self, "tube", tube)
-        _set(self, "delay", delay)
+        self.tube = tube
+        self.delay = delay
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class ResultPut(_Value):
     """``result-put <id> <ttl> <bytes>`` (stalkd only): keep ``body`` as job ``id``'s result for
     ``ttl`` seconds, replacing an earlier one (``ttl`` 0 forgets it). ``error`` as for ``Put``:
     a too-big or badly terminated body (the body is read and dropped)."""
 
+    __slots__ = __match_args__ = ("id", "ttl", "body", "error")
     id: int
     ttl: int
     body: bytes
-    error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF"] | None = None
+    error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF"] | None
 
     def __init__(self, id: int, ttl: int, body: bytes,
                  error: Literal["JOB_TOO_BIG", "EXPECTED_CRLF"] | None = None) -> None:
-        _set(self, "id", id)
-        _set(self, "ttl", ttl)
-        _set(self, "body", body)
-        _set(self, "error", error)
+        self.id = id
+        self.ttl = ttl
+        self.body = body
+        self.error = error
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class ResultGet(_Value):
     """``result-get <id>`` (stalkd only): ``FOUND <id> <bytes>`` with the stored result, or
     NOT_FOUND (none stored, or expired)."""
 
+    __slots__ = __match_args__ = ("id",)
     id: int
 
     def __init__(self, id: int) -> None:
-        _set(self, "id", id)
+        self.id = id
 
 
 Command = (
@@ -309,60 +308,61 @@ Command = (
 # --- replies --------------------------------------------------------------------------------
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Reply(_Value):
     """A one-line reply: ``word`` then its arguments, e.g. ``Reply("INSERTED", (5,))``."""
 
+    __slots__ = __match_args__ = ("word", "args")
     word: str
-    args: tuple[int | str, ...] = ()
+    args: tuple[int | str, ...]
 
     def __init__(self, word: str, args: tuple[int | str, ...] = ()) -> None:
-        _set(self, "word", word)
-        _set(self, "args", args)
+        self.word = word
+        self.args = args
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class JobReply(_Value):
     """``RESERVED <id> <bytes>`` or ``FOUND <id> <bytes>`` followed by the body."""
 
+    __slots__ = __match_args__ = ("word", "id", "body")
     word: Literal["RESERVED", "FOUND"]
     id: int
     body: bytes
 
     def __init__(self, word: Literal["RESERVED", "FOUND"], id: int, body: bytes) -> None:
-        _set(self, "word", word)
-        _set(self, "id", id)
-        _set(self, "body", body)
+        self.word = word
+        self.id = id
+        self.body = body
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class YamlDict(_Value):
     """``OK <bytes>`` with a YAML mapping. ``kind`` selects key order and quoting in
     ``stalkd.protocol.stats``. For ``kind="stats"`` the engine fills the keys it owns and the
     server adds the process, binlog and host keys before encoding."""
 
+    __slots__ = __match_args__ = ("kind", "values")
     kind: Literal["stats", "stats-job", "stats-tube"]
     values: Mapping[str, int | float | bool | str]
 
     def __init__(self, kind: Literal["stats", "stats-job", "stats-tube"],
                  values: Mapping[str, int | float | bool | str]) -> None:
-        _set(self, "kind", kind)
-        _set(self, "values", values)
+        self.kind = kind
+        self.values = values
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class YamlList(_Value):
     """``OK <bytes>`` with a YAML list of tube names (list-tubes, list-tubes-watched)."""
 
+    __slots__ = __match_args__ = ("items",)
     items: tuple[str, ...]
 
     def __init__(self, items: tuple[str, ...]) -> None:
-        _set(self, "items", items)
+        self.items = items
 
 
-@dataclass(init=False, repr=False, eq=False, slots=True)
 class Close(_Value):
     """No reply: the server closes the connection (``quit``)."""
+
+    __slots__ = ()
 
 
 AnyReply = Reply | JobReply | YamlDict | YamlList | Close

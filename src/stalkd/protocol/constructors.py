@@ -1,16 +1,17 @@
-"""Fast constructors for command values: set a frozen slots dataclass's slots directly.
+"""Fast constructors for command values in the uncompiled build: set the slots directly.
 
-A frozen dataclass's ``__init__`` stores each field through ``object.__setattr__``, the
-parser's largest per-command cost (bench/protocol_bench.py). These build the same values
-(tests/protocol/test_fast_constructors.py compares them) and fall back to the class itself for
-any class that is not the plain shape they were written for. The C parser
-(``_speedups.c``) does the same from the same slot descriptors.
+Uncompiled, a command's ``__init__`` stores each field through ``_Value.__setattr__`` (which
+lets a field be set once), the pure-Python parser's largest per-command cost
+(bench/protocol_bench.py). These build the same values (tests/protocol/test_fast_constructors.py
+compares them) through the slots' descriptors. Compiled, the command classes are extension types
+whose own constructor is one C call: there every maker here is the class itself, as it is for
+any class that is not the plain shape they were written for.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
+from types import MemberDescriptorType
 from typing import Any
 
 from stalkd.protocol.commands import Command, Put
@@ -19,28 +20,28 @@ __all__ = ["put_maker", "slot_maker", "plain_fields"]
 
 
 def plain_fields(kind: object) -> tuple[str, ...] | None:
-    """The field names of a frozen slots dataclass without ``__post_init__`` (whose values
-    may be stored slot by slot), None for any other class.
+    """The field names of a command class whose fields are plain ``__slots__`` (so its values
+    may be stored slot by slot), None for any other class (a compiled one included).
 
+    >>> from stalkd.extensions import compiled_modules
     >>> from stalkd.protocol.commands import Release, Reserve
-    >>> plain_fields(Release), plain_fields(Reserve), plain_fields(len)
-    (('id', 'pri', 'delay'), (), None)
+    >>> compiled = compiled_modules()["stalkd.protocol.commands"]
+    >>> plain_fields(Release) == (None if compiled else ("id", "pri", "delay")), plain_fields(len)
+    (True, None)
     """
-    if not isinstance(kind, type) or not dataclasses.is_dataclass(kind):
+    if not isinstance(kind, type):
         return None
-    if not hasattr(kind, "__slots__") or hasattr(kind, "__post_init__"):
+    names: tuple[str, ...] = getattr(kind, "__match_args__", None) or ()
+    if not all(type(kind.__dict__.get(n)) is MemberDescriptorType for n in names):
         return None
-    return tuple(f.name for f in dataclasses.fields(kind))
+    return names if isinstance(getattr(kind, "__slots__", None), tuple) else None
 
 
 def put_maker() -> Callable[[int, int, int, bytes], Put]:
-    """A constructor for ``Put`` values that skips the frozen dataclass ``__init__`` (the
-    parser's largest per-put cost, see bench/protocol_bench.py) by setting the slots directly. Used only while
-    ``Put`` is exactly the plain five-slot dataclass this was written for."""
-    names = tuple(f.name for f in dataclasses.fields(Put))
-    plain = (names == ("pri", "delay", "ttr", "body", "error") and hasattr(Put, "__slots__")
-             and not hasattr(Put, "__post_init__"))  # fmt: skip
-    if not plain:
+    """A constructor for ``Put`` values that sets the slots directly. Used only while ``Put`` is
+    exactly the plain five-slot class this was written for."""
+    names = plain_fields(Put)
+    if names != ("pri", "delay", "ttr", "body", "error"):
         return Put
     new = object.__new__
     set_pri, set_delay, set_ttr, set_body, set_error = (
@@ -62,16 +63,11 @@ def put_maker() -> Callable[[int, int, int, bytes], Put]:
 
 def slot_maker(build: Callable[..., Command]) -> Callable[..., Command]:
     """A constructor for a 1..3-field command with the same trick as ``put_maker``; ``build``
-    itself for any class that is not such a plain frozen slots dataclass. The fast path is for
-    the id commands a pipelined worker sends (delete, release, bury, touch, ...)."""
+    itself for any class that is not such a plain slots class without defaults. The fast path is
+    for the id commands a pipelined worker sends (delete, release, bury, touch, ...)."""
     kind: Any = build  # typed loosely: object.__new__(kind) below is a Command
-    if not isinstance(kind, type) or not dataclasses.is_dataclass(kind):
-        return build
-    kind = build
-    names = tuple(f.name for f in dataclasses.fields(kind))
-    plain = (hasattr(kind, "__slots__") and not hasattr(kind, "__post_init__") and 1 <= len(names) <= 3
-             and all(f.default is dataclasses.MISSING for f in dataclasses.fields(kind)))  # fmt: skip
-    if not plain:
+    names = plain_fields(kind)
+    if names is None or not 1 <= len(names) <= 3 or kind.__init__.__defaults__:
         return build
     new = object.__new__
     setters = [getattr(kind, n).__set__ for n in names]

@@ -28,8 +28,18 @@ stalkd.replication.wire.WireError: record at offset 7: an operation this stalkd 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stalkd.engine.model import Op, Record, RecordFormatError, decode
 from stalkd.replication.wire import WireError
+
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["check_records"]
 
@@ -37,32 +47,33 @@ __all__ = ["check_records"]
 _UNKNOWN, _EPOCH = Op.UNKNOWN, Op.EPOCH
 
 
+@cython.locals(r=Record, i=cython.Py_ssize_t)
 def check_records(first: int, payloads: list[bytes], expected: int, epoch: int) -> list[Record]:
     """The records of one message (at offset ``first``), checked against a log that ends at
     ``expected`` and follows ``epoch``; WireError says what is wrong."""
     if first != expected:
         raise WireError(f"the primary sent offset {first}, the local log ends at {expected}")
-    # Every record a standby applies passes here: decoded in one comprehension, then checked
-    # in a second loop (a per-record try and enumerate cost the standby ~6 % of its decoding).
+    # Every record a standby applies passes here, decoded once (compiled: one C loop, the
+    # record's fields read in C); the first bad one, in offset order, refuses the message.
+    out: list[Record] = []
+    add = out.append
+    i = 0
     try:
-        out = [decode(p) for p in payloads]
-    except RecordFormatError:
-        for i, p in enumerate(payloads):  # which one, for the message
-            try:
-                decode(p)
-            except RecordFormatError as e:
-                raise WireError(f"record at offset {first + i}: {e}") from None
-        raise
-    for i, r in enumerate(out):
-        op = r.op
-        if op is _UNKNOWN:
-            p = payloads[i]
-            raise WireError(f"record at offset {first + i}: an operation this stalkd does not know "
-                            f"(code {p[1] if len(p) > 1 else -1})")
-        if op is _EPOCH:
-            if r.epoch <= epoch:
-                raise WireError(f"an EPOCH record at offset {first + i} starts epoch {r.epoch}, not newer than {epoch}")
-            if r.start_offset != first + i:
-                raise WireError(f"an EPOCH record at offset {first + i} says it starts at {r.start_offset}")
-            epoch = r.epoch
+        for p in payloads:
+            r = decode(p)
+            op = r.op
+            if op is _UNKNOWN:
+                raise WireError(f"record at offset {first + i}: an operation this stalkd does not know "
+                                f"(code {p[1] if len(p) > 1 else -1})")  # fmt: skip
+            if op is _EPOCH:
+                if r.epoch <= epoch:
+                    raise WireError(f"an EPOCH record at offset {first + i} starts epoch {r.epoch}, not newer than "
+                                    f"{epoch}")  # fmt: skip
+                if r.start_offset != first + i:
+                    raise WireError(f"an EPOCH record at offset {first + i} says it starts at {r.start_offset}")
+                epoch = r.epoch
+            add(r)
+            i += 1
+    except RecordFormatError as e:
+        raise WireError(f"record at offset {first + i}: {e}") from None
     return out

@@ -46,7 +46,7 @@ from stalkd.client._address import Address
 from stalkd.client._tls import connection_kwargs
 from stalkd.engine.handover import Reservations
 from stalkd.engine.model import Record
-from stalkd.engine.replay import ReplayError, replay
+from stalkd.engine.replay import ReplayError
 from stalkd.log.errors import LogError
 from stalkd.persist.compaction import WalError
 from stalkd.replication import overlap, wire
@@ -368,11 +368,7 @@ class Receiver:
 
     def _apply(self, first: int, records: list[Record]) -> None:
         """Apply appended records to the engine, on the loop thread, between client commands."""
-        e = self.engine
-        seen = self.reservations.see
-        for r in records:
-            replay(e, r)
-            seen(r, e)
+        self.reservations.follow(self.engine, records)
         self.records += len(records)
         end = first + len(records)
         if end > self.primary_end:

@@ -302,21 +302,18 @@ def encode_frames(first: int, base: int, frames: bytes | memoryview) -> bytes:
 def _frame_payloads(body: memoryview) -> tuple[int, list[bytes]]:
     """A frames message's body -> (first offset, payloads), every frame checked as a reader of
     the primary's segment would (CRC-32C, magic, delta from the base, kind); WireError else."""
-    from stalkd.log.frame import FRAME_HEADER_SIZE, LENGTH_AT, ScanState, scan_positions
+    from stalkd.log.frame import FRAME_HEADER_SIZE, ScanState, data_payloads, scan_positions
 
     first, base = _FRAMES_HEAD.unpack_from(body, 0)
     if first < base:
         raise WireError(f"a frames message starts at offset {first}, before its segment's base {base}")
-    st = ScanState(_FRAMES_HEAD.size, first)
     size = len(body)
-    positions = scan_positions(body, base, _MAX_EPOCH, st, size, None, 0, size // FRAME_HEADER_SIZE + 1)
-    if st.status != "end" or st.pos != size:
+    payloads = data_payloads(body, _FRAMES_HEAD.size, size, base, first, _MAX_EPOCH)
+    if payloads is None:  # the scan names the frame, for the message
+        st = ScanState(_FRAMES_HEAD.size, first)
+        scan_positions(body, base, _MAX_EPOCH, st, size, None, 0, size // FRAME_HEADER_SIZE + 1)
         raise WireError(f"a frame from the primary fails its checks (offset {st.offset}): damaged or out of place")
-    # One copy of the message, then a bytes slice per payload (not a view and a copy of it).
-    raw = bytes(body)
-    unpack = _LEN.unpack_from
-    h = FRAME_HEADER_SIZE
-    return first, [raw[p + h : p + h + unpack(raw, p + LENGTH_AT)[0]] for p in positions]
+    return first, payloads
 
 
 def encode_heartbeat(end_offset: int) -> bytes:

@@ -5,13 +5,16 @@
 
 cimport cython
 
+from stalkd.engine.engine cimport Engine
+from stalkd.engine.state cimport Outcome
 from stalkd.server.admission cimport Admission
 from stalkd.server.barriers cimport Barriers
 from stalkd.server.connection cimport Connection, Host
 
 
 cdef class Server(Host):
-    cdef public object config, engine, storage, clock, on_fatal, conns, memory, _memory_timer
+    cdef public Engine engine  # execute calls its apply as a C function
+    cdef public object config, storage, clock, on_fatal, conns, memory, _memory_timer
     cdef public double started
     cdef public object _loop
     cdef public bint persistent, group_commit
@@ -21,7 +24,8 @@ cdef class Server(Host):
     cdef public object failed, host_id, addresses, role, replicas, standby_lag, promote
     cdef public object replication, cluster, _uname, turns, totals
 
+    @cython.locals(out=Outcome)
     cpdef execute(self, Connection c, object cmd)
 
     @cython.locals(w=Connection, b=Py_ssize_t, barrier=Py_ssize_t)
-    cpdef _handle(self, Connection c, object out, object cmd=*)
+    cpdef _handle(self, Connection c, Outcome out, object cmd=*)

@@ -42,7 +42,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from stalkd.engine import Engine, Outcome
+from stalkd.engine.engine import Engine
+from stalkd.engine.state import Outcome
 from stalkd.engine.stats import TOTALS
 from stalkd.protocol.commands import Command, JobReply, ListTubes, Reply, YamlDict, YamlList
 from stalkd.protocol.grammar import NOT_PRIMARY, SPECS_BY_NAME, STANDBY_COMMANDS
@@ -91,6 +92,7 @@ class Server(Host):
     Compiled, an extension type whose fields and C methods app.pxd declares: a connection's
     reply, the barriers and the admission are C calls and field reads from here.
 
+    >>> from stalkd.engine import Engine  # compiled, app's own Engine is a C type, not a global
     >>> srv = Server(Config(), Engine())   # in memory: replies never wait for a disk
     >>> srv.durable, srv.written
     (0, 0)
@@ -274,8 +276,8 @@ class Server(Host):
         except Exception as e:
             self._apply_failed(c, cmd, e)
             return
-        # The outcome's fields by position (a NamedTuple is a tuple: compiled, four slot reads)
-        reply, records, wakeups, next_deadline = cython.cast(tuple, out)
+        # compiled, the Outcome's fields are struct reads (app.pxd types ``out``)
+        reply, records, wakeups, next_deadline = out.reply, out.records, out.wakeups, out.next_deadline
         if adm is not None and (adm.promised or records):
             adm.settle(records)
         if type(reply) is Reply and not records and not wakeups and self.observer is None:
@@ -320,7 +322,7 @@ class Server(Host):
         if self.observer is not None:
             self.observer(cmd, out)
         barriers = self.barriers
-        reply, records, wakeups, next_deadline = cython.cast(tuple, out)
+        reply, records, wakeups, next_deadline = out.reply, out.records, out.wakeups, out.next_deadline
         barrier = barriers.add(c, records) if records and self.persistent else 0
         if c is not None:
             if type(reply) is JobReply and self.persistent:

@@ -18,17 +18,13 @@ def version_text() -> str:
     (``STALKD_NO_EXTENSIONS``).
     """
     # only on this exit path: start-up stays light
-    from stalkd.engine.fastengine import IMPLEMENTATION as ENGINE
-    from stalkd.engine.fastheap import IMPLEMENTATION as HEAP
     from stalkd.extensions import compiled_modules
     from stalkd.protocol.accel import IMPLEMENTATION
     from stalkd.server.fastconn import IMPLEMENTATION as CONN
 
     hot = "C accelerator" if IMPLEMENTATION == "c" else "pure Python"
     return (f"{VERSION_TEXT}hot path: {hot} (stalkd.protocol.accel.IMPLEMENTATION={IMPLEMENTATION!r}, "
-            f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r}, "
-            f"stalkd.engine.fastheap.IMPLEMENTATION={HEAP!r}, "
-            f"stalkd.engine.fastengine.IMPLEMENTATION={ENGINE!r})\n"
+            f"stalkd.server.fastconn.IMPLEMENTATION={CONN!r})\n"
             f"compiled by Cython: {_listed(compiled_modules())}\n")
 
 

@@ -116,7 +116,7 @@ parse_args(Spec *sp, const char *s, Py_ssize_t n)
         if (p != n && last != 't' && last != 'c')
             goto bad;
     }
-    result = ctor_build(&sp->ctor, vals, nv);
+    result = PyObject_Vectorcall(sp->build, vals, (size_t)nv, NULL);
     goto done;
 bad:
     Py_INCREF(BAD_FORMAT);

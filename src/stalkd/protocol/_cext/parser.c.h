@@ -31,7 +31,7 @@ make_put(unsigned long long pri, unsigned long long delay, unsigned long long tt
     if (vals[0] && vals[1] && vals[2] && body) {
         vals[3] = body;
         vals[4] = error;
-        r = ctor_build(&put_ctor, vals, 5);
+        r = PyObject_Vectorcall(put_build, vals, 5, NULL);
     }
     Py_XDECREF(vals[0]);
     Py_XDECREF(vals[1]);
@@ -64,7 +64,7 @@ other_build(ParserObject *self, PyObject *body, PyObject *error)
     }
     vals[n] = body;
     vals[n + 1] = error;
-    PyObject *r = PyObject_Vectorcall(sp->ctor.call, vals, (size_t)(n + 2), NULL);
+    PyObject *r = PyObject_Vectorcall(sp->build, vals, (size_t)(n + 2), NULL);
     for (int i = 0; i < n; i++)
         Py_DECREF(vals[i]);
     return r;

@@ -2,31 +2,40 @@
 
 static PyObject *reply_type = NULL;   /* commands.Reply */
 static PyObject *word_cache = NULL;   /* word -> b"WORD\r\n" */
-static Py_ssize_t reply_word_off = -1, reply_args_off = -1;
+static PyObject *S_word = NULL, *S_args = NULL, *S_id = NULL, *S_body = NULL;  /* field names */
 
-/* replies.encode_line: b"WORD[ arg]*\r\n" for a plain Reply. */
+/* The decimal digits of v at out (room for 20 digits and a sign); their count. snprintf's "%lld"
+ * costs several hundred instructions (format parsing, locale), this a few per digit: a reply
+ * line or job header holds one to three numbers. */
+static int
+format_ll(char *out, long long v)
+{
+    char tmp[24];
+    int n = 0, k = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[k++] = '-';
+    while (n)
+        out[k++] = tmp[--n];
+    return k;
+}
+
+/* replies.encode_line: b"WORD[ arg]*\r\n" for a plain Reply. Its fields are read as any
+ * Python code reads them (compiled, through the extension type's own getters). */
 static PyObject *
 encode_line(PyObject *mod, PyObject *r)
 {
-    PyObject *word, *args;
-    if (reply_word_off >= 0 && (PyObject *)Py_TYPE(r) == reply_type) {
-        word = *(PyObject **)((char *)r + reply_word_off);
-        args = *(PyObject **)((char *)r + reply_args_off);
-        if (word == NULL || args == NULL) {
-            PyErr_SetString(PyExc_AttributeError, "Reply without word or args");
-            return NULL;
-        }
-        Py_INCREF(word);
-        Py_INCREF(args);
-    } else {
-        word = PyObject_GetAttrString(r, "word");
-        if (word == NULL)
-            return NULL;
-        args = PyObject_GetAttrString(r, "args");
-        if (args == NULL) {
-            Py_DECREF(word);
-            return NULL;
-        }
+    PyObject *word = PyObject_GetAttr(r, S_word);
+    if (word == NULL)
+        return NULL;
+    PyObject *args = PyObject_GetAttr(r, S_args);
+    if (args == NULL) {
+        Py_DECREF(word);
+        return NULL;
     }
     PyObject *result = NULL;
     if (!PyUnicode_Check(word) || !PyTuple_Check(args)) {
@@ -74,9 +83,8 @@ encode_line(PyObject *mod, PyObject *r)
             int overflow;
             long long v = PyLong_AsLongLongAndOverflow(a, &overflow);
             if (!overflow && !(v == -1 && PyErr_Occurred())) {
-                char num[32];
-                int k = snprintf(num, sizeof num, "%lld", v);
-                PUT(num, k);
+                char num[24];
+                PUT(num, format_ll(num, v));
                 continue;
             }
             PyErr_Clear();
@@ -117,7 +125,48 @@ out:
 static PyObject *job_reply_type = NULL;   /* commands.JobReply */
 static PyObject *parts_fallback = NULL;   /* replies.encode_reply_parts */
 static PyObject *CRLF = NULL;
-static Py_ssize_t job_word_off = -1, job_id_off = -1, job_body_off = -1;
+
+/* A JobReply's header, body and CRLF; NULL without an exception when the reference should
+ * encode it (a field of another type, an id beyond long long). */
+static PyObject *
+job_parts(PyObject *r)
+{
+    PyObject *word = PyObject_GetAttr(r, S_word), *id = NULL, *body = NULL, *tup = NULL;
+    if (word == NULL || (id = PyObject_GetAttr(r, S_id)) == NULL
+            || (body = PyObject_GetAttr(r, S_body)) == NULL)
+        goto out;
+    if (PyUnicode_Check(word) && PyLong_CheckExact(id) && PyBytes_CheckExact(body)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(id, &overflow);
+        Py_ssize_t wlen;
+        const char *w = PyUnicode_AsUTF8AndSize(word, &wlen);
+        if (w == NULL)
+            goto out;
+        if (!overflow && !(v == -1 && PyErr_Occurred()) && wlen < 64) {
+            char head[128];  /* "WORD <id> <size>\r\n" */
+            memcpy(head, w, (size_t)wlen);
+            int k = (int)wlen;
+            head[k++] = ' ';
+            k += format_ll(head + k, v);
+            head[k++] = ' ';
+            k += format_ll(head + k, (long long)PyBytes_GET_SIZE(body));
+            head[k++] = '\r';
+            head[k++] = '\n';
+            PyObject *h = PyBytes_FromStringAndSize(head, k);
+            if (h != NULL) {
+                tup = PyTuple_Pack(3, h, body, CRLF);
+                Py_DECREF(h);
+            }
+            goto out;
+        }
+        PyErr_Clear();
+    }
+out:
+    Py_XDECREF(word);
+    Py_XDECREF(id);
+    Py_XDECREF(body);
+    return tup;
+}
 
 /* replies.encode_reply_parts: a plain line or a job's header, body and CRLF done here (the
  * replies a worker's loop gets), anything else (YAML, Close) by the reference. */
@@ -133,31 +182,10 @@ encode_parts(PyObject *mod, PyObject *r)
         Py_DECREF(line);
         return tup;
     }
-    if ((PyObject *)t == job_reply_type && job_word_off >= 0) {
-        PyObject *word = *(PyObject **)((char *)r + job_word_off);
-        PyObject *id = *(PyObject **)((char *)r + job_id_off);
-        PyObject *body = *(PyObject **)((char *)r + job_body_off);
-        if (word != NULL && id != NULL && body != NULL && PyUnicode_Check(word)
-                && PyLong_CheckExact(id) && PyBytes_CheckExact(body)) {
-            int overflow;
-            long long v = PyLong_AsLongLongAndOverflow(id, &overflow);
-            Py_ssize_t wlen;
-            const char *w = PyUnicode_AsUTF8AndSize(word, &wlen);
-            if (w == NULL)
-                return NULL;
-            if (!overflow && !(v == -1 && PyErr_Occurred()) && wlen < 64) {
-                char head[128];
-                int k = snprintf(head, sizeof head, "%.*s %lld %zd\r\n", (int)wlen, w, v,
-                                 PyBytes_GET_SIZE(body));
-                PyObject *h = PyBytes_FromStringAndSize(head, k);
-                if (h == NULL)
-                    return NULL;
-                PyObject *tup = PyTuple_Pack(3, h, body, CRLF);
-                Py_DECREF(h);
-                return tup;
-            }
-            PyErr_Clear();
-        }
+    if ((PyObject *)t == job_reply_type) {
+        PyObject *tup = job_parts(r);
+        if (tup != NULL || PyErr_Occurred())
+            return tup;
     }
     return PyObject_CallOneArg(parts_fallback, r);
 }

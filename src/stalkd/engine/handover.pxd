@@ -1,0 +1,6 @@
+# The C types handover.py's Reservations.follow reads when Cython compiles it (stalkd.extensions):
+# a standby applies every record its primary sends there, so a record's fields are read at fixed
+# offsets and ``replay`` is a C call. handover.py is the source; this declares types only.
+
+from stalkd.engine.model cimport Record
+from stalkd.engine.replay cimport replay

@@ -1,0 +1,18 @@
+# The C signatures of room.py's job look-ups when Cython compiles it (stalkd.extensions): the
+# commands (jobcommands.pxd cimports them) call them as C functions, with the table and the
+# connection typed. room.py is the source; this declares types and signatures only.
+
+cimport cython
+
+from stalkd.engine.jobtable cimport JobTable
+from stalkd.engine.objects cimport ConnState, Job
+
+@cython.locals(j=Job)
+cpdef Job find_held(JobTable jobs, ConnState c, object job_id)
+cdef bint _held_live(Job j)
+@cython.locals(j=Job)
+cpdef Job find_deletable(JobTable jobs, ConnState c, object job_id)
+@cython.locals(j=Job)
+cpdef Job find_unreserved(JobTable jobs, ConnState c, object job_id)
+@cython.locals(j=Job)
+cpdef Job find_kickable(JobTable jobs, ConnState c, object job_id)
