@@ -48,11 +48,15 @@ import enum
 import struct
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
-try:
-    import cython  # type: ignore[import-untyped]
-except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = [
     "BODY_LEN_FIELDS",

@@ -22,11 +22,15 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-try:
-    import cython  # type: ignore[import-untyped]
-except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from stalkd.engine.model import LAYOUTS, PUT_FIXED, ROWS, SHORT_RECORD, Op, OpLayout, Record
 from stalkd.log.active import drop_spare, make_spare, spares
