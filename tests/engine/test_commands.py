@@ -368,6 +368,16 @@ def test_small_max_job_size() -> None:
     assert h.do(1, Put(0, 0, 0, b"x" * 10)) == R("INSERTED", 1)
 
 
+def test_a_body_over_the_limit_is_too_big_whatever_else_the_parser_found() -> None:
+    # beanstalkd checks the size before the text after it and before the body's CRLF: a put
+    # refused as too big uses no id and does not make its client a producer
+    h = Harness(max_job_size=10)
+    for error in ("BAD_FORMAT", "EXPECTED_CRLF"):
+        assert h.do(1, Put(0, 0, 0, b"x" * 11, error=error)) == R("JOB_TOO_BIG")  # type: ignore[arg-type]
+    assert yaml_of(h.do(1, Stats()))["current-producers"] == 0
+    assert h.do(1, Put(0, 0, 0, b"x")) == R("INSERTED", 1)
+
+
 def test_refused_put_and_missed_reserve_job_do_not_change_roles() -> None:
     # beanstalkd marks a producer only after the size check, and a worker only when reserve-job
     # finds its job (seen by the differential test against Debian's beanstalkd).

@@ -47,7 +47,7 @@ class JobCommands(Timers):
         err = cmd.error
         body = cmd.body
         if err is not None or len(body) > self.max_job_size:  # the parser's error, or too big
-            if err is None or err == "JOB_TOO_BIG":
+            if err == "JOB_TOO_BIG" or len(body) > self.max_job_size:  # beanstalkd checks size first
                 return C.Reply("JOB_TOO_BIG")
             if err == "BAD_FORMAT":  # text after the size: beanstalkd checks it after counting
                 return C.Reply("BAD_FORMAT")
