@@ -21,7 +21,7 @@ system-deps:
 	bash scripts/system-deps.sh
 
 # The compiled hot path: the .py modules Cython compiles (stalkd.extensions.CYTHON_MODULES) and
-# the C accelerators (stalkd.protocol._speedups, stalkd.log._framer), rebuilt when a source
+# the parser's C accelerator (stalkd.protocol._speedups), rebuilt when a source
 # changes. Without a compiler or Cython setup.py warns and the .py files run; STALKD_NO_EXTENSIONS=1
 # forces them.
 CYTHON_SRC := $(shell $(PYTHON) -c 'exec(open("src/stalkd/extensions.py").read()); print(*map(source_path, CYTHON_MODULES))')
@@ -37,8 +37,7 @@ stale-ext:
 
 ext: $(VENV)/.ext stale-ext
 
-$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) $(wildcard $(CYTHON_SRC:.py=.pxd)) src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h) \
-		src/stalkd/log/_framer.c
+$(VENV)/.ext: $(VENV)/.base setup.py src/stalkd/extensions.py $(CYTHON_SRC) $(wildcard $(CYTHON_SRC:.py=.pxd)) src/stalkd/protocol/_speedups.c $(wildcard src/stalkd/protocol/_cext/*.h)
 	$(PIP) install -e . --no-deps
 	touch $@
 

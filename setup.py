@@ -1,7 +1,6 @@
 """Build the compiled hot path: the modules of ``stalkd.extensions.CYTHON_MODULES`` compiled
-from their own ``.py`` files by Cython (pure-Python mode), and the C accelerators still written
-in C (stalkd.protocol._speedups and the frame encoder's leaf stalkd.log._framer); everything
-else is in pyproject.toml.
+from their own ``.py`` files by Cython (pure-Python mode), and the parser's leaf accelerator
+written in C (stalkd.protocol._speedups); everything else is in pyproject.toml.
 
 Both are optional in the way aiohttp's and SQLAlchemy's are: without a compiler, the Python
 headers or Cython the build warns and the ``.py`` files run as they are.
@@ -88,7 +87,6 @@ ext_modules = [] if _NO_EXT else [
     Extension("stalkd.protocol._speedups", ["src/stalkd/protocol/_speedups.c"],
               depends=sorted(glob.glob("src/stalkd/protocol/_cext/*.h")),
               extra_compile_args=["-O2", "-Wall", "-Wno-unused-variable"]),
-    Extension("stalkd.log._framer", ["src/stalkd/log/_framer.c"], extra_compile_args=["-O2", "-Wall"]),
 ]
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

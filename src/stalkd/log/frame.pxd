@@ -2,10 +2,12 @@
 # source). A frame's size is asked per record by the write chain (writer.py, persist/wal.py), and
 # a batch's frames are encoded per write: C functions for the modules that cimport them.
 
+cdef Py_ssize_t _HEADER_LEN, _LARGEST
+cdef unsigned char _MAGIC_BYTE, _DATA_FLAGS
+
 cpdef Py_ssize_t frame_size(Py_ssize_t length) except -1
 cpdef bytes encode_frame(payload, delta, timestamp_us, epoch, kind=*)
-cpdef bytes encode_data_frame(payload, delta, timestamp_us, epoch)
+cpdef bytearray encode_data_frame(payload, delta, timestamp_us, epoch)
 cpdef put_data_frame(buf, pos, room, payload, delta, timestamp_us, epoch)
-cpdef bytes encode_data_frames(payloads, first_delta, timestamp_us, epoch)
-cpdef bytes py_encode_data_frames(payloads, first_delta, timestamp_us, epoch)
-cdef tuple _frame_parts(payload, delta, timestamp_us, epoch, kind)
+cpdef bytearray encode_data_frames(payloads, first_delta, timestamp_us, epoch)
+cdef bytearray _encode(payloads, first_delta, timestamp_us, epoch, int flags)

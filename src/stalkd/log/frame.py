@@ -25,12 +25,20 @@ first frame that is torn, fails its CRC, has the wrong delta or a stale epoch.
 
 from __future__ import annotations
 
+import array
 import mmap
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from stalkd.extensions import compiled_module
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
+
 from stalkd.log.crc import crc32c
 
 __all__ = [
@@ -45,7 +53,6 @@ __all__ = [
     "encode_frame",
     "encode_data_frame",
     "encode_data_frames",
-    "py_encode_data_frames",
     "put_data_frame",
     "HEAD",
     "HEAD_FIELDS",
@@ -77,11 +84,14 @@ FLAGS_AT = struct.calcsize("<IB")  # byte offset of ``flags`` in the header
 LENGTH_AT = struct.calcsize("<IBBH")  # byte offset of ``length`` in the header
 TIMESTAMP_AT = struct.calcsize("<IBBHII")  # byte offset of ``timestamp_us``
 MAX_PAYLOAD = 2**32 - 1
-_PADS = tuple(bytes(i) for i in range(8))  # the zero padding of each length modulo 8
-_pack_rest = REST.pack
-_pack_u32 = struct.Struct("<I").pack
 _LENGTH = struct.Struct("<I")
 _ZERO_HEAD = bytes(FRAME_HEADER_SIZE)
+# The constants the encoder reads per frame, C values when compiled (frame.pxd): otherwise each
+# would be a module look-up and Python arithmetic.
+_HEADER_LEN = FRAME_HEADER_SIZE
+_MAGIC_BYTE = MAGIC
+_LARGEST = MAX_PAYLOAD
+_DATA_FLAGS = FLAG_COMMITTED | KIND_DATA
 T = TypeVar("T")
 
 
@@ -91,7 +101,7 @@ def frame_size(length: int) -> int:
     >>> frame_size(0), frame_size(1), frame_size(8)
     (24, 32, 32)
     """
-    return (FRAME_HEADER_SIZE + length + 7) & ~7
+    return (_HEADER_LEN + length + 7) & ~7
 
 
 def encode_frame(
@@ -102,31 +112,30 @@ def encode_frame(
     >>> len(encode_frame(b"abc", 0, 1, 1))
     32
     """
-    return b"".join(_frame_parts(payload, delta, timestamp_us, epoch, kind))
+    return bytes(_encode((payload,), delta, timestamp_us, epoch, FLAG_COMMITTED | kind))
 
 
-def _frame_parts(
-    payload: bytes | bytearray | memoryview, delta: int, timestamp_us: int, epoch: int, kind: int
-) -> tuple[bytes, bytes, bytes | bytearray | memoryview, bytes]:
-    """A frame's four pieces (CRC, the rest of the header, payload, padding), for one join: the
-    CRC is chained over the pieces so the payload is copied once, into the joined frame."""
-    n = len(payload)
-    rest = _pack_rest(MAGIC, FLAG_COMMITTED | kind, epoch, n, delta, timestamp_us)
-    pad = _PADS[-(FRAME_HEADER_SIZE + n) & 7]
-    crc = crc32c(payload, crc32c(rest))
-    return _pack_u32(crc32c(pad, crc) if pad else crc), rest, payload, pad
-
-
-def encode_data_frame(payload: bytes | bytearray | memoryview, delta: int, timestamp_us: int, epoch: int) -> bytes:
-    """``encode_frame`` of a data frame (the writer's per-record hot path; by the C leaf of
-    ``encode_data_frames`` where it is built).
+def encode_data_frame(
+    payload: bytes | bytearray | memoryview, delta: int, timestamp_us: int, epoch: int
+) -> bytearray:
+    """``encode_frame`` of a data frame (the writer's per-record path without a mapping).
 
     >>> encode_data_frame(b"abc", 4, 9, 2) == encode_frame(b"abc", 4, 9, 2)
     True
     """
-    if _c_frames is not None:
-        return _c_frames((payload,), delta, timestamp_us, epoch)  # type: ignore[no-any-return]
-    return encode_frame(payload, delta, timestamp_us, epoch, KIND_DATA)
+    return _encode((payload,), delta, timestamp_us, epoch, _DATA_FLAGS)
+
+
+def encode_data_frames(
+    payloads: Sequence[bytes | bytearray | memoryview], first_delta: int, timestamp_us: int, epoch: int
+) -> bytearray:
+    """Consecutive data frames (deltas ``first_delta``, ``first_delta + 1``, ...) in one new
+    buffer, the writer's batch: each payload copied once, into it.
+
+    >>> encode_data_frames([b"a", b"bc"], 3, 9, 1) == encode_frame(b"a", 3, 9, 1) + encode_frame(b"bc", 4, 9, 1)
+    True
+    """
+    return _encode(payloads, first_delta, timestamp_us, epoch, _DATA_FLAGS)
 
 
 def put_data_frame(
@@ -150,43 +159,127 @@ def put_data_frame(
     end = pos + frame_size(len(payload))
     if end > room:
         return -1
-    buf[pos:end] = encode_data_frame(payload, delta, timestamp_us, epoch)
+    buf[pos:end] = _encode((payload,), delta, timestamp_us, epoch, _DATA_FLAGS)
     return end
 
 
-def encode_data_frames(
-    payloads: Sequence[bytes | bytearray | memoryview], first_delta: int, timestamp_us: int, epoch: int
-) -> bytes:
-    """Consecutive data frames (deltas ``first_delta``, ``first_delta + 1``, ...) in one buffer:
-    ``py_encode_data_frames``, by the C leaf ``_framer`` where it is built (a frame's header,
-    payload copy and CRC-32C in a few hundred instructions rather than a few thousand).
+@cython.locals(total=cython.Py_ssize_t, pos=cython.Py_ssize_t, n=cython.Py_ssize_t, at=cython.Py_ssize_t,
+               end=cython.Py_ssize_t, count=cython.Py_ssize_t, out=bytearray, delta=cython.longlong,
+               ts=cython.longlong, ep=cython.longlong)  # fmt: skip
+def _encode(
+    payloads: Sequence[bytes | bytearray | memoryview], first_delta: int, timestamp_us: int, epoch: int, flags: int
+) -> bytearray:
+    """The rule of writing frames: consecutive frames (deltas from ``first_delta``), each its
+    header after the CRC, its payload, its zero padding, then the CRC over all of that.
 
-    >>> encode_data_frames([b"a", b"bc"], 3, 9, 1) == encode_frame(b"a", 3, 9, 1) + encode_frame(b"bc", 4, 9, 1)
-    True
-    """
-    if _c_frames is not None:
-        return _c_frames(payloads, first_delta, timestamp_us, epoch)  # type: ignore[no-any-return]
-    return py_encode_data_frames(payloads, first_delta, timestamp_us, epoch)
+    A field the format cannot hold (a delta past u32, an epoch past u16, a timestamp past i64,
+    a payload past u32) is refused with ``OverflowError`` before anything is written."""
+    total = 0
+    count = 0
+    for p in payloads:
+        n = len(p)
+        if n > _LARGEST:
+            raise OverflowError(f"a payload of {n} bytes is larger than the frame limit")
+        total += frame_size(n)
+        count += 1
+    if not cython.compiled and not -(2**63) <= timestamp_us < 2**63:  # compiled: refused by its C type
+        raise OverflowError("a frame's timestamp is out of the format's range")
+    delta, ts, ep = first_delta, timestamp_us, epoch
+    if delta < 0 or delta + count > 0x100000000 or ep < 0 or ep > 0xFFFF:
+        raise OverflowError("a frame's delta or epoch is out of the format's range")
+    out = _ZERO * total  # the frames' buffer, all padding already zero
+    pos = 0
+    for p in payloads:
+        n = len(p)
+        at = pos + _HEADER_LEN
+        end = (at + n + 7) & ~7
+        if end > total:  # a payload grew between the two passes
+            raise RuntimeError("a payload changed while it was framed")
+        out[pos + 4] = _MAGIC_BYTE
+        out[pos + 5] = flags
+        _store_le(out, pos + 6, ep, 2)
+        _store_le(out, pos + 8, n, 4)
+        _store_le(out, pos + 12, delta, 4)
+        _store_le(out, pos + 16, ts, 8)
+        if cython.compiled and type(p) is bytes:  # a C copy (what the writer hands it)
+            _copy_bytes(out, at, p, n)
+        else:
+            out[at : at + n] = p
+        _store_le(out, pos, _crc32c_of(out, pos + 4, end), 4)
+        pos = end
+        delta += 1
+    if pos != total:  # a payload shrank between the two passes
+        raise RuntimeError("a payload changed while it was framed")
+    return out
 
 
-def py_encode_data_frames(
-    payloads: Sequence[bytes | bytearray | memoryview], first_delta: int, timestamp_us: int, epoch: int
-) -> bytes:
-    """What ``encode_data_frames`` returns, in Python: the rule, and the fallback without the leaf.
-
-    >>> py_encode_data_frames([b"a", b"bc"], 3, 9, 1) == encode_data_frames([b"a", b"bc"], 3, 9, 1)
-    True
-    """
-    parts: list[bytes | bytearray | memoryview] = []
-    for i, p in enumerate(payloads):
-        parts.extend(_frame_parts(p, first_delta + i, timestamp_us, epoch, KIND_DATA))
-    return b"".join(parts)  # each payload copied once, into the batch
+_ZERO = bytearray(1)
 
 
-# The C leaf behind encode_data_frames, or None: not built, switched off (STALKD_NO_EXTENSIONS=1),
-# or a CPU without the CRC-32C instruction (it refuses to import).
-_framer = compiled_module("stalkd.log._framer")
-_c_frames = None if _framer is None else _framer.encode_data_frames
+@cython.cfunc
+@cython.inline
+@cython.boundscheck(False)  # the caller checked the frame fits
+@cython.wraparound(False)
+@cython.locals(at=cython.Py_ssize_t, value=cython.longlong, width=cython.Py_ssize_t, k=cython.Py_ssize_t, out=bytearray)
+def _store_le(out: bytearray, at: int, value: int, width: int) -> None:
+    """``value``'s ``width`` low bytes, little-endian, at ``out[at]``."""
+    for k in range(width):
+        out[at + k] = (value >> (8 * k)) & 0xFF
+
+
+@cython.cfunc
+@cython.inline
+@cython.locals(at=cython.Py_ssize_t, n=cython.Py_ssize_t, k=cython.Py_ssize_t, b=cython.p_uchar, src=cython.p_uchar)
+def _copy_bytes(out: bytearray, at: int, payload: bytes, n: int) -> None:
+    """``out[at : at + n] = payload`` without a slice object; only compiled (see ``_encode``)."""
+    b = cython.cast(cython.p_uchar, cython.cast(cython.p_char, out))
+    src = cython.cast(cython.p_uchar, cython.cast(cython.p_char, payload))
+    for k in range(n):
+        b[at + k] = src[k]
+
+
+@cython.cfunc
+@cython.locals(start=cython.Py_ssize_t, end=cython.Py_ssize_t, i=cython.Py_ssize_t, c=cython.uint,
+               hi=cython.uint, b=cython.p_uchar, t=cython.p_uint)  # fmt: skip
+def _crc32c_of(out: bytearray, start: int, end: int) -> int:
+    """The CRC-32C of ``out[start:end]``: the ``crc32c`` package's, and compiled, the same sum
+    by slicing-by-8 tables (a call into the package costs more than the sum of a record here)."""
+    if not cython.compiled:
+        return crc32c(memoryview(out)[start:end])
+    b = cython.cast(cython.p_uchar, cython.cast(cython.p_char, out))
+    t = cython.cast(cython.p_uint, cython.cast(cython.p_char, _CRC_TABLES))
+    c = 0xFFFFFFFF
+    i = start
+    while i + 8 <= end:
+        c ^= b[i] | (b[i + 1] << 8) | (b[i + 2] << 16) | (cython.cast(cython.uint, b[i + 3]) << 24)
+        hi = b[i + 4] | (b[i + 5] << 8) | (b[i + 6] << 16) | (cython.cast(cython.uint, b[i + 7]) << 24)
+        c = (t[1792 + (c & 0xFF)] ^ t[1536 + ((c >> 8) & 0xFF)] ^ t[1280 + ((c >> 16) & 0xFF)] ^ t[1024 + (c >> 24)]
+             ^ t[768 + (hi & 0xFF)] ^ t[512 + ((hi >> 8) & 0xFF)] ^ t[256 + ((hi >> 16) & 0xFF)] ^ t[hi >> 24])  # fmt: skip
+        i += 8
+    while i < end:
+        c = t[(c ^ b[i]) & 0xFF] ^ (c >> 8)
+        i += 1
+    return c ^ 0xFFFFFFFF
+
+
+def _crc_tables() -> bytes:
+    """The eight 256-entry tables of CRC-32C (reflected polynomial 0x82F63B78) for slicing-by-8,
+    as native 32-bit integers: table k gives a byte's contribution k bytes ahead of the end."""
+    first = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+        first.append(c)
+    tables = [first]
+    for _ in range(7):
+        prev = tables[-1]
+        tables.append([(v >> 8) ^ first[v & 0xFF] for v in prev])
+    return array.array("I", [v for table in tables for v in table]).tobytes()
+
+
+# Built only where it is used: the compiled ``_crc32c_of``.
+_CRC_TABLES = _crc_tables() if cython.compiled else b""
 
 
 class Frame(NamedTuple):
