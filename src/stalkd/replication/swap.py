@@ -51,7 +51,8 @@ def swap_in(directory: str, staging: str, why: str, since: int | None, fs: FileS
 
 
 def settle(directory: str, fs: FileSystem = REAL) -> str | None:
-    """Finish or clear a swap that a stop cut short; what was done, or None when nothing was."""
+    """Finish or clear a swap or a copy that a stop cut short; what was done (for the log), or
+    None when there was nothing to do."""
     staging = os.path.join(directory, RESYNC_DIR)
     if not os.path.isdir(staging):
         return None
@@ -61,7 +62,10 @@ def settle(directory: str, fs: FileSystem = REAL) -> str | None:
         _finish(directory, staging, why, since, fs)
         return f"finished swapping in the primary's copy that a stop had cut short ({why})"
     _remove(directory, staging, fs)
-    return None
+    if ready is not None:
+        return f"removed what was left of a swap of the primary's copy that a stop had cut short ({ready[1]})"
+    return ("removed an incomplete copy of the primary's state that a stop had cut short; the local state "
+            "is unchanged, and the standby fetches the copy again if it still needs one")
 
 
 def _read_ready(staging: str) -> tuple[int | None, str] | None:
