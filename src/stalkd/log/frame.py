@@ -86,12 +86,27 @@ TIMESTAMP_AT = struct.calcsize("<IBBHII")  # byte offset of ``timestamp_us``
 MAX_PAYLOAD = 2**32 - 1
 _LENGTH = struct.Struct("<I")
 _ZERO_HEAD = bytes(FRAME_HEADER_SIZE)
-# The constants the encoder reads per frame, C values when compiled (frame.pxd): otherwise each
-# would be a module look-up and Python arithmetic.
-_HEADER_LEN = FRAME_HEADER_SIZE
-_MAGIC_BYTE = MAGIC
-_LARGEST = MAX_PAYLOAD
-_DATA_FLAGS = FLAG_COMMITTED | KIND_DATA
+
+
+def _place(name: str) -> tuple[int, int]:
+    """Header field ``name``'s (byte offset, width), from HEAD_FIELDS."""
+    names = [n for n, _ in HEAD_FIELDS]
+    before = "".join(code for _, code in HEAD_FIELDS[: names.index(name)])
+    return struct.calcsize("<" + before), struct.calcsize("<" + HEAD_FIELDS[names.index(name)][1])
+
+
+# What the encoder reads per frame, C values when compiled (frame.pxd), each otherwise a module
+# look-up and Python arithmetic: the header's size and fields' places, the largest payload.
+_HEADER_LEN, _LARGEST, _DATA_FLAGS = FRAME_HEADER_SIZE, MAX_PAYLOAD, FLAG_COMMITTED | KIND_DATA
+_CRC_AT, _CRC_W = _place("crc")
+_MAGIC_AT, _MAGIC_W = _place("magic")
+_FLAGS_AT, _FLAGS_W = _place("flags")
+_EPOCH_AT, _EPOCH_W = _place("epoch")
+_LENGTH_AT, _LENGTH_W = _place("length")
+_DELTA_AT, _DELTA_W = _place("delta")
+_TS_AT, _TS_W = _place("timestamp_us")
+_pack_rest_into = REST.pack_into
+_pack_crc_into = struct.Struct("<" + HEAD_FIELDS[0][1]).pack_into
 T = TypeVar("T")
 
 
@@ -195,17 +210,9 @@ def _encode(
         end = (at + n + 7) & ~7
         if end > total:  # a payload grew between the two passes
             raise RuntimeError("a payload changed while it was framed")
-        out[pos + 4] = _MAGIC_BYTE
-        out[pos + 5] = flags
-        _store_le(out, pos + 6, ep, 2)
-        _store_le(out, pos + 8, n, 4)
-        _store_le(out, pos + 12, delta, 4)
-        _store_le(out, pos + 16, ts, 8)
-        if cython.compiled and type(p) is bytes:  # a C copy (what the writer hands it)
-            _copy_bytes(out, at, p, n)
-        else:
-            out[at : at + n] = p
-        _store_le(out, pos, _crc32c_of(out, pos + 4, end), 4)
+        _put_header(out, pos, flags, ep, n, delta, ts)
+        _put_payload(out, at, p, n)  # the padding after it is the buffer's zeros
+        _put_crc(out, pos, end)
         pos = end
         delta += 1
     if pos != total:  # a payload shrank between the two passes
@@ -216,36 +223,54 @@ def _encode(
 _ZERO = bytearray(1)
 
 
+# The three steps of a frame. Compiled, each is C stores and loops; uncompiled, one struct call
+# or slice each, cheaper in the interpreter than a byte at a time. Both builds are held to the
+# same bytes by tests/log/test_frame_encoding.py.
+
+
 @cython.cfunc
 @cython.inline
-@cython.boundscheck(False)  # the caller checked the frame fits
-@cython.wraparound(False)
-@cython.locals(at=cython.Py_ssize_t, value=cython.longlong, width=cython.Py_ssize_t, k=cython.Py_ssize_t, out=bytearray)
-def _store_le(out: bytearray, at: int, value: int, width: int) -> None:
-    """``value``'s ``width`` low bytes, little-endian, at ``out[at]``."""
-    for k in range(width):
-        out[at + k] = (value >> (8 * k)) & 0xFF
+@cython.locals(pos=cython.Py_ssize_t, flags=cython.uchar, epoch=cython.longlong, n=cython.Py_ssize_t,
+               delta=cython.longlong, ts=cython.longlong)  # fmt: skip
+def _put_header(out: bytearray, pos: int, flags: int, epoch: int, n: int, delta: int, ts: int) -> None:
+    """The header after the CRC: magic, ``flags``, ``epoch``, length ``n``, ``delta``, ``ts``."""
+    if cython.compiled:
+        _store_le(out, pos + _MAGIC_AT, MAGIC, _MAGIC_W)
+        _store_le(out, pos + _FLAGS_AT, flags, _FLAGS_W)
+        _store_le(out, pos + _EPOCH_AT, epoch, _EPOCH_W)
+        _store_le(out, pos + _LENGTH_AT, n, _LENGTH_W)
+        _store_le(out, pos + _DELTA_AT, delta, _DELTA_W)
+        _store_le(out, pos + _TS_AT, ts, _TS_W)
+    else:
+        _pack_rest_into(out, pos + _MAGIC_AT, MAGIC, flags, epoch, n, delta, ts)
 
 
 @cython.cfunc
 @cython.inline
 @cython.locals(at=cython.Py_ssize_t, n=cython.Py_ssize_t, k=cython.Py_ssize_t, b=cython.p_uchar, src=cython.p_uchar)
-def _copy_bytes(out: bytearray, at: int, payload: bytes, n: int) -> None:
-    """``out[at : at + n] = payload`` without a slice object; only compiled (see ``_encode``)."""
-    b = cython.cast(cython.p_uchar, cython.cast(cython.p_char, out))
-    src = cython.cast(cython.p_uchar, cython.cast(cython.p_char, payload))
-    for k in range(n):
-        b[at + k] = src[k]
+def _put_payload(out: bytearray, at: int, payload: bytes | bytearray | memoryview, n: int) -> None:
+    """``out[at : at + n] = payload``; compiled, a bytes payload (what the writer hands it) is
+    copied by a C loop, without a slice object."""
+    if cython.compiled and type(payload) is bytes:
+        b = cython.cast(cython.p_uchar, cython.cast(cython.p_char, out))
+        src = cython.cast(cython.p_uchar, cython.cast(cython.p_char, payload))
+        for k in range(n):
+            b[at + k] = src[k]
+    else:
+        out[at : at + n] = payload
 
 
 @cython.cfunc
-@cython.locals(start=cython.Py_ssize_t, end=cython.Py_ssize_t, i=cython.Py_ssize_t, c=cython.uint,
-               hi=cython.uint, b=cython.p_uchar, t=cython.p_uint)  # fmt: skip
-def _crc32c_of(out: bytearray, start: int, end: int) -> int:
-    """The CRC-32C of ``out[start:end]``: the ``crc32c`` package's, and compiled, the same sum
-    by slicing-by-8 tables (a call into the package costs more than the sum of a record here)."""
+@cython.locals(pos=cython.Py_ssize_t, end=cython.Py_ssize_t, start=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               c=cython.uint, hi=cython.uint, b=cython.p_uchar, t=cython.p_uint)  # fmt: skip
+def _put_crc(out: bytearray, pos: int, end: int) -> None:
+    """The CRC-32C of the frame ``out[pos:end]`` after its CRC field, stored in that field: the
+    ``crc32c`` package's sum, or compiled the same sum by slicing-by-8 tables (a call into the
+    package costs more than summing a record)."""
+    start = pos + _CRC_AT + _CRC_W
     if not cython.compiled:
-        return crc32c(memoryview(out)[start:end])
+        _pack_crc_into(out, pos + _CRC_AT, crc32c(memoryview(out)[start:end]))
+        return
     b = cython.cast(cython.p_uchar, cython.cast(cython.p_char, out))
     t = cython.cast(cython.p_uint, cython.cast(cython.p_char, _CRC_TABLES))
     c = 0xFFFFFFFF
@@ -259,7 +284,18 @@ def _crc32c_of(out: bytearray, start: int, end: int) -> int:
     while i < end:
         c = t[(c ^ b[i]) & 0xFF] ^ (c >> 8)
         i += 1
-    return c ^ 0xFFFFFFFF
+    _store_le(out, pos + _CRC_AT, c ^ 0xFFFFFFFF, _CRC_W)
+
+
+@cython.cfunc
+@cython.inline
+@cython.boundscheck(False)  # the caller checked the frame fits
+@cython.wraparound(False)
+@cython.locals(at=cython.Py_ssize_t, value=cython.longlong, width=cython.Py_ssize_t, k=cython.Py_ssize_t, out=bytearray)
+def _store_le(out: bytearray, at: int, value: int, width: int) -> None:
+    """``value``'s ``width`` low bytes, little-endian, at ``out[at]`` (compiled only)."""
+    for k in range(width):
+        out[at + k] = (value >> (8 * k)) & 0xFF
 
 
 def _crc_tables() -> bytes:
