@@ -88,7 +88,7 @@ class ActiveSegment:
         self.zeroed = max(stop, end)
         self.room = min(self.zeroed, self.limit)
 
-    def write(self, data: bytes, pos: int) -> None:
+    def write(self, data: bytes | bytearray, pos: int) -> None:
         """Write ``data`` at byte ``pos`` (pwrite unless io="mmap")."""
         end = pos + len(data)
         if end > self.zeroed and self.zero_ahead:

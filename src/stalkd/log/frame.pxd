@@ -8,6 +8,7 @@ cdef Py_ssize_t _CRC_AT, _CRC_W, _MAGIC_AT, _MAGIC_W, _FLAGS_AT, _FLAGS_W, _EPOC
 cdef Py_ssize_t _LENGTH_AT, _LENGTH_W, _DELTA_AT, _DELTA_W, _TS_AT, _TS_W
 
 cpdef Py_ssize_t frame_size(Py_ssize_t length) except -1
+cpdef Py_ssize_t frames_size(payloads) except -1
 cpdef bytes encode_frame(payload, delta, timestamp_us, epoch, kind=*)
 cpdef bytearray encode_data_frame(payload, delta, timestamp_us, epoch)
 cpdef put_data_frame(buf, pos, room, payload, delta, timestamp_us, epoch)

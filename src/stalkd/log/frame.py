@@ -50,6 +50,7 @@ __all__ = [
     "KIND_FOOTER",
     "FLAG_COMMITTED",
     "frame_size",
+    "frames_size",
     "encode_frame",
     "encode_data_frame",
     "encode_data_frames",
@@ -117,6 +118,23 @@ def frame_size(length: int) -> int:
     (24, 32, 32)
     """
     return (_HEADER_LEN + length + 7) & ~7
+
+
+@cython.locals(total=cython.Py_ssize_t, n=cython.Py_ssize_t)
+def frames_size(payloads: Sequence[bytes | bytearray | memoryview]) -> int:
+    """Bytes the frames of ``payloads`` take on disk; ValueError if one is larger than a frame
+    can hold.
+
+    >>> frames_size([b"", b"abc"])
+    56
+    """
+    total = 0
+    for p in payloads:
+        n = len(p)
+        if n > _LARGEST:
+            raise ValueError(f"a payload of {n} bytes is larger than {MAX_PAYLOAD}, the frame limit")
+        total += frame_size(n)
+    return total
 
 
 def encode_frame(
@@ -187,16 +205,11 @@ def _encode(
     """The rule of writing frames: consecutive frames (deltas from ``first_delta``), each its
     header after the CRC, its payload, its zero padding, then the CRC over all of that.
 
-    A field the format cannot hold (a delta past u32, an epoch past u16, a timestamp past i64,
-    a payload past u32) is refused with ``OverflowError`` before anything is written."""
-    total = 0
-    count = 0
-    for p in payloads:
-        n = len(p)
-        if n > _LARGEST:
-            raise OverflowError(f"a payload of {n} bytes is larger than the frame limit")
-        total += frame_size(n)
-        count += 1
+    A payload past the frame limit is refused with ``ValueError`` (``frames_size``), a field the
+    format cannot hold (a delta past u32, an epoch past u16, a timestamp past i64) with
+    ``OverflowError``, before anything is written."""
+    total = frames_size(payloads)
+    count = len(payloads)
     if not cython.compiled and not -(2**63) <= timestamp_us < 2**63:  # compiled: refused by its C type
         raise OverflowError("a frame's timestamp is out of the format's range")
     delta, ts, ep = first_delta, timestamp_us, epoch

@@ -79,11 +79,11 @@ class FileSystem:
         finally:
             os.close(fd)
 
-    def pwrite(self, fd: int, data: bytes | memoryview, pos: int) -> int:
+    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> int:
         """One ``pwrite`` (it may write fewer bytes than given)."""
         return os.pwrite(fd, data, pos)
 
-    def pwrite_all(self, fd: int, data: bytes | memoryview, pos: int) -> None:
+    def pwrite_all(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
         """Write all of ``data`` at ``pos``, however many calls it takes."""
         n = len(data)
         if not n:
@@ -267,7 +267,7 @@ class Faults(FileSystem):
         self._paths[fd] = path
         return fd
 
-    def pwrite(self, fd: int, data: bytes | memoryview, pos: int) -> int:
+    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> int:
         self._fd("pwrite", fd)
         if self._short and len(data) > self._short:
             data = memoryview(data)[: self._short]

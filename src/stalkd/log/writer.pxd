@@ -4,7 +4,7 @@
 # log.py, which cimports it.
 
 from stalkd.log.active cimport ActiveSegment
-from stalkd.log.frame cimport encode_data_frame, encode_data_frames, frame_size, put_data_frame
+from stalkd.log.frame cimport encode_data_frame, encode_data_frames, frame_size, frames_size, put_data_frame
 from stalkd.log.fs cimport FileSystem
 
 cdef class SegmentWriter:

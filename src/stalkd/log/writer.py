@@ -32,10 +32,10 @@ else:
 from .active import ActiveSegment, create_segment, write_footer
 from .errors import LogError, LogFullError
 from .frame import (
-    MAX_PAYLOAD,
     encode_data_frame,
     encode_data_frames,
     frame_size,
+    frames_size,
     put_data_frame,
 )
 from .fs import FileSystem
@@ -174,7 +174,7 @@ class SegmentWriter:
         self._zero_checked(act, act.pos + frame_size(len(payload)))
         return put_data_frame(mm, act.pos, act.room, payload, off - act.base, self.clock() // 1000, act.epoch)
 
-    @cython.locals(n=cython.Py_ssize_t, total=cython.Py_ssize_t, pos=cython.Py_ssize_t)  # per item: no int objects
+    @cython.locals(total=cython.Py_ssize_t, pos=cython.Py_ssize_t)  # no int objects
     def write_many(
         self, items: Sequence[Payload], admit: Callable[[Sequence[Payload]], None] | None
     ) -> tuple[int, int]:
@@ -188,12 +188,10 @@ class SegmentWriter:
             if act is None:
                 raise LogError(f"{self.path}: log is closed")
             first = self.next
-            total = 0
-            for p in items:
-                n = len(p)
-                if n > MAX_PAYLOAD:
-                    raise ValueError(f"{self.path}: a payload is larger than {MAX_PAYLOAD} bytes, the frame limit")
-                total += frame_size(n)
+            try:
+                total = frames_size(items)
+            except ValueError as e:
+                raise ValueError(f"{self.path}: {e}") from None
             pos = act.pos
             if pos + total <= act.limit:
                 data = encode_data_frames(items, first - act.base, self.clock() // 1000, act.epoch)
@@ -251,13 +249,13 @@ class SegmentWriter:
                 raise LogFullError(f"{seg.path}: no space zeroing past byte {seg.pos}: {e.strerror}") from e
             raise LogError(f"{seg.path}: write failed zeroing past byte {seg.pos}: {e}") from e
 
-    def _write_checked(self, seg: ActiveSegment, data: bytes, pos: int) -> None:
+    def _write_checked(self, seg: ActiveSegment, data: bytes | bytearray, pos: int) -> None:
         try:
             seg.write(data, pos)
         except OSError as e:
             self._write_failed(seg, data, pos, e)
 
-    def _write_failed(self, seg: ActiveSegment, data: bytes, pos: int, e: OSError) -> NoReturn:
+    def _write_failed(self, seg: ActiveSegment, data: bytes | bytearray, pos: int, e: OSError) -> NoReturn:
         """Writing ``data`` at ``pos`` raised ``e``: zero what may have landed, so a crash cannot
         make the refused frames reappear, and refuse the write."""
         try:
