@@ -30,8 +30,17 @@ work against them while the second process costs the shared cores almost nothing
 the standby's fsync on the same disk (the stand-in row) against that plus the real standby's
 CPU per record (the ``after`` row).
 
+``--counts`` (needs ``perf``) also counts, per acknowledged job, what the primary and the
+standby asked of the kernel over each cell (``perf stat`` attached to each process: its system
+calls, context switches, futex calls, fdatasyncs and, for the standby, appends, its
+``pwrite``), printed as a line per setup under each cell, medians of the rounds. Time per job
+on a shared 2-core machine swings with everyone else's load; these counts do not, so they tell
+work the code does (a send, an acknowledgement, a thread hand-off) from time it waited.
+
 Also: the largest standby lag the primary reported (``stats``: ``standby-lag``, records) while
-the cells ran, and the time from SIGUSR2 (promotion) to the first put the standby accepts.
+the cells ran (read every ``LAG_EVERY`` s on one connection, so that the reading costs the
+asynchronous pair's primary, whose CPU per job is a target, about 0.1 % of a core), and the
+time from SIGUSR2 (promotion) to the first put the standby accepts.
 
 Run: ``.venv/bin/python bench/standby_bench.py`` (env as server_bench: BENCH_SECONDS,
 BENCH_ROUNDS, GEN_PROCS; ``--cells put:1,put:64`` runs fewer cells). Servers listen on port 0
@@ -81,6 +90,11 @@ RECORDS_SETUPS = ("rec-async", "rec-sync")  # our primary, the peer's standby (-
 STAND_IN_SETUPS = ("stand-in-async", "stand-in-sync")
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
+LAG_EVERY = 0.2  # seconds between readings of the async pair's standby lag
+# --counts: (perf event, column): system calls, context switches, futex calls (thread
+# hand-offs and GIL exchanges), fdatasyncs, pwrites (a standby's appends)
+COUNTS = (("raw_syscalls:sys_enter", "sys"), ("context-switches", "cs"), ("syscalls:sys_enter_futex", "futex"),
+          ("syscalls:sys_enter_fdatasync", "fsync"), ("syscalls:sys_enter_pwrite64", "pwrite"))
 
 
 def _peer_python(src: str) -> str:
@@ -181,15 +195,22 @@ class Pair:
             time.sleep(0.05)
         raise RuntimeError("the standby never connected")
 
-    def run(self, work: str, depth: int) -> Run:
-        """One run of a cell on this pair's primary, with the standby's CPU over the same span."""
+    def run(self, work: str, depth: int, counts: bool = False) -> Run:
+        """One run of a cell on this pair's primary, with the standby's CPU over the same span
+        (``counts``: and what each asked of the kernel, per job)."""
         srvs = [self.primary] if self.standby is None else [self.primary, self.standby]
+        meters = [_PerfStat(srv.proc.pid) for srv in srvs] if counts else []
         before = [srv.sched() for srv in srvs]
         rate, cpu, _gen = sb.run_cell(self.primary, work, 100, CONNS, depth)
         (p_on, p_wait), *sby = [tuple(b - a for a, b in zip(a0, srv.sched(), strict=True))
                                 for a0, srv in zip(before, srvs, strict=True)]
         s_on, s_wait = sby[0] if sby else (0.0, 0.0)
-        return Run(rate, cpu, s_on, p_wait / p_on if p_on else 0.0, s_wait / s_on if s_on else 0.0)
+        run = Run(rate, cpu, s_on, p_wait / p_on if p_on else 0.0, s_wait / s_on if s_on else 0.0)
+        jobs = rate * sb.SECONDS
+        for who, m in zip(("p", "sb"), meters, strict=False):
+            for col, n in m.stop().items():
+                run.counts[f"{who} {col}"] = n / jobs if jobs else 0.0
+        return run
 
     def stop(self) -> None:
         for srv in (self.standby, self.primary):
@@ -199,18 +220,40 @@ class Pair:
             shutil.rmtree(d, ignore_errors=True)
 
 
+class _PerfStat:
+    """``perf stat`` attached to a process (all its threads) until ``stop``: the ``COUNTS``."""
+
+    def __init__(self, pid: int) -> None:
+        events = ",".join(e for e, _ in COUNTS)
+        self.proc = subprocess.Popen(["perf", "stat", "-x", ",", "-e", events, "-p", str(pid)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(0.1)  # attached before the cell's generator starts (it waits 0.3 s itself)
+
+    def stop(self) -> dict[str, float]:
+        self.proc.send_signal(signal.SIGINT)
+        _, err = self.proc.communicate(timeout=30)
+        names = dict(COUNTS)
+        out: dict[str, float] = {}
+        for line in err.splitlines():  # value,unit,event,...
+            f = line.split(",")
+            if len(f) > 2 and f[2] in names and f[0].replace(".", "", 1).isdigit():
+                out[names[f[2]]] = float(f[0])
+        return out
+
+
 class Run:
     """One cell's run on one pair: jobs/s, the primary's CPU (% of a core over the run) and the
     standby's CPU seconds over it (the generator's wait for its start included); the primary's
     and the standby's *starvation*: seconds runnable but waiting for a CPU, per second on one
     (0: never waited; 2: it waited twice as long as it ran)."""
 
-    __slots__ = ("rate", "cpu", "standby_cpu", "primary_starved", "standby_starved")
+    __slots__ = ("rate", "cpu", "standby_cpu", "primary_starved", "standby_starved", "counts")
 
     def __init__(self, rate: float, cpu: float, standby_cpu: float, primary_starved: float = 0.0,
                  standby_starved: float = 0.0) -> None:  # fmt: skip
         self.rate, self.cpu, self.standby_cpu = rate, cpu, standby_cpu
         self.primary_starved, self.standby_starved = primary_starved, standby_starved
+        self.counts: dict[str, float] = {}  # --counts: "p sys", "sb futex"... per job
 
     @property
     def us_per_job(self) -> float:
@@ -223,15 +266,32 @@ def _median_run(runs: list[Run]) -> Run:
     figure: one slow round moves the two differently)."""
     by_rate = sorted(runs, key=lambda r: r.rate)[len(runs) // 2]
     us = statistics.median(r.us_per_job for r in runs)
-    return Run(by_rate.rate, us * by_rate.rate / 1e4, by_rate.standby_cpu,
-               statistics.median(r.primary_starved for r in runs), statistics.median(r.standby_starved for r in runs))
+    med = Run(by_rate.rate, us * by_rate.rate / 1e4, by_rate.standby_cpu,
+              statistics.median(r.primary_starved for r in runs), statistics.median(r.standby_starved for r in runs))
+    for key in runs[0].counts:
+        med.counts[key] = statistics.median(r.counts.get(key, 0.0) for r in runs)
+    return med
+
+
+def _counts_line(setup: str, run: Run) -> str:
+    """A setup's --counts per job; the standby's appends as jobs per append (records a message)."""
+    c = dict(run.counts)
+    appends = c.pop("sb pwrite", 0.0)
+    c.pop("p pwrite", None)
+    per_append = f" jobs/append {1 / appends:.1f}" if appends else ""
+    return f"#     {setup:15} per job: " + " ".join(f"{k} {v:.3f}" for k, v in c.items()) + per_append
 
 
 def _lag_sampler(pair: Pair, stop: threading.Event, out: list[int]) -> None:
+    """The async pair's standby lag every ``LAG_EVERY`` s, on one connection (a connection per
+    reading cost its primary ~170 us of CPU each, charged to the async setup's CPU per job)."""
     while not stop.is_set():
-        with contextlib.suppress(OSError, errors.ClientConnectionError):
-            out.append(int(pair.stats(pair.primary).get("standby-lag", 0)))  # type: ignore[call-overload]
-        stop.wait(0.05)
+        with contextlib.suppress(OSError, errors.ClientConnectionError), \
+                stalkd.Client(f"127.0.0.1:{pair.primary.port}") as c:  # fmt: skip
+            while not stop.is_set():
+                out.append(int(c.stats().get("standby-lag", 0)))
+                stop.wait(LAG_EVERY)
+        stop.wait(LAG_EVERY)
 
 
 def promote_to_put(pair: Pair) -> float:
@@ -270,6 +330,9 @@ def main() -> int:
     ap.add_argument("--stand-in", action="store_true",
                     help="also run the primary with a stand-in standby (streams and checks, keeps nothing)")
     ap.add_argument("--no-promote", action="store_true", help="skip the promotion timing at the end")
+    ap.add_argument("--counts", action="store_true",
+                    help="also count, per job, each process's system calls, context switches, futex calls, "
+                    "fdatasyncs and the standby's appends (perf stat; load-independent, unlike time)")
     ap.add_argument("--records-standby", action="store_true",
                     help="also run this checkout's primary with the --peer-src build's standby, which "
                     "does not ask for frames messages (the records path an older standby gets)")
@@ -280,6 +343,8 @@ def main() -> int:
         import ha_bench
 
         return ha_bench.main()
+    if opts.counts and shutil.which("perf") is None:
+        ap.error("--counts attaches perf stat to the servers: install perf (linux-perf), or leave --counts out")
     BASELINE = opts.peer_src
     if opts.cells:
         CELLS = opts.cells
@@ -317,7 +382,7 @@ def main() -> int:
                 k = r % len(SETUPS)
                 order = SETUPS[k:] + SETUPS[:k]  # rotate who goes first
                 for setup in order:
-                    runs[setup].append(pairs[setup].run(work, depth))
+                    runs[setup].append(pairs[setup].run(work, depth, opts.counts))
             med = {s: _median_run(runs[s]) for s in SETUPS}
             for label, (alone, asy, syn) in sides:
                 a, x, y = med[alone], med[asy], med[syn]
@@ -333,6 +398,10 @@ def main() -> int:
                                 + (f", standby {med[s].standby_starved:.2f}" if "alone" not in s else "")
                                 for s in SETUPS)  # fmt: skip
             print(f"#   {work}:{depth} waiting for a CPU, s per s on one: {starved}", flush=True)
+            if opts.counts:
+                print(f"#   {work}:{depth} counts (p: the primary, sb: the standby; medians of the rounds):")
+                for s in SETUPS:
+                    print(_counts_line(s, med[s]), flush=True)
         stop.set()
         sampler.join()
         print(f"# async standby lag while loaded: max {max(lags, default=0)} records, "
