@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 __all__ = ["Py_ssize_t", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double",
-           "final", "freelist", "inline", "locals", "longlong", "no_gc", "p_char", "p_uchar", "p_uint", "uint", "ulonglong", "wraparound"]  # fmt: skip
+           "final", "freelist", "inline", "locals", "longlong", "no_gc", "p_char", "p_uchar", "p_uint", "uchar", "uint", "ulonglong", "wraparound"]  # fmt: skip
 
 _F = TypeVar("_F")
 
@@ -40,6 +40,7 @@ Py_ssize_t = int
 longlong = int
 ulonglong = int
 uint = int
+uchar = int
 # pointers, for casts in code that runs only compiled (under ``if cython.compiled``)
 p_char = p_uchar = p_uint = bytes
 
