@@ -31,14 +31,16 @@ from stalkd.engine.model import RELEASE as _RELEASE
 from stalkd.engine.model import U32 as _U32
 from stalkd.engine.objects import URGENT_THRESHOLD, Job
 from stalkd.engine.replay import ReplayError, replay
+from stalkd.log.frame import FRAME_HEADER_SIZE, LENGTH_AT
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
     from stalkd.engine.objects import Tube
-    from stalkd.log.frame import Frame
+    from stalkd.log.columns import FrameColumns
 
 __all__ = ["TailError", "replay_tail"]
 
+_LENGTH = struct.Struct("<I")  # a frame's payload length, at LENGTH_AT in its header
 _C_PUT, _C_DELETE, _C_RELEASE, _C_BURY, _C_KICK = int(Op.PUT), int(Op.DELETE), int(Op.RELEASE), int(Op.BURY), int(Op.KICK)
 _C_TOUCH, _C_RESERVE, _C_TIMEOUT = int(Op.TOUCH), int(Op.RESERVE), int(Op.TIMEOUT)
 _GENERAL = frozenset({Op.PAUSE, Op.JOB, Op.RESULT, Op.EPOCH})  # the ops left to decode() and replay()
@@ -52,10 +54,11 @@ class TailError(ValueError):
     """A WAL record that cannot be decoded (the message names its log offset)."""
 
 
-def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[int, int]) -> int:
-    """Apply the frames' records to ``e`` (recovered from a snapshot that starts at
-    ``start_seq``; ``fresh``: {job id: copy seq} of its jobs copied late). Returns how many
-    records were applied. Call ``replay.finish`` next.
+def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh: dict[int, int]) -> int:
+    """Apply the records of the frames ``chunks`` describe (``Log.read_columns``: each frame's
+    position in its segment's mapping, read there, with no object per frame) to ``e``
+    (recovered from a snapshot that starts at ``start_seq``; ``fresh``: {job id: copy seq} of its
+    jobs copied late). Returns how many records were applied. Call ``replay.finish`` next.
     """
     jobs = e.jobs
     # Jobs put in the tail go into a plain dict first, and into the job table in one bulk
@@ -67,118 +70,134 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
     loose: set[int] = set()  # jobs in no container: placed at the end
     tubes: dict[bytes, Tube] = {}
     head = _HEAD.unpack_from
+    length_of = _LENGTH.unpack_from
     seq_max = e.seq
     next_id = e.next_id
     body_bytes = 0
     applied = 0
-    for frame in frames:
-        p = frame.payload
-        try:
-            if len(p) < HEADER_SIZE or p[0] != 1:
-                raise ValueError("not a version-1 record")  # the general path decides
-            _, code, seq, time_us, jid = head(p, 0)
-            if seq <= start_seq:
-                continue
-            if fresh:
-                stamp = fresh.get(jid)
-                if stamp is not None and seq <= stamp and code != _C_RESULT:
+    for chunk in chunks:
+        buf = chunk.buf
+        positions = chunk.positions
+        for i in range(len(positions)):
+            # A record is read where it lies: its payload starts after the frame's header and
+            # is ``n`` bytes long; every read below stays inside it.
+            at = positions[i] + FRAME_HEADER_SIZE
+            n = length_of(buf, positions[i] + LENGTH_AT)[0]
+            end = at + n
+            try:
+                if n < HEADER_SIZE or buf[at] != 1:
+                    raise ValueError("not a version-1 record")  # the general path decides
+                _, code, seq, time_us, jid = head(buf, at)
+                if seq <= start_seq:
                     continue
-            if code == _C_PUT:
-                pri, delay, ttr, deadline, tlen = _PUT.unpack_from(p, HEADER_SIZE)
-                t0 = HEADER_SIZE + _PUT.size
-                b0 = t0 + tlen
-                (blen,) = _U32.unpack_from(p, b0)
-                if b0 + 4 + blen != len(p):
-                    raise ValueError("body length does not match the record")
-                tb = bytes(p[t0:b0])
-                t = tubes.get(tb)
-                if t is None:
-                    t = tubes[tb] = e._tube(tb.decode("ascii"))
-                if jid in added or ((jid < floor or floor < 0) and jid in jobs):
-                    raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
-                new = Job(jid, t, pri, delay, ttr, bytes(p[b0 + 4 :]), READY, time_us)
-                if deadline:
-                    new.state = DELAYED
-                    new.deadline_us = deadline
-                added[jid] = new
-                loose.add(jid)
-                body_bytes += blen
-                if jid >= next_id:
-                    next_id = jid + 1
-            elif code in _MOVES:
-                if code == _C_RELEASE:
-                    pri, delay, deadline = _RELEASE.unpack_from(p, HEADER_SIZE)
-                elif code == _C_BURY:
-                    (pri,) = _BURY.unpack_from(p, HEADER_SIZE)
-                j = added.get(jid)
-                if j is None:
-                    j = jobs.get(jid)
-                if j is not None:
-                    if jid not in loose:
-                        e._detach(j)
-                        loose.add(jid)
+                if fresh:
+                    stamp = fresh.get(jid)
+                    if stamp is not None and seq <= stamp and code != _C_RESULT:
+                        continue
+                if code == _C_PUT:
+                    t0 = at + HEADER_SIZE + _PUT.size
+                    if t0 > end:
+                        raise ValueError("PUT record too short")
+                    pri, delay, ttr, deadline, tlen = _PUT.unpack_from(buf, at + HEADER_SIZE)
+                    b0 = t0 + tlen
+                    if b0 + 4 > end:
+                        raise ValueError("tube name runs past the end of the record")
+                    (blen,) = _U32.unpack_from(buf, b0)
+                    if b0 + 4 + blen != end:
+                        raise ValueError("body length does not match the record")
+                    tb = bytes(buf[t0:b0])
+                    t = tubes.get(tb)
+                    if t is None:
+                        t = tubes[tb] = e._tube(tb.decode("ascii"))
+                    if jid in added or ((jid < floor or floor < 0) and jid in jobs):
+                        raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
+                    new = Job(jid, t, pri, delay, ttr, bytes(buf[b0 + 4 : end]), READY, time_us)
+                    if deadline:
+                        new.state = DELAYED
+                        new.deadline_us = deadline
+                    added[jid] = new
+                    loose.add(jid)
+                    body_bytes += blen
+                    if jid >= next_id:
+                        next_id = jid + 1
+                elif code in _MOVES:
                     if code == _C_RELEASE:
-                        j.pri, j.delay = pri, delay
-                        j.releases += 1
-                        j.state, j.deadline_us = (DELAYED, deadline) if deadline else (READY, 0)
+                        if at + HEADER_SIZE + _RELEASE.size > end:
+                            raise ValueError("RELEASE record too short")
+                        pri, delay, deadline = _RELEASE.unpack_from(buf, at + HEADER_SIZE)
                     elif code == _C_BURY:
-                        j.pri = pri
-                        j.buries += 1
-                        j.state, j.deadline_us = BURIED, seq
-                    elif code == _C_KICK:
-                        j.kicks += 1
-                        j.state, j.deadline_us = READY, 0
-                    else:
-                        if added.pop(jid, None) is None:
-                            del jobs[jid]
-                        loose.discard(jid)
-                        body_bytes -= len(j.body)
-            elif code == _C_RESERVE:
-                j = added.get(jid)
-                if j is None:
-                    j = jobs.get(jid)
-                if j is not None:
-                    j.reserves += 1
-                    if j.state is not READY:  # a reserved job comes back ready
+                        if at + HEADER_SIZE + _BURY.size > end:
+                            raise ValueError("BURY record too short")
+                        (pri,) = _BURY.unpack_from(buf, at + HEADER_SIZE)
+                    j = added.get(jid)
+                    if j is None:
+                        j = jobs.get(jid)
+                    if j is not None:
                         if jid not in loose:
                             e._detach(j)
                             loose.add(jid)
-                        j.state, j.deadline_us = READY, 0
-            elif code == _C_TIMEOUT:
-                j = added.get(jid)
-                if j is None:
-                    j = jobs.get(jid)
-                if j is not None:
-                    j.timeouts += 1
-            elif code not in _NO_EFFECT:
-                raise ValueError("an op the general path handles")
-        except (ValueError, struct.error, UnicodeDecodeError) as exc:
-            if isinstance(exc, ReplayError):
-                raise
-            # PAUSE, JOB, unknown ops, other versions, or a damaged record: decode() decides.
-            try:
-                r = decode(p)
-            except RecordFormatError as bad:
-                raise TailError(f"record at offset {frame.offset}: {bad}") from bad
-            if r.seq <= start_seq or r.op is Op.UNKNOWN:
+                        if code == _C_RELEASE:
+                            j.pri, j.delay = pri, delay
+                            j.releases += 1
+                            j.state, j.deadline_us = (DELAYED, deadline) if deadline else (READY, 0)
+                        elif code == _C_BURY:
+                            j.pri = pri
+                            j.buries += 1
+                            j.state, j.deadline_us = BURIED, seq
+                        elif code == _C_KICK:
+                            j.kicks += 1
+                            j.state, j.deadline_us = READY, 0
+                        else:
+                            if added.pop(jid, None) is None:
+                                del jobs[jid]
+                            loose.discard(jid)
+                            body_bytes -= len(j.body)
+                elif code == _C_RESERVE:
+                    j = added.get(jid)
+                    if j is None:
+                        j = jobs.get(jid)
+                    if j is not None:
+                        j.reserves += 1
+                        if j.state is not READY:  # a reserved job comes back ready
+                            if jid not in loose:
+                                e._detach(j)
+                                loose.add(jid)
+                            j.state, j.deadline_us = READY, 0
+                elif code == _C_TIMEOUT:
+                    j = added.get(jid)
+                    if j is None:
+                        j = jobs.get(jid)
+                    if j is not None:
+                        j.timeouts += 1
+                elif code not in _NO_EFFECT:
+                    raise ValueError("an op the general path handles")
+            except (ValueError, struct.error, UnicodeDecodeError) as exc:
+                if isinstance(exc, ReplayError):
+                    raise
+                # PAUSE, JOB, unknown ops, other versions, or a damaged record: decode() decides.
+                try:
+                    r = decode(buf[at:end])
+                except RecordFormatError as bad:
+                    raise TailError(f"record at offset {chunk.first_offset + i}: {bad}") from bad
+                if r.seq <= start_seq or r.op is Op.UNKNOWN:
+                    continue
+                stamp = fresh.get(r.job_id)
+                if stamp is not None and r.seq <= stamp and r.op is not Op.RESULT:
+                    continue
+                if r.op not in _GENERAL:  # pragma: no cover - a fast-path bug
+                    raise TailError(f"record at offset {chunk.first_offset + i}: {r.op.name} was not replayed") from exc
+                e.seq, e.next_id = max(e.seq, seq_max), max(e.next_id, next_id)
+                if added:  # replay() reads and writes the table: it must hold them all
+                    jobs.update(list(added), list(added.values()))
+                    added.clear()
+                floor = -1  # it may have put a job with any id
+                replay(e, r)
+                seq_max, next_id = e.seq, e.next_id
+                applied += 1
                 continue
-            stamp = fresh.get(r.job_id)
-            if stamp is not None and r.seq <= stamp and r.op is not Op.RESULT:
-                continue
-            if r.op not in _GENERAL:  # pragma: no cover - a fast-path bug
-                raise TailError(f"record at offset {frame.offset}: {r.op.name} was not replayed") from exc
-            e.seq, e.next_id = max(e.seq, seq_max), max(e.next_id, next_id)
-            if added:  # replay() reads and writes the table: it must hold them all
-                jobs.update(list(added), list(added.values()))
-                added.clear()
-            floor = -1  # it may have put a job with any id
-            replay(e, r)
-            seq_max, next_id = e.seq, e.next_id
+            if seq > seq_max:
+                seq_max = seq
             applied += 1
-            continue
-        if seq > seq_max:
-            seq_max = seq
-        applied += 1
     jobs.update(list(added), list(added.values()))
     e.seq = seq_max
     e.next_id = next_id
