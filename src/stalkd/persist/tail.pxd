@@ -1,15 +1,43 @@
 # The C types of tail.py when Cython compiles it (stalkd.extensions): a kill leaves up to half the
-# live jobs as WAL records after the snapshot, and replay_tail applies each in one loop; the jobs
-# and tubes it touches are read at fixed offsets. tail.py is the source; this declares types only.
+# live jobs as WAL records after the snapshot, and replay_tail applies each in one loop, reading a
+# record's fields with C loads from its chunk's bytes (_Fields) and the jobs and tubes it touches
+# at fixed offsets. tail.py is the source; this declares types only.
 
 cimport cython
 
 from stalkd.engine.jobtable cimport JobTable
 from stalkd.engine.objects cimport Job, Tube
 
-@cython.locals(jobs=JobTable, added=dict, loose=set, tubes=dict, j=Job, new=Job, t=Tube, code=int,
-               body_bytes=Py_ssize_t, applied=Py_ssize_t, positions=list, i=Py_ssize_t, at=Py_ssize_t,
-               n=Py_ssize_t, end=Py_ssize_t, t0=Py_ssize_t, b0=Py_ssize_t, tlen=Py_ssize_t, blen=Py_ssize_t)
+cdef Py_ssize_t _OP_AT, _SEQ_AT, _TIME_AT, _JID_AT, _PRI_AT, _DELAY_AT, _TTR_AT, _DEADLINE_AT, _TLEN_AT
+cdef Py_ssize_t _R_DELAY_AT, _R_DEADLINE_AT
+
+
+@cython.locals(v="unsigned long long", k=int)
+cdef inline unsigned long long _le(const unsigned char *s, Py_ssize_t at, int size)
+
+cdef Py_ssize_t _u32(bytes raw, Py_ssize_t at) except -1
+
+
+cdef class _Fields:
+    cdef int version, code
+    cdef unsigned long long seq, jid
+    cdef long long time_us, deadline
+    cdef unsigned int pri, delay, ttr
+    cdef Py_ssize_t tlen
+    @cython.locals(s="const unsigned char *")
+    cdef head(self, bytes raw, Py_ssize_t at)
+    @cython.locals(s="const unsigned char *")
+    cdef put(self, bytes raw, Py_ssize_t at)
+    @cython.locals(s="const unsigned char *")
+    cdef release(self, bytes raw, Py_ssize_t at)
+    cdef bury(self, bytes raw, Py_ssize_t at)
+
+
+@cython.locals(jobs=JobTable, added=dict, loose=set, tubes=dict, j=Job, new=Job, t=Tube, f=_Fields, code=int,
+               seq="unsigned long long", first_seq="unsigned long long", seq_max="unsigned long long",
+               body_bytes=Py_ssize_t, applied=Py_ssize_t, positions=list, raw=bytes, i=Py_ssize_t,
+               lo=Py_ssize_t, last=Py_ssize_t, at=Py_ssize_t, n=Py_ssize_t, end=Py_ssize_t, t0=Py_ssize_t,
+               b0=Py_ssize_t, blen=Py_ssize_t)
 cpdef Py_ssize_t replay_tail(e, chunks, start_seq, dict fresh) except -1
 
 @cython.locals(jobs=JobTable, lists=dict, j=Job, t=Tube, tl=tuple)

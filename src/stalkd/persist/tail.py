@@ -24,8 +24,18 @@ from typing import TYPE_CHECKING
 
 from stalkd.engine.heap import pack
 from stalkd.engine.model import BURY as _BURY
+from stalkd.engine.model import (
+    BURY_FIELDS,
+    HEAD_FIELDS,
+    HEADER_SIZE,
+    PUT_FIELDS,
+    RELEASE_FIELDS,
+    JobState,
+    Op,
+    RecordFormatError,
+    decode,
+)
 from stalkd.engine.model import HEAD as _HEAD
-from stalkd.engine.model import HEADER_SIZE, JobState, Op, RecordFormatError, decode
 from stalkd.engine.model import PUT as _PUT
 from stalkd.engine.model import RELEASE as _RELEASE
 from stalkd.engine.model import U32 as _U32
@@ -33,10 +43,16 @@ from stalkd.engine.objects import URGENT_THRESHOLD, Job
 from stalkd.engine.replay import ReplayError, replay
 from stalkd.log.frame import FRAME_HEADER_SIZE, LENGTH_AT
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
     from stalkd.engine.engine import Engine
     from stalkd.engine.objects import Tube
     from stalkd.log.columns import FrameColumns
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["TailError", "replay_tail"]
 
@@ -54,6 +70,110 @@ class TailError(ValueError):
     """A WAL record that cannot be decoded (the message names its log offset)."""
 
 
+def _field_at(fields: tuple[tuple[str, str], ...], name: str, start: int = 0) -> int:
+    """Where field ``name`` of a layout (model's field tables) lies, the layout starting at ``start``.
+
+    >>> _field_at(HEAD_FIELDS, "seq"), _field_at(PUT_FIELDS, "tube_len", HEADER_SIZE)
+    (2, 46)
+    """
+    codes = "<"
+    for n, code in fields:
+        if n == name:
+            return start + struct.calcsize(codes)
+        codes += code
+    raise KeyError(name)
+
+
+# Compiled, _Fields reads these fields with C loads of these widths: a layout that changes them
+# must change _Fields too (the import refuses to run otherwise).
+_READ_AS = (
+    (HEAD_FIELDS, (("version", "B"), ("op", "B"), ("seq", "Q"), ("time_us", "q"), ("job_id", "Q"))),
+    (PUT_FIELDS, (("pri", "I"), ("delay", "I"), ("ttr", "I"), ("deadline_us", "q"), ("tube_len", "H"))),
+    (RELEASE_FIELDS, (("pri", "I"), ("delay", "I"), ("deadline_us", "q"))),
+    (BURY_FIELDS, (("pri", "I"),)),
+)
+if any(table != expected for table, expected in _READ_AS):  # pragma: no cover - a format change
+    raise ImportError("persist/tail.py's _Fields reads an older record layout than engine/model.py's")
+_OP_AT = _field_at(HEAD_FIELDS, "op")
+_SEQ_AT = _field_at(HEAD_FIELDS, "seq")
+_TIME_AT = _field_at(HEAD_FIELDS, "time_us")
+_JID_AT = _field_at(HEAD_FIELDS, "job_id")
+_PRI_AT = _field_at(PUT_FIELDS, "pri")
+_DELAY_AT = _field_at(PUT_FIELDS, "delay")
+_TTR_AT = _field_at(PUT_FIELDS, "ttr")
+_DEADLINE_AT = _field_at(PUT_FIELDS, "deadline_us")
+_TLEN_AT = _field_at(PUT_FIELDS, "tube_len")
+_R_DELAY_AT = _field_at(RELEASE_FIELDS, "delay")
+_R_DEADLINE_AT = _field_at(RELEASE_FIELDS, "deadline_us")
+
+
+def _le(s: bytes, at: int, size: int) -> int:
+    """The unsigned little-endian integer of ``size`` bytes at ``s[at]`` (compiled: from a C pointer)."""
+    v = 0
+    for k in range(size):
+        v |= cython.cast(cython.ulonglong, s[at + k]) << (8 * k)
+    return v
+
+
+@cython.cclass
+class _Fields:
+    """The fixed fields of one record, read where it lies in a chunk's bytes: compiled, C loads
+    into C fields (no tuple or int object per field); uncompiled, the layouts' structs."""
+
+    def __init__(self) -> None:
+        self.version = self.code = 0
+        self.seq = self.time_us = self.jid = 0
+        self.pri = self.delay = self.ttr = self.deadline = self.tlen = 0
+
+    def head(self, raw: bytes, at: int) -> None:
+        """The header of the record at ``raw[at]``."""
+        if not cython.compiled:
+            self.version, self.code, self.seq, self.time_us, self.jid = _HEAD.unpack_from(raw, at)
+            return
+        s = raw
+        self.version = s[at]
+        self.code = s[at + _OP_AT]
+        self.seq = _le(s, at + _SEQ_AT, 8)
+        self.time_us = cython.cast(cython.longlong, _le(s, at + _TIME_AT, 8))
+        self.jid = _le(s, at + _JID_AT, 8)
+
+    def put(self, raw: bytes, at: int) -> None:
+        """A PUT's fields at ``raw[at]`` (after its header)."""
+        if not cython.compiled:
+            self.pri, self.delay, self.ttr, self.deadline, self.tlen = _PUT.unpack_from(raw, at)
+            return
+        s = raw
+        self.pri = _le(s, at + _PRI_AT, 4)
+        self.delay = _le(s, at + _DELAY_AT, 4)
+        self.ttr = _le(s, at + _TTR_AT, 4)
+        self.deadline = cython.cast(cython.longlong, _le(s, at + _DEADLINE_AT, 8))
+        self.tlen = _le(s, at + _TLEN_AT, 2)
+
+    def release(self, raw: bytes, at: int) -> None:
+        """A RELEASE's fields at ``raw[at]`` (after its header)."""
+        if not cython.compiled:
+            self.pri, self.delay, self.deadline = _RELEASE.unpack_from(raw, at)
+            return
+        s = raw
+        self.pri = _le(s, at, 4)
+        self.delay = _le(s, at + _R_DELAY_AT, 4)
+        self.deadline = cython.cast(cython.longlong, _le(s, at + _R_DEADLINE_AT, 8))
+
+    def bury(self, raw: bytes, at: int) -> None:
+        """A BURY's priority at ``raw[at]`` (after its header)."""
+        if not cython.compiled:
+            (self.pri,) = _BURY.unpack_from(raw, at)
+            return
+        self.pri = _le(raw, at, 4)
+
+
+def _u32(raw: bytes, at: int) -> int:
+    """The u32 at ``raw[at]`` (a frame's payload length, a body's length)."""
+    if not cython.compiled:
+        return int(_U32.unpack_from(raw, at)[0])
+    return _le(raw, at, 4)
+
+
 def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh: dict[int, int]) -> int:
     """Apply the records of the frames ``chunks`` describe (``Log.read_columns``: each frame's
     position in its segment's mapping, read there, with no object per frame) to ``e``
@@ -69,27 +189,39 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
     j: Job | None
     loose: set[int] = set()  # jobs in no container: placed at the end
     tubes: dict[bytes, Tube] = {}
-    head = _HEAD.unpack_from
-    length_of = _LENGTH.unpack_from
+    f = _Fields()
+    first_seq = start_seq
     seq_max = e.seq
     next_id = e.next_id
     body_bytes = 0
     applied = 0
     for chunk in chunks:
-        buf = chunk.buf
         positions = chunk.positions
+        if not positions:
+            continue
+        # One copy of the chunk's frames, read in place below (compiled, through a C pointer:
+        # each field a load, each body one bytes object).
+        lo = positions[0]
+        last = positions[len(positions) - 1]
+        (size,) = _LENGTH.unpack_from(chunk.buf, last + LENGTH_AT)
+        raw = bytes(chunk.buf[lo : last + FRAME_HEADER_SIZE + size])
         for i in range(len(positions)):
-            # A record is read where it lies: its payload starts after the frame's header and
-            # is ``n`` bytes long; every read below stays inside it.
-            at = positions[i] + FRAME_HEADER_SIZE
-            n = length_of(buf, positions[i] + LENGTH_AT)[0]
+            # A record's payload starts after its frame's header and is ``n`` bytes long; every
+            # read below stays inside it.
+            at = positions[i] - lo + FRAME_HEADER_SIZE
+            n = _u32(raw, at - FRAME_HEADER_SIZE + LENGTH_AT)
             end = at + n
             try:
-                if n < HEADER_SIZE or buf[at] != 1:
-                    raise ValueError("not a version-1 record")  # the general path decides
-                _, code, seq, time_us, jid = head(buf, at)
-                if seq <= start_seq:
+                if n < HEADER_SIZE:
+                    raise ValueError("shorter than a record header")  # the general path decides
+                f.head(raw, at)
+                if f.version != 1:
+                    raise ValueError("not a version-1 record")
+                seq = f.seq
+                if seq <= first_seq:
                     continue
+                code = f.code
+                jid = f.jid
                 if fresh:
                     stamp = fresh.get(jid)
                     if stamp is not None and seq <= stamp and code != _C_RESULT:
@@ -98,23 +230,23 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                     t0 = at + HEADER_SIZE + _PUT.size
                     if t0 > end:
                         raise ValueError("PUT record too short")
-                    pri, delay, ttr, deadline, tlen = _PUT.unpack_from(buf, at + HEADER_SIZE)
-                    b0 = t0 + tlen
+                    f.put(raw, at + HEADER_SIZE)
+                    b0 = t0 + f.tlen
                     if b0 + 4 > end:
                         raise ValueError("tube name runs past the end of the record")
-                    (blen,) = _U32.unpack_from(buf, b0)
+                    blen = _u32(raw, b0)
                     if b0 + 4 + blen != end:
                         raise ValueError("body length does not match the record")
-                    tb = bytes(buf[t0:b0])
+                    tb = raw[t0:b0]
                     t = tubes.get(tb)
                     if t is None:
                         t = tubes[tb] = e._tube(tb.decode("ascii"))
                     if jid in added or ((jid < floor or floor < 0) and jid in jobs):
                         raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
-                    new = Job(jid, t, pri, delay, ttr, bytes(buf[b0 + 4 : end]), READY, time_us)
-                    if deadline:
+                    new = Job(jid, t, f.pri, f.delay, f.ttr, raw[b0 + 4 : end], READY, f.time_us)
+                    if f.deadline:
                         new.state = DELAYED
-                        new.deadline_us = deadline
+                        new.deadline_us = f.deadline
                     added[jid] = new
                     loose.add(jid)
                     body_bytes += blen
@@ -124,11 +256,11 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                     if code == _C_RELEASE:
                         if at + HEADER_SIZE + _RELEASE.size > end:
                             raise ValueError("RELEASE record too short")
-                        pri, delay, deadline = _RELEASE.unpack_from(buf, at + HEADER_SIZE)
+                        f.release(raw, at + HEADER_SIZE)
                     elif code == _C_BURY:
                         if at + HEADER_SIZE + _BURY.size > end:
                             raise ValueError("BURY record too short")
-                        (pri,) = _BURY.unpack_from(buf, at + HEADER_SIZE)
+                        f.bury(raw, at + HEADER_SIZE)
                     j = added.get(jid)
                     if j is None:
                         j = jobs.get(jid)
@@ -137,11 +269,11 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                             e._detach(j)
                             loose.add(jid)
                         if code == _C_RELEASE:
-                            j.pri, j.delay = pri, delay
+                            j.pri, j.delay = f.pri, f.delay
                             j.releases += 1
-                            j.state, j.deadline_us = (DELAYED, deadline) if deadline else (READY, 0)
+                            j.state, j.deadline_us = (DELAYED, f.deadline) if f.deadline else (READY, 0)
                         elif code == _C_BURY:
-                            j.pri = pri
+                            j.pri = f.pri
                             j.buries += 1
                             j.state, j.deadline_us = BURIED, seq
                         elif code == _C_KICK:
@@ -176,7 +308,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                     raise
                 # PAUSE, JOB, unknown ops, other versions, or a damaged record: decode() decides.
                 try:
-                    r = decode(buf[at:end])
+                    r = decode(raw[at:end])
                 except RecordFormatError as bad:
                     raise TailError(f"record at offset {chunk.first_offset + i}: {bad}") from bad
                 if r.seq <= start_seq or r.op is Op.UNKNOWN:
