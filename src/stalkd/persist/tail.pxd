@@ -33,12 +33,14 @@ cdef class _Fields:
     cdef bury(self, bytes raw, Py_ssize_t at)
 
 
-@cython.locals(jobs=JobTable, added=dict, loose=set, tubes=dict, j=Job, new=Job, t=Tube, f=_Fields, code=int,
+@cython.locals(jobs=JobTable, added=dict, loose=set, tubes=dict, j=Job, new=Job, t=Tube, f=_Fields, code=int, in_table=bint,
                seq="unsigned long long", first_seq="unsigned long long", seq_max="unsigned long long",
                body_bytes=Py_ssize_t, applied=Py_ssize_t, positions=list, raw=bytes, i=Py_ssize_t,
                lo=Py_ssize_t, last=Py_ssize_t, at=Py_ssize_t, n=Py_ssize_t, end=Py_ssize_t, t0=Py_ssize_t,
                b0=Py_ssize_t, blen=Py_ssize_t)
 cpdef Py_ssize_t replay_tail(e, chunks, start_seq, dict fresh) except -1
 
-@cython.locals(jobs=JobTable, lists=dict, j=Job, t=Tube, tl=tuple)
+@cython.locals(jobs=JobTable, j=Job)
 cdef _place(e, set loose, dict added)
+@cython.locals(t=Tube, tl=tuple)
+cdef _sort_out(dict lists, Job j)

@@ -187,7 +187,9 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
     added: dict[int, Job] = {}
     floor = e.next_id
     j: Job | None
-    loose: set[int] = set()  # jobs in no container: placed at the end
+    # Jobs taken out of their container (or flushed from ``added`` unplaced): placed at the end,
+    # with ``added``'s own jobs, which never had a container.
+    loose: set[int] = set()
     tubes: dict[bytes, Tube] = {}
     f = _Fields()
     first_seq = start_seq
@@ -248,7 +250,6 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                         new.state = DELAYED
                         new.deadline_us = f.deadline
                     added[jid] = new
-                    loose.add(jid)
                     body_bytes += blen
                     if jid >= next_id:
                         next_id = jid + 1
@@ -264,10 +265,10 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                     j = added.get(jid)
                     if j is None:
                         j = jobs.get(jid)
-                    if j is not None:
-                        if jid not in loose:
+                        if j is not None and jid not in loose:
                             e._detach(j)
                             loose.add(jid)
+                    if j is not None:
                         if code == _C_RELEASE:
                             j.pri, j.delay = f.pri, f.delay
                             j.releases += 1
@@ -286,12 +287,13 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                             body_bytes -= len(j.body)
                 elif code == _C_RESERVE:
                     j = added.get(jid)
-                    if j is None:
+                    in_table = j is None  # so maybe in a container
+                    if in_table:
                         j = jobs.get(jid)
                     if j is not None:
                         j.reserves += 1
                         if j.state is not READY:  # a reserved job comes back ready
-                            if jid not in loose:
+                            if in_table and jid not in loose:
                                 e._detach(j)
                                 loose.add(jid)
                             j.state, j.deadline_us = READY, 0
@@ -321,6 +323,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                 e.seq, e.next_id = max(e.seq, seq_max), max(e.next_id, next_id)
                 if added:  # replay() reads and writes the table: it must hold them all
                     jobs.update(list(added), list(added.values()))
+                    loose.update(added)
                     added.clear()
                 floor = -1  # it may have put a job with any id
                 replay(e, r)
@@ -339,31 +342,35 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
 
 
 def _place(e: Engine, loose: set[int], added: dict[int, Job]) -> None:
-    """Put every job that left its container (or never had one) where its state says
-    (``added``: the tail's new jobs, also in the table, read from this plain dict first)."""
+    """Put every job that left its container (``loose``) or never had one (``added``: the tail's
+    new jobs, also in the table) where its state says."""
     jobs = e.jobs
     # per tube: ready keys, ready jobs, delay keys, delayed jobs
     lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]] = {}
+    for j in added.values():
+        _sort_out(lists, j)
     for jid in loose:
-        j = added.get(jid)
-        if j is None:
-            j = jobs[jid]
-        t = j.tube
-        tl = lists.get(t)
-        if tl is None:
-            tl = lists[t] = ([], [], [], [])
-        st = j.state
-        if st is READY:
-            tl[0].append(pack(j.pri, jid))
-            tl[1].append(j)
-            if j.pri < URGENT_THRESHOLD:
-                t.urgent += 1
-        elif st is DELAYED:
-            tl[2].append(pack(j.deadline_us, jid))
-            tl[3].append(j)
-        else:
-            t.buried[jid] = j  # replay.finish orders the FIFO by bury seq
+        _sort_out(lists, jobs[jid])
     for t, (rk, rj, dk, dj) in lists.items():
         t.ready.add_many(rk, rj)
         t.delayed.add_many(dk, dj)
         e._retime_tube(t)
+
+
+def _sort_out(lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]], j: Job) -> None:
+    """Add ``j`` to its tube's lists (ready or delayed key and job), or its buried FIFO."""
+    t = j.tube
+    tl = lists.get(t)
+    if tl is None:
+        tl = lists[t] = ([], [], [], [])
+    st = j.state
+    if st is READY:
+        tl[0].append(pack(j.pri, j.id))
+        tl[1].append(j)
+        if j.pri < URGENT_THRESHOLD:
+            t.urgent += 1
+    elif st is DELAYED:
+        tl[2].append(pack(j.deadline_us, j.id))
+        tl[3].append(j)
+    else:
+        t.buried[j.id] = j  # replay.finish orders the FIFO by bury seq
