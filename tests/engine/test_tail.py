@@ -15,6 +15,7 @@ from stalkd.engine import Engine
 from stalkd.engine.heap import IndexedHeap
 from stalkd.engine.model import HEAD, PUT, U32, Op, decode
 from stalkd.engine.replay import finish, replay
+from stalkd.log import LogCorruptError
 from stalkd.log.mark import read_mark
 from stalkd.persist.idceiling import IDS_NAME
 from stalkd.persist.snapshot import list_snapshots, load_into, read_header
@@ -152,3 +153,31 @@ def test_a_damaged_record_is_named_by_its_offset(tmp_path: Path, damage: str) ->
     with pytest.raises(WalError, match=r"wal: record at offset 1: "):
         wal.recover(T0)
     wal.close()
+
+
+def test_a_bad_frame_in_a_sealed_segment_of_the_tail_is_refused(tmp_path: Path) -> None:
+    """The tail is read as columns of frame positions: a frame that fails its CRC inside a sealed
+    segment still stops recovery with the error that names the file and the repair command."""
+    wal = Wal.open(tmp_path, durability="never", segment_size=8192, background=False)
+    e, _ = wal.recover(T0)
+    d = Driver(wal, e)
+    d.do(1, C.Put(0, 0, 60, b"before the snapshot"))
+    wal.snapshot(e)
+    for i in range(400):
+        d.do(1, C.Put(0, 0, 60, b"tail %d" % i))
+    wal.close()
+    sealed = sorted((tmp_path / "wal").glob("seg-*.log"))[:-1]
+    assert len(sealed) >= 3
+    seg = sealed[len(sealed) // 2]
+    with open(seg, "r+b") as f:
+        f.seek(2000)
+        byte = f.read(1)
+        f.seek(2000)
+        f.write(bytes([byte[0] ^ 0x01]))
+    wal = Wal.open(tmp_path, durability="never")
+    try:
+        with pytest.raises(LogCorruptError, match="stalkd log repair") as exc:
+            wal.recover(T0)
+        assert exc.value.path == str(seg)
+    finally:
+        wal.close()
