@@ -56,13 +56,14 @@ else:
 
 __all__ = ["TailError", "replay_tail"]
 
-_LENGTH = struct.Struct("<I")  # a frame's payload length, at LENGTH_AT in its header
+_WINDOW = 1 << 23  # bytes of a segment the tail copies at a time (at least one whole frame)
 _C_PUT, _C_DELETE, _C_RELEASE, _C_BURY, _C_KICK = int(Op.PUT), int(Op.DELETE), int(Op.RELEASE), int(Op.BURY), int(Op.KICK)
 _C_TOUCH, _C_RESERVE, _C_TIMEOUT = int(Op.TOUCH), int(Op.RESERVE), int(Op.TIMEOUT)
 _GENERAL = frozenset({Op.PAUSE, Op.JOB, Op.RESULT, Op.EPOCH})  # the ops left to decode() and replay()
 _C_RESULT = int(Op.RESULT)  # a result is not part of its job's snapshot entry: never skipped by its stamp
-_NO_EFFECT = frozenset({_C_TOUCH})
-_MOVES = frozenset({_C_RELEASE, _C_BURY, _C_KICK, _C_DELETE})
+# The sizes the loop adds up, as module constants (compiled: C integers, tail.pxd).
+_FRAME_HEAD, _LEN_AT, _REC_HEAD = FRAME_HEADER_SIZE, LENGTH_AT, HEADER_SIZE
+_PUT_SIZE, _RELEASE_SIZE, _BURY_SIZE = _PUT.size, _RELEASE.size, _BURY.size
 READY, DELAYED, BURIED = JobState.READY, JobState.DELAYED, JobState.BURIED
 
 
@@ -198,23 +199,26 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
     body_bytes = 0
     applied = 0
     for chunk in chunks:
+        buf = chunk.buf
         positions = chunk.positions
-        if not positions:
-            continue
-        # One copy of the chunk's frames, read in place below (compiled, through a C pointer:
-        # each field a load, each body one bytes object).
-        lo = positions[0]
-        last = positions[len(positions) - 1]
-        (size,) = _LENGTH.unpack_from(chunk.buf, last + LENGTH_AT)
-        raw = bytes(chunk.buf[lo : last + FRAME_HEADER_SIZE + size])
+        # The frames are read from a copy of the segment a window at a time, in place (compiled,
+        # through a C pointer: each field a load, each body one bytes object); ``raw`` holds the
+        # segment's bytes from ``lo``.
+        lo = 0
+        raw = b""
         for i in range(len(positions)):
+            pos = positions[i]
+            if pos + _FRAME_HEAD > lo + len(raw):
+                lo, raw = pos, _window(buf, pos, 0)
+            n = _u32(raw, pos - lo + _LEN_AT)
+            if pos + _FRAME_HEAD + n > lo + len(raw):  # a payload longer than the window left
+                lo, raw = pos, _window(buf, pos, n)
             # A record's payload starts after its frame's header and is ``n`` bytes long; every
             # read below stays inside it.
-            at = positions[i] - lo + FRAME_HEADER_SIZE
-            n = _u32(raw, at - FRAME_HEADER_SIZE + LENGTH_AT)
+            at = pos - lo + _FRAME_HEAD
             end = at + n
             try:
-                if n < HEADER_SIZE:
+                if n < _REC_HEAD:
                     raise ValueError("shorter than a record header")  # the general path decides
                 f.head(raw, at)
                 if f.version != 1:
@@ -229,10 +233,10 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                     if stamp is not None and seq <= stamp and code != _C_RESULT:
                         continue
                 if code == _C_PUT:
-                    t0 = at + HEADER_SIZE + _PUT.size
+                    t0 = at + _REC_HEAD + _PUT_SIZE
                     if t0 > end:
                         raise ValueError("PUT record too short")
-                    f.put(raw, at + HEADER_SIZE)
+                    f.put(raw, at + _REC_HEAD)
                     b0 = t0 + f.tlen
                     if b0 + 4 > end:
                         raise ValueError("tube name runs past the end of the record")
@@ -253,15 +257,15 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                     body_bytes += blen
                     if jid >= next_id:
                         next_id = jid + 1
-                elif code in _MOVES:
+                elif code in (_C_RELEASE, _C_BURY, _C_KICK, _C_DELETE):
                     if code == _C_RELEASE:
-                        if at + HEADER_SIZE + _RELEASE.size > end:
+                        if at + _REC_HEAD + _RELEASE_SIZE > end:
                             raise ValueError("RELEASE record too short")
-                        f.release(raw, at + HEADER_SIZE)
+                        f.release(raw, at + _REC_HEAD)
                     elif code == _C_BURY:
-                        if at + HEADER_SIZE + _BURY.size > end:
+                        if at + _REC_HEAD + _BURY_SIZE > end:
                             raise ValueError("BURY record too short")
-                        f.bury(raw, at + HEADER_SIZE)
+                        f.bury(raw, at + _REC_HEAD)
                     j = added.get(jid)
                     if j is None:
                         j = jobs.get(jid)
@@ -303,7 +307,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                         j = jobs.get(jid)
                     if j is not None:
                         j.timeouts += 1
-                elif code not in _NO_EFFECT:
+                elif code != _C_TOUCH:  # a TOUCH changes nothing durable
                     raise ValueError("an op the general path handles")
             except (ValueError, struct.error, UnicodeDecodeError) as exc:
                 if isinstance(exc, ReplayError):
@@ -339,6 +343,13 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
     e.body_bytes += body_bytes
     _place(e, loose, added)
     return applied
+
+
+def _window(buf: memoryview, pos: int, n: int) -> bytes:
+    """A copy of the segment ``buf`` from the frame at ``pos``, whose payload is ``n`` bytes (0:
+    not known yet): ``_WINDOW`` bytes, or that whole frame if longer, so memory stays bounded
+    whatever the segment and chunk sizes."""
+    return bytes(buf[pos : min(len(buf), max(pos + _FRAME_HEAD + n, pos + _WINDOW))])
 
 
 def _place(e: Engine, loose: set[int], added: dict[int, Job]) -> None:
