@@ -4,6 +4,7 @@
 
 cimport cython
 
+from stalkd.engine.heap cimport pack
 from stalkd.engine.objects cimport Job, Tube
 
 @cython.locals(out=list, n=Py_ssize_t, i=Py_ssize_t, a=Py_ssize_t, ln=Py_ssize_t, total=Py_ssize_t,

@@ -5,6 +5,7 @@
 
 cimport cython
 
+from stalkd.engine.heap cimport pack
 from stalkd.engine.jobtable cimport JobTable
 from stalkd.engine.objects cimport Job, Tube
 
