@@ -49,6 +49,8 @@ CYTHON_MODULES = (
     "stalkd.engine.handover",
     "stalkd.replication.frames",
     "stalkd.persist.wal",
+    "stalkd.persist.snapjobs",  # recovery: a snapshot block's jobs in one C loop
+    "stalkd.persist.tail",  # recovery: the WAL records after the snapshot, in one loop
     "stalkd.persist.walspace",
     "stalkd.log.active",
     "stalkd.log.commit",

@@ -13,8 +13,9 @@ import pytest
 
 from stalkd.engine import Engine
 from stalkd.engine.heap import IndexedHeap
-from stalkd.engine.model import Op, decode
+from stalkd.engine.model import HEAD, PUT, U32, Op, decode
 from stalkd.engine.replay import finish, replay
+from stalkd.log import LogCorruptError
 from stalkd.log.mark import read_mark
 from stalkd.persist.idceiling import IDS_NAME
 from stalkd.persist.snapshot import list_snapshots, load_into, read_header
@@ -125,15 +126,58 @@ def test_a_tail_much_larger_than_the_snapshot(tmp_path: Path) -> None:
     assert full_view(got) == full_view(expect)
 
 
-def test_a_damaged_record_is_named_by_its_offset(tmp_path: Path) -> None:
+def _put_record(tube_len: int, tube: bytes, body_len: int, body: bytes) -> bytes:
+    return HEAD.pack(1, int(Op.PUT), 2, 0, 2) + PUT.pack(0, 0, 60, 0, tube_len) + tube + U32.pack(body_len) + body
+
+
+DAMAGED = {
+    "put cut short": struct.pack("<BBQqQ", 1, int(Op.PUT), 2, 0, 2) + b"\x00\x00",
+    "tube past the end": _put_record(200, b"default", 1, b"x"),
+    "body longer than said": _put_record(7, b"default", 1, b"xyz"),
+    "body shorter than said": _put_record(7, b"default", 9, b"xyz"),
+    "release cut short": HEAD.pack(1, int(Op.RELEASE), 2, 0, 1) + b"\x01\x00",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+def test_a_damaged_record_is_named_by_its_offset(tmp_path: Path, damage: str) -> None:
     wal = Wal.open(tmp_path, durability="never")
     e, _ = wal.recover(T0)
     d = Driver(wal, e)
     d.do(1, C.Put(0, 0, 60, b"fine"))
-    # A frame whose CRC is good but whose PUT record is cut short (a writer bug, not a torn write)
-    wal.log.write_many([struct.pack("<BBQqQ", 1, int(Op.PUT), 2, 0, 2) + b"\x00\x00"])
+    # A frame whose CRC is good but whose record is not (a writer bug, not a torn write): the fast
+    # tail reads records where they lie in the segment, so none of these may read past its own
+    wal.log.write_many([DAMAGED[damage]])
     wal.close()
     wal = Wal.open(tmp_path, durability="never")
     with pytest.raises(WalError, match=r"wal: record at offset 1: "):
         wal.recover(T0)
     wal.close()
+
+
+def test_a_bad_frame_in_a_sealed_segment_of_the_tail_is_refused(tmp_path: Path) -> None:
+    """The tail is read as columns of frame positions: a frame that fails its CRC inside a sealed
+    segment still stops recovery with the error that names the file and the repair command."""
+    wal = Wal.open(tmp_path, durability="never", segment_size=8192, background=False)
+    e, _ = wal.recover(T0)
+    d = Driver(wal, e)
+    d.do(1, C.Put(0, 0, 60, b"before the snapshot"))
+    wal.snapshot(e)
+    for i in range(400):
+        d.do(1, C.Put(0, 0, 60, b"tail %d" % i))
+    wal.close()
+    sealed = sorted((tmp_path / "wal").glob("seg-*.log"))[:-1]
+    assert len(sealed) >= 3
+    seg = sealed[len(sealed) // 2]
+    with open(seg, "r+b") as f:
+        f.seek(2000)
+        byte = f.read(1)
+        f.seek(2000)
+        f.write(bytes([byte[0] ^ 0x01]))
+    wal = Wal.open(tmp_path, durability="never")
+    try:
+        with pytest.raises(LogCorruptError, match="stalkd log repair") as exc:
+            wal.recover(T0)
+        assert exc.value.path == str(seg)
+    finally:
+        wal.close()

@@ -36,6 +36,7 @@ else:
         from stalkd import cyshim as cython
 
 from .active import SPARES_DIR, ZERO_AHEAD
+from .columns import FrameColumns
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
 from .errors import LogError
@@ -44,7 +45,7 @@ from .fs import REAL, FileSystem
 from .group import GROUPS_DIR, ConsumerGroup
 from .lock import lock_dir, unlock_dir
 from .mark import Mark, Marker
-from .reader import ARCHIVE_DIR, ReadPos, SegmentViews, list_segments, read_frames
+from .reader import ARCHIVE_DIR, ReadPos, SegmentViews, list_segments, read_columns, read_frames
 from .recovery import RepairReport, recover
 from .retention import retain
 from .segment import FOOTER_SIZE, HEADER_SIZE, ScanState
@@ -312,6 +313,19 @@ class Log:
         ``resume`` is a position hint, updated as frames are read (consumer groups keep one);
         ``make(offset, timestamp_us, payload)`` builds what is yielded instead of a Frame.
         """
+        stop, segs = self._read_bounds(start, end)
+        return read_frames(self._listing, self._views.get, start, stop, resume, make, segs)
+
+    def read_columns(self, start: int, end: int | None = None, max_rows: int = 1 << 16) -> Iterator[FrameColumns]:
+        """The frames ``read`` yields, as chunks of at most ``max_rows`` consecutive frames of
+        one segment in columns (:mod:`stalkd.log.columns`: positions in the segment's mapping,
+        no object per frame), for readers of every record such as recovery."""
+        stop, segs = self._read_bounds(start, end)
+        return read_columns(self._listing, self._views.get, start, stop, max_rows, segs)
+
+    def _read_bounds(self, start: int, end: int | None) -> tuple[int, list[tuple[int, str, bool]] | None]:
+        """Where a read from ``start`` stops (``end``, at most what is written now), and the
+        segments it reads if the writer knows them."""
         self._check_usable()
         nxt = self._writer.next
         stop = nxt if end is None else min(end, nxt)
@@ -319,7 +333,7 @@ class Log:
         # From the live segments on, the writer's own list stands for the directory's: a reader
         # that follows the end (a standby's stream, each batch) lists nothing.
         segs = [(b, p, False) for b, _, p in bounds] if bounds and start >= bounds[0][0] else None
-        return read_frames(self._listing, self._views.get, start, stop, resume, make, segs)
+        return stop, segs
 
     def frames_after(self, at: ReadPos, max_bytes: int) -> tuple[int, int, memoryview, int] | None:
         """The frames that follow ``at`` (a position a read left: offset ``at.offset`` is the

@@ -18,7 +18,7 @@ from .errors import LogError
 from .frame import Frame
 from .segment import HEADER_SIZE, ScanState, SegmentInfo, SegmentView, parse_segment_name
 
-__all__ = ["LogReader", "ReadPos", "SegmentViews", "list_segments", "read_frames"]
+__all__ = ["LogReader", "ReadPos", "SegmentViews", "list_segments", "read_columns", "read_frames"]
 
 ARCHIVE_DIR = "archive"
 
@@ -103,6 +103,44 @@ def read_frames(
     segments as ``listing`` would give them, known already (``listing`` is still asked when one
     of them has gone meanwhile).
     """
+    st = ScanState(HEADER_SIZE, 0)
+    for offset, view in _segments_read(listing, get_view, start, end, segs, st):
+        base = view.base
+        hint = None
+        if resume is not None and resume.base == base and resume.offset <= offset:
+            hint = (resume.offset, resume.pos)
+        for frame in view.frames(offset, end, hint, st, make):
+            if resume is not None:
+                resume.base, resume.offset, resume.pos = base, st.offset, st.pos
+            yield frame
+
+
+def read_columns(
+    listing: Callable[[], list[tuple[int, str, bool]]],
+    get_view: ViewGetter,
+    start: int,
+    end: int | None,
+    max_rows: int,
+    segs: list[tuple[int, str, bool]] | None = None,
+) -> Iterator[FrameColumns]:
+    """The frames ``read_frames`` yields (same bounds, checks and errors), as chunks of at most
+    ``max_rows`` consecutive frames of one segment in columns (:mod:`stalkd.log.columns`): no
+    Python object per frame, for readers of every record (recovery's WAL tail)."""
+    st = ScanState(HEADER_SIZE, 0)
+    for offset, view in _segments_read(listing, get_view, start, end, segs, st):
+        yield from segment_columns(view, offset, end, max_rows, st)
+
+
+def _segments_read(
+    listing: Callable[[], list[tuple[int, str, bool]]],
+    get_view: ViewGetter,
+    start: int,
+    end: int | None,
+    segs: list[tuple[int, str, bool]] | None,
+    st: ScanState,
+) -> Iterator[tuple[int, SegmentView]]:
+    """(first offset to read, view) of each segment a read from ``start`` to ``end`` crosses,
+    in order; the caller scans each with ``st``, which says where that scan ended."""
     if segs is None:
         segs = listing()
     if not segs or (end is not None and start >= end):
@@ -123,14 +161,8 @@ def read_frames(
             if base not in again:
                 continue
             view = get_view(base, *again[base])
-        hint = None
-        if resume is not None and resume.base == base and resume.offset <= offset:
-            hint = (resume.offset, resume.pos)
-        st = ScanState(HEADER_SIZE, base)
-        for frame in view.frames(offset, end, hint, st, make):
-            if resume is not None:
-                resume.base, resume.offset, resume.pos = base, st.offset, st.pos
-            yield frame
+        st.offset = base  # nothing read yet
+        yield offset, view
         offset = max(offset, st.offset)
         if view.footer is None:
             view.footer = view.read_footer()  # sealed while we read it?

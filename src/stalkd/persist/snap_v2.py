@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op, Record
-from stalkd.engine.objects import URGENT_THRESHOLD, Job, new_jobs
+from stalkd.engine.objects import Job
 from stalkd.persist.snapfile import BLOCK, Buf, SnapshotError, SnapshotHeader, blocks, install
+from stalkd.persist.snapjobs import block_jobs
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
@@ -45,7 +46,6 @@ _U32 = struct.Struct("<I")
 _ROW = struct.Struct("<IIIIII")
 _PER_JOB = 8 + 4 * 4 + 8 + 8  # fixed column bytes per job
 _STATES = {1: JobState.READY, 3: JobState.BURIED, 4: JobState.DELAYED}
-_URGENT = URGENT_THRESHOLD
 
 
 class Columns(NamedTuple):
@@ -168,19 +168,18 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
             lists[t] = ([], [], [], [])
         rk, rj, dk, dj = lists[t]
         ids, st = c.ids, c.state
-        bodies = _bodies(buf, c)
-        js = new_jobs(ids, t, c.pris, c.delays, c.ttrs, bodies, st, c.created)
+        size = sum(c.lens)
+        js = block_jobs(t, st, ids, c.pris, c.delays, c.ttrs, c.lens, c.created,
+                        buf[c.body_start : c.body_start + size], rk if st is READY else None)  # fmt: skip
         jobs.update(ids, js)
-        body_bytes += sum(c.lens)
+        body_bytes += size
         for i, res, tos, rel, bur, kic in c.counters:
             j = js[i]
             j.reserves, j.timeouts, j.releases, j.buries, j.kicks = res, tos, rel, bur, kic
         if c.seq > start_seq:
             fresh.update(dict.fromkeys(ids, c.seq))
-        if st is READY:
-            rk.extend(map(pack, c.pris, ids))  # the columns have one entry per job
+        if st is READY:  # block_jobs added their keys and urgent count
             rj.extend(js)
-            t.urgent += sum(map(_URGENT.__gt__, c.pris))
             continue
         for j, d in zip(js, c.deadlines, strict=True):
             j.deadline_us = d

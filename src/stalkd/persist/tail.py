@@ -24,27 +24,46 @@ from typing import TYPE_CHECKING
 
 from stalkd.engine.heap import pack
 from stalkd.engine.model import BURY as _BURY
+from stalkd.engine.model import (
+    BURY_FIELDS,
+    HEAD_FIELDS,
+    HEADER_SIZE,
+    PUT_FIELDS,
+    RELEASE_FIELDS,
+    JobState,
+    Op,
+    RecordFormatError,
+    decode,
+)
 from stalkd.engine.model import HEAD as _HEAD
-from stalkd.engine.model import HEADER_SIZE, JobState, Op, RecordFormatError, decode
 from stalkd.engine.model import PUT as _PUT
 from stalkd.engine.model import RELEASE as _RELEASE
 from stalkd.engine.model import U32 as _U32
 from stalkd.engine.objects import URGENT_THRESHOLD, Job
 from stalkd.engine.replay import ReplayError, replay
+from stalkd.log.frame import FRAME_HEADER_SIZE, LENGTH_AT
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
     from stalkd.engine.engine import Engine
     from stalkd.engine.objects import Tube
-    from stalkd.log.frame import Frame
+    from stalkd.log.columns import FrameColumns
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["TailError", "replay_tail"]
 
+_WINDOW = 1 << 23  # bytes of a segment the tail copies at a time (at least one whole frame)
 _C_PUT, _C_DELETE, _C_RELEASE, _C_BURY, _C_KICK = int(Op.PUT), int(Op.DELETE), int(Op.RELEASE), int(Op.BURY), int(Op.KICK)
 _C_TOUCH, _C_RESERVE, _C_TIMEOUT = int(Op.TOUCH), int(Op.RESERVE), int(Op.TIMEOUT)
 _GENERAL = frozenset({Op.PAUSE, Op.JOB, Op.RESULT, Op.EPOCH})  # the ops left to decode() and replay()
 _C_RESULT = int(Op.RESULT)  # a result is not part of its job's snapshot entry: never skipped by its stamp
-_NO_EFFECT = frozenset({_C_TOUCH})
-_MOVES = frozenset({_C_RELEASE, _C_BURY, _C_KICK, _C_DELETE})
+# The sizes the loop adds up, as module constants (compiled: C integers, tail.pxd).
+_FRAME_HEAD, _LEN_AT, _REC_HEAD = FRAME_HEADER_SIZE, LENGTH_AT, HEADER_SIZE
+_PUT_SIZE, _RELEASE_SIZE, _BURY_SIZE = _PUT.size, _RELEASE.size, _BURY.size
 READY, DELAYED, BURIED = JobState.READY, JobState.DELAYED, JobState.BURIED
 
 
@@ -52,10 +71,115 @@ class TailError(ValueError):
     """A WAL record that cannot be decoded (the message names its log offset)."""
 
 
-def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[int, int]) -> int:
-    """Apply the frames' records to ``e`` (recovered from a snapshot that starts at
-    ``start_seq``; ``fresh``: {job id: copy seq} of its jobs copied late). Returns how many
-    records were applied. Call ``replay.finish`` next.
+def _field_at(fields: tuple[tuple[str, str], ...], name: str, start: int = 0) -> int:
+    """Where field ``name`` of a layout (model's field tables) lies, the layout starting at ``start``.
+
+    >>> _field_at(HEAD_FIELDS, "seq"), _field_at(PUT_FIELDS, "tube_len", HEADER_SIZE)
+    (2, 46)
+    """
+    codes = "<"
+    for n, code in fields:
+        if n == name:
+            return start + struct.calcsize(codes)
+        codes += code
+    raise KeyError(name)
+
+
+# Compiled, _Fields reads these fields with C loads of these widths: a layout that changes them
+# must change _Fields too (the import refuses to run otherwise).
+_READ_AS = (
+    (HEAD_FIELDS, (("version", "B"), ("op", "B"), ("seq", "Q"), ("time_us", "q"), ("job_id", "Q"))),
+    (PUT_FIELDS, (("pri", "I"), ("delay", "I"), ("ttr", "I"), ("deadline_us", "q"), ("tube_len", "H"))),
+    (RELEASE_FIELDS, (("pri", "I"), ("delay", "I"), ("deadline_us", "q"))),
+    (BURY_FIELDS, (("pri", "I"),)),
+)
+if any(table != expected for table, expected in _READ_AS):  # pragma: no cover - a format change
+    raise ImportError("persist/tail.py's _Fields reads an older record layout than engine/model.py's")
+_OP_AT = _field_at(HEAD_FIELDS, "op")
+_SEQ_AT = _field_at(HEAD_FIELDS, "seq")
+_TIME_AT = _field_at(HEAD_FIELDS, "time_us")
+_JID_AT = _field_at(HEAD_FIELDS, "job_id")
+_PRI_AT = _field_at(PUT_FIELDS, "pri")
+_DELAY_AT = _field_at(PUT_FIELDS, "delay")
+_TTR_AT = _field_at(PUT_FIELDS, "ttr")
+_DEADLINE_AT = _field_at(PUT_FIELDS, "deadline_us")
+_TLEN_AT = _field_at(PUT_FIELDS, "tube_len")
+_R_DELAY_AT = _field_at(RELEASE_FIELDS, "delay")
+_R_DEADLINE_AT = _field_at(RELEASE_FIELDS, "deadline_us")
+
+
+def _le(s: bytes, at: int, size: int) -> int:
+    """The unsigned little-endian integer of ``size`` bytes at ``s[at]`` (compiled: from a C pointer)."""
+    v = 0
+    for k in range(size):
+        v |= cython.cast(cython.ulonglong, s[at + k]) << (8 * k)
+    return v
+
+
+@cython.cclass
+class _Fields:
+    """The fixed fields of one record, read where it lies in a chunk's bytes: compiled, C loads
+    into C fields (no tuple or int object per field); uncompiled, the layouts' structs."""
+
+    def __init__(self) -> None:
+        self.version = self.code = 0
+        self.seq = self.time_us = self.jid = 0
+        self.pri = self.delay = self.ttr = self.deadline = self.tlen = 0
+
+    def head(self, raw: bytes, at: int) -> None:
+        """The header of the record at ``raw[at]``."""
+        if not cython.compiled:
+            self.version, self.code, self.seq, self.time_us, self.jid = _HEAD.unpack_from(raw, at)
+            return
+        s = raw
+        self.version = s[at]
+        self.code = s[at + _OP_AT]
+        self.seq = _le(s, at + _SEQ_AT, 8)
+        self.time_us = cython.cast(cython.longlong, _le(s, at + _TIME_AT, 8))
+        self.jid = _le(s, at + _JID_AT, 8)
+
+    def put(self, raw: bytes, at: int) -> None:
+        """A PUT's fields at ``raw[at]`` (after its header)."""
+        if not cython.compiled:
+            self.pri, self.delay, self.ttr, self.deadline, self.tlen = _PUT.unpack_from(raw, at)
+            return
+        s = raw
+        self.pri = _le(s, at + _PRI_AT, 4)
+        self.delay = _le(s, at + _DELAY_AT, 4)
+        self.ttr = _le(s, at + _TTR_AT, 4)
+        self.deadline = cython.cast(cython.longlong, _le(s, at + _DEADLINE_AT, 8))
+        self.tlen = _le(s, at + _TLEN_AT, 2)
+
+    def release(self, raw: bytes, at: int) -> None:
+        """A RELEASE's fields at ``raw[at]`` (after its header)."""
+        if not cython.compiled:
+            self.pri, self.delay, self.deadline = _RELEASE.unpack_from(raw, at)
+            return
+        s = raw
+        self.pri = _le(s, at, 4)
+        self.delay = _le(s, at + _R_DELAY_AT, 4)
+        self.deadline = cython.cast(cython.longlong, _le(s, at + _R_DEADLINE_AT, 8))
+
+    def bury(self, raw: bytes, at: int) -> None:
+        """A BURY's priority at ``raw[at]`` (after its header)."""
+        if not cython.compiled:
+            (self.pri,) = _BURY.unpack_from(raw, at)
+            return
+        self.pri = _le(raw, at, 4)
+
+
+def _u32(raw: bytes, at: int) -> int:
+    """The u32 at ``raw[at]`` (a frame's payload length, a body's length)."""
+    if not cython.compiled:
+        return int(_U32.unpack_from(raw, at)[0])
+    return _le(raw, at, 4)
+
+
+def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh: dict[int, int]) -> int:
+    """Apply the records of the frames ``chunks`` describe (``Log.read_columns``: each frame's
+    position in its segment's mapping, read there, with no object per frame) to ``e``
+    (recovered from a snapshot that starts at ``start_seq``; ``fresh``: {job id: copy seq} of its
+    jobs copied late). Returns how many records were applied. Call ``replay.finish`` next.
     """
     jobs = e.jobs
     # Jobs put in the tail go into a plain dict first, and into the job table in one bulk
@@ -64,121 +188,155 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
     added: dict[int, Job] = {}
     floor = e.next_id
     j: Job | None
-    loose: set[int] = set()  # jobs in no container: placed at the end
+    # Jobs taken out of their container (or flushed from ``added`` unplaced): placed at the end,
+    # with ``added``'s own jobs, which never had a container.
+    loose: set[int] = set()
     tubes: dict[bytes, Tube] = {}
-    head = _HEAD.unpack_from
+    f = _Fields()
+    first_seq = start_seq
     seq_max = e.seq
     next_id = e.next_id
     body_bytes = 0
     applied = 0
-    for frame in frames:
-        p = frame.payload
-        try:
-            if len(p) < HEADER_SIZE or p[0] != 1:
-                raise ValueError("not a version-1 record")  # the general path decides
-            _, code, seq, time_us, jid = head(p, 0)
-            if seq <= start_seq:
-                continue
-            if fresh:
-                stamp = fresh.get(jid)
-                if stamp is not None and seq <= stamp and code != _C_RESULT:
+    for chunk in chunks:
+        buf = chunk.buf
+        positions = chunk.positions
+        # The frames are read from a copy of the segment a window at a time, in place (compiled,
+        # through a C pointer: each field a load, each body one bytes object); ``raw`` holds the
+        # segment's bytes from ``lo``.
+        lo = 0
+        raw = b""
+        for i in range(len(positions)):
+            pos = positions[i]
+            if pos + _FRAME_HEAD > lo + len(raw):
+                lo, raw = pos, _window(buf, pos, 0)
+            n = _u32(raw, pos - lo + _LEN_AT)
+            if pos + _FRAME_HEAD + n > lo + len(raw):  # a payload longer than the window left
+                lo, raw = pos, _window(buf, pos, n)
+            # A record's payload starts after its frame's header and is ``n`` bytes long; every
+            # read below stays inside it.
+            at = pos - lo + _FRAME_HEAD
+            end = at + n
+            try:
+                if n < _REC_HEAD:
+                    raise ValueError("shorter than a record header")  # the general path decides
+                f.head(raw, at)
+                if f.version != 1:
+                    raise ValueError("not a version-1 record")
+                seq = f.seq
+                if seq <= first_seq:
                     continue
-            if code == _C_PUT:
-                pri, delay, ttr, deadline, tlen = _PUT.unpack_from(p, HEADER_SIZE)
-                t0 = HEADER_SIZE + _PUT.size
-                b0 = t0 + tlen
-                (blen,) = _U32.unpack_from(p, b0)
-                if b0 + 4 + blen != len(p):
-                    raise ValueError("body length does not match the record")
-                tb = bytes(p[t0:b0])
-                t = tubes.get(tb)
-                if t is None:
-                    t = tubes[tb] = e._tube(tb.decode("ascii"))
-                if jid in added or ((jid < floor or floor < 0) and jid in jobs):
-                    raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
-                new = Job(jid, t, pri, delay, ttr, bytes(p[b0 + 4 :]), READY, time_us)
-                if deadline:
-                    new.state = DELAYED
-                    new.deadline_us = deadline
-                added[jid] = new
-                loose.add(jid)
-                body_bytes += blen
-                if jid >= next_id:
-                    next_id = jid + 1
-            elif code in _MOVES:
-                if code == _C_RELEASE:
-                    pri, delay, deadline = _RELEASE.unpack_from(p, HEADER_SIZE)
-                elif code == _C_BURY:
-                    (pri,) = _BURY.unpack_from(p, HEADER_SIZE)
-                j = added.get(jid)
-                if j is None:
-                    j = jobs.get(jid)
-                if j is not None:
-                    if jid not in loose:
-                        e._detach(j)
-                        loose.add(jid)
+                code = f.code
+                jid = f.jid
+                if fresh:
+                    stamp = fresh.get(jid)
+                    if stamp is not None and seq <= stamp and code != _C_RESULT:
+                        continue
+                if code == _C_PUT:
+                    t0 = at + _REC_HEAD + _PUT_SIZE
+                    if t0 > end:
+                        raise ValueError("PUT record too short")
+                    f.put(raw, at + _REC_HEAD)
+                    b0 = t0 + f.tlen
+                    if b0 + 4 > end:
+                        raise ValueError("tube name runs past the end of the record")
+                    blen = _u32(raw, b0)
+                    if b0 + 4 + blen != end:
+                        raise ValueError("body length does not match the record")
+                    tb = raw[t0:b0]
+                    t = tubes.get(tb)
+                    if t is None:
+                        t = tubes[tb] = e._tube(tb.decode("ascii"))
+                    if jid in added or ((jid < floor or floor < 0) and jid in jobs):
+                        raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
+                    new = Job(jid, t, f.pri, f.delay, f.ttr, raw[b0 + 4 : end], READY, f.time_us)
+                    if f.deadline:
+                        new.state = DELAYED
+                        new.deadline_us = f.deadline
+                    added[jid] = new
+                    body_bytes += blen
+                    if jid >= next_id:
+                        next_id = jid + 1
+                elif code in (_C_RELEASE, _C_BURY, _C_KICK, _C_DELETE):
                     if code == _C_RELEASE:
-                        j.pri, j.delay = pri, delay
-                        j.releases += 1
-                        j.state, j.deadline_us = (DELAYED, deadline) if deadline else (READY, 0)
+                        if at + _REC_HEAD + _RELEASE_SIZE > end:
+                            raise ValueError("RELEASE record too short")
+                        f.release(raw, at + _REC_HEAD)
                     elif code == _C_BURY:
-                        j.pri = pri
-                        j.buries += 1
-                        j.state, j.deadline_us = BURIED, seq
-                    elif code == _C_KICK:
-                        j.kicks += 1
-                        j.state, j.deadline_us = READY, 0
-                    else:
-                        if added.pop(jid, None) is None:
-                            del jobs[jid]
-                        loose.discard(jid)
-                        body_bytes -= len(j.body)
-            elif code == _C_RESERVE:
-                j = added.get(jid)
-                if j is None:
-                    j = jobs.get(jid)
-                if j is not None:
-                    j.reserves += 1
-                    if j.state is not READY:  # a reserved job comes back ready
-                        if jid not in loose:
+                        if at + _REC_HEAD + _BURY_SIZE > end:
+                            raise ValueError("BURY record too short")
+                        f.bury(raw, at + _REC_HEAD)
+                    j = added.get(jid)
+                    if j is None:
+                        j = jobs.get(jid)
+                        if j is not None and jid not in loose:
                             e._detach(j)
                             loose.add(jid)
-                        j.state, j.deadline_us = READY, 0
-            elif code == _C_TIMEOUT:
-                j = added.get(jid)
-                if j is None:
-                    j = jobs.get(jid)
-                if j is not None:
-                    j.timeouts += 1
-            elif code not in _NO_EFFECT:
-                raise ValueError("an op the general path handles")
-        except (ValueError, struct.error, UnicodeDecodeError) as exc:
-            if isinstance(exc, ReplayError):
-                raise
-            # PAUSE, JOB, unknown ops, other versions, or a damaged record: decode() decides.
-            try:
-                r = decode(p)
-            except RecordFormatError as bad:
-                raise TailError(f"record at offset {frame.offset}: {bad}") from bad
-            if r.seq <= start_seq or r.op is Op.UNKNOWN:
+                    if j is not None:
+                        if code == _C_RELEASE:
+                            j.pri, j.delay = f.pri, f.delay
+                            j.releases += 1
+                            j.state, j.deadline_us = (DELAYED, f.deadline) if f.deadline else (READY, 0)
+                        elif code == _C_BURY:
+                            j.pri = f.pri
+                            j.buries += 1
+                            j.state, j.deadline_us = BURIED, seq
+                        elif code == _C_KICK:
+                            j.kicks += 1
+                            j.state, j.deadline_us = READY, 0
+                        else:
+                            if added.pop(jid, None) is None:
+                                del jobs[jid]
+                            loose.discard(jid)
+                            body_bytes -= len(j.body)
+                elif code == _C_RESERVE:
+                    j = added.get(jid)
+                    in_table = j is None  # so maybe in a container
+                    if in_table:
+                        j = jobs.get(jid)
+                    if j is not None:
+                        j.reserves += 1
+                        if j.state is not READY:  # a reserved job comes back ready
+                            if in_table and jid not in loose:
+                                e._detach(j)
+                                loose.add(jid)
+                            j.state, j.deadline_us = READY, 0
+                elif code == _C_TIMEOUT:
+                    j = added.get(jid)
+                    if j is None:
+                        j = jobs.get(jid)
+                    if j is not None:
+                        j.timeouts += 1
+                elif code != _C_TOUCH:  # a TOUCH changes nothing durable
+                    raise ValueError("an op the general path handles")
+            except (ValueError, struct.error, UnicodeDecodeError) as exc:
+                if isinstance(exc, ReplayError):
+                    raise
+                # PAUSE, JOB, unknown ops, other versions, or a damaged record: decode() decides.
+                try:
+                    r = decode(raw[at:end])
+                except RecordFormatError as bad:
+                    raise TailError(f"record at offset {chunk.first_offset + i}: {bad}") from bad
+                if r.seq <= start_seq or r.op is Op.UNKNOWN:
+                    continue
+                stamp = fresh.get(r.job_id)
+                if stamp is not None and r.seq <= stamp and r.op is not Op.RESULT:
+                    continue
+                if r.op not in _GENERAL:  # pragma: no cover - a fast-path bug
+                    raise TailError(f"record at offset {chunk.first_offset + i}: {r.op.name} was not replayed") from exc
+                e.seq, e.next_id = max(e.seq, seq_max), max(e.next_id, next_id)
+                if added:  # replay() reads and writes the table: it must hold them all
+                    jobs.update(list(added), list(added.values()))
+                    loose.update(added)
+                    added.clear()
+                floor = -1  # it may have put a job with any id
+                replay(e, r)
+                seq_max, next_id = e.seq, e.next_id
+                applied += 1
                 continue
-            stamp = fresh.get(r.job_id)
-            if stamp is not None and r.seq <= stamp and r.op is not Op.RESULT:
-                continue
-            if r.op not in _GENERAL:  # pragma: no cover - a fast-path bug
-                raise TailError(f"record at offset {frame.offset}: {r.op.name} was not replayed") from exc
-            e.seq, e.next_id = max(e.seq, seq_max), max(e.next_id, next_id)
-            if added:  # replay() reads and writes the table: it must hold them all
-                jobs.update(list(added), list(added.values()))
-                added.clear()
-            floor = -1  # it may have put a job with any id
-            replay(e, r)
-            seq_max, next_id = e.seq, e.next_id
+            if seq > seq_max:
+                seq_max = seq
             applied += 1
-            continue
-        if seq > seq_max:
-            seq_max = seq
-        applied += 1
     jobs.update(list(added), list(added.values()))
     e.seq = seq_max
     e.next_id = next_id
@@ -187,32 +345,43 @@ def replay_tail(e: Engine, frames: Iterable[Frame], start_seq: int, fresh: dict[
     return applied
 
 
+def _window(buf: memoryview, pos: int, n: int) -> bytes:
+    """A copy of the segment ``buf`` from the frame at ``pos``, whose payload is ``n`` bytes (0:
+    not known yet): ``_WINDOW`` bytes, or that whole frame if longer, so memory stays bounded
+    whatever the segment and chunk sizes."""
+    return bytes(buf[pos : min(len(buf), max(pos + _FRAME_HEAD + n, pos + _WINDOW))])
+
+
 def _place(e: Engine, loose: set[int], added: dict[int, Job]) -> None:
-    """Put every job that left its container (or never had one) where its state says
-    (``added``: the tail's new jobs, also in the table, read from this plain dict first)."""
+    """Put every job that left its container (``loose``) or never had one (``added``: the tail's
+    new jobs, also in the table) where its state says."""
     jobs = e.jobs
     # per tube: ready keys, ready jobs, delay keys, delayed jobs
     lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]] = {}
+    for j in added.values():
+        _sort_out(lists, j)
     for jid in loose:
-        j = added.get(jid)
-        if j is None:
-            j = jobs[jid]
-        t = j.tube
-        tl = lists.get(t)
-        if tl is None:
-            tl = lists[t] = ([], [], [], [])
-        st = j.state
-        if st is READY:
-            tl[0].append(pack(j.pri, jid))
-            tl[1].append(j)
-            if j.pri < URGENT_THRESHOLD:
-                t.urgent += 1
-        elif st is DELAYED:
-            tl[2].append(pack(j.deadline_us, jid))
-            tl[3].append(j)
-        else:
-            t.buried[jid] = j  # replay.finish orders the FIFO by bury seq
+        _sort_out(lists, jobs[jid])
     for t, (rk, rj, dk, dj) in lists.items():
         t.ready.add_many(rk, rj)
         t.delayed.add_many(dk, dj)
         e._retime_tube(t)
+
+
+def _sort_out(lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]], j: Job) -> None:
+    """Add ``j`` to its tube's lists (ready or delayed key and job), or its buried FIFO."""
+    t = j.tube
+    tl = lists.get(t)
+    if tl is None:
+        tl = lists[t] = ([], [], [], [])
+    st = j.state
+    if st is READY:
+        tl[0].append(pack(j.pri, j.id))
+        tl[1].append(j)
+        if j.pri < URGENT_THRESHOLD:
+            t.urgent += 1
+    elif st is DELAYED:
+        tl[2].append(pack(j.deadline_us, j.id))
+        tl[3].append(j)
+    else:
+        t.buried[j.id] = j  # replay.finish orders the FIFO by bury seq

@@ -122,7 +122,7 @@ def _replay(
         e.next_id = max(e.next_id, header.next_id)
     t_snap = time.perf_counter() - t_snap
     try:
-        replayed = replay_tail(e, log.read(need), start_seq, fresh)
+        replayed = replay_tail(e, log.read_columns(need), start_seq, fresh)
     except TailError as exc:
         raise WalError(f"{log.path}: {exc}") from exc
     finish(e)
