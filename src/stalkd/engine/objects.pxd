@@ -18,6 +18,9 @@ cdef class Job(HeapItem):
     cdef public Tube tube
     cdef public ConnState owner
 
+cpdef Job new_job(object id, Tube tube, object pri, object delay, object ttr, object body, object state,
+                  object created_us)
+
 
 cdef class Tube(HeapItem):
     cdef public object name, serial, buried, waiting, pause_until_us, pause_secs
