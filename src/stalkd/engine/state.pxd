@@ -26,7 +26,8 @@ cdef class EngineState:
     cdef public long long seq, total_jobs, body_bytes
     cdef public Py_ssize_t step_jobs, _budget
     cdef public object _pending, _now, _due, _clock, _caller, _own, _room, _wait_serial
-    cdef public dict conns, cmd
+    cdef public dict conns
+    cdef long long[::1] _counts  # the cmd-* counters (state.py)
     cdef public JobTable jobs
     cdef public list _records, _wakeups
     cdef public set _dirty

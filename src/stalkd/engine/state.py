@@ -18,8 +18,9 @@ NOT_FOUND for being held by nobody).
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
@@ -47,7 +48,7 @@ else:
     except ModuleNotFoundError:  # uncompiled, and Cython is not installed
         from stalkd import cyshim as cython
 
-__all__ = ["EngineError", "EngineState", "Outcome", "STEP_JOBS"]
+__all__ = ["EngineError", "EngineState", "Outcome", "STEP_JOBS", "counter_slot"]
 
 STEP_JOBS = 256
 """Jobs one engine step may move in bulk (delays and TTRs expiring, a kick): work that grows
@@ -63,6 +64,18 @@ _OP_RESERVE = Op.RESERVE
 
 class EngineError(ValueError):
     """The caller broke the engine's contract (unknown connection, command while waiting, ...)."""
+
+
+_COUNTER_SLOTS = {k: i for i, k in enumerate(COUNTERS)}
+
+
+def counter_slot(key: str) -> int:
+    """Where the counter ``key`` (a ``COUNTERS`` key) is kept in an engine's counts.
+
+    >>> counter_slot("cmd-put")
+    0
+    """
+    return _COUNTER_SLOTS[key]
 
 
 @cython.freelist(8)  # one is built per step: compiled, those let go are reused
@@ -97,7 +110,7 @@ class EngineState:
     # hash look-up. The rest of the engine's attributes stay in ``__dict__``.
     __slots__ = (
         "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
-        "cmd", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
+        "_counts", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
         "_now", "_due", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
         "__weakref__",
     )  # fmt: skip
@@ -115,7 +128,9 @@ class EngineState:
         self.next_id = 1
         self.seq = 0  # last record sequence number handed out
         self.draining = False
-        self.cmd: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        # The cmd-* counters, one per COUNTERS key in its order (compiled: C integers, so the
+        # count a command adds is one C increment; command_counts reads them by key).
+        self._counts = array("q", [0]) * len(COUNTERS)
         self.job_timeouts = 0
         self.total_jobs = 0
         self.total_connections = 0
@@ -143,6 +158,22 @@ class EngineState:
         self._own: C.AnyReply | None = None
         self._room: Room | None = None  # Engine.room: where durable records get their WAL room
         self._tube("default")
+
+    def command_counts(self) -> dict[str, int]:
+        """The per-command counters by key (``cmd-put``: the puts applied so far), a copy.
+
+        >>> e = EngineState(); e.set_command_counts({"cmd-put": 3}); e.command_counts()["cmd-put"]
+        3
+        """
+        counts = self._counts
+        return {k: counts[i] for i, k in enumerate(COUNTERS)}
+
+    def set_command_counts(self, counts: Mapping[str, int]) -> None:
+        """Set the counters ``counts`` names (KeyError for a key that is no counter): a standby
+        carries its clients' counts over a copy of its primary's state swapped in."""
+        slots = [(counter_slot(k), n) for k, n in counts.items()]  # every key checked first
+        for i, n in slots:
+            self._counts[i] = n
 
     def _rec(self, op: Op, job_id: int) -> None:
         """Record a change with no fields beyond the header (DELETE, RESERVE, TOUCH, ...)."""
