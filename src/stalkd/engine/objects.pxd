@@ -35,7 +35,7 @@ cdef class Tube(HeapItem):
 
 
 cdef class ConnState(HeapItem):
-    cdef public object id, watch, wait_until_us, wait_seq, kick, release
+    cdef public object id, watch, wait_until_us, wait_seq, kick, release, timer_at
     cdef public IndexedHeap reserved
     cdef public Tube use
     cdef public bint waiting, producer, worker, half_closed

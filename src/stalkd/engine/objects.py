@@ -244,7 +244,7 @@ class ConnState(HeapItem):
 
     __slots__ = (
         "id", "use", "watch", "reserved", "waiting", "wait_until_us", "wait_seq",
-        "producer", "worker", "half_closed", "kick", "release",
+        "producer", "worker", "half_closed", "kick", "release", "timer_at",
     )  # fmt: skip
 
     def __init__(self, conn_id: int, default: Tube) -> None:
@@ -259,6 +259,7 @@ class ConnState(HeapItem):
         self.worker = False
         self.half_closed = False
         self.hpos = -1  # position in the engine's connection-timer heap
+        self.timer_at: int | None = None  # while in that heap, the instant its key was made of
         # A kick in progress, done a step at a time: [tube, buried?, jobs left, jobs kicked].
         self.kick: list[Any] | None = None
         # Set once the connection is gone while its reserved jobs go back to ready in steps.

@@ -6,9 +6,10 @@ connection's reserved heap), create and free tubes, and keep the timer heaps in 
 The commands (``engine.py``), timers (``timers.py``) and queries (``queries.py``) build on it.
 
 Ensures, after each method: a job's ``state`` names the one container holding it (job.py); a
-tube or connection is in its timer heap exactly when it has a timer, keyed by that instant
-(``_retime_tube``/``_retime_conn`` are called after every change that can move one); a tube
-with waiters that gained a ready job is in ``_dirty`` (to be served before the step ends);
+tube or connection is in its timer heap exactly when it has a timer, keyed by that instant (a
+connection's is also its ``timer_at``; ``_retime_tube``/``_retime_conn`` are called after every
+change that can move one); a tube with waiters that gained a ready job is in ``_dirty`` (to be
+served before the step ends);
 a tube is freed exactly when beanstalkd would (no jobs, users or watchers; never ``default``);
 a connection that hangs up leaves ``conns`` at once, and its reserved jobs go back to ready, then
 the tubes it watched are let go, at most a step's budget at a time, jobs most urgent first
@@ -215,11 +216,15 @@ class EngineState:
             if c.hpos >= 0:
                 self._conn_timers.remove(c)
             return
-        key = pack(when, c.id)
+        # Most changes leave the instant as it was (a job reserved or deleted below the soonest
+        # deadline, or beside it with the same one): then no key is packed.
+        if c.hpos >= 0 and when == c.timer_at:
+            return
+        c.timer_at = when
         if c.hpos < 0:
-            self._conn_timers.push(key, c)
-        elif self._conn_timers.key_of(c) != key:
-            self._conn_timers.update(c, key)
+            self._conn_timers.push(pack(when, c.id), c)
+        else:
+            self._conn_timers.update(c, pack(when, c.id))
 
     # --- tubes and job containers -------------------------------------------------------------
 
