@@ -23,7 +23,7 @@ cpdef Job new_job(object id, Tube tube, object pri, object delay, object ttr, ob
 
 
 cdef class Tube(HeapItem):
-    cdef public object name, serial, buried, waiting, pause_until_us, pause_secs
+    cdef public object name, serial, buried, waiting, pause_until_us, pause_secs, timer_at
     cdef public IndexedHeap ready, delayed
     cdef public long long using, watching, total_jobs, cmd_delete, cmd_pause, urgent, reserved
     cdef public Py_ssize_t slot

@@ -176,7 +176,7 @@ class Tube(HeapItem):
     __slots__ = (
         "name", "serial", "ready", "delayed", "buried", "waiting", "pause_until_us",
         "pause_secs", "using", "watching", "total_jobs", "cmd_delete", "cmd_pause",
-        "urgent", "reserved", "slot",
+        "urgent", "reserved", "slot", "timer_at",
     )  # fmt: skip
 
     def __init__(self, name: str, serial: int) -> None:
@@ -196,6 +196,7 @@ class Tube(HeapItem):
         self.urgent = 0
         self.reserved = 0
         self.hpos = -1  # position in the engine's tube-timer heap
+        self.timer_at: int | None = None  # while in that heap, the instant its key was made of
         self.slot = -1  # position in the engine's creation-ordered tube list
 
     def __repr__(self) -> str:

@@ -6,9 +6,9 @@ connection's reserved heap), create and free tubes, and keep the timer heaps in 
 The commands (``engine.py``), timers (``timers.py``) and queries (``queries.py``) build on it.
 
 Ensures, after each method: a job's ``state`` names the one container holding it (job.py); a
-tube or connection is in its timer heap exactly when it has a timer, keyed by that instant (a
-connection's is also its ``timer_at``; ``_retime_tube``/``_retime_conn`` are called after every
-change that can move one); a tube with waiters that gained a ready job is in ``_dirty`` (to be
+tube or connection is in its timer heap exactly when it has a timer, keyed by that instant
+(also kept in its ``timer_at``; ``_retime_tube``/``_retime_conn`` are called after every change
+that can move one); a tube with waiters that gained a ready job is in ``_dirty`` (to be
 served before the step ends);
 a tube is freed exactly when beanstalkd would (no jobs, users or watchers; never ``default``);
 a connection that hangs up leaves ``conns`` at once, and its reserved jobs go back to ready, then
@@ -205,10 +205,14 @@ class EngineState:
         if when is None:
             if t.hpos >= 0:
                 self._tube_timers.remove(t)
-        elif t.hpos >= 0:
-            self._tube_timers.update(t, pack(when, t.serial))
-        else:
+            return
+        if t.hpos >= 0 and when == t.timer_at:
+            return
+        t.timer_at = when
+        if t.hpos < 0:
             self._tube_timers.push(pack(when, t.serial), t)
+        else:
+            self._tube_timers.update(t, pack(when, t.serial))
 
     def _retime_conn(self, c: ConnState) -> None:
         when = c.timer_us()

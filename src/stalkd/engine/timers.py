@@ -64,14 +64,18 @@ class Timers(EngineState):
         due = self._due
         return self._tube_timers.due(due) or self._conn_timers.due(due)
 
+    @cython.locals(t=Tube, c=ConnState)
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
         if self._pending:
             return self._now / US  # a kick or a hang-up goes on: call tick again at once
-        a = self._tube_timers.peek_key()
-        b = self._conn_timers.peek_key()
+        # The soonest tube and connection: their instants are in timer_at (no key shifted back).
+        t = self._tube_timers.peek()
+        c = self._conn_timers.peek()
+        a = None if t is None else t.timer_at
+        b = None if c is None else c.timer_at
         k = b if a is None else a if b is None else min(a, b)
-        return None if k is None else (k >> 64) / US
+        return None if k is None else k / US
 
     # --- step plumbing ------------------------------------------------------------------------
 
