@@ -18,6 +18,7 @@ cdef class Job(HeapItem):
     cdef public Tube tube
     cdef public ConnState owner
 
+cpdef object to_us(object now)
 cpdef Job new_job(object id, Tube tube, object pri, object delay, object ttr, object body, object state,
                   object created_us)
 

@@ -42,7 +42,7 @@ else:
 
 __all__ = [
     "Job", "new_job", "new_jobs", "Tube", "ConnState", "Release", "URGENT_THRESHOLD", "US", "SAFETY_MARGIN_US",
-    "time_left", "remove_swap_last",
+    "time_left", "to_us", "remove_swap_last",
 ]  # fmt: skip
 
 URGENT_THRESHOLD = 1024  # beanstalkd: a ready job with pri < 1024 is "urgent"
@@ -152,6 +152,30 @@ def new_jobs(
     return list(map(new_job, ids, repeat(tube, n), pris, delays, ttrs, bodies, repeat(state, n), created_us))
 
 
+_EXACT = float(1 << 53)  # doubles below it in magnitude hold every integer exactly
+
+
+@cython.locals(x=cython.double, n=cython.longlong, r=cython.double)
+def to_us(now: float) -> int:
+    """``round(now * US)``: seconds as whole microseconds, a tie to the even one as ``round``
+    does. Compiled, C arithmetic on a double, where ``round`` is a Python call (a method look-up
+    on the float and a bound method); the engine converts each step's time with it.
+
+    >>> to_us(1.5), to_us(0.0000005), to_us(0.0000015), to_us(-0.0000025), to_us(7)
+    (1500000, 0, 2, -2, 7000000)
+    """
+    x = now * US
+    if not -_EXACT < x < _EXACT:  # past 2**53 (and inf, nan): round itself answers or raises
+        return round(now * US)
+    n = int(x)  # toward zero
+    r = x - n
+    if r > 0.5 or (r == 0.5 and n % 2):
+        n += 1
+    elif r < -0.5 or (r == -0.5 and n % 2):
+        n -= 1
+    return n
+
+
 def time_left(deadline_us: int, now_us: int) -> int:
     """Whole seconds until ``deadline_us``, truncated toward zero (as beanstalkd's integer division).
 
@@ -196,7 +220,7 @@ class Tube(HeapItem):
         self.urgent = 0
         self.reserved = 0
         self.hpos = -1  # position in the engine's tube-timer heap
-        self.timer_at: int | None = None  # while in that heap, the instant its key was made of
+        self.timer_at = 0  # while in that heap, the instant its key was made of
         self.slot = -1  # position in the engine's creation-ordered tube list
 
     def __repr__(self) -> str:
@@ -260,7 +284,7 @@ class ConnState(HeapItem):
         self.worker = False
         self.half_closed = False
         self.hpos = -1  # position in the engine's connection-timer heap
-        self.timer_at: int | None = None  # while in that heap, the instant its key was made of
+        self.timer_at = 0  # while in that heap, the instant its key was made of
         # A kick in progress, done a step at a time: [tube, buried?, jobs left, jobs kicked].
         self.kick: list[Any] | None = None
         # Set once the connection is gone while its reserved jobs go back to ready in steps.

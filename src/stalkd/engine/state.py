@@ -112,7 +112,7 @@ class EngineState:
     __slots__ = (
         "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
         "_counts", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
-        "_now", "_due", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
+        "_now", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
         "__weakref__",
     )  # fmt: skip
 
@@ -150,7 +150,6 @@ class EngineState:
         # per-step scratch
         self._budget = step_jobs  # jobs this step may still move in bulk (expiries, kicks)
         self._now = 0  # the step's time in integer microseconds
-        self._due = pack(1, 0)  # timer keys below this are due at _now (IndexedHeap.due)
         self._clock: float | None = None  # the time (seconds) _now was converted from
         self._records: list[Record] = []
         self._wakeups: list[tuple[int, C.AnyReply]] = []
