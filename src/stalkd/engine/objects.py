@@ -152,7 +152,10 @@ def new_jobs(
     return list(map(new_job, ids, repeat(tube, n), pris, delays, ttrs, bodies, repeat(state, n), created_us))
 
 
-_EXACT = float(1 << 53)  # doubles below it in magnitude hold every integer exactly
+# Compiled, C constants: US as a double, and the magnitude below which a double holds every
+# integer exactly.
+_US_F = cython.declare(cython.double, US)
+_EXACT = cython.declare(cython.double, 2.0**53)
 
 
 @cython.locals(x=cython.double, n=cython.longlong, r=cython.double)
@@ -164,7 +167,8 @@ def to_us(now: float) -> int:
     >>> to_us(1.5), to_us(0.0000005), to_us(0.0000015), to_us(-0.0000025), to_us(7)
     (1500000, 0, 2, -2, 7000000)
     """
-    x = now * US
+    x = now
+    x = x * _US_F  # now * US: the same double product
     if not -_EXACT < x < _EXACT:  # past 2**53 (and inf, nan): round itself answers or raises
         return round(now * US)
     n = int(x)  # toward zero
