@@ -125,10 +125,6 @@ class IndexedHeap:
     def peek_key(self) -> int | None:
         return self._keys[0] if self._n else None
 
-    def key_of(self, item: Any) -> int:
-        i: int = item.hpos
-        return self._keys[i]
-
     @cython.locals(keys=list, items=list, it=HeapItem, n=cython.Py_ssize_t)
     def push(self, key: int, item: Any) -> None:
         keys, items = self._keys, self._items
