@@ -472,6 +472,26 @@ def test_stats_counts_fresh_and_after_work() -> None:
     assert (s["cmd-put"], s["cmd-reserve"], s["total-jobs"]) == (3, 3, 3)
 
 
+def test_command_counts_are_read_and_set_by_key_as_a_standby_carries_them_over_a_clear() -> None:
+    h = Harness()
+    h.do(1, Put(0, 0, 5, b"a"))
+    h.do(1, Put(0, 0, 5, b"b"))
+    h.do(2, Reserve())
+    h.do(2, Delete(1))
+    h.do(2, Delete(1))  # NOT_FOUND still counts, as in beanstalkd
+    h.do(1, Quit())  # quit has no counter
+    counts = h.e.command_counts()
+    assert (counts["cmd-put"], counts["cmd-reserve"], counts["cmd-delete"], counts["cmd-stats"]) == (2, 1, 2, 0)
+    h.e.clear()
+    assert set(h.e.command_counts().values()) == {0}
+    h.e.set_command_counts(counts)
+    s = yaml_of(h.do(1, Stats()))
+    assert (s["cmd-put"], s["cmd-reserve"], s["cmd-delete"], s["cmd-stats"]) == (2, 1, 2, 1)
+    with pytest.raises(KeyError, match="cmd-nothing"):
+        h.e.set_command_counts({"cmd-put": 9, "cmd-nothing": 1})
+    assert h.e.command_counts()["cmd-put"] == 2  # a refused set changes nothing
+
+
 def test_half_close_times_out_a_waiting_reserve() -> None:
     h = Harness()
     h.ensure(1)

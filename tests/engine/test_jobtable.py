@@ -68,3 +68,13 @@ def test_the_newest_chunk_stays_while_empty_and_goes_when_a_newer_one_comes() ->
     assert len(t._chunks) == 1 and list(t) == [CHUNK + 1]
     t[2 * CHUNK + 1] = "c"  # the one before it holds a job: it stays
     assert len(t._chunks) == 2 and list(t) == [CHUNK + 1, 2 * CHUNK + 1]
+
+
+def test_a_chunk_holds_the_ids_of_one_chunk_size_run() -> None:
+    t = JobTable()
+    for jid in (0, CHUNK - 1, CHUNK, 2 * CHUNK - 1, 2 * CHUNK, 5):
+        t[jid] = jid
+    assert {k: sorted(c) for k, c in t._chunks.items()} == {
+        0: [0, 5, CHUNK - 1], 1: [CHUNK, 2 * CHUNK - 1], 2: [2 * CHUNK]}
+    t.update([3 * CHUNK - 2, 3 * CHUNK - 1, 3 * CHUNK], ["a", "b", "c"])  # one run across a boundary
+    assert sorted(t._chunks[2]) == [2 * CHUNK, 3 * CHUNK - 2, 3 * CHUNK - 1] and list(t._chunks[3]) == [3 * CHUNK]

@@ -212,7 +212,8 @@ class Reading:
         eng = server.engine
         self.tubes: list[TubeRow] = []
         self.tube_count = len(eng.tube_order)
-        self.commands = [(k[4:], eng.cmd[k]) for k in CMD_KEYS]
+        counts = eng.command_counts()
+        self.commands = [(k[4:], counts[k]) for k in CMD_KEYS]
         self.timeouts = eng.job_timeouts
         self.body_bytes = eng.body_bytes
         self.connections = len(server.conns)

@@ -29,9 +29,9 @@ from stalkd.engine.model import Op
 from stalkd.engine.objects import US, ConnState, Job, remove_swap_last
 from stalkd.engine.results import Results
 from stalkd.engine.room import Handler, Room, guarded
-from stalkd.engine.state import STEP_JOBS, EngineError, Outcome
+from stalkd.engine.state import STEP_JOBS, EngineError, Outcome, counter_slot
 from stalkd.protocol import commands as C
-from stalkd.protocol.grammar import COMMANDS
+from stalkd.protocol.grammar import COMMANDS, CommandSpec
 
 if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
     from stalkd import cyshim as cython
@@ -45,6 +45,11 @@ __all__ = ["Engine", "EngineError", "Outcome", "Room"]
 
 _NOT_FOUND = C.Reply("NOT_FOUND")
 _PAUSED = C.Reply("PAUSED")
+
+
+def _slot(spec: CommandSpec) -> int:
+    """Where the engine keeps ``spec``'s counter (-1: it has none, as ``quit``)."""
+    return -1 if spec.counter is None else counter_slot(spec.counter)
 
 
 class Engine(Results):
@@ -78,11 +83,12 @@ class Engine(Results):
         """
         super().__init__(max_job_size, records, step_jobs)
         self._room = None
-        # Dispatch derived from the command table: type -> (handler ``_<name>``, counter key).
-        self._plain: dict[object, tuple[Handler, str | None]] = {
-            s.build: (getattr(self, "_" + s.name.replace("-", "_")), s.counter) for s in COMMANDS
+        # Dispatch derived from the command table: type -> (handler ``_<name>``, where its
+        # counter is kept, -1 for none).
+        self._plain: dict[object, tuple[Handler, int]] = {
+            s.build: (getattr(self, "_" + s.name.replace("-", "_")), _slot(s)) for s in COMMANDS
         }
-        self._dispatch: dict[object, tuple[Handler, str | None]] = self._plain
+        self._dispatch: dict[object, tuple[Handler, int]] = self._plain
 
     def clear(self) -> None:
         """Forget every job, tube, connection and counter, keeping the settings and the room:
@@ -117,7 +123,7 @@ class Engine(Results):
     def room(self, room: Room | None) -> None:
         self._room = room
         self._dispatch = self._plain if room is None else {
-            s.build: (guarded(self, s, self._plain[s.build][0]), s.counter) for s in COMMANDS
+            s.build: (guarded(self, s, self._plain[s.build][0]), _slot(s)) for s in COMMANDS
         }
 
     # --- public API ---------------------------------------------------------------------------
@@ -139,7 +145,7 @@ class Engine(Results):
         default.watching += 1
         self.total_connections += 1
 
-    @cython.locals(c=ConnState)
+    @cython.locals(c=ConnState, counter=cython.Py_ssize_t)
     def apply(self, conn_id: int, cmd: C.Command, now: float) -> Outcome:
         """Run one command for one connection at time ``now``."""
         c = self.conns.get(conn_id)
@@ -151,8 +157,8 @@ class Engine(Results):
         if entry is None:
             raise EngineError(f"connection {conn_id}: {cmd!r} is not an engine command")
         handler, counter = entry
-        if counter is not None:
-            self.cmd[counter] += 1
+        if counter >= 0:
+            self._counts[counter] += 1
         self._begin(now, c)
         return self._finish(handler(c, cmd))
 

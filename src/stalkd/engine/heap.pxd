@@ -15,8 +15,6 @@ cdef class IndexedHeap:
     cdef Py_ssize_t _n
     cpdef object peek(self)
     cpdef object peek_key(self)
-    cpdef bint due(self, object bound)
-    cpdef object key_of(self, object item)
     cpdef push(self, object key, object item)
     cpdef object pop(self)
     cpdef remove(self, object item)

@@ -125,21 +125,6 @@ class IndexedHeap:
     def peek_key(self) -> int | None:
         return self._keys[0] if self._n else None
 
-    def due(self, bound: int) -> bool:
-        """Whether the smallest key is below ``bound``. A timer heap's question, "is its first
-        instant (``pack``'s first argument) at or before ``now``?", is ``due(pack(now + 1, 0))``:
-        the engine packs that bound once a step, and no key is shifted to ask it.
-
-        >>> h: IndexedHeap = IndexedHeap(); h.push(pack(5, 1), HeapItem())
-        >>> h.due(pack(4 + 1, 0)), h.due(pack(5 + 1, 0))
-        (False, True)
-        """
-        return self._n > 0 and self._keys[0] < bound
-
-    def key_of(self, item: Any) -> int:
-        i: int = item.hpos
-        return self._keys[i]
-
     @cython.locals(keys=list, items=list, it=HeapItem, n=cython.Py_ssize_t)
     def push(self, key: int, item: Any) -> None:
         keys, items = self._keys, self._items

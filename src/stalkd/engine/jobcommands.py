@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op
-from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, new_job
 from stalkd.engine.room import find_deletable, find_held, find_kickable, find_unreserved
 from stalkd.engine.timers import Timers
 from stalkd.protocol import commands as C
@@ -63,7 +63,7 @@ class JobCommands(Timers):
         t = c.use
         ttr = cmd.ttr
         delay = cmd.delay
-        j = Job(jid, t, cmd.pri, delay, ttr if ttr > 1 else 1, body, READY, self._now)
+        j = new_job(jid, t, cmd.pri, delay, ttr if ttr > 1 else 1, body, READY, self._now)
         self.jobs[jid] = j
         self.body_bytes += len(body)
         t.total_jobs += 1

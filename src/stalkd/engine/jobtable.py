@@ -49,6 +49,14 @@ SHIFT = 12
 CHUNK = 1 << SHIFT
 """Ids per chunk: a chunk's dict rehashes at most this many entries at once."""
 
+
+@cython.cfunc
+@cython.inline
+def _chunk(jid: int) -> int:
+    """The key of the chunk ``jid`` belongs to, ``jid >> SHIFT``, with the shift written out:
+    compiled, a shift by a literal is C arithmetic, and by a name a generic Python operation."""
+    return jid >> 12
+
 _SHRINK = frozenset({CHUNK >> 3, CHUNK >> 6, CHUNK >> 9})
 """Counts at which a chunk below the newest is copied into a fitting dict."""
 
@@ -71,16 +79,16 @@ class JobTable:
 
     @cython.locals(chunk=dict)
     def get(self, jid: int, default: Any = None) -> Any:
-        chunk = self._chunks.get(jid >> SHIFT)
+        chunk = self._chunks.get(_chunk(jid))
         return default if chunk is None else chunk.get(jid, default)
 
     def __getitem__(self, jid: int) -> Any:
-        return self._chunks[jid >> SHIFT][jid]
+        return self._chunks[_chunk(jid)][jid]
 
     def __contains__(self, jid: object) -> bool:
         if not isinstance(jid, int):
             return False
-        chunk = self._chunks.get(jid >> SHIFT)
+        chunk = self._chunks.get(_chunk(jid))
         return chunk is not None and jid in chunk
 
     def _new_chunk(self, key: int) -> dict[int, Any]:
@@ -94,7 +102,7 @@ class JobTable:
 
     @cython.locals(chunk=dict, n=cython.Py_ssize_t)
     def __setitem__(self, jid: int, job: Any) -> None:
-        key = jid >> SHIFT
+        key = _chunk(jid)
         chunk = self._chunks.get(key)
         if chunk is None:
             chunk = self._new_chunk(key)
@@ -104,7 +112,7 @@ class JobTable:
 
     @cython.locals(chunk=dict, n=cython.Py_ssize_t)
     def __delitem__(self, jid: int) -> None:
-        key = jid >> SHIFT
+        key = _chunk(jid)
         chunk = self._chunks[key]
         del chunk[jid]
         self._n -= 1
@@ -122,10 +130,10 @@ class JobTable:
             raise ValueError(f"{len(ids)} ids for {len(jobs)} jobs")
         i, n = 0, len(ids)
         while i < n:
-            key = ids[i] >> SHIFT
+            key = _chunk(ids[i])
             end = bisect_left(ids, (key + 1) << SHIFT, i, n)  # where the run ends, if ascending
             run = ids[i:end]
-            if run and min(run) >> SHIFT == key and max(run) >> SHIFT == key:
+            if run and _chunk(min(run)) == key and _chunk(max(run)) == key:
                 chunk = self._chunks.get(key)
                 if chunk is None:
                     chunk = self._new_chunk(key)

@@ -18,9 +18,13 @@ cdef class Job(HeapItem):
     cdef public Tube tube
     cdef public ConnState owner
 
+cpdef object to_us(object now)
+cpdef Job new_job(object id, Tube tube, object pri, object delay, object ttr, object body, object state,
+                  object created_us)
+
 
 cdef class Tube(HeapItem):
-    cdef public object name, serial, buried, waiting, pause_until_us, pause_secs
+    cdef public object name, serial, buried, waiting, pause_until_us, pause_secs, timer_at
     cdef public IndexedHeap ready, delayed
     cdef public long long using, watching, total_jobs, cmd_delete, cmd_pause, urgent, reserved
     cdef public Py_ssize_t slot
@@ -32,7 +36,7 @@ cdef class Tube(HeapItem):
 
 
 cdef class ConnState(HeapItem):
-    cdef public object id, watch, wait_until_us, wait_seq, kick, release
+    cdef public object id, watch, wait_until_us, wait_seq, kick, release, timer_at
     cdef public IndexedHeap reserved
     cdef public Tube use
     cdef public bint waiting, producer, worker, half_closed

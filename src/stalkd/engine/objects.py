@@ -27,14 +27,22 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import repeat
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stalkd.engine.heap import HeapItem, IndexedHeap
 from stalkd.engine.model import JobState
 
+if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
+
 __all__ = [
-    "Job", "Tube", "ConnState", "Release", "URGENT_THRESHOLD", "US", "SAFETY_MARGIN_US",
-    "time_left", "remove_swap_last",
+    "Job", "new_job", "new_jobs", "Tube", "ConnState", "Release", "URGENT_THRESHOLD", "US", "SAFETY_MARGIN_US",
+    "time_left", "to_us", "remove_swap_last",
 ]  # fmt: skip
 
 URGENT_THRESHOLD = 1024  # beanstalkd: a ready job with pri < 1024 is "urgent"
@@ -45,6 +53,10 @@ class Job(HeapItem):
     """One job. Mutable on purpose: a million of these live in memory, so ``__slots__`` and no
     per-transition copies (compiled, an extension type: objects.pxd).
 
+    ``Job(...)`` and ``new_job(...)`` take the same arguments and make the same job; the engine
+    calls ``new_job``, which compiled is a C call (a type call with arguments is a Python call
+    that parses them), and both set the fields in ``_init_job``.
+
     >>> j = Job(1, Tube("default", 1), 10, 0, 60, b"hi", JobState.READY, 0)
     >>> j.state.name, j.ttr
     ('READY', 60)
@@ -54,6 +66,22 @@ class Job(HeapItem):
         "id", "tube", "pri", "delay", "ttr", "body", "state", "created_us", "deadline_us",
         "reserves", "timeouts", "releases", "buries", "kicks", "owner",
     )  # fmt: skip
+
+    id: int
+    tube: Tube
+    pri: int
+    delay: int
+    ttr: int
+    body: bytes
+    state: JobState
+    created_us: int
+    deadline_us: int
+    reserves: int
+    timeouts: int
+    releases: int
+    buries: int
+    kicks: int
+    owner: ConnState | None
 
     def __init__(
         self,
@@ -66,25 +94,49 @@ class Job(HeapItem):
         state: JobState,
         created_us: int,
     ) -> None:
-        self.id = id
-        self.tube = tube
-        self.pri = pri
-        self.delay = delay
-        self.ttr = ttr
-        self.body = body
-        self.state = state
-        self.created_us = created_us
-        self.deadline_us = 0
-        self.reserves = 0
-        self.timeouts = 0
-        self.releases = 0
-        self.buries = 0
-        self.kicks = 0
-        self.hpos = -1
-        self.owner: ConnState | None = None
+        _init_job(self, id, tube, pri, delay, ttr, body, state, created_us)
 
     def __repr__(self) -> str:
         return f"Job(id={self.id}, tube={self.tube.name!r}, state={self.state.name}, pri={self.pri})"
+
+
+@cython.cfunc
+@cython.inline
+@cython.locals(j=Job)
+def _init_job(
+    j: Job, id: int, tube: Tube, pri: int, delay: int, ttr: int, body: bytes, state: JobState, created_us: int,
+) -> None:  # fmt: skip
+    """A new job's fields: the given ones, and the rest as a job starts (in no heap, no owner)."""
+    j.id = id
+    j.tube = tube
+    j.pri = pri
+    j.delay = delay
+    j.ttr = ttr
+    j.body = body
+    j.state = state
+    j.created_us = created_us
+    j.deadline_us = 0
+    j.reserves = 0
+    j.timeouts = 0
+    j.releases = 0
+    j.buries = 0
+    j.kicks = 0
+    j.hpos = -1
+    j.owner = None
+
+
+@cython.locals(j=Job)
+def new_job(
+    id: int, tube: Tube, pri: int, delay: int, ttr: int, body: bytes, state: JobState, created_us: int,
+) -> Job:  # fmt: skip
+    """``Job(id, tube, ...)``, built at C level when compiled: an allocation and field stores.
+
+    >>> new_job(3, Tube("t", 1), 0, 0, 60, b"", JobState.READY, 0).hpos
+    -1
+    """
+    j = Job.__new__(Job)
+    _init_job(j, id, tube, pri, delay, ttr, body, state, created_us)
+    return j
 
 
 def new_jobs(
@@ -97,7 +149,35 @@ def new_jobs(
     [4, 5]
     """
     n = len(ids)
-    return list(map(Job, ids, repeat(tube, n), pris, delays, ttrs, bodies, repeat(state, n), created_us))
+    return list(map(new_job, ids, repeat(tube, n), pris, delays, ttrs, bodies, repeat(state, n), created_us))
+
+
+# Compiled, C constants: US as a double, and the magnitude below which a double holds every
+# integer exactly.
+_US_F = cython.declare(cython.double, US)
+_EXACT = cython.declare(cython.double, 2.0**53)
+
+
+@cython.locals(x=cython.double, n=cython.longlong, r=cython.double)
+def to_us(now: float) -> int:
+    """``round(now * US)``: seconds as whole microseconds, a tie to the even one as ``round``
+    does. Compiled, C arithmetic on a double, where ``round`` is a Python call (a method look-up
+    on the float and a bound method); the engine converts each step's time with it.
+
+    >>> to_us(1.5), to_us(0.0000005), to_us(0.0000015), to_us(-0.0000025), to_us(7)
+    (1500000, 0, 2, -2, 7000000)
+    """
+    x = now
+    x = x * _US_F  # now * US: the same double product
+    if not -_EXACT < x < _EXACT:  # past 2**53 (and inf, nan): round itself answers or raises
+        return round(now * US)
+    n = int(x)  # toward zero
+    r = x - n
+    if r > 0.5 or (r == 0.5 and n % 2):
+        n += 1
+    elif r < -0.5 or (r == -0.5 and n % 2):
+        n -= 1
+    return n
 
 
 def time_left(deadline_us: int, now_us: int) -> int:
@@ -124,7 +204,7 @@ class Tube(HeapItem):
     __slots__ = (
         "name", "serial", "ready", "delayed", "buried", "waiting", "pause_until_us",
         "pause_secs", "using", "watching", "total_jobs", "cmd_delete", "cmd_pause",
-        "urgent", "reserved", "slot",
+        "urgent", "reserved", "slot", "timer_at",
     )  # fmt: skip
 
     def __init__(self, name: str, serial: int) -> None:
@@ -144,6 +224,7 @@ class Tube(HeapItem):
         self.urgent = 0
         self.reserved = 0
         self.hpos = -1  # position in the engine's tube-timer heap
+        self.timer_at = 0  # while in that heap, the instant its key was made of
         self.slot = -1  # position in the engine's creation-ordered tube list
 
     def __repr__(self) -> str:
@@ -192,7 +273,7 @@ class ConnState(HeapItem):
 
     __slots__ = (
         "id", "use", "watch", "reserved", "waiting", "wait_until_us", "wait_seq",
-        "producer", "worker", "half_closed", "kick", "release",
+        "producer", "worker", "half_closed", "kick", "release", "timer_at",
     )  # fmt: skip
 
     def __init__(self, conn_id: int, default: Tube) -> None:
@@ -207,6 +288,7 @@ class ConnState(HeapItem):
         self.worker = False
         self.half_closed = False
         self.hpos = -1  # position in the engine's connection-timer heap
+        self.timer_at = 0  # while in that heap, the instant its key was made of
         # A kick in progress, done a step at a time: [tube, buried?, jobs left, jobs kicked].
         self.kick: list[Any] | None = None
         # Set once the connection is gone while its reserved jobs go back to ready in steps.

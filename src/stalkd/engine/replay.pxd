@@ -5,7 +5,7 @@
 
 from stalkd.engine.engine cimport Engine
 from stalkd.engine.model cimport Record
-from stalkd.engine.objects cimport Job, Tube
+from stalkd.engine.objects cimport Job, Tube, new_job
 
 cpdef replay(Engine e, Record r)
 cpdef _new_job(Engine e, Record r)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from stalkd.engine.engine import Engine
 from stalkd.engine.heap import pack
 from stalkd.engine.model import LAYOUTS, JobState, Op, Record
-from stalkd.engine.objects import Job
+from stalkd.engine.objects import Job, new_job
 
 __all__ = ["RULES", "ReplayError", "durable_record", "durable_records", "finish", "ID_BAND", "note_epoch", "replay"]
 
@@ -188,7 +188,7 @@ def durable_records(e: Engine) -> Iterator[Record]:
 def _create(e: Engine, r: Record) -> None:
     t = e._tube(r.tube)
     put = r.op is _PUT
-    j = Job(r.job_id, t, r.pri, r.delay, r.ttr, r.body, _READY, r.time_us if put else r.created_us)
+    j = new_job(r.job_id, t, r.pri, r.delay, r.ttr, r.body, _READY, r.time_us if put else r.created_us)
     e.jobs[j.id] = j
     e.body_bytes += len(r.body)
     if r.job_id >= e.next_id:

@@ -25,8 +25,9 @@ cdef class EngineState:
     # counters and the step's budget: C integers (objects.pxd)
     cdef public long long seq, total_jobs, body_bytes
     cdef public Py_ssize_t step_jobs, _budget
-    cdef public object _pending, _now, _due, _clock, _caller, _own, _room, _wait_serial
-    cdef public dict conns, cmd
+    cdef public object _pending, _now, _clock, _caller, _own, _room, _wait_serial
+    cdef public dict conns
+    cdef long long[::1] _counts  # the cmd-* counters (state.py)
     cdef public JobTable jobs
     cdef public list _records, _wakeups
     cdef public set _dirty

@@ -7,8 +7,9 @@ The commands (``engine.py``), timers (``timers.py``) and queries (``queries.py``
 
 Ensures, after each method: a job's ``state`` names the one container holding it (job.py); a
 tube or connection is in its timer heap exactly when it has a timer, keyed by that instant
-(``_retime_tube``/``_retime_conn`` are called after every change that can move one); a tube
-with waiters that gained a ready job is in ``_dirty`` (to be served before the step ends);
+(also kept in its ``timer_at``; ``_retime_tube``/``_retime_conn`` are called after every change
+that can move one); a tube with waiters that gained a ready job is in ``_dirty`` (to be
+served before the step ends);
 a tube is freed exactly when beanstalkd would (no jobs, users or watchers; never ``default``);
 a connection that hangs up leaves ``conns`` at once, and its reserved jobs go back to ready, then
 the tubes it watched are let go, at most a step's budget at a time, jobs most urgent first
@@ -18,8 +19,9 @@ NOT_FOUND for being held by nobody).
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
@@ -47,7 +49,7 @@ else:
     except ModuleNotFoundError:  # uncompiled, and Cython is not installed
         from stalkd import cyshim as cython
 
-__all__ = ["EngineError", "EngineState", "Outcome", "STEP_JOBS"]
+__all__ = ["EngineError", "EngineState", "Outcome", "STEP_JOBS", "counter_slot"]
 
 STEP_JOBS = 256
 """Jobs one engine step may move in bulk (delays and TTRs expiring, a kick): work that grows
@@ -63,6 +65,18 @@ _OP_RESERVE = Op.RESERVE
 
 class EngineError(ValueError):
     """The caller broke the engine's contract (unknown connection, command while waiting, ...)."""
+
+
+_COUNTER_SLOTS = {k: i for i, k in enumerate(COUNTERS)}
+
+
+def counter_slot(key: str) -> int:
+    """Where the counter ``key`` (a ``COUNTERS`` key) is kept in an engine's counts.
+
+    >>> counter_slot("cmd-put")
+    0
+    """
+    return _COUNTER_SLOTS[key]
 
 
 @cython.freelist(8)  # one is built per step: compiled, those let go are reused
@@ -97,8 +111,8 @@ class EngineState:
     # hash look-up. The rest of the engine's attributes stay in ``__dict__``.
     __slots__ = (
         "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
-        "cmd", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
-        "_now", "_due", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
+        "_counts", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
+        "_now", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
         "__weakref__",
     )  # fmt: skip
 
@@ -115,7 +129,9 @@ class EngineState:
         self.next_id = 1
         self.seq = 0  # last record sequence number handed out
         self.draining = False
-        self.cmd: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        # The cmd-* counters, one per COUNTERS key in its order (compiled: C integers, so the
+        # count a command adds is one C increment; command_counts reads them by key).
+        self._counts = array("q", [0]) * len(COUNTERS)
         self.job_timeouts = 0
         self.total_jobs = 0
         self.total_connections = 0
@@ -134,7 +150,6 @@ class EngineState:
         # per-step scratch
         self._budget = step_jobs  # jobs this step may still move in bulk (expiries, kicks)
         self._now = 0  # the step's time in integer microseconds
-        self._due = pack(1, 0)  # timer keys below this are due at _now (IndexedHeap.due)
         self._clock: float | None = None  # the time (seconds) _now was converted from
         self._records: list[Record] = []
         self._wakeups: list[tuple[int, C.AnyReply]] = []
@@ -143,6 +158,22 @@ class EngineState:
         self._own: C.AnyReply | None = None
         self._room: Room | None = None  # Engine.room: where durable records get their WAL room
         self._tube("default")
+
+    def command_counts(self) -> dict[str, int]:
+        """The per-command counters by key (``cmd-put``: the puts applied so far), a copy.
+
+        >>> e = EngineState(); e.set_command_counts({"cmd-put": 3}); e.command_counts()["cmd-put"]
+        3
+        """
+        counts = self._counts
+        return {k: counts[i] for i, k in enumerate(COUNTERS)}
+
+    def set_command_counts(self, counts: Mapping[str, int]) -> None:
+        """Set the counters ``counts`` names (KeyError for a key that is no counter): a standby
+        carries its clients' counts over a copy of its primary's state swapped in."""
+        slots = [(counter_slot(k), n) for k, n in counts.items()]  # every key checked first
+        for i, n in slots:
+            self._counts[i] = n
 
     def _rec(self, op: Op, job_id: int) -> None:
         """Record a change with no fields beyond the header (DELETE, RESERVE, TOUCH, ...)."""
@@ -173,10 +204,14 @@ class EngineState:
         if when is None:
             if t.hpos >= 0:
                 self._tube_timers.remove(t)
-        elif t.hpos >= 0:
-            self._tube_timers.update(t, pack(when, t.serial))
-        else:
+            return
+        if t.hpos >= 0 and when == t.timer_at:
+            return
+        t.timer_at = when
+        if t.hpos < 0:
             self._tube_timers.push(pack(when, t.serial), t)
+        else:
+            self._tube_timers.update(t, pack(when, t.serial))
 
     def _retime_conn(self, c: ConnState) -> None:
         when = c.timer_us()
@@ -184,11 +219,15 @@ class EngineState:
             if c.hpos >= 0:
                 self._conn_timers.remove(c)
             return
-        key = pack(when, c.id)
+        # Most changes leave the instant as it was (a job reserved or deleted below the soonest
+        # deadline, or beside it with the same one): then no key is packed.
+        if c.hpos >= 0 and when == c.timer_at:
+            return
+        c.timer_at = when
         if c.hpos < 0:
-            self._conn_timers.push(key, c)
-        elif self._conn_timers.key_of(c) != key:
-            self._conn_timers.update(c, key)
+            self._conn_timers.push(pack(when, c.id), c)
+        else:
+            self._conn_timers.update(c, pack(when, c.id))
 
     # --- tubes and job containers -------------------------------------------------------------
 

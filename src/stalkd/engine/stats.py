@@ -112,8 +112,9 @@ def stats(e: EngineState) -> YamlDict:
     conns = e.conns.values()
     values: dict[str, int | float | bool | str] = (
         dict(zip(TOTALS, totals(tubes), strict=True)) if len(tubes) <= TOTALS_AT_ONCE else {})
+    counts = e.command_counts()
     for k in REPORTED_COUNTERS:
-        values[k] = e.cmd[k]
+        values[k] = counts[k]
     values.update(
         {
             "job-timeouts": e.job_timeouts,

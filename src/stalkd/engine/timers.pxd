@@ -2,8 +2,10 @@
 # frame as C functions (cpdef: a subclass or a test may still replace one). timers.py is the
 # source; this declares types and signatures only.
 
-from stalkd.engine.heap cimport HeapItem, IndexedHeap, pack
-from stalkd.engine.objects cimport ConnState, Job, Release, Tube
+cimport cython
+
+from stalkd.engine.heap cimport HeapItem, IndexedHeap
+from stalkd.engine.objects cimport ConnState, Job, Release, Tube, to_us
 from stalkd.engine.state cimport EngineState, Outcome
 
 
@@ -13,3 +15,11 @@ cdef class Timers(EngineState):
     cpdef object _finish(self, object reply)
     cpdef _settle(self)
     cpdef _serve(self)
+
+
+@cython.locals(t=Tube)
+cdef bint _tube_due(IndexedHeap h, object now)
+@cython.locals(c=ConnState)
+cdef bint _conn_due(IndexedHeap h, object now)
+@cython.locals(j=Job)
+cdef bint _job_due(IndexedHeap h, object now)

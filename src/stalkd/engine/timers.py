@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stalkd.engine.heap import pack
+from stalkd.engine.heap import IndexedHeap
 from stalkd.engine.model import Op
-from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, to_us
 from stalkd.engine.state import EngineState, Outcome
 from stalkd.protocol import commands as C
 
@@ -61,25 +61,27 @@ class Timers(EngineState):
         still due)."""
         if self._pending:
             return True
-        due = self._due
-        return self._tube_timers.due(due) or self._conn_timers.due(due)
+        return _tube_due(self._tube_timers, self._now) or _conn_due(self._conn_timers, self._now)
 
+    @cython.locals(t=Tube, c=ConnState)
     def next_deadline(self) -> float | None:
         """Absolute time (seconds) of the next timer, or None."""
         if self._pending:
             return self._now / US  # a kick or a hang-up goes on: call tick again at once
-        a = self._tube_timers.peek_key()
-        b = self._conn_timers.peek_key()
+        # The soonest tube and connection: their instants are in timer_at (no key shifted back).
+        t = self._tube_timers.peek()
+        c = self._conn_timers.peek()
+        a = None if t is None else t.timer_at
+        b = None if c is None else c.timer_at
         k = b if a is None else a if b is None else min(a, b)
-        return None if k is None else (k >> 64) / US
+        return None if k is None else k / US
 
     # --- step plumbing ------------------------------------------------------------------------
 
     def _begin(self, now: float, caller: ConnState | None) -> None:
         if now != self._clock:  # the commands of one read share their time: convert it once
             self._clock = now
-            self._now = round(now * US)
-            self._due = pack(self._now + 1, 0)
+            self._now = to_us(now)
         self._budget = self.step_jobs
         # a step starts with empty scratch lists (their contents left the last one as tuples;
         # leftovers of a step that raised are dropped); most steps have no wakeups, and an
@@ -112,13 +114,12 @@ class Timers(EngineState):
     @cython.locals(t=Tube, c=ConnState, j=Job, budget=cython.Py_ssize_t)
     def _settle(self) -> None:
         now = self._now
-        due_below = self._due  # a timer heap is due when its smallest key is below this
         budget = self._budget
         th = self._tube_timers
-        while budget > 0 and th.due(due_below):
+        while budget > 0 and _tube_due(th, now):
             t = th.pop()
             delayed = t.delayed
-            while budget > 0 and delayed.due(due_below):
+            while budget > 0 and _job_due(delayed, now):
                 self._to_ready(delayed.pop())
                 budget -= 1
             if t.pause_until_us and t.pause_until_us <= now:
@@ -127,13 +128,13 @@ class Timers(EngineState):
                 if t.waiting:
                     self._dirty.add(t)
             self._retime_tube(t)  # still due when the budget ran out: the next step goes on
-        behind = th.due(due_below)
+        behind = _tube_due(th, now)
         due: list[ConnState] | None = None  # made when a connection's timer fires: most steps none
         ch = self._conn_timers
-        while not behind and ch.due(due_below):
+        while not behind and _conn_due(ch, now):
             c = ch.pop()
             reserved = c.reserved
-            while reserved.due(due_below):
+            while _job_due(reserved, now):
                 if budget <= 0:
                     behind = True
                     break
@@ -187,3 +188,23 @@ class Timers(EngineState):
             self._stop_waiting(c)
             self._give(c, j)
             self._wake(c, C.JobReply("RESERVED", j.id, j.body))
+
+
+# Whether a timer heap's first item is due at ``now``: the instant its key was packed from (a
+# tube's or connection's timer_at, a job's deadline_us) is at or before it. Read from the item,
+# so no key is unpacked and no bound packed (compiled: C functions, timers.pxd).
+
+
+def _tube_due(h: IndexedHeap, now: int) -> bool:
+    t: Tube | None = h.peek()
+    return t is not None and t.timer_at <= now
+
+
+def _conn_due(h: IndexedHeap, now: int) -> bool:
+    c: ConnState | None = h.peek()
+    return c is not None and c.timer_at <= now
+
+
+def _job_due(h: IndexedHeap, now: int) -> bool:
+    j: Job | None = h.peek()
+    return j is not None and j.deadline_us <= now

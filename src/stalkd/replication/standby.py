@@ -147,7 +147,7 @@ class Standby:
         d = self.wal.directory
         e = self.engine
         clients = [(cid, c.use.name, [t.name for t in c.watch]) for cid, c in e.conns.items()]
-        cmd, total = dict(e.cmd), e.total_connections
+        cmd, total = e.command_counts(), e.total_connections
         self.wal.close()
         swap_in(d, staging, why, since)
         now = self.clock()
@@ -161,7 +161,7 @@ class Standby:
                 e.apply(cid, C.Watch(name), now)
             if "default" not in watch:
                 e.apply(cid, C.Ignore("default"), now)
-        e.cmd.update(cmd)
+        e.set_command_counts(cmd)
         e.total_connections = total
         self.reopened()
         self.applied()
