@@ -5,7 +5,7 @@
 cimport cython
 
 from stalkd.engine.heap cimport pack
-from stalkd.engine.objects cimport Job, Tube
+from stalkd.engine.objects cimport Job, Tube, new_job
 
 @cython.locals(out=list, n=Py_ssize_t, i=Py_ssize_t, a=Py_ssize_t, ln=Py_ssize_t, total=Py_ssize_t,
                urgent=Py_ssize_t, s="const char *")

@@ -6,7 +6,7 @@ C pointer (no slice object, no offsets list), and makes its ready-heap key and u
 the same pass. Uncompiled, ``map`` over the columns is the interpreter's fastest form of the same
 work, so the pure build keeps it.
 
-Ensures: ``block_jobs`` returns ``Job(ids[i], tube, pris[i], delays[i], ttrs[i], body i, state,
+Ensures: ``block_jobs`` returns ``new_job(ids[i], tube, pris[i], delays[i], ttrs[i], body i, state,
 created[i])`` for each i, the bodies being ``bodies`` cut at the running sums of ``lens``
 (which must add up to ``len(bodies)``: ValueError otherwise); with ``keys``, it appends
 ``pack(pris[i], ids[i])`` for each i and adds the jobs with pri < 1024 to ``tube.urgent``.
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState
-from stalkd.engine.objects import URGENT_THRESHOLD, Job, Tube, new_jobs
+from stalkd.engine.objects import URGENT_THRESHOLD, Job, Tube, new_job, new_jobs
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
@@ -76,7 +76,7 @@ def block_jobs(
         ln = lens[i]
         jid = ids[i]
         pri = pris[i]
-        out[i] = Job(jid, tube, pri, delays[i], ttrs[i], s[a : a + ln], state, created[i])
+        out[i] = new_job(jid, tube, pri, delays[i], ttrs[i], s[a : a + ln], state, created[i])
         a += ln
         if keys is not None:
             keys.append(pack(pri, jid))

@@ -39,7 +39,7 @@ from stalkd.engine.model import HEAD as _HEAD
 from stalkd.engine.model import PUT as _PUT
 from stalkd.engine.model import RELEASE as _RELEASE
 from stalkd.engine.model import U32 as _U32
-from stalkd.engine.objects import URGENT_THRESHOLD, Job
+from stalkd.engine.objects import URGENT_THRESHOLD, Job, new_job
 from stalkd.engine.replay import ReplayError, replay
 from stalkd.log.frame import FRAME_HEADER_SIZE, LENGTH_AT
 
@@ -249,7 +249,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                         t = tubes[tb] = e._tube(tb.decode("ascii"))
                     if jid in added or ((jid < floor or floor < 0) and jid in jobs):
                         raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
-                    new = Job(jid, t, f.pri, f.delay, f.ttr, raw[b0 + 4 : end], READY, f.time_us)
+                    new = new_job(jid, t, f.pri, f.delay, f.ttr, raw[b0 + 4 : end], READY, f.time_us)
                     if f.deadline:
                         new.state = DELAYED
                         new.deadline_us = f.deadline
