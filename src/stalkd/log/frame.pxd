@@ -2,7 +2,7 @@
 # source). A frame's size is asked per record by the write chain (writer.py, persist/wal.py), and
 # a batch's frames are encoded per write: C functions for the modules that cimport them.
 
-cdef Py_ssize_t _HEADER_LEN, _LARGEST
+cdef Py_ssize_t _HEADER_LEN, _LARGEST, _LONG
 cdef unsigned char _DATA_FLAGS
 cdef Py_ssize_t _CRC_AT, _CRC_W, _MAGIC_AT, _MAGIC_W, _FLAGS_AT, _FLAGS_W, _EPOCH_AT, _EPOCH_W
 cdef Py_ssize_t _LENGTH_AT, _LENGTH_W, _DELTA_AT, _DELTA_W, _TS_AT, _TS_W
