@@ -81,9 +81,6 @@ HEAD_FIELDS = (
 HEAD = struct.Struct("<" + "".join(code for _, code in HEAD_FIELDS))  # the whole header: 24 bytes
 REST = struct.Struct("<" + "".join(code for _, code in HEAD_FIELDS[1:]))  # after the CRC: 20 bytes
 FRAME_HEADER_SIZE = HEAD.size
-FLAGS_AT = struct.calcsize("<IB")  # byte offset of ``flags`` in the header
-LENGTH_AT = struct.calcsize("<IBBH")  # byte offset of ``length`` in the header
-TIMESTAMP_AT = struct.calcsize("<IBBHII")  # byte offset of ``timestamp_us``
 MAX_PAYLOAD = 2**32 - 1
 _LENGTH = struct.Struct("<I")
 _ZERO_HEAD = bytes(FRAME_HEADER_SIZE)
@@ -94,6 +91,11 @@ def _place(name: str) -> tuple[int, int]:
     names = [n for n, _ in HEAD_FIELDS]
     before = "".join(code for _, code in HEAD_FIELDS[: names.index(name)])
     return struct.calcsize("<" + before), struct.calcsize("<" + HEAD_FIELDS[names.index(name)][1])
+
+
+FLAGS_AT = _place("flags")[0]  # byte offset of ``flags`` in the header
+LENGTH_AT = _place("length")[0]  # byte offset of ``length`` in the header
+TIMESTAMP_AT = _place("timestamp_us")[0]  # byte offset of ``timestamp_us``
 
 
 # What the encoder reads per frame, C values when compiled (frame.pxd), each otherwise a module
