@@ -157,6 +157,9 @@ def test_the_sql_backend_keeps_results_of_jobs_on_beanstalkd(beanstalkd: Any, tm
         assert ok.result(timeout=20) == 3
         with pytest.raises(TaskFailed, match="KeyError"):
             bad.result(timeout=20)
+        # the result is stored before the job is deleted, and a stop now hands a job not yet
+        # deleted back to beanstalkd: wait for the delete before stopping
+        wait_for(lambda: ok.host.job_state(int(ok)) is None, what="the delete after the stored result")
     assert ok.status() == "done"
 
 
