@@ -24,8 +24,10 @@ for i in 0 1 2; do
         --sync-standbys 1 --replication-secret "$dir/replication.secret" >"$dir/node$i.log" 2>&1 &
     echo $! >"$dir/node$i.pid"
 done
-# ready once one node leads and both others follow it
-until [ "$(stalkd cluster status "$cluster" 2>/dev/null | grep -cE '^node[0-9] +(primary|standby) ')" = 3 ]; do
+# ready once one node holds the lease and all three serve, as primary or following it (the
+# status that said so is the one printed: a later one may catch a standby reconnecting)
+until status=$(stalkd cluster status "$cluster" 2>/dev/null) &&
+      [ "$(grep -cE '^(leader: node[0-9]|node[0-9] +(primary|standby) )' <<<"$status")" = 4 ]; do
     sleep 0.2
 done
-stalkd cluster status "$cluster"
+echo "$status"
