@@ -170,9 +170,8 @@ def _fetch_snapshot(address: Address, directory: str, segment_size: int, timeout
     REAL.fsync_dir(snap_dir)
     wal_dir = os.path.join(directory, "wal")
     REAL.makedirs(wal_dir)
-    if start:
+    if start:  # fsync=True: the segment's header and the directory's new name
         create_segment(wal_dir, start, segment_size, 1, "pwrite", True, REAL).close()
-        REAL.fsync_dir(wal_dir)
     log.info("copied the primary's snapshot (%d bytes, %d jobs, log from offset %d)", size, header.count, start)
     return start
 
