@@ -222,7 +222,9 @@ class IndexedHeap:
             raise ValueError("load() needs an empty heap")
         if len(keys) != len(items):
             raise ValueError(f"load() got {len(keys)} keys for {len(items)} items")
-        if len(keys) > 1 and not _keeps_order([], keys):
+        # Compiled, one comparison per key tells; uncompiled, heapify of a copy and a list
+        # comparison (both in C) beat that loop in Python.
+        if len(keys) > 1 and not (cython.compiled and _keeps_order([], keys)):
             ordered = keys[:]
             heapq.heapify(ordered)
             if ordered != keys:
