@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Py_ssize_t", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double",
+__all__ = ["Py_ssize_t", "address", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double",
            "final", "freelist", "inline", "locals", "longlong", "no_gc", "p_char", "p_uchar", "p_uint", "uchar", "uint", "ulonglong", "wraparound"]  # fmt: skip
 
 _F = TypeVar("_F")
@@ -51,6 +51,12 @@ def _same(f: _F) -> _F:
 
 def cast(_t: object, value: _F) -> _F:
     """``cython.cast(T, v)``: ``v`` itself uncompiled."""
+    return value
+
+
+def address(value: object) -> Any:
+    """``cython.address(x)``: a C pointer to ``x`` when compiled (code under ``if cython.compiled``
+    only); ``x`` itself uncompiled."""
     return value
 
 
