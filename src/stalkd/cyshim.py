@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 __all__ = ["Py_ssize_t", "address", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double",
-           "final", "freelist", "inline", "locals", "longlong", "no_gc", "p_char", "p_uchar", "p_uint", "uchar", "uint", "ulonglong", "wraparound"]  # fmt: skip
+           "final", "freelist", "inline", "locals", "longlong", "no_gc", "p_char", "p_uchar", "p_uint", "returns", "uchar", "uint", "ulonglong", "wraparound"]  # fmt: skip
 
 _F = TypeVar("_F")
 
@@ -68,6 +68,11 @@ def declare(_t: object, value: Any = None, **_how: object) -> Any:
 
 def locals(**_types: object) -> Callable[[_F], _F]:  # noqa: A001 - cython's name
     """``@cython.locals(i=cython.Py_ssize_t)``: the local variables' C types; nothing uncompiled."""
+    return _same
+
+
+def returns(_t: object) -> Callable[[_F], _F]:
+    """``@cython.returns(T)``: a C function's return type when compiled; nothing uncompiled."""
     return _same
 
 

@@ -20,12 +20,10 @@ cpdef bytearray encode_data_frames(payloads, first_delta, timestamp_us, epoch)
 cdef bytearray _encode(payloads, first_delta, timestamp_us, epoch, int flags)
 
 # scan_positions' fast path (the tail of a WAL at recovery, a standby's frames messages).
-@cython.locals(view="const unsigned char[::1]", p="const unsigned char *", length=Py_ssize_t, nxt=Py_ssize_t,
+@cython.locals(view="const unsigned char[::1]", p="unsigned char *", length=Py_ssize_t, nxt=Py_ssize_t,
                epoch="long long", crc="unsigned int")
 cdef tuple _good_run(mv, Py_ssize_t pos, long long d, long long limit, long long skip, long long last_epoch,
                      long long epoch_limit, Py_ssize_t stop_pos, list positions)
-@cython.locals(k=Py_ssize_t, v="unsigned long long")
-cdef unsigned long long _load_le(const unsigned char *p, Py_ssize_t at, Py_ssize_t width)
 # CRC-32C by slicing-by-8 tables (the encoder's short frames, the scan's).
 @cython.locals(c="unsigned int", hi="unsigned int", t="unsigned int *")
 cdef unsigned int _crc_update(unsigned int crc, unsigned char *b, Py_ssize_t i, Py_ssize_t end)

@@ -429,7 +429,7 @@ def _good_run(
         stop_pos = len(view)
     if stop_pos <= 0:
         return pos, d, last_epoch
-    p = cython.address(view[0])
+    p = cython.cast(cython.p_uchar, cython.address(view[0]))  # read only
     while d < limit and pos + _HEADER_LEN <= stop_pos:
         length = _load_le(p, pos + _LENGTH_AT, _LENGTH_W)
         nxt = (pos + _HEADER_LEN + length + 7) & ~7
@@ -439,7 +439,7 @@ def _good_run(
             break
         crc = _load_le(p, pos + _CRC_AT, _CRC_W)
         if length < _LONG:
-            if crc != _crc_update(0, cython.cast(cython.p_uchar, p), pos + _CRC_AT + _CRC_W, nxt):
+            if crc != _crc_update(0, p, pos + _CRC_AT + _CRC_W, nxt):
                 break
         elif crc != crc32c(mv[pos + _CRC_AT + _CRC_W : nxt]):
             break
@@ -451,6 +451,10 @@ def _good_run(
     return pos, d, last_epoch
 
 
+@cython.cfunc
+@cython.inline
+@cython.returns(cython.ulonglong)
+@cython.locals(p=cython.p_uchar, at=cython.Py_ssize_t, width=cython.Py_ssize_t, k=cython.Py_ssize_t, v=cython.ulonglong)
 def _load_le(p: bytes, at: int, width: int) -> int:
     """The unsigned little-endian integer of ``width`` bytes at ``p[at]`` (``p`` a C pointer;
     compiled only)."""
