@@ -10,6 +10,8 @@ cdef Py_ssize_t _CRC_AT, _CRC_W, _MAGIC_AT, _MAGIC_W, _FLAGS_AT, _FLAGS_W, _EPOC
 cdef Py_ssize_t _LENGTH_AT, _LENGTH_W, _DELTA_AT, _DELTA_W, _TS_AT, _TS_W
 cdef unsigned char _MAGIC_B, _KIND_B
 cdef long long _D_MAX
+cdef bytes _CRC_TABLES  # read by a C pointer, not looked up per sum
+cdef unsigned int _ONES
 
 cpdef Py_ssize_t frame_size(Py_ssize_t length) except -1
 cpdef Py_ssize_t frames_size(payloads) except -1

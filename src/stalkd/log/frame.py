@@ -306,7 +306,7 @@ def _crc_update(crc: int, b: bytearray, i: int, end: int) -> int:
     """CRC-32C ``crc`` continued over the bytes ``b[i:end]`` (``b`` a C pointer), by the tables;
     compiled only."""
     t = cython.cast(cython.p_uint, cython.cast(cython.p_char, _CRC_TABLES))
-    c = crc ^ 0xFFFFFFFF
+    c = crc ^ _ONES
     while i + 8 <= end:
         c ^= b[i] | (b[i + 1] << 8) | (b[i + 2] << 16) | (cython.cast(cython.uint, b[i + 3]) << 24)
         hi = b[i + 4] | (b[i + 5] << 8) | (b[i + 6] << 16) | (cython.cast(cython.uint, b[i + 7]) << 24)
@@ -316,7 +316,7 @@ def _crc_update(crc: int, b: bytearray, i: int, end: int) -> int:
     while i < end:
         c = t[(c ^ b[i]) & 0xFF] ^ (c >> 8)
         i += 1
-    return c ^ 0xFFFFFFFF
+    return c ^ _ONES
 
 
 @cython.cfunc
@@ -348,6 +348,7 @@ def _crc_tables() -> bytes:
 
 # Built only where it is used: the compiled ``_crc32c_of``.
 _CRC_TABLES = _crc_tables() if cython.compiled else b""
+_ONES = 0xFFFFFFFF  # the CRC's pre- and post-inversion (compiled: a C constant, not a Python int per use)
 
 
 class Frame(NamedTuple):
