@@ -109,7 +109,12 @@ _R_DEADLINE_AT = _field_at(RELEASE_FIELDS, "deadline_us")
 
 
 def _le(s: bytes, at: int, size: int) -> int:
-    """The unsigned little-endian integer of ``size`` bytes at ``s[at]`` (compiled: from a C pointer)."""
+    """The unsigned little-endian integer of ``size`` bytes at ``s[at]`` (compiled: from a C pointer;
+    eight bytes written out, which the C compiler reads as one load)."""
+    if size == 8:
+        return _le(s, at, 4) | (_le(s, at + 4, 4) << 32)
+    if size == 4:
+        return s[at] | (s[at + 1] << 8) | (s[at + 2] << 16) | (cython.cast(cython.ulonglong, s[at + 3]) << 24)
     v = 0
     for k in range(size):
         v |= cython.cast(cython.ulonglong, s[at + k]) << (8 * k)
