@@ -113,7 +113,7 @@ _LENGTH_AT, _LENGTH_W = _place("length")
 _DELTA_AT, _DELTA_W = _place("delta")
 _TS_AT, _TS_W = _place("timestamp_us")
 _MAGIC_B, _KIND_B = MAGIC, KIND_MASK
-_D_MAX = 2**62  # deltas a scan counts to, at most (compiled: a C integer)
+_D_MAX = 2**62  # the deltas a scan's C loop compares stay within +-this (compiled: a C integer)
 _pack_rest_into = REST.pack_into
 _pack_crc_into = struct.Struct("<" + HEAD_FIELDS[0][1]).pack_into
 T = TypeVar("T")
@@ -502,8 +502,8 @@ def scan_positions(
             status = "limit"
             break
         if cython.compiled:  # the same fast path, a run of frames at a time with C loads
-            pos, d, last_epoch = _good_run(mv, pos, d, min(limit, _D_MAX), skip, last_epoch, epoch_limit, stop_pos,
-                                           positions)  # fmt: skip
+            pos, d, last_epoch = _good_run(mv, pos, d, min(limit, _D_MAX), max(skip, -_D_MAX), last_epoch,
+                                           epoch_limit, stop_pos, positions)  # fmt: skip
             if d >= limit:
                 continue
         elif pos + FRAME_HEADER_SIZE <= stop_pos:
