@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Py_ssize_t", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double",
-           "final", "freelist", "inline", "locals", "longlong", "no_gc", "p_char", "p_uchar", "p_uint", "uchar", "uint", "ulonglong", "wraparound"]  # fmt: skip
+__all__ = ["Py_ssize_t", "address", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double",
+           "final", "freelist", "inline", "locals", "longlong", "no_gc", "p_char", "p_uchar", "p_uint", "returns", "uchar", "uint", "ulonglong", "wraparound"]  # fmt: skip
 
 _F = TypeVar("_F")
 
@@ -54,6 +54,12 @@ def cast(_t: object, value: _F) -> _F:
     return value
 
 
+def address(value: object) -> Any:
+    """``cython.address(x)``: a C pointer to ``x`` when compiled (code under ``if cython.compiled``
+    only); ``x`` itself uncompiled."""
+    return value
+
+
 def declare(_t: object, value: Any = None, **_how: object) -> Any:
     """``x = cython.declare(T, ...)``: a C variable (in a ``cclass`` body, a C attribute) when
     compiled; ``value`` (None if not given) uncompiled."""
@@ -62,6 +68,11 @@ def declare(_t: object, value: Any = None, **_how: object) -> Any:
 
 def locals(**_types: object) -> Callable[[_F], _F]:  # noqa: A001 - cython's name
     """``@cython.locals(i=cython.Py_ssize_t)``: the local variables' C types; nothing uncompiled."""
+    return _same
+
+
+def returns(_t: object) -> Callable[[_F], _F]:
+    """``@cython.returns(T)``: a C function's return type when compiled; nothing uncompiled."""
     return _same
 
 

@@ -95,3 +95,45 @@ def test_load_orders_a_list_that_is_not_a_heap(impl: type[IndexedHeap]) -> None:
     assert h.key_list() != keys
     _check(h, {it: it.name for it in items})
     assert [h.pop().name for _ in range(500)] == sorted(keys)
+
+
+@impls
+@pytest.mark.parametrize("case", ["ascending", "one-out-of-order", "interleaved", "few", "into-empty", "lists-longer"])
+def test_add_many_keeps_the_heap_whichever_way_it_adds(impl: type[IndexedHeap], case: str) -> None:
+    """add_many appends keys that keep the heap order in place (recovery's tail after a
+    snapshot), pushes a few, rebuilds for many: every way ends with a valid heap whose items
+    know their slots and that pops in key order."""
+    rnd = random.Random(case)
+    h: IndexedHeap = impl()
+    ref: dict[Item, int] = {}
+    old = [] if case == "into-empty" else sorted(rnd.sample(range(1000), 300))
+    for k in old:
+        it = Item(k)
+        h.push(k, it)
+        ref[it] = k
+    if case == "lists-longer":  # popped items leave the lists longer than the heap
+        for _ in range(100):
+            del ref[h.pop()]
+    new = {
+        "ascending": list(range(1000, 1400)),
+        "one-out-of-order": [*range(1000, 1200), -1, *range(1200, 1400)],
+        "interleaved": rnd.sample(range(1000, 5000), 400),
+        "few": [3, 2000],
+        "into-empty": sorted(rnd.sample(range(1000), 200)),
+        "lists-longer": list(range(1000, 1400)),
+    }[case]
+    items = [Item(k) for k in new]
+    h.add_many(list(new), items)
+    ref.update(zip(items, new, strict=True))
+    _check(h, ref)
+    assert [h.pop().name for _ in range(len(ref))] == sorted(ref.values())
+
+
+@impls
+def test_add_many_refuses_unmatched_lists_before_changing_anything(impl: type[IndexedHeap]) -> None:
+    h: IndexedHeap = impl()
+    a = Item(1)
+    h.push(1, a)
+    with pytest.raises(ValueError, match="2 keys for 1 items"):
+        h.add_many([2, 3], [Item(2)])
+    assert h.key_list() == [1] and h.item_list() == [a]

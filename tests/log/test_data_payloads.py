@@ -62,3 +62,17 @@ def test_a_padding_frame_between_data_frames_is_skipped() -> None:
     buf = frame.encode_data_frames([b"a"], 0, 0, 1) + pad + frame.encode_data_frames([b"b"], 1, 0, 1)
     assert frame.data_payloads(buf, 0, len(buf), 0, 0, 1) == [b"a", b"b"]
 
+
+
+@pytest.mark.parametrize("base", [0, 2**40, 2**63 + 5, 2**64 - 3])
+def test_the_scan_lists_the_same_frames_at_any_base_and_row_limit(base: int) -> None:
+    """The compiled scan counts deltas in C integers: offsets near the top of the u64 range and
+    row limits far past it must list what the checks say, as the uncompiled scan does."""
+    buf = memoryview(frame.encode_data_frames([b"a", b"bc", b""], 0, 9, 1) + bytes(24))
+    for max_rows, want in ((2, [0, 32]), (2**70, [0, 32, 64])):
+        st = frame.ScanState(0, base)
+        assert frame.scan_positions(buf, base, 1, st, len(buf), None, 0, max_rows) == want
+        assert st.offset == base + len(want)
+    st = frame.ScanState(0, base)
+    assert frame.scan_positions(buf, base, 1, st, len(buf), None, base + 1, 10) == [32, 64]  # the first skipped
+    assert st.status == "end"

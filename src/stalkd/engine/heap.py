@@ -222,7 +222,9 @@ class IndexedHeap:
             raise ValueError("load() needs an empty heap")
         if len(keys) != len(items):
             raise ValueError(f"load() got {len(keys)} keys for {len(items)} items")
-        if len(keys) > 1:
+        # Compiled, one comparison per key tells; uncompiled, heapify of a copy and a list
+        # comparison (both in C) beat that loop in Python.
+        if len(keys) > 1 and not (cython.compiled and _keeps_order([], keys)):
             ordered = keys[:]
             heapq.heapify(ordered)
             if ordered != keys:
@@ -237,20 +239,33 @@ class IndexedHeap:
         self._n = len(keys)
 
     def add_many(self, keys: list[int], items: list[Any]) -> None:
-        """Push many items (``keys[i]`` for ``items[i]``): one by one when they are few next to
-        the heap, else rebuild the heap with them in one ``load`` (O(n), in C mostly).
+        """Push many items (``keys[i]`` for ``items[i]``): appended as they are when that keeps
+        the heap order (each key at least its would-be parent's, as ascending ids at one priority
+        after a snapshot's keys: recovery's tail), one by one when they are few next to the heap,
+        else the heap rebuilt with them in one ``load`` (O(n), in C mostly).
 
         >>> h: IndexedHeap = IndexedHeap(); a, b, c = HeapItem(), HeapItem(), HeapItem()
         >>> h.push(5, a); h.add_many([9, 1], [b, c]); [h.pop() is x for x in (c, a, b)]
         [True, True, True]
+        >>> h.push(5, a); h.add_many([6, 7], [b, c]); (h.key_list(), c.hpos)
+        ([5, 6, 7], 2)
         """
         if not keys:
+            return
+        if len(keys) != len(items):
+            raise ValueError(f"add_many() got {len(keys)} keys for {len(items)} items")
+        self._fit()
+        if _keeps_order(self._keys, keys):
+            n = self._n
+            self._keys += keys
+            self._items += items
+            self._n = len(self._keys)
+            _number(self._items, n)
             return
         if len(keys) * 8 < self._n:
             for k, it in zip(keys, items, strict=True):
                 self.push(k, it)
             return
-        self._fit()
         all_keys, all_items = self._keys + keys, self._items + items
         self._keys, self._items, self._n = [], [], 0
         self.load(all_keys, all_items)
@@ -266,12 +281,33 @@ class IndexedHeap:
 
 
 @cython.cfunc
-@cython.locals(items=list, i=cython.Py_ssize_t, it=HeapItem)
-def _number(items: list[Any]) -> None:
-    """Each item's ``hpos`` to its index (a HeapItem each: TypeError otherwise)."""
-    for i in range(len(items)):
+@cython.locals(items=list, start=cython.Py_ssize_t, i=cython.Py_ssize_t, it=HeapItem)
+def _number(items: list[Any], start: int = 0) -> None:
+    """Each item's ``hpos`` to its index, from ``start`` on (a HeapItem each: TypeError otherwise)."""
+    for i in range(start, len(items)):
         it = items[i]
         it.hpos = i
+
+
+@cython.cfunc
+@cython.boundscheck(False)  # every index below is in range (compiled: unchecked)
+@cython.wraparound(False)
+@cython.locals(keys=list, more=list, n=cython.Py_ssize_t, i=cython.Py_ssize_t, p=cython.Py_ssize_t)
+def _keeps_order(keys: list[int], more: list[int]) -> bool:
+    """Whether the heap array ``keys`` with ``more`` appended is still in heap order: each key
+    of ``more`` at least its parent's (one comparison per key; the first out of order stops it).
+
+    >>> _keeps_order([1, 5], [2, 6, 9]), _keeps_order([1, 5], [2, 4])
+    (True, False)
+    """
+    n = len(keys)
+    for i in range(n, n + len(more)):
+        if i == 0:
+            continue
+        p = (i - 1) >> 1
+        if (keys[p] if p < n else more[p - n]) > more[i - n]:
+            return False
+    return True
 
 
 @cython.cfunc

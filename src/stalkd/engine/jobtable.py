@@ -123,27 +123,50 @@ class JobTable:
             elif n in _SHRINK:
                 self._chunks[key] = dict(chunk)
 
+    @cython.locals(i=cython.Py_ssize_t, n=cython.Py_ssize_t, end=cython.Py_ssize_t, had=cython.Py_ssize_t,
+                   chunk=dict)  # fmt: skip
     def update(self, ids: Sequence[int], jobs: Sequence[Any]) -> None:
-        """Add ``jobs[i]`` under ``ids[i]`` for each i: a run of ids in one chunk (ascending, as
-        a snapshot block holds them) goes in with one dict update."""
+        """Add ``jobs[i]`` under ``ids[i]`` for each i, as one at a time would: a run of ids in
+        one chunk (as a snapshot block holds them, or the tail's new jobs) goes into it in one
+        go (compiled, a C loop of dict stores; uncompiled, one dict update of the run, ascending).
+
+        >>> t = JobTable(); t.update([1, 2, CHUNK, 3], "abcd"); list(t.items())
+        [(1, 'a'), (2, 'b'), (3, 'd'), (4096, 'c')]
+        """
         if len(ids) != len(jobs):
             raise ValueError(f"{len(ids)} ids for {len(jobs)} jobs")
         i, n = 0, len(ids)
-        while i < n:
-            key = _chunk(ids[i])
-            end = bisect_left(ids, (key + 1) << SHIFT, i, n)  # where the run ends, if ascending
-            run = ids[i:end]
-            if run and _chunk(min(run)) == key and _chunk(max(run)) == key:
+        if cython.compiled:
+            while i < n:
+                key = _chunk(ids[i])
+                lo, hi = key << SHIFT, (key + 1) << SHIFT
+                end = i + 1
+                while end < n and lo <= ids[end] < hi:
+                    end += 1
                 chunk = self._chunks.get(key)
                 if chunk is None:
                     chunk = self._new_chunk(key)
                 had = len(chunk)
-                chunk.update(zip(run, jobs[i:end], strict=True))
+                while i < end:
+                    chunk[ids[i]] = jobs[i]
+                    i += 1
                 self._n += len(chunk) - had
-            else:  # not ascending here: one at a time
-                end = i + 1
-                self[ids[i]] = jobs[i]
-            i = end
+        else:  # uncompiled: the run in one dict update, ascending; else one at a time
+            while i < n:
+                key = _chunk(ids[i])
+                end = bisect_left(ids, (key + 1) << SHIFT, i, n)  # where the run ends, if ascending
+                run = ids[i:end]
+                if run and _chunk(min(run)) == key and _chunk(max(run)) == key:
+                    chunk = self._chunks.get(key)
+                    if chunk is None:
+                        chunk = self._new_chunk(key)
+                    had = len(chunk)
+                    chunk.update(zip(run, jobs[i:end], strict=True))
+                    self._n += len(chunk) - had
+                else:  # not ascending here: one at a time
+                    end = i + 1
+                    self[ids[i]] = jobs[i]
+                i = end
 
     def __iter__(self) -> Iterator[int]:
         return chain.from_iterable(self._chunks.values())

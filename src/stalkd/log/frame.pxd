@@ -2,10 +2,16 @@
 # source). A frame's size is asked per record by the write chain (writer.py, persist/wal.py), and
 # a batch's frames are encoded per write: C functions for the modules that cimport them.
 
+cimport cython
+
 cdef Py_ssize_t _HEADER_LEN, _LARGEST, _LONG
 cdef unsigned char _DATA_FLAGS
 cdef Py_ssize_t _CRC_AT, _CRC_W, _MAGIC_AT, _MAGIC_W, _FLAGS_AT, _FLAGS_W, _EPOCH_AT, _EPOCH_W
 cdef Py_ssize_t _LENGTH_AT, _LENGTH_W, _DELTA_AT, _DELTA_W, _TS_AT, _TS_W
+cdef unsigned char _MAGIC_B, _KIND_B
+cdef long long _D_MAX
+cdef bytes _CRC_TABLES  # read by a C pointer, not looked up per sum
+cdef unsigned int _ONES
 
 cpdef Py_ssize_t frame_size(Py_ssize_t length) except -1
 cpdef Py_ssize_t frames_size(payloads) except -1
@@ -14,3 +20,12 @@ cpdef bytearray encode_data_frame(payload, delta, timestamp_us, epoch)
 cpdef put_data_frame(buf, pos, room, payload, delta, timestamp_us, epoch)
 cpdef bytearray encode_data_frames(payloads, first_delta, timestamp_us, epoch)
 cdef bytearray _encode(payloads, first_delta, timestamp_us, epoch, int flags)
+
+# scan_positions' fast path (the tail of a WAL at recovery, a standby's frames messages).
+@cython.locals(view="const unsigned char[::1]", p="unsigned char *", length=Py_ssize_t, nxt=Py_ssize_t,
+               epoch="long long", crc="unsigned int")
+cdef tuple _good_run(mv, Py_ssize_t pos, long long d, long long limit, long long skip, long long last_epoch,
+                     long long epoch_limit, Py_ssize_t stop_pos, list positions)
+# CRC-32C by slicing-by-8 tables (the encoder's short frames, the scan's).
+@cython.locals(c="unsigned int", hi="unsigned int", t="unsigned int *")
+cdef unsigned int _crc_update(unsigned int crc, unsigned char *b, Py_ssize_t i, Py_ssize_t end)

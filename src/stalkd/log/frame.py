@@ -112,6 +112,8 @@ _EPOCH_AT, _EPOCH_W = _place("epoch")
 _LENGTH_AT, _LENGTH_W = _place("length")
 _DELTA_AT, _DELTA_W = _place("delta")
 _TS_AT, _TS_W = _place("timestamp_us")
+_MAGIC_B, _KIND_B = MAGIC, KIND_MASK
+_D_MAX = 2**62  # the deltas a scan's C loop compares stay within +-this (compiled: a C integer)
 _pack_rest_into = REST.pack_into
 _pack_crc_into = struct.Struct("<" + HEAD_FIELDS[0][1]).pack_into
 T = TypeVar("T")
@@ -300,15 +302,11 @@ def _put_crc(out: bytearray, pos: int, end: int, payload: bytes | bytearray | me
     _store_le(out, pos + _CRC_AT, c, _CRC_W)
 
 
-@cython.cfunc
-@cython.inline
-@cython.locals(crc=cython.uint, b=cython.p_uchar, i=cython.Py_ssize_t, end=cython.Py_ssize_t, c=cython.uint,
-               hi=cython.uint, t=cython.p_uint)  # fmt: skip
 def _crc_update(crc: int, b: bytearray, i: int, end: int) -> int:
     """CRC-32C ``crc`` continued over the bytes ``b[i:end]`` (``b`` a C pointer), by the tables;
     compiled only."""
     t = cython.cast(cython.p_uint, cython.cast(cython.p_char, _CRC_TABLES))
-    c = crc ^ 0xFFFFFFFF
+    c = crc ^ _ONES
     while i + 8 <= end:
         c ^= b[i] | (b[i + 1] << 8) | (b[i + 2] << 16) | (cython.cast(cython.uint, b[i + 3]) << 24)
         hi = b[i + 4] | (b[i + 5] << 8) | (b[i + 6] << 16) | (cython.cast(cython.uint, b[i + 7]) << 24)
@@ -318,7 +316,7 @@ def _crc_update(crc: int, b: bytearray, i: int, end: int) -> int:
     while i < end:
         c = t[(c ^ b[i]) & 0xFF] ^ (c >> 8)
         i += 1
-    return c ^ 0xFFFFFFFF
+    return c ^ _ONES
 
 
 @cython.cfunc
@@ -350,6 +348,7 @@ def _crc_tables() -> bytes:
 
 # Built only where it is used: the compiled ``_crc32c_of``.
 _CRC_TABLES = _crc_tables() if cython.compiled else b""
+_ONES = 0xFFFFFFFF  # the CRC's pre- and post-inversion (compiled: a C constant, not a Python int per use)
 
 
 class Frame(NamedTuple):
@@ -408,6 +407,64 @@ def _off_fast_path(
     return "", nxt, epoch  # padding or a kind this version does not know: skippable
 
 
+@cython.boundscheck(False)  # every read is inside the region: pos + header <= nxt <= stop_pos <= len
+@cython.wraparound(False)
+def _good_run(
+    mv: memoryview,
+    pos: int,
+    d: int,
+    limit: int,
+    skip: int,
+    last_epoch: int,
+    epoch_limit: int,
+    stop_pos: int,
+    positions: list[int],
+) -> tuple[int, int, int]:
+    """``scan_positions``' fast path compiled: from ``pos`` (delta ``d``), the good data frames
+    in a row, each listed in ``positions`` from delta ``skip`` on, up to delta ``limit`` or the
+    first frame off the fast path; returns (pos, d, epoch) after the last. Each header field is
+    a C load from the region, and the CRC the tables' sum (the package's above ``_LONG`` bytes):
+    no tuple, int or view per frame. Compiled only."""
+    view = mv
+    if stop_pos > len(view):
+        stop_pos = len(view)
+    if stop_pos <= 0:
+        return pos, d, last_epoch
+    p = cython.cast(cython.p_uchar, cython.address(view[0]))  # read only
+    while d < limit and pos + _HEADER_LEN <= stop_pos:
+        length = _load_le(p, pos + _LENGTH_AT, _LENGTH_W)
+        nxt = (pos + _HEADER_LEN + length + 7) & ~7
+        epoch = _load_le(p, pos + _EPOCH_AT, _EPOCH_W)
+        if (cython.cast(cython.longlong, _load_le(p, pos + _DELTA_AT, _DELTA_W)) != d or p[pos + _MAGIC_AT] != _MAGIC_B
+                or p[pos + _FLAGS_AT] & _KIND_B or epoch < last_epoch or epoch > epoch_limit or nxt > stop_pos):  # fmt: skip
+            break
+        crc = _load_le(p, pos + _CRC_AT, _CRC_W)
+        if length < _LONG:
+            if crc != _crc_update(0, p, pos + _CRC_AT + _CRC_W, nxt):
+                break
+        elif crc != crc32c(mv[pos + _CRC_AT + _CRC_W : nxt]):
+            break
+        if d >= skip:
+            positions.append(pos)
+        last_epoch = epoch
+        pos = nxt
+        d += 1
+    return pos, d, last_epoch
+
+
+@cython.cfunc
+@cython.inline
+@cython.returns(cython.ulonglong)
+@cython.locals(p=cython.p_uchar, at=cython.Py_ssize_t, width=cython.Py_ssize_t, k=cython.Py_ssize_t, v=cython.ulonglong)
+def _load_le(p: bytes, at: int, width: int) -> int:
+    """The unsigned little-endian integer of ``width`` bytes at ``p[at]`` (``p`` a C pointer;
+    compiled only)."""
+    v = 0
+    for k in range(width):
+        v |= cython.cast(cython.ulonglong, p[at + k]) << (8 * k)
+    return v
+
+
 # The two scans below share their checks: the fast path is the same condition in both (a good
 # data frame with the expected delta), everything else goes to ``_off_fast_path``. They stay two
 # loops because a generator built on the list-returning one costs about a third more per frame.
@@ -444,7 +501,12 @@ def scan_positions(
         if d >= limit:
             status = "limit"
             break
-        if pos + FRAME_HEADER_SIZE <= stop_pos:
+        if cython.compiled:  # the same fast path, a run of frames at a time with C loads
+            pos, d, last_epoch = _good_run(mv, pos, d, min(limit, _D_MAX), max(skip, -_D_MAX), last_epoch,
+                                           epoch_limit, stop_pos, positions)  # fmt: skip
+            if d >= limit:
+                continue
+        elif pos + FRAME_HEADER_SIZE <= stop_pos:
             crc, magic, flags, epoch, length, delta, _ts = head_unpack(mv, pos)
             nxt = (pos + FRAME_HEADER_SIZE + length + 7) & ~7
             if (delta == d and magic == MAGIC and not flags & KIND_MASK and last_epoch <= epoch <= epoch_limit

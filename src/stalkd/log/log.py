@@ -36,7 +36,7 @@ else:
         from stalkd import cyshim as cython
 
 from .active import SPARES_DIR, ZERO_AHEAD
-from .columns import FrameColumns
+from .columns import FrameColumns, segment_columns
 from .commit import GroupCommit, parse_durability
 from .cursor import CursorSyncer
 from .errors import LogError
@@ -425,8 +425,9 @@ class Log:
                 stop = footer[1] if footer is not None else view.size - FOOTER_SIZE
             start = HEADER_SIZE
             if base < offset:
+                # Walked (and checked) by the column scan, which lists nothing before ``offset``.
                 st = ScanState(HEADER_SIZE, base)
-                for _ in view.frames(offset, offset, None, st):
+                for _ in segment_columns(view, offset, offset, offset - base, st):
                     pass
                 start = st.pos
             total += max(0, stop - start)

@@ -59,11 +59,11 @@ def snapshot_due(since: int, live: int, min_bytes: int, *, short: bool = False) 
     loads a snapshot's jobs in bulk, so jobs that all stay live (puts nobody takes yet) must
     reach a snapshot too; their WAL never outweighs their own estimate, but it does a share of it,
     so such a stream snapshots each time its live data grows by that share, and a restart after a
-    kill replays at most that share of the jobs one by one. A half, not a quarter: a tail job
-    costs about 4 µs to replay against 0.85 µs from a snapshot, so a quarter brought a kill
-    restart with 1M live jobs from 2.5–2.7 s to 1.7 s, but it copied each job into about three
-    times as many snapshots and cost 12–17 % more CPU per put while a queue grows, the common
-    case paying for the rare one.
+    kill replays at most that share of the jobs one by one. A half, not a third or a quarter: a
+    tail record costs recovery about twice what a snapshot's job does, and a smaller share copies
+    each job into about two (a third) or three (a quarter) times as many snapshots and costs
+    13–24 % more CPU per put while a queue grows, the common case paying for the rare one
+    (bench/restart_bench.py measures both).
 
     >>> snapshot_due(50, 100, 10), snapshot_due(49, 100, 10), snapshot_due(9, 0, 10)
     (True, False, False)

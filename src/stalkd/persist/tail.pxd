@@ -40,10 +40,11 @@ cdef class _Fields:
                seq="unsigned long long", first_seq="unsigned long long", seq_max="unsigned long long",
                body_bytes=Py_ssize_t, applied=Py_ssize_t, positions=list, raw=bytes, i=Py_ssize_t,
                lo=Py_ssize_t, pos=Py_ssize_t, at=Py_ssize_t, n=Py_ssize_t, end=Py_ssize_t, t0=Py_ssize_t,
-               b0=Py_ssize_t, blen=Py_ssize_t)
+               b0=Py_ssize_t, blen=Py_ssize_t, key=object)
 cpdef Py_ssize_t replay_tail(e, chunks, start_seq, dict fresh) except -1
 
 cdef bytes _window(buf, Py_ssize_t pos, Py_ssize_t n)
+cdef bytes _cut(bytes raw, Py_ssize_t start, Py_ssize_t end)
 
 @cython.locals(jobs=JobTable, j=Job)
 cdef _place(e, set loose, dict added)
