@@ -1,6 +1,6 @@
 # The C layout of state.py's EngineState when Cython compiles it (stalkd.extensions): an
-# extension type whose hot attributes are C fields and whose container moves the commands call
-# as C functions (cpdef: a subclass or a test may still replace one). Its other attributes live
+# extension type whose hot attributes are C fields and whose container moves the rule modules
+# (timers, jobcommands, queries, results, engine) call as C functions. Its other attributes live
 # in its __dict__. state.py is the source; this declares types and signatures only.
 
 cimport cython
@@ -11,7 +11,7 @@ from stalkd.engine.model cimport Record
 from stalkd.engine.objects cimport ConnState, Job, Release, Tube
 
 
-# Outcome: one is built per step (timers.py's _finish sets its fields at C level).
+# Outcome: one is built per step (timers.py's finish_step sets its fields at C level).
 @cython.final
 cdef class Outcome:
     cdef readonly object reply, records, wakeups, next_deadline
