@@ -56,8 +56,6 @@ __all__ = ["Engine", "EngineError", "Outcome", "Room"]
 
 _NOT_FOUND = C.Reply("NOT_FOUND")
 _PAUSED = C.Reply("PAUSED")
-
-
 _T = TypeVar("_T")
 
 
@@ -87,8 +85,10 @@ class Engine:
     ``timers.py``, the commands that change a job ``jobcommands.py``, read-only commands
     ``queries.py``, stalkd's stored results ``results.py``; the connection and tube commands
     are here. ``apply`` finds a command's handler in a table derived from the command table
-    (``_handler``), and every step is ``begin_step``, the handler, ``finish_step``. The state's
-    public fields are readable here too (``e.jobs``, ``e.seq``...): properties, below.
+    (``_handler``), and every step is ``timers.begin_step``, the handler, ``timers.finish_step``;
+    ``tick`` is a step with no command, in which a kick or a hang-up in progress goes on
+    (``jobcommands.more``) and expired results are forgotten. The state's fields are read and
+    set through the engine too (``e.jobs``, ``e.seq``...: ``_Field``, below).
 
     >>> from stalkd.protocol.commands import Put, Reserve, Delete
     >>> e = Engine(); e.connect(1, now=100.0)
