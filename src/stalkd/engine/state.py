@@ -122,13 +122,14 @@ class Outcome:
 class EngineState:
     """Jobs, tubes, connections and timers, with the container moves every command shares."""
 
-    # What every command reads or writes lives in slots, where a ``__dict__`` entry costs a
-    # hash look-up. The rest of the state stays in ``__dict__``.
+    # Every field is a slot (compiled: a C field, state.pxd), and the class is final, so the
+    # container moves below are direct C calls from the rule modules.
     __slots__ = (
-        "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
-        "_counts", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
-        "_now", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
-        "__weakref__",
+        "max_job_size", "step_jobs", "keep_records", "jobs", "tubes", "tube_order", "conns", "next_id", "seq",
+        "draining", "_counts", "job_timeouts", "total_jobs", "total_connections", "internal_conns", "body_bytes",
+        "epochs", "_tube_serial", "_wait_serial", "_pending", "_tube_timers", "_conn_timers", "_budget", "_now",
+        "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "results", "result_bytes",
+        "_result_heap", "result_limits", "result_meta", "result_usage", "_owners", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, max_job_size: int = 65535, records: bool = True, step_jobs: int = STEP_JOBS) -> None:
