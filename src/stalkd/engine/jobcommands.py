@@ -2,10 +2,11 @@
 release, bury, touch, kick and kick-job (beanstalkd's semantics; see docs/protocol.md).
 
 Each handler is a function over the engine's state ``s`` (state.py) and the calling
-connection, found by its command's name for ``Engine.apply``'s dispatch (engine.py). Each finds its job with the look-up its command-table row names (``room.py``), so a
-server's WAL admission runs the very same look-up first. A kick moves at most the step's budget of
-jobs (``step_jobs``, shared with expiring timers, timers.py) and goes on in ``Engine.tick`` (``more``),
-so no step grows with the number of jobs.
+connection, found by its command's name for ``Engine.apply``'s dispatch (engine.py). Each finds
+its job with the look-up its command-table row names (``room.py``), so a server's WAL admission
+runs the very same look-up first. A kick moves at most the step's budget of jobs
+(``step_jobs``, shared with expiring timers, timers.py) and goes on in ``Engine.tick``
+(``more``), so no step grows with the number of jobs.
 
 Ensures: every change that must survive a restart appends its record (``_rec``/``_rec_fields``)
 in the order the changes happened; a handler that replies NOT_FOUND changed nothing.
