@@ -154,3 +154,26 @@ def test_on_a_full_wal_not_found_wins_over_out_of_memory(tmp_path: object) -> No
     assert e.apply(1, C.Bury(jid, 1), T0).reply == OOM
     assert e.seq == seq
     wal.close()
+
+
+def test_a_room_is_one_engines_own_and_clear_keeps_it() -> None:
+    """The guarded handlers read the room from the engine they run in: an engine without a
+    room beside one whose room is full still takes puts, and ``clear`` keeps each as it was."""
+    from stalkd.engine import Engine
+
+    full, free = Engine(), Engine()
+    full.room = CountingRoom(grant=False)
+    for e in (full, free):
+        e.connect(1, T0)
+    put = C.Put(0, 0, 60, b"x")
+    assert full.apply(1, put, T0).reply == OOM
+    assert free.apply(1, put, T0).reply == C.Reply("INSERTED", (1,))
+    full.clear()
+    free.clear()
+    assert isinstance(full.room, CountingRoom) and free.room is None
+    for e in (full, free):
+        e.connect(1, T0)
+    assert full.apply(1, put, T0).reply == OOM and len(full.jobs) == 0
+    assert free.apply(1, put, T0).reply == C.Reply("INSERTED", (1,))
+    full.room = None  # taken away: puts go through again
+    assert full.apply(1, put, T0).reply == C.Reply("INSERTED", (1,))

@@ -1,11 +1,18 @@
-# The extension type Engine is when Cython compiles engine.py (stalkd.extensions), the last of
-# the layers; engine.py is the source; this declares types and signatures only. apply is cpdef:
+# The extension type Engine is when Cython compiles engine.py (stalkd.extensions): one class over
+# an EngineState (state.pxd), whose rules (timers.pxd, jobcommands.pxd, results.pxd) it calls as
+# C functions. engine.py is the source; this declares types and signatures only. apply is cpdef:
 # the compiled server (app.pxd) calls it as a C function.
 
-from stalkd.engine.objects cimport ConnState, Job, Release, Tube
-from stalkd.engine.results cimport Results
+cimport stalkd.engine.jobcommands as jobcommands
+cimport stalkd.engine.queries as queries
+cimport stalkd.engine.results as results
+cimport stalkd.engine.timers as timers
+from stalkd.engine.objects cimport ConnState, Job, Tube
+from stalkd.engine.state cimport EngineState
 
 
-cdef class Engine(Results):
-    cdef public dict _plain, _dispatch
+cdef class Engine:
+    cdef object __weakref__
+    cdef readonly EngineState state
+    cdef public dict _dispatch
     cpdef object apply(self, object conn_id, object cmd, object now)

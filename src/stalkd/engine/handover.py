@@ -95,13 +95,14 @@ class Reservations:
         now_us = round(now * US)
         if HOLDER not in e.conns:
             e.connect(HOLDER, now, internal=True)
-        c = e.conns[HOLDER]
+        s = e.state
+        c = s.conns[HOLDER]
         n = 0
         for jid, end in self.until.items():
             j = e.jobs.get(jid)
             if j is None or j.state is not JobState.READY or end <= now_us:
                 continue
-            e._detach(j)
+            s._detach(j)
             j.state = JobState.RESERVED
             j.owner = c
             j.deadline_us = end
@@ -109,5 +110,5 @@ class Reservations:
             j.tube.reserved += 1
             n += 1
         self.until.clear()
-        e._retime_conn(c)
+        s._retime_conn(c)
         return n

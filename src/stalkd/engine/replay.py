@@ -27,6 +27,8 @@ from stalkd.engine.engine import Engine
 from stalkd.engine.heap import pack
 from stalkd.engine.model import LAYOUTS, JobState, Op, Record
 from stalkd.engine.objects import Job, new_job
+from stalkd.engine.results import store_result
+from stalkd.engine.state import EngineState
 
 __all__ = ["RULES", "ReplayError", "durable_record", "durable_records", "finish", "ID_BAND", "note_epoch", "replay"]
 
@@ -45,84 +47,85 @@ def replay(e: Engine, r: Record) -> None:
     >>> e.jobs[7].state.name, e.next_id
     ('READY', 8)
     """
-    if r.seq > e.seq:
-        e.seq = r.seq
+    s = e.state
+    if r.seq > s.seq:
+        s.seq = r.seq
     op = r.op
     if op is _PUT:  # the commonest record, a C call when compiled
-        _new_job(e, r)
+        _new_job(s, r)
     else:
-        _RULE_BY_CODE[op](e, r)
+        _RULE_BY_CODE[op](s, r)
 
 
-def _new_job(e: Engine, r: Record) -> None:
-    if r.job_id in e.jobs:
+def _new_job(s: EngineState, r: Record) -> None:
+    if r.job_id in s.jobs:
         raise ReplayError(f"record seq {r.seq}: {r.op.name} of job {r.job_id}, which already exists")
-    _create(e, r)
+    _create(s, r)
 
 
-def _result(e: Engine, r: Record) -> None:
-    e.store_result(r.job_id, r.deadline_us, r.body)
+def _result(s: EngineState, r: Record) -> None:
+    store_result(s, r.job_id, r.deadline_us, r.body)
 
 
-def _epoch(e: Engine, r: Record) -> None:
-    note_epoch(e, r.epoch, r.start_offset)
+def _epoch(s: EngineState, r: Record) -> None:
+    _note_epoch(s, r.epoch, r.start_offset)
 
 
-def _nothing(e: Engine, r: Record) -> None:
+def _nothing(s: EngineState, r: Record) -> None:
     """TOUCH and PAUSE change nothing durable; an op this build does not know is skipped."""
 
 
-def _on_job(rule: Callable[[Engine, Record, Job], None]) -> Callable[[Engine, Record], None]:
+def _on_job(rule: Callable[[EngineState, Record, Job], None]) -> Callable[[EngineState, Record], None]:
     """``rule`` applied to the record's job, if it exists (records about unknown jobs are ignored)."""
 
-    def apply(e: Engine, r: Record) -> None:
-        j = e.jobs.get(r.job_id)
+    def apply(s: EngineState, r: Record) -> None:
+        j = s.jobs.get(r.job_id)
         if j is not None:
-            rule(e, r, j)
+            rule(s, r, j)
 
     return apply
 
 
-def _delete(e: Engine, r: Record, j: Job) -> None:
-    e._detach(j)
-    del e.jobs[j.id]
-    e.body_bytes -= len(j.body)
+def _delete(s: EngineState, r: Record, j: Job) -> None:
+    s._detach(j)
+    del s.jobs[j.id]
+    s.body_bytes -= len(j.body)
 
 
-def _reserve(e: Engine, r: Record, j: Job) -> None:
+def _reserve(s: EngineState, r: Record, j: Job) -> None:
     j.reserves += 1
     if j.state is not JobState.READY:
-        e._detach(j)
-        e._to_ready(j)
+        s._detach(j)
+        s._to_ready(j)
 
 
-def _timeout(e: Engine, r: Record, j: Job) -> None:
+def _timeout(s: EngineState, r: Record, j: Job) -> None:
     j.timeouts += 1
 
 
-def _release(e: Engine, r: Record, j: Job) -> None:
-    e._detach(j)
+def _release(s: EngineState, r: Record, j: Job) -> None:
+    s._detach(j)
     j.pri, j.delay = r.pri, r.delay
     j.releases += 1
-    _place(e, j, JobState.DELAYED if r.deadline_us else JobState.READY, r.deadline_us)
+    _place(s, j, JobState.DELAYED if r.deadline_us else JobState.READY, r.deadline_us)
 
 
-def _bury(e: Engine, r: Record, j: Job) -> None:
-    e._detach(j)
+def _bury(s: EngineState, r: Record, j: Job) -> None:
+    s._detach(j)
     j.pri = r.pri
     j.buries += 1
-    e._to_buried(j, r.seq)
+    s._to_buried(j, r.seq)
 
 
-def _kick(e: Engine, r: Record, j: Job) -> None:
-    e._detach(j)
+def _kick(s: EngineState, r: Record, j: Job) -> None:
+    s._detach(j)
     j.kicks += 1
-    e._to_ready(j)
+    s._to_ready(j)
 
 
 # Each op's replay rule (its meaning is in the module docstring): with model.LAYOUTS, the whole
 # of what a record type is. Every op with a row in the registry must have a rule here.
-RULES: dict[Op, Callable[[Engine, Record], None]] = {
+RULES: dict[Op, Callable[[EngineState, Record], None]] = {
     Op.PUT: _new_job, Op.JOB: _new_job, Op.RESULT: _result, Op.EPOCH: _epoch, Op.TOUCH: _nothing,
     Op.PAUSE: _nothing, Op.UNKNOWN: _nothing, Op.DELETE: _on_job(_delete), Op.RESERVE: _on_job(_reserve),
     Op.TIMEOUT: _on_job(_timeout), Op.RELEASE: _on_job(_release), Op.BURY: _on_job(_bury), Op.KICK: _on_job(_kick),
@@ -151,20 +154,25 @@ def note_epoch(e: Engine, epoch: int, start_offset: int) -> None:
     >>> e.next_id == 2 * ID_BAND
     True
     """
-    if all(ep != epoch for ep, _ in e.epochs):
-        e.epochs = tuple(sorted((*e.epochs, (epoch, start_offset))))
-    if e.next_id < epoch * ID_BAND:
-        e.next_id = epoch * ID_BAND
+    _note_epoch(e.state, epoch, start_offset)
+
+
+def _note_epoch(s: EngineState, epoch: int, start_offset: int) -> None:
+    if all(ep != epoch for ep, _ in s.epochs):
+        s.epochs = tuple(sorted((*s.epochs, (epoch, start_offset))))
+    if s.next_id < epoch * ID_BAND:
+        s.next_id = epoch * ID_BAND
 
 
 def finish(e: Engine) -> None:
     """End of recovery: order each buried FIFO by bury sequence (snapshot entries arrive in any
     order) and forget the replay's bookkeeping. Call ``tick(now)`` next to expire delays."""
-    for t in e.tube_order:
+    s = e.state
+    for t in s.tube_order:
         if len(t.buried) > 1:
             t.buried = OrderedDict(sorted(t.buried.items(), key=lambda kv: kv[1].deadline_us))
-    e._dirty.clear()
-    e._records = []
+    s._dirty.clear()
+    s._records = []
 
 
 def durable_record(j: Job, seq: int) -> Record:
@@ -185,31 +193,31 @@ def durable_records(e: Engine) -> Iterator[Record]:
         yield durable_record(e.jobs[jid], e.seq)
 
 
-def _create(e: Engine, r: Record) -> None:
-    t = e._tube(r.tube)
+def _create(s: EngineState, r: Record) -> None:
+    t = s._tube(r.tube)
     put = r.op is _PUT
     j = new_job(r.job_id, t, r.pri, r.delay, r.ttr, r.body, _READY, r.time_us if put else r.created_us)
-    e.jobs[j.id] = j
-    e.body_bytes += len(r.body)
-    if r.job_id >= e.next_id:
-        e.next_id = r.job_id + 1
+    s.jobs[j.id] = j
+    s.body_bytes += len(r.body)
+    if r.job_id >= s.next_id:
+        s.next_id = r.job_id + 1
     if put:
-        _place(e, j, _DELAYED if r.deadline_us else _READY, r.deadline_us)
+        _place(s, j, _DELAYED if r.deadline_us else _READY, r.deadline_us)
         return
     j.reserves, j.timeouts, j.releases, j.buries, j.kicks = (
         r.reserves, r.timeouts, r.releases, r.buries, r.kicks,
     )  # fmt: skip
     state = JobState.READY if r.state is JobState.RESERVED else r.state
-    _place(e, j, state, r.deadline_us)
+    _place(s, j, state, r.deadline_us)
 
 
-def _place(e: Engine, j: Job, state: JobState, deadline_us: int) -> None:
+def _place(s: EngineState, j: Job, state: JobState, deadline_us: int) -> None:
     if state is _DELAYED:
         j.state = state
         j.deadline_us = deadline_us
         j.tube.delayed.push(pack(deadline_us, j.id), j)
-        e._retime_tube(j.tube)
+        s._retime_tube(j.tube)
     elif state is _BURIED:
-        e._to_buried(j, deadline_us)
+        s._to_buried(j, deadline_us)
     else:
-        e._to_ready(j)
+        s._to_ready(j)

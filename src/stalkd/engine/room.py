@@ -33,7 +33,9 @@ __all__ = [
 ]
 
 RESERVED, BURIED, DELAYED = JobState.RESERVED, JobState.BURIED, JobState.DELAYED
-Handler = Callable[[ConnState, Any], C.AnyReply | None]
+Handler = Callable[[Any, ConnState, Any], C.AnyReply | None]
+"""A command's handler: ``handler(state, connection, command)``, the state an ``EngineState``
+(state.py), the reply None while the connection waits (engine.py's dispatch)."""
 _NOT_FOUND = C.Reply("NOT_FOUND")
 _OUT_OF_MEMORY = C.Reply("OUT_OF_MEMORY")
 _RELEASED = C.Reply("RELEASED")
@@ -53,17 +55,15 @@ class Room(Protocol):
 
 
 class Guarded(Protocol):
-    """What ``guarded`` reads of the engine (``Engine`` is one; a protocol here, so this
-    module does not import the engine that imports it)."""
+    """What ``guarded`` reads of the engine's state (``EngineState`` is one; a protocol here,
+    so this module does not import the state that imports it)."""
 
     max_job_size: int
     draining: bool
     keep_records: bool
     jobs: JobTable
     _records: list[Record]
-
-    @property
-    def room(self) -> Room | None: ...
+    _room: Room | None
 
 
 def find_held(jobs: JobTable, c: ConnState, job_id: int) -> Job | None:
@@ -99,44 +99,44 @@ _FINDERS = {"held": find_held, "deletable": find_deletable, "unreserved": find_u
             "kickable": find_kickable}  # fmt: skip
 
 
-def guarded(e: Guarded, spec: CommandSpec, handler: Handler) -> Handler:
-    """``handler`` of engine ``e`` behind the room check its table row asks for."""
+def guarded(spec: CommandSpec, handler: Handler) -> Handler:
+    """``handler`` behind the room check its table row asks for (the room the state holds)."""
     find = None if spec.job is None else _FINDERS[spec.job]
     wal = spec.wal
     if wal is None:
         return handler
     if wal == "put":
 
-        def put(c: ConnState, cmd: C.Put) -> C.AnyReply | None:
-            room = e.room
-            if (cmd.error is None and len(cmd.body) <= e.max_job_size and not e.draining
+        def put(s: Guarded, c: ConnState, cmd: C.Put) -> C.AnyReply | None:
+            room = s._room
+            if (cmd.error is None and len(cmd.body) <= s.max_job_size and not s.draining
                     and room is not None and not room.put(len(cmd.body))):  # fmt: skip
                 return _OUT_OF_MEMORY
-            return handler(c, cmd)
+            return handler(s, c, cmd)
 
         return put
     if wal == "result":
 
-        def result(c: ConnState, cmd: C.ResultPut) -> C.AnyReply | None:
-            room = e.room
-            if (cmd.error is None and len(cmd.body) <= e.max_job_size and room is not None
+        def result(s: Guarded, c: ConnState, cmd: C.ResultPut) -> C.AnyReply | None:
+            room = s._room
+            if (cmd.error is None and len(cmd.body) <= s.max_job_size and room is not None
                     and not room.put(len(cmd.body))):  # fmt: skip
                 return _OUT_OF_MEMORY
-            return handler(c, cmd)
+            return handler(s, c, cmd)
 
         return result
     if wal == "updates":
-        return handler  # a kick asks for room a step at a time (_kick_step)
+        return handler  # a kick asks for room a step at a time (jobcommands._kick_step)
     refused = _NOT_FOUND if spec.build is C.KickJob else _OUT_OF_MEMORY
 
-    def update(c: ConnState, cmd: Any) -> C.AnyReply | None:
-        room = e.room
-        if find is None or find(e.jobs, c, cmd.id) is None or room is None or room.updates(1):
-            return handler(c, cmd)
+    def update(s: Guarded, c: ConnState, cmd: Any) -> C.AnyReply | None:
+        room = s._room
+        if find is None or find(s.jobs, c, cmd.id) is None or room is None or room.updates(1):
+            return handler(s, c, cmd)
         if type(cmd) is C.Release and cmd.delay == 0:
-            reply = handler(c, cmd)
-            if e.keep_records and reply == _RELEASED:
-                e._records.pop()  # noqa: SLF001 - its RELEASE record: there is no room to log it
+            reply = handler(s, c, cmd)
+            if s.keep_records and reply == _RELEASED:
+                s._records.pop()  # its RELEASE record: there is no room to log it
             return reply
         return refused
 

@@ -1,9 +1,13 @@
 """The engine's state and the moves between its containers (beanstalkd's ``tube.c``/``job.c``).
 
-``EngineState`` holds jobs, tubes, connections, counters, the two timer heaps and the per-step
-scratch; its methods move a job between containers (ready heap, delay heap, buried FIFO, a
-connection's reserved heap), create and free tubes, and keep the timer heaps in step with them.
-The commands (``engine.py``), timers (``timers.py``) and queries (``queries.py``) build on it.
+``EngineState`` holds jobs, tubes, connections, counters, stored results, the two timer heaps
+and the per-step scratch; its methods move a job between containers (ready heap, delay heap,
+buried FIFO, a connection's reserved heap), create and free tubes, and keep the timer heaps in
+step with them. ``Engine`` (engine.py) holds one; the rules are functions over it, one module
+each: the step frame and timers (``timers.py``), the commands that change a job
+(``jobcommands.py``), read-only commands (``queries.py``), stored results (``results.py``).
+Its names with a leading underscore are the engine package's own (the step's scratch and the
+container moves those modules share), not the server's.
 
 Ensures, after each method: a job's ``state`` names the one container holding it (job.py); a
 tube or connection is in its timer heap exactly when it has a timer, keyed by that instant
@@ -22,6 +26,7 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
@@ -49,7 +54,7 @@ else:
     except ModuleNotFoundError:  # uncompiled, and Cython is not installed
         from stalkd import cyshim as cython
 
-__all__ = ["EngineError", "EngineState", "Outcome", "STEP_JOBS", "counter_slot"]
+__all__ = ["EngineError", "EngineState", "Outcome", "ResultLimits", "STEP_JOBS", "counter_slot"]
 
 STEP_JOBS = 256
 """Jobs one engine step may move in bulk (delays and TTRs expiring, a kick): work that grows
@@ -79,11 +84,21 @@ def counter_slot(key: str) -> int:
     return _COUNTER_SLOTS[key]
 
 
+@dataclass(frozen=True, slots=True)
+class ResultLimits:
+    """What one owner may keep (``--max-results``, ``--max-result-bytes``, ``--max-result-ttl``;
+    the rules are results.py's)."""
+
+    count: int = 100_000
+    bytes: int = 64 * 2**20
+    ttl: int = 30 * 86_400
+
+
 @cython.freelist(8)  # one is built per step: compiled, those let go are reused
 @cython.no_gc  # it holds replies and records, never itself: no cycle to collect
 @cython.cclass
 class Outcome:
-    """What one engine step produced, built by the step frame alone (``Timers._finish``) and
+    """What one engine step produced, built by the step frame alone (``timers.finish_step``) and
     read by the caller: treat it as immutable (compiled, an extension type whose fields Python
     code can read but not set).
 
@@ -107,13 +122,14 @@ class Outcome:
 class EngineState:
     """Jobs, tubes, connections and timers, with the container moves every command shares."""
 
-    # What every command reads or writes lives in slots, where a ``__dict__`` entry costs a
-    # hash look-up. The rest of the engine's attributes stay in ``__dict__``.
+    # Every field is a slot (compiled: a C field, state.pxd), and the class is final, so the
+    # container moves below are direct C calls from the rule modules.
     __slots__ = (
-        "max_job_size", "step_jobs", "keep_records", "jobs", "conns", "next_id", "seq", "draining",
-        "_counts", "total_jobs", "body_bytes", "_pending", "_tube_timers", "_conn_timers", "_budget",
-        "_now", "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "_wait_serial", "__dict__",
-        "__weakref__",
+        "max_job_size", "step_jobs", "keep_records", "jobs", "tubes", "tube_order", "conns", "next_id", "seq",
+        "draining", "_counts", "job_timeouts", "total_jobs", "total_connections", "internal_conns", "body_bytes",
+        "epochs", "_tube_serial", "_wait_serial", "_pending", "_tube_timers", "_conn_timers", "_budget", "_now",
+        "_clock", "_records", "_wakeups", "_dirty", "_caller", "_own", "_room", "results", "result_bytes",
+        "_result_heap", "result_limits", "result_meta", "result_usage", "_owners", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, max_job_size: int = 65535, records: bool = True, step_jobs: int = STEP_JOBS) -> None:
@@ -157,6 +173,15 @@ class EngineState:
         self._caller: ConnState | None = None
         self._own: C.AnyReply | None = None
         self._room: Room | None = None  # Engine.room: where durable records get their WAL room
+        # stored results (results.py's rules)
+        self.results: dict[int, tuple[int, bytes]] = {}  # job id -> (deadline_us, body)
+        self.result_bytes = 0
+        # (deadline_us, job id); an entry whose deadline no longer matches ``results`` is stale
+        self._result_heap: list[tuple[int, int]] = []
+        self.result_limits = ResultLimits()
+        self.result_meta: dict[int, tuple[str, str]] = {}  # job id -> (tube, owner)
+        self.result_usage: dict[str, list[int]] = {}  # owner -> [results, bytes]
+        self._owners: dict[int, str] = {}  # connection id -> owner, where not ""
         self._tube("default")
 
     def command_counts(self) -> dict[str, int]:

@@ -1,6 +1,7 @@
-# The extension type Timers is when Cython compiles timers.py (stalkd.extensions): the step
-# frame as C functions (cpdef: a subclass or a test may still replace one). timers.py is the
-# source; this declares types and signatures only.
+# The C signatures of timers.py's functions when Cython compiles it (stalkd.extensions): the
+# step frame and the timers as C functions over the engine's state (cpdef: engine.pxd cimports
+# them; cdef: this module's own).
+# timers.py is the source; this declares types and signatures only.
 
 cimport cython
 
@@ -9,12 +10,12 @@ from stalkd.engine.objects cimport ConnState, Job, Release, Tube, to_us
 from stalkd.engine.state cimport EngineState, Outcome
 
 
-cdef class Timers(EngineState):
-    cpdef object next_deadline(self)
-    cpdef _begin(self, object now, object caller)
-    cpdef object _finish(self, object reply)
-    cpdef _settle(self)
-    cpdef _serve(self)
+cpdef bint behind(EngineState s)
+cpdef object next_deadline(EngineState s)
+cpdef begin_step(EngineState s, object now, object caller)
+cpdef Outcome finish_step(EngineState s, object reply)
+cdef _settle(EngineState s)
+cdef _serve(EngineState s)
 
 
 @cython.locals(t=Tube)
