@@ -61,3 +61,12 @@ def test_make_removes_a_compiled_module_whose_source_is_gone(tmp_path: Path) -> 
     assert r.returncode == 0, r.stderr
     assert all(built.exists() for built in kept.values())
     assert not any(built.exists() for built in gone)
+
+
+@pytest.mark.skipif(extensions.extensions_disabled(), reason="the pure-Python switch is on")
+@pytest.mark.skipif(not any(shutil.which(cc) for cc in ("cc", "gcc")), reason="no C compiler: the install is pure")
+def test_where_a_compiler_exists_every_listed_module_runs_compiled() -> None:
+    # A Cython error in one module makes setup.py skip it with a warning that pip -q does not
+    # show: the compiled pass would then quietly test the .py file instead.
+    pure = [name for name, compiled in extensions.compiled_modules().items() if not compiled]
+    assert not pure, f"not compiled (see `make ext`'s output): {pure}"
