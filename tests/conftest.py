@@ -40,3 +40,19 @@ def held_port() -> Iterator[int]:
     ``support.reserved_port``): for "nothing listens yet" and "restart on the same port"."""
     with reserved_port() as port:
         yield port
+
+
+# Under pytest-xdist (`make test` runs each build's pass on two workers), the tests that share a
+# session fixture expensive to start run on one worker: one Spark session and standalone cluster,
+# one PostgreSQL cluster, not one per worker.
+_SHARED = {"spark": "spark", "spark_cluster": "spark", "cluster_driver": "spark", "s3_server": "spark",
+           "spark_home": "spark", "postgres_url": "postgres"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        groups = {_SHARED[f] for f in getattr(item, "fixturenames", ()) if f in _SHARED}
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(min(groups)))
