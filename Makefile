@@ -54,27 +54,22 @@ DIR  ?= ./data
 run: $(VENV)/.base bytecode
 	$(VENV)/bin/stalkd serve -p $(PORT) --dir $(DIR)
 
-# The whole suite twice, at once (2 cores; each pass is mostly waiting on servers, disks and
-# subprocesses): on the compiled build, and on the pure-Python one (STALKD_NO_EXTENSIONS=1, the
-# .py files themselves, what users without a compiler run), whose output is printed after the
-# first's. Not rerun on the pure build: the tests of Debian's beanstalkd alone (marker
-# beanstalkd; stalkd's side of the transcripts runs), the transcripts against stalkd+tls, whose
-# plain listener runs the same parser and encoders as plain stalkd's, and the build test, which
-# compiles in a subprocess that ignores the switch. The pure pass keeps no pytest cache (the
-# first pass owns it). pytest's exit code 5 (no tests
-# collected) is a failure, as is any other non-zero.
-# Each pass on two pytest-xdist workers (TEST_WORKERS=1 for one): four test processes on two
-# cores, as most of a test's time is spent waiting on what it started. Tests sharing an expensive
-# session fixture (the Spark cluster, PostgreSQL) stay on one worker (tests/conftest.py).
+# The whole suite twice, at once: on the compiled build, and on the pure-Python one
+# (STALKD_NO_EXTENSIONS=1: the .py files themselves, what users without a compiler run), whose
+# output is printed after the first's. Each pass runs on two pytest-xdist workers
+# (TEST_WORKERS=1 for one): four test processes on two cores, as most of a test's time is spent
+# waiting on the servers, disks and subprocesses it started. Tests sharing an expensive session
+# fixture (the Spark cluster, PostgreSQL) stay on one worker (tests/conftest.py). The pure pass
+# keeps no pytest cache (the first pass owns it). pytest's exit code 5 (no tests collected) is a
+# failure, as is any other non-zero.
 TEST_WORKERS ?= 2
 XDIST      := $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
-PURE_SKIP  := not stalkd+tls and not test_a_missing_compiler_is_a_warning_not_a_failed_build
 PURE_LOG   := build/test-pure.log
 
 test: system-deps $(VENV)/.dev bytecode
 	mkdir -p build
 	STALKD_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider $(XDIST) \
-		-m "not beanstalkd" -k "$(PURE_SKIP)" >$(PURE_LOG) 2>&1 & pure=$$!; \
+		>$(PURE_LOG) 2>&1 & pure=$$!; \
 	$(PY) -m pytest -q $(XDIST) --durations=15; compiled=$$?; \
 	wait $$pure; pure_rc=$$?; \
 	echo "== the same suite on the pure-Python build (STALKD_NO_EXTENSIONS=1), from $(PURE_LOG)"; \
