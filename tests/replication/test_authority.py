@@ -38,6 +38,18 @@ def test_a_restart_check_holds_acknowledgements_until_allowed() -> None:
     assert b.gate is None and b.released == 1 and a.may_acknowledge() and a.problems() == []
 
 
+def test_a_promotion_waiting_for_its_term_is_not_released_by_a_streaming_standby() -> None:
+    # A promoted node acknowledges nothing until etcd records its epoch ("term"); a standby of
+    # its streaming only answers a restart's check, so it does not lift that wait
+    b = Barriers(durable=4)
+    a = Authority(b, None, REFUSAL)
+    a.withhold("epoch 2 is not recorded in etcd yet", cause="term")
+    a.allow("a standby follows epoch 2, no newer than ours")
+    assert not a.may_acknowledge() and b.released == 0
+    a.allow("epoch 2 is recorded in etcd", cause="term")
+    assert a.may_acknowledge() and b.released == 1 and b.gate is None
+
+
 def test_a_fence_abandons_what_is_held_for_good() -> None:
     b = Barriers(durable=5)
     a = Authority(b, None, REFUSAL)

@@ -96,6 +96,7 @@ class Authority:
         self.gate = AckGate(sync_gate)
         self.state = "leading"
         self.reason = ""
+        self.cause = ""  # what a "checking" state waits for (withhold)
         self._install()
 
     def may_acknowledge(self) -> bool:
@@ -112,16 +113,18 @@ class Authority:
         self.gate.lease = alive
         self._install()
 
-    def withhold(self, why: str) -> None:
+    def withhold(self, why: str, cause: str = "restart") -> None:
+        """Acknowledge nothing until ``allow`` with the same ``cause``: a restarted primary's
+        check for a newer epoch ("restart"), or a promotion's record of its epoch ("term")."""
         if self.state != "leading":
             return
-        self.state, self.reason = "checking", why
+        self.state, self.reason, self.cause = "checking", why, cause
         self.gate.frozen = self.barriers.durable
         self._install()
         log.warning("not acknowledging writes yet: %s", why)
 
-    def allow(self, why: str) -> None:
-        if self.state != "checking":
+    def allow(self, why: str, cause: str = "restart") -> None:
+        if self.state != "checking" or cause != self.cause:
             return
         self.state, self.reason = "leading", ""
         self.gate.frozen = None

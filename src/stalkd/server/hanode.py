@@ -43,6 +43,7 @@ __all__ = ["start_keeper", "learn_role", "HaNode", "reexec"]
 SYNC_SET_EVERY = 0.2  # seconds between the primary's looks at its standbys for the sync set
 SWITCHOVER_POLL = 0.5  # seconds between the primary's looks at the switchover key
 SWITCHOVER_WAIT = 10.0  # seconds a switchover waits for the standbys before it is given up
+RECORD_RETRY = 0.1  # seconds between tries to record a promotion's epoch in etcd
 
 
 log = logging.getLogger("stalkd.ha")
@@ -231,6 +232,26 @@ class HaNode:
         except EtcdError as e:
             log.warning("could not record epoch %d in etcd: %s", epoch, e)
 
+    def _record_term(self, epoch: int, revision: int) -> None:
+        """After a promotion (on a thread: etcd blocks): record the new epoch in etcd, then let
+        acknowledgements flow. Acknowledged before, a write of this term could be lost to a node
+        that missed the term: with this node gone before the record, that node would see no
+        newer epoch than its own and campaign. Retried while the lease lasts; a lost key or
+        lease fences this node through the keeper."""
+        while self.keeper.may_acknowledge() and not self.fenced:
+            try:
+                if not publish_epoch(self._etcd(), self.cluster, epoch, revision):
+                    return
+            except EtcdError as e:
+                log.warning("could not record epoch %d in etcd: %s; retrying", epoch, e)
+                time.sleep(RECORD_RETRY)
+                continue
+            loop, authority = self._loop, self.authority
+            if authority is not None and loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(functools.partial(authority.allow, f"epoch {epoch} is recorded in etcd",
+                                                            cause="term"))
+            return
+
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.keeper.on_change = self._changed
@@ -312,10 +333,12 @@ class HaNode:
                 self.rejoin("won the leader key without a standby to promote")
                 return
             log.warning("won the leader key at epoch %d: promoting", action.epoch)
+            if self.authority is not None:  # released once etcd records the term (_record_term)
+                self.authority.withhold(f"epoch {action.epoch} is not recorded in etcd yet", cause="term")
             self.standby.promote(epoch=action.epoch)
             self._loop_run(self._clear_switchover)
             revision = leader.revision if leader is not None else 0
-            self._loop_run(lambda: self._publish_epoch(action.epoch, revision))
+            self._loop_run(lambda: self._record_term(action.epoch, revision))
         elif isinstance(action, Follow):
             self.rejoin(f"the leader is now at {action.address} (epoch {action.epoch})")
 
