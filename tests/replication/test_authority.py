@@ -50,6 +50,24 @@ def test_a_promotion_waiting_for_its_term_is_not_released_by_a_streaming_standby
     assert a.may_acknowledge() and b.released == 1 and b.gate is None
 
 
+def test_a_restart_check_and_a_term_record_are_both_waited_for() -> None:
+    # A restarted primary whose directory had standbys and that leads a new epoch at start waits
+    # for both: a streaming standby lifts the check, not the record, and the other way round
+    for first, second in (("restart", "term"), ("term", "restart")):
+        b = Barriers(durable=2)
+        a = Authority(b, None, REFUSAL)
+        a.withhold("checking for a newer epoch", cause="restart")
+        a.withhold("epoch 3 is not recorded in etcd yet", cause="term")
+        assert a.problems() == ["not acknowledging writes: checking for a newer epoch; "
+                                "epoch 3 is not recorded in etcd yet"]
+        a.allow(f"{first} done", cause=first)
+        assert not a.may_acknowledge() and b.released == 0 and b.gate is not None
+        a.allow(f"{first} done again", cause=first)  # said twice: still one cause left
+        assert not a.may_acknowledge()
+        a.allow(f"{second} done", cause=second)
+        assert a.may_acknowledge() and b.released == 1 and b.gate is None and a.problems() == []
+
+
 def test_a_fence_abandons_what_is_held_for_good() -> None:
     b = Barriers(durable=5)
     a = Authority(b, None, REFUSAL)

@@ -22,8 +22,8 @@ release ask ``alive()`` at that moment (the holder's monotonic check: a process 
 a pause longer than its lease releases nothing, before any thread has noticed), and ``fence()``
 when the lease is lost or another holder is proven.
 
-Ensures: ``may_acknowledge()`` is False from ``withhold``/``fence`` until ``allow`` (never after
-``fence``); while False no reply waiting for a write made after that moment is released; the
+Ensures: ``may_acknowledge()`` is False from ``withhold``/``fence`` until ``allow`` of every
+cause withheld (never after ``fence``); while False no reply waiting for a write made after that moment is released; the
 state and its reason are what ``problems()`` reports (``/readyz``) and the log says.
 """
 
@@ -96,7 +96,7 @@ class Authority:
         self.gate = AckGate(sync_gate)
         self.state = "leading"
         self.reason = ""
-        self.cause = ""  # what a "checking" state waits for (withhold)
+        self.waiting: dict[str, str] = {}  # what a "checking" state waits for: cause -> why
         self._install()
 
     def may_acknowledge(self) -> bool:
@@ -114,17 +114,27 @@ class Authority:
         self._install()
 
     def withhold(self, why: str, cause: str = "restart") -> None:
-        """Acknowledge nothing until ``allow`` with the same ``cause``: a restarted primary's
-        check for a newer epoch ("restart"), or a promotion's record of its epoch ("term")."""
-        if self.state != "leading":
+        """Acknowledge nothing until ``allow`` of every cause withheld: a restarted primary's
+        check for a newer epoch ("restart"), a new term's record of its epoch in etcd ("term").
+        Both can be pending at once (a restarted primary that leads a new epoch); lifting one
+        must not lift the other."""
+        if self.state == "fenced" or cause in self.waiting:
             return
-        self.state, self.reason, self.cause = "checking", why, cause
+        self.waiting[cause] = why
+        self.reason = "; ".join(self.waiting.values())
+        log.warning("not acknowledging writes yet: %s", why)
+        if self.state == "checking":
+            return
+        self.state = "checking"
         self.gate.frozen = self.barriers.durable
         self._install()
-        log.warning("not acknowledging writes yet: %s", why)
 
     def allow(self, why: str, cause: str = "restart") -> None:
-        if self.state != "checking" or cause != self.cause:
+        if self.state != "checking" or self.waiting.pop(cause, None) is None:
+            return
+        if self.waiting:
+            self.reason = "; ".join(self.waiting.values())
+            log.info("%s; still not acknowledging: %s", why, self.reason)
             return
         self.state, self.reason = "leading", ""
         self.gate.frozen = None

@@ -137,6 +137,7 @@ class HaNode:
         self.rejoin = rejoin
         self.fenced = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._term: tuple[int, int] | None = None  # (epoch, revision) lead() left to record
 
     def _etcd(self) -> Etcd:
         """A client of its own (one is not shared between threads), as the keeper's is made."""
@@ -217,23 +218,21 @@ class HaNode:
                 "lease-left-ms": -1 if left is None else int(left * 1000)}
 
     def lead(self) -> None:
-        """At start as the leader: the log's epoch becomes the leader's (a fencing token)."""
+        """At start as the leader: the log's epoch becomes the leader's (a fencing token), and
+        nothing is acknowledged until etcd records it (``start`` runs ``_record_term``), for the
+        reason a promotion waits: a node that missed this term must see a newer epoch than its
+        own before it campaigns."""
         leader = self.keeper.leader
         assert leader is not None and leader.mine
         if self.role.state.epoch < leader.epoch:
             self.wal.write([epoch_record(self.engine, leader.epoch, self.wal.log.next_offset, time.time())])
             self.wal.sync()
-        self._publish_epoch(leader.epoch, leader.revision)
-
-    def _publish_epoch(self, epoch: int, revision: int) -> None:
-        """Record in etcd that the cluster's newest epoch is ours (stale nodes then wait)."""
-        try:
-            publish_epoch(self._etcd(), self.cluster, epoch, revision)
-        except EtcdError as e:
-            log.warning("could not record epoch %d in etcd: %s", epoch, e)
+        if self.authority is not None:
+            self.authority.withhold(f"epoch {leader.epoch} is not recorded in etcd yet", cause="term")
+        self._term = (leader.epoch, leader.revision)
 
     def _record_term(self, epoch: int, revision: int) -> None:
-        """After a promotion (on a thread: etcd blocks): record the new epoch in etcd, then let
+        """After a promotion or ``lead`` (on a thread: etcd blocks): record the new epoch in etcd, then let
         acknowledgements flow. Acknowledged before, a write of this term could be lost to a node
         that missed the term: with this node gone before the record, that node would see no
         newer epoch than its own and campaign. Retried while the lease lasts; a lost key or
@@ -257,6 +256,9 @@ class HaNode:
         self.keeper.on_change = self._changed
         self.keeper.start()
         self._changed(self.keeper.leader)  # what happened between learn_role and now
+        if self._term is not None:  # lead() at start: record its epoch off the loop (etcd blocks)
+            epoch, revision = self._term
+            self._loop_run(lambda: self._record_term(epoch, revision))
         self._task = self._loop.create_task(self._watch_switchover())
         if self.replicas is not None and self.replicas.gate is not None:
             self._sync_task = self._loop.create_task(self._keep_sync_set())
