@@ -52,7 +52,14 @@ _SHARED = {"spark": "spark", "spark_cluster": "spark", "cluster_driver": "spark"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    for item in items:
-        groups = {_SHARED[f] for f in getattr(item, "fixturenames", ()) if f in _SHARED}
+    needs = [(item, {_SHARED[f] for f in getattr(item, "fixturenames", ()) if f in _SHARED}) for item in items]
+    # A test that needs two shared fixtures joins their groups into one, so that neither fixture
+    # starts twice.
+    merged: list[set[str]] = []
+    for _, groups in needs:
         if groups:
-            item.add_marker(pytest.mark.xdist_group(min(groups)))
+            touching = [m for m in merged if m & groups]
+            merged = [m for m in merged if not m & groups] + [groups.union(*touching)]
+    for item, groups in needs:
+        if groups:
+            item.add_marker(pytest.mark.xdist_group("+".join(sorted(next(m for m in merged if m & groups)))))
