@@ -91,10 +91,13 @@ def stats(p: ServerProcess) -> dict[str, Any]:
 
 
 def caught_up(p: ServerProcess, s: ServerProcess) -> bool:
-    """The standby holds every record the primary has written (both say so)."""
+    """The standby holds every record the primary has written (both say so) and streams: while
+    it resyncs, its lag is the one last known (0 if it was current when cut off), but it says
+    it is not in sync."""
     ps, ss = stats(p), stats(s)
     return (ps.get("standbys", 0) >= 1 and ps.get("standby-lag") == 0
-            and ss["binlog-records-written"] >= 0 and ss.get("primary-lag") == 0)
+            and ss["binlog-records-written"] >= 0 and ss.get("primary-lag") == 0
+            and ss.get("in-sync", True) is True)
 
 
 def promote_by_signal(s: StalkdProcess) -> None:

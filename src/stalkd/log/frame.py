@@ -256,7 +256,7 @@ _ZERO = bytearray(1)
 def _put_header(out: bytearray, pos: int, flags: int, epoch: int, n: int, delta: int, ts: int) -> None:
     """The header after the CRC: magic, ``flags``, ``epoch``, length ``n``, ``delta``, ``ts``."""
     if cython.compiled:
-        _store_le(out, pos + _MAGIC_AT, MAGIC, _MAGIC_W)
+        _store_le(out, pos + _MAGIC_AT, _MAGIC_B, _MAGIC_W)  # the C constant: no module look-up
         _store_le(out, pos + _FLAGS_AT, flags, _FLAGS_W)
         _store_le(out, pos + _EPOCH_AT, epoch, _EPOCH_W)
         _store_le(out, pos + _LENGTH_AT, n, _LENGTH_W)

@@ -284,7 +284,7 @@ class Wal(WalSpace, Compaction):
             payloads.append(p)
             n = frame_size(len(p))
             total += n
-            if row is not None and row.durable:
+            if row.durable:
                 spent_room += spent(row, n)
             else:
                 extra += n
