@@ -5,6 +5,7 @@
 # dashboard tests through Playwright), tmux (`stalkd top` tests), openssl (the TLS tests make
 # their certificates with it), stunnel4 (beanstalkd behind TLS, the peer in bench/tls_bench.py),
 # valgrind and strace (bench/floor_bench.py --counts: instructions and system calls per job),
+# perf (bench/standby_bench.py --counts: the kernel's work per job in each process),
 # etcd (automatic failover's lease store), fuse3 and its headers (the power-loss file system of the
 # fault campaign), iproute2 and nftables (network namespaces and partitions), faketime (clock jumps).
 # Needs root for apt-get; without it, prints what is missing and lets the tests skip locally.
@@ -21,6 +22,7 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
+command -v perf >/dev/null 2>&1 || missing+=(linux-perf)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
