@@ -14,6 +14,7 @@ cdef Py_ssize_t _R_DELAY_AT, _R_DEADLINE_AT
 cdef Py_ssize_t _FRAME_HEAD, _LEN_AT, _REC_HEAD, _PUT_SIZE, _RELEASE_SIZE, _BURY_SIZE, _WINDOW
 cdef int _C_PUT, _C_DELETE, _C_RELEASE, _C_BURY, _C_KICK, _C_TOUCH, _C_RESERVE, _C_TIMEOUT, _C_RESULT
 cdef Py_ssize_t _LOOSE
+cdef unsigned long long _U64_MAX
 
 
 @cython.locals(v="unsigned long long", k=int)
@@ -42,15 +43,14 @@ cdef class _Fields:
                seq="unsigned long long", first_seq="unsigned long long", seq_max="unsigned long long",
                body_bytes=Py_ssize_t, applied=Py_ssize_t, positions=list, raw=bytes, i=Py_ssize_t,
                lo=Py_ssize_t, pos=Py_ssize_t, at=Py_ssize_t, n=Py_ssize_t, end=Py_ssize_t, t0=Py_ssize_t,
-               b0=Py_ssize_t, blen=Py_ssize_t, key=object)
+               b0=Py_ssize_t, blen=Py_ssize_t, key=object, floor="unsigned long long", top="unsigned long long")
 cpdef Py_ssize_t replay_tail(e, chunks, start_seq, dict fresh) except -1
 
 cdef bytes _window(buf, Py_ssize_t pos, Py_ssize_t n)
 cdef bytes _cut(bytes raw, Py_ssize_t start, Py_ssize_t end)
 
-@cython.locals(jobs=JobTable, j=Job, js=list)
+@cython.locals(jobs=JobTable, j=Job, js=list, lists=dict, t=Tube, last=Tube, tl=tuple, rk=list, rj=list, dk=list,
+               dj=list)
 cdef _place(e, list born, list moved, bint general)
 @cython.locals(n=Py_ssize_t, k=Py_ssize_t, s="const unsigned char *", p="const unsigned char *")
 cdef bint _same(bytes raw, Py_ssize_t start, Py_ssize_t end, bytes name)
-@cython.locals(t=Tube, tl=tuple)
-cdef _sort_out(dict lists, Job j)

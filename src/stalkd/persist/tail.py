@@ -66,6 +66,7 @@ _FRAME_HEAD, _LEN_AT, _REC_HEAD = FRAME_HEADER_SIZE, LENGTH_AT, HEADER_SIZE
 _PUT_SIZE, _RELEASE_SIZE, _BURY_SIZE = _PUT.size, _RELEASE.size, _BURY.size
 READY, DELAYED, BURIED = JobState.READY, JobState.DELAYED, JobState.BURIED
 _LOOSE = -2  # a job's ``hpos`` while the tail holds it out of every container (heaps use -1 and up)
+_U64_MAX = 2**64 - 1
 
 
 class TailError(ValueError):
@@ -193,12 +194,13 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
     # "loose" meanwhile: ``hpos`` is ``_LOOSE`` (no heap uses it), so a later record finds with
     # one look-up in the table whether the job still has a container to leave; a deleted loose
     # job goes back to -1 and is not placed. An id at or above ``floor`` that is above every id
-    # the tail put so far (``top``) is new to the table without a look-up (ids rise in a log);
-    # the general path may put any id, and sets ``floor`` to -1.
+    # the tail put so far (``top``) is new to the table without a look-up (ids rise in a log),
+    # until the general path runs (``general``): it may put any id. Both are C integers compiled
+    # (a record's id is a u64; ``floor`` is capped to one).
     born: list[Job] = []
     moved: list[Job] = []
-    floor = e.next_id
-    top = -1
+    floor = min(e.next_id, _U64_MAX)
+    top = 0
     j: Job | None
     tubes: dict[bytes, Tube] = {}
     last_tb = b""  # the tube of the last PUT: the next is most often the same
@@ -265,7 +267,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                         t = last_t = known
                         last_tb = tb
                     key = jid  # compiled: the one int object of this id
-                    if (floor < 0 or key < floor or key <= top) and key in jobs:
+                    if (general or f.jid < floor or f.jid <= top) and key in jobs:
                         raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
                     new = new_job(key, t, f.pri, f.delay, f.ttr, _cut(raw, b0 + 4, end), READY, f.time_us)
                     if f.deadline:
@@ -275,8 +277,8 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                     jobs[key] = new
                     born.append(new)
                     body_bytes += blen
-                    if key > top:
-                        top = key
+                    if f.jid > top:
+                        top = f.jid
                     if key >= next_id:
                         next_id = key + 1
                 elif code in (_C_RELEASE, _C_BURY, _C_KICK, _C_DELETE):
@@ -341,8 +343,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                 if r.op not in _GENERAL:  # pragma: no cover - a fast-path bug
                     raise TailError(f"record at offset {chunk.first_offset + i}: {r.op.name} was not replayed") from exc
                 e.seq, e.next_id = max(e.seq, seq_max), max(e.next_id, next_id)
-                floor = -1  # it may put a job with any id
-                general = True
+                general = True  # it may put a job with any id, and place or remove a loose one
                 replay(e, r)
                 seq_max, next_id = e.seq, e.next_id
                 applied += 1
@@ -386,36 +387,42 @@ def _window(buf: memoryview, pos: int, n: int) -> bytes:
 
 def _place(e: Engine, born: list[Job], moved: list[Job], general: bool) -> None:
     """Put every job still loose (``hpos`` ``_LOOSE``: the tail's new jobs, ``born``, and those
-    it took out of their containers, ``moved``) where its state says. After the general path
-    (``general``), only those the table still holds as they are."""
+    it took out of their containers, ``moved``) where its state says: a ready or delayed one
+    into its tube's lists of keys and jobs, each tube's heaps then built with them in one go; a
+    buried one into its tube's FIFO (``replay.finish`` orders it by bury seq). After the general
+    path (``general``), only those the table still holds as they are."""
     jobs = e.jobs
     # per tube: ready keys, ready jobs, delay keys, delayed jobs
     lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]] = {}
+    last: Tube | None = None  # the tube of the job before: a tail's puts come in runs of one tube
+    rk: list[int] = []
+    rj: list[Job] = []
+    dk: list[int] = []
+    dj: list[Job] = []
     for js in (born, moved):
         for j in js:
-            if j.hpos == _LOOSE and (not general or jobs.get(j.id) is j):
-                j.hpos = -1
-                _sort_out(lists, j)
+            if j.hpos != _LOOSE or (general and jobs.get(j.id) is not j):
+                continue
+            j.hpos = -1
+            t = j.tube
+            if t is not last:
+                tl = lists.get(t)
+                if tl is None:
+                    tl = lists[t] = ([], [], [], [])
+                rk, rj, dk, dj = tl
+                last = t
+            st = j.state
+            if st is READY:
+                rk.append(pack(j.pri, j.id))
+                rj.append(j)
+                if j.pri < URGENT_THRESHOLD:
+                    t.urgent += 1
+            elif st is DELAYED:
+                dk.append(pack(j.deadline_us, j.id))
+                dj.append(j)
+            else:
+                t.buried[j.id] = j
     for t, (rk, rj, dk, dj) in lists.items():
         t.ready.add_many(rk, rj)
         t.delayed.add_many(dk, dj)
         e._retime_tube(t)
-
-
-def _sort_out(lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]], j: Job) -> None:
-    """Add ``j`` to its tube's lists (ready or delayed key and job), or its buried FIFO."""
-    t = j.tube
-    tl = lists.get(t)
-    if tl is None:
-        tl = lists[t] = ([], [], [], [])
-    st = j.state
-    if st is READY:
-        tl[0].append(pack(j.pri, j.id))
-        tl[1].append(j)
-        if j.pri < URGENT_THRESHOLD:
-            t.urgent += 1
-    elif st is DELAYED:
-        tl[2].append(pack(j.deadline_us, j.id))
-        tl[3].append(j)
-    else:
-        t.buried[j.id] = j  # replay.finish orders the FIFO by bury seq
