@@ -51,9 +51,17 @@ cdef extern from *:
     #define STALKD_CRC_U64(c, v) (c)
     #define STALKD_CRC_U8(c, v) (c)
     #endif
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    #define STALKD_HOST_LE() 1
+    #else
+    #define STALKD_HOST_LE() 0
+    #endif
     """
     bint _crc_insn "STALKD_CRC_INSN" ()
     unsigned long long _crc_u64 "STALKD_CRC_U64" (unsigned long long crc, unsigned long long v)
     unsigned int _crc_u8 "STALKD_CRC_U8" (unsigned int crc, unsigned char v)
+    # whether the CPU's byte order is the format's (little-endian; as the compiler says): the
+    # scan then reads a header field by one load (_load_le)
+    bint _host_le "STALKD_HOST_LE" ()
 
 cdef bint _HW_CRC

@@ -116,6 +116,8 @@ _DELTA_AT, _DELTA_W = _place("delta")
 _TS_AT, _TS_W = _place("timestamp_us")
 _MAGIC_B, _KIND_B = MAGIC, KIND_MASK
 _D_MAX = 2**62  # the deltas a scan's C loop compares stay within +-this (compiled: a C integer)
+if (_LENGTH_W, _EPOCH_W, _DELTA_W, _CRC_W) != (4, 2, 4, 4):  # pragma: no cover - a format change
+    raise ImportError("log/frame.py's _good_run reads an older header layout than HEAD_FIELDS")
 _pack_rest_into = REST.pack_into
 _pack_crc_into = struct.Struct("<" + HEAD_FIELDS[0][1]).pack_into
 T = TypeVar("T")
@@ -377,6 +379,9 @@ if not cython.compiled:  # compiled, frame.pxd takes these from C (the CPU's crc
     def memcpy(to: object, source: object, n: int) -> None:
         raise NotImplementedError("compiled only")
 
+    def _host_le() -> bool:
+        return False
+
 
 # Compiled, whether ``_crc_update`` sums by the CPU's crc32 instruction: asked of the CPU once
 # (SSE4.2 on x86-64, where GCC builds the module; elsewhere never, and the tables serve). The
@@ -471,13 +476,14 @@ def _good_run(
         return pos, d, last_epoch
     p = cython.cast(cython.p_uchar, cython.address(view[0]))  # read only
     while d < limit and pos + _HEADER_LEN <= stop_pos:
-        length = _load_le(p, pos + _LENGTH_AT, _LENGTH_W)
+        # The widths written as numbers (checked against HEAD_FIELDS below): each read one load.
+        length = _load_le(p, pos + _LENGTH_AT, 4)
         nxt = (pos + _HEADER_LEN + length + 7) & ~7
-        epoch = _load_le(p, pos + _EPOCH_AT, _EPOCH_W)
-        if (cython.cast(cython.longlong, _load_le(p, pos + _DELTA_AT, _DELTA_W)) != d or p[pos + _MAGIC_AT] != _MAGIC_B
+        epoch = _load_le(p, pos + _EPOCH_AT, 2)
+        if (cython.cast(cython.longlong, _load_le(p, pos + _DELTA_AT, 4)) != d or p[pos + _MAGIC_AT] != _MAGIC_B
                 or p[pos + _FLAGS_AT] & _KIND_B or epoch < last_epoch or epoch > epoch_limit or nxt > stop_pos):  # fmt: skip
             break
-        crc = _load_le(p, pos + _CRC_AT, _CRC_W)
+        crc = _load_le(p, pos + _CRC_AT, 4)
         if length < _LONG:
             if crc != _crc_update(0, p, pos + _CRC_AT + _CRC_W, nxt):
                 break
@@ -497,8 +503,12 @@ def _good_run(
 @cython.locals(p=cython.p_uchar, at=cython.Py_ssize_t, width=cython.Py_ssize_t, k=cython.Py_ssize_t, v=cython.ulonglong)
 def _load_le(p: bytes, at: int, width: int) -> int:
     """The unsigned little-endian integer of ``width`` bytes at ``p[at]`` (``p`` a C pointer;
-    compiled only)."""
+    compiled only): on a little-endian CPU a copy of the bytes (for a constant ``width``, one
+    load), else byte by byte."""
     v = 0
+    if _host_le():
+        memcpy(cython.address(v), cython.address(p[at]), width)
+        return v
     for k in range(width):
         v |= cython.cast(cython.ulonglong, p[at + k]) << (8 * k)
     return v
