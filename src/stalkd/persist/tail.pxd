@@ -4,6 +4,7 @@
 # at fixed offsets. tail.py is the source; this declares types only.
 
 cimport cython
+from libc.string cimport memcpy
 
 from stalkd.engine.heap cimport pack
 from stalkd.engine.jobtable cimport JobTable
@@ -16,6 +17,18 @@ cdef int _C_PUT, _C_DELETE, _C_RELEASE, _C_BURY, _C_KICK, _C_TOUCH, _C_RESERVE, 
 cdef Py_ssize_t _LOOSE
 cdef unsigned long long _U64_MAX
 
+
+# Whether the CPU's byte order is the records' (little-endian; as the compiler says): _le then
+# reads a field by one copy of its bytes. Declares a name; _le is tail.py's.
+cdef extern from *:
+    """
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    #define STALKD_TAIL_HOST_LE() 1
+    #else
+    #define STALKD_TAIL_HOST_LE() 0
+    #endif
+    """
+    bint _host_le "STALKD_TAIL_HOST_LE" ()
 
 @cython.locals(v="unsigned long long", k=int)
 cdef inline unsigned long long _le(const unsigned char *s, Py_ssize_t at, int size)

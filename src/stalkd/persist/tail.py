@@ -110,9 +110,23 @@ _R_DELAY_AT = _field_at(RELEASE_FIELDS, "delay")
 _R_DEADLINE_AT = _field_at(RELEASE_FIELDS, "deadline_us")
 
 
+if not cython.compiled:  # compiled, tail.pxd takes these from C
+
+    def _host_le() -> bool:
+        return False
+
+    def memcpy(to: object, source: object, n: int) -> None:
+        raise NotImplementedError("compiled only")
+
+
 def _le(s: bytes, at: int, size: int) -> int:
     """The unsigned little-endian integer of ``size`` bytes at ``s[at]`` (compiled: from a C pointer;
-    eight bytes written out, which the C compiler reads as one load)."""
+    on a little-endian CPU a copy of the bytes, one load for the constant sizes the callers pass;
+    else written out, byte by byte)."""
+    if _host_le():
+        v = 0
+        memcpy(cython.address(v), cython.address(s[at]), size)
+        return v
     if size == 8:
         return _le(s, at, 4) | (_le(s, at + 4, 4) << 32)
     if size == 4:
