@@ -34,13 +34,16 @@ cdef tuple _good_run(mv, Py_ssize_t pos, long long d, long long limit, long long
 cdef unsigned int _crc_update(unsigned int crc, unsigned char *b, Py_ssize_t i, Py_ssize_t end)
 
 # The crc32 instruction (SSE4.2), declared from the compiler's own header where GCC 12 or later
-# builds for x86-64: the module is compiled for the instruction (target "crc32", which lets the
-# compiler use it only where it is called: here), and ``_crc_insn`` asks the CPU whether it has
-# it, once (frame.py's ``_HW_CRC``). Elsewhere ``_crc_insn`` is 0 and the two steps are never
-# called. This declares names; the sum itself is frame.py's ``_crc_update``.
+# builds this module for x86-64: the module is compiled for the instruction (target "crc32",
+# which lets the compiler use it only where it is called: here), and ``_crc_insn`` asks the CPU
+# whether it has it, once (frame.py's ``_HW_CRC``). Elsewhere ``_crc_insn`` is 0 and the two
+# steps are never called. The modules that cimport this file get this block too: Cython's
+# __PYX_HAVE__ macro of this module keeps the target to frame.c. This declares names; the sum
+# itself is frame.py's ``_crc_update``.
 cdef extern from *:
     """
-    #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+    #if defined(__PYX_HAVE__stalkd__log__frame) && defined(__x86_64__) && defined(__GNUC__) \
+        && !defined(__clang__) && __GNUC__ >= 12
     #pragma GCC target("crc32")
     #include <smmintrin.h>
     #define STALKD_CRC_INSN() __builtin_cpu_supports("sse4.2")
