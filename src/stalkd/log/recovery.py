@@ -36,6 +36,7 @@ from typing import Literal
 
 from .active import SPARES_DIR
 from .errors import LogCorruptError
+from .frame import scan_positions
 from .fs import REAL, FileSystem
 from .mark import MARK_NAME, MarkError, read_mark
 from .reader import list_segments
@@ -45,7 +46,6 @@ from .segment import (
     HEADER_SIZE,
     ScanState,
     SegmentView,
-    scan,
     segment_name,
 )
 
@@ -114,10 +114,18 @@ class _Tail:
     found: list[tuple[int, int, bytes]] = field(default_factory=list)
 
 
+# Offsets past a segment's base that no scan reaches: the column scan below lists no frame
+# (every one checked) and never stops for a row limit.
+_NONE_LISTED = 1 << 62
+
+
 def _scan_all(view: SegmentView) -> ScanState:
+    """Where the frames of ``view`` stop being valid, every one checked: the column scan
+    (compiled, a C loop over the mapping), listing nothing; ``scan`` would build a Frame and a
+    payload view per record, for nothing (opening a log after a crash walks its active segment)."""
     st = ScanState(HEADER_SIZE, view.base)
-    for _ in scan(view.mv, view.base, view.epoch, st, view.size):
-        pass
+    b = view.base
+    scan_positions(view.mv, b, view.epoch, st, view.size, None, b + _NONE_LISTED, _NONE_LISTED)
     return st
 
 

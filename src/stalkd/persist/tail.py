@@ -65,6 +65,8 @@ _C_RESULT = int(Op.RESULT)  # a result is not part of its job's snapshot entry: 
 _FRAME_HEAD, _LEN_AT, _REC_HEAD = FRAME_HEADER_SIZE, LENGTH_AT, HEADER_SIZE
 _PUT_SIZE, _RELEASE_SIZE, _BURY_SIZE = _PUT.size, _RELEASE.size, _BURY.size
 READY, DELAYED, BURIED = JobState.READY, JobState.DELAYED, JobState.BURIED
+_LOOSE = -2  # a job's ``hpos`` while the tail holds it out of every container (heaps use -1 and up)
+_U64_MAX = 2**64 - 1
 
 
 class TailError(ValueError):
@@ -108,9 +110,23 @@ _R_DELAY_AT = _field_at(RELEASE_FIELDS, "delay")
 _R_DEADLINE_AT = _field_at(RELEASE_FIELDS, "deadline_us")
 
 
+if not cython.compiled:  # compiled, tail.pxd takes these from C
+
+    def _host_le() -> bool:
+        return False
+
+    def memcpy(to: object, source: object, n: int) -> None:
+        raise NotImplementedError("compiled only")
+
+
 def _le(s: bytes, at: int, size: int) -> int:
     """The unsigned little-endian integer of ``size`` bytes at ``s[at]`` (compiled: from a C pointer;
-    eight bytes written out, which the C compiler reads as one load)."""
+    on a little-endian CPU a copy of the bytes, one load for the constant sizes the callers pass;
+    else written out, byte by byte)."""
+    if _host_le():
+        v = 0
+        memcpy(cython.address(v), cython.address(s[at]), size)
+        return v
     if size == 8:
         return _le(s, at, 4) | (_le(s, at + 4, 4) << 32)
     if size == 4:
@@ -187,22 +203,29 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
     jobs copied late). Returns how many records were applied. Call ``replay.finish`` next.
     """
     jobs = e.jobs
-    # Jobs put in the tail go into a plain dict first, and into the job table in one bulk
-    # update at the end (ascending ids, a chunk's run at a time); an id below ``floor`` may
-    # already be in the table, one at or above it only if the general path put it there.
-    added: dict[int, Job] = {}
-    floor = e.next_id
+    # Jobs put in the tail go into the job table at once, and into ``born`` (put order) to be
+    # placed at the end; a job the tail took out of its container joins ``moved``. Either is
+    # "loose" meanwhile: ``hpos`` is ``_LOOSE`` (no heap uses it), so a later record finds with
+    # one look-up in the table whether the job still has a container to leave; a deleted loose
+    # job goes back to -1 and is not placed. An id at or above ``floor`` that is above every id
+    # the tail put so far (``top``) is new to the table without a look-up (ids rise in a log),
+    # until the general path runs (``general``): it may put any id. Both are C integers compiled
+    # (a record's id is a u64; ``floor`` is capped to one).
+    born: list[Job] = []
+    moved: list[Job] = []
+    floor = min(e.next_id, _U64_MAX)
+    top = 0
     j: Job | None
-    # Jobs taken out of their container (or flushed from ``added`` unplaced): placed at the end,
-    # with ``added``'s own jobs, which never had a container.
-    loose: set[int] = set()
     tubes: dict[bytes, Tube] = {}
+    last_tb = b""  # the tube of the last PUT: the next is most often the same
+    last_t: Tube | None = None
     f = _Fields()
     first_seq = start_seq
     seq_max = e.seq
     next_id = e.next_id
     body_bytes = 0
     applied = 0
+    general = False  # the general path ran: it may have placed or removed a loose job
     for chunk in chunks:
         buf = chunk.buf
         positions = chunk.positions
@@ -248,19 +271,28 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                     blen = _u32(raw, b0)
                     if b0 + 4 + blen != end:
                         raise ValueError("body length does not match the record")
-                    tb = _cut(raw, t0, b0)
-                    t = tubes.get(tb)
-                    if t is None:
-                        t = tubes[tb] = e._tube(tb.decode("ascii"))
+                    if last_t is not None and _same(raw, t0, b0, last_tb):
+                        t = last_t
+                    else:
+                        tb = _cut(raw, t0, b0)
+                        known = tubes.get(tb)
+                        if known is None:
+                            known = tubes[tb] = e._tube(tb.decode("ascii"))
+                        t = last_t = known
+                        last_tb = tb
                     key = jid  # compiled: the one int object of this id
-                    if key in added or ((key < floor or floor < 0) and key in jobs):
+                    if (general or f.jid < floor or f.jid <= top) and key in jobs:
                         raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
                     new = new_job(key, t, f.pri, f.delay, f.ttr, _cut(raw, b0 + 4, end), READY, f.time_us)
                     if f.deadline:
                         new.state = DELAYED
                         new.deadline_us = f.deadline
-                    added[key] = new
+                    new.hpos = _LOOSE
+                    jobs[key] = new
+                    born.append(new)
                     body_bytes += blen
+                    if f.jid > top:
+                        top = f.jid
                     if key >= next_id:
                         next_id = key + 1
                 elif code in (_C_RELEASE, _C_BURY, _C_KICK, _C_DELETE):
@@ -272,13 +304,12 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                         if at + _REC_HEAD + _BURY_SIZE > end:
                             raise ValueError("BURY record too short")
                         f.bury(raw, at + _REC_HEAD)
-                    j = added.get(jid)
-                    if j is None:
-                        j = jobs.get(jid)
-                        if j is not None and jid not in loose:
-                            e._detach(j)
-                            loose.add(jid)
+                    j = jobs.get(jid)
                     if j is not None:
+                        if j.hpos != _LOOSE:
+                            e._detach(j)
+                            j.hpos = _LOOSE
+                            moved.append(j)
                         if code == _C_RELEASE:
                             j.pri, j.delay = f.pri, f.delay
                             j.releases += 1
@@ -291,26 +322,21 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                             j.kicks += 1
                             j.state, j.deadline_us = READY, 0
                         else:
-                            if added.pop(jid, None) is None:
-                                del jobs[jid]
-                            loose.discard(jid)
+                            del jobs[jid]
+                            j.hpos = -1
                             body_bytes -= len(j.body)
                 elif code == _C_RESERVE:
-                    j = added.get(jid)
-                    in_table = j is None  # so maybe in a container
-                    if in_table:
-                        j = jobs.get(jid)
+                    j = jobs.get(jid)
                     if j is not None:
                         j.reserves += 1
                         if j.state is not READY:  # a reserved job comes back ready
-                            if in_table and jid not in loose:
+                            if j.hpos != _LOOSE:
                                 e._detach(j)
-                                loose.add(jid)
+                                j.hpos = _LOOSE
+                                moved.append(j)
                             j.state, j.deadline_us = READY, 0
                 elif code == _C_TIMEOUT:
-                    j = added.get(jid)
-                    if j is None:
-                        j = jobs.get(jid)
+                    j = jobs.get(jid)
                     if j is not None:
                         j.timeouts += 1
                 elif code != _C_TOUCH:  # a TOUCH changes nothing durable
@@ -331,11 +357,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                 if r.op not in _GENERAL:  # pragma: no cover - a fast-path bug
                     raise TailError(f"record at offset {chunk.first_offset + i}: {r.op.name} was not replayed") from exc
                 e.seq, e.next_id = max(e.seq, seq_max), max(e.next_id, next_id)
-                if added:  # replay() reads and writes the table: it must hold them all
-                    jobs.update(list(added), list(added.values()))
-                    loose.update(added)
-                    added.clear()
-                floor = -1  # it may have put a job with any id
+                general = True  # it may put a job with any id, and place or remove a loose one
                 replay(e, r)
                 seq_max, next_id = e.seq, e.next_id
                 applied += 1
@@ -343,12 +365,26 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
             if seq > seq_max:
                 seq_max = seq
             applied += 1
-    jobs.update(list(added), list(added.values()))
     e.seq = seq_max
     e.next_id = next_id
     e.body_bytes += body_bytes
-    _place(e, loose, added)
+    _place(e, born, moved, general)
     return applied
+
+
+def _same(raw: bytes, start: int, end: int, name: bytes) -> bool:
+    """``raw[start:end] == name`` (compiled: compared in place, with no bytes object made)."""
+    if not cython.compiled:
+        return raw[start:end] == name
+    n = end - start
+    if n != len(name):
+        return False
+    s = raw
+    p = name
+    for k in range(n):  # noqa: SIM110 (compiled, a C loop; all() over a generator is not)
+        if s[start + k] != p[k]:
+            return False
+    return True
 
 
 def _cut(raw: bytes, start: int, end: int) -> bytes:
@@ -363,36 +399,44 @@ def _window(buf: memoryview, pos: int, n: int) -> bytes:
     return bytes(buf[pos : min(len(buf), max(pos + _FRAME_HEAD + n, pos + _WINDOW))])
 
 
-def _place(e: Engine, loose: set[int], added: dict[int, Job]) -> None:
-    """Put every job that left its container (``loose``) or never had one (``added``: the tail's
-    new jobs, also in the table) where its state says."""
+def _place(e: Engine, born: list[Job], moved: list[Job], general: bool) -> None:
+    """Put every job still loose (``hpos`` ``_LOOSE``: the tail's new jobs, ``born``, and those
+    it took out of their containers, ``moved``) where its state says: a ready or delayed one
+    into its tube's lists of keys and jobs, each tube's heaps then built with them in one go; a
+    buried one into its tube's FIFO (``replay.finish`` orders it by bury seq). After the general
+    path (``general``), only those the table still holds as they are."""
     jobs = e.jobs
     # per tube: ready keys, ready jobs, delay keys, delayed jobs
     lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]] = {}
-    for j in added.values():
-        _sort_out(lists, j)
-    for jid in loose:
-        _sort_out(lists, jobs[jid])
+    last: Tube | None = None  # the tube of the job before: a tail's puts come in runs of one tube
+    rk: list[int] = []
+    rj: list[Job] = []
+    dk: list[int] = []
+    dj: list[Job] = []
+    for js in (born, moved):
+        for j in js:
+            if j.hpos != _LOOSE or (general and jobs.get(j.id) is not j):
+                continue
+            j.hpos = -1
+            t = j.tube
+            if t is not last:
+                tl = lists.get(t)
+                if tl is None:
+                    tl = lists[t] = ([], [], [], [])
+                rk, rj, dk, dj = tl
+                last = t
+            st = j.state
+            if st is READY:
+                rk.append(pack(j.pri, j.id))
+                rj.append(j)
+                if j.pri < URGENT_THRESHOLD:
+                    t.urgent += 1
+            elif st is DELAYED:
+                dk.append(pack(j.deadline_us, j.id))
+                dj.append(j)
+            else:
+                t.buried[j.id] = j
     for t, (rk, rj, dk, dj) in lists.items():
         t.ready.add_many(rk, rj)
         t.delayed.add_many(dk, dj)
         e._retime_tube(t)
-
-
-def _sort_out(lists: dict[Tube, tuple[list[int], list[Job], list[int], list[Job]]], j: Job) -> None:
-    """Add ``j`` to its tube's lists (ready or delayed key and job), or its buried FIFO."""
-    t = j.tube
-    tl = lists.get(t)
-    if tl is None:
-        tl = lists[t] = ([], [], [], [])
-    st = j.state
-    if st is READY:
-        tl[0].append(pack(j.pri, j.id))
-        tl[1].append(j)
-        if j.pri < URGENT_THRESHOLD:
-            t.urgent += 1
-    elif st is DELAYED:
-        tl[2].append(pack(j.deadline_us, j.id))
-        tl[3].append(j)
-    else:
-        t.buried[j.id] = j  # replay.finish orders the FIFO by bury seq
