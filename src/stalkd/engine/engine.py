@@ -284,15 +284,18 @@ class Engine:
         """(job id, deadline_us, body) of every result held, expired or not."""
         return results.iter_results(self.state)
 
-    # --- container moves recovery uses (state.py) ---------------------------------------------
+    # --- container moves recovery uses (stalkd.persist: snapshots and the WAL tail) -----------
 
-    def _tube(self, name: str) -> Tube:
+    def tube_named(self, name: str) -> Tube:
+        """The tube ``name``, made if it does not exist (as a command naming it would)."""
         return self.state._tube(name)
 
-    def _detach(self, j: Job) -> None:
+    def detach(self, j: Job) -> None:
+        """Take ``j`` out of whichever container holds it (ready, delayed, buried, reserved)."""
         self.state._detach(j)
 
-    def _retime_tube(self, t: Tube) -> None:
+    def retime_tube(self, t: Tube) -> None:
+        """Put ``t``'s next deadline (its soonest delayed job, its pause) in the timer heap."""
         self.state._retime_tube(t)
 
     # --- the state's fields, read and set through the engine (``_Field``) -------------------
@@ -318,7 +321,7 @@ class Engine:
     result_meta = _Field[dict[int, tuple[str, str]]]("result_meta")
     result_usage = _Field[dict[str, list[int]]]("result_usage")
     result_limits = _Field[ResultLimits]("result_limits")
-    _now = _Field[int]("_now")  # the last step's time, integer microseconds (compaction's)
+    last_step_us = _Field[int]("_now")  # the last step's time, integer microseconds (compaction's)
     _tube_timers = _Field[IndexedHeap]("_tube_timers")
 
 

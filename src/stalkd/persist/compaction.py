@@ -186,7 +186,7 @@ class Compaction:
         if engine.seq != self.last_seq:
             raise WalError(f"snapshot needs every record written first (engine seq {engine.seq}, "
                            f"WAL seq {self.last_seq})")  # fmt: skip
-        engine.expire_results(engine._now)  # noqa: SLF001 - the last step's time
+        engine.expire_results(engine.last_step_us)
         rewrite = sum(frame_size(RESULT_FIXED + len(body)) for _, _, body in engine.iter_results())
         if rewrite and not self.admit(rewrite):
             raise WalError(f"{self.snap_dir}: no room to write the {len(engine.results)} live results "

@@ -158,7 +158,7 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
                 body = buf[b0 + 4 : pos]
             t = tubes.get(tb)
             if t is None:
-                t = tubes[tb] = e._tube(tb.decode("ascii"))
+                t = tubes[tb] = e.tube_named(tb.decode("ascii"))
                 lists[t] = ([], [], [], [])
                 rkeys, rjobs, dkeys, djobs = lists[t]
                 last_tube = tb

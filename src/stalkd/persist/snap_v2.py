@@ -164,7 +164,7 @@ def load_into(e: Engine, buf: Buf, h: SnapshotHeader) -> dict[int, int]:
     for c in iter_columns(buf, h):
         t = tubes.get(c.tube)
         if t is None:
-            t = tubes[c.tube] = e._tube(c.tube.decode("ascii"))
+            t = tubes[c.tube] = e.tube_named(c.tube.decode("ascii"))
             lists[t] = ([], [], [], [])
         rk, rj, dk, dj = lists[t]
         ids, st = c.ids, c.state

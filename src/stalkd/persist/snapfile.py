@@ -169,6 +169,6 @@ def install(e: Engine, h: SnapshotHeader, jobs: JobTable,
     for t, (rk, rj, dk, dj) in lists.items():
         t.ready.load(rk, rj)
         t.delayed.load(dk, dj)
-        e._retime_tube(t)
+        e.retime_tube(t)
     e.body_bytes += body_bytes
     e.next_id = max(e.next_id, max(jobs, default=0) + 1)

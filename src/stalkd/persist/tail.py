@@ -277,7 +277,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                         tb = _cut(raw, t0, b0)
                         known = tubes.get(tb)
                         if known is None:
-                            known = tubes[tb] = e._tube(tb.decode("ascii"))
+                            known = tubes[tb] = e.tube_named(tb.decode("ascii"))
                         t = last_t = known
                         last_tb = tb
                     key = jid  # compiled: the one int object of this id
@@ -307,7 +307,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                     j = jobs.get(jid)
                     if j is not None:
                         if j.hpos != _LOOSE:
-                            e._detach(j)
+                            e.detach(j)
                             j.hpos = _LOOSE
                             moved.append(j)
                         if code == _C_RELEASE:
@@ -331,7 +331,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                         j.reserves += 1
                         if j.state is not READY:  # a reserved job comes back ready
                             if j.hpos != _LOOSE:
-                                e._detach(j)
+                                e.detach(j)
                                 j.hpos = _LOOSE
                                 moved.append(j)
                             j.state, j.deadline_us = READY, 0
@@ -439,4 +439,4 @@ def _place(e: Engine, born: list[Job], moved: list[Job], general: bool) -> None:
     for t, (rk, rj, dk, dj) in lists.items():
         t.ready.add_many(rk, rj)
         t.delayed.add_many(dk, dj)
-        e._retime_tube(t)
+        e.retime_tube(t)
