@@ -476,7 +476,8 @@ def _good_run(
         return pos, d, last_epoch
     p = cython.cast(cython.p_uchar, cython.address(view[0]))  # read only
     while d < limit and pos + _HEADER_LEN <= stop_pos:
-        # The widths written as numbers (checked against HEAD_FIELDS below): each read one load.
+        # The widths written as numbers (checked against HEAD_FIELDS where the module loads):
+        # each read is one load.
         length = _load_le(p, pos + _LENGTH_AT, 4)
         nxt = (pos + _HEADER_LEN + length + 7) & ~7
         epoch = _load_le(p, pos + _EPOCH_AT, 2)

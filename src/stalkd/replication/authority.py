@@ -23,8 +23,9 @@ a pause longer than its lease releases nothing, before any thread has noticed), 
 when the lease is lost or another holder is proven.
 
 Ensures: ``may_acknowledge()`` is False from ``withhold``/``fence`` until ``allow`` of every
-cause withheld (never after ``fence``); while False no reply waiting for a write made after that moment is released; the
-state and its reason are what ``problems()`` reports (``/readyz``) and the log says.
+cause withheld (never after ``fence``); while False no reply waiting for a write made after that
+moment is released; the state and its reason are what ``problems()`` reports (``/readyz``) and
+the log says.
 """
 
 from __future__ import annotations
@@ -95,9 +96,16 @@ class Authority:
         self.refusal = (refusal,)
         self.gate = AckGate(sync_gate)
         self.state = "leading"
-        self.reason = ""
         self.waiting: dict[str, str] = {}  # what a "checking" state waits for: cause -> why
+        self._fenced_why = ""
         self._install()
+
+    @property
+    def reason(self) -> str:
+        """Why writes are not acknowledged ("" while leading)."""
+        if self.state == "fenced":
+            return self._fenced_why
+        return "; ".join(self.waiting.values())
 
     def may_acknowledge(self) -> bool:
         return self.state == "leading"
@@ -121,7 +129,6 @@ class Authority:
         if self.state == "fenced" or cause in self.waiting:
             return
         self.waiting[cause] = why
-        self.reason = "; ".join(self.waiting.values())
         log.warning("not acknowledging writes yet: %s", why)
         if self.state == "checking":
             return
@@ -133,10 +140,9 @@ class Authority:
         if self.state != "checking" or self.waiting.pop(cause, None) is None:
             return
         if self.waiting:
-            self.reason = "; ".join(self.waiting.values())
             log.info("%s; still not acknowledging: %s", why, self.reason)
             return
-        self.state, self.reason = "leading", ""
+        self.state = "leading"
         self.gate.frozen = None
         self._install()
         log.info("acknowledging writes: %s", why)
@@ -146,7 +152,7 @@ class Authority:
         if self.state == "fenced":
             return
         checking = self.state == "checking"
-        self.state, self.reason = "fenced", why
+        self.state, self._fenced_why = "fenced", why
         self.gate.frozen = self.barriers.durable
         self._install()
         self.barriers.abandon(self.refusal if checking else None)
