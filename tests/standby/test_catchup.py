@@ -9,8 +9,21 @@ from pathlib import Path
 import pytest
 
 import stalkd
+from stalkd.client._address import parse_address
+from stalkd.replication.catchup import catch_up
+from stalkd.secretfile import read_secret
 
-from .cluster import Relay, caught_up, primary, snapshot, standby, stats, until
+from .cluster import (
+    WAL_SIZE,
+    Relay,
+    caught_up,
+    primary,
+    secret_file,
+    snapshot,
+    standby,
+    stats,
+    until,
+)
 
 
 def _churn(address: str, rounds: int, keep_every: int) -> None:
@@ -112,4 +125,26 @@ def test_a_running_standby_cut_off_while_the_primary_compacts_resyncs_without_a_
             reader.close()
         relay.close()
         s.stop()
+        p.stop()
+
+
+@pytest.mark.slow
+def test_a_copy_reports_the_primary_end_as_it_learns_it(tmp_path: Path) -> None:
+    """A resyncing standby's ``primary-lag`` comes from this: without it the standby would go on
+    reporting the lag it had when cut off (0 if it was current then) through a whole copy."""
+    p = primary(tmp_path / "p")
+    try:
+        for _ in range(50):
+            _churn(p.address, 400, 10)
+            if int(stats(p)["binlog-oldest-index"]) > 0:
+                break
+        else:
+            raise AssertionError(f"the primary never compacted:\n{p.log_text()}")
+        end = int(stats(p)["binlog-records-written"])  # a fresh log: its end offset
+        seen: list[int] = []
+        catch_up(parse_address(p.address), str(tmp_path / "copy"), segment_size=int(WAL_SIZE),
+                 secret=read_secret(secret_file(tmp_path / "p")), on_end=seen.append)  # fmt: skip
+        # first the snapshot's start (the copy is that far behind at least), then the true end
+        assert len(seen) == 2 and 0 < seen[0] <= seen[1] == end, (seen, end)
+    finally:
         p.stop()

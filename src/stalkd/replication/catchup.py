@@ -32,6 +32,7 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Callable
 
 from stalkd.client._address import Address
 from stalkd.client._tls import wrap_socket
@@ -134,7 +135,8 @@ def quarantine(directory: str, why: str, since: int | None, fs: FileSystem = REA
     return dest
 
 
-def _fetch_snapshot(address: Address, directory: str, segment_size: int, timeout: float, secret: str | None) -> int:
+def _fetch_snapshot(address: Address, directory: str, segment_size: int, timeout: float, secret: str | None,
+                    on_end: Callable[[int], None]) -> int:  # fmt: skip
     """Copy the primary's newest snapshot; start an empty log at its start offset. Returns it
     (0 when the primary has none: its log still starts at 0)."""
     snap_dir = os.path.join(directory, "snapshots")
@@ -147,6 +149,7 @@ def _fetch_snapshot(address: Address, directory: str, segment_size: int, timeout
         if r.word != "SNAPSHOT":
             raise CatchUpError(f"the primary refused a snapshot copy: {r.word}")
         start, size = int(r.args[0]), int(r.args[1])  # its header carries the epochs before start
+        on_end(start)  # the primary's log goes at least that far: a lag while the copy runs
         tmp = os.path.join(snap_dir, "copy.snap.tmp")  # recovery deletes a .tmp left behind
         fd = REAL.open(tmp, os.O_WRONLY, create=True, truncate=True)
         try:
@@ -208,17 +211,24 @@ def _stream_to(sock: socket.socket, buf: bytearray, lg: Log, target: int, epoch:
 
 
 def catch_up(address: Address, directory: str, *, segment_size: int, timeout: float = 5.0,
-             secret: str | None = None) -> str:
-    """Bring ``directory`` up to the primary at ``address`` (see the module doc); a summary."""
+             secret: str | None = None, on_end: Callable[[int], None] | None = None) -> str:
+    """Bring ``directory`` up to the primary at ``address`` (see the module doc); a summary.
+    ``on_end(offset)``: what this learns of the primary's log end as it goes (a snapshot's start
+    offset, then the end its stream reaches for), called on this thread."""
     try:
-        return _catch_up(address, directory, segment_size, timeout, secret)
+        return _catch_up(address, directory, segment_size, timeout, secret, on_end or _ignore)
     except (wire.WireError, ValueError) as e:  # nothing of the bad message was written
         raise CatchUpError(f"{address} sent a bad stream: {e}") from None
     except (OSError, LogError) as e:  # the network, or this disk (full, failing)
         raise CatchUpError(f"catching up with {address}: {type(e).__name__}: {e}") from None
 
 
-def _catch_up(address: Address, directory: str, segment_size: int, timeout: float, secret: str | None) -> str:
+def _ignore(offset: int) -> None:
+    pass
+
+
+def _catch_up(address: Address, directory: str, segment_size: int, timeout: float, secret: str | None,
+              on_end: Callable[[int], None]) -> str:  # fmt: skip
     wal_dir = os.path.join(directory, "wal")
     compare = True  # from our last record (overlap); not when the primary keeps none that old
     for _ in range(_MAX_ROUNDS):
@@ -240,6 +250,7 @@ def _catch_up(address: Address, directory: str, segment_size: int, timeout: floa
                 r = ask(sock, buf, wire.encode_request(at, mine.epoch, mine.history), secret)
                 if r.word == "STREAMING":
                     epoch, target = int(r.args[0]), int(r.args[1])
+                    on_end(target)
                     sock.settimeout(max(timeout, 60.0))
                     try:
                         n = _stream_to(sock, buf, lg, target, mine.epoch, last)
@@ -268,5 +279,5 @@ def _catch_up(address: Address, directory: str, segment_size: int, timeout: floa
                         f"server's log (offset {nxt})", None)  # fmt: skip
         else:
             shutil.rmtree(wal_dir)  # an empty log (no record, no snapshot): nothing to keep
-        _fetch_snapshot(address, directory, segment_size, timeout, secret)
+        _fetch_snapshot(address, directory, segment_size, timeout, secret, on_end)
     raise CatchUpError(f"{address}: could not catch up after {_MAX_ROUNDS} attempts (is it compacting very fast?)")

@@ -17,8 +17,9 @@ Ensures:
 - A standby that cannot write (disk full, an I/O error) or gets a bad stream is *not in sync*
   (``problem`` says why; ``/readyz`` shows it), retries with a backoff and resumes by itself
   once the cause clears. What it has appended is applied (the copy serves what its disk holds).
-- ``lag`` and ``lag_seconds`` are true: the primary's end comes with every heartbeat, and the
-  seconds count from the last moment this disk held the whole of the primary's log.
+- ``lag`` and ``lag_seconds`` are true: the primary's end comes with every heartbeat (and,
+  during a resync, with what its copy learns: ``saw_end``), and the seconds count from the last
+  moment this disk held the whole of the primary's log.
 - A primary silent for ``wire.SILENT_AFTER`` seconds is taken for gone: the stream is dropped
   and opened again.
 - A standby that needs a snapshot or must cut its log (``SNAPSHOT_NEEDED``/``DIVERGED``), or
@@ -135,6 +136,13 @@ class Receiver:
     def lag(self) -> int:
         """Records the primary had written that this standby does not hold (as last known)."""
         return max(0, self.primary_end - self.wal.log.next_offset)
+
+    def saw_end(self, end: int) -> None:
+        """The primary's log reaches ``end`` at least (learned outside the stream: a resync's
+        copy). Without it a resyncing standby would report the lag it had when it was cut off,
+        0 if it was current then, while it copies the primary's whole snapshot."""
+        if end > self.primary_end:
+            self.primary_end = end
 
     @property
     def lag_seconds(self) -> float:

@@ -123,12 +123,18 @@ class Standby:
         log.warning("%s: copying the primary's state (the local copy serves reads meanwhile)", why)
         staging = os.path.join(self.wal.directory, RESYNC_DIR)
 
+        loop = asyncio.get_running_loop()
+
+        def seen(end: int) -> None:  # on the copy's thread: the loop's receiver takes it
+            loop.call_soon_threadsafe(self.receiver.saw_end, end)
+
         def copy() -> str:
             if os.path.lexists(staging):
                 shutil.rmtree(staging)  # a copy cut short earlier
-            return catch_up(self.address, staging, segment_size=self.wal.segment_size, secret=self.secret)
+            return catch_up(self.address, staging, segment_size=self.wal.segment_size, secret=self.secret,
+                            on_end=seen)  # fmt: skip
 
-        summary = await asyncio.get_running_loop().run_in_executor(None, copy)
+        summary = await loop.run_in_executor(None, copy)
         while self.receiver.syncing:  # the local log's last fsync, still on its thread
             await asyncio.sleep(0.005)
         if not self.role.standby:  # promoted meanwhile: the local copy is the primary's now
