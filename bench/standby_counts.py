@@ -22,6 +22,9 @@ Meters (``--meter``, repeatable; default callgrind and strace):
   strace     the primary's system calls per job (strace -f -c attached for each run), by name
   pycalls    Python function calls per job (sys.setprofile, as floor_bench); ``--functions``
              lists the functions whose calls per job differ from ``alone``
+  probe      nothing but the probe's batches and messages per job, at full speed (how the
+             primary batches when valgrind does not slow it: a setup's cost per message from
+             callgrind times this gives its cost per job at full speed)
 
 Under callgrind and strace the primary runs through a probe (``PROBE``) that answers, on a line
 read from stdin, its barriers' batch count (group commits), their fsyncs and the messages its
@@ -70,7 +73,7 @@ from meters import PYCALLS, Callgrind, Meter, PyCalls, Strace  # noqa: E402
 from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
 
 SETUPS = ("alone", "async", "sync")
-METERS = ("callgrind", "strace", "pycalls")
+METERS = ("callgrind", "strace", "pycalls", "probe")
 CELLS = ((1, 1), (16, 1), (1, 64), (16, 64))
 IDLE_SECONDS = 3.0
 
@@ -165,6 +168,8 @@ class Pair:
             self.meter = KeptCallgrind(self.primary.proc.pid, scratch / "cg.out")
         elif meter == "strace":
             self.meter = Strace(self.primary.proc.pid, scratch / "strace.out")
+        elif meter == "probe":
+            self.meter = _Nothing()
         else:
             self.meter = PyCalls(self.primary.proc)
 
@@ -211,6 +216,19 @@ class Pair:
                 f.close()
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
+
+
+class _Nothing:
+    """No meter: the probe's batches and messages per job at full speed."""
+
+    def begin(self) -> None:
+        pass
+
+    def end(self) -> Counter[str]:
+        return Counter()
+
+    def close(self) -> None:
+        pass
 
 
 class KeptCallgrind(Callgrind):
@@ -319,6 +337,7 @@ def report(meter: str, trees: list[Tree], setups: list[str], cells: list[tuple[i
            res: dict[str, dict[tuple[int, int], Figures]], idle: dict[str, float], functions: bool) -> None:  # fmt: skip
     title = {"callgrind": "primary's user-space instructions per job (callgrind, all threads)",
              "strace": "primary's system calls per job (strace -f -c)",
+             "probe": "batches and messages per job at full speed (no meter)",
              "pycalls": "primary's Python function calls per job (sys.setprofile)"}[meter]
     print(f"\n## {title}")
     if meter == "callgrind":
@@ -421,7 +440,8 @@ def main() -> int:
     if any(s not in SETUPS for s in setups) or setups[0] != "alone":
         ap.error("--setups: alone first, then async and/or sync")
     meters = a.meter or ["callgrind", "strace"]
-    need = {"callgrind": ["valgrind", "callgrind_control", "callgrind_annotate"], "strace": ["strace"], "pycalls": []}
+    need = {"callgrind": ["valgrind", "callgrind_control", "callgrind_annotate"], "strace": ["strace"], "pycalls": [],
+            "probe": []}
     if missing := [t for m in meters for t in need[m] if shutil.which(t) is None]:
         ap.error(f"not installed: {', '.join(missing)} (scripts/system-deps.sh)")
     trees = [Tree("", sys.executable, dict(os.environ))]

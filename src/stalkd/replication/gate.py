@@ -53,11 +53,14 @@ class SyncGate:
             acks[standby] = offset
             if self.need == 1 and self.members is None:
                 # any one standby: the highest acknowledgement, and this one only rose
-                if offset > self._quorum:
-                    self._quorum = offset
+                q = self._quorum
+                if offset > q:
+                    q = self._quorum = offset
             else:
-                self._quorum = self.quorum()
-            self._advance()
+                q = self._quorum = self.quorum()
+            batches = self._batches  # (_advance, without its call: once per acknowledgement)
+            while batches and batches[0][1] <= q:
+                self.replicated = batches.popleft()[0]
 
     def drop(self, standby: Hashable) -> None:
         """``standby`` disconnected: its acknowledgements no longer count."""

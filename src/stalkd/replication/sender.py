@@ -133,10 +133,11 @@ class Replicas:
             s.pump()
 
     def acked(self, s: Sender, offset: int) -> None:
-        if self.gate is not None:
-            before = self.gate.replicated
-            self.gate.ack(s, offset)
-            if self.gate.replicated != before:
+        gate = self.gate
+        if gate is not None:
+            before = gate.replicated
+            gate.ack(s, offset)
+            if gate.replicated != before:
                 self.on_replicated()
 
     def lost(self, s: Sender) -> None:
