@@ -402,10 +402,23 @@ def report_functions(trees: list[Tree], setups: list[str], cells: list[tuple[int
                         if a.get(k, 0) < 0.5 * _total("callgrind", ta) and c.get(k, 0) < 0.5 * _total("callgrind", tc)]
                 diff = sorted(((c.get(k, 0) - a.get(k, 0), k) for k in keep), key=lambda x: -x[0])
                 total = sum(d for d, _ in diff)
-                print(f"# {cell[0]}:{cell[1]} {tree.name + s} - alone: {total:+,.0f} per job in leaf functions")
+                print(f"# {cell[0]}:{cell[1]} {tree.name + s} - alone: {total:+,.0f} per job in leaf functions; by "
+                      "where they are: " + ", ".join(f"{g} {d:+,.0f}" for g, d in _by_library(diff)))
                 for d, k in diff[:top]:
                     where, _, fn = k.rpartition(":")
                     print(f"    {d:+8,.0f}  {a.get(k, 0):8,.0f} -> {c.get(k, 0):8,.0f}  {fn}  ({os.path.basename(where)})")
+
+
+def _by_library(diff: list[tuple[float, str]]) -> list[tuple[str, float]]:
+    """The differences summed by where the function is: the interpreter, uvloop, stalkd's
+    compiled modules, the C library (its system call wrappers among them), the rest."""
+    groups: Counter[str] = Counter()
+    for d, k in diff:
+        where = k.rpartition(":")[0]
+        g = ("interpreter" if "Python-3" in where or "/python3" in where else "uvloop" if "uvloop" in where
+             else "stalkd (compiled)" if "stalkd" in where else "libc" if where.startswith("./") else "other")
+        groups[g] += d
+    return sorted(groups.items(), key=lambda x: -abs(x[1]))
 
 
 def _parse_cells(text: str) -> list[tuple[int, int]]:
