@@ -112,9 +112,13 @@ class Authority:
 
     def _install(self) -> None:
         # Without a sync gate and while leading the barriers need no gate at all (their
-        # compiled path runs only then).
-        held = self.gate.inner is not None or self.gate.frozen is not None or self.gate.lease is not None
-        self.barriers.gate = self.gate if held else None
+        # compiled path runs only then); with one, while leading and without a lease, the sync
+        # gate itself (what this one would answer: two Python calls fewer per batch).
+        g = self.gate
+        if g.frozen is not None or g.lease is not None:
+            self.barriers.gate = g
+        else:
+            self.barriers.gate = g.inner
 
     def set_lease(self, alive: Callable[[], bool]) -> None:
         """From now on a reply is released only while ``alive()`` (asked at that moment)."""

@@ -34,21 +34,38 @@ class SyncGate:
         self.replicated = 0
         self._batches: deque[tuple[int, int]] = deque()
         self._acks: dict[Hashable, int] = {}
+        self._quorum = -1  # quorum() as of the last change of the acknowledgements or members
 
     def note(self, batch: int, end_offset: int) -> None:
         """Batch ``batch`` was written; the log now ends at ``end_offset``."""
-        self._batches.append((batch, end_offset))
-        self._advance()
+        batches = self._batches
+        # Once per batch (per job at depth 1): the quorum is kept, not recomputed, and a batch
+        # behind one still waiting waits too (end offsets only grow).
+        if not batches and end_offset <= self._quorum:
+            self.replicated = batch
+        else:
+            batches.append((batch, end_offset))
 
     def ack(self, standby: Hashable, offset: int) -> None:
         """``standby`` holds every record below ``offset`` durable."""
-        if offset > self._acks.get(standby, -1):
-            self._acks[standby] = offset
-            self._advance()
+        acks = self._acks
+        if offset > acks.get(standby, -1):
+            acks[standby] = offset
+            if self.need == 1 and self.members is None:
+                # any one standby: the highest acknowledgement, and this one only rose
+                q = self._quorum
+                if offset > q:
+                    q = self._quorum = offset
+            else:
+                q = self._quorum = self.quorum()
+            batches = self._batches  # (_advance, without its call: once per acknowledgement)
+            while batches and batches[0][1] <= q:
+                self.replicated = batches.popleft()[0]
 
     def drop(self, standby: Hashable) -> None:
         """``standby`` disconnected: its acknowledgements no longer count."""
         self._acks.pop(standby, None)
+        self._quorum = self.quorum()
 
     members: frozenset[str] | None = None
     """In a ``--ha`` cluster, the standbys (by node name) that count: the cluster's sync set
@@ -61,6 +78,7 @@ class SyncGate:
 
     def set_members(self, members: frozenset[str] | None) -> None:
         self.members = members
+        self._quorum = self.quorum()
         self._advance()
 
     def quorum(self) -> int:
@@ -80,7 +98,7 @@ class SyncGate:
         return self._batches[0][0] if self._batches else None
 
     def _advance(self) -> None:
-        q = self.quorum()
+        q = self._quorum
         batches = self._batches
         while batches and batches[0][1] <= q:
             self.replicated = batches.popleft()[0]

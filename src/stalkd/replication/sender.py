@@ -83,10 +83,11 @@ class Replicas:
         self._wait_logged = -WAIT_LOG_EVERY
         self._tick: asyncio.TimerHandle | None = None
         self._send_soon: asyncio.TimerHandle | None = None  # the next send to async standbys
+        self._loop: asyncio.AbstractEventLoop | None = None  # start's (get_running_loop asks getpid(2))
 
     def start(self) -> None:
         """Heartbeats, silent standbys and the waiting report, every ``wire.HEARTBEAT`` s."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
 
         def tick() -> None:
             self.heartbeat()
@@ -120,20 +121,23 @@ class Replicas:
         would cost the primary a system call (and, on one machine, the receiving side of TCP)
         for every few jobs; an asynchronous standby lags by that much more."""
         if self.gate is not None:
-            self._send()
+            for s in tuple(self.senders):  # (a reply waits for this: no call between)
+                s.pump()
         elif self._send_soon is None:
-            self._send_soon = asyncio.get_running_loop().call_later(ASYNC_SEND_EVERY, self._send)
+            loop = self._loop or asyncio.get_running_loop()
+            self._send_soon = loop.call_later(ASYNC_SEND_EVERY, self._send)
 
     def _send(self) -> None:
         self._send_soon = None
-        for s in list(self.senders):
+        for s in tuple(self.senders):
             s.pump()
 
     def acked(self, s: Sender, offset: int) -> None:
-        if self.gate is not None:
-            before = self.gate.replicated
-            self.gate.ack(s, offset)
-            if self.gate.replicated != before:
+        gate = self.gate
+        if gate is not None:
+            before = gate.replicated
+            gate.ack(s, offset)
+            if gate.replicated != before:
                 self.on_replicated()
 
     def lost(self, s: Sender) -> None:
@@ -230,20 +234,23 @@ class Sender(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.streaming:
-            self.heard = now = self.replicas.clock()
+            replicas = self.replicas
+            self.heard = now = replicas.clock()
             try:
                 ack = self._acks.feed(data)
             except wire.WireError as e:
                 self.drop(str(e))
                 return
-            if ack is not None and ack > self.next:
+            if ack is None:
+                return
+            if ack > self.next:
                 self.drop(f"acknowledged offset {ack}, beyond the {self.next} it was sent")
                 return
-            if ack is not None and ack >= self.replicas.log.next_offset:
+            if ack >= replicas.log.next_offset:
                 self.caught_up_at = now
-            if ack is not None and ack > self.acked:
+            if ack > self.acked:
                 self.acked = ack
-                self.replicas.acked(self, ack)
+                replicas.acked(self, ack)
             return
         if self.transport is None or self.transport.is_closing():
             return

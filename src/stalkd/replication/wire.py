@@ -72,7 +72,7 @@ import hmac
 import os
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = [
     "REPLICATE", "REPLICATE_SNAPSHOT", "MAX_MESSAGE", "MAX_LINE", "WireError", "Reply",
@@ -93,6 +93,7 @@ _MSG = struct.Struct("<BII")
 _FIRST = struct.Struct("<Q")
 _LEN = struct.Struct("<I")
 _ACK = struct.Struct("<Q")
+_ACK_SIZE = _ACK.size  # (AckDecoder.feed: the fast path reads it with int.from_bytes, "little")
 _KIND_RECORDS = ord("R")
 _KIND_HEARTBEAT = ord("H")
 _KIND_FRAMES = ord("F")
@@ -291,12 +292,22 @@ def encode_frames(first: int, base: int, frames: bytes | memoryview) -> bytes:
     >>> d = RecordDecoder(); d.feed(encode_frames(12, 10, encode_data_frames([b"a", b"bc"], 2, 0, 1)))
     [(12, [b'a', b'bc'])]
     """
-    # (the log's modules are imported where used: every listener imports this module, and a
-    # server in memory loads no log code)
-    from stalkd.log.crc import crc32c
-
+    # (the log's modules are imported where first used: every listener imports this module,
+    # and a server in memory loads no log code; then kept, as this runs once per batch)
+    crc32c = _crc32c_of_log or _load_crc32c()
     head = _FRAMES_HEAD.pack(first, base)
     return b"".join((_MSG.pack(_KIND_FRAMES, len(head) + len(frames), crc32c(frames, crc32c(head))), head, frames))
+
+
+_crc32c_of_log: Callable[..., int] | None = None
+
+
+def _load_crc32c() -> Callable[..., int]:
+    global _crc32c_of_log
+    from stalkd.log.crc import crc32c
+
+    _crc32c_of_log = crc32c
+    return crc32c
 
 
 def _frame_payloads(body: memoryview) -> tuple[int, list[bytes]]:
@@ -420,6 +431,8 @@ class AckDecoder:
         >>> AckDecoder().feed(encode_ack(3) + encode_ack(9)[:4])
         3
         """
+        if not self._buf and len(data) == _ACK_SIZE:  # one whole acknowledgement: the usual read
+            return int.from_bytes(data, "little")
         buf = self._buf + data
         whole = len(buf) - len(buf) % _ACK.size
         self._buf = buf[whole:]
