@@ -269,6 +269,16 @@ tuple without hashing (an IntEnum's hash is a Python-level call)."""
 DURABLE_OPS = frozenset(op for op, row in LAYOUTS.items() if row.durable)
 
 
+_OPS = {int(op): op for op in LAYOUTS}  # code -> Op: no enum call per record
+_C_PUT = int(Op.PUT)
+_PUT_OP, _READY = Op.PUT, JobState.READY
+_PUT_ROW = cython.declare(OpLayout, LAYOUTS[Op.PUT])
+_pack_put = _PUT_ROW.whole.pack
+# encode and _decode_put take a PUT's fields in this order (a changed PUT_FIELDS must change
+# them too):
+assert _PUT_ROW.names == ("pri", "delay", "ttr", "deadline_us") and _PUT_ROW.tube and _PUT_ROW.body
+
+
 def encode(r: Record) -> bytes:
     """Encode a record in the newest format version, by its op's row of ``LAYOUTS``.
 
@@ -276,6 +286,16 @@ def encode(r: Record) -> bytes:
     True
     """
     lay = cython.declare(OpLayout, ROWS[r.op])  # compiled: its row's C attributes
+    if lay is _PUT_ROW:
+        # The record of every put: its fields passed by name, not gathered by the row's getter
+        # into a tuple and spread again (callgrind, a put at depth 1: 7,400 -> 3,300 instructions).
+        p = cython.declare(Record, r)
+        name = cython.declare(str, p.tube)  # compiled: str's encoder called directly
+        tube = name.encode("ascii")
+        body = p.body
+        fixed = _pack_put(FORMAT_VERSION, p.op, p.seq, p.time_us, p.job_id, p.pri, p.delay, p.ttr, p.deadline_us,
+                          len(tube))  # fmt: skip
+        return b"".join((fixed, tube, _pack_u32(len(body)), body))
     if lay is None:
         if r.op is Op.UNKNOWN:
             raise ValueError("Op.UNKNOWN is a decoding result and cannot be encoded")
@@ -309,12 +329,6 @@ def decode(payload: bytes | memoryview) -> Record:
     raise RecordFormatError(f"record format version {version} is newer than this stalkd (knows 1..{FORMAT_VERSION})")
 
 
-_OPS = {int(op): op for op in LAYOUTS}  # code -> Op: no enum call per record
-_C_PUT = int(Op.PUT)
-_PUT_OP, _READY = Op.PUT, JobState.READY
-_PUT_ROW = cython.declare(OpLayout, LAYOUTS[Op.PUT])
-# _decode_put takes a PUT's fields in this order (a changed PUT_FIELDS must change it too):
-assert _PUT_ROW.names == ("pri", "delay", "ttr", "deadline_us") and _PUT_ROW.tube and _PUT_ROW.body
 
 
 def _decode_v1(buf: bytes | memoryview) -> Record:
