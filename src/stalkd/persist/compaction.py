@@ -142,6 +142,7 @@ class Compaction:
     snapshots_written: int
     _bytes_since_snapshot: int
     _kept_from: int  # the last snapshot's start offset: segments from the one holding it are kept for it
+    _retain_owed: bool  # recovery found segments wholly below the snapshot it loaded (``maintain``)
     _snap: SnapInProgress | None
 
     def write(self, records: list[Record]) -> None:
@@ -193,6 +194,9 @@ class Compaction:
         """
         s = self._snap
         if s is None:
+            if self._retain_owed:
+                self._retain_owed = False
+                self._retain_recovered()
             if not (force or self.compaction_due(engine)) or engine.seq != self.last_seq:
                 return False
             self._begin(engine)
@@ -210,6 +214,20 @@ class Compaction:
         if s.pos >= len(s.jobs):
             self._complete(engine, s)
         return self._snap is not None
+
+    def _retain_recovered(self) -> None:
+        """The retention a crash cut short: the segments wholly below the start of the snapshot
+        recovery loaded go now, as ``_finalize`` would have let them go after it. A kill between
+        its rename and its retention left one behind, and nothing dropped it before the next
+        snapshot, which with little live data comes only once the WAL holds two more segments:
+        three files at a kill (1.33x the bound, bench/crashloop_bench.py's 500 cycles met it
+        once). At the first ``maintain``, not in ``recover``: by then a standby's or the
+        archive's hold on older segments is in place (``Log.retention_hold``). The snapshot
+        directory is synced first: a kill between the rename and its directory's fsync leaves a
+        snapshot that recovery reads but a power cut could still take back. Once per start, on
+        the loop thread (a directory fsync, and unlinks only after such a crash)."""
+        self.log.fs.fsync_dir(self.snap_dir)
+        self.log.retain(self._kept_from)
 
     def snapshot(self, engine: Engine) -> None:
         """Take a complete snapshot now (shutdown, tests); finishes one already in progress."""

@@ -122,6 +122,7 @@ class Wal(WalSpace, Compaction):
         self.snapshots_written = 0
         self._bytes_since_snapshot = 0
         self._kept_from = 0
+        self._retain_owed = False
         self._snap: SnapInProgress | None = None
         self._recovered = False
         self.space: SpaceBudget | None = None  # made by recover (needs the max job size)
@@ -204,6 +205,7 @@ class Wal(WalSpace, Compaction):
         self._recovered = False
         self._bytes_since_snapshot = 0
         self._kept_from = 0
+        self._retain_owed = False
         self.last_seq = 0
 
     def _open_log_again(self) -> Log:
@@ -237,7 +239,10 @@ class Wal(WalSpace, Compaction):
         # server killed again and again before it wrote a snapshot's worth still compacts.
         h = r.header
         self._bytes_since_snapshot = self.log.bytes_from(h.start_offset if h else 0)
-        self._kept_from = h.start_offset if h else 0
+        self._kept_from = start = h.start_offset if h else 0
+        # A kill between a snapshot's rename and its retention leaves segments below its start:
+        # the first maintain drops them (Compaction._retain_recovered).
+        self._retain_owed = any(end is not None and end <= start for _, end, _ in self.log.segment_bounds())
         info = RecoveryInfo(len(e.jobs), h.path if h else None, h.count if h else 0, r.replayed,
                             time.perf_counter() - t0, r.discarded, r.snapshot_seconds,
                             h.start_offset if h else 0)  # fmt: skip
