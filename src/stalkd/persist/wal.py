@@ -6,7 +6,8 @@ Directory layout: ``DIR/wal/`` is a ``stalkd.log`` (one frame per ``model`` reco
 engine applies a change, so a full disk refuses puts but never a delete (``space.py``).
 
 Compaction = snapshot + retention (``compaction.py``). When the WAL written since the last snapshot began exceeds
-``max(compact_min_bytes, live bytes / 2)`` (``compaction.snapshot_due``), ``maintain`` starts a snapshot: it notes the current seq
+``max(compact_min_bytes, live bytes / 2)``, or the segment files kept for it would pass 2 x live bytes + 2 segments
+at the next segment (``compaction.snapshot_due``), ``maintain`` starts a snapshot: it notes the current seq
 and log offset, then copies ``chunk_jobs`` jobs per call (so the event loop is never held for
 long), and finally hands the file to a background thread that fsyncs it, renames it into place,
 fsyncs the directory, drops (or archives) WAL segments wholly below the snapshot's start offset,
@@ -120,6 +121,8 @@ class Wal(WalSpace, Compaction):
         self.records_migrated = 0
         self.snapshots_written = 0
         self._bytes_since_snapshot = 0
+        self._kept_from = 0
+        self._retain_owed = False
         self._snap: SnapInProgress | None = None
         self._recovered = False
         self.space: SpaceBudget | None = None  # made by recover (needs the max job size)
@@ -201,6 +204,8 @@ class Wal(WalSpace, Compaction):
         self.space = None
         self._recovered = False
         self._bytes_since_snapshot = 0
+        self._kept_from = 0
+        self._retain_owed = False
         self.last_seq = 0
 
     def _open_log_again(self) -> Log:
@@ -234,6 +239,10 @@ class Wal(WalSpace, Compaction):
         # server killed again and again before it wrote a snapshot's worth still compacts.
         h = r.header
         self._bytes_since_snapshot = self.log.bytes_from(h.start_offset if h else 0)
+        self._kept_from = start = h.start_offset if h else 0
+        # A kill between a snapshot's rename and its retention leaves segments below its start:
+        # the first maintain drops them (Compaction._retain_recovered).
+        self._retain_owed = any(end is not None and end <= start for _, end, _ in self.log.segment_bounds())
         info = RecoveryInfo(len(e.jobs), h.path if h else None, h.count if h else 0, r.replayed,
                             time.perf_counter() - t0, r.discarded, r.snapshot_seconds,
                             h.start_offset if h else 0)  # fmt: skip
