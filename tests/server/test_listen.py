@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from stalkd.server.listen import ListenError, bind_listener
+from stalkd.server.config import is_loopback as host_is_loopback
+from stalkd.server.listen import ListenError, bind_listener, is_loopback
 
 
 def test_tcp_listener_is_nonblocking_and_reuses_the_address() -> None:
@@ -43,5 +44,20 @@ def test_unix_listener_replaces_a_stale_socket(tmp_path: os.PathLike[str]) -> No
     try:
         with socket.socket(socket.AF_UNIX) as c:
             c.connect(path)
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "0.0.0.0", "::1", "::"])
+def test_a_bound_socket_is_loopback_where_its_address_is(host: str) -> None:
+    # read from the address's bytes, it agrees with ipaddress (config.is_loopback: the typed host)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        try:
+            s.bind((host, 0))
+        except OSError as e:
+            pytest.skip(f"cannot bind {host}: {e}")
+        assert is_loopback(s) == host_is_loopback(host) == host.startswith(("127.", "::1"))
     finally:
         s.close()

@@ -8,7 +8,7 @@ import pytest
 
 from stalkd.server import memtrim
 
-pytestmark = pytest.mark.skipif(memtrim._LIBC is None, reason="not glibc (or older than 2.33)")  # noqa: SLF001
+pytestmark = pytest.mark.skipif(memtrim.libc() is None, reason="not glibc (or older than 2.33)")
 
 
 def test_a_trim_worth_doing_runs_on_a_thread_of_its_own() -> None:

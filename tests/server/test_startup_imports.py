@@ -1,6 +1,9 @@
 """``stalkd serve`` imports only what its command line uses: a server started without --admin,
 --tls-*/--acl, --archive or --ha never loads those modules (nor aiohttp, TOML, Spark or etcd's
-client), and one in memory not even the log, WAL or snapshot stack.
+client), and one in memory not even the log, WAL or snapshot stack. What serving uses only later,
+if ever (ctypes for memtrim's first tick, hashlib/hmac for a replication secret, json for a
+replication state file, pathlib for a path a person typed, the version 1 snapshot reader), is
+not imported before the first reply either; with ``-u`` it is, before the switch of user.
 
 The server runs as a real process with ``PYTHONPROFILEIMPORTTIME=1``: CPython then reports every
 module it imports on stderr, which is the server's log file here. Nothing is timed; only the names
@@ -9,8 +12,11 @@ of the modules imported by the time the first command has been answered are chec
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,10 +36,22 @@ ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.persist.wal", "stalkd.persist.sna
 # ``tempfile``, ``shutil`` and the compression modules.
 ONLY_FOR_THE_SWITCH = ("importlib.abc", "importlib.resources", "tempfile", "shutil", "lzma", "bz2")
 
+# Imported on first use, after the first reply (and before it only for -u).
+FIRST_USE = ("ctypes", "hashlib", "hmac", "json", "stalkd.persist.snap_v1")
+# Never by a server: the log's consumer groups (its WAL has none); pathlib (stalkd.log.layout's,
+# for a path a person typed) and, through it, urllib.parse; ipaddress (config.is_loopback's, for
+# a host a person typed). The pure-Python switch's import hook loads those three all the same
+# (importlib.resources imports pathlib).
+NOT_BY_A_SERVER = ("stalkd.log.group", "stalkd.log.groupapi", "stalkd.log.grouplag", "stalkd.log.cursor",
+                   *(() if extensions_disabled() else ("pathlib", "urllib", "ipaddress")))
+
 _IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$", re.MULTILINE)
 
 
 def _imported_after_first_reply(*flags: str, monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The modules imported by the time the first reply came: a timer set at start (memtrim's
+    first tick, a second later) may import more, but not before the reply (the loop runs the
+    command first), and the server is stopped once it has replied."""
     monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # the child's environment, read at its start
     server = start_stalkd(*flags)
     try:
@@ -60,6 +78,7 @@ def test_in_memory_imports_no_storage_and_no_optional_feature(monkeypatch: pytes
     modules = _imported_after_first_reply(monkeypatch=monkeypatch)
     assert _under(modules, NOT_WITHOUT_FLAGS) == []
     assert _under(modules, ONLY_WITH_A_DIRECTORY) == []
+    assert _under(modules, FIRST_USE + NOT_BY_A_SERVER) == []
     # -l 127.0.0.1 is resolved as bytes: no IDNA codec (stringprep, unicodedata) for an ASCII name
     assert _under(modules, ("encodings.idna", "stringprep", "unicodedata")) == []
 
@@ -71,6 +90,21 @@ def test_empty_directory_imports_no_optional_feature(tmp_path: Path, monkeypatch
     # CRC-32C is loaded without its package's __init__ (``stalkd.log.crc``), which would ask
     # importlib.metadata for its version; ``find_library`` (ldconfig, shutil) is not called.
     assert _under(modules, ("importlib.metadata", "ctypes.util")) == []
+    assert _under(modules, FIRST_USE + NOT_BY_A_SERVER) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="-u needs root")
+def test_with_a_user_to_become_what_is_used_later_is_imported_before_the_switch(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # the new user may be unable to read the Python installation (test_user.py)
+    nobody = pwd.getpwnam("nobody")
+    with tempfile.TemporaryDirectory() as tmp:  # not pytest's tmp_path, which nobody cannot enter
+        data = Path(tmp) / "data"
+        data.mkdir()
+        os.chown(data, nobody.pw_uid, nobody.pw_gid)
+        os.chmod(tmp, 0o755)
+        modules = _imported_after_first_reply("-u", "nobody", "-b", str(data), monkeypatch=monkeypatch)
+    assert set(FIRST_USE) <= modules
 
 
 @pytest.mark.skipif(extensions_disabled(), reason="the pure-Python switch is on: its import hook is loaded")

@@ -33,12 +33,11 @@ from .cursor import CursorFile, CursorState, read_cursor
 from .errors import LogError
 from .groupapi import GroupLog, Message
 from .grouplag import LagLimits
-from .reader import ReadPos
+from .reader import GROUPS_DIR, ReadPos
 from .segment import HEADER_SIZE
 
 __all__ = ["ConsumerGroup", "GroupLog", "Message", "GROUPS_DIR"]
 
-GROUPS_DIR = "groups"  # under the log directory: one ``<name>.cur`` cursor file per group
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 

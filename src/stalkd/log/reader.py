@@ -21,6 +21,7 @@ from .segment import HEADER_SIZE, ScanState, SegmentInfo, SegmentView, parse_seg
 __all__ = ["LogReader", "ReadPos", "SegmentViews", "list_segments", "read_columns", "read_frames"]
 
 ARCHIVE_DIR = "archive"
+GROUPS_DIR = "groups"  # one ``<name>.cur`` cursor file per consumer group (``group.py``)
 
 
 class ReadPos:

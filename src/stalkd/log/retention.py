@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from .group import ConsumerGroup
 from .reader import ARCHIVE_DIR
 from .writer import SegmentWriter
+
+if TYPE_CHECKING:
+    from .group import ConsumerGroup
 
 __all__ = ["retain"]
 

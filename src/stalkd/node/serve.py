@@ -11,7 +11,8 @@ a standby (``--standby-of``; caught up with its primary before recovery); SIGPIP
 ignored (a client hanging up is a connection error, not a server death); the cyclic garbage
 collector runs under ``GcPolicy`` (no loop stall that grows with the number of queued jobs);
 memory freed after a flood goes back to the operating system (``memtrim``: a fixed mmap
-threshold, and a trim about every second once enough of the heap is free).
+threshold from the first trim tick on, and a trim about every second once enough of the heap
+is free).
 """
 
 from __future__ import annotations
@@ -66,15 +67,13 @@ def setup_logging(level: str) -> None:
 
 
 def preload(cfg: Config) -> None:
-    """Import now every module serving ``cfg`` imports later (``-u`` switches user after this)."""
+    """Import now every module the start of serving ``cfg`` imports; with ``-u`` (the user is
+    switched after this, and may be unable to read the Python installation) also those that
+    serving imports later, on first use."""
     import resource  # noqa: F401  (stats)
 
     _loop_factory()
     if cfg.data_dir is not None:
-        # json: the replication state file (epochs.load_state); imported where used, so that an
-        # in-memory server never pays for it, but before the switch of user all the same
-        import json  # noqa: F401
-
         import stalkd.engine.space
         import stalkd.persist.wal
         import stalkd.replication.authority
@@ -102,6 +101,24 @@ def preload(cfg: Config) -> None:
         import stalkd.admin.endpoint
         import stalkd.admin.http
         import stalkd.admin.ops  # noqa: F401
+    if cfg.user is not None:
+        _preload_first_uses(cfg)
+
+
+def _preload_first_uses(cfg: Config) -> None:
+    """What serving ``cfg`` imports on first use, not at start (to keep it off the way to the
+    first reply): for ``-u``, before the switch of user."""
+    from stalkd.server.memtrim import libc
+
+    libc()  # ctypes and the C library: at the first trim tick
+    if cfg.data_dir is not None:
+        # hashlib, hmac: a standby's proof of the replication secret (wire.proof); json: the
+        # replication state file, once it exists (epochs); snap_v1: a version 1 snapshot
+        import hashlib  # noqa: F401
+        import hmac  # noqa: F401
+        import json  # noqa: F401
+
+        import stalkd.persist.snap_v1  # noqa: F401
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
@@ -525,12 +542,15 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Endin
         gc_timer = loop.call_at(gc_policy.tick(loop.time()), gc_tick)
 
     gc_timer = loop.call_at(gc_policy.tick(loop.time()), gc_tick)
-    tune()
     trimmer = Trimmer()
     trim_timer: asyncio.TimerHandle | None = None
+    tuned = False
 
     def trim_tick() -> None:
-        nonlocal trim_timer
+        nonlocal trim_timer, tuned
+        if not tuned:  # at the first tick, not at start: it loads ctypes (memtrim)
+            tune()
+            tuned = True
         trimmer.tick()
         trim_timer = loop.call_later(TRIM_EVERY, trim_tick)
 

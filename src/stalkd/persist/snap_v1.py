@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from stalkd.engine.heap import pack
 from stalkd.engine.model import FORMAT_VERSION, HEAD_JOB, U32, JobState, Op, Record, decode, encode
 from stalkd.engine.objects import URGENT_THRESHOLD, Job
-from stalkd.persist.snapfile import Buf, SnapshotError, SnapshotHeader, blocks, install
+from stalkd.persist.snapfile import Buf, JobTuple, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ["JobTuple", "encode_jobs", "encode_records", "iter_jobs", "iter_payloads", "load_into"]
 
-
-JobTuple = tuple[int, int, str, int, int, int, int, bytes, JobState, int, int, int, int, int, int]
-"""(seq, job_id, tube, pri, delay, ttr, deadline_us, body, state, created_us,
-reserves, timeouts, releases, buries, kicks)"""
 
 
 def encode_records(records: list[Record]) -> bytes:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from stalkd.engine.model import JobState
 from stalkd.log.crc import crc32c
 from stalkd.log.fs import REAL
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from stalkd.engine.objects import Job, Tube
 
 __all__ = [
-    "BLOCK", "HEAD", "Buf", "KNOWN_VERSIONS", "MAGIC", "SnapshotError", "SnapshotHeader", "TRAIL",
+    "BLOCK", "HEAD", "Buf", "JobTuple", "KNOWN_VERSIONS", "MAGIC", "SnapshotError", "SnapshotHeader", "TRAIL",
     "blocks", "head_bytes", "install", "read_header", "trailer_bytes",
 ]  # fmt: skip
 
@@ -44,6 +45,9 @@ TRAIL = struct.Struct("<IQQQI")
 _TRAIL_FIELDS = struct.Struct("<IQQQ")
 END_MARK = 0xFFFFFFFF
 KNOWN_VERSIONS = (1, 2, 3)  # 3: version 2's blocks behind a header with the epochs
+JobTuple = tuple[int, int, str, int, int, int, int, bytes, JobState, int, int, int, int, int, int]
+"""An entry of any version as a plain tuple: (seq, job_id, tube, pri, delay, ttr, deadline_us, body, state, created_us,
+reserves, timeouts, releases, buries, kicks)"""
 Buf = bytes | mmap.mmap  # a whole snapshot file: read, or mapped read-only
 
 

@@ -25,6 +25,9 @@ How to change the format (numbered, append to it):
 
 Ensures: ``read_snapshot(path)`` either returns every entry written with its trailer, or raises
 SnapshotError naming the file and byte offset; it never returns a partial snapshot.
+
+Snapshots are written in version 3; ``snap_v1`` is imported only where a version 1 file is read
+or written, not by every server with a data directory.
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ from typing import TYPE_CHECKING
 from stalkd.engine.model import JobState, Record, decode
 from stalkd.engine.objects import Job
 from stalkd.log.fs import REAL, FileSystem
-from stalkd.persist import snap_v1, snap_v2
-from stalkd.persist.snap_v1 import JobTuple
+from stalkd.persist import snap_v2  # (snap_v1: imported where a version 1 file is read or written)
 from stalkd.persist.snapfile import (
+    JobTuple,
     SnapshotError,
     SnapshotHeader,
     block_bytes,
@@ -165,6 +168,8 @@ class SnapshotWriter:
         if not records:
             return
         if self.version == 1:
+            from stalkd.persist import snap_v1
+
             self._write(block_bytes(snap_v1.encode_records(records), len(records)))
             self.count += len(records)
             return
@@ -192,6 +197,8 @@ class SnapshotWriter:
         if not jobs:
             return
         if self.version == 1:
+            from stalkd.persist import snap_v1
+
             self._write(block_bytes(snap_v1.encode_jobs(jobs, seq), len(jobs)))
             self.count += len(jobs)
             return
@@ -266,6 +273,8 @@ def read_snapshot(path: str) -> tuple[SnapshotHeader, list[Record]]:
     h = read_header(path)
     with _mapped(path) as m:
         if h.version == 1:
+            from stalkd.persist import snap_v1
+
             return h, [decode(p) for p in snap_v1.iter_payloads(m, h)]
         return h, list(snap_v2.records(m, h))
 
@@ -274,6 +283,8 @@ def iter_jobs(path: str, header: SnapshotHeader) -> Iterator[JobTuple]:
     """Entries as plain tuples (see ``JobTuple``), in file order."""
     with _mapped(path) as m:
         if header.version == 1:
+            from stalkd.persist import snap_v1
+
             yield from snap_v1.iter_jobs(m, header)
             return
         for r in snap_v2.records(m, header):
@@ -289,6 +300,8 @@ def load_into(e: Engine, h: SnapshotHeader) -> dict[int, int]:
     e.epochs = h.epochs
     with _mapped(h.path) as m:
         if h.version == 1:
+            from stalkd.persist import snap_v1
+
             return snap_v1.load_into(e, m, h)
         return snap_v2.load_into(e, m, h)
 

@@ -4,7 +4,7 @@ A flood of connections (replies nobody reads, bodies in flight) leaves the C hea
 free chunks: Python frees them, glibc keeps them, and the process's RSS stays at its peak
 after the clients left. Two settings of glibc's ``malloc`` fix that, through ``ctypes``:
 
-- ``tune()`` (once, at start) fixes the threshold above which an allocation gets pages of its
+- ``tune()`` (once, at the server's first trim tick, a second after it serves) fixes the threshold above which an allocation gets pages of its
   own (``M_MMAP_THRESHOLD``, 1 MiB): glibc otherwise raises it up to 32 MiB after freeing a
   large block, and job bodies, joined reads and large replies then come from the heap;
 - ``Trimmer.tick()`` (about every second) has a thread of its own ask glibc how much of its
@@ -17,17 +17,24 @@ after the clients left. Two settings of glibc's ``malloc`` fix that, through ``c
   call. The loop may still wait on glibc's arena lock if it allocates a large block meanwhile.
 
 Elsewhere than glibc (musl, macOS) both do nothing.
+
+``ctypes`` and the C library are loaded on the first call (``libc()``), not at import: loading
+them takes ~1.5 ms, which a server pays only once it serves, not before its first reply
+(``serve.preload`` loads them before ``-u`` switches user).
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["tune", "Trimmer", "MMAP_THRESHOLD", "TRIM_AT"]
+if TYPE_CHECKING:
+    import ctypes
+
+__all__ = ["libc", "tune", "Trimmer", "MMAP_THRESHOLD", "TRIM_AT"]
 
 log = logging.getLogger("stalkd.server")
 
@@ -36,38 +43,49 @@ TRIM_AT = 8 * 2**20  # newly free heap bytes that make a trim worth its walk ove
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]  # fmt: skip
+_loaded: list[ctypes.CDLL | None] = []  # [the C library, or None without glibc], once loaded
 
 
-def _libc() -> ctypes.CDLL | None:
+def libc() -> ctypes.CDLL | None:
+    """glibc, with the three functions typed (None elsewhere, or older than 2.33); loaded on
+    the first call."""
+    if not _loaded:
+        _loaded.append(_load_libc())
+    return _loaded[0]
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    import ctypes
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+            "fordblks", "keepcost")]  # fmt: skip
+
     # glibc's soname, named rather than looked up: ``ctypes.util.find_library`` imports
     # ``shutil`` and ``tempfile`` and runs ``ldconfig -p`` in a child process, at every start.
     try:
-        libc = ctypes.CDLL("libc.so.6")
+        lib: Any = ctypes.CDLL("libc.so.6")
     except OSError:
         return None
-    if not all(hasattr(libc, f) for f in ("malloc_trim", "mallopt", "mallinfo2")):
+    if not all(hasattr(lib, f) for f in ("malloc_trim", "mallopt", "mallinfo2")):
         return None  # not glibc (or older than 2.33)
-    libc.mallinfo2.restype = _Mallinfo2
-    libc.malloc_trim.argtypes = [ctypes.c_size_t]
-    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return libc
-
-
-_LIBC = _libc()
+    lib.mallinfo2.restype = Mallinfo2
+    lib.malloc_trim.argtypes = [ctypes.c_size_t]
+    lib.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return lib  # type: ignore[no-any-return]
 
 
 def tune() -> bool:
     """Fix glibc's mmap threshold (see above); False where there is no glibc."""
-    return _LIBC is not None and bool(_LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    lib = libc()
+    return lib is not None and bool(lib.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
 def free_heap() -> int:
     """Bytes glibc holds free in its heaps (0 without glibc)."""
-    return 0 if _LIBC is None else int(_LIBC.mallinfo2().fordblks)
+    lib = libc()
+    return 0 if lib is None else int(lib.mallinfo2().fordblks)
 
 
 class Trimmer:
@@ -85,7 +103,7 @@ class Trimmer:
     def tick(self) -> bool:
         """Start a look (and a trim if worth it) on a thread, unless the last one still runs;
         whether one started."""
-        if _LIBC is None or (self._thread is not None and self._thread.is_alive()):
+        if libc() is None or (self._thread is not None and self._thread.is_alive()):
             return False
         self._thread = threading.Thread(target=self.trim, name="stalkd-memtrim", daemon=True)
         self._thread.start()
@@ -98,14 +116,15 @@ class Trimmer:
 
     def trim(self) -> bool:
         """Trim now if worth it (on the calling thread); whether it did."""
-        if _LIBC is None:
+        lib = libc()
+        if lib is None:
             return False
         t0 = time.perf_counter()
         free = self._free()
         self._floor = min(self._floor, free)
         if free - self._floor < self.threshold:
             return False
-        _LIBC.malloc_trim(0)
+        lib.malloc_trim(0)
         self._floor = self._free()
         self.trims += 1
         log.debug("gave back the allocator's free memory (%.0f MiB free) in %.1f ms",
