@@ -50,7 +50,7 @@ def test_unix_listener_replaces_a_stale_socket(tmp_path: os.PathLike[str]) -> No
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "0.0.0.0", "::1", "::"])
 def test_a_bound_socket_is_loopback_where_its_address_is(host: str) -> None:
-    # read from the address's bytes, it agrees with ipaddress (config.is_loopback: the typed host)
+    # one rule for a bound socket and a typed host (config.is_loopback), and it is the right one
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     s = socket.socket(family, socket.SOCK_STREAM)
     try:

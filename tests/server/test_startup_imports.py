@@ -39,9 +39,8 @@ ONLY_FOR_THE_SWITCH = ("importlib.abc", "importlib.resources", "tempfile", "shut
 # Imported on first use, after the first reply (and before it only for -u).
 FIRST_USE = ("ctypes", "hashlib", "hmac", "json", "stalkd.persist.snap_v1")
 # Never by a server: the log's consumer groups (its WAL has none); pathlib (stalkd.log.layout's,
-# for a path a person typed) and, through it, urllib.parse; ipaddress (config.is_loopback's, for
-# a host a person typed). The pure-Python switch's import hook loads those three all the same
-# (importlib.resources imports pathlib).
+# for a path a person typed) and, through it, urllib.parse and ipaddress. The pure-Python
+# switch's import hook loads those three all the same (importlib.resources imports pathlib).
 NOT_BY_A_SERVER = ("stalkd.log.group", "stalkd.log.groupapi", "stalkd.log.grouplag", "stalkd.log.cursor",
                    *(() if extensions_disabled() else ("pathlib", "urllib", "ipaddress")))
 

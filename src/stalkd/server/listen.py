@@ -119,13 +119,12 @@ def describe(sock: socket.socket) -> str:
 
 
 def is_loopback(sock: socket.socket) -> bool:
-    """Whether only this machine can reach ``sock`` (loopback or a UNIX socket): 127.0.0.0/8 or
-    ::1, what ``ipaddress`` calls loopback, read from the bound address's bytes (``ipaddress``
-    takes ~1 ms to import, on the way to every server's first reply)."""
+    """Whether only this machine can reach ``sock`` (loopback or a UNIX socket)."""
     if sock.family == socket.AF_UNIX:
         return True
-    packed = socket.inet_pton(sock.family, sock.getsockname()[0].partition("%")[0])  # fe80::1%eth0
-    return packed[0] == 127 if sock.family == socket.AF_INET else packed == bytes(15) + b"\1"
+    from stalkd.server.config import is_loopback as host_is_loopback
+
+    return host_is_loopback(sock.getsockname()[0])
 
 
 def remove_unix(path: str, ino: int) -> None:
