@@ -25,6 +25,7 @@ them takes ~1.5 ms, which a server pays only once it serves, not before its firs
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -43,18 +44,10 @@ TRIM_AT = 8 * 2**20  # newly free heap bytes that make a trim worth its walk ove
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 
-_loaded: list[ctypes.CDLL | None] = []  # [the C library, or None without glibc], once loaded
-
-
+@functools.cache
 def libc() -> ctypes.CDLL | None:
     """glibc, with the three functions typed (None elsewhere, or older than 2.33); loaded on
     the first call."""
-    if not _loaded:
-        _loaded.append(_load_libc())
-    return _loaded[0]
-
-
-def _load_libc() -> ctypes.CDLL | None:
     import ctypes
 
     class Mallinfo2(ctypes.Structure):
