@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import stalkd
+from server.proc import StalkdProcess
 from stalkd.client._address import parse_address
 from stalkd.replication.catchup import catch_up
 from stalkd.secretfile import read_secret
@@ -35,6 +36,15 @@ def _churn(address: str, rounds: int, keep_every: int) -> None:
                 c.delete(jid)
 
 
+def _compact_past(p: StalkdProcess, offset: int) -> None:
+    """Churn until the primary keeps no segment before ``offset``: it compacted past it."""
+    for _ in range(50):
+        _churn(p.address, 400, 10)
+        if int(stats(p)["binlog-oldest-index"]) > offset:
+            return
+    raise AssertionError(f"the primary never compacted past offset {offset}:\n{p.log_text()}")
+
+
 @pytest.mark.slow
 def test_standby_behind_compaction_copies_a_snapshot_then_streams(tmp_path: Path) -> None:
     p = primary(tmp_path / "p")
@@ -45,12 +55,7 @@ def test_standby_behind_compaction_copies_a_snapshot_then_streams(tmp_path: Path
         s.stop()
         start_oldest = int(stats(p)["binlog-oldest-index"])
         # Enough churn that compaction drops the segments the stopped standby still needs.
-        for _ in range(50):
-            _churn(p.address, 400, 10)
-            if int(stats(p)["binlog-oldest-index"]) > start_oldest + 100:
-                break
-        else:
-            raise AssertionError(f"the primary never compacted past offset {start_oldest}:\n{p.log_text()}")
+        _compact_past(p, start_oldest + 100)
         s = standby(tmp_path / "s", p)
         _churn(p.address, 30, 3)  # and records after the snapshot, streamed live
         until(lambda: caught_up(p, s), "the restarted standby to catch up", logs=(p, s))
@@ -70,12 +75,7 @@ def test_a_new_standby_of_a_compacted_primary_starts_from_its_snapshot(tmp_path:
     p = primary(tmp_path / "p")
     s = None
     try:
-        for _ in range(50):
-            _churn(p.address, 400, 10)
-            if int(stats(p)["binlog-oldest-index"]) > 0:
-                break
-        else:
-            raise AssertionError(f"the primary never compacted:\n{p.log_text()}")
+        _compact_past(p, 0)
         s = standby(tmp_path / "s", p)
         until(lambda: caught_up(p, s), "the new standby to catch up", logs=(p, s))
         assert "copied the primary's snapshot" in s.log_text()
@@ -103,12 +103,7 @@ def test_a_running_standby_cut_off_while_the_primary_compacts_resyncs_without_a_
         relay.cut()
         until(lambda: stats(p).get("standbys", 0) == 0, "the primary to see the standby go", logs=(p, s))
         end_at_cut = int(stats(p)["binlog-records-written"])  # a fresh log: its end offset
-        for _ in range(50):  # until the primary keeps nothing the standby would ask for
-            _churn(p.address, 400, 10)
-            if int(stats(p)["binlog-oldest-index"]) > end_at_cut:
-                break
-        else:
-            raise AssertionError(f"the primary never compacted past offset {end_at_cut}:\n{p.log_text()}")
+        _compact_past(p, end_at_cut)  # the primary keeps nothing the standby would ask for
         relay.heal()
         _churn(p.address, 30, 3)
         until(lambda: caught_up(p, s), "the standby to resync on its own", timeout=120, logs=(p, s))
@@ -134,12 +129,7 @@ def test_a_copy_reports_the_primary_end_as_it_learns_it(tmp_path: Path) -> None:
     reporting the lag it had when cut off (0 if it was current then) through a whole copy."""
     p = primary(tmp_path / "p")
     try:
-        for _ in range(50):
-            _churn(p.address, 400, 10)
-            if int(stats(p)["binlog-oldest-index"]) > 0:
-                break
-        else:
-            raise AssertionError(f"the primary never compacted:\n{p.log_text()}")
+        _compact_past(p, 0)
         end = int(stats(p)["binlog-records-written"])  # a fresh log: its end offset
         seen: list[int] = []
         catch_up(parse_address(p.address), str(tmp_path / "copy"), segment_size=int(WAL_SIZE),
