@@ -46,7 +46,7 @@ from pathlib import Path
 
 import server_bench as sb
 from lockstep import drive, preload
-from meters import PYCALLS, Callgrind, Meter, PyCalls, Strace
+from meters import PYCALLS, Callgrind, Meter, PyCalls, Strace, past_first_tick
 
 KINDS = ("stalkd", "stalkd-py", "floor", "beanstalkd", "peer")
 METERS = ("callgrind", "strace", "pycalls")
@@ -119,6 +119,8 @@ def metered(meter: str, kind: str, klass: str, scratch: Path) -> Iterator[tuple[
     else:
         m = PyCalls(srv.proc)
     try:
+        if kind in ("stalkd", "stalkd-py", "peer"):
+            past_first_tick(srv.proc.pid)
         yield srv.port, m
     finally:
         m.close()

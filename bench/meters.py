@@ -22,9 +22,25 @@ class Meter(Protocol):
     def close(self) -> None: ...
 
 
+def past_first_tick(pid: int, timeout: float = 600.0) -> None:
+    """Wait until the stalkd server ``pid`` has done its first trim tick's one-off work: about a
+    second after it serves, memtrim loads ctypes and tunes glibc there (off the way to the first
+    reply), millions of instructions that would otherwise fall into one of the two runs a count
+    per job is the difference of. Seen in the process's mappings: ctypes' extension is loaded
+    (a tree that tunes at start has it already)."""
+    maps = Path(f"/proc/{pid}/maps")
+    deadline = time.monotonic() + timeout
+    while b"/_ctypes." not in maps.read_bytes():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pid {pid} never loaded ctypes (its first trim tick)")
+        time.sleep(0.02)
+
+
 class Callgrind:
     """Instructions ("Ir") between begin and end: each is a callgrind_control dump, and a
     dump holds the counts since the one before."""
+
+    timeout = 120.0  # seconds a dump may take (a slowed server under load takes longer)
 
     def __init__(self, pid: int, out: Path) -> None:
         self.pid, self.out, self.dumps = pid, out, 0
@@ -32,16 +48,20 @@ class Callgrind:
     def _dump(self) -> int:
         self.dumps += 1
         path = Path(f"{self.out}.{self.dumps}")
-        done = subprocess.run(["callgrind_control", "-d", str(self.pid)], capture_output=True, timeout=120)
+        done = subprocess.run(["callgrind_control", "-d", str(self.pid)], capture_output=True, timeout=self.timeout)
         if done.returncode != 0:
             raise RuntimeError(f"callgrind_control -d {self.pid}: {done.stderr.decode().strip()}")
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + self.timeout
         while not (path.exists() and (m := re.search(rb"^totals: (\d+)", path.read_bytes(), re.M))):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"callgrind wrote no dump {path}")
             time.sleep(0.01)
-        path.unlink()
+        self._done(path)
         return int(m.group(1))
+
+    def _done(self, dump: Path) -> None:
+        """A dump was read: it is not needed any more."""
+        dump.unlink()
 
     def begin(self) -> None:
         self._dump()

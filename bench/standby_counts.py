@@ -68,7 +68,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 import server_bench as sb  # noqa: E402
 from lockstep import PUT, _expect, _on_tube, _Reader  # noqa: E402
-from meters import PYCALLS, Callgrind, Meter, PyCalls, Strace  # noqa: E402
+from meters import PYCALLS, Callgrind, Meter, PyCalls, Strace, past_first_tick  # noqa: E402
 
 from support import wait_for_listener  # noqa: E402  (tests/support.py: port 0 from /proc)
 
@@ -154,6 +154,7 @@ class Pair:
                 args = ["valgrind", "--tool=callgrind", "-q", f"--callgrind-out-file={scratch}/cg.out", *args]
                 timeout = 600.0
         self.primary = sb.launch(f"primary {setup}", args, "always", None, env, timeout, **popen)
+        past_first_tick(self.primary.proc.pid)
         self.probing = meter != "pycalls"
         self.standby: subprocess.Popen[bytes] | None = None
         if setup != "alone":
@@ -235,22 +236,12 @@ class KeptCallgrind(Callgrind):
     """``meters.Callgrind`` that keeps each dump (``last``), for callgrind_annotate."""
 
     last: Path | None = None
+    timeout = 300.0
 
-    def _dump(self) -> int:
-        self.dumps += 1
-        path = Path(f"{self.out}.{self.dumps}")
-        done = subprocess.run(["callgrind_control", "-d", str(self.pid)], capture_output=True, timeout=300)
-        if done.returncode != 0:
-            raise RuntimeError(f"callgrind_control -d {self.pid}: {done.stderr.decode().strip()}")
-        deadline = time.monotonic() + 300
-        while not (path.exists() and (m := re.search(rb"^totals: (\d+)", path.read_bytes(), re.M))):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"callgrind wrote no dump {path}")
-            time.sleep(0.01)
+    def _done(self, dump: Path) -> None:
         if self.last is not None:
             self.last.unlink(missing_ok=True)
-        self.last = path
-        return int(m.group(1))
+        self.last = dump
 
 
 def self_costs(dump: Path) -> Counter[str]:
