@@ -20,6 +20,7 @@ from server.proc import start_stalkd
 from server.wire import Wire, stats
 from stalkd.log import LogReader
 from stalkd.log.fs import Faults
+from stalkd.persist.compaction import live_bytes, wal_bound
 from stalkd.persist.wal import Wal
 from stalkd.server.app import Server
 from stalkd.server.config import Config
@@ -197,3 +198,42 @@ def test_archive_keeps_retired_segments(tmp_path: Path, archive: bool) -> None:
         assert archived and first is not None and first.offset == 0
     else:
         assert archived == [] and (first is None or first.offset > 0)
+
+
+def test_each_sealed_segment_brings_compaction_forward(tmp_path: Path) -> None:
+    """Churn faster than the maintenance tick: the WAL's files stay within their bound (twice the
+    live data and two segments) because every sealed segment brings the next look forward. With
+    only the tick (here an hour away after the first look at start) they grew by a segment per
+    ~40 commands; bench/churn_bench.py shows the same at full speed and the default segment
+    size (4x the bound with a tick a second)."""
+    seg = 8192
+
+    async def scenario(
+        srv: Server,
+        wal: Wal,
+        faults: Faults,
+        r: asyncio.StreamReader,
+        w: asyncio.StreamWriter,
+        fatal: list[BaseException],
+    ) -> None:
+        srv.start_maintenance(every=3600)
+        seg_dir = wal.log.path
+        over: list[int] = []  # bytes of segment files past the bound, after each command pair
+        body = b"b" * 100
+        for i in range(1, 1201):
+            assert await _cmd(r, w, b"put 0 0 60 100\r\n" + body + b"\r\n") == b"INSERTED %d\r\n" % i
+            assert await _cmd(r, w, b"delete %d\r\n" % i) == b"DELETED\r\n"
+            files = sum(
+                os.path.getsize(os.path.join(seg_dir, n))
+                for n in os.listdir(seg_dir)
+                if n.startswith("seg-")
+            )
+            over.append(files - wal_bound(live_bytes(srv.engine), seg))
+        assert not fatal
+        # Then the churn crossed many segments, each one compacted away
+        assert wal.log.segment_bounds()[-1][0] > 0 and wal.snapshots_written >= 10
+        # and the files never passed the bound by more than the segment a snapshot in flight
+        # has not yet let go
+        assert max(over) <= seg, max(over)
+
+    _run(tmp_path, scenario, segment_size=seg, compact_min_bytes=0, background=False)

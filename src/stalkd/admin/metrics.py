@@ -24,7 +24,7 @@ import contextlib
 import heapq
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import (
@@ -150,6 +150,9 @@ class TimedStorage:
             self.ins.snapshot.observe(t1 - self._snap_started)
             self._snap_started = None
         return busy
+
+    def on_segment(self, hook: Callable[[], object] | None) -> None:
+        self.inner.on_segment(hook)
 
     def stats(self) -> dict[str, int]:
         return self.inner.stats()

@@ -97,6 +97,11 @@ class Log:
         # An offset below which retention may drop segments, asked at each retain (e.g. what
         # stalkd.archive has shipped); None: no hold. Set by the owner after open.
         self.retention_hold: Callable[[], int] | None = None
+        # Called after each roll-over seals a segment, under the writer's lock and on the writing
+        # thread, so it may only schedule work (the server brings its WAL maintenance forward:
+        # the files' bound holds only if compaction looks at least once per segment). Set by the
+        # owner after open.
+        self.on_sealed: Callable[[], object] | None = None
         self._lockfd: int | None = None
         self._mark: Mark | None = None
         self._marker: Marker | None = None
@@ -174,6 +179,9 @@ class Log:
         """A roll-over sealed a segment (under the writer's lock): durable below ``end``."""
         self._commit.sealed(end)
         self._raise_mark(end)
+        hook = self.on_sealed
+        if hook is not None:
+            hook()
 
     def _raise_mark(self, end: int) -> None:
         mark = self._mark

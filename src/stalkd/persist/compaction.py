@@ -85,16 +85,18 @@ def snapshot_due(since: int, live: int, min_bytes: int, *, short: bool = False, 
     ``segment`` bytes from the one holding its start to the active one, which the next snapshot
     lets go) would pass ``wal_bound`` when the WAL starts one more segment. The bytes' rule
     counts frames from the snapshot's start, anywhere in its segment, and is met only at a check
-    (the server's: at start, then once a second), while files go only whole: a server killed
-    before its second check, again and again, kept up to a segment's worth since the start
-    check plus its run's writes, from a start late in its segment: three files of 4 MiB, 1.33x
-    the bound for 0.5 MiB of live data (bench/crashloop_bench.py). This rule fires before the
-    bytes' only with live data under about a segment, where the bound allows two files: it then
-    snapshots at the first check after each segment starts, not a segment's worth of bytes after
-    the last start, so snapshots stay one per segment written, as many as before, only moved to
-    a segment's start. Segments retention keeps for another reason (a standby, the archive) are
-    not counted: a snapshot would not free them, and counting them would take one at every check.
-    The files stay within the bound while the checks come at least once per segment written.
+    (the server's: at start, at each sealed segment, and once a second), while files go only
+    whole: a server killed before its second check, again and again, kept up to a segment's
+    worth since the start check plus its run's writes, from a start late in its segment: three
+    files of 4 MiB, 1.33x the bound for 0.5 MiB of live data (bench/crashloop_bench.py). This
+    rule fires before the bytes' only with live data under about a segment, where the bound
+    allows two files: it then snapshots at the first check after each segment starts, not a
+    segment's worth of bytes after the last start, so snapshots stay one per segment written,
+    as many as before, only moved to a segment's start. Segments retention keeps for another
+    reason (a standby, the archive) are not counted: a snapshot would not free them, and
+    counting them would take one at every check. The files stay within the bound while the
+    checks come at least once per segment written (hence the server's check at each seal; a
+    third file shows only while a snapshot in flight outlasts a whole segment's writes).
 
     >>> snapshot_due(50, 100, 10), snapshot_due(49, 100, 10), snapshot_due(9, 0, 10)
     (True, False, False)

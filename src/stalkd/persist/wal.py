@@ -132,6 +132,7 @@ class Wal(WalSpace, Compaction):
         # every id handed out is below it (idceiling.py); none to keep under ``always``
         self.id_ceiling = NO_CEILING
         self._ids: IdCeiling | None = None
+        self._on_sealed: Callable[[], object] | None = None
 
     @classmethod
     def open(
@@ -208,10 +209,17 @@ class Wal(WalSpace, Compaction):
         self._retain_owed = False
         self.last_seq = 0
 
+    def on_segment(self, hook: Callable[[], object] | None) -> None:
+        """Call ``hook`` each time the log seals a segment (on the writing thread, under the
+        log's lock: it may only schedule work), through reopens too."""
+        self._on_sealed = self.log.on_sealed = hook
+
     def _open_log_again(self) -> Log:
-        return Log.open(os.path.join(self.directory, LOG_DIR), segment_size=self.segment_size,
-                        durability=self.durability, archive=self.archive, fs=self.fs,
-                        clock=self.log._writer.clock, mark_interval=MARK_INTERVAL)  # fmt: skip
+        log = Log.open(os.path.join(self.directory, LOG_DIR), segment_size=self.segment_size,
+                       durability=self.durability, archive=self.archive, fs=self.fs,
+                       clock=self.log._writer.clock, mark_interval=MARK_INTERVAL)  # fmt: skip
+        log.on_sealed = self._on_sealed
+        return log
 
     def recover(self, now: float, *, max_job_size: int = 65535,
                 into: Engine | None = None) -> tuple[Engine, RecoveryInfo]:

@@ -9,7 +9,7 @@ Ensures: ``MemoryStorage`` never refuses room, never fails, and holds no record.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from stalkd.engine.model import Record
@@ -34,6 +34,7 @@ class Storage(Protocol):
     def write(self, records: Sequence[Record]) -> None: ...
     def sync(self) -> None: ...
     def maintain(self, engine: Engine, now: float) -> bool: ...
+    def on_segment(self, hook: Callable[[], object] | None) -> None: ...
     def final_snapshot(self, engine: Engine) -> str | None: ...
     def stats(self) -> dict[str, int]: ...
     def close(self) -> None: ...
@@ -65,6 +66,9 @@ class MemoryStorage:
 
     def maintain(self, engine: Engine, now: float) -> bool:
         return False
+
+    def on_segment(self, hook: Callable[[], object] | None) -> None:
+        pass
 
     def final_snapshot(self, engine: Engine) -> str | None:
         return None
