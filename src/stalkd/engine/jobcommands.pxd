@@ -4,7 +4,7 @@
 # (state.pxd) are C calls. jobcommands.py is the source; this declares types and signatures only.
 
 from stalkd.engine.heap cimport HeapItem, IndexedHeap, pack
-from stalkd.engine.objects cimport ConnState, Job, Release, Tube, new_job
+from stalkd.engine.objects cimport ConnState, Job, Release, Tube, job_body, new_job
 from stalkd.engine.room cimport find_deletable, find_held, find_kickable, find_unreserved
 from stalkd.engine.state cimport EngineState
 cimport stalkd.protocol.commands as C

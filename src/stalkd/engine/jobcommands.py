@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op
-from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, new_job
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, job_body, new_job
 from stalkd.engine.room import find_deletable, find_held, find_kickable, find_unreserved
 from stalkd.engine.state import EngineState
 from stalkd.protocol import commands as C
@@ -72,7 +72,7 @@ def put(s: EngineState, c: ConnState, cmd: C.Put) -> C.AnyReply:
         s._to_delayed(j, delay)
     else:
         s._to_ready(j)
-    s._rec_fields(_OP_PUT, jid, t.name, j.pri, j.delay, j.ttr, j.deadline_us, j.body, s._now)
+    s._rec_fields(_OP_PUT, jid, t.name, j.pri, j.delay, j.ttr, j.deadline_us, body, s._now)
     return C.Reply("INSERTED", (jid,))
 
 
@@ -94,7 +94,7 @@ def reserve(s: EngineState, c: ConnState, cmd: C.Reserve | C.ReserveWithTimeout)
         if j.pri < URGENT_THRESHOLD:
             best.urgent -= 1
         s._give(c, j)
-        return C.JobReply("RESERVED", j.id, j.body)
+        return C.JobReply("RESERVED", j.id, job_body(j))
     if c.deadline_soon(now) and not _any_ready(c.watch):
         return C.Reply("DEADLINE_SOON")
     if c.half_closed:
@@ -126,7 +126,7 @@ def reserve_job(s: EngineState, c: ConnState, cmd: C.ReserveJob) -> C.AnyReply:
     c.worker = True  # as beanstalkd: a reserve-job that finds nothing does not make a worker
     s._detach(j)
     s._give(c, j)
-    return C.JobReply("RESERVED", j.id, j.body)
+    return C.JobReply("RESERVED", j.id, job_body(j))
 
 
 @cython.locals(t=Tube, j=Job)
@@ -136,7 +136,7 @@ def delete(s: EngineState, c: ConnState, cmd: C.Delete) -> C.AnyReply:
         return _NOT_FOUND
     s._detach(j)
     del s.jobs[j.id]
-    s.body_bytes -= len(j.body)
+    s.body_bytes -= j.blen
     j.tube.cmd_delete += 1
     s._rec(_OP_DELETE, j.id)
     t = j.tube

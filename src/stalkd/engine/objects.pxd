@@ -13,14 +13,21 @@ cdef class ConnState
 
 
 cdef class Job(HeapItem):
-    cdef public object id, pri, delay, ttr, body, state, created_us, deadline_us
+    cdef public object id, pri, delay, ttr, state, created_us, deadline_us
+    # the body, or the buffer it is a slice of while bat >= 0 (objects.job_body); read-only
+    # from Python, which reads the body as Job.body
+    cdef readonly object bdata
+    cdef readonly Py_ssize_t bat, blen
     cdef public long long reserves, timeouts, releases, buries, kicks
     cdef public Tube tube
     cdef public ConnState owner
 
 cpdef object to_us(object now)
+cpdef object job_body(Job j)
 cpdef Job new_job(object id, Tube tube, object pri, object delay, object ttr, object body, object state,
                   object created_us)
+cpdef Job new_lazy_job(object id, Tube tube, object pri, object delay, object ttr, bytes data, Py_ssize_t at,
+                       Py_ssize_t n, object state, object created_us)
 
 
 cdef class Tube(HeapItem):

@@ -16,6 +16,8 @@ Ensures:
   * a connection's ``reserved`` holds exactly the RESERVED jobs whose ``owner`` is this
     connection, keyed ``pack(deadline_us, id)`` so the soonest TTR is on top; ``waiting`` is
     True exactly when the connection is in the ``waiting`` map of every tube it watches;
+  * a job's body is ``job_body(j)`` (``j.body``), ``j.blen`` bytes long; a recovered job may
+    still hold it as a slice of a buffer it was read from (``new_lazy_job``) until it is read;
   * a connection that hung up while holding more jobs and watched tubes than one step may let
     go keeps them in ``reserved`` and ``watch`` with ``release`` set (``Release``) until they
     are all back in ready and unwatched; it is no longer one of the engine's connections and
@@ -25,8 +27,6 @@ Ensures:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
-from itertools import repeat
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from stalkd.engine.heap import HeapItem, IndexedHeap
@@ -41,8 +41,8 @@ else:
         from stalkd import cyshim as cython
 
 __all__ = [
-    "Job", "new_job", "new_jobs", "Tube", "ConnState", "Release", "URGENT_THRESHOLD", "US", "SAFETY_MARGIN_US",
-    "time_left", "to_us", "remove_swap_last",
+    "Job", "job_body", "new_job", "new_lazy_job", "Tube", "ConnState", "Release", "URGENT_THRESHOLD", "US",
+    "SAFETY_MARGIN_US", "time_left", "to_us", "remove_swap_last",
 ]  # fmt: skip
 
 URGENT_THRESHOLD = 1024  # beanstalkd: a ready job with pri < 1024 is "urgent"
@@ -51,7 +51,9 @@ US = 1_000_000
 
 class Job(HeapItem):
     """One job. Mutable on purpose: a million of these live in memory, so ``__slots__`` and no
-    per-transition copies (compiled, an extension type: objects.pxd).
+    per-transition copies (compiled, an extension type: objects.pxd). Its body is ``bdata``, or,
+    while ``bat >= 0``, the ``blen`` bytes of ``bdata`` from ``bat`` (``new_lazy_job``); read it
+    as ``job_body(j)`` or ``j.body``.
 
     ``Job(...)`` and ``new_job(...)`` take the same arguments and make the same job; the engine
     calls ``new_job``, which compiled is a C call (a type call with arguments is a Python call
@@ -63,7 +65,7 @@ class Job(HeapItem):
     """
 
     __slots__ = (
-        "id", "tube", "pri", "delay", "ttr", "body", "state", "created_us", "deadline_us",
+        "id", "tube", "pri", "delay", "ttr", "bdata", "bat", "blen", "state", "created_us", "deadline_us",
         "reserves", "timeouts", "releases", "buries", "kicks", "owner",
     )  # fmt: skip
 
@@ -72,7 +74,9 @@ class Job(HeapItem):
     pri: int
     delay: int
     ttr: int
-    body: bytes
+    bdata: bytes  # the body (bat < 0), or a buffer the body is a slice of (see ``job_body``)
+    bat: int
+    blen: int  # the body's length, either way
     state: JobState
     created_us: int
     deadline_us: int
@@ -94,25 +98,42 @@ class Job(HeapItem):
         state: JobState,
         created_us: int,
     ) -> None:
-        _init_job(self, id, tube, pri, delay, ttr, body, state, created_us)
+        _init_job(self, id, tube, pri, delay, ttr, body, -1, len(body), state, created_us)
 
     def __repr__(self) -> str:
         return f"Job(id={self.id}, tube={self.tube.name!r}, state={self.state.name}, pri={self.pri})"
 
+    @property
+    def body(self) -> bytes:
+        """The body (made a ``bytes`` of its own first if it is still a slice of a buffer)."""
+        return job_body(self)
+
+    @body.setter
+    def body(self, body: bytes) -> None:
+        self.bdata = body
+        self.bat = -1
+        self.blen = len(body)
+
 
 @cython.cfunc
 @cython.inline
-@cython.locals(j=Job)
+@cython.locals(j=Job, at=cython.Py_ssize_t, n=cython.Py_ssize_t)
 def _init_job(
-    j: Job, id: int, tube: Tube, pri: int, delay: int, ttr: int, body: bytes, state: JobState, created_us: int,
+    j: Job, id: int, tube: Tube, pri: int, delay: int, ttr: int, data: bytes, at: int, n: int, state: JobState,
+    created_us: int,
 ) -> None:  # fmt: skip
-    """A new job's fields: the given ones, and the rest as a job starts (in no heap, no owner)."""
+    """A new job's fields: the given ones (its body ``data``, or ``n`` bytes of it from ``at``:
+    ``job_body``), and the rest as a job starts (in no heap, no owner). Called from two places
+    (``Job.__init__``, ``_new_job``), so that GCC inlines it (with a third caller it called it
+    instead: ~50 instructions more per job made, callgrind)."""
     j.id = id
     j.tube = tube
     j.pri = pri
     j.delay = delay
     j.ttr = ttr
-    j.body = body
+    j.bdata = data
+    j.bat = at
+    j.blen = n
     j.state = state
     j.created_us = created_us
     j.deadline_us = 0
@@ -125,7 +146,18 @@ def _init_job(
     j.owner = None
 
 
-@cython.locals(j=Job)
+@cython.cfunc
+@cython.locals(j=Job, at=cython.Py_ssize_t, n=cython.Py_ssize_t)
+def _new_job(
+    id: int, tube: Tube, pri: int, delay: int, ttr: int, data: bytes, at: int, n: int, state: JobState,
+    created_us: int,
+) -> Job:  # fmt: skip
+    """A new job (see ``_init_job``), allocated at C level when compiled."""
+    j = Job.__new__(Job)
+    _init_job(j, id, tube, pri, delay, ttr, data, at, n, state, created_us)
+    return j
+
+
 def new_job(
     id: int, tube: Tube, pri: int, delay: int, ttr: int, body: bytes, state: JobState, created_us: int,
 ) -> Job:  # fmt: skip
@@ -134,22 +166,44 @@ def new_job(
     >>> new_job(3, Tube("t", 1), 0, 0, 60, b"", JobState.READY, 0).hpos
     -1
     """
-    j = Job.__new__(Job)
-    _init_job(j, id, tube, pri, delay, ttr, body, state, created_us)
-    return j
+    return _new_job(id, tube, pri, delay, ttr, body, -1, len(body), state, created_us)
 
 
-def new_jobs(
-    ids: Sequence[int], tube: Tube, pris: Sequence[int], delays: Sequence[int], ttrs: Sequence[int],
-    bodies: Sequence[bytes], state: JobState, created_us: Sequence[int],
-) -> list[Job]:  # fmt: skip
-    """A job per column entry, all in ``tube`` and ``state`` (a snapshot block's, in bulk).
+def new_lazy_job(
+    id: int, tube: Tube, pri: int, delay: int, ttr: int, data: bytes, at: int, n: int, state: JobState,
+    created_us: int,
+) -> Job:  # fmt: skip
+    """``new_job`` with the body ``data[at : at + n]`` left in ``data`` until it is first read
+    (``job_body``): recovery builds a million jobs whose bodies mostly wait to be reserved, one
+    object fewer each. ``data`` (a snapshot block's bodies, a WAL window) lives while any of its
+    jobs still holds it this way.
 
-    >>> [j.id for j in new_jobs((4, 5), Tube("t", 1), (0, 0), (0, 0), (60, 60), (b"", b""), JobState.READY, (0, 0))]
-    [4, 5]
+    >>> j = new_lazy_job(3, Tube("t", 1), 0, 0, 60, b"abcdef", 2, 3, JobState.READY, 0)
+    >>> j.blen, j.bat, j.body, j.bat
+    (3, 2, b'cde', -1)
     """
-    n = len(ids)
-    return list(map(new_job, ids, repeat(tube, n), pris, delays, ttrs, bodies, repeat(state, n), created_us))
+    if not 0 <= at <= at + n <= len(data):
+        raise ValueError(f"body [{at}, {at + n}) outside the {len(data)} bytes given")
+    return _new_job(id, tube, pri, delay, ttr, data, at, n, state, created_us)
+
+
+@cython.locals(j=Job, at=cython.Py_ssize_t, data=bytes)
+def job_body(j: Job) -> bytes:
+    """``j``'s body: a lazily held one (``new_lazy_job``) is cut out of its buffer now and kept,
+    so the buffer is let go once none of its jobs holds it any more. The engine reads a body
+    only here (compiled, a C call), or through ``Job.body``, which calls this.
+
+    >>> j = new_lazy_job(3, Tube("t", 1), 0, 0, 60, b"abc", 1, 1, JobState.READY, 0); job_body(j)
+    b'b'
+    """
+    at = j.bat
+    if at < 0:
+        return j.bdata
+    data = j.bdata  # compiled: bytes (new_lazy_job takes no other), so the cut below is one copy
+    body = data[at : at + j.blen]
+    j.bdata = body
+    j.bat = -1
+    return body
 
 
 # Compiled, C constants: US as a double, and the magnitude below which a double holds every

@@ -2,7 +2,7 @@
 # command's handler is cpdef (a C function, and a Python one for Engine.apply's dispatch table);
 # results.pxd cimports ``stats``. queries.py is the source; this declares types and signatures only.
 
-from stalkd.engine.objects cimport ConnState, Job
+from stalkd.engine.objects cimport ConnState, Job, job_body
 from stalkd.engine.state cimport EngineState
 
 

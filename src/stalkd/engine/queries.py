@@ -13,7 +13,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from stalkd.engine import stats as S
-from stalkd.engine.objects import ConnState, Job
+from stalkd.engine.objects import ConnState, Job, job_body
 from stalkd.engine.state import EngineState
 from stalkd.protocol import commands as C
 
@@ -25,7 +25,7 @@ _name = attrgetter("name")
 
 
 def _found(j: Job | None) -> C.AnyReply:
-    return _NOT_FOUND if j is None else C.JobReply("FOUND", j.id, j.body)
+    return _NOT_FOUND if j is None else C.JobReply("FOUND", j.id, job_body(j))
 
 
 def peek(s: EngineState, c: ConnState, cmd: C.Peek) -> C.AnyReply:

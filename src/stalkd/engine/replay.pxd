@@ -5,7 +5,7 @@
 
 from stalkd.engine.engine cimport Engine
 from stalkd.engine.model cimport Record
-from stalkd.engine.objects cimport Job, Tube, new_job
+from stalkd.engine.objects cimport Job, Tube, job_body, new_job
 from stalkd.engine.state cimport EngineState
 
 cpdef replay(Engine e, Record r)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from stalkd.engine.engine import Engine
 from stalkd.engine.heap import pack
 from stalkd.engine.model import LAYOUTS, JobState, Op, Record
-from stalkd.engine.objects import Job, new_job
+from stalkd.engine.objects import Job, job_body, new_job
 from stalkd.engine.results import store_result
 from stalkd.engine.state import EngineState
 
@@ -89,7 +89,7 @@ def _on_job(rule: Callable[[EngineState, Record, Job], None]) -> Callable[[Engin
 def _delete(s: EngineState, r: Record, j: Job) -> None:
     s._detach(j)
     del s.jobs[j.id]
-    s.body_bytes -= len(j.body)
+    s.body_bytes -= j.blen
 
 
 def _reserve(s: EngineState, r: Record, j: Job) -> None:
@@ -182,7 +182,7 @@ def durable_record(j: Job, seq: int) -> Record:
     if state is JobState.RESERVED:
         state, deadline = JobState.READY, 0
     return Record(
-        Op.JOB, seq, j.created_us, j.id, j.tube.name, j.pri, j.delay, j.ttr, deadline, j.body,
+        Op.JOB, seq, j.created_us, j.id, j.tube.name, j.pri, j.delay, j.ttr, deadline, job_body(j),
         state, j.created_us, j.reserves, j.timeouts, j.releases, j.buries, j.kicks,
     )  # fmt: skip
 

@@ -6,7 +6,7 @@
 cimport cython
 
 from stalkd.engine.heap cimport HeapItem, IndexedHeap
-from stalkd.engine.objects cimport ConnState, Job, Release, Tube, to_us
+from stalkd.engine.objects cimport ConnState, Job, Release, Tube, job_body, to_us
 from stalkd.engine.state cimport EngineState, Outcome
 
 

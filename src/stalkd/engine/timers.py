@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from stalkd.engine.heap import IndexedHeap
 from stalkd.engine.model import Op
-from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, to_us
+from stalkd.engine.objects import URGENT_THRESHOLD, US, ConnState, Job, Tube, job_body, to_us
 from stalkd.engine.state import EngineState, Outcome
 from stalkd.protocol import commands as C
 
@@ -182,7 +182,7 @@ def _serve(s: EngineState) -> None:
         c = next(iter(best.waiting.values()))
         s._stop_waiting(c)
         s._give(c, j)
-        s._wake(c, C.JobReply("RESERVED", j.id, j.body))
+        s._wake(c, C.JobReply("RESERVED", j.id, job_body(j)))
 
 
 # Whether a timer heap's first item is due at ``now``: the instant its key was packed from (a

@@ -38,7 +38,7 @@ __all__ = ["CHUNK_BYTES", "TAIL_SHARE", "Compaction", "SnapInProgress", "WalErro
 # 512 KiB is ~2-3 ms here, and jobs of up to 512 bytes still go 1024 per step.
 CHUNK_BYTES = 512 * 1024
 _BLOCK = 64  # jobs whose body sizes are summed at a time (cost follows what is copied)
-_body = attrgetter("body")
+_body_len = attrgetter("blen")
 # A snapshot is due once the WAL since the last one outweighs this share of the live data
 # (``snapshot_due``): what a restart after a kill replays record by record.
 TAIL_SHARE = 2
@@ -274,7 +274,7 @@ class Compaction:
         room, i = self.chunk_bytes, start
         while i < end:
             block = jobs[i : min(i + _BLOCK, end)]
-            sizes = list(accumulate(map(len, map(_body, block))))
+            sizes = list(accumulate(map(_body_len, block)))
             if sizes[-1] > room:
                 i += bisect_left(sizes, room) + 1  # up to the job that crosses the limit
                 break

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from stalkd.engine.heap import pack
 from stalkd.engine.model import FORMAT_VERSION, HEAD_JOB, U32, JobState, Op, Record, decode, encode
-from stalkd.engine.objects import URGENT_THRESHOLD, Job
+from stalkd.engine.objects import URGENT_THRESHOLD, Job, job_body
 from stalkd.persist.snapfile import Buf, JobTuple, SnapshotError, SnapshotHeader, blocks, install
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def encode_jobs(jobs: list[Job], seq: int) -> bytes:
         st, deadline = j.state, j.deadline_us
         if st is reserved:  # a reserved job comes back ready
             st, deadline = JobState.READY, 0
-        body = j.body
+        body = job_body(j)
         fixed = head(version, op, seq, j.created_us, j.id, st, j.pri, j.delay, j.ttr, j.created_us,
                      deadline, j.reserves, j.timeouts, j.releases, j.buries, j.kicks, len(tb))  # fmt: skip
         add(u32(len(fixed) + len(tb) + 4 + len(body)))

@@ -1,25 +1,32 @@
 """A snapshot block's jobs, built in bulk from its columns: recovery's inner loop.
 
 ``snap_v2.load_into`` hands each decoded block here. Compiled (stalkd.extensions), one C loop per
-block builds every job, cuts its body out of the block's bodies as a ``bytes`` straight from a
-C pointer (no slice object, no offsets list), and makes its ready-heap key and urgent count in
-the same pass. Uncompiled, ``map`` over the columns is the interpreter's fastest form of the same
-work, so the pure build keeps it.
+block builds every job and makes its ready-heap key and urgent count in the same pass.
+Uncompiled, ``map`` over the columns is the interpreter's fastest form of the same work, so the
+pure build keeps it.
 
-Ensures: ``block_jobs`` returns ``new_job(ids[i], tube, pris[i], delays[i], ttrs[i], body i, state,
-created[i])`` for each i, the bodies being ``bodies`` cut at the running sums of ``lens``
-(which must add up to ``len(bodies)``: ValueError otherwise); with ``keys``, it appends
-``pack(pris[i], ids[i])`` for each i and adds the jobs with pri < 1024 to ``tube.urgent``.
+A job's body is not copied out here: the job holds the block's ``bodies`` and where its body lies
+in them (``objects.new_lazy_job``), and the body becomes a ``bytes`` of its own when first read
+(reserve, peek, a snapshot copying it). A body was one of the objects every recovered job
+allocated, and most wait untouched long after the restart's first reply. ``bodies`` lives while
+any of its jobs still holds it so: at most one block's bodies (``compaction.CHUNK_BYTES``, or
+one bigger job) per such job, and none once the next snapshot has copied them all.
+
+Ensures: ``block_jobs`` returns ``new_lazy_job(ids[i], tube, pris[i], delays[i], ttrs[i], bodies,
+a_i, lens[i], state, created[i])`` for each i, ``a_i`` being the sum of ``lens`` before ``i``
+(``lens`` must add up to ``len(bodies)``: ValueError otherwise), so job i's body is
+``bodies[a_i : a_i + lens[i]]``; with ``keys``, it appends ``pack(pris[i], ids[i])`` for each i
+and adds the jobs with pri < 1024 to ``tube.urgent``.
 """
 
 from __future__ import annotations
 
-from itertools import accumulate, pairwise
+from itertools import accumulate, repeat
 from typing import TYPE_CHECKING
 
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState
-from stalkd.engine.objects import URGENT_THRESHOLD, Job, Tube, new_job, new_jobs
+from stalkd.engine.objects import URGENT_THRESHOLD, Job, Tube, new_lazy_job
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
@@ -58,7 +65,8 @@ def block_jobs(
         ends = list(accumulate(lens, initial=0))
         if ends[-1] != len(bodies):
             raise ValueError(f"body lengths add up to {ends[-1]}, not the {len(bodies)} bytes given")
-        js = new_jobs(ids, tube, pris, delays, ttrs, [bodies[a:b] for a, b in pairwise(ends)], state, created)
+        js = list(map(new_lazy_job, ids, repeat(tube, n), pris, delays, ttrs, repeat(bodies, n), ends, lens,
+                      repeat(state, n), created))  # fmt: skip
         if keys is not None:
             keys.extend(map(pack, pris, ids))
             tube.urgent += sum(map(URGENT_THRESHOLD.__gt__, pris))
@@ -68,7 +76,6 @@ def block_jobs(
         total += lens[i]
     if total != len(bodies):
         raise ValueError(f"body lengths add up to {total}, not the {len(bodies)} bytes given")
-    s = bodies  # compiled: a C pointer to the bytes, so each body below is one copy
     out: list[Job] = [None] * n  # type: ignore[list-item]
     a = 0
     urgent = 0
@@ -76,7 +83,7 @@ def block_jobs(
         ln = lens[i]
         jid = ids[i]
         pri = pris[i]
-        out[i] = new_job(jid, tube, pri, delays[i], ttrs[i], s[a : a + ln], state, created[i])
+        out[i] = new_lazy_job(jid, tube, pri, delays[i], ttrs[i], bodies, a, ln, state, created[i])
         a += ln
         if keys is not None:
             keys.append(pack(pri, jid))

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from stalkd.engine.model import JobState, Record, decode
-from stalkd.engine.objects import Job
+from stalkd.engine.objects import Job, job_body
 from stalkd.log.fs import REAL, FileSystem
 from stalkd.persist import snap_v2  # (snap_v1: imported where a version 1 file is read or written)
 from stalkd.persist.snapfile import (
@@ -220,7 +220,7 @@ class SnapshotWriter:
             block = snap_v2.encode_block(
                 seq, t.name.encode("ascii"), st, [j.id for j in js], [j.pri for j in js],
                 [j.delay for j in js], [j.ttr for j in js], [j.created_us for j in js],
-                [0] * len(js) if st is _READY else [j.deadline_us for j in js], [j.body for j in js],
+                [0] * len(js) if st is _READY else [j.deadline_us for j in js], list(map(job_body, js)),
                 [(i, j.reserves, j.timeouts, j.releases, j.buries, j.kicks) for i, j in enumerate(js)
                  if j.reserves or j.timeouts or j.releases or j.buries or j.kicks],
             )  # fmt: skip

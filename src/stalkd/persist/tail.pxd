@@ -8,7 +8,7 @@ from libc.string cimport memcpy
 
 from stalkd.engine.heap cimport pack
 from stalkd.engine.jobtable cimport JobTable
-from stalkd.engine.objects cimport Job, Tube, new_job
+from stalkd.engine.objects cimport Job, Tube, new_lazy_job
 
 cdef Py_ssize_t _OP_AT, _SEQ_AT, _TIME_AT, _JID_AT, _PRI_AT, _DELAY_AT, _TTR_AT, _DEADLINE_AT, _TLEN_AT
 cdef Py_ssize_t _R_DELAY_AT, _R_DEADLINE_AT

@@ -39,7 +39,7 @@ from stalkd.engine.model import HEAD as _HEAD
 from stalkd.engine.model import PUT as _PUT
 from stalkd.engine.model import RELEASE as _RELEASE
 from stalkd.engine.model import U32 as _U32
-from stalkd.engine.objects import URGENT_THRESHOLD, Job, new_job
+from stalkd.engine.objects import URGENT_THRESHOLD, Job, new_lazy_job
 from stalkd.engine.replay import ReplayError, replay
 from stalkd.log.frame import FRAME_HEADER_SIZE, LENGTH_AT
 
@@ -283,7 +283,10 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                     key = jid  # compiled: the one int object of this id
                     if (general or f.jid < floor or f.jid <= top) and key in jobs:
                         raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
-                    new = new_job(key, t, f.pri, f.delay, f.ttr, _cut(raw, b0 + 4, end), READY, f.time_us)
+                    # The body stays in the window until first read (objects.new_lazy_job): a
+                    # window lives while a job of it still holds its body so, until the next
+                    # snapshot copies them; the WAL it is a copy of is bounded (compaction).
+                    new = new_lazy_job(key, t, f.pri, f.delay, f.ttr, raw, b0 + 4, blen, READY, f.time_us)
                     if f.deadline:
                         new.state = DELAYED
                         new.deadline_us = f.deadline
@@ -324,7 +327,7 @@ def replay_tail(e: Engine, chunks: Iterable[FrameColumns], start_seq: int, fresh
                         else:
                             del jobs[jid]
                             j.hpos = -1
-                            body_bytes -= len(j.body)
+                            body_bytes -= j.blen
                 elif code == _C_RESERVE:
                     j = jobs.get(jid)
                     if j is not None:
