@@ -14,6 +14,7 @@ cdef class GroupCommit:
     cdef double _fsync_avg, _last_sync
 
     cpdef object sync_to(self, upto)
+    cpdef run_deferred(self)  # per batch written (log.write_batch): a C call
     cdef tuple _join_locked(self, bint back)
     cdef object _lead(self, b)
     cdef object _sync_alone(self, token)
