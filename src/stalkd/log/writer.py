@@ -295,19 +295,31 @@ class SegmentWriter:
     def pin_end(self) -> tuple[int, ActiveSegment]:
         """(offset end, active segment) written so far; the segment's fd stays open until
         :meth:`unpin`, even if a roll-over retires it meanwhile."""
-        with self.lock:
-            seg = self.active
+        # acquire/release, not ``with``: compiled, a ``with`` on a lock looks up and calls
+        # __enter__ and __exit__ (~1,700 instructions under callgrind), the two method calls
+        # ~400; a durable writer pins and unpins once per fsync.
+        lock, fdlock = self.lock, self._fdlock
+        lock.acquire()
+        try:
+            seg = cython.declare(ActiveSegment, self.active)  # compiled: its C fields
             if seg is None:  # files already released (close, or a simulated crash)
                 raise LogError(f"{self.path}: log is closed")
-            with self._fdlock:
-                seg.users += 1
+            fdlock.acquire()
+            seg.users += 1
+            fdlock.release()
             return self.next, seg
+        finally:
+            lock.release()
 
     def unpin(self, seg: ActiveSegment) -> None:
-        with self._fdlock:
+        fdlock = self._fdlock
+        fdlock.acquire()  # (not ``with``: see pin_end)
+        try:
             seg.users -= 1
             if seg.retired and seg.users == 0:
                 seg.close()
+        finally:
+            fdlock.release()
 
     def fdatasync(self, fd: int) -> None:
         self.fs.fdatasync(fd)

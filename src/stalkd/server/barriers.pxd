@@ -41,5 +41,6 @@ cdef class Barriers:
     cpdef _close_batch(self)
     cpdef _batch_written(self)
     cpdef _start_sync(self)
+    cpdef _synced(self, Py_ssize_t target, object exc)
     cpdef _reached(self, Py_ssize_t target)
     cpdef release_held(self)
