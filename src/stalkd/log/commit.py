@@ -428,7 +428,7 @@ class GroupCommit:
     def _end(self) -> int:
         w = cython.declare(SegmentWriter, self._writer)
         if w is not None:  # compiled: its C field
-            return w.next
+            return int(w.next)
         pinner = self._pinner
         return self.durable if pinner is None else pinner.next
 

@@ -181,7 +181,9 @@ class SegmentWriter:
         """Write ``items`` (not empty) as consecutive records; (first, last) offsets.
 
         ``admit(items)`` runs first, under the lock (it may refuse by raising); None: nothing to ask."""
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # (not ``with``: see pin_end; once per batch written)
+        try:
             if admit is not None:
                 admit(items)
             act = cython.declare(ActiveSegment, self.active)
@@ -204,6 +206,8 @@ class SegmentWriter:
             else:
                 self._write_rolling(items)
             return first, self.next - 1
+        finally:
+            lock.release()
 
     def _write_rolling(self, items: Sequence[Payload]) -> None:
         """A batch that crosses segment ends: allocate every segment it needs first, so a full
