@@ -51,7 +51,6 @@ CYTHON_MODULES = (
     "stalkd.persist.wal",
     "stalkd.persist.snapjobs",  # recovery: a snapshot block's jobs in one C loop
     "stalkd.persist.tail",  # recovery: the WAL records after the snapshot, in one loop
-    "stalkd.persist.walspace",
     "stalkd.log.active",
     "stalkd.log.commit",
     "stalkd.log.frame",
@@ -60,7 +59,7 @@ CYTHON_MODULES = (
     "stalkd.log.log",
     "stalkd.log.writer",
     "stalkd.server.clock",  # read per command: compiled, a reading is no Python call
-    "stalkd.engine.space",  # put_frame per durable put (server/admission.py): no Python frame
+    "stalkd.engine.space",  # the space budget, asked per durable command (persist/wal.py)
     "stalkd.server.connection",
     "stalkd.server.readbuf",
     "stalkd.server.admission",

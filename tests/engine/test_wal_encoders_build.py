@@ -1,5 +1,5 @@
 """Which code the WAL writes with: one implementation of each step (model.encode, frame's
-encoders, the write chain of wal, walspace, space, log, writer, active, commit and fs), compiled
+encoders, the write chain of wal, space, log, writer, active, commit and fs), compiled
 by Cython where built, their .py files under ``STALKD_NO_EXTENSIONS=1`` or without a build; and
 what it writes reads back either way."""
 
@@ -17,7 +17,7 @@ from stalkd.persist import wal
 _DISABLED = os.environ.get("STALKD_NO_EXTENSIONS", "") not in ("", "0")
 
 
-CHAIN = ("stalkd.engine.model", "stalkd.persist.wal", "stalkd.persist.walspace", "stalkd.engine.space",
+CHAIN = ("stalkd.engine.model", "stalkd.persist.wal", "stalkd.engine.space",
          "stalkd.log.log", "stalkd.log.writer", "stalkd.log.active", "stalkd.log.commit", "stalkd.log.fs",
          "stalkd.log.frame")  # fmt: skip
 

@@ -23,6 +23,8 @@ cdef class OpLayout:
 
     cpdef Py_ssize_t size(self, r) except -1
 
+cdef Py_ssize_t _U32_SIZE
+
 cpdef bytes encode(r)
 
 # Decoding: every record a standby applies is decoded here, each step a C call.

@@ -197,6 +197,7 @@ PUT_FIXED = HEADER_SIZE + PUT.size + U32.size  # a PUT record's bytes besides it
 RESULT_FIXED = HEADER_SIZE + RESULT.size + U32.size  # a RESULT record's bytes besides its body
 SHORT_RECORD = HEADER_SIZE + max(RELEASE.size, BURY.size, EPOCH.size)  # the largest record without tube or body
 _pack_u32 = U32.pack
+_U32_SIZE = U32.size  # compiled: a C constant (model.pxd), read by ``OpLayout.size`` per record
 
 
 class OpLayout:
@@ -232,11 +233,14 @@ class OpLayout:
 
     def size(self, r: Record) -> int:
         """The length of ``r``'s payload (``len(encode(r))``), without encoding it."""
+        # compiled: the record's C fields, not two attribute look-ups and a module global's
+        # (callgrind, a put's room settled: 800 instructions a call)
+        p = cython.declare(Record, r)
         n = self.fixed_size
         if self.tube:
-            n += len(r.tube)
+            n += len(p.tube)
         if self.body:
-            n += U32.size + len(r.body)
+            n += _U32_SIZE + len(p.body)
         return n
 
 

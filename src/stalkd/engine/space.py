@@ -33,10 +33,12 @@ else:
         from stalkd import cyshim as cython
 
 from stalkd.engine.model import LAYOUTS, PUT_FIXED, ROWS, SHORT_RECORD, Op, OpLayout, Record
-from stalkd.log.active import drop_spare, make_spare, spares
+from stalkd.log.active import ActiveSegment, drop_spare, make_spare, spares
+from stalkd.log.errors import LogError
 from stalkd.log.frame import FRAME_HEADER_SIZE, frame_size
 from stalkd.log.fs import REAL, FileSystem
 from stalkd.log.segment import FOOTER_SIZE, HEADER_SIZE
+from stalkd.log.writer import SegmentWriter
 
 __all__ = ["COSTLESS_OPS", "PUT_FRAME_BASE", "SHORT_FRAME", "SpaceBudget", "no_space", "put_frame"]
 
@@ -114,6 +116,10 @@ class SpaceBudget:
     ``log_dir`` is the log whose ``spares/`` this budget keeps; ``span`` returns the active
     segment's (base offset, position of the end, last usable byte) (``Log.active_span``): a new
     base means the log started segments, renaming spares into place, so they are counted again.
+    ``writer``, the log's segment writer, stands for ``span`` when given: ``room`` then reads
+    its active segment's fields itself, C fields when compiled, rather than calling a method and
+    unpacking a tuple of Python ints per command (callgrind, a durable put at depth 1: ``room``
+    2,170 instructions, 1,100 of them ``Log.active_span``).
     ``fs`` is the file system spares are made (allocated) and dropped through; tests inject a
     full disk there.
 
@@ -130,6 +136,7 @@ class SpaceBudget:
         max_frame: int,
         span: Callable[[], tuple[int, int, int]],
         fs: FileSystem = REAL,
+        writer: SegmentWriter | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.segment_size = segment_size
@@ -138,6 +145,7 @@ class SpaceBudget:
         # of one largest frame (never less than one short record).
         self.per_spare = max(SHORT_FRAME, segment_size - HEADER_SIZE - FOOTER_SIZE - max_frame)
         self._span = span
+        self._writer = writer
         self._base = -1  # the active segment's base when the spares were last counted
         self._fs = fs
         self.promised = 0
@@ -149,9 +157,18 @@ class SpaceBudget:
         # (the WAL's owner keeps a snapshot's room growing with the live data there: walspace.py).
         self.before_grow: Callable[[], bool] | None = None
 
+    @cython.locals(base=cython.Py_ssize_t, pos=cython.Py_ssize_t, limit=cython.Py_ssize_t,
+                   active=cython.Py_ssize_t)  # fmt: skip
     def room(self) -> int:
         """Bytes that can surely be written: the active segment's rest plus the spares'."""
-        base, pos, limit = self._span()
+        w = cython.declare(SegmentWriter, self._writer)
+        if w is not None:
+            act = cython.declare(ActiveSegment, w.active)
+            if act is None:
+                raise LogError(f"{w.path}: log is closed")
+            base, pos, limit = act.base, act.pos, act.limit
+        else:
+            base, pos, limit = self._span()
         if base != self._base:
             self._new_segment(base)
         active = limit - pos - self.max_frame

@@ -1,7 +1,9 @@
 # The C types of commit.py when Cython compiles it (an augmenting .pxd: commit.py stays the one
 # source). A durable writer's every sync runs sync_to's alone path: the group commit's state in
 # C fields and its steps C calls, the pinner (a Pinner: the writer, or a test's) left a Python
-# object.
+# object, and typed as well (``_writer``) when it is the log's segment writer.
+
+from stalkd.log.writer cimport SegmentWriter
 
 cdef class GroupCommit:
     cdef public object path, policy, failed, cond, visibility, durable
@@ -9,11 +11,13 @@ cdef class GroupCommit:
     cdef public bint closed, ok
     cdef public Py_ssize_t syncs
     cdef object _lock, _bg_cond, _open, _released, _mine, _gathering, _tickets, _deferred, _threads, _pinner
+    cdef SegmentWriter _writer
     cdef bint _syncing, _flush_due
     cdef Py_ssize_t _expect, _arrived
     cdef double _fsync_avg, _last_sync
 
     cpdef object sync_to(self, upto)
+    cpdef run_deferred(self)  # per batch written (log.write_batch): a C call
     cdef tuple _join_locked(self, bint back)
     cdef object _lead(self, b)
     cdef object _sync_alone(self, token)

@@ -64,12 +64,25 @@ if TYPE_CHECKING:
     from .cursor import CursorSyncer
     from .group import ConsumerGroup
 
-__all__ = ["Log", "RepairReport", "parse_durability"]
+__all__ = ["Log", "RepairReport", "parse_durability", "write_batch"]
 
 _log = logging.getLogger("stalkd.log")
 _U32 = struct.Struct("<I")
 
 Payload = bytes | bytearray | memoryview
+
+
+def write_batch(w: SegmentWriter, c: GroupCommit, items: Sequence[Payload],
+                admit: Callable[[Sequence[Payload]], None] | None) -> tuple[int, int]:
+    """``Log.write_many``'s steps after its checks, for callers holding the log's writer and
+    group commit (``w``, ``c``: a WAL's per-batch path, persist/wal.py): write ``items`` (not
+    empty), asking ``admit`` first (None: nothing to ask), run the callbacks a roll-over held
+    back, wake readers waiting for records. Compiled, C calls on both objects."""
+    first, last = w.write_many(items, admit)
+    c.run_deferred()
+    if (v := c.visibility).waiters or v.async_waiters:
+        v.notify()
+    return first, last
 
 
 class Log:
@@ -228,16 +241,11 @@ class Log:
         if not items:
             self._check_usable()
             return self._writer.next, self._writer.next - 1
-        c = self._commit
-        w = cython.declare(SegmentWriter, self._writer)  # compiled: its write_many is a C call
+        c = cython.declare(GroupCommit, self._commit)
         # Usable and no lag limit to check (the common case): nothing for the writer to ask
         # under its lock. ``ok`` read unlocked, as ``append`` does: a failure that lands
         # meanwhile fails the next write or sync.
-        first, last = w.write_many(items, None if c.ok and not self._refusers else self._admit)
-        c.run_deferred()
-        if (v := c.visibility).waiters or v.async_waiters:
-            v.notify()
-        return first, last
+        return write_batch(self._writer, c, items, None if c.ok and not self._refusers else self._admit)
 
     def _admit(self, items: Sequence[Payload]) -> None:
         """Under the writer's lock, before a batch is written: refuse it if the log is unusable

@@ -17,3 +17,7 @@ cdef class SegmentWriter:
 
     cpdef append(self, payload)
     cpdef tuple write_many(self, items, admit)
+    # a sync's three steps, C calls from the group commit (commit.pxd)
+    cpdef tuple pin_end(self)
+    cpdef unpin(self, ActiveSegment seg)
+    cpdef fdatasync(self, int fd)

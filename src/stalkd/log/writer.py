@@ -181,7 +181,9 @@ class SegmentWriter:
         """Write ``items`` (not empty) as consecutive records; (first, last) offsets.
 
         ``admit(items)`` runs first, under the lock (it may refuse by raising); None: nothing to ask."""
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # (not ``with``: see pin_end; once per batch written)
+        try:
             if admit is not None:
                 admit(items)
             act = cython.declare(ActiveSegment, self.active)
@@ -204,6 +206,8 @@ class SegmentWriter:
             else:
                 self._write_rolling(items)
             return first, self.next - 1
+        finally:
+            lock.release()
 
     def _write_rolling(self, items: Sequence[Payload]) -> None:
         """A batch that crosses segment ends: allocate every segment it needs first, so a full
@@ -295,19 +299,31 @@ class SegmentWriter:
     def pin_end(self) -> tuple[int, ActiveSegment]:
         """(offset end, active segment) written so far; the segment's fd stays open until
         :meth:`unpin`, even if a roll-over retires it meanwhile."""
-        with self.lock:
-            seg = self.active
+        # acquire/release, not ``with``: compiled, a ``with`` on a lock looks up and calls
+        # __enter__ and __exit__ (~1,700 instructions under callgrind), the two method calls
+        # ~400; a durable writer pins and unpins once per fsync.
+        lock, fdlock = self.lock, self._fdlock
+        lock.acquire()
+        try:
+            seg = cython.declare(ActiveSegment, self.active)  # compiled: its C fields
             if seg is None:  # files already released (close, or a simulated crash)
                 raise LogError(f"{self.path}: log is closed")
-            with self._fdlock:
-                seg.users += 1
+            fdlock.acquire()
+            seg.users += 1
+            fdlock.release()
             return self.next, seg
+        finally:
+            lock.release()
 
     def unpin(self, seg: ActiveSegment) -> None:
-        with self._fdlock:
+        fdlock = self._fdlock
+        fdlock.acquire()  # (not ``with``: see pin_end)
+        try:
             seg.users -= 1
             if seg.retired and seg.users == 0:
                 seg.close()
+        finally:
+            fdlock.release()
 
     def fdatasync(self, fd: int) -> None:
         self.fs.fdatasync(fd)

@@ -3,7 +3,9 @@
 A mixin of ``Wal`` (``Wal.__init__`` sets the state). Room is promised (``admit``) before the engine
 applies a change and settled after it, over ``space.SpaceBudget`` and its spare segments, so a full
 disk refuses puts but never a delete; while the disk is short, a preallocated file in
-``snapshots/`` keeps the room the snapshot that frees the dead WAL needs.
+``snapshots/`` keeps the room the snapshot that frees the dead WAL needs. The per-command steps
+(``admit``, ``settle``) are ``wal.WalBatches``' (compiled); this module keeps the budget's set-up
+and the reserve.
 
 The reserve grows with the live data: before the WAL takes another spare segment's room (the only
 way the live data can grow by more than the room already held), the reserve is made to cover the
@@ -16,18 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
-    from stalkd import cyshim as cython
-else:
-    try:
-        import cython
-    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
-        from stalkd import cyshim as cython
-
-from stalkd.engine.model import Record
 from stalkd.engine.space import SHORT_FRAME, SpaceBudget, no_space, put_frame
 from stalkd.log import Log
 from stalkd.log.fs import FileSystem, create_whole
@@ -60,7 +52,8 @@ class WalSpace:
         old = os.path.join(self.directory, SPARE_FILE)
         if os.path.lexists(old):  # the single spare file of earlier versions: its room is freed
             os.unlink(old)
-        sp = SpaceBudget(self.log.path, self.segment_size, waste, self.log.active_span, self.fs)
+        # (the log's writer: the budget reads the active segment's span itself, per command)
+        sp = SpaceBudget(self.log.path, self.segment_size, waste, self.log.active_span, self.fs, self.log._writer)
         sp.before_grow = self._reserve_covers_growth
         self.space = sp
         # Every live job may be deleted: that room is promised from the start.
@@ -73,29 +66,6 @@ class WalSpace:
         """Promise room again from scratch (a standby becoming primary: its puts were the
         primary's, promised there)."""
         self._open_space(live_jobs, max_job_size)
-
-    def admit(self, cost: int) -> bool:
-        """Promise room for ``cost`` bytes of records before the engine runs a command; False:
-        the disk is full, refuse the command (nothing was changed or promised).
-
-        True without a budget (before ``recover``)."""
-        sp = cython.declare(SpaceBudget, self.space)  # compiled: its C attributes and methods
-        return sp is None or sp.admit(cost)
-
-    def admit_upto(self, n: int, unit: int) -> int:
-        """Promise room for as many of ``n`` records of ``unit`` bytes as fit; returns how many."""
-        sp = self.space
-        if sp is None or n <= 0 or sp.admit(n * unit):
-            return max(n, 0)
-        k = max(0, (sp.room() - sp.promised) // unit)
-        return k if k and sp.admit(k * unit) else 0
-
-    def settle(self, admitted: int, records: Sequence[Record]) -> None:
-        """After the engine ran a command ``admit`` let through: promise exactly what its
-        records need (returns what a refused put did not use)."""
-        sp = cython.declare(SpaceBudget, self.space)
-        if sp is not None:
-            sp.settle(admitted, records)
 
     # --- compaction while the disk is full ------------------------------------------------------
 

@@ -5,7 +5,7 @@ cdef class Admission:
     cdef public object _storage
     cdef public object _costless
     cdef public Py_ssize_t _short
-    cdef public object _put_cost
+    cdef public Py_ssize_t _put_base
     cdef public object _data_dir
     cdef public double _warn_every
     cdef public object _clock

@@ -3,6 +3,7 @@
 
 cdef class Barriers:
     cdef public object storage
+    cdef object _write, _sync
     cdef public bint keeps
     cdef public bint group_commit
     cdef public object _loop
@@ -32,6 +33,7 @@ cdef class Barriers:
     cdef public Py_ssize_t inline_syncs
 
     cpdef hold(self, object c)
+    cpdef unhold(self, object c)
     cpdef begin_step(self)
     cpdef end_step(self)
     cpdef Py_ssize_t add(self, object c, object records) except -1
@@ -39,5 +41,6 @@ cdef class Barriers:
     cpdef _close_batch(self)
     cpdef _batch_written(self)
     cpdef _start_sync(self)
+    cpdef _synced(self, Py_ssize_t target, object exc)
     cpdef _reached(self, Py_ssize_t target)
     cpdef release_held(self)

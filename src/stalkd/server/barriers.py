@@ -66,6 +66,7 @@ class HeldReplies(Protocol):
     """A connection holding replies behind a barrier, as the barriers see it."""
 
     def release_held(self, durable: int) -> bool: ...
+    def release(self, durable: int) -> None: ...
     def replace_held(self, parts: tuple[bytes, ...]) -> None: ...
     def abort(self) -> None: ...
     def flush(self) -> None: ...
@@ -93,6 +94,8 @@ class Barriers:
     # The state: C fields when compiled, with the C methods, declared in barriers.pxd (readable and
     # writable from Python as attributes).
     storage: Storage
+    _write: Callable[[Sequence[Record]], None]
+    _sync: Callable[[], None]
     keeps: bool
     group_commit: bool
     _loop: Callable[[], asyncio.AbstractEventLoop | None]
@@ -130,6 +133,11 @@ class Barriers:
         on_fatal: Callable[[BaseException], None],
     ) -> None:
         self.storage = storage
+        # A WAL's write and sync are its compiled per-batch object's (``Wal.batches``), looked
+        # up once.
+        steps = getattr(storage, "batches", storage)
+        self._write = steps.write
+        self._sync = steps.sync
         self.keeps = storage.persistent  # False: records are dropped, replies never wait
         self.group_commit = group_commit
         self._loop = loop
@@ -177,6 +185,10 @@ class Barriers:
     def hold(self, c: HeldReplies) -> None:
         """``c`` has replies waiting for a barrier."""
         self._held.add(c)
+
+    def unhold(self, c: HeldReplies) -> None:
+        """``c`` holds no reply any more (``release_held`` moved its last one out)."""
+        self._held.discard(c)
 
     def forget(self, c: HeldReplies) -> None:
         """``c`` is gone: keep nothing of it alive."""
@@ -248,7 +260,7 @@ class Barriers:
         records, self.pending = self.pending, []
         if records and not self.failed:
             try:
-                self.storage.write(records)
+                self._write(records)
             except Exception as e:
                 self._write_failed(e)
                 return
@@ -289,7 +301,7 @@ class Barriers:
             target = self.written
             t0 = 0.0 if lone else time.perf_counter()
             try:
-                self.storage.sync()
+                self._sync()
             except Exception as e:
                 self._synced(target, e)
                 return
@@ -301,7 +313,7 @@ class Barriers:
         if syncer is None:
             loop = self._loop()
             assert loop is not None
-            syncer = self._syncer = Syncer(self.storage.sync, self._synced, loop,
+            syncer = self._syncer = Syncer(self._sync, self._synced, loop,
                                            timing=self.sync_policy.thread_done)
             # When fsync returns, the sync thread must win the GIL back from a busy loop thread;
             # the default 5 ms switch interval would add up to 5 ms to every acknowledgement.
@@ -349,10 +361,7 @@ class Barriers:
         self._releasing = True
         try:
             for c in list(self._held):
-                if not c.release_held(durable):
-                    self._held.discard(c)
-                c.flush()
-                c.resume()  # it may have stopped on its output limit
+                c.release(durable)  # its replies due sent (``unhold`` once none is left), it runs again
         finally:
             self._releasing = False
         if self._step_records:

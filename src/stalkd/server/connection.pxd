@@ -56,4 +56,6 @@ cdef class Connection:
     cpdef wake(self, object reply, Py_ssize_t barrier)
     cpdef bint release_held(self, Py_ssize_t durable) except -1
     cpdef flush(self)
+    cpdef release(self, Py_ssize_t durable)
+    cpdef resume(self)
     cdef _flush_out(self)

@@ -531,6 +531,16 @@ class Connection:
         if self.transport is not None:
             self.transport.abort()
 
+    def release(self, durable: int) -> None:
+        """Batches up to ``durable`` are durable (the barriers' one call per holding connection,
+        not three: each is a Python call from there): move the replies now due to the output
+        (the barriers stop counting it as holding once none is left), send them, and run what
+        was read if the connection had stopped (which may hold replies again)."""
+        if not self.release_held(durable):
+            self.barriers.unhold(self)
+        self.flush()
+        self.resume()  # it may have stopped on its output limit
+
     def resume(self) -> None:
         """Held replies left: run what was read if the connection had stopped for them."""
         if (not self.closing and not self.waiting and not self.lost
