@@ -48,6 +48,11 @@ CYTHON_MODULES = (
     "stalkd.engine.replay",
     "stalkd.engine.handover",
     "stalkd.replication.frames",
+    # the primary's side of a stream: a message out and an acknowledgement in per group commit
+    "stalkd.replication.gate",
+    "stalkd.replication.wire",
+    "stalkd.replication.sender",
+    "stalkd.log.reader",  # SegmentViews.get, per message sent (Log.frames_after)
     "stalkd.persist.wal",
     "stalkd.persist.snapjobs",  # recovery: a snapshot block's jobs in one C loop
     "stalkd.persist.tail",  # recovery: the WAL records after the snapshot, in one loop

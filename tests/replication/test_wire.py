@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -129,3 +131,16 @@ def test_replies_and_history_round_trip() -> None:
     assert s.args == ("40", "999", "0", "-")
     with pytest.raises(wire.WireError):
         wire.parse_reply(b"OK 5\r\n")
+
+
+@given(st.binary(max_size=600), st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1))
+def test_a_frames_message_is_its_header_then_its_body_with_the_crc32c_of_that_body(
+        frames: bytes, first: int, base: int) -> None:  # fmt: skip
+    # Compiled, encode_frames stores the fields itself and sums the head's CRC bit by bit: the
+    # bytes must be the layout's, whatever is given (it does not look at the frames)
+    from stalkd.log.crc import crc32c
+
+    body = struct.pack("<QQ", first, base) + frames
+    want = struct.pack("<BII", ord("F"), len(body), crc32c(body)) + body
+    assert bytes(wire.encode_frames(first, base, frames)) == want
+    assert bytes(wire.encode_frames(first, base, memoryview(frames))) == want

@@ -376,11 +376,14 @@ class Log:
         caller reads frame by frame). Unchecked: whoever consumes the bytes checks the frames'
         CRCs. The view is of this log's mapping: drop it before retention may run (the same
         turn of the caller)."""
-        w = self._writer
+        # compiled, C reads and a C call (a standby's stream asks this per message)
+        w = cython.declare(SegmentWriter, self._writer)
+        views = cython.declare(SegmentViews, self._views)
+        here = cython.declare(ReadPos, at)
         act = w.active
         if act is None:
             return None
-        base, pos, offset = at.base, at.pos, at.offset
+        base, pos, offset = here.base, here.pos, here.offset
         while True:
             if base == act.base:
                 path, last, stop = act.path, w.next, act.pos
@@ -392,7 +395,7 @@ class Log:
             if seg is None or seg[1] is None:
                 return None
             path = seg[2]
-            view = self._views.get(base, path, False)
+            view = views.get(base, path, False)
             footer = view.footer if view.footer is not None else view.read_footer()
             if footer is None:
                 return None
@@ -402,7 +405,7 @@ class Log:
             base, pos = last, HEADER_SIZE  # the next segment starts where this one ended
         if not HEADER_SIZE <= pos <= stop or offset > last:
             return None
-        mv = self._views.get(base, path, False).mv
+        mv = views.get(base, path, False).mv
         if stop - pos <= max_bytes:
             return base, pos, mv[pos:stop], last
         end, limit = pos, pos + max_bytes

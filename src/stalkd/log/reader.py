@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from .columns import FrameColumns, segment_columns
 from .errors import LogError
@@ -24,10 +32,14 @@ ARCHIVE_DIR = "archive"
 GROUPS_DIR = "groups"  # one ``<name>.cur`` cursor file per consumer group (``group.py``)
 
 
+@cython.cclass
 class ReadPos:
     """A resumable read position: the segment base, the next offset and its byte position."""
 
-    __slots__ = ("base", "offset", "pos")
+    # C fields when compiled (reader.pxd): a standby's stream reads and moves one per message
+    base: int
+    offset: int
+    pos: int
 
     def __init__(self, base: int, offset: int, pos: int) -> None:
         self.base, self.offset, self.pos = base, offset, pos
@@ -56,14 +68,15 @@ def list_segments(path: str, archive: bool | Literal["only"] = True) -> list[tup
 ViewGetter = Callable[[int, str, bool], SegmentView]
 
 
+@cython.cclass
 class SegmentViews:
     """The open mappings of one reader's (or the writer's) segment files, by path: each file
     is mapped once, and unmapped when it is forgotten (retired) or the cache is closed."""
 
-    __slots__ = ("_views",)
+    _views: dict[str, SegmentView]  # a C field when compiled (reader.pxd): get is asked per message sent
 
     def __init__(self) -> None:
-        self._views: dict[str, SegmentView] = {}
+        self._views = {}
 
     def get(self, base: int, path: str, archived: bool) -> SegmentView:
         """The mapping of ``path`` (a :data:`ViewGetter`), opened on first use."""

@@ -22,19 +22,44 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["SyncGate"]
 
 
+@cython.cclass
 class SyncGate:
+    # C fields when compiled (gate.pxd): the sender notes every batch and every acknowledgement
+    # here, and reads ``replicated`` after each
+    need: int
+    replicated: int
+    _batches: deque[tuple[int, int]]
+    _acks: dict[Hashable, int]
+    _quorum: int
+
+    members: frozenset[str] | None
+    """In a ``--ha`` cluster, the standbys (by node name) that count: the cluster's sync set
+    (``ha.syncset``). Then every one of them must hold a batch, and there must be ``need`` of
+    them, so that any member may take over with every acknowledged change; ``name_of`` says
+    which connected standby is which. None: any ``need`` of the connected standbys."""
+
     def __init__(self, need: int) -> None:
         if need < 1:
             raise ValueError("a gate needs at least one standby")
         self.need = need
         self.replicated = 0
-        self._batches: deque[tuple[int, int]] = deque()
-        self._acks: dict[Hashable, int] = {}
+        self._batches = deque()
+        self._acks = {}
         self._quorum = -1  # quorum() as of the last change of the acknowledgements or members
+        self.members = None
 
     def note(self, batch: int, end_offset: int) -> None:
         """Batch ``batch`` was written; the log now ends at ``end_offset``."""
@@ -66,12 +91,6 @@ class SyncGate:
         """``standby`` disconnected: its acknowledgements no longer count."""
         self._acks.pop(standby, None)
         self._quorum = self.quorum()
-
-    members: frozenset[str] | None = None
-    """In a ``--ha`` cluster, the standbys (by node name) that count: the cluster's sync set
-    (``ha.syncset``). Then every one of them must hold a batch, and there must be ``need`` of
-    them, so that any member may take over with every acknowledged change; ``name_of`` says
-    which connected standby is which. None: any ``need`` of the connected standbys."""
 
     def name_of(self, standby: Hashable) -> str:
         return str(getattr(standby, "name", ""))

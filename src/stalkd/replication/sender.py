@@ -38,9 +38,16 @@ from stalkd.replication import wire
 from stalkd.replication.epochs import diverged_at
 from stalkd.replication.gate import SyncGate
 from stalkd.replication.role import Role
+from stalkd.replication.wire import AckDecoder, WireError, encode_frames
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
     from stalkd.log import Log
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["Replicas", "Sender"]
 
@@ -75,6 +82,7 @@ class Replicas:
         self.on_follower = on_follower
         self.clock = clock
         self.senders: set[Sender] = set()
+        self._streams: tuple[Sender, ...] = ()  # the senders, as of their last change (pumped per batch)
         self.refused = 0  # replication attempts refused (not authenticated), since start
         self._refusal_logged = -REFUSAL_LOG_EVERY
         self._refused_logged = 0
@@ -99,7 +107,7 @@ class Replicas:
         """A listener's connection whose first bytes ``data`` start a replication request;
         ``granted``: the listener's ACL lets this identity replicate (no secret needed)."""
         s = Sender(self, granted, None)
-        transport.set_protocol(s)
+        transport.set_protocol(cast(asyncio.BaseProtocol, s))  # (a protocol by its methods)
         s.connection_made(transport)
         s.data_received(data)
 
@@ -114,6 +122,7 @@ class Replicas:
             self._refusal_logged = now
             self._refused_logged = self.refused
 
+    @cython.locals(s="Sender")  # (a name defined below)
     def written(self) -> None:
         """New records were written to the log: stream them. When no reply waits for a standby
         (no ``--sync-standbys``), the group commits of the next ``ASYNC_SEND_EVERY`` seconds
@@ -121,27 +130,30 @@ class Replicas:
         would cost the primary a system call (and, on one machine, the receiving side of TCP)
         for every few jobs; an asynchronous standby lags by that much more."""
         if self.gate is not None:
-            for s in tuple(self.senders):  # (a reply waits for this: no call between)
+            for s in self._streams:  # (a reply waits for this: no call between)
                 s.pump()
         elif self._send_soon is None:
             loop = self._loop or asyncio.get_running_loop()
             self._send_soon = loop.call_later(ASYNC_SEND_EVERY, self._send)
 
+    @cython.locals(s="Sender")  # (a name defined below)
     def _send(self) -> None:
         self._send_soon = None
-        for s in tuple(self.senders):
+        for s in self._streams:
             s.pump()
 
-    def acked(self, s: Sender, offset: int) -> None:
-        gate = self.gate
-        if gate is not None:
-            before = gate.replicated
-            gate.ack(s, offset)
-            if gate.replicated != before:
-                self.on_replicated()
+    def end_offset(self) -> int:
+        """The log's end (the barriers' ``end_offset``, asked after every batch they write)."""
+        return self.log.next_offset  # (the log: a resync opens the WAL's again)
+
+    def joined(self, s: Sender) -> None:
+        """``s`` streams from now on."""
+        self.senders.add(s)
+        self._streams = tuple(self.senders)
 
     def lost(self, s: Sender) -> None:
         self.senders.discard(s)
+        self._streams = tuple(self.senders)
         if self.gate is not None:
             self.gate.drop(s)
 
@@ -202,29 +214,66 @@ class Replicas:
             s.close()
 
 
-class Sender(asyncio.Protocol):
-    """One standby's connection, after the listener handed it over."""
+@cython.cclass
+class Sender:
+    """One standby's connection, after the listener handed it over: an asyncio protocol (by its
+    methods; compiled, an extension type, which cannot derive from ``asyncio.Protocol``)."""
+
+    # C fields when compiled (sender.pxd): a message out (``pump``) and an acknowledgement in
+    # (``data_received``) per group commit at depth 1 read and write these.
+    replicas: Replicas
+    granted: bool
+    identity: str | None
+    transport: asyncio.WriteTransport | None
+    peer: str
+    _line: bytes
+    _acks: AckDecoder
+    streaming: bool
+    paused: bool
+    next: int
+    acked: int
+    name: str
+    frames: bool
+    _sent_frames: int
+    _sent_records: int
+    _snap_fd: int
+    _pos: ReadPos
+    _challenge: tuple[bytes, bytes, wire.Request | None] | None
+    heard: float
+    caught_up_at: float
+    _clock: Callable[[], float]
+    _gate: SyncGate | None
+    _on_replicated: Callable[[], None]
 
     def __init__(self, replicas: Replicas, granted: bool, identity: str | None) -> None:
         self.replicas = replicas
         self.granted = granted
         self.identity = identity
-        self.transport: asyncio.WriteTransport | None = None
+        self.transport = None
         self.peer = "?"
         self._line = b""
-        self._acks = wire.AckDecoder()
+        self._acks = AckDecoder()
         self.streaming = False
         self.paused = False
         self.next = 0  # next offset to send
         self.acked = 0  # the standby's durable end
         self.name = ""  # the standby's node name (--ha clusters), from its request
         self.frames = False  # it takes frames messages (its request says so; else records alone)
-        self.sent = {"F": 0, "R": 0}  # messages of each kind sent on this stream
+        self._sent_frames = self._sent_records = 0  # messages of each kind sent (``sent``)
         self._snap_fd = -1
         self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
-        self._challenge: tuple[bytes, bytes, wire.Request | None] | None = None  # nonce, line, request
-        self.heard = replicas.clock()  # the last bytes from the standby
+        self._challenge = None  # nonce, line, request
+        # what every acknowledgement asks of the replicas, taken once (none of them changes)
+        self._clock = replicas.clock
+        self._gate = replicas.gate
+        self._on_replicated = replicas.on_replicated
+        self.heard = self._clock()  # the last bytes from the standby
         self.caught_up_at = self.heard  # the last time its acknowledgement covered the log
+
+    @property
+    def sent(self) -> dict[str, int]:
+        """Messages of each kind sent on this stream (``F`` frames, ``R`` records)."""
+        return {"F": self._sent_frames, "R": self._sent_records}
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.WriteTransport, transport)
@@ -234,11 +283,10 @@ class Sender(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.streaming:
-            replicas = self.replicas
-            self.heard = now = replicas.clock()
+            self.heard = now = self._clock()
             try:
                 ack = self._acks.feed(data)
-            except wire.WireError as e:
+            except WireError as e:
                 self.drop(str(e))
                 return
             if ack is None:
@@ -246,11 +294,11 @@ class Sender(asyncio.Protocol):
             if ack > self.next:
                 self.drop(f"acknowledged offset {ack}, beyond the {self.next} it was sent")
                 return
-            if ack >= replicas.log.next_offset:
+            if ack >= self.replicas.log.next_offset:
                 self.caught_up_at = now
             if ack > self.acked:
                 self.acked = ack
-                replicas.acked(self, ack)
+                self._acked(ack)
             return
         if self.transport is None or self.transport.is_closing():
             return
@@ -265,6 +313,18 @@ class Sender(asyncio.Protocol):
         self._request(line)
         if rest and self.streaming:
             self.data_received(rest)
+
+    def _acked(self, offset: int) -> None:
+        """The standby holds everything below ``offset``: move the gate (``--sync-standbys``)."""
+        gate = self._gate
+        if gate is not None:
+            before = gate.replicated
+            gate.ack(self, offset)
+            if gate.replicated != before:
+                self._on_replicated()
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes (asyncio.Protocol's answer)
 
     def _reply(self, line: bytes, close: bool = True) -> None:
         assert self.transport is not None
@@ -284,7 +344,7 @@ class Sender(asyncio.Protocol):
             return
         try:
             req = wire.parse_request(line)
-        except wire.WireError as e:
+        except WireError as e:
             self._refuse(str(e))
             return
         if self.granted:
@@ -335,11 +395,11 @@ class Sender(asyncio.Protocol):
         self.next = self.acked = offset
         self.streaming = True
         self.heard = self.replicas.clock()
-        self.replicas.senders.add(self)
+        self.replicas.joined(self)
         role.note_standby()
         if self.replicas.on_follower is not None:
             self.replicas.on_follower(epoch)
-        self.replicas.acked(self, offset)  # it holds everything below ``offset`` already
+        self._acked(offset)  # it holds everything below ``offset`` already
         self.pump()
 
     def pump(self) -> None:
@@ -361,11 +421,15 @@ class Sender(asyncio.Protocol):
             got = lg.frames_after(at, CHUNK_BYTES) if self.frames and at.offset == self.next else None
             if got is not None and len(got[2]):
                 base, pos, view, stop = got
-                with view:
-                    t.write(wire.encode_frames(self.next, base, view))
+                try:
+                    t.write(encode_frames(self.next, base, view))
                     at.base, at.pos, at.offset = base, pos + len(view), stop
+                finally:
+                    view.release()
                 self.next = stop
-                self.sent["F"] += 1
+                self._sent_frames += 1
+                if stop >= end:
+                    return  # all the log holds now (the next write calls again)
                 continue
             payloads: list[memoryview] = []
             size = 0
@@ -386,7 +450,7 @@ class Sender(asyncio.Protocol):
             # (where the frames' bytes cannot be taken as they are: the position is not known yet)
             t.write(b"".join(wire.encode_records(self.next, payloads)))
             self.next = expect
-            self.sent["R"] += 1
+            self._sent_records += 1
 
     def _send_snapshot(self) -> None:
         for path in list_snapshots(self.replicas.snap_dir):

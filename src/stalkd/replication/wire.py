@@ -67,10 +67,20 @@ handed on.
 
 from __future__ import annotations
 
+import array
 import os
 import struct
 import zlib
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = [
     "REPLICATE", "REPLICATE_SNAPSHOT", "MAX_MESSAGE", "MAX_LINE", "WireError", "Reply",
@@ -96,6 +106,9 @@ _KIND_RECORDS = ord("R")
 _KIND_HEARTBEAT = ord("H")
 _KIND_FRAMES = ord("F")
 _FRAMES_HEAD = struct.Struct("<QQ")  # first offset, the primary's segment base
+_MSG_SIZE = _MSG.size
+_FRAMES_AT = _MSG.size + _FRAMES_HEAD.size  # where a frames message's frames start
+_FRAMES_PREFIX = bytes(_FRAMES_AT)  # (encode_frames, compiled: the room its frames go behind)
 _FRAMES_TOKEN = b"0"  # in front of a request's epoch: the standby takes frames messages
 _MAX_EPOCH = 0xFFFF  # a frame's writer epoch field (u16): the primary's, not checked against ours
 
@@ -289,7 +302,8 @@ def encode_records(first: int, payloads: Sequence[bytes | memoryview]) -> list[b
     return parts
 
 
-def encode_frames(first: int, base: int, frames: bytes | memoryview) -> bytes:
+@cython.locals(size=cython.Py_ssize_t, out=bytes, prefix=bytes, head=cython.uint)
+def encode_frames(first: int, base: int, frames: bytes | bytearray | memoryview) -> bytes:
     """One frames message: ``frames``, the log's frames of offsets ``first``... as they lie in
     the primary's segment based at ``base`` (copied once, here; one CRC-32C pass).
 
@@ -300,17 +314,70 @@ def encode_frames(first: int, base: int, frames: bytes | memoryview) -> bytes:
     # (the log's modules are imported where first used: every listener imports this module,
     # and a server in memory loads no log code; then kept, as this runs once per batch)
     crc32c = _crc32c_of_log or _load_crc32c()
-    head = _FRAMES_HEAD.pack(first, base)
-    return b"".join((_MSG.pack(_KIND_FRAMES, len(head) + len(frames), crc32c(frames, crc32c(head))), head, frames))
+    if not cython.compiled:
+        head_ = _FRAMES_HEAD.pack(first, base)
+        return b"".join((_MSG.pack(_KIND_FRAMES, len(head_) + len(frames), crc32c(frames, crc32c(head_))),
+                         head_, frames))  # fmt: skip
+    # Compiled, once per group commit to each standby: the frames copied once behind room for
+    # the header and the head, which are stored into that new object (nobody else holds it
+    # yet), and the head's CRC summed here (16 bytes: a call of the package's costs more).
+    prefix = _FRAMES_PREFIX
+    out = prefix + frames
+    size = len(out) - _MSG_SIZE
+    b = cython.declare(cython.p_uchar, cython.cast(cython.p_uchar, cython.cast(cython.p_char, out)))
+    _store_le(b, _MSG_SIZE, first, 8)
+    _store_le(b, _MSG_SIZE + 8, base, 8)
+    head = _crc32c_short(b, _MSG_SIZE, _FRAMES_AT)
+    b[0] = _KIND_FRAMES
+    _store_le(b, 1, size, 4)
+    _store_le(b, 5, crc32c(frames, head), 4)
+    return out
+
+
+@cython.cfunc
+@cython.inline
+@cython.locals(b=cython.p_uchar, at=cython.Py_ssize_t, value=cython.ulonglong, width=cython.Py_ssize_t,
+               k=cython.Py_ssize_t)  # fmt: skip
+def _store_le(b: bytearray, at: int, value: int, width: int) -> None:
+    """``value``'s ``width`` low bytes, little-endian, at ``b[at]`` (``b`` a C pointer; compiled
+    only)."""
+    for k in range(width):
+        b[at + k] = (value >> (8 * k)) & 0xFF
+
+
+@cython.cfunc
+@cython.returns(cython.uint)
+@cython.locals(b=cython.p_uchar, i=cython.Py_ssize_t, end=cython.Py_ssize_t, c=cython.uint, ones=cython.uint,
+               t=cython.p_uint)  # fmt: skip
+def _crc32c_short(b: bytearray, i: int, end: int) -> int:
+    """CRC-32C (the log's checksum) of the few bytes ``b[i:end]``, a byte at a time by the
+    table ``_load_crc32c`` made (``b`` a C pointer; compiled only). Checked against the
+    ``crc32c`` package's sum by tests/replication/test_wire.py."""
+    t = cython.cast(cython.p_uint, cython.cast(cython.p_char, _CRC32C_BYTE))
+    ones = 0xFFFFFFFF  # (a C variable: the constant does not fit a C int, and would be Python's)
+    c = ones
+    while i < end:
+        c = t[(c ^ b[i]) & 0xFF] ^ (c >> 8)
+        i += 1
+    return c ^ ones
 
 
 _crc32c_of_log: Callable[..., int] | None = None
+_CRC32C_BYTE = b""  # compiled: _crc32c_short's table (256 native u32), made with the above
 
 
 def _load_crc32c() -> Callable[..., int]:
-    global _crc32c_of_log
+    global _crc32c_of_log, _CRC32C_BYTE
     from stalkd.log.crc import crc32c
 
+    if cython.compiled:
+        table = []
+        for n in range(256):
+            c = n
+            for _ in range(8):
+                c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+            table.append(c)
+        _CRC32C_BYTE = array.array("I", table).tobytes()
     _crc32c_of_log = crc32c
     return crc32c
 
@@ -420,12 +487,26 @@ def _crc32c(data: memoryview) -> int:
     return crc32c(data)
 
 
+@cython.cfunc
+@cython.inline
+@cython.locals(b=cython.p_uchar, value=cython.ulonglong, k=cython.Py_ssize_t)
+def _load_u64(b: bytes) -> int:
+    """The little-endian u64 at ``b`` (a C pointer; compiled only)."""
+    value = 0
+    for k in range(8):
+        value |= cython.cast(cython.ulonglong, b[k]) << (8 * k)
+    return value
+
+
 def encode_ack(durable_end: int) -> bytes:
     return _ACK.pack(durable_end)
 
 
+@cython.cclass
 class AckDecoder:
     """Bytes from a standby -> the latest durable end offset it reported (None: none yet)."""
+
+    _buf: bytes  # a C field when compiled (wire.pxd): the sender feeds every read here
 
     def __init__(self) -> None:
         self._buf = b""
@@ -437,6 +518,8 @@ class AckDecoder:
         3
         """
         if not self._buf and len(data) == _ACK_SIZE:  # one whole acknowledgement: the usual read
+            if cython.compiled and type(data) is bytes:  # (a C read: no method call)
+                return _load_u64(cython.cast(cython.p_uchar, cython.cast(cython.p_char, data)))
             return int.from_bytes(data, "little")
         buf = self._buf + data
         whole = len(buf) - len(buf) % _ACK.size
