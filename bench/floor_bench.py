@@ -61,10 +61,16 @@ def _start_floor(sync_dir: str | None = None, sleep_ms: float = 0.0, unwritten: 
 
 
 # stalkd `always` with every fdatasync of its log replaced by a sleep: the blocking control.
+# Through the file-system seam, not by patching SegmentWriter (a compiled class's methods cannot
+# be replaced): stalkd.persist.wal, imported only once serve opens the data directory, takes
+# the replaced REAL as Wal.open's default, and passes it down to the log.
 _SLEEPING_STALKD = """
 import sys, time
-from stalkd.log.writer import SegmentWriter
-SegmentWriter.fdatasync = lambda self, fd: time.sleep({sleep})
+import stalkd.log.fs as fs
+class _Sleeping(fs.FileSystem):
+    def fdatasync(self, fd):
+        time.sleep({sleep})
+fs.REAL = _Sleeping()
 from stalkd.node.cli import main
 sys.argv[0] = "stalkd"
 sys.exit(main())
