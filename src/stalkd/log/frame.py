@@ -52,6 +52,7 @@ __all__ = [
     "FLAG_COMMITTED",
     "frame_size",
     "frames_size",
+    "crc32c_tables",
     "encode_frame",
     "encode_data_frame",
     "encode_data_frames",
@@ -349,9 +350,10 @@ def _store_le(out: bytearray, at: int, value: int, width: int) -> None:
         out[at + k] = (value >> (8 * k)) & 0xFF
 
 
-def _crc_tables() -> bytes:
+def crc32c_tables() -> bytes:
     """The eight 256-entry tables of CRC-32C (reflected polynomial 0x82F63B78) for slicing-by-8,
-    as native 32-bit integers: table k gives a byte's contribution k bytes ahead of the end."""
+    as native 32-bit integers: table k gives a byte's contribution k bytes ahead of the end.
+    The first 1,024 bytes (table 0) are the byte-at-a-time table (replication's wire takes it)."""
     first = []
     for n in range(256):
         c = n
@@ -391,7 +393,7 @@ _HW_CRC = cython.compiled and _crc_insn() and os.environ.get("CRC32C_SKIP_HW_PRO
 CRC_INSTRUCTION = bool(_HW_CRC)
 """Whether the compiled frame code sums CRCs by the CPU's instruction (not its tables)."""
 # Built only where they are used: the compiled ``_crc_update`` without the instruction.
-_CRC_TABLES = _crc_tables() if cython.compiled and not _HW_CRC else b""
+_CRC_TABLES = crc32c_tables() if cython.compiled and not _HW_CRC else b""
 _ONES = 0xFFFFFFFF  # the CRC's pre- and post-inversion (compiled: a C constant, not a Python int per use)
 
 

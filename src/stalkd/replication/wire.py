@@ -67,7 +67,6 @@ handed on.
 
 from __future__ import annotations
 
-import array
 import os
 import struct
 import zlib
@@ -369,15 +368,10 @@ _CRC32C_BYTE = b""  # compiled: _crc32c_short's table (256 native u32), made wit
 def _load_crc32c() -> Callable[..., int]:
     global _crc32c_of_log, _CRC32C_BYTE
     from stalkd.log.crc import crc32c
+    from stalkd.log.frame import crc32c_tables
 
     if cython.compiled:
-        table = []
-        for n in range(256):
-            c = n
-            for _ in range(8):
-                c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
-            table.append(c)
-        _CRC32C_BYTE = array.array("I", table).tobytes()
+        _CRC32C_BYTE = crc32c_tables()[:1024]  # table 0: 256 native u32, a byte at a time
     _crc32c_of_log = crc32c
     return crc32c
 
