@@ -121,6 +121,9 @@ class Standby:
         """Replace the local copy with the primary's (the module doc). A failure to copy raises
         (CatchUpError, OSError) with the old copy intact; a failure to swap is fatal."""
         log.warning("%s: copying the primary's state (the local copy serves reads meanwhile)", why)
+        # A resync means the primary holds a record this copy lacks: at least one of lag, known
+        # before the copy learns the primary's end (which a full disk can stop it from reading).
+        self.receiver.saw_end(self.wal.log.next_offset + 1)
         staging = os.path.join(self.wal.directory, RESYNC_DIR)
 
         loop = asyncio.get_running_loop()
