@@ -237,3 +237,34 @@ def test_each_sealed_segment_brings_compaction_forward(tmp_path: Path) -> None:
         assert max(over) <= seg, max(over)
 
     _run(tmp_path, scenario, segment_size=seg, compact_min_bytes=0, background=False)
+
+
+def test_a_full_disk_holds_snapshots_back_whatever_seals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot dropped for lack of space is tried again SPACE_RETRY later, not at each segment
+    a writer seals meanwhile: the seal hook (which brings compaction forward) would otherwise
+    start, copy part of, and drop a snapshot per segment on a disk that is still full."""
+    monkeypatch.setattr(app, "SPACE_RETRY", 3600)
+    seg = 8192
+
+    async def scenario(
+        srv: Server,
+        wal: Wal,
+        faults: Faults,
+        r: asyncio.StreamReader,
+        w: asyncio.StreamWriter,
+        fatal: list[BaseException],
+    ) -> None:
+        faults.fail("open", errno.ENOSPC, match="/snap-", times=1000)  # every snapshot file
+        srv.start_maintenance(every=3600)
+        body = b"b" * 100
+        for i in range(1, 601):
+            assert await _cmd(r, w, b"put 0 0 60 100\r\n" + body + b"\r\n") == b"INSERTED %d\r\n" % i
+            assert await _cmd(r, w, b"delete %d\r\n" % i) == b"DELETED\r\n"
+        # Then the churn sealed many segments and compaction was due all along,
+        sealed = wal.log.segment_bounds()
+        assert len(sealed) >= 10 and wal.compaction_due(srv.engine)
+        # yet the full disk was tried once, and nothing failed for it
+        assert faults.failures.get("open") == 1 and wal.snapshots_written == 0
+        assert not fatal
+
+    _run(tmp_path, scenario, segment_size=seg, compact_min_bytes=0, background=False)

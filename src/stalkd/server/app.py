@@ -399,6 +399,9 @@ class Server(Host):
         if not self.storage.persistent:
             return
         loop = asyncio.get_running_loop()
+        # The disk was full at the last look: the next is SPACE_RETRY later, whatever seals
+        # meanwhile (else a writer sealing segments would start, and drop, a snapshot per segment).
+        full = [False]
 
         def run() -> None:
             if self.stopping or self.failed is not None:
@@ -411,8 +414,10 @@ class Server(Host):
                     return
                 log.warning("snapshot dropped for lack of space (the WAL and the last snapshot are "
                             "intact; retrying in %.0f s): %s", SPACE_RETRY, e)
+                full[0] = True
                 self._maint = loop.call_later(SPACE_RETRY, run)
                 return
+            full[0] = False
             # A snapshot in progress copies a bounded chunk per call: come back soon.
             self._maint = loop.call_later(0.001 if busy else every, run)
 
@@ -422,6 +427,8 @@ class Server(Host):
             # a fast writer fills several a second (bench/churn_bench.py: 4x the bound at full
             # churn with only the ticks).
             h = self._maint
+            if full[0]:
+                return
             if h is not None and h.when() > loop.time() and not (self.stopping or self.failed):
                 h.cancel()
                 self._maint = loop.call_later(0.0, run)
