@@ -4,6 +4,7 @@ primary meanwhile does the same without a restart."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 import stalkd
 from server.proc import StalkdProcess
 from stalkd.client._address import parse_address
-from stalkd.replication.catchup import catch_up
+from stalkd.replication.catchup import CatchUpError, catch_up
 from stalkd.secretfile import read_secret
 
 from .cluster import (
@@ -136,5 +137,29 @@ def test_a_copy_reports_the_primary_end_as_it_learns_it(tmp_path: Path) -> None:
                  secret=read_secret(secret_file(tmp_path / "p")), on_end=seen.append)  # fmt: skip
         # first the snapshot's start (the copy is that far behind at least), then the true end
         assert len(seen) == 2 and 0 < seen[0] <= seen[1] == end, (seen, end)
+    finally:
+        p.stop()
+
+
+@pytest.mark.slow
+def test_a_copy_learns_the_primary_end_before_it_creates_a_file(tmp_path: Path) -> None:
+    """A copy that cannot create its log (here ``wal`` is a file; a full disk in production)
+    has asked the primary first: the end it reports is the primary's, not the nothing it would
+    know had it failed at its first file (a resyncing standby's ``primary-lag`` comes from it)."""
+    p = primary(tmp_path / "p")
+    try:
+        with stalkd.Client(p.address) as c:
+            for i in range(20):
+                c.put(b"job %d" % i)
+        end = int(stats(p)["binlog-records-written"])  # a fresh log: its end offset
+        copy = tmp_path / "copy"
+        copy.mkdir()
+        (copy / "wal").write_bytes(b"")  # no directory can be made here
+        seen: list[int] = []
+        with pytest.raises(CatchUpError):
+            catch_up(parse_address(p.address), str(copy), segment_size=int(WAL_SIZE),
+                     secret=read_secret(secret_file(tmp_path / "p")), on_end=seen.append)  # fmt: skip
+        assert seen == [end] and end >= 20, (seen, end)
+        assert sorted(os.listdir(copy)) == ["wal"]  # and it made nothing else
     finally:
         p.stop()

@@ -227,17 +227,24 @@ def _ignore(offset: int) -> None:
     pass
 
 
+def _open(wal_dir: str, segment_size: int) -> Log:
+    return Log.open(wal_dir, segment_size=segment_size, durability="always")
+
+
 def _catch_up(address: Address, directory: str, segment_size: int, timeout: float, secret: str | None,
               on_end: Callable[[int], None]) -> str:  # fmt: skip
     wal_dir = os.path.join(directory, "wal")
     compare = True  # from our last record (overlap); not when the primary keeps none that old
     for _ in range(_MAX_ROUNDS):
-        lg = Log.open(wal_dir, segment_size=segment_size, durability="always")
+        # No log yet (a new standby, a resync's staging copy): nothing is created before the
+        # primary has said how far its log goes, which a full disk would otherwise keep this
+        # from learning (``on_end``: the lag the standby reports through the copy).
+        lg = _open(wal_dir, segment_size) if os.path.isdir(wal_dir) else None
         cut: int | None = None  # found by comparing our last record (overlap), and why
         why = ""
         try:
-            nxt = lg.next_offset
-            last = overlap.last_record(lg) if compare else None
+            nxt = lg.next_offset if lg is not None else 0
+            last = overlap.last_record(lg) if compare and lg is not None else None
             try:
                 sock = connect(address, timeout)
             except (OSError, ValueError) as e:
@@ -251,6 +258,8 @@ def _catch_up(address: Address, directory: str, segment_size: int, timeout: floa
                 if r.word == "STREAMING":
                     epoch, target = int(r.args[0]), int(r.args[1])
                     on_end(target)
+                    if lg is None:
+                        lg = _open(wal_dir, segment_size)
                     sock.settimeout(max(timeout, 60.0))
                     try:
                         n = _stream_to(sock, buf, lg, target, mine.epoch, last)
@@ -267,7 +276,8 @@ def _catch_up(address: Address, directory: str, segment_size: int, timeout: floa
                                           else "it refuses this standby: the same --replication-secret on "
                                           "both, or an ACL identity with `replicate = true`"))
         finally:
-            lg.close()
+            if lg is not None:
+                lg.close()
         if cut is not None:
             quarantine(directory, why, cut)
         elif r.word == "DIVERGED":
@@ -277,7 +287,7 @@ def _catch_up(address: Address, directory: str, segment_size: int, timeout: floa
         elif nxt or list_snapshots(os.path.join(directory, "snapshots")):
             quarantine(directory, f"the primary {address} no longer keeps the records after this "
                         f"server's log (offset {nxt})", None)  # fmt: skip
-        else:
+        elif lg is not None:
             shutil.rmtree(wal_dir)  # an empty log (no record, no snapshot): nothing to keep
         _fetch_snapshot(address, directory, segment_size, timeout, secret, on_end)
     raise CatchUpError(f"{address}: could not catch up after {_MAX_ROUNDS} attempts (is it compacting very fast?)")
