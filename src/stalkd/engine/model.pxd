@@ -32,5 +32,8 @@ cpdef Record decode(payload)
 cdef Record _decode_v1(buf)
 cdef Record _decode_put(buf)
 cdef Record _put_record(seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body)
+# The engine's records, one per durable change (state.pxd cimports it).
+cpdef Record new_record(op, seq, time_us, job_id, tube=*, pri=*, delay=*, ttr=*, deadline_us=*, body=*,
+                        created_us=*)
 cdef str _text(buf, Py_ssize_t pos, Py_ssize_t n)
 cdef bytes _blob(buf, Py_ssize_t pos)

@@ -94,6 +94,7 @@ __all__ = [
     "RecordFormatError",
     "decode",
     "encode",
+    "new_record",
 ]
 
 FORMAT_VERSION = 1
@@ -372,15 +373,25 @@ def _decode_put(buf: bytes | memoryview) -> Record:
 
 def _put_record(seq: int, time_us: int, job_id: int, tube: str, pri: int, delay: int, ttr: int, deadline_us: int,
                 body: bytes) -> Record:  # fmt: skip
-    """The PUT record of these fields, created when it was put (``created_us`` is its time).
-    Compiled, its fields are stored in C: the dataclass's ``__init__`` would parse 19 arguments
-    for each of the records a standby decodes."""
+    """The PUT record of these fields, created when it was put (``created_us`` is its time)."""
+    return new_record(_PUT_OP, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body, time_us)
+
+
+def new_record(op: Op, seq: int, time_us: int, job_id: int, tube: str = "", pri: int = 0, delay: int = 0,
+               ttr: int = 0, deadline_us: int = 0, body: bytes = b"", created_us: int = 0) -> Record:  # fmt: skip
+    """``Record(op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body,
+    created_us=created_us)``: the records the engine makes per change and a standby decodes per
+    job. Compiled, its fields are stored in C: the dataclass's ``__init__`` would parse up to 19
+    arguments each time.
+
+    >>> new_record(Op.DELETE, 7, 8, 9) == Record(Op.DELETE, 7, 8, 9)
+    True
+    """
     if not cython.compiled:
-        return Record(Op.PUT, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body, JobState.READY,
-                      time_us)  # fmt: skip
+        return Record(op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body, created_us=created_us)
     r = cython.declare(Record, Record.__new__(Record))
-    r.op, r.seq, r.time_us, r.job_id, r.tube, r.pri, r.delay, r.ttr = _PUT_OP, seq, time_us, job_id, tube, pri, delay, ttr
-    r.deadline_us, r.body, r.state, r.created_us = deadline_us, body, _READY, time_us
+    r.op, r.seq, r.time_us, r.job_id, r.tube, r.pri, r.delay, r.ttr = op, seq, time_us, job_id, tube, pri, delay, ttr
+    r.deadline_us, r.body, r.state, r.created_us = deadline_us, body, _READY, created_us
     r.reserves = r.timeouts = r.releases = r.buries = r.kicks = r.epoch = r.start_offset = 0
     out: Record = r
     return out

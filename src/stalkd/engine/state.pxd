@@ -7,7 +7,7 @@ cimport cython
 
 from stalkd.engine.heap cimport HeapItem, IndexedHeap, pack
 from stalkd.engine.jobtable cimport JobTable
-from stalkd.engine.model cimport Record
+from stalkd.engine.model cimport Record, new_record
 from stalkd.engine.objects cimport ConnState, Job, Release, Tube
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from stalkd.engine.heap import IndexedHeap, pack
 from stalkd.engine.jobtable import JobTable
-from stalkd.engine.model import JobState, Op, Record
+from stalkd.engine.model import JobState, Op, Record, new_record
 from stalkd.engine.objects import (
     URGENT_THRESHOLD,
     US,
@@ -204,7 +204,7 @@ class EngineState:
         """Record a change with no fields beyond the header (DELETE, RESERVE, TOUCH, ...)."""
         self.seq += 1
         if self.keep_records:
-            self._records.append(Record(op, self.seq, self._now, job_id))
+            self._records.append(new_record(op, self.seq, self._now, job_id))
 
     def _rec_fields(
         self, op: Op, job_id: int, tube: str = "", pri: int = 0, delay: int = 0, ttr: int = 0,
@@ -213,7 +213,7 @@ class EngineState:
         self.seq += 1
         if self.keep_records:
             self._records.append(
-                Record(op, self.seq, self._now, job_id, tube, pri, delay, ttr, deadline_us, body, created_us=created_us)
+                new_record(op, self.seq, self._now, job_id, tube, pri, delay, ttr, deadline_us, body, created_us)
             )
 
     def _wake(self, c: ConnState, reply: C.AnyReply) -> None:
