@@ -8,6 +8,8 @@ from stalkd.log.commit cimport GroupCommit
 from stalkd.log.reader cimport FrameSpan, ReadPos, SegmentViews
 from stalkd.log.writer cimport SegmentWriter
 
+cdef Py_ssize_t _SEGMENT_HEADER
+
 cpdef tuple write_batch(SegmentWriter w, GroupCommit c, items, admit)
 cpdef bint frames_span(SegmentWriter w, SegmentViews views, ReadPos at, Py_ssize_t max_bytes,
                        FrameSpan span) except -1

@@ -69,6 +69,7 @@ __all__ = ["Log", "RepairReport", "frames_span", "parse_durability", "write_batc
 
 _log = logging.getLogger("stalkd.log")
 _U32 = struct.Struct("<I")
+_SEGMENT_HEADER = HEADER_SIZE  # (compiled: a C constant for frames_span, not a global per use)
 
 Payload = bytes | bytearray | memoryview
 
@@ -110,7 +111,7 @@ def frames_span(w: SegmentWriter, views: SegmentViews, at: ReadPos, max_bytes: i
                 break
             ended = ended or s[0] == offset
         if seg is None and ended:
-            base, pos = offset, HEADER_SIZE  # ``at`` ended a segment retention removed since
+            base, pos = offset, _SEGMENT_HEADER  # ``at`` ended a segment retention removed since
             continue
         if seg is None or seg[1] is None:
             return False
@@ -122,8 +123,8 @@ def frames_span(w: SegmentWriter, views: SegmentViews, at: ReadPos, max_bytes: i
         last, stop = footer
         if offset < last:
             break
-        base, pos = last, HEADER_SIZE  # the next segment starts where this one ended
-    if not HEADER_SIZE <= pos <= stop or offset > last:
+        base, pos = last, _SEGMENT_HEADER  # the next segment starts where this one ended
+    if not _SEGMENT_HEADER <= pos <= stop or offset > last:
         return False
     mv = views.get(base, path, False).mv
     end = stop
