@@ -41,6 +41,8 @@ printed (``idle/job``: idle instructions per second times the extra wall time, p
 
 Run: ``.venv/bin/python bench/standby_counts.py`` (about 10 minutes on 2 busy cores);
 ``--cells 1:1,16:1,1:64,16:64`` (CONNS:DEPTH), ``--setups``, ``--jobs``, ``--meter``;
+``--keep-dumps DIR`` keeps each callgrind run's dump (``callgrind_annotate --inclusive=yes
+--tree=calling`` on the two runs of a setup says which calls a job's extra instructions are in);
 ``--peer-src DIR`` adds the same setups of the stalkd in ``DIR`` (the ``src/`` of another
 checkout, its compiled modules built in place; its checkout's ``.venv`` runs it when there is
 one), ``base-*``, for a before/after in one run. valgrind and strace: scripts/system-deps.sh.
@@ -79,16 +81,17 @@ IDLE_SECONDS = 3.0
 
 # Run ``stalkd serve`` (argv after -c) and answer each line read on stdin with the primary's
 # replication counters so far, as "batches syncs messages" on the original stdout. Replicas is
-# found by wrapping its constructor (called once); the barriers are its on_replicated's owner.
+# found by a subclass that keeps each one made (the server makes one; a compiled Replicas is an
+# extension type, whose constructor cannot be replaced); the barriers are its on_replicated's owner.
 PROBE = """
 import os, sys, threading
 import stalkd.replication.sender as _s
 _found = []
-_init = _s.Replicas.__init__
-def _keep(self, *a, **k):
-    _init(self, *a, **k)
-    _found.append(self)
-_s.Replicas.__init__ = _keep
+class _Kept(_s.Replicas):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        _found.append(self)
+_s.Replicas = _Kept
 out = os.fdopen(os.dup(1), "w")
 os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
 def answer():
@@ -275,8 +278,10 @@ def drive(port: int, conns: int, depth: int, rounds: int, serial: int) -> None:
 
 
 def measure_pair(pair: Pair, meter: str, cells: list[tuple[int, int]], small: int, large: int,
-                 annotate: bool) -> tuple[float, dict[tuple[int, int], Figures], dict[tuple[int, int], Counter[str]]]:  # fmt: skip
-    """(idle counts per second, figures per cell, self costs per job by function per cell)."""
+                 annotate: bool, keep: Path | None = None,
+                 name: str = "") -> tuple[float, dict[tuple[int, int], Figures], dict[tuple[int, int], Counter[str]]]:  # fmt: skip
+    """(idle counts per second, figures per cell, self costs per job by function per cell);
+    ``keep``: copy each run's callgrind dump there (``NAME-CONNSxDEPTH-JOBS.cg``)."""
     idle = 0.0
     if meter == "callgrind":
         pair.meter.begin()
@@ -300,8 +305,11 @@ def measure_pair(pair: Pair, meter: str, cells: list[tuple[int, int]], small: in
             c = pair.meter.end()
             p1 = pair.probe()
             ends.append((rounds * conns * depth, c, [b - a for a, b in zip(p0, p1, strict=True)], dt))
-            if annotate and isinstance(pair.meter, KeptCallgrind) and pair.meter.last is not None:
-                dumps.append(self_costs(pair.meter.last))
+            if isinstance(pair.meter, KeptCallgrind) and pair.meter.last is not None:
+                if keep is not None:
+                    shutil.copyfile(pair.meter.last, keep / f"{name}-{conns}x{depth}-{rounds * per_round}.cg")
+                if annotate:
+                    dumps.append(self_costs(pair.meter.last))
         (j1, c1, p1_, t1), (j2, c2, p2_, t2) = ends
         n = j2 - j1
         fig = Figures({k: (c2[k] - c1[k]) / n for k in set(c1) | set(c2)}, seconds=(t1, t2))
@@ -438,6 +446,8 @@ def main() -> int:
     ap.add_argument("--peer-src", metavar="DIR", help="also run the stalkd in DIR (its src/): setups base-*")
     ap.add_argument("--annotate", type=int, default=0, metavar="N",
                     help="callgrind: the N C functions whose self cost per job grew most from alone")
+    ap.add_argument("--keep-dumps", type=Path, metavar="DIR",
+                    help="callgrind: keep each run's dump in DIR (for callgrind_annotate --inclusive=yes)")
     ap.add_argument("--functions", action="store_true", help="pycalls: the functions called more than alone")
     a = ap.parse_args()
     setups = [s for s in a.setups.split(",") if s]
@@ -468,7 +478,7 @@ def main() -> int:
                     pair = Pair(tree, setup, meter, Path(tmp))
                     try:
                         idle[name], res[name], fns[name] = measure_pair(pair, meter, a.cells, small, large,
-                                                                        a.annotate > 0)  # fmt: skip
+                                                                        a.annotate > 0, a.keep_dumps, name)  # fmt: skip
                     finally:
                         pair.stop()
                         for f in Path(tmp).glob("cg.out*"):

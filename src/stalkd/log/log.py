@@ -35,7 +35,7 @@ else:
     except ModuleNotFoundError:  # uncompiled, and Cython is not installed
         from stalkd import cyshim as cython
 
-from .active import SPARES_DIR, ZERO_AHEAD
+from .active import SPARES_DIR, ZERO_AHEAD, ActiveSegment
 from .columns import FrameColumns, segment_columns
 from .commit import GroupCommit, parse_durability
 from .errors import LogError
@@ -46,6 +46,7 @@ from .mark import Mark, Marker
 from .reader import (
     ARCHIVE_DIR,
     GROUPS_DIR,
+    FrameSpan,
     ReadPos,
     SegmentViews,
     list_segments,
@@ -64,10 +65,11 @@ if TYPE_CHECKING:
     from .cursor import CursorSyncer
     from .group import ConsumerGroup
 
-__all__ = ["Log", "RepairReport", "parse_durability", "write_batch"]
+__all__ = ["Log", "RepairReport", "frames_span", "parse_durability", "write_batch"]
 
 _log = logging.getLogger("stalkd.log")
 _U32 = struct.Struct("<I")
+_SEGMENT_HEADER = HEADER_SIZE  # (compiled: a C constant for frames_span, not a global per use)
 
 Payload = bytes | bytearray | memoryview
 
@@ -83,6 +85,59 @@ def write_batch(w: SegmentWriter, c: GroupCommit, items: Sequence[Payload],
     if (v := c.visibility).waiters or v.async_waiters:
         v.notify()
     return first, last
+
+
+@cython.locals(act=ActiveSegment, base=cython.Py_ssize_t, pos=cython.Py_ssize_t, offset=cython.Py_ssize_t,
+               last=cython.Py_ssize_t, stop=cython.Py_ssize_t, end=cython.Py_ssize_t, limit=cython.Py_ssize_t,
+               nxt=cython.Py_ssize_t)  # fmt: skip
+def frames_span(w: SegmentWriter, views: SegmentViews, at: ReadPos, max_bytes: int, span: FrameSpan) -> bool:
+    """``Log.frames_after``'s steps for callers holding the log's writer and mappings (``w``,
+    ``views``: a standby's stream, per message): where the frames after ``at`` lie, into
+    ``span`` (its ``mv`` is the mapping itself, no slice of it); False where ``frames_after``
+    answers None. Compiled, C reads and calls and no object made."""
+    act = w.active
+    if act is None:
+        return False
+    base, pos, offset = at.base, at.pos, at.offset
+    while True:
+        if base == act.base:
+            path, last, stop = act.path, w.next, act.pos
+            break
+        seg = None  # (loops, not generators: a compiled cpdef function has no closures)
+        ended = False
+        for s in w.bounds:
+            if s[0] == base:
+                seg = s
+                break
+            ended = ended or s[0] == offset
+        if seg is None and ended:
+            base, pos = offset, _SEGMENT_HEADER  # ``at`` ended a segment retention removed since
+            continue
+        if seg is None or seg[1] is None:
+            return False
+        path = seg[2]
+        view = views.get(base, path, False)
+        footer = view.footer if view.footer is not None else view.read_footer()
+        if footer is None:
+            return False
+        last, stop = footer
+        if offset < last:
+            break
+        base, pos = last, _SEGMENT_HEADER  # the next segment starts where this one ended
+    if not _SEGMENT_HEADER <= pos <= stop or offset > last:
+        return False
+    mv = views.get(base, path, False).mv
+    end = stop
+    if stop - pos > max_bytes:
+        end, limit = pos, pos + max_bytes
+        while end < stop and offset < last:
+            nxt = (end + FRAME_HEADER_SIZE + _U32.unpack_from(mv, end + LENGTH_AT)[0] + 7) & ~7
+            if (nxt > limit and end > pos) or nxt > stop or mv[end + FLAGS_AT] & KIND_MASK != KIND_DATA:
+                break
+            end, offset = nxt, offset + 1
+        last = offset
+    span.base, span.start, span.end, span.stop, span.mv = base, pos, end, last, mv
+    return True
 
 
 class Log:

@@ -26,7 +26,7 @@ from .errors import LogError
 from .frame import Frame
 from .segment import HEADER_SIZE, ScanState, SegmentInfo, SegmentView, parse_segment_name
 
-__all__ = ["LogReader", "ReadPos", "SegmentViews", "list_segments", "read_columns", "read_frames"]
+__all__ = ["FrameSpan", "LogReader", "ReadPos", "SegmentViews", "list_segments", "read_columns", "read_frames"]
 
 ARCHIVE_DIR = "archive"
 GROUPS_DIR = "groups"  # one ``<name>.cur`` cursor file per consumer group (``group.py``)
@@ -43,6 +43,26 @@ class ReadPos:
 
     def __init__(self, base: int, offset: int, pos: int) -> None:
         self.base, self.offset, self.pos = base, offset, pos
+
+
+@cython.cclass
+class FrameSpan:
+    """Where the frames after a read position lie (``stalkd.log.log.frames_span`` fills one):
+    bytes ``start`` to ``end`` of ``mv``, the mapping of the segment based at ``base``, hold the
+    whole frames up to offset ``stop``. The mapping is the log's: a holder drops it before
+    retention may run (``mv = None``)."""
+
+    # C fields when compiled (reader.pxd): a standby's stream fills and reads one per message,
+    # where a tuple of four ints and a slice object were made and taken apart
+    base: int
+    start: int
+    end: int
+    stop: int
+    mv: memoryview | None
+
+    def __init__(self) -> None:
+        self.base = self.start = self.end = self.stop = 0
+        self.mv = None
 
 
 def list_segments(path: str, archive: bool | Literal["only"] = True) -> list[tuple[int, str, bool]]:

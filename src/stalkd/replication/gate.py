@@ -41,6 +41,11 @@ class SyncGate:
     # here, and reads ``replicated`` after each
     need: int
     replicated: int
+    # the oldest batch waiting and its end offset (``_waiting``: there is one), then the later
+    # ones: at depth 1 one batch waits at a time, noted and taken without a tuple or a deque call
+    _waiting: bool
+    _first: int
+    _first_end: int
     _batches: deque[tuple[int, int]]
     _acks: dict[Hashable, int]
     _quorum: int
@@ -56,6 +61,8 @@ class SyncGate:
             raise ValueError("a gate needs at least one standby")
         self.need = need
         self.replicated = 0
+        self._waiting = False
+        self._first = self._first_end = 0
         self._batches = deque()
         self._acks = {}
         self._quorum = -1  # quorum() as of the last change of the acknowledgements or members
@@ -63,13 +70,15 @@ class SyncGate:
 
     def note(self, batch: int, end_offset: int) -> None:
         """Batch ``batch`` was written; the log now ends at ``end_offset``."""
-        batches = self._batches
         # Once per batch (per job at depth 1): the quorum is kept, not recomputed, and a batch
         # behind one still waiting waits too (end offsets only grow).
-        if not batches and end_offset <= self._quorum:
+        if self._waiting:
+            self._batches.append((batch, end_offset))
+        elif end_offset <= self._quorum:
             self.replicated = batch
         else:
-            batches.append((batch, end_offset))
+            self._waiting = True
+            self._first, self._first_end = batch, end_offset
 
     def ack(self, standby: Hashable, offset: int) -> None:
         """``standby`` holds every record below ``offset`` durable."""
@@ -83,9 +92,9 @@ class SyncGate:
                     q = self._quorum = offset
             else:
                 q = self._quorum = self.quorum()
-            batches = self._batches  # (_advance, without its call: once per acknowledgement)
-            while batches and batches[0][1] <= q:
-                self.replicated = batches.popleft()[0]
+            # (_advance, without its call: once per acknowledgement)
+            while self._waiting and self._first_end <= q:
+                self._pass_first()
 
     def drop(self, standby: Hashable) -> None:
         """``standby`` disconnected: its acknowledgements no longer count."""
@@ -114,10 +123,18 @@ class SyncGate:
 
     def oldest_waiting(self) -> int | None:
         """The oldest written batch not yet held by ``need`` standbys (None: none waits)."""
-        return self._batches[0][0] if self._batches else None
+        return self._first if self._waiting else None
 
     def _advance(self) -> None:
         q = self._quorum
+        while self._waiting and self._first_end <= q:
+            self._pass_first()
+
+    def _pass_first(self) -> None:
+        """The oldest waiting batch is replicated: the next one (if any) waits first."""
+        self.replicated = self._first
         batches = self._batches
-        while batches and batches[0][1] <= q:
-            self.replicated = batches.popleft()[0]
+        if batches:
+            self._first, self._first_end = batches.popleft()
+        else:
+            self._waiting = False

@@ -1,16 +1,38 @@
-# The C declarations of sender.py (Cython reads this beside it when it compiles the .py file): a
-# standby's stream, whose fields a message out and an acknowledgement in read and write, and the
-# gate and decoder it calls as C functions.
+# The C declarations of sender.py (Cython reads this beside it when it compiles the .py file): the
+# standbys (the log's end, the gate and the streams every batch reads) and a standby's stream,
+# whose fields a message out and an acknowledgement in read and write, and the log's frames_span,
+# the encoder, the gate and the decoder it calls as C functions.
 
 cimport cython
 
-from stalkd.log.reader cimport ReadPos
+from stalkd.log.log cimport frames_span
+from stalkd.log.reader cimport FrameSpan, ReadPos, SegmentViews
+from stalkd.log.writer cimport SegmentWriter
 from stalkd.replication.gate cimport SyncGate
-from stalkd.replication.wire cimport AckDecoder
+from stalkd.replication.wire cimport AckDecoder, encode_frames
+
+
+cdef class Replicas:
+    cdef object _log
+    cdef public SegmentWriter _writer
+    cdef public SegmentViews _views
+    cdef public object snap_dir, role
+    cdef public SyncGate gate
+    cdef public object on_replicated, secret, on_follower, clock
+    cdef public set senders
+    cdef public tuple _streams
+    cdef public Py_ssize_t refused, _refused_logged
+    cdef public double _refusal_logged, _wait_logged
+    cdef public object waiting_since, _wait_batch
+    cdef public object _tick, _send_soon, _loop
+
+    cpdef written(self)
+    cpdef _send(self)
+    cpdef Py_ssize_t end_offset(self) except -1
 
 
 cdef class Sender:
-    cdef public object replicas
+    cdef public Replicas replicas
     cdef public bint granted
     cdef public object identity
     cdef public object transport
@@ -27,6 +49,7 @@ cdef class Sender:
     cdef public Py_ssize_t _sent_records
     cdef public int _snap_fd
     cdef public ReadPos _pos
+    cdef public FrameSpan _span
     cdef public object _challenge
     cdef public double heard
     cdef public double caught_up_at

@@ -32,7 +32,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from stalkd.log.reader import ReadPos
+from stalkd.log.log import frames_span
+from stalkd.log.reader import FrameSpan, ReadPos, SegmentViews
+from stalkd.log.writer import SegmentWriter
 from stalkd.persist.snapshot import list_snapshots, read_header
 from stalkd.replication import wire
 from stalkd.replication.epochs import diverged_at
@@ -62,12 +64,38 @@ WAIT_REPORT_AFTER = 0.5  # seconds replies wait for standbys before it is report
 ASYNC_SEND_EVERY = 0.002  # seconds: group commits sent together to asynchronous standbys
 
 
+@cython.cclass
 class Replicas:
     """The standbys of this primary.
 
     ``on_replicated`` is called when the gate moved (the server releases held replies);
     ``secret``: the shared replication secret (None: only ACL grants admit a standby);
     ``on_follower(epoch)``: an authenticated standby streams, following ``epoch``."""
+
+    # C fields when compiled (sender.pxd): every batch written and every message and
+    # acknowledgement of a stream read the log's end through these (``_writer.next``), and the
+    # gate and the streams, as C fields
+    _log: Log
+    _writer: SegmentWriter  # the log's (``log``'s setter keeps them together)
+    _views: SegmentViews  # the log's mappings
+    snap_dir: str
+    role: Role
+    gate: SyncGate | None
+    on_replicated: Callable[[], None]
+    secret: str | None
+    on_follower: Callable[[int], None] | None
+    clock: Callable[[], float]
+    senders: set[Sender]
+    _streams: tuple[Sender, ...]
+    refused: int
+    _refusal_logged: float
+    _refused_logged: int
+    waiting_since: float | None
+    _wait_batch: int | None
+    _wait_logged: float
+    _tick: asyncio.TimerHandle | None
+    _send_soon: asyncio.TimerHandle | None
+    _loop: asyncio.AbstractEventLoop | None
 
     def __init__(self, log_: Log, snap_dir: str, role: Role, sync_standbys: int,
                  on_replicated: Callable[[], None], *, secret: str | None = None,
@@ -81,17 +109,28 @@ class Replicas:
         self.secret = secret
         self.on_follower = on_follower
         self.clock = clock
-        self.senders: set[Sender] = set()
-        self._streams: tuple[Sender, ...] = ()  # the senders, as of their last change (pumped per batch)
+        self.senders = set()
+        self._streams = ()  # the senders, as of their last change (pumped per batch)
         self.refused = 0  # replication attempts refused (not authenticated), since start
         self._refusal_logged = -REFUSAL_LOG_EVERY
         self._refused_logged = 0
-        self.waiting_since: float | None = None  # the oldest unreplicated batch waits since then
-        self._wait_batch: int | None = None
+        self.waiting_since = None  # the oldest unreplicated batch waits since then
+        self._wait_batch = None
         self._wait_logged = -WAIT_LOG_EVERY
-        self._tick: asyncio.TimerHandle | None = None
-        self._send_soon: asyncio.TimerHandle | None = None  # the next send to async standbys
-        self._loop: asyncio.AbstractEventLoop | None = None  # start's (get_running_loop asks getpid(2))
+        self._tick = None
+        self._send_soon = None  # the next send to async standbys
+        self._loop = None  # start's (get_running_loop asks getpid(2))
+
+    @property
+    def log(self) -> Log:
+        """The log the streams read (a resync opens the WAL's again: the owner sets the new one)."""
+        return self._log
+
+    @log.setter
+    def log(self, lg: Log) -> None:
+        self._log = lg
+        self._writer = lg._writer
+        self._views = lg._views
 
     def start(self) -> None:
         """Heartbeats, silent standbys and the waiting report, every ``wire.HEARTBEAT`` s."""
@@ -144,7 +183,7 @@ class Replicas:
 
     def end_offset(self) -> int:
         """The log's end (the barriers' ``end_offset``, asked after every batch they write)."""
-        return self.log.next_offset  # (the log: a resync opens the WAL's again)
+        return self._writer.next  # (``log.next_offset``: a C field, where the property is a call)
 
     def joined(self, s: Sender) -> None:
         """``s`` streams from now on."""
@@ -238,6 +277,7 @@ class Sender:
     _sent_records: int
     _snap_fd: int
     _pos: ReadPos
+    _span: FrameSpan
     _challenge: tuple[bytes, bytes, wire.Request | None] | None
     heard: float
     caught_up_at: float
@@ -262,6 +302,7 @@ class Sender:
         self._sent_frames = self._sent_records = 0  # messages of each kind sent (``sent``)
         self._snap_fd = -1
         self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
+        self._span = FrameSpan()  # where the frames after ``_pos`` lie (pump's, per message)
         self._challenge = None  # nonce, line, request
         # what every acknowledgement asks of the replicas, taken once (none of them changes)
         self._clock = replicas.clock
@@ -281,6 +322,7 @@ class Sender:
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "unix")
 
+    @cython.locals(a=cython.Py_ssize_t)
     def data_received(self, data: bytes) -> None:
         if self.streaming:
             self.heard = now = self._clock()
@@ -294,11 +336,12 @@ class Sender:
             if ack > self.next:
                 self.drop(f"acknowledged offset {ack}, beyond the {self.next} it was sent")
                 return
-            if ack >= self.replicas.log.next_offset:
+            a = ack  # (no more than ``next``: a C integer)
+            if a >= self.replicas._writer.next:  # (the log's end: C fields, no property call)
                 self.caught_up_at = now
-            if ack > self.acked:
-                self.acked = ack
-                self._acked(ack)
+            if a > self.acked:
+                self.acked = a
+                self._acked(a)
             return
         if self.transport is None or self.transport.is_closing():
             return
@@ -407,10 +450,12 @@ class Sender:
         t = self.transport
         if t is None or not self.streaming:
             return
-        lg = self.replicas.log
+        r = self.replicas
+        w = r._writer  # (the log's: its ``next`` is the log's end, a C field)
         at = self._pos
+        sp = self._span
         while not self.paused and not t.is_closing():
-            end = lg.next_offset
+            end = w.next
             if self.next >= end:
                 return
             # The log's frames as the writer laid them out, one message per group commit at the
@@ -418,12 +463,15 @@ class Sender:
             # mapping (the view ends with this call: retention may close it), no work per record
             # here at the end, a walk over the frames' lengths when behind. Only to a standby
             # that asked (``wire``): one of an earlier build reads records messages alone.
-            got = lg.frames_after(at, CHUNK_BYTES) if self.frames and at.offset == self.next else None
-            if got is not None and len(got[2]):
-                base, pos, view, stop = got
+            if (self.frames and at.offset == self.next and frames_span(w, r._views, at, CHUNK_BYTES, sp)
+                    and sp.end > sp.start):  # fmt: skip
+                assert sp.mv is not None
+                view = sp.mv[sp.start : sp.end]
+                sp.mv = None
+                stop = sp.stop
                 try:
-                    t.write(encode_frames(self.next, base, view))
-                    at.base, at.pos, at.offset = base, pos + len(view), stop
+                    t.write(encode_frames(self.next, sp.base, view))
+                    at.base, at.pos, at.offset = sp.base, sp.end, stop
                 finally:
                     view.release()
                 self.next = stop
@@ -431,10 +479,11 @@ class Sender:
                 if stop >= end:
                     return  # all the log holds now (the next write calls again)
                 continue
+            sp.mv = None
             payloads: list[memoryview] = []
             size = 0
             expect = self.next
-            for f in lg.read(self.next, min(end, self.next + CHUNK_RECORDS), resume=self._pos):
+            for f in r.log.read(self.next, min(end, self.next + CHUNK_RECORDS), resume=self._pos):
                 if f.offset != expect:
                     self.drop(f"offset {expect} was removed by retention; the standby must copy a snapshot")
                     return
