@@ -421,17 +421,29 @@ def _load_crc32c() -> Callable[..., int]:
     return crc32c
 
 
+_data_payloads: Callable[..., list[bytes] | None] | None = None  # log.frame's, once a frames message came
+
+
+def _load_data_payloads() -> Callable[..., list[bytes] | None]:
+    """(an import per message, in the function, cost a standby ~4k instructions a message)"""
+    global _data_payloads
+    from stalkd.log.frame import data_payloads
+
+    _data_payloads = data_payloads
+    return data_payloads
+
+
 def _frame_payloads(body: memoryview) -> tuple[int, list[bytes]]:
     """A frames message's body -> (first offset, payloads), every frame checked as a reader of
     the primary's segment would (CRC-32C, magic, delta from the base, kind); WireError else."""
-    from stalkd.log.frame import FRAME_HEADER_SIZE, ScanState, data_payloads, scan_positions
-
     first, base = _FRAMES_HEAD.unpack_from(body, 0)
     if first < base:
         raise WireError(f"a frames message starts at offset {first}, before its segment's base {base}")
     size = len(body)
-    payloads = data_payloads(body, _FRAMES_HEAD.size, size, base, first, _MAX_EPOCH)
+    payloads = (_data_payloads or _load_data_payloads())(body, _FRAMES_HEAD.size, size, base, first, _MAX_EPOCH)
     if payloads is None:  # the scan names the frame, for the message
+        from stalkd.log.frame import FRAME_HEADER_SIZE, ScanState, scan_positions
+
         st = ScanState(_FRAMES_HEAD.size, first)
         scan_positions(body, base, _MAX_EPOCH, st, size, None, 0, size // FRAME_HEADER_SIZE + 1)
         raise WireError(f"a frame from the primary fails its checks (offset {st.offset}): damaged or out of place")
@@ -490,12 +502,21 @@ class RecordDecoder:
             end = start + size
             if len(buf) < end:
                 break
-            with memoryview(buf) as whole, whole[start:end] as body:
+            # (a view released by hand, not two ``with`` blocks: once per message, and compiled
+            # their __enter__/__exit__ lookups cost more than the CRC of a small message)
+            body = memoryview(buf)[start:end]
+            try:
                 (first,) = _FIRST.unpack_from(body, 0)
-                if (_crc32c(body) if kind == _KIND_FRAMES else zlib.crc32(body)) != crc:
+                if kind == _KIND_FRAMES:
+                    good = (_crc32c_of_log or _load_crc32c())(body) == crc
+                else:
+                    good = zlib.crc32(body) == crc
+                if not good:
                     raise WireError(f"a message from the primary fails its CRC (offset {first}): damaged in transit")
                 if kind == _KIND_FRAMES:
                     out.append(_frame_payloads(body))
+            finally:
+                body.release()
             pos = end
             if kind == _KIND_FRAMES:
                 continue
@@ -518,12 +539,6 @@ class RecordDecoder:
         if pos:
             del buf[:pos]
         return out
-
-
-def _crc32c(data: memoryview) -> int:
-    from stalkd.log.crc import crc32c
-
-    return crc32c(data)
 
 
 @cython.cfunc
