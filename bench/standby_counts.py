@@ -39,6 +39,12 @@ per job, and do not cancel when the two runs take different times: each setup's 
 (instructions per second with no load) is measured first and the share it adds to a cell is
 printed (``idle/job``: idle instructions per second times the extra wall time, per extra job).
 
+``--standby`` meters the standby instead (callgrind, strace: its own work per job; the primary
+and the client run normally, setups ``async`` and/or ``sync``): a sync standby's reply to a job
+comes after the job is applied and acknowledged, so its count is complete when the run ends; an
+async run ends once the primary reports the standby's lag at 0. ``--annotate N`` then lists the
+N C functions of the standby with the most self cost per job.
+
 Run: ``.venv/bin/python bench/standby_counts.py`` (about 10 minutes on 2 busy cores);
 ``--cells 1:1,16:1,1:64,16:64`` (CONNS:DEPTH), ``--setups``, ``--jobs``, ``--meter``;
 ``--keep-dumps DIR`` keeps each callgrind run's dump (``callgrind_annotate --inclusive=yes
@@ -137,9 +143,12 @@ def _secret(scratch: str) -> str:
 
 class Pair:
     """A primary under ``meter`` (with the probe, or under pycalls) and, unless alone, its
-    standby (run normally)."""
+    standby (run normally); ``standby``: the standby under ``meter`` instead, the primary with
+    the probe alone."""
 
-    def __init__(self, tree: Tree, setup: str, meter: str, scratch: Path) -> None:
+    def __init__(self, tree: Tree, setup: str, meter: str, scratch: Path, standby: bool = False) -> None:
+        self.setup = setup
+        self.metered_standby = standby
         self.dirs = [tempfile.mkdtemp(prefix=f"standby-counts-{setup}-", dir=sb.DATA_DIR)]
         secret = _secret(self.dirs[0])
         self.dirs.append(tempfile.mkdtemp(prefix=f"standby-counts-{setup}-p-", dir=sb.DATA_DIR))
@@ -153,7 +162,7 @@ class Pair:
             args = [tree.python, "-c", PYCALLS, "-m", "stalkd.cli", *serve]
         else:
             args = [tree.python, "-c", PROBE, *serve]
-            if meter == "callgrind":
+            if meter == "callgrind" and not standby:
                 args = ["valgrind", "--tool=callgrind", "-q", f"--callgrind-out-file={scratch}/cg.out", *args]
                 timeout = 600.0
         self.primary = sb.launch(f"primary {setup}", args, "always", None, env, timeout, **popen)
@@ -164,21 +173,27 @@ class Pair:
             self.dirs.append(tempfile.mkdtemp(prefix=f"standby-counts-{setup}-s-", dir=sb.DATA_DIR))
             args = [tree.python, "-m", "stalkd.cli", "serve", *flags, "--dir", self.dirs[-1],
                     "--standby-of", f"127.0.0.1:{self.primary.port}"]  # fmt: skip
+            if meter == "callgrind" and standby:
+                args = ["valgrind", "--tool=callgrind", "-q", f"--callgrind-out-file={scratch}/cg.out", *args]
+                timeout = 600.0
             self.standby = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            wait_for_listener(self.standby, 60, "standby")
+            wait_for_listener(self.standby, timeout, "standby")
             self._wait_following(timeout)
+            if standby:
+                past_first_tick(self.standby.pid)
+        metered = self.standby.pid if standby and self.standby is not None else self.primary.proc.pid
         self.meter: Meter
         if meter == "callgrind":
-            self.meter = KeptCallgrind(self.primary.proc.pid, scratch / "cg.out")
+            self.meter = KeptCallgrind(metered, scratch / "cg.out")
         elif meter == "strace":
-            self.meter = Strace(self.primary.proc.pid, scratch / "strace.out")
+            self.meter = Strace(metered, scratch / "strace.out")
         elif meter == "probe":
             self.meter = _Nothing()
         else:
             self.meter = PyCalls(self.primary.proc)
 
-    def _wait_following(self, timeout: float) -> None:
-        """Until the primary counts one standby streaming."""
+    def _wait_following(self, timeout: float, line: bytes = b"\nstandbys: 1\n", what: str = "streamed") -> None:
+        """Until the primary's stats have ``line`` (by default: it counts one standby streaming)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError), \
@@ -189,10 +204,15 @@ class Pair:
                 n = int(head.split()[1])
                 while len(r.buf) < n + 2:
                     r._more()
-                if b"\nstandbys: 1\n" in r.buf[:n]:
+                if line in r.buf[:n]:
                     return
             time.sleep(0.1)
-        raise RuntimeError("the standby never streamed")
+        raise RuntimeError(f"the standby never {what}")
+
+    def settle(self) -> None:
+        """A metered async standby: until it has caught up (its work for the run is done)."""
+        if self.metered_standby and self.setup == "async":
+            self._wait_following(600.0, b"\nstandby-lag: 0\n", "caught up")
 
     def probe(self) -> tuple[int, int, int]:
         """(batches, fsyncs, messages sent to standbys) so far."""
@@ -301,6 +321,7 @@ def measure_pair(pair: Pair, meter: str, cells: list[tuple[int, int]], small: in
             pair.meter.begin()
             t0 = time.monotonic()
             drive(pair.primary.port, conns, depth, rounds, serial)
+            pair.settle()
             dt = time.monotonic() - t0
             c = pair.meter.end()
             p1 = pair.probe()
@@ -333,9 +354,10 @@ def _total(meter: str, fig: Figures) -> float:
 
 
 def report(meter: str, trees: list[Tree], setups: list[str], cells: list[tuple[int, int]],
-           res: dict[str, dict[tuple[int, int], Figures]], idle: dict[str, float], functions: bool) -> None:  # fmt: skip
-    title = {"callgrind": "primary's user-space instructions per job (callgrind, all threads)",
-             "strace": "primary's system calls per job (strace -f -c)",
+           res: dict[str, dict[tuple[int, int], Figures]], idle: dict[str, float], functions: bool,
+           who: str = "primary") -> None:  # fmt: skip
+    title = {"callgrind": f"{who}'s user-space instructions per job (callgrind, all threads)",
+             "strace": f"{who}'s system calls per job (strace -f -c)",
              "probe": "batches and messages per job at full speed (no meter)",
              "pycalls": "primary's Python function calls per job (sys.setprofile)"}[meter]
     print(f"\n## {title}")
@@ -393,19 +415,38 @@ def report_functions(trees: list[Tree], setups: list[str], cells: list[tuple[int
                 c = fns.get(tree.name + s, {}).get(cell)
                 if c is None:
                     continue
-                # A dump taken mid-run charges the functions on the stack then (main, the
-                # loop's run_forever...) with what their callees ran: no leaf function is half
-                # of a job, so what claims that much is one of them and is left out.
-                ta, tc = res[tree.name + "alone"][cell], res[tree.name + s][cell]
-                keep = [k for k in set(a) | set(c)
-                        if a.get(k, 0) < 0.5 * _total("callgrind", ta) and c.get(k, 0) < 0.5 * _total("callgrind", tc)]
-                diff = sorted(((c.get(k, 0) - a.get(k, 0), k) for k in keep), key=lambda x: -x[0])
-                total = sum(d for d, _ in diff)
-                print(f"# {cell[0]}:{cell[1]} {tree.name + s} - alone: {total:+,.0f} per job in leaf functions; by "
-                      "where they are: " + ", ".join(f"{g} {d:+,.0f}" for g, d in _by_library(diff)))
-                for d, k in diff[:top]:
-                    where, _, fn = k.rpartition(":")
-                    print(f"    {d:+8,.0f}  {a.get(k, 0):8,.0f} -> {c.get(k, 0):8,.0f}  {fn}  ({os.path.basename(where)})")
+                report_top(f"{tree.name + s} - alone", c, a, res[tree.name + "alone"][cell], res[tree.name + s][cell],
+                           cell, top)
+
+
+def report_standby_functions(trees: list[Tree], setups: list[str], cells: list[tuple[int, int]],
+                             res: dict[str, dict[tuple[int, int], Figures]],
+                             fns: dict[str, dict[tuple[int, int], Counter[str]]], top: int) -> None:  # fmt: skip
+    print(f"\n## where the standby's instructions go: self cost per job by C function, the {top} largest")
+    for tree in trees:
+        for cell in cells:
+            for s in setups:
+                c = fns.get(tree.name + s, {}).get(cell)
+                if c is not None:
+                    report_top(tree.name + s, c, Counter(), Figures(), res[tree.name + s][cell], cell, top)
+
+
+def report_top(what: str, c: Counter[str], a: Counter[str], ta: Figures, tc: Figures, cell: tuple[int, int],
+               top: int) -> None:  # fmt: skip
+    """The ``top`` functions whose self cost per job grew most from ``a`` to ``c``."""
+    # A dump taken mid-run charges the functions on the stack then (main, the
+    # loop's run_forever...) with what their callees ran: no leaf function is half
+    # of a job, so what claims that much is one of them and is left out.
+    keep = [k for k in set(a) | set(c)
+            if (not a or a.get(k, 0) < 0.5 * _total("callgrind", ta))
+            and c.get(k, 0) < 0.5 * _total("callgrind", tc)]  # fmt: skip
+    diff = sorted(((c.get(k, 0) - a.get(k, 0), k) for k in keep), key=lambda x: -x[0])
+    total = sum(d for d, _ in diff)
+    print(f"# {cell[0]}:{cell[1]} {what}: {total:+,.0f} per job in leaf functions; by "
+          "where they are: " + ", ".join(f"{g} {d:+,.0f}" for g, d in _by_library(diff)))
+    for d, k in diff[:top]:
+        where, _, fn = k.rpartition(":")
+        print(f"    {d:+8,.0f}  {a.get(k, 0):8,.0f} -> {c.get(k, 0):8,.0f}  {fn}  ({os.path.basename(where)})")
 
 
 def _by_library(diff: list[tuple[float, str]]) -> list[tuple[str, float]]:
@@ -449,9 +490,14 @@ def main() -> int:
     ap.add_argument("--keep-dumps", type=Path, metavar="DIR",
                     help="callgrind: keep each run's dump in DIR (for callgrind_annotate --inclusive=yes)")
     ap.add_argument("--functions", action="store_true", help="pycalls: the functions called more than alone")
+    ap.add_argument("--standby", action="store_true", help="meter the standby, not the primary (async, sync)")
     a = ap.parse_args()
     setups = [s for s in a.setups.split(",") if s]
-    if any(s not in SETUPS for s in setups) or setups[0] != "alone":
+    if a.standby:
+        setups = [s for s in setups if s != "alone"]
+        if not setups or any(s not in SETUPS for s in setups) or set(a.meter or ()) - {"callgrind", "strace"}:
+            ap.error("--standby: setups async and/or sync; meters callgrind and/or strace")
+    elif any(s not in SETUPS for s in setups) or setups[0] != "alone":
         ap.error("--setups: alone first, then async and/or sync")
     meters = a.meter or ["callgrind", "strace"]
     need = {"callgrind": ["valgrind", "callgrind_control", "callgrind_annotate"], "strace": ["strace"], "pycalls": [],
@@ -463,8 +509,9 @@ def main() -> int:
         src = os.path.abspath(a.peer_src)
         trees.append(Tree("base-", _peer_python(src), {**os.environ, "PYTHONPATH": src}))
     small, large = a.jobs
-    print(f"# standby_counts: put 100 B, always, lockstep, {large} - {small} jobs per figure; primary "
-          f"measured, standby and client unmetered; load {os.getloadavg()[0]:.1f}"
+    who = "standby" if a.standby else "primary"
+    print(f"# standby_counts: put 100 B, always, lockstep, {large} - {small} jobs per figure; {who} "
+          f"measured, {'primary' if a.standby else 'standby'} and client unmetered; load {os.getloadavg()[0]:.1f}"
           + (f"; base-*: {a.peer_src}" if a.peer_src else ""), flush=True)
     with tempfile.TemporaryDirectory(prefix="standby-counts-") as tmp:
         for meter in meters:
@@ -475,7 +522,7 @@ def main() -> int:
                 for setup in setups:
                     name = tree.name + setup
                     _progress(f"{meter}: starting {name}")
-                    pair = Pair(tree, setup, meter, Path(tmp))
+                    pair = Pair(tree, setup, meter, Path(tmp), a.standby)
                     try:
                         idle[name], res[name], fns[name] = measure_pair(pair, meter, a.cells, small, large,
                                                                         a.annotate > 0, a.keep_dumps, name)  # fmt: skip
@@ -483,9 +530,10 @@ def main() -> int:
                         pair.stop()
                         for f in Path(tmp).glob("cg.out*"):
                             f.unlink()
-            report(meter, trees, setups, a.cells, res, idle, a.functions)
+            report(meter, trees, setups, a.cells, res, idle, a.functions, who)
             if meter == "callgrind" and a.annotate:
-                report_functions(trees, setups, a.cells, res, fns, a.annotate)
+                (report_standby_functions if a.standby else report_functions)(trees, setups, a.cells, res, fns,
+                                                                              a.annotate)  # fmt: skip
             sys.stdout.flush()
     return 0
 

@@ -48,6 +48,7 @@ CYTHON_MODULES = (
     "stalkd.engine.replay",
     "stalkd.engine.handover",
     "stalkd.replication.frames",
+    "stalkd.replication.receiver",  # the standby's read, append, fsync and acknowledgement per message
     # the primary's side of a stream: a message out and an acknowledgement in per group commit
     "stalkd.replication.gate",
     "stalkd.replication.wire",

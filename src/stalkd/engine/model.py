@@ -397,13 +397,40 @@ def new_record(op: Op, seq: int, time_us: int, job_id: int, tube: str = "", pri:
     return out
 
 
+_TUBE_NAMES: dict[bytes, str] = {}  # a name's bytes -> the str decoded before (see _text)
+_TUBE_NAMES_KEPT = 4096
+
+
 def _text(buf: bytes | memoryview, pos: int, n: int) -> str:
+    """A tube name: the one str made for these bytes before, while at most ``_TUBE_NAMES_KEPT``
+    are kept (a standby decodes every record's; the same str, its hash already computed, is
+    also what the engine's tube lookup hashes)."""
     if pos + n > len(buf):
         raise RecordFormatError("tube name runs past the end of the record")
-    return bytes(buf[pos : pos + n]).decode("ascii")
+    if cython.compiled and type(buf) is bytes:  # (a C copy of the bytes: no slice object)
+        raw = cython.cast(bytes, buf)[pos : pos + n]
+    else:
+        raw = bytes(buf[pos : pos + n])
+    name = _TUBE_NAMES.get(raw)
+    if name is None:
+        name = raw.decode("ascii")
+        if len(_TUBE_NAMES) < _TUBE_NAMES_KEPT:
+            _TUBE_NAMES[raw] = name
+    return name
 
 
 def _blob(buf: bytes | memoryview, pos: int) -> bytes:
+    if cython.compiled and type(buf) is bytes and pos + 4 <= len(buf):
+        # the body of every record a standby decodes: its length read by C, the bytes copied
+        # by C (the struct call and the slice object cost more than the copy of a small body)
+        p = cython.declare(cython.p_uchar, cython.cast(cython.p_uchar, cython.cast(cython.p_char,
+                                                                                   cython.cast(bytes, buf))))
+        size = cython.declare(cython.Py_ssize_t, p[pos] | (p[pos + 1] << 8) | (p[pos + 2] << 16)
+                              | (cython.cast(cython.Py_ssize_t, p[pos + 3]) << 24))  # fmt: skip
+        pos += 4
+        if pos + size != len(buf):
+            raise RecordFormatError(f"body length {size} does not match the {len(buf) - pos} bytes left")
+        return cython.cast(bytes, buf)[pos : pos + size]
     (n,) = U32.unpack_from(buf, pos)
     pos += 4
     if pos + n != len(buf):

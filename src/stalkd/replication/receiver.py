@@ -6,11 +6,17 @@ applied to the engine (``replay``, the recovery rules: a reserved job shows as r
 durable (under ``always``: a group commit, one fsync at a time on a thread, started as soon as
 the records are written, so that it runs while they are applied and the stream is read), and
 then acknowledged with the new durable end, which is what the
-primary's ``--sync-standbys`` waits for.
+primary's ``--sync-standbys`` waits for. A primary whose replies wait for no standby says, at the
+stream's start, how long an acknowledgement may be held back (``wire.ack_delay``): the standby
+then sends the first at once and the next at most that long after the one before, so that the
+primary reads one acknowledgement per few milliseconds instead of one per group commit.
 
 Ensures:
 - An acknowledged offset is durable here (fsynced under ``always``; written under the other
   policies, which is what they promise locally too).
+- Each durable end is acknowledged at once, unless the primary said it may wait (then within
+  its delay, at most ``wire.HEARTBEAT``, with whatever is durable by then): a synchronous
+  primary, or one of a build before the delay, waits for no timer.
 - Records are appended in the primary's offset order with no gap, and only once checked
   (``wire``: length and CRC; ``frames``: offsets, record format, epochs); anything else ends
   the stream before it touches the disk, and a reconnection resumes from the local log's end.
@@ -36,7 +42,6 @@ Ensures:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 import time
@@ -105,17 +110,22 @@ class Receiver:
                  on_resync: Callable[[str], None],
                  resync: Callable[[str, int | None], Awaitable[None]],
                  secret: str | None = None, clock: Callable[[], float] = time.monotonic,
-                 name: str = "", frames: bool = True) -> None:  # fmt: skip
+                 name: str = "", frames: bool = True, paced: bool = True) -> None:  # fmt: skip
         self.address = address
         self.secret = secret
         self.name = name  # this node's name in a --ha cluster: the primary's sync set names it
         # whether to ask for frames messages (``wire``); without, the primary sends records
         # messages alone, as to a standby of a build before them
         self.frames = frames
+        # whether to offer to pace acknowledgements (``wire``); without, every durable end is
+        # acknowledged at once, as by a standby of a build before the offer
+        self.paced = paced
         self.clock = clock
         self.problem: str | None = "not yet streaming from the primary"  # None: in sync
         self.caught_up_at = clock()  # the last time this disk held the primary's whole log
-        self.durable_end = 0  # acknowledged to the primary
+        self.durable_end = 0  # durable here (acknowledged to the primary, or about to be: ``_acknowledge``)
+        self.ack_delay = 0.0  # seconds an acknowledgement may wait (the primary's STREAMING says)
+        self.acks = 0  # acknowledgements sent since start
         self.wal = wal
         self.engine = engine
         self.role = role
@@ -131,6 +141,9 @@ class Receiver:
         self._writer: asyncio.StreamWriter | None = None
         self._syncing = 0  # tickets of the log's not yet durable (see _sync)
         self._asked = 0  # the end of the last one
+        self._acked = 0  # the last offset acknowledged on this stream
+        self._acked_at = float("-inf")  # when (the loop's clock)
+        self._ack_soon: asyncio.TimerHandle | None = None  # the next paced acknowledgement
 
     @property
     def lag(self) -> int:
@@ -227,8 +240,9 @@ class Receiver:
                 reader, writer = await self._open()
             self._writer = writer
             at = overlap.request_offset(lg.next_offset, last)
-            r = await ask(reader, writer, wire.encode_request(at, st.epoch, st.history, self.name, frames=self.frames),
-                          self.secret)  # fmt: skip
+            request = wire.encode_request(at, st.epoch, st.history, self.name, frames=self.frames,
+                                          paced=self.frames and self.paced)  # fmt: skip
+            r = await ask(reader, writer, request, self.secret)
             if r.word != "SNAPSHOT_NEEDED" or last is None:
                 return reader, writer, r, last
             writer.close()
@@ -244,14 +258,17 @@ class Receiver:
             raise EOFError(f"the primary answered {r.word}")
         epoch = int(r.args[0])  # the EPOCH records themselves come with the stream
         self.primary_end = int(r.args[1])
+        self.ack_delay = wire.ack_delay(r)
         try:
             overlap.check_end(lg.next_offset, self.primary_end)
         except overlap.Diverged as e:
             raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
         self.connected = True
-        self.durable_end = lg.next_offset
-        log.info("streaming from %s (epoch %d) at offset %d, %d records behind",
-                 self.address, epoch, lg.next_offset, self.lag)  # fmt: skip
+        self.durable_end = self._acked = lg.next_offset
+        self._acked_at = float("-inf")
+        log.info("streaming from %s (epoch %d) at offset %d, %d records behind%s",
+                 self.address, epoch, lg.next_offset, self.lag,
+                 f"; acknowledging at most every {self.ack_delay * 1000:g} ms" if self.ack_delay else "")  # fmt: skip
         dec = wire.RecordDecoder()
         self._asked = 0
         heard = [self.clock()]
@@ -263,6 +280,9 @@ class Receiver:
                 raise
         finally:
             watchdog.cancel()
+            if self._ack_soon is not None:
+                self._ack_soon.cancel()
+                self._ack_soon = None
         if heard[0] < 0:
             raise EOFError(f"nothing heard from the primary for {wire.SILENT_AFTER} s (the network "
                            "or the primary is down)")
@@ -291,7 +311,7 @@ class Receiver:
                 # (an idle primary's are all alike; unanswered, it drops the stream as silent)
                 beats = dec.heartbeats
                 self.primary_end = max(self.primary_end, dec.primary_end)
-                writer.write(wire.encode_ack(self.durable_end))
+                self._send_ack(writer)
                 self._in_sync()
             if not msgs:
                 continue
@@ -312,7 +332,7 @@ class Receiver:
                     self._take(first + at, payloads[at:at + APPLY_RECORDS], writer)
             if not self.fsync:
                 self.durable_end = lg.next_offset
-                writer.write(wire.encode_ack(lg.next_offset))
+                self._acknowledge(writer)
                 self._in_sync()
 
     def _take(self, first: int, payloads: list[bytes], writer: asyncio.StreamWriter) -> None:
@@ -355,8 +375,12 @@ class Receiver:
         loop = asyncio.get_running_loop()
 
         def durable(t: Ticket) -> None:  # on the committer thread (here, if already durable)
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for it
+            # (try, not contextlib.suppress: this runs once per fsync, and the context manager's
+            # three Python calls cost more than the hand-off itself)
+            try:  # noqa: SIM105
                 loop.call_soon_threadsafe(self._synced, writer, end, t.exception())
+            except RuntimeError:  # the loop is closed: nobody waits for it
+                pass
 
         lg.ticket().add_done_callback(durable)
 
@@ -371,8 +395,35 @@ class Receiver:
         if writer.is_closing() or end <= self.durable_end:
             return
         self.durable_end = end
-        writer.write(wire.encode_ack(end))
+        self._acknowledge(writer)
         self._in_sync()
+
+    def _acknowledge(self, writer: asyncio.StreamWriter) -> None:
+        """The durable end moved: tell the primary now, or (paced) once ``ack_delay`` has passed
+        since the last acknowledgement, with the durable end as it is then."""
+        if not self.ack_delay:  # a reply may wait for it
+            self._send_ack(writer)
+            return
+        if self._ack_soon is not None:
+            return  # the one due covers this
+        loop = asyncio.get_running_loop()
+        wait = self._acked_at + self.ack_delay - loop.time()
+        if wait <= 0:
+            self._send_ack(writer)
+        else:
+            self._ack_soon = loop.call_later(wait, self._ack_due, writer)
+
+    def _ack_due(self, writer: asyncio.StreamWriter) -> None:
+        self._ack_soon = None
+        if self.durable_end > self._acked and not writer.is_closing():
+            self._send_ack(writer)
+
+    def _send_ack(self, writer: asyncio.StreamWriter) -> None:
+        end = self._acked = self.durable_end
+        writer.write(wire.encode_ack(end))
+        self.acks += 1
+        if self.ack_delay:
+            self._acked_at = asyncio.get_running_loop().time()
 
     def _apply(self, first: int, records: list[Record]) -> None:
         """Apply appended records to the engine, on the loop thread, between client commands."""

@@ -62,6 +62,9 @@ REFUSAL_LOG_EVERY = 10.0  # seconds between log lines about refused replication 
 WAIT_LOG_EVERY = 5.0  # seconds between log lines while replies wait for standbys
 WAIT_REPORT_AFTER = 0.5  # seconds replies wait for standbys before it is reported
 ASYNC_SEND_EVERY = 0.002  # seconds: group commits sent together to asynchronous standbys
+# milliseconds an asynchronous standby may hold back its acknowledgements (told at the stream's
+# start, ``wire``): no reply waits for them; retention and the reported lag trail by that much
+ASYNC_ACK_DELAY_MS = 10
 
 
 @cython.cclass
@@ -431,7 +434,9 @@ class Sender:
         if bounds and offset < bounds[0][0]:
             self._reply(b"SNAPSHOT_NEEDED\r\n")
             return
-        self._reply(wire.encode_streaming(role.state.epoch, lg.next_offset, role.state.history), close=False)
+        # (a standby that paces its acknowledgements is told how: at once when replies wait for them)
+        delay = (0 if self._gate is not None else ASYNC_ACK_DELAY_MS) if req.paced else None
+        self._reply(wire.encode_streaming(role.state.epoch, lg.next_offset, role.state.history, delay), close=False)
         log.info("standby %s%s streaming from offset %d%s", self.peer,
                  f" ({self.identity})" if self.identity else "", offset,
                  "" if self.frames else " (records messages: it did not ask for frames)")  # fmt: skip

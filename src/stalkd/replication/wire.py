@@ -13,6 +13,10 @@ reads. The token has no field of its own because a primary of an earlier build r
 request with a sixth field (``PERMISSION_DENIED``) but reads a leading zero as the same epoch:
 standbys and primaries may be upgraded in either order. It is part of the request line, which
 the secret's proof (below) covers, so nobody between the two can add or remove it unnoticed.
+A standby that also paces its acknowledgements when told it may (below) writes two leading
+zeros (``replicate 40 002 1:10,2:30``): every leading zero is one capability more, each implying
+the ones before, and a primary of an earlier build reads both zeros as the frames token and the
+same epoch.
 
 Only a peer the primary can authenticate may replicate: an identity its ACL grants
 ``replicate = true`` on a TLS listener, or a holder of the shared secret
@@ -25,7 +29,7 @@ the secret, of the nonce and the request line (``proof``): the secret never cros
 network, and a recorded proof is worth nothing on another connection. Then the primary answers
 with one line:
 
-    STREAMING <epoch> <next-offset> <history>\r\n   then messages follow, below
+    STREAMING <epoch> <next-offset> <history> [<ack-delay-ms>]\r\n   then messages follow, below
     SNAPSHOT <start-offset> <bytes> <epoch> <history>\r\n<bytes>   a snapshot file, then
                              the connection closes
     SNAPSHOT_NEEDED\r\n     <offset> is no longer kept (or there is no snapshot): copy one first
@@ -35,8 +39,12 @@ with one line:
 
 ``<history>`` is a log's epochs as ``epoch:start-offset`` pairs joined by ``,`` (``-`` for
 none): the request's is the standby's own, so that a claim of a newer epoch can be checked
-against it (``epochs.verify_claim``) before it fences anyone. After ``STREAMING`` the primary
-sends messages, each ``u8 kind | u32 length | u32 CRC of the body | body``:
+against it (``epochs.verify_claim``) before it fences anyone. ``<ack-delay-ms>`` is sent only to
+a standby that asked with two leading zeros (one that did not would refuse the line): the
+longest, in milliseconds, the standby may hold back an acknowledgement (0: acknowledge every
+durable end at once, as a primary whose replies wait for standbys needs; without the field, 0
+too). After ``STREAMING`` the primary sends messages, each ``u8 kind | u32 length | u32 CRC of
+the body | body``:
 
 - kind ``F`` (frames, what a primary sends a standby that asked for them): ``u64 first offset |
   u64 segment base`` then consecutive frames of the primary's log exactly as its writer laid
@@ -51,8 +59,10 @@ sends messages, each ``u8 kind | u32 length | u32 CRC of the body | body``:
 - kind ``H`` (heartbeat, sent every ``HEARTBEAT`` seconds) is ``u64 the primary's log end``,
   with a CRC-32. The standby sends back, whenever
 it has made more of the log durable and at every heartbeat, ``u64 durable end offset`` (every
-record below it is fsynced on the standby's disk). Either side that hears nothing for
-``SILENT_AFTER`` seconds drops the connection (the standby then reconnects).
+record below it is fsynced on the standby's disk); told an ack delay, it sends the first at once
+and the next at most that long after the one before (the durable end as it is then), and at
+every heartbeat. Either side that hears nothing for ``SILENT_AFTER`` seconds drops the
+connection (the standby then reconnects).
 
 The standby writes payloads, not the primary's frames: a frame carries the writer epoch and
 base of the segment it sits in (so bytes behind a torn tail never reappear), which are the
@@ -86,7 +96,7 @@ __all__ = [
     "encode_request", "parse_request", "encode_streaming", "encode_snapshot", "parse_reply", "encode_records",
     "encode_frames", "RecordDecoder", "encode_ack", "AckDecoder", "format_history", "parse_history", "Request",
     "encode_challenge", "new_nonce", "proof", "encode_auth", "check_auth", "encode_heartbeat",
-    "HEARTBEAT", "SILENT_AFTER",
+    "HEARTBEAT", "SILENT_AFTER", "ack_delay",
 ]  # fmt: skip
 
 REPLICATE = b"replicate"
@@ -117,49 +127,57 @@ class WireError(ValueError):
 
 
 def encode_request(offset: int, epoch: int, history: Sequence[tuple[int, int]] = (), name: str = "", *,
-                   frames: bool = True) -> bytes:  # fmt: skip
+                   frames: bool = True, paced: bool = False) -> bytes:  # fmt: skip
     """``name``: the standby's node name in an automatic-failover cluster (``--ha``), which the
     primary's sync set names (none without ``--ha``); ``frames``: this standby takes frames
-    messages (the epoch's leading ``0``; every reader of this build does).
+    messages (the epoch's leading ``0``; every reader of this build does); ``paced``: it also
+    paces its acknowledgements when the primary says how (a second ``0``: a streaming standby's
+    receiver; catch-up and the fence read no acknowledgement delay).
 
     >>> encode_request(12, 0), encode_request(40, 2, [(1, 10), (2, 30)])
     (b'replicate 12 00 -\\r\\n', b'replicate 40 02 1:10,2:30\\r\\n')
-    >>> encode_request(5, 1, [(1, 0)], "node-b", frames=False)
-    b'replicate 5 1 1:0 node-b\\r\\n'
+    >>> encode_request(5, 1, [(1, 0)], "node-b", frames=False), encode_request(5, 1, paced=True)
+    (b'replicate 5 1 1:0 node-b\\r\\n', b'replicate 5 001 -\\r\\n')
     """
+    if paced and not frames:
+        raise ValueError("a paced request takes frames too (each leading zero implies the ones before)")
     tail = b" " + name.encode() if name else b""
-    return b"replicate %d %s%d %s%s\r\n" % (offset, _FRAMES_TOKEN if frames else b"", epoch,
+    return b"replicate %d %s%d %s%s\r\n" % (offset, _FRAMES_TOKEN * (frames + paced), epoch,
                                              format_history(history).encode(), tail)  # fmt: skip
 
 
 class Request:
     """A stream request: the standby's log end, its epoch and that epoch's history, its name,
-    and whether it takes frames messages."""
+    whether it takes frames messages, and whether it paces its acknowledgements when told."""
 
-    __slots__ = ("offset", "epoch", "history", "name", "frames")
+    __slots__ = ("offset", "epoch", "history", "name", "frames", "paced")
 
     def __init__(self, offset: int, epoch: int, history: tuple[tuple[int, int], ...], name: str = "",
-                 frames: bool = False) -> None:  # fmt: skip
+                 frames: bool = False, paced: bool = False) -> None:  # fmt: skip
         self.offset = offset
         self.epoch = epoch
         self.history = history
         self.name = name
         self.frames = frames
+        self.paced = paced
 
     def __repr__(self) -> str:
         return (f"Request({self.offset}, {self.epoch}, {self.history!r}{f', {self.name!r}' if self.name else ''}"
-                f"{', frames=True' if self.frames else ''})")
+                f"{', frames=True' if self.frames else ''}{', paced=True' if self.paced else ''})")
 
 
 def parse_request(line: bytes) -> Request | None:
     """The stream request in ``line``, None for a snapshot request; WireError else (a
     request without a history, from an earlier build, has none; one without the frames token,
-    from a build before frames messages, gets records messages alone).
+    from a build before frames messages, gets records messages alone; one with a single
+    leading zero, from a build before paced acknowledgements, is told no delay).
 
     >>> parse_request(b"replicate 12 3 1:4,3:9\\r\\n"), parse_request(b"replicate-snapshot\\r\\n")
     (Request(12, 3, ((1, 4), (3, 9))), None)
     >>> parse_request(b"replicate 12 03 1:4,3:9 node-b\\r\\n"), parse_request(b"replicate 0 00 -\\r\\n")
     (Request(12, 3, ((1, 4), (3, 9)), 'node-b', frames=True), Request(0, 0, (), frames=True))
+    >>> parse_request(b"replicate 0 000 -\\r\\n"), parse_request(b"replicate 7 0012 -\\r\\n")
+    (Request(0, 0, (), frames=True, paced=True), Request(7, 12, (), frames=True, paced=True))
     """
     if line == REPLICATE_SNAPSHOT:
         return None
@@ -172,7 +190,8 @@ def parse_request(line: bytes) -> Request | None:
     if name and (len(name) > 64 or not all(ch.isalnum() or ch in "-_." for ch in name)):
         raise WireError(f"bad standby name in {line[:80]!r}")
     epoch = parts[2]
-    return Request(int(parts[1]), int(epoch), history, name, len(epoch) > 1 and epoch.startswith(_FRAMES_TOKEN))
+    tokens = len(epoch) - max(1, len(epoch.lstrip(_FRAMES_TOKEN)))  # leading zeros beyond the epoch's own
+    return Request(int(parts[1]), int(epoch), history, name, tokens >= 1, tokens >= 2)
 
 
 def new_nonce() -> bytes:
@@ -245,8 +264,15 @@ def encode_snapshot(start_offset: int, size: int, epoch: int, history: Sequence[
     return f"SNAPSHOT {start_offset} {size} {epoch} {format_history(history)}\r\n".encode()
 
 
-def encode_streaming(epoch: int, next_offset: int, history: Sequence[tuple[int, int]]) -> bytes:
-    return f"STREAMING {epoch} {next_offset} {format_history(history)}\r\n".encode()
+def encode_streaming(epoch: int, next_offset: int, history: Sequence[tuple[int, int]],
+                     ack_delay_ms: int | None = None) -> bytes:  # fmt: skip
+    """``ack_delay_ms``: only for a request that is ``paced`` (None: the field is left out).
+
+    >>> encode_streaming(2, 40, [(2, 0)]), encode_streaming(2, 40, [(2, 0)], 10)
+    (b'STREAMING 2 40 2:0\\r\\n', b'STREAMING 2 40 2:0 10\\r\\n')
+    """
+    tail = "" if ack_delay_ms is None else f" {ack_delay_ms}"
+    return f"STREAMING {epoch} {next_offset} {format_history(history)}{tail}\r\n".encode()
 
 
 class Reply:
@@ -262,8 +288,8 @@ class Reply:
         return f"Reply({self.word!r}, {self.args!r})"
 
 
-_ARITY = {"STREAMING": 3, "SNAPSHOT": 4, "SNAPSHOT_NEEDED": 0, "DIVERGED": 1, "NOT_PRIMARY": 0,
-          "PERMISSION_DENIED": 0, "CHALLENGE": 1}  # fmt: skip
+_ARITY = {"STREAMING": (3, 4), "SNAPSHOT": (4,), "SNAPSHOT_NEEDED": (0,), "DIVERGED": (1,), "NOT_PRIMARY": (0,),
+          "PERMISSION_DENIED": (0,), "CHALLENGE": (1,)}  # fmt: skip
 
 
 def parse_reply(line: bytes) -> Reply:
@@ -274,9 +300,28 @@ def parse_reply(line: bytes) -> Reply:
     """
     parts = line.rstrip(b"\r\n").decode("ascii", "replace").split(" ")
     word, args = parts[0], tuple(parts[1:])
-    if _ARITY.get(word) != len(args):
+    if len(args) not in _ARITY.get(word, ()):
         raise WireError(f"unexpected reply from the primary: {line[:120]!r}")
     return Reply(word, args)
+
+
+def ack_delay(reply: Reply) -> float:
+    """The seconds a standby may hold an acknowledgement back, from its ``STREAMING`` reply (0:
+    none, also from a primary of a build before the field), at most ``HEARTBEAT``: the
+    heartbeat's answer goes out anyway, and a primary's report of the standby's lag is never
+    staler than that.
+
+    >>> ack_delay(parse_reply(b"STREAMING 2 40 2:0\\r\\n")), ack_delay(parse_reply(b"STREAMING 2 40 2:0 10\\r\\n"))
+    (0.0, 0.01)
+    >>> ack_delay(parse_reply(b"STREAMING 2 40 2:0 99999\\r\\n")) == HEARTBEAT
+    True
+    """
+    if len(reply.args) < 4:
+        return 0.0
+    ms = reply.args[3]
+    if not ms.isdigit() or len(ms) > 9:
+        raise WireError(f"bad acknowledgement delay {ms[:20]!r} in the primary's STREAMING reply")
+    return min(int(ms) / 1000, HEARTBEAT)
 
 
 def encode_records(first: int, payloads: Sequence[bytes | memoryview]) -> list[bytes | memoryview]:
@@ -376,17 +421,29 @@ def _load_crc32c() -> Callable[..., int]:
     return crc32c
 
 
+_data_payloads: Callable[..., list[bytes] | None] | None = None  # log.frame's, once a frames message came
+
+
+def _load_data_payloads() -> Callable[..., list[bytes] | None]:
+    """(an import per message, in the function, cost a standby ~4k instructions a message)"""
+    global _data_payloads
+    from stalkd.log.frame import data_payloads
+
+    _data_payloads = data_payloads
+    return data_payloads
+
+
 def _frame_payloads(body: memoryview) -> tuple[int, list[bytes]]:
     """A frames message's body -> (first offset, payloads), every frame checked as a reader of
     the primary's segment would (CRC-32C, magic, delta from the base, kind); WireError else."""
-    from stalkd.log.frame import FRAME_HEADER_SIZE, ScanState, data_payloads, scan_positions
-
     first, base = _FRAMES_HEAD.unpack_from(body, 0)
     if first < base:
         raise WireError(f"a frames message starts at offset {first}, before its segment's base {base}")
     size = len(body)
-    payloads = data_payloads(body, _FRAMES_HEAD.size, size, base, first, _MAX_EPOCH)
+    payloads = (_data_payloads or _load_data_payloads())(body, _FRAMES_HEAD.size, size, base, first, _MAX_EPOCH)
     if payloads is None:  # the scan names the frame, for the message
+        from stalkd.log.frame import FRAME_HEADER_SIZE, ScanState, scan_positions
+
         st = ScanState(_FRAMES_HEAD.size, first)
         scan_positions(body, base, _MAX_EPOCH, st, size, None, 0, size // FRAME_HEADER_SIZE + 1)
         raise WireError(f"a frame from the primary fails its checks (offset {st.offset}): damaged or out of place")
@@ -445,12 +502,21 @@ class RecordDecoder:
             end = start + size
             if len(buf) < end:
                 break
-            with memoryview(buf) as whole, whole[start:end] as body:
+            # (a view released by hand, not two ``with`` blocks: once per message, and compiled
+            # their __enter__/__exit__ lookups cost more than the CRC of a small message)
+            body = memoryview(buf)[start:end]
+            try:
                 (first,) = _FIRST.unpack_from(body, 0)
-                if (_crc32c(body) if kind == _KIND_FRAMES else zlib.crc32(body)) != crc:
+                if kind == _KIND_FRAMES:
+                    good = (_crc32c_of_log or _load_crc32c())(body) == crc
+                else:
+                    good = zlib.crc32(body) == crc
+                if not good:
                     raise WireError(f"a message from the primary fails its CRC (offset {first}): damaged in transit")
                 if kind == _KIND_FRAMES:
                     out.append(_frame_payloads(body))
+            finally:
+                body.release()
             pos = end
             if kind == _KIND_FRAMES:
                 continue
@@ -473,12 +539,6 @@ class RecordDecoder:
         if pos:
             del buf[:pos]
         return out
-
-
-def _crc32c(data: memoryview) -> int:
-    from stalkd.log.crc import crc32c
-
-    return crc32c(data)
 
 
 @cython.cfunc
