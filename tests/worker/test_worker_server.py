@@ -270,6 +270,39 @@ def test_every_mode_runs_every_job_once(server: Any, probe: Probe, mode: str,
     assert (probe.tube("m") or {}).get("current-jobs-buried", 0) == 0
 
 
+def test_a_stop_that_comes_while_the_children_are_forked_reaches_every_child(server: Any) -> None:
+    from stalkd.worker import make_worker
+
+    app = App(server.address, middleware=[Retries()])
+
+    @app.task(tube="sf")
+    def idle(p: int) -> None:
+        pass
+
+    # grace 60: a child the stop passed by would run until the kill, 65 s after the stop
+    worker = make_worker(app, mode="processes", concurrency=2, reserve_timeout=1, grace=60)
+    armed = [worker]
+
+    def stop_at_the_first_fork() -> None:
+        # in the parent, just after the fork and before the worker has recorded its child
+        if armed:
+            armed.pop().stop(now=True)
+
+    os.register_at_fork(after_in_parent=stop_at_the_first_fork)  # inert once it has fired
+    t = threading.Thread(target=worker.run, daemon=True)
+    try:
+        # Given a stop (release now) that comes as the first child is being forked
+        t.start()
+        # Then that child is told too, no other child is forked, and the worker stops
+        wait_for(lambda: not t.is_alive(), what="the worker stopped")
+        assert len(worker.children) == 1
+    finally:
+        for p in worker.children:
+            if p.is_alive():
+                p.kill()
+        t.join(timeout=20)
+
+
 @pytest.mark.parametrize("mode", ["threads", "asyncio"])
 def test_a_drain_stop_hands_back_the_jobs_reserved_with_the_last_acknowledgements(
         server: Any, probe: Probe, mode: str) -> None:
