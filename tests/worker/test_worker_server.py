@@ -6,9 +6,10 @@ are stopped with ``worker.stop()``; the server is observed with greenstalk."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import greenstalk
@@ -269,6 +270,39 @@ def test_every_mode_runs_every_job_once(server: Any, probe: Probe, mode: str,
     assert (probe.tube("m") or {}).get("current-jobs-buried", 0) == 0
 
 
+def test_a_stop_that_comes_while_the_children_are_forked_reaches_every_child(server: Any) -> None:
+    from stalkd.worker import make_worker
+
+    app = App(server.address, middleware=[Retries()])
+
+    @app.task(tube="sf")
+    def idle(p: int) -> None:
+        pass
+
+    # grace 60: a child the stop passed by would run until the kill, 65 s after the stop
+    worker = make_worker(app, mode="processes", concurrency=2, reserve_timeout=1, grace=60)
+    armed = [worker]
+
+    def stop_at_the_first_fork() -> None:
+        # in the parent, just after the fork and before the worker has recorded its child
+        if armed:
+            armed.pop().stop(now=True)
+
+    os.register_at_fork(after_in_parent=stop_at_the_first_fork)  # inert once it has fired
+    t = threading.Thread(target=worker.run, daemon=True)
+    try:
+        # Given a stop (release now) that comes as the first child is being forked
+        t.start()
+        # Then that child is told too, no other child is forked, and the worker stops
+        wait_for(lambda: not t.is_alive(), what="the worker stopped")
+        assert len(worker.children) == 1
+    finally:
+        for p in worker.children:
+            if p.is_alive():
+                p.kill()
+        t.join(timeout=20)
+
+
 @pytest.mark.parametrize("mode", ["threads", "asyncio"])
 def test_a_drain_stop_hands_back_the_jobs_reserved_with_the_last_acknowledgements(
         server: Any, probe: Probe, mode: str) -> None:
@@ -506,18 +540,84 @@ def test_metrics_add_up_across_worker_processes(server: Any, probe: Probe) -> No
         work.put(i)
     try:
         # Given jobs run by two forked children, then the parent's registry sees all of them
+        # (a dead letter is counted once the server has it, after its job's outcome: a child's
+        # flush may come between the two)
         with running(app, mode="processes", concurrency=2):
             wait_for(lambda: value("stalkd_worker_jobs_total", task="work", outcome="done") == 24
-                     and value("stalkd_worker_jobs_total", task="work", outcome="failed") == 6,
+                     and value("stalkd_worker_jobs_total", task="work", outcome="failed") == 6
+                     and value("stalkd_worker_dead_letters_total", task="work") == 6,
                      what="all outcomes counted in the parent")
             assert value("stalkd_worker_job_duration_seconds_count", task="work") == n
-            assert value("stalkd_worker_dead_letters_total", task="work") == 6
         # and once the children have exited, the counts stay and the gauge is gone
         assert value("stalkd_worker_jobs_total", task="work", outcome="done") == 24
         assert registry.get_sample_value("stalkd_worker_jobs_in_progress", {"task": "work"}) is None
     finally:
         metrics.close()
     assert metrics.shared_dir is None
+
+
+class _LocksHeldAtFork(Middleware):
+    """Holds ``locks`` in the parent from just before it forks its children until they are
+    forked: what another thread of the parent does for a moment when a fork catches it inside
+    them (a /metrics scrape, a schedule's put), made certain."""
+
+    def __init__(self, locks: Callable[[], list[Any]]) -> None:
+        self.locks = locks
+        self.held: list[Any] = []
+        self.parent = os.getpid()
+
+    def before_fork(self, worker: Any) -> None:
+        self.held = self.locks()
+        for lock in self.held:
+            lock.acquire()
+
+    def on_worker_start(self, worker: Any) -> None:
+        if os.getpid() == self.parent:  # a child's copies stay as the fork left them: held
+            for lock in self.held:
+                lock.release()
+
+
+def test_locks_the_parent_held_when_it_forked_do_not_wedge_the_children(
+        server: Any, probe: Probe) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from stalkd.worker.middleware import Metrics
+
+    registry = CollectorRegistry()
+    metrics = Metrics(registry=registry, flush_interval=0.05)
+    # the locks a scrape of the registry takes (prometheus_client offers no public handle on
+    # them), and the app's, taken by every put
+    families = [metrics.jobs, metrics.duration, metrics.in_progress, metrics.retries, metrics.dead]
+    held = _LocksHeldAtFork(lambda: [metrics.local._lock, *(f._lock for f in families),
+                                     app._lock])
+    app = App(server.address, middleware=[Retries(), metrics, held])
+
+    @app.task(tube="lk", max_attempts=1)
+    def work(p: int) -> None:
+        echo.put(p)  # a put from the child: takes the app's lock
+
+    @app.task(tube="lk-echo")
+    def echo(p: int) -> None:
+        pass
+
+    def value(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    n = 10
+    for i in range(n):
+        work.put(i)
+    # the parent's own counts are its own: a child counts from zero
+    metrics.jobs.labels(task="work", outcome="done").inc()
+    try:
+        # Given children forked while the parent held the locks of its metrics and of its app
+        with running(app, tubes=["lk"], mode="processes", concurrency=2):
+            # Then the children run every job, count each once in the parent, and stop
+            wait_for(lambda: probe.count("lk-echo", "ready") == n, what="every job's put")
+            wait_for(lambda: value("stalkd_worker_jobs_total", task="work", outcome="done") == n + 1,
+                     what="every job counted in the parent")
+        assert value("stalkd_worker_jobs_total", task="work", outcome="done") == n + 1
+    finally:
+        metrics.close()
 
 
 def test_a_dead_letter_whose_job_was_deleted_or_kicked_by_hand_is_not_listed(

@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
@@ -50,6 +52,21 @@ class _Register(Protocol):
     def __call__(self, fn: Callable[A, Any], /) -> CallTask[A]: ...
 
 
+# Each app's lock is new in a forked child (``--mode processes``): another thread of the parent
+# (the schedules' thread putting a job, a web request) may have held it at the fork, and the
+# child's copy of a lock held then stays held for ever (its first put would wait on it). What the
+# lock guards is made once and set in one step, so a child never finds it half made.
+_apps: weakref.WeakSet[App] = weakref.WeakSet()
+
+
+def _renew_locks() -> None:
+    for app in list(_apps):
+        app._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_renew_locks)
+
+
 class App:
     """Tasks, middleware and the server address: what ``stalkd worker module:app`` runs."""
 
@@ -75,6 +92,7 @@ class App:
         self._override: Producer | None = None
         self._results_override: ResultBackend | None = None
         self._lock = threading.Lock()
+        _apps.add(self)
         self.schedules: dict[str, Schedule] = {}
 
     @overload

@@ -7,7 +7,8 @@ exited after a stop. Children that outlive the grace period are killed; the serv
 releases their jobs as their connections close.
 
 Ensures: until ``stop()``, ``concurrency`` children are running or being replaced (at most one
-replacement per slot per ``respawn_delay`` seconds, so a crash loop cannot spin).
+replacement per slot per ``respawn_delay`` seconds, so a crash loop cannot spin); a stop reaches
+every child, one being forked as it comes included, and no child is forked after it.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class ProcessWorker(WorkerBase):
         self.replaced = 0
         self.children: list[BaseProcess] = []
         self._live: set[int] = set()
+        self._told: dict[tuple[int, int], object] = {}  # (pid, signal) sent, each sent once
 
     def stop(self, now: bool = False) -> None:
         # Forward at once (this runs in the signal handler): a child polling its queue could
@@ -90,8 +92,12 @@ class ProcessWorker(WorkerBase):
     def run(self) -> int:
         ctx = multiprocessing.get_context("fork")
         _each_hook(self.app, "before_fork", self)
-        self.children = [self._spawn(ctx, i) for i in range(self.concurrency)]
-        spawned_at = [time.monotonic()] * self.concurrency
+        self.children = []
+        for i in range(self.concurrency):
+            if self.stopping.is_set():  # stopped before all were forked: fork no more
+                break
+            self.children.append(self._spawn(ctx, i))
+        spawned_at = [time.monotonic()] * len(self.children)
         for m in self.app.middleware:
             m.on_worker_start(self)
         try:
@@ -131,11 +137,21 @@ class ProcessWorker(WorkerBase):
         p.start()
         assert p.pid is not None
         self._live.add(p.pid)
+        if self.stopping.is_set():
+            # A stop that came while this child was being forked passed it by (it signals the
+            # pids recorded then): tell it now, or it runs until the grace period's kill.
+            self._signal_children(signal.SIGUSR1 if self.stop_now.is_set() else signal.SIGTERM)
         return p
 
     def _signal_children(self, sig: int) -> None:
         # Only pids the supervision loop has not reaped (no multiprocessing calls here: this
-        # runs inside a signal handler, possibly interrupting a join).
+        # runs inside a signal handler, possibly interrupting a join or this very function).
+        # Each pid gets each signal once (dict.setdefault claims it in one step): a second
+        # SIGTERM would turn a child's drain into a release now.
         for pid in list(self._live):
+            if sig != signal.SIGKILL:
+                claim = object()
+                if self._told.setdefault((pid, sig), claim) is not claim:
+                    continue
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)

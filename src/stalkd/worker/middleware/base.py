@@ -44,7 +44,9 @@ class Middleware:
 
     def after_fork(self) -> None:
         """``--mode processes``: this is a newly forked child, before its worker starts (its
-        own ``on_worker_start`` follows)."""
+        own ``on_worker_start`` follows). Make anew here any lock (or object holding one)
+        another thread of the parent may use: one held there at the fork stays held in the
+        child for ever; and only the forking thread carries on in the child."""
 
     def before_process(self, ctx: JobContext) -> None:
         """A job was reserved and decoded; its handler runs next."""

@@ -62,7 +62,21 @@ class Metrics(Middleware):
     def __init__(self, *, registry: CollectorRegistry | None = None, port: int | None = None,
                  addr: str = "127.0.0.1", flush_interval: float = 0.25) -> None:
         self.registry = registry or CollectorRegistry()
-        # This process's own counts; ``registry`` serves them merged with the children's.
+        self.flush_interval = flush_interval
+        self.shared_dir: str | None = None  # where children write their totals (parent-made)
+        self._owner = os.getpid()
+        self._dump_path: str | None = None  # set in a child
+        self._new_local()
+        self.registry.register(_Merged(self))
+        self._http: Any = None
+        if port is not None:
+            self._http, _ = start_http_server(port, addr=addr, registry=self.registry)
+            # With port=0 the kernel chose: say which, or nobody can scrape it.
+            log.info("metrics: serving /metrics on http://%s:%d", addr, self.port)
+
+    def _new_local(self) -> None:
+        """This process's own counts (``registry`` serves them merged with the children's),
+        and what its flusher shares with the threads that count."""
         self.local = CollectorRegistry()
         self.jobs = Counter("stalkd_worker_jobs", "Finished deliveries by outcome",
                             ["task", "outcome"], registry=self.local)
@@ -74,19 +88,9 @@ class Metrics(Middleware):
                                ["task"], registry=self.local)
         self.dead = Counter("stalkd_worker_dead_letters", "Jobs buried after their last attempt",
                             ["task"], registry=self.local)
-        self.flush_interval = flush_interval
-        self.shared_dir: str | None = None  # where children write their totals (parent-made)
-        self._owner = os.getpid()
-        self._dump_path: str | None = None  # set in a child
         self._dirty = threading.Event()
         self._stop_flusher = threading.Event()
         self._dump_lock = threading.Lock()
-        self.registry.register(_Merged(self))
-        self._http: Any = None
-        if port is not None:
-            self._http, _ = start_http_server(port, addr=addr, registry=self.registry)
-            # With port=0 the kernel chose: say which, or nobody can scrape it.
-            log.info("metrics: serving /metrics on http://%s:%d", addr, self.port)
 
     @property
     def port(self) -> int | None:
@@ -115,6 +119,13 @@ class Metrics(Middleware):
     def after_fork(self) -> None:
         if self.shared_dir is None:
             return
+        # Count in new objects, none of them made by the parent: a scrape on another thread of
+        # the parent (its /metrics server, a test polling the registry) may have held one of
+        # their locks at the fork, and the child's copy of a lock held then stays held for ever
+        # (its flusher, then its last dump, then its exit waited on it: a child that never
+        # reports nor stops). New counts also start at zero, as the sum the parent serves
+        # expects: the parent reports its own.
+        self._new_local()
         # pid plus start time: a recycled pid must not overwrite a dead child's totals.
         self._dump_path = os.path.join(self.shared_dir, f"{os.getpid()}-{time.monotonic_ns()}.json")
         threading.Thread(target=self._flusher, name="stalkd-metrics-flush", daemon=True).start()
