@@ -431,45 +431,12 @@ class Log:
         caller reads frame by frame). Unchecked: whoever consumes the bytes checks the frames'
         CRCs. The view is of this log's mapping: drop it before retention may run (the same
         turn of the caller)."""
-        # compiled, C reads and a C call (a standby's stream asks this per message)
-        w = cython.declare(SegmentWriter, self._writer)
-        views = cython.declare(SegmentViews, self._views)
-        here = cython.declare(ReadPos, at)
-        act = w.active
-        if act is None:
+        span = FrameSpan()  # the steps are frames_span's, written once
+        if not frames_span(self._writer, self._views, at, max_bytes, span):
             return None
-        base, pos, offset = here.base, here.pos, here.offset
-        while True:
-            if base == act.base:
-                path, last, stop = act.path, w.next, act.pos
-                break
-            seg = next((s for s in w.bounds if s[0] == base), None)
-            if seg is None and any(s[0] == offset for s in w.bounds):
-                base, pos = offset, HEADER_SIZE  # ``at`` ended a segment retention removed since
-                continue
-            if seg is None or seg[1] is None:
-                return None
-            path = seg[2]
-            view = views.get(base, path, False)
-            footer = view.footer if view.footer is not None else view.read_footer()
-            if footer is None:
-                return None
-            last, stop = footer
-            if offset < last:
-                break
-            base, pos = last, HEADER_SIZE  # the next segment starts where this one ended
-        if not HEADER_SIZE <= pos <= stop or offset > last:
-            return None
-        mv = views.get(base, path, False).mv
-        if stop - pos <= max_bytes:
-            return base, pos, mv[pos:stop], last
-        end, limit = pos, pos + max_bytes
-        while end < stop and offset < last:
-            nxt = (end + FRAME_HEADER_SIZE + _U32.unpack_from(mv, end + LENGTH_AT)[0] + 7) & ~7
-            if (nxt > limit and end > pos) or nxt > stop or mv[end + FLAGS_AT] & KIND_MASK != KIND_DATA:
-                break
-            end, offset = nxt, offset + 1
-        return base, pos, mv[pos:end], offset
+        mv = span.mv
+        assert mv is not None
+        return span.base, span.start, mv[span.start : span.end], span.stop
 
     def segment_bounds(self) -> list[tuple[int, int | None, str]]:
         """(base, end or None for the active one, path) of the live segments, oldest first."""
