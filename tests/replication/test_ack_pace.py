@@ -24,21 +24,13 @@ from stalkd.replication.receiver import Receiver
 from stalkd.replication.role import Role
 from stalkd.replication.sender import Replicas
 
+from .streams import Listener, until
+
 MESSAGES = 30
 
 
 def put(jid: int) -> bytes:
     return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, 0, b"job %d" % jid))
-
-
-async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """(tests/support.py's wait_until, on the loop: the standby and the primary run on it)"""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 class ScriptedPrimary(asyncio.Protocol):
@@ -176,19 +168,6 @@ def test_a_standby_told_no_delay_acknowledges_every_durable_end(
     run_against(tmp_path, tail, script)
 
 
-class Listener(asyncio.Protocol):
-    """What the server's listeners do with a connection whose first bytes ask for the log."""
-
-    def __init__(self, replicas: Replicas) -> None:
-        self.replicas = replicas
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.replicas.take_over(self.transport, data, granted=True)
-
-
 @pytest.mark.parametrize("sync_standbys", [0, 1], ids=["async", "sync"])
 def test_the_primary_tells_the_delay_and_sees_the_standby_reach_its_end(tmp_path: Path, sync_standbys: int) -> None:
     """Without --sync-standbys the primary lets acknowledgements wait ``ASYNC_ACK_DELAY_MS``
@@ -219,7 +198,7 @@ def test_the_primary_tells_the_delay_and_sees_the_standby_reach_its_end(tmp_path
             raise AssertionError(f"no resync expected: {why}")
 
         async def main() -> None:
-            server = await asyncio.get_running_loop().create_server(lambda: Listener(replicas), "127.0.0.1", 0)
+            server = await asyncio.get_running_loop().create_server(lambda: Listener(replicas, granted=True), "127.0.0.1", 0)
             port = server.sockets[0].getsockname()[1]
             replicas.start()
             rc = Receiver(parse_address(f"127.0.0.1:{port}"), swal, sengine, srole, applied=lambda: None,

@@ -7,7 +7,6 @@ Replicas/Sender and Receiver, over loopback, the request authenticated by the se
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,36 +21,14 @@ from stalkd.replication.receiver import Receiver
 from stalkd.replication.role import Role
 from stalkd.replication.sender import Replicas, Sender
 
+from .streams import Listener, until
+
 SECRET = "negotiated-secret-1234"
 SEGMENT = 64 * 1024  # small segments: the stream crosses sealed ones as well as the active one
 
 
 def put(jid: int) -> bytes:
     return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, 0, b"job %d " % jid + b"x" * (jid % 300)))
-
-
-class Listener(asyncio.Protocol):
-    """What the server's listeners do with a connection whose first bytes ask for the log."""
-
-    def __init__(self, replicas: Replicas) -> None:
-        self.replicas = replicas
-        self.transport: asyncio.BaseTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.replicas.take_over(self.transport, data, granted=False)
-
-
-async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def payloads(lg: Log) -> list[tuple[int, bytes]]:

@@ -1,0 +1,37 @@
+"""What the stream tests share: a listener that hands a replication request to the real
+``Replicas``, as the server's listeners do, and waiting for a condition on the loop the standby
+and the primary both run on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from stalkd.replication.sender import Replicas
+
+
+class Listener(asyncio.Protocol):
+    """What the server's listeners do with a connection whose first bytes ask for the log
+    (``granted``: its ACL lets the identity replicate without the secret)."""
+
+    def __init__(self, replicas: Replicas, granted: bool = False) -> None:
+        self.replicas = replicas
+        self.granted = granted
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.replicas.take_over(self.transport, data, granted=self.granted)
+
+
+async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """(tests/support.py's wait_until, on the loop: the standby and the primary run on it)"""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
