@@ -30,6 +30,13 @@ work against them while the second process costs the shared cores almost nothing
 the standby's fsync on the same disk (the stand-in row) against that plus the real standby's
 CPU per record (the ``after`` row).
 
+``--floor`` adds the same three setups for the floor server (``floor_server.py --group``: a loop
+iteration's puts in one pwrite and one fdatasync, each batch streamed to a floor standby before
+that fdatasync; the standby appends, fdatasyncs and acknowledges each read; ``floor-sync``'s
+replies wait for that acknowledgement). The floor does nothing but that, so its ``floor`` row is
+the ratio the least a Python primary and standby reach on this machine: the targets above judged
+as stalkd/floor, as the depth-1 cells of ``server_bench.py`` are.
+
 ``--counts`` (needs ``perf``) also counts, per acknowledged job, what the primary and the
 standby asked of the kernel over each cell (``perf stat`` attached to each process: its system
 calls, context switches, futex calls, fdatasyncs and, for the standby, appends, its
@@ -88,6 +95,7 @@ SETUPS: tuple[str, ...] = ("alone", "async", "sync")
 PEER_SETUPS = ("base-alone", "base-async", "base-sync")
 RECORDS_SETUPS = ("rec-async", "rec-sync")  # our primary, the peer's standby (--records-standby)
 STAND_IN_SETUPS = ("stand-in-async", "stand-in-sync")
+FLOOR_SETUPS = ("floor-alone", "floor-async", "floor-sync")  # --floor: floor_server.py --group
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
 LAG_EVERY = 0.2  # seconds between readings of the async pair's standby lag
@@ -151,8 +159,11 @@ class Pair:
             with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
                 f.write(os.urandom(24).hex())
             secret = ["--replication-secret", path]
-        self.primary = self._start(self.dirs[0], [*flags, *secret])
         self.standby: Server | None = None
+        if setup.startswith("floor"):
+            self._floor_pair()
+            return
+        self.primary = self._start(self.dirs[0], [*flags, *secret])
         if setup.startswith("stand-in"):
             self.standby = self._stand_in(secret[1], setup.endswith("-sync"))
             self.wait_following()
@@ -171,6 +182,21 @@ class Pair:
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         port = wait_for_listener(proc, 30, "stalkd")
         return Server("stalkd", proc, port, None, "always")
+
+    def _floor_pair(self) -> None:
+        """``floor_server.py --group``: the floor committing in groups, and unless ``floor-alone``
+        a floor standby it streams each batch to (``floor-sync``: replies wait for its disk)."""
+        floor = [sys.executable, os.path.join(HERE, "floor_server.py")]
+        link: list[str] = []
+        if self.setup != "floor-alone":
+            self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-floor-s-", dir="/var/tmp"))
+            proc = subprocess.Popen([*floor, "--standby-dir", self.dirs[-1]], stdout=subprocess.DEVNULL)
+            self.standby = Server("floor standby", proc, wait_for_listener(proc, 60, "floor standby"), None, "always")
+            link = ["--standby-port", str(self.standby.port)]
+            if self.setup == "floor-sync":
+                link.append("--wait-standby")
+        proc = subprocess.Popen([*floor, "--sync-dir", self.dirs[0], "--group", *link], stdout=subprocess.DEVNULL)
+        self.primary = Server("floor", proc, wait_for_listener(proc, 60, "floor"), None, "always")
 
     def _stand_in(self, secret: str, fsync: bool) -> Server:
         """``standby_standin.py`` following the primary (fsyncing a file in its own directory)."""
@@ -329,6 +355,9 @@ def main() -> int:
                     help="the cells to run (default put:1,put:64,rd:1,rd:64)")
     ap.add_argument("--stand-in", action="store_true",
                     help="also run the primary with a stand-in standby (streams and checks, keeps nothing)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run the floor server (floor_server.py --group) alone, with an async and with a "
+                    "sync floor standby: the ratios the least a Python primary reaches on this machine")
     ap.add_argument("--no-promote", action="store_true", help="skip the promotion timing at the end")
     ap.add_argument("--counts", action="store_true",
                     help="also count, per job, each process's system calls, context switches, futex calls, "
@@ -360,6 +389,9 @@ def main() -> int:
     if opts.stand_in:
         SETUPS = (*SETUPS, *STAND_IN_SETUPS)
         sides.append(("stand-in ", ("alone", *STAND_IN_SETUPS)))
+    if opts.floor:
+        SETUPS = (*SETUPS, *FLOOR_SETUPS)
+        sides.append(("floor ", FLOOR_SETUPS))
     print(f"# standby_bench: {CONNS} connections, {sb.SECONDS:.1f} s per cell, {sb.ROUNDS} rounds, "
           f"{sb.GEN_PROCS} generator processes, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     if BASELINE:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from support import listening_ports, require_binary
+from support import listening_ports, require_binary, wait_for_listener
 
 sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))  # after the rest: no shadowing
 import server_bench as sb  # noqa: E402  (bench/server_bench.py)
@@ -88,6 +89,35 @@ def test_the_floor_reserves_and_deletes_the_jobs_it_was_given(klass: str) -> Non
                 b"NOT_FOUND\r\nNOT_FOUND\r\nDELETED\r\n")
     finally:
         srv.stop()
+
+
+def test_the_group_floor_answers_a_put_once_its_sync_standby_has_it_on_disk(tmp_path: Path) -> None:
+    """standby_bench.py --floor's sync pair: a reply waits for the standby's acknowledgement,
+    which comes after its fdatasync, so once INSERTED is read the standby's file holds the put."""
+    primary_dir, standby_dir = tmp_path / "p", tmp_path / "s"
+    primary_dir.mkdir()
+    standby_dir.mkdir()
+    # (--unwritten: the floor's files only posix_fallocate'd, not zero-filled: 64 MiB each)
+    standby = subprocess.Popen([*sb.FLOOR, "--standby-dir", str(standby_dir), "--unwritten"])
+    primary = None
+    try:
+        sport = wait_for_listener(standby, 60, "floor standby")
+        primary = subprocess.Popen([*sb.FLOOR, "--sync-dir", str(primary_dir), "--unwritten", "--group",
+                                    "--standby-port", str(sport), "--wait-standby"])  # fmt: skip
+        port = wait_for_listener(primary, 60, "floor")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as a, \
+                socket.create_connection(("127.0.0.1", port), timeout=10) as b:
+            assert _exchange(a, b"put 0 0 60 3\r\none\r\nput 0 0 60 3\r\ntwo\r\n", 2) == (
+                b"INSERTED 1\r\nINSERTED 2\r\n")
+            assert (standby_dir / "log").read_bytes().startswith(b"put 0 0 60 3\r\none\r\nput 0 0 60 3\r\ntwo\r\n")
+            assert _exchange(b, b"use t\r\nput 0 0 60 5\r\nthree\r\n", 2) == b"USING t\r\nINSERTED 3\r\n"
+            assert b"put 0 0 60 5\r\nthree\r\n" in (standby_dir / "log").read_bytes()[:200]
+        assert (primary_dir / "log").read_bytes()[:200] == (standby_dir / "log").read_bytes()[:200]
+    finally:
+        for proc in (primary, standby):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
 
 
 def test_a_server_that_exits_before_answering_is_reported() -> None:
