@@ -10,6 +10,8 @@
 # OpLayout: a registry row is read for every record written, by this module's encode and by the
 # WAL's room (space.py, persist/wal.py), which cimport it.
 
+from libc.string cimport memcmp
+
 cdef class Record:
     cdef readonly object op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body
     cdef readonly object state, created_us, reserves, timeouts, releases, buries, kicks, epoch
@@ -35,5 +37,9 @@ cdef Record _put_record(seq, time_us, job_id, tube, pri, delay, ttr, deadline_us
 # The engine's records, one per durable change (state.pxd cimports it).
 cpdef Record new_record(op, seq, time_us, job_id, tube=*, pri=*, delay=*, ttr=*, deadline_us=*, body=*,
                         created_us=*)
+cdef dict _TUBE_NAMES  # (a C-level dict: its look-up per record is no attribute and bound method)
+cdef Py_ssize_t _TUBE_NAMES_KEPT
+cdef bytes _LAST_TUBE
+cdef str _LAST_NAME
 cdef str _text(buf, Py_ssize_t pos, Py_ssize_t n)
 cdef bytes _blob(buf, Py_ssize_t pos)

@@ -128,12 +128,17 @@ class JobState(enum.IntEnum):
 
 
 @dataclass(frozen=True)
+@cython.no_gc  # (see the docstring's last sentence)
+@cython.cclass
 class Record:
     """One durable change. Fields an op does not use keep their defaults.
 
     Compiled, an extension type (its fields in model.pxd; Cython makes the dataclass's methods):
     the engine builds one per durable change. Cython takes no ``slots=``, so uncompiled it is a
-    plain frozen dataclass.
+    plain frozen dataclass. Its fields are numbers, enum members, str and bytes, so it can be in
+    no reference cycle; compiled, the cycle collector does not track it (a standby holds a
+    message's records, hundreds when pipelined, while it checks and applies them, and each young
+    collection meanwhile walked every one).
     """
 
     op: Op
@@ -279,6 +284,7 @@ _C_PUT = int(Op.PUT)
 _PUT_OP, _READY = Op.PUT, JobState.READY
 _PUT_ROW = cython.declare(OpLayout, LAYOUTS[Op.PUT])
 _pack_put = _PUT_ROW.whole.pack
+_unpack_put = _PUT_ROW.whole.unpack_from  # (bound once: no method look-up by name per record)
 # encode and _decode_put take a PUT's fields in this order (a changed PUT_FIELDS must change
 # them too):
 assert _PUT_ROW.names == ("pri", "delay", "ttr", "deadline_us") and _PUT_ROW.tube and _PUT_ROW.body
@@ -365,7 +371,7 @@ def _decode_v1(buf: bytes | memoryview) -> Record:
 def _decode_put(buf: bytes | memoryview) -> Record:
     """A PUT, the commonest record (a standby decodes every job's), built from its fields in
     order: what the generic path gives, without its dict of fields per record."""
-    _, _, seq, time_us, job_id, pri, delay, ttr, deadline_us, tlen = _PUT_ROW.whole.unpack_from(buf, 0)
+    _, _, seq, time_us, job_id, pri, delay, ttr, deadline_us, tlen = _unpack_put(buf, 0)
     pos = _PUT_ROW.fixed_size
     tube = _text(buf, pos, tlen)
     return _put_record(seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, _blob(buf, pos + tlen))
@@ -399,16 +405,30 @@ def new_record(op: Op, seq: int, time_us: int, job_id: int, tube: str = "", pri:
 
 _TUBE_NAMES: dict[bytes, str] = {}  # a name's bytes -> the str decoded before (see _text)
 _TUBE_NAMES_KEPT = 4096
+_LAST_TUBE = b""  # the bytes and str of the name _text gave last (compiled)
+_LAST_NAME = ""
+
+if not cython.compiled:  # compiled, model.pxd takes it from C
+
+    def memcmp(a: object, b: object, n: int) -> int:
+        raise NotImplementedError("compiled only")
 
 
 def _text(buf: bytes | memoryview, pos: int, n: int) -> str:
     """A tube name: the one str made for these bytes before, while at most ``_TUBE_NAMES_KEPT``
     are kept (a standby decodes every record's; the same str, its hash already computed, is
     also what the engine's tube lookup hashes)."""
+    global _LAST_TUBE, _LAST_NAME
     if pos + n > len(buf):
         raise RecordFormatError("tube name runs past the end of the record")
-    if cython.compiled and type(buf) is bytes:  # (a C copy of the bytes: no slice object)
-        raw = cython.cast(bytes, buf)[pos : pos + n]
+    if cython.compiled and type(buf) is bytes:
+        # The last name's bytes compared in C first: a message's records come a connection's
+        # commands at a time, mostly in one tube, and a hit makes no slice and hashes nothing.
+        p = cython.declare(cython.p_uchar, cython.cast(cython.p_uchar, cython.cast(cython.p_char,
+                                                                                   cython.cast(bytes, buf))))
+        if n == len(_LAST_TUBE) and memcmp(cython.address(p[pos]), cython.cast(cython.p_char, _LAST_TUBE), n) == 0:
+            return _LAST_NAME
+        raw = cython.cast(bytes, buf)[pos : pos + n]  # (a C copy of the bytes)
     else:
         raw = bytes(buf[pos : pos + n])
     name = _TUBE_NAMES.get(raw)
@@ -416,6 +436,7 @@ def _text(buf: bytes | memoryview, pos: int, n: int) -> str:
         name = raw.decode("ascii")
         if len(_TUBE_NAMES) < _TUBE_NAMES_KEPT:
             _TUBE_NAMES[raw] = name
+    _LAST_TUBE, _LAST_NAME = raw, name
     return name
 
 

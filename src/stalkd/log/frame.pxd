@@ -27,6 +27,8 @@ cdef bytearray _encode(payloads, first_delta, timestamp_us, epoch, int flags)
                epoch="long long", crc="unsigned int")
 cdef tuple _good_run(mv, Py_ssize_t pos, long long d, long long limit, long long skip, long long last_epoch,
                      long long epoch_limit, Py_ssize_t stop_pos, list positions)
+@cython.locals(p="unsigned char *", at=Py_ssize_t, start=Py_ssize_t)
+cdef list _slices(bytes raw, list positions)
 # CRC-32C by the CPU's crc32 instruction, or by slicing-by-8 tables (the encoder's short frames,
 # the scan's).
 @cython.locals(c="unsigned int", hi="unsigned int", t="unsigned int *", c64="unsigned long long",
