@@ -191,7 +191,7 @@ class WalBatches:
                 sp.written(spent_room)
         self.records_written += len(payloads)
         self.bytes_since_snapshot += total
-        self.last_seq = recs[-1].seq
+        self.last_seq = rec.seq  # (the last record's: recs is not empty)
 
     def sync(self) -> None:
         """``Wal.sync``: under ``always``, everything written is durable when it returns

@@ -341,9 +341,13 @@ class Barriers:
         self.durable = target
         # Drop the job barriers of batches now durable (they no longer hold anything back).
         queue, job_batch = self._job_batches, self._job_batch
-        while queue and queue[0][0] <= target:
-            b, jid = queue.popleft()
-            if job_batch.get(jid) == b:
+        while queue:
+            entry = cython.declare(tuple, queue[0])  # (batch, job id)
+            if cython.cast(cython.Py_ssize_t, entry[0]) > target:
+                break
+            queue.popleft()
+            jid = entry[1]
+            if job_batch.get(jid) == entry[0]:
                 del job_batch[jid]
         self.release_held()
 
