@@ -435,8 +435,9 @@ class GroupCommit:
 
     def _end(self) -> int:
         w = cython.declare(SegmentWriter, self._writer)
-        if w is not None:  # compiled: its C field
-            return int(w.next)
+        if w is not None:  # compiled: its C field, as an int (no call of ``int``: ~500 instructions)
+            end: int = w.next
+            return end
         pinner = self._pinner
         return self.durable if pinner is None else pinner.next
 
