@@ -1,6 +1,9 @@
 # The C types of model.py when Cython compiles it (an augmenting .pxd: model.py stays the one
 # source, and runs as it is uncompiled).
 #
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.string cimport memcmp, memcpy
+
 # Record: an extension type whose fields a compiled caller fills and reads at fixed offsets, so
 # building one is a C call rather than a frozen dataclass's __setattr__ per field. model.py holds
 # the dataclass and its field list; this declares the fields' types only. They stay Python
@@ -9,8 +12,6 @@
 #
 # OpLayout: a registry row is read for every record written, by this module's encode and by the
 # WAL's room (space.py, persist/wal.py), which cimport it.
-
-from libc.string cimport memcmp
 
 cdef class Record:
     cdef readonly object op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body
@@ -26,6 +27,8 @@ cdef class OpLayout:
     cpdef Py_ssize_t size(self, r) except -1
 
 cdef Py_ssize_t _U32_SIZE
+cdef Py_ssize_t _PUT_LEN
+cdef unsigned char _VERSION, _PUT_CODE
 
 cpdef bytes encode(r)
 

@@ -285,6 +285,10 @@ _PUT_OP, _READY = Op.PUT, JobState.READY
 _PUT_ROW = cython.declare(OpLayout, LAYOUTS[Op.PUT])
 _pack_put = _PUT_ROW.whole.pack
 _unpack_put = _PUT_ROW.whole.unpack_from  # (bound once: no method look-up by name per record)
+# _encode_put stores a PUT's fields at these offsets (a changed layout must change it too); C
+# constants compiled, so the encoder reads no module global
+assert _PUT_ROW.whole.format == "<BBQqQIIIqH" and PUT_FIXED == 52
+_PUT_LEN, _VERSION, _PUT_CODE = PUT_FIXED, FORMAT_VERSION, int(Op.PUT)
 # encode and _decode_put take a PUT's fields in this order (a changed PUT_FIELDS must change
 # them too):
 assert _PUT_ROW.names == ("pri", "delay", "ttr", "deadline_us") and _PUT_ROW.tube and _PUT_ROW.body
@@ -304,6 +308,12 @@ def encode(r: Record) -> bytes:
         name = cython.declare(str, p.tube)  # compiled: str's encoder called directly
         tube = name.encode("ascii")
         body = p.body
+        if cython.compiled and type(body) is bytes:
+            # compiled: the fields stored into the payload by C, not packed by a struct call
+            # and joined (callgrind, a put at depth 1 under ``never``: 3,300 -> 1,400 instructions)
+            out = _encode_put(p, tube, body)
+            if out is not None:
+                return out
         fixed = _pack_put(FORMAT_VERSION, p.op, p.seq, p.time_us, p.job_id, p.pri, p.delay, p.ttr, p.deadline_us,
                           len(tube))  # fmt: skip
         return b"".join((fixed, tube, _pack_u32(len(body)), body))
@@ -323,6 +333,73 @@ def encode(r: Record) -> bytes:
         return fixed  # type: ignore[no-any-return]
     body = r.body
     return b"".join((fixed, _pack_u32(len(body)), body))
+
+
+@cython.cfunc
+@cython.locals(p=Record, seq=cython.ulonglong, ts=cython.longlong, jid=cython.ulonglong, pri=cython.ulonglong,
+               delay=cython.ulonglong, ttr=cython.ulonglong, dl=cython.longlong, nt=cython.Py_ssize_t,
+               nb=cython.Py_ssize_t, at=cython.Py_ssize_t, b=cython.p_uchar)  # fmt: skip
+def _encode_put(r: Record, tube: bytes, body: bytes) -> bytes | None:
+    """``encode``'s PUT payload, each field stored little-endian by C (compiled only): the bytes
+    ``_pack_put`` and the join give, or None where a field is not one the format holds (the
+    struct path then refuses it, with its own error)."""
+    p = r
+    try:
+        seq = p.seq
+        ts = p.time_us
+        jid = p.job_id
+        pri = p.pri
+        delay = p.delay
+        ttr = p.ttr
+        dl = p.deadline_us
+    except (OverflowError, TypeError):
+        return None
+    nt = len(tube)
+    nb = len(body)
+    if pri > 0xFFFFFFFF or delay > 0xFFFFFFFF or ttr > 0xFFFFFFFF or nt > 0xFFFF or nb > 0xFFFFFFFF:
+        return None
+    # a new bytes object, so ours to fill (52 bytes or more: never one Python shares)
+    out = PyBytes_FromStringAndSize(cython.NULL, _PUT_LEN + nt + nb)
+    b = cython.cast(cython.p_uchar, cython.cast(cython.p_char, out))
+    _put_le(b, 0, _VERSION, 1)
+    _put_le(b, 1, _PUT_CODE, 1)
+    _put_le(b, 2, seq, 8)
+    _put_le(b, 10, cython.cast(cython.ulonglong, ts), 8)
+    _put_le(b, 18, jid, 8)
+    _put_le(b, 26, pri, 4)
+    _put_le(b, 30, delay, 4)
+    _put_le(b, 34, ttr, 4)
+    _put_le(b, 38, cython.cast(cython.ulonglong, dl), 8)
+    _put_le(b, 46, nt, 2)
+    at = 48
+    memcpy(cython.address(b[at]), cython.cast(cython.p_char, tube), nt)
+    at += nt
+    _put_le(b, at, nb, 4)
+    at += 4
+    memcpy(cython.address(b[at]), cython.cast(cython.p_char, body), nb)
+    return out
+
+
+@cython.cfunc
+@cython.inline
+@cython.locals(b=cython.p_uchar, at=cython.Py_ssize_t, v=cython.ulonglong, width=cython.Py_ssize_t,
+               k=cython.Py_ssize_t)  # fmt: skip
+def _put_le(b: bytes, at: int, v: int, width: int) -> None:
+    """``v``'s ``width`` low bytes, little-endian, at ``b[at]`` (``b`` a C pointer; compiled only)."""
+    for k in range(width):
+        b[at + k] = cython.cast(cython.uchar, v >> (8 * k))  # type: ignore[index]  # (a C pointer)
+
+
+if not cython.compiled:  # compiled, model.pxd takes these from C
+
+    def memcpy(to: object, source: object, n: int) -> None:
+        raise NotImplementedError("compiled only")
+
+    def memcmp(a: object, b: object, n: int) -> int:
+        raise NotImplementedError("compiled only")
+
+    def PyBytes_FromStringAndSize(s: object, n: int) -> bytes:  # noqa: N802 - the C API's name
+        raise NotImplementedError("compiled only")
 
 
 def decode(payload: bytes | memoryview) -> Record:
@@ -407,11 +484,6 @@ _TUBE_NAMES: dict[bytes, str] = {}  # a name's bytes -> the str decoded before (
 _TUBE_NAMES_KEPT = 4096
 _LAST_TUBE = b""  # the bytes and str of the name _text gave last (compiled)
 _LAST_NAME = ""
-
-if not cython.compiled:  # compiled, model.pxd takes it from C
-
-    def memcmp(a: object, b: object, n: int) -> int:
-        raise NotImplementedError("compiled only")
 
 
 def _text(buf: bytes | memoryview, pos: int, n: int) -> str:

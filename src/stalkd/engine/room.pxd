@@ -4,6 +4,7 @@
 
 cimport cython
 
+cimport stalkd.protocol.commands as C
 from stalkd.engine.jobtable cimport JobTable
 from stalkd.engine.objects cimport ConnState, Job
 

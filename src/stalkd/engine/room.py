@@ -13,7 +13,15 @@ applied without its record: beanstalkd never logs one).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from stalkd.engine.jobtable import JobTable
 from stalkd.engine.model import JobState, Record
@@ -108,9 +116,11 @@ def guarded(spec: CommandSpec, handler: Handler) -> Handler:
     if wal == "put":
 
         def put(s: Guarded, c: ConnState, cmd: C.Put) -> C.AnyReply | None:
+            p = cython.declare(C.Put, cmd)  # compiled: its C fields, not attribute look-ups
             room = s._room
-            if (cmd.error is None and len(cmd.body) <= s.max_job_size and not s.draining
-                    and room is not None and not room.put(len(cmd.body))):  # fmt: skip
+            n = len(p.body)
+            if (p.error is None and n <= s.max_job_size and not s.draining
+                    and room is not None and not room.put(n)):  # fmt: skip
                 return _OUT_OF_MEMORY
             return handler(s, c, cmd)
 

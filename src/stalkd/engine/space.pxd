@@ -3,9 +3,14 @@
 # batch (written, fits): typed attributes and C-level methods, called as C functions by the
 # modules that cimport it (persist/wal.py).
 
+# (the record type by the module: a cimported ``Record`` would hide the Python name doctests use)
+cimport stalkd.engine.model as model
 from stalkd.engine.model cimport OpLayout
 from stalkd.log.active cimport ActiveSegment
+from stalkd.log.frame cimport frame_size
 from stalkd.log.writer cimport SegmentWriter
+
+cdef Py_ssize_t _SHORT
 
 cpdef Py_ssize_t spent(OpLayout row, Py_ssize_t frame) except -1
 cpdef Py_ssize_t record_cost(r) except -1

@@ -32,6 +32,7 @@ else:
     except ModuleNotFoundError:  # uncompiled, and Cython is not installed
         from stalkd import cyshim as cython
 
+from stalkd.engine import model
 from stalkd.engine.model import LAYOUTS, PUT_FIXED, ROWS, SHORT_RECORD, Op, OpLayout, Record
 from stalkd.log.active import ActiveSegment, drop_spare, make_spare, spares
 from stalkd.log.errors import LogError
@@ -85,13 +86,17 @@ def put_frame(body_len: int, tube_len: int = MAX_TUBE) -> int:
 COSTLESS_OPS = frozenset(op for op, row in LAYOUTS.items() if not row.durable or row.ends) | {Op.UNKNOWN}
 
 
+_SHORT = SHORT_FRAME  # compiled: a C constant (space.pxd), not a module global read per record
+
+
 def spent(row: OpLayout, frame: int) -> int:
     """Bytes of promised room a durable record of ``row`` whose frame is ``frame`` bytes uses
     once written: its frame if its size depends on the record (a put, a result), else one
     short frame (what every record of fixed size is promised: the largest of them)."""
-    return frame if row.sized else SHORT_FRAME
+    return frame if row.sized else _SHORT
 
 
+@cython.locals(cost=cython.Py_ssize_t)  # compiled: C ints
 def record_cost(r: Record) -> int:
     """Bytes promised for a record, by its op's row (``model.LAYOUTS``): what it will spend
     (``spent``), plus a delete's room for a record that makes a live job (a put); nothing for
@@ -103,11 +108,12 @@ def record_cost(r: Record) -> int:
     >>> record_cost(Record(Op.RELEASE, 1, 0, 1)) == SHORT_FRAME, record_cost(Record(Op.DELETE, 1, 0, 1))
     (True, 0)
     """
-    row = cython.declare(OpLayout, ROWS[r.op])  # compiled: its row's C attributes
+    p = cython.declare(model.Record, r)  # compiled: its C fields
+    row = cython.declare(OpLayout, ROWS[p.op])  # compiled: its row's C attributes
     if row is None or not row.durable or row.ends:
         return 0
-    cost = spent(row, frame_size(row.size(r)))
-    return cost + SHORT_FRAME if row.creates else cost
+    cost = spent(row, frame_size(row.size(p)))
+    return cost + _SHORT if row.creates else cost
 
 
 class SpaceBudget:
@@ -192,6 +198,7 @@ class SpaceBudget:
             self._grow() and self.room() - self.promised >= n
         )
 
+    @cython.locals(cost=cython.Py_ssize_t)  # (callgrind, a put at depth 1: 1,800 -> 590 instructions)
     def settle(self, admitted: int, records: Sequence[Record]) -> None:
         """After the engine ran an admitted command: promise exactly what its records need."""
         cost = 0

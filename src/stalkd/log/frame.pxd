@@ -3,7 +3,8 @@
 # a batch's frames are encoded per write: C functions for the modules that cimport them.
 
 cimport cython
-from libc.string cimport memcpy
+from cpython.bytearray cimport PyByteArray_FromStringAndSize
+from libc.string cimport memcpy, memset
 
 cdef Py_ssize_t _HEADER_LEN, _LARGEST, _LONG
 cdef unsigned char _DATA_FLAGS

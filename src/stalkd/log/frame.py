@@ -228,7 +228,11 @@ def _encode(
     delta, ts, ep = first_delta, timestamp_us, epoch
     if delta < 0 or delta + count > 0x100000000 or ep < 0 or ep > 0xFFFF:
         raise OverflowError("a frame's delta or epoch is out of the format's range")
-    out = _ZERO * total  # the frames' buffer, all padding already zero
+    if cython.compiled:  # the frames' buffer, zeroed by C (not a bytearray multiplied: ~370 instructions)
+        out = PyByteArray_FromStringAndSize(cython.NULL, total)
+        memset(cython.cast(cython.p_char, out), 0, total)
+    else:
+        out = _ZERO * total  # the frames' buffer, all padding already zero
     pos = 0
     for p in payloads:
         n = len(p)
@@ -273,15 +277,15 @@ def _put_header(out: bytearray, pos: int, flags: int, epoch: int, n: int, delta:
 
 @cython.cfunc
 @cython.inline
-@cython.locals(at=cython.Py_ssize_t, n=cython.Py_ssize_t, k=cython.Py_ssize_t, b=cython.p_uchar, src=cython.p_uchar)
+@cython.locals(at=cython.Py_ssize_t, n=cython.Py_ssize_t, b=cython.p_uchar, src=cython.p_uchar)
 def _put_payload(out: bytearray, at: int, payload: bytes | bytearray | memoryview, n: int) -> None:
-    """``out[at : at + n] = payload``; compiled, a short bytes payload (what the writer hands it)
-    is copied by a C loop, without a slice object (a long one by the slice's memcpy)."""
-    if cython.compiled and n < _LONG and type(payload) is bytes:
+    """``out[at : at + n] = payload``; compiled, a bytes payload (what the writer hands it) is
+    copied by libc's memcpy, without a slice object (callgrind, a 150-byte put record: ~600
+    instructions by a C loop a byte at a time, ~40 by memcpy)."""
+    if cython.compiled and type(payload) is bytes:
         b = cython.cast(cython.p_uchar, cython.cast(cython.p_char, out))
         src = cython.cast(cython.p_uchar, cython.cast(cython.p_char, payload))
-        for k in range(n):
-            b[at + k] = src[k]
+        memcpy(cython.address(b[at]), src, n)
     else:
         out[at : at + n] = payload
 
@@ -379,6 +383,12 @@ if not cython.compiled:  # compiled, frame.pxd takes these from C (the CPU's crc
         raise NotImplementedError("compiled only")
 
     def memcpy(to: object, source: object, n: int) -> None:
+        raise NotImplementedError("compiled only")
+
+    def memset(to: object, byte: int, n: int) -> None:
+        raise NotImplementedError("compiled only")
+
+    def PyByteArray_FromStringAndSize(s: object, n: int) -> bytearray:  # noqa: N802 - the C API's name
         raise NotImplementedError("compiled only")
 
     def _host_le() -> bool:

@@ -27,6 +27,10 @@ __all__ = ["DIR_MODE", "FILE_MODE", "REAL", "CrashPoint", "Faults", "FileSystem"
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+# The write chain's calls, looked up once rather than on the ``os`` module per call (callgrind:
+# ~250 instructions a look-up). Faults are injected by a ``Faults``, never by patching ``os``.
+_pwrite = os.pwrite
+_fdatasync = os.fdatasync
 
 
 class SymlinkError(LogError):
@@ -81,7 +85,7 @@ class FileSystem:
 
     def pwrite(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> int:
         """One ``pwrite`` (it may write fewer bytes than given)."""
-        return os.pwrite(fd, data, pos)
+        return _pwrite(fd, data, pos)
 
     def pwrite_all(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
         """Write all of ``data`` at ``pos``, however many calls it takes."""
@@ -109,7 +113,7 @@ class FileSystem:
             view = view[self.write(fd, view) :]
 
     def fdatasync(self, fd: int) -> None:
-        os.fdatasync(fd)
+        _fdatasync(fd)
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)

@@ -174,7 +174,8 @@ class SegmentWriter:
         self._zero_checked(act, act.pos + frame_size(len(payload)))
         return put_data_frame(mm, act.pos, act.room, payload, off - act.base, self.clock() // 1000, act.epoch)
 
-    @cython.locals(total=cython.Py_ssize_t, pos=cython.Py_ssize_t)  # no int objects
+    # no int objects (the clock's nanoseconds too: a C division, not a Python one)
+    @cython.locals(total=cython.Py_ssize_t, pos=cython.Py_ssize_t, first=cython.Py_ssize_t, ns=cython.longlong)
     def write_many(
         self, items: Sequence[Payload], admit: Callable[[Sequence[Payload]], None] | None
     ) -> tuple[int, int]:
@@ -196,7 +197,8 @@ class SegmentWriter:
                 raise ValueError(f"{self.path}: {e}") from None
             pos = act.pos
             if pos + total <= act.limit:
-                data = encode_data_frames(items, first - act.base, self.clock() // 1000, act.epoch)
+                ns = self.clock()
+                data = encode_data_frames(items, first - act.base, ns // 1000, act.epoch)
                 try:
                     act.write(data, pos)
                 except OSError as e:

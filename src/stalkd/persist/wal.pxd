@@ -2,7 +2,7 @@
 # the encoder, the frame size and the space budget are typed, so a batch's steps are C calls;
 # WalBatches, the per-command and per-batch state and steps of Wal, is an extension type.
 
-from stalkd.engine.model cimport OpLayout, encode
+from stalkd.engine.model cimport OpLayout, Record, encode
 from stalkd.engine.space cimport SpaceBudget, spent
 from stalkd.log.commit cimport GroupCommit
 from stalkd.log.frame cimport frame_size

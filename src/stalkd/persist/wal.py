@@ -169,9 +169,10 @@ class WalBatches:
         ceiling = self.id_ceiling
         for r in recs:
             p = encode(r)
-            row = cython.declare(OpLayout, ROWS[r.op])  # (encode refused an op without a row)
-            if row.creates and r.job_id >= ceiling:  # a new id past the durable ceiling: raise it first
-                self.cover_id(r.job_id)
+            rec = cython.declare(Record, r)  # compiled: its C fields
+            row = cython.declare(OpLayout, ROWS[rec.op])  # (encode refused an op without a row)
+            if row.creates and rec.job_id >= ceiling:  # a new id past the durable ceiling: raise it first
+                self.cover_id(rec.job_id)
                 ceiling = self.id_ceiling
             payloads.append(p)
             n = frame_size(len(p))
@@ -190,7 +191,7 @@ class WalBatches:
                 sp.written(spent_room)
         self.records_written += len(payloads)
         self.bytes_since_snapshot += total
-        self.last_seq = recs[-1].seq
+        self.last_seq = rec.seq  # (the last record's: recs is not empty)
 
     def sync(self) -> None:
         """``Wal.sync``: under ``always``, everything written is durable when it returns

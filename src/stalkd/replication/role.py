@@ -46,14 +46,51 @@ class Role:
 
     def __init__(self, directory: str | None, *, standby: bool = False) -> None:
         self.directory = directory
-        self.standby = standby
+        self._standby = standby
         self.saved = epochs.load_state(directory) if directory is not None else Saved()
-        self.fenced = self.saved.fenced  # read per command by the server
+        self._fenced = self.saved.fenced
         self.on_fenced: Callable[[int], None] | None = None  # the server lets go of what it held
         # Automatic failover's lease (``HaNode.install``), asked per command: a process that
         # wakes from a pause past its lease hands out no job before any thread has noticed.
-        self.lease: Callable[[], bool] | None = None
+        self._lease: Callable[[], bool] | None = None
         self._engine: Engine | None = None
+        # Read per command by the server, one attribute rather than three: not a standby, not
+        # fenced, no lease (``refuses`` is then False without asking). Kept by the setters below,
+        # lowered before the field that may make it false, so no reader sees it true too long.
+        self.quiet = self._is_quiet()
+
+    def _is_quiet(self) -> bool:
+        return not self._standby and not self._fenced and self._lease is None
+
+    @property
+    def standby(self) -> bool:
+        return self._standby
+
+    @standby.setter
+    def standby(self, value: bool) -> None:
+        self.quiet = False
+        self._standby = value
+        self.quiet = self._is_quiet()
+
+    @property
+    def fenced(self) -> int:
+        return self._fenced
+
+    @fenced.setter
+    def fenced(self, value: int) -> None:
+        self.quiet = False
+        self._fenced = value
+        self.quiet = self._is_quiet()
+
+    @property
+    def lease(self) -> Callable[[], bool] | None:
+        return self._lease
+
+    @lease.setter
+    def lease(self, value: Callable[[], bool] | None) -> None:
+        self.quiet = False
+        self._lease = value
+        self.quiet = self._is_quiet()
 
     def attach(self, engine: Engine) -> None:
         """From now on the epochs are ``engine``'s (recovered from this directory's log)."""

@@ -13,6 +13,6 @@ cdef class Admission:
     cdef public Py_ssize_t promised
     cdef public Py_ssize_t refused
 
-    cpdef put(self, object body_len)
+    cpdef put(self, Py_ssize_t body_len)
     cpdef updates(self, object n)
     cpdef settle(self, object records)

@@ -1,6 +1,9 @@
 # The C declarations of barriers.py (Cython reads this beside it when it compiles the .py file):
 # the fields and the methods other compiled modules call directly.
 
+from stalkd.engine.model cimport Record
+
+
 cdef class Barriers:
     cdef public object storage
     cdef object _write, _sync

@@ -400,8 +400,12 @@ class Connection:
         """Move held replies whose barrier is durable to the output; True if some are left."""
         held = self.held
         durable_ = durable
-        while held and held[0][0] <= durable_:
-            _, parts = held.popleft()
+        while held:
+            entry = cython.declare(tuple, held[0])  # (barrier, parts): compiled, C reads
+            if cython.cast(cython.Py_ssize_t, entry[0]) > durable_:
+                break
+            held.popleft()
+            parts = entry[1]
             if parts is None:
                 self.close_ready = True
                 continue
