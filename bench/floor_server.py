@@ -35,6 +35,7 @@ class Floor(asyncio.Protocol):
     get a fixed short reply."""
 
     durable = False  # the durable floor stores each put and delete before replying (one loop for both)
+    group = False  # FloorGroup: replies wait for their batch (reply)
     # The server's jobs, shared by its connections as beanstalkd's are: ids count puts.
     last_id = 0
     tubes: collections.defaultdict[bytes, collections.deque[tuple[int, bytes]]] = (
@@ -98,11 +99,13 @@ class Floor(asyncio.Protocol):
                 out.append(b"WATCHING 2\r\n")
         self.buf = buf[pos:]
         if out and self.transport is not None:
-            self.reply(out)
+            if self.group:  # (an attribute, not a call: the other floors make one call per put)
+                self.reply(out)
+            else:
+                self.transport.writelines(out)
 
     def reply(self, out: list[bytes]) -> None:
-        assert self.transport is not None
-        self.transport.writelines(out)
+        """FloorGroup's: send ``out`` once what it answers is durable."""
 
 
 class FloorSync(Floor):
@@ -140,6 +143,7 @@ class FloorGroup(Floor):
     the standby's acknowledgement covers it; replies go out in the order they were made."""
 
     durable = True
+    group = True
     fd = -1
     queued = 0  # stream offset after the last record stored (bytes, ever)
     written = 0  # stream offset written and synced here
