@@ -1,12 +1,18 @@
 """What the stream tests share: a listener that hands a replication request to the real
-``Replicas``, as the server's listeners do, and waiting for a condition on the loop the standby
-and the primary both run on."""
+``Replicas``, as the server's listeners do, a standby's receiver with its own engine, and
+waiting for a condition on the loop the standby and the primary both run on."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
+from stalkd.client._address import parse_address
+from stalkd.engine import Engine
+from stalkd.persist.wal import Wal
+from stalkd.replication.receiver import Receiver
+from stalkd.replication.role import Role
 from stalkd.replication.sender import Replicas
 
 
@@ -25,6 +31,21 @@ class Listener(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
         self.replicas.take_over(self.transport, data, granted=self.granted)
+
+
+def standby(swal: Wal, port: int, **options: Any) -> Receiver:
+    """A standby's receiver over ``swal``, with an engine and a standby role of its own, that
+    streams from 127.0.0.1:``port`` once run (``options``: the receiver's, e.g. ``secret``); a
+    resync fails the test."""
+    engine = Engine()
+    role = Role(None, standby=True)
+    role.attach(engine)
+
+    async def resync(why: str, since: int | None) -> None:
+        raise AssertionError(f"no resync expected: {why}")
+
+    return Receiver(parse_address(f"127.0.0.1:{port}"), swal, engine, role, applied=lambda: None,
+                    on_resync=lambda why: None, resync=resync, **options)  # fmt: skip
 
 
 async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.client._address import parse_address
 from stalkd.engine import Engine
 from stalkd.engine.model import Op, Record, encode
 from stalkd.log import Log
@@ -24,7 +23,7 @@ from stalkd.replication.receiver import Receiver
 from stalkd.replication.role import Role
 from stalkd.replication.sender import Replicas
 
-from .streams import Listener, until
+from .streams import Listener, standby, until
 
 MESSAGES = 30
 
@@ -75,19 +74,11 @@ def run_against(tmp_path: Path, tail: str, script: Callable[[ScriptedPrimary, Re
     fewer, each a durable end)."""
     primary = ScriptedPrimary(tail)
     with Wal.open(tmp_path / "s", durability="always") as swal:
-        engine = Engine()
-        role = Role(None, standby=True)
-        role.attach(engine)
-
-        async def resync(why: str, since: int | None) -> None:
-            raise AssertionError(f"no resync expected: {why}")
-
         async def main() -> Receiver:
             loop = asyncio.get_running_loop()
             server = await loop.create_server(lambda: primary, "127.0.0.1", 0)
             port = server.sockets[0].getsockname()[1]
-            rc = Receiver(parse_address(f"127.0.0.1:{port}"), swal, engine, role, applied=lambda: None,
-                          on_resync=lambda why: None, resync=resync)  # fmt: skip
+            rc = standby(swal, port)
             task = asyncio.create_task(rc.run())
             try:
                 await until(lambda: rc.connected, "the standby to stream")
@@ -190,19 +181,11 @@ def test_the_primary_tells_the_delay_and_sees_the_standby_reach_its_end(tmp_path
         replicas.written()
 
     with Wal.open(tmp_path / "s", durability="always") as swal:
-        sengine = Engine()
-        srole = Role(None, standby=True)
-        srole.attach(sengine)
-
-        async def resync(why: str, since: int | None) -> None:
-            raise AssertionError(f"no resync expected: {why}")
-
         async def main() -> None:
             server = await asyncio.get_running_loop().create_server(lambda: Listener(replicas, granted=True), "127.0.0.1", 0)
             port = server.sockets[0].getsockname()[1]
             replicas.start()
-            rc = Receiver(parse_address(f"127.0.0.1:{port}"), swal, sengine, srole, applied=lambda: None,
-                          on_resync=lambda why: None, resync=resync)  # fmt: skip
+            rc = standby(swal, port)
             task = asyncio.create_task(rc.run())
             try:
                 await until(lambda: len(replicas.senders) == 1, "the standby to stream")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from stalkd.client._address import parse_address
 from stalkd.engine import Engine
 from stalkd.engine.model import Op, Record, encode
 from stalkd.log import Log
@@ -21,7 +20,7 @@ from stalkd.replication.receiver import Receiver
 from stalkd.replication.role import Role
 from stalkd.replication.sender import Replicas, Sender
 
-from .streams import Listener, until
+from .streams import Listener, standby, until
 
 SECRET = "negotiated-secret-1234"
 SEGMENT = 64 * 1024  # small segments: the stream crosses sealed ones as well as the active one
@@ -51,22 +50,14 @@ def test_a_standby_gets_frames_only_when_it_asks_and_the_whole_log_either_way(tm
         replicas.written()
 
     with Wal.open(tmp_path / "s", durability="always", segment_size=SEGMENT) as swal:
-        sengine = Engine()
-        srole = Role(None, standby=True)
-        srole.attach(sengine)
-
-        async def resync(why: str, since: int | None) -> None:
-            raise AssertionError(f"no resync expected: {why}")
-
-        async def main() -> Sender:
+        async def main() -> tuple[Sender, Receiver]:
             server = await asyncio.get_running_loop().create_server(lambda: Listener(replicas), "127.0.0.1", 0)
             port = server.sockets[0].getsockname()[1]
             replicas.start()
             # Given a primary whose log spans several segments before the standby comes
             for _ in range(20):
                 commit(50)
-            rc = Receiver(parse_address(f"127.0.0.1:{port}"), swal, sengine, srole, applied=lambda: None,
-                          on_resync=lambda why: None, resync=resync, secret=SECRET, frames=frames)  # fmt: skip
+            rc = standby(swal, port, secret=SECRET, frames=frames)
             task = asyncio.create_task(rc.run())
             try:
                 # When it catches up, and then follows group commits at the log's end
@@ -77,7 +68,7 @@ def test_a_standby_gets_frames_only_when_it_asks_and_the_whole_log_either_way(tm
                     await until(lambda: rc.durable_end == plog.next_offset, "the standby to follow a commit")
                 assert rc.problem is None
                 (sender,) = replicas.senders
-                return sender
+                return sender, rc
             finally:
                 rc.stop()
                 task.cancel()
@@ -85,7 +76,7 @@ def test_a_standby_gets_frames_only_when_it_asks_and_the_whole_log_either_way(tm
                 server.close()
                 await server.wait_closed()
 
-        sender = asyncio.run(main())
+        sender, rc = asyncio.run(main())
         # Then: frames only if it asked, and its log is the primary's, record for record
         assert sender.frames is frames
         if frames:
@@ -94,7 +85,7 @@ def test_a_standby_gets_frames_only_when_it_asks_and_the_whole_log_either_way(tm
             assert sender.sent == {"F": 0, "R": sender.sent["R"]} and sender.sent["R"] > 0
         assert swal.log.next_offset == plog.next_offset == jid == 1254
         assert payloads(swal.log) == payloads(plog)
-        assert sorted(sengine.jobs) == list(range(1, jid + 1))
+        assert sorted(rc.engine.jobs) == list(range(1, jid + 1))
     plog.close()
 
 

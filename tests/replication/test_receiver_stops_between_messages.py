@@ -9,14 +9,12 @@ import asyncio
 from pathlib import Path
 from typing import cast
 
-from stalkd.client._address import parse_address
-from stalkd.engine import Engine
 from stalkd.engine.handover import epoch_record
 from stalkd.engine.model import Op, Record, decode, encode
 from stalkd.persist.wal import Wal
 from stalkd.replication import wire
-from stalkd.replication.receiver import Receiver
-from stalkd.replication.role import Role
+
+from .streams import standby
 
 
 class Acks:
@@ -42,15 +40,8 @@ def put(jid: int) -> bytes:
 
 def test_a_promotion_between_two_messages_of_one_read_appends_nothing_after_its_epoch(tmp_path: Path) -> None:
     with Wal.open(tmp_path, durability="always") as wal:
-        engine = Engine()
-        role = Role(None, standby=True)
-        role.attach(engine)
-
-        async def resync(why: str, since: int | None) -> None:
-            raise AssertionError(f"no resync expected: {why}")
-
-        rc = Receiver(parse_address("127.0.0.1:1"), wal, engine, role, applied=lambda: None,
-                      on_resync=lambda why: None, resync=resync)  # fmt: skip
+        rc = standby(wal, 1)  # (never connects: its messages are fed to it below)
+        engine = rc.engine
         acks = Acks()
 
         def promote() -> None:  # what Standby.promote does first, at the loop's next turn
