@@ -64,6 +64,12 @@ async def _cmd(r: asyncio.StreamReader, w: asyncio.StreamWriter, line: bytes) ->
     return reply
 
 
+async def _put_and_delete(r: asyncio.StreamReader, w: asyncio.StreamWriter, jid: int) -> None:
+    """One step of churn: job ``jid`` (100 bytes) put, then deleted."""
+    assert await _cmd(r, w, b"put 0 0 60 100\r\n" + b"b" * 100 + b"\r\n") == b"INSERTED %d\r\n" % jid
+    assert await _cmd(r, w, b"delete %d\r\n" % jid) == b"DELETED\r\n"
+
+
 def test_full_disk_replies_and_nothing_changes(tmp_path: Path) -> None:
     async def scenario(
         srv: Server,
@@ -219,10 +225,8 @@ def test_each_sealed_segment_brings_compaction_forward(tmp_path: Path) -> None:
         srv.start_maintenance(every=3600)
         seg_dir = wal.log.path
         over: list[int] = []  # bytes of segment files past the bound, after each command pair
-        body = b"b" * 100
         for i in range(1, 1201):
-            assert await _cmd(r, w, b"put 0 0 60 100\r\n" + body + b"\r\n") == b"INSERTED %d\r\n" % i
-            assert await _cmd(r, w, b"delete %d\r\n" % i) == b"DELETED\r\n"
+            await _put_and_delete(r, w, i)
             files = sum(
                 os.path.getsize(os.path.join(seg_dir, n))
                 for n in os.listdir(seg_dir)
@@ -256,10 +260,8 @@ def test_a_full_disk_holds_snapshots_back_whatever_seals(tmp_path: Path, monkeyp
     ) -> None:
         faults.fail("open", errno.ENOSPC, match="/snap-", times=1000)  # every snapshot file
         srv.start_maintenance(every=3600)
-        body = b"b" * 100
         for i in range(1, 601):
-            assert await _cmd(r, w, b"put 0 0 60 100\r\n" + body + b"\r\n") == b"INSERTED %d\r\n" % i
-            assert await _cmd(r, w, b"delete %d\r\n" % i) == b"DELETED\r\n"
+            await _put_and_delete(r, w, i)
         # Then the churn sealed many segments and compaction was due all along,
         sealed = wal.log.segment_bounds()
         assert len(sealed) >= 10 and wal.compaction_due(srv.engine)
