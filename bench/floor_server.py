@@ -256,7 +256,10 @@ class FloorStandby(asyncio.Protocol):
 async def _serve(port: int, proto: type[asyncio.Protocol], standby_port: int = 0) -> None:
     loop = asyncio.get_running_loop()
     if standby_port:  # stream to the standby from the first put on
-        transport, _ = await loop.create_connection(StandbyLink, "127.0.0.1", standby_port)
+        try:
+            transport, _ = await loop.create_connection(StandbyLink, "127.0.0.1", standby_port)
+        except OSError as e:
+            raise SystemExit(f"floor_server.py: no floor standby at 127.0.0.1:{standby_port}: {e.strerror}") from None
         FloorGroup.standby = transport  # type: ignore[assignment]
     await loop.create_server(proto, "127.0.0.1", port)
     await asyncio.Event().wait()
