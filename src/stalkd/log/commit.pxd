@@ -10,9 +10,9 @@ cdef class GroupCommit:
     cdef public double interval, gather_share
     cdef public bint closed, ok
     cdef public Py_ssize_t syncs
-    cdef object _lock, _bg_cond, _open, _released, _mine, _gathering, _tickets, _deferred, _threads, _pinner
+    cdef object _lock, _bg_cond, _wake, _open, _released, _mine, _gathering, _tickets, _deferred, _threads, _pinner
     cdef SegmentWriter _writer
-    cdef bint _syncing, _flush_due
+    cdef bint _syncing, _flush_due, _idle
     cdef Py_ssize_t _expect, _arrived
     cdef double _fsync_avg, _last_sync
 
@@ -27,3 +27,4 @@ cdef class GroupCommit:
     cdef object _gather(self, b)
     cdef object _stop_gathering_locked(self)
     cdef object _end(self)
+    cdef _wake_committer_locked(self)

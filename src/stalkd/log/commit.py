@@ -75,9 +75,16 @@ class GroupCommit:
         self.ok = True  # not failed and not closed: the writer's fast path reads one flag
         self._lock = lock = threading.Lock()  # taken directly on the per-record path (no Python-level __enter__)
         self.cond = threading.Condition(lock)  # durable progress, appends, tickets
-        # The committer/flusher thread waits here, on the same lock: notifying ``cond`` at
-        # every sync woke it for nothing (two futex wake-ups and a GIL fight per sync).
+        # The flusher thread waits here, on the same lock: notifying ``cond`` at every sync
+        # woke it for nothing (two futex wake-ups and a GIL fight per sync).
         self._bg_cond = threading.Condition(lock)
+        # The committer sleeps on a plain lock used as a binary semaphore (released: "tickets
+        # wait"), released only while ``_idle`` says it sleeps (both under ``_lock``). Cheaper
+        # than a Condition (no waiter lock made per wait, no Python-level notify) on a path a
+        # standby takes once per message.
+        self._wake = threading.Lock()
+        self._wake.acquire()
+        self._idle = False
         self._syncing = False  # a batch has a leader (guarded by cond)
         self._open: _Batch | None = None  # the batch callers join: its end is not pinned yet
         # Gathering (see _gather): how many callers the last sync released, and how many came
@@ -95,7 +102,7 @@ class GroupCommit:
         self.syncs = 0  # fsyncs done (records per fsync: a count the benchmarks report)
         self._tickets: deque[Ticket] = deque()
         self._deferred: Callbacks = []
-        self.visibility = Visibility(self.cond, lambda: self.closed or self.failed is not None)
+        self.visibility = Visibility(self.cond, lambda: self.closed or self.failed is not None, lock)
         self._last_sync = time.monotonic()
         self._flush_due = False
         self._threads: list[threading.Thread] = []
@@ -353,14 +360,13 @@ class GroupCommit:
         out: Callbacks = []
         if target > self.durable:
             self.durable = target
-            resolved = False
             while self._tickets and self._tickets[0].last < target:
                 t = self._tickets.popleft()
                 out.extend((t, fn) for fn in t._resolve(None))
-                resolved = True
-            # Who waits on ``cond`` for progress: tickets (resolved just now) and wait_visible.
+            # Who waits on ``cond`` for progress: threads in a ticket's wait or in
+            # wait_visible, both counted in ``waiters`` (callbacks need no wake-up).
             v = self.visibility
-            if resolved or v.waiters:
+            if v.waiters:
                 self.cond.notify_all()
             if v.async_waiters:
                 v.wake_async_locked()
@@ -387,13 +393,22 @@ class GroupCommit:
     def ticket(self, first: int, last: int) -> Ticket:
         """A ticket for offsets ``first..last`` just written; the committer resolves it."""
         if self.policy != "always":
-            return Ticket(first, last, self.cond, done=True)
-        with self.cond:
-            t = Ticket(first, last, self.cond, done=self.durable > last)
+            return Ticket(first, last, self.visibility, done=True)
+        lock = self._lock
+        lock.acquire()  # (not ``with``: see sync_to; a standby asks once per message)
+        try:
+            t = Ticket(first, last, self.visibility, done=self.durable > last)
             if not t._done:
                 self._tickets.append(t)
-                self._bg_cond.notify()
+                self._wake_committer_locked()
+        finally:
+            lock.release()
         return t
+
+    def _wake_committer_locked(self) -> None:
+        if self._idle:
+            self._idle = False
+            self._wake.release()
 
     def wake_flusher(self) -> None:
         """Under ``every``: wake the flusher now if a flush is due."""
@@ -408,12 +423,20 @@ class GroupCommit:
     # ---------------------------------------------------------------- threads and closing
 
     def _committer(self) -> None:
+        lock = self._lock
         while True:
-            with self.cond:
-                while not self.closed and not self._tickets:
-                    self._bg_cond.wait()
-                if not self._tickets:
-                    return
+            lock.acquire()
+            try:
+                waiting = bool(self._tickets)
+                if not waiting:
+                    if self.closed:
+                        return
+                    self._idle = True
+            finally:
+                lock.release()
+            if not waiting:
+                self._wake.acquire()  # released by ticket() or close()
+                continue
             try:
                 self.sync_to(None)
             except LogError:
@@ -453,6 +476,7 @@ class GroupCommit:
             self.ok = False
             self.cond.notify_all()
             self._bg_cond.notify_all()
+            self._wake_committer_locked()
             self._stop_gathering_locked()
         for th in self._threads:
             if th is not threading.current_thread():
@@ -468,6 +492,7 @@ class GroupCommit:
             self._writer = None
             self.cond.notify_all()
             self._bg_cond.notify_all()
+            self._wake_committer_locked()
             self._stop_gathering_locked()
 
 

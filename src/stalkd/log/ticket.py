@@ -7,9 +7,11 @@ policy) or failed (the log hit a fatal fsync error); callbacks run once, after r
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .visibility import Visibility
 
 __all__ = ["Ticket"]
 
@@ -26,12 +28,14 @@ class Ticket:
     (0, 1, True)
     """
 
-    __slots__ = ("first", "last", "_cond", "_done", "_error", "_callbacks")
+    __slots__ = ("first", "last", "_vis", "_done", "_error", "_callbacks")
 
-    def __init__(self, first: int, last: int, cond: threading.Condition, done: bool = False) -> None:
+    def __init__(self, first: int, last: int, vis: Visibility, done: bool = False) -> None:
         self.first = first
         self.last = last
-        self._cond = cond
+        # The log's waiters: its condition, which the committer notifies only while a thread
+        # waits (``waiters``; a ticket's callbacks need no wake-up).
+        self._vis = vis
         self._done = done
         self._error: BaseException | None = None
         self._callbacks: list[Callable[[Ticket], object]] = []
@@ -51,15 +55,20 @@ class Ticket:
     def wait(self, timeout: float | None = None) -> None:
         """Block until durable; raises the log's error if it failed, TimeoutError on timeout."""
         if not self._done:
-            with self._cond:
-                if not self._cond.wait_for(lambda: self._done, timeout):
-                    raise TimeoutError(f"offsets {self.first}..{self.last} not durable after {timeout} s")
+            vis = self._vis
+            with vis.cond:
+                vis.waiters += 1
+                try:
+                    if not vis.cond.wait_for(lambda: self._done, timeout):
+                        raise TimeoutError(f"offsets {self.first}..{self.last} not durable after {timeout} s")
+                finally:
+                    vis.waiters -= 1
         if self._error is not None:
             raise self._error
 
     def add_done_callback(self, fn: Callable[[Ticket], object]) -> None:
         """Call ``fn(ticket)`` once resolved (now, if it already is); it may run on the committer thread."""
-        with self._cond:
+        with self._vis.lock:
             if not self._done:
                 self._callbacks.append(fn)
                 return

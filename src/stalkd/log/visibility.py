@@ -19,10 +19,14 @@ class Visibility:
     """The waiters of one log, under its group commit's condition ``cond`` (whose holder calls
     ``notify_locked`` when what they may see grows)."""
 
-    def __init__(self, cond: threading.Condition, stopped: Callable[[], bool]) -> None:
+    def __init__(self, cond: threading.Condition, stopped: Callable[[], bool],
+                 lock: threading.Lock | None = None) -> None:  # fmt: skip
         self.cond = cond
+        # ``cond``'s lock, taken directly where no wait follows (a ``with`` on the condition is
+        # two Python-level calls more); None: take ``cond``.
+        self.lock: threading.Lock | threading.Condition = cond if lock is None else lock
         self._stopped = stopped  # the log closed or failed: waiters give up
-        self.waiters = 0  # threads blocked in wait
+        self.waiters = 0  # threads blocked in wait or in a ticket's wait (Ticket)
         self.async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def notify(self) -> None:
