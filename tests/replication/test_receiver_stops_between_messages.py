@@ -13,6 +13,7 @@ from stalkd.engine.handover import epoch_record
 from stalkd.engine.model import Op, Record, decode, encode
 from stalkd.persist.wal import Wal
 from stalkd.replication import wire
+from stalkd.replication.receiver import _Feed
 
 from .streams import standby
 
@@ -50,13 +51,13 @@ def test_a_promotion_between_two_messages_of_one_read_appends_nothing_after_its_
             wal.sync()
 
         async def main() -> None:
-            reader = asyncio.StreamReader()
-            # two messages, read at once
-            reader.feed_data(b"".join(wire.encode_records(0, [put(1), put(2)]))
-                             + b"".join(wire.encode_records(2, [put(3)])))  # fmt: skip
+            # two messages, read at once (no transport: the feed stays far below its limit)
+            feed = _Feed(cast(asyncio.BaseTransport, None), 1 << 20,
+                         b"".join(wire.encode_records(0, [put(1), put(2)]))
+                         + b"".join(wire.encode_records(2, [put(3)])))  # fmt: skip
             asyncio.get_running_loop().call_soon(promote)
             rc._writer = cast(asyncio.StreamWriter, acks)
-            await rc._stream(reader, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0])
+            await rc._stream(feed, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0])
 
         asyncio.run(main())
         ops = [(decode(f.payload).op, decode(f.payload).job_id) for f in wal.log.read(0)]
