@@ -4,6 +4,10 @@
 from stalkd.engine.model cimport Record
 
 
+cdef class HeldReplies:
+    cpdef release(self, Py_ssize_t durable)
+
+
 cdef class Barriers:
     cdef public object storage
     cdef object _write, _sync

@@ -58,7 +58,7 @@ else:
 from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
-from stalkd.server.barriers import Barriers
+from stalkd.server.barriers import Barriers, HeldReplies
 from stalkd.server.budget import GRAIN
 from stalkd.server.turns import Turns
 
@@ -123,8 +123,9 @@ class Host:
 
 
 @cython.cclass
-class Connection:
+class Connection(HeldReplies):
     """The protocol object asyncio creates per accepted socket (``Server.new_connection``).
+    The barriers hold it as ``HeldReplies`` while it has replies waiting for a batch.
 
     Example (what the server does with it)::
 
@@ -537,7 +538,7 @@ class Connection:
 
     def release(self, durable: int) -> None:
         """Batches up to ``durable`` are durable (the barriers' one call per holding connection,
-        not three: each is a Python call from there): move the replies now due to the output
+        a C call when compiled): move the replies now due to the output
         (the barriers stop counting it as holding once none is left), send them, and run what
         was read if the connection had stopped (which may hold replies again)."""
         if not self.release_held(durable):
