@@ -27,6 +27,7 @@ cdef class Connection(HeldReplies):
     cdef public object peer
     cdef public list out
     cdef public Py_ssize_t out_bytes
+    cdef public Py_ssize_t unsent_bound
     cdef public object held
     cdef public Py_ssize_t held_bytes
     cdef public bint close_ready

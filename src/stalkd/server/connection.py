@@ -75,6 +75,10 @@ READ_MAX = 256 * 1024
 """Largest read (what asyncio and uvloop read at once); a connection reads at most a quarter
 of its ``max_output``, so what it has read and not yet run stays within its budget."""
 
+# GRAIN as a C constant: flush compares with it as C integers, not as Python ints.
+_GRAIN = cython.declare(cython.Py_ssize_t, GRAIN)
+
+
 def read_size(max_output: int) -> int:
     """The most a connection with this ``max_output`` reads at once."""
     return min(READ_MAX, max(4096, max(1, max_output // 4)))
@@ -146,6 +150,7 @@ class Connection(HeldReplies):
     peer: str
     out: list[bytes]
     out_bytes: int
+    unsent_bound: int
     held: deque[tuple[int, tuple[bytes, ...] | None]]
     held_bytes: int
     close_ready: bool
@@ -181,6 +186,7 @@ class Connection(HeldReplies):
         self.peer = "?"
         self.out = []  # ready to write at the end of this step
         self.out_bytes = 0
+        self.unsent_bound = 0  # at least what the transport holds unsent (see flush)
         # Replies waiting for their barrier; ``None`` marks a close (quit) queued behind them.
         self.held = deque()
         self.close_ready = False  # close once ``out`` is written
@@ -426,17 +432,28 @@ class Connection(HeldReplies):
         self.held.extend(held)
         self.held_bytes = sum(len(parts[0]) for _, p in held if p is not None)
 
-    @cython.locals(held=cython.Py_ssize_t)
+    @cython.locals(held=cython.Py_ssize_t, wrote=cython.Py_ssize_t, unsent=cython.Py_ssize_t)
     def flush(self) -> None:
         """Write everything ready in one call; honour a queued close; report what we hold to
         the memory budget when it is ``GRAIN`` or more, or was counted."""
-        wrote = bool(self.out)
+        wrote = self.out_bytes if self.out else 0
         self._flush_out()
-        held = self.parser.buffered + self.held_bytes
-        if self.charged or held >= GRAIN or (
-                wrote and self.transport is not None and not self.lost
-                and self.transport.get_write_buffer_size() >= GRAIN):
+        held = self.parser.buffered
+        held += self.held_bytes
+        if self.charged or held >= _GRAIN:
             self.measure_memory()
+            return
+        t = self.transport
+        if wrote and t is not None and not self.lost:
+            # What the transport has not sent yet grows only by what we write: while that bound
+            # stays under GRAIN it need not be asked (~200 instructions a write). A TLS
+            # transport buffers records, larger than what was written: asked every time.
+            unsent = self.unsent_bound + wrote
+            if unsent >= _GRAIN or self.join_writes:
+                unsent = t.get_write_buffer_size()
+            self.unsent_bound = unsent
+            if unsent >= _GRAIN:
+                self.measure_memory()
 
     def _flush_out(self) -> None:
         self.out_bytes = 0
@@ -470,7 +487,9 @@ class Connection(HeldReplies):
         if self.lost:
             return
         t = self.transport
-        out = t.get_write_buffer_size() if t is not None else 0
+        out = 0
+        if t is not None:
+            out = self.unsent_bound = t.get_write_buffer_size()  # the bound, exact again
         self.server.account(self, self.parser.buffered, self.held_bytes + self.out_bytes + out)
 
     def hold_reading(self, on: bool) -> None:
