@@ -7,6 +7,7 @@ import asyncio
 from stalkd.engine import Engine
 from stalkd.protocol.commands import Reply, YamlDict
 from stalkd.server.app import Server
+from stalkd.server.budget import GRAIN
 from stalkd.server.config import Config
 
 
@@ -98,5 +99,47 @@ def test_a_tls_transport_gets_a_pipelines_replies_as_one_buffer() -> None:
                 assert t.buffers == [1]
             else:
                 assert len(t.sent) == 1 and t.buffers[0] > 1
+
+    asyncio.run(main())
+
+
+class UnreadTransport(RecordingTransport):
+    """A client that reads nothing until told: everything written stays unsent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drained = 0
+
+    def get_write_buffer_size(self) -> int:
+        return sum(len(b) for b in self.sent) - self.drained
+
+
+def test_small_replies_left_unsent_are_charged_once_they_add_up_to_a_grain() -> None:
+    async def main() -> None:
+        srv = Server(Config(), Engine())
+        c = srv.new_connection()
+        t = UnreadTransport()
+        c.connection_made(t)  # type: ignore[arg-type]
+        reply = Reply("USING", ("a" * 100,))
+        # Given one small reply flushed at a time to a client that reads none of them
+        while t.get_write_buffer_size() < GRAIN:
+            assert c.charged == 0
+            c.send(reply, 0)
+            c.flush()
+        # Then the budget counts them as soon as they reach a grain
+        assert c.charged == t.get_write_buffer_size() >= GRAIN
+        # When the client reads them all, the next flush reports that it holds nothing
+        t.drained = t.get_write_buffer_size()
+        c.send(reply, 0)
+        c.flush()
+        assert c.charged == 0
+        # And the replies that pile up again are counted again once they reach a grain
+        t.drained = 0
+        t.sent.clear()
+        while t.get_write_buffer_size() < GRAIN:
+            assert c.charged == 0
+            c.send(reply, 0)
+            c.flush()
+        assert c.charged == t.get_write_buffer_size()
 
     asyncio.run(main())

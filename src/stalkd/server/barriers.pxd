@@ -4,6 +4,10 @@
 from stalkd.engine.model cimport Record
 
 
+cdef class HeldReplies:
+    cpdef release(self, Py_ssize_t durable)
+
+
 cdef class Barriers:
     cdef public object storage
     cdef object _write, _sync
@@ -31,7 +35,8 @@ cdef class Barriers:
     cdef public object sync_policy
     cdef public set _held
     cdef public dict _job_batch
-    cdef public object _job_batches
+    cdef public Py_ssize_t _job_last
+    cdef public Py_ssize_t _job_prune_at
     cdef public Py_ssize_t syncs
     cdef public Py_ssize_t inline_syncs
 
@@ -46,4 +51,5 @@ cdef class Barriers:
     cpdef _start_sync(self)
     cpdef _synced(self, Py_ssize_t target, object exc)
     cpdef _reached(self, Py_ssize_t target)
+    cpdef _prune_jobs(self, Py_ssize_t target)
     cpdef release_held(self)

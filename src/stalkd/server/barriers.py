@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Sequence, Sized
 from typing import TYPE_CHECKING, Protocol
 
@@ -54,6 +53,8 @@ else:
 __all__ = ["Barriers", "HeldReplies", "INLINE_AFTER", "SWITCH_INTERVAL"]
 
 SWITCH_INTERVAL = 0.0005  # seconds; see _start_sync
+# Job barriers already durable that may stay in the map before it is pruned (see _reached).
+JOB_PRUNE_AT = 1024
 # Batches in a row from one connection after which its fsyncs run inline (see _start_sync).
 INLINE_AFTER = 8
 
@@ -62,15 +63,25 @@ def _no_offset() -> int:
     return 0
 
 
-class HeldReplies(Protocol):
-    """A connection holding replies behind a barrier, as the barriers see it."""
+@cython.cclass
+class HeldReplies:
+    """A connection holding replies behind a barrier, as the barriers see it: the base of
+    ``stalkd.server.connection.Connection`` (a class rather than a protocol so that, compiled,
+    ``release_held`` reaches ``release`` as a C call: barriers.pxd declares it, and
+    connection.pxd cannot be cimported here, since it cimports this module)."""
 
-    def release_held(self, durable: int) -> bool: ...
-    def release(self, durable: int) -> None: ...
-    def replace_held(self, parts: tuple[bytes, ...]) -> None: ...
-    def abort(self) -> None: ...
-    def flush(self) -> None: ...
-    def resume(self) -> None: ...
+    def release(self, durable: int) -> None:
+        """Batches up to ``durable`` are durable: send the replies now due, ``unhold`` once
+        none is left, and run what was read if the connection had stopped for them."""
+        raise NotImplementedError
+
+    def replace_held(self, parts: tuple[bytes, ...]) -> None:
+        """Every held reply becomes ``parts``, due at once (``abandon``)."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Drop the held replies unsent and cut the connection (``abandon``)."""
+        raise NotImplementedError
 
 
 class ReplicaGate(Protocol):
@@ -120,7 +131,8 @@ class Barriers:
     sync_policy: SyncPolicy
     _held: set[HeldReplies]
     _job_batch: dict[int, int]
-    _job_batches: deque[tuple[int, int]]
+    _job_last: int
+    _job_prune_at: int
     syncs: int
     inline_syncs: int
 
@@ -168,10 +180,14 @@ class Barriers:
         self._syncer = None  # the fsync thread (``always``), started on first use
         self.sync_policy = SyncPolicy()  # several writers: fsync on the thread or inline
         self._held = set()
-        # Job id -> the batch holding its latest durable record, while that batch is not known
-        # durable (a job is shown only after its own records are); pruned in batch order.
+        # Job id -> the batch holding its latest durable record (a job is shown only after its
+        # own records are durable). An entry whose batch is durable says nothing (job_barrier
+        # compares), so entries are not dropped one by one as batches become durable (a deque
+        # in batch order cost ~1k instructions a put): the map is pruned at once when it
+        # passes ``_job_prune_at`` entries (see _reached). ``_job_last``: the newest entry's batch.
         self._job_batch = {}
-        self._job_batches = deque()
+        self._job_last = 0
+        self._job_prune_at = JOB_PRUNE_AT
         self.syncs = 0  # completed group commits (stats for the bench and tests)
         self.inline_syncs = 0  # of which run on the loop thread
 
@@ -244,12 +260,14 @@ class Barriers:
                 jid = rec.job_id
                 if jid:
                     job_batch[jid] = barrier
-                    self._job_batches.append((barrier, jid))
+                    self._job_last = barrier
         return barrier
 
+    @cython.locals(b=cython.Py_ssize_t)
     def job_barrier(self, job_id: int) -> int:
         """The batch holding ``job_id``'s latest durable record while not yet durable, else 0."""
-        return self._job_batch.get(job_id, 0)
+        b = self._job_batch.get(job_id, 0)
+        return b if b > self.durable else 0
 
     # --- group commit ------------------------------------------------------------------------
 
@@ -339,17 +357,21 @@ class Barriers:
             if target <= self.durable:
                 return
         self.durable = target
-        # Drop the job barriers of batches now durable (they no longer hold anything back).
-        queue, job_batch = self._job_batches, self._job_batch
-        while queue:
-            entry = cython.declare(tuple, queue[0])  # (batch, job id)
-            if cython.cast(cython.Py_ssize_t, entry[0]) > target:
-                break
-            queue.popleft()
-            jid = entry[1]
-            if job_batch.get(jid) == entry[0]:
-                del job_batch[jid]
+        if len(self._job_batch) > self._job_prune_at:
+            self._prune_jobs(target)
         self.release_held()
+
+    def _prune_jobs(self, target: int) -> None:
+        """Drop the job barriers of batches up to ``target`` (durable: they hold nothing back).
+        The next prune waits until the map has doubled past what is kept, so each entry is
+        looked at a bounded number of times however far durability lags (a gate)."""
+        if target >= self._job_last:
+            self._job_batch.clear()  # every entry is durable (always so for a lone writer)
+            kept = 0
+        else:
+            self._job_batch = {j: b for j, b in self._job_batch.items() if b > target}
+            kept = len(self._job_batch)
+        self._job_prune_at = max(JOB_PRUNE_AT, 2 * kept)
 
     def replicated(self) -> None:
         """The gate moved (a standby acknowledged): release what is now durable everywhere."""
@@ -360,6 +382,7 @@ class Barriers:
         self.failed = True
         self._on_fatal(e)
 
+    @cython.locals(durable=cython.Py_ssize_t, c=HeldReplies)  # compiled: c.release is a C call
     def release_held(self) -> None:
         """Send every held reply whose batch is durable; let those connections run again."""
         durable = self.durable
@@ -367,11 +390,12 @@ class Barriers:
         self._releasing = True
         try:
             if len(held) == 1:
-                # One holder (a lone writer): taken out and put back rather than the set copied
-                # (callgrind: ~600 instructions a release); its release may ``unhold`` it.
-                c = held.pop()
-                held.add(c)
-                c.release(durable)
+                # One holder (a lone writer): read in place rather than the set copied
+                # (callgrind: ~600 instructions a release). Its release may ``unhold`` it: the
+                # loop ends before the set is looked at again.
+                for c in held:
+                    c.release(durable)
+                    break
             else:
                 for c in list(held):
                     c.release(durable)  # its replies due sent (``unhold`` once none is left), it runs again

@@ -2,7 +2,7 @@
 # the fields and the methods other compiled modules call directly (app.py: send, wake; and
 # Host.execute, which Server implements, called per command).
 
-from stalkd.server.barriers cimport Barriers
+from stalkd.server.barriers cimport Barriers, HeldReplies
 
 
 cdef class Connection
@@ -14,7 +14,7 @@ cdef class Host:
     cpdef execute(self, Connection c, object cmd)
 
 
-cdef class Connection:
+cdef class Connection(HeldReplies):
     cdef public Host server
     cdef public Barriers barriers
     cdef public object id
@@ -27,6 +27,7 @@ cdef class Connection:
     cdef public object peer
     cdef public list out
     cdef public Py_ssize_t out_bytes
+    cdef public Py_ssize_t unsent_bound
     cdef public object held
     cdef public Py_ssize_t held_bytes
     cdef public bint close_ready

@@ -58,7 +58,7 @@ else:
 from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
-from stalkd.server.barriers import Barriers
+from stalkd.server.barriers import Barriers, HeldReplies
 from stalkd.server.budget import GRAIN
 from stalkd.server.turns import Turns
 
@@ -74,6 +74,10 @@ a pipeline of small replies still leaves in one write, a reply flood meets the o
 READ_MAX = 256 * 1024
 """Largest read (what asyncio and uvloop read at once); a connection reads at most a quarter
 of its ``max_output``, so what it has read and not yet run stays within its budget."""
+
+# GRAIN as a C constant: flush compares with it as C integers, not as Python ints.
+_GRAIN = cython.declare(cython.Py_ssize_t, GRAIN)
+
 
 def read_size(max_output: int) -> int:
     """The most a connection with this ``max_output`` reads at once."""
@@ -123,8 +127,9 @@ class Host:
 
 
 @cython.cclass
-class Connection:
+class Connection(HeldReplies):
     """The protocol object asyncio creates per accepted socket (``Server.new_connection``).
+    The barriers hold it as ``HeldReplies`` while it has replies waiting for a batch.
 
     Example (what the server does with it)::
 
@@ -145,6 +150,7 @@ class Connection:
     peer: str
     out: list[bytes]
     out_bytes: int
+    unsent_bound: int
     held: deque[tuple[int, tuple[bytes, ...] | None]]
     held_bytes: int
     close_ready: bool
@@ -180,6 +186,7 @@ class Connection:
         self.peer = "?"
         self.out = []  # ready to write at the end of this step
         self.out_bytes = 0
+        self.unsent_bound = 0  # at least what the transport holds unsent (see flush)
         # Replies waiting for their barrier; ``None`` marks a close (quit) queued behind them.
         self.held = deque()
         self.close_ready = False  # close once ``out`` is written
@@ -425,17 +432,28 @@ class Connection:
         self.held.extend(held)
         self.held_bytes = sum(len(parts[0]) for _, p in held if p is not None)
 
-    @cython.locals(held=cython.Py_ssize_t)
+    @cython.locals(held=cython.Py_ssize_t, wrote=cython.Py_ssize_t, unsent=cython.Py_ssize_t)
     def flush(self) -> None:
         """Write everything ready in one call; honour a queued close; report what we hold to
         the memory budget when it is ``GRAIN`` or more, or was counted."""
-        wrote = bool(self.out)
+        wrote = self.out_bytes if self.out else 0
         self._flush_out()
-        held = self.parser.buffered + self.held_bytes
-        if self.charged or held >= GRAIN or (
-                wrote and self.transport is not None and not self.lost
-                and self.transport.get_write_buffer_size() >= GRAIN):
+        held = self.parser.buffered
+        held += self.held_bytes
+        if self.charged or held >= _GRAIN:
             self.measure_memory()
+            return
+        t = self.transport
+        if wrote and t is not None and not self.lost:
+            # What the transport has not sent yet grows only by what we write: while that bound
+            # stays under GRAIN it need not be asked (~200 instructions a write). A TLS
+            # transport buffers records, larger than what was written: asked every time.
+            unsent = self.unsent_bound + wrote
+            if unsent >= _GRAIN or self.join_writes:
+                unsent = t.get_write_buffer_size()
+            self.unsent_bound = unsent
+            if unsent >= _GRAIN:
+                self.measure_memory()
 
     def _flush_out(self) -> None:
         self.out_bytes = 0
@@ -469,7 +487,9 @@ class Connection:
         if self.lost:
             return
         t = self.transport
-        out = t.get_write_buffer_size() if t is not None else 0
+        out = 0
+        if t is not None:
+            out = self.unsent_bound = t.get_write_buffer_size()  # the bound, exact again
         self.server.account(self, self.parser.buffered, self.held_bytes + self.out_bytes + out)
 
     def hold_reading(self, on: bool) -> None:
@@ -537,7 +557,7 @@ class Connection:
 
     def release(self, durable: int) -> None:
         """Batches up to ``durable`` are durable (the barriers' one call per holding connection,
-        not three: each is a Python call from there): move the replies now due to the output
+        a C call when compiled): move the replies now due to the output
         (the barriers stop counting it as holding once none is left), send them, and run what
         was read if the connection had stopped (which may hold replies again)."""
         if not self.release_held(durable):
