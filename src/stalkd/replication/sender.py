@@ -40,7 +40,7 @@ from stalkd.replication import wire
 from stalkd.replication.epochs import diverged_at
 from stalkd.replication.gate import SyncGate
 from stalkd.replication.role import Role
-from stalkd.replication.wire import AckDecoder, WireError, encode_frames
+from stalkd.replication.wire import AckDecoder, WireError, encode_span
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
@@ -256,6 +256,10 @@ class Replicas:
             s.close()
 
 
+def _not_connected(data: bytes) -> None:
+    raise RuntimeError("a stream written before its connection was made")
+
+
 @cython.cclass
 class Sender:
     """One standby's connection, after the listener handed it over: an asyncio protocol (by its
@@ -287,12 +291,14 @@ class Sender:
     _clock: Callable[[], float]
     _gate: SyncGate | None
     _on_replicated: Callable[[], None]
+    _write: Callable[[bytes], None]
 
     def __init__(self, replicas: Replicas, granted: bool, identity: str | None) -> None:
         self.replicas = replicas
         self.granted = granted
         self.identity = identity
         self.transport = None
+        self._write = _not_connected  # the transport's write, once connected
         self.peer = "?"
         self._line = b""
         self._acks = AckDecoder()
@@ -321,6 +327,9 @@ class Sender:
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.WriteTransport, transport)
+        # (bound once: pump writes a message per group commit, and a method looked up on the
+        # transport per call costs it a type lookup)
+        self._write = self.transport.write
         self.transport.set_write_buffer_limits(high=_WRITE_LIMIT)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "unix")
@@ -470,15 +479,13 @@ class Sender:
             # that asked (``wire``): one of an earlier build reads records messages alone.
             if (self.frames and at.offset == self.next and frames_span(w, r._views, at, CHUNK_BYTES, sp)
                     and sp.end > sp.start):  # fmt: skip
-                assert sp.mv is not None
-                view = sp.mv[sp.start : sp.end]
+                mv = sp.mv
+                assert mv is not None
                 sp.mv = None
                 stop = sp.stop
-                try:
-                    t.write(encode_frames(self.next, sp.base, view))
-                    at.base, at.pos, at.offset = sp.base, sp.end, stop
-                finally:
-                    view.release()
+                self._write(encode_span(self.next, sp.base, mv, sp.start, sp.end))
+                mv = None  # (the mapping: no reference kept past the message)
+                at.base, at.pos, at.offset = sp.base, sp.end, stop
                 self.next = stop
                 self._sent_frames += 1
                 if stop >= end:
