@@ -56,7 +56,7 @@ cdef class Sender:
     cdef public object _clock
     cdef public SyncGate _gate
     cdef public object _on_replicated
-    cdef public object _write
+    cdef public object _write, _is_closing
 
     cpdef _acked(self, Py_ssize_t offset)
     @cython.locals(end=Py_ssize_t, stop=Py_ssize_t)

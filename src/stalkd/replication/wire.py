@@ -111,6 +111,7 @@ _FIRST = struct.Struct("<Q")
 _LEN = struct.Struct("<I")
 _ACK = struct.Struct("<Q")
 _ACK_SIZE = _ACK.size  # (AckDecoder.feed: the fast path reads it with int.from_bytes, "little")
+_OFFSET_LIMIT = 1 << 63  # (AckDecoder.take: an offset is a C signed 64-bit integer)
 _KIND_RECORDS = ord("R")
 _KIND_HEARTBEAT = ord("H")
 _KIND_FRAMES = ord("F")
@@ -662,3 +663,22 @@ class AckDecoder:
         if not whole:
             return None
         return int(_ACK.unpack_from(buf, whole - _ACK.size)[0])
+
+    @cython.locals(value=cython.ulonglong)
+    def take(self, data: bytes) -> int:
+        """``feed``, for the sender: -1 where ``feed`` gives None, a C integer compiled (no int
+        object per acknowledgement); WireError for an offset no log reaches (2**63 or more).
+
+        >>> d = AckDecoder(); d.take(encode_ack(3)[:5]), d.take(encode_ack(3)[5:] + encode_ack(9))
+        (-1, 9)
+        """
+        if cython.compiled and not self._buf and type(data) is bytes and len(data) == _ACK_SIZE:
+            value = _load_u64(cython.cast(cython.p_uchar, cython.cast(cython.p_char, data)))
+            if value < _OFFSET_LIMIT:
+                return value
+        ack = self.feed(data)
+        if ack is None:
+            return -1
+        if ack >= _OFFSET_LIMIT:
+            raise WireError(f"acknowledged offset {ack}: no log reaches it")
+        return ack
