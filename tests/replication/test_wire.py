@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import struct
 
 import pytest
@@ -144,3 +145,26 @@ def test_a_frames_message_is_its_header_then_its_body_with_the_crc32c_of_that_bo
     want = struct.pack("<BII", ord("F"), len(body), crc32c(body)) + body
     assert bytes(wire.encode_frames(first, base, frames)) == want
     assert bytes(wire.encode_frames(first, base, memoryview(frames))) == want
+
+
+@given(st.binary(max_size=600), st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1), st.data())
+def test_a_frames_message_of_a_span_is_the_message_of_its_slice(
+        data: bytes, first: int, base: int, draw: st.DataObject) -> None:  # fmt: skip
+    # The sender's call per message (compiled: the span's bytes copied out of the mapping and
+    # summed by the log's C CRC-32C, not the package's): the same bytes as the slice's message
+    start = draw.draw(st.integers(0, len(data)))
+    end = draw.draw(st.integers(start, len(data)))
+    want = bytes(wire.encode_frames(first, base, data[start:end]))
+    mv = memoryview(data)
+    assert wire.encode_span(first, base, mv, start, end) == want
+    assert wire.encode_span(first, base, data, start, end) == want  # (not a view: sliced)
+    with mmap.mmap(-1, max(len(data), 1)) as m:  # a mapping, as the log's segments are
+        m[: len(data)] = data
+        view = memoryview(m)
+        try:
+            assert wire.encode_span(first, base, view, start, end) == want
+        finally:
+            view.release()
+    mv.release()
+    with pytest.raises(ValueError):
+        wire.encode_span(first, base, mv, start, end)  # a released mapping is not read

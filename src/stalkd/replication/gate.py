@@ -83,7 +83,8 @@ class SyncGate:
     def ack(self, standby: Hashable, offset: int) -> None:
         """``standby`` holds every record below ``offset`` durable."""
         acks = self._acks
-        if offset > acks.get(standby, -1):
+        prev = acks.get(standby)
+        if prev is None or offset > cython.cast(cython.Py_ssize_t, prev):  # (compiled: C compare)
             acks[standby] = offset
             if self.need == 1 and self.members is None:
                 # any one standby: the highest acknowledgement, and this one only rose

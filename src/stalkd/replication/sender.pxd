@@ -9,7 +9,7 @@ from stalkd.log.log cimport frames_span
 from stalkd.log.reader cimport FrameSpan, ReadPos, SegmentViews
 from stalkd.log.writer cimport SegmentWriter
 from stalkd.replication.gate cimport SyncGate
-from stalkd.replication.wire cimport AckDecoder, encode_frames
+from stalkd.replication.wire cimport AckDecoder, encode_span
 
 
 cdef class Replicas:
@@ -56,6 +56,7 @@ cdef class Sender:
     cdef public object _clock
     cdef public SyncGate _gate
     cdef public object _on_replicated
+    cdef public object _write, _is_closing
 
     cpdef _acked(self, Py_ssize_t offset)
     @cython.locals(end=Py_ssize_t, stop=Py_ssize_t)

@@ -40,7 +40,7 @@ from stalkd.replication import wire
 from stalkd.replication.epochs import diverged_at
 from stalkd.replication.gate import SyncGate
 from stalkd.replication.role import Role
-from stalkd.replication.wire import AckDecoder, WireError, encode_frames
+from stalkd.replication.wire import AckDecoder, WireError, encode_span
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
@@ -256,6 +256,14 @@ class Replicas:
             s.close()
 
 
+def _not_connected(data: bytes) -> None:
+    raise RuntimeError("a stream written before its connection was made")
+
+
+def _not_closing() -> bool:
+    return False
+
+
 @cython.cclass
 class Sender:
     """One standby's connection, after the listener handed it over: an asyncio protocol (by its
@@ -287,12 +295,16 @@ class Sender:
     _clock: Callable[[], float]
     _gate: SyncGate | None
     _on_replicated: Callable[[], None]
+    _write: Callable[[bytes], None]
+    _is_closing: Callable[[], bool]
 
     def __init__(self, replicas: Replicas, granted: bool, identity: str | None) -> None:
         self.replicas = replicas
         self.granted = granted
         self.identity = identity
         self.transport = None
+        self._write = _not_connected  # the transport's write and is_closing, once connected
+        self._is_closing = _not_closing
         self.peer = "?"
         self._line = b""
         self._acks = AckDecoder()
@@ -321,25 +333,28 @@ class Sender:
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.WriteTransport, transport)
+        # (bound once: pump writes a message per group commit, and a method looked up on the
+        # transport per call costs it a type lookup)
+        self._write = self.transport.write
+        self._is_closing = self.transport.is_closing
         self.transport.set_write_buffer_limits(high=_WRITE_LIMIT)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "unix")
 
-    @cython.locals(a=cython.Py_ssize_t)
+    @cython.locals(a=cython.longlong)
     def data_received(self, data: bytes) -> None:
         if self.streaming:
             self.heard = now = self._clock()
             try:
-                ack = self._acks.feed(data)
+                a = self._acks.take(data)  # (-1: no whole acknowledgement yet; a C integer)
             except WireError as e:
                 self.drop(str(e))
                 return
-            if ack is None:
+            if a < 0:
                 return
-            if ack > self.next:
-                self.drop(f"acknowledged offset {ack}, beyond the {self.next} it was sent")
+            if a > self.next:
+                self.drop(f"acknowledged offset {a}, beyond the {self.next} it was sent")
                 return
-            a = ack  # (no more than ``next``: a C integer)
             if a >= self.replicas._writer.next:  # (the log's end: C fields, no property call)
                 self.caught_up_at = now
             if a > self.acked:
@@ -459,7 +474,7 @@ class Sender:
         w = r._writer  # (the log's: its ``next`` is the log's end, a C field)
         at = self._pos
         sp = self._span
-        while not self.paused and not t.is_closing():
+        while not self.paused and not self._is_closing():
             end = w.next
             if self.next >= end:
                 return
@@ -470,15 +485,13 @@ class Sender:
             # that asked (``wire``): one of an earlier build reads records messages alone.
             if (self.frames and at.offset == self.next and frames_span(w, r._views, at, CHUNK_BYTES, sp)
                     and sp.end > sp.start):  # fmt: skip
-                assert sp.mv is not None
-                view = sp.mv[sp.start : sp.end]
+                mv = sp.mv
+                assert mv is not None
                 sp.mv = None
                 stop = sp.stop
-                try:
-                    t.write(encode_frames(self.next, sp.base, view))
-                    at.base, at.pos, at.offset = sp.base, sp.end, stop
-                finally:
-                    view.release()
+                self._write(encode_span(self.next, sp.base, mv, sp.start, sp.end))
+                mv = None  # (the mapping: no reference kept past the message)
+                at.base, at.pos, at.offset = sp.base, sp.end, stop
                 self.next = stop
                 self._sent_frames += 1
                 if stop >= end:
