@@ -3,8 +3,9 @@
 ``Receiver.run`` keeps one stream open to the primary (reconnecting with a backoff): each read
 of records is appended to the local log at the primary's offsets (``Wal.append_replicated``),
 applied to the engine (``replay``, the recovery rules: a reserved job shows as ready here), made
-durable (under ``always``: a group commit, one fsync at a time on a thread, started as soon as
-the records are written, so that it runs while they are applied and the stream is read), and
+durable (under ``always``: one fsync per read, on the loop, once its records are written and
+before the last of them are applied; on a disk whose fsyncs are slow, ``FsyncPlace`` moves them
+to the log's commit thread, which runs them while the records are applied), and
 then acknowledged with the new durable end, which is what the
 primary's ``--sync-standbys`` waits for. A primary whose replies wait for no standby says, at the
 stream's start, how long an acknowledgement may be held back (``wire.ack_delay``): the standby
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
     from stalkd.log.ticket import Ticket
     from stalkd.persist.wal import Wal
 
-__all__ = ["Receiver", "ResyncNeeded", "ask"]
+__all__ = ["FsyncPlace", "Receiver", "ResyncNeeded", "ask"]
 
 log = logging.getLogger("stalkd.replication")
 
@@ -73,6 +74,10 @@ READ_BYTES = 1 << 20
 RETRY_MIN, RETRY_MAX = 0.05, 2.0
 SWITCH_INTERVAL = 0.0005  # seconds; see run
 APPLY_RECORDS = 1024  # records checked, appended and applied between two turns of the loop
+# A standby's fsync runs inline on its loop while it averages at most this long (seconds); a
+# slower disk's goes to the log's committer thread, so the loop keeps serving meanwhile.
+INLINE_FSYNC_MAX = 0.002
+INLINE_RETRY = 64  # reads synced on the thread before inline is tried again (the disk may recover)
 
 
 class _Feed:
@@ -173,6 +178,40 @@ async def _feed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limi
     return feed
 
 
+class FsyncPlace:
+    """Where a standby's next fsync runs: inline on its loop (no thread to wake, no loop to wake
+    back, per read) while the inline fsyncs average at most ``limit`` seconds; after a slower
+    average, on the committer thread for ``retry`` reads, then inline once again. A pure core:
+    the caller times the fsyncs.
+
+    >>> p = FsyncPlace(limit=0.002, retry=2)
+    >>> p.inline()
+    True
+    >>> p.inline_done(0.010); [p.inline() for _ in range(3)]
+    [False, False, True]
+    """
+
+    def __init__(self, limit: float = INLINE_FSYNC_MAX, retry: int = INLINE_RETRY, alpha: float = 0.25) -> None:
+        self.limit = limit
+        self.retry = retry
+        self.alpha = alpha
+        self.avg = 0.0  # seconds, moving average of the inline fsyncs
+        self._thread_left = 0
+
+    def inline(self) -> bool:
+        """Run this read's fsync inline? (Each False counts one read towards the next try.)"""
+        if self._thread_left:
+            self._thread_left -= 1
+            return False
+        return True
+
+    def inline_done(self, seconds: float) -> None:
+        """An inline fsync took ``seconds``."""
+        self.avg += self.alpha * (seconds - self.avg)
+        if self.avg > self.limit:
+            self._thread_left = self.retry
+
+
 class ResyncNeeded(RuntimeError):
     """The primary cannot stream to this log as it is: a copy of its state is needed.
     ``since``: the offset past which this log was never the primary's (None: it is only behind)."""
@@ -242,6 +281,9 @@ class Receiver:
         self._acked = 0  # the last offset acknowledged on this stream
         self._acked_at = float("-inf")  # when (the loop's clock)
         self._ack_soon: asyncio.TimerHandle | None = None  # the next paced acknowledgement
+        self.fsync_place = FsyncPlace()
+        # This read's fsync: inline or on the thread (None: not decided yet; see _take).
+        self._inline: bool | None = None
 
     @property
     def lag(self) -> int:
@@ -420,6 +462,7 @@ class Receiver:
                     except overlap.Diverged as e:
                         raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
                     last = None
+                last_msg = i == len(msgs) - 1
                 for at in range(0, len(payloads), APPLY_RECORDS):
                     if i or at:
                         # Between messages (and slices of a long one), the loop runs what waits:
@@ -427,14 +470,19 @@ class Receiver:
                         await asyncio.sleep(0)
                         if self._stopped:  # promoted meanwhile: its epoch starts where the log
                             return  # ends; the rest of this read is dropped, as unread bytes are
-                    self._take(first + at, payloads[at:at + APPLY_RECORDS], writer)
+                    self._take(first + at, payloads[at:at + APPLY_RECORDS], writer,
+                               last_msg and at + APPLY_RECORDS >= len(payloads))
             if not self.fsync:
                 self.durable_end = lg.next_offset
                 self._acknowledge(writer)
                 self._in_sync()
 
-    def _take(self, first: int, payloads: list[bytes], writer: asyncio.StreamWriter) -> None:
-        """Check, append (a ticket asks for their fsync) and apply the records at ``first``."""
+    def _take(self, first: int, payloads: list[bytes], writer: asyncio.StreamWriter, last: bool) -> None:
+        """Check, append and apply the records at ``first``; ``last``: the read's last slice.
+        Under ``always``, inline (``fsync_place``): the read's appends are fsynced once, after
+        its last slice is appended and before it is applied (the acknowledgement does not wait
+        for that); else each slice gets a ticket, which the log's committer thread fsyncs while
+        the records are applied."""
         lg = self.wal.log
         try:
             records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
@@ -444,7 +492,14 @@ class Receiver:
                 self._apply(first, records[:lg.next_offset - first])  # what it holds
                 raise
             if self.fsync:
-                self._sync(writer)  # what the ack waits for: fsynced while the records are applied
+                if self._inline is None:  # the read's first slice
+                    self._inline = self.fsync_place.inline()
+                if not self._inline:
+                    self._sync(writer)  # fsynced while the records are applied
+                elif last:
+                    self._sync_inline(writer)
+                if last:
+                    self._inline = None
             self._apply(first, records)
         finally:
             self.wal.last_seq = self.engine.seq
@@ -482,8 +537,26 @@ class Receiver:
 
         lg.ticket().add_done_callback(durable)
 
-    def _synced(self, writer: asyncio.StreamWriter, end: int, exc: BaseException | None) -> None:
-        self._syncing -= 1
+    def _sync_inline(self, writer: asyncio.StreamWriter) -> None:
+        """Fsync what this read appended, on the loop thread, and acknowledge it. The loop is
+        held for the fsync, but what arrives meanwhile is read at once after it and shares the
+        next one, as it would have waited for a committer busy with this one; and there is no
+        thread to wake and no loop to wake back per message (on two busy cores each wake-up
+        waits for a CPU)."""
+        end = self.wal.log.next_offset
+        exc: BaseException | None = None
+        t0 = time.perf_counter()
+        try:
+            self.wal.sync()
+        except (LogError, OSError) as e:
+            exc = e
+        self.fsync_place.inline_done(time.perf_counter() - t0)
+        self._synced(writer, end, exc, False)
+
+    def _synced(self, writer: asyncio.StreamWriter, end: int, exc: BaseException | None,
+                ticket: bool = True) -> None:  # fmt: skip
+        if ticket:
+            self._syncing -= 1
         if exc is not None:
             self.on_resync(f"the standby's WAL fsync failed: {exc}")
             self.stop()
