@@ -314,6 +314,8 @@ class Receiver:
         self.fsync_place = FsyncPlace()
         # This read's fsync: inline or on the thread (None: not decided yet; see _take).
         self._inline: bool | None = None
+        self._epochs: tuple[tuple[int, int], ...] | None = None  # the engine's, when _epoch was taken
+        self._epoch = 0  # role.state.epoch then (the role's epochs are the engine's: role.attach)
 
     @property
     def lag(self) -> int:
@@ -526,7 +528,13 @@ class Receiver:
         wal = self.wal
         lg = wal.log
         try:
-            records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
+            # The epoch this log follows: the role's, recomputed only when the engine's epochs
+            # change (an EPOCH record, a resync); role.state builds an EpochState per call.
+            epochs = self.engine.epochs
+            if epochs is not self._epochs:
+                self._epoch = self.role.state.epoch
+                self._epochs = epochs
+            records = check_records(first, payloads, lg.next_offset, self._epoch)
             try:
                 wal.append_replicated(first, payloads)
             except BaseException:
