@@ -36,8 +36,9 @@ Ensures:
 - A stream starts at this log's last record and goes on only if the primary's is the same
   (``overlap``): a primary that lost records this standby holds and wrote others in their
   place is a resync, not a second history appended to this log.
-- ``stop()`` (promotion) ends the stream between two messages (or 1,024-record slices) of it:
-  every record appended is applied first, and nothing of the stream is appended after.
+- ``stop()`` (promotion) ends the stream between two slices of it (at most ``APPLY_RECORDS``
+  records each; the messages of one read that follow on are one run, sliced): every record
+  appended is applied first, and nothing of the stream is appended after.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ READ_BYTES = 1 << 20
 RETRY_MIN, RETRY_MAX = 0.05, 2.0
 SWITCH_INTERVAL = 0.0005  # seconds; see run
 APPLY_RECORDS = 1024  # records checked, appended and applied between two turns of the loop
+# (a read's messages that follow on are joined first: one step per read, not per message)
 # A standby's fsync runs inline on its loop while it averages at most this long (seconds); a
 # slower disk's goes to the log's committer thread, so the loop keeps serving meanwhile.
 INLINE_FSYNC_MAX = 0.002
