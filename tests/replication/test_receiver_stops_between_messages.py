@@ -1,7 +1,8 @@
 """A standby promoted while it works through one read of its stream: the promotion takes effect
-between two messages, every record appended is applied, and nothing of the old primary's stream
-is appended after the new epoch's record (the receiver turns the loop between messages, so that
-an fsync's acknowledgement goes out at once; a promotion can run in that turn)."""
+between two slices of it, every record appended is applied, and nothing of the old primary's
+stream is appended after the new epoch's record (the receiver turns the loop between slices of
+at most ``APPLY_RECORDS`` records, and between messages that do not follow each other; a
+promotion can run in that turn)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import asyncio
 from pathlib import Path
 from typing import cast
 
+import pytest
+
 from stalkd.engine.handover import epoch_record
 from stalkd.engine.model import Op, Record, decode, encode
+from stalkd.log.frame import encode_data_frames
 from stalkd.persist.wal import Wal
-from stalkd.replication import wire
+from stalkd.replication import receiver, wire
 from stalkd.replication.receiver import _Feed
 
 from .streams import standby
@@ -31,6 +35,10 @@ class Acks:
     def is_closing(self) -> bool:
         return self.closed
 
+    @property
+    def transport(self) -> Acks:  # (the receiver writes acknowledgements to the transport)
+        return self
+
     def close(self) -> None:
         self.closed = True
 
@@ -39,7 +47,10 @@ def put(jid: int) -> bytes:
     return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, 0, b"job %d" % jid))
 
 
-def test_a_promotion_between_two_messages_of_one_read_appends_nothing_after_its_epoch(tmp_path: Path) -> None:
+def test_a_promotion_between_two_slices_of_one_read_appends_nothing_after_its_epoch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # slices of two records: the read's two messages (three records, one run) are two slices
+    monkeypatch.setattr(receiver, "APPLY_RECORDS", 2)
     with Wal.open(tmp_path, durability="always") as wal:
         rc = standby(wal, 1)  # (never connects: its messages are fed to it below)
         engine = rc.engine
@@ -63,3 +74,33 @@ def test_a_promotion_between_two_messages_of_one_read_appends_nothing_after_its_
         ops = [(decode(f.payload).op, decode(f.payload).job_id) for f in wal.log.read(0)]
         assert ops == [(Op.PUT, 1), (Op.PUT, 2), (Op.EPOCH, 0)]
         assert sorted(engine.jobs) == [1, 2]
+
+
+def test_the_messages_of_one_read_that_follow_on_are_applied_in_one_step_and_acknowledged_once(tmp_path: Path) -> None:
+    """One engine step (``applied``: the server's timer re-arm) and one acknowledgement per read,
+    not per message; a message that does not follow on is refused, the run before it written."""
+    with Wal.open(tmp_path, durability="always") as wal:
+        rc = standby(wal, 1)  # (never connects: its read is fed to it below)
+        steps: list[int] = []
+        rc.applied = lambda: steps.append(wal.log.next_offset)
+        acks = Acks()
+
+        async def main() -> None:
+            feed = _Feed(cast(asyncio.BaseTransport, None), 1 << 20,
+                         b"".join(wire.encode_records(0, [put(1), put(2)]))
+                         + b"".join(wire.encode_records(2, [put(3)]))
+                         + wire.encode_frames(3, 0, encode_data_frames([put(4), put(5)], 3, 7, 1)))  # fmt: skip
+            feed.connection_lost(None)
+            rc._writer = cast(asyncio.StreamWriter, acks)
+            with pytest.raises(EOFError):
+                await rc._stream(feed, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0])
+            assert [int.from_bytes(a, "little") for a in acks.sent] == [5]  # one acknowledgement for the read
+            # then a message that skips offset 5: refused, nothing of it written
+            bad = _Feed(cast(asyncio.BaseTransport, None), 1 << 20,
+                        b"".join(wire.encode_records(5, [put(6)])) + b"".join(wire.encode_records(7, [put(8)])))
+            with pytest.raises(wire.WireError, match="sent offset 7"):
+                await rc._stream(bad, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0])
+
+        asyncio.run(main())
+        assert steps == [5, 6, 6]  # (the refused message's step, whatever happens, finds nothing new)
+        assert sorted(rc.engine.jobs) == [1, 2, 3, 4, 5, 6]

@@ -36,8 +36,9 @@ Ensures:
 - A stream starts at this log's last record and goes on only if the primary's is the same
   (``overlap``): a primary that lost records this standby holds and wrote others in their
   place is a resync, not a second history appended to this log.
-- ``stop()`` (promotion) ends the stream between two messages (or 1,024-record slices) of it:
-  every record appended is applied first, and nothing of the stream is appended after.
+- ``stop()`` (promotion) ends the stream between two slices of it (at most ``APPLY_RECORDS``
+  records each; the messages of one read that follow on are one run, sliced): every record
+  appended is applied first, and nothing of the stream is appended after.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 from typing import TYPE_CHECKING, cast
 
 from stalkd.client._address import Address
@@ -74,10 +76,40 @@ READ_BYTES = 1 << 20
 RETRY_MIN, RETRY_MAX = 0.05, 2.0
 SWITCH_INTERVAL = 0.0005  # seconds; see run
 APPLY_RECORDS = 1024  # records checked, appended and applied between two turns of the loop
+# (a read's messages that follow on are joined first: one step per read, not per message)
 # A standby's fsync runs inline on its loop while it averages at most this long (seconds); a
 # slower disk's goes to the log's committer thread, so the loop keeps serving meanwhile.
 INLINE_FSYNC_MAX = 0.002
 INLINE_RETRY = 64  # reads synced on the thread before inline is tried again (the disk may recover)
+
+
+_encode_ack = wire.encode_ack
+
+
+def _joined(msgs: list[tuple[int, list[bytes]]]) -> list[tuple[int, list[bytes]]]:
+    """The messages of one read, each run of them that follows on (the next one's first offset
+    the end of the one before) as one: checked, appended and applied in one call (one engine
+    step and one timer re-arm), not one per message. A message that does not follow stays apart
+    (``check_records`` refuses it, with nothing of it written).
+
+    >>> _joined([(3, [b"a"]), (4, [b"b", b"c"]), (9, [b"x"]), (10, [])])
+    [(3, [b'a', b'b', b'c']), (9, [b'x'])]
+    """
+    out: list[tuple[int, list[bytes]]] = []
+    first, payloads = msgs[0]
+    end = first + len(payloads)
+    joined: list[bytes] | None = None
+    for f, p in msgs[1:]:
+        if f == end:
+            if joined is None:
+                joined = list(payloads)
+            joined.extend(p)
+        else:
+            out.append((first, payloads if joined is None else joined))
+            first, payloads, joined = f, p, None
+        end = f + len(p)
+    out.append((first, payloads if joined is None else joined))
+    return out
 
 
 class _Feed:
@@ -284,6 +316,8 @@ class Receiver:
         self.fsync_place = FsyncPlace()
         # This read's fsync: inline or on the thread (None: not decided yet; see _take).
         self._inline: bool | None = None
+        self._epochs: tuple[tuple[int, int], ...] | None = None  # the engine's, when _epoch was taken
+        self._epoch = 0  # role.state.epoch then (the role's epochs are the engine's: role.attach)
 
     @property
     def lag(self) -> int:
@@ -441,68 +475,91 @@ class Receiver:
                       heard: list[float], last: bytes | None = None) -> None:  # fmt: skip
         lg = self.wal.log
         beats = 0
+        clock = self.clock
+        # Acknowledgements go to the transport itself (what StreamWriter.write and is_closing
+        # forward to, a Python call each per acknowledgement)
+        out = writer.transport
         while not self._stopped:
             data = await feed.read()
             if not data:
                 raise EOFError("the primary closed the stream")
-            heard[0] = self.clock()
+            heard[0] = clock()
             msgs = dec.feed(data)
             if dec.heartbeats != beats:  # a heartbeat: the primary's end, and we answer each
                 # (an idle primary's are all alike; unanswered, it drops the stream as silent)
                 beats = dec.heartbeats
                 self.primary_end = max(self.primary_end, dec.primary_end)
-                self._send_ack(writer)
+                self._send_ack(out)
                 self._in_sync()
             if not msgs:
                 continue
-            for i, (first, payloads) in enumerate(msgs):
-                if last is not None:  # the stream's first message: our last record first
-                    try:
-                        first, payloads = overlap.trim(first, payloads, lg.next_offset, last)
-                    except overlap.Diverged as e:
-                        raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
-                    last = None
-                last_msg = i == len(msgs) - 1
-                for at in range(0, len(payloads), APPLY_RECORDS):
+            if last is not None:  # the stream's first message: our last record first
+                first, payloads = msgs[0]
+                try:
+                    msgs[0] = overlap.trim(first, payloads, lg.next_offset, last)
+                except overlap.Diverged as e:
+                    raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
+                last = None
+            if len(msgs) > 1:
+                msgs = _joined(msgs)
+            n = len(msgs)
+            for i in range(n):
+                first, payloads = msgs[i]
+                size = len(payloads)
+                for at in range(0, size, APPLY_RECORDS):
                     if i or at:
-                        # Between messages (and slices of a long one), the loop runs what waits:
-                        # an fsync's acknowledgement goes out now, not after all of this read.
+                        # Between slices (and messages that do not follow each other), the loop
+                        # runs what waits: an fsync's acknowledgement goes out now, not after
+                        # all of this read.
                         await asyncio.sleep(0)
                         if self._stopped:  # promoted meanwhile: its epoch starts where the log
                             return  # ends; the rest of this read is dropped, as unread bytes are
-                    self._take(first + at, payloads[at:at + APPLY_RECORDS], writer,
-                               last_msg and at + APPLY_RECORDS >= len(payloads))
+                    self._take(first + at, payloads if size <= APPLY_RECORDS else payloads[at:at + APPLY_RECORDS],
+                               out, i == n - 1 and at + APPLY_RECORDS >= size)  # fmt: skip
             if not self.fsync:
                 self.durable_end = lg.next_offset
-                self._acknowledge(writer)
+                self._acknowledge(out)
                 self._in_sync()
 
-    def _take(self, first: int, payloads: list[bytes], writer: asyncio.StreamWriter, last: bool) -> None:
+    def _take(self, first: int, payloads: list[bytes], writer: asyncio.WriteTransport, last: bool) -> None:
         """Check, append and apply the records at ``first``; ``last``: the read's last slice.
         Under ``always``, inline (``fsync_place``): the read's appends are fsynced once, after
         its last slice is appended and before it is applied (the acknowledgement does not wait
         for that); else each slice gets a ticket, which the log's committer thread fsyncs while
         the records are applied."""
-        lg = self.wal.log
+        wal = self.wal
+        lg = wal.log
         try:
-            records = check_records(first, payloads, lg.next_offset, self.role.state.epoch)
+            # The epoch this log follows: the role's, recomputed only when the engine's epochs
+            # change (an EPOCH record, a resync); role.state builds an EpochState per call.
+            epochs = self.engine.epochs
+            if epochs is not self._epochs:
+                self._epoch = self.role.state.epoch
+                self._epochs = epochs
+            records = check_records(first, payloads, lg.next_offset, self._epoch)
             try:
-                self.wal.append_replicated(first, payloads)
+                wal.append_replicated(first, payloads)
             except BaseException:
                 self._apply(first, records[:lg.next_offset - first])  # what it holds
                 raise
+            end = first + len(payloads)  # (the log's end now: append_replicated wrote them all there)
             if self.fsync:
-                if self._inline is None:  # the read's first slice
-                    self._inline = self.fsync_place.inline()
-                if not self._inline:
+                inline = self._inline
+                if inline is None:  # the read's first slice
+                    inline = self._inline = self.fsync_place.inline()
+                if not inline:
                     self._sync(writer)  # fsynced while the records are applied
                 elif last:
-                    self._sync_inline(writer)
+                    self._sync_inline(writer, end)
                 if last:
                     self._inline = None
-            self._apply(first, records)
+            # (_apply, without the call: once per slice)
+            self.reservations.follow(self.engine, records)
+            self.records += len(records)
+            if end > self.primary_end:
+                self.primary_end = end
         finally:
-            self.wal.last_seq = self.engine.seq
+            wal.last_seq = self.engine.seq
             self.applied()
 
     def _in_sync(self) -> None:
@@ -513,7 +570,7 @@ class Receiver:
                 log.info("replication from %s: in sync again at offset %d", self.address, self.durable_end)
                 self.problem = None
 
-    def _sync(self, writer: asyncio.StreamWriter) -> None:
+    def _sync(self, writer: asyncio.WriteTransport) -> None:
         """Group commit, as on a primary: a ticket of the log's for everything written, which
         its committer thread fsyncs (one fsync for every ticket then waiting; those that come
         meanwhile, the next, started as soon as it returns: no thread hand-off per fsync and
@@ -537,23 +594,23 @@ class Receiver:
 
         lg.ticket().add_done_callback(durable)
 
-    def _sync_inline(self, writer: asyncio.StreamWriter) -> None:
-        """Fsync what this read appended, on the loop thread, and acknowledge it. The loop is
+    def _sync_inline(self, writer: asyncio.WriteTransport, end: int) -> None:
+        """Fsync what this read appended (the log up to ``end`` at least), on the loop thread,
+        and acknowledge it. The loop is
         held for the fsync, but what arrives meanwhile is read at once after it and shares the
         next one, as it would have waited for a committer busy with this one; and there is no
         thread to wake and no loop to wake back per message (on two busy cores each wake-up
         waits for a CPU)."""
-        end = self.wal.log.next_offset
         exc: BaseException | None = None
-        t0 = time.perf_counter()
+        t0 = perf_counter()
         try:
             self.wal.sync()
         except (LogError, OSError) as e:
             exc = e
-        self.fsync_place.inline_done(time.perf_counter() - t0)
+        self.fsync_place.inline_done(perf_counter() - t0)
         self._synced(writer, end, exc, False)
 
-    def _synced(self, writer: asyncio.StreamWriter, end: int, exc: BaseException | None,
+    def _synced(self, writer: asyncio.WriteTransport, end: int, exc: BaseException | None,
                 ticket: bool = True) -> None:  # fmt: skip
         if ticket:
             self._syncing -= 1
@@ -562,14 +619,20 @@ class Receiver:
             self.stop()
             return
         # One fsync resolves every ticket waiting: the first to get here acknowledges them all.
-        end = max(end, self.wal.log.durable_offset)
-        if writer.is_closing() or end <= self.durable_end:
+        durable = self.wal.log.durable_offset
+        if durable > end:
+            end = durable
+        if end <= self.durable_end or writer.is_closing():
             return
         self.durable_end = end
-        self._acknowledge(writer)
-        self._in_sync()
+        if self.ack_delay:
+            self._acknowledge(writer)
+        else:  # a reply may wait for it (_acknowledge's first case, without the call)
+            self._send_ack(writer)
+        if end >= self.primary_end:
+            self._in_sync()
 
-    def _acknowledge(self, writer: asyncio.StreamWriter) -> None:
+    def _acknowledge(self, writer: asyncio.WriteTransport) -> None:
         """The durable end moved: tell the primary now, or (paced) once ``ack_delay`` has passed
         since the last acknowledgement, with the durable end as it is then."""
         if not self.ack_delay:  # a reply may wait for it
@@ -584,14 +647,14 @@ class Receiver:
         else:
             self._ack_soon = loop.call_later(wait, self._ack_due, writer)
 
-    def _ack_due(self, writer: asyncio.StreamWriter) -> None:
+    def _ack_due(self, writer: asyncio.WriteTransport) -> None:
         self._ack_soon = None
         if self.durable_end > self._acked and not writer.is_closing():
             self._send_ack(writer)
 
-    def _send_ack(self, writer: asyncio.StreamWriter) -> None:
+    def _send_ack(self, writer: asyncio.WriteTransport) -> None:
         end = self._acked = self.durable_end
-        writer.write(wire.encode_ack(end))
+        writer.write(_encode_ack(end))
         self.acks += 1
         if self.ack_delay:
             self._acked_at = asyncio.get_running_loop().time()

@@ -27,3 +27,7 @@ cdef unsigned long long _OFFSET_LIMIT
 cdef unsigned char _KIND_FRAMES
 cdef bytes _FRAMES_PREFIX
 cdef bytes _CRC32C_BYTE
+# RecordDecoder.feed's scan of whole frames messages (_whole_frames), and the frame layout it reads
+cdef bint _SCAN_FRAMES
+cdef Py_ssize_t _F_HEADER, _F_MAGIC_AT, _F_FLAGS_AT, _F_EPOCH_AT, _F_LENGTH_AT, _F_DELTA_AT, _MAX_MESSAGE_C
+cdef unsigned char _F_MAGIC, _F_KIND

@@ -103,6 +103,7 @@ REPLICATE = b"replicate"
 """Every replication request starts with this word (the server's listeners look for it)."""
 REPLICATE_SNAPSHOT = b"replicate-snapshot\r\n"
 MAX_MESSAGE = 64 * 2**20  # a records message; the sender cuts batches far below this
+_MAX_MESSAGE_C = MAX_MESSAGE  # (compiled: a C constant, wire.pxd)
 MAX_LINE = 4096
 HEARTBEAT = 0.25  # seconds between heartbeats on an idle stream (both ways)
 SILENT_AFTER = 1.5  # seconds without a byte from the peer after which a stream is dropped
@@ -457,15 +458,25 @@ def _crc32c_short(b: bytearray, i: int, end: int) -> int:
 
 
 _crc32c_of_log: Callable[..., int] | None = None
+# The log's frame header as _whole_frames reads it (frame.py's HEAD_FIELDS: crc, magic, flags,
+# epoch, length, delta, timestamp), checked against the log's own when it is loaded: a format
+# change turns the C scan off (_SCAN_FRAMES) and every message takes data_payloads' path.
+_FRAME_LAYOUT = ((("crc", "I"), ("magic", "B"), ("flags", "B"), ("epoch", "H"), ("length", "I"), ("delta", "I"),
+                  ("timestamp_us", "q")), 24, 0xA7, 0x7F)  # fmt: skip
+_F_HEADER, _F_MAGIC_AT, _F_FLAGS_AT, _F_EPOCH_AT, _F_LENGTH_AT, _F_DELTA_AT = 24, 4, 5, 6, 8, 12
+_F_MAGIC, _F_KIND = 0xA7, 0x7F
+_SCAN_FRAMES = False
 _CRC32C_BYTE = b""  # compiled: _crc32c_short's table (256 native u32), made with the above
 
 
 def _load_crc32c() -> Callable[..., int]:
-    global _crc32c_of_log, _CRC32C_BYTE, _crc_c
+    global _crc32c_of_log, _CRC32C_BYTE, _crc_c, _SCAN_FRAMES
     from stalkd.log import frame
     from stalkd.log.crc import crc32c
 
     if cython.compiled:
+        # _whole_frames reads a frame's header at the places below: only while they are the log's
+        _SCAN_FRAMES = (frame.HEAD_FIELDS, frame.FRAME_HEADER_SIZE, frame.MAGIC, frame.KIND_MASK) == _FRAME_LAYOUT
         _CRC32C_BYTE = frame.crc32c_tables()[:1024]  # table 0: 256 native u32, a byte at a time
         # The log's own C sum, taken from its compiled module's table of C functions (what a
         # cimport reads, here only once a message is encoded: a cimport would load the log at
@@ -572,10 +583,25 @@ class RecordDecoder:
         stalkd.replication.wire.WireError: a message from the primary fails its CRC (offset 5): damaged in transit
         """
         buf = self._buf
-        buf += data
         out: list[tuple[int, list[bytes]]] = []
+        if cython.compiled:
+            if _crc32c_of_log is None:
+                _load_crc32c()
+            if _SCAN_FRAMES and _crc_c != cython.NULL and not buf and type(data) is bytes:
+                # The usual read: whole frames messages, taken straight from ``data`` (no copy
+                # into the buffer, no view, no struct call or scan state per message)
+                pos = _whole_frames(cython.cast(cython.p_uchar, cython.cast(cython.p_char, data)), 0, len(data), out)
+                if pos == len(data):
+                    return out
+                data = data[pos:]
+        buf += data
         pos = 0
         while len(buf) - pos >= _MSG.size:
+            if cython.compiled and _SCAN_FRAMES and _crc_c != cython.NULL and buf[pos] == _KIND_FRAMES:
+                taken = _whole_frames(cython.cast(cython.p_uchar, cython.cast(cython.p_char, buf)), pos, len(buf), out)  # type: ignore[arg-type]
+                if taken != pos:
+                    pos = taken
+                    continue  # (else: not whole yet, or refused below, by the same checks)
             kind, size, crc = _MSG.unpack_from(buf, pos)
             if (kind not in (_KIND_RECORDS, _KIND_HEARTBEAT, _KIND_FRAMES) or size > MAX_MESSAGE
                     or size < (_FRAMES_HEAD.size if kind == _KIND_FRAMES else _FIRST.size)):
@@ -621,6 +647,70 @@ class RecordDecoder:
         if pos:
             del buf[:pos]
         return out
+
+
+@cython.cfunc
+@cython.locals(p=cython.p_uchar, pos=cython.Py_ssize_t, n=cython.Py_ssize_t, end=cython.Py_ssize_t,
+               at=cython.Py_ssize_t, nxt=cython.Py_ssize_t, length=cython.Py_ssize_t, size=cython.Py_ssize_t,
+               first=cython.ulonglong, base=cython.ulonglong, d=cython.ulonglong, epoch=cython.uint,
+               last_epoch=cython.uint, payloads=list, whole=cython.bint)  # fmt: skip
+def _whole_frames(p: bytes, pos: int, n: int, out: list[tuple[int, list[bytes]]]) -> int:
+    """From ``p[pos]`` (a C pointer to ``n`` bytes; compiled only, with the log's ``_crc_c``),
+    the frames messages that are whole and pass every check ``feed`` makes (the message's
+    length and CRC-32C; each frame's CRC-32C, magic, kind, delta and epoch order, the frames
+    filling the body exactly, as ``data_payloads``) appended to ``out``, their payloads copied
+    out once each; returns the position after the last one taken. It stops at the first
+    message that is anything else (another kind, not whole yet, or failing a check), which
+    ``feed``'s own path then reads or refuses: this takes a subset of what that path takes,
+    with the same result, and refuses nothing itself."""
+    while n - pos >= _FRAMES_AT and p[pos] == _KIND_FRAMES:
+        size = _load_le32(p, pos + 1)
+        end = pos + _MSG_SIZE + size
+        if size > _MAX_MESSAGE_C or size < _FRAMES_AT - _MSG_SIZE or end > n:
+            break
+        if _crc_c(0, p, pos + _MSG_SIZE, end) != _load_le32(p, pos + 5):
+            break
+        first = _load_u64(cython.address(p[pos + _MSG_SIZE]))
+        base = _load_u64(cython.address(p[pos + _MSG_SIZE + 8]))
+        if first < base or first >= _OFFSET_LIMIT:
+            break
+        d = first - base
+        at = pos + _FRAMES_AT
+        last_epoch = 0
+        payloads = []
+        whole = True
+        while at < end:
+            if at + _F_HEADER > end:
+                whole = False
+                break
+            length = _load_le32(p, at + _F_LENGTH_AT)
+            nxt = at + ((_F_HEADER + length + 7) & ~7)  # (frames are 8-aligned in the body, not in ``p``)
+            epoch = p[at + _F_EPOCH_AT] | (cython.cast(cython.uint, p[at + _F_EPOCH_AT + 1]) << 8)
+            if (_load_le32(p, at + _F_DELTA_AT) != d or p[at + _F_MAGIC_AT] != _F_MAGIC
+                    or p[at + _F_FLAGS_AT] & _F_KIND or epoch < last_epoch or nxt > end
+                    or _load_le32(p, at) != _crc_c(0, p, at + 4, nxt)):  # fmt: skip
+                whole = False
+                break
+            payloads.append(PyBytes_FromStringAndSize(cython.cast(cython.p_char, cython.address(p[at + _F_HEADER])),
+                                                      length))  # fmt: skip
+            last_epoch = epoch
+            at = nxt
+            d += 1
+        if not whole:
+            break
+        out.append((first, payloads))
+        pos = end
+    return pos
+
+
+@cython.cfunc
+@cython.inline
+@cython.locals(b=cython.p_uchar, at=cython.Py_ssize_t)
+@cython.returns(cython.ulonglong)
+def _load_le32(b: bytes, at: int) -> int:
+    """The little-endian u32 at ``b[at]`` (a C pointer; compiled only)."""
+    return (b[at] | (cython.cast(cython.ulonglong, b[at + 1]) << 8) | (cython.cast(cython.ulonglong, b[at + 2]) << 16)
+            | (cython.cast(cython.ulonglong, b[at + 3]) << 24))  # fmt: skip
 
 
 @cython.cfunc
