@@ -152,5 +152,12 @@ PyInit__speedups(void)
         Py_DECREF(m);
         return NULL;
     }
+    /* Parser.buffered for compiled callers: Py_ssize_t (PyObject *) on a Parser (parser.c.h) */
+    PyObject *cap = PyCapsule_New((void *)parser_buffered_c, BUFFERED_C_NAME, NULL);
+    if (cap == NULL || PyModule_AddObject(m, "buffered_c", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

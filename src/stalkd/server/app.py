@@ -52,7 +52,7 @@ from stalkd.replication.status import Status
 from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.budget import TICK, MemoryBudget, default_limit
-from stalkd.server.clock import steady_wall_clock
+from stalkd.server.clock import SteadyClock, steady_wall_clock
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection, Host
 from stalkd.server.fastconn import new_connection
@@ -270,8 +270,11 @@ class Server(Host):
             c.send(_NOT_PRIMARY, 0)
             return
         adm = self.admission
+        clock = self.clock
+        # the server's own clock is read with a C call (compiled), a clock given to it is called
+        now = cython.cast(SteadyClock, clock).now() if type(clock) is SteadyClock else clock()
         try:
-            out = self.engine.apply(c.id, cmd, self.clock())
+            out = self.engine.apply(c.id, cmd, now)
         except Exception as e:
             self._apply_failed(c, cmd, e)
             return

@@ -33,6 +33,7 @@ cdef class Barriers:
     cdef public Py_ssize_t _mixed
     cdef public object _syncer
     cdef public object sync_policy
+    cdef public object _holder
     cdef public set _held
     cdef public dict _job_batch
     cdef public Py_ssize_t _job_last
