@@ -100,6 +100,11 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     word_cache = Py_NewRef(words);
     job_reply_type = Py_NewRef(job_reply);
     parts_fallback = Py_NewRef(fallback);
+    field_init(&F_reply_word, reply_type, S_word);
+    field_init(&F_reply_args, reply_type, S_args);
+    field_init(&F_job_word, job_reply_type, S_word);
+    field_init(&F_job_id, job_reply_type, S_id);
+    field_init(&F_job_body, job_reply_type, S_body);
     specs = t;
     nspecs = n;
     Py_RETURN_NONE;

@@ -128,8 +128,14 @@ class Server(Host):
         self.group_commit = persistent and config.durability == "always"
         self.barriers = Barriers(self.storage, group_commit=self.group_commit,
                                  loop=self.loop_or_none, on_fatal=self._fatal)
-        # A storage that keeps nothing never runs out of room: the engine asks nobody.
-        self.admission = Admission(self.storage, config.data_dir) if persistent else None
+        # A storage that keeps nothing never runs out of room: the engine asks nobody. A WAL's
+        # admission calls its batches directly (imported here: the WAL is loaded by now, and a
+        # server without a data directory never loads it).
+        self.admission: Admission | None = None
+        if persistent:
+            from stalkd.server.waladmission import admission_for
+
+            self.admission = admission_for(self.storage, config.data_dir)
         engine.room = self.admission
         # Called with (command or None, outcome) for every engine step when set (the admin
         # endpoint's latency histograms); one attribute test per step when not.

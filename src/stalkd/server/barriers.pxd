@@ -2,6 +2,7 @@
 # the fields and the methods other compiled modules call directly.
 
 from stalkd.engine.model cimport Record
+from stalkd.replication.gate cimport SyncGate
 
 
 cdef class HeldReplies:

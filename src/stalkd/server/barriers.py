@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence, Sized
 from typing import TYPE_CHECKING, Protocol
 
 from stalkd.engine.model import DURABLE_OPS, Record
+from stalkd.replication.gate import SyncGate
 from stalkd.server.storage import FatalStorageError, Storage
 from stalkd.server.syncer import Syncer
 from stalkd.server.syncpolicy import SyncPolicy
@@ -322,8 +323,12 @@ class Barriers:
 
     def _batch_written(self) -> None:
         """The batch is in the log: tell the gate, then sync it or (no fsync) release it."""
-        if self.gate is not None:
-            self.gate.note(self.written, self.end_offset())
+        gate = self.gate
+        if gate is not None:
+            if type(gate) is SyncGate:  # the --sync-standbys gate itself: a C call (compiled)
+                cython.cast(SyncGate, gate).note(self.written, self.end_offset())
+            else:  # a wrapper (replication/authority.py's, while it may withhold)
+                gate.note(self.written, self.end_offset())
         if self.group_commit:
             self._start_sync()
         else:
@@ -371,12 +376,16 @@ class Barriers:
         if self.written > self.local_durable and not self._batch_open:
             self._start_sync()
 
+    @cython.locals(replicated=cython.Py_ssize_t)
     def _reached(self, target: int) -> None:
         """Batches up to ``target`` are durable on this disk: release what the gate allows."""
         self.local_durable = target
         gate = self.gate
         if gate is not None:
-            target = min(target, gate.replicated)
+            # the --sync-standbys gate's figure is a C field (compiled), a wrapper's an attribute
+            replicated = cython.cast(SyncGate, gate).replicated if type(gate) is SyncGate else gate.replicated
+            if replicated < target:
+                target = replicated
             if target <= self.durable:
                 return
         self.durable = target
