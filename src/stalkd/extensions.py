@@ -69,6 +69,7 @@ CYTHON_MODULES = (
     "stalkd.server.connection",
     "stalkd.server.readbuf",
     "stalkd.server.admission",
+    "stalkd.server.waladmission",  # a put's WAL promise and settlement as C calls (WalBatches)
     "stalkd.server.barriers",
     "stalkd.server.app",
 )

@@ -100,6 +100,11 @@ configure(PyObject *mod, PyObject *args, PyObject *kw)
     word_cache = Py_NewRef(words);
     job_reply_type = Py_NewRef(job_reply);
     parts_fallback = Py_NewRef(fallback);
+    field_init(&F_reply_word, reply_type, S_word);
+    field_init(&F_reply_args, reply_type, S_args);
+    field_init(&F_job_word, job_reply_type, S_word);
+    field_init(&F_job_id, job_reply_type, S_id);
+    field_init(&F_job_body, job_reply_type, S_body);
     specs = t;
     nspecs = n;
     Py_RETURN_NONE;
@@ -149,6 +154,13 @@ PyInit__speedups(void)
     Py_INCREF(&ParserType);
     if (PyModule_AddObject(m, "Parser", (PyObject *)&ParserType) < 0) {
         Py_DECREF(&ParserType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    /* Parser.buffered for compiled callers: Py_ssize_t (PyObject *) on a Parser (parser.c.h) */
+    PyObject *cap = PyCapsule_New((void *)parser_buffered_c, BUFFERED_C_NAME, NULL);
+    if (cap == NULL || PyModule_AddObject(m, "buffered_c", cap) < 0) {
+        Py_XDECREF(cap);
         Py_DECREF(m);
         return NULL;
     }

@@ -9,6 +9,7 @@ from stalkd.engine.engine cimport Engine
 from stalkd.engine.state cimport Outcome
 from stalkd.server.admission cimport Admission
 from stalkd.server.barriers cimport Barriers
+from stalkd.server.clock cimport SteadyClock
 from stalkd.server.connection cimport Connection, Host
 
 
@@ -24,7 +25,7 @@ cdef class Server(Host):
     cdef public object failed, host_id, addresses, role, replicas, standby_lag, promote
     cdef public object replication, cluster, _uname, turns, totals
 
-    @cython.locals(out=Outcome)
+    @cython.locals(out=Outcome, now=double)
     cpdef execute(self, Connection c, object cmd)
 
     @cython.locals(w=Connection, b=Py_ssize_t, barrier=Py_ssize_t)

@@ -52,7 +52,7 @@ from stalkd.replication.status import Status
 from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.budget import TICK, MemoryBudget, default_limit
-from stalkd.server.clock import steady_wall_clock
+from stalkd.server.clock import SteadyClock, steady_wall_clock
 from stalkd.server.config import BEANSTALKD_VERSION, Config
 from stalkd.server.connection import Connection, Host
 from stalkd.server.fastconn import new_connection
@@ -128,8 +128,14 @@ class Server(Host):
         self.group_commit = persistent and config.durability == "always"
         self.barriers = Barriers(self.storage, group_commit=self.group_commit,
                                  loop=self.loop_or_none, on_fatal=self._fatal)
-        # A storage that keeps nothing never runs out of room: the engine asks nobody.
-        self.admission = Admission(self.storage, config.data_dir) if persistent else None
+        # A storage that keeps nothing never runs out of room: the engine asks nobody. A WAL's
+        # admission calls its batches directly (imported here: the WAL is loaded by now, and a
+        # server without a data directory never loads it).
+        self.admission: Admission | None = None
+        if persistent:
+            from stalkd.server.waladmission import admission_for
+
+            self.admission = admission_for(self.storage, config.data_dir)
         engine.room = self.admission
         # Called with (command or None, outcome) for every engine step when set (the admin
         # endpoint's latency histograms); one attribute test per step when not.
@@ -270,8 +276,11 @@ class Server(Host):
             c.send(_NOT_PRIMARY, 0)
             return
         adm = self.admission
+        clock = self.clock
+        # the server's own clock is read with a C call (compiled), a clock given to it is called
+        now = cython.cast(SteadyClock, clock).now() if type(clock) is SteadyClock else clock()
         try:
-            out = self.engine.apply(c.id, cmd, self.clock())
+            out = self.engine.apply(c.id, cmd, now)
         except Exception as e:
             self._apply_failed(c, cmd, e)
             return

@@ -2,6 +2,7 @@
 # the fields and the methods other compiled modules call directly.
 
 from stalkd.engine.model cimport Record
+from stalkd.replication.gate cimport SyncGate
 
 
 cdef class HeldReplies:
@@ -33,6 +34,7 @@ cdef class Barriers:
     cdef public Py_ssize_t _mixed
     cdef public object _syncer
     cdef public object sync_policy
+    cdef public object _holder
     cdef public set _held
     cdef public dict _job_batch
     cdef public Py_ssize_t _job_last

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence, Sized
 from typing import TYPE_CHECKING, Protocol
 
 from stalkd.engine.model import DURABLE_OPS, Record
+from stalkd.replication.gate import SyncGate
 from stalkd.server.storage import FatalStorageError, Storage
 from stalkd.server.syncer import Syncer
 from stalkd.server.syncpolicy import SyncPolicy
@@ -57,6 +58,8 @@ SWITCH_INTERVAL = 0.0005  # seconds; see _start_sync
 JOB_PRUNE_AT = 1024
 # Batches in a row from one connection after which its fsyncs run inline (see _start_sync).
 INLINE_AFTER = 8
+# INLINE_AFTER as a C constant: compared per batch with C ints (a Python int cost a PyLong a put).
+_INLINE_AFTER = cython.declare(cython.Py_ssize_t, INLINE_AFTER)
 
 
 def _no_offset() -> int:
@@ -129,6 +132,7 @@ class Barriers:
     _mixed: int
     _syncer: Syncer | None
     sync_policy: SyncPolicy
+    _holder: HeldReplies | None
     _held: set[HeldReplies]
     _job_batch: dict[int, int]
     _job_last: int
@@ -179,6 +183,10 @@ class Barriers:
         self._mixed = 0
         self._syncer = None  # the fsync thread (``always``), started on first use
         self.sync_policy = SyncPolicy()  # several writers: fsync on the thread or inline
+        # The connections holding replies: the first in ``_holder`` and only the others in
+        # ``_held`` (a lone writer holds and is released once a put: a set add and discard cost
+        # ~300 instructions a put, a C field ~20).
+        self._holder = None
         self._held = set()
         # Job id -> the batch holding its latest durable record (a job is shown only after its
         # own records are durable). An entry whose batch is durable says nothing (job_barrier
@@ -200,15 +208,31 @@ class Barriers:
 
     def hold(self, c: HeldReplies) -> None:
         """``c`` has replies waiting for a barrier."""
-        self._held.add(c)
+        holder = self._holder
+        if holder is c:
+            return
+        if holder is None and not self._held:
+            self._holder = c  # (``c`` is never both here and in the set)
+        else:
+            self._held.add(c)
 
     def unhold(self, c: HeldReplies) -> None:
         """``c`` holds no reply any more (``release_held`` moved its last one out)."""
-        self._held.discard(c)
+        if self._holder is c:
+            self._holder = None
+        elif self._held:
+            self._held.discard(c)
+
+    def holders(self) -> list[HeldReplies]:
+        """The connections holding replies now."""
+        held: list[HeldReplies] = list(self._held)
+        if self._holder is not None:
+            held.append(self._holder)
+        return held
 
     def forget(self, c: HeldReplies) -> None:
         """``c`` is gone: keep nothing of it alive."""
-        self._held.discard(c)
+        self.unhold(c)
         if self._writer is c:
             self._writer = None  # the next writer is "another"
 
@@ -226,7 +250,7 @@ class Barriers:
         if self._steps or not self._step_records:
             return
         self._step_records = False
-        if self.written - self._mixed >= INLINE_AFTER:
+        if self.written - self._mixed >= _INLINE_AFTER:
             self._close_batch()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
@@ -299,8 +323,12 @@ class Barriers:
 
     def _batch_written(self) -> None:
         """The batch is in the log: tell the gate, then sync it or (no fsync) release it."""
-        if self.gate is not None:
-            self.gate.note(self.written, self.end_offset())
+        gate = self.gate
+        if gate is not None:
+            if type(gate) is SyncGate:  # the --sync-standbys gate itself: a C call (compiled)
+                cython.cast(SyncGate, gate).note(self.written, self.end_offset())
+            else:  # a wrapper (replication/authority.py's, while it may withhold)
+                gate.note(self.written, self.end_offset())
         if self.group_commit:
             self._start_sync()
         else:
@@ -310,7 +338,7 @@ class Barriers:
         syncer = self._syncer
         if (syncer is not None and syncer.busy) or self.local_durable >= self.written or self.failed:
             return
-        lone = self.written - self._mixed >= INLINE_AFTER
+        lone = self.written - self._mixed >= _INLINE_AFTER
         if lone or self.sync_policy.inline():
             # One client alone is writing (the last INLINE_AFTER batches were all its own): it
             # waits for this fsync and nobody else has anything to run meanwhile, so a thread
@@ -348,12 +376,16 @@ class Barriers:
         if self.written > self.local_durable and not self._batch_open:
             self._start_sync()
 
+    @cython.locals(replicated=cython.Py_ssize_t)
     def _reached(self, target: int) -> None:
         """Batches up to ``target`` are durable on this disk: release what the gate allows."""
         self.local_durable = target
         gate = self.gate
         if gate is not None:
-            target = min(target, gate.replicated)
+            # the --sync-standbys gate's figure is a C field (compiled), a wrapper's an attribute
+            replicated = cython.cast(SyncGate, gate).replicated if type(gate) is SyncGate else gate.replicated
+            if replicated < target:
+                target = replicated
             if target <= self.durable:
                 return
         self.durable = target
@@ -386,18 +418,16 @@ class Barriers:
     def release_held(self) -> None:
         """Send every held reply whose batch is durable; let those connections run again."""
         durable = self.durable
-        held = self._held
         self._releasing = True
         try:
-            if len(held) == 1:
-                # One holder (a lone writer): read in place rather than the set copied
-                # (callgrind: ~600 instructions a release). Its release may ``unhold`` it: the
-                # loop ends before the set is looked at again.
-                for c in held:
+            if not self._held:
+                # One holder (a lone writer), or none: no list of holders built (callgrind:
+                # ~600 instructions a release). Its release may ``unhold`` it.
+                if self._holder is not None:
+                    c = self._holder
                     c.release(durable)
-                    break
             else:
-                for c in list(held):
+                for c in self.holders():
                     c.release(durable)  # its replies due sent (``unhold`` once none is left), it runs again
         finally:
             self._releasing = False
@@ -417,11 +447,12 @@ class Barriers:
         cut, unanswered, which is what says "outcome unknown". The caller has frozen the gate,
         so nothing written later is acknowledged either."""
         if parts is not None:
-            for c in list(self._held):
+            for c in self.holders():
                 c.replace_held(parts)
             self.release_held()
             return
-        held, self._held = list(self._held), set()
+        held = self.holders()
+        self._holder, self._held = None, set()
         for c in held:
             c.abort()
 

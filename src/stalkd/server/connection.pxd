@@ -2,7 +2,16 @@
 # the fields and the methods other compiled modules call directly (app.py: send, wake; and
 # Host.execute, which Server implements, called per command).
 
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+
 from stalkd.server.barriers cimport Barriers, HeldReplies
+
+# Parser.buffered of the C parser (stalkd.protocol._speedups's capsule buffered_c), called on an
+# object of that type only (_c_parser_type); NULL without the accelerator.
+ctypedef Py_ssize_t (*_buffered_fn)(object) noexcept
+cdef _buffered_fn _c_buffered
+cdef object _c_parser_type
+cdef Py_ssize_t _buffered(object parser) except? -1
 
 
 cdef class Connection
@@ -28,6 +37,10 @@ cdef class Connection(HeldReplies):
     cdef public list out
     cdef public Py_ssize_t out_bytes
     cdef public Py_ssize_t unsent_bound
+    cdef public bint holding
+    cdef Py_ssize_t _first_barrier
+    cdef object _first_parts
+    cdef Py_ssize_t _first_bytes
     cdef public object held
     cdef public Py_ssize_t held_bytes
     cdef public bint close_ready
@@ -60,3 +73,4 @@ cdef class Connection(HeldReplies):
     cpdef release(self, Py_ssize_t durable)
     cpdef resume(self)
     cdef _flush_out(self)
+    cdef _hold(self, Py_ssize_t barrier, object parts, Py_ssize_t n)

@@ -43,7 +43,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
@@ -56,6 +56,7 @@ else:
         from stalkd import cyshim as cython
 
 from stalkd.protocol import NEED_DATA, Parser, encode_line, encode_reply_parts
+from stalkd.protocol.accel import speedups
 from stalkd.protocol.commands import AnyReply, Close, Command, Reply
 from stalkd.replication.wire import REPLICATE
 from stalkd.server.barriers import Barriers, HeldReplies
@@ -77,6 +78,46 @@ of its ``max_output``, so what it has read and not yet run stays within its budg
 
 # GRAIN as a C constant: flush compares with it as C integers, not as Python ints.
 _GRAIN = cython.declare(cython.Py_ssize_t, GRAIN)
+
+
+_c_parser_type: object = None
+
+
+def _load_buffered_c() -> None:
+    """Compiled, with the C parser: its ``buffered`` as a C function (connection.pxd), read
+    three or four times a command (a Python attribute and an int object cost ~150 instructions
+    each time)."""
+    global _c_buffered, _c_parser_type
+    if not cython.compiled or speedups is None:
+        return
+    name = b"stalkd.protocol._speedups.buffered_c"
+    cap = getattr(speedups, "buffered_c", None)
+    if cap is not None and PyCapsule_IsValid(cap, name):
+        _c_buffered = cython.cast(_buffered_fn, PyCapsule_GetPointer(cap, name))
+        _c_parser_type = speedups.Parser
+
+
+if not cython.compiled:  # compiled, connection.pxd takes these from C
+    _c_buffered: Any = None
+    _buffered_fn = object
+
+    def PyCapsule_IsValid(cap: object, name: bytes) -> bool:  # noqa: N802 - the C API's name
+        raise NotImplementedError("compiled only")
+
+    def PyCapsule_GetPointer(cap: object, name: bytes) -> Any:  # noqa: N802 - the C API's name
+        raise NotImplementedError("compiled only")
+
+
+_load_buffered_c()
+
+
+@cython.locals(n=cython.Py_ssize_t)
+def _buffered(parser: ParserType) -> int:
+    """``parser.buffered``: a C call for the C parser (compiled)."""
+    if cython.compiled and _c_buffered is not cython.NULL and type(parser) is _c_parser_type:
+        n: int = _c_buffered(parser)
+        return n
+    return parser.buffered
 
 
 def read_size(max_output: int) -> int:
@@ -151,7 +192,11 @@ class Connection(HeldReplies):
     out: list[bytes]
     out_bytes: int
     unsent_bound: int
-    held: deque[tuple[int, tuple[bytes, ...] | None]]
+    holding: bool
+    _first_barrier: int
+    _first_parts: bytes | tuple[bytes, ...] | None
+    _first_bytes: int
+    held: deque[tuple[int, bytes | tuple[bytes, ...] | None, int]]
     held_bytes: int
     close_ready: bool
     waiting: bool
@@ -187,7 +232,14 @@ class Connection(HeldReplies):
         self.out = []  # ready to write at the end of this step
         self.out_bytes = 0
         self.unsent_bound = 0  # at least what the transport holds unsent (see flush)
-        # Replies waiting for their barrier; ``None`` marks a close (quit) queued behind them.
+        # Replies waiting for their barrier, oldest first: the first in C fields (``holding``;
+        # depth 1 holds one reply at a time: no deque entry and tuple per put), the later ones
+        # in ``held`` as (barrier, parts, bytes). Parts are one line (bytes) or a tuple of
+        # them; ``None`` marks a close (quit) queued behind them.
+        self.holding = False
+        self._first_barrier = 0
+        self._first_parts = None
+        self._first_bytes = 0
         self.held = deque()
         self.close_ready = False  # close once ``out`` is written
         self.held_bytes = 0
@@ -256,6 +308,8 @@ class Connection(HeldReplies):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.closing = True
+        self.holding = False
+        self._first_parts = None
         self.held.clear()
         self.out.clear()
         self.out_bytes = 0
@@ -306,7 +360,7 @@ class Connection(HeldReplies):
                 if self.write_paused or self.held_bytes > limit or self.mem_paused:
                     self._pause_reading()
                     break
-                if ran and turns is not None and parser.buffered:
+                if ran and turns is not None and _buffered(parser):
                     if deadline < 0:
                         deadline = turns.deadline()
                     if turns.clock() > deadline:
@@ -331,10 +385,10 @@ class Connection(HeldReplies):
                     continue
                 server.execute(self, item)  # type: ignore[arg-type]
             else:
-                if self.waiting and parser.buffered > limit:
+                if self.waiting and _buffered(parser) > limit:
                     self._pause_reading()
             if (self.read_paused and not self.closing and not self.write_paused and not self.deferred
-                    and self.held_bytes <= limit and (not self.waiting or parser.buffered <= limit)):
+                    and self.held_bytes <= limit and (not self.waiting or _buffered(parser) <= limit)):
                 self._resume_reading()
         finally:
             self._running = False
@@ -354,24 +408,26 @@ class Connection(HeldReplies):
             return
         if type(reply) is Close:
             self.closing = True
-            if self.held:
-                self.held.append((barrier, None))
-                self.barriers.hold(self)
+            if self.holding:
+                self._hold(barrier, None, 0)
             else:
                 self.close_ready = True
             return
         try:
             if type(reply) is Reply:
-                # A plain reply line (INSERTED, DELETED, ...) is the common case, and with
-                # nothing held and no barrier (an in-memory server) it goes straight out.
+                # A plain reply line (INSERTED, DELETED, ...) is the common case: one bytes
+                # object, queued or held as it is. With nothing held and no barrier (an
+                # in-memory server), or one already durable, it goes straight out.
                 line: bytes = encode_line(reply)
-                if not barrier and not self.held:
+                n = len(line)
+                # barrier 0 (nothing to wait for) is always durable: no need to ask the barriers
+                if not self.holding and (not barrier or barrier <= self.barriers.durable):
                     self.out.append(line)
-                    self.out_bytes += len(line)
-                    return
-                parts: tuple[bytes, ...] = (line,)
-            else:
-                parts = encode_reply_parts(reply)
+                    self.out_bytes += n
+                else:
+                    self._hold(barrier, line, n)
+                return
+            parts = encode_reply_parts(reply)
         except Exception:
             # A bug (say a stats key missing): the state change stands; the client gets
             # beanstalkd's error word instead of a malformed reply, and the log says why.
@@ -380,14 +436,24 @@ class Connection(HeldReplies):
         n = 0
         for p in parts:
             n += len(p)
-        # barrier 0 (nothing to wait for) is always durable: no need to ask the barriers
-        if not self.held and (not barrier or barrier <= self.barriers.durable):
+        if not self.holding and (not barrier or barrier <= self.barriers.durable):
             self.out.extend(parts)
             self.out_bytes += n
         else:
-            self.held.append((barrier, parts))
-            self.held_bytes += n
-            self.barriers.hold(self)
+            self._hold(barrier, parts, n)
+
+    def _hold(self, barrier: int, parts: bytes | tuple[bytes, ...] | None, n: int) -> None:
+        """Hold ``parts`` (``n`` bytes; None: a close) until batch ``barrier`` is durable, behind
+        whatever is held already."""
+        self.held_bytes += n
+        if self.holding:
+            self.held.append((barrier, parts, n))
+            return
+        self.holding = True
+        self._first_barrier = barrier
+        self._first_parts = parts
+        self._first_bytes = n
+        self.barriers.hold(self)  # (it counts us as holding until release_held leaves nothing)
 
     def wake(self, reply: AnyReply, barrier: int) -> None:
         """A reply the engine produced for our blocked reserve while serving someone else."""
@@ -405,32 +471,45 @@ class Connection(HeldReplies):
     @cython.locals(n=cython.Py_ssize_t, durable_=cython.Py_ssize_t)
     def release_held(self, durable: int) -> bool:
         """Move held replies whose barrier is durable to the output; True if some are left."""
-        held = self.held
         durable_ = durable
-        while held:
-            entry = cython.declare(tuple, held[0])  # (barrier, parts): compiled, C reads
-            if cython.cast(cython.Py_ssize_t, entry[0]) > durable_:
-                break
-            held.popleft()
-            parts = entry[1]
+        while self.holding and self._first_barrier <= durable_:
+            parts = self._first_parts
+            n = self._first_bytes
+            held = self.held
+            if held:  # the next one moves into the first place
+                entry = cython.declare(tuple, held.popleft())  # (barrier, parts, bytes): compiled, C reads
+                self._first_barrier = cython.cast(cython.Py_ssize_t, entry[0])
+                self._first_parts = entry[1]
+                self._first_bytes = cython.cast(cython.Py_ssize_t, entry[2])
+            else:
+                self.holding = False
+                self._first_parts = None
             if parts is None:
                 self.close_ready = True
                 continue
-            n = 0
-            for p in parts:
-                n += len(p)
             self.held_bytes -= n
             self.out_bytes += n
-            self.out.extend(parts)
-        return bool(held)
+            if type(parts) is bytes:
+                self.out.append(parts)
+            else:
+                self.out.extend(parts)  # type: ignore[arg-type]
+        return self.holding
 
     def replace_held(self, parts: tuple[bytes, ...]) -> None:
         """Every held reply becomes ``parts``, due at once (a fenced primary's NOT_PRIMARY:
         nothing it held will ever be acknowledged)."""
-        held = [(0, None if p is None else parts) for _, p in self.held]
+        if not self.holding:
+            return
+        size = sum(len(p) for p in parts)
+        closes = [self._first_parts is None] + [p is None for _, p, _ in self.held]
         self.held.clear()
-        self.held.extend(held)
-        self.held_bytes = sum(len(parts[0]) for _, p in held if p is not None)
+        self.held_bytes = 0
+        self.holding = False
+        for close in closes:
+            if close:
+                self._hold(0, None, 0)
+            else:
+                self._hold(0, parts, size)
 
     @cython.locals(held=cython.Py_ssize_t, wrote=cython.Py_ssize_t, unsent=cython.Py_ssize_t)
     def flush(self) -> None:
@@ -438,8 +517,7 @@ class Connection(HeldReplies):
         the memory budget when it is ``GRAIN`` or more, or was counted."""
         wrote = self.out_bytes if self.out else 0
         self._flush_out()
-        held = self.parser.buffered
-        held += self.held_bytes
+        held = _buffered(self.parser) + self.held_bytes
         if self.charged or held >= _GRAIN:
             self.measure_memory()
             return
@@ -550,6 +628,8 @@ class Connection(HeldReplies):
         """A fatal storage error, or a fence: drop held replies unsent and cut the connection
         (what it held has an unknown outcome for the client)."""
         self.closing = True
+        self.holding = False
+        self._first_parts = None
         self.held.clear()
         self.held_bytes = 0
         if self.transport is not None:
@@ -568,7 +648,7 @@ class Connection(HeldReplies):
     def resume(self) -> None:
         """Held replies left: run what was read if the connection had stopped for them."""
         if (not self.closing and not self.waiting and not self.lost
-                and (self.read_paused or self.eof or self.parser.buffered)):
+                and (self.read_paused or self.eof or _buffered(self.parser))):
             self.process()
 
     def unsent(self) -> bool:

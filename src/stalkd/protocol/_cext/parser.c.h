@@ -409,10 +409,22 @@ Parser_dealloc(ParserObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Parser.buffered as a C function: a compiled caller (the server's connection, which reads it
+ * a few times per command) takes it from the module's capsule ``buffered_c`` and calls it on an
+ * object of this exact type, with no attribute look-up and no int object. */
+static Py_ssize_t
+parser_buffered_c(PyObject *p)
+{
+    ParserObject *self = (ParserObject *)p;
+    return self->end - self->start + self->big_fill;
+}
+
+#define BUFFERED_C_NAME "stalkd.protocol._speedups.buffered_c"
+
 static PyObject *
 Parser_get_buffered(ParserObject *self, void *closure)
 {
-    return PyLong_FromSsize_t(self->end - self->start + self->big_fill);
+    return PyLong_FromSsize_t(parser_buffered_c((PyObject *)self));
 }
 
 static PyObject *
