@@ -64,7 +64,7 @@ def test_a_slow_disk_moves_the_standbys_fsyncs_to_the_thread_and_every_ack_is_du
                 rc._stream(feed, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0]))
             for i in range(4):
                 feed.data_received(b"".join(wire.encode_records(i, [_put(i + 1)])))
-                await until(lambda: rc.durable_end == i + 1, f"read {i} acknowledged")
+                await until(lambda i=i: rc.durable_end == i + 1, f"read {i} acknowledged")
                 left.append(rc.fsync_place._thread_left)
             rc.stop()
             feed.connection_lost(None)
