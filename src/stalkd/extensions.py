@@ -63,6 +63,8 @@ CYTHON_MODULES = (
     "stalkd.log.fs",
     "stalkd.log.gate",
     "stalkd.log.log",
+    "stalkd.log.mutex",  # the writer's and the group commit's locks, taken by C calls
+    "stalkd.log.visibility",  # its waiter counts, read per sync and per batch written
     "stalkd.log.writer",
     "stalkd.server.clock",  # read per command: compiled, a reading is no Python call
     "stalkd.engine.space",  # the space budget, asked per durable command (persist/wal.py)

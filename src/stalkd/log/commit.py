@@ -35,6 +35,7 @@ else:
 from .active import ActiveSegment
 from .errors import LogError
 from .gate import new_gate
+from .mutex import new_mutex
 from .policy import parse_durability
 from .ticket import Ticket
 from .visibility import Visibility
@@ -43,7 +44,9 @@ from .writer import SegmentWriter
 __all__ = ["GroupCommit", "parse_durability"]
 
 Callbacks = list[tuple[Ticket, Callable[[Ticket], object]]]
-_monotonic = time.monotonic  # read per fsync: a global, not the time module's attribute
+if not cython.compiled:  # compiled, commit.pxd takes these from C (no Python call, no float or int object)
+    _monotonic = time.monotonic  # read per fsync: a global, not the time module's attribute
+    _thread_id = threading.get_ident
 
 
 class Pinner(Protocol):
@@ -73,16 +76,19 @@ class GroupCommit:
         self.failed: BaseException | None = None
         self.closed = False
         self.ok = True  # not failed and not closed: the writer's fast path reads one flag
-        self._lock = lock = threading.Lock()  # taken directly on the per-record path (no Python-level __enter__)
-        self.cond = threading.Condition(lock)  # durable progress, appends, tickets
+        # Taken directly on the per-record path (no Python-level __enter__), compiled by C calls
+        # (mutex.py: a threading.Lock's acquire and release are Python calls, ~430
+        # instructions each; a lone durable sync took four).
+        self._lock = lock = new_mutex()
+        self.cond = threading.Condition(lock)  # type: ignore[arg-type]  # (any lock will do) durable progress, appends, tickets
         # The flusher thread waits here, on the same lock: notifying ``cond`` at every sync
         # woke it for nothing (two futex wake-ups and a GIL fight per sync).
-        self._bg_cond = threading.Condition(lock)
+        self._bg_cond = threading.Condition(lock)  # type: ignore[arg-type]
         # The committer sleeps on a plain lock used as a binary semaphore (released: "tickets
         # wait"), released only while ``_idle`` says it sleeps (both under ``_lock``). Cheaper
         # than a Condition (no waiter lock made per wait, no Python-level notify) on a path a
         # standby takes once per message.
-        self._wake = threading.Lock()
+        self._wake = new_mutex()
         self._wake.acquire()
         self._idle = False
         self._syncing = False  # a batch has a leader (guarded by cond)
@@ -96,6 +102,10 @@ class GroupCommit:
         # last sync released count as arrivals: a newcomer does not stand in for one of them.
         self._released: object = None
         self._mine = threading.local()
+        # The last lone sync's token and the thread that made it (0: none, or a batch was joined
+        # since): that thread's local holds the token (sync_to reads it without the local).
+        self._lone_token: object = None
+        self._lone_thread = 0
         self._gathering: _Batch | None = None
         self.gather_share = gather_share
         self._fsync_avg = 0.0  # seconds, moving average
@@ -103,7 +113,7 @@ class GroupCommit:
         self._tickets: deque[Ticket] = deque()
         self._deferred: Callbacks = []
         self.visibility = Visibility(self.cond, lambda: self.closed or self.failed is not None, lock)
-        self._last_sync = time.monotonic()
+        self._last_sync = _monotonic()
         self._flush_due = False
         self._threads: list[threading.Thread] = []
         self._pinner: Pinner | None = None
@@ -143,8 +153,15 @@ class GroupCommit:
                     return self.durable
                 if self.failed is not None:
                     raise LogError(f"{self.path}: log failed earlier ({self.failed})")
+                ident = _thread_id()
                 mine = self._mine
-                prev = getattr(mine, "sync", None)
+                if ident == self._lone_thread and self._released is self._lone_token:
+                    # This thread's own token from the last sync, a lone one (no batch joined
+                    # since: _join_locked clears _lone_thread), so its thread-local holds it: not
+                    # read (callgrind: ~400 instructions a sync).
+                    prev = self._lone_token
+                else:
+                    prev = getattr(mine, "sync", None)
                 back = prev is self._released  # released by the last sync
                 # Alone (nobody syncing, waiting or expected back: a lone writer's every sync):
                 # no batch to form, gather or hand over.
@@ -159,6 +176,8 @@ class GroupCommit:
                         token = prev
                     else:
                         mine.sync = token = object()
+                    self._lone_token = token
+                    self._lone_thread = ident
                 else:
                     b, lead = self._join_locked(back)
                     mine.sync = b
@@ -189,6 +208,7 @@ class GroupCommit:
     def _join_locked(self, back: bool) -> tuple[_Batch, bool]:
         """Join the open batch (opening one), ``back`` if the last sync released this caller;
         whether this caller leads it."""
+        self._lone_thread = 0  # this thread's local will name a batch (see sync_to)
         b = self._open
         if b is None:
             b = self._open = _Batch()
@@ -259,6 +279,7 @@ class GroupCommit:
             for t, fn in callbacks:
                 fn(t)
 
+    @cython.locals(t0=cython.double, now=cython.double)
     def _fsync_end(self) -> int:
         """Pin the end written so far, fsync it; the end. LogError (the log failed) if the fsync fails."""
         pinner = self._pinner
@@ -268,8 +289,8 @@ class GroupCommit:
         target, seg = w.pin_end() if w is not None else pinner.pin_end()
         try:
             t0 = _monotonic()
-            if w is not None:
-                w.fdatasync(seg.fd)
+            if w is not None:  # (compiled: the segment's fd read as its C field)
+                w.fdatasync(cython.cast(ActiveSegment, seg).fd)
             else:
                 pinner.fdatasync(seg.fd)
             self._last_sync = now = _monotonic()
@@ -360,9 +381,11 @@ class GroupCommit:
         out: Callbacks = []
         if target > self.durable:
             self.durable = target
-            while self._tickets and self._tickets[0].last < target:
-                t = self._tickets.popleft()
-                out.extend((t, fn) for fn in t._resolve(None))
+            tickets = self._tickets
+            while tickets and tickets[0].last < target:
+                t = tickets.popleft()
+                for fn in t._resolve(None):  # (a loop: compiled, a generator is an object per call)
+                    out.append((t, fn))
             # Who waits on ``cond`` for progress: threads in a ticket's wait or in
             # wait_visible, both counted in ``waiters`` (callbacks need no wake-up).
             v = self.visibility
@@ -412,7 +435,7 @@ class GroupCommit:
 
     def wake_flusher(self) -> None:
         """Under ``every``: wake the flusher now if a flush is due."""
-        if not self._flush_due and time.monotonic() - self._last_sync >= self.interval:
+        if not self._flush_due and _monotonic() - self._last_sync >= self.interval:
             # Wake the flusher now rather than at its next timed wake-up: a thread sleeping on a
             # timer is starved by a busy writer (GIL switch interval), one notified is not, since
             # every append releases the GIL in its write system call.

@@ -19,6 +19,15 @@ import contextlib
 import errno
 import os
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 from .errors import LogError
 
@@ -31,6 +40,15 @@ _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 # ~250 instructions a look-up). Faults are injected by a ``Faults``, never by patching ``os``.
 _pwrite = os.pwrite
 _fdatasync = os.fdatasync
+
+
+if not cython.compiled:  # compiled, fs.pxd takes these from C
+
+    def _c_pwrite(fd: int, data: bytes | bytearray | memoryview, pos: int) -> int:
+        raise NotImplementedError("compiled only")
+
+    def _c_fdatasync(fd: int) -> None:
+        raise NotImplementedError("compiled only")
 
 
 class SymlinkError(LogError):
@@ -85,6 +103,8 @@ class FileSystem:
 
     def pwrite(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> int:
         """One ``pwrite`` (it may write fewer bytes than given)."""
+        if cython.compiled:  # the system call from C, as os.pwrite makes it (~800 instructions less)
+            return _c_pwrite(fd, data, pos)
         return _pwrite(fd, data, pos)
 
     def pwrite_all(self, fd: int, data: bytes | bytearray | memoryview, pos: int) -> None:
@@ -113,7 +133,10 @@ class FileSystem:
             view = view[self.write(fd, view) :]
 
     def fdatasync(self, fd: int) -> None:
-        _fdatasync(fd)
+        if cython.compiled:  # the system call from C, as os.fdatasync makes it (~600 instructions less)
+            _c_fdatasync(fd)
+        else:
+            _fdatasync(fd)
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)

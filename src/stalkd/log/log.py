@@ -82,7 +82,8 @@ def write_batch(w: SegmentWriter, c: GroupCommit, items: Sequence[Payload],
     back, wake readers waiting for records. Compiled, C calls on both objects."""
     first, last = w.write_many(items, admit)
     c.run_deferred()
-    if (v := c.visibility).waiters or v.async_waiters:
+    v = c.visibility  # (compiled: its C fields; a walrus here left Cython's C untyped)
+    if v.waiters or v.async_waiters:
         v.notify()
     return first, last
 
@@ -527,6 +528,7 @@ class Log:
                 x for x in self._groups.values()
                 if x.overflow == "refuse" and (x.max_lag_items is not None or x.max_lag_bytes is not None)
             ]
+            self._writer.refusing = bool(self._refusers)
         return g
 
     def _load_groups(self) -> None:
@@ -549,6 +551,7 @@ class Log:
         g.destroy()
         with self._writer.lock:
             self._refusers = [x for x in self._refusers if x is not g]
+            self._writer.refusing = bool(self._refusers)
 
     def groups(self) -> dict[str, ConsumerGroup]:
         """Every group known to this log (opened, or found on disk), by name."""

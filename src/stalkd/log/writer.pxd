@@ -6,14 +6,17 @@
 from stalkd.log.active cimport ActiveSegment
 from stalkd.log.frame cimport encode_data_frame, encode_data_frames, frame_size, frames_size, put_data_frame
 from stalkd.log.fs cimport FileSystem
+from stalkd.log.mutex cimport Mutex
 
 cdef class SegmentWriter:
-    cdef public object path, clock, io, lock, sealed, bounds
+    cdef public object path, clock, io, sealed, bounds
+    cdef public Mutex lock  # (mutex.py: taken by C calls)
     cdef public FileSystem fs
     cdef public ActiveSegment active
     cdef public Py_ssize_t next, segment_size, zero_ahead
-    cdef public bint fsync_new
-    cdef object _fdlock, _on_fatal, _on_sealed
+    cdef public bint fsync_new, refusing
+    cdef Mutex _fdlock
+    cdef object _on_fatal, _on_sealed
 
     cpdef append(self, payload)
     cpdef tuple write_many(self, items, admit)

@@ -209,7 +209,7 @@ class WalBatches:
         log = self.log
         c = self.commit
         try:
-            write_batch(self.writer, c, payloads, None if c.ok and not log._refusers else log._admit)
+            write_batch(self.writer, c, payloads, None if c.ok and not self.writer.refusing else log._admit)
         except LogFullError as e:
             self.retry_full(payloads, e)
 
