@@ -188,7 +188,9 @@ def test_the_primary_tells_the_delay_and_sees_the_standby_reach_its_end(tmp_path
             rc = standby(swal, port)
             task = asyncio.create_task(rc.run())
             try:
-                await until(lambda: len(replicas.senders) == 1, "the standby to stream")
+                # (both ends: the primary's sender exists before the standby has read the
+                # delay its STREAMING reply tells)
+                await until(lambda: len(replicas.senders) == 1 and rc.connected, "the standby to stream")
                 assert rc.ack_delay == (sender.ASYNC_ACK_DELAY_MS / 1000 if not sync_standbys else 0.0)
                 for n in (1, 3, 1, 40, 7, 200, 2) * 4:
                     commit(n)
