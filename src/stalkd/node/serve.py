@@ -80,7 +80,8 @@ def preload(cfg: Config) -> None:
         import stalkd.replication.role
         import stalkd.replication.sender
         import stalkd.replication.status  # every data directory ships its WAL
-        import stalkd.replication.swap  # noqa: F401  (and settles a resync a stop cut short)
+        import stalkd.replication.swap  # (and settles a resync a stop cut short)
+        import stalkd.server.waladmission  # noqa: F401  (the app's admission over the WAL)
 
         if cfg.standby_of is not None or cfg.ha is not None:
             import shutil  # noqa: F401  (a standby's resync directory)
