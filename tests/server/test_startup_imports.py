@@ -51,6 +51,11 @@ def _imported_after_first_reply(*flags: str, monkeypatch: pytest.MonkeyPatch) ->
     """The modules imported by the time the first reply came: a timer set at start (memtrim's
     first tick, a second later) may import more, but not before the reply (the loop runs the
     command first), and the server is stopped once it has replied."""
+    return set(_IMPORT_LINE.findall(_log_to_first_reply(*flags, monkeypatch=monkeypatch)))
+
+
+def _log_to_first_reply(*flags: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The server's log (its stderr, with CPython's import report) up to its first reply."""
     monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # the child's environment, read at its start
     server = start_stalkd(*flags)
     try:
@@ -64,9 +69,9 @@ def _imported_after_first_reply(*flags: str, monkeypatch: pytest.MonkeyPatch) ->
         assert reply == b"USING default\r\n"
     finally:
         server.stop()
-    modules = set(_IMPORT_LINE.findall(server.log_text()))
-    assert "stalkd.node.serve" in modules, "no import report in the server's log"
-    return modules
+    log = server.log_text()
+    assert "stalkd.node.serve" in set(_IMPORT_LINE.findall(log)), "no import report in the server's log"
+    return log
 
 
 def _under(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
@@ -92,18 +97,41 @@ def test_empty_directory_imports_no_optional_feature(tmp_path: Path, monkeypatch
     assert _under(modules, FIRST_USE + NOT_BY_A_SERVER) == []
 
 
+# Loaded by the server's interpreter at start (``site`` imports ``sitecustomize`` from the path):
+# an audit hook that names on stderr each module imported once the process runs as another user.
+# CPython raises the "import" event only for a module not yet in ``sys.modules``.
+_AFTER_SWITCH_HOOK = """\
+import os, sys
+def _after_switch(event, args):
+    if event == "import" and os.geteuid() != 0:
+        sys.stderr.write("imported after the switch of user: %s\\n" % (args[0],))
+sys.addaudithook(_after_switch)
+sys.stderr.write("after-switch hook loaded\\n")
+"""
+_AFTER_SWITCH = re.compile(r"^imported after the switch of user: (\S+)$", re.MULTILINE)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="-u needs root")
 def test_with_a_user_to_become_what_is_used_later_is_imported_before_the_switch(
         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    # the new user may be unable to read the Python installation (test_user.py)
+    # The new user may be unable to read the Python installation or stalkd's own tree (CI's
+    # clone lives in a 0700 directory): a module imported after the switch then kills the
+    # server (test_user.py). The hook names such imports wherever the tree lives, readable or not.
     nobody = pwd.getpwnam("nobody")
     with tempfile.TemporaryDirectory() as tmp:  # not pytest's tmp_path, which nobody cannot enter
         data = Path(tmp) / "data"
         data.mkdir()
         os.chown(data, nobody.pw_uid, nobody.pw_gid)
         os.chmod(tmp, 0o755)
-        modules = _imported_after_first_reply("-u", "nobody", "-b", str(data), monkeypatch=monkeypatch)
-    assert set(FIRST_USE) <= modules
+        hook_dir = Path(tmp) / "hook"
+        hook_dir.mkdir()
+        (hook_dir / "sitecustomize.py").write_text(_AFTER_SWITCH_HOOK)
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+            p for p in (str(hook_dir), os.environ.get("PYTHONPATH", "")) if p))
+        log = _log_to_first_reply("-u", "nobody", "-b", str(data), monkeypatch=monkeypatch)
+    assert set(FIRST_USE) <= set(_IMPORT_LINE.findall(log))
+    assert "after-switch hook loaded" in log, "the server's interpreter did not load the hook"
+    assert _AFTER_SWITCH.findall(log) == []
 
 
 @pytest.mark.skipif(extensions_disabled(), reason="the pure-Python switch is on: its import hook is loaded")
