@@ -6,9 +6,12 @@ are stopped with ``worker.stop()``; the server is observed with greenstalk."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -554,6 +557,89 @@ def test_metrics_add_up_across_worker_processes(server: Any, probe: Probe) -> No
     finally:
         metrics.close()
     assert metrics.shared_dir is None
+
+
+def _sockets_of(pid: int) -> set[str]:
+    """The sockets process ``pid`` holds a descriptor of, as /proc names them (socket:[inode])."""
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # a descriptor closed while we list
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:"):
+                held.add(link)
+    return held
+
+
+def test_worker_processes_do_not_hold_the_metrics_listening_socket(server: Any, probe: Probe,
+                                                                   tmp_path: Any) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from stalkd.worker.middleware import Metrics
+
+    metrics = Metrics(registry=CollectorRegistry(), port=0)
+    listening = f"socket:[{os.fstat(metrics._http.socket.fileno()).st_ino}]"
+    app = App(server.address, middleware=[metrics])
+    seen = tmp_path / "pids"
+    seen.mkdir()
+
+    @app.task(tube="msock")
+    def where(p: None) -> None:
+        # each child runs one job and holds it until both have one: then both children are
+        # past their after_fork hooks (one slot each, so the second job goes to the other)
+        (seen / str(os.getpid())).touch()
+        wait_for(lambda: len(os.listdir(seen)) == 2, what="a job in each child")
+
+    try:
+        with running(app, mode="processes", concurrency=2):
+            where.put(None)
+            where.put(None)
+            wait_for(lambda: len(os.listdir(seen)) == 2, what="a job in each child")
+            children = [int(pid) for pid in os.listdir(seen)]
+            assert os.getpid() not in children
+            # Then no child keeps the port bound: only the parent holds the listening socket
+            for pid in children:
+                assert listening not in _sockets_of(pid), f"child {pid} holds the /metrics socket"
+            assert listening in _sockets_of(os.getpid())
+            # and the parent still serves /metrics
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics.port}/metrics", timeout=30) as r:
+                assert r.status == 200 and b"stalkd_worker_jobs" in r.read()
+    finally:
+        metrics.close()
+
+
+class _WedgedAtStop(Middleware):
+    """In a forked child, a stop hook that never returns: a worker process wedged at its exit."""
+
+    def __init__(self) -> None:
+        self.parent = os.getpid()
+
+    def on_worker_stop(self, worker: Any) -> None:
+        if os.getpid() != self.parent:
+            threading.Event().wait()
+
+
+def test_a_stop_now_does_not_wait_the_grace_period_for_a_wedged_worker_process(
+        server: Any, probe: Probe, tmp_path: Any) -> None:  # fmt: skip
+    app = App(server.address, middleware=[_WedgedAtStop()])
+    done = tmp_path / "done"
+
+    @app.task(tube="wedge")
+    def job(p: None) -> None:
+        done.touch()
+
+    # Given a child that will never finish its stop, and a drain grace of an hour
+    w = None
+    try:
+        with running(app, mode="processes", concurrency=1, grace=3600) as w:
+            job.put(None)
+            wait_for(done.exists, what="the child ran a job")
+        # When running() stopped it now, then the worker stopped (running() checks) long before
+        # the grace period, having killed the wedged child
+        assert [p.exitcode for p in w.children] == [-signal.SIGKILL]
+    finally:  # a failed run leaves the child wedged, and multiprocessing's exit would join it
+        for p in w.children if w is not None else []:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGKILL)
 
 
 class _LocksHeldAtFork(Middleware):

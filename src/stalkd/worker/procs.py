@@ -3,8 +3,9 @@
 The parent only supervises: it passes a stop on to its children (SIGTERM: drain; SIGUSR1:
 release now), replaces a child that dies unexpectedly (its jobs come back to the queue when the
 server sees its connections close, or after their TTR), and exits 0 once all children have
-exited after a stop. Children that outlive the grace period are killed; the server then
-releases their jobs as their connections close.
+exited after a stop. Children that outlive the grace period (after a stop now,
+``RELEASE_NOW_WITHIN`` seconds) are killed; the server then releases their jobs as their
+connections close.
 
 Ensures: until ``stop()``, ``concurrency`` children are running or being replaced (at most one
 replacement per slot per ``respawn_delay`` seconds, so a crash loop cannot spin); a stop reaches
@@ -30,6 +31,11 @@ from stalkd.worker.runner import ThreadWorker, WorkerBase
 log = logging.getLogger("stalkd.worker")
 
 __all__ = ["ProcessWorker"]
+
+# A child told to release now (SIGUSR1) closes its connections and exits, which takes a moment;
+# one still running this long after is wedged (a handler stuck in C code, a hook that never
+# returns), and a stop now must not wait the whole drain grace period for it.
+RELEASE_NOW_WITHIN = 5.0
 
 
 def _child(app: Registry, tubes: list[str], threads: int, grace: float, reserve_timeout: int) -> None:
@@ -102,15 +108,20 @@ class ProcessWorker(WorkerBase):
             m.on_worker_start(self)
         try:
             deadline: float | None = None
+            now_seen = killed = False
             while any(p.is_alive() for p in self.children) or not self.stopping.is_set():
                 if self.stopping.is_set() and deadline is None:
                     log.info("draining: asked %d worker processes to finish within %.0fs",
                              len(self.children), self.grace)
                     deadline = time.monotonic() + self.grace + 5.0
-                if deadline is not None and time.monotonic() > deadline:
-                    log.warning("children still running after the grace period; killing them")
+                if self.stop_now.is_set() and not now_seen:
+                    now_seen = True
+                    deadline = min(deadline or float("inf"), time.monotonic() + RELEASE_NOW_WITHIN)
+                if not killed and deadline is not None and time.monotonic() > deadline:
+                    log.warning("children still running after %s; killing them",
+                                "a stop now" if now_seen else "the grace period")
                     self._signal_children(signal.SIGKILL)
-                    deadline = float("inf")
+                    killed = True
                 for i, p in enumerate(self.children):
                     p.join(timeout=0.1)
                     if p.exitcode is None or p.pid is None:

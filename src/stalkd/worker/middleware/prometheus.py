@@ -117,6 +117,12 @@ class Metrics(Middleware):
             atexit.register(self.close)
 
     def after_fork(self) -> None:
+        if self._http is not None:
+            # The child's copy of the /metrics listening socket: closed here, or the port stays
+            # bound for as long as any child lives (a restarted worker could not listen while one
+            # is still draining). Only this process's descriptor goes: the parent still serves.
+            self._http.socket.close()
+            self._http = None
         if self.shared_dir is None:
             return
         # Count in new objects, none of them made by the parent: a scrape on another thread of
