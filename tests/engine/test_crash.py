@@ -173,3 +173,36 @@ def test_sigkill_at_a_random_moment_with_background_snapshots(tmp_path: Path, se
         matches.append(durable_view(e) == view)
     wal.close()
     assert any(matches), f"recovered state is none of those possible after step {acked}"
+
+
+@pytest.mark.parametrize("durability", ["never", "every:60000", "always"])
+def test_a_snapshot_is_published_only_over_a_durable_wal(tmp_path: Path, durability: str) -> None:
+    """When a snapshot is renamed into place, every WAL record below its start offset is fsynced,
+    under every policy. Under ``never`` the WAL is otherwise fsynced only at segment rolls: a
+    power cut after the rename left a log ending below the offset the snapshot covers, and the
+    server then refused to start (campaign.powercut's "restart failure", policy never)."""
+    fs = Faults()
+    wal = Wal.open(tmp_path, durability=durability, segment_size=1 << 20, compact_min_bytes=1500,
+                   chunk_jobs=4, background=False, fs=fs)  # fmt: skip
+    e, _ = wal.recover(T0)
+    seen: list[tuple[int, int]] = []  # (durable offset, the snapshot's start offset) at each rename
+
+    def at_rename() -> None:
+        s = wal._snap
+        assert s is not None
+        seen.append((wal.log.durable_offset, s.start_offset))
+
+    fs.crash_at("replace", ".snap.tmp", then=at_rename)
+    d = Driver(wal, e, T0)
+    rng = random.Random(7)
+    for _ in range(600):
+        random_step(d, rng)
+        try:
+            wal.maintain(d.e, d.now)
+        except CrashPoint:
+            fs.heal()
+            break
+    assert seen, "no snapshot was started"
+    durable, start = seen[0]
+    assert start > 0 and durable >= start
+    wal.close()

@@ -5,7 +5,7 @@ or the segment files that snapshot keeps would pass the WAL's bound (``wal_bound
 segment (``snapshot_due``), ``maintain`` starts a snapshot: it notes the current seq and log offset and the jobs in
 ``snapshot.capture_order``, writes the live results (``results.py``) to the WAL again, then copies ``chunk_jobs`` of them per call, fewer when their
 bodies reach ``chunk_bytes`` (so the event loop is never held for long), and finally hands the
-file to a background thread that fsyncs it, renames it into place, fsyncs the directory, drops
+file to a background thread that fsyncs the WAL (under every policy) and the snapshot, renames it into place, fsyncs the directory, drops
 (or archives) WAL segments wholly below the snapshot's start offset, and deletes older
 snapshots.
 
@@ -317,13 +317,19 @@ class Compaction:
         s.thread.start()
 
     def _finalize(self, s: SnapInProgress, next_id: int, end_seq: int) -> None:
+        # The WAL first, under every policy: everything below the snapshot's start, and the
+        # results written again after it (see _begin), fsynced before the snapshot is renamed
+        # into place. Under ``never`` (and between ``every:MS`` ticks) nothing else has synced
+        # it, and a power cut after the rename left a log ending below the offset the snapshot
+        # covers: recovery refuses that (records missing), as new records would reuse offsets
+        # the snapshot already holds.
         try:
+            self.log.sync()
             final = s.writer.finish(next_id, end_seq)
         except BaseException:
             s.writer.abort()
             raise
         self.snapshots_written += 1
-        self.sync()  # the results rewritten after the start (see _begin)
         self.log.retain(s.start_offset)
         for old in list_snapshots(self.snap_dir):
             if old != final and os.path.basename(old) < os.path.basename(final):
