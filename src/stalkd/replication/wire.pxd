@@ -15,6 +15,7 @@ cdef class AckDecoder:
     cpdef object feed(self, object data)
     cpdef long long take(self, object data) except? -2
 
+cpdef bytes encode_ack(object durable_end)
 cpdef bytes encode_frames(Py_ssize_t first, Py_ssize_t base, frames)
 # the sender's per message: the frames straight out of the log's mapping, summed by the log's C
 # CRC-32C (stalkd.log.frame's _crc_update, of this signature: _load_crc32c takes it, else NULL)
