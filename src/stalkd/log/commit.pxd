@@ -5,6 +5,7 @@
 
 from stalkd.log.active cimport ActiveSegment
 from stalkd.log.mutex cimport Mutex
+from stalkd.log.ticket cimport Ticket
 from stalkd.log.visibility cimport Visibility
 from stalkd.log.writer cimport SegmentWriter
 

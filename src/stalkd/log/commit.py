@@ -377,6 +377,7 @@ class GroupCommit:
             for t, fn in todo:
                 fn(t)
 
+    @cython.locals(t=Ticket)
     def _advance_locked(self, target: int) -> Callbacks:
         out: Callbacks = []
         if target > self.durable:

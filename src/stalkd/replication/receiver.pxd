@@ -6,8 +6,10 @@
 
 from stalkd.engine.state cimport EngineState
 from stalkd.log.commit cimport GroupCommit
+from stalkd.log.ticket cimport Ticket
 from stalkd.log.writer cimport SegmentWriter
 from stalkd.persist.wal cimport WalBatches
+from stalkd.replication.wire cimport encode_ack
 
 
 cdef class Receiver

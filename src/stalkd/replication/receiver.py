@@ -66,15 +66,16 @@ from stalkd.engine.model import Record
 from stalkd.engine.replay import ReplayError
 from stalkd.engine.state import EngineState
 from stalkd.log.errors import LogError
+from stalkd.log.ticket import Ticket
 from stalkd.persist.compaction import WalError
 from stalkd.replication import overlap, wire
 from stalkd.replication.catchup import CatchUpError
 from stalkd.replication.frames import check_records
 from stalkd.replication.role import Role
+from stalkd.replication.wire import encode_ack
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
-    from stalkd.log.ticket import Ticket
     from stalkd.persist.wal import Wal
 
 __all__ = ["FsyncPlace", "Receiver", "ResyncNeeded", "ask"]
@@ -90,9 +91,6 @@ APPLY_RECORDS = 1024  # records checked, appended and applied between two turns 
 # slower disk's goes to the log's committer thread, so the loop keeps serving meanwhile.
 INLINE_FSYNC_MAX = 0.002
 INLINE_RETRY = 64  # reads synced on the thread before inline is tried again (the disk may recover)
-
-
-_encode_ack = wire.encode_ack
 
 
 def _joined(msgs: list[tuple[int, list[bytes]]]) -> list[tuple[int, list[bytes]]]:
@@ -333,8 +331,9 @@ class _Durable:
     def __call__(self, t: Ticket) -> None:  # on the committer thread (here, if already durable)
         # (try, not contextlib.suppress: this runs once per fsync, and the context manager's
         # three Python calls cost more than the hand-off itself)
+        tk = cython.declare(Ticket, t)  # (compiled: its C fields)
         try:  # noqa: SIM105
-            self._loop.call_soon_threadsafe(self._synced, self._writer, t.last + 1, t.exception())
+            self._loop.call_soon_threadsafe(self._synced, self._writer, tk.last + 1, tk._error)
         except RuntimeError:  # the loop is closed: nobody waits for it
             pass
 
@@ -770,7 +769,7 @@ class Receiver:
 
     def _send_ack(self, writer: asyncio.WriteTransport) -> None:
         end = self._acked = self.durable_end
-        writer.write(_encode_ack(end))
+        writer.write(encode_ack(end))  # (compiled: a C call, receiver.pxd)
         self.acks += 1
         if self.ack_delay:
             self._acked_at = asyncio.get_running_loop().time()
