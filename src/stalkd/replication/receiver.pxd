@@ -9,7 +9,7 @@ from stalkd.log.commit cimport GroupCommit
 from stalkd.log.ticket cimport Ticket
 from stalkd.log.writer cimport SegmentWriter
 from stalkd.persist.wal cimport WalBatches
-from stalkd.replication.wire cimport encode_ack
+from stalkd.replication.wire cimport RecordDecoder, encode_ack
 
 
 cdef class Receiver
@@ -47,7 +47,8 @@ cdef class Receiver:
     cdef public FsyncPlace fsync_place
     cdef WalBatches _batches
     cdef _Durable _durable
-    cdef object _dec, _last, _out
+    cdef RecordDecoder _dec
+    cdef object _last, _out
     cdef list _heard
     cdef Py_ssize_t _beats
 

@@ -9,6 +9,13 @@ from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from libc.string cimport memcpy
 
+cdef class RecordDecoder:
+    cdef public bytearray _buf
+    cdef public object primary_end  # (a u64 off the wire, as any heartbeat says)
+    cdef public Py_ssize_t heartbeats
+
+    cpdef list feed(self, object data)
+
 cdef class AckDecoder:
     cdef bytes _buf
 
