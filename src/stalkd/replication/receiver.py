@@ -562,6 +562,8 @@ class Receiver:
         try:
             while not self._stopped:
                 got = await feed.read()
+                if self._stopped:  # promoted while this task waited: nothing of the stream after
+                    return
                 if isinstance(got, list):  # what _read left of a read the feed handed it
                     msgs = got
                 else:
