@@ -59,6 +59,7 @@ CYTHON_MODULES = (
     "stalkd.persist.tail",  # recovery: the WAL records after the snapshot, in one loop
     "stalkd.log.active",
     "stalkd.log.commit",
+    "stalkd.log.ticket",  # made and resolved per read a standby fsyncs on the committer thread
     "stalkd.log.frame",
     "stalkd.log.fs",
     "stalkd.log.gate",

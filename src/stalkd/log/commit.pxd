@@ -5,6 +5,7 @@
 
 from stalkd.log.active cimport ActiveSegment
 from stalkd.log.mutex cimport Mutex
+from stalkd.log.ticket cimport Ticket
 from stalkd.log.visibility cimport Visibility
 from stalkd.log.writer cimport SegmentWriter
 
@@ -39,6 +40,7 @@ cdef class GroupCommit:
     cdef double _fsync_avg, _last_sync
 
     cpdef object sync_to(self, upto)
+    cpdef object call_when_durable(self, Py_ssize_t end, object fn)  # a standby's thread-path fsync, per read
     cpdef run_deferred(self)  # per batch written (log.write_batch): a C call
     cdef tuple _join_locked(self, bint back)
     cdef object _lead(self, b)

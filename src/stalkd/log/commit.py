@@ -377,6 +377,7 @@ class GroupCommit:
             for t, fn in todo:
                 fn(t)
 
+    @cython.locals(t=Ticket)
     def _advance_locked(self, target: int) -> Callbacks:
         out: Callbacks = []
         if target > self.durable:
@@ -426,6 +427,32 @@ class GroupCommit:
                 self._wake_committer_locked()
         finally:
             lock.release()
+        return t
+
+    def call_when_durable(self, end: int, fn: Callable[[Ticket], object]) -> Ticket:
+        """``ticket(end - 1, end - 1)`` with ``fn`` as its done callback, in one step under the
+        lock: ``fn(ticket)`` once every offset below ``end`` is durable, on the committer thread
+        (here, at once, if it already is). A standby asks once per read its committer fsyncs:
+        ``Log.ticket`` and ``add_done_callback`` took the lock twice, through a Python-level
+        ``with`` for the second."""
+        last = end - 1
+        if self.policy == "always":
+            lock = self._lock
+            lock.acquire()  # (not ``with``: see sync_to)
+            try:
+                done = self.durable > last
+                t = Ticket(last, last, self.visibility, done=done)
+                if not done:  # (read here, under the lock: the committer may resolve t once it is released)
+                    t._callbacks.append(fn)
+                    self._tickets.append(t)
+                    self._wake_committer_locked()
+            finally:
+                lock.release()
+            if not done:
+                return t
+        else:
+            t = Ticket(last, last, self.visibility, done=True)
+        fn(t)
         return t
 
     def _wake_committer_locked(self) -> None:

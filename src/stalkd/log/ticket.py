@@ -10,14 +10,26 @@ import asyncio
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+
     from .visibility import Visibility
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["Ticket"]
 
 
+@cython.cclass
 class Ticket:
     """Offsets ``first..last`` were written; the ticket is done when they are durable.
+
+    Compiled, an extension type (ticket.pxd): a standby whose fsyncs run on the committer thread
+    makes one per read, which the committer resolves, as C calls and fields (as a Python class
+    its ``__init__`` alone took ~2,000 instructions).
 
     >>> import tempfile
     >>> from stalkd.log import Log
@@ -28,7 +40,8 @@ class Ticket:
     (0, 1, True)
     """
 
-    __slots__ = ("first", "last", "_vis", "_done", "_error", "_callbacks")
+    if not cython.compiled:  # (compiled, its fields are C fields: ticket.pxd)
+        __slots__ = ("first", "last", "_vis", "_done", "_error", "_callbacks")
 
     def __init__(self, first: int, last: int, vis: Visibility, done: bool = False) -> None:
         self.first = first

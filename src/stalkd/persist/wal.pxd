@@ -5,7 +5,7 @@
 from stalkd.engine.model cimport OpLayout, Record, encode
 from stalkd.engine.space cimport SpaceBudget, spent
 from stalkd.log.commit cimport GroupCommit
-from stalkd.log.frame cimport frame_size
+from stalkd.log.frame cimport frame_size, frames_size
 from stalkd.log.log cimport write_batch
 from stalkd.log.writer cimport SegmentWriter
 
@@ -26,3 +26,4 @@ cdef class WalBatches:
     cpdef write(self, records)
     cpdef sync(self)
     cpdef write_payloads(self, list payloads)
+    cpdef append_replicated(self, Py_ssize_t first, list payloads)

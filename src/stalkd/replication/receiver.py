@@ -51,21 +51,31 @@ from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, cast
 
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
+
 from stalkd.client._address import Address
 from stalkd.client._tls import connection_kwargs
 from stalkd.engine.handover import Reservations
 from stalkd.engine.model import Record
 from stalkd.engine.replay import ReplayError
+from stalkd.engine.state import EngineState
 from stalkd.log.errors import LogError
+from stalkd.log.ticket import Ticket
 from stalkd.persist.compaction import WalError
 from stalkd.replication import overlap, wire
 from stalkd.replication.catchup import CatchUpError
 from stalkd.replication.frames import check_records
 from stalkd.replication.role import Role
+from stalkd.replication.wire import encode_ack
 
 if TYPE_CHECKING:
     from stalkd.engine import Engine
-    from stalkd.log.ticket import Ticket
     from stalkd.persist.wal import Wal
 
 __all__ = ["FsyncPlace", "Receiver", "ResyncNeeded", "ask"]
@@ -81,9 +91,6 @@ APPLY_RECORDS = 1024  # records checked, appended and applied between two turns 
 # slower disk's goes to the log's committer thread, so the loop keeps serving meanwhile.
 INLINE_FSYNC_MAX = 0.002
 INLINE_RETRY = 64  # reads synced on the thread before inline is tried again (the disk may recover)
-
-
-_encode_ack = wire.encode_ack
 
 
 def _joined(msgs: list[tuple[int, list[bytes]]]) -> list[tuple[int, list[bytes]]]:
@@ -112,11 +119,18 @@ def _joined(msgs: list[tuple[int, list[bytes]]]) -> list[tuple[int, list[bytes]]
     return out
 
 
+@cython.cclass
 class _Feed:
     """The stream's bytes after the handshake, as its transport's protocol: ``read`` returns
     everything received since the last read, in one piece per read. ``asyncio.StreamReader``
     did the same through a dozen pure-Python calls and a buffer copied in and out again, per
     message of the primary's: at one record per message, a tenth of the standby's work.
+
+    With a ``sink`` (the receiver, while it streams), a read that comes while the stream's task
+    waits for one is handed to ``sink._read`` in the transport's own call: no future set, no
+    task woken, no coroutine resumed (~10,000 instructions a message). What that leaves for the
+    task (a read of more than one slice: ``Receiver._read``) ``read`` returns, as a list, and
+    what it raises ``read`` raises.
 
     Ensures: bytes come out in the order received, none twice; at most ``limit`` bytes (plus the
     chunk that crossed it) wait unread, reading from the socket paused meanwhile; at the end of
@@ -132,6 +146,9 @@ class _Feed:
         self._eof = False
         self._exc: BaseException | None = None
         self._paused = False
+        self._sink: Receiver | None = None  # takes a read at once while the task waits (see above)
+        self._held: list[tuple[int, list[bytes]]] | None = None  # what the sink left for the task
+        self._error: Exception | None = None  # what the sink raised, for the task
         if buffered:
             self.data_received(buffered)
 
@@ -141,6 +158,21 @@ class _Feed:
         pass  # (set_protocol on an open transport: never called)
 
     def data_received(self, data: bytes) -> None:
+        sink = self._sink
+        w = self._waiter
+        if sink is not None and w is not None and not self._chunks and not w.done():
+            # The task waits for a read (none is buffered, none left for it): this one is taken now.
+            try:
+                held = sink._read(data)
+            except Exception as e:  # the stream's end: the task raises it
+                self._sink = None  # (what follows is buffered, never read)
+                self._error = e
+                self._wake()
+                return
+            if held is not None:
+                self._held = held
+                self._wake()
+            return
         self._chunks.append(data)
         self._got(len(data))
 
@@ -176,11 +208,20 @@ class _Feed:
 
     # --- the receiver's side -------------------------------------------------------------------
 
-    async def read(self) -> bytes:
-        """What came since the last read (waiting for something); ``b""`` at the end."""
-        if not self._chunks and not self._eof:
+    async def read(self) -> bytes | list[tuple[int, list[bytes]]]:
+        """What came since the last read (waiting for something); ``b""`` at the end. With a
+        sink: what it left of a read (a list), before what came after it."""
+        if not self._chunks and not self._eof and self._held is None and self._error is None:
             self._waiter = fut = asyncio.get_running_loop().create_future()
             await fut
+        err = self._error
+        if err is not None:
+            self._error = None
+            raise err
+        held = self._held
+        if held is not None:
+            self._held = None
+            return held
         chunks = self._chunks
         if not chunks:
             if self._exc is not None:
@@ -210,6 +251,7 @@ async def _feed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limi
     return feed
 
 
+@cython.cclass
 class FsyncPlace:
     """Where a standby's next fsync runs: inline on its loop (no thread to wake, no loop to wake
     back, per read) while the inline fsyncs average at most ``limit`` seconds; after a slower
@@ -274,7 +316,36 @@ async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reques
     return r
 
 
+@cython.cclass
+class _Durable:
+    """What a stream's reads fsynced on the log's committer thread call there, once durable
+    (``GroupCommit.call_when_durable``): the loop is handed the ticket's end and error. One per
+    stream, not a closure made per read."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, synced: Callable[..., None],
+                 writer: asyncio.WriteTransport) -> None:  # fmt: skip
+        self._loop = loop
+        self._synced = synced
+        self._writer = writer
+
+    def __call__(self, t: Ticket) -> None:  # on the committer thread (here, if already durable)
+        # (try, not contextlib.suppress: this runs once per fsync, and the context manager's
+        # three Python calls cost more than the hand-off itself)
+        tk = cython.declare(Ticket, t)  # (compiled: its C fields)
+        try:  # noqa: SIM105
+            self._loop.call_soon_threadsafe(self._synced, self._writer, tk.last + 1, tk._error)
+        except RuntimeError:  # the loop is closed: nobody waits for it
+            pass
+
+
+@cython.cclass
 class Receiver:
+    """Compiled, an extension type (receiver.pxd): its state is C fields and its per-message
+    steps C calls, reading the WAL's per-batch object (``WalBatches``: the log's writer and
+    group commit) and the engine's state as C fields; as a plain class each ``self.x`` and
+    ``self.f()`` was a dictionary look-up or a Python call (~1,000-1,500 instructions each, eight
+    or so per message)."""
+
     def __init__(self, address: Address, wal: Wal, engine: Engine, role: Role, *, applied: Callable[[], None],
                  on_resync: Callable[[str], None],
                  resync: Callable[[str, int | None], Awaitable[None]],
@@ -296,6 +367,7 @@ class Receiver:
         self.ack_delay = 0.0  # seconds an acknowledgement may wait (the primary's STREAMING says)
         self.acks = 0  # acknowledgements sent since start
         self.wal = wal
+        self._batches = wal.batches  # (the same object through reopens: ``Wal._use_log``)
         self.engine = engine
         self.role = role
         self.applied = applied
@@ -318,11 +390,20 @@ class Receiver:
         self._inline: bool | None = None
         self._epochs: tuple[tuple[int, int], ...] | None = None  # the engine's, when _epoch was taken
         self._epoch = 0  # role.state.epoch then (the role's epochs are the engine's: role.attach)
+        self._durable: _Durable | None = None  # the stream's callback for its thread-path fsyncs
+        # The stream's, for _read (set by _stream): its decoder, when the primary was last
+        # heard, our last record until the first message matched it, the transport acknowledged
+        # to, heartbeats answered.
+        self._dec = wire.RecordDecoder()
+        self._heard = [0.0]
+        self._last: bytes | None = None
+        self._out: asyncio.WriteTransport | None = None
+        self._beats = 0
 
     @property
     def lag(self) -> int:
         """Records the primary had written that this standby does not hold (as last known)."""
-        return max(0, self.primary_end - self.wal.log.next_offset)
+        return max(0, self.primary_end - self._batches.writer.next)
 
     def saw_end(self, end: int) -> None:
         """The primary's log reaches ``end`` at least (learned outside the stream: a resync's
@@ -473,74 +554,116 @@ class Receiver:
 
     async def _stream(self, feed: _Feed, writer: asyncio.StreamWriter, dec: wire.RecordDecoder,
                       heard: list[float], last: bytes | None = None) -> None:  # fmt: skip
-        lg = self.wal.log
-        beats = 0
-        clock = self.clock
         # Acknowledgements go to the transport itself (what StreamWriter.write and is_closing
         # forward to, a Python call each per acknowledgement)
         out = writer.transport
-        while not self._stopped:
-            data = await feed.read()
-            if not data:
-                raise EOFError("the primary closed the stream")
-            heard[0] = clock()
-            msgs = dec.feed(data)
-            if dec.heartbeats != beats:  # a heartbeat: the primary's end, and we answer each
-                # (an idle primary's are all alike; unanswered, it drops the stream as silent)
-                beats = dec.heartbeats
-                self.primary_end = max(self.primary_end, dec.primary_end)
-                self._send_ack(out)
-                self._in_sync()
-            if not msgs:
-                continue
-            if last is not None:  # the stream's first message: our last record first
-                first, payloads = msgs[0]
-                try:
-                    msgs[0] = overlap.trim(first, payloads, lg.next_offset, last)
-                except overlap.Diverged as e:
-                    raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
-                last = None
-            if len(msgs) > 1:
-                msgs = _joined(msgs)
-            n = len(msgs)
-            for i in range(n):
-                first, payloads = msgs[i]
-                size = len(payloads)
-                for at in range(0, size, APPLY_RECORDS):
-                    if i or at:
-                        # Between slices (and messages that do not follow each other), the loop
-                        # runs what waits: an fsync's acknowledgement goes out now, not after
-                        # all of this read.
-                        await asyncio.sleep(0)
-                        if self._stopped:  # promoted meanwhile: its epoch starts where the log
-                            return  # ends; the rest of this read is dropped, as unread bytes are
-                    self._take(first + at, payloads if size <= APPLY_RECORDS else payloads[at:at + APPLY_RECORDS],
-                               out, i == n - 1 and at + APPLY_RECORDS >= size)  # fmt: skip
-            if not self.fsync:
-                self.durable_end = lg.next_offset
-                self._acknowledge(out)
-                self._in_sync()
+        self._dec, self._heard, self._last, self._out, self._beats = dec, heard, last, out, 0
+        feed._sink = self  # a read that comes while this task waits is taken at once (_read)
+        try:
+            while not self._stopped:
+                got = await feed.read()
+                if self._stopped:  # promoted while this task waited: nothing of the stream after
+                    return
+                if isinstance(got, list):  # what _read left of a read the feed handed it
+                    msgs = got
+                else:
+                    if not got:
+                        raise EOFError("the primary closed the stream")
+                    left = self._read(got)
+                    if left is None:
+                        continue
+                    msgs = left
+                n = len(msgs)
+                for i in range(n):
+                    first, payloads = msgs[i]
+                    size = len(payloads)
+                    for at in range(0, size, APPLY_RECORDS):
+                        if i or at:
+                            # Between slices (and messages that do not follow each other), the
+                            # loop runs what waits: an fsync's acknowledgement goes out now, not
+                            # after all of this read.
+                            await asyncio.sleep(0)
+                            if self._stopped:  # promoted meanwhile: its epoch starts where the log
+                                return  # ends; the rest of this read is dropped, as unread bytes are
+                        self._take(first + at, payloads if size <= APPLY_RECORDS else payloads[at:at + APPLY_RECORDS],
+                                   out, i == n - 1 and at + APPLY_RECORDS >= size)  # fmt: skip
+                self._read_done(out)
+        finally:
+            feed._sink = None
+            self._last = self._out = None
 
+    def _read(self, data: bytes) -> list[tuple[int, list[bytes]]] | None:
+        """One read's steps that need no turn of the loop: the primary heard from, its messages
+        decoded, a heartbeat answered, the stream's first message matched to our last record;
+        a read of one slice is then taken (appended, applied, acknowledged). Returns what is
+        left for the stream's task (a read of more slices, or of messages that do not follow
+        on: the loop turns between them), else None. Nothing once stopped (promoted: nothing
+        of the stream is appended after)."""
+        if self._stopped:
+            return None
+        self._heard[0] = self.clock()
+        dec = self._dec
+        out = self._out
+        assert out is not None  # (set by _stream)
+        msgs = dec.feed(data)
+        if dec.heartbeats != self._beats:  # a heartbeat: the primary's end, and we answer each
+            # (an idle primary's are all alike; unanswered, it drops the stream as silent)
+            self._beats = dec.heartbeats
+            if dec.primary_end > self.primary_end:
+                self.primary_end = dec.primary_end
+            self._send_ack(out)
+            self._in_sync()
+        if not msgs:
+            return None
+        last = self._last
+        if last is not None:  # the stream's first message: our last record first
+            first, payloads = msgs[0]
+            try:
+                msgs[0] = overlap.trim(first, payloads, self._batches.writer.next, last)
+            except overlap.Diverged as e:
+                raise ResyncNeeded(f"{self.address}: {e}", e.since) from None
+            self._last = None
+        if len(msgs) > 1:
+            msgs = _joined(msgs)
+        if len(msgs) > 1:
+            return msgs
+        first, payloads = msgs[0]
+        if len(payloads) > APPLY_RECORDS:
+            return msgs
+        if payloads:
+            self._take(first, payloads, out, True)
+        self._read_done(out)
+        return None
+
+    def _read_done(self, writer: asyncio.WriteTransport) -> None:
+        """A read is taken: under a policy other than ``always``, what it wrote is as durable as
+        it gets here (acknowledged; ``always``'s fsync acknowledges instead)."""
+        if not self.fsync:
+            self.durable_end = self._batches.writer.next
+            self._acknowledge(writer)
+            self._in_sync()
+
+    @cython.locals(st=EngineState)
     def _take(self, first: int, payloads: list[bytes], writer: asyncio.WriteTransport, last: bool) -> None:
         """Check, append and apply the records at ``first``; ``last``: the read's last slice.
         Under ``always``, inline (``fsync_place``): the read's appends are fsynced once, after
         its last slice is appended and before it is applied (the acknowledgement does not wait
         for that); else each slice gets a ticket, which the log's committer thread fsyncs while
         the records are applied."""
-        wal = self.wal
-        lg = wal.log
+        b = self._batches
         try:
             # The epoch this log follows: the role's, recomputed only when the engine's epochs
             # change (an EPOCH record, a resync); role.state builds an EpochState per call.
-            epochs = self.engine.epochs
+            st = self.engine.state  # (compiled: its C fields)
+            epochs = st.epochs
             if epochs is not self._epochs:
                 self._epoch = self.role.state.epoch
                 self._epochs = epochs
-            records = check_records(first, payloads, lg.next_offset, self._epoch)
+            records = check_records(first, payloads, b.writer.next, self._epoch)
             try:
-                wal.append_replicated(first, payloads)
+                b.append_replicated(first, payloads)
             except BaseException:
-                self._apply(first, records[:lg.next_offset - first])  # what it holds
+                self._apply(first, records[:b.writer.next - first])  # what it holds
                 raise
             end = first + len(payloads)  # (the log's end now: append_replicated wrote them all there)
             if self.fsync:
@@ -559,7 +682,8 @@ class Receiver:
             if end > self.primary_end:
                 self.primary_end = end
         finally:
-            wal.last_seq = self.engine.seq
+            st = self.engine.state
+            b.last_seq = st.seq  # (``Wal.last_seq``)
             self.applied()
 
     def _in_sync(self) -> None:
@@ -576,23 +700,16 @@ class Receiver:
         meanwhile, the next, started as soon as it returns: no thread hand-off per fsync and
         no wait for the loop thread, busy checking and applying records); each ticket's end is
         acknowledged from the loop."""
-        lg = self.wal.log
-        end = lg.next_offset
+        b = self._batches
+        end = b.writer.next
         if end <= self._asked:
             return
         self._asked = end
         self._syncing += 1
-        loop = asyncio.get_running_loop()
-
-        def durable(t: Ticket) -> None:  # on the committer thread (here, if already durable)
-            # (try, not contextlib.suppress: this runs once per fsync, and the context manager's
-            # three Python calls cost more than the hand-off itself)
-            try:  # noqa: SIM105
-                loop.call_soon_threadsafe(self._synced, writer, end, t.exception())
-            except RuntimeError:  # the loop is closed: nobody waits for it
-                pass
-
-        lg.ticket().add_done_callback(durable)
+        d = self._durable
+        if d is None or d._writer is not writer:  # the stream's first
+            d = self._durable = _Durable(asyncio.get_running_loop(), self._synced, writer)
+        b.commit.call_when_durable(end, d)  # (``Log.ticket`` and its callback, in one step)
 
     def _sync_inline(self, writer: asyncio.WriteTransport, end: int) -> None:
         """Fsync what this read appended (the log up to ``end`` at least), on the loop thread,
@@ -604,7 +721,7 @@ class Receiver:
         exc: BaseException | None = None
         t0 = perf_counter()
         try:
-            self.wal.sync()
+            self._batches.sync()  # (``Wal.sync``)
         except (LogError, OSError) as e:
             exc = e
         self.fsync_place.inline_done(perf_counter() - t0)
@@ -619,7 +736,7 @@ class Receiver:
             self.stop()
             return
         # One fsync resolves every ticket waiting: the first to get here acknowledges them all.
-        durable = self.wal.log.durable_offset
+        durable = self._batches.commit.durable  # (``Log.durable_offset``)
         if durable > end:
             end = durable
         if end <= self.durable_end or writer.is_closing():
@@ -654,7 +771,7 @@ class Receiver:
 
     def _send_ack(self, writer: asyncio.WriteTransport) -> None:
         end = self._acked = self.durable_end
-        writer.write(_encode_ack(end))
+        writer.write(encode_ack(end))  # (compiled: a C call, receiver.pxd)
         self.acks += 1
         if self.ack_delay:
             self._acked_at = asyncio.get_running_loop().time()

@@ -9,12 +9,20 @@ from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from libc.string cimport memcpy
 
+cdef class RecordDecoder:
+    cdef public bytearray _buf
+    cdef public object primary_end  # (a u64 off the wire, as any heartbeat says)
+    cdef public Py_ssize_t heartbeats
+
+    cpdef list feed(self, object data)
+
 cdef class AckDecoder:
     cdef bytes _buf
 
     cpdef object feed(self, object data)
     cpdef long long take(self, object data) except? -2
 
+cpdef bytes encode_ack(object durable_end)
 cpdef bytes encode_frames(Py_ssize_t first, Py_ssize_t base, frames)
 # the sender's per message: the frames straight out of the log's mapping, summed by the log's C
 # CRC-32C (stalkd.log.frame's _crc_update, of this signature: _load_crc32c takes it, else NULL)

@@ -1,0 +1,64 @@
+# The C declarations of receiver.py (Cython reads this beside it when it compiles the .py file):
+# the receiver and its fsync placement are extension types, so the per-message steps (_take, the
+# fsync and its acknowledgement) are C calls reading C fields; the WAL's per-batch object, its
+# log's writer and group commit (what Log.next_offset and Log.durable_offset read) and the
+# engine's state are typed, their fields C reads instead of properties.
+
+from stalkd.engine.state cimport EngineState
+from stalkd.log.commit cimport GroupCommit
+from stalkd.log.ticket cimport Ticket
+from stalkd.log.writer cimport SegmentWriter
+from stalkd.persist.wal cimport WalBatches
+from stalkd.replication.wire cimport RecordDecoder, encode_ack
+
+
+cdef class Receiver
+
+
+cdef class _Feed:
+    cdef public object _transport, _waiter, _exc, _held, _error
+    cdef public list _chunks
+    cdef public Py_ssize_t _size, _limit
+    cdef public bint _eof, _paused
+    cdef public Receiver _sink
+
+    cpdef _got(self, Py_ssize_t n)
+    cdef _wake(self)
+
+
+cdef class FsyncPlace:
+    cdef public double limit, alpha, avg
+    cdef public Py_ssize_t retry, _thread_left
+
+    cpdef bint inline(self) except -1
+    cpdef inline_done(self, double seconds)
+
+
+cdef class _Durable:
+    cdef object _loop, _synced, _writer
+
+
+cdef class Receiver:
+    cdef public object address, secret, name, clock, problem, wal, engine, role, applied, on_resync, resync
+    cdef public object reservations, _writer, _ack_soon, _inline, _epochs
+    cdef public bint frames, paced, fsync, connected, _stopped
+    cdef public double caught_up_at, ack_delay, _acked_at
+    cdef public Py_ssize_t durable_end, acks, primary_end, records, _syncing, _asked, _acked, _epoch
+    cdef public FsyncPlace fsync_place
+    cdef WalBatches _batches
+    cdef _Durable _durable
+    cdef RecordDecoder _dec
+    cdef object _last, _out
+    cdef list _heard
+    cdef Py_ssize_t _beats
+
+    cdef list _read(self, object data)
+    cdef _read_done(self, object writer)
+    cdef _take(self, Py_ssize_t first, list payloads, object writer, bint last)
+    cdef _in_sync(self)
+    cdef _sync(self, object writer)
+    cdef _sync_inline(self, object writer, Py_ssize_t end)
+    cpdef _synced(self, object writer, Py_ssize_t end, object exc, bint ticket=*)
+    cdef _acknowledge(self, object writer)
+    cdef _send_ack(self, object writer)
+    cdef _apply(self, Py_ssize_t first, list records)
