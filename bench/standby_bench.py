@@ -44,6 +44,16 @@ calls, context switches, futex calls, fdatasyncs and, for the standby, appends, 
 on a shared 2-core machine swings with everyone else's load; these counts do not, so they tell
 work the code does (a send, an acknowledgement, a thread hand-off) from time it waited.
 
+``--budget`` prints, per setup under each cell, where a job's CPU went and whether the machine
+had any to spare: the primary's and the standby's user and system time per job (/proc clock
+ticks: rough over a short cell), the load generators' CPU per job, the machine's busy and idle
+cores over the cell (/proc/stat: the other users of a shared machine included), the shares of
+the cell's wall time the primary's and the standby's event loops spent on a CPU, runnable but
+waiting for one, and asleep (waiting for clients, the peer or the disk: a pair bound by its
+round trips sleeps, a pair bound by the CPU waits for one), and the primary's WAL batches,
+fsyncs and messages to standbys per job (the primary then runs through
+``standby_counts.PROBE``, which answers those counters on a line read from stdin).
+
 Also: the largest standby lag the primary reported (``stats``: ``standby-lag``, records) while
 the cells ran (read every ``LAG_EVERY`` s on one connection, so that the reading costs the
 asynchronous pair's primary, whose CPU per job is a target, about 0.1 % of a core), and the
@@ -79,6 +89,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -99,6 +110,7 @@ FLOOR_SETUPS = ("floor-alone", "floor-async", "floor-sync")  # --floor: floor_se
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
 LAG_EVERY = 0.2  # seconds between readings of the async pair's standby lag
+PROBING = False  # --budget: primaries run through standby_counts.PROBE (their batches, messages)
 # --counts: (perf event, column): system calls, context switches, futex calls (thread
 # hand-offs and GIL exchanges), fdatasyncs, pwrites (a standby's appends)
 COUNTS = (("raw_syscalls:sys_enter", "sys"), ("context-switches", "cs"), ("syscalls:sys_enter_futex", "futex"),
@@ -121,10 +133,29 @@ class Server(sb.Server):
     """``server_bench``'s server, its CPU time read in nanoseconds: the sum over its threads of
     the time on a CPU (``/proc/PID/task/*/schedstat``), not /proc's clock ticks (10 ms each,
     too coarse for a short cell's CPU per job). A thread that ended during the cell is not
-    counted (the server's threads live as long as it does)."""
+    counted (the server's threads live as long as it does). ``on_mark``: called at each reading
+    (``run_cell`` reads the primary's at the cell's start and end: ``--budget`` takes its other
+    readings at the same moments)."""
+
+    on_mark: Callable[[], None] | None = None
 
     def cpu_seconds(self) -> float:
+        if self.on_mark is not None:
+            self.on_mark()
         return self.sched()[0]
+
+    def loop_sched(self) -> tuple[float, float]:
+        """(seconds on a CPU, seconds runnable but waiting for one) of its main thread (the
+        event loop's)."""
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/schedstat") as f:
+            fields = f.read().split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+
+    def user_sys(self) -> tuple[float, float]:
+        """(user, system) CPU seconds of the whole process (/proc/PID/stat: clock ticks)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) / sb.TICKS, int(fields[12]) / sb.TICKS
 
     def sched(self) -> tuple[float, float]:
         """(seconds on a CPU, seconds runnable but waiting for one), summed over its threads."""
@@ -160,10 +191,11 @@ class Pair:
                 f.write(os.urandom(24).hex())
             secret = ["--replication-secret", path]
         self.standby: Server | None = None
+        self.probing = False
         if setup.startswith("floor"):
             self._floor_pair()
             return
-        self.primary = self._start(self.dirs[0], [*flags, *secret])
+        self.primary = self._start(self.dirs[0], [*flags, *secret], probe=PROBING)
         if setup.startswith("stand-in"):
             self.standby = self._stand_in(secret[1], setup.endswith("-sync"))
             self.wait_following()
@@ -174,14 +206,33 @@ class Pair:
             self.wait_following()
 
     def _start(self, d: str, flags: list[str], cmd: list[str] | None = None,
-               env: dict[str, str] | None = None) -> Server:  # fmt: skip
-        """A server of this pair's build (``cmd``/``env``: another's)."""
+               env: dict[str, str] | None = None, probe: bool = False) -> Server:  # fmt: skip
+        """A server of this pair's build (``cmd``/``env``: another's); ``probe``: through
+        ``standby_counts.PROBE``, which answers a line on stdin with its counters (``probe``)."""
         if cmd is None:
             cmd, env = self.cmd, self.env
         args = [*cmd, "-l", "127.0.0.1", "-p", "0", "--log-level", "warning", "--dir", d, *flags]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        pipes: dict[str, int] = {"stdout": subprocess.DEVNULL}
+        if probe:
+            from standby_counts import PROBE  # (bench/standby_counts.py)
+
+            args = [cmd[0], "-c", PROBE, *args[cmd.index("serve"):]]
+            pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+            self.probing = True
+        proc = subprocess.Popen(args, stderr=subprocess.DEVNULL, env=env, **pipes)  # type: ignore[call-overload]
         port = wait_for_listener(proc, 30, "stalkd")
         return Server("stalkd", proc, port, None, "always")
+
+    def probe(self) -> tuple[int, int, int]:
+        """(WAL batches, their fsyncs, messages sent to standbys) of the primary so far (0s when
+        it does not run through the probe)."""
+        proc = self.primary.proc
+        if not self.probing or proc.stdin is None or proc.stdout is None:
+            return (0, 0, 0)
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        a, b, c = proc.stdout.readline().split()
+        return int(a), int(b), int(c)
 
     def _floor_pair(self) -> None:
         """``floor_server.py --group``: the floor committing in groups, and unless ``floor-alone``
@@ -227,23 +278,85 @@ class Pair:
         srvs = [self.primary] if self.standby is None else [self.primary, self.standby]
         meters = [_PerfStat(srv.proc.pid) for srv in srvs] if counts else []
         before = [srv.sched() for srv in srvs]
-        rate, cpu, _gen = sb.run_cell(self.primary, work, 100, CONNS, depth)
+        marks: list[_Mark] = []
+        self.primary.on_mark = lambda: marks.append(self._mark())  # the cell's start and end
+        try:
+            rate, cpu, gen = sb.run_cell(self.primary, work, 100, CONNS, depth)
+        finally:
+            self.primary.on_mark = None
         (p_on, p_wait), *sby = [tuple(b - a for a, b in zip(a0, srv.sched(), strict=True))
                                 for a0, srv in zip(before, srvs, strict=True)]
         s_on, s_wait = sby[0] if sby else (0.0, 0.0)
         run = Run(rate, cpu, s_on, p_wait / p_on if p_on else 0.0, s_wait / s_on if s_on else 0.0)
+        run.gen_cpu = gen
+        if len(marks) == 2:
+            run.budget = _budget(marks[0], marks[1], rate)
         jobs = rate * sb.SECONDS
         for who, m in zip(("p", "sb"), meters, strict=False):
             for col, n in m.stop().items():
                 run.counts[f"{who} {col}"] = n / jobs if jobs else 0.0
         return run
 
+    def _mark(self) -> _Mark:
+        """What ``--budget`` reads at the cell's start and end."""
+        sby = self.standby
+        live = sby is not None and sby.proc.poll() is None
+        return _Mark(time.time(), _machine_ticks(), self.primary.user_sys(),
+                     sby.user_sys() if sby is not None and live else (0.0, 0.0), self.probe(),
+                     self.primary.loop_sched(), sby.loop_sched() if sby is not None and live else (0.0, 0.0))  # fmt: skip
+
     def stop(self) -> None:
         for srv in (self.standby, self.primary):
             if srv is not None:
                 srv.stop()
+        for f in (self.primary.proc.stdin, self.primary.proc.stdout):
+            if f is not None:
+                f.close()
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, idle) clock ticks of the whole machine since boot (/proc/stat: idle and iowait
+    are idle; steal is not counted at all)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    busy = sum(v[:8]) - idle - v[7]
+    return busy, idle
+
+
+class _Mark:
+    __slots__ = ("t", "machine", "primary", "standby", "probe", "p_loop", "sb_loop")
+
+    def __init__(self, t: float, machine: tuple[int, int], primary: tuple[float, float],
+                 standby: tuple[float, float], probe: tuple[int, int, int], p_loop: tuple[float, float],
+                 sb_loop: tuple[float, float]) -> None:  # fmt: skip
+        self.t, self.machine, self.primary, self.standby, self.probe = t, machine, primary, standby, probe
+        self.p_loop, self.sb_loop = p_loop, sb_loop
+
+
+def _budget(a: _Mark, b: _Mark, rate: float) -> dict[str, float]:
+    """A cell's CPU budget between two marks: per job (us) the primary's user and system time,
+    the standby's; the machine's busy and idle cores; the primary's WAL batches, fsyncs and
+    messages to standbys per job (``PROBING``)."""
+    wall = b.t - a.t
+    jobs = rate * wall
+    if wall <= 0 or jobs <= 0:
+        return {}
+    out = {"p usr": 1e6 * (b.primary[0] - a.primary[0]) / jobs, "p sys": 1e6 * (b.primary[1] - a.primary[1]) / jobs,
+           "sb usr": 1e6 * (b.standby[0] - a.standby[0]) / jobs, "sb sys": 1e6 * (b.standby[1] - a.standby[1]) / jobs,
+           "busy": (b.machine[0] - a.machine[0]) / sb.TICKS / wall, "idle": (b.machine[1] - a.machine[1]) / sb.TICKS / wall}  # fmt: skip
+    # the event loops' threads: shares of the wall time on a CPU and waiting for one; the rest
+    # they slept (in epoll, or for the GIL): waiting for the peer, the disk or the clients
+    for who, x, y in (("p", a.p_loop, b.p_loop), ("sb", a.sb_loop, b.sb_loop)):
+        out[f"{who} loop on"] = (y[0] - x[0]) / wall
+        out[f"{who} loop wait"] = (y[1] - x[1]) / wall
+    if b.probe[0]:
+        out["batches"] = (b.probe[0] - a.probe[0]) / jobs
+        out["fsyncs"] = (b.probe[1] - a.probe[1]) / jobs
+        out["msgs"] = (b.probe[2] - a.probe[2]) / jobs
+    return out
 
 
 class _PerfStat:
@@ -273,13 +386,15 @@ class Run:
     and the standby's *starvation*: seconds runnable but waiting for a CPU, per second on one
     (0: never waited; 2: it waited twice as long as it ran)."""
 
-    __slots__ = ("rate", "cpu", "standby_cpu", "primary_starved", "standby_starved", "counts")
+    __slots__ = ("rate", "cpu", "standby_cpu", "primary_starved", "standby_starved", "counts", "gen_cpu", "budget")
 
     def __init__(self, rate: float, cpu: float, standby_cpu: float, primary_starved: float = 0.0,
                  standby_starved: float = 0.0) -> None:  # fmt: skip
         self.rate, self.cpu, self.standby_cpu = rate, cpu, standby_cpu
         self.primary_starved, self.standby_starved = primary_starved, standby_starved
         self.counts: dict[str, float] = {}  # --counts: "p sys", "sb futex"... per job
+        self.gen_cpu = 0.0  # the load generators' CPU, % of a core over the run
+        self.budget: dict[str, float] = {}  # --budget: _budget's figures
 
     @property
     def us_per_job(self) -> float:
@@ -296,7 +411,32 @@ def _median_run(runs: list[Run]) -> Run:
               statistics.median(r.primary_starved for r in runs), statistics.median(r.standby_starved for r in runs))
     for key in runs[0].counts:
         med.counts[key] = statistics.median(r.counts.get(key, 0.0) for r in runs)
+    med.gen_cpu = statistics.median(r.gen_cpu / r.rate if r.rate else 0.0 for r in runs) * by_rate.rate
+    for key in runs[0].budget:
+        med.budget[key] = statistics.median(r.budget.get(key, 0.0) for r in runs)
     return med
+
+
+def _shares(b: dict[str, float], who: str) -> str:
+    on, wait = b.get(f"{who} loop on", 0), b.get(f"{who} loop wait", 0)
+    return f"{on:.0%}/{wait:.0%}/{max(0.0, 1 - on - wait):.0%}"
+
+
+def _budget_line(setup: str, run: Run) -> str:
+    """A setup's --budget: where a job's CPU goes on the machine, and how the primary batched."""
+    b = run.budget
+    gen = 1e4 * run.gen_cpu / run.rate if run.rate else 0.0
+    line = (f"#     {setup:15} us/job: primary usr {b.get('p usr', 0):.1f} sys {b.get('p sys', 0):.1f}, "
+            f"standby usr {b.get('sb usr', 0):.1f} sys {b.get('sb sys', 0):.1f}, generators {gen:.1f}; "
+            f"machine busy {b.get('busy', 0):.2f} idle {b.get('idle', 0):.2f} cores; event loop on a CPU/waiting "
+            f"for one/asleep: primary " + _shares(b, "p"))
+    if b.get("sb loop on", 0):
+        line += ", standby " + _shares(b, "sb")
+    if "batches" in b:
+        per = b["batches"]
+        line += (f"; per job: batches {per:.4f} (jobs/batch {1 / per if per else 0:.0f}) fsyncs {b['fsyncs']:.4f} "
+                 f"msgs {b['msgs']:.4f}")
+    return line
 
 
 def _counts_line(setup: str, run: Run) -> str:
@@ -347,7 +487,7 @@ def _parse_cells(text: str) -> list[tuple[str, int]]:
 
 
 def main() -> int:
-    global BASELINE, SETUPS, CELLS
+    global BASELINE, SETUPS, CELLS, PROBING
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peer-src", metavar="DIR", default=BASELINE,
                     help="the src/ of an earlier checkout: also run its alone, async and sync setups")
@@ -362,6 +502,11 @@ def main() -> int:
     ap.add_argument("--counts", action="store_true",
                     help="also count, per job, each process's system calls, context switches, futex calls, "
                     "fdatasyncs and the standby's appends (perf stat; load-independent, unlike time)")
+    ap.add_argument("--budget", action="store_true",
+                    help="also print each cell's CPU budget per job (the primary's and the standby's user and "
+                    "system time, the generators'), the machine's busy and idle cores, and the primary's WAL "
+                    "batches, fsyncs and messages to standbys per job (the primary runs through "
+                    "standby_counts.PROBE)")
     ap.add_argument("--records-standby", action="store_true",
                     help="also run this checkout's primary with the --peer-src build's standby, which "
                     "does not ask for frames messages (the records path an older standby gets)")
@@ -375,6 +520,7 @@ def main() -> int:
     if opts.counts and shutil.which("perf") is None:
         ap.error("--counts attaches perf stat to the servers: install perf (linux-perf), or leave --counts out")
     BASELINE = opts.peer_src
+    PROBING = opts.budget
     if opts.cells:
         CELLS = opts.cells
     sides = [("", ("alone", "async", "sync"))]
@@ -430,6 +576,10 @@ def main() -> int:
                                 + (f", standby {med[s].standby_starved:.2f}" if "alone" not in s else "")
                                 for s in SETUPS)  # fmt: skip
             print(f"#   {work}:{depth} waiting for a CPU, s per s on one: {starved}", flush=True)
+            if opts.budget:
+                print(f"#   {work}:{depth} budget (user/system from clock ticks; medians of the rounds):")
+                for s in SETUPS:
+                    print(_budget_line(s, med[s]), flush=True)
             if opts.counts:
                 print(f"#   {work}:{depth} counts (p: the primary, sb: the standby; medians of the rounds):")
                 for s in SETUPS:
