@@ -54,6 +54,14 @@ round trips sleeps, a pair bound by the CPU waits for one), and the primary's WA
 fsyncs and messages to standbys per job (the primary then runs through
 ``standby_counts.PROBE``, which answers those counters on a line read from stdin).
 
+``--trace`` (needs ``perf``) runs each cell once more on each sync pair with the primary's and
+the standby's system calls recorded, and prints the path of a batch: the primary's send (its
+frames message, right after its WAL write) -> the standby's append -> the start and end of the
+standby fsync that covers it -> the acknowledgement written -> read by the primary, against the
+primary's own WAL write -> fsync done; and for how many batches the acknowledgement, not the
+local fsync, was what the replies waited for. (A batch split over several messages, behind a
+standby catching up, is not matched.)
+
 Also: the largest standby lag the primary reported (``stats``: ``standby-lag``, records) while
 the cells ran (read every ``LAG_EVERY`` s on one connection, so that the reading costs the
 asynchronous pair's primary, whose CPU per job is a target, about 0.1 % of a core), and the
@@ -359,6 +367,108 @@ def _budget(a: _Mark, b: _Mark, rate: float) -> dict[str, float]:
     return out
 
 
+_TRACED = ("write", "writev", "read", "pwrite64", "fdatasync")
+
+
+def trace_sync(pair: Pair, work: str, depth: int) -> str:
+    """One more run of the cell on a sync pair with ``perf record`` on the primary's and the
+    standby's system calls (``--trace``): the median (and 90th percentile) of each step from the
+    primary's send of a batch to the acknowledgement that covers it, against its own fsync."""
+    assert pair.standby is not None
+    pids = (pair.primary.proc.pid, pair.standby.proc.pid)
+    with tempfile.TemporaryDirectory(prefix="standby-bench-trace-") as tmp:
+        data = os.path.join(tmp, "perf.data")
+        events = [x for n in _TRACED for x in ("-e", f"syscalls:sys_enter_{n}", "-e", f"syscalls:sys_exit_{n}")]
+        rec = subprocess.Popen(["perf", "record", "-q", *events, "-p", ",".join(map(str, pids)), "-o", data],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(0.3)
+        run = pair.run(work, depth)
+        rec.send_signal(signal.SIGINT)
+        rec.wait(60)
+        text = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,event,trace"],
+                              capture_output=True, text=True, timeout=300).stdout  # fmt: skip
+    return f"{run.rate:.0f} jobs/s traced; " + _critical_path(text, *pids)
+
+
+def _critical_path(text: str, ppid: int, spid: int) -> str:
+    """``trace_sync``'s figures from ``perf script`` output (see there)."""
+    import bisect
+    import re
+
+    line_re = re.compile(r"\s*(\d+)/(\d+)\s+([\d.]+):\s+syscalls:sys_(enter|exit)_(\w+):\s*(.*)")
+    fd_re, count_re = re.compile(r"fd: 0x([0-9a-f]+)"), re.compile(r"count: 0x([0-9a-f]+)")
+    sends: list[tuple[float, int, float]] = []  # (time, bytes, the WAL write's time)
+    p_sync: list[tuple[float, float]] = []  # the primary's fsyncs (start, end)
+    s_sync: list[tuple[float, float]] = []
+    acks_in: list[float] = []  # the primary's reads on its standby's connection
+    acks_out: list[float] = []  # the standby's 8-byte writes on its loop thread
+    appends: list[tuple[float, int]] = []  # the standby's pwrites (time, bytes)
+    started: dict[int, float] = {}
+    wal_write: tuple[float, int] | None = None
+    link = -1
+    for m in map(line_re.match, text.splitlines()):
+        if m is None:
+            continue
+        pid, tid, t, side, call, rest = int(m[1]), int(m[2]), float(m[3]), m[4], m[5], m[6]
+        fdm, cm = fd_re.search(rest), count_re.search(rest)
+        fd, count = (int(fdm[1], 16) if fdm else -1), (int(cm[1], 16) if cm else -1)
+        if call == "fdatasync":
+            if side == "enter":
+                started[tid] = t
+            elif tid in started:
+                (p_sync if pid == ppid else s_sync).append((started.pop(tid), t))
+            continue
+        if side != "enter":
+            continue
+        if pid == ppid and tid == ppid:
+            if call == "pwrite64":
+                wal_write = (t, count)
+            elif call == "write" and wal_write is not None and count == wal_write[1] + 25:  # a frames message
+                link = fd
+                sends.append((t, wal_write[1], wal_write[0]))
+                wal_write = None
+            elif call == "read" and fd == link:
+                acks_in.append(t)
+        elif pid == spid:
+            if call == "pwrite64" and count > 64:  # (not a segment header)
+                appends.append((t, count))
+            elif call == "write" and count == 8 and tid == spid:
+                acks_out.append(t)
+    steps: dict[str, list[float]] = {}
+    later = 0
+    s_starts = [a for a, _ in s_sync]
+    p_starts = [a for a, _ in p_sync]
+    for t, size, wrote in sends:
+        i = bisect.bisect_left(appends, (t, 0))
+        while i < len(appends) and appends[i][1] != size:
+            i += 1
+        j = bisect.bisect_left(s_starts, appends[i][0]) if i < len(appends) else len(s_starts)
+        k = bisect.bisect_left(p_starts, wrote)
+        if j >= len(s_sync) or k >= len(p_sync):
+            continue
+        ack_w = bisect.bisect_left(acks_out, s_sync[j][1])
+        if ack_w >= len(acks_out):
+            continue
+        ack_r = bisect.bisect_left(acks_in, acks_out[ack_w])
+        if ack_r >= len(acks_in):
+            continue
+        got = acks_in[ack_r]
+        local = p_sync[k][1]
+        later += got > local
+        for name, v in (("send->standby append", appends[i][0] - t), ("append->its fsync", s_sync[j][0] - appends[i][0]),
+                        ("standby fsync", s_sync[j][1] - s_sync[j][0]), ("fsync->ack sent", acks_out[ack_w] - s_sync[j][1]),
+                        ("ack sent->read", got - acks_out[ack_w]), ("send->ack read", got - t),
+                        ("WAL write->local fsync done", local - wrote)):  # fmt: skip
+            steps.setdefault(name, []).append(v)
+    n = len(steps.get("send->ack read", ()))
+    if not n:
+        return "no batch matched (the primary sent none, or the trace lost events)"
+    fmt = ", ".join(f"{k} {1e3 * statistics.median(v):.2f} ({1e3 * sorted(v)[int(0.9 * len(v))]:.2f})"
+                    for k, v in steps.items())  # fmt: skip
+    return (f"{n} of {len(sends)} batches matched; ms, median (90th percentile): {fmt}; the acknowledgement "
+            f"came after the local fsync for {later / n:.0%} of them")
+
+
 class _PerfStat:
     """``perf stat`` attached to a process (all its threads) until ``stop``: the ``COUNTS``."""
 
@@ -507,6 +617,10 @@ def main() -> int:
                     "system time, the generators'), the machine's busy and idle cores, and the primary's WAL "
                     "batches, fsyncs and messages to standbys per job (the primary runs through "
                     "standby_counts.PROBE)")
+    ap.add_argument("--trace", action="store_true",
+                    help="also run each cell once more on each sync pair under perf record (system calls) and "
+                    "print the steps from the primary's send of a batch to the acknowledgement covering it, "
+                    "against the primary's own fsync: which one a reply waits for")
     ap.add_argument("--records-standby", action="store_true",
                     help="also run this checkout's primary with the --peer-src build's standby, which "
                     "does not ask for frames messages (the records path an older standby gets)")
@@ -517,6 +631,8 @@ def main() -> int:
         import ha_bench
 
         return ha_bench.main()
+    if opts.trace and shutil.which("perf") is None:
+        ap.error("--trace records the servers' system calls with perf: install perf (linux-perf)")
     if opts.counts and shutil.which("perf") is None:
         ap.error("--counts attaches perf stat to the servers: install perf (linux-perf), or leave --counts out")
     BASELINE = opts.peer_src
@@ -580,6 +696,10 @@ def main() -> int:
                 print(f"#   {work}:{depth} budget (user/system from clock ticks; medians of the rounds):")
                 for s in SETUPS:
                     print(_budget_line(s, med[s]), flush=True)
+            if opts.trace:
+                for s in SETUPS:
+                    if s.endswith("sync") and not s.startswith(("stand-in", "floor")) and "async" not in s:
+                        print(f"#   {work}:{depth} {s} critical path: {trace_sync(pairs[s], work, depth)}", flush=True)
             if opts.counts:
                 print(f"#   {work}:{depth} counts (p: the primary, sb: the standby; medians of the rounds):")
                 for s in SETUPS:
