@@ -1,8 +1,8 @@
 """Hot standby cost, same machine, same run: a primary alone vs with 1 asynchronous standby vs
 with 1 synchronous standby (``--sync-standbys 1``), all ``always`` (fsync before every reply).
 
-Cells: durable put and reserve+delete (100-byte bodies), 16 connections, pipeline depth 1 and
-64, through ``server_bench``'s load generator; each cell runs BENCH_ROUNDS times with the setups
+Cells: durable put and reserve+delete (100-byte bodies), 16 connections (``--conns``), pipeline
+depth 1 and 64, through ``server_bench``'s load generator; each cell runs BENCH_ROUNDS times with the setups
 alternating and medians are printed, with each setup's ratio to the primary alone. Two figures
 per setup and cell:
 
@@ -597,12 +597,15 @@ def _parse_cells(text: str) -> list[tuple[str, int]]:
 
 
 def main() -> int:
-    global BASELINE, SETUPS, CELLS, PROBING
+    global BASELINE, SETUPS, CELLS, PROBING, CONNS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peer-src", metavar="DIR", default=BASELINE,
                     help="the src/ of an earlier checkout: also run its alone, async and sync setups")
     ap.add_argument("--cells", type=_parse_cells, metavar="WORK:DEPTH,...",
                     help="the cells to run (default put:1,put:64,rd:1,rd:64)")
+    ap.add_argument("--conns", type=int, default=CONNS, metavar="N",
+                    help=f"connections per cell (default {CONNS}): fewer in flight, a lower rate for the same "
+                    "setup (the primary's CPU per job alone at the rate a sync pair reaches)")
     ap.add_argument("--stand-in", action="store_true",
                     help="also run the primary with a stand-in standby (streams and checks, keeps nothing)")
     ap.add_argument("--floor", action="store_true",
@@ -637,6 +640,7 @@ def main() -> int:
         ap.error("--counts attaches perf stat to the servers: install perf (linux-perf), or leave --counts out")
     BASELINE = opts.peer_src
     PROBING = opts.budget
+    CONNS = opts.conns
     if opts.cells:
         CELLS = opts.cells
     sides = [("", ("alone", "async", "sync"))]
