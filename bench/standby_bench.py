@@ -59,8 +59,9 @@ the standby's system calls recorded, and prints the path of a batch: the primary
 frames message, right after its WAL write) -> the standby's append -> the start and end of the
 standby fsync that covers it -> the acknowledgement written -> read by the primary, against the
 primary's own WAL write -> fsync done; and for how many batches the acknowledgement, not the
-local fsync, was what the replies waited for. (A batch split over several messages, behind a
-standby catching up, is not matched.)
+local fsync, was what the replies waited for. Each step's median, mean and 90th percentile: the
+means of the steps from the send to the ack read add up to that whole path's mean (medians do
+not). (A batch split over several messages, behind a standby catching up, is not matched.)
 
 Also: the largest standby lag the primary reported (``stats``: ``standby-lag``, records) while
 the cells ran (read every ``LAG_EVERY`` s on one connection, so that the reading costs the
@@ -397,21 +398,25 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
 
     line_re = re.compile(r"\s*(\d+)/(\d+)\s+([\d.]+):\s+syscalls:sys_(enter|exit)_(\w+):\s*(.*)")
     fd_re, count_re = re.compile(r"fd: 0x([0-9a-f]+)"), re.compile(r"count: 0x([0-9a-f]+)")
-    sends: list[tuple[float, int, float]] = []  # (time, bytes, the WAL write's time)
+    pos_re = re.compile(r"pos: 0x([0-9a-f]+)")
+    # (time, the end of the WAL write in its segment file, the WAL write's time): the standby
+    # lays the same frames at the same positions, and may append several messages at once
+    sends: list[tuple[float, int, float]] = []
     p_sync: list[tuple[float, float]] = []  # the primary's fsyncs (start, end)
     s_sync: list[tuple[float, float]] = []
     acks_in: list[float] = []  # the primary's reads on its standby's connection
     acks_out: list[float] = []  # the standby's 8-byte writes on its loop thread
-    appends: list[tuple[float, int]] = []  # the standby's pwrites (time, bytes)
+    appends: list[tuple[float, int, int]] = []  # the standby's pwrites (time, position, bytes)
     started: dict[int, float] = {}
-    wal_write: tuple[float, int] | None = None
+    wal_write: tuple[float, int, int] | None = None  # (time, bytes, position)
     link = -1
     for m in map(line_re.match, text.splitlines()):
         if m is None:
             continue
         pid, tid, t, side, call, rest = int(m[1]), int(m[2]), float(m[3]), m[4], m[5], m[6]
-        fdm, cm = fd_re.search(rest), count_re.search(rest)
+        fdm, cm, pm = fd_re.search(rest), count_re.search(rest), pos_re.search(rest)
         fd, count = (int(fdm[1], 16) if fdm else -1), (int(cm[1], 16) if cm else -1)
+        pos = int(pm[1], 16) if pm else -1
         if call == "fdatasync":
             if side == "enter":
                 started[tid] = t
@@ -422,25 +427,26 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
             continue
         if pid == ppid and tid == ppid:
             if call == "pwrite64":
-                wal_write = (t, count)
+                wal_write = (t, count, pos)
             elif call == "write" and wal_write is not None and count == wal_write[1] + 25:  # a frames message
                 link = fd
-                sends.append((t, wal_write[1], wal_write[0]))
+                sends.append((t, wal_write[2] + wal_write[1], wal_write[0]))
                 wal_write = None
             elif call == "read" and fd == link:
                 acks_in.append(t)
         elif pid == spid:
             if call == "pwrite64" and count > 64:  # (not a segment header)
-                appends.append((t, count))
+                appends.append((t, pos, count))
             elif call == "write" and count == 8 and tid == spid:
                 acks_out.append(t)
     steps: dict[str, list[float]] = {}
     later = 0
     s_starts = [a for a, _ in s_sync]
     p_starts = [a for a, _ in p_sync]
-    for t, size, wrote in sends:
-        i = bisect.bisect_left(appends, (t, 0))
-        while i < len(appends) and appends[i][1] != size:
+    for t, end, wrote in sends:
+        # the standby's first append after the send that holds the batch's last byte
+        i = bisect.bisect_left(appends, (t, -1, 0))
+        while i < len(appends) and not appends[i][1] < end <= appends[i][1] + appends[i][2]:
             i += 1
         j = bisect.bisect_left(s_starts, appends[i][0]) if i < len(appends) else len(s_starts)
         k = bisect.bisect_left(p_starts, wrote)
@@ -463,9 +469,10 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
     n = len(steps.get("send->ack read", ()))
     if not n:
         return "no batch matched (the primary sent none, or the trace lost events)"
-    fmt = ", ".join(f"{k} {1e3 * statistics.median(v):.2f} ({1e3 * sorted(v)[int(0.9 * len(v))]:.2f})"
-                    for k, v in steps.items())  # fmt: skip
-    return (f"{n} of {len(sends)} batches matched; ms, median (90th percentile): {fmt}; the acknowledgement "
+    # (the means of the first five steps add up to the mean send->ack read; medians do not)
+    fmt = ", ".join(f"{k} {1e3 * statistics.median(v):.2f}/{1e3 * statistics.fmean(v):.2f} "
+                    f"({1e3 * sorted(v)[int(0.9 * len(v))]:.2f})" for k, v in steps.items())  # fmt: skip
+    return (f"{n} of {len(sends)} batches matched; ms, median/mean (90th percentile): {fmt}; the acknowledgement "
             f"came after the local fsync for {later / n:.0%} of them")
 
 
@@ -622,7 +629,7 @@ def main() -> int:
                     "standby_counts.PROBE)")
     ap.add_argument("--trace", action="store_true",
                     help="also run each cell once more on each sync pair under perf record (system calls) and "
-                    "print the steps from the primary's send of a batch to the acknowledgement covering it, "
+                    "print the steps (median/mean, p90) from the primary's send of a batch to the acknowledgement covering it, "
                     "against the primary's own fsync: which one a reply waits for")
     ap.add_argument("--records-standby", action="store_true",
                     help="also run this checkout's primary with the --peer-src build's standby, which "
