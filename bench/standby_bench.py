@@ -61,7 +61,9 @@ standby fsync that covers it -> the acknowledgement written -> read by the prima
 primary's own WAL write -> fsync done; and for how many batches the acknowledgement, not the
 local fsync, was what the replies waited for. Each step's median, mean and 90th percentile: the
 means of the steps from the send to the ack read add up to that whole path's mean (medians do
-not). (A batch split over several messages, behind a standby catching up, is not matched.)
+not). Also: how many client connections the primary read between an acknowledgement's write and
+its read (the loop in the middle of an iteration), and from its read to the first reply.
+(A batch split over several messages, behind a standby catching up, is not matched.)
 
 Also: the largest standby lag the primary reported (``stats``: ``standby-lag``, records) while
 the cells ran (read every ``LAG_EVERY`` s on one connection, so that the reading costs the
@@ -406,6 +408,8 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
     s_sync: list[tuple[float, float]] = []
     acks_in: list[float] = []  # the primary's reads on its standby's connection
     acks_out: list[float] = []  # the standby's 8-byte writes on its loop thread
+    client_reads: list[float] = []  # the primary loop's reads of its other connections
+    replies: list[float] = []  # the primary loop's writev calls (replies to clients)
     appends: list[tuple[float, int, int]] = []  # the standby's pwrites (time, position, bytes)
     started: dict[int, float] = {}
     wal_write: tuple[float, int, int] | None = None  # (time, bytes, position)
@@ -434,6 +438,10 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
                 wal_write = None
             elif call == "read" and fd == link:
                 acks_in.append(t)
+            elif call == "read":
+                client_reads.append(t)
+            elif call == "writev":
+                replies.append(t)
         elif pid == spid:
             if call == "pwrite64" and count > 64:  # (not a segment header)
                 appends.append((t, pos, count))
@@ -441,6 +449,8 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
                 acks_out.append(t)
     steps: dict[str, list[float]] = {}
     later = 0
+    between: list[int] = []  # client reads by the primary between an ack's write and its read
+    release: list[float] = []  # an ack that came after the local fsync: its read -> the next reply
     s_starts = [a for a, _ in s_sync]
     p_starts = [a for a, _ in p_sync]
     for t, end, wrote in sends:
@@ -461,6 +471,10 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
         got = acks_in[ack_r]
         local = p_sync[k][1]
         later += got > local
+        between.append(bisect.bisect_left(client_reads, got) - bisect.bisect_left(client_reads, acks_out[ack_w]))
+        r = bisect.bisect_left(replies, got)
+        if got > local and r < len(replies):
+            release.append(replies[r] - got)
         for name, v in (("send->standby append", appends[i][0] - t), ("append->its fsync", s_sync[j][0] - appends[i][0]),
                         ("standby fsync", s_sync[j][1] - s_sync[j][0]), ("fsync->ack sent", acks_out[ack_w] - s_sync[j][1]),
                         ("ack sent->read", got - acks_out[ack_w]), ("send->ack read", got - t),
@@ -472,8 +486,13 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
     # (the means of the first five steps add up to the mean send->ack read; medians do not)
     fmt = ", ".join(f"{k} {1e3 * statistics.median(v):.2f}/{1e3 * statistics.fmean(v):.2f} "
                     f"({1e3 * sorted(v)[int(0.9 * len(v))]:.2f})" for k, v in steps.items())  # fmt: skip
-    return (f"{n} of {len(sends)} batches matched; ms, median/mean (90th percentile): {fmt}; the acknowledgement "
-            f"came after the local fsync for {later / n:.0%} of them")
+    out = (f"{n} of {len(sends)} batches matched; ms, median/mean (90th percentile): {fmt}; the acknowledgement "
+           f"came after the local fsync for {later / n:.0%} of them; between an acknowledgement's write and its "
+           f"read the primary read {statistics.fmean(between):.1f} client connections on average (none for "
+           f"{sum(1 for b in between if not b) / n:.0%})")
+    if release:
+        out += f"; its read -> the first reply written {1e3 * statistics.median(release):.2f} ms (median)"
+    return out
 
 
 class _PerfStat:

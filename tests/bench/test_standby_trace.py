@@ -41,14 +41,20 @@ def _batch(t: float, size: int, ack_at: float, pos: int = 64) -> list[str]:
 
 
 def test_each_batch_is_followed_from_its_send_to_the_acknowledgement_read() -> None:
-    # the second batch's acknowledgement comes before the primary's own fsync is done
-    out = standby_bench._critical_path(_script(_batch(1.0, 4096, 1.003), _batch(1.01, 8192, 1.0108, 4160)), P, S)
+    # the second batch's acknowledgement comes before the primary's own fsync is done; the
+    # first one's waits behind a client's read, and its read releases a reply 0.1 ms later
+    extra = [_line(P, P, 1.00305, "enter", "read", "fd: 0x00000015, buf: 0x1, count: 0x0003e800"),
+             _line(P, P, 1.0032, "enter", "writev", "fd: 0x00000015, vec: 0x1, vlen: 0x00000040")]  # fmt: skip
+    out = standby_bench._critical_path(_script(_batch(1.0, 4096, 1.003), extra, _batch(1.01, 8192, 1.0108, 4160)),
+                                       P, S)  # fmt: skip
     assert out.startswith("2 of 2 batches matched")
     assert "send->standby append 0.40/0.40 " in out  # both batches: 0.4 ms
     # the acknowledgement read 3.0 and 0.8 ms after the send (the median of two: their mean)
     assert "send->ack read 1.90/1.90 " in out
     assert "WAL write->local fsync done 1.00/1.00 " in out
-    assert out.endswith("the acknowledgement came after the local fsync for 50% of them")
+    assert "the acknowledgement came after the local fsync for 50% of them" in out
+    assert "the primary read 0.5 client connections on average (none for 50%)" in out
+    assert out.endswith("its read -> the first reply written 0.10 ms (median)")
 
 
 def test_a_batch_not_yet_acknowledged_is_not_matched() -> None:
