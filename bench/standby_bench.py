@@ -1,8 +1,8 @@
 """Hot standby cost, same machine, same run: a primary alone vs with 1 asynchronous standby vs
 with 1 synchronous standby (``--sync-standbys 1``), all ``always`` (fsync before every reply).
 
-Cells: durable put and reserve+delete (100-byte bodies), 16 connections, pipeline depth 1 and
-64, through ``server_bench``'s load generator; each cell runs BENCH_ROUNDS times with the setups
+Cells: durable put and reserve+delete (100-byte bodies), 16 connections (``--conns``), pipeline
+depth 1 and 64, through ``server_bench``'s load generator; each cell runs BENCH_ROUNDS times with the setups
 alternating and medians are printed, with each setup's ratio to the primary alone. Two figures
 per setup and cell:
 
@@ -44,6 +44,27 @@ calls, context switches, futex calls, fdatasyncs and, for the standby, appends, 
 on a shared 2-core machine swings with everyone else's load; these counts do not, so they tell
 work the code does (a send, an acknowledgement, a thread hand-off) from time it waited.
 
+``--budget`` prints, per setup under each cell, where a job's CPU went and whether the machine
+had any to spare: the primary's and the standby's user and system time per job (/proc clock
+ticks: rough over a short cell), the load generators' CPU per job, the machine's busy and idle
+cores over the cell (/proc/stat: the other users of a shared machine included), the shares of
+the cell's wall time the primary's and the standby's event loops spent on a CPU, runnable but
+waiting for one, and asleep (waiting for clients, the peer or the disk: a pair bound by its
+round trips sleeps, a pair bound by the CPU waits for one), and the primary's WAL batches,
+fsyncs and messages to standbys per job (the primary then runs through
+``standby_counts.PROBE``, which answers those counters on a line read from stdin).
+
+``--trace`` (needs ``perf``) runs each cell once more on each sync pair with the primary's and
+the standby's system calls recorded, and prints the path of a batch: the primary's send (its
+frames message, right after its WAL write) -> the standby's append -> the start and end of the
+standby fsync that covers it -> the acknowledgement written -> read by the primary, against the
+primary's own WAL write -> fsync done; and for how many batches the acknowledgement, not the
+local fsync, was what the replies waited for. Each step's median, mean and 90th percentile: the
+means of the steps from the send to the ack read add up to that whole path's mean (medians do
+not). Also: how many client connections the primary read between an acknowledgement's write and
+its read (the loop in the middle of an iteration), and from its read to the first reply.
+(A batch split over several messages, behind a standby catching up, is not matched.)
+
 Also: the largest standby lag the primary reported (``stats``: ``standby-lag``, records) while
 the cells ran (read every ``LAG_EVERY`` s on one connection, so that the reading costs the
 asynchronous pair's primary, whose CPU per job is a target, about 0.1 % of a core), and the
@@ -79,6 +100,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -99,6 +121,7 @@ FLOOR_SETUPS = ("floor-alone", "floor-async", "floor-sync")  # --floor: floor_se
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
 LAG_EVERY = 0.2  # seconds between readings of the async pair's standby lag
+PROBING = False  # --budget: primaries run through standby_counts.PROBE (their batches, messages)
 # --counts: (perf event, column): system calls, context switches, futex calls (thread
 # hand-offs and GIL exchanges), fdatasyncs, pwrites (a standby's appends)
 COUNTS = (("raw_syscalls:sys_enter", "sys"), ("context-switches", "cs"), ("syscalls:sys_enter_futex", "futex"),
@@ -121,10 +144,29 @@ class Server(sb.Server):
     """``server_bench``'s server, its CPU time read in nanoseconds: the sum over its threads of
     the time on a CPU (``/proc/PID/task/*/schedstat``), not /proc's clock ticks (10 ms each,
     too coarse for a short cell's CPU per job). A thread that ended during the cell is not
-    counted (the server's threads live as long as it does)."""
+    counted (the server's threads live as long as it does). ``on_mark``: called at each reading
+    (``run_cell`` reads the primary's at the cell's start and end: ``--budget`` takes its other
+    readings at the same moments)."""
+
+    on_mark: Callable[[], None] | None = None
 
     def cpu_seconds(self) -> float:
+        if self.on_mark is not None:
+            self.on_mark()
         return self.sched()[0]
+
+    def loop_sched(self) -> tuple[float, float]:
+        """(seconds on a CPU, seconds runnable but waiting for one) of its main thread (the
+        event loop's)."""
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/schedstat") as f:
+            fields = f.read().split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+
+    def user_sys(self) -> tuple[float, float]:
+        """(user, system) CPU seconds of the whole process (/proc/PID/stat: clock ticks)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) / sb.TICKS, int(fields[12]) / sb.TICKS
 
     def sched(self) -> tuple[float, float]:
         """(seconds on a CPU, seconds runnable but waiting for one), summed over its threads."""
@@ -160,10 +202,11 @@ class Pair:
                 f.write(os.urandom(24).hex())
             secret = ["--replication-secret", path]
         self.standby: Server | None = None
+        self.probing = False
         if setup.startswith("floor"):
             self._floor_pair()
             return
-        self.primary = self._start(self.dirs[0], [*flags, *secret])
+        self.primary = self._start(self.dirs[0], [*flags, *secret], probe=PROBING)
         if setup.startswith("stand-in"):
             self.standby = self._stand_in(secret[1], setup.endswith("-sync"))
             self.wait_following()
@@ -174,14 +217,33 @@ class Pair:
             self.wait_following()
 
     def _start(self, d: str, flags: list[str], cmd: list[str] | None = None,
-               env: dict[str, str] | None = None) -> Server:  # fmt: skip
-        """A server of this pair's build (``cmd``/``env``: another's)."""
+               env: dict[str, str] | None = None, probe: bool = False) -> Server:  # fmt: skip
+        """A server of this pair's build (``cmd``/``env``: another's); ``probe``: through
+        ``standby_counts.PROBE``, which answers a line on stdin with its counters (``probe``)."""
         if cmd is None:
             cmd, env = self.cmd, self.env
         args = [*cmd, "-l", "127.0.0.1", "-p", "0", "--log-level", "warning", "--dir", d, *flags]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        pipes: dict[str, int] = {"stdout": subprocess.DEVNULL}
+        if probe:
+            from standby_counts import PROBE  # (bench/standby_counts.py)
+
+            args = [cmd[0], "-c", PROBE, *args[cmd.index("serve"):]]
+            pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+            self.probing = True
+        proc = subprocess.Popen(args, stderr=subprocess.DEVNULL, env=env, **pipes)  # type: ignore[call-overload]
         port = wait_for_listener(proc, 30, "stalkd")
         return Server("stalkd", proc, port, None, "always")
+
+    def probe(self) -> tuple[int, int, int]:
+        """(WAL batches, their fsyncs, messages sent to standbys) of the primary so far (0s when
+        it does not run through the probe)."""
+        proc = self.primary.proc
+        if not self.probing or proc.stdin is None or proc.stdout is None:
+            return (0, 0, 0)
+        proc.stdin.write(b"\n")
+        proc.stdin.flush()
+        a, b, c = proc.stdout.readline().split()
+        return int(a), int(b), int(c)
 
     def _floor_pair(self) -> None:
         """``floor_server.py --group``: the floor committing in groups, and unless ``floor-alone``
@@ -227,23 +289,210 @@ class Pair:
         srvs = [self.primary] if self.standby is None else [self.primary, self.standby]
         meters = [_PerfStat(srv.proc.pid) for srv in srvs] if counts else []
         before = [srv.sched() for srv in srvs]
-        rate, cpu, _gen = sb.run_cell(self.primary, work, 100, CONNS, depth)
+        marks: list[_Mark] = []
+        self.primary.on_mark = lambda: marks.append(self._mark())  # the cell's start and end
+        try:
+            rate, cpu, gen = sb.run_cell(self.primary, work, 100, CONNS, depth)
+        finally:
+            self.primary.on_mark = None
         (p_on, p_wait), *sby = [tuple(b - a for a, b in zip(a0, srv.sched(), strict=True))
                                 for a0, srv in zip(before, srvs, strict=True)]
         s_on, s_wait = sby[0] if sby else (0.0, 0.0)
         run = Run(rate, cpu, s_on, p_wait / p_on if p_on else 0.0, s_wait / s_on if s_on else 0.0)
+        run.gen_cpu = gen
+        if len(marks) == 2:
+            run.budget = _budget(marks[0], marks[1], rate)
         jobs = rate * sb.SECONDS
         for who, m in zip(("p", "sb"), meters, strict=False):
             for col, n in m.stop().items():
                 run.counts[f"{who} {col}"] = n / jobs if jobs else 0.0
         return run
 
+    def _mark(self) -> _Mark:
+        """What ``--budget`` reads at the cell's start and end."""
+        sby = self.standby
+        live = sby is not None and sby.proc.poll() is None
+        return _Mark(time.time(), _machine_ticks(), self.primary.user_sys(),
+                     sby.user_sys() if sby is not None and live else (0.0, 0.0), self.probe(),
+                     self.primary.loop_sched(), sby.loop_sched() if sby is not None and live else (0.0, 0.0))  # fmt: skip
+
     def stop(self) -> None:
         for srv in (self.standby, self.primary):
             if srv is not None:
                 srv.stop()
+        for f in (self.primary.proc.stdin, self.primary.proc.stdout):
+            if f is not None:
+                f.close()
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, idle) clock ticks of the whole machine since boot (/proc/stat: idle and iowait
+    are idle; steal is not counted at all)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    busy = sum(v[:8]) - idle - v[7]
+    return busy, idle
+
+
+class _Mark:
+    __slots__ = ("t", "machine", "primary", "standby", "probe", "p_loop", "sb_loop")
+
+    def __init__(self, t: float, machine: tuple[int, int], primary: tuple[float, float],
+                 standby: tuple[float, float], probe: tuple[int, int, int], p_loop: tuple[float, float],
+                 sb_loop: tuple[float, float]) -> None:  # fmt: skip
+        self.t, self.machine, self.primary, self.standby, self.probe = t, machine, primary, standby, probe
+        self.p_loop, self.sb_loop = p_loop, sb_loop
+
+
+def _budget(a: _Mark, b: _Mark, rate: float) -> dict[str, float]:
+    """A cell's CPU budget between two marks: per job (us) the primary's user and system time,
+    the standby's; the machine's busy and idle cores; the primary's WAL batches, fsyncs and
+    messages to standbys per job (``PROBING``)."""
+    wall = b.t - a.t
+    jobs = rate * wall
+    if wall <= 0 or jobs <= 0:
+        return {}
+    out = {"p usr": 1e6 * (b.primary[0] - a.primary[0]) / jobs, "p sys": 1e6 * (b.primary[1] - a.primary[1]) / jobs,
+           "sb usr": 1e6 * (b.standby[0] - a.standby[0]) / jobs, "sb sys": 1e6 * (b.standby[1] - a.standby[1]) / jobs,
+           "busy": (b.machine[0] - a.machine[0]) / sb.TICKS / wall, "idle": (b.machine[1] - a.machine[1]) / sb.TICKS / wall}  # fmt: skip
+    # the event loops' threads: shares of the wall time on a CPU and waiting for one; the rest
+    # they slept (in epoll, or for the GIL): waiting for the peer, the disk or the clients
+    for who, x, y in (("p", a.p_loop, b.p_loop), ("sb", a.sb_loop, b.sb_loop)):
+        out[f"{who} loop on"] = (y[0] - x[0]) / wall
+        out[f"{who} loop wait"] = (y[1] - x[1]) / wall
+    if b.probe[0]:
+        out["batches"] = (b.probe[0] - a.probe[0]) / jobs
+        out["fsyncs"] = (b.probe[1] - a.probe[1]) / jobs
+        out["msgs"] = (b.probe[2] - a.probe[2]) / jobs
+    return out
+
+
+_TRACED = ("write", "writev", "read", "pwrite64", "fdatasync")
+
+
+def trace_sync(pair: Pair, work: str, depth: int) -> str:
+    """One more run of the cell on a sync pair with ``perf record`` on the primary's and the
+    standby's system calls (``--trace``): the median (and 90th percentile) of each step from the
+    primary's send of a batch to the acknowledgement that covers it, against its own fsync."""
+    assert pair.standby is not None
+    pids = (pair.primary.proc.pid, pair.standby.proc.pid)
+    with tempfile.TemporaryDirectory(prefix="standby-bench-trace-") as tmp:
+        data = os.path.join(tmp, "perf.data")
+        events = [x for n in _TRACED for x in ("-e", f"syscalls:sys_enter_{n}", "-e", f"syscalls:sys_exit_{n}")]
+        rec = subprocess.Popen(["perf", "record", "-q", *events, "-p", ",".join(map(str, pids)), "-o", data],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(0.3)
+        run = pair.run(work, depth)
+        rec.send_signal(signal.SIGINT)
+        rec.wait(60)
+        text = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,event,trace"],
+                              capture_output=True, text=True, timeout=300).stdout  # fmt: skip
+    return f"{run.rate:.0f} jobs/s traced; " + _critical_path(text, *pids)
+
+
+def _critical_path(text: str, ppid: int, spid: int) -> str:
+    """``trace_sync``'s figures from ``perf script`` output (see there)."""
+    import bisect
+    import re
+
+    line_re = re.compile(r"\s*(\d+)/(\d+)\s+([\d.]+):\s+syscalls:sys_(enter|exit)_(\w+):\s*(.*)")
+    fd_re, count_re = re.compile(r"fd: 0x([0-9a-f]+)"), re.compile(r"count: 0x([0-9a-f]+)")
+    pos_re = re.compile(r"pos: 0x([0-9a-f]+)")
+    # (time, the end of the WAL write in its segment file, the WAL write's time): the standby
+    # lays the same frames at the same positions, and may append several messages at once
+    sends: list[tuple[float, int, float]] = []
+    p_sync: list[tuple[float, float]] = []  # the primary's fsyncs (start, end)
+    s_sync: list[tuple[float, float]] = []
+    acks_in: list[float] = []  # the primary's reads on its standby's connection
+    acks_out: list[float] = []  # the standby's 8-byte writes on its loop thread
+    client_reads: list[float] = []  # the primary loop's reads of its other connections
+    replies: list[float] = []  # the primary loop's writev calls (replies to clients)
+    appends: list[tuple[float, int, int]] = []  # the standby's pwrites (time, position, bytes)
+    started: dict[int, float] = {}
+    wal_write: tuple[float, int, int] | None = None  # (time, bytes, position)
+    link = -1
+    for m in map(line_re.match, text.splitlines()):
+        if m is None:
+            continue
+        pid, tid, t, side, call, rest = int(m[1]), int(m[2]), float(m[3]), m[4], m[5], m[6]
+        fdm, cm, pm = fd_re.search(rest), count_re.search(rest), pos_re.search(rest)
+        fd, count = (int(fdm[1], 16) if fdm else -1), (int(cm[1], 16) if cm else -1)
+        pos = int(pm[1], 16) if pm else -1
+        if call == "fdatasync":
+            if side == "enter":
+                started[tid] = t
+            elif tid in started:
+                (p_sync if pid == ppid else s_sync).append((started.pop(tid), t))
+            continue
+        if side != "enter":
+            continue
+        if pid == ppid and tid == ppid:
+            if call == "pwrite64":
+                wal_write = (t, count, pos)
+            elif call == "write" and wal_write is not None and count == wal_write[1] + 25:  # a frames message
+                link = fd
+                sends.append((t, wal_write[2] + wal_write[1], wal_write[0]))
+                wal_write = None
+            elif call == "read" and fd == link:
+                acks_in.append(t)
+            elif call == "read":
+                client_reads.append(t)
+            elif call == "writev":
+                replies.append(t)
+        elif pid == spid:
+            if call == "pwrite64" and count > 64:  # (not a segment header)
+                appends.append((t, pos, count))
+            elif call == "write" and count == 8 and tid == spid:
+                acks_out.append(t)
+    steps: dict[str, list[float]] = {}
+    later = 0
+    between: list[int] = []  # client reads by the primary between an ack's write and its read
+    release: list[float] = []  # an ack that came after the local fsync: its read -> the next reply
+    s_starts = [a for a, _ in s_sync]
+    p_starts = [a for a, _ in p_sync]
+    for t, end, wrote in sends:
+        # the standby's first append after the send that holds the batch's last byte
+        i = bisect.bisect_left(appends, (t, -1, 0))
+        while i < len(appends) and not appends[i][1] < end <= appends[i][1] + appends[i][2]:
+            i += 1
+        j = bisect.bisect_left(s_starts, appends[i][0]) if i < len(appends) else len(s_starts)
+        k = bisect.bisect_left(p_starts, wrote)
+        if j >= len(s_sync) or k >= len(p_sync):
+            continue
+        ack_w = bisect.bisect_left(acks_out, s_sync[j][1])
+        if ack_w >= len(acks_out):
+            continue
+        ack_r = bisect.bisect_left(acks_in, acks_out[ack_w])
+        if ack_r >= len(acks_in):
+            continue
+        got = acks_in[ack_r]
+        local = p_sync[k][1]
+        later += got > local
+        between.append(bisect.bisect_left(client_reads, got) - bisect.bisect_left(client_reads, acks_out[ack_w]))
+        r = bisect.bisect_left(replies, got)
+        if got > local and r < len(replies):
+            release.append(replies[r] - got)
+        for name, v in (("send->standby append", appends[i][0] - t), ("append->its fsync", s_sync[j][0] - appends[i][0]),
+                        ("standby fsync", s_sync[j][1] - s_sync[j][0]), ("fsync->ack sent", acks_out[ack_w] - s_sync[j][1]),
+                        ("ack sent->read", got - acks_out[ack_w]), ("send->ack read", got - t),
+                        ("WAL write->local fsync done", local - wrote)):  # fmt: skip
+            steps.setdefault(name, []).append(v)
+    n = len(steps.get("send->ack read", ()))
+    if not n:
+        return "no batch matched (the primary sent none, or the trace lost events)"
+    # (the means of the first five steps add up to the mean send->ack read; medians do not)
+    fmt = ", ".join(f"{k} {1e3 * statistics.median(v):.2f}/{1e3 * statistics.fmean(v):.2f} "
+                    f"({1e3 * sorted(v)[int(0.9 * len(v))]:.2f})" for k, v in steps.items())  # fmt: skip
+    out = (f"{n} of {len(sends)} batches matched; ms, median/mean (90th percentile): {fmt}; the acknowledgement "
+           f"came after the local fsync for {later / n:.0%} of them; between an acknowledgement's write and its "
+           f"read the primary read {statistics.fmean(between):.1f} client connections on average (none for "
+           f"{sum(1 for b in between if not b) / n:.0%})")
+    if release:
+        out += f"; its read -> the first reply written {1e3 * statistics.median(release):.2f} ms (median)"
+    return out
 
 
 class _PerfStat:
@@ -273,13 +522,15 @@ class Run:
     and the standby's *starvation*: seconds runnable but waiting for a CPU, per second on one
     (0: never waited; 2: it waited twice as long as it ran)."""
 
-    __slots__ = ("rate", "cpu", "standby_cpu", "primary_starved", "standby_starved", "counts")
+    __slots__ = ("rate", "cpu", "standby_cpu", "primary_starved", "standby_starved", "counts", "gen_cpu", "budget")
 
     def __init__(self, rate: float, cpu: float, standby_cpu: float, primary_starved: float = 0.0,
                  standby_starved: float = 0.0) -> None:  # fmt: skip
         self.rate, self.cpu, self.standby_cpu = rate, cpu, standby_cpu
         self.primary_starved, self.standby_starved = primary_starved, standby_starved
         self.counts: dict[str, float] = {}  # --counts: "p sys", "sb futex"... per job
+        self.gen_cpu = 0.0  # the load generators' CPU, % of a core over the run
+        self.budget: dict[str, float] = {}  # --budget: _budget's figures
 
     @property
     def us_per_job(self) -> float:
@@ -296,7 +547,32 @@ def _median_run(runs: list[Run]) -> Run:
               statistics.median(r.primary_starved for r in runs), statistics.median(r.standby_starved for r in runs))
     for key in runs[0].counts:
         med.counts[key] = statistics.median(r.counts.get(key, 0.0) for r in runs)
+    med.gen_cpu = statistics.median(r.gen_cpu / r.rate if r.rate else 0.0 for r in runs) * by_rate.rate
+    for key in runs[0].budget:
+        med.budget[key] = statistics.median(r.budget.get(key, 0.0) for r in runs)
     return med
+
+
+def _shares(b: dict[str, float], who: str) -> str:
+    on, wait = b.get(f"{who} loop on", 0), b.get(f"{who} loop wait", 0)
+    return f"{on:.0%}/{wait:.0%}/{max(0.0, 1 - on - wait):.0%}"
+
+
+def _budget_line(setup: str, run: Run) -> str:
+    """A setup's --budget: where a job's CPU goes on the machine, and how the primary batched."""
+    b = run.budget
+    gen = 1e4 * run.gen_cpu / run.rate if run.rate else 0.0
+    line = (f"#     {setup:15} us/job: primary usr {b.get('p usr', 0):.1f} sys {b.get('p sys', 0):.1f}, "
+            f"standby usr {b.get('sb usr', 0):.1f} sys {b.get('sb sys', 0):.1f}, generators {gen:.1f}; "
+            f"machine busy {b.get('busy', 0):.2f} idle {b.get('idle', 0):.2f} cores; event loop on a CPU/waiting "
+            f"for one/asleep: primary " + _shares(b, "p"))
+    if b.get("sb loop on", 0):
+        line += ", standby " + _shares(b, "sb")
+    if "batches" in b:
+        per = b["batches"]
+        line += (f"; per job: batches {per:.4f} (jobs/batch {1 / per if per else 0:.0f}) fsyncs {b['fsyncs']:.4f} "
+                 f"msgs {b['msgs']:.4f}")
+    return line
 
 
 def _counts_line(setup: str, run: Run) -> str:
@@ -347,12 +623,15 @@ def _parse_cells(text: str) -> list[tuple[str, int]]:
 
 
 def main() -> int:
-    global BASELINE, SETUPS, CELLS
+    global BASELINE, SETUPS, CELLS, PROBING, CONNS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peer-src", metavar="DIR", default=BASELINE,
                     help="the src/ of an earlier checkout: also run its alone, async and sync setups")
     ap.add_argument("--cells", type=_parse_cells, metavar="WORK:DEPTH,...",
                     help="the cells to run (default put:1,put:64,rd:1,rd:64)")
+    ap.add_argument("--conns", type=int, default=CONNS, metavar="N",
+                    help=f"connections per cell (default {CONNS}): fewer in flight, a lower rate for the same "
+                    "setup (the primary's CPU per job alone at the rate a sync pair reaches)")
     ap.add_argument("--stand-in", action="store_true",
                     help="also run the primary with a stand-in standby (streams and checks, keeps nothing)")
     ap.add_argument("--floor", action="store_true",
@@ -362,6 +641,15 @@ def main() -> int:
     ap.add_argument("--counts", action="store_true",
                     help="also count, per job, each process's system calls, context switches, futex calls, "
                     "fdatasyncs and the standby's appends (perf stat; load-independent, unlike time)")
+    ap.add_argument("--budget", action="store_true",
+                    help="also print each cell's CPU budget per job (the primary's and the standby's user and "
+                    "system time, the generators'), the machine's busy and idle cores, and the primary's WAL "
+                    "batches, fsyncs and messages to standbys per job (the primary runs through "
+                    "standby_counts.PROBE)")
+    ap.add_argument("--trace", action="store_true",
+                    help="also run each cell once more on each sync pair under perf record (system calls) and "
+                    "print the steps (median/mean, p90) from the primary's send of a batch to the acknowledgement covering it, "
+                    "against the primary's own fsync: which one a reply waits for")
     ap.add_argument("--records-standby", action="store_true",
                     help="also run this checkout's primary with the --peer-src build's standby, which "
                     "does not ask for frames messages (the records path an older standby gets)")
@@ -372,9 +660,13 @@ def main() -> int:
         import ha_bench
 
         return ha_bench.main()
+    if opts.trace and shutil.which("perf") is None:
+        ap.error("--trace records the servers' system calls with perf: install perf (linux-perf)")
     if opts.counts and shutil.which("perf") is None:
         ap.error("--counts attaches perf stat to the servers: install perf (linux-perf), or leave --counts out")
     BASELINE = opts.peer_src
+    PROBING = opts.budget
+    CONNS = opts.conns
     if opts.cells:
         CELLS = opts.cells
     sides = [("", ("alone", "async", "sync"))]
@@ -430,6 +722,14 @@ def main() -> int:
                                 + (f", standby {med[s].standby_starved:.2f}" if "alone" not in s else "")
                                 for s in SETUPS)  # fmt: skip
             print(f"#   {work}:{depth} waiting for a CPU, s per s on one: {starved}", flush=True)
+            if opts.budget:
+                print(f"#   {work}:{depth} budget (user/system from clock ticks; medians of the rounds):")
+                for s in SETUPS:
+                    print(_budget_line(s, med[s]), flush=True)
+            if opts.trace:
+                for s in SETUPS:
+                    if s.endswith("sync") and not s.startswith(("stand-in", "floor")) and "async" not in s:
+                        print(f"#   {work}:{depth} {s} critical path: {trace_sync(pairs[s], work, depth)}", flush=True)
             if opts.counts:
                 print(f"#   {work}:{depth} counts (p: the primary, sb: the standby; medians of the rounds):")
                 for s in SETUPS:
