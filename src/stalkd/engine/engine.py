@@ -417,4 +417,6 @@ _GUARDED: dict[object, tuple[Handler, int]] = {
 }
 # Engine.apply runs a put itself when the table's put is jobcommands.put (behind room.guarded's
 # put, the same put_refused check, with a room): its two Python calls per put become C calls.
-_PUT_DIRECT = _PLAIN[C.Put][0] is getattr(jobcommands, "put")
+# (getattr: compiled, ``jobcommands.put`` names the cimported C function, not the Python object
+# the table holds.)
+_PUT_DIRECT = _PLAIN[C.Put][0] is getattr(jobcommands, "put")  # noqa: B009

@@ -291,7 +291,7 @@ class Server(Host):
         # One C field read in the common case (a primary never fenced, no lease: the role's
         # ``quiet``, mirrored): refuses() is asked only when it might say yes.
         if not self.role_quiet:
-            role = self._role
+            role = self.role
             if not role.quiet and type(cmd) not in _STANDBY_OK and role.refuses():
                 c.send(_NOT_PRIMARY, 0)
                 return

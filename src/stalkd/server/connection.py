@@ -194,10 +194,14 @@ class Connection(HeldReplies):
     id: int
     parser: ParserType
     _next: Callable[[], Item]
+    _c_parser: bool
     max_output: int
     flush_at: int
     read_size: int
     transport: asyncio.Transport | None
+    _bound_to: object  # the transport whose write and is_closing are bound below
+    _t_write: Any
+    _t_is_closing: Any
     peer: str
     out: list[bytes]
     out_bytes: int
