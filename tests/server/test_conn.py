@@ -143,3 +143,43 @@ def test_small_replies_left_unsent_are_charged_once_they_add_up_to_a_grain() -> 
         assert c.charged == t.get_write_buffer_size()
 
     asyncio.run(main())
+
+
+def test_a_role_set_or_changed_after_start_refuses_and_lets_again_as_it_says() -> None:
+    async def main() -> None:
+        from stalkd.replication.role import Role
+
+        srv = Server(Config(), Engine())
+        c = srv.new_connection()
+        t = RecordingTransport()
+        c.connection_made(t)  # type: ignore[arg-type]
+        old = srv.role
+        role = Role(None)
+        srv.role = role
+        role.standby = True
+        c.data_received(b"put 0 0 60 1\r\na\r\n")
+        old.standby = True  # the replaced role no longer decides
+        role.standby = False
+        c.data_received(b"put 0 0 60 1\r\nb\r\n")
+        srv.role = Role(None, standby=True)
+        c.data_received(b"put 0 0 60 1\r\nc\r\n")
+        assert b"".join(t.sent) == b"NOT_PRIMARY\r\nINSERTED 1\r\nNOT_PRIMARY\r\n"
+
+    asyncio.run(main())
+
+
+def test_replies_go_to_the_current_transport_and_none_to_a_closing_one() -> None:
+    async def main() -> None:
+        srv = Server(Config(), Engine())
+        c = srv.new_connection()
+        t = RecordingTransport()
+        c.connection_made(t)  # type: ignore[arg-type]
+        c.data_received(b"use a\r\n")
+        t2 = RecordingTransport()
+        c.transport = t2  # type: ignore[assignment]
+        c.data_received(b"use b\r\n")
+        t2.closed = True
+        c.data_received(b"use c\r\n")
+        assert (t.sent, t2.sent) == ([b"USING a\r\n"], [b"USING b\r\n"])
+
+    asyncio.run(main())

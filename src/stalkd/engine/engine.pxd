@@ -7,8 +7,13 @@ cimport stalkd.engine.jobcommands as jobcommands
 cimport stalkd.engine.queries as queries
 cimport stalkd.engine.results as results
 cimport stalkd.engine.timers as timers
+cimport stalkd.protocol.commands as C
 from stalkd.engine.objects cimport ConnState, Job, Tube
+from stalkd.engine.room cimport put_refused
 from stalkd.engine.state cimport EngineState
+
+
+cdef bint _PUT_DIRECT
 
 
 cdef class Engine:

@@ -32,7 +32,7 @@ from stalkd.engine.heap import IndexedHeap
 from stalkd.engine.jobtable import JobTable
 from stalkd.engine.model import Op, Record
 from stalkd.engine.objects import US, ConnState, Job, Tube, remove_swap_last
-from stalkd.engine.room import Handler, Room, guarded
+from stalkd.engine.room import OUT_OF_MEMORY, Handler, Room, guarded, put_refused
 from stalkd.engine.state import (
     STEP_JOBS,
     EngineError,
@@ -187,6 +187,12 @@ class Engine:
         if counter >= 0:
             s._counts[counter] += 1
         timers.begin_step(s, now, c)
+        if type(cmd) is C.Put and _PUT_DIRECT:
+            # The hot command without its table entry's two Python calls (room.guarded's put,
+            # then the handler): the same room check and handler, as C calls when compiled.
+            if put_refused(s._room, cmd, s.max_job_size, s.draining):
+                return timers.finish_step(s, OUT_OF_MEMORY)
+            return timers.finish_step(s, jobcommands.put(s, c, cython.cast(C.Put, cmd)))
         return timers.finish_step(s, handler(s, c, cmd))
 
     @cython.locals(s=EngineState)
@@ -409,3 +415,8 @@ _PLAIN: dict[object, tuple[Handler, int]] = {s.build: (_handler(s.name), _slot(s
 _GUARDED: dict[object, tuple[Handler, int]] = {
     s.build: (guarded(s, _PLAIN[s.build][0]), _slot(s)) for s in COMMANDS
 }
+# Engine.apply runs a put itself when the table's put is jobcommands.put (behind room.guarded's
+# put, the same put_refused check, with a room): its two Python calls per put become C calls.
+# (getattr: compiled, ``jobcommands.put`` names the cimported C function, not the Python object
+# the table holds.)
+_PUT_DIRECT = _PLAIN[C.Put][0] is getattr(jobcommands, "put")  # noqa: B009

@@ -17,3 +17,11 @@ cpdef Job find_deletable(JobTable jobs, ConnState c, object job_id)
 cpdef Job find_unreserved(JobTable jobs, ConnState c, object job_id)
 @cython.locals(j=Job)
 cpdef Job find_kickable(JobTable jobs, ConnState c, object job_id)
+
+
+cdef class RoomBase:
+    cpdef bint put(self, Py_ssize_t body_len) except -1
+    cpdef updates(self, object n)
+
+@cython.locals(n=Py_ssize_t)
+cpdef bint put_refused(object room, C.Put p, Py_ssize_t max_job_size, bint draining) except -1

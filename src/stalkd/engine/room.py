@@ -31,6 +31,9 @@ from stalkd.protocol.grammar import CommandSpec
 
 __all__ = [
     "Room",
+    "RoomBase",
+    "OUT_OF_MEMORY",
+    "put_refused",
     "Guarded",
     "Handler",
     "guarded",
@@ -45,7 +48,7 @@ Handler = Callable[[Any, ConnState, Any], C.AnyReply | None]
 """A command's handler: ``handler(state, connection, command)``, the state an ``EngineState``
 (state.py), the reply None while the connection waits (engine.py's dispatch)."""
 _NOT_FOUND = C.Reply("NOT_FOUND")
-_OUT_OF_MEMORY = C.Reply("OUT_OF_MEMORY")
+OUT_OF_MEMORY = _OUT_OF_MEMORY = C.Reply("OUT_OF_MEMORY")
 _RELEASED = C.Reply("RELEASED")
 
 
@@ -60,6 +63,33 @@ class Room(Protocol):
     def updates(self, n: int) -> int:
         """Promise room for up to ``n`` short update records; how many fit (0..n)."""
         ...
+
+
+@cython.cclass
+class RoomBase:
+    """A ``Room`` the compiled engine calls as C functions (room.pxd): the server's admission
+    derives from it (any other object with ``put`` and ``updates`` is a Room too, called as
+    Python). Without a subclass, it never refuses."""
+
+    def put(self, body_len: int) -> bool:
+        """Promise room for one put record with a body of ``body_len`` bytes."""
+        return True
+
+    def updates(self, n: int) -> int:
+        """Promise room for up to ``n`` short update records; how many fit (0..n)."""
+        return n if n > 0 else 0
+
+
+@cython.locals(n=cython.Py_ssize_t)
+def put_refused(room: Room | None, p: C.Put, max_job_size: int, draining: bool) -> bool:
+    """Whether a put is refused for room (OUT_OF_MEMORY): a put the engine would run (no
+    parse error, not too big, not draining) whose body ``room`` cannot promise."""
+    n = len(p.body)
+    if p.error is not None or n > max_job_size or draining or room is None:
+        return False
+    if cython.compiled and isinstance(room, RoomBase):
+        return not cython.cast(RoomBase, room).put(n)  # compiled: a C call
+    return not room.put(n)
 
 
 class Guarded(Protocol):
@@ -116,11 +146,7 @@ def guarded(spec: CommandSpec, handler: Handler) -> Handler:
     if wal == "put":
 
         def put(s: Guarded, c: ConnState, cmd: C.Put) -> C.AnyReply | None:
-            p = cython.declare(C.Put, cmd)  # compiled: its C fields, not attribute look-ups
-            room = s._room
-            n = len(p.body)
-            if (p.error is None and n <= s.max_job_size and not s.draining
-                    and room is not None and not room.put(n)):  # fmt: skip
+            if put_refused(s._room, cmd, s.max_job_size, s.draining):
                 return _OUT_OF_MEMORY
             return handler(s, c, cmd)
 

@@ -164,5 +164,19 @@ PyInit__speedups(void)
         Py_DECREF(m);
         return NULL;
     }
+    /* Parser.next and Parser.feed likewise: PyObject *(PyObject *) and PyObject *(PyObject *,
+     * PyObject *), new references (parser.c.h) */
+    cap = PyCapsule_New((void *)parser_next_c, NEXT_C_NAME, NULL);
+    if (cap == NULL || PyModule_AddObject(m, "next_c", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
+    cap = PyCapsule_New((void *)parser_feed_c, FEED_C_NAME, NULL);
+    if (cap == NULL || PyModule_AddObject(m, "feed_c", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -123,6 +123,8 @@ cdef class ResultGet(_Value):
 cdef class Reply(_Value):
     cdef readonly object word, args
 
+cpdef Reply new_reply(object word, object args=*)
+
 @cython.no_gc
 cdef class JobReply(_Value):
     cdef readonly object word, id, body

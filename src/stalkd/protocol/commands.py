@@ -14,14 +14,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import FrozenInstanceError
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = [
     "Command", "Put", "Use", "Reserve", "ReserveWithTimeout", "ReserveJob", "Delete", "Release",
     "Bury", "Touch", "Watch", "Ignore", "Peek", "PeekReady", "PeekDelayed", "PeekBuried", "Kick",
     "KickJob", "StatsJob", "StatsTube", "Stats", "ListTubes", "ListTubeUsed", "ListTubesWatched",
     "Quit", "PauseTube", "ResultPut", "ResultGet",
-    "Reply", "JobReply", "YamlDict", "YamlList", "Close", "AnyReply",
+    "Reply", "JobReply", "YamlDict", "YamlList", "Close", "AnyReply", "new_reply",
 ]  # fmt: skip
 
 
@@ -318,6 +326,23 @@ class Reply(_Value):
     def __init__(self, word: str, args: tuple[int | str, ...] = ()) -> None:
         self.word = word
         self.args = args
+
+
+def new_reply(word: str, args: tuple[int | str, ...] = ()) -> Reply:
+    """``Reply(word, args)``. Compiled, a C function (commands.pxd) that fills the new value's
+    C fields itself rather than a call of the type through its ``__init__`` (~65 instructions
+    less; most of a Reply's ~900 is its allocation), for the engine's one per put
+    (``INSERTED <id>``).
+
+    >>> new_reply("INSERTED", (7,)) == Reply("INSERTED", (7,))
+    True
+    """
+    if not cython.compiled:
+        return Reply(word, args)
+    r: Reply = cython.declare(Reply, Reply.__new__(Reply))
+    r.word = word
+    r.args = args
+    return r
 
 
 class JobReply(_Value):

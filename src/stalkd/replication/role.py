@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stalkd.replication import epochs
 from stalkd.replication.epochs import EpochState, Saved
@@ -58,6 +58,24 @@ class Role:
         # fenced, no lease (``refuses`` is then False without asking). Kept by the setters below,
         # lowered before the field that may make it false, so no reader sees it true too long.
         self.quiet = self._is_quiet()
+        # Objects whose ``role_quiet`` follows ``quiet`` (``mirror_quiet``): a compiled server
+        # reads it as a C field per command instead of this object's attribute.
+        self._mirrors: list[Any] = []
+
+    def mirror_quiet(self, into: Any, on: bool = True) -> None:
+        """From now on ``into.role_quiet`` is ``quiet`` (``on=False``: no longer; left False)."""
+        if on:
+            if not any(m is into for m in self._mirrors):
+                self._mirrors.append(into)
+            into.role_quiet = self.quiet
+        else:
+            self._mirrors = [m for m in self._mirrors if m is not into]
+            into.role_quiet = False
+
+    def _set_quiet(self, quiet: bool) -> None:
+        self.quiet = quiet
+        for m in self._mirrors:
+            m.role_quiet = quiet
 
     def _is_quiet(self) -> bool:
         return not self._standby and not self._fenced and self._lease is None
@@ -68,9 +86,9 @@ class Role:
 
     @standby.setter
     def standby(self, value: bool) -> None:
-        self.quiet = False
+        self._set_quiet(False)
         self._standby = value
-        self.quiet = self._is_quiet()
+        self._set_quiet(self._is_quiet())
 
     @property
     def fenced(self) -> int:
@@ -78,9 +96,9 @@ class Role:
 
     @fenced.setter
     def fenced(self, value: int) -> None:
-        self.quiet = False
+        self._set_quiet(False)
         self._fenced = value
-        self.quiet = self._is_quiet()
+        self._set_quiet(self._is_quiet())
 
     @property
     def lease(self) -> Callable[[], bool] | None:
@@ -88,9 +106,9 @@ class Role:
 
     @lease.setter
     def lease(self, value: Callable[[], bool] | None) -> None:
-        self.quiet = False
+        self._set_quiet(False)
         self._lease = value
-        self.quiet = self._is_quiet()
+        self._set_quiet(self._is_quiet())
 
     def attach(self, engine: Engine) -> None:
         """From now on the epochs are ``engine``'s (recovered from this directory's log)."""

@@ -1,7 +1,10 @@
 # The C declarations of admission.py (Cython reads this beside it when it compiles the .py file):
 # the fields and the methods other compiled modules call directly.
 
-cdef class Admission:
+from stalkd.engine.room cimport RoomBase
+
+
+cdef class Admission(RoomBase):
     cdef public object _storage
     cdef public object _costless
     cdef public Py_ssize_t _short
@@ -13,6 +16,8 @@ cdef class Admission:
     cdef public Py_ssize_t promised
     cdef public Py_ssize_t refused
 
-    cpdef put(self, Py_ssize_t body_len)
+    cpdef bint put(self, Py_ssize_t body_len) except -1
     cpdef updates(self, object n)
     cpdef settle(self, object records)
+    cdef bint _admit(self, Py_ssize_t cost) except -1
+    cdef _settle(self, Py_ssize_t promised, object records)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from stalkd.engine.model import Record
+from stalkd.engine.room import RoomBase
 from stalkd.server.storage import Storage
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
@@ -33,8 +34,11 @@ log = logging.getLogger("stalkd.server")
 
 
 @cython.cclass
-class Admission:
-    """Room for one command's records at a time, promised from ``storage``.
+class Admission(RoomBase):
+    """Room for one command's records at a time, promised from ``storage``. A ``RoomBase``:
+    the compiled engine asks ``put`` as a C call. The rules (a put's cost, what ``settle``
+    skips) are here once; a subclass changes only how the storage is asked (``_admit``,
+    ``_settle``: ``waladmission.WalAdmission``'s C calls into the WAL).
 
     >>> from stalkd.server.storage import MemoryStorage
     >>> a = Admission(MemoryStorage(), "/tmp"); a.put(100), a.updates(3), a.promised > 0
@@ -81,7 +85,7 @@ class Admission:
     def put(self, body_len: int) -> bool:
         # space.put_frame(body_len), without a Python call per put: (PUT_FRAME_BASE + n) & ~7
         cost = (self._put_base + body_len) & ~7
-        if self._storage.admit(cost):
+        if self._admit(cost):
             self.promised += cost
             return True
         self._refused("put")
@@ -102,8 +106,16 @@ class Admission:
         if not self.promised and len(records) == 1 and records[0].op in self._costless:
             return  # a delete: its room was promised with its put, nothing to settle
         if self.promised or records:
-            self._storage.settle(self.promised, records)
+            self._settle(self.promised, records)
             self.promised = 0
+
+    def _admit(self, cost: int) -> bool:
+        """The storage promises ``cost`` bytes, or refuses (False)."""
+        return bool(self._storage.admit(cost))
+
+    def _settle(self, promised: int, records: Sequence[Record]) -> None:
+        """The storage turns ``promised`` bytes into what ``records`` need."""
+        self._storage.settle(promised, records)
 
     def _refused(self, what: str) -> None:
         self.refused += 1

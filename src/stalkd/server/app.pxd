@@ -22,7 +22,9 @@ cdef class Server(Host):
     cdef public Admission admission  # None: a storage that keeps nothing
     cdef public object observer, _timer, _timer_at, _maint
     cdef public bint stopping
-    cdef public object failed, host_id, addresses, role, replicas, standby_lag, promote
+    cdef public object failed, host_id, addresses, replicas, standby_lag, promote
+    cdef object _role  # the property role sets it, and role_quiet follows its quiet
+    cdef public bint role_quiet
     cdef public object replication, cluster, _uname, turns, totals
 
     @cython.locals(out=Outcome, now=double)

@@ -149,6 +149,8 @@ class Server(Host):
         # where clients reach this server (serve.py sets them once listening): the admin
         # endpoint reports them, so `stalkd top --admin URL` needs no second address
         self.addresses: tuple[str, ...] = ()
+        self._role: Role | None = None
+        self.role_quiet = False
         self.role = Role(None)  # serve.py sets the data directory's (stalkd.replication)
         self.replicas: Replicas | None = None  # the standbys following this server's WAL
         self.standby_lag: Callable[[], int] | None = None  # a standby: records behind its primary
@@ -156,6 +158,23 @@ class Server(Host):
         self.replication = Status(self.role)  # what stats and /readyz say (serve.py sets its parts)
         self.cluster: Callable[[], dict[str, int | float | str]] | None = None  # --ha: leader, lease
         self._uname = os.uname()
+
+    @property
+    def role(self) -> Role:
+        """Primary, standby or fenced (stalkd.replication.role)."""
+        return self._role  # type: ignore[return-value]
+
+    @role.setter
+    def role(self, role: Role) -> None:
+        # ``role_quiet`` mirrors ``role.quiet`` (a C field read per command, compiled); a role
+        # object that cannot mirror leaves it False: ``quiet`` is then read as before.
+        old = self._role
+        if old is not None and hasattr(old, "mirror_quiet"):
+            old.mirror_quiet(self, False)
+        self.role_quiet = False
+        self._role = role
+        if hasattr(role, "mirror_quiet"):
+            role.mirror_quiet(self)
 
     def loop_or_none(self) -> asyncio.AbstractEventLoop | None:
         """The loop once a connection or ``loop()`` looked it up (the barriers' callbacks)."""
@@ -269,12 +288,13 @@ class Server(Host):
 
         Its common case (a primary never fenced, no observer; a plain reply, no records or
         wakeups) sends the reply here; anything else is ``_handle``'s."""
-        role = self.role
-        # One attribute read in the common case (a primary never fenced, no lease: ``quiet``):
-        # refuses() is asked only when it might say yes.
-        if not role.quiet and type(cmd) not in _STANDBY_OK and role.refuses():
-            c.send(_NOT_PRIMARY, 0)
-            return
+        # One C field read in the common case (a primary never fenced, no lease: the role's
+        # ``quiet``, mirrored): refuses() is asked only when it might say yes.
+        if not self.role_quiet:
+            role = self.role
+            if not role.quiet and type(cmd) not in _STANDBY_OK and role.refuses():
+                c.send(_NOT_PRIMARY, 0)
+                return
         adm = self.admission
         clock = self.clock
         # the server's own clock is read with a C call (compiled), a clock given to it is called

@@ -11,6 +11,11 @@ from stalkd.server.barriers cimport Barriers, HeldReplies
 ctypedef Py_ssize_t (*_buffered_fn)(object) noexcept
 cdef _buffered_fn _c_buffered
 cdef object _c_parser_type
+# Parser.next and Parser.feed likewise (capsules next_c, feed_c): a new reference, NULL on error.
+ctypedef object (*_next_fn)(object)
+ctypedef object (*_feed_fn)(object, object)
+cdef _next_fn _c_next
+cdef _feed_fn _c_feed
 cdef Py_ssize_t _buffered(object parser) except? -1
 
 
@@ -29,10 +34,12 @@ cdef class Connection(HeldReplies):
     cdef public object id
     cdef public object parser
     cdef object _next
+    cdef bint _c_parser
     cdef public Py_ssize_t max_output
     cdef public Py_ssize_t flush_at
     cdef public Py_ssize_t read_size
     cdef public object transport
+    cdef object _bound_to, _t_write, _t_is_closing
     cdef public object peer
     cdef public list out
     cdef public Py_ssize_t out_bytes

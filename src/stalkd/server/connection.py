@@ -86,20 +86,30 @@ _c_parser_type: object = None
 def _load_buffered_c() -> None:
     """Compiled, with the C parser: its ``buffered`` as a C function (connection.pxd), read
     three or four times a command (a Python attribute and an int object cost ~150 instructions
-    each time)."""
-    global _c_buffered, _c_parser_type
+    each time), and its ``next`` and ``feed`` (a bound method's call, once or twice a command)."""
+    global _c_buffered, _c_next, _c_feed, _c_parser_type
     if not cython.compiled or speedups is None:
         return
     name = b"stalkd.protocol._speedups.buffered_c"
+    next_name = b"stalkd.protocol._speedups.next_c"
+    feed_name = b"stalkd.protocol._speedups.feed_c"
     cap = getattr(speedups, "buffered_c", None)
-    if cap is not None and PyCapsule_IsValid(cap, name):
+    next_cap = getattr(speedups, "next_c", None)
+    feed_cap = getattr(speedups, "feed_c", None)
+    if (cap is not None and PyCapsule_IsValid(cap, name) and next_cap is not None
+            and PyCapsule_IsValid(next_cap, next_name) and feed_cap is not None
+            and PyCapsule_IsValid(feed_cap, feed_name)):  # fmt: skip
         _c_buffered = cython.cast(_buffered_fn, PyCapsule_GetPointer(cap, name))
+        _c_next = cython.cast(_next_fn, PyCapsule_GetPointer(next_cap, next_name))
+        _c_feed = cython.cast(_feed_fn, PyCapsule_GetPointer(feed_cap, feed_name))
         _c_parser_type = speedups.Parser
 
 
 if not cython.compiled:  # compiled, connection.pxd takes these from C
     _c_buffered: Any = None
-    _buffered_fn = object
+    _c_next: Any = None
+    _c_feed: Any = None
+    _buffered_fn = _next_fn = _feed_fn = object
 
     def PyCapsule_IsValid(cap: object, name: bytes) -> bool:  # noqa: N802 - the C API's name
         raise NotImplementedError("compiled only")
@@ -184,10 +194,14 @@ class Connection(HeldReplies):
     id: int
     parser: ParserType
     _next: Callable[[], Item]
+    _c_parser: bool
     max_output: int
     flush_at: int
     read_size: int
     transport: asyncio.Transport | None
+    _bound_to: object  # the transport whose write and is_closing are bound below
+    _t_write: Any
+    _t_is_closing: Any
     peer: str
     out: list[bytes]
     out_bytes: int
@@ -223,11 +237,17 @@ class Connection(HeldReplies):
         self.id = conn_id
         self.parser = parser = Parser(max_job_size=max_job_size)
         self._next = parser.next  # looked up once: called twice per command
+        # compiled, the C parser's next and feed are C calls (_load_buffered_c)
+        self._c_parser = cython.compiled and _c_next is not cython.NULL and type(parser) is _c_parser_type
         self.max_output = max_output
         quarter = max(1, max_output // 4)
         self.flush_at = min(FLUSH_AT, quarter)
         self.read_size = read_size(max_output)
         self.transport = None
+        # The transport's write and is_closing, bound once per transport (_flush_out): a call
+        # by name looks the method up and binds it each time.
+        self._bound_to = None
+        self._t_write = self._t_is_closing = None
         self.peer = "?"
         self.out = []  # ready to write at the end of this step
         self.out_bytes = 0
@@ -296,7 +316,10 @@ class Connection(HeldReplies):
             # A standby's stream (stalkd.replication.wire) leaves the beanstalkd protocol here.
             if data.startswith(REPLICATE) and self.server.replicate(self, data):
                 return
-        self.parser.feed(data)
+        if self._c_parser:
+            _c_feed(self.parser, data)
+        else:
+            self.parser.feed(data)
         self.process()
 
     def eof_received(self) -> bool:
@@ -307,6 +330,7 @@ class Connection(HeldReplies):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._bound_to = self._t_write = self._t_is_closing = None
         self.closing = True
         self.holding = False
         self._first_parts = None
@@ -369,7 +393,7 @@ class Connection(HeldReplies):
                         self._pause_reading()
                         turns.defer(self)
                         break
-                item = self._next()
+                item = _c_next(parser) if self._c_parser else self._next()
                 if item is NEED_DATA:
                     if self.eof:
                         # Nothing more will come: close after the replies, release jobs now.
@@ -539,7 +563,14 @@ class Connection(HeldReplies):
         if not out and not self.close_ready:
             return
         t = self.transport
-        if t is None or self.lost or t.is_closing():
+        if t is None or self.lost:
+            self.out = []
+            return
+        if t is not self._bound_to:  # a new transport (connection_made, or set by a test)
+            self._t_write = t.write
+            self._t_is_closing = t.is_closing
+            self._bound_to = t
+        if self._t_is_closing():
             self.out = []
             return
         if out:
@@ -547,11 +578,11 @@ class Connection(HeldReplies):
             # emptied in place gives its array back to the allocator the slow way.
             self.out = []
             if len(out) == 1:
-                t.write(out[0])
+                self._t_write(out[0])
             # A TLS transport seals each buffer as a record of its own; a client that is behind
             # waits for its replies as one object rather than one per reply.
             elif self.join_writes or t.get_write_buffer_size():
-                t.write(b"".join(out))
+                self._t_write(b"".join(out))
             else:
                 t.writelines(out)
         if self.close_ready:

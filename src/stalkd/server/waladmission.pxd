@@ -9,5 +9,5 @@ from stalkd.server.admission cimport Admission
 cdef class WalAdmission(Admission):
     cdef WalBatches _wal
 
-    cpdef put(self, Py_ssize_t body_len)
-    cpdef settle(self, object records)
+    cdef bint _admit(self, Py_ssize_t cost) except -1
+    cdef _settle(self, Py_ssize_t promised, object records)

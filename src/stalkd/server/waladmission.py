@@ -6,8 +6,8 @@ instructions a put together).
 A module of its own so that a server without a data directory never imports the WAL (the log
 package costs ~0.1 s to import): ``admission_for`` is imported once a storage exists.
 
-Ensures: the same promises, refusals and settlements as ``Admission`` (this is the same
-arithmetic, only the calls differ).
+Ensures: the same promises, refusals and settlements as ``Admission`` (its ``put`` and
+``settle``: only the two storage calls are overridden here).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def admission_for(storage: Storage, data_dir: str | None) -> Admission:
 
 @cython.cclass
 class WalAdmission(Admission):
-    """``Admission`` whose storage steps are the WAL's ``WalBatches``, called directly."""
+    """``Admission`` whose storage steps are the WAL's ``WalBatches``, called directly (the
+    rules are Admission's: only ``_admit`` and ``_settle`` differ)."""
 
     _wal: WalBatches
 
@@ -48,20 +49,8 @@ class WalAdmission(Admission):
         super().__init__(storage, data_dir)
         self._wal = storage.batches  # type: ignore[attr-defined]
 
-    @cython.locals(cost=cython.Py_ssize_t)
-    def put(self, body_len: int) -> bool:
-        # space.put_frame(body_len), as Admission.put
-        cost = (self._put_base + body_len) & ~7
-        if self._wal.admit(cost):
-            self.promised += cost
-            return True
-        self._refused("put")
-        return False
+    def _admit(self, cost: int) -> bool:
+        return self._wal.admit(cost)
 
-    def settle(self, records: Sequence[Record]) -> None:
-        """The command ran (or failed): promise exactly what ``records`` need."""
-        if not self.promised and len(records) == 1 and records[0].op in self._costless:
-            return  # a delete: its room was promised with its put, nothing to settle
-        if self.promised or records:
-            self._wal.settle(self.promised, records)
-            self.promised = 0
+    def _settle(self, promised: int, records: Sequence[Record]) -> None:
+        self._wal.settle(promised, records)

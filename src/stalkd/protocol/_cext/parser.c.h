@@ -421,6 +421,24 @@ parser_buffered_c(PyObject *p)
 
 #define BUFFERED_C_NAME "stalkd.protocol._speedups.buffered_c"
 
+/* Parser.next and Parser.feed as C functions, for the same caller and on the same type (capsules
+ * ``next_c`` and ``feed_c``): one per command each, a bound method's call by name costs more than
+ * the call itself. Each returns a new reference, NULL with an exception set on error. */
+static PyObject *
+parser_next_c(PyObject *p)
+{
+    return Parser_next((ParserObject *)p, NULL);
+}
+
+static PyObject *
+parser_feed_c(PyObject *p, PyObject *data)
+{
+    return Parser_feed((ParserObject *)p, data);
+}
+
+#define NEXT_C_NAME "stalkd.protocol._speedups.next_c"
+#define FEED_C_NAME "stalkd.protocol._speedups.feed_c"
+
 static PyObject *
 Parser_get_buffered(ParserObject *self, void *closure)
 {
