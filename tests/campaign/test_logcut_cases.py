@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from campaign.powerfs import PowerFS
+
 from stalkd.log import Log
 from stalkd.log.segment import SegmentView, segment_name
 
