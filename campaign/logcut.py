@@ -217,9 +217,11 @@ def _final_read(path: str, policy: str, h: History) -> None:
 
 def run(policy: str = "always", faults: int = 20, cut_share: float = 0.7, seed: int = 1,
         strict: bool = True, work: str | None = None, keep: bool = False,
-        min_gap: float = 0.2, max_gap: float = 1.0, ignore_fsync: str = "") -> LogCounts:
+        min_gap: float = 0.2, max_gap: float = 1.0, ignore_fsync: str = "", stop_at_failure: bool = False) -> LogCounts:
     """One run: ``faults`` faults on a child appending and acking; ``ignore_fsync`` plants a
-    bug (the file system drops fsyncs of paths containing it, say ``.cur``: cursor writes)."""
+    bug (the file system drops fsyncs of paths containing it, say ``.cur``: cursor writes).
+    ``stop_at_failure``: end the run at the first restart failure, before any repair, keeping
+    ``work`` (``backing/durable`` is what the power cut left, ``child.log`` the refusal)."""
     work = work or tempfile.mkdtemp(prefix="logcut-")
     fs = PowerFS(os.path.join(work, "backing"), os.path.join(work, "mnt"), strict=strict,
                  log_path=os.path.join(work, "powerfs.log"), ignore_fsync=ignore_fsync)
@@ -230,6 +232,7 @@ def run(policy: str = "always", faults: int = 20, cut_share: float = 0.7, seed: 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc: subprocess.Popen[str] | None = None
+    stopped = False
 
     def start(run_id: int, repair: bool = False) -> subprocess.Popen[str]:
         cmd = [sys.executable, "-m", "campaign.logcut", "--child", path, "--policy", policy,
@@ -261,6 +264,10 @@ def run(policy: str = "always", faults: int = 20, cut_share: float = 0.7, seed: 
             code = kill(proc)
             if code is not None:  # it died by itself: a log it could not open, or worse
                 h.restart_failures.append(log_tail(errlog))
+                if stop_at_failure:
+                    keep = stopped = True
+                    print(f"restart failure: kept {work}", file=sys.stderr)
+                    break
                 proc = start(i + 1, repair=True)
                 continue
             if rng.random() < cut_share:
@@ -270,12 +277,13 @@ def run(policy: str = "always", faults: int = 20, cut_share: float = 0.7, seed: 
             else:
                 h.kills.append((h.now(), h.now()))
             proc = start(i + 1)
-        time.sleep(min_gap)
-        h.kills.append((h.now(), h.now()))
-        if kill(proc) is not None:
-            h.restart_failures.append(log_tail(errlog))
-        proc = None
-        _final_read(path, policy, h)
+        else:
+            time.sleep(min_gap)
+            h.kills.append((h.now(), h.now()))
+            if kill(proc) is not None:
+                h.restart_failures.append(log_tail(errlog))
+            proc = None
+            _final_read(path, policy, h)
     finally:
         if proc is not None:
             kill(proc)
@@ -286,6 +294,9 @@ def run(policy: str = "always", faults: int = 20, cut_share: float = 0.7, seed: 
             out.writelines(f"{a:.6f} KILL\n" for a, _ in h.kills)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
+    if stopped:  # no final read: only the failure is judged
+        return LogCounts(policy=policy, cuts=len(h.cuts), kills=len(h.kills), restart_failures=1,
+                         details=[f"restart failure (kept in {work}):\n{h.restart_failures[0]}"])
     return check(h, policy)
 
 
@@ -297,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--table", help="also write the table (markdown) to this file")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--stop-at-first-failure", action="store_true",
+                    help="end a run at its first restart failure, before the repair, keeping its "
+                    "directory (printed): backing/durable as the cut left it, child.log")
     ap.add_argument("--plant-ignore-fsync", metavar="TEXT", default="",
                     help="planted bug: the file system drops fsyncs of paths containing TEXT")
     ap.add_argument("--child", metavar="DIR", help=argparse.SUPPRESS)
@@ -309,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[LogCounts] = []
     for policy in args.policy or ["always", "every:50", "never"]:
         rows.append(run(policy, args.faults, args.cut_share, args.seed, keep=args.keep,
-                        ignore_fsync=args.plant_ignore_fsync))
+                        ignore_fsync=args.plant_ignore_fsync, stop_at_failure=args.stop_at_first_failure))
         progress(HEADER, row(rows[-1]), rows[-1].details)
     summary(HEADER, [row(r) for r in rows], args.table)
     return 1 if any(r.lost or r.invented or r.redelivered or r.restart_failures for r in rows) else 0

@@ -23,6 +23,12 @@ process syncs everything and leaves the marker, and the next start keeps ``live/
 A file's identity is an id this process gives it (``live/``'s inode numbers change at every
 rebuild); ids are written in the listings, so a hard link stays one file. :class:`PowerFS` is the
 harness side: it starts the process by PID, waits for the mount, cuts and restarts it.
+
+``POWERFS_TRACE=FILE`` in its environment (a PowerFS passes its own on) appends one line per call
+that matters to FILE: opens, creates, writes (file id, offset, length), syncs (the pages copied),
+directory syncs (the listing kept), renames, unlinks, and each start (a cut, or the first mount).
+It is how the campaign's "segment lost while later ones survived" was traced to a footer that
+no one synced (log/recovery.py).
 """
 
 from __future__ import annotations
@@ -203,6 +209,13 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
             self.dirty: dict[int, _Dirty] = {}
             self.fds: dict[int, int] = {}  # our descriptor -> file id
             self._mutex = threading.Lock()
+            trace = os.environ.get("POWERFS_TRACE")  # a diagnosis aid: one line per call that matters
+            self._trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
+            self._t("start", self.next_id)
+
+        def _t(self, *parts: object) -> None:
+            if self._trace is not None:
+                self._trace.write(" ".join(str(p) for p in parts) + "\n")
 
         # -- the bookkeeping --------------------------------------------------------------
         def _p(self, path: str) -> str:
@@ -233,6 +246,8 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
             st = os.fstat(fd)
             ident = self.fds[fd] if fd in self.fds else self._id(st)
             d = self.dirty.pop(ident, None)
+            self._t("sync", fd, ident, st.st_ino, st.st_size, None if d is None else d.low,
+                    None if d is None else sorted(d.pages))
             target = self.store.file(ident)
             out = os.open(target, os.O_WRONLY | os.O_CREAT, 0o600)
             try:
@@ -252,6 +267,7 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
             for name in os.listdir(full):  # entries made below a mount we did not see: ids
                 self._id(os.lstat(os.path.join(full, name)))
             self.store.set_listing(ident, _entries(full, self.inodes))
+            self._t("syncdir", path, ident, sorted((n, e[0]) for n, e in _entries(full, self.inodes).items()))
 
         def _entry_changed(self, *paths: str) -> None:
             if not strict:
@@ -296,6 +312,7 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
             fd = os.open(self._p(path), _rw(flags))
             with self._mutex:
                 self.fds[fd] = self._id(os.fstat(fd))
+                self._t("open", path, oct(flags), fd, self.fds[fd], os.fstat(fd).st_ino)
                 if flags & os.O_TRUNC:
                     self._touched(self.fds[fd], 0).low = 0
             return fd
@@ -308,6 +325,7 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
 
         def release(self, path: str | None, fh: int) -> int:
             with self._mutex:
+                self._t("release", path, fh, self.fds.get(fh))
                 self.fds.pop(fh, None)
             os.close(fh)
             return 0
@@ -317,6 +335,7 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
             with self._mutex:
                 d = self._touched(self.fds[fh], os.fstat(fh).st_size)
                 d.pages.update(range(offset // PAGE, (offset + len(data) + PAGE - 1) // PAGE))
+                self._t("write", path, fh, self.fds[fh], offset, len(data))
                 return os.pwrite(fh, data, offset)
 
         def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
@@ -327,6 +346,7 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
                 else:
                     st = os.lstat(self._p(path or "/"))
                     os.truncate(self._p(path or "/"), length)
+                self._t("truncate", path, fh, self._id(st), st.st_size, length)
                 self._touched(self._id(st), st.st_size).low = min(
                     self._touched(self._id(st), st.st_size).low, length)
             return 0
@@ -336,6 +356,7 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
                 raise fuse.FuseOSError(errno.EOPNOTSUPP)
             with self._mutex:
                 self._touched(self.fds[fh], os.fstat(fh).st_size)  # the size may grow
+                self._t("fallocate", path, fh, self.fds[fh], offset, size)
                 os.posix_fallocate(fh, offset, size)
             return 0
 
@@ -356,6 +377,7 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
             fd = os.open(self._p(path), _rw(flags) | os.O_CREAT, mode)
             with self._mutex:
                 self.fds[fd] = self._id(os.fstat(fd))
+                self._t("create", path, oct(flags), fd, self.fds[fd], os.fstat(fd).st_ino)
                 self._entry_changed(path)
             return fd
 
@@ -368,6 +390,7 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
 
         def unlink(self, path: str) -> int:
             with self._mutex:
+                self._t("unlink", path, os.lstat(self._p(path)).st_ino)
                 self._forget(self._p(path))
                 os.unlink(self._p(path))
                 self._entry_changed(path)
@@ -386,6 +409,7 @@ def _operations(backing: str, strict: bool, ignore_fsync: str = "") -> Any:
             with self._mutex:
                 if os.path.lexists(self._p(new)) and not os.path.samefile(self._p(old), self._p(new)):
                     self._forget(self._p(new))
+                self._t("rename", old, new, os.lstat(self._p(old)).st_ino)
                 os.rename(self._p(old), self._p(new))
                 self._entry_changed(old, new)
             return 0

@@ -21,6 +21,15 @@ inspect --verify``) runs the same decisions read-only and returns the damage fou
 
 What a cut changes on disk (zeroing, footers, ``dropped/``) is in ``repairs``.
 
+Before a writer continues (``open``, ``repair``), the last sealed segment is fdatasynced. Its
+footer was read from the page cache, which a kill -9 between the writer's store of the footer and
+its fdatasync leaves there, footer and frames not durable (under ``never`` and ``every``, a
+segment's frames reach the disk with its seal); nothing syncs that segment again, so a power cut
+later would lose it while the segments written after it survive, and the log would refuse to open
+with every later record beyond a repair's cut (the power-loss campaign, campaign/logcut.py, found
+it: about one run in twenty under ``never``). Only that one can be unsynced: a writer seals each
+segment, durably, before the next receives a frame, and every open syncs the last one.
+
 Ensures: the result describes a prefix of the directory's frames that is dense in offsets and
 CRC-valid; ``open`` changes nothing but a torn tail's bytes, empty segments and a missing footer
 left by a crash during a roll-over; a log that lost acknowledged records is never opened silently.
@@ -187,6 +196,16 @@ def _following(views: list[SegmentView], i: int, pos: int, offset: int) -> int:
 Mode = Literal["open", "repair", "check"]
 
 
+def _sync_sealed(fs: FileSystem, path: str) -> None:
+    """Make a sealed segment's footer and frames durable (see the module docstring); a no-op for
+    the disk when its seal's own fdatasync ran."""
+    fd = fs.open_read(path)
+    try:
+        fs.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 def _existed(root: str) -> str | None:
     """What in a directory without segments says a log was there (its mark, spare segments), or
     None. (``LOCK`` alone does not: a first open killed before its first segment leaves only it.)"""
@@ -328,6 +347,8 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                 report = report or RepairReport(os.path.join(root, segment_name(end)), 0, end,
                                                 "active segment missing", ())  # fmt: skip
             sealed.append((last.base, end, last.path))
+            if act:
+                _sync_sealed(fs, last.path)
             return Recovered(tuple(sealed), end, None, report, tuple(found), mark=mark)
         tail = _check_tail(last)
         if tail.damage is None and mark is not None and tail.next_offset < mark:
@@ -350,6 +371,8 @@ def recover(root: str, repair: bool = False, *, mode: Mode | None = None, verify
                          "after them (a write a crash interrupted)", last.path, torn, tail.data_end, tail.next_offset)
         if tail.damage is not None:  # (check mode: damage, not a torn tail to report as well)
             torn = 0
+        if act and sealed:
+            _sync_sealed(fs, sealed[-1][2])
         return Recovered(tuple(sealed), tail.next_offset, (last.path, last.base, tail.data_end, last.epoch),
                          report, tuple(found), torn, mark)  # fmt: skip
     finally:

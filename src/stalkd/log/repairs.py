@@ -114,8 +114,9 @@ def cut(
     fs: FileSystem, root: str, files: list[str], views: list[SegmentView], keep: int, cut_view: SegmentView | None,
     position: int, offset: int, reason: str,
 ) -> RepairReport:
-    """Move files[keep:] to dropped/ (beyond the cut segment); erase the cut segment's footer (the
-    tail check that follows quarantines and zeroes the frames beyond the cut)."""
+    """Move files[keep:] to dropped/ (beyond the cut segment), durably in both directories; erase
+    the cut segment's footer (the tail check that follows quarantines and zeroes the frames
+    beyond the cut)."""
     into = dropped_dir(fs, root)
     moved = []
     for p in files[keep:]:
@@ -125,6 +126,10 @@ def cut(
         target = free_name(into, os.path.basename(p))
         fs.replace(p, target)
         moved.append(target)
+    # The new names first: a move between directories is durable once both are fsynced, and with
+    # only the log's a power cut loses the files from both (the power-loss campaign found
+    # dropped/ empty after a repair); this order keeps them at worst under both names.
+    fs.fsync_dir(into)
     if cut_view is not None:
         zero(fs, cut_view.path, cut_view.size - FOOTER_SIZE, cut_view.size)
         cut_view.footer = None
