@@ -156,7 +156,11 @@ class SnapshotWriter:
             except FileNotFoundError:
                 pass
         self._fd = fs.open(self.tmp, os.O_WRONLY, create=not self._reserved, truncate=not self._reserved)
-        self._write(self._head)
+        try:
+            self._write(self._head)
+        except BaseException:  # (a full disk): no caller holds this writer to abort it
+            self.abort()
+            raise
 
     def _write(self, data: bytes) -> None:
         self.fs.write_all(self._fd, data)

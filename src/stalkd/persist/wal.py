@@ -540,7 +540,16 @@ class Wal(WalSpace, Compaction):
         try:
             self.snapshot(engine)
         except (OSError, WalError) as e:
-            return str(e)
+            space = self.space
+            if space is None or space.short or not no_space(e):
+                return str(e)
+            # A full disk with no put refused since the last snapshot: the reserve, which only a
+            # snapshot taken while puts are refused writes into, is what is left. Once more with it.
+            space.short = True
+            try:
+                self.snapshot(engine)
+            except (OSError, WalError) as e2:
+                return str(e2)
         self._settle_ids(engine)
         return None
 
