@@ -1,5 +1,6 @@
 """What the stream tests share: a listener that hands a replication request to the real
-``Replicas``, as the server's listeners do, a standby's receiver with its own engine, and
+``Replicas``, as the server's listeners do, a standby's receiver with its own engine, the
+stream's writing half as the receiver uses it, a job's record as the primary streams it, and
 waiting for a condition on the loop the standby and the primary both run on."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from stalkd.client._address import parse_address
 from stalkd.engine import Engine
+from stalkd.engine.model import Op, Record, encode
 from stalkd.persist.wal import Wal
 from stalkd.replication.receiver import Receiver
 from stalkd.replication.role import Role
@@ -31,6 +33,38 @@ class Listener(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
         self.replicas.take_over(self.transport, data, granted=self.granted)
+
+
+class Acks:
+    """The stream's writing half, as the receiver uses it (it writes its acknowledgements to the
+    transport): the offsets it acknowledged, in order (``sent``); given the standby's ``wal``,
+    also the log's durable end as each was sent (``durable_at``)."""
+
+    def __init__(self, wal: Wal | None = None) -> None:
+        self.wal = wal
+        self.sent: list[int] = []
+        self.durable_at: list[int] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(int.from_bytes(data, "little"))
+        if self.wal is not None:
+            self.durable_at.append(self.wal.log.durable_offset)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    @property
+    def transport(self) -> Acks:  # (the receiver writes acknowledgements to the transport)
+        return self
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def put_payload(jid: int) -> bytes:
+    """Job ``jid``'s PUT record, encoded as the primary streams it."""
+    return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, 0, b"job %d" % jid))
 
 
 def standby(swal: Wal, port: int, **options: Any) -> Receiver:

@@ -13,39 +13,15 @@ from typing import cast
 import pytest
 
 from stalkd.engine.handover import epoch_record
-from stalkd.engine.model import Op, Record, decode, encode
+from stalkd.engine.model import Op, decode
 from stalkd.persist.wal import Wal
 from stalkd.replication import receiver, wire
 from stalkd.replication.receiver import _Feed
 
-from .streams import standby, until
+from .streams import Acks, put_payload, standby, until
 
 
-class _Acks:
-    """The stream's writing half, as the receiver uses it: what it acknowledged."""
-
-    def __init__(self) -> None:
-        self.sent: list[int] = []
-
-    def write(self, data: bytes) -> None:
-        self.sent.append(int.from_bytes(data, "little"))
-
-    def is_closing(self) -> bool:
-        return False
-
-    @property
-    def transport(self) -> _Acks:  # (the receiver writes acknowledgements to the transport)
-        return self
-
-    def close(self) -> None:
-        pass
-
-
-def _put(jid: int) -> bytes:
-    return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, 0, b"job %d" % jid))
-
-
-async def _waiting(rc: receiver.Receiver, feed: _Feed, acks: _Acks) -> asyncio.Task[None]:
+async def _waiting(rc: receiver.Receiver, feed: _Feed, acks: Acks) -> asyncio.Task[None]:
     """The stream's task, started and waiting for its first read."""
     task = asyncio.ensure_future(rc._stream(feed, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0]))
     await until(lambda: feed._waiter is not None, "the stream waiting for a read")
@@ -55,13 +31,13 @@ async def _waiting(rc: receiver.Receiver, feed: _Feed, acks: _Acks) -> asyncio.T
 def test_a_read_that_comes_while_the_stream_waits_is_appended_and_applied_in_the_feeds_call(tmp_path: Path) -> None:
     with Wal.open(tmp_path, durability="always") as wal:
         rc = standby(wal, 1)  # (never connects: its reads are fed to it below)
-        acks = _Acks()
+        acks = Acks()
 
         async def main() -> None:
             feed = _Feed(cast(asyncio.BaseTransport, None), 1 << 20, b"")
             task = await _waiting(rc, feed, acks)
             for i in range(3):
-                feed.data_received(b"".join(wire.encode_records(i, [_put(i + 1)])))
+                feed.data_received(b"".join(wire.encode_records(i, [put_payload(i + 1)])))
                 assert wal.log.next_offset == i + 1  # (before the loop turns)
                 assert sorted(rc.engine.jobs) == list(range(1, i + 2))
                 await until(lambda i=i: rc.durable_end == i + 1, f"read {i} acknowledged")  # type: ignore[misc]
@@ -79,12 +55,12 @@ def test_a_read_of_more_slices_is_left_to_the_task_and_a_promotion_before_it_run
     monkeypatch.setattr(receiver, "APPLY_RECORDS", 2)
     with Wal.open(tmp_path, durability="always") as wal:
         rc = standby(wal, 1)
-        acks = _Acks()
+        acks = Acks()
 
         async def main() -> None:
             feed = _Feed(cast(asyncio.BaseTransport, None), 1 << 20, b"")
             task = await _waiting(rc, feed, acks)
-            feed.data_received(b"".join(wire.encode_records(0, [_put(1), _put(2), _put(3)])))
+            feed.data_received(b"".join(wire.encode_records(0, [put_payload(1), put_payload(2), put_payload(3)])))
             assert wal.log.next_offset == 0  # two slices: the task's, at its next turn
             rc.stop()  # what Standby.promote does first, then its epoch's record
             wal.write([epoch_record(rc.engine, 1, wal.log.next_offset, 6.0)])
@@ -100,14 +76,14 @@ def test_a_bad_message_that_comes_while_the_stream_waits_ends_the_stream_with_no
         tmp_path: Path) -> None:  # fmt: skip
     with Wal.open(tmp_path, durability="always") as wal:
         rc = standby(wal, 1)
-        acks = _Acks()
+        acks = Acks()
 
         async def main() -> None:
             feed = _Feed(cast(asyncio.BaseTransport, None), 1 << 20, b"")
             task = await _waiting(rc, feed, acks)
-            feed.data_received(b"".join(wire.encode_records(0, [_put(1)])))
-            feed.data_received(b"".join(wire.encode_records(5, [_put(2)])))  # (the transport's call does not raise)
-            feed.data_received(b"".join(wire.encode_records(1, [_put(3)])))  # after the error: never read
+            feed.data_received(b"".join(wire.encode_records(0, [put_payload(1)])))
+            feed.data_received(b"".join(wire.encode_records(5, [put_payload(2)])))  # (the transport's call does not raise)
+            feed.data_received(b"".join(wire.encode_records(1, [put_payload(3)])))  # after the error: never read
             with pytest.raises(wire.WireError, match="sent offset 5"):
                 await task
 

@@ -10,13 +10,12 @@ import time
 from pathlib import Path
 from typing import cast
 
-from stalkd.engine.model import Op, Record, encode
 from stalkd.log.fs import FileSystem
 from stalkd.persist.wal import Wal
 from stalkd.replication import wire
 from stalkd.replication.receiver import INLINE_FSYNC_MAX, INLINE_RETRY, _Feed
 
-from .streams import standby, until
+from .streams import Acks, put_payload, standby, until
 
 SLOW = 0.01  # seconds per fdatasync: 5x the bound, so one such fsync moves the average past it
 
@@ -29,37 +28,11 @@ class _SlowDisk(FileSystem):
         time.sleep(SLOW)
 
 
-class _Acks:
-    """The stream's writing half, as the receiver uses it: the offsets it acknowledged, each
-    with the log's durable end when it was sent."""
-
-    def __init__(self, wal: Wal) -> None:
-        self.wal = wal
-        self.sent: list[tuple[int, int]] = []
-
-    def write(self, data: bytes) -> None:
-        self.sent.append((int.from_bytes(data, "little"), self.wal.log.durable_offset))
-
-    def is_closing(self) -> bool:
-        return False
-
-    @property
-    def transport(self) -> _Acks:  # (the receiver writes acknowledgements to the transport)
-        return self
-
-    def close(self) -> None:
-        pass
-
-
-def _put(jid: int) -> bytes:
-    return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, 0, b"job %d" % jid))
-
-
 def test_a_slow_disk_moves_the_standbys_fsyncs_to_the_thread_and_every_ack_is_durable(tmp_path: Path) -> None:
     assert SLOW * 0.25 > INLINE_FSYNC_MAX  # (the moving average's first step)
     with Wal.open(tmp_path, durability="always", fs=_SlowDisk()) as wal:
         rc = standby(wal, 1)  # (never connects: its reads are fed to it below)
-        acks = _Acks(wal)
+        acks = Acks(wal)
         left: list[int] = []
 
         async def main() -> None:
@@ -67,7 +40,7 @@ def test_a_slow_disk_moves_the_standbys_fsyncs_to_the_thread_and_every_ack_is_du
             stream = asyncio.ensure_future(
                 rc._stream(feed, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0]))
             for i in range(4):
-                feed.data_received(b"".join(wire.encode_records(i, [_put(i + 1)])))
+                feed.data_received(b"".join(wire.encode_records(i, [put_payload(i + 1)])))
                 await until(lambda i=i: rc.durable_end == i + 1, f"read {i} acknowledged")  # type: ignore[misc]
                 left.append(rc.fsync_place._thread_left)
             rc.stop()
@@ -78,6 +51,6 @@ def test_a_slow_disk_moves_the_standbys_fsyncs_to_the_thread_and_every_ack_is_du
         asyncio.run(main())
         # the first read's fsync ran inline and was slow: the next reads went to the thread
         assert left == [INLINE_RETRY, INLINE_RETRY - 1, INLINE_RETRY - 2, INLINE_RETRY - 3]
-        assert [end for end, _ in acks.sent] == [1, 2, 3, 4]
-        assert all(end <= durable for end, durable in acks.sent)  # never ahead of the disk
+        assert acks.sent == [1, 2, 3, 4]
+        assert all(end <= durable for end, durable in zip(acks.sent, acks.durable_at, strict=True))  # never ahead of the disk
         assert sorted(rc.engine.jobs) == [1, 2, 3, 4]

@@ -13,38 +13,13 @@ from typing import cast
 import pytest
 
 from stalkd.engine.handover import epoch_record
-from stalkd.engine.model import Op, Record, decode, encode
+from stalkd.engine.model import Op, decode
 from stalkd.log.frame import encode_data_frames
 from stalkd.persist.wal import Wal
 from stalkd.replication import receiver, wire
 from stalkd.replication.receiver import _Feed
 
-from .streams import standby
-
-
-class Acks:
-    """The stream's writing half, as the receiver uses it (what it sends is the primary's)."""
-
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.sent.append(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    @property
-    def transport(self) -> Acks:  # (the receiver writes acknowledgements to the transport)
-        return self
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def put(jid: int) -> bytes:
-    return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, 0, b"job %d" % jid))
+from .streams import Acks, put_payload, standby
 
 
 def test_a_promotion_between_two_slices_of_one_read_appends_nothing_after_its_epoch(
@@ -64,8 +39,8 @@ def test_a_promotion_between_two_slices_of_one_read_appends_nothing_after_its_ep
         async def main() -> None:
             # two messages, read at once (no transport: the feed stays far below its limit)
             feed = _Feed(cast(asyncio.BaseTransport, None), 1 << 20,
-                         b"".join(wire.encode_records(0, [put(1), put(2)]))
-                         + b"".join(wire.encode_records(2, [put(3)])))  # fmt: skip
+                         b"".join(wire.encode_records(0, [put_payload(1), put_payload(2)]))
+                         + b"".join(wire.encode_records(2, [put_payload(3)])))  # fmt: skip
             asyncio.get_running_loop().call_soon(promote)
             rc._writer = cast(asyncio.StreamWriter, acks)
             await rc._stream(feed, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0])
@@ -87,17 +62,17 @@ def test_the_messages_of_one_read_that_follow_on_are_applied_in_one_step_and_ack
 
         async def main() -> None:
             feed = _Feed(cast(asyncio.BaseTransport, None), 1 << 20,
-                         b"".join(wire.encode_records(0, [put(1), put(2)]))
-                         + b"".join(wire.encode_records(2, [put(3)]))
-                         + wire.encode_frames(3, 0, encode_data_frames([put(4), put(5)], 3, 7, 1)))  # fmt: skip
+                         b"".join(wire.encode_records(0, [put_payload(1), put_payload(2)]))
+                         + b"".join(wire.encode_records(2, [put_payload(3)]))
+                         + wire.encode_frames(3, 0, encode_data_frames([put_payload(4), put_payload(5)], 3, 7, 1)))  # fmt: skip
             feed.connection_lost(None)
             rc._writer = cast(asyncio.StreamWriter, acks)
             with pytest.raises(EOFError):
                 await rc._stream(feed, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0])
-            assert [int.from_bytes(a, "little") for a in acks.sent] == [5]  # one acknowledgement for the read
+            assert acks.sent == [5]  # one acknowledgement for the read
             # then a message that skips offset 5: refused, nothing of it written
             bad = _Feed(cast(asyncio.BaseTransport, None), 1 << 20,
-                        b"".join(wire.encode_records(5, [put(6)])) + b"".join(wire.encode_records(7, [put(8)])))
+                        b"".join(wire.encode_records(5, [put_payload(6)])) + b"".join(wire.encode_records(7, [put_payload(8)])))
             with pytest.raises(wire.WireError, match="sent offset 7"):
                 await rc._stream(bad, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0])
 
