@@ -516,19 +516,26 @@ class Wal(WalSpace, Compaction):
         self.batches.sync()
 
     def maintain(self, engine: Engine, now: float, *, force: bool = False) -> bool:
-        """``Compaction.maintain``; when a snapshot fails for lack of space, the spare segments no
-        promise needs are given back first, so the retry finds room (the snapshot is what frees
-        the dead WAL)."""
+        """``Compaction.maintain``; a snapshot that fails for lack of space leaves the next one
+        room (``_out_of_room``): the snapshot is what frees the dead WAL."""
         try:
             return super().maintain(engine, now, force=force)
         except (OSError, WalError) as e:
-            if self.space is not None and no_space(e):
-                self.space.short = True
-                freed = self.space.release_unpromised()
-                if freed:
-                    _log.info("%s: gave back %d spare segments so a snapshot can free the dead WAL",
-                              self.directory, freed)  # fmt: skip
+            self._out_of_room(e)
             raise
+
+    def _out_of_room(self, e: BaseException) -> bool:
+        """Whether a snapshot failed for lack of space; if so, puts count as refused (the next
+        snapshot writes into the reserve) and the spare segments no promise needs are given back."""
+        space = self.space
+        if space is None or not no_space(e):
+            return False
+        space.short = True
+        freed = space.release_unpromised()
+        if freed:
+            _log.info("%s: gave back %d spare segments so a snapshot can free the dead WAL",
+                      self.directory, freed)  # fmt: skip
+        return True
 
     def final_snapshot(self, engine: Engine) -> str | None:
         """At a clean stop: a snapshot if WAL was written since the last one, so the next start
@@ -540,12 +547,11 @@ class Wal(WalSpace, Compaction):
         try:
             self.snapshot(engine)
         except (OSError, WalError) as e:
-            space = self.space
-            if space is None or space.short or not no_space(e):
+            # A full disk with no put refused since the last snapshot: the reserve was not yet
+            # the snapshot's to use. There is no later tick to try again at a stop: once more now.
+            reserve_unused = self.space is not None and not self.space.short
+            if not (reserve_unused and self._out_of_room(e)):
                 return str(e)
-            # A full disk with no put refused since the last snapshot: the reserve, which only a
-            # snapshot taken while puts are refused writes into, is what is left. Once more with it.
-            space.short = True
             try:
                 self.snapshot(engine)
             except (OSError, WalError) as e2:
