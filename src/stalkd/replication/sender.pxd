@@ -4,6 +4,7 @@
 # the encoder, the gate and the decoder it calls as C functions.
 
 cimport cython
+from posix.unistd cimport read
 
 from stalkd.log.log cimport frames_span
 from stalkd.log.reader cimport FrameSpan, ReadPos, SegmentViews
@@ -27,6 +28,7 @@ cdef class Replicas:
     cdef public object _tick, _send_soon, _loop
 
     cpdef written(self)
+    cpdef poll_acks(self)
     cpdef _send(self)
     cpdef Py_ssize_t end_offset(self) except -1
 
@@ -57,6 +59,9 @@ cdef class Sender:
     cdef public SyncGate _gate
     cdef public object _on_replicated
     cdef public object _write, _is_closing
+    cdef public int _fd
+
+    cpdef poll(self)
 
     cpdef _acked(self, Py_ssize_t offset)
     @cython.locals(end=Py_ssize_t, stop=Py_ssize_t)

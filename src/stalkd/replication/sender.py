@@ -58,6 +58,7 @@ log = logging.getLogger("stalkd.replication")
 CHUNK_BYTES = 1 << 20  # payload bytes per records message
 CHUNK_RECORDS = 8192
 _WRITE_LIMIT = 4 << 20  # transport buffer above which the sender pauses
+_POLL_BYTES = 4096  # acknowledgements are 8 bytes each: one read takes all that wait
 REFUSAL_LOG_EVERY = 10.0  # seconds between log lines about refused replication attempts
 WAIT_LOG_EVERY = 5.0  # seconds between log lines while replies wait for standbys
 WAIT_REPORT_AFTER = 0.5  # seconds replies wait for standbys before it is reported
@@ -179,6 +180,19 @@ class Replicas:
             self._send_soon = loop.call_later(ASYNC_SEND_EVERY, self._send)
 
     @cython.locals(s="Sender")  # (a name defined below)
+    def poll_acks(self) -> None:
+        """Read now what the standbys have sent, while a batch waits for their acknowledgement
+        (--sync-standbys; the barriers call this after each batch they write). An
+        acknowledgement that arrived while the loop ran a round of client commands would else
+        be read only in the next round, after the clients ready with it: the replies it
+        releases would wait a round of other clients' work."""
+        gate = self.gate
+        if gate is None or not gate._waiting:
+            return
+        for s in self._streams:
+            s.poll()
+
+    @cython.locals(s="Sender")  # (a name defined below)
     def _send(self) -> None:
         self._send_soon = None
         for s in self._streams:
@@ -256,6 +270,21 @@ class Replicas:
             s.close()
 
 
+def _readable_fd(transport: asyncio.BaseTransport) -> int:
+    """The descriptor ``Sender.poll`` may read ahead of ``transport``: a plain socket's (-1 for
+    TLS, whose bytes only the transport can decrypt, or no socket)."""
+    if transport.get_extra_info("sslcontext") is not None:
+        return -1
+    sock = transport.get_extra_info("socket")
+    return -1 if sock is None else int(sock.fileno())
+
+
+if not cython.compiled:  # compiled, sender.pxd takes it from C
+
+    def read(fd: int, buf: object, n: int) -> int:
+        raise NotImplementedError("compiled only")
+
+
 def _not_connected(data: bytes) -> None:
     raise RuntimeError("a stream written before its connection was made")
 
@@ -287,6 +316,7 @@ class Sender:
     _sent_frames: int
     _sent_records: int
     _snap_fd: int
+    _fd: int
     _pos: ReadPos
     _span: FrameSpan
     _challenge: tuple[bytes, bytes, wire.Request | None] | None
@@ -316,6 +346,7 @@ class Sender:
         self.frames = False  # it takes frames messages (its request says so; else records alone)
         self._sent_frames = self._sent_records = 0  # messages of each kind sent (``sent``)
         self._snap_fd = -1
+        self._fd = -1  # the socket's descriptor, read ahead by poll (-1: not connected, or TLS)
         self._pos = ReadPos(-1, 0, 0)  # where the last read stopped: no segment rescan per batch
         self._span = FrameSpan()  # where the frames after ``_pos`` lie (pump's, per message)
         self._challenge = None  # nonce, line, request
@@ -338,6 +369,7 @@ class Sender:
         self._write = self.transport.write
         self._is_closing = self.transport.is_closing
         self.transport.set_write_buffer_limits(high=_WRITE_LIMIT)
+        self._fd = _readable_fd(transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "unix")
 
@@ -374,6 +406,30 @@ class Sender:
         self._request(line)
         if rest and self.streaming:
             self.data_received(rest)
+
+    @cython.locals(n=cython.Py_ssize_t)
+    def poll(self) -> None:
+        """Take whatever the standby sent that the loop has not read yet (``poll_acks``): one
+        non-blocking read of the socket, as the transport's own would be, handed to
+        ``data_received``. Nothing to read, an error or the end of the stream are left to the
+        transport, which reads the socket again and sees them too."""
+        if self._fd < 0 or not self.streaming or self._is_closing():
+            return  # (closing: the transport may have closed the descriptor, its number reused)
+        # (EAGAIN: nothing sent; any other error, or the end, the transport's own read gets too)
+        if cython.compiled:  # read(2) into the stack: nothing waiting costs no exception object
+            buf = cython.declare(cython.char[4096])  # (_POLL_BYTES)
+            n = read(self._fd, buf, 4096)
+            if n <= 0:
+                return
+            data = buf[:n]
+        else:
+            try:
+                data = os.read(self._fd, _POLL_BYTES)
+            except OSError:
+                return
+            if not data:
+                return
+        self.data_received(data)
 
     def _acked(self, offset: int) -> None:
         """The standby holds everything below ``offset``: move the gate (``--sync-standbys``)."""
@@ -566,6 +622,7 @@ class Sender:
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._fd = -1  # (the transport closed it: its number may be reused)
         if self._snap_fd >= 0:
             os.close(self._snap_fd)
             self._snap_fd = -1

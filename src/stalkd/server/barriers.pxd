@@ -24,6 +24,7 @@ cdef class Barriers:
     cdef public object end_offset
     cdef public object after_write
     cdef public object after_write_while
+    cdef public object after_batch
     cdef public bint _batch_open
     cdef public list pending
     cdef public bint _flush_scheduled

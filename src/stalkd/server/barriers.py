@@ -122,6 +122,7 @@ class Barriers:
     end_offset: Callable[[], int]
     after_write: Callable[[], None] | None
     after_write_while: Sized | None
+    after_batch: Callable[[], None] | None
     _batch_open: bool
     pending: list[Record]
     _flush_scheduled: bool
@@ -172,6 +173,9 @@ class Barriers:
         # after_write runs only while this is non-empty (None: always): the standbys connected,
         # so a primary without one pays no call per batch.
         self.after_write_while = None
+        # after a batch is written and noted: replies waiting for a standby's acknowledgement
+        # may be released here (Replicas.poll_acks), as an inline fsync releases its own
+        self.after_batch = None
         self._batch_open = False  # records of this loop iteration go into batch ``written``
         self.pending = []  # records of this loop iteration, not yet written
         self._flush_scheduled = False
@@ -313,6 +317,8 @@ class Barriers:
             return
         self._batch_open = False
         self._batch_written()
+        if self.after_batch is not None:
+            self.after_batch()
 
     def _write_failed(self, e: Exception) -> None:
         # The engine already applied these changes and memory now runs ahead of the WAL:
