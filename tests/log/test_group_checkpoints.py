@@ -112,3 +112,19 @@ def test_a_deferred_checkpoint_does_not_touch_a_crashed_groups_file(tmp_path: Pa
     g._write_due()  # what the cursor thread does when the call falls due: nothing now
     assert g._file.error is None
     assert on_disk(tmp_path) == 5
+
+
+def test_a_group_moved_from_never_to_every_still_checkpoints(tmp_path: Path, clock: Clock) -> None:
+    """A slot written under never has no fsync coming; under every a checkpoint waits for its
+    predecessor's fsync, so the group asks for that fsync itself rather than wait for ever."""
+    log = Log.open(tmp_path, durability="never")
+    log.append_many([b"r%d" % i for i in range(20)])
+    g = log.group("g")
+    clock.now += 0.2
+    g.ack(*g.poll(5))
+    assert on_disk(tmp_path) == 5
+    log.group("g", durability="every:100")
+    clock.now += 0.2
+    g.ack(*g.poll(5))
+    wait_until(lambda: on_disk(tmp_path) == 10, "the checkpoint after the change on disk")
+    log.close()

@@ -366,10 +366,14 @@ class ConsumerGroup(LagLimits):
         # every: at most one slot unsynced at a time, so a power loss tears at most one; the
         # cursor thread runs the deferred write after the fsync it is doing. (never fsyncs
         # nothing: its slots are all "unsynced", and a power loss may lose any of them anyway.)
-        if wait > 0 or (self._policy == "every" and f.pending):
+        unsynced = self._policy == "every" and f.pending
+        if wait > 0 or unsynced:
             if not self._deferred:
                 self._deferred = True
-                self.log.cursor_syncer().call_later(self, wait, self._write_due)
+                syncer = self.log.cursor_syncer()
+                if unsynced:  # make sure the fsync it waits for comes (a write under never has none)
+                    syncer.request(f)
+                syncer.call_later(self, wait, self._write_due)
             return
         self._persist(fsync=False)
         if self._policy == "every":
