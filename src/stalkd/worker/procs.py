@@ -9,7 +9,8 @@ connections close.
 
 Ensures: until ``stop()``, ``concurrency`` children are running or being replaced (at most one
 replacement per slot per ``respawn_delay`` seconds, so a crash loop cannot spin); a stop reaches
-every child, one being forked as it comes included, and no child is forked after it.
+every child, one being forked as it comes included, and no child is forked after it; a child
+handles a stop with its own handlers however early it comes (it waits, blocked, until they are in).
 """
 
 from __future__ import annotations
