@@ -15,10 +15,10 @@ child on what is left (a log that will not open is a restart failure; the run th
 with ``repair=True``), and at the end reads the log and polls the group once more. The rules
 (same window as :mod:`campaign.powercut`): an acknowledged append's record is there, with its
 payload, or the group delivered it; an acknowledged ack is not delivered again; nothing
-delivered or read that no child meant to append. Under ``every:MS`` and ``never`` a group's
-cursor is checkpointed at most every MS (100 ms under never) without waiting for the disk, so
-there a plain ``kill -9`` may also undo the acks of that last stretch (at-least-once delivery:
-by design, though the group's docstring says only unacked records come back after a crash).
+delivered or read that no child meant to append. Under ``every:MS`` and ``never`` a group
+writes its cursor checkpoint at most MS (100 ms under never) after an ack, without waiting for
+the disk, so there a plain ``kill -9`` may also undo the acks of that last stretch (at-least-once
+delivery, as the group's docstring says); the judge allows it that interval plus the slack.
 
 ``python -m campaign.logcut --faults 40`` prints the table.
 """
@@ -144,9 +144,9 @@ def check(h: History, policy: str, slack: float = 1.0) -> LogCounts:
     out = LogCounts(policy=policy, cuts=len(h.cuts), kills=len(h.kills),
                     restart_failures=len(h.restart_failures))
     window = window_of(policy, slack)
-    # Cursor checkpoints are throttled under every:MS and never (written at most every MS, or
-    # 100 ms, by design: at-least-once delivery), so there a plain kill -9 may undo the acks of
-    # that last stretch too.
+    # Cursor checkpoints are throttled under every:MS and never (written at most MS, or 100 ms,
+    # after an ack, by design: at-least-once delivery), so there a plain kill -9 may undo the
+    # acks of that last stretch too; an ack older than that at the kill must stay acked.
     throttle = 0.0 if policy == "always" else window_of(policy, slack) if policy.startswith("every:") else 0.1 + slack
     intents: dict[str, tuple[int, int]] = {}  # run -> (first, last) n ever intended
     appended: list[tuple[int, str, float]] = []

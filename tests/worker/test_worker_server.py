@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import signal
 import threading
 import time
@@ -304,6 +305,66 @@ def test_a_stop_that_comes_while_the_children_are_forked_reaches_every_child(ser
             if p.is_alive():
                 p.kill()
         t.join(timeout=20)
+
+
+class _HeldAfterFork(Middleware):
+    """In a forked child, before it installs its own signal handlers: says so through a pipe,
+    then waits until the test says it has sent the child its stop."""
+
+    def __init__(self) -> None:
+        self.forked_r, self.forked_w = os.pipe()
+        self.sent_r, self.sent_w = os.pipe()
+        self.parent = os.getpid()
+
+    def after_fork(self) -> None:
+        if os.getpid() != self.parent:
+            os.write(self.forked_w, b"f")
+            os.read(self.sent_r, 1)
+
+    def close(self) -> None:
+        for fd in (self.forked_r, self.forked_w, self.sent_r, self.sent_w):
+            os.close(fd)
+
+
+@pytest.mark.parametrize("parent_handler", [False, True], ids=["parent-default", "parent-handler"])
+def test_a_drain_stop_sent_before_a_child_installed_its_handlers_takes_the_graceful_path(
+        server: Any, parent_handler: bool) -> None:
+    """A child signalled between its fork and its handlers used to meet the parent's SIGTERM
+    disposition: the default (it died by the signal, no graceful exit) or the parent's handler
+    (say Shutdown's, installed before a replacement is forked: the child ran the parent's stop
+    and then worked on, unstopped, until the grace period's kill)."""
+    from stalkd.worker import make_worker
+
+    held = _HeldAfterFork()
+    app = App(server.address, middleware=[held])
+
+    @app.task(tube="hf")
+    def idle(p: int) -> None:
+        pass
+
+    previous = signal.getsignal(signal.SIGTERM)
+    if parent_handler:
+        signal.signal(signal.SIGTERM, lambda *_: None)
+    worker = make_worker(app, mode="processes", concurrency=1, reserve_timeout=1, grace=1)
+    t = threading.Thread(target=worker.run, daemon=True)
+    try:
+        t.start()
+        # Given a child held in after_fork, before its own handlers exist
+        wait_for(lambda: select.select([held.forked_r], [], [], 0)[0], what="the child is in after_fork")
+        # When the worker is stopped (drain: SIGTERM to the child) and only then the child goes on
+        worker.stop()
+        os.write(held.sent_w, b"s")
+        # Then the child stops by its graceful path (exit 0), neither killed by the signal nor
+        # left running until the grace period's SIGKILL
+        wait_for(lambda: not t.is_alive(), what="the worker stopped")
+        assert [p.exitcode for p in worker.children] == [0]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for p in worker.children:
+            if p.is_alive():
+                p.kill()
+        t.join(timeout=20)
+        held.close()
 
 
 @pytest.mark.parametrize("mode", ["threads", "asyncio"])

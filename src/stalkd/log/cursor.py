@@ -31,6 +31,8 @@ import contextlib
 import os
 import struct
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from stalkd.log.crc import crc32c
@@ -186,14 +188,19 @@ class CursorFile:
 
 
 class CursorSyncer:
-    """A background thread that fsyncs cursor files for ``every:<ms>`` groups, so acking never
-    waits for the disk. It is woken by requests (never sleeps on a timer), so a busy
-    consumer cannot starve it: the next system call the consumer makes hands over the GIL.
+    """A background thread for a log's groups: it fsyncs cursor files for ``every:<ms>`` groups,
+    so acking never waits for the disk, and writes the checkpoints a group deferred (its
+    interval not yet passed) once they are due, so an ack that no later call follows still
+    reaches the file within the interval. Fsync requests are served as soon as they come (a
+    busy consumer cannot starve them: the next system call the consumer makes hands over the
+    GIL); only deferred checkpoints wait for their time.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._pending: dict[int, CursorFile] = {}
+        # key -> (due on time.monotonic(), call): at most one deferred call per key (a group).
+        self._timers: dict[object, tuple[float, Callable[[], None]]] = {}
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="stalkd-cursor-sync", daemon=True)
         self._thread.start()
@@ -203,19 +210,41 @@ class CursorSyncer:
             self._pending[id(f)] = f
             self._cond.notify()
 
+    def call_later(self, key: object, delay: float, fn: Callable[[], None]) -> None:
+        """Call ``fn`` on this thread ``delay`` seconds from now (or, if ``key`` already has an
+        earlier call due, then only). ``fn`` must not raise; it may call this again."""
+        due = time.monotonic() + max(delay, 0.0)
+        with self._cond:
+            old = self._timers.get(key)
+            if old is not None and old[0] <= due:
+                return
+            self._timers[key] = (due, fn)
+            self._cond.notify()
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
-                if not self._pending:
-                    return
+                while True:
+                    if self._pending:
+                        break
+                    if self._closed:
+                        return  # deferred checkpoints are moot: closing groups write their own
+                    now = time.monotonic()
+                    first = min((due for due, _ in self._timers.values()), default=None)
+                    if first is not None and first <= now:
+                        break
+                    self._cond.wait(None if first is None else first - now)
                 batch, self._pending = self._pending, {}
+                now = time.monotonic()
+                due_keys = [k for k, (due, _) in self._timers.items() if due <= now]
+                calls = [self._timers.pop(k)[1] for k in due_keys]
             for f in batch.values():
                 try:
                     f.sync()
                 except OSError as e:
                     f.error = e
+            for fn in calls:  # after the syncs: an every:<ms> checkpoint waiting for one may go now
+                fn()
 
     def close(self) -> None:
         with self._cond:

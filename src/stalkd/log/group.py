@@ -12,9 +12,19 @@ dead-letter log (another :class:`Log`, e.g. ``DIR/dead``) and acked here.
 The log it reads is a :class:`GroupLog` (``groupapi.py``); lag and its limits are
 ``grouplag.py``.
 
+Checkpoints (the cursor file) follow the group's ``durability`` (the log's by default):
+``always`` writes and fsyncs one before ``ack``/``nack`` returns; ``every:<ms>`` writes one at
+most ``ms`` after an ack and fsyncs it in the background; ``never`` writes one (no fsync) at most
+100 ms after an ack. A checkpoint not yet due when the ack returns is written by the next call
+that finds it due, or else by the log's cursor thread when it falls due (so a consumer that
+acks and then idles or blocks in ``poll`` loses nothing more). So after a process crash
+(kill -9) only the acks of the last ``ms`` (``never``: 100 ms) may come back; after a power
+loss under ``never``, any ack not checkpointed by an fsync may (at-least-once either way).
+
 Ensures: ``committed`` only grows, except through ``seek``; a record is never delivered again
-once acked (before or after a reopen), unless the group is sought back over it; a record is
-delivered at most once between redeliveries, i.e. polls never hand out an offset still in flight.
+once acked (before or after a clean reopen; after a crash, within the window above), unless the
+group is sought back over it; a record is delivered at most once between redeliveries, i.e.
+polls never hand out an offset still in flight.
 """
 
 from __future__ import annotations
@@ -39,6 +49,9 @@ from .segment import HEADER_SIZE
 __all__ = ["ConsumerGroup", "GroupLog", "Message", "GROUPS_DIR"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+# The clock of the checkpoint interval (seconds); tests replace it to decide when one is due.
+monotonic = time.monotonic
 
 
 def _ranges(offsets: set[int]) -> tuple[tuple[int, int], ...]:
@@ -121,7 +134,9 @@ class ConsumerGroup(LagLimits):
         self._redeliver: list[int] = []
         self._attempts: dict[int, int] = {}
         self._dirty = False
-        self._last_persist = time.monotonic()
+        self._last_persist = monotonic()
+        self._deferred = False  # a call of _write_due is scheduled on the log's cursor thread
+        self._closed = False
 
     def configure(
         self,
@@ -140,7 +155,7 @@ class ConsumerGroup(LagLimits):
         self.durability = durability if durability is not None else self.log.durability
         self._policy, self._interval = parse_durability(self.durability)
         if self._policy == "never":
-            self._interval = 0.1  # checkpoint without fsync, at most every 100 ms
+            self._interval = 0.1  # checkpoint without fsync, at most 100 ms after an ack
         self.ttl = ttl
         self.max_lag_items = max_lag_items
         self.max_lag_bytes = max_lag_bytes
@@ -343,14 +358,39 @@ class ConsumerGroup(LagLimits):
             return
         f = self._file
         if f.error is not None:
-            raise LogError(f"{f.path}: fsync of the cursor of group {self.name!r} failed: {f.error}")
+            raise LogError(f"{f.path}: writing or fsyncing the cursor of group {self.name!r} failed: {f.error}")
         if self._policy == "always":
             self._persist(fsync=True)
-        elif time.monotonic() - self._last_persist >= self._interval and not f.pending:
-            # every: write now, fsync in the background (at most one slot unsynced at a time).
-            self._persist(fsync=False)
-            if self._policy == "every":
-                self.log.cursor_syncer().request(f)
+            return
+        wait = self._interval - (monotonic() - self._last_persist)
+        # every: at most one slot unsynced at a time, so a power loss tears at most one; the
+        # cursor thread runs the deferred write after the fsync it is doing. (never fsyncs
+        # nothing: its slots are all "unsynced", and a power loss may lose any of them anyway.)
+        unsynced = self._policy == "every" and f.pending
+        if wait > 0 or unsynced:
+            if not self._deferred:
+                self._deferred = True
+                syncer = self.log.cursor_syncer()
+                if unsynced:  # make sure the fsync it waits for comes (a write under never has none)
+                    syncer.request(f)
+                syncer.call_later(self, wait, self._write_due)
+            return
+        self._persist(fsync=False)
+        if self._policy == "every":
+            self.log.cursor_syncer().request(f)
+
+    def _write_due(self) -> None:
+        """On the log's cursor thread: write the checkpoint an ack deferred, if still needed."""
+        with self._lock:
+            self._deferred = False
+            if self._closed:
+                return
+            try:
+                self._maybe_persist()  # not due yet (the clock, or an fsync in flight): again later
+            except LogError:
+                pass  # the file's error: the group's next ack, nack or poll raises it
+            except OSError as e:
+                self._file.error = e
 
     def _persist(self, fsync: bool) -> None:
         self._seq += 1
@@ -359,7 +399,7 @@ class ConsumerGroup(LagLimits):
         state = CursorState(self._seq, self.committed, pos_offset, base, pos, self.expired, self.dropped, acked)
         self._file.write(state, fsync)
         self._dirty = False
-        self._last_persist = time.monotonic()
+        self._last_persist = monotonic()
 
     def commit(self) -> None:
         """Checkpoint now, with an fsync (whatever the group's durability policy)."""
@@ -371,16 +411,21 @@ class ConsumerGroup(LagLimits):
         with self._lock:
             if self._dirty:
                 self._persist(fsync=self._policy != "never")
+            self._closed = True
             self._file.close()
 
     def abandon(self) -> None:
         """Close the cursor file without a checkpoint (what a crash leaves; the log calls it)."""
-        self._file.close()
+        with self._lock:  # not while the cursor thread writes a deferred checkpoint to it
+            self._closed = True
+            self._file.close()
 
     def destroy(self) -> None:
         """Close and delete the cursor file (the log calls it to remove the group)."""
         fs = self.log.fs
-        self._file.close()
+        with self._lock:
+            self._closed = True
+            self._file.close()
         fs.unlink(self._file.path)
         fs.fsync_dir(os.path.dirname(self._file.path))
 

@@ -9,7 +9,8 @@ connections close.
 
 Ensures: until ``stop()``, ``concurrency`` children are running or being replaced (at most one
 replacement per slot per ``respawn_delay`` seconds, so a crash loop cannot spin); a stop reaches
-every child, one being forked as it comes included, and no child is forked after it.
+every child, one being forked as it comes included, and no child is forked after it; a child
+handles a stop with its own handlers however early it comes (it waits, blocked, until they are in).
 """
 
 from __future__ import annotations
@@ -37,8 +38,16 @@ __all__ = ["ProcessWorker"]
 # returns), and a stop now must not wait the whole drain grace period for it.
 RELEASE_NOW_WITHIN = 5.0
 
+# The signals a child handles itself. They are blocked in the forking thread across the fork, so
+# a child starts with them blocked and they wait (pending) until its own handlers are in: a stop
+# sent to a child just forked would otherwise meet the parent's handlers (a copy of the parent's
+# stop, forwarding the signal to the child's siblings a second time) or the default action (the
+# child dies by the signal, skipping its graceful stop).
+_CHILD_SIGNALS = frozenset({signal.SIGTERM, signal.SIGUSR1, signal.SIGINT})
 
-def _child(app: Registry, tubes: list[str], threads: int, grace: float, reserve_timeout: int) -> None:
+
+def _child(app: Registry, tubes: list[str], threads: int, grace: float, reserve_timeout: int,
+           unblock: frozenset[int] = frozenset()) -> None:
     _each_hook(app, "after_fork")
     worker = ThreadWorker(app, concurrency=threads, tubes=tubes, grace=grace,
                           reserve_timeout=reserve_timeout)
@@ -59,6 +68,9 @@ def _child(app: Registry, tubes: list[str], threads: int, grace: float, reserve_
     signal.signal(signal.SIGUSR1, on_now)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     app.middleware[:] = [m for m in app.middleware if not isinstance(m, Shutdown)]
+    # A stop sent since the fork is delivered here, to the handlers above: worker.run() then
+    # finds the worker stopping and exits by its graceful path.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, unblock)
     os._exit(worker.run())
 
 
@@ -142,10 +154,17 @@ class ProcessWorker(WorkerBase):
         return 0
 
     def _spawn(self, ctx: Any, i: int) -> BaseProcess:
-        p: BaseProcess = ctx.Process(
-            target=_child, name=f"stalkd-worker-{i}",
-            args=(self.app, self.tubes, self.threads, self.grace, self.reserve_timeout))
-        p.start()
+        # Only this thread's mask changes: in the parent a stop signal still reaches its handler
+        # (on another thread, or here right after the fork), and then this child too (below).
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_SIGNALS)
+        try:
+            p: BaseProcess = ctx.Process(
+                target=_child, name=f"stalkd-worker-{i}",
+                args=(self.app, self.tubes, self.threads, self.grace, self.reserve_timeout,
+                      _CHILD_SIGNALS - blocked))
+            p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         assert p.pid is not None
         self._live.add(p.pid)
         if self.stopping.is_set():
