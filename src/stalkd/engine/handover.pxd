@@ -3,4 +3,9 @@
 # offsets and ``replay`` is a C call. handover.py is the source; this declares types only.
 
 from stalkd.engine.model cimport Record
+from stalkd.engine.objects cimport ConnState, Tube
 from stalkd.engine.replay cimport replay
+from stalkd.engine.state cimport EngineState
+
+cdef object _RESULT  # (a C global: read for every record follow applies)
+cdef object _soonest(EngineState s)
