@@ -87,7 +87,6 @@ class Reservations:
         elif says < 0:
             self.until.pop(r.job_id, None)
 
-    @cython.locals(r=Record, s=EngineState)
     def follow(self, e: Engine, records: Iterable[Record]) -> bool:
         """A standby's apply step: ``replay`` each record into ``e`` in order, then ``see`` it
         (compiled, one C loop: the records' fields read in C, no Python call per record).
@@ -150,7 +149,7 @@ def _soonest(s: EngineState) -> int | None:
     t = s._tube_timers.peek()
     c = s._conn_timers.peek()
     if t is None:
-        return None if c is None else c.timer_at  # type: ignore[no-any-return]
+        return None if c is None else c.timer_at
     if c is None or t.timer_at <= c.timer_at:
         return t.timer_at  # type: ignore[no-any-return]
     return c.timer_at  # type: ignore[no-any-return]
