@@ -51,6 +51,7 @@ def epoch_record(e: Engine, epoch: int, at_offset: int, now: float) -> Record:
     """The EPOCH record starting ``epoch`` at ``at_offset`` (the log offset it is written at),
     already noted in ``e.epochs``; the caller writes it before any other record.
 
+    >>> from stalkd.engine.engine import Engine  # (compiled, the module's own name is the C type)
     >>> e = Engine(); epoch_record(e, 1, 40, 2.0).start_offset, e.epochs, e.seq
     (40, ((1, 40),), 1)
     """
@@ -62,7 +63,8 @@ def epoch_record(e: Engine, epoch: int, at_offset: int, now: float) -> Record:
 class Reservations:
     """Job id -> end of its reservation on the primary (µs), from the replicated records.
 
-    >>> from stalkd.engine.model import Record  # (compiled, the module's own name is the C type)
+    >>> from stalkd.engine.engine import Engine  # (compiled, the module's own names are C types)
+    >>> from stalkd.engine.model import Record
     >>> from stalkd.protocol.commands import Put
     >>> e = Engine(); e.connect(1, 0.0); _ = e.apply(1, Put(0, 0, 60, b"x"), 0.0)
     >>> r = Reservations(); r.see(Record(Op.RESERVE, 2, 10 * US, 1), e)
