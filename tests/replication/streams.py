@@ -62,9 +62,10 @@ class Acks:
         self.closed = True
 
 
-def put_payload(jid: int) -> bytes:
-    """Job ``jid``'s PUT record, encoded as the primary streams it."""
-    return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, 0, b"job %d" % jid))
+def put_payload(jid: int, deadline_us: int = 0) -> bytes:
+    """Job ``jid``'s PUT record, encoded as the primary streams it (delayed until
+    ``deadline_us``, if not 0)."""
+    return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, deadline_us, b"job %d" % jid))
 
 
 def standby(swal: Wal, port: int, **options: Any) -> Receiver:

@@ -53,18 +53,23 @@ def test_a_promotion_between_two_slices_of_one_read_appends_nothing_after_its_ep
 
 def test_the_messages_of_one_read_that_follow_on_are_applied_in_one_step_and_acknowledged_once(tmp_path: Path) -> None:
     """One engine step (``applied``: the server's timer re-arm) and one acknowledgement per read,
-    not per message; a message that does not follow on is refused, the run before it written."""
+    not per message; a message that does not follow on is refused, the run before it written.
+    (The jobs are delayed, each sooner than the last: every read's records move the engine's
+    soonest timer, so each asks for its step; see the next test for puts that do not.)"""
     with Wal.open(tmp_path, durability="always") as wal:
         rc = standby(wal, 1)  # (never connects: its read is fed to it below)
         steps: list[int] = []
         rc.applied = lambda: steps.append(wal.log.next_offset)
         acks = Acks()
 
+        def put(jid: int) -> bytes:
+            return put_payload(jid, (100 - jid) * 1_000_000)
+
         async def main() -> None:
             feed = _Feed(cast(asyncio.BaseTransport, None), 1 << 20,
-                         b"".join(wire.encode_records(0, [put_payload(1), put_payload(2)]))
-                         + b"".join(wire.encode_records(2, [put_payload(3)]))
-                         + wire.encode_frames(3, 0, encode_data_frames([put_payload(4), put_payload(5)], 3, 7, 1)))  # fmt: skip
+                         b"".join(wire.encode_records(0, [put(1), put(2)]))
+                         + b"".join(wire.encode_records(2, [put(3)]))
+                         + wire.encode_frames(3, 0, encode_data_frames([put(4), put(5)], 3, 7, 1)))  # fmt: skip
             feed.connection_lost(None)
             rc._writer = cast(asyncio.StreamWriter, acks)
             with pytest.raises(EOFError):
@@ -72,10 +77,40 @@ def test_the_messages_of_one_read_that_follow_on_are_applied_in_one_step_and_ack
             assert acks.sent == [5]  # one acknowledgement for the read
             # then a message that skips offset 5: refused, nothing of it written
             bad = _Feed(cast(asyncio.BaseTransport, None), 1 << 20,
-                        b"".join(wire.encode_records(5, [put_payload(6)])) + b"".join(wire.encode_records(7, [put_payload(8)])))
+                        b"".join(wire.encode_records(5, [put(6)])) + b"".join(wire.encode_records(7, [put(8)])))
             with pytest.raises(wire.WireError, match="sent offset 7"):
                 await rc._stream(bad, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0])
 
         asyncio.run(main())
         assert steps == [5, 6, 6]  # (the refused message's step, whatever happens, finds nothing new)
         assert sorted(rc.engine.jobs) == [1, 2, 3, 4, 5, 6]
+
+
+def test_reads_of_puts_that_move_no_timer_ask_for_no_engine_step(tmp_path: Path) -> None:
+    """``applied`` (a tick of the engine, ~1.5k instructions) runs for a read only when its
+    records may need it (``Reservations.tick_due``): after the stream's first read, ready puts
+    need none; a delayed one sooner than any timer the engine has does."""
+    with Wal.open(tmp_path, durability="always") as wal:
+        rc = standby(wal, 1)  # (never connects: its reads are fed to it below)
+        steps: list[int] = []
+        rc.applied = lambda: steps.append(wal.log.next_offset)
+        acks = Acks()
+
+        async def main() -> None:
+            reads = [b"".join(wire.encode_records(0, [put_payload(1), put_payload(2)])),  # the first: a step
+                     b"".join(wire.encode_records(2, [put_payload(3)])),  # ready puts: none
+                     b"".join(wire.encode_records(3, [put_payload(4, 50_000_000)])),  # delayed: a step
+                     b"".join(wire.encode_records(4, [put_payload(5, 60_000_000)])),  # later than job 4's: none
+                     b"".join(wire.encode_records(5, [put_payload(6)]))]  # fmt: skip
+            for i, data in enumerate(reads):
+                feed = _Feed(cast(asyncio.BaseTransport, None), 1 << 20, data)
+                feed.connection_lost(None)
+                rc._writer = cast(asyncio.StreamWriter, acks)
+                with pytest.raises(EOFError):
+                    await rc._stream(feed, cast(asyncio.StreamWriter, acks), wire.RecordDecoder(), [0.0])
+                assert wal.log.next_offset == [2, 3, 4, 5, 6][i]
+
+        asyncio.run(main())
+        assert steps == [2, 4]
+        assert sorted(rc.engine.jobs) == [1, 2, 3, 4, 5, 6]
+        assert rc.engine.next_deadline() == 50.0  # job 4's delay: what the step at 4 re-armed

@@ -44,5 +44,7 @@ cdef dict _TUBE_NAMES  # (a C-level dict: its look-up per record is no attribute
 cdef Py_ssize_t _TUBE_NAMES_KEPT
 cdef bytes _LAST_TUBE
 cdef str _LAST_NAME
+cdef Py_ssize_t _SLOTS
+cdef list _SLOT_RAW, _SLOT_NAME
 cdef str _text(buf, Py_ssize_t pos, Py_ssize_t n)
 cdef bytes _blob(buf, Py_ssize_t pos)

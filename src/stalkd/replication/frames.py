@@ -28,18 +28,8 @@ stalkd.replication.wire.WireError: record at offset 7: an operation this stalkd 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from stalkd.engine.model import Op, Record, RecordFormatError, decode
 from stalkd.replication.wire import WireError
-
-if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
-    from stalkd import cyshim as cython
-else:
-    try:
-        import cython
-    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
-        from stalkd import cyshim as cython
 
 __all__ = ["check_records"]
 
@@ -47,7 +37,6 @@ __all__ = ["check_records"]
 _UNKNOWN, _EPOCH = Op.UNKNOWN, Op.EPOCH
 
 
-@cython.locals(r=Record, i=cython.Py_ssize_t)
 def check_records(first: int, payloads: list[bytes], expected: int, epoch: int) -> list[Record]:
     """The records of one message (at offset ``first``), checked against a log that ends at
     ``expected`` and follows ``epoch``; WireError says what is wrong."""

@@ -9,6 +9,7 @@ from stalkd.log.commit cimport GroupCommit
 from stalkd.log.ticket cimport Ticket
 from stalkd.log.writer cimport SegmentWriter
 from stalkd.persist.wal cimport WalBatches
+from stalkd.replication.frames cimport check_records
 from stalkd.replication.wire cimport RecordDecoder, encode_ack
 
 

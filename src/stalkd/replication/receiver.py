@@ -684,7 +684,8 @@ class Receiver:
         finally:
             st = self.engine.state
             b.last_seq = st.seq  # (``Wal.last_seq``)
-            self.applied()
+            if self.reservations.tick_due:  # (a step only when a timer or waiter may need one)
+                self.applied()
 
     def _in_sync(self) -> None:
         """Whether this disk now holds the primary's whole log (as last heard)."""
