@@ -5,7 +5,8 @@ of records is appended to the local log at the primary's offsets (``Wal.append_r
 applied to the engine (``replay``, the recovery rules: a reserved job shows as ready here), made
 durable (under ``always``: one fsync per read, on the loop, once its records are written and
 before the last of them are applied; on a disk whose fsyncs are slow, ``FsyncPlace`` moves them
-to the log's commit thread, which runs them while the records are applied), and
+to the log's commit thread, which runs them while the records are applied and sends each
+acknowledgement itself, right after the fsync, when it can: ``Receiver._thread_ack``), and
 then acknowledged with the new durable end, which is what the
 primary's ``--sync-standbys`` waits for. A primary whose replies wait for no standby says, at the
 stream's start, how long an acknowledgement may be held back (``wire.ack_delay``): the standby
@@ -93,10 +94,12 @@ APPLY_RECORDS = 1024  # records checked, appended and applied between two turns 
 # slower disk's goes to the log's committer thread, so the loop keeps serving meanwhile.
 INLINE_FSYNC_MAX = 0.002
 INLINE_RETRY = 64  # reads synced on the thread before inline is tried again (the disk may recover)
-# A read of at least this many records has its fsync on the committer thread even on a quick
-# disk (when that thread may acknowledge it: ``_thread_fd``): applying them takes longer than
-# the fsync (~4 us a record against ~0.3-0.5 ms), which then runs meanwhile instead of before.
-THREAD_RECORDS = 128
+# A read of at least this many records (0: none) has its fsync on the committer thread even on
+# a quick disk (when that thread may acknowledge it: ``_thread_fd``), its records applied
+# meanwhile. Off: on 2 shared cores, at 128 the fsync started later than inline (the thread's
+# wake-up, then the GIL back from the loop busy applying: append -> fsync 0.77 ms mean against
+# 0.12) and put:64's send -> ack read took 3.09 ms against 2.57 (standby_bench --trace, same run).
+THREAD_RECORDS = 0
 
 
 def _joined(msgs: list[tuple[int, list[bytes]]]) -> list[tuple[int, list[bytes]]]:
@@ -261,10 +264,10 @@ async def _feed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limi
 class FsyncPlace:
     """Where a standby's next fsync runs: inline on its loop (no thread to wake, no loop to wake
     back, per read) while the inline fsyncs average at most ``limit`` seconds; after a slower
-    average, on the committer thread for ``retry`` reads, then inline once again. A read of
-    ``big`` records or more goes to the thread whatever the average (its records are applied
-    while the thread fsyncs them; it does not count towards the retry). A pure core: the caller
-    times the fsyncs.
+    average, on the committer thread for ``retry`` reads, then inline once again. With ``big``
+    (0: off), a read of that many records or more goes to the thread whatever the average (its
+    records are applied while the thread fsyncs them; it does not count towards the retry). A
+    pure core: the caller times the fsyncs.
 
     >>> p = FsyncPlace(limit=0.002, retry=2, big=100)
     >>> p.inline(5), p.inline(100)
@@ -285,7 +288,7 @@ class FsyncPlace:
     def inline(self, records: int) -> bool:
         """Run the fsync of this read of ``records`` inline? (Each False for a slow disk counts
         one read towards the next try.)"""
-        if records >= self.big:
+        if self.big and records >= self.big:
             return False
         if self._thread_left:
             self._thread_left -= 1
