@@ -370,7 +370,8 @@ def _budget(a: _Mark, b: _Mark, rate: float) -> dict[str, float]:
     return out
 
 
-_TRACED = ("write", "writev", "read", "pwrite64", "fdatasync")
+# (sendto: the standby's committer thread sends its acknowledgements, receiver._thread_ack)
+_TRACED = ("write", "writev", "read", "pwrite64", "fdatasync", "sendto")
 
 
 def trace_sync(pair: Pair, work: str, depth: int) -> str:
@@ -399,7 +400,7 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
     import re
 
     line_re = re.compile(r"\s*(\d+)/(\d+)\s+([\d.]+):\s+syscalls:sys_(enter|exit)_(\w+):\s*(.*)")
-    fd_re, count_re = re.compile(r"fd: 0x([0-9a-f]+)"), re.compile(r"count: 0x([0-9a-f]+)")
+    fd_re, count_re = re.compile(r"fd: 0x([0-9a-f]+)"), re.compile(r"(?:count|len): 0x([0-9a-f]+)")
     pos_re = re.compile(r"pos: 0x([0-9a-f]+)")
     # (time, the end of the WAL write in its segment file, the WAL write's time): the standby
     # lays the same frames at the same positions, and may append several messages at once
@@ -407,7 +408,7 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
     p_sync: list[tuple[float, float]] = []  # the primary's fsyncs (start, end)
     s_sync: list[tuple[float, float]] = []
     acks_in: list[float] = []  # the primary's reads on its standby's connection
-    acks_out: list[float] = []  # the standby's 8-byte writes on its loop thread
+    acks_out: list[float] = []  # the standby's 8-byte writes on its loop thread, and sends on its committer
     client_reads: list[float] = []  # the primary loop's reads of its other connections
     replies: list[float] = []  # the primary loop's writev calls (replies to clients)
     appends: list[tuple[float, int, int]] = []  # the standby's pwrites (time, position, bytes)
@@ -445,7 +446,7 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
         elif pid == spid:
             if call == "pwrite64" and count > 64:  # (not a segment header)
                 appends.append((t, pos, count))
-            elif call == "write" and count == 8 and tid == spid:
+            elif count == 8 and (call == "write" and tid == spid or call == "sendto"):
                 acks_out.append(t)
     steps: dict[str, list[float]] = {}
     later = 0

@@ -6,11 +6,31 @@
 
 from stalkd.engine.state cimport EngineState
 from stalkd.log.commit cimport GroupCommit
+from stalkd.log.mutex cimport Mutex
 from stalkd.log.ticket cimport Ticket
 from stalkd.log.writer cimport SegmentWriter
 from stalkd.persist.wal cimport WalBatches
 from stalkd.replication.frames cimport check_records
 from stalkd.replication.wire cimport RecordDecoder, encode_ack
+
+# The committer thread's acknowledgement (receiver.py _thread_ack): one non-blocking send of its
+# 8 bytes on the receiver's own descriptor of the stream's socket, with the GIL held (a send
+# that cannot wait takes a few microseconds; os.write would hand the GIL to the busy loop and
+# wait for it back). Returns the bytes sent, -1 if none (EAGAIN, or the stream is gone; no
+# SIGPIPE).
+cdef extern from *:
+    """
+    #include <errno.h>
+    #include <sys/socket.h>
+    static inline Py_ssize_t stalkd_send_ack(int fd, const char *buf, Py_ssize_t n) {
+        ssize_t r;
+        do {
+            r = send(fd, buf, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        } while (r < 0 && errno == EINTR);
+        return r < 0 ? -1 : (Py_ssize_t)r;
+    }
+    """
+    Py_ssize_t _send_fd "stalkd_send_ack" (int fd, const char *buf, Py_ssize_t n)
 
 
 cdef class Receiver
@@ -29,14 +49,15 @@ cdef class _Feed:
 
 cdef class FsyncPlace:
     cdef public double limit, alpha, avg
-    cdef public Py_ssize_t retry, _thread_left
+    cdef public Py_ssize_t retry, big, _thread_left
 
-    cpdef bint inline(self) except -1
+    cpdef bint inline(self, Py_ssize_t records) except -1
     cpdef inline_done(self, double seconds)
 
 
 cdef class _Durable:
     cdef object _loop, _synced, _writer
+    cdef Receiver _rc
 
 
 cdef class Receiver:
@@ -44,7 +65,11 @@ cdef class Receiver:
     cdef public object reservations, _writer, _ack_soon, _inline, _epochs
     cdef public bint frames, paced, fsync, connected, _stopped
     cdef public double caught_up_at, ack_delay, _acked_at
-    cdef public Py_ssize_t durable_end, acks, primary_end, records, _syncing, _asked, _acked, _epoch
+    cdef public Py_ssize_t durable_end, acks, thread_acks, primary_end, records, _syncing, _asked, _acked, _epoch
+    cdef public Py_ssize_t _sent
+    cdef public int _ack_fd
+    cdef public bytes _rest
+    cdef Mutex _ack_lock
     cdef public FsyncPlace fsync_place
     cdef WalBatches _batches
     cdef _Durable _durable
@@ -61,5 +86,7 @@ cdef class Receiver:
     cdef _sync_inline(self, object writer, Py_ssize_t end)
     cpdef _synced(self, object writer, Py_ssize_t end, object exc, bint ticket=*)
     cdef _acknowledge(self, object writer)
-    cdef _send_ack(self, object writer)
+    cdef _send_ack(self, object writer, bint answer)
+    cdef _thread_ack(self, object writer, Py_ssize_t end)
+    cdef _end_thread_acks(self)
     cdef _apply(self, Py_ssize_t first, list records)

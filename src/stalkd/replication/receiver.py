@@ -5,7 +5,8 @@ of records is appended to the local log at the primary's offsets (``Wal.append_r
 applied to the engine (``replay``, the recovery rules: a reserved job shows as ready here), made
 durable (under ``always``: one fsync per read, on the loop, once its records are written and
 before the last of them are applied; on a disk whose fsyncs are slow, ``FsyncPlace`` moves them
-to the log's commit thread, which runs them while the records are applied), and
+to the log's commit thread, which runs them while the records are applied and sends each
+acknowledgement itself, right after the fsync, when it can: ``Receiver._thread_ack``), and
 then acknowledged with the new durable end, which is what the
 primary's ``--sync-standbys`` waits for. A primary whose replies wait for no standby says, at the
 stream's start, how long an acknowledgement may be held back (``wire.ack_delay``): the standby
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -66,6 +68,7 @@ from stalkd.engine.model import Record
 from stalkd.engine.replay import ReplayError
 from stalkd.engine.state import EngineState
 from stalkd.log.errors import LogError
+from stalkd.log.mutex import Mutex, new_mutex
 from stalkd.log.ticket import Ticket
 from stalkd.persist.compaction import WalError
 from stalkd.replication import overlap, wire
@@ -91,6 +94,12 @@ APPLY_RECORDS = 1024  # records checked, appended and applied between two turns 
 # slower disk's goes to the log's committer thread, so the loop keeps serving meanwhile.
 INLINE_FSYNC_MAX = 0.002
 INLINE_RETRY = 64  # reads synced on the thread before inline is tried again (the disk may recover)
+# A read of at least this many records (0: none) has its fsync on the committer thread even on
+# a quick disk (when that thread may acknowledge it: ``_thread_fd``), its records applied
+# meanwhile. Off: on 2 shared cores, at 128 the fsync started later than inline (the thread's
+# wake-up, then the GIL back from the loop busy applying: append -> fsync 0.77 ms mean against
+# 0.12) and put:64's send -> ack read took 3.09 ms against 2.57 (standby_bench --trace, same run).
+THREAD_RECORDS = 0
 
 
 def _joined(msgs: list[tuple[int, list[bytes]]]) -> list[tuple[int, list[bytes]]]:
@@ -255,25 +264,32 @@ async def _feed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limi
 class FsyncPlace:
     """Where a standby's next fsync runs: inline on its loop (no thread to wake, no loop to wake
     back, per read) while the inline fsyncs average at most ``limit`` seconds; after a slower
-    average, on the committer thread for ``retry`` reads, then inline once again. A pure core:
-    the caller times the fsyncs.
+    average, on the committer thread for ``retry`` reads, then inline once again. With ``big``
+    (0: off), a read of that many records or more goes to the thread whatever the average (its
+    records are applied while the thread fsyncs them; it does not count towards the retry). A
+    pure core: the caller times the fsyncs.
 
-    >>> p = FsyncPlace(limit=0.002, retry=2)
-    >>> p.inline()
-    True
-    >>> p.inline_done(0.010); [p.inline() for _ in range(3)]
+    >>> p = FsyncPlace(limit=0.002, retry=2, big=100)
+    >>> p.inline(5), p.inline(100)
+    (True, False)
+    >>> p.inline_done(0.010); [p.inline(5) for _ in range(3)]
     [False, False, True]
     """
 
-    def __init__(self, limit: float = INLINE_FSYNC_MAX, retry: int = INLINE_RETRY, alpha: float = 0.25) -> None:
+    def __init__(self, limit: float = INLINE_FSYNC_MAX, retry: int = INLINE_RETRY, alpha: float = 0.25,
+                 big: int = THREAD_RECORDS) -> None:  # fmt: skip
         self.limit = limit
         self.retry = retry
         self.alpha = alpha
+        self.big = big
         self.avg = 0.0  # seconds, moving average of the inline fsyncs
         self._thread_left = 0
 
-    def inline(self) -> bool:
-        """Run this read's fsync inline? (Each False counts one read towards the next try.)"""
+    def inline(self, records: int) -> bool:
+        """Run the fsync of this read of ``records`` inline? (Each False for a slow disk counts
+        one read towards the next try.)"""
+        if self.big and records >= self.big:
+            return False
         if self._thread_left:
             self._thread_left -= 1
             return False
@@ -316,22 +332,58 @@ async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reques
     return r
 
 
+def _thread_fd(transport: asyncio.BaseTransport) -> int:
+    """A descriptor of the stream's socket of the receiver's own (a dup: the transport closing
+    its socket cannot hand the number to another file while a thread may write to it), on which
+    the committer thread may acknowledge; -1 if it must not: a TLS stream (its bytes are the TLS
+    layer's to write) or a transport without a socket (a test's)."""
+    get = getattr(transport, "get_extra_info", None)
+    if get is None or get("sslcontext") is not None or get("ssl_object") is not None:
+        return -1
+    sock = get("socket")  # (uvloop: a pseudo-socket, its fileno the transport's)
+    if sock is None:
+        return -1
+    try:
+        return os.dup(sock.fileno())  # (the socket's O_NONBLOCK is the dup's too: one open file)
+    except (OSError, ValueError, AttributeError):
+        return -1
+
+
+def _send_ack_py(fd: int, data: bytes, n: int) -> int:
+    """Write ``data`` to ``fd`` without waiting: the bytes written, -1 if none could be.
+    (Compiled, receiver.pxd's C send, with the GIL held: ~2 us, and the thread does not wait
+    for the GIL back from the busy loop after it.)"""
+    try:
+        return os.write(fd, data)
+    except OSError:  # EAGAIN (the socket's buffer is full), or the stream is gone
+        return -1
+
+
+if not cython.compiled:
+    _send_fd = _send_ack_py
+
+
 @cython.cclass
 class _Durable:
     """What a stream's reads fsynced on the log's committer thread call there, once durable
-    (``GroupCommit.call_when_durable``): the loop is handed the ticket's end and error. One per
+    (``GroupCommit.call_when_durable``): the acknowledgement is sent from there when it can be
+    (``Receiver._thread_ack``), and the loop is handed the ticket's end and error. One per
     stream, not a closure made per read."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, synced: Callable[..., None],
-                 writer: asyncio.WriteTransport) -> None:  # fmt: skip
+                 writer: asyncio.WriteTransport, rc: Receiver) -> None:  # fmt: skip
         self._loop = loop
         self._synced = synced
         self._writer = writer
+        self._rc = rc
 
     def __call__(self, t: Ticket) -> None:  # on the committer thread (here, if already durable)
         # (try, not contextlib.suppress: this runs once per fsync, and the context manager's
         # three Python calls cost more than the hand-off itself)
         tk = cython.declare(Ticket, t)  # (compiled: its C fields)
+        rc = self._rc
+        if tk._error is None and rc._ack_fd >= 0:  # (read unlocked: _thread_ack reads it again)
+            rc._thread_ack(self._writer, tk.last + 1)
         try:  # noqa: SIM105
             self._loop.call_soon_threadsafe(self._synced, self._writer, tk.last + 1, tk._error)
         except RuntimeError:  # the loop is closed: nobody waits for it
@@ -365,7 +417,8 @@ class Receiver:
         self.caught_up_at = clock()  # the last time this disk held the primary's whole log
         self.durable_end = 0  # durable here (acknowledged to the primary, or about to be: ``_acknowledge``)
         self.ack_delay = 0.0  # seconds an acknowledgement may wait (the primary's STREAMING says)
-        self.acks = 0  # acknowledgements sent since start
+        self.acks = 0  # acknowledgements sent since start by the loop (or found sent by the thread)
+        self.thread_acks = 0  # sent by the committer thread (_thread_ack)
         self.wal = wal
         self._batches = wal.batches  # (the same object through reopens: ``Wal._use_log``)
         self.engine = engine
@@ -391,6 +444,15 @@ class Receiver:
         self._epochs: tuple[tuple[int, int], ...] | None = None  # the engine's, when _epoch was taken
         self._epoch = 0  # role.state.epoch then (the role's epochs are the engine's: role.attach)
         self._durable: _Durable | None = None  # the stream's callback for its thread-path fsyncs
+        # The committer thread acknowledges a durable end itself (_thread_ack), on the stream's
+        # socket (_ack_fd: the receiver's dup of it, -1 when only the loop may write), when every
+        # write of an acknowledgement goes through _ack_lock (both threads), the highest one sent
+        # (_sent: none ever goes back) and what a thread's short write left (_rest: the next
+        # write sends it first).
+        self._ack_lock: Mutex = new_mutex()
+        self._ack_fd = -1
+        self._sent = 0
+        self._rest = b""
         # The stream's, for _read (set by _stream): its decoder, when the primary was last
         # heard, our last record until the first message matched it, the transport acknowledged
         # to, heartbeats answered.
@@ -425,6 +487,7 @@ class Receiver:
 
     def stop(self) -> None:
         self._stopped = True
+        self._end_thread_acks()  # (the committer thread sends nothing after this)
         if self._writer is not None:
             self._writer.close()
 
@@ -558,6 +621,9 @@ class Receiver:
         # forward to, a Python call each per acknowledgement)
         out = writer.transport
         self._dec, self._heard, self._last, self._out, self._beats = dec, heard, last, out, 0
+        self._sent, self._rest = 0, b""
+        if not self._stopped:
+            self._ack_fd = _thread_fd(out)
         feed._sink = self  # a read that comes while this task waits is taken at once (_read)
         try:
             while not self._stopped:
@@ -590,6 +656,7 @@ class Receiver:
                 self._read_done(out)
         finally:
             feed._sink = None
+            self._end_thread_acks()
             self._last = self._out = None
 
     def _read(self, data: bytes) -> list[tuple[int, list[bytes]]] | None:
@@ -611,7 +678,7 @@ class Receiver:
             self._beats = dec.heartbeats
             if dec.primary_end > self.primary_end:
                 self.primary_end = dec.primary_end
-            self._send_ack(out)
+            self._send_ack(out, True)
             self._in_sync()
         if not msgs:
             return None
@@ -668,8 +735,9 @@ class Receiver:
             end = first + len(payloads)  # (the log's end now: append_replicated wrote them all there)
             if self.fsync:
                 inline = self._inline
-                if inline is None:  # the read's first slice
-                    inline = self._inline = self.fsync_place.inline()
+                if inline is None:  # the read's first slice (its size: the thread acknowledges a big one)
+                    inline = self._inline = self.fsync_place.inline(
+                        len(payloads) if self._ack_fd >= 0 and not self.ack_delay else 0)
                 if not inline:
                     self._sync(writer)  # fsynced while the records are applied
                 elif last:
@@ -709,7 +777,7 @@ class Receiver:
         self._syncing += 1
         d = self._durable
         if d is None or d._writer is not writer:  # the stream's first
-            d = self._durable = _Durable(asyncio.get_running_loop(), self._synced, writer)
+            d = self._durable = _Durable(asyncio.get_running_loop(), self._synced, writer, self)
         b.commit.call_when_durable(end, d)  # (``Log.ticket`` and its callback, in one step)
 
     def _sync_inline(self, writer: asyncio.WriteTransport, end: int) -> None:
@@ -746,7 +814,7 @@ class Receiver:
         if self.ack_delay:
             self._acknowledge(writer)
         else:  # a reply may wait for it (_acknowledge's first case, without the call)
-            self._send_ack(writer)
+            self._send_ack(writer, False)
         if end >= self.primary_end:
             self._in_sync()
 
@@ -754,28 +822,97 @@ class Receiver:
         """The durable end moved: tell the primary now, or (paced) once ``ack_delay`` has passed
         since the last acknowledgement, with the durable end as it is then."""
         if not self.ack_delay:  # a reply may wait for it
-            self._send_ack(writer)
+            self._send_ack(writer, False)
             return
         if self._ack_soon is not None:
             return  # the one due covers this
         loop = asyncio.get_running_loop()
         wait = self._acked_at + self.ack_delay - loop.time()
         if wait <= 0:
-            self._send_ack(writer)
+            self._send_ack(writer, False)
         else:
             self._ack_soon = loop.call_later(wait, self._ack_due, writer)
 
     def _ack_due(self, writer: asyncio.WriteTransport) -> None:
         self._ack_soon = None
         if self.durable_end > self._acked and not writer.is_closing():
-            self._send_ack(writer)
+            self._send_ack(writer, False)
 
-    def _send_ack(self, writer: asyncio.WriteTransport) -> None:
-        end = self._acked = self.durable_end
-        writer.write(encode_ack(end))  # (compiled: a C call, receiver.pxd)
+    def _send_ack(self, writer: asyncio.WriteTransport, answer: bool) -> None:
+        """Acknowledge the durable end (on the loop); ``answer``: a heartbeat's answer, sent even
+        if the committer thread has acknowledged that much already."""
+        end = self.durable_end
+        if self._ack_fd < 0:  # the loop alone writes to this stream
+            self._acked = end
+            writer.write(encode_ack(end))  # (compiled: a C call, receiver.pxd)
+        else:
+            lock = self._ack_lock
+            lock.acquire()  # (not ``with``: compiled, C calls; see log/mutex.py)
+            try:
+                sent = self._sent
+                rest = self._rest
+                if end < sent:  # the thread acknowledged more meanwhile: never go back
+                    end = sent
+                self._acked = end
+                if end > sent or answer or rest:
+                    self._sent = end
+                    if rest:
+                        self._rest = b""
+                        writer.write(rest + encode_ack(end))
+                    else:
+                        writer.write(encode_ack(end))
+            finally:
+                lock.release()
         self.acks += 1
         if self.ack_delay:
             self._acked_at = asyncio.get_running_loop().time()
+
+    def _thread_ack(self, writer: asyncio.WriteTransport, end: int) -> None:
+        """Acknowledge ``end`` (durable: a ticket's) from the committer thread, right after the
+        fsync, without waiting for the loop (busy applying records): only to a primary that
+        waits for it (``ack_delay`` 0), on the stream the ticket was asked on while it is open,
+        and only when nothing of the transport's is left to write (else the acknowledgement
+        could overtake it; the loop acknowledges instead, as it does anyway in ``_synced``).
+        Under ``_ack_lock``: the transport's buffer grows only under it (``_send_ack``), and
+        ``stop`` closes ``_ack_fd`` under it."""
+        if self.ack_delay:
+            return
+        lock = self._ack_lock
+        lock.acquire()
+        try:
+            fd = self._ack_fd
+            if fd < 0 or self._stopped or writer is not self._out or self._rest:
+                return
+            durable = self._batches.commit.durable  # (only grows: every offset below it fsynced)
+            if durable > end:
+                end = durable
+            if end <= self._sent or writer.is_closing() or writer.get_write_buffer_size():
+                return
+            data = encode_ack(end)
+            n = _send_fd(fd, data, 8)
+            if n <= 0:  # the socket's buffer is full, or the stream is gone: the loop's turn
+                return
+            self._sent = end
+            if n < 8:  # (the next write sends the rest first: _send_ack)
+                self._rest = data[n:]
+            self.thread_acks += 1
+        finally:
+            lock.release()
+
+    def _end_thread_acks(self) -> None:
+        """The stream ends (or the receiver stops): the committer thread acknowledges no more
+        on it, and the receiver's descriptor of its socket is closed."""
+        if self._ack_fd < 0:
+            return
+        lock = self._ack_lock
+        lock.acquire()
+        try:
+            fd = self._ack_fd
+            self._ack_fd = -1
+            if fd >= 0:
+                os.close(fd)
+        finally:
+            lock.release()
 
     def _apply(self, first: int, records: list[Record]) -> None:
         """Apply appended records to the engine, on the loop thread, between client commands."""
