@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["NULL", "Py_ssize_t", "address", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "compiled", "declare", "double",
+__all__ = ["NULL", "Py_ssize_t", "address", "bint", "boundscheck", "cast", "ccall", "cclass", "cfunc", "char", "compiled", "declare", "double",
            "final", "freelist", "inline", "locals", "longlong", "no_gc", "p_char", "p_uchar", "p_uint", "returns", "uchar", "uint", "ulonglong", "wraparound"]  # fmt: skip
 
 _F = TypeVar("_F")
@@ -41,6 +41,7 @@ longlong = int
 ulonglong = int
 uint = int
 uchar = int
+char = int  # (``char[n]``, a C array on the stack, only in code that runs compiled)
 # pointers, for casts in code that runs only compiled (under ``if cython.compiled``)
 p_char = p_uchar = p_uint = bytes
 NULL = None
