@@ -130,13 +130,16 @@ ha-campaign: $(VENV)/.dev bytecode
 # any loss the policy does not allow, anything invented, or a server that would not restart).
 # POWERLOSS_FAULTS=N faults per run (default 50, 70% of them power cuts: ~300 cuts in all).
 # Then a primary and its sync standby power-cut together under `always` (campaign/pairloss.py),
-# POWERLOSS_FAULTS cuts; its history, logs and plot in build/pairloss/.
+# POWERLOSS_FAULTS cuts; its history, logs and plot in build/pairloss/. Every part runs even when
+# an earlier one fails (each part's table says what it found); the target fails at the end, naming them.
 powerloss-campaign: system-deps $(VENV)/.dev bytecode
 	mkdir -p build
-	$(PY) -m campaign.powercut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-server.md
-	$(PY) -m campaign.logcut --faults $${POWERLOSS_FAULTS:-50} --table build/powerloss-log.md
-	$(PY) -m campaign.pairloss --cycles $${POWERLOSS_FAULTS:-50} --out build/pairloss
-	$(PY) -m campaign.pairloss --cycles $${POWERLOSS_FAULTS:-50} --promote --out build/pairloss-promote
+	failed=""; n=$${POWERLOSS_FAULTS:-50}; \
+	$(PY) -m campaign.powercut --faults $$n --table build/powerloss-server.md || failed="$$failed powercut"; \
+	$(PY) -m campaign.logcut --faults $$n --table build/powerloss-log.md || failed="$$failed logcut"; \
+	$(PY) -m campaign.pairloss --cycles $$n --out build/pairloss || failed="$$failed pairloss"; \
+	$(PY) -m campaign.pairloss --cycles $$n --promote --out build/pairloss-promote || failed="$$failed pairloss-promote"; \
+	if [ -n "$$failed" ]; then echo "powerloss-campaign: failed:$$failed" >&2; exit 1; fi
 
 # The fault campaign (campaign/README.md): every nemesis against a single server, a primary
 # with a sync standby and three --ha nodes on an etcd the run starts (faults against the current

@@ -14,7 +14,8 @@ from stalkd.engine import Engine
 from stalkd.log import Log
 from stalkd.replication import wire
 from stalkd.replication.role import Role
-from stalkd.replication.sender import Replicas, Sender, _readable_fd
+from stalkd.replication.sender import Replicas, Sender
+from stalkd.replication.wire import plain_fd
 
 from .streams import put_payload, until
 
@@ -96,9 +97,11 @@ def test_an_acknowledgement_is_not_read_ahead_of_a_tls_transport() -> None:
 
     a, b = socket.socketpair()
     try:
-        assert _readable_fd(Extra(socket=a)) == a.fileno()  # type: ignore[arg-type]
-        assert _readable_fd(Extra(socket=a, sslcontext=object())) == -1  # type: ignore[arg-type]
-        assert _readable_fd(Extra()) == -1  # type: ignore[arg-type]
+        assert plain_fd(Extra(socket=a)) == a.fileno()
+        assert plain_fd(Extra(socket=a, sslcontext=object())) == -1
+        assert plain_fd(Extra(socket=a, ssl_object=object())) == -1  # (a TLS layer over the socket)
+        assert plain_fd(Extra()) == -1
+        assert plain_fd(object()) == -1  # no extra info at all
     finally:
         a.close()
         b.close()

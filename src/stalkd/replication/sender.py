@@ -270,15 +270,6 @@ class Replicas:
             s.close()
 
 
-def _readable_fd(transport: asyncio.BaseTransport) -> int:
-    """The descriptor ``Sender.poll`` may read ahead of ``transport``: a plain socket's (-1 for
-    TLS, whose bytes only the transport can decrypt, or no socket)."""
-    if transport.get_extra_info("sslcontext") is not None:
-        return -1
-    sock = transport.get_extra_info("socket")
-    return -1 if sock is None else int(sock.fileno())
-
-
 if not cython.compiled:  # compiled, sender.pxd takes it from C
 
     def read(fd: int, buf: object, n: int) -> int:
@@ -369,7 +360,7 @@ class Sender:
         self._write = self.transport.write
         self._is_closing = self.transport.is_closing
         self.transport.set_write_buffer_limits(high=_WRITE_LIMIT)
-        self._fd = _readable_fd(transport)
+        self._fd = wire.plain_fd(transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "unix")
 

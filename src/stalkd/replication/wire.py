@@ -726,6 +726,25 @@ def _load_u64(b: bytes) -> int:
     return value
 
 
+def plain_fd(transport: object) -> int:
+    """The descriptor of the socket under ``transport`` when the stream's bytes on it are the
+    messages above as written (a plain socket), which a primary may read acknowledgements from
+    and a standby's committer thread may write them to beside the transport; -1 when they are
+    not or there is no socket: a TLS stream (only its TLS layer reads and writes its bytes), or
+    a transport without one (a test's). (uvloop's socket is a pseudo-socket whose descriptor is
+    the transport's.)"""
+    get = getattr(transport, "get_extra_info", None)
+    if get is None or get("sslcontext") is not None or get("ssl_object") is not None:
+        return -1
+    sock = get("socket")
+    if sock is None:
+        return -1
+    try:
+        return int(sock.fileno())
+    except (OSError, ValueError, AttributeError):
+        return -1
+
+
 def encode_ack(durable_end: int) -> bytes:
     """A standby's acknowledgement of ``durable_end`` (compiled: stored in C, no struct call;
     a standby sends one per fsync)."""
