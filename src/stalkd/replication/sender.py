@@ -408,7 +408,7 @@ class Sender:
             return  # (closing: the transport may have closed the descriptor, its number reused)
         # (EAGAIN: nothing sent; any other error, or the end, the transport's own read gets too)
         if cython.compiled:  # read(2) into the stack: nothing waiting costs no exception object
-            buf = cython.declare(cython.char[4096])  # (_POLL_BYTES)
+            buf = cython.declare(cython.char[4096])  # type: ignore[misc,valid-type]  # (a C array: _POLL_BYTES)
             n = read(self._fd, buf, 4096)
             if n <= 0:
                 return
