@@ -27,9 +27,11 @@ from stalkd.extensions import extensions_disabled
 # Modules of features whose flags are absent (prefixes: a package covers its submodules).
 NOT_WITHOUT_FLAGS = ("stalkd.admin", "aiohttp", "stalkd.server.tls", "stalkd.server.acl", "tomllib",
                      "stalkd.archive", "stalkd.spark", "pyspark", "stalkd.ha", "stalkd.server.hanode")
-# What only a data directory needs.
+# What only a data directory needs (a server in memory makes its role, a primary's, when stats
+# first asks: the epochs' module and the replay it imports stay out).
 ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.persist.wal", "stalkd.persist.snapshot", "crc32c",
-                         "stalkd.replication.sender", "stalkd.replication.standby")
+                         "stalkd.replication.sender", "stalkd.replication.standby", "stalkd.replication.role",
+                         "stalkd.replication.epochs", "stalkd.replication.status", "stalkd.engine.replay")
 
 # What only the pure-Python switch (STALKD_NO_EXTENSIONS=1) needs: its import hook is an
 # ``importlib.abc`` finder, whose import drags in ``importlib.resources`` and, through it,
