@@ -26,11 +26,14 @@ __all__ = ["Value"]
 class Value:
     __slots__: tuple[str, ...] = ()
 
+    def _names(self) -> list[str]:  # a "__dict__" slot (for cached properties) is no field
+        return [name for name in self.__slots__ if not name.startswith("__")]
+
     def _fields(self) -> tuple[object, ...]:
-        return tuple([getattr(self, name) for name in self.__slots__])
+        return tuple([getattr(self, name) for name in self._names()])
 
     def __repr__(self) -> str:
-        return f"{type(self).__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
+        return f"{type(self).__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self._names())})"
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:

@@ -2,8 +2,9 @@
 --tls-*/--acl, --archive or --ha never loads those modules (nor aiohttp, TOML, Spark or etcd's
 client), and one in memory not even the log, WAL or snapshot stack. What serving uses only later,
 if ever (ctypes for memtrim's first tick, hashlib/hmac for a replication secret, json for a
-replication state file, pathlib for a path a person typed, the version 1 snapshot reader), is
-not imported before the first reply either; with ``-u`` it is, before the switch of user.
+replication state file, pathlib for a path a person typed, the snapshot blocks' readers and
+writers in a directory without a snapshot yet), is not imported before the first reply either;
+with ``-u`` it is, before the switch of user.
 
 The server runs as a real process with ``PYTHONPROFILEIMPORTTIME=1``: CPython then reports every
 module it imports on stderr, which is the server's log file here. Nothing is timed; only the names
@@ -39,7 +40,8 @@ ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.persist.wal", "stalkd.persist.sna
 ONLY_FOR_THE_SWITCH = ("importlib.abc", "importlib.resources", "tempfile", "shutil", "lzma", "bz2")
 
 # Imported on first use, after the first reply (and before it only for -u).
-FIRST_USE = ("ctypes", "hashlib", "hmac", "json", "stalkd.persist.snap_v1")
+FIRST_USE = ("ctypes", "hashlib", "hmac", "json", "stalkd.persist.snap_v1", "stalkd.persist.snap_v2",
+             "stalkd.persist.snapjobs")
 # Never by a server: the log's consumer groups (its WAL has none); pathlib (stalkd.log.layout's,
 # for a path a person typed) and, through it, urllib.parse and ipaddress. The pure-Python
 # switch's import hook loads those three all the same (importlib.resources imports pathlib).

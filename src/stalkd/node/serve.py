@@ -114,12 +114,14 @@ def _preload_first_uses(cfg: Config) -> None:
     libc()  # ctypes and the C library: at the first trim tick
     if cfg.data_dir is not None:
         # hashlib, hmac: a standby's proof of the replication secret (wire.proof); json: the
-        # replication state file, once it exists (epochs); snap_v1: a version 1 snapshot
+        # replication state file, once it exists (epochs); snap_v1: a version 1 snapshot;
+        # snap_v2: a later one, read at start or written at the first snapshot
         import hashlib  # noqa: F401
         import hmac  # noqa: F401
         import json  # noqa: F401
 
-        import stalkd.persist.snap_v1  # noqa: F401
+        import stalkd.persist.snap_v1
+        import stalkd.persist.snap_v2  # noqa: F401
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
