@@ -16,9 +16,13 @@ Example:
     ...         self.y = y
     >>> Point(1, 2), Point(1, 2) == Point(1, 2), Point(1) == Point(1, 2), hash(Point(3)) == hash(Point(3))
     (Point(x=1, y=2), True, False, True)
+    >>> Point(1, 2).replace(y=5)
+    Point(x=1, y=5)
 """
 
 from __future__ import annotations
+
+from typing import Any, Self
 
 __all__ = ["Value"]
 
@@ -42,3 +46,7 @@ class Value:
 
     def __hash__(self) -> int:
         return hash(self._fields())
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` (``dataclasses.replace``): ``__init__`` takes every field by name."""
+        return type(self)(**{n: changes.pop(n, getattr(self, n)) for n in self._names()}, **changes)
