@@ -27,7 +27,8 @@ from stalkd.extensions import extensions_disabled
 
 # Modules of features whose flags are absent (prefixes: a package covers its submodules).
 NOT_WITHOUT_FLAGS = ("stalkd.admin", "aiohttp", "stalkd.server.tls", "stalkd.server.acl", "tomllib",
-                     "stalkd.archive", "stalkd.spark", "pyspark", "stalkd.ha", "stalkd.server.hanode")
+                     "stalkd.archive", "stalkd.spark", "pyspark", "stalkd.ha", "stalkd.server.hanode",
+                     "stalkd.server.handshake", "stalkd.server.handshakelog", "stalkd.server.recheck")
 # What only a data directory needs (a server in memory makes its role, a primary's, when stats
 # first asks: the epochs' module and the replay it imports stay out).
 ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.persist.wal", "stalkd.persist.snapshot", "crc32c",

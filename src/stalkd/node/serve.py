@@ -73,6 +73,10 @@ def preload(cfg: Config) -> None:
     import resource  # noqa: F401  (stats)
 
     _loop_factory()
+    if cfg.tls_listen:  # (a TLS listener's handshakes and certificate checks: Endpoints)
+        import stalkd.server.handshake
+        import stalkd.server.handshakelog
+        import stalkd.server.recheck  # noqa: F401
     if cfg.data_dir is not None:
         import stalkd.engine.space
         import stalkd.persist.wal
