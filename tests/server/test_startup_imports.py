@@ -13,6 +13,8 @@ of the modules imported by the time the first command has been answered are chec
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import os
 import pwd
 import re
@@ -100,6 +102,21 @@ def test_empty_directory_imports_no_optional_feature(tmp_path: Path, monkeypatch
     # importlib.metadata for its version; ``find_library`` (ldconfig, shutil) is not called.
     assert _under(modules, ("importlib.metadata", "ctypes.util")) == []
     assert _under(modules, FIRST_USE + NOT_BY_A_SERVER) == []
+
+
+# Value classes on a data directory's way to its first reply are ``stalkd.values.Value``s: a
+# dataclass compiles its methods from source when its module is imported (a frozen one costs
+# about as much as a small module's import).
+NO_DATACLASSES_UNDER = ("stalkd.log", "stalkd.persist", "stalkd.replication", "stalkd.server", "stalkd.node")
+
+
+def test_empty_directory_start_defines_no_dataclass_in_its_storage_server_or_replication(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    modules = _imported_after_first_reply("-b", str(tmp_path / "data"), monkeypatch=monkeypatch)
+    defined = [f"{name}.{attr}" for name in _under(modules, NO_DATACLASSES_UNDER)
+               for attr, obj in vars(importlib.import_module(name)).items()
+               if isinstance(obj, type) and obj.__module__ == name and dataclasses.is_dataclass(obj)]  # fmt: skip
+    assert defined == []
 
 
 # Loaded by the server's interpreter at start (``site`` imports ``sitecustomize`` from the path):
