@@ -57,7 +57,7 @@ KINDS = ("import-time", "deferred", "typing")
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("stalkd", "stalkd.cyshim", "stalkd.extensions", "stalkd.sourcefirst", "stalkd.pids", "stalkd.secretfile",
-     "stalkd.tubes"),
+     "stalkd.tubes", "stalkd.values"),
     ("stalkd.log",),  # segments, frames, group commit, consumer groups
     ("stalkd.protocol",),  # the beanstalkd grammar: commands and replies as values
     ("stalkd.engine",),  # the job semantics, a pure state machine

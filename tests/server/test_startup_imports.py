@@ -2,8 +2,9 @@
 --tls-*/--acl, --archive or --ha never loads those modules (nor aiohttp, TOML, Spark or etcd's
 client), and one in memory not even the log, WAL or snapshot stack. What serving uses only later,
 if ever (ctypes for memtrim's first tick, hashlib/hmac for a replication secret, json for a
-replication state file, pathlib for a path a person typed, the version 1 snapshot reader), is
-not imported before the first reply either; with ``-u`` it is, before the switch of user.
+replication state file, pathlib for a path a person typed, the snapshot blocks' readers and
+writers in a directory without a snapshot yet), is not imported before the first reply either;
+with ``-u`` it is, before the switch of user.
 
 The server runs as a real process with ``PYTHONPROFILEIMPORTTIME=1``: CPython then reports every
 module it imports on stderr, which is the server's log file here. Nothing is timed; only the names
@@ -12,6 +13,8 @@ of the modules imported by the time the first command has been answered are chec
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import os
 import pwd
 import re
@@ -26,10 +29,13 @@ from stalkd.extensions import extensions_disabled
 
 # Modules of features whose flags are absent (prefixes: a package covers its submodules).
 NOT_WITHOUT_FLAGS = ("stalkd.admin", "aiohttp", "stalkd.server.tls", "stalkd.server.acl", "tomllib",
-                     "stalkd.archive", "stalkd.spark", "pyspark", "stalkd.ha", "stalkd.server.hanode")
-# What only a data directory needs.
+                     "stalkd.archive", "stalkd.spark", "pyspark", "stalkd.ha", "stalkd.server.hanode",
+                     "stalkd.server.handshake", "stalkd.server.handshakelog", "stalkd.server.recheck")
+# What only a data directory needs (a server in memory makes its role, a primary's, when stats
+# first asks: the epochs' module and the replay it imports stay out).
 ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.persist.wal", "stalkd.persist.snapshot", "crc32c",
-                         "stalkd.replication.sender", "stalkd.replication.standby")
+                         "stalkd.replication.sender", "stalkd.replication.standby", "stalkd.replication.role",
+                         "stalkd.replication.epochs", "stalkd.replication.status", "stalkd.engine.replay")
 
 # What only the pure-Python switch (STALKD_NO_EXTENSIONS=1) needs: its import hook is an
 # ``importlib.abc`` finder, whose import drags in ``importlib.resources`` and, through it,
@@ -37,7 +43,8 @@ ONLY_WITH_A_DIRECTORY = ("stalkd.log", "stalkd.persist.wal", "stalkd.persist.sna
 ONLY_FOR_THE_SWITCH = ("importlib.abc", "importlib.resources", "tempfile", "shutil", "lzma", "bz2")
 
 # Imported on first use, after the first reply (and before it only for -u).
-FIRST_USE = ("ctypes", "hashlib", "hmac", "json", "stalkd.persist.snap_v1")
+FIRST_USE = ("ctypes", "hashlib", "hmac", "json", "stalkd.persist.snap_v1", "stalkd.persist.snap_v2",
+             "stalkd.persist.snapjobs")
 # Never by a server: the log's consumer groups (its WAL has none); pathlib (stalkd.log.layout's,
 # for a path a person typed) and, through it, urllib.parse and ipaddress. The pure-Python
 # switch's import hook loads those three all the same (importlib.resources imports pathlib).
@@ -95,6 +102,21 @@ def test_empty_directory_imports_no_optional_feature(tmp_path: Path, monkeypatch
     # importlib.metadata for its version; ``find_library`` (ldconfig, shutil) is not called.
     assert _under(modules, ("importlib.metadata", "ctypes.util")) == []
     assert _under(modules, FIRST_USE + NOT_BY_A_SERVER) == []
+
+
+# Value classes on a data directory's way to its first reply are ``stalkd.values.Value``s: a
+# dataclass compiles its methods from source when its module is imported (a frozen one costs
+# about as much as a small module's import).
+NO_DATACLASSES_UNDER = ("stalkd.log", "stalkd.persist", "stalkd.replication", "stalkd.server", "stalkd.node")
+
+
+def test_empty_directory_start_defines_no_dataclass_in_its_storage_server_or_replication(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    modules = _imported_after_first_reply("-b", str(tmp_path / "data"), monkeypatch=monkeypatch)
+    defined = [f"{name}.{attr}" for name in _under(modules, NO_DATACLASSES_UNDER)
+               for attr, obj in vars(importlib.import_module(name)).items()
+               if isinstance(obj, type) and obj.__module__ == name and dataclasses.is_dataclass(obj)]  # fmt: skip
+    assert defined == []
 
 
 # Loaded by the server's interpreter at start (``site`` imports ``sitecustomize`` from the path):

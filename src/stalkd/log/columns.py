@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cached_property
+
+from stalkd.values import Value
 
 from .frame import FRAME_HEADER_SIZE, LENGTH_AT, TIMESTAMP_AT, ScanState, scan_positions
 from .segment import HEADER_SIZE, SegmentView
@@ -29,8 +30,7 @@ _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 
 
-@dataclass(frozen=True)
-class FrameColumns:
+class FrameColumns(Value):
     """A run of consecutive data frames of one segment, as columns.
 
     ``positions`` are the frames' byte positions in ``buf``, the segment's mapping (zero-copy,
@@ -46,9 +46,15 @@ class FrameColumns:
     ([5, 6], [10, 20], [b'ab', b''])
     """
 
+    __slots__ = ("first_offset", "positions", "buf", "__dict__")  # __dict__: the cached properties'
     first_offset: int
     positions: list[int]
     buf: memoryview
+
+    def __init__(self, first_offset: int, positions: list[int], buf: memoryview) -> None:
+        self.first_offset = first_offset
+        self.positions = positions
+        self.buf = buf
 
     def __len__(self) -> int:
         return len(self.positions)

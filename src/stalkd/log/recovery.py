@@ -40,8 +40,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from dataclasses import dataclass, field
 from typing import Literal
+
+from stalkd.values import Value
 
 from .active import SPARES_DIR
 from .errors import LogCorruptError
@@ -63,8 +64,7 @@ __all__ = ["DROPPED_DIR", "Damage", "Recovered", "RepairReport", "recover", "ref
 _log = logging.getLogger("stalkd.log.recovery")
 
 
-@dataclass(frozen=True)
-class Damage:
+class Damage(Value):
     """Where a log is damaged: ``path``/``position`` (file and byte), ``offset`` (the log offset
     expected there), ``following`` (valid frames found beyond it) and what is wrong.
 
@@ -72,11 +72,19 @@ class Damage:
     'wal/seg-00000000000000000000.log, byte 20000 (log offset 312): bad frame; 4 valid frames follow it'
     """
 
+    __slots__ = ("path", "position", "offset", "following", "reason")
     path: str
     position: int
     offset: int
     following: int
     reason: str
+
+    def __init__(self, path: str, position: int, offset: int, following: int, reason: str) -> None:
+        self.path = path
+        self.position = position
+        self.offset = offset
+        self.following = following
+        self.reason = reason
 
     def describe(self) -> str:
         verb = "follows" if self.following == 1 else "follow"
@@ -95,32 +103,51 @@ def refusal(d: Damage, root: str) -> LogCorruptError:
     )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Recovered:
+class Recovered(Value):
     """The state to continue from: sealed (base, end, path) segments, the next offset, and the
     active segment as (path, base, data end position, epoch), or None to start a new segment.
     ``damage`` (check mode) lists what an open would refuse; ``torn`` the bytes of a torn tail;
     ``mark`` the high-water mark found (None: no mark file, or an unreadable one a repair replaces)."""
 
+    __slots__ = ("sealed", "next_offset", "active", "repair", "damage", "torn", "mark")
     sealed: tuple[tuple[int, int, str], ...]
     next_offset: int
     active: tuple[str, int, int, int] | None
     repair: RepairReport | None
-    damage: tuple[Damage, ...] = ()
-    torn: int = 0
-    mark: int | None = None
+    damage: tuple[Damage, ...]
+    torn: int
+    mark: int | None
+
+    def __init__(self, sealed: tuple[tuple[int, int, str], ...], next_offset: int,
+                 active: tuple[str, int, int, int] | None, repair: RepairReport | None,
+                 damage: tuple[Damage, ...] = (), torn: int = 0, mark: int | None = None) -> None:  # fmt: skip
+        self.sealed = sealed
+        self.next_offset = next_offset
+        self.active = active
+        self.repair = repair
+        self.damage = damage
+        self.torn = torn
+        self.mark = mark
 
 
-@dataclass
-class _Tail:
+class _Tail(Value):
     """The scan of the last (unsealed) segment: data ends at ``data_end`` (offset ``next_offset``);
     non-zero bytes run on to ``extent``; ``found`` are valid frames beyond the data end."""
 
+    __slots__ = ("data_end", "next_offset", "extent", "damage", "found")
     data_end: int
     next_offset: int
     extent: int
     damage: Damage | None
-    found: list[tuple[int, int, bytes]] = field(default_factory=list)
+    found: list[tuple[int, int, bytes]]
+
+    def __init__(self, data_end: int, next_offset: int, extent: int, damage: Damage | None,
+                 found: list[tuple[int, int, bytes]] | None = None) -> None:  # fmt: skip
+        self.data_end = data_end
+        self.next_offset = next_offset
+        self.extent = extent
+        self.damage = damage
+        self.found = [] if found is None else found
 
 
 # Offsets past a segment's base that no scan reaches: the column scan below lists no frame

@@ -8,7 +8,8 @@ goes through the file-system seam (``fs``), where tests inject their faults.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from stalkd.values import Value
 
 from .active import create_segment
 from .errors import LogCorruptError
@@ -22,8 +23,7 @@ DROPPED_DIR = "dropped"
 ZEROS = bytes(1 << 20)
 
 
-@dataclass(frozen=True)
-class RepairReport:
+class RepairReport(Value):
     """What a repair cut: the log now ends at ``offset``.
 
     ``dropped_files`` were moved to or written in ``<dir>/dropped/`` (a repair deletes nothing);
@@ -33,12 +33,22 @@ class RepairReport:
     65
     """
 
+    __slots__ = ("path", "position", "offset", "reason", "dropped_files", "salvaged")
     path: str
     position: int
     offset: int
     reason: str
     dropped_files: tuple[str, ...]
-    salvaged: tuple[tuple[int, bytes], ...] = ()
+    salvaged: tuple[tuple[int, bytes], ...]
+
+    def __init__(self, path: str, position: int, offset: int, reason: str, dropped_files: tuple[str, ...],
+                 salvaged: tuple[tuple[int, bytes], ...] = ()) -> None:  # fmt: skip
+        self.path = path
+        self.position = position
+        self.offset = offset
+        self.reason = reason
+        self.dropped_files = dropped_files
+        self.salvaged = salvaged
 
 
 def write_footer(fs: FileSystem, path: str, base: int, end: int, data_end: int, epoch: int) -> None:

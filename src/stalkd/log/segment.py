@@ -32,9 +32,9 @@ import os
 import re
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from stalkd.log.crc import crc32c
+from stalkd.values import Value
 
 from .errors import LogCorruptError
 from .frame import (
@@ -118,8 +118,7 @@ def encode_footer(base: int, end_offset: int, data_end: int, epoch: int) -> byte
     return encode_frame(payload, end_offset - base, 0, epoch, KIND_FOOTER)
 
 
-@dataclass(frozen=True)
-class SegmentInfo:
+class SegmentInfo(Value):
     """What a directory listing knows about one segment file.
 
     ``end_offset`` is exclusive, None when unknown (an active segment not scanned).
@@ -128,12 +127,22 @@ class SegmentInfo:
     10
     """
 
+    __slots__ = ("path", "base_offset", "end_offset", "sealed", "archived", "size")
     path: str
     base_offset: int
     end_offset: int | None
     sealed: bool
     archived: bool
     size: int
+
+    def __init__(self, path: str, base_offset: int, end_offset: int | None, sealed: bool, archived: bool,
+                 size: int) -> None:  # fmt: skip
+        self.path = path
+        self.base_offset = base_offset
+        self.end_offset = end_offset
+        self.sealed = sealed
+        self.archived = archived
+        self.size = size
 
 
 class SegmentView:

@@ -73,6 +73,10 @@ def preload(cfg: Config) -> None:
     import resource  # noqa: F401  (stats)
 
     _loop_factory()
+    if cfg.tls_listen:  # (a TLS listener's handshakes and certificate checks: Endpoints)
+        import stalkd.server.handshake
+        import stalkd.server.handshakelog
+        import stalkd.server.recheck  # noqa: F401
     if cfg.data_dir is not None:
         import stalkd.engine.space
         import stalkd.persist.wal
@@ -114,12 +118,14 @@ def _preload_first_uses(cfg: Config) -> None:
     libc()  # ctypes and the C library: at the first trim tick
     if cfg.data_dir is not None:
         # hashlib, hmac: a standby's proof of the replication secret (wire.proof); json: the
-        # replication state file, once it exists (epochs); snap_v1: a version 1 snapshot
+        # replication state file, once it exists (epochs); snap_v1: a version 1 snapshot;
+        # snap_v2: a later one, read at start or written at the first snapshot
         import hashlib  # noqa: F401
         import hmac  # noqa: F401
         import json  # noqa: F401
 
-        import stalkd.persist.snap_v1  # noqa: F401
+        import stalkd.persist.snap_v1
+        import stalkd.persist.snap_v2  # noqa: F401
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:

@@ -19,12 +19,12 @@ import mmap
 import os
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from stalkd.engine.model import JobState
 from stalkd.log.crc import crc32c
 from stalkd.log.fs import REAL
+from stalkd.values import Value
 
 if TYPE_CHECKING:
     from stalkd.engine.engine import Engine
@@ -55,19 +55,33 @@ class SnapshotError(ValueError):
     """A snapshot file that is incomplete or corrupt (the message names the file and offset)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotHeader:
+class SnapshotHeader(Value):
     """What a complete snapshot file says about itself."""
 
+    __slots__ = ("path", "start_seq", "start_offset", "count", "next_id", "end_seq", "version", "epochs",
+                 "blocks_at")  # fmt: skip
     path: str
     start_seq: int
     start_offset: int
     count: int
     next_id: int
     end_seq: int
-    version: int = KNOWN_VERSIONS[-1]
-    epochs: tuple[tuple[int, int], ...] = ()  # (epoch, first log offset), oldest first (v3)
-    blocks_at: int = HEAD.size  # where the first block starts
+    version: int
+    epochs: tuple[tuple[int, int], ...]  # (epoch, first log offset), oldest first (v3)
+    blocks_at: int  # where the first block starts
+
+    def __init__(self, path: str, start_seq: int, start_offset: int, count: int, next_id: int, end_seq: int,
+                 version: int = KNOWN_VERSIONS[-1], epochs: tuple[tuple[int, int], ...] = (),
+                 blocks_at: int = HEAD.size) -> None:  # fmt: skip
+        self.path = path
+        self.start_seq = start_seq
+        self.start_offset = start_offset
+        self.count = count
+        self.next_id = next_id
+        self.end_seq = end_seq
+        self.version = version
+        self.epochs = epochs
+        self.blocks_at = blocks_at
 
 
 def head_bytes(version: int, start_seq: int, start_offset: int, epochs: tuple[tuple[int, int], ...] = ()) -> bytes:

@@ -27,7 +27,8 @@ Ensures: ``read_snapshot(path)`` either returns every entry written with its tra
 SnapshotError naming the file and byte offset; it never returns a partial snapshot.
 
 Snapshots are written in version 3; ``snap_v1`` is imported only where a version 1 file is read
-or written, not by every server with a data directory.
+or written, not by every server with a data directory, and ``snap_v2`` where a later one is (a
+writer, a reader): a server whose directory holds no snapshot answers without it.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from typing import TYPE_CHECKING
 from stalkd.engine.model import JobState, Record, decode
 from stalkd.engine.objects import Job, job_body
 from stalkd.log.fs import REAL, FileSystem
-from stalkd.persist import snap_v2  # (snap_v1: imported where a version 1 file is read or written)
 from stalkd.persist.snapfile import (
     JobTuple,
     SnapshotError,
@@ -143,6 +143,9 @@ class SnapshotWriter:
         self.final = os.path.join(directory, snapshot_name(start_seq))
         self.tmp = self.final + ".tmp"
         self._head = head_bytes(version, start_seq, start_offset, epochs)
+        from stalkd.persist.snap_v2 import encode_block
+
+        self._encode_block = encode_block
         self.count = 0
         self.bytes = 0
         fs.makedirs(directory)
@@ -183,7 +186,7 @@ class SnapshotWriter:
             groups.setdefault((r.seq, r.tube, st), []).append(r)
         out = []
         for (seq, tube, st), rs in groups.items():
-            block = snap_v2.encode_block(
+            block = self._encode_block(
                 seq, tube.encode("ascii"), st, [r.job_id for r in rs], [r.pri for r in rs],
                 [r.delay for r in rs], [r.ttr for r in rs], [r.created_us for r in rs],
                 [0 if st is _READY else r.deadline_us for r in rs], [r.body for r in rs],
@@ -221,7 +224,7 @@ class SnapshotWriter:
             cur.append(j)
         out = []
         for (t, st), js in groups.items():
-            block = snap_v2.encode_block(
+            block = self._encode_block(
                 seq, t.name.encode("ascii"), st, [j.id for j in js], [j.pri for j in js],
                 [j.delay for j in js], [j.ttr for j in js], [j.created_us for j in js],
                 [0] * len(js) if st is _READY else [j.deadline_us for j in js], list(map(job_body, js)),
@@ -280,6 +283,8 @@ def read_snapshot(path: str) -> tuple[SnapshotHeader, list[Record]]:
             from stalkd.persist import snap_v1
 
             return h, [decode(p) for p in snap_v1.iter_payloads(m, h)]
+        from stalkd.persist import snap_v2
+
         return h, list(snap_v2.records(m, h))
 
 
@@ -291,6 +296,8 @@ def iter_jobs(path: str, header: SnapshotHeader) -> Iterator[JobTuple]:
 
             yield from snap_v1.iter_jobs(m, header)
             return
+        from stalkd.persist import snap_v2
+
         for r in snap_v2.records(m, header):
             yield (r.seq, r.job_id, r.tube, r.pri, r.delay, r.ttr, r.deadline_us, r.body, r.state,
                    r.created_us, r.reserves, r.timeouts, r.releases, r.buries, r.kicks)  # fmt: skip
@@ -307,6 +314,8 @@ def load_into(e: Engine, h: SnapshotHeader) -> dict[int, int]:
             from stalkd.persist import snap_v1
 
             return snap_v1.load_into(e, m, h)
+        from stalkd.persist import snap_v2
+
         return snap_v2.load_into(e, m, h)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import os
 import time
-from dataclasses import dataclass
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.replay import finish
@@ -28,31 +27,44 @@ from stalkd.persist.snapshot import (
     snapshot_gap,
 )
 from stalkd.persist.tail import TailError, replay_tail
+from stalkd.values import Value
 
 __all__ = ["Rebuilt", "RecoveryInfo", "rebuild"]
 
 
-@dataclass(frozen=True, slots=True)
-class RecoveryInfo:
+class RecoveryInfo(Value):
     """What ``recover`` did: ``jobs`` live jobs; ``records_replayed`` WAL records applied after the
     snapshot (``snapshot`` path or None); ``discarded`` incomplete snapshot files removed."""
 
+    __slots__ = ("jobs", "snapshot", "snapshot_jobs", "records_replayed", "seconds", "discarded",
+                 "snapshot_seconds", "snapshot_start")  # fmt: skip
     jobs: int
     snapshot: str | None
     snapshot_jobs: int
     records_replayed: int
     seconds: float
     discarded: tuple[str, ...]
-    snapshot_seconds: float = 0.0  # part of ``seconds`` spent loading the snapshot
-    snapshot_start: int = 0  # the log offset the snapshot covers up to (0: no snapshot)
+    snapshot_seconds: float  # part of ``seconds`` spent loading the snapshot
+    snapshot_start: int  # the log offset the snapshot covers up to (0: no snapshot)
+
+    def __init__(self, jobs: int, snapshot: str | None, snapshot_jobs: int, records_replayed: int, seconds: float,
+                 discarded: tuple[str, ...], snapshot_seconds: float = 0.0, snapshot_start: int = 0) -> None:  # fmt: skip
+        self.jobs = jobs
+        self.snapshot = snapshot
+        self.snapshot_jobs = snapshot_jobs
+        self.records_replayed = records_replayed
+        self.seconds = seconds
+        self.discarded = discarded
+        self.snapshot_seconds = snapshot_seconds
+        self.snapshot_start = snapshot_start
 
 
-@dataclass(frozen=True, slots=True)
-class Rebuilt:
+class Rebuilt(Value):
     """``rebuild``'s result; ``restart_at``: the log no longer reaches the snapshot (a repair), so
     it must begin again, empty, at the snapshot's offset; ``note``: what the repair did, for the
     operator."""
 
+    __slots__ = ("engine", "header", "replayed", "snapshot_seconds", "discarded", "restart_at", "note")
     engine: Engine
     header: SnapshotHeader | None
     replayed: int
@@ -60,6 +72,16 @@ class Rebuilt:
     discarded: tuple[str, ...]
     restart_at: int | None
     note: str | None
+
+    def __init__(self, engine: Engine, header: SnapshotHeader | None, replayed: int, snapshot_seconds: float,
+                 discarded: tuple[str, ...], restart_at: int | None, note: str | None) -> None:  # fmt: skip
+        self.engine = engine
+        self.header = header
+        self.replayed = replayed
+        self.snapshot_seconds = snapshot_seconds
+        self.discarded = discarded
+        self.restart_at = restart_at
+        self.note = note
 
 
 def rebuild(directory: str, snap_dir: str, log: Log, now: float, *, max_job_size: int,

@@ -28,11 +28,11 @@ Ensures (the rules, pure functions of the state):
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from stalkd.engine.model import Op, decode
 from stalkd.engine.replay import ID_BAND
+from stalkd.values import Value
 
 if TYPE_CHECKING:
     from stalkd.log.fs import FileSystem
@@ -45,14 +45,19 @@ _EPOCH = int(Op.EPOCH)
 MAX_EPOCH = (1 << 53) // ID_BAND - 1  # job ids stay below 2**53 (replay.ID_BAND)
 
 
-@dataclass(frozen=True, slots=True)
-class EpochState:
+class EpochState(Value):
     """``epoch``: the lineage this server's log belongs to; ``history``: ``(epoch, first
     offset)`` per promotion; ``fenced``: a newer epoch seen (0: none)."""
 
-    epoch: int = 0
-    history: tuple[tuple[int, int], ...] = field(default_factory=tuple)
-    fenced: int = 0
+    __slots__ = ("epoch", "history", "fenced")
+    epoch: int
+    history: tuple[tuple[int, int], ...]
+    fenced: int
+
+    def __init__(self, epoch: int = 0, history: tuple[tuple[int, int], ...] = (), fenced: int = 0) -> None:
+        self.epoch = epoch
+        self.history = history
+        self.fenced = fenced
 
     @property
     def may_lead(self) -> bool:
@@ -134,7 +139,7 @@ def verify_claim(mine: EpochState, my_next: int, epoch: int, history: tuple[tupl
 
 def saw_epoch(s: EpochState, epoch: int) -> EpochState:
     """``epoch`` was seen somewhere (a peer's handshake): newer than ours fences us."""
-    return replace(s, fenced=epoch) if epoch > max(s.epoch, s.fenced) else s
+    return s.replace(fenced=epoch) if epoch > max(s.epoch, s.fenced) else s
 
 
 def scan(directory: str) -> tuple[tuple[int, int], ...]:
@@ -168,14 +173,19 @@ def scan(directory: str) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(history.items()))
 
 
-@dataclass(frozen=True, slots=True)
-class Saved:
+class Saved(Value):
     """What ``DIR/replication.json`` keeps: a newer epoch seen (``fenced``), whether a standby
     ever streamed from this directory, and the epoch a promotion of it started (0: never)."""
 
-    fenced: int = 0
-    had_standbys: bool = False
-    promoted: int = 0
+    __slots__ = ("fenced", "had_standbys", "promoted")
+    fenced: int
+    had_standbys: bool
+    promoted: int
+
+    def __init__(self, fenced: int = 0, had_standbys: bool = False, promoted: int = 0) -> None:
+        self.fenced = fenced
+        self.had_standbys = had_standbys
+        self.promoted = promoted
 
 
 def load_state(directory: str) -> Saved:

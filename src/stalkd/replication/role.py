@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from stalkd.replication import epochs
@@ -152,7 +151,7 @@ class Role:
             log.error("fenced: a peer proved epoch %d, newer than this server's %d: refusing to act "
                       "as primary (NOT_PRIMARY); restart it with --standby-of the new primary",
                       epoch, before.epoch)  # fmt: skip
-        self._save(replace(self.saved, fenced=s.fenced))
+        self._save(self.saved.replace(fenced=s.fenced))
         self.fenced = s.fenced
         if not self.standby and self.on_fenced is not None:
             self.on_fenced(epoch)
@@ -160,11 +159,11 @@ class Role:
     def note_standby(self) -> None:
         """A standby streams from this directory: a restart checks before acknowledging."""
         if not self.saved.had_standbys:
-            self._save(replace(self.saved, had_standbys=True))
+            self._save(self.saved.replace(had_standbys=True))
 
     def note_promoted(self) -> None:
         """This server was promoted to its current epoch: it stays primary across restarts."""
-        self._save(replace(self.saved, promoted=self.state.epoch))
+        self._save(self.saved.replace(promoted=self.state.epoch))
 
     @property
     def promoted(self) -> bool:

@@ -25,7 +25,8 @@ cdef class Server(Host):
     cdef public object failed, host_id, addresses, replicas, standby_lag, promote
     cdef object _role  # the property role sets it, and role_quiet follows its quiet
     cdef public bint role_quiet
-    cdef public object replication, cluster, _uname, turns, totals
+    cdef public object cluster, _uname, turns, totals
+    cdef object _replication  # the property replication sets and reads it
 
     @cython.locals(out=Outcome, now=double)
     cpdef execute(self, Connection c, object cmd)

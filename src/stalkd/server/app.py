@@ -47,8 +47,6 @@ from stalkd.engine.state import Outcome
 from stalkd.engine.stats import TOTALS
 from stalkd.protocol.commands import Command, JobReply, ListTubes, Reply, YamlDict, YamlList
 from stalkd.protocol.grammar import NOT_PRIMARY, SPECS_BY_NAME, STANDBY_COMMANDS
-from stalkd.replication.role import Role
-from stalkd.replication.status import Status
 from stalkd.server.admission import Admission
 from stalkd.server.barriers import Barriers
 from stalkd.server.budget import TICK, MemoryBudget, default_limit
@@ -62,7 +60,9 @@ from stalkd.server.storage import FatalStorageError, MemoryStorage, Storage, no_
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
+    from stalkd.replication.role import Role
     from stalkd.replication.sender import Replicas
+    from stalkd.replication.status import Status
     from stalkd.server.turns import Turns
 else:
     try:
@@ -83,6 +83,13 @@ _INTERNAL_ERROR = Reply("INTERNAL_ERROR")
 _TIMER_SLACK = 0.001  # loop timers may fire a hair early; the engine would then do nothing
 _NOT_PRIMARY = Reply(NOT_PRIMARY)
 _STANDBY_OK = frozenset(SPECS_BY_NAME[n].build for n in STANDBY_COMMANDS)
+
+
+def _role_alone() -> Role:
+    """The role of a server without a data directory: a primary, whose epochs live in memory."""
+    from stalkd.replication.role import Role
+
+    return Role(None)
 
 
 @cython.cclass
@@ -149,20 +156,25 @@ class Server(Host):
         # where clients reach this server (serve.py sets them once listening): the admin
         # endpoint reports them, so `stalkd top --admin URL` needs no second address
         self.addresses: tuple[str, ...] = ()
+        # serve.py sets the data directory's role and status (stalkd.replication). Without one,
+        # both are made when first read (stats, the admin endpoint): a primary never fenced,
+        # quiet until then, so a start in memory does not import replication's modules.
         self._role: Role | None = None
-        self.role_quiet = False
-        self.role = Role(None)  # serve.py sets the data directory's (stalkd.replication)
+        self.role_quiet = True
         self.replicas: Replicas | None = None  # the standbys following this server's WAL
         self.standby_lag: Callable[[], int] | None = None  # a standby: records behind its primary
         self.promote: Callable[[], str] | None = None  # a standby: become primary (new epoch)
-        self.replication = Status(self.role)  # what stats and /readyz say (serve.py sets its parts)
+        self._replication: Status | None = None
         self.cluster: Callable[[], dict[str, int | float | str]] | None = None  # --ha: leader, lease
         self._uname = os.uname()
 
     @property
     def role(self) -> Role:
         """Primary, standby or fenced (stalkd.replication.role)."""
-        return self._role  # type: ignore[return-value]
+        role = self._role
+        if role is None:  # a server without a data directory, asked for the first time
+            self.role = role = _role_alone()
+        return role
 
     @role.setter
     def role(self, role: Role) -> None:
@@ -175,6 +187,20 @@ class Server(Host):
         self._role = role
         if hasattr(role, "mirror_quiet"):
             role.mirror_quiet(self)
+
+    @property
+    def replication(self) -> Status:
+        """What stats and /readyz say of replication (serve.py sets its parts)."""
+        rep = self._replication
+        if rep is None:
+            from stalkd.replication.status import Status
+
+            self._replication = rep = Status(self.role)
+        return rep
+
+    @replication.setter
+    def replication(self, status: Status) -> None:
+        self._replication = status
 
     def loop_or_none(self) -> asyncio.AbstractEventLoop | None:
         """The loop once a connection or ``loop()`` looked it up (the barriers' callbacks)."""

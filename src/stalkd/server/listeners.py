@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, cast
 
 from stalkd.server.config import Config
 from stalkd.server.connection import CommandPolicy, Connection
-from stalkd.server.handshake import Gate, Handshake
-from stalkd.server.handshakelog import HandshakeLog
 from stalkd.server.listen import Listener, is_loopback
-from stalkd.server.recheck import CaIndex, untrusted
 
 if TYPE_CHECKING:  # TLS and ACL modules are imported only when their flags are given
     from stalkd.server.acl import Acl
+    from stalkd.server.handshake import Gate, Handshake
+    from stalkd.server.handshakelog import HandshakeLog
+    from stalkd.server.recheck import CaIndex
     from stalkd.server.tls import TlsFiles
 
 __all__ = ["Endpoints", "open_warning"]
@@ -70,8 +70,16 @@ class Endpoints:
         self.servers: dict[int, asyncio.AbstractServer] = {}  # listener index -> its server
         # open TLS connections -> the CA certificates that issued theirs (a reload checks again)
         self._open: weakref.WeakKeyDictionary[Connection, frozenset[bytes]] = weakref.WeakKeyDictionary()
-        self.handshake_log = HandshakeLog()  # failed handshakes: a reason each, rate-limited
         self._cas: CaIndex | None = None  # of ``tls``, made when first needed
+        # A TLS listener's handshakes and certificate checks: their modules only with one
+        # (serve.preload imports them before -u switches user).
+        self.handshake_log: HandshakeLog | None = None  # failed handshakes: a reason each, rate-limited
+        if any(lst.kind == "tls" for lst in listeners):
+            from stalkd.server.handshakelog import HandshakeLog
+            from stalkd.server.recheck import CaIndex
+
+            self.handshake_log = HandshakeLog()
+            self._ca_index = CaIndex
 
     def warnings(self) -> list[str]:
         return [open_warning(lst.address) for lst in self.listeners
@@ -105,6 +113,8 @@ class Endpoints:
                 self.servers[i] = await loop.create_server(factory, sock=lst.sock, backlog=BACKLOG)
 
     def _tls_factory(self, lst: Listener) -> Callable[[], Handshake]:
+        from stalkd.server.handshake import Handshake
+
         def connection() -> Connection:
             c = self._new_connection()
             c.admit = lambda conn: self._admit(conn, lst)
@@ -117,6 +127,7 @@ class Endpoints:
         return factory
 
     def _handshake_failed(self, peer: str, e: BaseException) -> None:
+        assert self.handshake_log is not None  # a TLS listener's
         self.handshake_log.failed(peer, e, now=time.monotonic())
 
     def _context(self) -> ssl.SSLContext:
@@ -128,7 +139,7 @@ class Endpoints:
                  c.identity or "(no client certificate)")
         if self.tls is not None:
             if self._cas is None or self._cas.ctx is not self.tls:
-                self._cas = CaIndex(self.tls)
+                self._cas = self._ca_index(self.tls)
             self._open[c] = self._cas.issuers(_peercert(c))
         if self.acl is None:
             return None
@@ -163,6 +174,7 @@ class Endpoints:
     def _recheck(self, tls: ssl.SSLContext | None, before: Acl | None) -> None:
         """Close the open TLS connections the new client CAs or ACL no longer admit."""
         from stalkd.server.acl import ConnPolicy  # a reload: the ACL module is loaded by now
+        from stalkd.server.recheck import CaIndex, untrusted
         now = time.time()
         held = CaIndex(tls).held if tls is not None else frozenset()
         for c, trusted_by in list(self._open.items()):
