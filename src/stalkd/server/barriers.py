@@ -70,6 +70,9 @@ INLINE_AFTER = 8
 # Seconds at most before records nothing waits for (reserve, touch, timeout) are written when no
 # durable record comes to take them along (see the module's docstring): the mark's period.
 LAZY_WRITE = 0.1
+# DURABLE_OPS by op code, as a C-level tuple: an IntEnum indexes it without hashing (a frozenset
+# look-up hashes it, a Python-level call per record).
+_DURABLE = cython.declare(tuple, tuple(code in DURABLE_OPS for code in range(256)))
 # INLINE_AFTER as a C constant: compared per batch with C ints (a Python int cost a PyLong a put).
 _INLINE_AFTER = cython.declare(cython.Py_ssize_t, INLINE_AFTER)
 
@@ -284,7 +287,8 @@ class Barriers:
         job_batch = self._job_batch
         for r in records:
             rec = cython.declare(Record, r)  # compiled: its C fields
-            if rec.op in DURABLE_OPS:
+            code = cython.declare(cython.Py_ssize_t, rec.op)
+            if _DURABLE[code]:
                 if not barrier:
                     # The batch this loop iteration's durable records (``c``'s) belong to.
                     if not self._batch_open:
