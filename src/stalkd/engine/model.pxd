@@ -27,7 +27,7 @@ cdef class OpLayout:
     cpdef Py_ssize_t size(self, r) except -1
 
 cdef Py_ssize_t _U32_SIZE
-cdef Py_ssize_t _PUT_LEN
+cdef Py_ssize_t _PUT_LEN, _HEAD_LEN
 cdef unsigned char _VERSION, _PUT_CODE
 
 cpdef bytes encode(r)

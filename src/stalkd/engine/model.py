@@ -289,6 +289,9 @@ _unpack_put = _PUT_ROW.whole.unpack_from  # (bound once: no method look-up by na
 # constants compiled, so the encoder reads no module global
 assert _PUT_ROW.whole.format == "<BBQqQIIIqH" and PUT_FIXED == 52
 _PUT_LEN, _VERSION, _PUT_CODE = PUT_FIXED, FORMAT_VERSION, int(Op.PUT)
+# _encode_head stores a header at these offsets (a changed header must change it too)
+assert HEAD.format == "<BBQqQ" and HEADER_SIZE == 26
+_HEAD_LEN = HEADER_SIZE
 # encode and _decode_put take a PUT's fields in this order (a changed PUT_FIELDS must change
 # them too):
 assert _PUT_ROW.names == ("pri", "delay", "ttr", "deadline_us") and _PUT_ROW.tube and _PUT_ROW.body
@@ -317,6 +320,12 @@ def encode(r: Record) -> bytes:
         fixed = _pack_put(FORMAT_VERSION, p.op, p.seq, p.time_us, p.job_id, p.pri, p.delay, p.ttr, p.deadline_us,
                           len(tube))  # fmt: skip
         return b"".join((fixed, tube, _pack_u32(len(body)), body))
+    if cython.compiled and lay is not None and lay.fixed_size == _HEAD_LEN and not lay.sized:
+        # a header alone (a delete, a reserve...): stored by C as a put's fields are, not
+        # gathered by the row's getter and packed by a struct call
+        out = _encode_head(r)
+        if out is not None:
+            return out
     if lay is None:
         if r.op is Op.UNKNOWN:
             raise ValueError("Op.UNKNOWN is a decoding result and cannot be encoded")
@@ -377,6 +386,30 @@ def _encode_put(r: Record, tube: bytes, body: bytes) -> bytes | None:
     _put_le(b, at, nb, 4)
     at += 4
     memcpy(cython.address(b[at]), cython.cast(cython.p_char, body), nb)
+    return out
+
+
+@cython.cfunc
+@cython.locals(p=Record, op=cython.uchar, seq=cython.ulonglong, ts=cython.longlong, jid=cython.ulonglong,
+               b=cython.p_uchar)  # fmt: skip
+def _encode_head(r: Record) -> bytes | None:
+    """``encode``'s payload of a record that is its header alone, stored by C (compiled only):
+    the bytes ``HEAD.pack`` gives, or None where a field is not one the format holds."""
+    p = r
+    try:
+        op = p.op
+        seq = p.seq
+        ts = p.time_us
+        jid = p.job_id
+    except (OverflowError, TypeError):
+        return None
+    out = PyBytes_FromStringAndSize(cython.NULL, _HEAD_LEN)
+    b = cython.cast(cython.p_uchar, cython.cast(cython.p_char, out))
+    _put_le(b, 0, _VERSION, 1)
+    _put_le(b, 1, op, 1)
+    _put_le(b, 2, seq, 8)
+    _put_le(b, 10, cython.cast(cython.ulonglong, ts), 8)
+    _put_le(b, 18, jid, 8)
     return out
 
 

@@ -1,12 +1,13 @@
 # The C declarations of admission.py (Cython reads this beside it when it compiles the .py file):
 # the fields and the methods other compiled modules call directly.
 
+from stalkd.engine.model cimport Record
 from stalkd.engine.room cimport RoomBase
 
 
 cdef class Admission(RoomBase):
     cdef public object _storage
-    cdef public object _costless
+    cdef public tuple _costless
     cdef public Py_ssize_t _short
     cdef public Py_ssize_t _put_base
     cdef public object _data_dir

@@ -50,7 +50,7 @@ class Admission(RoomBase):
     # The state: C fields when compiled, with the C methods, declared in admission.pxd (readable and
     # writable from Python as attributes).
     _storage: Storage
-    _costless: frozenset[object]
+    _costless: tuple[bool, ...]
     _short: int
     _put_base: int
     _data_dir: str | None
@@ -71,7 +71,8 @@ class Admission(RoomBase):
         # A WAL hands its per-command steps to a compiled object (``Wal.batches``): called here
         # directly, one Python call per admit and per settle rather than two.
         self._storage = getattr(storage, "batches", storage)
-        self._costless = COSTLESS_OPS
+        # by op code: an IntEnum indexes a tuple without hashing (its hash is a Python-level call)
+        self._costless = tuple(code in COSTLESS_OPS for code in range(256))
         self._short = SHORT_FRAME
         self._put_base = PUT_FRAME_BASE  # a put's room: space.put_frame, its rule inline
         self._data_dir = data_dir
@@ -101,10 +102,14 @@ class Admission(RoomBase):
             self._refused("change")
         return k
 
+    @cython.locals(rec=Record, code=cython.Py_ssize_t)
     def settle(self, records: Sequence[Record]) -> None:
         """The command ran (or failed): promise exactly what ``records`` need."""
-        if not self.promised and len(records) == 1 and records[0].op in self._costless:
-            return  # a delete: its room was promised with its put, nothing to settle
+        if not self.promised and len(records) == 1:
+            rec = records[0]  # compiled: its C fields
+            code = rec.op
+            if self._costless[code]:
+                return  # a delete, a reserve: nothing promised for it, nothing to settle
         if self.promised or records:
             self._settle(self.promised, records)
             self.promised = 0

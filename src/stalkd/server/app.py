@@ -461,6 +461,7 @@ class Server(Host):
             if self.stopping or self.failed is not None:
                 return
             try:
+                self.barriers.write_pending()  # a snapshot starts only once every record is written
                 busy = self.storage.maintain(self.engine, self.clock())
             except Exception as e:
                 if not no_space(e):

@@ -28,6 +28,7 @@ cdef class Barriers:
     cdef public bint _batch_open
     cdef public list pending
     cdef public bint _flush_scheduled
+    cdef public object _lazy_timer
     cdef public Py_ssize_t _steps
     cdef public bint _step_records
     cdef public bint _releasing
@@ -48,6 +49,8 @@ cdef class Barriers:
     cpdef begin_step(self)
     cpdef end_step(self)
     cpdef Py_ssize_t add(self, object c, object records) except -1
+    cpdef _lazy_write(self)
+    cpdef write_pending(self)
     cpdef Py_ssize_t job_barrier(self, object job_id) except -1
     cpdef _close_batch(self)
     cpdef _batch_written(self)

@@ -14,6 +14,15 @@ the loop thread: that client waits for the fsync and nobody else is writing, so 
 hand-off would only add latency. Readers on other connections wait at most one fsync; a second
 writer ends it at once.
 
+Records nothing waits for (the analytics-only reserve, touch and timeout: not durable, a reply
+never holds for them) do not make a batch of their own: they stay in ``pending`` and go out with
+the next batch that holds a durable record (a reserve with the delete that follows it: one WAL
+write a job rather than two), or ``LAZY_WRITE`` seconds later at the latest. They keep their
+order and their time; what a crash loses of them is what it would lose of a reservation anyway
+(it is not durable: the job comes back ready). Not while a standby streams: it learns which
+jobs are reserved from these records, for its promotion (engine/handover.py), so they go out
+with their own batch as soon as they are made.
+
 Second exception, for several writers: ``SyncPolicy`` (syncpolicy.py) measures the thread's
 hand-off and the fsync, and runs the fsync inline while it costs no more than the hand-off and
 at most 1 ms. A slow or stalling disk stays on the thread, and one sync in 65 runs there to
@@ -51,13 +60,19 @@ else:
     except ModuleNotFoundError:  # uncompiled, and Cython is not installed
         from stalkd import cyshim as cython
 
-__all__ = ["Barriers", "HeldReplies", "INLINE_AFTER", "SWITCH_INTERVAL"]
+__all__ = ["Barriers", "HeldReplies", "INLINE_AFTER", "LAZY_WRITE", "SWITCH_INTERVAL"]
 
 SWITCH_INTERVAL = 0.0005  # seconds; see _start_sync
 # Job barriers already durable that may stay in the map before it is pruned (see _reached).
 JOB_PRUNE_AT = 1024
 # Batches in a row from one connection after which its fsyncs run inline (see _start_sync).
 INLINE_AFTER = 8
+# Seconds at most before records nothing waits for (reserve, touch, timeout) are written when no
+# durable record comes to take them along (see the module's docstring): the mark's period.
+LAZY_WRITE = 0.1
+# DURABLE_OPS by op code, as a C-level tuple: an IntEnum indexes it without hashing (a frozenset
+# look-up hashes it, a Python-level call per record).
+_DURABLE = cython.declare(tuple, tuple(code in DURABLE_OPS for code in range(256)))
 # INLINE_AFTER as a C constant: compared per batch with C ints (a Python int cost a PyLong a put).
 _INLINE_AFTER = cython.declare(cython.Py_ssize_t, INLINE_AFTER)
 
@@ -126,6 +141,7 @@ class Barriers:
     _batch_open: bool
     pending: list[Record]
     _flush_scheduled: bool
+    _lazy_timer: asyncio.TimerHandle | None
     _steps: int
     _step_records: bool
     _releasing: bool
@@ -179,6 +195,7 @@ class Barriers:
         self._batch_open = False  # records of this loop iteration go into batch ``written``
         self.pending = []  # records of this loop iteration, not yet written
         self._flush_scheduled = False
+        self._lazy_timer = None  # writes ``pending`` LAZY_WRITE after records nothing waits for
         self._steps = 0  # connections inside a step (nested when a release runs one)
         self._step_records = False  # a step produced records: end_step writes or schedules them
         self._releasing = False  # inside release_held: steps it runs never write inline
@@ -266,16 +283,12 @@ class Barriers:
         if not self.keeps:
             return 0
         self.pending.extend(records)
-        if self._steps and not self._releasing:
-            self._step_records = True  # end_step decides: write now, or next iteration
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._soon(self._close_batch)
         barrier = 0
         job_batch = self._job_batch
         for r in records:
             rec = cython.declare(Record, r)  # compiled: its C fields
-            if rec.op in DURABLE_OPS:
+            code = cython.declare(cython.Py_ssize_t, rec.op)
+            if _DURABLE[code]:
                 if not barrier:
                     # The batch this loop iteration's durable records (``c``'s) belong to.
                     if not self._batch_open:
@@ -289,7 +302,34 @@ class Barriers:
                 if jid:
                     job_batch[jid] = barrier
                     self._job_last = barrier
+        if barrier or (self.after_write is not None
+                       and (self.after_write_while is None or self.after_write_while)):
+            # (records nothing waits for go out at once too while a standby streams: it learns
+            # from them which jobs are reserved, should it be promoted: engine/handover.py)
+            if self._steps and not self._releasing:
+                self._step_records = True  # end_step decides: write now, or next iteration
+            elif not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._soon(self._close_batch)
+        elif self._lazy_timer is None:
+            # Nothing waits for these: the next durable batch takes them along, else the timer
+            # (armed once per LAZY_WRITE at most, never cancelled: a batch that took them
+            # along leaves it nothing to do).
+            loop = self._loop()
+            assert loop is not None
+            self._lazy_timer = loop.call_later(LAZY_WRITE, self._lazy_write)
         return barrier
+
+    def _lazy_write(self) -> None:
+        """LAZY_WRITE after records nothing waits for: write them if no batch took them along."""
+        self._lazy_timer = None
+        self.write_pending()
+
+    def write_pending(self) -> None:
+        """Write the records waiting for a batch now (between steps: the WAL compacts only once
+        every record the engine made is written)."""
+        if self.pending and not self._flush_scheduled and not self._steps and not self.failed:
+            self._close_batch()
 
     @cython.locals(b=cython.Py_ssize_t)
     def job_barrier(self, job_id: int) -> int:
@@ -465,6 +505,8 @@ class Barriers:
     async def wait_durable(self, timeout: float) -> bool:
         """Wait until everything written so far is durable (used when stopping)."""
         deadline = time.monotonic() + timeout
+        if self.pending and not self.failed:
+            self._close_batch()  # records nothing waits for, left for a later batch
         while self.local_durable < self.written and not self.failed:
             if self.pending or self._batch_open:
                 self._close_batch()
@@ -476,5 +518,8 @@ class Barriers:
 
     def stop(self) -> None:
         """Stop the sync thread (after the last sync)."""
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
+            self._lazy_timer = None
         if self._syncer is not None:
             self._syncer.stop()
