@@ -51,9 +51,10 @@ def start_stalkd(*flags: str, port: int = 0, wait: bool = True) -> StalkdProcess
         else:
             try:
                 started = spawn_server(cmd, what="stalkd", stdout=subprocess.DEVNULL, stderr=log)
-            except Exception:
+            except Exception as e:  # (its cause kept: a server that exits right after it listens may
+                # exit between two looks for its port, and then "exited with N" is what happened)
                 with open(log_path, encoding="utf-8", errors="replace") as f:
-                    raise RuntimeError(f"stalkd did not start:\n{f.read()}") from None
+                    raise RuntimeError(f"stalkd did not start ({e}):\n{f.read()}") from None
     server = StalkdProcess(started.host, started.port, started.proc)
     server.log_path = log_path
     if wait:
