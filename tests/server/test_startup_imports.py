@@ -107,10 +107,11 @@ def test_empty_directory_imports_no_optional_feature(tmp_path: Path, monkeypatch
 # Value classes on a data directory's way to its first reply are ``stalkd.values.Value``s: a
 # dataclass compiles its methods from source when its module is imported (a frozen one costs
 # about as much as a small module's import).
-NO_DATACLASSES_UNDER = ("stalkd.log", "stalkd.persist", "stalkd.replication", "stalkd.server", "stalkd.node")
+NO_DATACLASSES_UNDER = ("stalkd.log", "stalkd.persist", "stalkd.replication", "stalkd.server", "stalkd.node",
+                        "stalkd.protocol", "stalkd.engine.state")
 
 
-def test_empty_directory_start_defines_no_dataclass_in_its_storage_server_or_replication(
+def test_empty_directory_start_defines_no_dataclass_in_its_storage_server_protocol_or_replication(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     modules = _imported_after_first_reply("-b", str(tmp_path / "data"), monkeypatch=monkeypatch)
     defined = [f"{name}.{attr}" for name in _under(modules, NO_DATACLASSES_UNDER)

@@ -26,7 +26,6 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
@@ -45,6 +44,7 @@ from stalkd.engine.objects import (
 from stalkd.engine.room import Room
 from stalkd.protocol import commands as C
 from stalkd.protocol.grammar import COUNTERS
+from stalkd.values import Value
 
 if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
     from stalkd import cyshim as cython
@@ -84,14 +84,16 @@ def counter_slot(key: str) -> int:
     return _COUNTER_SLOTS[key]
 
 
-@dataclass(frozen=True, slots=True)
-class ResultLimits:
+class ResultLimits(Value):
     """What one owner may keep (``--max-results``, ``--max-result-bytes``, ``--max-result-ttl``;
     the rules are results.py's)."""
 
-    count: int = 100_000
-    bytes: int = 64 * 2**20
-    ttl: int = 30 * 86_400
+    __slots__ = ("count", "bytes", "ttl")
+
+    def __init__(self, count: int = 100_000, bytes: int = 64 * 2**20, ttl: int = 30 * 86_400) -> None:
+        self.count = count
+        self.bytes = bytes
+        self.ttl = ttl
 
 
 @cython.freelist(8)  # one is built per step: compiled, those let go are reused

@@ -34,7 +34,6 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from stalkd.protocol.commands import (
@@ -67,6 +66,7 @@ from stalkd.protocol.commands import (
     Use,
     Watch,
 )
+from stalkd.values import Value
 
 __all__ = [
     "ArgKind", "Arg", "CommandSpec", "COMMANDS", "SPECS_BY_NAME", "NAME_CHARS", "JobLookup",
@@ -97,20 +97,21 @@ record, one short update record, up to ``bound`` short update records (kick), or
 record with its body (result-put)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Arg:
+class Arg(Value):
     """One argument: the field it fills on the command value and how it is read.
 
     >>> SPECS_BY_NAME["pause-tube"].args
     (Arg(field='tube', kind='name'), Arg(field='delay', kind='u32'))
     """
 
-    field: str
-    kind: ArgKind
+    __slots__ = ("field", "kind")
+
+    def __init__(self, field: str, kind: ArgKind) -> None:
+        self.field = field
+        self.kind = kind
 
 
-@dataclass(frozen=True, slots=True)
-class CommandSpec:
+class CommandSpec(Value):
     """One row of the command table.
 
     ``exact``: the line must equal the prefix (argument-less commands; ``reservex`` and
@@ -127,17 +128,23 @@ class CommandSpec:
     ('held', 'update')
     """
 
-    name: str
-    prefix: bytes
-    args: tuple[Arg, ...]
-    build: Callable[..., Command]
-    stat: int | None
-    job: JobLookup | None = None
-    wal: WalCost | None = None
-    body: bool = False
-    exact: bool = False
-    loose: bool = False
-    own: bool = False  # stalkd's own command: beanstalkd answers UNKNOWN_COMMAND
+    __slots__ = ("name", "prefix", "args", "build", "stat", "job", "wal", "body", "exact", "loose", "own")
+
+    def __init__(self, name: str, prefix: bytes, args: tuple[Arg, ...], build: Callable[..., Command],
+                 stat: int | None, job: JobLookup | None = None, wal: WalCost | None = None,
+                 body: bool = False, exact: bool = False, loose: bool = False,
+                 own: bool = False) -> None:  # fmt: skip
+        self.name = name
+        self.prefix = prefix
+        self.args = args
+        self.build = build
+        self.stat = stat
+        self.job = job
+        self.wal = wal
+        self.body = body
+        self.exact = exact
+        self.loose = loose
+        self.own = own  # stalkd's own command: beanstalkd answers UNKNOWN_COMMAND
 
     @property
     def counter(self) -> str | None:
