@@ -58,7 +58,7 @@ def replay(e: Engine, r: Record) -> None:
 
 
 def _new_job(s: EngineState, r: Record) -> None:
-    if r.job_id in s.jobs:
+    if s.jobs.get(r.job_id) is not None:  # (compiled: JobTable.get is a C call, ``in`` a slot's)
         raise ReplayError(f"record seq {r.seq}: {r.op.name} of job {r.job_id}, which already exists")
     _create(s, r)
 
@@ -196,11 +196,13 @@ def durable_records(e: Engine) -> Iterator[Record]:
 def _create(s: EngineState, r: Record) -> None:
     t = s._tube(r.tube)
     put = r.op is _PUT
-    j = new_job(r.job_id, t, r.pri, r.delay, r.ttr, r.body, _READY, r.time_us if put else r.created_us)
-    s.jobs[j.id] = j
-    s.body_bytes += len(r.body)
-    if r.job_id >= s.next_id:
-        s.next_id = r.job_id + 1
+    jid = r.job_id
+    body = r.body
+    j = new_job(jid, t, r.pri, r.delay, r.ttr, body, _READY, r.time_us if put else r.created_us)
+    s.jobs[jid] = j
+    s.body_bytes += len(body)
+    if jid >= s.next_id:
+        s.next_id = jid + 1
     if put:
         _place(s, j, _DELAYED if r.deadline_us else _READY, r.deadline_us)
         return

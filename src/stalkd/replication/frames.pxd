@@ -3,11 +3,19 @@
 # offsets. frames.py is the source; this declares types only.
 
 cimport cython
+from cpython.bytes cimport PyBytes_FromStringAndSize
 
-from stalkd.engine.model cimport Record, decode
+from stalkd.engine.model cimport Record, _text, decode, new_record
+from stalkd.persist.tail cimport _Fields, _u32
+
+cdef unsigned char _V1, _C_PUT
+cdef Py_ssize_t _HEAD_LEN, _PUT_MIN
 
 
 # check_records: cpdef, so the receiver (receiver.pxd cimports it) calls it in C per message
 # rather than through a Python call (~500 instructions a message, callgrind).
-@cython.locals(r=Record, i=Py_ssize_t)
+@cython.locals(r=Record, i=Py_ssize_t, f=_Fields)
 cpdef list check_records(Py_ssize_t first, list payloads, Py_ssize_t expected, object epoch)
+
+@cython.locals(n=Py_ssize_t, at=Py_ssize_t, size=Py_ssize_t, c="const unsigned char *", t=object)
+cdef Record _put(bytes p, _Fields f)

@@ -51,8 +51,12 @@ else:
     except ModuleNotFoundError:  # uncompiled, and Cython is not installed
         from stalkd import cyshim as cython
 
-if not cython.compiled:  # compiled, frames.pxd cimports them: C calls
-    from stalkd.engine.model import _blob, _text
+if not cython.compiled:  # compiled, frames.pxd cimports them: C calls (_put runs compiled only)
+    from stalkd.engine.model import _text
+    from stalkd.persist.tail import _u32
+
+    def PyBytes_FromStringAndSize(s: object, n: int) -> bytes:  # noqa: N802 - the C API's name
+        raise NotImplementedError("compiled only")
 
 __all__ = ["check_records"]
 
@@ -115,10 +119,14 @@ def _put(p: bytes, f: _Fields) -> Record | None:
     at = _PUT_MIN - 4 + f.tlen  # (the body's length field, after the tube name)
     if at + 4 > n:
         return None
+    size = _u32(p, at)
+    if at + 4 + size != n:
+        return None
     try:
         tube = _text(p, _PUT_MIN - 4, f.tlen)
-        body = _blob(p, at)
     except (RecordFormatError, UnicodeDecodeError):
         return None
+    # (the body copied out of the payload by C: no slice object, no second length check)
+    body = PyBytes_FromStringAndSize(cython.cast(cython.p_char, cython.address(c[at + 4])), size)
     t = f.time_us  # (one int object for time_us and created_us)
     return new_record(_PUT, f.seq, t, f.jid, tube, f.pri, f.delay, f.ttr, f.deadline, body, t)
