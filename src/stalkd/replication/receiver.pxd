@@ -10,7 +10,7 @@ from stalkd.log.mutex cimport Mutex
 from stalkd.log.ticket cimport Ticket
 from stalkd.log.writer cimport SegmentWriter
 from stalkd.persist.wal cimport WalBatches
-from stalkd.replication.frames cimport check_records
+from stalkd.replication.frames cimport check_payloads
 from stalkd.replication.wire cimport RecordDecoder, encode_ack
 
 # The committer thread's acknowledgement (receiver.py _thread_ack): one non-blocking send of its
