@@ -94,10 +94,17 @@ def test_a_put_of_a_job_that_exists_raises_replays_error() -> None:
         replay(want, decode(p))
     e, res = Engine(), Reservations()
     res.follow(e, check_payloads(0, [p], 0, 0))
+    before = state(e)
     with pytest.raises(ReplayError) as got:
         res.follow(e, check_payloads(1, [p], 1, 0))
     assert str(got.value) == str(expected.value) == "record seq 4: PUT of job 9, which already exists"
     assert res.tick_due
+    # the same job again, in a tube nobody named before: no tube is left behind
+    other = encode(Record(Op.PUT, 5, T0, 9, "elsewhere", 0, 0, 60, 0, b"y", created_us=T0))
+    with pytest.raises(ReplayError, match="record seq 5: PUT of job 9, which already exists"):
+        replay_put(e, other)
+    assert "elsewhere" not in e.state.tubes
+    assert state(e)[1:3] == before[1:3]  # (the same jobs and tubes; seq moved, as replay moves it)
 
 
 def damaged() -> list[bytes]:

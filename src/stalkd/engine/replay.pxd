@@ -13,14 +13,19 @@ from stalkd.engine.state cimport EngineState
 
 cpdef replay(Engine e, Record r)
 
-# replay_put: a version-1 PUT applied from its payload's bytes (little-endian loads, written out:
-# the compiler makes each one load on a little-endian CPU)
+# replay_put: a version-1 PUT applied from its payload's bytes (little-endian loads: one copy of
+# the bytes on a little-endian CPU, else written out)
 cdef extern from *:
     """
     #include <stdint.h>
+    #include <string.h>
     static inline uint64_t stalkd_replay_le(const unsigned char *p, int n) {
         uint64_t v = 0;
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(&v, p, (size_t)n);  /* one load for the constant sizes below */
+    #else
         for (int k = n - 1; k >= 0; k--) v = (v << 8) | p[k];
+    #endif
         return v;
     }
     #define stalkd_replay_le16(p) ((unsigned int)stalkd_replay_le((p), 2))
@@ -36,7 +41,7 @@ cdef Py_ssize_t _PUT_MIN, _TUBE_AT, _SEQ_AT, _TIME_AT, _JID_AT, _PRI_AT, _DELAY_
 cdef unsigned long long _SEQ_MAX
 
 @cython.locals(n=Py_ssize_t, c="const unsigned char *", tlen=Py_ssize_t, at=Py_ssize_t, size=Py_ssize_t,
-               seq="unsigned long long", created="long long", deadline="long long", s=EngineState, j=Job)
+               seq="unsigned long long", created="long long", deadline="long long", s=EngineState, j=Job, t=Tube)
 cpdef replay_put(Engine e, object p)
 cpdef _new_job(EngineState s, Record r)
 @cython.locals(body=bytes)

@@ -122,13 +122,14 @@ def replay_put(e: Engine, p: bytes) -> None:
     if cython.cast(cython.longlong, seq) > s.seq:
         s.seq = seq
     jid = _le64(cython.address(c[_JID_AT]))  # (an int object from here on)
-    if s.jobs.get(jid) is not None:
-        raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
     created = cython.cast(cython.longlong, _le64(cython.address(c[_TIME_AT])))
     body = PyBytes_FromStringAndSize(cython.cast(cython.p_char, cython.address(c[at + 4])), size)
-    j = new_job(jid, s._tube(tube), _le32(cython.address(c[_PRI_AT])), _le32(cython.address(c[_DELAY_AT])),
+    t = s._tube(tube)
+    j = new_job(jid, t, _le32(cython.address(c[_PRI_AT])), _le32(cython.address(c[_DELAY_AT])),
                 _le32(cython.address(c[_TTR_AT])), body, _READY, created)  # fmt: skip
-    s.jobs[jid] = j
+    if not s.jobs.add(jid, j):  # (made first, then dropped: the table's one look-up says so)
+        s._maybe_drop_tube(t)  # (a tube only this record named goes again, as if never made)
+        raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
     s.body_bytes += size
     if jid >= s.next_id:
         s.next_id = jid + 1
