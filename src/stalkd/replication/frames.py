@@ -88,19 +88,18 @@ def _check(first: int, payloads: list[bytes], expected: int, epoch: int, raw_put
     # Every record a standby applies passes here, decoded once (compiled: one C loop, the
     # record's fields read in C); the first bad one, in offset order, refuses the message.
     out: list[Record | bytes] = []
-    add = out.append
     i = 0
-    f = _Fields()  # (compiled: the C fields _put reads a PUT into)
+    f = None if raw_puts else _Fields()  # (compiled: the C fields _put reads a PUT into)
     try:
         for p in payloads:
             r = None
             if cython.compiled and type(p) is bytes:
                 if raw_puts:
                     if _put_ok(p):
-                        add(p)
+                        out.append(p)
                         i += 1
                         continue
-                else:
+                elif f is not None:
                     r = _put(p, f)  # None: not a version-1 PUT of a plausible size
             if r is None:
                 r = decode(p)
@@ -115,7 +114,7 @@ def _check(first: int, payloads: list[bytes], expected: int, epoch: int, raw_put
                 if r.start_offset != first + i:
                     raise WireError(f"an EPOCH record at offset {first + i} says it starts at {r.start_offset}")
                 epoch = r.epoch
-            add(r)
+            out.append(r)
             i += 1
     except RecordFormatError as e:
         raise WireError(f"record at offset {first + i}: {e}") from None

@@ -4,6 +4,8 @@
 # log's writer and group commit (what Log.next_offset and Log.durable_offset read) and the
 # engine's state are typed, their fields C reads instead of properties.
 
+from stalkd.engine.engine cimport Engine
+from stalkd.engine.handover cimport Reservations
 from stalkd.engine.state cimport EngineState
 from stalkd.log.commit cimport GroupCommit
 from stalkd.log.mutex cimport Mutex
@@ -61,8 +63,11 @@ cdef class _Durable:
 
 
 cdef class Receiver:
-    cdef public object address, secret, name, clock, problem, wal, engine, role, applied, on_resync, resync
-    cdef public object reservations, _writer, _ack_soon, _inline, _epochs
+    cdef public object address, secret, name, clock, problem, wal, role, applied, on_resync, resync
+    # the engine and its apply step: C fields and a C call per read (follow is cpdef)
+    cdef public Engine engine
+    cdef public Reservations reservations
+    cdef public object _writer, _ack_soon, _inline, _epochs
     cdef public bint frames, paced, fsync, connected, _stopped
     cdef public double caught_up_at, ack_delay, _acked_at
     cdef public Py_ssize_t durable_end, acks, thread_acks, primary_end, records, _syncing, _asked, _acked, _epoch

@@ -78,7 +78,7 @@ from stalkd.replication.role import Role
 from stalkd.replication.wire import encode_ack
 
 if TYPE_CHECKING:
-    from stalkd.engine import Engine
+    from stalkd.engine.engine import Engine
     from stalkd.persist.wal import Wal
 
 __all__ = ["FsyncPlace", "Receiver", "ResyncNeeded", "ask"]
