@@ -4,6 +4,8 @@
 # log's writer and group commit (what Log.next_offset and Log.durable_offset read) and the
 # engine's state are typed, their fields C reads instead of properties.
 
+cimport cython
+
 from stalkd.engine.engine cimport Engine
 from stalkd.engine.handover cimport Reservations
 from stalkd.engine.state cimport EngineState
@@ -91,6 +93,7 @@ cdef class Receiver:
     cdef _sync_inline(self, object writer, Py_ssize_t end)
     cpdef _synced(self, object writer, Py_ssize_t end, object exc, bint ticket=*)
     cdef _acknowledge(self, object writer)
+    @cython.locals(end=Py_ssize_t, sent=Py_ssize_t)  # (C compares: per acknowledgement)
     cdef _send_ack(self, object writer, bint answer)
     cdef _thread_ack(self, object writer, Py_ssize_t end)
     cdef _end_thread_acks(self)
