@@ -7,7 +7,7 @@ cimport cython
 from stalkd.engine.engine cimport Engine
 from stalkd.engine.model cimport Record
 from stalkd.engine.objects cimport ConnState, Tube
-from stalkd.engine.replay cimport replay
+from stalkd.engine.replay cimport replay, replay_put
 from stalkd.engine.state cimport EngineState
 
 cdef object _RESULT  # (a C global: read for every record follow applies)
@@ -21,5 +21,5 @@ cdef class Reservations:
     cdef public bint tick_due
     cdef bint _followed
 
-    @cython.locals(r=Record, s=EngineState, result=bint)
+    @cython.locals(r=Record, x=object, s=EngineState, result=bint)
     cpdef bint follow(self, Engine e, object records) except -1

@@ -25,7 +25,7 @@ from stalkd.engine.engine import Engine
 from stalkd.engine.heap import pack
 from stalkd.engine.model import JobState, Op, Record
 from stalkd.engine.objects import US, ConnState, Tube
-from stalkd.engine.replay import note_epoch, replay
+from stalkd.engine.replay import note_epoch, replay, replay_put
 from stalkd.engine.state import EngineState
 
 if TYPE_CHECKING:  # the shim's signatures (Cython ships no type information)
@@ -89,9 +89,10 @@ class Reservations:
         elif says < 0:
             self.until.pop(r.job_id, None)
 
-    def follow(self, e: Engine, records: Iterable[Record]) -> bool:
+    def follow(self, e: Engine, records: Iterable[Record | bytes]) -> bool:
         """A standby's apply step: ``replay`` each record into ``e`` in order, then ``see`` it
-        (compiled, one C loop: the records' fields read in C, no Python call per record).
+        (compiled, one C loop: the records' fields read in C, no Python call per record); a
+        PUT's payload (bytes) is applied from it (``replay_put``).
 
         Returns, and keeps as ``tick_due``, whether ``e`` now needs a step (``tick``: the
         server's ``applied``, which runs what is due, serves waiters and re-arms the server's
@@ -108,7 +109,11 @@ class Reservations:
         before = _soonest(s)
         self.tick_due = True
         result = False
-        for r in records:
+        for x in records:
+            if isinstance(x, bytes):  # a PUT's payload (frames.check_payloads): applied from it
+                replay_put(e, x)
+                continue
+            r = x
             replay(e, r)
             if _SAYS[r.op]:
                 self.see(r, e)

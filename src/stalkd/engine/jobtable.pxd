@@ -7,4 +7,5 @@ cdef class JobTable:
     cdef Py_ssize_t _n
     cdef object _top
     cpdef object get(self, object jid, object default=*)
+    cpdef bint add(self, object jid, object job) except -1
     cdef dict _new_chunk(self, object key)

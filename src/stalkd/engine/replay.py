@@ -20,17 +20,40 @@ engine whose ``durable_records`` equal the original's (restart equivalence).
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.heap import pack
-from stalkd.engine.model import LAYOUTS, JobState, Op, Record
+from stalkd.engine.model import (
+    FORMAT_VERSION,
+    HEAD_FIELDS,
+    HEADER_SIZE,
+    LAYOUTS,
+    PUT_FIELDS,
+    PUT_FIXED,
+    JobState,
+    Op,
+    Record,
+    RecordFormatError,
+    decode,
+)
 from stalkd.engine.objects import Job, job_body, new_job
 from stalkd.engine.results import store_result
 from stalkd.engine.state import EngineState
 
-__all__ = ["RULES", "ReplayError", "durable_record", "durable_records", "finish", "ID_BAND", "note_epoch", "replay"]
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
+
+__all__ = ["RULES", "ReplayError", "durable_record", "durable_records", "finish", "ID_BAND", "note_epoch", "replay",
+           "replay_put"]  # fmt: skip
 
 
 class ReplayError(ValueError):
@@ -57,8 +80,104 @@ def replay(e: Engine, r: Record) -> None:
         _RULE_BY_CODE[op](s, r)
 
 
+def replay_put(e: Engine, p: bytes) -> None:
+    """``replay(e, decode(p))`` for the payload ``p`` of a PUT record: what a standby does for
+    every job its primary sends (``frames.check_payloads`` hands it version-1 PUTs as their
+    payloads). Compiled, a version-1 PUT's fields are read by C loads into the new
+    job, with no Record, no seq object and no dispatch built for it; anything else (another
+    version, a payload that does not add up) goes through ``decode`` and ``replay``, which say
+    what is wrong with it.
+
+    >>> from stalkd.engine.engine import Engine  # (compiled, the module's own names are C types)
+    >>> from stalkd.engine.model import Op, Record, encode
+    >>> e = Engine()
+    >>> replay_put(e, encode(Record(Op.PUT, 3, 5_000_000, 7, "t", 1, 0, 60, 0, b"x", created_us=5_000_000)))
+    >>> e.jobs[7].state.name, e.jobs[7].body, e.seq, e.next_id
+    ('READY', b'x', 3, 8)
+    """
+    if not cython.compiled or type(p) is not bytes:
+        replay(e, decode(p))
+        return
+    n = len(p)
+    c = cython.cast(cython.p_uchar, cython.cast(cython.p_char, p))
+    if n < _PUT_MIN or c[0] != _V1 or c[1] != _C_PUT:
+        replay(e, decode(p))
+        return
+    tlen = _le16(cython.address(c[_TLEN_AT]))
+    at = _TUBE_AT + tlen  # the body's length, after the tube name
+    if at + 4 > n:
+        replay(e, decode(p))
+        return
+    size = _le32(cython.address(c[at]))
+    seq = _le64(cython.address(c[_SEQ_AT]))
+    if at + 4 + size != n or seq > _SEQ_MAX:  # (decode says what is wrong; replay raises as before)
+        replay(e, decode(p))
+        return
+    try:
+        tube = _text(p, _TUBE_AT, tlen)
+    except (RecordFormatError, UnicodeDecodeError):  # (a name that is not ASCII: decode says so)
+        replay(e, decode(p))
+        return
+    s = e.state
+    if cython.cast(cython.longlong, seq) > s.seq:
+        s.seq = seq
+    jid = _le64(cython.address(c[_JID_AT]))  # (an int object from here on)
+    created = cython.cast(cython.longlong, _le64(cython.address(c[_TIME_AT])))
+    body = PyBytes_FromStringAndSize(cython.cast(cython.p_char, cython.address(c[at + 4])), size)
+    t = s._tube(tube)
+    j = new_job(jid, t, _le32(cython.address(c[_PRI_AT])), _le32(cython.address(c[_DELAY_AT])),
+                _le32(cython.address(c[_TTR_AT])), body, _READY, created)  # fmt: skip
+    if not s.jobs.add(jid, j):  # (made first, then dropped: the table's one look-up says so)
+        s._maybe_drop_tube(t)  # (a tube only this record named goes again, as if never made)
+        raise ReplayError(f"record seq {seq}: PUT of job {jid}, which already exists")
+    s.body_bytes += size
+    if jid >= s.next_id:
+        s.next_id = jid + 1
+    deadline = cython.cast(cython.longlong, _le64(cython.address(c[_DEADLINE_AT])))
+    if deadline:
+        _place(s, j, _DELAYED, deadline)
+    else:
+        s._to_ready(j)
+
+
+def _field_at(fields: tuple[tuple[str, str], ...], name: str, start: int = 0) -> int:
+    """Where field ``name`` of one of model's layouts lies, the layout starting at ``start``."""
+    codes = "<"
+    for field, code in fields:
+        if field == name:
+            return start + struct.calcsize(codes)
+        codes += code
+    raise KeyError(name)
+
+
+# replay_put's C loads (compiled: C constants, replay.pxd): where a version-1 PUT's fields lie,
+# from model's layouts, and the widths it reads them with (a layout that changes those must
+# change replay_put: the import refuses to run otherwise).
+if HEAD_FIELDS[2:] != (("seq", "Q"), ("time_us", "q"), ("job_id", "Q")) or PUT_FIELDS != (
+        ("pri", "I"), ("delay", "I"), ("ttr", "I"), ("deadline_us", "q"), ("tube_len", "H")):  # fmt: skip
+    raise ImportError("engine/replay.py's replay_put reads an older PUT layout than engine/model.py's")
+_V1, _C_PUT, _PUT_MIN = FORMAT_VERSION, int(Op.PUT), PUT_FIXED
+_TUBE_AT = PUT_FIXED - 4  # (the u32 of the body's length follows the name)
+_SEQ_AT, _TIME_AT, _JID_AT = (_field_at(HEAD_FIELDS, f) for f in ("seq", "time_us", "job_id"))
+_PRI_AT, _DELAY_AT, _TTR_AT, _DEADLINE_AT, _TLEN_AT = (
+    _field_at(PUT_FIELDS, f, HEADER_SIZE) for f in ("pri", "delay", "ttr", "deadline_us", "tube_len"))  # fmt: skip
+_SEQ_MAX = 2**63 - 1  # (EngineState.seq's C type holds no more: decode's record then raises, as always)
+
+if not cython.compiled:  # compiled, replay.pxd declares them: C (replay_put's loads run compiled only)
+    if TYPE_CHECKING:  # (not at run time: a compiled model has no such Python name)
+        from stalkd.engine.model import _text
+
+    def _le16(p: object) -> int:
+        raise NotImplementedError("compiled only")
+
+    _le32 = _le64 = _le16
+
+    def PyBytes_FromStringAndSize(s: object, n: int) -> bytes:  # noqa: N802 - the C API's name
+        raise NotImplementedError("compiled only")
+
+
 def _new_job(s: EngineState, r: Record) -> None:
-    if r.job_id in s.jobs:
+    if s.jobs.get(r.job_id) is not None:  # (compiled: JobTable.get is a C call, ``in`` a slot's)
         raise ReplayError(f"record seq {r.seq}: {r.op.name} of job {r.job_id}, which already exists")
     _create(s, r)
 
@@ -196,11 +315,13 @@ def durable_records(e: Engine) -> Iterator[Record]:
 def _create(s: EngineState, r: Record) -> None:
     t = s._tube(r.tube)
     put = r.op is _PUT
-    j = new_job(r.job_id, t, r.pri, r.delay, r.ttr, r.body, _READY, r.time_us if put else r.created_us)
-    s.jobs[j.id] = j
-    s.body_bytes += len(r.body)
-    if r.job_id >= s.next_id:
-        s.next_id = r.job_id + 1
+    jid = r.job_id
+    body = r.body
+    j = new_job(jid, t, r.pri, r.delay, r.ttr, body, _READY, r.time_us if put else r.created_us)
+    s.jobs[jid] = j
+    s.body_bytes += len(body)
+    if jid >= s.next_id:
+        s.next_id = jid + 1
     if put:
         _place(s, j, _DELAYED if r.deadline_us else _READY, r.deadline_us)
         return

@@ -542,7 +542,7 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Endin
     if ha_node is not None:
         ha_node.start()
     srv.start_maintenance()
-    gc_policy = GcPolicy(now=loop.time())
+    gc_policy = GcPolicy(now=loop.time(), young_only=(lambda: role.standby) if role is not None else None)
     gc_policy.start()
     gc_timer: asyncio.TimerHandle | None = None
 

@@ -4,13 +4,17 @@
 # log's writer and group commit (what Log.next_offset and Log.durable_offset read) and the
 # engine's state are typed, their fields C reads instead of properties.
 
+cimport cython
+
+from stalkd.engine.engine cimport Engine
+from stalkd.engine.handover cimport Reservations
 from stalkd.engine.state cimport EngineState
 from stalkd.log.commit cimport GroupCommit
 from stalkd.log.mutex cimport Mutex
 from stalkd.log.ticket cimport Ticket
 from stalkd.log.writer cimport SegmentWriter
 from stalkd.persist.wal cimport WalBatches
-from stalkd.replication.frames cimport check_records
+from stalkd.replication.frames cimport check_payloads
 from stalkd.replication.wire cimport RecordDecoder, encode_ack
 
 # The committer thread's acknowledgement (receiver.py _thread_ack): one non-blocking send of its
@@ -61,8 +65,11 @@ cdef class _Durable:
 
 
 cdef class Receiver:
-    cdef public object address, secret, name, clock, problem, wal, engine, role, applied, on_resync, resync
-    cdef public object reservations, _writer, _ack_soon, _inline, _epochs
+    cdef public object address, secret, name, clock, problem, wal, role, applied, on_resync, resync
+    # the engine and its apply step: C fields and a C call per read (follow is cpdef)
+    cdef public Engine engine
+    cdef public Reservations reservations
+    cdef public object _writer, _ack_soon, _inline, _epochs
     cdef public bint frames, paced, fsync, connected, _stopped
     cdef public double caught_up_at, ack_delay, _acked_at
     cdef public Py_ssize_t durable_end, acks, thread_acks, primary_end, records, _syncing, _asked, _acked, _epoch
@@ -86,6 +93,7 @@ cdef class Receiver:
     cdef _sync_inline(self, object writer, Py_ssize_t end)
     cpdef _synced(self, object writer, Py_ssize_t end, object exc, bint ticket=*)
     cdef _acknowledge(self, object writer)
+    @cython.locals(end=Py_ssize_t, sent=Py_ssize_t)  # (C compares: per acknowledgement)
     cdef _send_ack(self, object writer, bint answer)
     cdef _thread_ack(self, object writer, Py_ssize_t end)
     cdef _end_thread_acks(self)

@@ -73,12 +73,12 @@ from stalkd.log.ticket import Ticket
 from stalkd.persist.compaction import WalError
 from stalkd.replication import overlap, wire
 from stalkd.replication.catchup import CatchUpError
-from stalkd.replication.frames import check_records
+from stalkd.replication.frames import check_payloads
 from stalkd.replication.role import Role
 from stalkd.replication.wire import encode_ack
 
 if TYPE_CHECKING:
-    from stalkd.engine import Engine
+    from stalkd.engine.engine import Engine
     from stalkd.persist.wal import Wal
 
 __all__ = ["FsyncPlace", "Receiver", "ResyncNeeded", "ask"]
@@ -726,7 +726,8 @@ class Receiver:
             if epochs is not self._epochs:
                 self._epoch = self.role.state.epoch
                 self._epochs = epochs
-            records = check_records(first, payloads, b.writer.next, self._epoch)
+            # (PUTs as their payloads: applied from them, no Record built per job)
+            records = check_payloads(first, payloads, b.writer.next, self._epoch)
             try:
                 b.append_replicated(first, payloads)
             except BaseException:
@@ -914,7 +915,7 @@ class Receiver:
         finally:
             lock.release()
 
-    def _apply(self, first: int, records: list[Record]) -> None:
+    def _apply(self, first: int, records: list[Record | bytes]) -> None:
         """Apply appended records to the engine, on the loop thread, between client commands."""
         self.reservations.follow(self.engine, records)
         self.records += len(records)
