@@ -335,17 +335,14 @@ async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reques
 def _thread_fd(transport: asyncio.BaseTransport) -> int:
     """A descriptor of the stream's socket of the receiver's own (a dup: the transport closing
     its socket cannot hand the number to another file while a thread may write to it), on which
-    the committer thread may acknowledge; -1 if it must not: a TLS stream (its bytes are the TLS
-    layer's to write) or a transport without a socket (a test's)."""
-    get = getattr(transport, "get_extra_info", None)
-    if get is None or get("sslcontext") is not None or get("ssl_object") is not None:
-        return -1
-    sock = get("socket")  # (uvloop: a pseudo-socket, its fileno the transport's)
-    if sock is None:
+    the committer thread may acknowledge; -1 if it must not (``wire.plain_fd``: a TLS stream, or
+    a transport without a socket)."""
+    fd = wire.plain_fd(transport)
+    if fd < 0:
         return -1
     try:
-        return os.dup(sock.fileno())  # (the socket's O_NONBLOCK is the dup's too: one open file)
-    except (OSError, ValueError, AttributeError):
+        return os.dup(fd)  # (the socket's O_NONBLOCK is the dup's too: one open file)
+    except OSError:
         return -1
 
 
