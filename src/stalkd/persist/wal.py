@@ -545,7 +545,7 @@ class Wal(WalSpace, Compaction):
             self._settle_ids(engine)
             return None
         try:
-            self.snapshot(engine)
+            self._snapshot_of_now(engine)
         except (OSError, WalError) as e:
             # A full disk with no put refused since the last snapshot: the reserve was not yet
             # the snapshot's to use. There is no later tick to try again at a stop: once more now.
@@ -553,11 +553,18 @@ class Wal(WalSpace, Compaction):
             if not (reserve_unused and self._out_of_room(e)):
                 return str(e)
             try:
-                self.snapshot(engine)
+                self._snapshot_of_now(engine)
             except (OSError, WalError) as e2:
                 return str(e2)
         self._settle_ids(engine)
         return None
+
+    def _snapshot_of_now(self, engine: Engine) -> None:
+        """A snapshot of the engine as it is: ``snapshot`` first finishes one in progress, begun
+        before the WAL written since (the next start would replay that), so then one more."""
+        self.snapshot(engine)
+        if self._bytes_since_snapshot:
+            self.snapshot(engine)
 
     def _settle_ids(self, engine: Engine) -> None:
         """Everything is durable at a clean stop: the ceiling comes down to the next id, so the
