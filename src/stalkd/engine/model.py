@@ -370,11 +370,7 @@ def _encode_put(r: Record, tube: bytes, body: bytes) -> bytes | None:
     # a new bytes object, so ours to fill (52 bytes or more: never one Python shares)
     out = PyBytes_FromStringAndSize(cython.NULL, _PUT_LEN + nt + nb)
     b = cython.cast(cython.p_uchar, cython.cast(cython.p_char, out))
-    _put_le(b, 0, _VERSION, 1)
-    _put_le(b, 1, _PUT_CODE, 1)
-    _put_le(b, 2, seq, 8)
-    _put_le(b, 10, cython.cast(cython.ulonglong, ts), 8)
-    _put_le(b, 18, jid, 8)
+    _store_head(b, _PUT_CODE, seq, ts, jid)
     _put_le(b, 26, pri, 4)
     _put_le(b, 30, delay, 4)
     _put_le(b, 34, ttr, 4)
@@ -405,12 +401,21 @@ def _encode_head(r: Record) -> bytes | None:
         return None
     out = PyBytes_FromStringAndSize(cython.NULL, _HEAD_LEN)
     b = cython.cast(cython.p_uchar, cython.cast(cython.p_char, out))
+    _store_head(b, op, seq, ts, jid)
+    return out
+
+
+@cython.cfunc
+@cython.inline
+@cython.locals(b=cython.p_uchar, op=cython.uchar, seq=cython.ulonglong, ts=cython.longlong, jid=cython.ulonglong)
+def _store_head(b: bytes, op: int, seq: int, ts: int, jid: int) -> None:
+    """The header every record starts with (``HEAD``: version, op, seq, time_us, job_id), stored
+    little-endian by C at ``b``: the one C writer of it, for a PUT's payload and a header alone."""
     _put_le(b, 0, _VERSION, 1)
     _put_le(b, 1, op, 1)
     _put_le(b, 2, seq, 8)
     _put_le(b, 10, cython.cast(cython.ulonglong, ts), 8)
     _put_le(b, 18, jid, 8)
-    return out
 
 
 @cython.cfunc

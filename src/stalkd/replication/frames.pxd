@@ -20,7 +20,7 @@ cpdef list check_payloads(Py_ssize_t first, list payloads, Py_ssize_t expected, 
 cdef list _check(Py_ssize_t first, list payloads, Py_ssize_t expected, object epoch, bint raw_puts)
 
 @cython.locals(n=Py_ssize_t, at=Py_ssize_t, tlen=Py_ssize_t, c="const unsigned char *")
-cdef bint _put_ok(bytes p) except -1
+cdef object _put_tube(bytes p)
 
-@cython.locals(n=Py_ssize_t, at=Py_ssize_t, size=Py_ssize_t, c="const unsigned char *", t=object)
+@cython.locals(at=Py_ssize_t, size=Py_ssize_t, c="const unsigned char *", t=object)
 cdef Record _put(bytes p, _Fields f)

@@ -95,7 +95,7 @@ def _check(first: int, payloads: list[bytes], expected: int, epoch: int, raw_put
             r = None
             if cython.compiled and type(p) is bytes:
                 if raw_puts:
-                    if _put_ok(p):
+                    if _put_tube(p) is not None:
                         out.append(p)
                         i += 1
                         continue
@@ -121,49 +121,39 @@ def _check(first: int, payloads: list[bytes], expected: int, epoch: int, raw_put
     return out
 
 
-def _put_ok(p: bytes) -> bool:
-    """Whether ``p`` is a version-1 PUT that decodes (compiled only: ``_put``'s checks, with
-    nothing built but the tube name's str, which model keeps for the apply's look-up of it)."""
+def _put_tube(p: bytes) -> str | None:
+    """The tube name of ``p`` if it is a version-1 PUT that decodes, else None (compiled only:
+    ``model.decode``'s checks of a PUT by C loads, nothing built but the name's str, which model
+    keeps for the apply's look-up of it)."""
     n = len(p)
     if n < _PUT_MIN:
-        return False
+        return None
     c = cython.cast(cython.p_uchar, cython.cast(cython.p_char, p))
     if c[0] != _V1 or c[1] != _C_PUT:
-        return False
+        return None
     tlen = c[_HEAD_LEN + _TLEN_AT] | (c[_HEAD_LEN + _TLEN_AT + 1] << 8)
-    at = _PUT_MIN - 4 + tlen
+    at = _PUT_MIN - 4 + tlen  # (the body's length field, after the tube name)
     if at + 4 > n or at + 4 + _u32(p, at) != n:
-        return False
+        return None
     try:
-        _text(p, _PUT_MIN - 4, tlen)
+        return _text(p, _PUT_MIN - 4, tlen)
     except (RecordFormatError, UnicodeDecodeError):
-        return False
-    return True
+        return None
 
 
 def _put(p: bytes, f: _Fields) -> Record | None:
     """The record of ``p`` if it is a version-1 PUT (compiled only: its fields by C loads,
     the record built as ``model.decode`` builds it), else None (``decode`` then reads it, and
     says what is wrong with it). The commonest record: a standby decodes every job's."""
-    n = len(p)
-    if n < _PUT_MIN:
+    tube = _put_tube(p)
+    if tube is None:
         return None
     c = cython.cast(cython.p_uchar, cython.cast(cython.p_char, p))
-    if c[0] != _V1 or c[1] != _C_PUT:
-        return None
     f.head(p, 0)
     f.put(p, _HEAD_LEN)
-    at = _PUT_MIN - 4 + f.tlen  # (the body's length field, after the tube name)
-    if at + 4 > n:
-        return None
-    size = _u32(p, at)
-    if at + 4 + size != n:
-        return None
-    try:
-        tube = _text(p, _PUT_MIN - 4, f.tlen)
-    except (RecordFormatError, UnicodeDecodeError):
-        return None
+    at = _PUT_MIN + f.tlen  # (the body, after its length field)
+    size = len(p) - at
     # (the body copied out of the payload by C: no slice object, no second length check)
-    body = PyBytes_FromStringAndSize(cython.cast(cython.p_char, cython.address(c[at + 4])), size)
+    body = PyBytes_FromStringAndSize(cython.cast(cython.p_char, cython.address(c[at])), size)
     t = f.time_us  # (one int object for time_us and created_us)
     return new_record(_PUT, f.seq, t, f.jid, tube, f.pri, f.delay, f.ttr, f.deadline, body, t)
