@@ -100,9 +100,15 @@ def _flat(words: array[int]) -> array[int]:
     return words
 
 
-def encode_slot(state: CursorState) -> bytes:
-    ranges = state.acked
-    n = len(ranges)
+def encode_slot(state: CursorState, words: array[int] | None = None) -> bytes:
+    """The slot of ``state``; ``words``, if given, are its acked ranges instead of
+    ``state.acked`` (which must then be empty), already flat: ``start, end, start, end, ...``
+    (how a consumer group keeps them, so a checkpoint builds no tuple per range)."""
+    if words is None:
+        words = array("Q", itertools.chain.from_iterable(state.acked))
+    elif state.acked:
+        raise ValueError("acked ranges given twice")
+    n = len(words) // 2
     version = 1 if n <= _U16_MAX else 2
     head = _HEAD.pack(
         _MAGIC, version, n if version == 1 else 0, state.seq, state.committed, state.pos_offset, state.pos_base,
@@ -110,8 +116,11 @@ def encode_slot(state: CursorState) -> bytes:
     )
     if version == 2:
         head += _COUNT.pack(n)
-    body = head + _flat(array("Q", itertools.chain.from_iterable(ranges))).tobytes()
-    return body + _U32.pack(crc32c(body))
+    if sys.byteorder != "little":
+        words = _flat(array("Q", words))  # swapped in a copy: the caller's words stay as they are
+    raw = memoryview(words).cast("B")
+    # One copy of the ranges, into the slot itself (no body made first and copied again).
+    return b"".join((head, raw, _U32.pack(crc32c(raw, crc32c(head)))))
 
 
 def decode_slot(buf: bytes) -> CursorState | None:
@@ -177,9 +186,10 @@ class CursorFile:
         """A write is waiting for its fsync (by a :class:`CursorSyncer`)."""
         return self.synced_seq < self.written_seq
 
-    def write(self, state: CursorState, fsync: bool) -> None:
-        """Write ``state`` into slot ``seq % 2``; with ``fsync`` it is on disk when this returns."""
-        data = encode_slot(state)
+    def write(self, state: CursorState, fsync: bool, words: array[int] | None = None) -> None:
+        """Write ``state`` into slot ``seq % 2``; with ``fsync`` it is on disk when this returns.
+        ``words``: its acked ranges, flat (see :func:`encode_slot`)."""
+        data = encode_slot(state, words)
         if len(data) > self.slot_size:
             self._grow(state, data)
             return

@@ -38,6 +38,7 @@ import threading
 import time
 from typing import Literal
 
+from .ackranges import AckedRanges
 from .commit import parse_durability
 from .cursor import CursorFile, CursorState, read_cursor
 from .errors import LogError
@@ -52,16 +53,6 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 # The clock of the checkpoint interval (seconds); tests replace it to decide when one is due.
 monotonic = time.monotonic
-
-
-def _ranges(offsets: set[int]) -> tuple[tuple[int, int], ...]:
-    out: list[tuple[int, int]] = []
-    for o in sorted(offsets):
-        if out and out[-1][1] == o:
-            out[-1] = (out[-1][0], o + 1)
-        else:
-            out.append((o, o + 1))
-    return tuple(out)
 
 
 class ConsumerGroup(LagLimits):
@@ -115,7 +106,12 @@ class ConsumerGroup(LagLimits):
         # Clamped to the log's end: records a group acked may be gone after a power loss under
         # 'never'/'every', and their offsets will be reused by new records, which must be delivered.
         self.committed = min(max(state.committed, first), log.next_offset)
-        self._acked = {o for a, b in state.acked for o in range(a, b) if o >= self.committed}
+        # Acked above the head, as ranges: memory follows the gaps, not the offsets acked. Acks
+        # past the log's end are void (those offsets will be new records), and a range starting
+        # at a head clamped up to the log's first offset joins it.
+        end = log.next_offset
+        self._acked = AckedRanges((max(a, self.committed), min(b, end)) for a, b in state.acked)
+        self.committed = self._acked.take_front(self.committed)
         # (offset, segment base, byte position) of a record at or below the committed head.
         self._commit_pos: tuple[int, int, int] | None = None
         if first <= state.pos_base <= state.pos_offset <= self.committed:
@@ -287,18 +283,17 @@ class ConsumerGroup(LagLimits):
             self._commit_pos = (rp.offset, rp.base, rp.pos)  # at or below the head: exact at poll ends
 
     def _ack_one(self, off: int) -> None:
-        if off < self.committed or off in self._acked:
+        if off < self.committed:
             return
+        if off != self.committed:
+            if self._acked.add(off):  # False: acked already
+                self._attempts.pop(off, None)
+                self._dirty = True
+            return
+        # Every acked offset is above the head, so off is new; the ranges it meets join the head.
         self._attempts.pop(off, None)
         self._dirty = True
-        if off != self.committed:
-            self._acked.add(off)
-            return
-        c = off + 1
-        acked = self._acked
-        while c in acked:
-            acked.remove(c)
-            c += 1
+        c = self._acked.take_front(off + 1)
         self.committed = c
         if self._next_read < c:  # acks from before a reopen joined the head past what was read
             self._next_read = c
@@ -395,9 +390,9 @@ class ConsumerGroup(LagLimits):
     def _persist(self, fsync: bool) -> None:
         self._seq += 1
         pos_offset, base, pos = self._commit_pos if self._commit_pos is not None else (0, 0, 0)
-        acked = _ranges(self._acked) if self._acked else ()
-        state = CursorState(self._seq, self.committed, pos_offset, base, pos, self.expired, self.dropped, acked)
-        self._file.write(state, fsync)
+        state = CursorState(self._seq, self.committed, pos_offset, base, pos, self.expired, self.dropped)
+        # The ranges go to the slot as the words they are kept in: no tuple per range.
+        self._file.write(state, fsync, self._acked.words() if self._acked else None)
         self._dirty = False
         self._last_persist = monotonic()
 

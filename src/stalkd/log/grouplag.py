@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Literal
 
+from .ackranges import AckedRanges
 from .errors import LogLagError
 from .frame import frame_size
 from .groupapi import GroupLog
@@ -34,7 +35,7 @@ class LagLimits:
     max_lag_bytes: int | None
     overflow: Literal["drop", "refuse"]
     _lock: threading.RLock
-    _acked: set[int]
+    _acked: AckedRanges
     _redeliver: list[int]
     _commit_pos: tuple[int, int, int] | None
     _next_read: int
@@ -120,9 +121,8 @@ class LagLimits:
                     if f.offset >= self.committed:
                         target = max(target, f.offset + 1)
             if target > self.committed:
-                dropped = target - self.committed - sum(1 for o in self._acked if o < target)
-                self.dropped += dropped
-                self._acked = {o for o in self._acked if o >= target}
+                self.dropped += target - self.committed - self._acked.drop_below(target)
+                target = self._acked.take_front(target)  # acks just past the drop join the head
                 self._redeliver = [o for o in self._redeliver if o >= target]
                 heapq.heapify(self._redeliver)
                 self.committed = target
