@@ -7,7 +7,7 @@ order) and in a random order over the whole span. Each case runs in a child proc
 
 * memory (tracemalloc, exact): what the group holds once the acks are in, the peak while acking,
   and the peak of one checkpoint (encoding the slot) on top of that;
-* time per ack, and per checkpoint (``_persist`` without fsync; both trees have it), rough
+* time per ack (per offset acked, in calls of one offset, or of ``BATCH`` in "batches"), and per checkpoint (``_persist`` without fsync; both trees have it), rough
   while other work shares the CPU.
 
     .venv/bin/python bench/group_memory.py                       # against /work/peer-ee6/src
@@ -31,7 +31,8 @@ import tracemalloc
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent / "src"
-CASES = ("in_order", "every_other", "windows", "random")
+CASES = ("in_order", "batches", "every_other", "windows", "random")
+BATCH = 100  # offsets per ack call in "batches": a consumer acking each poll's messages at once
 
 
 def ack_order(case: str, n: int) -> list[int]:
@@ -49,7 +50,7 @@ def ack_order(case: str, n: int) -> list[int]:
         return out
     if case == "random":
         rnd.shuffle(offs)
-    return offs
+    return offs  # in order (also "batches": acked BATCH at a time)
 
 
 def child(case: str, n: int, memory: bool) -> dict[str, float]:
@@ -71,8 +72,12 @@ def child(case: str, n: int, memory: bool) -> dict[str, float]:
             base = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
         t = time.perf_counter()
-        for off in order:
-            g.ack(off)
+        if case == "batches":
+            for i in range(0, len(order), BATCH):
+                g.ack(*order[i : i + BATCH])
+        else:
+            for off in order:
+                g.ack(off)
         out["ack_us"] = (time.perf_counter() - t) / len(order) * 1e6
         if memory:
             cur, peak = tracemalloc.get_traced_memory()

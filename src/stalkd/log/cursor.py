@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from stalkd.log.crc import crc32c
@@ -100,15 +100,16 @@ def _flat(words: array[int]) -> array[int]:
     return words
 
 
-def encode_slot(state: CursorState, words: array[int] | None = None) -> bytes:
+def encode_slot(state: CursorState, words: Sequence[array[int]] | None = None) -> bytes:
     """The slot of ``state``; ``words``, if given, are its acked ranges instead of
-    ``state.acked`` (which must then be empty), already flat: ``start, end, start, end, ...``
-    (how a consumer group keeps them, so a checkpoint builds no tuple per range)."""
+    ``state.acked`` (which must then be empty), already flat: arrays of ``start, end, start,
+    end, ...`` one after the other (how a consumer group keeps them, so a checkpoint builds no
+    tuple per range and copies the words once, into the slot)."""
     if words is None:
-        words = array("Q", itertools.chain.from_iterable(state.acked))
+        words = [array("Q", itertools.chain.from_iterable(state.acked))]
     elif state.acked:
         raise ValueError("acked ranges given twice")
-    n = len(words) // 2
+    n = sum(len(w) for w in words) // 2
     version = 1 if n <= _U16_MAX else 2
     head = _HEAD.pack(
         _MAGIC, version, n if version == 1 else 0, state.seq, state.committed, state.pos_offset, state.pos_base,
@@ -117,10 +118,12 @@ def encode_slot(state: CursorState, words: array[int] | None = None) -> bytes:
     if version == 2:
         head += _COUNT.pack(n)
     if sys.byteorder != "little":
-        words = _flat(array("Q", words))  # swapped in a copy: the caller's words stay as they are
-    raw = memoryview(words).cast("B")
+        words = [_flat(array("Q", w)) for w in words]  # swapped in copies: the caller's stay as they are
+    crc = crc32c(head)
+    for w in words:
+        crc = crc32c(w, crc)
     # One copy of the ranges, into the slot itself (no body made first and copied again).
-    return b"".join((head, raw, _U32.pack(crc32c(raw, crc32c(head)))))
+    return b"".join([head, *words, _U32.pack(crc)])
 
 
 def decode_slot(buf: bytes) -> CursorState | None:
@@ -186,7 +189,7 @@ class CursorFile:
         """A write is waiting for its fsync (by a :class:`CursorSyncer`)."""
         return self.synced_seq < self.written_seq
 
-    def write(self, state: CursorState, fsync: bool, words: array[int] | None = None) -> None:
+    def write(self, state: CursorState, fsync: bool, words: Sequence[array[int]] | None = None) -> None:
         """Write ``state`` into slot ``seq % 2``; with ``fsync`` it is on disk when this returns.
         ``words``: its acked ranges, flat (see :func:`encode_slot`)."""
         data = encode_slot(state, words)

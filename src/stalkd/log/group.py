@@ -10,7 +10,9 @@ records (``overflow="drop"``, counted) or the log refuses appends with :class:`L
 dead-letter log (another :class:`Log`, e.g. ``DIR/dead``) and acked here.
 
 The log it reads is a :class:`GroupLog` (``groupapi.py``); lag and its limits are
-``grouplag.py``.
+``grouplag.py``. The offsets acked above the committed head are kept as ranges
+(``ackranges.py``): a head stuck on one message costs memory by the gaps behind it, not by the
+records acked since.
 
 Checkpoints (the cursor file) follow the group's ``durability`` (the log's by default):
 ``always`` writes and fsyncs one before ``ack``/``nack`` returns; ``every:<ms>`` writes one at
@@ -252,6 +254,17 @@ class ConsumerGroup(LagLimits):
                 self.committed = last + 1
                 self._note_commit_pos(last)
                 self._dirty = True
+            elif (first > self.committed and last < self._next_read and len(offs) > 1
+                    and last - first == len(offs) - 1 and offs == list(range(first, last + 1))):
+                # A run of what was polled, above a head still out (slow, or a message retried):
+                # one range, whatever its length.
+                if self._attempts:
+                    for off in offs:
+                        self._attempts.pop(off, None)
+                held = len(self._acked)
+                self._acked.add_range(first, last + 1)
+                if len(self._acked) != held:
+                    self._dirty = True
             else:
                 for off in offs:
                     if off >= self._next_read and off not in self._redeliver:
@@ -392,7 +405,7 @@ class ConsumerGroup(LagLimits):
         pos_offset, base, pos = self._commit_pos if self._commit_pos is not None else (0, 0, 0)
         state = CursorState(self._seq, self.committed, pos_offset, base, pos, self.expired, self.dropped)
         # The ranges go to the slot as the words they are kept in: no tuple per range.
-        self._file.write(state, fsync, self._acked.words() if self._acked else None)
+        self._file.write(state, fsync, self._acked.chunks())
         self._dirty = False
         self._last_persist = monotonic()
 
