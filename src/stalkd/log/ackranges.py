@@ -11,8 +11,8 @@ it are acked is one range, not a million set entries. The words are also the cur
 layout (``cursor.encode_slot``), so a checkpoint copies them as they are.
 
 Chunks bound the cost of an insert or removal in the middle to moving one chunk's words (8 KiB),
-where a single array would move all of them: acks in random order over a million offsets hold
-~250,000 ranges at worst.
+where a single array would move all of them (acks in a random order hold about one range per
+four offsets midway).
 
 Ensures: ``add``, ``in``, ``len``, iteration and :meth:`pairs` behave as a ``set[int]`` of the
 same offsets would, with :meth:`pairs` its ranges in order (the form a checkpoint stores), and
