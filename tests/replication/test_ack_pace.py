@@ -23,49 +23,13 @@ from stalkd.replication.receiver import Receiver
 from stalkd.replication.role import Role
 from stalkd.replication.sender import Replicas
 
-from .streams import Listener, standby, until
+from .streams import Listener, ScriptedPrimary, standby, until
 
 MESSAGES = 30
 
 
 def put(jid: int) -> bytes:
     return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, 0, b"job %d" % jid))
-
-
-class ScriptedPrimary(asyncio.Protocol):
-    """Answers a stream request with ``STREAMING 0 0 -`` and ``tail``, then sends what the test
-    writes; keeps every acknowledgement the standby sends."""
-
-    def __init__(self, tail: str) -> None:
-        self.tail = tail
-        self.request = b""
-        self.transport: asyncio.Transport | None = None
-        self.acks: list[int] = []
-        self._decoder = wire.AckDecoder()
-        self._buf = b""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        assert self.transport is not None
-        if not self.request:
-            self.request = data
-            self.transport.write(b"STREAMING 0 0 -%s\r\n" % self.tail.encode())
-            return
-        # one acknowledgement at a time: each is counted, however the reads cut them
-        buf = self._buf + data
-        whole = len(buf) - len(buf) % 8
-        self._buf = buf[whole:]
-        for at in range(0, whole, 8):
-            ack = self._decoder.feed(buf[at:at + 8])
-            assert ack is not None
-            self.acks.append(ack)
-
-    def send(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
 
 
 def run_against(tmp_path: Path, tail: str, script: Callable[[ScriptedPrimary, Receiver], object]) -> Receiver:

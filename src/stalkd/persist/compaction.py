@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 from bisect import bisect_left
+from collections.abc import Callable
 from itertools import accumulate
 from operator import attrgetter
 
@@ -146,6 +147,7 @@ class Compaction:
     _kept_from: int  # the last snapshot's start offset: segments from the one holding it are kept for it
     _retain_owed: bool  # recovery found segments wholly below the snapshot it loaded (``maintain``)
     _snap: SnapInProgress | None
+    apply_pending: Callable[[], object] | None  # (``Wal.apply_pending``)
 
     def write(self, records: list[Record]) -> None:
         raise NotImplementedError  # Wal's
@@ -250,6 +252,8 @@ class Compaction:
             self._snapshot_done()
 
     def _begin(self, engine: Engine) -> None:
+        if self.apply_pending is not None:  # a snapshot starts at the log's end: the engine must hold it all
+            self.apply_pending()
         if engine.seq != self.last_seq:
             raise WalError(f"snapshot needs every record written first (engine seq {engine.seq}, "
                            f"WAL seq {self.last_seq})")  # fmt: skip

@@ -280,6 +280,9 @@ class Wal(WalSpace, Compaction):
         # every id handed out is below ``id_ceiling`` (idceiling.py); none to keep under ``always``
         self._ids: IdCeiling | None = None
         self._on_sealed: Callable[[], object] | None = None
+        # A standby's: applies the records appended to this log and not yet to the engine
+        # (``replication.receiver``), before a snapshot pairs the log's end with the engine.
+        self.apply_pending: Callable[[], object] | None = None
 
     def _use_log(self, log: Log) -> None:
         """Write into ``log`` from now on (the directory's, opened again)."""

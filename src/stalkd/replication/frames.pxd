@@ -16,6 +16,7 @@ cdef Py_ssize_t _HEAD_LEN, _PUT_MIN
 # rather than through a Python call (~500 instructions a message, callgrind).
 cpdef list check_records(Py_ssize_t first, list payloads, Py_ssize_t expected, object epoch)
 cpdef list check_payloads(Py_ssize_t first, list payloads, Py_ssize_t expected, object epoch)
+cpdef object epoch_after(list records, object epoch)
 @cython.locals(r=Record, i=Py_ssize_t, f=_Fields)
 cdef list _check(Py_ssize_t first, list payloads, Py_ssize_t expected, object epoch, bint raw_puts)
 

@@ -59,7 +59,7 @@ if not cython.compiled:  # compiled, frames.pxd cimports them: C calls (_put run
     def PyBytes_FromStringAndSize(s: object, n: int) -> bytes:  # noqa: N802 - the C API's name
         raise NotImplementedError("compiled only")
 
-__all__ = ["check_payloads", "check_records"]
+__all__ = ["check_payloads", "check_records", "epoch_after"]
 
 
 _UNKNOWN, _EPOCH, _PUT = Op.UNKNOWN, Op.EPOCH, Op.PUT
@@ -80,6 +80,16 @@ def check_payloads(first: int, payloads: list[bytes], expected: int, epoch: int)
     its record would be: ``Reservations.follow`` applies it from its bytes (``replay_put``), so
     a standby builds no Record per job."""
     return _check(first, payloads, expected, epoch, True)
+
+
+def epoch_after(records: list[Record | bytes], epoch: int) -> int:
+    """The epoch a log follows after ``records`` (checked: ``check_payloads``), from ``epoch``
+    before them: the last EPOCH record's, if any. What the check of the next message needs
+    while these are appended but not yet applied (the engine's epochs change only then)."""
+    for r in records:
+        if not isinstance(r, bytes) and r.op is _EPOCH:  # (compiled: a raw PUT is bytes)
+            epoch = r.epoch
+    return epoch
 
 
 def _check(first: int, payloads: list[bytes], expected: int, epoch: int, raw_puts: bool) -> list[Record | bytes]:

@@ -14,7 +14,7 @@ from stalkd.log.mutex cimport Mutex
 from stalkd.log.ticket cimport Ticket
 from stalkd.log.writer cimport SegmentWriter
 from stalkd.persist.wal cimport WalBatches
-from stalkd.replication.frames cimport check_payloads
+from stalkd.replication.frames cimport check_payloads, epoch_after
 from stalkd.replication.wire cimport RecordDecoder, encode_ack
 
 # The committer thread's acknowledgement (receiver.py _thread_ack): one non-blocking send of its
@@ -83,7 +83,9 @@ cdef class Receiver:
     cdef RecordDecoder _dec
     cdef object _last, _out
     cdef list _heard
-    cdef Py_ssize_t _beats
+    cdef Py_ssize_t _beats, _pending_n
+    cdef list _pending
+    cpdef settle(self)
 
     cdef list _read(self, object data)
     cdef _read_done(self, object writer)
