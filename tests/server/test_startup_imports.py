@@ -120,6 +120,41 @@ def test_empty_directory_start_defines_no_dataclass_in_its_storage_server_protoc
     assert defined == []
 
 
+# Loaded by the server's interpreter at start (``site`` imports ``sitecustomize``): names on stderr
+# the stalkd module of each ``re.compile`` call (a regex compiled at import costs more than a
+# small module's import; the protocol's are compiled when a line first needs them).
+_REGEX_HOOK = """\
+import re, sys
+_compile = re.compile
+def _named(pattern, flags=0):
+    caller = sys._getframe(1).f_globals.get("__name__", "")
+    if caller.startswith("stalkd"):
+        sys.stderr.write("regex compiled by %s\\n" % (caller,))
+    return _compile(pattern, flags)
+re.compile = _named
+sys.stderr.write("regex hook loaded\\n")
+"""
+_REGEX_COMPILED = re.compile(r"^regex compiled by (\S+)$", re.MULTILINE)
+
+
+def _with_hook(hook: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(hook)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(hook_dir), os.environ.get("PYTHONPATH", "")) if p))
+
+
+@pytest.mark.parametrize("where", ["memory", "empty directory"])
+def test_the_protocol_compiles_no_regex_before_the_first_reply(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # The C parser reads the lines it is given; the Python one reads canonical lines (the first
+    # reply's among them) by table look-ups: neither needs the grammar's regexes at start.
+    _with_hook(_REGEX_HOOK, tmp_path, monkeypatch)
+    log = _log_to_first_reply(*([] if where == "memory" else ["-b", str(tmp_path / "data")]), monkeypatch=monkeypatch)
+    assert "regex hook loaded" in log, "the server's interpreter did not load the hook"
+    assert _under(set(_REGEX_COMPILED.findall(log)), ("stalkd.protocol",)) == []
+
+
 # Loaded by the server's interpreter at start (``site`` imports ``sitecustomize`` from the path):
 # an audit hook that names on stderr each module imported once the process runs as another user.
 # CPython raises the "import" event only for a module not yet in ``sys.modules``.

@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable
 from typing import Final, Literal
 
+from stalkd.protocol import lines
 from stalkd.protocol.commands import Command, Put, Reply
 from stalkd.protocol.constructors import put_maker
 from stalkd.protocol.grammar import (
@@ -55,7 +56,6 @@ from stalkd.protocol.lines import (
     PUT_HEAD,
     PUT_PARTS,
     PUT_PREFIX,
-    PUT_RX,
     UNKNOWN_COMMAND,
     fast_digits,
     parse_line,
@@ -83,11 +83,13 @@ BIG_BODY: Final = 1 << 20
 _make_put = put_maker()
 
 # The other body commands (stalkd's result-put): "<prefix><digits>... <bytes>", arguments in
-# range and nothing after them, else BAD_FORMAT; their body is read like put's.
-_OTHER_BODY: tuple[tuple[bytes, CommandSpec, re.Pattern[bytes], tuple[int, ...]], ...] = tuple(
-    (s.prefix, s, re.compile(DIGITS * len(s.args)), tuple(U64_MAX if a.kind == "u64" else U32_MAX for a in s.args))
+# range and nothing after them, else BAD_FORMAT; their body is read like put's. The regex of
+# each is compiled when its first line comes (_OTHER_RX), not at import.
+_OTHER_BODY: tuple[tuple[bytes, CommandSpec, tuple[int, ...]], ...] = tuple(
+    (s.prefix, s, tuple(U64_MAX if a.kind == "u64" else U32_MAX for a in s.args))
     for s in COMMANDS if s.body and s is not BODY_SPEC
 )
+_OTHER_RX: dict[str, re.Pattern[bytes]] = {}
 _BodyDone = Callable[[bytes, "str | None"], Command]
 
 
@@ -342,13 +344,15 @@ class Parser:
     def _command(self, line: bytes) -> Item:
         if line.startswith(PUT_PREFIX) and b"\0" not in line:
             return self._put_line(line[len(PUT_PREFIX) :])
-        for prefix, spec, rx, maxima in _OTHER_BODY:
+        for prefix, spec, maxima in _OTHER_BODY:
             if line.startswith(prefix) and b"\0" not in line:
-                return self._other_line(spec, rx, maxima, line[len(prefix) :])
+                return self._other_line(spec, maxima, line[len(prefix) :])
         return parse_line(line)
 
-    def _other_line(self, spec: CommandSpec, rx: re.Pattern[bytes], maxima: tuple[int, ...],
-                    rest: bytes) -> Item:
+    def _other_line(self, spec: CommandSpec, maxima: tuple[int, ...], rest: bytes) -> Item:
+        rx = _OTHER_RX.get(spec.name)
+        if rx is None:
+            rx = _OTHER_RX[spec.name] = re.compile(DIGITS * len(spec.args))
         m = rx.match(rest)
         if m is None or m.end() != len(rest):
             return BAD_FORMAT
@@ -372,7 +376,7 @@ class Parser:
 
     def _put_line(self, rest: bytes) -> Item:
         # beanstalkd's order: numbers, (count cmd-put), JOB_TOO_BIG, trailing text, ttr clamp.
-        m = PUT_RX.match(rest)
+        m = lines.PUT_RX.match(rest)
         if m is None:
             return BAD_FORMAT
         a, b, c, d = m.groups()
