@@ -20,6 +20,8 @@ import pwd
 import re
 import socket
 import tempfile
+import types
+import typing
 from pathlib import Path
 
 import pytest
@@ -122,6 +124,22 @@ def test_empty_directory_start_defines_no_dataclass_in_its_storage_server_protoc
                for attr, obj in vars(importlib.import_module(name)).items()
                if isinstance(obj, type) and obj.__module__ == name and dataclasses.is_dataclass(obj)]  # fmt: skip
     assert defined == []
+
+
+def _typing_alias(obj: object) -> bool:
+    """A subscripted typing form (``Literal[...]``, ``Callable[...]``, ``dict[str, int]``) or a
+    TypeVar: typing's Python code makes each (a Literal's de-duplication and cache, a Callable's
+    argument checks); a union of classes (``A | B``) is made by C and not counted."""
+    return isinstance(obj, typing.TypeVar) or typing.get_origin(obj) not in (None, types.UnionType)
+
+
+def test_the_protocol_makes_no_typing_alias_at_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its aliases (grammar.ArgKind, parser.Item...) are the type checker's (TYPE_CHECKING): at run
+    # time plain types, or no name at all where only annotations use them.
+    modules = _imported_after_first_reply("-b", str(tmp_path / "data"), monkeypatch=monkeypatch)
+    made = [f"{name}.{attr}" for name in _under(modules, ("stalkd.protocol",))
+            for attr, obj in vars(importlib.import_module(name)).items() if _typing_alias(obj)]  # fmt: skip
+    assert made == []
 
 
 # Loaded by the server's interpreter at start (``site`` imports ``sitecustomize``): names on stderr

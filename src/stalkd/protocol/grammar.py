@@ -34,7 +34,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from stalkd.protocol.commands import (
     Bury,
@@ -86,15 +86,20 @@ DEFAULT_MAX_JOB_SIZE = 65535
 MAX_JOB_SIZE_LIMIT = 2**30
 """beanstalkd clamps ``-z`` to 1 GiB; so does stalkd."""
 
-ArgKind = Literal["u32", "u64", "timeout", "count", "tube", "name"]
-JobLookup = Literal["held", "deletable", "unreserved", "kickable"]
-"""How a command finds its job (NOT_FOUND otherwise): ``held`` reserved by this connection;
-``deletable`` not reserved by another one; ``unreserved`` not reserved; ``kickable`` buried or
-delayed."""
-WalCost = Literal["put", "update", "updates", "result"]
-"""The durable records a command may write, so room is promised before it runs: one put
-record, one short update record, up to ``bound`` short update records (kick), or one result
-record with its body (result-put)."""
+# The kinds below are Literals for the type checker; at run time they are ``str``, as their values
+# are (a Literal made at import costs about as much as a small module's import).
+if TYPE_CHECKING:
+    ArgKind = Literal["u32", "u64", "timeout", "count", "tube", "name"]
+    JobLookup = Literal["held", "deletable", "unreserved", "kickable"]
+    """How a command finds its job (NOT_FOUND otherwise): ``held`` reserved by this connection;
+    ``deletable`` not reserved by another one; ``unreserved`` not reserved; ``kickable`` buried
+    or delayed."""
+    WalCost = Literal["put", "update", "updates", "result"]
+    """The durable records a command may write, so room is promised before it runs: one put
+    record, one short update record, up to ``bound`` short update records (kick), or one result
+    record with its body (result-put)."""
+else:
+    ArgKind = JobLookup = WalCost = str
 
 
 class Arg(Value):
@@ -157,7 +162,7 @@ def _spec(
     job: JobLookup | None = None, wal: WalCost | None = None, **kw: bool,
 ) -> CommandSpec:  # fmt: skip
     """``grammar`` is ``"field:kind field:kind"``, e.g. ``"id:u64 pri:u32"``."""
-    args = tuple(Arg(f, cast(ArgKind, k)) for f, k in (a.split(":") for a in grammar.split()))
+    args = tuple(Arg(f, cast("ArgKind", k)) for f, k in (a.split(":") for a in grammar.split()))
     return CommandSpec(name, prefix.encode(), args, build, stat, job, wal, **kw)
 
 

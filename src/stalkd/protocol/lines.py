@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from stalkd.protocol.commands import Command, Reply
 from stalkd.protocol.constructors import slot_maker
@@ -34,7 +34,8 @@ __all__ = [
 BAD_FORMAT: Final = Reply("BAD_FORMAT")
 UNKNOWN_COMMAND: Final = Reply("UNKNOWN_COMMAND")
 
-_Parse = Callable[[bytes], "Command | Reply"]
+if TYPE_CHECKING:  # (at run time no alias is made: see grammar.ArgKind)
+    _Parse = Callable[[bytes], Command | Reply]
 
 # Argument kinds -> (regex fragment, converter of its groups). The fragments use possessive
 # quantifiers so digits are never split between two arguments (C's strtoumax is greedy).

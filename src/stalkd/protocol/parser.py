@@ -32,7 +32,7 @@ import enum
 import io
 import re
 from collections.abc import Callable
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from stalkd.protocol import lines
 from stalkd.protocol.commands import Command, Put, Reply
@@ -72,7 +72,10 @@ class NeedData(enum.Enum):
 
 NEED_DATA: Final = NeedData.NEED_DATA
 
-Item = Command | Reply | Literal[NeedData.NEED_DATA]
+if TYPE_CHECKING:
+    Item = Command | Reply | Literal[NeedData.NEED_DATA]
+else:  # the same at run time without typing's Literal (see grammar.ArgKind)
+    Item = Command | Reply | NeedData
 
 # The framing states; the C parser (_speedups.c) numbers them the same (its ``_state``).
 _STATE_LINE, _STATE_ENDLINE, _STATE_BODY, _STATE_SKIP = 0, 1, 2, 3
@@ -90,7 +93,8 @@ _OTHER_BODY: tuple[tuple[bytes, CommandSpec, tuple[int, ...]], ...] = tuple(
     for s in COMMANDS if s.body and s is not BODY_SPEC
 )
 _OTHER_RX: dict[str, re.Pattern[bytes]] = {}
-_BodyDone = Callable[[bytes, "str | None"], Command]
+if TYPE_CHECKING:
+    _BodyDone = Callable[[bytes, str | None], Command]
 
 
 class Parser:
