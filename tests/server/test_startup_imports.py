@@ -28,6 +28,7 @@ import pytest
 
 from server.proc import start_stalkd
 from stalkd.extensions import extensions_disabled
+from stalkd.protocol.accel import IMPLEMENTATION
 
 # Modules of features whose flags are absent (prefixes: a package covers its submodules).
 NOT_WITHOUT_FLAGS = ("stalkd.admin", "aiohttp", "stalkd.server.tls", "stalkd.server.acl", "tomllib",
@@ -124,6 +125,18 @@ def test_empty_directory_start_defines_no_dataclass_in_its_storage_server_protoc
                for attr, obj in vars(importlib.import_module(name)).items()
                if isinstance(obj, type) and obj.__module__ == name and dataclasses.is_dataclass(obj)]  # fmt: skip
     assert defined == []
+
+
+@pytest.mark.skipif(IMPLEMENTATION != "c", reason="the C parser is not active: the Python one reads the lines")
+@pytest.mark.parametrize("where", ["memory", "empty directory"])
+def test_with_the_c_parser_the_python_parser_is_not_imported(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # Its tables (lines.FAST1, SPACED...) and put's constructors are that parser's alone; the C
+    # parser is given the grammar's table and protocol.markers' objects.
+    modules = _imported_after_first_reply(*([] if where == "memory" else ["-b", str(tmp_path / "data")]),
+                                          monkeypatch=monkeypatch)  # fmt: skip
+    assert _under(modules, ("stalkd.protocol.parser", "stalkd.protocol.lines", "stalkd.protocol.constructors")) == []
+    assert "stalkd.protocol.markers" in modules
 
 
 def _typing_alias(obj: object) -> bool:

@@ -69,7 +69,7 @@ from stalkd.protocol.commands import (
 from stalkd.values import Value
 
 __all__ = [
-    "ArgKind", "Arg", "CommandSpec", "COMMANDS", "SPECS_BY_NAME", "NAME_CHARS", "JobLookup",
+    "ArgKind", "Arg", "CommandSpec", "COMMANDS", "SPECS_BY_NAME", "BODY_SPEC", "NAME_CHARS", "JobLookup",
     "WalCost", "COUNTERS", "REPORTED_COUNTERS",
     "LINE_MAX", "TUBE_NAME_MAX", "U32_MAX", "U64_MAX", "TIMEOUT_MAX", "DEFAULT_MAX_JOB_SIZE",
     "MAX_JOB_SIZE_LIMIT", "is_valid_tube", "STANDBY_COMMANDS", "NOT_PRIMARY",
@@ -202,6 +202,9 @@ COMMANDS: tuple[CommandSpec, ...] = (
 )
 
 SPECS_BY_NAME: dict[str, CommandSpec] = {s.name: s for s in COMMANDS}
+BODY_SPEC: CommandSpec = next(s for s in COMMANDS if s.body)
+"""The first row with a body (put): both parsers read its line as put's (parser.py and the C
+parser, which accel tells)."""
 
 COUNTERS: tuple[str, ...] = tuple(s.counter for s in COMMANDS if s.counter is not None)
 """Every per-command counter the engine keeps (beanstalkd's ``op_ct``)."""

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from stalkd.protocol.commands import Command, Reply
 from stalkd.protocol.constructors import slot_maker
 from stalkd.protocol.grammar import (
+    BODY_SPEC,
     COMMANDS,
     TIMEOUT_MAX,
     U32_MAX,
@@ -25,14 +26,12 @@ from stalkd.protocol.grammar import (
     CommandSpec,
     is_valid_tube,
 )
+from stalkd.protocol.markers import BAD_FORMAT, UNKNOWN_COMMAND
 
 __all__ = [
     "BAD_FORMAT", "UNKNOWN_COMMAND", "DIGITS", "BODY_SPEC", "PUT_PREFIX", "PUT_HEAD", "PUT_PARTS", "PUT_RX",
     "FAST1", "FAST_DIGITS", "EXACT", "SPACED", "parse_line", "fast_digits", "match_command",
 ]  # fmt: skip
-
-BAD_FORMAT: Final = Reply("BAD_FORMAT")
-UNKNOWN_COMMAND: Final = Reply("UNKNOWN_COMMAND")
 
 if TYPE_CHECKING:  # (at run time no alias is made: see grammar.ArgKind)
     _Parse = Callable[[bytes], Command | Reply]
@@ -131,8 +130,7 @@ def _compile(spec: CommandSpec) -> _Parse:
     return parse
 
 
-# The body command (put) from the table: its line is "<head> <u32> <u32> <u32> <bytes>".
-BODY_SPEC = next(s for s in COMMANDS if s.body)
+# The body command (put) from the table (grammar.BODY_SPEC): its line is "<head> <u32> <u32> <u32> <bytes>".
 assert len(BODY_SPEC.args) == 4 and all(a.kind == "u32" for a in BODY_SPEC.args)
 PUT_PREFIX = BODY_SPEC.prefix
 PUT_HEAD = PUT_PREFIX[:-1]

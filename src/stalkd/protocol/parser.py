@@ -28,14 +28,13 @@ Example:
 
 from __future__ import annotations
 
-import enum
 import io
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
 
 from stalkd.protocol import lines
-from stalkd.protocol.commands import Command, Put, Reply
+from stalkd.protocol.commands import Command, Put
 from stalkd.protocol.constructors import put_maker
 from stalkd.protocol.grammar import (
     COMMANDS,
@@ -47,7 +46,6 @@ from stalkd.protocol.grammar import (
     CommandSpec,
 )
 from stalkd.protocol.lines import (
-    BAD_FORMAT,
     BODY_SPEC,
     DIGITS,
     EXACT,
@@ -56,26 +54,13 @@ from stalkd.protocol.lines import (
     PUT_HEAD,
     PUT_PARTS,
     PUT_PREFIX,
-    UNKNOWN_COMMAND,
     fast_digits,
     parse_line,
 )
+from stalkd.protocol.markers import BAD_FORMAT, NEED_DATA, UNKNOWN_COMMAND, Item, NeedData
 
 __all__ = ["Parser", "NEED_DATA", "NeedData", "Item", "BAD_FORMAT", "UNKNOWN_COMMAND"]
 
-
-class NeedData(enum.Enum):
-    """The type of ``NEED_DATA``: feed more bytes before asking again."""
-
-    NEED_DATA = "NEED_DATA"
-
-
-NEED_DATA: Final = NeedData.NEED_DATA
-
-if TYPE_CHECKING:
-    Item = Command | Reply | Literal[NeedData.NEED_DATA]
-else:  # the same at run time without typing's Literal (see grammar.ArgKind)
-    Item = Command | Reply | NeedData
 
 # The framing states; the C parser (_speedups.c) numbers them the same (its ``_state``).
 _STATE_LINE, _STATE_ENDLINE, _STATE_BODY, _STATE_SKIP = 0, 1, 2, 3
