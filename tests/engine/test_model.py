@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 
 import pytest
 from hypothesis import given
@@ -150,3 +152,33 @@ def test_the_wal_room_of_each_op_follows_its_row() -> None:
     for op in (Op.DELETE, Op.TOUCH, Op.RESERVE, Op.TIMEOUT, Op.PAUSE):
         assert record_cost(Record(op, 1, 2, 3)) == 0 and op in COSTLESS_OPS
     assert {Op.PUT, Op.DELETE, Op.RELEASE, Op.BURY, Op.KICK, Op.JOB, Op.RESULT, Op.EPOCH} == DURABLE_OPS
+
+
+# What ``@dataclass(frozen=True)`` made of Record before it wrote its own methods: its fields in
+# order, their annotations and defaults.
+_DATACLASS_FIELDS = [
+    ("op", "Op", dataclasses.MISSING), ("seq", "int", dataclasses.MISSING), ("time_us", "int", dataclasses.MISSING),
+    ("job_id", "int", 0), ("tube", "str", ""), ("pri", "int", 0), ("delay", "int", 0), ("ttr", "int", 0),
+    ("deadline_us", "int", 0), ("body", "bytes", b""), ("state", "JobState", JobState.READY),
+    *((name, "int", 0) for name in ("created_us", "reserves", "timeouts", "releases", "buries", "kicks", "epoch",
+                                    "start_offset")),
+]  # fmt: skip
+
+
+def test_record_keeps_the_frozen_dataclass_contract_it_no_longer_defines_at_import() -> None:
+    assert [(f.name, f.type, f.default) for f in dataclasses.fields(Record)] == _DATACLASS_FIELDS
+    assert dataclasses.is_dataclass(Record) and Record.__match_args__ == tuple(n for n, _, _ in _DATACLASS_FIELDS)
+    r = Record(Op.JOB, 1, 2, 3, "tube", 4, 5, 6, 7, b"body", JobState.BURIED, 8, kicks=2)
+    assert dataclasses.replace(r, kicks=3) == Record(Op.JOB, 1, 2, 3, "tube", 4, 5, 6, 7, b"body", JobState.BURIED, 8,
+                                                     kicks=3)  # fmt: skip
+    assert dataclasses.astuple(r) == tuple(getattr(r, n) for n, _, _ in _DATACLASS_FIELDS)
+    assert r != dataclasses.replace(r, kicks=3) and r != (1, 2) and hash(r) == hash(dataclasses.astuple(r))
+    assert copy.copy(r) == r and copy.deepcopy(r) == r and pickle.loads(pickle.dumps(r)) == r
+    assert repr(r) == ("Record(op=<Op.JOB: 10>, seq=1, time_us=2, job_id=3, tube='tube', pri=4, delay=5, ttr=6, "
+                       "deadline_us=7, body=b'body', state=<JobState.BURIED: 3>, created_us=8, reserves=0, timeouts=0, "
+                       "releases=0, buries=0, kicks=2, epoch=0, start_offset=0)")  # fmt: skip
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.kicks = 4  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del r.kicks  # type: ignore[misc]
+    assert r.kicks == 2

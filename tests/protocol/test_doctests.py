@@ -11,7 +11,7 @@ from support import run_doctests
 
 MODULES = ["stalkd.protocol", "stalkd.protocol.grammar", "stalkd.protocol.parser",
            "stalkd.protocol.lines", "stalkd.protocol.constructors", "stalkd.protocol.accel",
-           "stalkd.protocol.replies", "stalkd.protocol.stats"]  # fmt: skip
+           "stalkd.protocol.replies", "stalkd.protocol.stats", "stalkd.protocol.markers"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", MODULES)

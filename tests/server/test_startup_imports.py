@@ -20,12 +20,15 @@ import pwd
 import re
 import socket
 import tempfile
+import types
+import typing
 from pathlib import Path
 
 import pytest
 
 from server.proc import start_stalkd
 from stalkd.extensions import extensions_disabled
+from stalkd.protocol.accel import IMPLEMENTATION
 
 # Modules of features whose flags are absent (prefixes: a package covers its submodules).
 NOT_WITHOUT_FLAGS = ("stalkd.admin", "aiohttp", "stalkd.server.tls", "stalkd.server.acl", "tomllib",
@@ -50,6 +53,10 @@ FIRST_USE = ("ctypes", "hashlib", "hmac", "json", "stalkd.persist.snap_v1", "sta
 # switch's import hook loads those three all the same (importlib.resources imports pathlib).
 NOT_BY_A_SERVER = ("stalkd.log.group", "stalkd.log.groupapi", "stalkd.log.grouplag", "stalkd.log.cursor",
                    *(() if extensions_disabled() else ("pathlib", "urllib", "ipaddress")))
+# Not before the first reply, on either build: ``dataclasses`` (with ``copy``), whose import and
+# whose fields a dataclass's definition costs (engine.model's Record makes its dataclass fields
+# when first asked for; the protocol's values raise its FrozenInstanceError when assigned to).
+NOT_BEFORE_THE_FIRST_REPLY = ("dataclasses",)
 
 _IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$", re.MULTILINE)
 
@@ -89,7 +96,7 @@ def test_in_memory_imports_no_storage_and_no_optional_feature(monkeypatch: pytes
     modules = _imported_after_first_reply(monkeypatch=monkeypatch)
     assert _under(modules, NOT_WITHOUT_FLAGS) == []
     assert _under(modules, ONLY_WITH_A_DIRECTORY) == []
-    assert _under(modules, FIRST_USE + NOT_BY_A_SERVER) == []
+    assert _under(modules, FIRST_USE + NOT_BY_A_SERVER + NOT_BEFORE_THE_FIRST_REPLY) == []
     # -l 127.0.0.1 is resolved as bytes: no IDNA codec (stringprep, unicodedata) for an ASCII name
     assert _under(modules, ("encodings.idna", "stringprep", "unicodedata")) == []
 
@@ -101,7 +108,7 @@ def test_empty_directory_imports_no_optional_feature(tmp_path: Path, monkeypatch
     # CRC-32C is loaded without its package's __init__ (``stalkd.log.crc``), which would ask
     # importlib.metadata for its version; ``find_library`` (ldconfig, shutil) is not called.
     assert _under(modules, ("importlib.metadata", "ctypes.util")) == []
-    assert _under(modules, FIRST_USE + NOT_BY_A_SERVER) == []
+    assert _under(modules, FIRST_USE + NOT_BY_A_SERVER + NOT_BEFORE_THE_FIRST_REPLY) == []
 
 
 # Value classes on a data directory's way to its first reply are ``stalkd.values.Value``s: a
@@ -118,6 +125,69 @@ def test_empty_directory_start_defines_no_dataclass_in_its_storage_server_protoc
                for attr, obj in vars(importlib.import_module(name)).items()
                if isinstance(obj, type) and obj.__module__ == name and dataclasses.is_dataclass(obj)]  # fmt: skip
     assert defined == []
+
+
+@pytest.mark.skipif(IMPLEMENTATION != "c", reason="the C parser is not active: the Python one reads the lines")
+@pytest.mark.parametrize("where", ["memory", "empty directory"])
+def test_with_the_c_parser_the_python_parser_is_not_imported(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # Its tables (lines.FAST1, SPACED...) and put's constructors are that parser's alone; the C
+    # parser is given the grammar's table and protocol.markers' objects.
+    modules = _imported_after_first_reply(*([] if where == "memory" else ["-b", str(tmp_path / "data")]),
+                                          monkeypatch=monkeypatch)  # fmt: skip
+    assert _under(modules, ("stalkd.protocol.parser", "stalkd.protocol.lines", "stalkd.protocol.constructors")) == []
+    assert "stalkd.protocol.markers" in modules
+
+
+def _typing_alias(obj: object) -> bool:
+    """A subscripted typing form (``Literal[...]``, ``Callable[...]``, ``dict[str, int]``) or a
+    TypeVar: typing's Python code makes each (a Literal's de-duplication and cache, a Callable's
+    argument checks); a union of classes (``A | B``) is made by C and not counted."""
+    return isinstance(obj, typing.TypeVar) or typing.get_origin(obj) not in (None, types.UnionType)
+
+
+def test_the_protocol_makes_no_typing_alias_at_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its aliases (grammar.ArgKind, parser.Item...) are the type checker's (TYPE_CHECKING): at run
+    # time plain types, or no name at all where only annotations use them.
+    modules = _imported_after_first_reply("-b", str(tmp_path / "data"), monkeypatch=monkeypatch)
+    made = [f"{name}.{attr}" for name in _under(modules, ("stalkd.protocol",))
+            for attr, obj in vars(importlib.import_module(name)).items() if _typing_alias(obj)]  # fmt: skip
+    assert made == []
+
+
+# Loaded by the server's interpreter at start (``site`` imports ``sitecustomize``): names on stderr
+# the stalkd module of each ``re.compile`` call (a regex compiled at import costs more than a
+# small module's import; the protocol's are compiled when a line first needs them).
+_REGEX_HOOK = """\
+import re, sys
+_compile = re.compile
+def _named(pattern, flags=0):
+    caller = sys._getframe(1).f_globals.get("__name__", "")
+    if caller.startswith("stalkd"):
+        sys.stderr.write("regex compiled by %s\\n" % (caller,))
+    return _compile(pattern, flags)
+re.compile = _named
+sys.stderr.write("regex hook loaded\\n")
+"""
+_REGEX_COMPILED = re.compile(r"^regex compiled by (\S+)$", re.MULTILINE)
+
+
+def _with_hook(hook: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(hook)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(hook_dir), os.environ.get("PYTHONPATH", "")) if p))
+
+
+@pytest.mark.parametrize("where", ["memory", "empty directory"])
+def test_the_protocol_compiles_no_regex_before_the_first_reply(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # The C parser reads the lines it is given; the Python one reads canonical lines (the first
+    # reply's among them) by table look-ups: neither needs the grammar's regexes at start.
+    _with_hook(_REGEX_HOOK, tmp_path, monkeypatch)
+    log = _log_to_first_reply(*([] if where == "memory" else ["-b", str(tmp_path / "data")]), monkeypatch=monkeypatch)
+    assert "regex hook loaded" in log, "the server's interpreter did not load the hook"
+    assert _under(set(_REGEX_COMPILED.findall(log)), ("stalkd.protocol",)) == []
 
 
 # Loaded by the server's interpreter at start (``site`` imports ``sitecustomize`` from the path):

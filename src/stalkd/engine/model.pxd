@@ -6,8 +6,8 @@ from libc.string cimport memcmp, memcpy
 
 # Record: an extension type whose fields a compiled caller fills and reads at fixed offsets, so
 # building one is a C call rather than a frozen dataclass's __setattr__ per field. model.py holds
-# the dataclass and its field list; this declares the fields' types only. They stay Python
-# objects (ids and times of any size, the enums), read-only from Python as the frozen
+# the class, its field list and its methods; this declares the fields' types only. They stay
+# Python objects (ids and times of any size, the enums), read-only from Python as a frozen
 # dataclass's are.
 #
 # OpLayout: a registry row is read for every record written, by this module's encode and by the
@@ -17,6 +17,8 @@ cdef class Record:
     cdef readonly object op, seq, time_us, job_id, tube, pri, delay, ttr, deadline_us, body
     cdef readonly object state, created_us, reserves, timeouts, releases, buries, kicks, epoch
     cdef readonly object start_offset
+
+cdef tuple _values(r)
 
 cdef class OpLayout:
     cdef readonly tuple fields, names

@@ -46,9 +46,8 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
     from stalkd import cyshim as cython
@@ -127,39 +126,148 @@ class JobState(enum.IntEnum):
     DELAYED = 4  # waiting for its deadline in the tube's delay heap
 
 
-@dataclass(frozen=True)
+_set = object.__setattr__
+
+
+class _DataclassFields:
+    """``Record.__dataclass_fields__``, which ``dataclasses.fields``, ``replace`` and ``asdict``
+    read: a frozen dataclass's fields of the same names, types and defaults, made when first
+    asked for."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, Any] | None = None
+
+    def __get__(self, obj: object, owner: object = None) -> dict[str, Any]:
+        if self.made is None:
+            import dataclasses
+
+            # the defaults are a record's whose three first fields alone were given; the types,
+            # Record's annotations (which the compiled class does not keep)
+            blank = Record(Op.UNKNOWN, 0, 0)
+            kinds = ("Op", "int", "int", "int", "str", "int", "int", "int", "int", "bytes", "JobState", *("int",) * 8)
+            shadow = dataclasses.make_dataclass("Record", [
+                (name, kind) if at < 3 else (name, kind, dataclasses.field(default=getattr(blank, name)))
+                for at, (name, kind) in enumerate(zip(_FIELD_NAMES, kinds, strict=True))
+            ], frozen=True)  # fmt: skip
+            self.made = {f.name: f for f in dataclasses.fields(shadow)}
+        return self.made
+
+
 @cython.no_gc  # (see the docstring's last sentence)
 @cython.cclass
 class Record:
     """One durable change. Fields an op does not use keep their defaults.
 
-    Compiled, an extension type (its fields in model.pxd; Cython makes the dataclass's methods):
-    the engine builds one per durable change. Cython takes no ``slots=``, so uncompiled it is a
-    plain frozen dataclass. Its fields are numbers, enum members, str and bytes, so it can be in
-    no reference cycle; compiled, the cycle collector does not track it (a standby holds a
-    message's records, hundreds when pipelined, while it checks and applies them, and each young
-    collection meanwhile walked every one).
+    A frozen dataclass's contract (equality and hash by the fields in order, its ``repr``, no
+    assignment, ``dataclasses.fields`` and ``replace``) with methods written once here:
+    ``@dataclass`` would import ``dataclasses`` and make its fields, or uncompiled compile its
+    methods from source, when the module is imported (a server's start); ``__dataclass_fields__``
+    is made when first asked for. Compiled, an extension type (its fields in model.pxd): the
+    engine builds one per durable change. Its fields are numbers, enum members, str and bytes,
+    so it can be in no reference cycle; compiled, the cycle collector does not track it (a
+    standby holds a message's records, hundreds when pipelined, while it checks and applies
+    them, and each young collection meanwhile walked every one).
+
+    >>> r = Record(Op.BURY, 1, 2, 3, pri=9)
+    >>> r == Record(Op.BURY, 1, 2, 3, pri=9), r.pri, repr(r).startswith("Record(op=<Op.BURY: 4>, seq=1,")
+    (True, 9, True)
     """
 
+    __slots__ = __match_args__ = ("op", "seq", "time_us", "job_id", "tube", "pri", "delay", "ttr", "deadline_us", "body",
+                                  "state", "created_us", "reserves", "timeouts", "releases", "buries", "kicks", "epoch",
+                                  "start_offset")  # fmt: skip
     op: Op
     seq: int
     time_us: int
-    job_id: int = 0
-    tube: str = ""
-    pri: int = 0
-    delay: int = 0
-    ttr: int = 0
-    deadline_us: int = 0
-    body: bytes = b""
-    state: JobState = JobState.READY
-    created_us: int = 0
-    reserves: int = 0
-    timeouts: int = 0
-    releases: int = 0
-    buries: int = 0
-    kicks: int = 0
-    epoch: int = 0
-    start_offset: int = 0
+    job_id: int
+    tube: str
+    pri: int
+    delay: int
+    ttr: int
+    deadline_us: int
+    body: bytes
+    state: JobState
+    created_us: int
+    reserves: int
+    timeouts: int
+    releases: int
+    buries: int
+    kicks: int
+    epoch: int
+    start_offset: int
+
+    def __init__(self, op: Op, seq: int, time_us: int, job_id: int = 0, tube: str = "", pri: int = 0,
+                 delay: int = 0, ttr: int = 0, deadline_us: int = 0, body: bytes = b"",
+                 state: JobState = JobState.READY, created_us: int = 0, reserves: int = 0, timeouts: int = 0,
+                 releases: int = 0, buries: int = 0, kicks: int = 0, epoch: int = 0,
+                 start_offset: int = 0) -> None:  # fmt: skip
+        if cython.compiled:  # the C fields stored (model.pxd); __setattr__ is for Python's
+            self.op, self.seq, self.time_us, self.job_id, self.tube = op, seq, time_us, job_id, tube
+            self.pri, self.delay, self.ttr, self.deadline_us, self.body = pri, delay, ttr, deadline_us, body
+            self.state, self.created_us, self.reserves, self.timeouts = state, created_us, reserves, timeouts
+            self.releases, self.buries, self.kicks, self.epoch = releases, buries, kicks, epoch
+            self.start_offset = start_offset
+        else:  # past __setattr__, which refuses (a frozen dataclass's __init__ does the same)
+            _set(self, "op", op)
+            _set(self, "seq", seq)
+            _set(self, "time_us", time_us)
+            _set(self, "job_id", job_id)
+            _set(self, "tube", tube)
+            _set(self, "pri", pri)
+            _set(self, "delay", delay)
+            _set(self, "ttr", ttr)
+            _set(self, "deadline_us", deadline_us)
+            _set(self, "body", body)
+            _set(self, "state", state)
+            _set(self, "created_us", created_us)
+            _set(self, "reserves", reserves)
+            _set(self, "timeouts", timeouts)
+            _set(self, "releases", releases)
+            _set(self, "buries", buries)
+            _set(self, "kicks", kicks)
+            _set(self, "epoch", epoch)
+            _set(self, "start_offset", start_offset)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return _values(self) == _values(cython.cast(Record, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(_values(self))
+
+    def __repr__(self) -> str:
+        shown = ", ".join([f"{name}={value!r}" for name, value in zip(_FIELD_NAMES, _values(self), strict=True)])
+        return f"{self.__class__.__qualname__}({shown})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise _frozen(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise _frozen(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle: the class called with the fields
+        return (self.__class__, _values(self))
+
+    __dataclass_fields__ = _DataclassFields()
+
+
+_FIELD_NAMES = Record.__match_args__
+
+
+def _values(r: Record) -> tuple[Any, ...]:
+    """A record's fields in order (compiled, a C function reading the C fields: model.pxd): what
+    equality, the hash and ``repr`` show."""
+    p = cython.declare(Record, r)
+    return (p.op, p.seq, p.time_us, p.job_id, p.tube, p.pri, p.delay, p.ttr, p.deadline_us, p.body, p.state,
+            p.created_us, p.reserves, p.timeouts, p.releases, p.buries, p.kicks, p.epoch, p.start_offset)  # fmt: skip
+
+
+def _frozen(message: str) -> AttributeError:
+    """The error a frozen dataclass raises (``dataclasses`` imported only here and below)."""
+    from dataclasses import FrozenInstanceError
+
+    return FrozenInstanceError(message)
 
 
 # The version-1 layouts, field by field: (name, struct code), little-endian and packed. Every

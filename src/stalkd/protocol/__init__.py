@@ -17,7 +17,7 @@ Example:
 
 from stalkd.protocol.accel import IMPLEMENTATION, Parser, encode_line, encode_reply_parts
 from stalkd.protocol.grammar import COMMANDS, DEFAULT_MAX_JOB_SIZE, LINE_MAX, MAX_JOB_SIZE_LIMIT
-from stalkd.protocol.parser import BAD_FORMAT, NEED_DATA, UNKNOWN_COMMAND, Item, NeedData
+from stalkd.protocol.markers import BAD_FORMAT, NEED_DATA, UNKNOWN_COMMAND, Item, NeedData
 from stalkd.protocol.replies import encode_reply
 
 __all__ = [

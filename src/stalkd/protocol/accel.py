@@ -5,6 +5,8 @@ compiler is there) is a compiled twin of ``parser.Parser``, ``replies.encode_lin
 ``replies.encode_reply_parts`` (plain lines and job replies; YAML replies go to the
 reference). It is given the command table here, so the grammar stays written once
 (``grammar.COMMANDS``).
+The Python parser (``parser``, with ``lines``' tables) is imported only where it runs, or when
+``PyParser`` is first asked for: a server whose C parser runs never builds it.
 ``STALKD_NO_EXTENSIONS=1`` in the environment forces the pure-Python modules; so does a
 missing or unloadable extension, and one built from an older ``_speedups.c`` that does
 not take this table (with a warning saying how to rebuild it). ``IMPLEMENTATION`` says which one is active ("c" or
@@ -24,11 +26,16 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from stalkd.extensions import compiled_module, extensions_disabled
-from stalkd.protocol import commands, lines, parser, replies
-from stalkd.protocol.grammar import COMMANDS, MAX_JOB_SIZE_LIMIT, NAME_CHARS, CommandSpec
+from stalkd.protocol import commands, replies
+from stalkd.protocol.grammar import BODY_SPEC, COMMANDS, MAX_JOB_SIZE_LIMIT, NAME_CHARS, CommandSpec
+from stalkd.protocol.markers import BAD_FORMAT, NEED_DATA, UNKNOWN_COMMAND
+
+if TYPE_CHECKING:
+    from stalkd.protocol import parser
+    from stalkd.protocol.parser import Parser as PyParser
 
 __all__ = ["IMPLEMENTATION", "Parser", "PyParser", "CParser", "encode_line", "encode_reply_parts",
            "extensions_disabled", "speedups"]
@@ -50,7 +57,7 @@ def _row(spec: CommandSpec) -> tuple[bytes, bytes, int, object, object]:
     if spec.exact or spec.loose:
         return spec.prefix, kinds, flags, spec.build(), spec.build
     if spec.body:
-        if spec is lines.BODY_SPEC:
+        if spec is BODY_SPEC:
             flags |= _PUT
         # built as parser.py builds it: the class called with (*head, body, error)
         return spec.prefix, kinds, flags, None, spec.build
@@ -79,9 +86,9 @@ def _configure(_speedups: ModuleType) -> None:
     _speedups.configure(
         table=tuple(_row(s) for s in COMMANDS),
         put=commands.Put,
-        need_data=parser.NEED_DATA,
-        bad_format=lines.BAD_FORMAT,
-        unknown_command=lines.UNKNOWN_COMMAND,
+        need_data=NEED_DATA,
+        bad_format=BAD_FORMAT,
+        unknown_command=UNKNOWN_COMMAND,
         name_chars=NAME_CHARS,
         max_job_limit=MAX_JOB_SIZE_LIMIT,
         reply=commands.Reply,
@@ -95,9 +102,22 @@ speedups: ModuleType | None = _load()
 """The configured extension module, None when the pure-Python modules run."""
 
 IMPLEMENTATION: Literal["c", "python"] = "python" if speedups is None else "c"
-PyParser = parser.Parser
+
+
+def _py_parser() -> type[parser.Parser]:
+    from stalkd.protocol.parser import Parser
+
+    return Parser
+
+
+def __getattr__(name: str) -> object:
+    if name == "PyParser":  # the Python parser, imported when first asked for
+        return _py_parser()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 CParser: type[parser.Parser] | None = None if speedups is None else speedups.Parser
-Parser: type[parser.Parser] = PyParser if CParser is None else CParser
+Parser: type[parser.Parser] = _py_parser() if CParser is None else CParser
 encode_line: Callable[[commands.Reply], bytes] = (
     replies.encode_line if speedups is None else speedups.encode_line
 )

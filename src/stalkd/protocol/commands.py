@@ -13,7 +13,6 @@ members. Uncompiled, the same classes are plain ``__slots__`` classes with the s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import FrozenInstanceError
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
@@ -34,6 +33,14 @@ __all__ = [
 
 
 _set = object.__setattr__
+
+
+def _frozen(message: str) -> AttributeError:
+    """The error of a frozen dataclass's fields, which ours are (``dataclasses`` imported only
+    here: the module is no part of a server's start)."""
+    from dataclasses import FrozenInstanceError
+
+    return FrozenInstanceError(message)
 
 
 class _Value:
@@ -78,10 +85,10 @@ class _Value:
         if name in self.__match_args__ and not hasattr(self, name):
             _set(self, name, value)
         else:
-            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+            raise _frozen(f"cannot assign to field {name!r}")
 
     def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
+        raise _frozen(f"cannot delete field {name!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle: the class called with the fields
         return (self.__class__, self._fields())

@@ -34,7 +34,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from stalkd.protocol.commands import (
     Bury,
@@ -69,7 +69,7 @@ from stalkd.protocol.commands import (
 from stalkd.values import Value
 
 __all__ = [
-    "ArgKind", "Arg", "CommandSpec", "COMMANDS", "SPECS_BY_NAME", "NAME_CHARS", "JobLookup",
+    "ArgKind", "Arg", "CommandSpec", "COMMANDS", "SPECS_BY_NAME", "BODY_SPEC", "NAME_CHARS", "JobLookup",
     "WalCost", "COUNTERS", "REPORTED_COUNTERS",
     "LINE_MAX", "TUBE_NAME_MAX", "U32_MAX", "U64_MAX", "TIMEOUT_MAX", "DEFAULT_MAX_JOB_SIZE",
     "MAX_JOB_SIZE_LIMIT", "is_valid_tube", "STANDBY_COMMANDS", "NOT_PRIMARY",
@@ -86,15 +86,20 @@ DEFAULT_MAX_JOB_SIZE = 65535
 MAX_JOB_SIZE_LIMIT = 2**30
 """beanstalkd clamps ``-z`` to 1 GiB; so does stalkd."""
 
-ArgKind = Literal["u32", "u64", "timeout", "count", "tube", "name"]
-JobLookup = Literal["held", "deletable", "unreserved", "kickable"]
-"""How a command finds its job (NOT_FOUND otherwise): ``held`` reserved by this connection;
-``deletable`` not reserved by another one; ``unreserved`` not reserved; ``kickable`` buried or
-delayed."""
-WalCost = Literal["put", "update", "updates", "result"]
-"""The durable records a command may write, so room is promised before it runs: one put
-record, one short update record, up to ``bound`` short update records (kick), or one result
-record with its body (result-put)."""
+# The kinds below are Literals for the type checker; at run time they are ``str``, as their values
+# are (a Literal made at import costs about as much as a small module's import).
+if TYPE_CHECKING:
+    ArgKind = Literal["u32", "u64", "timeout", "count", "tube", "name"]
+    JobLookup = Literal["held", "deletable", "unreserved", "kickable"]
+    """How a command finds its job (NOT_FOUND otherwise): ``held`` reserved by this connection;
+    ``deletable`` not reserved by another one; ``unreserved`` not reserved; ``kickable`` buried
+    or delayed."""
+    WalCost = Literal["put", "update", "updates", "result"]
+    """The durable records a command may write, so room is promised before it runs: one put
+    record, one short update record, up to ``bound`` short update records (kick), or one result
+    record with its body (result-put)."""
+else:
+    ArgKind = JobLookup = WalCost = str
 
 
 class Arg(Value):
@@ -157,7 +162,7 @@ def _spec(
     job: JobLookup | None = None, wal: WalCost | None = None, **kw: bool,
 ) -> CommandSpec:  # fmt: skip
     """``grammar`` is ``"field:kind field:kind"``, e.g. ``"id:u64 pri:u32"``."""
-    args = tuple(Arg(f, cast(ArgKind, k)) for f, k in (a.split(":") for a in grammar.split()))
+    args = tuple(Arg(f, cast("ArgKind", k)) for f, k in (a.split(":") for a in grammar.split()))
     return CommandSpec(name, prefix.encode(), args, build, stat, job, wal, **kw)
 
 
@@ -197,6 +202,9 @@ COMMANDS: tuple[CommandSpec, ...] = (
 )
 
 SPECS_BY_NAME: dict[str, CommandSpec] = {s.name: s for s in COMMANDS}
+BODY_SPEC: CommandSpec = next(s for s in COMMANDS if s.body)
+"""The first row with a body (put): both parsers read its line as put's (parser.py and the C
+parser, which accel tells)."""
 
 COUNTERS: tuple[str, ...] = tuple(s.counter for s in COMMANDS if s.counter is not None)
 """Every per-command counter the engine keeps (beanstalkd's ``op_ct``)."""

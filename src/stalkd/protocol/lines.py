@@ -1,21 +1,24 @@
 """One command line (without its ``\\r\\n``) to a command value or an error reply.
 
 The readers of each argument kind (``grammar``'s ``u32``, ``u64``, ``timeout``, ``count``,
-``tube``, ``name``) are regex fragments compiled per table row; the fast lookups below serve
-canonical lines (single spaces, plain digits) and are equivalent to the ordered prefix scan
-(tests/protocol/test_properties.py checks the equivalence). ``put``'s line is read by the
-parser, which owns its body (``PUT_RX``, ``PUT_HEAD``).
+``tube``, ``name``) are regex fragments compiled per table row, the first time a line of that
+row comes (``_lazy``): a server whose C parser reads its lines compiles none, and the Python
+parser's canonical lines go by the fast lookups below, which need none. Those are equivalent to
+the ordered prefix scan (tests/protocol/test_properties.py checks the equivalence). ``put``'s
+line is read by the parser, which owns its body (``PUT_RX``, compiled when first asked for,
+``PUT_HEAD``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING
 
 from stalkd.protocol.commands import Command, Reply
 from stalkd.protocol.constructors import slot_maker
 from stalkd.protocol.grammar import (
+    BODY_SPEC,
     COMMANDS,
     TIMEOUT_MAX,
     U32_MAX,
@@ -23,16 +26,15 @@ from stalkd.protocol.grammar import (
     CommandSpec,
     is_valid_tube,
 )
+from stalkd.protocol.markers import BAD_FORMAT, UNKNOWN_COMMAND
 
 __all__ = [
     "BAD_FORMAT", "UNKNOWN_COMMAND", "DIGITS", "BODY_SPEC", "PUT_PREFIX", "PUT_HEAD", "PUT_PARTS", "PUT_RX",
     "FAST1", "FAST_DIGITS", "EXACT", "SPACED", "parse_line", "fast_digits", "match_command",
 ]  # fmt: skip
 
-BAD_FORMAT: Final = Reply("BAD_FORMAT")
-UNKNOWN_COMMAND: Final = Reply("UNKNOWN_COMMAND")
-
-_Parse = Callable[[bytes], "Command | Reply"]
+if TYPE_CHECKING:  # (at run time no alias is made: see grammar.ArgKind)
+    _Parse = Callable[[bytes], Command | Reply]
 
 # Argument kinds -> (regex fragment, converter of its groups). The fragments use possessive
 # quantifiers so digits are never split between two arguments (C's strtoumax is greedy).
@@ -128,20 +130,47 @@ def _compile(spec: CommandSpec) -> _Parse:
     return parse
 
 
-# The body command (put) from the table: its line is "<head> <u32> <u32> <u32> <bytes>".
-BODY_SPEC = next(s for s in COMMANDS if s.body)
+# The body command (put) from the table (grammar.BODY_SPEC): its line is "<head> <u32> <u32> <u32> <bytes>".
 assert len(BODY_SPEC.args) == 4 and all(a.kind == "u32" for a in BODY_SPEC.args)
 PUT_PREFIX = BODY_SPEC.prefix
 PUT_HEAD = PUT_PREFIX[:-1]
 PUT_PARTS = len(BODY_SPEC.args) + 1
-PUT_RX = re.compile(_DIGITS * len(BODY_SPEC.args))
+_PUT_PATTERN = _DIGITS * len(BODY_SPEC.args)
+PUT_RX: re.Pattern[bytes]  # (made by __getattr__ below)
+
+
+def __getattr__(name: str) -> object:
+    # PUT_RX, compiled when first asked for (the parser's non-canonical put lines), then a
+    # global like any other
+    if name == "PUT_RX":
+        global PUT_RX
+        PUT_RX = re.compile(_PUT_PATTERN)
+        return PUT_RX
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _lazy(spec: CommandSpec, at: int) -> _Parse:
+    """The parser of a row with arguments until its first line: it makes ``_compile(spec)``
+    (the regex compiled then, not at import), puts it in its own places in ``_PARSERS`` and
+    ``SPACED`` and parses the line with it. Later lines call that parser directly."""
+
+    def first(rest: bytes) -> Command | Reply:
+        parse = _compile(spec)
+        _PARSERS[at] = (spec.prefix, parse)
+        if spec.prefix.endswith(b" "):
+            SPACED[spec.prefix[:-1]] = parse
+        return parse(rest)
+
+    return first
+
 
 # Fast lookups equivalent to the ordered prefix scan (tests/protocol checks the equivalence):
 # a line "<head> <rest>" whose "<head> " is a table prefix, or a line equal to an exact prefix,
-# cannot be claimed by an earlier row.
-_PARSERS: tuple[tuple[bytes, _Parse], ...] = tuple(
-    (s.prefix, _compile(s)) for s in COMMANDS if not s.body
-)
+# cannot be claimed by an earlier row. A row without arguments has no regex: made at once.
+_PARSERS: list[tuple[bytes, _Parse]] = [
+    (s.prefix, _compile(s) if s.exact or s.loose else _lazy(s, at))
+    for at, s in enumerate(s for s in COMMANDS if not s.body)
+]
 SPACED: dict[bytes, _Parse] = {p[:-1]: f for p, f in _PARSERS if p.endswith(b" ")}
 EXACT: dict[bytes, Command] = {s.prefix: s.build() for s in COMMANDS if s.exact}
 

@@ -28,13 +28,13 @@ Example:
 
 from __future__ import annotations
 
-import enum
 import io
 import re
 from collections.abc import Callable
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final
 
-from stalkd.protocol.commands import Command, Put, Reply
+from stalkd.protocol import lines
+from stalkd.protocol.commands import Command, Put
 from stalkd.protocol.constructors import put_maker
 from stalkd.protocol.grammar import (
     COMMANDS,
@@ -46,7 +46,6 @@ from stalkd.protocol.grammar import (
     CommandSpec,
 )
 from stalkd.protocol.lines import (
-    BAD_FORMAT,
     BODY_SPEC,
     DIGITS,
     EXACT,
@@ -55,24 +54,13 @@ from stalkd.protocol.lines import (
     PUT_HEAD,
     PUT_PARTS,
     PUT_PREFIX,
-    PUT_RX,
-    UNKNOWN_COMMAND,
     fast_digits,
     parse_line,
 )
+from stalkd.protocol.markers import BAD_FORMAT, NEED_DATA, UNKNOWN_COMMAND, Item, NeedData
 
 __all__ = ["Parser", "NEED_DATA", "NeedData", "Item", "BAD_FORMAT", "UNKNOWN_COMMAND"]
 
-
-class NeedData(enum.Enum):
-    """The type of ``NEED_DATA``: feed more bytes before asking again."""
-
-    NEED_DATA = "NEED_DATA"
-
-
-NEED_DATA: Final = NeedData.NEED_DATA
-
-Item = Command | Reply | Literal[NeedData.NEED_DATA]
 
 # The framing states; the C parser (_speedups.c) numbers them the same (its ``_state``).
 _STATE_LINE, _STATE_ENDLINE, _STATE_BODY, _STATE_SKIP = 0, 1, 2, 3
@@ -83,12 +71,15 @@ BIG_BODY: Final = 1 << 20
 _make_put = put_maker()
 
 # The other body commands (stalkd's result-put): "<prefix><digits>... <bytes>", arguments in
-# range and nothing after them, else BAD_FORMAT; their body is read like put's.
-_OTHER_BODY: tuple[tuple[bytes, CommandSpec, re.Pattern[bytes], tuple[int, ...]], ...] = tuple(
-    (s.prefix, s, re.compile(DIGITS * len(s.args)), tuple(U64_MAX if a.kind == "u64" else U32_MAX for a in s.args))
+# range and nothing after them, else BAD_FORMAT; their body is read like put's. The regex of
+# each is compiled when its first line comes (_OTHER_RX), not at import.
+_OTHER_BODY: tuple[tuple[bytes, CommandSpec, tuple[int, ...]], ...] = tuple(
+    (s.prefix, s, tuple(U64_MAX if a.kind == "u64" else U32_MAX for a in s.args))
     for s in COMMANDS if s.body and s is not BODY_SPEC
 )
-_BodyDone = Callable[[bytes, "str | None"], Command]
+_OTHER_RX: dict[str, re.Pattern[bytes]] = {}
+if TYPE_CHECKING:
+    _BodyDone = Callable[[bytes, str | None], Command]
 
 
 class Parser:
@@ -342,13 +333,15 @@ class Parser:
     def _command(self, line: bytes) -> Item:
         if line.startswith(PUT_PREFIX) and b"\0" not in line:
             return self._put_line(line[len(PUT_PREFIX) :])
-        for prefix, spec, rx, maxima in _OTHER_BODY:
+        for prefix, spec, maxima in _OTHER_BODY:
             if line.startswith(prefix) and b"\0" not in line:
-                return self._other_line(spec, rx, maxima, line[len(prefix) :])
+                return self._other_line(spec, maxima, line[len(prefix) :])
         return parse_line(line)
 
-    def _other_line(self, spec: CommandSpec, rx: re.Pattern[bytes], maxima: tuple[int, ...],
-                    rest: bytes) -> Item:
+    def _other_line(self, spec: CommandSpec, maxima: tuple[int, ...], rest: bytes) -> Item:
+        rx = _OTHER_RX.get(spec.name)
+        if rx is None:
+            rx = _OTHER_RX[spec.name] = re.compile(DIGITS * len(spec.args))
         m = rx.match(rest)
         if m is None or m.end() != len(rest):
             return BAD_FORMAT
@@ -372,7 +365,7 @@ class Parser:
 
     def _put_line(self, rest: bytes) -> Item:
         # beanstalkd's order: numbers, (count cmd-put), JOB_TOO_BIG, trailing text, ttr clamp.
-        m = PUT_RX.match(rest)
+        m = lines.PUT_RX.match(rest)
         if m is None:
             return BAD_FORMAT
         a, b, c, d = m.groups()

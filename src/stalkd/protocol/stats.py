@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from stalkd.protocol.grammar import REPORTED_COUNTERS
 
@@ -24,7 +24,8 @@ __all__ = [
     "encode_yaml_dict", "encode_yaml_list", "format_value",
 ]  # fmt: skip
 
-Kind = Literal["stats", "stats-job", "stats-tube"]
+if TYPE_CHECKING:  # (at run time no Literal is made: see grammar.ArgKind)
+    Kind = Literal["stats", "stats-job", "stats-tube"]
 
 STATS_JOB_KEYS: tuple[str, ...] = (
     "id", "tube", "state", "pri", "age", "delay", "ttr", "time-left", "file", "reserves",
