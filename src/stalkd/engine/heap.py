@@ -132,9 +132,9 @@ class IndexedHeap:
         keys, items = self._keys, self._items
         it = item
         n = self._n
-        if n < len(keys):
-            keys[n] = key
-            items[n] = it
+        if n < len(keys):  # (and of items: the two lists have one length)
+            _put(keys, n, key)
+            _put(items, n, it)
         else:
             keys.append(key)
             items.append(it)
@@ -317,7 +317,7 @@ def _keeps_order(keys: list[int], more: list[int]) -> bool:
 def _vacate(keys: list[int], items: list[Any], n: int) -> None:
     """The heap now ends at ``n``: the item that was there is let go, and the lists are cut
     back when they are over four times the heap (a heap that shrank from a flood)."""
-    items[n] = None
+    _put(items, n, None)  # (n is the old heap's last slot: in range)
     if n < len(keys) >> 2:
         del keys[n:]
         del items[n:]
