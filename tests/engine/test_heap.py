@@ -137,3 +137,26 @@ def test_add_many_refuses_unmatched_lists_before_changing_anything(impl: type[In
     with pytest.raises(ValueError, match="2 keys for 1 items"):
         h.add_many([2, 3], [Item(2)])
     assert h.key_list() == [1] and h.item_list() == [a]
+
+
+@impls
+def test_keys_of_every_size_and_sign_pop_in_order(impl: type[IndexedHeap]) -> None:
+    # compiled, non-negative ints are compared digit by digit (heap.pxd's _lt) and anything
+    # else through Python's comparison: keys that differ only in a low digit, in the top one,
+    # in their number of digits, equal ones, zero, negatives and floats pop in sorted order
+    rng = random.Random(7)
+    keys = [0, 1, -1, -(1 << 70), 2.5, -0.5, (1 << 64) | 5, (1 << 64) | 4, (7 << 64) | 5,
+            (1 << 95) + 1, 1 << 95, 1 << 30, (1 << 30) - 1, 1 << 60, 1 << 90, 3, 3, 1 << 200]
+    keys += [rng.randrange(1 << 96) for _ in range(200)] + [rng.randrange(1 << 32) << 64 for _ in range(50)]
+    rng.shuffle(keys)
+    h = impl()
+    ref: dict[Item, int] = {}
+    for n, k in enumerate(keys):
+        it = Item(n)
+        h.push(k, it)  # type: ignore[arg-type]  # (floats too: any ordered key)
+        ref[it] = k  # type: ignore[assignment]
+    _check(h, ref)
+    out = []
+    while h:
+        out.append(ref[h.pop()])
+    assert out == sorted(keys)

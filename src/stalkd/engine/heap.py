@@ -119,6 +119,8 @@ class IndexedHeap:
         self._fit()
         return list(self._items)
 
+    @cython.boundscheck(False)  # (compiled: _n > 0, so the list holds an item 0)
+    @cython.wraparound(False)
     def peek(self) -> Any:
         return self._items[0] if self._n else None
 
@@ -130,9 +132,9 @@ class IndexedHeap:
         keys, items = self._keys, self._items
         it = item
         n = self._n
-        if n < len(keys):
-            keys[n] = key
-            items[n] = it
+        if n < len(keys):  # (and of items: the two lists have one length)
+            _put(keys, n, key)
+            _put(items, n, it)
         else:
             keys.append(key)
             items.append(it)
@@ -171,14 +173,14 @@ class IndexedHeap:
             r = c + 1
             if r < n:
                 rk = keys[r]
-                if rk < ck:
+                if _lt(rk, ck):
                     c = r
                     ck = rk
             _seat(keys, items, i, ck, items[c])
             i = c
             c = 2 * i + 1
-        keys[i] = last_key
-        items[i] = last
+        _put(keys, i, last_key)
+        _put(items, i, last)
         _up(keys, items, i)
         return top
 
@@ -200,7 +202,7 @@ class IndexedHeap:
         keys = self._keys
         old = keys[i]
         keys[i] = key
-        if key < old:
+        if _lt(key, old):
             _up(keys, self._items, i)
         else:
             _down(keys, self._items, self._n, i)
@@ -315,7 +317,7 @@ def _keeps_order(keys: list[int], more: list[int]) -> bool:
 def _vacate(keys: list[int], items: list[Any], n: int) -> None:
     """The heap now ends at ``n``: the item that was there is let go, and the lists are cut
     back when they are over four times the heap (a heap that shrank from a flood)."""
-    items[n] = None
+    _put(items, n, None)  # (n is the old heap's last slot: in range)
     if n < len(keys) >> 2:
         del keys[n:]
         del items[n:]
@@ -336,21 +338,30 @@ def _take(keys: list[int], items: list[Any], n: int, i: int) -> None:
     if i == n:
         return
     _seat(keys, items, i, last_key, last)
-    if i > 0 and last_key < keys[(i - 1) >> 1]:
+    if i > 0 and _lt(last_key, keys[(i - 1) >> 1]):
         _up(keys, items, i)
     else:
         _down(keys, items, n, i)
 
 
+if not cython.compiled:  # compiled, heap.pxd takes these from C
+
+    def _put(a: list[Any], i: int, v: object) -> None:
+        a[i] = v
+
+    def _lt(a: int, b: int) -> bool:
+        return a < b
+
+
 @cython.cfunc
 @cython.inline
-@cython.boundscheck(False)
-@cython.wraparound(False)
 @cython.locals(keys=list, items=list, i=cython.Py_ssize_t, item=HeapItem)
 def _seat(keys: list[int], items: list[Any], i: int, key: int, item: Any) -> None:
-    """Put ``item`` with its ``key`` at position ``i``, and tell the item where it is."""
-    keys[i] = key
-    items[i] = item
+    """Put ``item`` with its ``key`` at position ``i``, and tell the item where it is. Compiled,
+    the two stores are ``_put`` (heap.pxd), C inlined into the sifts, where Cython's unchecked
+    list store is a call of its generic helper, a few dozen a reserve from a large ready heap."""
+    _put(keys, i, key)
+    _put(items, i, item)
     item.hpos = i
 
 
@@ -363,7 +374,7 @@ def _up(keys: list[int], items: list[Any], i: int) -> None:
     while i > 0:
         p = (i - 1) >> 1
         pk = keys[p]
-        if pk <= key:
+        if not _lt(key, pk):  # pk <= key
             break
         _seat(keys, items, i, pk, items[p])
         i = p
@@ -383,10 +394,10 @@ def _down(keys: list[int], items: list[Any], n: int, i: int) -> None:
             break
         ck = keys[c]
         r = c + 1
-        if r < n and keys[r] < ck:
+        if r < n and _lt(keys[r], ck):
             c = r
             ck = keys[r]
-        if key <= ck:
+        if not _lt(ck, key):  # key <= ck
             break
         _seat(keys, items, i, ck, items[c])
         i = c

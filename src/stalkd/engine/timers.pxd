@@ -5,7 +5,7 @@
 
 cimport cython
 
-from stalkd.engine.heap cimport HeapItem, IndexedHeap
+from stalkd.engine.heap cimport HeapItem, IndexedHeap, _lt
 from stalkd.engine.objects cimport ConnState, Job, Release, Tube, job_body, to_us
 from stalkd.engine.state cimport EngineState, Outcome
 

@@ -40,6 +40,9 @@ else:
     except ModuleNotFoundError:  # uncompiled, and Cython is not installed
         from stalkd import cyshim as cython
 
+if not cython.compiled:  # compiled, timers.pxd cimports it (heap.pxd's inline C)
+    from stalkd.engine.heap import _lt
+
 __all__ = ["begin_step", "behind", "finish_step", "next_deadline"]
 
 
@@ -187,19 +190,20 @@ def _serve(s: EngineState) -> None:
 
 # Whether a timer heap's first item is due at ``now``: the instant its key was packed from (a
 # tube's or connection's timer_at, a job's deadline_us) is at or before it. Read from the item,
-# so no key is unpacked and no bound packed (compiled: C functions, timers.pxd).
+# so no key is unpacked and no bound packed (compiled: C functions, timers.pxd; the instants
+# compared by the heap's own ``_lt``, in C for ints, as every step asks several times).
 
 
 def _tube_due(h: IndexedHeap, now: int) -> bool:
     t: Tube | None = h.peek()
-    return t is not None and t.timer_at <= now
+    return t is not None and not _lt(now, t.timer_at)
 
 
 def _conn_due(h: IndexedHeap, now: int) -> bool:
     c: ConnState | None = h.peek()
-    return c is not None and c.timer_at <= now
+    return c is not None and not _lt(now, c.timer_at)
 
 
 def _job_due(h: IndexedHeap, now: int) -> bool:
     j: Job | None = h.peek()
-    return j is not None and j.deadline_us <= now
+    return j is not None and not _lt(now, j.deadline_us)

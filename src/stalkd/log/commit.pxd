@@ -26,7 +26,8 @@ cdef extern from *:
     unsigned long _thread_id "PyThread_get_thread_ident" ()
 
 cdef class GroupCommit:
-    cdef public object path, policy, failed, cond, durable
+    cdef public object path, policy, failed, cond
+    cdef public Py_ssize_t durable  # (compared with the writer's end per sync: no int object)
     cdef public Visibility visibility
     cdef public double interval, gather_share
     cdef public bint closed, ok
@@ -42,10 +43,11 @@ cdef class GroupCommit:
     cpdef object sync_to(self, upto)
     cpdef object call_when_durable(self, Py_ssize_t end, object fn)  # a standby's thread-path fsync, per read
     cpdef run_deferred(self)  # per batch written (log.write_batch): a C call
+    cdef bint _sync_lone(self) except -1
     cdef tuple _join_locked(self, bint back)
     cdef object _lead(self, b)
     cdef object _sync_alone(self, token)
-    cdef object _fsync_end(self)
+    cdef Py_ssize_t _fsync_end(self) except -1
     cdef tuple _synced_locked(self, Py_ssize_t members, object target, object token)
     cdef list _advance_locked(self, target)
     cdef object _gather(self, b)

@@ -140,6 +140,8 @@ class GroupCommit:
         leads, blocks on that batch's gate alone: it is woken once, when its batch is resolved
         or handed to it to lead, never by another batch's sync and never to fight for the lock.
         A caller alone (nobody syncing, waiting or expected back) fsyncs without a batch."""
+        if upto is None and self._sync_lone():
+            return self.durable
         lock = self._lock
         while True:
             # acquire/release, not ``with``: compiled, a ``with`` on a lock looks up and calls
@@ -204,6 +206,58 @@ class GroupCommit:
                 return durable
             # Covered unless ``upto`` lies past what was written when the batch was pinned (a
             # caller syncing ahead of the writes): then join the next batch.
+
+    @cython.locals(w=SegmentWriter, end=cython.Py_ssize_t, target=cython.Py_ssize_t)
+    def _sync_lone(self) -> bool:
+        """``sync_to(None)`` in the steady state of a lone writer (one connection writing under
+        ``always``): this thread made the last sync, alone, and since then nobody joined, syncs,
+        waits or is expected back. The alone path's fsync and the state it leaves (``sync_to``,
+        ``_sync_alone``, ``_synced_locked``), without its token, tuples and list, and, when no
+        ticket is pending, no thread waits and no batch opened meanwhile, without resolving or
+        handing anything on. False, having done nothing, when that is not the case (or the
+        pinner is not the log's writer): ``sync_to``'s general path runs."""
+        w = self._writer
+        if w is None:
+            return False
+        lock = self._lock
+        lock.acquire()  # (not ``with``: see sync_to)
+        try:
+            end = w.next
+            if self.durable >= end:
+                return True
+            if (self.failed is not None or self._syncing or _thread_id() != self._lone_thread
+                    or self._released is not self._lone_token or self._arrived + 1 < self._expect):
+                return False
+            self._syncing = True  # (the token, the thread and ``_released`` stay this thread's)
+        finally:
+            lock.release()
+        target = -1
+        done: tuple[Callbacks, _Batch | None] | None = None
+        try:
+            target = self._fsync_end()
+        finally:
+            lock.acquire()
+            try:
+                v = self.visibility
+                if (target > self.durable and not self._tickets and self._open is None
+                        and not v.waiters and not v.async_waiters):
+                    # _synced_locked(1, target, token) with no ticket to resolve, nobody to wake
+                    # and no batch to hand the lead to
+                    self._expect = 1
+                    self._arrived = 0
+                    self.durable = target
+                    self._syncing = False
+                else:
+                    done = self._synced_locked(1, target, self._lone_token)
+            finally:
+                lock.release()
+            if done is not None:
+                callbacks, nxt = done
+                if nxt is not None:
+                    nxt.gate.hand()
+                for t, fn in callbacks:
+                    fn(t)
+        return True
 
     def _join_locked(self, back: bool) -> tuple[_Batch, bool]:
         """Join the open batch (opening one), ``back`` if the last sync released this caller;
@@ -279,14 +333,18 @@ class GroupCommit:
             for t, fn in callbacks:
                 fn(t)
 
-    @cython.locals(t0=cython.double, now=cython.double)
+    @cython.locals(t0=cython.double, now=cython.double, target=cython.Py_ssize_t, w=SegmentWriter)
     def _fsync_end(self) -> int:
         """Pin the end written so far, fsync it; the end. LogError (the log failed) if the fsync fails."""
         pinner = self._pinner
         if pinner is None:
             raise LogError(f"{self.path}: log is closed")
-        w = cython.declare(SegmentWriter, self._writer)  # the pinner, or None (not a writer)
-        target, seg = w.pin_end() if w is not None else pinner.pin_end()
+        w = self._writer  # the pinner, or None (not a writer)
+        if w is not None:  # (compiled: a C call, the end a C field: no tuple, no int object)
+            seg = w.pin()
+            target = w.pinned
+        else:
+            target, seg = pinner.pin_end()
         try:
             t0 = _monotonic()
             if w is not None:  # (compiled: the segment's fd read as its C field)

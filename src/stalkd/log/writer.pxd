@@ -13,7 +13,7 @@ cdef class SegmentWriter:
     cdef public Mutex lock  # (mutex.py: taken by C calls)
     cdef public FileSystem fs
     cdef public ActiveSegment active
-    cdef public Py_ssize_t next, segment_size, zero_ahead
+    cdef public Py_ssize_t next, segment_size, zero_ahead, pinned
     cdef public bint fsync_new, refusing
     cdef Mutex _fdlock
     cdef object _on_fatal, _on_sealed
@@ -22,5 +22,6 @@ cdef class SegmentWriter:
     cpdef tuple write_many(self, items, admit)
     # a sync's three steps, C calls from the group commit (commit.pxd)
     cpdef tuple pin_end(self)
+    cpdef ActiveSegment pin(self)
     cpdef unpin(self, ActiveSegment seg)
     cpdef fdatasync(self, int fd)

@@ -87,6 +87,7 @@ class SegmentWriter:
         self._on_sealed = on_sealed
         self.sealed: list[tuple[int, int, str]] = []  # (base, end offset, path) of live sealed segments
         self.next = 0
+        self.pinned = 0  # the end ``pin`` read with the segment it pinned
         # A consumer group's lag limit may refuse appends (the log's ``_refusers`` is not empty,
         # set with it under ``lock``): what the WAL's batch path reads as a C field, rather than
         # the log's list per batch.
@@ -324,6 +325,25 @@ class SegmentWriter:
             seg.users += 1
             fdlock.release()
             return self.next, seg
+        finally:
+            lock.release()
+
+    @cython.locals(seg=ActiveSegment)
+    def pin(self) -> ActiveSegment:
+        """``pin_end`` for the group commit's sync (one at a time: its leader, or the lone
+        writer): the segment, and the end in ``pinned``, read under the same lock. Compiled, a
+        C call with nothing built (``pin_end`` builds a tuple and an int per sync)."""
+        lock, fdlock = self.lock, self._fdlock
+        lock.acquire()  # (not ``with``: see pin_end)
+        try:
+            seg = self.active
+            if seg is None:  # files already released (close, or a simulated crash)
+                raise LogError(f"{self.path}: log is closed")
+            fdlock.acquire()
+            seg.users += 1
+            fdlock.release()
+            self.pinned = self.next
+            return seg
         finally:
             lock.release()
 
