@@ -85,7 +85,7 @@ cdef class Receiver:
     cdef list _heard
     cdef Py_ssize_t _beats, _pending_n
     cdef list _pending
-    cpdef settle(self)
+    cpdef settle(self, Py_ssize_t slices=*)
 
     cdef list _read(self, object data)
     cdef _read_done(self, object writer)
