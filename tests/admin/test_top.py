@@ -160,21 +160,33 @@ def _tube_lines(screen: str) -> list[str]:
     return [ln.split()[0] for ln in screen.splitlines() if re.match(r"t\d{5} ", ln)]
 
 
+def _first_page(screen: str) -> int | None:
+    """The page size of a whole first page by name (its header's count, and every tube line
+    the header says, in order after "default"), else None."""
+    m = re.search(r"tubes 1-(\d+) of 61 ", screen)
+    if m is None:
+        return None
+    k = int(m.group(1))
+    return k if _tube_lines(screen) == [f"t{i:05d}" for i in range(k - 1)] else None
+
+
 def test_top_pages_orders_and_searches_many_tubes(server: AdminServer) -> None:
     # Given 60 tubes, t00059 the busiest: more than the terminal shows
     make_tubes(server.port, 60, more=3)
     for args in (("--admin", server.admin), ("-a", server.address)):  # the server or top chooses
         t = _top(*args, "-n", "0.3", "--sort", "name")
         try:
-            # a page that fits the terminal, by name
-            screen = t.wait(lambda s: re.search(r"tubes 1-\d+ of 61 ", s) is not None)
-            k = int(re.search(r"tubes 1-(\d+) of 61 ", screen).group(1))  # type: ignore[union-attr]
-            assert 5 <= k < 61
+            # a page that fits the terminal, by name: the first whole frame (a capture can land
+            # while top redraws, its header new and a line of the frame before still below it)
+            screen = t.wait(lambda s: _first_page(s) is not None)
+            k = _first_page(screen)
+            assert k is not None and 5 <= k < 61
             assert _tube_lines(screen) == [f"t{i:05d}" for i in range(k - 1)]  # after "default"
             t.keys("n")
             second = f"tubes {k + 1}-{2 * k} of 61 "
-            screen = t.wait(lambda s, want=second: want in s)
-            assert _tube_lines(screen) == [f"t{i:05d}" for i in range(k - 1, 2 * k - 1)]
+            page2 = [f"t{i:05d}" for i in range(k - 1, 2 * k - 1)]
+            screen = t.wait(lambda s, want=second, page=page2: want in s and _tube_lines(s) == page)
+            assert _tube_lines(screen) == page2
             t.keys("p")
             first = f"tubes 1-{k} of 61 "
             t.wait(lambda s, want=first: want in s)
