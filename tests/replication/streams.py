@@ -1,13 +1,15 @@
 """What the stream tests share: a listener that hands a replication request to the real
 ``Replicas``, as the server's listeners do, a standby's receiver with its own engine, the
-stream's writing half as the receiver uses it, a job's record as the primary streams it, and
-waiting for a condition on the loop the standby and the primary both run on."""
+stream's writing half as the receiver uses it, a job's record as the primary streams it, a
+standby streaming from a scripted primary, and waiting for a condition on the loop the standby
+and the primary both run on."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from stalkd.client._address import parse_address
 from stalkd.engine import Engine
@@ -128,3 +130,32 @@ async def until(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> N
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.005)
+
+
+P = TypeVar("P", bound=ScriptedPrimary)
+
+
+def run_against(tmp_path: Path, primary: P, script: Callable[[P, Receiver, Wal], object], *,
+                problem_ok: bool = False) -> Receiver:  # fmt: skip
+    """``script(primary, receiver, wal)`` (a coroutine function) with a standby streaming from
+    ``primary`` on one loop; the standby's log (``wal``) is durable under ``always`` (one fsync
+    per read or fewer, each a durable end). The standby ends with no problem unless
+    ``problem_ok``; it is stopped after the script either way."""
+    with Wal.open(tmp_path / "s", durability="always") as swal:
+        async def main() -> Receiver:
+            loop = asyncio.get_running_loop()
+            server = await loop.create_server(lambda: primary, "127.0.0.1", 0)
+            rc = standby(swal, server.sockets[0].getsockname()[1])
+            task = asyncio.create_task(rc.run())
+            try:
+                await until(lambda: rc.connected, "the standby to stream")
+                await script(primary, rc, swal)  # type: ignore[misc]
+                if not problem_ok:
+                    assert rc.problem is None
+                return rc
+            finally:
+                rc.stop()
+                task.cancel()
+                server.close()
+
+        return asyncio.run(main())

@@ -9,7 +9,6 @@ primary (every acknowledgement counted), then the real Replicas/Sender against i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,38 +22,13 @@ from stalkd.replication.receiver import Receiver
 from stalkd.replication.role import Role
 from stalkd.replication.sender import Replicas
 
-from .streams import Listener, ScriptedPrimary, standby, until
+from .streams import Listener, ScriptedPrimary, run_against, standby, until
 
 MESSAGES = 30
 
 
 def put(jid: int) -> bytes:
     return encode(Record(Op.PUT, jid, 5_000_000, jid, "t", 0, 0, 60, 0, b"job %d" % jid))
-
-
-def run_against(tmp_path: Path, tail: str, script: Callable[[ScriptedPrimary, Receiver], object]) -> Receiver:
-    """``script(primary, receiver)`` (a coroutine function) with a standby streaming from a
-    scripted primary; the standby's log is durable under ``always`` (one fsync per message or
-    fewer, each a durable end)."""
-    primary = ScriptedPrimary(tail)
-    with Wal.open(tmp_path / "s", durability="always") as swal:
-        async def main() -> Receiver:
-            loop = asyncio.get_running_loop()
-            server = await loop.create_server(lambda: primary, "127.0.0.1", 0)
-            port = server.sockets[0].getsockname()[1]
-            rc = standby(swal, port)
-            task = asyncio.create_task(rc.run())
-            try:
-                await until(lambda: rc.connected, "the standby to stream")
-                await script(primary, rc)  # type: ignore[misc]
-                assert rc.problem is None
-                return rc
-            finally:
-                rc.stop()
-                task.cancel()
-                server.close()
-
-        return asyncio.run(main())
 
 
 def message(first: int) -> bytes:
@@ -67,7 +41,7 @@ def test_a_standby_told_a_delay_acknowledges_once_per_delay_and_at_every_heartbe
     # within the test, no delayed acknowledgement comes due)
     monkeypatch.setattr(wire, "HEARTBEAT", 3600.0)
 
-    async def script(primary: ScriptedPrimary, rc: Receiver) -> None:
+    async def script(primary: ScriptedPrimary, rc: Receiver, swal: Wal) -> None:
         assert primary.request.split(b" ")[2].startswith(b"000")  # it offered to pace
         assert rc.ack_delay == 3600.0
         # When the standby makes each of many messages durable in turn
@@ -82,7 +56,7 @@ def test_a_standby_told_a_delay_acknowledges_once_per_delay_and_at_every_heartbe
         assert primary.acks == [1, MESSAGES]
         assert rc.lag == 0 and rc.lag_seconds == 0.0
 
-    rc = run_against(tmp_path, " 3600000", script)
+    rc = run_against(tmp_path, ScriptedPrimary(" 3600000"), script)
     assert rc.acks == 2
 
 
@@ -90,7 +64,7 @@ def test_a_delayed_acknowledgement_reaches_the_durable_end_without_a_heartbeat(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setattr(wire, "HEARTBEAT", 3600.0)  # (no heartbeat: the scripted primary sends none)
 
-    async def script(primary: ScriptedPrimary, rc: Receiver) -> None:
+    async def script(primary: ScriptedPrimary, rc: Receiver, swal: Wal) -> None:
         assert rc.ack_delay == 0.2
         # Given a first message acknowledged at once
         primary.send(message(0))
@@ -102,7 +76,7 @@ def test_a_delayed_acknowledgement_reaches_the_durable_end_without_a_heartbeat(
         await until(lambda: primary.acks[-1:] == [MESSAGES], "the delayed acknowledgement")
         assert primary.acks == sorted(set(primary.acks))  # each says more than the one before
 
-    run_against(tmp_path, " 200", script)
+    run_against(tmp_path, ScriptedPrimary(" 200"), script)
 
 
 @pytest.mark.parametrize("tail", ["", " 0"], ids=["primary-before-the-delay", "primary-that-waits"])
@@ -110,7 +84,7 @@ def test_a_standby_told_no_delay_acknowledges_every_durable_end(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail: str) -> None:  # fmt: skip
     monkeypatch.setattr(wire, "HEARTBEAT", 3600.0)  # (no heartbeat, no delayed acknowledgement)
 
-    async def script(primary: ScriptedPrimary, rc: Receiver) -> None:
+    async def script(primary: ScriptedPrimary, rc: Receiver, swal: Wal) -> None:
         assert rc.ack_delay == 0.0
         # When the primary sends a message only once the last is acknowledged (as replies that
         # wait for this standby make it)
@@ -120,7 +94,7 @@ def test_a_standby_told_no_delay_acknowledges_every_durable_end(
         # Then every durable end was acknowledged on its own
         assert primary.acks == list(range(1, MESSAGES + 1))
 
-    run_against(tmp_path, tail, script)
+    run_against(tmp_path, ScriptedPrimary(tail), script)
 
 
 @pytest.mark.parametrize("sync_standbys", [0, 1], ids=["async", "sync"])

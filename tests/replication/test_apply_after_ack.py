@@ -8,7 +8,8 @@ scripted primary on the loop, its log durable under ``always``.
 
 from __future__ import annotations
 
-import asyncio
+import select
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from stalkd.replication import receiver as receiver_module
 from stalkd.replication import wire
 from stalkd.replication.receiver import Receiver
 
-from .streams import ScriptedPrimary, put_payload, standby, until
+from .streams import ScriptedPrimary, put_payload, run_against, until
 
 BIG = receiver_module.DEFER_RECORDS * 3  # records in a read that is applied after the next
 
@@ -48,23 +49,7 @@ class Watching(ScriptedPrimary):
 
 
 def stream(tmp_path: Path, script: Callable[[Watching, Receiver, Wal], object]) -> Receiver:
-    primary = Watching()
-    with Wal.open(tmp_path / "s", durability="always") as swal:
-        async def main() -> Receiver:
-            loop = asyncio.get_running_loop()
-            server = await loop.create_server(lambda: primary, "127.0.0.1", 0)
-            rc = standby(swal, server.sockets[0].getsockname()[1])
-            task = asyncio.create_task(rc.run())
-            try:
-                await until(lambda: rc.connected, "the standby to stream")
-                await script(primary, rc, swal)  # type: ignore[misc]
-                return rc
-            finally:
-                rc.stop()
-                task.cancel()
-                server.close()
-
-        return asyncio.run(main())
+    return run_against(tmp_path, Watching(), script, problem_ok=True)
 
 
 def test_a_big_read_is_acknowledged_before_it_is_applied_then_applied(tmp_path: Path) -> None:
@@ -83,6 +68,49 @@ def test_a_big_read_is_acknowledged_before_it_is_applied_then_applied(tmp_path: 
         assert seen[1] == (BIG + 1, 0, BIG + 1)
 
     stream(tmp_path, script)
+
+
+def test_waiting_records_are_applied_a_piece_at_a_time_until_a_read_comes(tmp_path: Path) -> None:
+    # (the stream's task passes its socket's poller: a read that comes during the apply waits
+    # for one piece of it, then is appended and acknowledged before the rest is applied)
+    piece = receiver_module.PIECE_RECORDS
+    left: list[tuple[int, int]] = []  # (records waiting, jobs) after each settle
+
+    async def script(primary: Watching, rc: Receiver, swal: Wal) -> None:
+        def settle_now(ack: int) -> None:
+            a, b = socket.socketpair()
+            with a, b:
+                poller = select.poll()
+                poller.register(a, select.POLLIN)
+                rc.settle(-1, poller)  # nothing to read: all of it
+                left.append((rc.unapplied, len(rc.engine.jobs)))
+
+        def settle_with_a_read(ack: int) -> None:
+            a, b = socket.socketpair()
+            with a, b:
+                poller = select.poll()
+                poller.register(a, select.POLLIN)
+                b.send(b"x")  # a read waits on the socket
+                rc.settle(-1, poller)
+                left.append((rc.unapplied, len(rc.engine.jobs)))
+                rc.settle(-1, poller)
+                left.append((rc.unapplied, len(rc.engine.jobs)))
+                a.recv(1)
+                rc.settle(7)  # a limit, no poller: that many
+                left.append((rc.unapplied, len(rc.engine.jobs)))
+                rc.settle(-1, poller)
+                left.append((rc.unapplied, len(rc.engine.jobs)))
+
+        primary.on_ack = settle_with_a_read
+        primary.send(records_message(0, puts(0, BIG)))
+        await until(lambda: len(left) == 4, "the settles")
+        primary.on_ack = settle_now
+        primary.send(records_message(BIG, puts(BIG, BIG)))
+        await until(lambda: len(left) == 5, "the last settle")
+
+    stream(tmp_path, script)
+    assert left == [(BIG - piece, piece), (BIG - 2 * piece, 2 * piece), (BIG - 2 * piece - 7, 2 * piece + 7),
+                    (0, BIG), (0, 2 * BIG)]
 
 
 def test_a_snapshot_while_records_wait_holds_them(tmp_path: Path) -> None:

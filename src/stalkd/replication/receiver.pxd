@@ -83,9 +83,10 @@ cdef class Receiver:
     cdef RecordDecoder _dec
     cdef object _last, _out
     cdef list _heard
-    cdef Py_ssize_t _beats, _pending_n
+    cdef Py_ssize_t _beats, _pending_n, _pending_at
     cdef list _pending
-    cpdef settle(self, Py_ssize_t slices=*)
+    cdef object _poller
+    cpdef settle(self, Py_ssize_t limit=*, object poller=*)
 
     cdef list _read(self, object data)
     cdef _read_done(self, object writer)
