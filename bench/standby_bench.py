@@ -63,7 +63,13 @@ local fsync, was what the replies waited for. Each step's median, mean and 90th 
 means of the steps from the send to the ack read add up to that whole path's mean (medians do
 not). Also: how many client connections the primary read between an acknowledgement's write and
 its read (the loop in the middle of an iteration), and from its read to the first reply.
-(A batch split over several messages, behind a standby catching up, is not matched.)
+(A batch split over several messages, behind a standby catching up, is not matched.) Where the
+two waits of the path were spent (the processes' switches off a CPU are recorded too): for
+how many sends the standby's loop was busy (not asleep waiting for the socket), and the send ->
+append median either way; for how many acknowledgements the primary's loop was inside an
+fsync (of a later batch: inline, so the loop reads nothing until it returns), and the ack ->
+read median either way. With ``--floor`` the floor pair is traced too, its steps the same (its
+frames message is its batch behind a 4-byte length): the path the least a Python pair takes.
 
 Also: the largest standby lag the primary reported (``stats``: ``standby-lag``, records) while
 the cells ran (read every ``LAG_EVERY`` s on one connection, so that the reading costs the
@@ -383,6 +389,7 @@ def trace_sync(pair: Pair, work: str, depth: int) -> str:
     with tempfile.TemporaryDirectory(prefix="standby-bench-trace-") as tmp:
         data = os.path.join(tmp, "perf.data")
         events = [x for n in _TRACED for x in ("-e", f"syscalls:sys_enter_{n}", "-e", f"syscalls:sys_exit_{n}")]
+        events += ["-e", "sched:sched_switch"]  # (recorded when one of the two leaves a CPU)
         rec = subprocess.Popen(["perf", "record", "-q", *events, "-p", ",".join(map(str, pids)), "-o", data],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         time.sleep(0.3)
@@ -400,6 +407,7 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
     import re
 
     line_re = re.compile(r"\s*(\d+)/(\d+)\s+([\d.]+):\s+syscalls:sys_(enter|exit)_(\w+):\s*(.*)")
+    switch_re = re.compile(r"\s*(\d+)/(\d+)\s+([\d.]+):\s+sched:sched_switch:.*prev_state=(\S+)")
     fd_re, count_re = re.compile(r"fd: 0x([0-9a-f]+)"), re.compile(r"(?:count|len): 0x([0-9a-f]+)")
     pos_re = re.compile(r"pos: 0x([0-9a-f]+)")
     # (time, the end of the WAL write in its segment file, the WAL write's time): the standby
@@ -415,25 +423,39 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
     started: dict[int, float] = {}
     wal_write: tuple[float, int, int] | None = None  # (time, bytes, position)
     link = -1
-    for m in map(line_re.match, text.splitlines()):
+    # the standby's loop thread: when it went to sleep (a switch off a CPU in state S) and when
+    # it next made a system call (awake again); the primary loop's fsyncs (start, end)
+    s_slept: list[float] = []
+    s_calls: list[float] = []
+    p_loop_sync: list[tuple[float, float]] = []
+    for line in text.splitlines():
+        m = line_re.match(line)
         if m is None:
+            w = switch_re.match(line)
+            if w is not None and int(w[2]) == spid and w[4].startswith("S"):
+                s_slept.append(float(w[3]))
             continue
         pid, tid, t, side, call, rest = int(m[1]), int(m[2]), float(m[3]), m[4], m[5], m[6]
         fdm, cm, pm = fd_re.search(rest), count_re.search(rest), pos_re.search(rest)
         fd, count = (int(fdm[1], 16) if fdm else -1), (int(cm[1], 16) if cm else -1)
         pos = int(pm[1], 16) if pm else -1
+        if tid == spid:
+            s_calls.append(t)
         if call == "fdatasync":
             if side == "enter":
                 started[tid] = t
             elif tid in started:
                 (p_sync if pid == ppid else s_sync).append((started.pop(tid), t))
+                if tid == ppid:
+                    p_loop_sync.append(p_sync[-1])
             continue
         if side != "enter":
             continue
         if pid == ppid and tid == ppid:
             if call == "pwrite64":
                 wal_write = (t, count, pos)
-            elif call == "write" and wal_write is not None and count == wal_write[1] + 25:  # a frames message
+            elif call == "write" and wal_write is not None and count in (wal_write[1] + 25, wal_write[1] + 4):
+                # a frames message (the floor's: the batch behind its length)
                 link = fd
                 sends.append((t, wal_write[2] + wal_write[1], wal_write[0]))
                 wal_write = None
@@ -450,6 +472,11 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
                 acks_out.append(t)
     steps: dict[str, list[float]] = {}
     later = 0
+    # (send -> append) by whether the standby's loop slept at the send; (ack sent -> read) by
+    # whether the primary's loop was in an fsync when the acknowledgement was written
+    woke: dict[bool, list[float]] = {True: [], False: []}
+    in_sync: dict[bool, list[float]] = {True: [], False: []}
+    loop_sync_starts = [a for a, _ in p_loop_sync]
     between: list[int] = []  # client reads by the primary between an ack's write and its read
     release: list[float] = []  # an ack that came after the local fsync: its read -> the next reply
     s_starts = [a for a, _ in s_sync]
@@ -476,6 +503,12 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
         r = bisect.bisect_left(replies, got)
         if got > local and r < len(replies):
             release.append(replies[r] - got)
+        sl = bisect.bisect_right(s_slept, t) - 1
+        asleep = sl >= 0 and bisect.bisect_right(s_calls, s_slept[sl]) == bisect.bisect_right(s_calls, t)
+        woke[asleep].append(appends[i][0] - t)
+        a = acks_out[ack_w]
+        q = bisect.bisect_right(loop_sync_starts, a) - 1
+        in_sync[q >= 0 and p_loop_sync[q][1] > a].append(got - a)
         for name, v in (("send->standby append", appends[i][0] - t), ("append->its fsync", s_sync[j][0] - appends[i][0]),
                         ("standby fsync", s_sync[j][1] - s_sync[j][0]), ("fsync->ack sent", acks_out[ack_w] - s_sync[j][1]),
                         ("ack sent->read", got - acks_out[ack_w]), ("send->ack read", got - t),
@@ -493,6 +526,13 @@ def _critical_path(text: str, ppid: int, spid: int) -> str:
            f"{sum(1 for b in between if not b) / n:.0%})")
     if release:
         out += f"; its read -> the first reply written {1e3 * statistics.median(release):.2f} ms (median)"
+
+    def _split(d: dict[bool, list[float]], yes: str, no: str) -> str:
+        return "; ".join(f"{label} for {len(v) / n:.0%} ({1e3 * statistics.median(v):.2f} ms median)"
+                         for label, v in ((yes, d[True]), (no, d[False])) if v)  # fmt: skip
+
+    out += (f"; send -> append: the standby's loop {_split(woke, 'asleep', 'busy')}; ack sent -> read: the "
+            f"primary's loop {_split(in_sync, 'in an fsync', 'not in one')}")
     return out
 
 
@@ -729,7 +769,7 @@ def main() -> int:
                     print(_budget_line(s, med[s]), flush=True)
             if opts.trace:
                 for s in SETUPS:
-                    if s.endswith("sync") and not s.startswith(("stand-in", "floor")) and "async" not in s:
+                    if s.endswith("sync") and not s.startswith("stand-in") and "async" not in s:
                         print(f"#   {work}:{depth} {s} critical path: {trace_sync(pairs[s], work, depth)}", flush=True)
             if opts.counts:
                 print(f"#   {work}:{depth} counts (p: the primary, sb: the standby; medians of the rounds):")

@@ -22,14 +22,20 @@ def _script(*batches: list[str]) -> str:
     return "\n".join(sorted((line for b in batches for line in b), key=lambda x: float(x.split()[1][:-1])))
 
 
-def _batch(t: float, size: int, ack_at: float, pos: int = 64) -> list[str]:
-    """One batch of ``size`` bytes at ``pos`` in the segment, written and sent at ``t``; the
-    standby appends it at the same position, its fsync ends and it acknowledges at ``ack_at``,
-    the primary's own fsync ends 1 ms after ``t``."""
+def _switch(pid: int, tid: int, t: float, state: str) -> str:
+    return (f"  {pid}/{tid}  {t:.6f}: sched:sched_switch: prev_comm=python prev_pid={tid} prev_prio=120 "
+            f"prev_state={state} ==> next_comm=swapper/0 next_pid=0 next_prio=120")
+
+
+def _batch(t: float, size: int, ack_at: float, pos: int = 64, header: int = 25) -> list[str]:
+    """One batch of ``size`` bytes at ``pos`` in the segment, written and sent at ``t`` (behind
+    a ``header``: stalkd's frames message, or the floor's length); the standby appends it at the
+    same position, its fsync ends and it acknowledges at ``ack_at``, the primary's own fsync
+    ends 1 ms after ``t``."""
     at = f"count: 0x{size:08x}, pos: 0x{pos:08x}"
     return [
         _line(P, P, t, "enter", "pwrite64", f"fd: 0x00000022, buf: 0x1, {at}"),
-        _line(P, P, t + 0.0001, "enter", "write", f"fd: 0x00000012, buf: 0x1, count: 0x{size + 25:08x}"),
+        _line(P, P, t + 0.0001, "enter", "write", f"fd: 0x00000012, buf: 0x1, count: 0x{size + header:08x}"),
         _line(P, P + 5, t + 0.0002, "enter", "fdatasync", "fd: 0x00000022"),
         _line(S, S, t + 0.0005, "enter", "pwrite64", f"fd: 0x0000000e, buf: 0x1, {at}"),
         _line(S, S + 3, t + 0.0006, "enter", "fdatasync", "fd: 0x0000000e"),
@@ -54,7 +60,7 @@ def test_each_batch_is_followed_from_its_send_to_the_acknowledgement_read() -> N
     assert "WAL write->local fsync done 1.00/1.00 " in out
     assert "the acknowledgement came after the local fsync for 50% of them" in out
     assert "the primary read 0.5 client connections on average (none for 50%)" in out
-    assert out.endswith("its read -> the first reply written 0.10 ms (median)")
+    assert "its read -> the first reply written 0.10 ms (median);" in out
 
 
 def test_a_batch_not_yet_acknowledged_is_not_matched() -> None:
@@ -76,3 +82,22 @@ def test_messages_appended_together_are_matched_by_position() -> None:
     assert out.startswith("2 of 2 batches matched")
     # the merged append came 0.6 ms after the first send and 0.4 ms after the second (not 500 ms)
     assert "send->standby append 0.50/0.50 (0.60)" in out
+
+
+def test_where_the_waits_were_spent_and_the_floors_messages() -> None:
+    # The standby's loop slept (switched off in state S, no call since) when the first batch
+    # came, and was busy (a call after its sleep) when the second did; the primary's loop was
+    # inside an inline fsync of its own when the second acknowledgement was written.
+    asleep = [_switch(S, S, 0.999, "S")]
+    loop_fsync = [_line(P, P, 1.0105, "enter", "fdatasync", "fd: 0x00000022"),
+                  _line(P, P, 1.0109, "exit", "fdatasync", "0x0")]  # fmt: skip
+    for header in (25, 4):  # stalkd's frames messages, the floor's
+        out = standby_bench._critical_path(
+            _script(asleep, _batch(1.0, 4096, 1.003, header=header), _batch(1.01, 8192, 1.0108, 4160, header),
+                    loop_fsync), P, S)  # fmt: skip
+        assert out.startswith("2 of 2 batches matched"), out
+        assert "send -> append: the standby's loop asleep for 50% (0.40 ms median); busy for 50% (0.40 ms median)" in out
+        assert out.endswith("ack sent -> read: the primary's loop in an fsync for 50% (0.10 ms median); "
+                            "not in one for 50% (0.10 ms median)")
+    # a message of another size is not a batch's
+    assert standby_bench._critical_path(_script(_batch(1.0, 4096, 1.003, header=9)), P, S).startswith("no batch")
