@@ -8,8 +8,6 @@ scripted primary on the loop, its log durable under ``always``.
 
 from __future__ import annotations
 
-import select
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,49 +66,6 @@ def test_a_big_read_is_acknowledged_before_it_is_applied_then_applied(tmp_path: 
         assert seen[1] == (BIG + 1, 0, BIG + 1)
 
     stream(tmp_path, script)
-
-
-def test_waiting_records_are_applied_a_piece_at_a_time_until_a_read_comes(tmp_path: Path) -> None:
-    # (the stream's task passes its socket's poller: a read that comes during the apply waits
-    # for one piece of it, then is appended and acknowledged before the rest is applied)
-    piece = receiver_module.PIECE_RECORDS
-    left: list[tuple[int, int]] = []  # (records waiting, jobs) after each settle
-
-    async def script(primary: Watching, rc: Receiver, swal: Wal) -> None:
-        def settle_now(ack: int) -> None:
-            a, b = socket.socketpair()
-            with a, b:
-                poller = select.poll()
-                poller.register(a, select.POLLIN)
-                rc.settle(-1, poller)  # nothing to read: all of it
-                left.append((rc.unapplied, len(rc.engine.jobs)))
-
-        def settle_with_a_read(ack: int) -> None:
-            a, b = socket.socketpair()
-            with a, b:
-                poller = select.poll()
-                poller.register(a, select.POLLIN)
-                b.send(b"x")  # a read waits on the socket
-                rc.settle(-1, poller)
-                left.append((rc.unapplied, len(rc.engine.jobs)))
-                rc.settle(-1, poller)
-                left.append((rc.unapplied, len(rc.engine.jobs)))
-                a.recv(1)
-                rc.settle(7)  # a limit, no poller: that many
-                left.append((rc.unapplied, len(rc.engine.jobs)))
-                rc.settle(-1, poller)
-                left.append((rc.unapplied, len(rc.engine.jobs)))
-
-        primary.on_ack = settle_with_a_read
-        primary.send(records_message(0, puts(0, BIG)))
-        await until(lambda: len(left) == 4, "the settles")
-        primary.on_ack = settle_now
-        primary.send(records_message(BIG, puts(BIG, BIG)))
-        await until(lambda: len(left) == 5, "the last settle")
-
-    stream(tmp_path, script)
-    assert left == [(BIG - piece, piece), (BIG - 2 * piece, 2 * piece), (BIG - 2 * piece - 7, 2 * piece + 7),
-                    (0, BIG), (0, 2 * BIG)]
 
 
 def test_a_snapshot_while_records_wait_holds_them(tmp_path: Path) -> None:

@@ -83,10 +83,9 @@ cdef class Receiver:
     cdef RecordDecoder _dec
     cdef object _last, _out
     cdef list _heard
-    cdef Py_ssize_t _beats, _pending_n, _pending_at
+    cdef Py_ssize_t _beats, _pending_n
     cdef list _pending
-    cdef object _poller
-    cpdef settle(self, Py_ssize_t limit=*, object poller=*)
+    cpdef settle(self, Py_ssize_t slices=*)
 
     cdef list _read(self, object data)
     cdef _read_done(self, object writer)

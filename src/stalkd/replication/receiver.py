@@ -42,9 +42,7 @@ Ensures:
   appended is applied first, and nothing of the stream is appended after.
 - A read of ``DEFER_RECORDS`` or more is acknowledged before it is applied, and applied once
   the loop has read the socket again: a read that came meanwhile is appended, made durable and
-  acknowledged first (at most ``SETTLE_RECORDS`` wait; ``unapplied`` counts them). They are
-  applied ``PIECE_RECORDS`` at a time, the socket polled between pieces: a read that comes
-  during the apply waits for one piece of it. Whatever
+  acknowledged first (at most ``SETTLE_RECORDS`` wait; ``unapplied`` counts them). Whatever
   pairs the engine with the log sees both whole: a snapshot (``Wal.apply_pending``), ``stop``,
   the end of a stream, and the next message's check (the epoch the waiting records start).
   Meanwhile a client of this standby may read the engine one read behind its log.
@@ -55,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import select
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -114,10 +111,6 @@ THREAD_RECORDS = 0
 # next comes only after the acknowledgement, are applied at once (no extra turn of the loop).
 DEFER_RECORDS = 64
 SETTLE_RECORDS = 4096  # records appended and not applied at most, while reads keep coming
-# Records applied between two looks at the stream's socket while no read waits (``settle``):
-# about 0.1 ms of work, against a poll(2) of about 1 us.
-PIECE_RECORDS = 64
-_PIECE_RECORDS = cython.declare(cython.Py_ssize_t, PIECE_RECORDS)
 
 
 def _joined(msgs: list[tuple[int, list[bytes]]]) -> list[tuple[int, list[bytes]]]:
@@ -482,8 +475,6 @@ class Receiver:
         # Records appended but not yet applied (``_take``, ``settle``), and how many.
         self._pending: list[list[Record | bytes]] = []
         self._pending_n = 0
-        self._pending_at = 0  # records of the first of them already applied
-        self._poller: select.poll | None = None  # the stream's socket, while it streams
         wal.apply_pending = self.settle
 
     @property
@@ -544,7 +535,7 @@ class Receiver:
             except (ResyncNeeded, ReplayError) as e:
                 # ReplayError: a record contradicts this copy; carrying on would serve a lie.
                 self._pending = []  # (the copy they were appended to is replaced)
-                self._pending_n = self._pending_at = 0
+                self._pending_n = 0
                 if self._stopped:
                     return
                 self._fail(f"resyncing: {e}")
@@ -655,9 +646,6 @@ class Receiver:
         self._sent, self._rest = 0, b""
         if not self._stopped:
             self._ack_fd = _thread_fd(out)
-            if self._ack_fd >= 0:  # (its own descriptor: the transport's number may be reused)
-                self._poller = select.poll()
-                self._poller.register(self._ack_fd, select.POLLIN)
         feed._sink = self  # a read that comes while this task waits is taken at once (_read)
         try:
             while not self._stopped:
@@ -671,14 +659,9 @@ class Receiver:
                     if self._stopped:
                         return
                     if not feed._chunks or self._pending_n >= SETTLE_RECORDS:
-                        if feed._chunks:
-                            self.settle(APPLY_RECORDS)  # (reads keep coming: the apply keeps up)
-                        else:
-                            # Until a read comes on the socket (an apply of 4,096 records held
-                            # one for ~6 ms; of a 400-record read, 0.2 ms median: standby_bench
-                            # --trace); a stream without a socket of its own, a slice per turn.
-                            poller = self._poller
-                            self.settle(-1 if poller is not None else APPLY_RECORDS, poller)
+                        # One slice at a time: a read that comes during the next is taken
+                        # before it (an apply of 4,096 records held one for ~6 ms).
+                        self.settle(1)
                         if self._pending_n:
                             continue
                 got = await feed.read()
@@ -712,7 +695,6 @@ class Receiver:
                 self._read_done(out)
         finally:
             feed._sink = None
-            self._poller = None
             self._end_thread_acks()
             self.settle()
             self._last = self._out = None
@@ -827,46 +809,28 @@ class Receiver:
         """Records appended (and acknowledged, once durable) but not yet applied: ``settle``."""
         return self._pending_n
 
-    @cython.locals(st=EngineState, limit=cython.Py_ssize_t, at=cython.Py_ssize_t, n=cython.Py_ssize_t,
-                   k=cython.Py_ssize_t, done=cython.Py_ssize_t)
-    def settle(self, limit: int = -1, poller: select.poll | None = None) -> None:
-        """Apply the records appended and not yet applied, in offset order: all of them, or
-        ``limit`` at most. With ``poller`` (a ``select.poll`` on the stream's socket) they are
-        applied ``PIECE_RECORDS`` at a time, and the apply stops after the piece during which
-        a read came: the stream's task does this once no read waits, so the next read waits
-        for one piece, not for all of them. All of them: the log before a snapshot starts
-        (``Wal.apply_pending``: its offset must be the engine's), ``stop`` before a promotion
-        writes anything, the stream's end. A record that contradicts this copy raises
-        ``ReplayError`` (a resync), what follows it dropped with the copy."""
+    @cython.locals(st=EngineState, n=cython.Py_ssize_t)
+    def settle(self, slices: int = -1) -> None:
+        """Apply the records appended and not yet applied, in offset order: the first
+        ``slices`` slices of them (each at most ``APPLY_RECORDS``), or all (-1). The stream's
+        task does, a slice per turn of the loop once no read waits (or ``SETTLE_RECORDS`` do);
+        all of them: the log before a snapshot starts (``Wal.apply_pending``: its offset must be
+        the engine's), ``stop`` before a promotion writes anything, the stream's end. A record
+        that contradicts this copy raises ``ReplayError`` (a resync), what follows it dropped
+        with the copy."""
         if not self._pending_n:
             return
         pending = self._pending
-        done = 0
+        n = len(pending) if slices < 0 or slices >= len(pending) else slices
+        self._pending = pending[n:]
         try:
-            while pending and (limit < 0 or done < limit):
-                records = pending[0]
-                at = self._pending_at
-                n = len(records) - at
-                k = n
-                if poller is not None and k > _PIECE_RECORDS:
-                    k = _PIECE_RECORDS
-                if limit >= 0 and k > limit - done:
-                    k = limit - done
-                piece = records if at == 0 and k == n else records[at:at + k]
-                if k == n:
-                    del pending[0]
-                    self._pending_at = 0
-                else:
-                    self._pending_at = at + k
-                self._pending_n -= k
-                done += k
-                self.reservations.follow(self.engine, piece)
-                self.records += k
-                if poller is not None and poller.poll(0):
-                    break  # a read came: it is taken (appended, acknowledged) before the rest
+            for records in pending[:n]:
+                self._pending_n -= len(records)
+                self.reservations.follow(self.engine, records)
+                self.records += len(records)
         except BaseException:
             self._pending = []  # (a ReplayError: what follows goes with the copy)
-            self._pending_n = self._pending_at = 0
+            self._pending_n = 0
             raise
         finally:
             st = self.engine.state
