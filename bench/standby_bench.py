@@ -3,7 +3,9 @@ with 1 synchronous standby (``--sync-standbys 1``), all ``always`` (fsync before
 
 Cells: durable put and reserve+delete (100-byte bodies), 16 connections (``--conns``), pipeline
 depth 1 and 64, through ``server_bench``'s load generator; each cell runs BENCH_ROUNDS times with the setups
-alternating and medians are printed, with each setup's ratio to the primary alone. Two figures
+alternating and medians are printed, with each setup's ratio to the primary alone; under each
+cell, the ratios of each round to the primary alone in that round (median and quartiles), the
+steadier figure on a machine whose speed drifts between rounds. Two figures
 per setup and cell:
 
 - throughput (jobs/s), and its ratio to the primary alone (targets: 1 sync standby >= 0.75x
@@ -374,6 +376,17 @@ def _budget(a: _Mark, b: _Mark, rate: float) -> dict[str, float]:
         out["fsyncs"] = (b.probe[1] - a.probe[1]) / jobs
         out["msgs"] = (b.probe[2] - a.probe[2]) / jobs
     return out
+
+
+def _paired(runs: list[Run], alone: list[Run]) -> str:
+    """Each round's ratio to the primary alone *in that round* (a round runs every setup back to
+    back), their median and quartiles: on a shared machine a slow minute moves both figures of a
+    round, and the ratio of the medians can pair a fast alone with a slow standby."""
+    rs = [r.rate / a.rate for r, a in zip(runs, alone, strict=True) if a.rate]
+    if not rs:
+        return "-"
+    q = statistics.quantiles(rs, n=4, method="inclusive") if len(rs) > 1 else [rs[0]] * 3
+    return f"{statistics.median(rs):.2f}x ({q[0]:.2f}-{q[2]:.2f})"
 
 
 # (sendto: the standby's committer thread sends its acknowledgements, receiver._thread_ack)
@@ -759,6 +772,10 @@ def main() -> int:
                     sb_us = 1e6 * m.standby_cpu / (m.rate * sb.SECONDS) if m.rate else 0.0
                     row += f" | {m.rate:8.0f} {rr:4.2f}x {m.us_per_job:6.1f} {cr:4.2f}x {sb_us:5.1f}"
                 print(row, flush=True)
+            for label, (alone, asy, syn) in sides:
+                print(f"#   {work}:{depth} {label or 'after '}throughput / alone in the same round (median, "
+                      f"quartiles): async {_paired(runs[asy], runs[alone])}, sync {_paired(runs[syn], runs[alone])}",
+                      flush=True)  # fmt: skip
             starved = "; ".join(f"{s}: primary {med[s].primary_starved:.2f}"
                                 + (f", standby {med[s].standby_starved:.2f}" if "alone" not in s else "")
                                 for s in SETUPS)  # fmt: skip

@@ -101,3 +101,12 @@ def test_where_the_waits_were_spent_and_the_floors_messages() -> None:
                             "not in one for 50% (0.10 ms median)")
     # a message of another size is not a batch's
     assert standby_bench._critical_path(_script(_batch(1.0, 4096, 1.003, header=9)), P, S).startswith("no batch")
+
+
+def test_ratios_are_paired_round_by_round() -> None:
+    # The machine slowed down for rounds 2 and 3: alone and sync both fell. The ratio of the two
+    # medians (240k / 390k) is 0.62x; each round's own ratio is 0.60-0.75x, their median 0.68x.
+    alone = [standby_bench.Run(r, 50.0, 0.0) for r in (400_000, 200_000, 210_000, 390_000, 410_000)]
+    sync = [standby_bench.Run(r, 50.0, 0.0) for r in (300_000, 120_000, 150_000, 240_000, 280_000)]
+    assert standby_bench._paired(sync, alone) == "0.68x (0.62-0.71)"
+    assert standby_bench._paired([], []) == "-"
