@@ -14,7 +14,9 @@ a server near 100 % is saturated; a generator near 100 % x GEN_PROCS with an idl
 means the number says more about Python than about the server.
 
 Each cell runs ROUNDS times, stalkd and beanstalkd alternating (who goes first alternates too),
-and the medians are printed: the machine this was written on is shared and noisy.
+and the medians are printed: the machine this was written on is shared and noisy. With the
+floor, ``st/fl by round`` is stalkd/floor within each round (run back to back): its median and
+quartiles, steadier than the ratio of the two medians when the machine's speed drifts.
 
 Run: ``.venv/bin/python bench/server_bench.py`` (env: BENCH_SECONDS per run, default 0.5;
 BENCH_ROUNDS, default 3; BENCH_CLASSES=always,never,memory; BENCH_QUICK=1 for a 4-cell smoke
@@ -328,13 +330,15 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _cell(servers: dict[str, Server], kinds: list[str], work: str, size: int, n: int,
-          depth: int) -> dict[str, targets.Measure]:
-    """Each server's median run of one cell, ROUNDS rounds, who goes first alternating."""
+          depth: int) -> tuple[dict[str, targets.Measure], tuple[float, ...]]:
+    """Each server's median run of one cell, ROUNDS rounds, who goes first alternating; and
+    stalkd/floor in each round (empty without the floor)."""
     runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
     for r in range(ROUNDS):
         for kind in kinds if r % 2 == 0 else kinds[::-1]:
             runs[kind].append(run_cell(servers[kind], work, size, n, depth))
-    return {k: targets.Measure(*_median(v)) for k, v in runs.items()}
+    paired = tuple(s[0] / f[0] for s, f in zip(runs["stalkd"], runs.get("floor", ()), strict=False) if f[0])
+    return {k: targets.Measure(*_median(v)) for k, v in runs.items()}, paired
 
 
 def _ratio(a: float, b: float) -> float:
@@ -349,7 +353,7 @@ def _header(pure: bool, floor: bool) -> str:
             + (f"{'floor/s':>9} {'srv%':>4} {'us/job':>6} | " if floor else "")
             + f"{'ratio':>6}"
             + (f" {'py/bs':>6} {'C/py':>6}" if pure else "")
-            + (f" {'st/fl':>6}" if floor else ""))
+            + (f" {'st/fl':>6} {'st/fl by round':>18}" if floor else ""))
 
 
 def _line(row: targets.Row, py: targets.Measure | None, floor: bool) -> str:
@@ -366,7 +370,7 @@ def _line(row: targets.Row, py: targets.Measure | None, floor: bool) -> str:
     if py is not None:
         text += f" {_ratio(py.rate, b.rate):5.2f}x {_ratio(s.rate, py.rate):5.2f}x"
     if floor:
-        text += f" {_ratio(s.rate, f.rate):5.2f}x" if f else f" {'-':>6}"
+        text += f" {_ratio(s.rate, f.rate):5.2f}x {row.floor_paired():>18}" if f else f" {'-':>6}"
     return text
 
 
@@ -454,9 +458,9 @@ def main() -> int:
         servers = {kind: start(kind, klass) for kind in kinds}
         try:
             for work, size, n, depth in itertools.product(works, sizes, conns, depths):
-                med = _cell(servers, kinds, work, size, n, depth)
+                med, paired = _cell(servers, kinds, work, size, n, depth)
                 row = targets.Row(targets.Cell(klass, work, size, n, depth), med["stalkd"],
-                                  med["beanstalkd"], med.get("floor"))
+                                  med["beanstalkd"], med.get("floor"), paired)
                 rows.append(row)
                 summary.setdefault(klass, []).append(row.ratio)
                 if pure:

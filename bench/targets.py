@@ -18,6 +18,7 @@ stalkd/floor, the share of the gap a trivial Python server on uvloop closes.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 SIZE = 100  # the issue's figures are 100 B jobs; the targets are judged at that size
@@ -62,6 +63,17 @@ class Row:
     stalkd: Measure
     peer: Measure  # beanstalkd
     floor: Measure | None = None
+    # stalkd/floor in each round (the two run back to back): steadier than the ratio of the
+    # medians when the machine's speed drifts between rounds
+    floor_rounds: tuple[float, ...] = ()
+
+    def floor_paired(self) -> str:
+        """The rounds' stalkd/floor: median and quartiles ("" without them)."""
+        rs = self.floor_rounds
+        if not rs:
+            return ""
+        q = statistics.quantiles(rs, n=4, method="inclusive") if len(rs) > 1 else [rs[0]] * 3
+        return f"{statistics.median(rs):.2f}x ({q[0]:.2f}-{q[2]:.2f})"
 
     @property
     def ratio(self) -> float:
@@ -151,8 +163,10 @@ def _line(t: Target, row: Row | None, width: int, gen_procs: int, cpus: int) -> 
     head = f"  {t.cell.name():{width}}"
     if row is None:
         return [f"{head}  not measured (run with {t.cell.flags()}); {t.note}"]
-    floor = (f"  (stalkd/floor {row.stalkd.rate / row.floor.rate:.2f}x)"
-             if row.floor is not None and row.floor.rate else "")
+    paired = row.floor_paired()
+    floor = (f"  (stalkd/floor {row.stalkd.rate / row.floor.rate:.2f}x"
+             + (f"; per round {paired}" if paired else "") + ")"
+             if row.floor is not None and row.floor.rate else "")  # fmt: skip
     if t.minimum is None:
         return [f"{head} {row.ratio:7.3f}x  no target: {t.note}{floor}"]
     met = row.ratio >= t.minimum

@@ -147,3 +147,14 @@ def test_a_reserve_delete_miss_is_weighed_against_the_floor_too() -> None:
     assert "0.417x  target >= 0.9x  NOT met  (stalkd/floor 0.83x)" in lines[0]
     assert "server CPU 60.0 us/job vs beanstalkd 25.0 vs floor 50.0" in lines[1]
     assert "stalkd/floor 0.83x, floor/beanstalkd 0.50x (the floor misses it too" in lines[1]
+
+
+def test_stalkd_against_the_floor_is_also_judged_round_by_round() -> None:
+    # Rounds run back to back: a slow minute moves both servers of a round. Medians of 15k and
+    # 18k make 0.83x; each round's own ratio says 1.0x or more in 3 of 4.
+    row = Row(Cell("memory", "rd", 100, 16, 1), Measure(15_000, 90, 120), Measure(36_000, 90, 150),
+              Measure(18_000, 90, 130), (1.05, 0.96, 1.10, 1.00))
+    assert row.floor_paired() == "1.02x (0.99-1.06)"
+    lines = _section([row])["memory reserve+delete 16 x 1"]
+    assert "(stalkd/floor 0.83x; per round 1.02x (0.99-1.06))" in lines[0]
+    assert _row("memory", "rd", 16, 1, Measure(1, 1, 1), Measure(1, 1, 1)).floor_paired() == ""
