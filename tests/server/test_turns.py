@@ -158,3 +158,53 @@ def test_connections_the_budget_lets_go_together_share_the_turns(cls: type[Conne
         assert all(t.reading and not c.deferred for c, t in conns) and len(srv.turns) == 0
 
     asyncio.run(main())
+
+
+def test_a_small_read_from_another_connection_makes_the_next_turn_yield_the_cpu_once() -> None:
+    later: list[Callable[[], None]] = []
+    yielded: list[int] = []
+    t = Turns(later.append, clock=Ticks(), yield_cpu=lambda: yielded.append(1))
+    a, b, c = object(), object(), object()
+
+    def next_turn() -> None:
+        for f in later[:]:
+            later.remove(f)
+            f()
+
+    # Many clients at one request each: the turn that read them yields once before sleeping
+    t.read(a, 20)
+    t.read(b, 20)
+    t.read(c, 20)
+    assert len(later) == 1 and not yielded
+    next_turn()
+    assert yielded == [1] and t.yields == 1
+    # then c goes on alone: once more (a made the last yield), then no more turn after turn,
+    # since a lone client's next request waits for this reply
+    t.read(c, 20)
+    next_turn()
+    assert yielded == [1, 1]
+    for _ in range(3):
+        t.read(c, 20)
+        assert not later
+    # a pipelined read has work for the turn: no yield either, from any connection
+    t.read(a, 7_000)
+    assert not later
+    # another connection's small read: the next turn yields again
+    t.read(b, 20)
+    next_turn()
+    assert yielded == [1, 1, 1] and t.yields == 3
+
+
+@pytest.mark.parametrize("cls", [Connection], ids=[IMPLEMENTATION])
+def test_a_connection_tells_the_turns_of_each_read(cls: type[Connection]) -> None:
+    async def main() -> list[int]:
+        yielded: list[int] = []
+        srv = Server(Config(), Engine())
+        srv.turns = Turns(asyncio.get_running_loop().call_soon, yield_cpu=lambda: yielded.append(1))
+        (a, _), (b, _) = _connect(srv, cls), _connect(srv, cls)
+        a.data_received(b"list-tubes\r\n")
+        b.data_received(b"list-tubes\r\n")
+        await asyncio.sleep(0)  # the next loop turn
+        return yielded
+
+    assert asyncio.run(main()) == [1]

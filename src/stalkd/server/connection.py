@@ -321,6 +321,9 @@ class Connection(HeldReplies):
         else:
             self.parser.feed(data)
         self.process()
+        turns = self.turns
+        if turns is not None:
+            turns.read(self, len(data))  # (may yield the CPU before the loop next sleeps)
 
     def eof_received(self) -> bool:
         self.eof = True

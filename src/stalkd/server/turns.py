@@ -19,6 +19,14 @@ Ensures:
   rest wait, in order, for the next turns (5,000 client hellos otherwise meet in a few turns).
 - A turn opens at the first ``deadline`` (or ``start``) call after the previous one closed; it
   closes at the start of the next loop turn (the callback ``soon`` schedules runs there).
+- After a turn that read a small request (``read``: under ``YIELD_READ_BYTES``) from a
+  connection other than the last one that made it so, the next loop turn first yields the CPU
+  (``yield_cpu``, ``sched_yield``) once, before the loop looks for more input and sleeps if
+  there is none. Why: many clients at one request each, on a few busy cores, otherwise make
+  the server sleep and wake for nearly every request: a client readies its next request
+  just after the loop went to sleep. Yielding lets a client that shares the core send it
+  first, so the next turn reads several connections at once. A lone client (the same
+  connection each time) and pipelined reads do not yield: nobody else's request comes.
 
 What a connection does with it (``Connection.process``): after at least one command, with
 input still buffered, it reads ``clock`` and stops once past ``deadline()``. It asks for the
@@ -39,12 +47,13 @@ Example:
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["Turns", "TURN_BUDGET", "STARTS_PER_TURN", "Deferred"]
+__all__ = ["Turns", "TURN_BUDGET", "STARTS_PER_TURN", "YIELD_READ_BYTES", "Deferred"]
 
 TURN_BUDGET = 0.005
 """Seconds of commands one loop turn gives the connections together: a tenth of the 50 ms a
@@ -53,6 +62,19 @@ client may wait (the rest is the turn's own I/O and a loaded machine's schedulin
 STARTS_PER_TURN = 8
 """TLS handshakes started per loop turn: their crypto (a key share and a signature, about
 0.3 ms each on a loaded P-256 server) then takes a few ms of a turn, as commands do."""
+
+
+YIELD_READ_BYTES = 512
+"""A read smaller than this (a request or two at depth 1) may make the next turn yield the CPU
+first (``Turns.read``); a pipelined read is larger, and its connection has work for the turn."""
+
+
+def _no_yield() -> None:
+    pass
+
+
+# (POSIX: the os module has it wherever stalkd serves; a no-op elsewhere)
+SCHED_YIELD: Callable[[], object] = getattr(os, "sched_yield", _no_yield)
 
 
 class Deferred(Protocol):
@@ -64,15 +86,21 @@ class Deferred(Protocol):
 class Turns:
     """The deadline of the current loop turn and the queue of connections past it."""
 
-    __slots__ = ("budget", "starts", "clock", "_soon", "_deadline", "_open", "_queue", "_started",
-                 "_waiting")
+    __slots__ = ("budget", "starts", "clock", "yield_cpu", "yields", "_soon", "_deadline", "_open", "_queue",
+                 "_started", "_waiting", "_yield_due", "_last_reader")
 
     def __init__(self, soon: Callable[[Callable[[], None]], object], *, budget: float = TURN_BUDGET,
-                 starts: int = STARTS_PER_TURN, clock: Callable[[], float] = time.perf_counter) -> None:
-        """``soon(f)`` runs ``f`` at the start of the next loop turn (``loop.call_soon``)."""
+                 starts: int = STARTS_PER_TURN, clock: Callable[[], float] = time.perf_counter,
+                 yield_cpu: Callable[[], object] = SCHED_YIELD) -> None:
+        """``soon(f)`` runs ``f`` at the start of the next loop turn (``loop.call_soon``);
+        ``yield_cpu()`` gives the CPU to another runnable process, if any (``read``)."""
         self.budget = budget
         self.starts = starts
         self.clock = clock  # read by the connections too, between their commands
+        self.yield_cpu = yield_cpu
+        self.yields = 0  # the yields so far (stats for the bench and tests)
+        self._yield_due = False
+        self._last_reader = 0  # id() of the connection whose read last made a turn yield
         self._soon = soon
         self._deadline = 0.0
         self._open = False
@@ -111,6 +139,24 @@ class Turns:
             f()
         else:
             self._waiting.append(f)
+
+    def read(self, who: object, size: int) -> None:
+        """``who`` (a connection) was served a read of ``size`` bytes in this loop turn: the
+        next turn yields the CPU first if the read was small and not the same connection's as
+        the last time (see the module's docstring)."""
+        if self._yield_due or size >= YIELD_READ_BYTES:
+            return
+        key = id(who)
+        if key == self._last_reader:
+            return  # a lone client: its next request comes only after this reply
+        self._last_reader = key
+        self._yield_due = True
+        self._soon(self._yield)
+
+    def _yield(self) -> None:
+        self._yield_due = False
+        self.yields += 1
+        self.yield_cpu()
 
     def waiting(self) -> int:
         """Starts left for later turns."""
