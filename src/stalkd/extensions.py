@@ -68,6 +68,7 @@ CYTHON_MODULES = (
     "stalkd.log.visibility",  # its waiter counts, read per sync and per batch written
     "stalkd.log.writer",
     "stalkd.server.clock",  # read per command: compiled, a reading is no Python call
+    "stalkd.server.turns",  # told of every read (Turns.read): a C call, no Python frame per job
     "stalkd.engine.space",  # the space budget, asked per durable command (persist/wal.py)
     "stalkd.server.connection",
     "stalkd.server.readbuf",

@@ -51,7 +51,15 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # mypy reads the shim's signatures; Cython reads its own ``cython``
+    from stalkd import cyshim as cython
+else:
+    try:
+        import cython
+    except ModuleNotFoundError:  # uncompiled, and Cython is not installed
+        from stalkd import cyshim as cython
 
 __all__ = ["Turns", "TURN_BUDGET", "STARTS_PER_TURN", "YIELD_READ_BYTES", "Deferred"]
 
@@ -83,11 +91,24 @@ class Deferred(Protocol):
     def run_deferred(self) -> None: ...
 
 
+@cython.cclass
 class Turns:
     """The deadline of the current loop turn and the queue of connections past it."""
 
-    __slots__ = ("budget", "starts", "clock", "yield_cpu", "yields", "_soon", "_deadline", "_open", "_queue",
-                 "_started", "_waiting", "_yield_due", "_last_reader")
+    # C fields when compiled (turns.pxd): a connection tells ``read`` of each read it served
+    budget: float
+    starts: int
+    clock: Callable[[], float]
+    yield_cpu: Callable[[], object]
+    yields: int
+    _soon: Callable[[Callable[[], None]], object]
+    _deadline: float
+    _open: bool
+    _queue: deque[Deferred]
+    _started: int
+    _waiting: deque[Callable[[], None]]
+    _yield_due: bool
+    _last_reader: int
 
     def __init__(self, soon: Callable[[Callable[[], None]], object], *, budget: float = TURN_BUDGET,
                  starts: int = STARTS_PER_TURN, clock: Callable[[], float] = time.perf_counter,
@@ -104,9 +125,9 @@ class Turns:
         self._soon = soon
         self._deadline = 0.0
         self._open = False
-        self._queue: deque[Deferred] = deque()
+        self._queue = deque()
         self._started = 0  # costly starts run this turn
-        self._waiting: deque[Callable[[], None]] = deque()  # starts left for later turns
+        self._waiting = deque()  # starts left for later turns
 
     def __len__(self) -> int:
         return len(self._queue)
