@@ -5,6 +5,7 @@
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 
 from stalkd.server.barriers cimport Barriers, HeldReplies
+from stalkd.server.turns cimport Turns
 
 # Parser.buffered of the C parser (stalkd.protocol._speedups's capsule buffered_c), called on an
 # object of that type only (_c_parser_type); NULL without the accelerator.
@@ -60,7 +61,7 @@ cdef class Connection(HeldReplies):
     cdef public bint lost
     cdef public bint _running
     cdef public bint _flush_queued
-    cdef public object turns
+    cdef public Turns turns  # (told of each read: a C call)
     cdef public bint deferred
     cdef public object identity
     cdef public object policy

@@ -321,9 +321,8 @@ class Connection(HeldReplies):
         else:
             self.parser.feed(data)
         self.process()
-        turns = self.turns
-        if turns is not None:
-            turns.read(self, len(data))  # (may yield the CPU before the loop next sleeps)
+        if self.turns is not None:
+            self.turns.read(self, len(data))  # (may yield the CPU before the loop next sleeps)
 
     def eof_received(self) -> bool:
         self.eof = True

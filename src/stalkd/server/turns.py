@@ -77,6 +77,10 @@ YIELD_READ_BYTES = 512
 first (``Turns.read``); a pipelined read is larger, and its connection has work for the turn."""
 
 
+# YIELD_READ_BYTES as a C constant: compared per read with a C int
+_YIELD_READ_BYTES = cython.declare(cython.Py_ssize_t, YIELD_READ_BYTES)
+
+
 def _no_yield() -> None:
     pass
 
@@ -165,7 +169,7 @@ class Turns:
         """``who`` (a connection) was served a read of ``size`` bytes in this loop turn: the
         next turn yields the CPU first if the read was small and not the same connection's as
         the last time (see the module's docstring)."""
-        if self._yield_due or size >= YIELD_READ_BYTES:
+        if self._yield_due or size >= _YIELD_READ_BYTES:
             return
         key = id(who)
         if key == self._last_reader:
