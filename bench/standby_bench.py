@@ -115,6 +115,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 import server_bench as sb  # noqa: E402  (bench/server_bench.py: generator and cells)
+import targets  # noqa: E402  (bench/targets.py: a spread of ratios)
 
 import stalkd  # noqa: E402
 from stalkd.client import errors  # noqa: E402
@@ -383,10 +384,7 @@ def _paired(runs: list[Run], alone: list[Run]) -> str:
     back), their median and quartiles: on a shared machine a slow minute moves both figures of a
     round, and the ratio of the medians can pair a fast alone with a slow standby."""
     rs = [r.rate / a.rate for r, a in zip(runs, alone, strict=True) if a.rate]
-    if not rs:
-        return "-"
-    q = statistics.quantiles(rs, n=4, method="inclusive") if len(rs) > 1 else [rs[0]] * 3
-    return f"{statistics.median(rs):.2f}x ({q[0]:.2f}-{q[2]:.2f})"
+    return targets.spread(rs) if rs else "-"
 
 
 # (sendto: the standby's committer thread sends its acknowledgements, receiver._thread_ack)

@@ -19,6 +19,7 @@ stalkd/floor, the share of the gap a trivial Python server on uvloop closes.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 SIZE = 100  # the issue's figures are 100 B jobs; the targets are judged at that size
@@ -55,6 +56,13 @@ class Cell:
                 f"--conns {self.conns} --depth {self.depth}")
 
 
+def spread(ratios: Sequence[float]) -> str:
+    """Ratios taken round by round (two setups run back to back): their median and quartiles,
+    as ``0.95x (0.92-0.96)``. At least one ratio."""
+    q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 3
+    return f"{statistics.median(ratios):.2f}x ({q[0]:.2f}-{q[2]:.2f})"
+
+
 @dataclass(frozen=True)
 class Row:
     """A cell as the run measured it: stalkd, beanstalkd and the floor, if it ran."""
@@ -69,11 +77,7 @@ class Row:
 
     def floor_paired(self) -> str:
         """The rounds' stalkd/floor: median and quartiles ("" without them)."""
-        rs = self.floor_rounds
-        if not rs:
-            return ""
-        q = statistics.quantiles(rs, n=4, method="inclusive") if len(rs) > 1 else [rs[0]] * 3
-        return f"{statistics.median(rs):.2f}x ({q[0]:.2f}-{q[2]:.2f})"
+        return spread(self.floor_rounds) if self.floor_rounds else ""
 
     @property
     def ratio(self) -> float:
