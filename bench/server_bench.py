@@ -28,7 +28,9 @@ source tree (say a ``git worktree`` of the last commit): an A/B run of a change,
 ``--tls`` runs the TLS listener against the plain one instead (tls_bench.py).
 
 Start-up cells (exec -> accepting, exec -> first reply) run in memory and with an empty data
-directory; ``--startup-only`` prints only those (with ``--peer-src``, an A/B of start-up).
+directory; ``--startup-only`` prints only those (with ``--peer-src``, an A/B of start-up). The
+``floor`` start-up cell is the least a Python server on asyncio and uvloop takes to its first
+reply here: it imports them, listens and answers any line (in memory only).
 
 stalkd runs twice per cell when its C accelerator is built: ``stalkd`` (the default, with it)
 and ``stalkd-py`` (``STALKD_NO_EXTENSIONS=1``, the pure-Python modules), in the same
@@ -258,6 +260,20 @@ def latency(srv: Server, samples: int = 300) -> tuple[float, float]:
     return out[len(out) // 2] * 1000, out[min(len(out) - 1, int(len(out) * 0.99))] * 1000
 
 
+# The least any Python server on asyncio and uvloop takes to answer: it imports them, listens on
+# port 0 and answers every line with a fixed reply (start-up cells, kind "floor").
+_START_FLOOR = """
+import asyncio, uvloop
+class Reply(asyncio.Protocol):
+    def connection_made(self, transport): self.transport = transport
+    def data_received(self, data): self.transport.write(b"USING default\\r\\n")
+async def main():
+    server = await asyncio.get_running_loop().create_server(Reply, "127.0.0.1", 0)
+    await server.serve_forever()
+uvloop.run(main())
+"""
+
+
 def startup(kind: str, runs: int = 7, empty_dir: bool = False) -> tuple[float, float, float]:
     """Median ms from exec to (a) the port listening (seen in /proc), (b) the first reply, and
     (c) the CPU the server used up to its first reply (it is killed at once and its rusage read:
@@ -266,7 +282,10 @@ def startup(kind: str, runs: int = 7, empty_dir: bool = False) -> tuple[float, f
     listen, first, cpu = [], [], []
     for _ in range(runs):
         data_dir = tempfile.mkdtemp(prefix=f"bench-start-{kind}-", dir=DATA_DIR) if empty_dir else None
-        args, env = command(kind, "always" if empty_dir else "memory", data_dir)
+        if kind == "floor":  # in memory only: it stores nothing
+            args, env = [sys.executable, "-c", _START_FLOOR], None
+        else:
+            args, env = command(kind, "always" if empty_dir else "memory", data_dir)
         t0 = time.monotonic()
         proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -431,7 +450,10 @@ def main() -> int:
     print(f"# server_bench: {SECONDS:.1f} s per cell, {GEN_PROCS} generator processes, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print("# rd = reserve+delete; jobs/s; srv% / gen% = CPU of one core; cpu/job = server CPU us per job")
-    for empty_dir, kind in itertools.product((False, True), () if opts.no_startup else ("stalkd", "beanstalkd")):
+    cells = [] if opts.no_startup else [
+        (empty_dir, kind) for empty_dir, kind in itertools.product((False, True), ("stalkd", "beanstalkd", "floor"))
+        if not (empty_dir and kind == "floor")]
+    for empty_dir, kind in cells:
         ms_listen, ms_first, ms_cpu = startup(kind, empty_dir=empty_dir)
         where = "empty dir" if empty_dir else "memory"
         print(f"# start-up {kind:10} {where:9}: exec -> accepting {ms_listen:6.1f} ms, "

@@ -23,14 +23,17 @@ per setup and cell:
   Reserve+delete drains ``server_bench``'s fixed stock (3,000 jobs under ``always``): its cells
   last a fraction of a second, so their CPU per job is rough; put cells run the whole time.
 
-``--stand-in`` adds two setups where a stand-in (``standby_standin.py``: it streams and checks
+``--stand-in`` adds setups where a stand-in (``standby_standin.py``: it streams and checks
 every message like a standby, keeps no log, applies nothing) takes the standby's place:
 ``stand-in-async`` acknowledges each read at once; ``stand-in-sync`` (``--sync-standbys 1``)
 appends each read to a file and fdatasyncs it first. The primary does all of its replication
 work against them while the second process costs the shared cores almost nothing, so their
 ``stand-in`` row splits what a standby costs: the primary's own work and the round trip with
 the standby's fsync on the same disk (the stand-in row) against that plus the real standby's
-CPU per record (the ``after`` row).
+CPU per record (the ``after`` row). A third, ``stand-in-ack-sync`` (the ``no fsync`` row's sync
+column), is ``--sync-standbys 1`` with a stand-in that acknowledges each read at once: the
+primary's replies still wait for a round trip to a second process, but for no second fsync,
+so it splits the primary's own replication work from the standby's disk.
 
 ``--floor`` adds the same three setups for the floor server (``floor_server.py --group``: a loop
 iteration's puts in one pwrite and one fdatasync, each batch streamed to a floor standby before
@@ -125,7 +128,8 @@ BASELINE = os.environ.get("BENCH_BASELINE_SRC")
 SETUPS: tuple[str, ...] = ("alone", "async", "sync")
 PEER_SETUPS = ("base-alone", "base-async", "base-sync")
 RECORDS_SETUPS = ("rec-async", "rec-sync")  # our primary, the peer's standby (--records-standby)
-STAND_IN_SETUPS = ("stand-in-async", "stand-in-sync")
+# (stand-in-ack-sync: --sync-standbys 1, the stand-in acknowledging each read at once, no fsync)
+STAND_IN_SETUPS = ("stand-in-async", "stand-in-sync", "stand-in-ack-sync")
 FLOOR_SETUPS = ("floor-alone", "floor-async", "floor-sync")  # --floor: floor_server.py --group
 CELLS = [("put", 1), ("put", 64), ("rd", 1), ("rd", 64)]
 CONNS = 16
@@ -217,7 +221,7 @@ class Pair:
             return
         self.primary = self._start(self.dirs[0], [*flags, *secret], probe=PROBING)
         if setup.startswith("stand-in"):
-            self.standby = self._stand_in(secret[1], setup.endswith("-sync"))
+            self.standby = self._stand_in(secret[1], setup == "stand-in-sync")
             self.wait_following()
         elif not setup.endswith("alone"):
             self.dirs.append(tempfile.mkdtemp(prefix="standby-bench-s-", dir="/var/tmp"))
@@ -732,7 +736,8 @@ def main() -> int:
         sides.append(("R-path ", ("alone", *RECORDS_SETUPS)))
     if opts.stand_in:
         SETUPS = (*SETUPS, *STAND_IN_SETUPS)
-        sides.append(("stand-in ", ("alone", *STAND_IN_SETUPS)))
+        sides.append(("stand-in ", ("alone", "stand-in-async", "stand-in-sync")))
+        sides.append(("no fsync ", ("alone", "stand-in-async", "stand-in-ack-sync")))
     if opts.floor:
         SETUPS = (*SETUPS, *FLOOR_SETUPS)
         sides.append(("floor ", FLOOR_SETUPS))

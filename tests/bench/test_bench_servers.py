@@ -120,6 +120,44 @@ def test_the_group_floor_answers_a_put_once_its_sync_standby_has_it_on_disk(tmp_
                 proc.wait()
 
 
+def test_the_stand_in_acknowledges_once_the_read_is_on_disk_in_its_zeroed_file(tmp_path: Path) -> None:
+    """standby_bench.py --stand-in's sync setup: a reply of a ``--sync-standbys 1`` primary waits
+    for the stand-in's acknowledgement, which comes after the read is written into its file and
+    fdatasynced; the file was zero-filled to its size first and never grows."""
+    secret = tmp_path / "replication.secret"
+    secret.write_text(os.urandom(24).hex())
+    secret.chmod(0o600)
+    (tmp_path / "p").mkdir()
+    stream = tmp_path / "stream"
+    primary = subprocess.Popen([*sb.STALKD, "-l", "127.0.0.1", "-p", "0", "--dir", str(tmp_path / "p"),
+                                "--sync-standbys", "1", "--replication-secret", str(secret)])  # fmt: skip
+    stand_in = None
+    try:
+        port = wait_for_listener(primary, 60, "stalkd")
+        stand_in = subprocess.Popen([sys.executable, str(Path(sb.HERE) / "standby_standin.py"), str(port), str(secret),
+                                     "--fsync", str(stream), "--file-size", "65536"])  # fmt: skip
+        body = b"body-the-stand-in-must-hold"
+        # (the put waits for the stand-in: it is answered once the stand-in streams and has it)
+        assert _ask(port, b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body)) == b"INSERTED 1\r\n"
+        data = stream.read_bytes()
+        assert body in data
+        assert len(data) == 65536
+        assert data.endswith(b"\0" * 1024)
+    finally:
+        for proc in (stand_in, primary):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+
+
+def test_the_start_up_floor_answers_its_first_line() -> None:
+    """server_bench.py's ``floor`` start-up cell: a bare asyncio and uvloop server, timed from
+    exec to listening and to its first reply (which it must give: else the cell raises)."""
+    listen, first, cpu = sb.startup("floor", runs=1)
+    assert 0 < listen <= first
+    assert cpu > 0
+
+
 def test_a_server_that_exits_before_answering_is_reported() -> None:
     with pytest.raises(RuntimeError, match="exited"):
         sb.launch("stalkd", [*sb.STALKD, "--no-such-flag"], "memory", None)
