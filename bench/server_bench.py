@@ -25,7 +25,11 @@ stalkd's stop line reports records per fsync). A subset while iterating, e.g.
 ``bench/server_bench.py --class memory --work put --size 100 --conns 1 --depth 1 --no-latency``
 (each option may be repeated). ``--peer-src DIR`` replaces beanstalkd by the stalkd of another
 source tree (say a ``git worktree`` of the last commit): an A/B run of a change, same alternation.
-``--tls`` runs the TLS listener against the plain one instead (tls_bench.py).
+``--tls`` runs the TLS listener against the plain one instead (tls_bench.py). ``--split`` (needs
+perf) runs each depth-1 cell once more per server, stalkd and the floor, and splits its round
+trips into the time in the server (a request read -> its reply written) and outside it (the
+client and the wake-ups): at depth 1 the rate is one over the round trip, most of which no
+server decides (bench/serve_split.py).
 
 Start-up cells (exec -> accepting, exec -> first reply) run in memory and with an empty data
 directory; ``--startup-only`` prints only those (with ``--peer-src``, an A/B of start-up). The
@@ -61,6 +65,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import serve_split
 import targets
 from loadgen import generate, preload
 
@@ -364,6 +369,18 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b else float("inf")
 
 
+def _split_line(servers: dict[str, Server], kinds: list[str], work: str, size: int, n: int) -> str:
+    """``--split``: one more run of the cell per server (stalkd, the floor) under perf record,
+    its round trips split into the time in the server and outside it (bench/serve_split.py)."""
+    parts = []
+    for kind in ("stalkd", "floor"):
+        if kind in kinds:
+            srv = servers[kind]
+            got = serve_split.record(srv.proc.pid, lambda srv=srv: run_cell(srv, work, size, n, 1))  # type: ignore[misc]
+            parts.append(f"{kind} " + (got.text() if got is not None else "no request traced"))
+    return "#   round trip split: " + "; ".join(parts)
+
+
 def _header(pure: bool, floor: bool) -> str:
     return (f"{'class':6} {'work':4} {'size':>5} {'conns':>5} {'depth':>5} | "
             f"{'stalkd/s':>9} {'srv%':>4} {'gen%':>4} {'us/job':>6} | "
@@ -419,6 +436,9 @@ def _options() -> argparse.Namespace:
                     help="do not run the floor server (bench/floor_server.py)")
     ap.add_argument("--peer-src", metavar="DIR",
                     help="compare with the stalkd in this src/ directory, not beanstalkd (no targets then)")
+    ap.add_argument("--split", action="store_true",
+                    help="at depth 1, also split each round trip into the time in the server (request read -> "
+                    "reply written) and outside it, stalkd's and the floor's (one more run each, under perf)")
     ap.add_argument("--tls", action="store_true",
                     help="TLS listener vs plain listener, and beanstalkd behind stunnel (tls_bench.py)")
     return ap.parse_args()
@@ -488,6 +508,8 @@ def main() -> int:
                 if pure:
                     summary.setdefault(klass + " py", []).append(_ratio(med["stalkd-py"].rate, row.peer.rate))
                 print(_line(row, med.get("stalkd-py"), floor), flush=True)
+                if opts.split and depth == 1:
+                    print(_split_line(servers, kinds, work, size, n), flush=True)
             for kind, srv in () if opts.no_latency else servers.items():
                 if kind == "floor":
                     continue  # its reserve never blocks: a put -> waiting reserve has no meaning there
