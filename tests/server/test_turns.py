@@ -5,24 +5,17 @@ that counts calls (no wall time)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
-from replication.streams import put_payload  # (tests/replication/streams.py)
 from server.test_conn import RecordingTransport
 from stalkd.engine import Engine
-from stalkd.log import Log
-from stalkd.replication import wire
-from stalkd.replication.role import Role
-from stalkd.replication.sender import Replicas
 from stalkd.server.app import Server
 from stalkd.server.config import Config
 from stalkd.server.connection import Connection
 from stalkd.server.fastconn import IMPLEMENTATION
-from stalkd.server.turns import POLL_AFTER_BYTES, Turns
+from stalkd.server.turns import Turns
 
 
 class Ticks:
@@ -215,77 +208,3 @@ def test_a_connection_tells_the_turns_of_each_read(cls: type[Connection]) -> Non
         return yielded
 
     assert asyncio.run(main()) == [1]
-
-
-def test_between_runs_in_the_turn_once_enough_was_read_since_it_last_ran() -> None:
-    later: list[Callable[[], None]] = []
-    polls: list[int] = []
-    t = Turns(later.append, clock=Ticks(), yield_cpu=lambda: None)
-    a, b = object(), object()
-    t.read(a, POLL_AFTER_BYTES * 3)  # without a callback: nothing to run, nothing owed
-    t.between = lambda: polls.append(len(polls))
-    # pipelined reads: one call after each read that brings the count to POLL_AFTER_BYTES,
-    # at once, in the same turn (no loop turn in between)
-    t.read(a, POLL_AFTER_BYTES - 1)
-    assert polls == []
-    t.read(b, 1)
-    assert polls == [0]
-    t.read(a, 7_600)
-    assert polls == [0, 1]
-    # small reads at depth 1 add up: one call for POLL_AFTER_BYTES of them, not one each
-    for _ in range(POLL_AFTER_BYTES // 16 - 1):
-        t.read(a, 16)
-    assert polls == [0, 1]
-    t.read(b, 16)
-    assert polls == [0, 1, 2]
-    assert all(f.__name__ == "_yield" for f in later)  # (no turn was needed for them)
-
-
-@pytest.mark.parametrize("cls", [Connection], ids=[IMPLEMENTATION])
-def test_a_clients_read_polls_the_standbys_and_releases_what_they_acknowledged(
-        cls: type[Connection], tmp_path: Path) -> None:  # fmt: skip
-    """What serve.py wires with --sync-standbys (``turns.between = replicas.poll_acks``): a
-    client's read of POLL_AFTER_BYTES or more reads the acknowledgement already in the
-    standby's socket, and the gate moves, inside that read: the loop does not turn, so nothing
-    but the poll can have read it. The real Replicas and Sender over a socket pair; the
-    standby's side is the test's socket."""
-    plog = Log.open(tmp_path / "p")
-    role = Role(None)
-    role.attach(Engine())
-    released: list[int] = []
-    replicas = Replicas(plog, str(tmp_path / "p-snapshots"), role, 1, lambda: released.append(1))
-    gate = replicas.gate
-    assert gate is not None
-
-    async def main() -> None:
-        ours, theirs = socket.socketpair()
-        theirs.settimeout(10)
-        try:
-            transport, _ = await asyncio.get_running_loop().connect_accepted_socket(asyncio.Protocol, ours)
-            replicas.take_over(transport, wire.encode_request(0, 0, [], "s1"), granted=True)
-            assert theirs.recv(4096).startswith(b"STREAMING")
-            plog.write_many([put_payload(j) for j in range(1, 6)])
-            end = plog.next_offset
-            gate.note(1, end)
-            replicas.written()
-            assert theirs.recv(1 << 16)  # the batch's message
-            srv = Server(Config(), Engine())
-            srv.turns = Turns(asyncio.get_running_loop().call_soon, yield_cpu=lambda: None)
-            srv.turns.between = replicas.poll_acks
-            c, out = _connect(srv, cls)
-            # Given the acknowledgement in the socket, unread
-            theirs.sendall(wire.encode_ack(end))
-            # When a client's small read is served: not enough read yet, nothing polled
-            c.data_received(b"list-tube-used\r\n")
-            assert (gate.replicated, released) == (0, [])
-            # Then a pipelined read is, and its turn reads the acknowledgement at once
-            c.data_received(b"list-tube-used\r\n" * (POLL_AFTER_BYTES // 16))
-            assert gate.replicated == 1 and released == [1]
-            assert b"".join(out.sent).count(b"USING default") == POLL_AFTER_BYTES // 16 + 1
-            transport.close()
-        finally:
-            replicas.close()
-            theirs.close()
-
-    asyncio.run(main())
-    plog.close()

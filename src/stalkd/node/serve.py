@@ -276,8 +276,6 @@ def _replication(cfg: Config, srv: Server, wal: Any, role: Any, on_resync: Calla
     barriers.end_offset = replicas.end_offset  # (compiled: no Python frame per batch)
     if replicas.gate is not None:
         barriers.after_batch = replicas.poll_acks
-        if srv.turns is not None:  # and in the middle of a turn, between clients' reads (turns.py)
-            srv.turns.between = replicas.poll_acks
     authority = Authority(barriers, replicas.gate, NOT_PRIMARY.encode() + b"\r\n")
     role.on_fenced = lambda epoch: authority.fence(f"epoch {epoch} began elsewhere")
     if not role.standby and not role.state.may_lead:

@@ -5,8 +5,7 @@
 cdef class Turns:
     cdef public double budget
     cdef public Py_ssize_t starts, yields
-    cdef public object clock, yield_cpu, between
-    cdef Py_ssize_t _unpolled
+    cdef public object clock, yield_cpu
     cdef object _soon, _queue, _waiting
     cdef double _deadline
     cdef bint _open, _yield_due

@@ -27,12 +27,6 @@ Ensures:
   just after the loop went to sleep. Yielding lets a client that shares the core send it
   first, so the next turn reads several connections at once. A lone client (the same
   connection each time) and pipelined reads do not yield: nobody else's request comes.
-- With a ``between`` callback, it runs after a connection's read once ``POLL_AFTER_BYTES`` or
-  more were read since it last ran (``read``), in the middle of the turn: work that should not
-  wait for the turn's end. The primary's standbys' acknowledgements are read there
-  (``Replicas.poll_acks``): a turn serves every ready client first (16 connections of 64 puts,
-  ~1 ms), and an acknowledgement that came at its start waited for all of them, the replies it
-  releases with it.
 
 What a connection does with it (``Connection.process``): after at least one command, with
 input still buffered, it reads ``clock`` and stops once past ``deadline()``. It asks for the
@@ -67,7 +61,7 @@ else:
     except ModuleNotFoundError:  # uncompiled, and Cython is not installed
         from stalkd import cyshim as cython
 
-__all__ = ["Turns", "TURN_BUDGET", "STARTS_PER_TURN", "YIELD_READ_BYTES", "POLL_AFTER_BYTES", "Deferred"]
+__all__ = ["Turns", "TURN_BUDGET", "STARTS_PER_TURN", "YIELD_READ_BYTES", "Deferred"]
 
 TURN_BUDGET = 0.005
 """Seconds of commands one loop turn gives the connections together: a tenth of the 50 ms a
@@ -85,13 +79,6 @@ first (``Turns.read``); a pipelined read is larger, and its connection has work 
 
 # YIELD_READ_BYTES as a C constant: compared per read with a C int
 _YIELD_READ_BYTES = cython.declare(cython.Py_ssize_t, YIELD_READ_BYTES)
-
-POLL_AFTER_BYTES = 4096
-"""Bytes of client input read between two calls of ``Turns.between``: about one pipelined read
-(64 puts of 100 B are 7.6 KB), or a few dozen requests at depth 1, so its cost per request
-stays small."""
-
-_POLL_AFTER_BYTES = cython.declare(cython.Py_ssize_t, POLL_AFTER_BYTES)
 
 
 def _no_yield() -> None:
@@ -118,8 +105,6 @@ class Turns:
     clock: Callable[[], float]
     yield_cpu: Callable[[], object]
     yields: int
-    between: Callable[[], object] | None
-    _unpolled: int
     _soon: Callable[[Callable[[], None]], object]
     _deadline: float
     _open: bool
@@ -139,8 +124,6 @@ class Turns:
         self.clock = clock  # read by the connections too, between their commands
         self.yield_cpu = yield_cpu
         self.yields = 0  # the yields so far (stats for the bench and tests)
-        self.between = None  # run between reads, every POLL_AFTER_BYTES (set by its owner)
-        self._unpolled = 0  # bytes read since ``between`` last ran
         self._yield_due = False
         self._last_reader = 0  # id() of the connection whose read last made a turn yield
         self._soon = soon
@@ -185,12 +168,7 @@ class Turns:
     def read(self, who: object, size: int) -> None:
         """``who`` (a connection) was served a read of ``size`` bytes in this loop turn: the
         next turn yields the CPU first if the read was small and not the same connection's as
-        the last time (see the module's docstring); ``between`` runs once enough was read."""
-        if self.between is not None:
-            self._unpolled += size
-            if self._unpolled >= _POLL_AFTER_BYTES:
-                self._unpolled = 0
-                self.between()
+        the last time (see the module's docstring)."""
         if self._yield_due or size >= _YIELD_READ_BYTES:
             return
         key = id(who)
