@@ -34,7 +34,8 @@ server decides (bench/serve_split.py).
 Start-up cells (exec -> accepting, exec -> first reply) run in memory and with an empty data
 directory; ``--startup-only`` prints only those (with ``--peer-src``, an A/B of start-up). The
 ``floor`` start-up cell is the least a Python server on asyncio and uvloop takes to its first
-reply here: it imports them, listens and answers any line (in memory only).
+reply here: it listens first (as stalkd does), then imports them and answers any line (in
+memory only).
 
 stalkd runs twice per cell when its C accelerator is built: ``stalkd`` (the default, with it)
 and ``stalkd-py`` (``STALKD_NO_EXTENSIONS=1``, the pure-Python modules), in the same
@@ -265,15 +266,20 @@ def latency(srv: Server, samples: int = 300) -> tuple[float, float]:
     return out[len(out) // 2] * 1000, out[min(len(out) - 1, int(len(out) * 0.99))] * 1000
 
 
-# The least any Python server on asyncio and uvloop takes to answer: it imports them, listens on
-# port 0 and answers every line with a fixed reply (start-up cells, kind "floor").
+# The least any Python server on asyncio and uvloop takes to answer (start-up cells, kind
+# "floor"): it listens on port 0 first, as stalkd does (the kernel queues a client meanwhile),
+# then imports asyncio and uvloop and answers every line with a fixed reply.
 _START_FLOOR = """
+import socket
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+sock.listen(128)
 import asyncio, uvloop
 class Reply(asyncio.Protocol):
     def connection_made(self, transport): self.transport = transport
     def data_received(self, data): self.transport.write(b"USING default\\r\\n")
 async def main():
-    server = await asyncio.get_running_loop().create_server(Reply, "127.0.0.1", 0)
+    server = await asyncio.get_running_loop().create_server(Reply, sock=sock)
     await server.serve_forever()
 uvloop.run(main())
 """
