@@ -2,7 +2,9 @@
 
 The head (offset 0) is never acked, as with a poison message being retried, while the records
 after it are: in order, every other one, in shuffled windows (many consumers finishing out of
-order) and in a random order over the whole span. Each case runs in a child process per tree
+order) and in a random order over the whole span; and, in "polled", polled ``BATCH`` at a
+time and each poll acked at once (memory and time then include the polls: a group keeps a read
+hint per poll, ``HINTS_MAX`` of them at most). Each case runs in a child process per tree
 (the peer's ``src`` on PYTHONPATH), on one log of ``--records`` records:
 
 * memory (tracemalloc, exact): what the group holds once the acks are in, the peak while acking,
@@ -31,7 +33,7 @@ import tracemalloc
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent / "src"
-CASES = ("in_order", "batches", "every_other", "windows", "random")
+CASES = ("in_order", "batches", "every_other", "windows", "random", "polled")
 BATCH = 100  # offsets per ack call in "batches": a consumer acking each poll's messages at once
 
 
@@ -63,16 +65,20 @@ def child(case: str, n: int, memory: bool) -> dict[str, float]:
             log.append_many([b"x"] * min(65536, n + 1 - i))
         # No checkpoint due while acking (timed apart, below).
         g = log.group("g", durability="every:100000000")
-        while g.poll(4096):
+        polled = case == "polled"
+        while not polled and g.poll(4096):
             pass
-        order = ack_order(case, n)
+        order = list(range(1, n + 1)) if polled else ack_order(case, n)
         out: dict[str, float] = {}
         if memory:
             tracemalloc.start()
             base = tracemalloc.get_traced_memory()[0]
             tracemalloc.reset_peak()
         t = time.perf_counter()
-        if case == "batches":
+        if polled:  # the head (offset 0) polled with the first batch, never acked
+            while msgs := g.poll(BATCH):
+                g.ack(*[m.offset for m in msgs if m.offset])
+        elif case == "batches":
             for i in range(0, len(order), BATCH):
                 g.ack(*order[i : i + BATCH])
         else:

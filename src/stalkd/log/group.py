@@ -56,6 +56,12 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 # The clock of the checkpoint interval (seconds); tests replace it to decide when one is due.
 monotonic = time.monotonic
 
+# Read hints a group keeps at most (one per poll; ``_add_hint``). Past it, the hints between the
+# one at the committed head and the newest half are thinned to every other one, so a head stuck
+# under a million polls keeps this many, not a million; the head moving into a thinned stretch
+# finds its exact position by reading forward from the hint below it (``_note_commit_pos``).
+HINTS_MAX = 1024
+
 
 class ConsumerGroup(LagLimits):
     """One named cursor over a log; get it with :meth:`Log.group`.
@@ -127,6 +133,7 @@ class ConsumerGroup(LagLimits):
         # the nearest one instead of a segment's first frame.
         self._hint_offs: list[int] = []
         self._hint_pos: list[tuple[int, int]] = []
+        self._sparse_below = -1  # hints below this offset were thinned (HINTS_MAX)
         if self._commit_pos is not None:
             self._add_hint(self._commit_pos[0], self._commit_pos[1], self._commit_pos[2])
         self._redeliver: list[int] = []
@@ -274,12 +281,21 @@ class ConsumerGroup(LagLimits):
             self._maybe_persist()
 
     def _add_hint(self, offset: int, base: int, pos: int) -> None:
-        if self._hint_offs and self._hint_offs[-1] >= offset:
+        offs = self._hint_offs
+        if offs and offs[-1] >= offset:
             return
-        if len(self._hint_offs) > 512:  # keep the nearest hint at or below the committed head
-            keep = max(0, bisect.bisect_right(self._hint_offs, self.committed) - 1)
-            del self._hint_offs[:keep], self._hint_pos[:keep]
-        self._hint_offs.append(offset)
+        if len(offs) > HINTS_MAX // 2:  # keep the nearest hint at or below the committed head
+            keep = max(0, bisect.bisect_right(offs, self.committed) - 1)
+            del offs[:keep], self._hint_pos[:keep]
+        if len(offs) >= HINTS_MAX:
+            # A stuck head: thin the middle (the head's hint and the newest half stay), so the
+            # hints stay within HINTS_MAX; their spacing there doubles at each thinning.
+            newest = len(offs) - HINTS_MAX // 2
+            keep_idx = [0, *range(2, newest, 2), *range(newest, len(offs))]
+            self._hint_offs = offs = [offs[i] for i in keep_idx]
+            self._hint_pos = [self._hint_pos[i] for i in keep_idx]
+            self._sparse_below = max(self._sparse_below, offs[len(offs) - HINTS_MAX // 2])
+        offs.append(offset)
         self._hint_pos.append((base, pos))
 
     def _resume_for(self, offset: int) -> ReadPos | None:
@@ -292,8 +308,19 @@ class ConsumerGroup(LagLimits):
 
     def _note_commit_pos(self, last: int) -> None:
         rp = self._resume_for(last + 1)
-        if rp is not None:
-            self._commit_pos = (rp.offset, rp.base, rp.pos)  # at or below the head: exact at poll ends
+        if rp is None:
+            return
+        if rp.offset <= last < self._sparse_below:
+            # A thinned stretch: read forward to the head's own position (bounded by the
+            # stretch), and keep it as a hint, so the next move of the head starts there.
+            for _ in self.log.read(rp.offset, last + 1, resume=rp):
+                pass
+            if rp.offset == last + 1:
+                i = bisect.bisect_left(self._hint_offs, rp.offset)
+                if i == len(self._hint_offs) or self._hint_offs[i] != rp.offset:
+                    self._hint_offs.insert(i, rp.offset)
+                    self._hint_pos.insert(i, (rp.base, rp.pos))
+        self._commit_pos = (rp.offset, rp.base, rp.pos)  # at or below the head: exact at poll ends
 
     def _ack_one(self, off: int) -> None:
         if off < self.committed:
@@ -351,6 +378,7 @@ class ConsumerGroup(LagLimits):
             self._acked.clear()
             self._hint_offs.clear()
             self._hint_pos.clear()
+            self._sparse_below = -1
             self._redeliver.clear()
             self._attempts.clear()
             self._commit_pos = None
