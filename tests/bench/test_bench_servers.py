@@ -161,3 +161,14 @@ def test_the_start_up_floor_answers_its_first_line() -> None:
 def test_a_server_that_exits_before_answering_is_reported() -> None:
     with pytest.raises(RuntimeError, match="exited"):
         sb.launch("stalkd", [*sb.STALKD, "--no-such-flag"], "memory", None)
+
+
+def test_the_start_up_target_is_judged_next_to_the_floor() -> None:
+    """Issue 34's first reply target: met only when both of stalkd's cells are within it; the
+    bare floor's figure says whether any asyncio and uvloop server reaches it here."""
+    slow = sb.startup_verdict({("stalkd", False): 60.8, ("stalkd", True): 86.9, ("floor", False): 51.1})
+    assert ": NOT met;" in slow and "(misses it too)" in slow and "+9.7 ms over it" in slow
+    one_late = sb.startup_verdict({("stalkd", False): 45.0, ("stalkd", True): 50.5, ("floor", False): 40.1})
+    assert ": NOT met;" in one_late and "(meets it)" in one_late
+    quick = sb.startup_verdict({("stalkd", False): 45.0, ("stalkd", True): 49.0})
+    assert quick.endswith(": met")
