@@ -312,9 +312,16 @@ class ConsumerGroup(LagLimits):
             return
         if rp.offset <= last < self._sparse_below:
             # A thinned stretch: read forward to the head's own position (bounded by the
-            # stretch), and keep it as a hint, so the next move of the head starts there.
-            for _ in self.log.read(rp.offset, last + 1, resume=rp):
-                pass
+            # stretch), and keep it as a hint, so the next move of the head starts there. (A
+            # read that fails leaves the hint below: lag_bytes then counts from it, the ack
+            # stands.)
+            at = ReadPos(rp.base, rp.offset, rp.pos)
+            try:
+                for _ in self.log.read(at.offset, last + 1, resume=at):
+                    pass
+            except LogError:
+                at = rp
+            rp = at
             if rp.offset == last + 1:
                 i = bisect.bisect_left(self._hint_offs, rp.offset)
                 if i == len(self._hint_offs) or self._hint_offs[i] != rp.offset:
