@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from stalkd.log import Log, group
 from stalkd.log.frame import frame_size
 
@@ -66,3 +70,63 @@ def test_a_group_reopened_after_thinning_resumes_where_its_head_is(tmp_path: Pat
         assert g.lag_bytes == sum(frame_size(len(payload(i))) for i in range(n // 2, n))
         (m,) = g.poll(1)  # the one never acked comes back
         assert m.offset == n // 2 and m.bytes() == payload(n // 2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["poll", "ack_some", "ack_head", "nack_one"]), st.integers(1, 9)),
+                    min_size=1, max_size=120))  # fmt: skip
+def test_hints_stay_bounded_and_the_head_exact_whatever_the_polls_and_acks(
+        ops: list[tuple[str, int]], tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Random polls, acks (in and out of order) and nacks with a small HINTS_MAX: the hints stay
+    within it, every delivery is the record of its offset, and wherever the head lands below the
+    thinned mark (``_sparse_below``) after an ack, lag_bytes counts from the head exactly."""
+    monkeypatch.setattr(group, "HINTS_MAX", 8)
+    n = 200
+    sizes = [frame_size(len(payload(i))) for i in range(n)]
+    with Log.open(tmp_path_factory.mktemp("g"), durability="never") as log:
+        log.append_many([payload(i) for i in range(n)])
+        g = log.group("g")
+        out: list[int] = []  # delivered, not yet acked nor nacked
+        for op, k in ops:
+            before = g.committed
+            if op == "poll":
+                for m in g.poll(k):
+                    assert m.bytes() == payload(m.offset)
+                    out.append(m.offset)
+            elif op == "ack_some" and out:
+                done, out = out[1::2] or out[:1], [o for i, o in enumerate(out) if not (i % 2 or len(out) == 1)]
+                g.ack(*done)
+            elif op == "ack_head" and out:
+                head = min(out)
+                out.remove(head)
+                g.ack(head)
+            elif op == "nack_one" and out:
+                g.nack(out.pop(k % len(out)))
+            assert len(g._hint_offs) <= group.HINTS_MAX
+            if g.committed != before and g.committed < g._sparse_below:
+                assert g.lag_bytes == sum(sizes[g.committed:])
+        # then everything delivered and acked: the head at the end, nothing behind
+        while msgs := g.poll(50):
+            for m in msgs:
+                assert m.bytes() == payload(m.offset)
+            g.ack(*msgs)
+        if out:
+            g.ack(*out)
+        assert g.committed == n and g.lag_bytes == 0
+
+
+def test_acks_without_polls_move_the_head_through_thinned_stretches_within_the_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setattr(group, "HINTS_MAX", 8)
+    n = 100
+    with Log.open(tmp_path, durability="never") as log:
+        log.append_many([payload(i) for i in range(n)])
+        g = log.group("g")
+        msgs = [g.poll(1)[0] for _ in range(n)]  # all out at once: the head stays at 0
+        assert g._sparse_below > 0
+        for m in msgs:  # then acked one by one, no poll in between
+            g.ack(m)
+            assert len(g._hint_offs) <= group.HINTS_MAX
+            if g.committed < g._sparse_below:
+                assert g.lag_bytes == sum(frame_size(len(payload(i))) for i in range(g.committed, n))
+        assert g.committed == n

@@ -323,10 +323,14 @@ class ConsumerGroup(LagLimits):
                 at = rp
             rp = at
             if rp.offset == last + 1:
+                # The head's own position replaces the hints below it: nothing below the head
+                # is read again (redeliveries are of offsets at or above it), and so a run of
+                # acks without a poll in between adds no hints.
                 i = bisect.bisect_left(self._hint_offs, rp.offset)
-                if i == len(self._hint_offs) or self._hint_offs[i] != rp.offset:
-                    self._hint_offs.insert(i, rp.offset)
-                    self._hint_pos.insert(i, (rp.base, rp.pos))
+                del self._hint_offs[:i], self._hint_pos[:i]
+                if not self._hint_offs or self._hint_offs[0] != rp.offset:
+                    self._hint_offs.insert(0, rp.offset)
+                    self._hint_pos.insert(0, (rp.base, rp.pos))
         self._commit_pos = (rp.offset, rp.base, rp.pos)  # at or below the head: exact at poll ends
 
     def _ack_one(self, off: int) -> None:
