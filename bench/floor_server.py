@@ -265,16 +265,24 @@ async def _serve(port: int, proto: type[asyncio.Protocol], standby_port: int = 0
     await asyncio.Event().wait()
 
 
-def _file(directory: str, zeros: bool) -> int:
-    """The preallocated file the durable floor writes into (zero-filled unless ``zeros`` is
-    false: then only posix_fallocate'd)."""
-    fd = os.open(os.path.join(directory, "log"), os.O_RDWR | os.O_CREAT, 0o600)
-    os.posix_fallocate(fd, 0, FILE_SIZE)
+def preallocated(path: str, zeros: bool = True, size: int = FILE_SIZE) -> int:
+    """``path`` created with ``size`` bytes reserved and, unless ``zeros`` is false, written
+    with zeros and synced: a durable floor's file (and ``standby_standin.py --fsync``'s), into
+    which each write then changes no size and converts no extent, so an fdatasync carries the
+    data alone. Writes go round it (``at`` back to 0 at the end)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.posix_fallocate(fd, 0, size)
     if zeros:  # zeros over the whole file, as beanstalkd writes its binlog
-        for at in range(0, FILE_SIZE, 1 << 20):
-            os.pwrite(fd, bytes(1 << 20), at)
+        stretch = bytes(1 << 20)
+        for at in range(0, size, len(stretch)):
+            os.pwrite(fd, stretch[: size - at], at)
         os.fsync(fd)
     return fd
+
+
+def _file(directory: str, zeros: bool) -> int:
+    """The preallocated file the durable floor writes into (``preallocated``)."""
+    return preallocated(os.path.join(directory, "log"), zeros)
 
 
 def options(ap: argparse.ArgumentParser) -> None:

@@ -26,7 +26,7 @@ per setup and cell:
 ``--stand-in`` adds setups where a stand-in (``standby_standin.py``: it streams and checks
 every message like a standby, keeps no log, applies nothing) takes the standby's place:
 ``stand-in-async`` acknowledges each read at once; ``stand-in-sync`` (``--sync-standbys 1``)
-appends each read to a file and fdatasyncs it first. The primary does all of its replication
+writes each read into a zero-filled file (as the floor standby's) and fdatasyncs it first. The primary does all of its replication
 work against them while the second process costs the shared cores almost nothing, so their
 ``stand-in`` row splits what a standby costs: the primary's own work and the round trip with
 the standby's fsync on the same disk (the stand-in row) against that plus the real standby's

@@ -23,27 +23,15 @@ import argparse
 import asyncio
 import os
 
+from floor_server import FILE_SIZE, preallocated  # (bench/floor_server.py: its standby's file)
+
 from stalkd.replication import wire
 from stalkd.replication.receiver import ask
 from stalkd.secretfile import read_secret
 
-FILE_SIZE = 64 << 20
-_STRETCH = 1 << 20
-
-
-def _zeroed(path: str, size: int) -> int:
-    """``path`` created zero-filled to ``size`` bytes and synced (no size or extent changes later)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.posix_fallocate(fd, 0, size)
-    zeros = bytes(_STRETCH)
-    for at in range(0, size, _STRETCH):
-        os.pwrite(fd, zeros[: size - at], at)
-    os.fsync(fd)
-    return fd
-
 
 async def follow(port: int, secret: str, sync_path: str | None, size: int = FILE_SIZE) -> None:
-    fd = _zeroed(sync_path, size) if sync_path else -1
+    fd = preallocated(sync_path, size=size) if sync_path else -1
     at = 0
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     reply = await ask(reader, writer, wire.encode_request(0, 0), secret)
