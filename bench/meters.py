@@ -1,6 +1,8 @@
 """The meters of bench/counts.py: each counts one thing a running server does between ``begin``
 and ``end`` (instructions under callgrind, system calls under strace, Python calls under
-sys.setprofile), on a server started for it (counts.metered starts it)."""
+sys.setprofile), on a server started for it (counts.metered starts it); and ``perf_script``,
+the system calls of running processes over one call, as ``perf script`` prints them (the
+traces of ``standby_bench.py --trace`` and ``server_bench.py --split``)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,37 @@ import re
 import select
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+def perf_script(pids: Sequence[int], calls: Sequence[str], run: Callable[[], T],
+                events: Sequence[str] = ()) -> tuple[T, str]:
+    """``run()``'s result, and the lines ``perf script`` prints of processes ``pids`` over that
+    call (``pid/tid time: event: fields``): ``perf record`` on the entry and exit tracepoints of
+    system calls ``calls``, and on ``events`` (say ``sched:sched_switch``)."""
+    with tempfile.TemporaryDirectory(prefix="perf-script-") as tmp:
+        data = os.path.join(tmp, "perf.data")
+        args = [x for c in calls for x in ("-e", f"syscalls:sys_enter_{c}", "-e", f"syscalls:sys_exit_{c}")]
+        args += [x for e in events for x in ("-e", e)]
+        rec = subprocess.Popen(["perf", "record", "-q", *args, "-p", ",".join(map(str, pids)), "-o", data],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(0.3)  # (perf attaches: no event of the run is lost to its start)
+        try:
+            got = run()
+        finally:
+            rec.send_signal(signal.SIGINT)
+            rec.wait(60)
+        text = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,event,trace"],
+                              capture_output=True, text=True, timeout=300).stdout  # fmt: skip
+    return got, text
 
 
 class Meter(Protocol):

@@ -22,15 +22,12 @@ count). A read that returns no data (EAGAIN, the end) is no request.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import statistics
-import subprocess
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from meters import perf_script
 
 __all__ = ["Split", "record", "split"]
 
@@ -100,17 +97,5 @@ def split(text: str) -> Split | None:
 def record(pid: int, run: Callable[[], object]) -> Split | None:
     """``split`` of server ``pid`` over one call of ``run`` (a run of the cell), under ``perf
     record`` on its read/write/writev tracepoints."""
-    with tempfile.TemporaryDirectory(prefix="serve-split-") as tmp:
-        data = os.path.join(tmp, "perf.data")
-        events = [x for c in _CALLS for x in ("-e", f"syscalls:sys_enter_{c}", "-e", f"syscalls:sys_exit_{c}")]
-        rec = subprocess.Popen(["perf", "record", "-q", *events, "-p", str(pid), "-o", data],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        time.sleep(0.3)  # (perf attaches: no event of the run is lost to its start)
-        try:
-            run()
-        finally:
-            rec.send_signal(signal.SIGINT)
-            rec.wait(60)
-        text = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,event,trace"],
-                              capture_output=True, text=True, timeout=300).stdout  # fmt: skip
+    _, text = perf_script((pid,), _CALLS, run)
     return split(text)

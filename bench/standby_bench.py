@@ -119,6 +119,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 import server_bench as sb  # noqa: E402  (bench/server_bench.py: generator and cells)
 import targets  # noqa: E402  (bench/targets.py: a spread of ratios)
+from meters import perf_script  # noqa: E402  (bench/meters.py: a perf trace over one run)
 
 import stalkd  # noqa: E402
 from stalkd.client import errors  # noqa: E402
@@ -401,18 +402,8 @@ def trace_sync(pair: Pair, work: str, depth: int) -> str:
     primary's send of a batch to the acknowledgement that covers it, against its own fsync."""
     assert pair.standby is not None
     pids = (pair.primary.proc.pid, pair.standby.proc.pid)
-    with tempfile.TemporaryDirectory(prefix="standby-bench-trace-") as tmp:
-        data = os.path.join(tmp, "perf.data")
-        events = [x for n in _TRACED for x in ("-e", f"syscalls:sys_enter_{n}", "-e", f"syscalls:sys_exit_{n}")]
-        events += ["-e", "sched:sched_switch"]  # (recorded when one of the two leaves a CPU)
-        rec = subprocess.Popen(["perf", "record", "-q", *events, "-p", ",".join(map(str, pids)), "-o", data],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        time.sleep(0.3)
-        run = pair.run(work, depth)
-        rec.send_signal(signal.SIGINT)
-        rec.wait(60)
-        text = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,event,trace"],
-                              capture_output=True, text=True, timeout=300).stdout  # fmt: skip
+    # (sched_switch: recorded when one of the two leaves a CPU)
+    run, text = perf_script(pids, _TRACED, lambda: pair.run(work, depth), ["sched:sched_switch"])
     return f"{run.rate:.0f} jobs/s traced; " + _critical_path(text, *pids)
 
 
