@@ -469,7 +469,10 @@ def _options() -> argparse.Namespace:
                     "reply written) and outside it, stalkd's and the floor's (one more run each, under perf)")
     ap.add_argument("--tls", action="store_true",
                     help="TLS listener vs plain listener, and beanstalkd behind stunnel (tls_bench.py)")
-    return ap.parse_args()
+    opts = ap.parse_args()
+    if opts.split and shutil.which("perf") is None:
+        ap.error("--split records the servers' system calls with perf: install perf (linux-perf)")
+    return opts
 
 
 def main() -> int:

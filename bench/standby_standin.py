@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--file-size", type=int, default=FILE_SIZE, metavar="BYTES",
                     help=f"the size of --fsync's file (default {FILE_SIZE}); a read larger than it is written whole")
     opts = ap.parse_args()
+    if opts.file_size <= 0:
+        ap.error(f"--file-size must be a positive number of bytes, not {opts.file_size}")
     secret = read_secret(opts.secret_file, "replication secret")
     try:
         import uvloop
