@@ -369,6 +369,35 @@ def import_floor(runs: int = 7) -> dict[str, tuple[float, float]]:
     return {k: (statistics.median(wall[k]) * 1000, statistics.median(cpu[k]) * 1000) for k in wall}
 
 
+# In one child, as ``stalkd serve`` runs them (the collector off, as node/cli.py keeps it):
+# asyncio and uvloop, then what serving in memory imports, then what a data directory adds.
+_IMPORT_SPLIT = """
+import gc, sys, tempfile, time
+gc.disable()
+t0 = time.perf_counter()
+import asyncio, uvloop
+t1 = time.perf_counter()
+from stalkd.server.config import parse_args
+from stalkd.node.serve import preload
+preload(parse_args([]))
+t2 = time.perf_counter()
+preload(parse_args(["-b", tempfile.gettempdir()]))
+t3 = time.perf_counter()
+print(t1 - t0, t2 - t1, t3 - t2)
+"""
+
+
+def import_split(runs: int = 7) -> tuple[float, float, float]:
+    """Median ms, inside one process, of importing asyncio and uvloop, then what ``stalkd serve``
+    imports before it serves in memory, then what serving a data directory adds (``preload``):
+    with the floor server's first reply, what the imports alone put a durable start at."""
+    got = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", _IMPORT_SPLIT], capture_output=True, text=True, check=True)
+        got.append(tuple(float(x) for x in out.stdout.split()))
+    return tuple(statistics.median(g[i] for g in got) * 1000 for i in range(3))  # type: ignore[return-value]
+
+
 # --- the matrix -----------------------------------------------------------------------------
 
 
@@ -516,6 +545,14 @@ def main() -> int:
     if opts.startup_only:
         for label, (ms_wall, ms_cpu) in import_floor().items():
             print(f"# floor {label:34}: {ms_wall:6.1f} ms, CPU {ms_cpu:6.1f} ms (median of 7)")
+        ms_asyncio, ms_memory, ms_durable = import_split()
+        print(f"# imports in one process (median of 7): asyncio+uvloop {ms_asyncio:.1f} ms, then stalkd's "
+              f"in memory {ms_memory:.1f} ms, then a data directory's {ms_durable:.1f} ms")
+        floor = firsts.get(("floor", False))
+        if floor is not None:
+            print(f"# the floor's first reply plus stalkd's imports alone: {floor + ms_memory:.1f} ms in memory, "
+                  f"{floor + ms_memory + ms_durable:.1f} ms with a data directory (target "
+                  f"{FIRST_REPLY_TARGET_MS:.0f} ms)")
         return 0
     from stalkd.protocol import accel
 

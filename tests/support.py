@@ -41,20 +41,12 @@ def listening_ports(pid: int) -> list[int]:
 
     Read from ``/proc``: the process's socket inodes, then the kernel's TCP tables in its
     network namespace, so a server started with ``-p 0`` needs no way of its own to report the
-    port the kernel gave it.
+    port the kernel gave it. The tables are read only once the process has a socket, and tcp6
+    only for sockets tcp does not list: reading one takes milliseconds of kernel time (it walks
+    every bucket of the machine's TCP hash), and a caller polling a starting server would
+    otherwise take a core from it on a 2-core machine.
     """
-    listening: dict[str, int] = {}
-    for table in ("tcp", "tcp6"):
-        try:
-            with open(f"/proc/{pid}/net/{table}") as f:
-                rows = f.read().splitlines()[1:]
-        except FileNotFoundError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if fields[3] == "0A":  # TCP_LISTEN
-                listening[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)
-    ports: list[int] = []
+    inodes: list[str] = []
     try:
         fds = sorted(os.listdir(f"/proc/{pid}/fd"), key=int)
     except FileNotFoundError:
@@ -64,9 +56,22 @@ def listening_ports(pid: int) -> list[int]:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except FileNotFoundError:  # closed while we looked
             continue
-        if target.startswith("socket:[") and target[8:-1] in listening:
-            ports.append(listening[target[8:-1]])
-    return ports
+        if target.startswith("socket:["):
+            inodes.append(target[8:-1])
+    listening: dict[str, int] = {}
+    for table in ("tcp", "tcp6"):
+        if not inodes or all(inode in listening for inode in inodes):
+            break
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                rows = f.read().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A":  # TCP_LISTEN
+                listening[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)
+    return [listening[inode] for inode in inodes if inode in listening]
 
 
 def stop_process(pid: int, timeout: float = 10.0) -> None:

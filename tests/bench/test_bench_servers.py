@@ -158,6 +158,13 @@ def test_the_start_up_floor_answers_its_first_line() -> None:
     assert cpu > 0
 
 
+def test_the_import_split_times_each_part_in_one_process() -> None:
+    """server_bench.py's import split: asyncio and uvloop, stalkd's imports for serving in
+    memory, then a data directory's, each timed in one child (which must run: else it raises)."""
+    asyncio_ms, memory_ms, durable_ms = sb.import_split(runs=1)
+    assert asyncio_ms > 0 and memory_ms > 0 and durable_ms > 0
+
+
 def test_a_server_that_exits_before_answering_is_reported() -> None:
     with pytest.raises(RuntimeError, match="exited"):
         sb.launch("stalkd", [*sb.STALKD, "--no-such-flag"], "memory", None)
