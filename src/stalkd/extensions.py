@@ -57,6 +57,10 @@ CYTHON_MODULES = (
     "stalkd.persist.wal",
     "stalkd.persist.snapjobs",  # recovery: a snapshot block's jobs in one C loop
     "stalkd.persist.tail",  # recovery: the WAL records after the snapshot, in one loop
+    # a snapshot's copy of the live jobs, a chunk at a time on the loop (Compaction.maintain,
+    # SnapshotWriter.add_jobs): in a queue that grows, each put is copied about twice more
+    "stalkd.persist.compaction",
+    "stalkd.persist.snapshot",
     "stalkd.log.active",
     "stalkd.log.commit",
     "stalkd.log.ticket",  # made and resolved per read a standby fsyncs on the committer thread

@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
-from bisect import bisect_left
 from collections.abc import Callable
-from itertools import accumulate
-from operator import attrgetter
 
 from stalkd.engine.engine import Engine
 from stalkd.engine.model import RESULT_FIXED, Record
@@ -38,8 +35,6 @@ __all__ = ["CHUNK_BYTES", "TAIL_SHARE", "Compaction", "SnapInProgress", "WalErro
 # step held the loop ~20 ms and put->reserve p99 went to 18-35 ms after heavy write runs;
 # 512 KiB is ~2-3 ms here, and jobs of up to 512 bytes still go 1024 per step.
 CHUNK_BYTES = 512 * 1024
-_BLOCK = 64  # jobs whose body sizes are summed at a time (cost follows what is copied)
-_body_len = attrgetter("blen")
 # A snapshot is due once the WAL since the last one outweighs this share of the live data
 # (``snapshot_due``): what a restart after a kill replays record by record.
 TAIL_SHARE = 2
@@ -113,6 +108,25 @@ def snapshot_due(since: int, live: int, min_bytes: int, *, short: bool = False, 
 
 class WalError(Exception):
     """The WAL directory cannot give back the acknowledged state (names the files concerned)."""
+
+
+def _chunk_end(jobs: list[Job], start: int, end: int, room: int) -> int:
+    """Where a snapshot step that copies ``jobs[start:end]`` stops: at ``end``, or after the job
+    whose body reaches ``room`` bytes of bodies (that job goes too, so every step moves on)."""
+    i = start
+    while i < end:
+        j = jobs[i]
+        room -= j.blen
+        i += 1
+        if room <= 0:
+            break
+    return i
+
+
+def _still_live(chunk: list[Job], get: Callable[[int], Job | None]) -> list[Job]:
+    """The jobs of ``chunk`` the engine still holds (``get`` by id): one deleted since the
+    snapshot began is not copied."""
+    return [j for j in chunk if get(j.id) is j]
 
 
 class SnapInProgress:
@@ -275,19 +289,9 @@ class Compaction:
     def _copy_chunk(self, engine: Engine, s: SnapInProgress) -> None:
         jobs, start = s.jobs, s.pos
         end = min(start + self.chunk_jobs, len(jobs))
-        room, i = self.chunk_bytes, start
-        while i < end:
-            block = jobs[i : min(i + _BLOCK, end)]
-            sizes = list(accumulate(map(_body_len, block)))
-            if sizes[-1] > room:
-                i += bisect_left(sizes, room) + 1  # up to the job that crosses the limit
-                break
-            room -= sizes[-1]
-            i += len(block)
-        chunk = jobs[start:i]
+        i = _chunk_end(jobs, start, end, self.chunk_bytes)
         s.pos = i
-        get = engine.jobs.get
-        live = [j for j in chunk if get(j.id) is j]
+        live = _still_live(jobs[start:i], engine.jobs.get)
         try:
             s.writer.add_jobs(live, engine.seq)
         except BaseException:

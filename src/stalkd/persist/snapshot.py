@@ -110,6 +110,55 @@ def capture_order(e: Engine) -> list[Job]:
     return out
 
 
+def _group_jobs(jobs: list[Job]) -> dict[tuple[Tube, JobState], list[Job]]:
+    """``jobs`` by (tube, state), each group in the jobs' order; a reserved job counts as ready
+    (it comes back ready). Consecutive jobs mostly share a group (capture order): one lookup
+    per run of them."""
+    groups: dict[tuple[Tube, JobState], list[Job]] = {}
+    last_t: Tube | None = None
+    last_st: JobState | None = None
+    cur: list[Job] = []
+    for j in jobs:
+        st = j.state
+        if st is _RESERVED:
+            st = _READY
+        t = j.tube
+        if t is not last_t or st is not last_st:
+            cur = groups.setdefault((t, st), [])
+            last_t, last_st = t, st
+        cur.append(j)
+    return groups
+
+
+def _job_columns(jobs: list[Job], ready: bool) -> tuple[
+    list[int], list[int], list[int], list[int], list[int], list[int], list[bytes], list[tuple[int, int, int, int, int, int]]
+]:  # fmt: skip
+    """A snapshot block's columns of ``jobs``, in one pass: ids, priorities, delays, TTRs,
+    creation times, deadlines (0 when ``ready``: a ready job keeps none), bodies, and a row
+    (index, reserves, timeouts, releases, buries, kicks) per job with any counter set.
+    Compiled (snapshot.pxd) every field is read at its offset in the job."""
+    ids: list[int] = []
+    pris: list[int] = []
+    delays: list[int] = []
+    ttrs: list[int] = []
+    created: list[int] = []
+    deadlines: list[int] = []
+    bodies: list[bytes] = []
+    counters: list[tuple[int, int, int, int, int, int]] = []
+    for i in range(len(jobs)):  # (compiled: a C loop, each job read once as a Job)
+        j = jobs[i]
+        ids.append(j.id)
+        pris.append(j.pri)
+        delays.append(j.delay)
+        ttrs.append(j.ttr)
+        created.append(j.created_us)
+        deadlines.append(0 if ready else j.deadline_us)
+        bodies.append(job_body(j))
+        if j.reserves or j.timeouts or j.releases or j.buries or j.kicks:
+            counters.append((i, j.reserves, j.timeouts, j.releases, j.buries, j.kicks))
+    return ids, pris, delays, ttrs, created, deadlines, bodies, counters
+
+
 class SnapshotWriter:
     """Write one snapshot: ``add_jobs`` (or ``add``) entries in any number of calls, then ``finish``.
 
@@ -209,28 +258,11 @@ class SnapshotWriter:
             self._write(block_bytes(snap_v1.encode_jobs(jobs, seq), len(jobs)))
             self.count += len(jobs)
             return
-        groups: dict[tuple[Tube, JobState], list[Job]] = {}
-        last_t: Tube | None = None
-        last_st: JobState | None = None
-        cur: list[Job] = []
-        for j in jobs:  # consecutive jobs mostly share a group (capture order): one lookup per run
-            st = j.state
-            if st is _RESERVED:  # a reserved job comes back ready
-                st = _READY
-            t = j.tube
-            if t is not last_t or st is not last_st:
-                cur = groups.setdefault((t, st), [])
-                last_t, last_st = t, st
-            cur.append(j)
         out = []
-        for (t, st), js in groups.items():
-            block = self._encode_block(
-                seq, t.name.encode("ascii"), st, [j.id for j in js], [j.pri for j in js],
-                [j.delay for j in js], [j.ttr for j in js], [j.created_us for j in js],
-                [0] * len(js) if st is _READY else [j.deadline_us for j in js], list(map(job_body, js)),
-                [(i, j.reserves, j.timeouts, j.releases, j.buries, j.kicks) for i, j in enumerate(js)
-                 if j.reserves or j.timeouts or j.releases or j.buries or j.kicks],
-            )  # fmt: skip
+        for (t, st), js in _group_jobs(jobs).items():
+            ids, pris, delays, ttrs, created, deadlines, bodies, counters = _job_columns(js, st is _READY)
+            block = self._encode_block(seq, t.name.encode("ascii"), st, ids, pris, delays, ttrs, created,
+                                       deadlines, bodies, counters)  # fmt: skip
             out.append(block_bytes(block, len(js)))
         self.count += len(jobs)
         self._write(b"".join(out))
