@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 
 from stalkd.engine.engine import Engine
+from stalkd.engine.jobtable import JobTable
 from stalkd.engine.model import RESULT_FIXED, Record
 from stalkd.engine.objects import Job
 from stalkd.log import Log
@@ -123,10 +124,10 @@ def _chunk_end(jobs: list[Job], start: int, end: int, room: int) -> int:
     return i
 
 
-def _still_live(chunk: list[Job], get: Callable[[int], Job | None]) -> list[Job]:
-    """The jobs of ``chunk`` the engine still holds (``get`` by id): one deleted since the
-    snapshot began is not copied."""
-    return [j for j in chunk if get(j.id) is j]
+def _still_live(chunk: list[Job], table: JobTable) -> list[Job]:
+    """The jobs of ``chunk`` the engine's ``table`` still holds: one deleted since the snapshot
+    began is not copied."""
+    return [j for j in chunk if table.get(j.id) is j]
 
 
 class SnapInProgress:
@@ -291,7 +292,7 @@ class Compaction:
         end = min(start + self.chunk_jobs, len(jobs))
         i = _chunk_end(jobs, start, end, self.chunk_bytes)
         s.pos = i
-        live = _still_live(jobs[start:i], engine.jobs.get)
+        live = _still_live(jobs[start:i], engine.jobs)
         try:
             s.writer.add_jobs(live, engine.seq)
         except BaseException:
