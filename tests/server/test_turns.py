@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from server.test_conn import RecordingTransport
 from stalkd.engine import Engine
+from stalkd.node.serve import turn_yields
 from stalkd.server.app import Server
-from stalkd.server.config import Config
+from stalkd.server.config import Config, parse_args
 from stalkd.server.connection import Connection
 from stalkd.server.fastconn import IMPLEMENTATION
 from stalkd.server.turns import Turns
@@ -193,6 +195,32 @@ def test_a_small_read_from_another_connection_makes_the_next_turn_yield_the_cpu_
     t.read(b, 20)
     next_turn()
     assert yielded == [1, 1, 1] and t.yields == 3
+
+
+def test_turns_without_yield_reads_never_yield() -> None:
+    later: list[Callable[[], None]] = []
+    yielded: list[int] = []
+    t = Turns(later.append, clock=Ticks(), yield_cpu=lambda: yielded.append(1), yield_reads=False)
+    # Small reads from many clients, turn after turn: nothing is scheduled, nothing yields
+    for _ in range(3):
+        for who in (object(), object(), object()):
+            t.read(who, 20)
+        assert not later
+    assert not yielded and t.yields == 0
+
+
+@pytest.mark.parametrize(("flags", "yields"), [
+    ([], False),  # in memory: replies go out at once
+    (["-b", "DIR", "-F"], False),  # never
+    (["-b", "DIR", "-f", "50"], False),  # every:50: the sync is on a timer, not per batch
+    (["-b", "DIR"], True),  # always: a turn's replies share an fdatasync
+    (["-b", "DIR", "-F", "--sync-standbys", "1"], True),  # they share a standby's acknowledgement
+])  # fmt: skip
+def test_the_server_yields_between_turns_only_where_replies_share_a_batch_cost(
+        flags: list[str], yields: bool, tmp_path: Path) -> None:  # fmt: skip
+    cfg = parse_args([str(tmp_path) if f == "DIR" else f for f in flags])
+    assert isinstance(cfg, Config)
+    assert turn_yields(cfg) is yields
 
 
 @pytest.mark.parametrize("cls", [Connection], ids=[IMPLEMENTATION])

@@ -41,7 +41,7 @@ from stalkd.server.turns import Turns
 if TYPE_CHECKING:
     from stalkd.server.acl import Acl
 
-__all__ = ["run", "preload", "setup_logging", "EXIT_LOCKED", "EXIT_FATAL"]
+__all__ = ["run", "preload", "setup_logging", "turn_yields", "EXIT_LOCKED", "EXIT_FATAL"]
 
 log = logging.getLogger("stalkd.server")
 
@@ -126,6 +126,14 @@ def _preload_first_uses(cfg: Config) -> None:
 
         import stalkd.persist.snap_v1
         import stalkd.persist.snap_v2  # noqa: F401
+
+
+def turn_yields(cfg: Config) -> bool:
+    """Whether a loop turn that read small requests from several clients yields the CPU before
+    the next (``Turns.yield_reads``): only where a turn's replies wait for a cost the batch
+    shares, the fsync of ``always`` or the acknowledgement of ``--sync-standbys``. Elsewhere
+    the replies go out at once, and yielding only delays the next turn's reads."""
+    return cfg.data_dir is not None and (cfg.durability == "always" or cfg.sync_standbys > 0)
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
@@ -435,7 +443,8 @@ async def _main(cfg: Config, endpoints: Endpoints, t_exec: float, ending: _Endin
         stop.set()
 
     srv = Server(cfg, engine, storage, on_fatal=fatal)
-    srv.turns = turns = Turns(asyncio.get_running_loop().call_soon)  # the loop's time per turn, shared
+    # the loop's time per turn, shared
+    srv.turns = turns = Turns(asyncio.get_running_loop().call_soon, yield_reads=turn_yields(cfg))
 
     def resync(why: str) -> None:
         nonlocal code

@@ -8,6 +8,7 @@ cdef class Turns:
     cdef public object clock, yield_cpu
     cdef object _soon, _queue, _waiting
     cdef double _deadline
+    cdef public bint yield_reads
     cdef bint _open, _yield_due
     cdef Py_ssize_t _started
     cdef object _last_reader

@@ -19,14 +19,18 @@ Ensures:
   rest wait, in order, for the next turns (5,000 client hellos otherwise meet in a few turns).
 - A turn opens at the first ``deadline`` (or ``start``) call after the previous one closed; it
   closes at the start of the next loop turn (the callback ``soon`` schedules runs there).
-- After a turn that read a small request (``read``: under ``YIELD_READ_BYTES``) from a
-  connection other than the last one that made it so, the next loop turn first yields the CPU
-  (``yield_cpu``, ``sched_yield``) once, before the loop looks for more input and sleeps if
-  there is none. Why: many clients at one request each, on a few busy cores, otherwise make
-  the server sleep and wake for nearly every request: a client readies its next request
-  just after the loop went to sleep. Yielding lets a client that shares the core send it
-  first, so the next turn reads several connections at once. A lone client (the same
-  connection each time) and pipelined reads do not yield: nobody else's request comes.
+- With ``yield_reads``: after a turn that read a small request (``read``: under
+  ``YIELD_READ_BYTES``) from a connection other than the last one that made it so, the next
+  loop turn first yields the CPU (``yield_cpu``, ``sched_yield``) once, before the loop looks
+  for more input and sleeps if there is none. Why: many clients at one request each, on a few
+  busy cores, otherwise make the server sleep and wake for nearly every request: a client
+  readies its next request just after the loop went to sleep. Yielding lets a client that
+  shares the core send it first, so the next turn reads several connections at once. A lone
+  client (the same connection each time) and pipelined reads do not yield: nobody else's
+  request comes. It pays where a turn's replies share a fixed cost, an fsync or a standby's
+  acknowledgement (more requests per batch, fewer batches); where they do not (in memory,
+  ``never``), the yield only delays the next turn, and the server turns it off there
+  (``node.serve.turn_yields``; bench/server_bench.py's 16-client depth-1 cells measure both).
 
 What a connection does with it (``Connection.process``): after at least one command, with
 input still buffered, it reads ``clock`` and stops once past ``deadline()``. It asks for the
@@ -104,6 +108,7 @@ class Turns:
     starts: int
     clock: Callable[[], float]
     yield_cpu: Callable[[], object]
+    yield_reads: bool
     yields: int
     _soon: Callable[[Callable[[], None]], object]
     _deadline: float
@@ -116,13 +121,15 @@ class Turns:
 
     def __init__(self, soon: Callable[[Callable[[], None]], object], *, budget: float = TURN_BUDGET,
                  starts: int = STARTS_PER_TURN, clock: Callable[[], float] = time.perf_counter,
-                 yield_cpu: Callable[[], object] = SCHED_YIELD) -> None:
+                 yield_cpu: Callable[[], object] = SCHED_YIELD, yield_reads: bool = True) -> None:
         """``soon(f)`` runs ``f`` at the start of the next loop turn (``loop.call_soon``);
-        ``yield_cpu()`` gives the CPU to another runnable process, if any (``read``)."""
+        ``yield_cpu()`` gives the CPU to another runnable process, if any (``read``), which
+        small reads ask for only with ``yield_reads``."""
         self.budget = budget
         self.starts = starts
         self.clock = clock  # read by the connections too, between their commands
         self.yield_cpu = yield_cpu
+        self.yield_reads = yield_reads
         self.yields = 0  # the yields so far (stats for the bench and tests)
         self._yield_due = False
         self._last_reader = 0  # id() of the connection whose read last made a turn yield
@@ -166,10 +173,10 @@ class Turns:
             self._waiting.append(f)
 
     def read(self, who: object, size: int) -> None:
-        """``who`` (a connection) was served a read of ``size`` bytes in this loop turn: the
-        next turn yields the CPU first if the read was small and not the same connection's as
-        the last time (see the module's docstring)."""
-        if self._yield_due or size >= _YIELD_READ_BYTES:
+        """``who`` (a connection) was served a read of ``size`` bytes in this loop turn: with
+        ``yield_reads``, the next turn yields the CPU first if the read was small and not the
+        same connection's as the last time (see the module's docstring)."""
+        if not self.yield_reads or self._yield_due or size >= _YIELD_READ_BYTES:
             return
         key = id(who)
         if key == self._last_reader:
