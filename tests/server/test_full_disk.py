@@ -47,14 +47,7 @@ def test_full_disk_refuses_puts_keeps_reads_and_deletes(small_fs: Path) -> None:
             acked[1] = b"first"
             _fill(small_fs, 512 * 1024)
             # When puts fill it, the first refused put gets OUT_OF_MEMORY and changes nothing
-            for _ in range(5000):
-                reply = w.cmd(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body))
-                if reply == b"OUT_OF_MEMORY\r\n":
-                    break
-                assert reply.startswith(b"INSERTED "), reply
-                acked[int(reply.split()[1])] = body
-            else:
-                pytest.fail("the disk never filled")
+            _put_until_full(w, body, acked)
             assert len(acked) > 50
             again = w.cmd(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body))
             assert again == b"OUT_OF_MEMORY\r\n"  # still full
@@ -132,16 +125,9 @@ def test_restart_on_a_full_disk_keeps_the_acknowledged_state(small_fs: Path) -> 
             # Then it holds exactly the acknowledged jobs, refuses puts, and deletes all of them
             assert int(stats(w)["current-jobs-ready"]) + int(buried) == len(acked)
             assert stats(w, b"stats-job 1\r\n")["state"] == ("buried" if buried else "ready")
-            # (A snapshot the restart takes may free dead WAL, and a put then fits: that is the
-            # disk clearing on its own, so the room it made is taken again until a put is refused.)
-            for _ in range(20):
-                again = w.cmd(b"put 0 0 60 %d\r\n%s\r\n" % (len(body), body))
-                if again == b"OUT_OF_MEMORY\r\n":
-                    break
-                assert again.startswith(b"INSERTED "), again
-                acked[int(again.split()[1])] = body
-                _fill(small_fs, 0)
-            assert again == b"OUT_OF_MEMORY\r\n"
+            # (A snapshot the restart takes may free dead WAL, and puts then fit: that is the
+            # disk clearing on its own, so they are acknowledged until one is refused.)
+            _put_until_full(w, body, acked)
             for jid, b in sorted(acked.items()):
                 assert w.cmd(b"peek %d\r\n" % jid) == b"FOUND %d %d\r\n%s\r\n" % (jid, len(b), b)
                 assert w.cmd(b"delete %d\r\n" % jid) == b"DELETED\r\n"
