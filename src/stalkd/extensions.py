@@ -58,7 +58,7 @@ CYTHON_MODULES = (
     "stalkd.persist.snapjobs",  # recovery: a snapshot block's jobs in one C loop
     "stalkd.persist.tail",  # recovery: the WAL records after the snapshot, in one loop
     # a snapshot's copy of the live jobs, a chunk at a time on the loop (Compaction.maintain,
-    # SnapshotWriter.add_jobs): in a queue that grows, each put is copied about twice more
+    # SnapshotWriter.add_jobs): in a queue that grows, each put is copied into a snapshot again
     "stalkd.persist.compaction",
     "stalkd.persist.snapshot",
     "stalkd.log.active",
