@@ -186,6 +186,16 @@ class EngineState:
         self._owners: dict[int, str] = {}  # connection id -> owner, where not ""
         self._tube("default")
 
+    @cython.locals(job=Job)
+    def __del__(self) -> None:
+        # Compiled, the cycle collector does not see jobs (objects.Job is no_gc), so it cannot
+        # free a tube or a connection whose heaps hold jobs that refer back to them: an engine
+        # let go with jobs in it (a standby's resync, a test) would keep them all. Cut each
+        # job's two references that close such cycles, so tubes and jobs go with the engine.
+        for job in self.jobs.values():
+            job.tube = None
+            job.owner = None
+
     def command_counts(self) -> dict[str, int]:
         """The per-command counters by key (``cmd-put``: the puts applied so far), a copy.
 

@@ -43,6 +43,10 @@ def _frozen(message: str) -> AttributeError:
     return FrozenInstanceError(message)
 
 
+# Compiled, the commands and replies below are extension types the cycle collector does not track
+# (``@cython.no_gc``, which Cython takes only after ``@cython.cclass`` and in this file, not in
+# commands.pxd): their fields are numbers, strings, bytes and tuples of those, which close no
+# reference cycle. YamlDict's mapping is left to the collector.
 class _Value:
     """What every command and reply shares: immutable once built, equal to a value of the same
     class with equal fields, hashed by its fields, shown as ``Name(field=value, ...)``, matched
@@ -97,6 +101,8 @@ class _Value:
 # --- commands -------------------------------------------------------------------------------
 
 
+@cython.no_gc
+@cython.cclass
 class Put(_Value):
     """``put <pri> <delay> <ttr> <bytes>``. ``error`` is set by the parser when the put cannot
     be accepted but still counts as beanstalkd counts it (cmd-put; for EXPECTED_CRLF an id):
@@ -118,6 +124,8 @@ class Put(_Value):
         self.error = error
 
 
+@cython.no_gc
+@cython.cclass
 class Use(_Value):
     __slots__ = __match_args__ = ("tube",)
     tube: str
@@ -126,10 +134,14 @@ class Use(_Value):
         self.tube = tube
 
 
+@cython.no_gc
+@cython.cclass
 class Reserve(_Value):
     __slots__ = ()
 
 
+@cython.no_gc
+@cython.cclass
 class ReserveWithTimeout(_Value):
     __slots__ = __match_args__ = ("timeout",)
     timeout: int  # seconds
@@ -138,6 +150,8 @@ class ReserveWithTimeout(_Value):
         self.timeout = timeout
 
 
+@cython.no_gc
+@cython.cclass
 class ReserveJob(_Value):
     __slots__ = __match_args__ = ("id",)
     id: int
@@ -146,6 +160,8 @@ class ReserveJob(_Value):
         self.id = id
 
 
+@cython.no_gc
+@cython.cclass
 class Delete(_Value):
     __slots__ = __match_args__ = ("id",)
     id: int
@@ -154,6 +170,8 @@ class Delete(_Value):
         self.id = id
 
 
+@cython.no_gc
+@cython.cclass
 class Release(_Value):
     __slots__ = __match_args__ = ("id", "pri", "delay")
     id: int
@@ -166,6 +184,8 @@ class Release(_Value):
         self.delay = delay
 
 
+@cython.no_gc
+@cython.cclass
 class Bury(_Value):
     __slots__ = __match_args__ = ("id", "pri")
     id: int
@@ -176,6 +196,8 @@ class Bury(_Value):
         self.pri = pri
 
 
+@cython.no_gc
+@cython.cclass
 class Touch(_Value):
     __slots__ = __match_args__ = ("id",)
     id: int
@@ -184,6 +206,8 @@ class Touch(_Value):
         self.id = id
 
 
+@cython.no_gc
+@cython.cclass
 class Watch(_Value):
     __slots__ = __match_args__ = ("tube",)
     tube: str
@@ -192,6 +216,8 @@ class Watch(_Value):
         self.tube = tube
 
 
+@cython.no_gc
+@cython.cclass
 class Ignore(_Value):
     __slots__ = __match_args__ = ("tube",)
     tube: str
@@ -200,6 +226,8 @@ class Ignore(_Value):
         self.tube = tube
 
 
+@cython.no_gc
+@cython.cclass
 class Peek(_Value):
     __slots__ = __match_args__ = ("id",)
     id: int
@@ -208,18 +236,26 @@ class Peek(_Value):
         self.id = id
 
 
+@cython.no_gc
+@cython.cclass
 class PeekReady(_Value):
     __slots__ = ()
 
 
+@cython.no_gc
+@cython.cclass
 class PeekDelayed(_Value):
     __slots__ = ()
 
 
+@cython.no_gc
+@cython.cclass
 class PeekBuried(_Value):
     __slots__ = ()
 
 
+@cython.no_gc
+@cython.cclass
 class Kick(_Value):
     __slots__ = __match_args__ = ("bound",)
     bound: int
@@ -228,6 +264,8 @@ class Kick(_Value):
         self.bound = bound
 
 
+@cython.no_gc
+@cython.cclass
 class KickJob(_Value):
     __slots__ = __match_args__ = ("id",)
     id: int
@@ -236,6 +274,8 @@ class KickJob(_Value):
         self.id = id
 
 
+@cython.no_gc
+@cython.cclass
 class StatsJob(_Value):
     __slots__ = __match_args__ = ("id",)
     id: int
@@ -244,6 +284,8 @@ class StatsJob(_Value):
         self.id = id
 
 
+@cython.no_gc
+@cython.cclass
 class StatsTube(_Value):
     __slots__ = __match_args__ = ("tube",)
     tube: str
@@ -252,26 +294,38 @@ class StatsTube(_Value):
         self.tube = tube
 
 
+@cython.no_gc
+@cython.cclass
 class Stats(_Value):
     __slots__ = ()
 
 
+@cython.no_gc
+@cython.cclass
 class ListTubes(_Value):
     __slots__ = ()
 
 
+@cython.no_gc
+@cython.cclass
 class ListTubeUsed(_Value):
     __slots__ = ()
 
 
+@cython.no_gc
+@cython.cclass
 class ListTubesWatched(_Value):
     __slots__ = ()
 
 
+@cython.no_gc
+@cython.cclass
 class Quit(_Value):
     __slots__ = ()
 
 
+@cython.no_gc
+@cython.cclass
 class PauseTube(_Value):
     __slots__ = __match_args__ = ("tube", "delay")
     tube: str
@@ -282,6 +336,8 @@ class PauseTube(_Value):
         self.delay = delay
 
 
+@cython.no_gc
+@cython.cclass
 class ResultPut(_Value):
     """``result-put <id> <ttl> <bytes>`` (stalkd only): keep ``body`` as job ``id``'s result for
     ``ttl`` seconds, replacing an earlier one (``ttl`` 0 forgets it). ``error`` as for ``Put``:
@@ -301,6 +357,8 @@ class ResultPut(_Value):
         self.error = error
 
 
+@cython.no_gc
+@cython.cclass
 class ResultGet(_Value):
     """``result-get <id>`` (stalkd only): ``FOUND <id> <bytes>`` with the stored result, or
     NOT_FOUND (none stored, or expired)."""
@@ -323,6 +381,8 @@ Command = (
 # --- replies --------------------------------------------------------------------------------
 
 
+@cython.no_gc
+@cython.cclass
 class Reply(_Value):
     """A one-line reply: ``word`` then its arguments, e.g. ``Reply("INSERTED", (5,))``."""
 
@@ -352,6 +412,8 @@ def new_reply(word: str, args: tuple[int | str, ...] = ()) -> Reply:
     return r
 
 
+@cython.no_gc
+@cython.cclass
 class JobReply(_Value):
     """``RESERVED <id> <bytes>`` or ``FOUND <id> <bytes>`` followed by the body."""
 
@@ -381,6 +443,8 @@ class YamlDict(_Value):
         self.values = values
 
 
+@cython.no_gc
+@cython.cclass
 class YamlList(_Value):
     """``OK <bytes>`` with a YAML list of tube names (list-tubes, list-tubes-watched)."""
 
@@ -391,6 +455,8 @@ class YamlList(_Value):
         self.items = items
 
 
+@cython.no_gc
+@cython.cclass
 class Close(_Value):
     """No reply: the server closes the connection (``quit``)."""
 

@@ -10,6 +10,9 @@ Jobs, tubes and replies die by reference counting; the collector is only needed 
 cycles, which the server makes rarely (an exception and its traceback, asyncio internals). So
 this policy keeps the young collections (cheap, they catch most fresh cycles) and turns the
 automatic full collection off; the server runs one every ``full_every`` seconds instead.
+Compiled, jobs and the protocol's commands and replies are not tracked at all (``no_gc``:
+objects.Job, protocol/commands.py), so no collection walks a job's fields: the full one only
+passes over each job as an entry of its table's dicts.
 
 A standby (``young_only``, asked at ``start`` and at every ``tick``) keeps only the youngest
 generation's collections: each job its primary sends lives until deleted, and a middle
