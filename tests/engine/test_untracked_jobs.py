@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from stalkd.engine import Engine
 from stalkd.engine.objects import Job, JobState, Tube
 from stalkd.extensions import compiled_modules
 from stalkd.protocol.commands import Bury, JobReply, Put, Reserve, Use, Watch
@@ -48,3 +49,13 @@ def test_an_engine_let_go_frees_its_jobs_in_every_state() -> None:
     del h, reply
     gc.collect()
     assert sys.getrefcount(body) == base
+
+
+def test_an_engine_whose_arguments_were_refused_is_let_go_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its state was refused half-made (no job table yet): letting it go raises nothing unseen.
+    unraised: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraised.append)
+    with pytest.raises(ValueError, match="step_jobs"):
+        Engine(step_jobs=0)
+    gc.collect()
+    assert unraised == []

@@ -192,7 +192,10 @@ class EngineState:
         # free a tube or a connection whose heaps hold jobs that refer back to them: an engine
         # let go with jobs in it (a standby's resync, a test) would keep them all. Cut each
         # job's two references that close such cycles, so tubes and jobs go with the engine.
-        for job in self.jobs.values():
+        jobs = getattr(self, "jobs", None)  # (None, or unset uncompiled: __init__ refused its arguments)
+        if jobs is None:
+            return
+        for job in jobs.values():
             job.tube = None
             job.owner = None
 
