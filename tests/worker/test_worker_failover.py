@@ -101,7 +101,19 @@ def test_stalkd_worker_with_two_addresses_survives_a_failover(
             sys.path.remove(str(tmp_path))
         app.address = addresses
         note.put("one")
-        wait_for(lambda: out.exists() and out.read_text() == "one\n", what="the first job")
+        # Wait for the first job's delete to reach the first server, not only for its file: the
+        # worker writes the file before it deletes. Killed in between, the first server's delete
+        # of job 1 goes to the second after the failover. A primary and its standby hold the same
+        # jobs under the same ids; these two unrelated servers do not, so on the second, id 1 may
+        # already be job "two", which that delete would remove before it ran. That
+        # was this test's rare failure (1 in ~460 runs under load; every time with a 1 s pause
+        # between the file and the delete).
+        probe = Probe(first.address)
+        try:
+            wait_for(lambda: out.exists() and out.read_text() == "one\n"
+                     and (probe.tube("note") or {}).get("cmd-delete") == 1, what="the first job")
+        finally:
+            probe.close()
         first.proc.kill()
         first.proc.wait()
         note.put("two")
